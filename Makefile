@@ -1,0 +1,12 @@
+# The README's two commands. Each one does all set-up first (idempotent), so both work on a fresh machine.
+PYTHON ?= python3
+
+.PHONY: main test setup
+setup:
+	bash scripts/setup.sh
+
+main: setup
+	fusebench bench objectives
+
+test: setup
+	pytest -q -p no:cacheprovider

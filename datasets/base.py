@@ -1,0 +1,235 @@
+"""The one sample schema every adapter yields, and the base class of every adapter.
+
+A **sample** is a dict::
+
+    {
+        "modalities": {name: Tensor},      # layout by kind, see MODALITY_LAYOUT
+        "target": Tensor | dict,           # segmentation LongTensor[H, W] (-1 = void / ignored);
+                                           # detection {"boxes": [G, 7], "labels": [G]};
+                                           # regression float scalar; classification long scalar
+        "extra_targets": {name: Tensor},   # optional (e.g. CH-SIMS unimodal labels "T", "A", "V")
+        "meta": {"id": str, ...},          # ids, original sizes, subject, ...
+    }
+
+A modality may be missing from a sample (absent key): :func:`fusebench.datasets.collate.collate`
+fills zeros and records a presence mask. Each modality declares a ``kind`` so encoders can be chosen
+per kind; the objectives' views are the adapter's modalities in declaration order (EEG: channels).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch.utils.data import Dataset
+
+log = logging.getLogger(__name__)
+
+#: tensor layout of one sample's modality, by kind
+MODALITY_LAYOUT = {
+    "image": "[C, H, W] float32 (RGB in [0, 1])",
+    "depth": "[1, H, W] float32, metres, 0 = missing",
+    "normal": "[3, H, W] float32 unit vectors, 0 = invalid",
+    "points": "[N, 3] float32 xyz, metres",
+    "point_features": "[N, C] float32 per-point features aligned with the 'points' modality",
+    "sequence": "[T, d] float32 feature sequence, T may vary between samples",
+    "signal": "[C, T] float32 time series (EEG: one channel per modality, C = 1)",
+}
+MODALITY_KINDS = tuple(MODALITY_LAYOUT)
+TASKS = ("segmentation", "detection", "regression", "classification")
+
+
+@dataclass(frozen=True)
+class Modality:
+    """Declaration of one modality of an adapter."""
+
+    name: str
+    kind: str
+    channels: int  # C for image/depth/normal/point_features/signal, d for sequence, 3 for points
+    variable_length: bool = False  # True for sequences whose T varies between samples
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in MODALITY_KINDS:
+            raise ValueError(f"modality {self.name!r}: kind {self.kind!r} is not one of {MODALITY_KINDS}")
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A file (or glob) an adapter expects under its root, with an optional sha256."""
+
+    path: str
+    description: str = ""
+    sha256: str | None = None
+    required: bool = True
+
+
+class DatasetError(ValueError):
+    """Bad or missing data: the message names the file and the problem."""
+
+
+class DatasetNotFoundError(DatasetError, FileNotFoundError):
+    """The dataset's files are missing; the message is the adapter's ``data info`` text."""
+
+
+@dataclass
+class SyntheticSpec:
+    """Controls of a synthetic twin: size and per-modality informativeness in [0, 1]."""
+
+    num_samples: int = 64
+    seed: int = 0
+    informativeness: dict[str, float] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def cache_home() -> Path:
+    """Where fusebench caches prepared data and synthetic twins (``$FUSEBENCH_CACHE`` overrides)."""
+    env = os.environ.get("FUSEBENCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "fusebench"
+
+
+class MultimodalDataset(Dataset):
+    """Base class of all adapters.
+
+    Subclasses declare ``id``, ``task``, ``MODALITIES``, ``FILES`` and ``INFO`` and implement
+    :meth:`_index` (list the samples of ``self.split``), :meth:`_load_raw` (read one sample from the
+    official files) and :meth:`write_synthetic` (write a synthetic twin to disk in the official
+    format). Train-time augmentation goes in :meth:`_augment` (seeded by ``seed`` and the index).
+    """
+
+    id: ClassVar[str] = ""
+    task: ClassVar[str] = ""
+    num_classes: ClassVar[int | None] = None
+    MODALITIES: ClassVar[tuple[Modality, ...]] = ()
+    SPLITS: ClassVar[tuple[str, ...]] = ("train", "val", "test")
+    FILES: ClassVar[tuple[DataFile, ...]] = ()
+    #: where the official files come from (URLs, licence) and the expected layout, for `data info`
+    INFO: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        split: str = "train",
+        modalities: list[str] | tuple[str, ...] | None = None,
+        synthetic: bool = False,
+        **opts: Any,
+    ) -> None:
+        super().__init__()
+        if split not in self.SPLITS:
+            raise DatasetError(f"{self.id}: split {split!r} is not one of {self.SPLITS}")
+        names = [m.name for m in self.MODALITIES]
+        if modalities is None:
+            modalities = names
+        unknown = [m for m in modalities if m not in names]
+        if unknown:
+            raise DatasetError(f"{self.id}: unknown modalities {unknown}; this adapter has {names}")
+        self.split = split
+        self.modalities = list(modalities)
+        self.synthetic = bool(synthetic)
+        self.opts = dict(opts)
+        self.seed = int(opts.pop("seed", 0))
+        self.augment = bool(opts.pop("augment", split == "train"))
+        if synthetic:
+            spec = SyntheticSpec(**opts.pop("synthetic_spec", {}))
+            self.root = self.synthetic_root(spec, root)
+        else:
+            if root is None:
+                raise DatasetNotFoundError(
+                    f"{self.id}: no data root given (pass root=... or --data-root PATH).\n{self.info()}"
+                )
+            self.root = Path(root)
+            if not self.root.exists():
+                raise DatasetNotFoundError(f"{self.id}: data root {self.root} does not exist.\n{self.info()}")
+        self.epoch = 0
+        self._opts_rest = opts
+        self.samples: list[Any] = self._index()
+        self._cache = None
+        if opts.get("use_cache", True):
+            from fusebench.datasets import cache as _cache  # local import: optional machinery
+
+            self._cache = _cache.open_cache(self)
+
+    # -- adapter hooks ------------------------------------------------------------------------
+    def _index(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _load_raw(self, index: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _augment(self, sample: dict[str, Any], rng: torch.Generator) -> dict[str, Any]:
+        return sample
+
+    @classmethod
+    def write_synthetic(cls, root: Path, spec: SyntheticSpec) -> None:
+        """Write a deterministic synthetic twin under ``root`` in the official on-disk format."""
+        raise NotImplementedError
+
+    # -- public API ---------------------------------------------------------------------------
+    @classmethod
+    def modality(cls, name: str) -> Modality:
+        for m in cls.MODALITIES:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    @classmethod
+    def info(cls) -> str:
+        files = "\n".join(f"  {f.path}  {f.description}" for f in cls.FILES)
+        return f"{cls.id}: {cls.INFO.strip()}\nExpected layout under the data root:\n{files}"
+
+    @classmethod
+    def synthetic_root(cls, spec: SyntheticSpec, base: str | os.PathLike | None = None) -> Path:
+        """Generate (once) and return the folder holding the synthetic twin for ``spec``."""
+        key = json.dumps(
+            {"id": cls.id, "n": spec.num_samples, "seed": spec.seed, "inf": spec.informativeness,
+             "opt": spec.options, "v": getattr(cls, "SYNTHETIC_VERSION", 1)},
+            sort_keys=True, default=str,
+        )
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        base = Path(base) if base is not None else cache_home() / "synthetic"
+        out = base / f"{cls.id}-{digest}"
+        if (out / ".complete").exists():
+            return out
+        import shutil
+        import tempfile
+
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cls.id}-", dir=base))
+        try:
+            cls.write_synthetic(tmp, spec)
+            (tmp / ".complete").write_text(key)
+            try:
+                os.replace(tmp, out)
+            except OSError:  # another process won the race: keep theirs
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+    def set_epoch(self, epoch: int) -> None:
+        """Vary the seeded train augmentations between epochs (deterministically)."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"{self.id}: index {index} out of range for {len(self)} samples")
+        sample = self._cache.load(index) if self._cache is not None else self._load_raw(index)
+        sample["modalities"] = {k: v for k, v in sample["modalities"].items() if k in self.modalities}
+        if self.augment:
+            g = torch.Generator().manual_seed(
+                (self.seed * 1_000_003 + self.epoch * 7_919 + index) & 0x7FFFFFFFFFFF
+            )
+            sample = self._augment(sample, g)
+        return sample

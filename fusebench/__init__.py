@@ -1,0 +1,22 @@
+"""fusebench: a PyTorch benchmark suite for multimodal and multi-view representation learning.
+
+Sub-packages: ``fusebench.objectives`` (losses), ``fusebench.datasets`` (adapters),
+``fusebench.encoders`` (encoders and heads), ``fusebench.metrics``, ``fusebench.benchmarks`` (specs),
+``fusebench.training`` (the runner). ``fusebench.run(name, ...)`` runs a benchmark from Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+
+def run(benchmark: str, **kwargs: Any):
+    """Run benchmark ``benchmark`` by name; see :func:`fusebench.training.runner.run`."""
+    from fusebench.training.runner import run as _run
+
+    return _run(benchmark, **kwargs)
+
+
+__all__ = ["__version__", "run"]

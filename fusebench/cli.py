@@ -1,0 +1,62 @@
+"""The ``fusebench`` command line.
+
+Subcommands are owned by the package that implements them; this module only dispatches, so that
+``fusebench --help`` and ``fusebench list`` stay fast.
+
+Examples::
+
+    fusebench list objectives            # every objective with hyperparameters, defaults, paper
+    fusebench bench objectives           # forward+backward time and peak memory per objective
+    fusebench data info nyuv2            # where the official files come from, expected layout
+    fusebench run quickstart             # the README's main job
+    fusebench leaderboard --runs runs/   # regenerate leaderboards/*.md from run.json files
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, function taking argv list and returning an exit code, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "list": ("fusebench.listing", "main", "list registered benchmarks|objectives|datasets|encoders|metrics"),
+    "bench": ("fusebench.bench", "main", "speed/memory benchmarks: objectives|data|encoders"),
+    "data": ("fusebench.datasets.cli", "main", "prepare|check|info a dataset"),
+    "run": ("fusebench.training.cli", "main", "run a benchmark by name (pretrain -> downstream -> run.json)"),
+    "leaderboard": ("fusebench.leaderboard", "main", "regenerate leaderboard markdown from run.json files"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="fusebench",
+        description="Benchmark suite for multimodal and multi-view representation learning.",
+        epilog=__doc__.split("Examples::", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("command", nargs="?", choices=sorted(SUBCOMMANDS), metavar="COMMAND",
+                        help="; ".join(f"{k}: {v[2]}" for k, v in SUBCOMMANDS.items()))
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the command (COMMAND --help)")
+    ns = parser.parse_args(argv)
+    if ns.version:
+        from fusebench import __version__
+
+        print(__version__)
+        return 0
+    if ns.command is None:
+        parser.print_help()
+        return 2
+    module, func, _ = SUBCOMMANDS[ns.command]
+    fn = getattr(importlib.import_module(module), func)
+    try:
+        return int(fn(ns.args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

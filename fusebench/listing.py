@@ -1,0 +1,78 @@
+"""``fusebench list benchmarks|objectives|datasets|encoders|metrics``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+from typing import Any
+
+KINDS = {
+    "objectives": "fusebench.objectives",
+    "datasets": "fusebench.datasets",
+    "encoders": "fusebench.encoders",
+    "metrics": "fusebench.metrics",
+    "benchmarks": "fusebench.benchmarks",
+}
+
+
+def _first_line(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def hyperparameters(factory: Any) -> list[tuple[str, Any]]:
+    """(name, default) of the keyword parameters of a class or function (``inspect.empty`` = required)."""
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    out = []
+    for p in list(inspect.signature(target).parameters.values()):
+        if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        out.append((p.name, p.default))
+    return out
+
+
+def _fmt_hparams(factory: Any) -> str:
+    parts = []
+    for name, default in hyperparameters(factory):
+        parts.append(name if default is inspect.Parameter.empty else f"{name}={default!r}")
+    return ", ".join(parts) or "-"
+
+
+def describe(kind: str, name: str) -> list[str]:
+    pkg = importlib.import_module(KINDS[kind])
+    if kind == "objectives":
+        cls = pkg.OBJECTIVES.get(name)
+        lines = [f"{name}: {_first_line(cls)}", f"    hyperparameters: {_fmt_hparams(cls)}"]
+        if getattr(cls, "paper", ""):
+            lines.append(f"    paper: {cls.paper}")
+        mask = "honours mask" if getattr(cls, "supports_mask", False) else "refuses a mask with missing views"
+        lines.append(f"    views: k >= {getattr(cls, 'min_views', 2)}"
+                     + (f", k <= {cls.max_views}" if getattr(cls, "max_views", None) else "") + f"; {mask}")
+        return lines
+    if kind == "datasets":
+        cls = pkg.get(name)
+        mods = ", ".join(f"{m.name} ({m.kind})" for m in cls.MODALITIES)
+        return [f"{name}: {_first_line(cls)}", f"    task: {cls.task}; modalities: {mods}"]
+    if kind == "encoders":
+        cls = pkg.ENCODERS.get(name)
+        return [f"{name}: {_first_line(cls)}", f"    config: {_fmt_hparams(cls)}"]
+    if kind == "metrics":
+        m = pkg.get(name)
+        arrow = "higher is better" if m.higher_is_better else "lower is better"
+        return [f"{name}: [{m.task}, {arrow}] {m.description.splitlines()[0] if m.description else ''}"]
+    if kind == "benchmarks":
+        spec = pkg.load(name)
+        return [f"{name}: {spec.description}"]
+    raise ValueError(kind)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fusebench list", description=__doc__)
+    parser.add_argument("kind", choices=sorted(KINDS))
+    parser.add_argument("pattern", nargs="?", default=None, help="glob over ids, e.g. 'infonce*'")
+    ns = parser.parse_args(argv)
+    pkg = importlib.import_module(KINDS[ns.kind])
+    for name in pkg.available(ns.pattern):
+        print("\n".join(describe(ns.kind, name)))
+    return 0

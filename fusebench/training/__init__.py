@@ -1,0 +1,1 @@
+"""Training loop, benchmark runner and run records (``fusebench.training``)."""

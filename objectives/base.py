@@ -1,0 +1,100 @@
+"""Shared input handling for every multi-view objective.
+
+Contract (see README, "Objectives"): an objective is an ``nn.Module`` called on ``views`` of shape
+``[k, n, d]`` (k views, n samples, d dims; ``views[l, i]`` is sample ``i`` seen in view ``l``) and an
+optional ``mask: BoolTensor[k, n]`` (True = present). It returns a scalar tensor in the input's dtype,
+differentiable w.r.t. ``views``; inputs are L2-normalised inside the loss; per-call diagnostics go to
+``self.stats``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class MultiViewObjective(nn.Module):
+    """Base class: validates inputs, L2-normalises, records ``stats``.
+
+    Subclasses set the class attributes below and implement :meth:`loss` on normalised views in the
+    compute dtype (float32 for half-precision inputs, otherwise the input dtype).
+    """
+
+    #: human-readable reference, e.g. "Piran et al. 2024 (M3G), Eq. 3"
+    paper: ClassVar[str] = ""
+    #: smallest / largest number of views the loss is defined for (None = no upper bound)
+    min_views: ClassVar[int] = 2
+    max_views: ClassVar[int | None] = None
+    #: whether a ``mask`` with missing entries is honoured; otherwise such a mask is refused
+    supports_mask: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stats: dict[str, float] = {}
+
+    @property
+    def name(self) -> str:
+        return getattr(self, "registry_id", type(self).__name__)
+
+    def check_views(self, views: Tensor, arg: str = "views") -> None:
+        """Raise ``ValueError`` naming the loss and the expected shape for bad ``views``."""
+        who = self.name
+        if not isinstance(views, Tensor):
+            raise ValueError(f"{who}: {arg} must be a torch.Tensor [k, n, d], got {type(views).__name__}")
+        if views.dim() != 3:
+            raise ValueError(
+                f"{who}: {arg} must have shape [k, n, d] (views, samples, dims), got rank {views.dim()} "
+                f"shape {tuple(views.shape)}"
+            )
+        if not views.is_floating_point():
+            raise ValueError(f"{who}: {arg} must be a floating-point tensor, got {views.dtype}")
+        k, n, d = views.shape
+        if k < self.min_views or (self.max_views is not None and k > self.max_views):
+            want = f"exactly {self.min_views}" if self.max_views == self.min_views else (
+                f"at least {self.min_views}" if self.max_views is None else f"{self.min_views}..{self.max_views}"
+            )
+            raise ValueError(f"{who}: takes {want} views (k), got k={k} in {arg} of shape {tuple(views.shape)}")
+        if n < 2:
+            raise ValueError(f"{who}: needs n >= 2 samples in {arg} [k, n, d], got n={n}")
+        if d < 1:
+            raise ValueError(f"{who}: {arg} [k, n, d] has d=0")
+        if not torch.isfinite(views.detach()).all():
+            raise ValueError(f"{who}: {arg} contains NaN or Inf values")
+
+    def check_mask(self, mask: Tensor | None, views: Tensor) -> Tensor | None:
+        """Validate ``mask`` [k, n]; return None when it marks everything present."""
+        if mask is None:
+            return None
+        k, n = views.shape[:2]
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (k, n):
+            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+            raise ValueError(f"{self.name}: mask must be a BoolTensor of shape [k, n] = {(k, n)}, got {shape}")
+        if bool(mask.all()):
+            return None
+        if not self.supports_mask:
+            raise ValueError(
+                f"{self.name}: does not support missing views (mask with False entries); "
+                "use an objective that honours masks (see `fusebench list objectives`)"
+            )
+        return mask
+
+    @staticmethod
+    def compute_dtype(x: Tensor) -> torch.dtype:
+        return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+    def normalise(self, views: Tensor) -> Tensor:
+        return F.normalize(views.to(self.compute_dtype(views)), dim=-1)
+
+    def forward(self, views: Tensor, mask: Tensor | None = None) -> Tensor:
+        self.check_views(views)
+        mask = self.check_mask(mask, views)
+        self.stats = {}
+        z = self.normalise(views)
+        out = self.loss(z, mask) if self.supports_mask else self.loss(z)
+        return out.to(views.dtype)
+
+    def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError

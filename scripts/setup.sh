@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh machine of this kind (Debian, Python 3.11, CPU): system library for
+# open3d, the pinned PyTorch pair, and fusebench itself (editable) with its test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+# open3d needs libusb-1.0 at import time
+if ! ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0'; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq libusb-1.0-0 >/dev/null
+  else
+    echo "setup: libusb-1.0-0 missing and not root; open3d-based features will be skipped" >&2
+  fi
+fi
+
+# torch 2.14.1 + torchaudio 2.11.0 work together on the CPU here (torch 2.13.0+cpu does not with torchaudio)
+if ! "$PY" -c 'import torch, torchaudio, sys; sys.exit(torch.__version__.split("+")[0] != "2.14.1")' 2>/dev/null; then
+  "$PY" -m pip install -q "torch==2.14.1" "torchaudio==2.11.0"
+fi
+
+if ! "$PY" -c 'import fusebench, open3d' 2>/dev/null || [ pyproject.toml -nt .setup-stamp ]; then
+  "$PY" -m pip install -q -e ".[test,pointcloud,audio]"
+  touch .setup-stamp
+fi
