@@ -30,6 +30,10 @@ class MultiViewObjective(nn.Module):
     max_views: ClassVar[int | None] = None
     #: whether a ``mask`` with missing entries is honoured; otherwise such a mask is refused
     supports_mask: ClassVar[bool] = False
+    #: how the module is called: "views" -> module(views[k, n, d], mask=None);
+    #: "pairs" -> module(predictions[k, n, d], targets[k, n, d]) (BYOL);
+    #: "tuple" -> module(anchor[n, d], positive[n, d], negatives[n, m, d] | [m, d], weights=None)
+    input_kind: ClassVar[str] = "views"
 
     def __init__(self) -> None:
         super().__init__()
