@@ -40,6 +40,7 @@ MODALITY_LAYOUT = {
     "point_features": "[N, C] float32 per-point features aligned with the 'points' modality",
     "sequence": "[T, d] float32 feature sequence, T may vary between samples",
     "signal": "[C, T] float32 time series (EEG: one channel per modality, C = 1)",
+    "vector": "[d] float32 fixed-size feature vector",
 }
 MODALITY_KINDS = tuple(MODALITY_LAYOUT)
 TASKS = ("segmentation", "detection", "regression", "classification")
