@@ -29,7 +29,7 @@ from .base import (
 DATASETS = Registry("dataset", entry_point_group="fusebench.datasets")
 
 # one module per adapter family; importing a module registers its ids
-_MODULES = ("nyuv2", "sunrgbd", "mmsa", "sleep")
+_MODULES = ("nyuv2", "sunrgbd", "mmsa", "sleep", "quickstart")
 
 for _m in _MODULES:
     try:

@@ -23,6 +23,7 @@ for _name, _target in {
     "votenet": "fusebench.encoders.votenet:VoteNet",
     "seq_transformer": "fusebench.encoders.seq_transformer:SeqTransformer",
     "eeg_conv": "fusebench.encoders.eeg_conv:EEGConvEncoder",
+    "mlp": "fusebench.encoders.mlp:MLPEncoder",
 }.items():
     ENCODERS.add_lazy(_name, _target)
 

@@ -1,0 +1,55 @@
+"""``mlp``: one MLP per vector modality, and a linear classification head on their concatenation.
+
+The smallest model following :class:`fusebench.encoders.base.MultimodalModel`; used by the
+``quickstart`` benchmark (vector modalities). Each modality ``m`` with input ``[n, d_m]`` is encoded by
+Linear -> GELU -> Linear to ``num_features``.
+
+Shape:
+    batch["modalities"][m]: [n, d_m];  embed(batch): [k, n, num_features];  forward(batch): [n, num_classes]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from fusebench.encoders.base import MultimodalModel
+
+
+class MLPEncoder(MultimodalModel):
+    """Per-modality MLP encoders for vector features with a linear classifier head."""
+
+    def __init__(self, modalities: dict[str, int], num_features: int = 32, hidden: int = 64, num_classes: int = 4) -> None:
+        super().__init__()
+        if not isinstance(modalities, dict) or not modalities:
+            raise ValueError("mlp: modalities must be a non-empty mapping name -> input dim")
+        self.modalities = list(modalities)
+        self.num_features = int(num_features)
+        self.encoders = nn.ModuleDict({
+            m: nn.Sequential(nn.Linear(int(d), hidden), nn.GELU(), nn.Linear(hidden, num_features))
+            for m, d in modalities.items()
+        })
+        self.head = nn.Linear(num_features * len(self.modalities), num_classes)
+
+    def embed(self, batch: dict[str, Any]) -> Tensor:
+        return torch.stack([self.encoders[m](batch["modalities"][m]) for m in self.modalities])
+
+    def forward(self, batch: dict[str, Any]) -> Tensor:
+        z = self.embed(batch)  # [k, n, f]
+        if "present" in batch:
+            idx = [batch["names"].index(m) for m in self.modalities]
+            z = z * batch["present"][idx].unsqueeze(-1).to(z.dtype)
+        return self.head(rearrange(z, "k n f -> n (k f)"))
+
+    def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
+        return F.cross_entropy(output, batch["target"])
+
+    def predict(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
+        return output.argmax(dim=-1)
+
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        return self.head.parameters()

@@ -1,0 +1,230 @@
+"""Typed benchmark configuration, validated on load, with ``--set key=value`` overrides.
+
+A benchmark spec is a YAML file in ``benchmarks/`` (package ``fusebench.benchmarks``). Its keys map
+onto :class:`BenchmarkSpec`; unknown keys, wrong types and out-of-range values raise
+:class:`ConfigError` naming the file and the dotted key. ``synthetic:`` holds overrides (same dotted
+keys) applied when the benchmark runs on its dataset's synthetic twin (``--synthetic``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A benchmark spec or an override is invalid; the message names the file and the key."""
+
+
+@dataclass
+class DatasetConfig:
+    id: str = ""
+    modalities: list[str] | None = None  # the views, in order; None = all of the adapter's
+    options: dict[str, Any] = field(default_factory=dict)  # passed to fusebench.datasets.build
+    synthetic_spec: dict[str, Any] = field(default_factory=dict)  # SyntheticSpec fields
+    val_split: str = "val"  # the only split used for model selection
+    test_split: str = "test"
+
+
+@dataclass
+class EncoderConfig:
+    id: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PretrainConfig:
+    objective: str = "infonce_pwe"  # default objective when none is requested
+    hparams: dict[str, dict[str, Any]] = field(default_factory=dict)  # objective id -> hyperparameters
+    epochs: int = 1
+    batch_size: int = 32
+    optimizer: str = "adamw"  # adamw | sgd
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    schedule: str = "cosine"  # cosine | constant
+    warmup_epochs: int = 0
+    projection_dim: int = 64
+    projection_hidden: int = 128
+    ema_teacher: bool = False  # BYOL objectives always use the EMA teacher
+    ema_momentum: float = 0.99
+    m3g_view_rotation: bool = False  # M3G paper Sec. 4: student/teacher view rotation
+    tuple_disturbed: bool = True  # TupleInfoNCE: k-disturbed negatives (else plain tuple InfoNCE)
+    tuple_alpha: list[float] | None = None  # weights of negative types (None = uniform)
+    tuple_sample_optimisation: bool = False  # TupleInfoNCE Algorithm 1 (REINFORCE over alpha)
+    embedding_noise: float = 0.1  # std of the Gaussian input augmentation used to make two tuples
+
+
+@dataclass
+class DownstreamConfig:
+    protocol: str = "linear_probe"  # linear_probe | finetune
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+
+
+@dataclass
+class BenchmarkSpec:
+    name: str = ""
+    description: str = ""
+    pipeline: str = "standard"  # standard | gaussian_mi
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    downstream: DownstreamConfig = field(default_factory=DownstreamConfig)
+    metrics: list[str] = field(default_factory=list)
+    selection_metric: str = ""  # validation metric that picks the checkpoint (default metrics[0])
+    objectives: list[str] = field(default_factory=list)  # the sweep run by default
+    seeds: list[int] = field(default_factory=lambda: [0])
+    checkpoint_every: int = 50  # steps between last.pt writes
+    protocol_notes: dict[str, str] = field(default_factory=dict)  # leaderboard footer lines
+    options: dict[str, Any] = field(default_factory=dict)  # pipeline-specific settings
+    synthetic: dict[str, Any] = field(default_factory=dict)  # dotted overrides for --synthetic
+
+    @property
+    def primary_metric(self) -> str:
+        return self.selection_metric or (self.metrics[0] if self.metrics else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _check_type(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin is typing.Union or str(origin) == "types.UnionType":
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _check_type(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        return [_check_type(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)] if args else value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool):
+        if isinstance(value, bool) and tp is not bool:
+            raise ConfigError(f"{where}: expected {tp.__name__}, got a boolean {value!r}")
+        if not isinstance(value, tp):
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type, data: Any, where: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data`` checking keys and types (``where`` prefixes errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise ConfigError(f"{where or cls.__name__}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
+    kwargs = {k: _check_type(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"pretrain.epochs=3"`` -> ("pretrain.epochs", 3); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. pretrain.epochs=3")
+    key, _, raw = text.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
+    return key.strip(), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """Return a copy of ``data`` with dotted-key ``overrides`` applied."""
+    out = copy.deepcopy(data)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            if not isinstance(node.get(p, {}), dict):
+                raise ConfigError(f"{source}: cannot set {key!r}: {p!r} is not a mapping")
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
+    pt, ds = spec.pretrain, spec.downstream
+    checks = [
+        (spec.pipeline in ("standard", "gaussian_mi"), "pipeline must be 'standard' or 'gaussian_mi'"),
+        (pt.epochs >= 0, "pretrain.epochs must be >= 0"),
+        (pt.batch_size >= 2, "pretrain.batch_size must be >= 2 (contrastive losses need negatives)"),
+        (pt.lr > 0, "pretrain.lr must be > 0"),
+        (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
+        (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
+        (0.0 <= pt.ema_momentum < 1.0, "pretrain.ema_momentum must be in [0, 1)"),
+        (ds.protocol in ("linear_probe", "finetune"), "downstream.protocol must be 'linear_probe' or 'finetune'"),
+        (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
+        (len(spec.seeds) >= 1, "seeds must list at least one seed"),
+        (spec.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(f"{source}: {msg}")
+    if spec.pipeline == "standard":
+        if not spec.dataset.id or not spec.encoder.id:
+            raise ConfigError(f"{source}: dataset.id and encoder.id are required")
+        if not spec.metrics:
+            raise ConfigError(f"{source}: metrics must list at least one metric id")
+        if spec.selection_metric and spec.selection_metric not in spec.metrics:
+            raise ConfigError(f"{source}: selection_metric {spec.selection_metric!r} is not in metrics")
+    return spec
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
+    """Load and validate a YAML spec; apply the synthetic overrides (if ``synthetic``) then ``overrides``."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    data.setdefault("name", path.stem)
+    if synthetic:
+        syn = data.get("synthetic", {}) or {}
+        if not isinstance(syn, dict):
+            raise ConfigError(f"{path}: 'synthetic' must be a mapping of dotted overrides")
+        data = apply_overrides(data, syn, str(path))
+    if overrides:
+        data = apply_overrides(data, overrides, "--set")
+    try:
+        spec = from_dict(BenchmarkSpec, data, "")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return validate(spec, str(path))

@@ -1,0 +1,138 @@
+"""The pretraining module: encoder + projection heads (+ predictor, EMA teacher, tuple fusion) + objective.
+
+How each objective is fed (``objective.input_kind``):
+
+* ``views`` — per-modality pooled embeddings ``model.embed(batch)`` [k, n, F] go through one
+  projection head per modality to [k, n, P] and into the objective (``mask`` = the batch's presence
+  mask for objectives that honour it). With ``m3g_view_rotation`` (M3G paper Sec. 4) the loss is the
+  mean over i = 1..k of the objective on views where view i comes from the EMA teacher (projection,
+  no predictor, no gradient) and the other k - 1 from the student (projection + predictor).
+* ``pairs`` (BYOL) — student predictions (projection + predictor) against EMA-teacher projections.
+* ``tuple`` (TupleInfoNCE, Liu et al. 2021 Sec. 3) — per-modality projections are concatenated and
+  fused by an MLP into one tuple embedding. Two augmented copies (Gaussian noise of std
+  ``embedding_noise`` and dropout on the per-modality embeddings) give anchor and positive; the
+  negatives are the other samples' tuples plus, when ``tuple_disturbed``, the k-disturbed tuples of
+  every modality (modality l swapped by a derangement), weighted by ``tuple_alpha`` (paper Eq. 2).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fusebench.training.config import PretrainConfig
+
+
+def mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Module:
+    """Projection head / predictor: Linear -> GELU -> Linear."""
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, out_dim))
+
+
+def ema_momentum(base: float, step: int, total_steps: int) -> float:
+    """BYOL cosine schedule: base -> 1 over training."""
+    if total_steps <= 1:
+        return base
+    return 1.0 - (1.0 - base) * (math.cos(math.pi * min(step, total_steps) / total_steps) + 1.0) / 2.0
+
+
+class Pretrainer(nn.Module):
+    def __init__(self, model: nn.Module, objective: nn.Module, cfg: PretrainConfig) -> None:
+        super().__init__()
+        self.model = model
+        self.objective = objective
+        self.cfg = cfg
+        self.kind = getattr(objective, "input_kind", "views")
+        mods = list(model.modalities)
+        f, p, h = model.num_features, cfg.projection_dim, cfg.projection_hidden
+        self.proj = nn.ModuleDict({m: mlp(f, h, p) for m in mods})
+        self.rotation = self.kind == "views" and cfg.m3g_view_rotation
+        self.use_teacher = self.kind == "pairs" or self.rotation or cfg.ema_teacher
+        self.predictor = nn.ModuleDict({m: mlp(p, h, p) for m in mods}) if (self.kind == "pairs" or self.rotation) else None
+        self.fusion = mlp(p * len(mods), h, p) if self.kind == "tuple" else None
+        self.teacher: nn.ModuleDict | None = None
+        if self.use_teacher:
+            self.teacher = nn.ModuleDict({"model": copy.deepcopy(model), "proj": copy.deepcopy(self.proj)})
+            for q in self.teacher.parameters():
+                q.requires_grad_(False)
+
+    # -- pieces -------------------------------------------------------------------------------
+    def student_parameters(self):
+        return [q for name, q in self.named_parameters() if not name.startswith("teacher.")]
+
+    def project(self, emb: Tensor, heads: nn.ModuleDict) -> Tensor:
+        return torch.stack([heads[m](emb[l]) for l, m in enumerate(self.model.modalities)])
+
+    @torch.no_grad()
+    def update_teacher(self, momentum: float) -> None:
+        if self.teacher is None:
+            return
+        for t, s in ((self.teacher["model"], self.model), (self.teacher["proj"], self.proj)):
+            for pt, ps in zip(t.parameters(), s.parameters()):
+                pt.mul_(momentum).add_(ps.detach(), alpha=1.0 - momentum)
+            for bt, bs in zip(t.buffers(), s.buffers()):
+                bt.copy_(bs)
+
+    def _mask(self, batch: dict[str, Any]) -> Tensor | None:
+        present = batch.get("present")
+        if present is None or bool(present.all()):
+            return None
+        idx = [batch["names"].index(m) for m in self.model.modalities]
+        return present[idx]
+
+    # -- the loss -------------------------------------------------------------------------------
+    def forward(self, batch: dict[str, Any], gather=None) -> Tensor:
+        """Pretraining loss of one batch. ``gather`` (distributed) maps [k, n, d] -> [k, N, d]."""
+        gather = gather or (lambda t: t)
+        emb = self.model.embed(batch)  # [k, n, F]
+        z = self.project(emb, self.proj)  # [k, n, P]
+        mask = self._mask(batch)
+        if self.kind == "views" and not self.rotation:
+            kw = {"mask": gather(mask.unsqueeze(-1)).squeeze(-1)} if mask is not None else {}
+            return self.objective(gather(z), **kw)
+        if self.kind in ("pairs",) or self.rotation:
+            pred = self.project(z, self.predictor)
+            with torch.no_grad():
+                zt = self.project(self.teacher["model"].embed(batch), self.teacher["proj"])
+            if self.kind == "pairs":
+                return self.objective(gather(pred), gather(zt))
+            k = z.shape[0]
+            losses = []
+            for i in range(k):  # M3G Sec. 4: view i from the teacher, the others from the student
+                views = torch.cat([pred[:i], zt[i : i + 1], pred[i + 1 :]])
+                losses.append(self.objective(gather(views)))
+            return torch.stack(losses).mean()
+        if self.kind == "tuple":
+            return self._tuple_loss(emb, gather)
+        raise ValueError(f"unknown objective input kind {self.kind!r}")
+
+    def _fuse(self, emb: Tensor) -> Tensor:
+        z = self.project(emb, self.proj)  # [k, n, P]
+        return self.fusion(torch.cat(list(z), dim=-1))
+
+    def _tuple_loss(self, emb: Tensor, gather) -> Tensor:
+        from fusebench.objectives.tuple_infonce import assemble_negatives, disturbed_negatives
+
+        noise = self.cfg.embedding_noise
+
+        def augment(e: Tensor) -> Tensor:
+            e = e + noise * torch.randn_like(e)
+            return nn.functional.dropout(e, p=0.1, training=self.training)
+
+        emb = gather(emb)  # [k, N, F]: the global batch
+        k = emb.shape[0]
+        anchor = self._fuse(augment(emb))  # [N, P]
+        positive = self._fuse(augment(emb))
+        disturbed: list[Tensor] = []
+        alpha: list[float] = [1.0]
+        if self.cfg.tuple_disturbed:
+            alpha = list(self.cfg.tuple_alpha or [1.0] * (k + 1))
+            if len(alpha) != k + 1:
+                raise ValueError(f"pretrain.tuple_alpha needs k + 1 = {k + 1} weights (plain, then one per modality)")
+            for l in range(k):  # k-disturbed tuples: modality l taken from another sample (a derangement)
+                disturbed.append(self._fuse(augment(torch.stack(disturbed_negatives(list(emb), l)))))
+        negatives, weights = assemble_negatives(positive, disturbed, alpha)
+        return self.objective(anchor, positive, negatives, weights=weights)

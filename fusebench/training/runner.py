@@ -1,0 +1,587 @@
+"""Run a benchmark by name: pretrain -> fine-tune / probe -> evaluate -> run.json.
+
+``run("quickstart", objective=["m3g", "infonce_pwe"], seeds=[0, 1])`` runs the sweep objectives x
+seeds; a cell whose ``run.json`` exists is skipped, a failed cell is recorded in
+``<out>/<benchmark>/<objective>/seed<k>/failed.json`` and the sweep goes on.
+
+Per cell (``run_one``):
+
+1. seeds (python/numpy/torch) and deterministic flags; the spec is resolved (synthetic overrides,
+   ``--set``) and hashed;
+2. pretraining with the objective (``fusebench.training.pretrain.Pretrainer``) for
+   ``pretrain.epochs``; ``last.pt`` every ``checkpoint_every`` steps (model, optimizer, scheduler,
+   RNG states, step) — ``resume=True`` continues from it and reaches the same result;
+3. downstream: ``linear_probe`` (encoder frozen, head trained) or ``finetune``; after every epoch the
+   validation split is scored and the best epoch by ``selection_metric`` is kept in ``best.pt``. The
+   test split is scored once, with the selected weights — it is never used for selection;
+4. representation diagnostics of the pretrained embeddings on the validation split;
+5. ``run.json`` written atomically (temporary file + rename), never overwritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+import fusebench
+from fusebench.training import distributed, utils
+from fusebench.training.config import BenchmarkSpec, ConfigError, parse_override
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+BASELINE = "none"  # pseudo-objective: no pretraining (random-init encoder), the reference row
+
+
+class RunError(RuntimeError):
+    """A run stopped for a reason the user must see (NaN loss, corrupt checkpoint, ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# compatibility
+# ---------------------------------------------------------------------------------------------
+def num_views(spec: BenchmarkSpec) -> int:
+    if spec.pipeline == "gaussian_mi":
+        return int(max(spec.options.get("multiplicities", [2])))
+    if spec.dataset.modalities:
+        return len(spec.dataset.modalities)
+    from fusebench import datasets
+
+    return len(datasets.get(spec.dataset.id).MODALITIES)
+
+
+def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
+    """Raise ValueError before any training when ``objective`` cannot run on ``spec``."""
+    if objective == BASELINE:
+        if spec.pipeline != "standard":
+            raise ValueError(f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only")
+        return
+    from fusebench import objectives
+
+    cls = objectives.OBJECTIVES.get(objective)  # unknown id -> list + closest match
+    kind = getattr(cls, "input_kind", "views")
+    if spec.pipeline == "gaussian_mi":
+        if kind != "views":
+            raise ValueError(f"{spec.name}: objective {objective!r} ({kind} inputs) does not fit the Gaussian MI experiment")
+        ks = [int(m) for m in spec.options.get("multiplicities", [2])]
+    else:
+        ks = [num_views(spec)]
+    for k in ks:
+        lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
+        if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):
+            want = f"exactly {lo}" if hi == lo else f"{lo}..{hi}" if hi else f">= {lo}"
+            raise ValueError(
+                f"objective {objective!r} takes {want} views but benchmark {spec.name!r} has k = {k}; "
+                f"compatible objectives: {', '.join(compatible_objectives(spec))}"
+            )
+
+
+def compatible_objectives(spec: BenchmarkSpec) -> list[str]:
+    from fusebench import objectives
+
+    out = []
+    for name in objectives.available():
+        try:
+            check_compatible(spec, name)
+        except ValueError:
+            continue
+        out.append(name)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# data and model
+# ---------------------------------------------------------------------------------------------
+def _datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int):
+    from fusebench import datasets
+
+    ds_cfg = spec.dataset
+    common = dict(modalities=ds_cfg.modalities, synthetic=synthetic, **ds_cfg.options)
+    if synthetic:
+        common["synthetic_spec"] = dict(ds_cfg.synthetic_spec)
+    out = {}
+    for role, split in (("train", "train"), ("val", ds_cfg.val_split), ("test", ds_cfg.test_split)):
+        out[role] = datasets.build(ds_cfg.id, root=data_root, split=split, seed=seed, **common)
+    return out
+
+
+def _loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip: int = 0, shard: bool = False) -> Iterable:
+    """A deterministic loader: the epoch's order depends only on (seed, epoch); ``skip`` batches are
+    dropped from the front (used when resuming inside an epoch)."""
+    from fusebench.datasets.collate import collate
+
+    names = list(ds.modalities)
+    if hasattr(ds, "set_epoch"):
+        ds.set_epoch(epoch)
+    if shuffle:
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        order = torch.randperm(len(ds), generator=g).tolist()
+    else:
+        order = list(range(len(ds)))
+    bs = min(batch_size, len(ds))
+    drop_last = shuffle and len(ds) >= 2 * bs  # contrastive batches need >= 2 samples
+    batches = [order[i : i + bs] for i in range(0, len(order), bs)]
+    if drop_last and len(batches[-1]) < bs:
+        batches.pop()
+    batches = [b for b in batches if not shuffle or len(b) >= 2]
+    if shard and distributed.is_distributed():  # each rank takes its contiguous shard of every global batch
+        batches = [distributed.shard(b) for b in batches]
+    loader = DataLoader(batches[skip:], batch_size=None, shuffle=False,
+                        collate_fn=lambda idx: collate([ds[i] for i in idx], names))
+    return loader, len(batches)
+
+
+def _input_dims(ds) -> dict[str, int]:
+    return {m.name: m.channels for m in ds.MODALITIES if m.name in ds.modalities}
+
+
+def build_model(spec: BenchmarkSpec, train_ds) -> nn.Module:
+    from fusebench import encoders
+
+    cfg = dict(spec.encoder.config)
+    cfg.setdefault("modalities", _input_dims(train_ds))
+    if train_ds.num_classes is not None and "num_classes" not in cfg and train_ds.task in ("classification", "segmentation"):
+        cfg["num_classes"] = train_ds.num_classes
+    return encoders.build(spec.encoder.id, **cfg)
+
+
+def _optimizer(params, name: str, lr: float, weight_decay: float):
+    params = [p for p in params if p.requires_grad]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def _scheduler(opt, name: str, total_steps: int, warmup_steps: int):
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if name == "constant" or total_steps <= warmup_steps:
+            return 1.0
+        t = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, t)))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation
+# ---------------------------------------------------------------------------------------------
+@torch.no_grad()
+def evaluate(model: nn.Module, ds, spec: BenchmarkSpec, device: torch.device, seed: int) -> dict[str, float]:
+    from fusebench import metrics as M
+
+    model.eval()
+    loader, _ = _loader(ds, spec.downstream.batch_size, False, seed, 0)
+    preds: list[Any] = []
+    targets: list[Any] = []
+    for batch in loader:
+        batch = utils.to_device(batch, device)
+        out = model(batch)
+        p = model.predict(out, batch)
+        if isinstance(p, list):
+            preds.extend(p)
+            targets.extend(batch["target"])
+        else:
+            preds.append(p.detach().cpu())
+            targets.append(batch["target"].detach().cpu())
+    task = ds.task
+    result = {}
+    if task in ("regression", "classification"):
+        yp, yt = torch.cat(preds).reshape(-1), torch.cat(targets).reshape(-1)
+        for mid in spec.metrics:
+            result[mid] = float(M.get(mid)(yp.numpy(), yt.numpy()))
+    elif task == "segmentation":
+        yp, yt = torch.cat([p.reshape(-1) for p in preds]), torch.cat([t.reshape(-1) for t in targets])
+        for mid in spec.metrics:
+            result[mid] = float(M.get(mid)(yp.numpy(), yt.numpy(), num_classes=ds.num_classes, ignore_index=-1))
+    elif task == "detection":
+        dets = [{k: v.detach().cpu() for k, v in d.items()} for d in preds]
+        gts = [{k: v.detach().cpu() for k, v in t.items()} for t in targets]
+        for mid in spec.metrics:
+            result[mid] = float(M.get(mid)(dets, gts, num_classes=ds.num_classes or 10))
+    else:
+        raise ValueError(f"unknown task {task!r}")
+    return result
+
+
+@torch.no_grad()
+def embeddings(model: nn.Module, ds, spec: BenchmarkSpec, device: torch.device, seed: int, limit: int = 512) -> torch.Tensor:
+    model.eval()
+    loader, _ = _loader(ds, spec.downstream.batch_size, False, seed, 0)
+    out, n = [], 0
+    for batch in loader:
+        out.append(model.embed(utils.to_device(batch, device)).float().cpu())
+        n += out[-1].shape[1]
+        if n >= limit:
+            break
+    return torch.cat(out, dim=1)[:, :limit]
+
+
+# ---------------------------------------------------------------------------------------------
+# one cell
+# ---------------------------------------------------------------------------------------------
+def cell_dir(out: Path, benchmark: str, objective: str, seed: int) -> Path:
+    return Path(out) / benchmark / objective / f"seed{seed}"
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # corrupt / truncated / not a checkpoint
+        raise RunError(f"cannot resume: checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
+                       "the file was left as it is — delete it to start over") from None
+
+
+class _Phase:
+    """A training phase (pretrain or downstream) with step-level checkpointing and resume."""
+
+    def __init__(self, name: str, cell: Path, every: int, state_modules: dict[str, Any]) -> None:
+        self.name, self.cell, self.every, self.mods = name, cell, every, state_modules
+        self.step = 0
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.curves: dict[str, list[float]] = {}
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "phase": self.name, "step": self.step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+            "curves": self.curves, "rng": utils.rng_state(),
+            **{k: m.state_dict() for k, m in self.mods.items()},
+        }
+
+    def save(self, extra: dict[str, Any] | None = None) -> None:
+        if distributed.rank() != 0:  # one writer
+            return
+        utils.atomic_torch_save({**self.state(), **(extra or {})}, self.cell / "last.pt")
+
+    def restore(self, ckpt: dict[str, Any]) -> None:
+        for k, m in self.mods.items():
+            m.load_state_dict(ckpt[k])
+        self.step, self.epoch, self.step_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["step_in_epoch"]
+        self.curves = ckpt["curves"]
+        utils.set_rng_state(ckpt["rng"])
+
+
+def run_one(
+    spec: BenchmarkSpec,
+    objective: str,
+    seed: int,
+    out: Path,
+    synthetic: bool = False,
+    data_root: str | None = None,
+    device: str = "auto",
+    resume: bool = False,
+    progress: bool = True,
+    max_steps: int | None = None,
+) -> dict[str, Any]:
+    """Run one (benchmark, objective, seed) cell and write its run.json. ``max_steps`` stops the run
+    after that many optimisation steps in total (for tests that simulate a killed run)."""
+    from tqdm.auto import tqdm
+
+    from fusebench import objectives
+    from fusebench.training.diagnostics import representation_diagnostics
+    from fusebench.training.pretrain import Pretrainer, ema_momentum
+
+    check_compatible(spec, objective)
+    cell = cell_dir(out, spec.name, objective, seed)
+    run_json = cell / "run.json"
+    if run_json.exists():
+        return json.loads(run_json.read_text())
+    cell.mkdir(parents=True, exist_ok=True)
+    if spec.pipeline == "gaussian_mi":
+        from fusebench.training.gaussian_mi import run_gaussian_mi
+
+        return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
+
+    t0 = time.time()
+    dev = utils.resolve_device(device)
+    flags = utils.seed_everything(seed)
+    data = _datasets(spec, synthetic, data_root, seed)
+    model = build_model(spec, data["train"]).to(dev)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
+    steps_done = 0
+    ckpt = None
+    if resume and (cell / "last.pt").exists():
+        ckpt = _load_checkpoint(cell / "last.pt")
+
+    # ---- pretraining ------------------------------------------------------------------------
+    pt = spec.pretrain
+    pre_curves: dict[str, list[float]] = {}
+    pretrain_time = 0.0
+    if objective != BASELINE and pt.epochs > 0:
+        obj = objectives.build(objective, **pt.hparams.get(objective, {})).to(dev)
+        pre = Pretrainer(model, obj, pt).to(dev)
+        opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
+        step_fn = pre
+        if distributed.is_distributed():
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            step_fn = DDP(pre, device_ids=[dev.index] if dev.type == "cuda" else None)
+        _, per_epoch = _loader(data["train"], pt.batch_size, True, seed, 0)
+        total = per_epoch * pt.epochs
+        sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
+        phase = _Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
+        if ckpt is not None and ckpt["phase"] == "pretrain":
+            phase.restore(ckpt)
+        skip_pretrain = ckpt is not None and ckpt["phase"] == "downstream"  # restored below
+        tp = time.time()
+        bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} pretrain",
+                   disable=not progress or skip_pretrain, leave=False)
+        while not skip_pretrain and phase.epoch < pt.epochs:
+            loader, _ = _loader(data["train"], pt.batch_size, True, seed, phase.epoch, skip=phase.step_in_epoch,
+                                shard=True)
+            pre.train()
+            for batch in loader:
+                batch = utils.to_device(batch, dev)
+                with autocast:
+                    loss = step_fn(batch, gather=distributed.gather_with_grad)
+                if not torch.isfinite(loss):
+                    phase.save()
+                    raise RunError(f"{spec.name}: loss of objective {objective!r} is {float(loss)} at pretraining "
+                                   f"step {phase.step} (epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                pre.update_teacher(ema_momentum(pt.ema_momentum, phase.step, total))
+                phase.step += 1
+                phase.step_in_epoch += 1
+                phase.curves.setdefault("pretrain_loss", []).append(float(loss))
+                bar.update(1)
+                bar.set_postfix(loss=f"{float(loss):.4f}", step_s=f"{(time.time() - tp) / max(1, bar.n - bar.initial + 1):.3f}")
+                if phase.step % phase.every == 0:
+                    phase.save()
+                steps_done += 1
+                if max_steps is not None and steps_done >= max_steps:
+                    phase.save()
+                    bar.close()
+                    raise KeyboardInterrupt("max_steps reached (simulated kill)")
+            phase.epoch += 1
+            phase.step_in_epoch = 0
+        bar.close()
+        pretrain_time = time.time() - tp
+        pre_curves = phase.curves
+        del pre, opt, sched
+    if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
+        return {"status": "worker", "benchmark": spec.name, "objective": objective, "seed": seed}
+    pretrained_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if ckpt is not None and ckpt["phase"] == "downstream":
+        pre_curves, pretrain_time = ckpt["pretrain_curves"], ckpt["pretrain_time"]
+        pretrained_state = ckpt["pretrained_state"]
+
+    # ---- downstream ---------------------------------------------------------------------------
+    ds_cfg = spec.downstream
+    probe = ds_cfg.protocol == "linear_probe"
+    if probe:
+        for p in model.encoder_parameters():
+            p.requires_grad_(False)
+    params = list(model.head_parameters()) if probe else list(model.parameters())
+    opt = _optimizer(params, "adamw", ds_cfg.lr, ds_cfg.weight_decay)
+    _, per_epoch = _loader(data["train"], ds_cfg.batch_size, True, seed + 1, 0)
+    total = per_epoch * ds_cfg.epochs
+    sched = _scheduler(opt, "cosine", total, 0)
+    phase = _Phase("downstream", cell, spec.checkpoint_every, {"model": model, "optimizer": opt, "scheduler": sched})
+    best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
+    if ckpt is not None and ckpt["phase"] == "downstream":
+        phase.restore(ckpt)
+        best = ckpt["best"]
+    primary = spec.primary_metric
+    from fusebench import metrics as M
+
+    sign = 1.0 if M.get(primary).higher_is_better else -1.0
+    def extra() -> dict[str, Any]:
+        return {"best": best, "pretrain_curves": pre_curves, "pretrain_time": pretrain_time,
+                "pretrained_state": pretrained_state}
+
+    bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} {ds_cfg.protocol}",
+               disable=not progress, leave=False)
+    while phase.epoch < ds_cfg.epochs:
+        loader, _ = _loader(data["train"], ds_cfg.batch_size, True, seed + 1, phase.epoch, skip=phase.step_in_epoch)
+        model.train()
+        if probe:
+            model.eval()  # frozen encoder: batch-norm statistics stay as pretrained
+        for batch in loader:
+            batch = utils.to_device(batch, dev)
+            with autocast:
+                loss = model.task_loss(model(batch), batch)
+            if not torch.isfinite(loss):
+                phase.save(extra())
+                raise RunError(f"{spec.name}: downstream loss is {float(loss)} at step {phase.step} "
+                               f"(objective {objective!r}); checkpoint kept at {cell / 'last.pt'}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            phase.step += 1
+            phase.step_in_epoch += 1
+            phase.curves.setdefault("downstream_loss", []).append(float(loss))
+            bar.update(1)
+            bar.set_postfix(loss=f"{float(loss):.4f}")
+            if phase.step % phase.every == 0:
+                phase.save(extra())
+            steps_done += 1
+            if max_steps is not None and steps_done >= max_steps:
+                phase.save(extra())
+                bar.close()
+                raise KeyboardInterrupt("max_steps reached (simulated kill)")
+        val = evaluate(model, data["val"], spec, dev, seed)
+        for k, v in val.items():
+            phase.curves.setdefault(f"val_{k}", []).append(v)
+        score = sign * val[primary]
+        if score > best["score"]:
+            best = {"epoch": phase.epoch, "val": val, "score": score}
+            utils.atomic_torch_save({"model": model.state_dict(), "epoch": phase.epoch, "val": val}, cell / "best.pt")
+        phase.epoch += 1
+        phase.step_in_epoch = 0
+        phase.save(extra())
+    bar.close()
+    if best["epoch"] >= 0:
+        model.load_state_dict(torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"])
+    else:  # zero downstream epochs: score the model as it is
+        best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
+    test = evaluate(model, data["test"], spec, dev, seed)
+
+    # ---- diagnostics and record ------------------------------------------------------------------
+    final_state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(pretrained_state)
+    diag = representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
+    model.load_state_dict(final_state)
+    record = make_record(
+        spec, objective, seed, synthetic, dev, flags, data,
+        curves={**pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],
+        wall_time=time.time() - t0, pretrain_time=pretrain_time, model=model, diagnostics=diag,
+    )
+    write_record(cell, record)
+    return record
+
+
+def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any]) -> dict[str, Any]:
+    if synthetic:
+        return {"id": spec.dataset.id, "manifest_hash": "synthetic", "synthetic": True}
+    cache = getattr(data["train"], "_cache", None)
+    manifest = getattr(cache, "manifest_hash", None)
+    return {"id": spec.dataset.id, "manifest_hash": manifest or "unprepared", "synthetic": False,
+            "root": str(getattr(data["train"], "root", ""))}
+
+
+def make_record(spec, objective, seed, synthetic, device, flags, data, curves, val, test, best_epoch,
+                wall_time, pretrain_time, model, diagnostics) -> dict[str, Any]:
+    directions = {}
+    if spec.pipeline == "standard":
+        from fusebench import metrics as M
+
+        directions = {mid: "higher" if M.get(mid).higher_is_better else "lower" for mid in spec.metrics}
+    return {
+        "metric_directions": directions,
+        "schema_version": SCHEMA_VERSION,
+        "suite_version": fusebench.__version__,
+        "git": utils.git_info(),
+        "benchmark": spec.name,
+        "objective": objective,
+        "seed": seed,
+        "config": spec.to_dict(),
+        "config_hash": spec.hash(),
+        "dataset": dataset_identity(spec, synthetic, data) if data else {"id": spec.dataset.id or spec.pipeline, "manifest_hash": "synthetic", "synthetic": True},
+        "device": str(device),
+        "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
+                 "cpu_count": os.cpu_count()},
+        "seeds": {"python": seed, "numpy": seed, "torch": seed},
+        "determinism": flags,
+        "curves": curves,
+        "selection": {"rule": f"best validation {spec.primary_metric} over downstream epochs "
+                              f"(split {spec.dataset.val_split!r}); test scored once with the selected weights",
+                      "metric": spec.primary_metric, "best_epoch": best_epoch, "val_metrics": val},
+        "metrics": test,
+        "wall_time_s": wall_time,
+        "pretrain_time_s": pretrain_time,
+        "peak_memory_mb": utils.peak_memory_mb(device),
+        "parameters": sum(p.numel() for p in model.parameters()) if model is not None else 0,
+        "diagnostics": diagnostics,
+        "protocol": spec.protocol_notes,
+    }
+
+
+def write_record(cell: Path, record: dict[str, Any]) -> Path:
+    """Write run.json once (immutable): an existing record is never overwritten."""
+    path = cell / "run.json"
+    if path.exists():
+        raise RunError(f"{path} exists already; run records are immutable")
+    utils.atomic_write_json(path, record)
+    (cell / "failed.json").unlink(missing_ok=True)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep
+# ---------------------------------------------------------------------------------------------
+def run(
+    benchmark: str,
+    objective: str | list[str] | None = None,
+    seeds: list[int] | None = None,
+    out: str | Path = "runs",
+    synthetic: bool = False,
+    data_root: str | None = None,
+    device: str = "auto",
+    overrides: dict[str, Any] | list[str] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    leaderboard: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
+    ``{"status": "failed", ...}``). All names are validated before any training starts."""
+    from fusebench import benchmarks
+
+    if isinstance(overrides, list):
+        overrides = dict(parse_override(o) for o in overrides)
+    spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
+    objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
+    for o in objs:  # validate every requested name first
+        check_compatible(spec, o)
+    seeds = list(seeds if seeds is not None else spec.seeds)
+    if spec.pipeline == "standard":
+        from fusebench import metrics as M
+
+        for mid in spec.metrics:
+            M.get(mid)
+    out = Path(out)
+    records = []
+    for o in objs:
+        for s in seeds:
+            cell = cell_dir(out, spec.name, o, s)
+            try:
+                rec = run_one(spec, o, s, out, synthetic=synthetic, data_root=data_root, device=device,
+                              resume=resume or (cell / "last.pt").exists(), progress=progress)
+                records.append(rec)
+            except (KeyboardInterrupt, ConfigError):
+                raise
+            except Exception as e:  # record the failed cell, go on with the sweep
+                cell.mkdir(parents=True, exist_ok=True)
+                failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
+                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+                utils.atomic_write_json(cell / "failed.json", failure)
+                log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
+                print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
+                records.append(failure)
+    if leaderboard is not None:
+        from fusebench.leaderboard import write_leaderboards
+
+        write_leaderboards(out, Path(leaderboard))
+    return records
+
+
+__all__ = ["RunError", "check_compatible", "compatible_objectives", "run", "run_one"]
+_ = dataclasses
