@@ -1,0 +1,171 @@
+"""Pairwise InfoNCE extended to k views: all view pairs (``infonce_pwe``) or one vs average-of-rest
+(``infonce_avg``).
+
+Both use the SimCLR pair loss NT-Xent (Chen et al. 2020): for a pair of views (A, B) of n samples,
+every one of the 2n embeddings is an anchor; its positive is the other view of the same sample and
+the candidates are all 2n - 1 other embeddings of the pair (both views, itself excluded):
+
+    l(A, B; a_i) = -s(a_i, b_i) + log( sum_{j != i} e^{s(a_i, a_j)} + sum_j e^{s(a_i, b_j)} ),
+    NT-Xent(A, B) = 1/(2n) sum_i [ l(A, B; a_i) + l(B, A; b_i) ],    s(u, v) = cos(u, v) / tau.
+
+- ``infonce_pwe`` (Piran et al. 2024, "M3G", Eq. 3): 2/(k(k-1)) sum_{l<m} NT-Xent(X^l, X^m).
+- ``infonce_avg`` (M3G Eq. 4): 1/k sum_l NT-Xent(X^l, normalise(mean_{m != l} X^m)); the average of
+  the other views is re-normalised to the unit sphere, where the pair loss is defined.
+
+Mask (``mask[l, i]`` True = sample i present in view l). A pair term only uses the samples present in
+both of its views (absent entries are never anchors, positives or negatives); the loss is the mean
+over every remaining anchor term (without a mask this is exactly the mean over pairs); pair terms with
+fewer than 2 common samples are skipped. For ``infonce_avg`` the average of the rest uses the present
+other views of each sample. A mask that leaves no usable term raises ``ValueError``.
+
+Shape:
+    views: [k, n, d] (any scale; L2-normalised inside), mask: Bool[k, n] or None -> scalar.
+
+Example::
+
+    >>> import torch
+    >>> from fusebench.objectives import build
+    >>> loss = build("infonce_pwe", tau=0.1)(torch.randn(3, 8, 16))
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from numbers import Real
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor
+
+from fusebench.objectives import OBJECTIVES
+from fusebench.objectives.base import MultiViewObjective
+
+__all__ = ["InfoNCEPairwise", "InfoNCEAverage", "check_tau", "masked_logsumexp", "ntxent_terms", "VARIANTS"]
+
+#: names accepted by the ``variant`` argument of the losses whose official code differs from the paper
+VARIANTS = ("paper", "reference_code")
+
+
+def check_tau(tau: object, who: str) -> float:
+    """Validate a temperature: a finite real number > 0."""
+    if isinstance(tau, bool) or not isinstance(tau, Real) or not math.isfinite(float(tau)) or float(tau) <= 0:
+        raise ValueError(f"{who}: tau must be a finite number > 0, got {tau!r}")
+    return float(tau)
+
+
+def check_variant(variant: object, who: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"{who}: variant must be one of {VARIANTS}, got {variant!r}")
+    return str(variant)
+
+
+def neg_fill(dtype: torch.dtype) -> float:
+    """A finite stand-in for log(0): exp(neg_fill - anything finite) underflows to exactly 0.
+
+    Finite (not -inf) so that fully masked rows stay finite and never produce NaN gradients.
+    """
+    return torch.finfo(dtype).min / 4
+
+
+def masked_logsumexp(x: Tensor, keep: Tensor, dim: int) -> Tensor:
+    """log sum_{keep} exp(x) along ``dim``; entries with ``keep`` False contribute exactly 0."""
+    return x.masked_fill(~keep, neg_fill(x.dtype)).logsumexp(dim)
+
+
+def ntxent_terms(a: Tensor, b: Tensor, valid: Tensor, tau: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-anchor NT-Xent terms for a batch of p view pairs.
+
+    Args:
+        a, b: unit vectors [p, n, d] (pair q compares a[q] with b[q]).
+        valid: Bool[p, n], samples usable in pair q (present in both views).
+        tau: temperature.
+
+    Returns:
+        terms [2, p, n]: -log likelihood of the positive for anchors a[q, i] (row 0) and b[q, i] (row 1);
+        keep  [2, p, n]: which terms are defined (valid anchor in a pair with >= 2 valid samples);
+        pos   [p, n]: cosine of the positive pairs.
+    """
+    n = a.shape[1]
+    eye = torch.eye(n, dtype=torch.bool, device=a.device)
+    s_ab = torch.einsum("pid,pjd->pij", a, b) / tau
+    s_aa = torch.einsum("pid,pjd->pij", a, a) / tau
+    s_bb = torch.einsum("pid,pjd->pij", b, b) / tau
+    cand = rearrange(valid, "p j -> p 1 j")  # candidate j must be valid in the pair
+    same = cand & ~eye  # same-view candidates exclude the anchor itself
+    pos = torch.diagonal(s_ab, dim1=1, dim2=2)  # [p, n]
+    lse_a = torch.logaddexp(masked_logsumexp(s_aa, same, -1), masked_logsumexp(s_ab, cand, -1))
+    lse_b = torch.logaddexp(masked_logsumexp(s_bb, same, -1), masked_logsumexp(s_ab.transpose(1, 2), cand, -1))
+    terms = torch.stack([lse_a - pos, lse_b - pos])
+    enough = valid.sum(-1, keepdim=True) >= 2  # [p, 1]
+    keep = (valid & enough).expand(2, -1, -1)
+    return terms, keep, pos * tau
+
+
+def masked_mean(terms: Tensor, keep: Tensor, who: str) -> Tensor:
+    count = int(keep.sum())
+    if count == 0:
+        raise ValueError(f"{who}: the mask leaves no usable term (every view pair needs >= 2 samples present in both views)")
+    return torch.where(keep, terms, torch.zeros_like(terms)).sum() / count
+
+
+@OBJECTIVES.register("infonce_pwe")
+class InfoNCEPairwise(MultiViewObjective):
+    """Mean over the k(k-1)/2 view pairs of symmetric NT-Xent (M3G Eq. 3). See the module docstring."""
+
+    registry_id: ClassVar[str] = "infonce_pwe"
+    paper: ClassVar[str] = "Piran et al. 2024 (M3G), Eq. 3 (L_pwe) with SimCLR NT-Xent pairs (Chen et al. 2020)"
+    supports_mask: ClassVar[bool] = True
+
+    def __init__(self, tau: float = 0.1) -> None:
+        super().__init__()
+        self.tau = check_tau(tau, self.registry_id)
+
+    def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
+        k, n, _ = z.shape
+        pairs = list(combinations(range(k), 2))
+        li = torch.tensor([p[0] for p in pairs], device=z.device)
+        mi = torch.tensor([p[1] for p in pairs], device=z.device)
+        if mask is None:
+            valid = torch.ones(len(pairs), n, dtype=torch.bool, device=z.device)
+        else:
+            valid = mask[li] & mask[mi]
+        terms, keep, pos = ntxent_terms(z[li], z[mi], valid, self.tau)
+        out = masked_mean(terms, keep, self.name)
+        self.stats = {
+            "pos_cos": float(((pos * valid).sum() / valid.sum().clamp_min(1)).detach()),
+            "terms": float(keep.sum()),
+        }
+        return out
+
+
+@OBJECTIVES.register("infonce_avg")
+class InfoNCEAverage(MultiViewObjective):
+    """Each view against the re-normalised average of the other views, NT-Xent (M3G Eq. 4)."""
+
+    registry_id: ClassVar[str] = "infonce_avg"
+    paper: ClassVar[str] = "Piran et al. 2024 (M3G), Eq. 4 (L_ave, one vs average-of-rest) with NT-Xent pairs"
+    supports_mask: ClassVar[bool] = True
+
+    def __init__(self, tau: float = 0.1) -> None:
+        super().__init__()
+        self.tau = check_tau(tau, self.registry_id)
+
+    def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
+        k, n, _ = z.shape
+        present = torch.ones(k, n, dtype=torch.bool, device=z.device) if mask is None else mask
+        w = present.to(z.dtype)  # [k, n]
+        total = torch.einsum("ln,lnd->nd", w, z)  # sum over present views
+        rest_sum = total.unsqueeze(0) - w.unsqueeze(-1) * z  # [k, n, d], the views m != l
+        rest_count = w.sum(0, keepdim=True) - w  # [k, n]
+        rest = F.normalize(rest_sum, dim=-1)  # the mean's direction (the 1/(k-1) scale cancels)
+        valid = present & (rest_count > 0)
+        terms, keep, pos = ntxent_terms(z, rest, valid, self.tau)
+        out = masked_mean(terms, keep, self.name)
+        self.stats = {
+            "pos_cos": float(((pos * valid).sum() / valid.sum().clamp_min(1)).detach()),
+            "terms": float(keep.sum()),
+        }
+        return out

@@ -1,0 +1,142 @@
+"""Poly-view contrastive losses: geometric / arithmetic PVC and the sufficient-statistics loss.
+
+Shidani et al. 2024, "Poly-View Contrastive Learning" (M = k views, K = n samples, s = cos / tau).
+
+PVC (Eqs. 12-14, Algorithm 1). For anchor (i, a) and positive (i, b), b != a, the candidates are the
+positive and every view of every other sample; the other copies of sample i (the anchor included) are
+masked out:
+
+    log l[i, a, b] = s(ia, ib) - log( e^{s(ia, ib)} + sum_{j != i} sum_g e^{s(ia, jg)} )
+
+- ``pvc_geometric`` (Eq. 13): mean over i, a of  -1/(M-1) sum_{b != a} log l[i, a, b].
+- ``pvc_arithmetic`` (Eq. 12): mean over i, a of  -log( 1/(M-1) sum_{b != a} l[i, a, b] ),
+  computed as log(M-1) - logsumexp_b log l.
+  ``variant="reference_code"``: the public ports of Algorithm 1 instead compute, per (i, a),
+  logsumexp_b( -log l[i, a, b] ) - log(K) (a log-sum-exp of the per-pair cross-entropies minus the
+  log of the batch size). It is not the paper's bound; it is kept only for comparison.
+
+Eq. 14 as printed scores the negatives against the positive x_{i,b}; we follow Algorithm 1 (and the
+M = 2 reduction of App. E.2 to SimCLR), which scores every candidate against the anchor x_{i,a}.
+At M = 2 both PVC losses equal SimCLR's NT-Xent.
+
+Sufficient statistics (Eq. 22 with Q from Eq. 24, Algorithm 2): ``suff_stats``. T = z,
+Q[i, a] = normalise( mean_{b != a} z[i, b] ). For anchor T[i, a] the positive is Q[i, a] and the
+negatives are Q[j, g] for every other sample j and every view g (Q of sample i at other views is
+masked, as in Algorithm 2):
+
+    L = mean_{i, a} -[ t(ia, ia) - log( e^{t(ia, ia)} + sum_{j != i} sum_g e^{t(ia, jg)} ) ],
+    t(ia, jg) = <T[i, a], Q[j, g]> / tau.
+
+At M = 2, Q[i, a] is the other view and the loss is NT-Xent.
+
+Mask: not supported (refused).
+
+Shape:
+    views: [k, n, d] (L2-normalised inside) -> scalar.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor
+
+from fusebench.objectives import OBJECTIVES
+from fusebench.objectives.base import MultiViewObjective
+from fusebench.objectives.infonce import check_tau, check_variant, masked_logsumexp
+
+__all__ = ["PVCGeometric", "PVCArithmetic", "SufficientStatistics", "pvc_log_likelihoods"]
+
+
+def _other_sample_lse(scores: Tensor) -> Tensor:
+    """log sum_{j != i} sum_g e^{scores[a, i, g, j]} for every anchor (a, i) -> [k, n]."""
+    n = scores.shape[1]
+    other = ~torch.eye(n, dtype=torch.bool, device=scores.device)  # [i, j]
+    flat = rearrange(scores, "a i g j -> a i (g j)")
+    keep = rearrange(other.unsqueeze(1).expand(n, scores.shape[2], n), "i g j -> 1 i (g j)")
+    return masked_logsumexp(flat, keep, -1)
+
+
+def pvc_log_likelihoods(z: Tensor, tau: float) -> Tensor:
+    """log l[a, b, i] of poly-view Eq. 14 (anchor (i, a), positive (i, b)); diagonal a == b is unused.
+
+    z: unit vectors [k, n, d] -> [k, k, n].
+    """
+    g = torch.einsum("aid,gjd->aigj", z, z) / tau  # [k, n, k, n]
+    neg = _other_sample_lse(g)  # [a, i]
+    pos = torch.diagonal(g, dim1=1, dim2=3)  # [a, b, i] = g[a, i, b, i]
+    return pos - torch.logaddexp(pos, neg.unsqueeze(1))
+
+
+class _PolyView(MultiViewObjective):
+    supports_mask: ClassVar[bool] = False
+
+    def __init__(self, tau: float = 0.1) -> None:
+        super().__init__()
+        self.tau = check_tau(tau, self.registry_id)
+
+    def _loglik(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        k = z.shape[0]
+        ll = pvc_log_likelihoods(z, self.tau)
+        off = ~torch.eye(k, dtype=torch.bool, device=z.device)
+        pos_cos = torch.einsum("aid,bid->abi", z, z)[off].mean()
+        self.stats = {"pos_cos": float(pos_cos.detach())}
+        return ll, off
+
+
+@OBJECTIVES.register("pvc_geometric")
+class PVCGeometric(_PolyView):
+    """Geometric poly-view contrastive loss (poly-view Eq. 13)."""
+
+    registry_id: ClassVar[str] = "pvc_geometric"
+    paper: ClassVar[str] = "Shidani et al. 2024 (Poly-View Contrastive Learning), Eqs. 13-14, Algorithm 1"
+
+    def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
+        ll, off = self._loglik(z)
+        return -ll[off].mean()  # mean over a, b != a, i == mean over (i, a) of the 1/(M-1) average
+
+
+@OBJECTIVES.register("pvc_arithmetic")
+class PVCArithmetic(_PolyView):
+    """Arithmetic poly-view contrastive loss (poly-view Eq. 12); see ``variant`` in the module docstring."""
+
+    registry_id: ClassVar[str] = "pvc_arithmetic"
+    paper: ClassVar[str] = "Shidani et al. 2024 (Poly-View Contrastive Learning), Eqs. 12 and 14, Algorithm 1"
+
+    def __init__(self, tau: float = 0.1, variant: str = "paper") -> None:
+        super().__init__(tau)
+        self.variant = check_variant(variant, self.registry_id)
+
+    def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
+        k, n, _ = z.shape
+        ll, off = self._loglik(z)
+        fill = torch.full_like(ll, float("-inf"))
+        if self.variant == "paper":
+            per = math.log(k - 1) - torch.where(off.unsqueeze(-1), ll, fill).logsumexp(1)  # [a, i]
+        else:  # logsumexp over beta of the cross-entropies -log l, minus log(batch size)
+            per = torch.where(off.unsqueeze(-1), -ll, fill).logsumexp(1) - math.log(n)
+        return per.mean()
+
+
+@OBJECTIVES.register("suff_stats")
+class SufficientStatistics(MultiViewObjective):
+    """Sufficient-statistics contrastive loss with Q = re-normalised mean of the other views (Eq. 22)."""
+
+    registry_id: ClassVar[str] = "suff_stats"
+    paper: ClassVar[str] = "Shidani et al. 2024 (Poly-View Contrastive Learning), Eqs. 22 and 24, Algorithm 2"
+
+    def __init__(self, tau: float = 0.1) -> None:
+        super().__init__()
+        self.tau = check_tau(tau, self.registry_id)
+
+    def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
+        q = F.normalize(z.sum(0, keepdim=True) - z, dim=-1)  # [k, n, d]: mean of the other views, normalised
+        t = torch.einsum("aid,gjd->aigj", z, q) / self.tau  # [k, n, k, n]
+        neg = _other_sample_lse(t)  # [a, i]
+        pos = torch.diagonal(torch.diagonal(t, dim1=1, dim2=3), dim1=0, dim2=1).T  # [a, i] = t[a, i, a, i]
+        self.stats = {"pos_cos": float((pos.detach() * self.tau).mean())}
+        return (torch.logaddexp(pos, neg) - pos).mean()
