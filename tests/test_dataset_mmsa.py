@@ -1,0 +1,243 @@
+"""Sentiment adapters mosi / mosei / chsims: real fixtures, synthetic twins, bad input."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from fusebench.datasets import DatasetError, SyntheticSpec, build
+from fusebench.datasets.collate import collate
+from fusebench.datasets.csd import read_csd
+from fusebench.datasets.mmsa import CHSIMS, MOSEI, MOSI
+
+SMALL = {"pad_len": {"text": 12, "audio": 30, "vision": 20}}
+
+
+# -- real fixtures --------------------------------------------------------------------------------
+def test_opinion_labels_csd_counts_and_a_segment(fixtures_dir):
+    path = fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd"
+    seq = read_csd(path)
+    assert seq.name == "Opinion Segment Labels"
+    assert len(seq.videos) == 93 and seq.num_segments == 2199
+    assert seq.metadata["dataset name"] == "CMU-MOSI"
+    with h5py.File(path, "r") as f:  # independent read
+        g = f["Opinion Segment Labels"]["data"]["03bSnISJMiM"]
+        feats, ivals = g["features"][()], g["intervals"][()]
+    assert feats.shape == (13, 1)
+    assert seq.features["03bSnISJMiM"][0, 0] == pytest.approx(2.4) == pytest.approx(float(feats[0, 0]))
+    np.testing.assert_allclose(seq.intervals["03bSnISJMiM"][0], [51.904533, 55.94535], rtol=1e-6)
+
+    # the adapter over the labels only: three disjoint video-level splits covering all 2199 segments
+    splits = {s: build("mosi", root=fixtures_dir / "mosi", split=s, modalities=[], use_cache=False)
+              for s in ("train", "val", "test")}
+    assert sum(len(d) for d in splits.values()) == 2199
+    videos = {s: {v for v, _ in d.samples} for s, d in splits.items()}
+    assert [len(videos[s]) for s in ("train", "val", "test")] == [52, 10, 31]
+    assert not (videos["train"] & videos["test"]) and not (videos["train"] & videos["val"])
+    where = next(s for s, v in videos.items() if "03bSnISJMiM" in v)
+    ds = splits[where]
+    i = ds.samples.index(("03bSnISJMiM", 2))
+    sample = ds[i]
+    assert sample["meta"]["id"] == "03bSnISJMiM[2]"
+    assert float(sample["target"]) == pytest.approx(float(feats[2, 0]))
+    assert sample["meta"]["interval"] == pytest.approx(tuple(float(v) for v in ivals[2]))
+    assert all(-3 <= float(ds[j]["target"]) <= 3 for j in range(0, len(ds), 50))
+
+
+def test_chsims_feature_file_loads(fixtures_dir):
+    path = fixtures_dir / "ch_sims" / "feature_aligned.pkl"
+    ds = build("chsims", root=path, use_cache=False)
+    assert ds.layout == "feature_file" and len(ds) == 1
+    s = ds[0]
+    assert {k: tuple(v.shape) for k, v in s["modalities"].items()} == {
+        "text": (9, 768), "audio": (9, 25), "vision": (9, 171)}
+    assert all(v.dtype == torch.float32 for v in s["modalities"].values())
+    assert float(s["modalities"]["text"][0, 0]) == pytest.approx(-0.35983992, abs=1e-7)  # BERT [CLS] dim 0
+    assert float(s["modalities"]["audio"][0, 0]) == 0.0
+    assert math.isnan(float(s["target"])) and all(math.isnan(float(v)) for v in s["extra_targets"].values())
+    assert s["meta"]["raw_text"] == "我不想嫁给李茶"
+    assert [m.channels for m in ds.MODALITIES] == [768, 25, 171]
+    # labels given separately, and the token-id view of the text
+    ds = build("chsims", root=path, use_cache=False, label=0.4, unimodal_labels={"T": 0.2, "A": -1.0, "V": 1.0},
+               text_field="text_bert")
+    s = ds[0]
+    assert float(s["target"]) == pytest.approx(0.4) and float(s["extra_targets"]["A"]) == -1.0
+    ids = s["modalities"]["text"][:, 0].tolist()
+    assert s["modalities"]["text"].shape == (9, 3) and ids[0] == 101 and ids[-1] == 102 and ids[3] == 100
+    # the same feature file through the CMU adapter (same code path)
+    assert build("mosi", root=path, use_cache=False)[0]["modalities"]["vision"].shape == (9, 171)
+
+
+# -- synthetic twins ------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [MOSI, MOSEI, CHSIMS])
+def test_mmsa_twin_round_trip(tmp_path, cls):
+    spec = SyntheticSpec(num_samples=15, seed=3, options=SMALL)
+    cls.write_synthetic(tmp_path, spec)
+    with open(tmp_path / cls.PICKLES["unaligned"], "rb") as f:
+        raw = pickle.load(f)  # we wrote it: trusted, read with the plain unpickler
+    assert sorted(raw) == ["test", "train", "valid"]
+    ds = build(cls.id, root=tmp_path, split="val", use_cache=False)
+    part = raw["valid"]
+    assert len(ds) == len(part["regression_labels"]) == 3
+    lo, hi = cls.LABEL_RANGE
+    for i in range(len(ds)):
+        s = ds[i]
+        n_text = int(part["text_bert"][i, 1].sum())
+        np.testing.assert_array_equal(s["modalities"]["text"].numpy(), part["text"][i, :n_text])
+        np.testing.assert_array_equal(s["modalities"]["audio"].numpy(), part["audio"][i, : part["audio_lengths"][i]])
+        np.testing.assert_array_equal(s["modalities"]["vision"].numpy(),
+                                      part["vision"][i, : part["vision_lengths"][i]])
+        assert s["modalities"]["audio"].shape[1] == cls.DIMS["audio"]
+        assert float(s["target"]) == pytest.approx(float(part["regression_labels"][i]))
+        assert lo <= float(s["target"]) <= hi
+        assert s["meta"]["id"] == str(part["id"][i])
+        if cls is CHSIMS:
+            for m in "TAV":
+                assert float(s["extra_targets"][m]) == pytest.approx(float(part[f"regression_labels_{m}"][i]))
+    batch = collate([ds[i] for i in range(len(ds))], names=ds.modalities)
+    lengths = batch["masks"]["audio"].sum(dim=1).tolist()
+    assert lengths == [int(v) for v in part["audio_lengths"]]
+    # deterministic
+    other = tmp_path / "again"
+    other.mkdir()
+    cls.write_synthetic(other, spec)
+    assert (other / cls.PICKLES["unaligned"]).read_bytes() == (tmp_path / cls.PICKLES["unaligned"]).read_bytes()
+
+
+def _pc1_corr(x: np.ndarray, y: np.ndarray) -> float:
+    x = x - x.mean(axis=0)
+    u, _, _ = np.linalg.svd(x, full_matrices=False)
+    return abs(float(np.corrcoef(u[:, 0], y)[0, 1]))
+
+
+def test_twin_sentiment_follows_informativeness(tmp_path):
+    spec = SyntheticSpec(num_samples=150, seed=0, informativeness={"text": 1.0, "audio": 0.0, "vision": 0.0},
+                         options=SMALL)
+    MOSI.write_synthetic(tmp_path, spec)
+    ds = build("mosi", root=tmp_path, split="train", use_cache=False)
+    y = np.array([float(ds[i]["target"]) for i in range(len(ds))])
+    means = {m: np.stack([ds[i]["modalities"][m].mean(0).numpy() for i in range(len(ds))]) for m in ds.modalities}
+    assert _pc1_corr(means["text"], y) > 0.85
+    assert _pc1_corr(means["audio"], y) < 0.3 and _pc1_corr(means["vision"], y) < 0.3
+
+
+def test_csd_twin_matches_pickle_twin(tmp_path):
+    spec = dict(num_samples=10, seed=1)
+    a, b = tmp_path / "pkl", tmp_path / "csd"
+    a.mkdir(), b.mkdir()
+    MOSI.write_synthetic(a, SyntheticSpec(**spec, options=SMALL))
+    MOSI.write_synthetic(b, SyntheticSpec(**spec, options={**SMALL, "layout": "csd"}))
+    assert sorted(p.name for p in b.glob("*.csd")) == sorted(
+        f"CMU_MOSI_{n}.csd" for n in ("COVAREP", "Opinion_Labels", "TimestampedWordVectors", "Visual_Facet_42"))
+    ref = build("mosi", root=a, split="test", use_cache=False)
+    ds = build("mosi", root=b, split="test", use_cache=False)
+    assert ds.layout == "csd" and len(ds) == len(ref) == 2
+    by_id = {}
+    for i in range(len(ref)):
+        vid, seg = ref[i]["meta"]["id"].split("$_$")
+        by_id[f"{vid}[{int(seg) - 1}]"] = ref[i]
+    for i in range(len(ds)):
+        s = ds[i]
+        r = by_id[s["meta"]["id"]]
+        assert float(s["target"]) == pytest.approx(float(r["target"]))
+        for m in ("text", "audio", "vision"):
+            torch.testing.assert_close(s["modalities"][m], r["modalities"][m])
+    # word-level alignment: audio averaged over each word interval, checked by explicit loops
+    al = build("mosi", root=b, split="test", use_cache=False, csd_alignment="text")
+    s = al[0]
+    vid, seg = s["meta"]["video"], s["meta"]["segment"]
+    with h5py.File(b / "CMU_MOSI_COVAREP.csd", "r") as f:
+        ax, ai = f["COVAREP/data"][vid]["features"][()], f["COVAREP/data"][vid]["intervals"][()]
+    with h5py.File(b / "CMU_MOSI_TimestampedWordVectors.csd", "r") as f:
+        wi = f["TimestampedWordVectors/data"][vid]["intervals"][()]
+    start, end = s["meta"]["interval"]
+    words = [w for w in wi if min(w[1], end) - max(w[0], start) > 0]
+    assert s["modalities"]["audio"].shape == (len(words), 5) == (s["modalities"]["text"].shape[0], 5)
+    for k in (0, len(words) - 1):
+        rows = [ax[j] for j in range(len(ax)) if min(ai[j][1], words[k][1]) - max(ai[j][0], words[k][0]) > 0]
+        np.testing.assert_allclose(s["modalities"]["audio"][k].numpy(), np.mean(rows, axis=0), rtol=1e-5, atol=1e-6)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+def _write(path, obj):
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    return path
+
+
+@pytest.fixture
+def twin(tmp_path):
+    MOSI.write_synthetic(tmp_path, SyntheticSpec(num_samples=10, seed=0, options=SMALL))
+    with open(tmp_path / "unaligned_50.pkl", "rb") as f:
+        return tmp_path, pickle.load(f)
+
+
+def test_nonfinite_features(twin):
+    root, data = twin
+    data["train"]["audio"][2, 0, 1] = np.nan
+    data["train"]["vision"][4, 1, 0] = -np.inf
+    _write(root / "unaligned_50.pkl", data)
+    with pytest.raises(DatasetError) as err:
+        build("mosi", root=root, use_cache=False)
+    msg = str(err.value)
+    assert "unaligned_50.pkl" in msg and "'audio'" in msg and "sample 2" in msg and str(data["train"]["id"][2]) in msg
+    ds = build("mosi", root=root, use_cache=False, nonfinite="zero")
+    assert float(ds[2]["modalities"]["audio"][0, 1]) == 0.0 and float(ds[4]["modalities"]["vision"][1, 0]) == 0.0
+    assert torch.isfinite(ds[4]["modalities"]["vision"]).all()
+
+
+def test_wrong_keys_and_missing_modality(twin):
+    root, data = twin
+    _write(root / "bad_top.pkl", {"training": data["train"]})
+    with pytest.raises(DatasetError, match=r"bad_top.pkl.*\['train', 'valid', 'test'\]"):
+        build("mosi", root=root, file="bad_top.pkl", use_cache=False)
+    no_label = {k: dict(v) for k, v in data.items()}
+    del no_label["train"]["regression_labels"]
+    _write(root / "no_label.pkl", no_label)
+    with pytest.raises(DatasetError, match=r"no_label.pkl \[train\]: missing keys \['regression_labels'\]"):
+        build("mosi", root=root, file="no_label.pkl", use_cache=False)
+    no_vision = {k: dict(v) for k, v in data.items()}
+    del no_vision["train"]["vision"]
+    _write(root / "no_vision.pkl", no_vision)
+    with pytest.raises(DatasetError, match=r"no_vision.pkl \[train\]: modality 'vision' is missing"):
+        build("mosi", root=root, file="no_vision.pkl", use_cache=False)
+    ds = build("mosi", root=root, file="no_vision.pkl", modalities=["text", "audio"], use_cache=False)
+    assert sorted(ds[0]["modalities"]) == ["audio", "text"]
+    out_of_range = {k: dict(v) for k, v in data.items()}
+    out_of_range["train"]["regression_labels"] = out_of_range["train"]["regression_labels"] + 10
+    _write(root / "range.pkl", out_of_range)
+    with pytest.raises(DatasetError, match=r"range.pkl.*outside \[-3.0, 3.0\]"):
+        build("mosi", root=root, file="range.pkl", use_cache=False)
+    with pytest.raises(DatasetError, match="does not exist"):
+        build("mosi", root=root, file="nope.pkl", use_cache=False)
+
+
+class _Evil:
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.target}",))
+
+
+def test_malicious_feature_pickle(tmp_path):
+    target = tmp_path / "ran.txt"
+    _write(tmp_path / "unaligned_50.pkl", {"train": {"audio": _Evil(str(target))}, "valid": {}, "test": {}})
+    with pytest.raises(DatasetError, match=r"unaligned_50.pkl.*refused"):
+        build("mosi", root=tmp_path, use_cache=False)
+    assert not target.exists()
+
+
+def test_corrupt_csd(tmp_path, fixtures_dir):
+    data = (fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd").read_bytes()
+    (tmp_path / "CMU_MOSI_Opinion_Labels.csd").write_bytes(data[: len(data) // 3])
+    with pytest.raises(DatasetError, match="CMU_MOSI_Opinion_Labels.csd"):
+        build("mosi", root=tmp_path, modalities=[], use_cache=False)
+    (tmp_path / "CMU_MOSI_Opinion_Labels.csd").write_bytes(data)
+    with pytest.raises(DatasetError, match=r"no computational sequence for modality 'audio'"):
+        build("mosi", root=tmp_path, modalities=["audio"], use_cache=False)
