@@ -4,9 +4,16 @@ Launch: ``torchrun --nproc-per-node N -m fusebench run BENCHMARK ...`` (gloo on 
 Every global batch is split into contiguous per-rank shards; the pretraining losses see the
 *global* batch through :func:`gather_with_grad` (an all-gather that passes gradients back to every
 rank's shard), so a contrastive or matching loss has the same negatives / couplings as a single
-process on the same global batch. With DistributedDataParallel averaging parameter gradients, the
-resulting gradients equal the single-process ones (each rank's all-gather backward sums the W
-identical loss copies' gradients; DDP divides by W).
+process on the same global batch. Every rank computes the same global loss; the gather's backward
+multiplies this rank's slice of the gradient by W (the W identical loss copies), and
+:func:`average_gradients` (one all-reduce per parameter after ``backward``) divides by W: the
+parameter gradients equal the single-process ones (tests/test_distributed.py checks it with 2 gloo
+processes).
+
+Why not the ``DistributedDataParallel`` wrapper: with this differentiable gather in the graph, its
+bucketed asynchronous gradient reduction gave gradients that differ from the single-process ones in
+our 2-process gloo test (torch 2.14.1), while the explicit all-reduce matches to 1e-15. Until that
+is understood, correctness wins: the explicit all-reduce is what the runner uses.
 """
 
 from __future__ import annotations
@@ -40,13 +47,31 @@ def shard(indices: list[int]) -> list[int]:
     return indices[lo:hi]
 
 
+class _GatherWithGrad(torch.autograd.Function):
+    """all_gather along dim 0 (equal sizes). Every rank then computes the *same* loss on the global
+    batch, so the gradient w.r.t. the gathered tensor is identical on all ranks, and the sum over the
+    W loss copies is W times this rank's slice. The backward returns exactly that, with no collective:
+    a collective inside the backward would interleave with DDP's asynchronous gradient all-reduces
+    (gloo pairs collectives by call order) and corrupt both."""
+
+    @staticmethod
+    def forward(ctx, t: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.rank, ctx.size = dist.get_rank(), t.shape[0]
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        w = dist.get_world_size()
+        return grad[ctx.rank * ctx.size : (ctx.rank + 1) * ctx.size] * w
+
+
 def gather_with_grad(t: Tensor, dim: int = 1) -> Tensor:
     """Concatenate every rank's ``t`` along ``dim`` (rank order), differentiably. Identity when not
     distributed. Shards may differ in size along ``dim`` by at most one."""
     if not is_distributed():
         return t
-    from torch.distributed.nn.functional import all_gather
-
     w = world_size()
     size = torch.tensor([t.shape[dim]], device=t.device)
     sizes = [torch.zeros_like(size) for _ in range(w)]
@@ -57,8 +82,28 @@ def gather_with_grad(t: Tensor, dim: int = 1) -> Tensor:
         pad_shape = list(t.shape)
         pad_shape[dim] = m - t.shape[dim]
         t = torch.cat([t, t.new_zeros(pad_shape)], dim=dim)
-    parts = all_gather(t)
+    full = _GatherWithGrad.apply(t.movedim(dim, 0)).movedim(0, dim)  # [.., w * m, ..]
+    parts = full.split(m, dim=dim)
     return torch.cat([p.narrow(dim, 0, s) for p, s in zip(parts, sizes)], dim=dim)
+
+
+def average_gradients(params) -> None:
+    """All-reduce (mean) the gradients of ``params`` over ranks; a no-op when not distributed."""
+    if not is_distributed():
+        return
+    w = world_size()
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad.div_(w)
+
+
+def broadcast_parameters(module: torch.nn.Module) -> None:
+    """Start every rank from rank 0's weights."""
+    if not is_distributed():
+        return
+    for t in list(module.parameters()) + list(module.buffers()):
+        dist.broadcast(t.data, src=0)
 
 
 @contextlib.contextmanager

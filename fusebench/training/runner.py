@@ -326,11 +326,7 @@ def run_one(
         obj = objectives.build(objective, **pt.hparams.get(objective, {})).to(dev)
         pre = Pretrainer(model, obj, pt).to(dev)
         opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
-        step_fn = pre
-        if distributed.is_distributed():
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            step_fn = DDP(pre, device_ids=[dev.index] if dev.type == "cuda" else None)
+        distributed.broadcast_parameters(pre)
         _, per_epoch = _loader(data["train"], pt.batch_size, True, seed, 0)
         total = per_epoch * pt.epochs
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
@@ -348,13 +344,14 @@ def run_one(
             for batch in loader:
                 batch = utils.to_device(batch, dev)
                 with autocast:
-                    loss = step_fn(batch, gather=distributed.gather_with_grad)
+                    loss = pre(batch, gather=distributed.gather_with_grad)
                 if not torch.isfinite(loss):
                     phase.save()
                     raise RunError(f"{spec.name}: loss of objective {objective!r} is {float(loss)} at pretraining "
                                    f"step {phase.step} (epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}")
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                distributed.average_gradients(pre.student_parameters())
                 opt.step()
                 sched.step()
                 pre.update_teacher(ema_momentum(pt.ema_momentum, phase.step, total))
