@@ -1,0 +1,633 @@
+"""Prepared caches: every sample of one (adapter, root, split, options, version) in memory-mapped npy.
+
+``fusebench data prepare NAME --root PATH`` iterates the adapter's raw reader (``_load_raw``, no
+augmentation) once and stores each field of the sample schema (see :mod:`fusebench.datasets.base`)
+as a NumPy ``.npy`` file that is later opened with ``mmap_mode="r"``; adapters then read the cache
+transparently (:func:`open_cache` is called by ``MultimodalDataset.__init__``).
+
+On-disk layout of one cache (``<base>/<dataset id>/<key>/``)::
+
+    manifest.json                       # see below
+    meta.json                           # [N] list of the samples' "meta" dicts (JSON)
+    modalities/<name>.npy               # fixed shape: [N, *shape] (row i = sample i)
+    modalities/<name>.npy               # otherwise "ragged": [total_elements] flat, plus
+    modalities/<name>.offsets.npy       #   [N + 1] int64 element offsets into the flat array,
+    modalities/<name>.shapes.npy        #   [N, ndim] int64 per-sample shape,
+    modalities/<name>.present.npy       #   [N] bool, False where the sample lacks the field
+    target.npy                          # tensor targets (same two layouts)
+    target/<key>.npy                    # dict targets (detection: target/boxes [sum G, 7] flat ...)
+    extra_targets/<name>.npy            # e.g. CH-SIMS unimodal labels
+
+Variable-length sequences and detection boxes therefore become one concatenated array plus offsets.
+``manifest.json`` records: the dataset id, adapter class, root, split, options, the adapter's
+``PREPROCESS_VERSION`` (class attribute, default 1), the cache key, the sample count, per field the
+layout/dtype/shape, and the size + sha256 of every input file (the adapter's ``source_files()`` hook;
+default: every file under the root) and every output file. Everything is written to a temporary
+folder next to the destination and renamed into place at the end, so an exception or Ctrl-C leaves
+nothing half-written.
+
+``<base>`` is ``$FUSEBENCH_PREPARED`` when set (searched first by readers), else
+``cache_home() / "prepared"``; ``<key>`` is a hash of (id, resolved root, split, options minus
+``use_cache``/``augment``, preprocessing version, synthetic flag).
+
+Opening a cache is cheap: the manifest is parsed, each output's size is compared with the manifest
+(a truncated file raises :class:`DatasetError` naming it) and each input's size and mtime are compared
+with the manifest (a changed input makes the cache stale: ignored with a warning). Full hashes are
+recomputed only by :func:`check` (``fusebench data check``).
+
+Shape: a loaded sample has exactly the tensors (shapes, dtypes) the raw reader returned; ``meta``
+goes through JSON (tuples come back as lists, numpy scalars as Python numbers).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+from fusebench.datasets.base import DatasetError, MultimodalDataset, cache_home
+
+log = logging.getLogger(__name__)
+
+FORMAT = "fusebench-prepared"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+META = "meta.json"
+#: options that do not change what the raw reader returns, so they are left out of the cache key
+_NON_KEY_OPTIONS = frozenset({"use_cache", "augment"})
+_HEADER_BYTES = 256  # fixed .npy header size, so the final shape can be written after the data
+_SCHEMA_KEYS = ("modalities", "target", "extra_targets", "meta")
+
+
+# -- locations and keys ------------------------------------------------------------------------
+def prepared_bases() -> list[Path]:
+    """Folders searched for prepared caches, in order (``$FUSEBENCH_PREPARED`` first)."""
+    out = []
+    env = os.environ.get("FUSEBENCH_PREPARED")
+    if env:
+        out.append(Path(env))
+    out.append(cache_home() / "prepared")
+    return out
+
+
+def preprocess_version(dataset: MultimodalDataset | type) -> int:
+    """The adapter's ``PREPROCESS_VERSION`` (bump it when ``_load_raw`` changes output); default 1."""
+    return int(getattr(dataset, "PREPROCESS_VERSION", 1))
+
+
+def key_options(dataset: MultimodalDataset) -> dict[str, Any]:
+    """The build options that determine the raw samples (JSON-normalised)."""
+    opts = {k: v for k, v in dict(getattr(dataset, "opts", {})).items() if k not in _NON_KEY_OPTIONS}
+    opts["seed"] = int(getattr(dataset, "seed", 0))
+    return json.loads(json.dumps(opts, sort_keys=True, default=str))
+
+
+def cache_key(dataset: MultimodalDataset) -> str:
+    """Hash of (id, resolved root, split, options, preprocessing version, synthetic flag)."""
+    ident = {
+        "id": dataset.id,
+        "root": str(Path(dataset.root).resolve()),
+        "split": dataset.split,
+        "options": key_options(dataset),
+        "version": preprocess_version(dataset),
+        "synthetic": bool(getattr(dataset, "synthetic", False)),
+    }
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_dir(dataset: MultimodalDataset, base: str | os.PathLike | None = None) -> Path:
+    """Where the cache of ``dataset`` lives under ``base`` (default: the first of :func:`prepared_bases`)."""
+    base = Path(base) if base is not None else prepared_bases()[0]
+    return base / dataset.id / cache_key(dataset)
+
+
+def source_files(dataset: MultimodalDataset) -> list[Path]:
+    """The input files the cache depends on: the adapter's ``source_files()`` hook when it has one
+    (absolute paths or paths relative to the root), else every file under the root."""
+    root = Path(dataset.root)
+    hook = getattr(dataset, "source_files", None)
+    if callable(hook):
+        files = [Path(p) if Path(p).is_absolute() else root / p for p in hook()]
+    else:
+        skip = [b.resolve() for b in prepared_bases()]
+        files = []
+        for p in sorted(root.rglob("*")):
+            if not p.is_file():
+                continue
+            rp = p.resolve()
+            if any(rp.is_relative_to(b) for b in skip):
+                continue
+            files.append(p)
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing:
+        raise DatasetError(f"{dataset.id}: source files listed by the adapter do not exist: {missing[:5]}")
+    return sorted(set(files))
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+# -- writing -----------------------------------------------------------------------------------
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """A version-1.0 .npy header padded to exactly ``_HEADER_BYTES`` bytes."""
+    d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
+    body = repr(d).encode("latin1")
+    room = _HEADER_BYTES - 10 - 1  # magic(6) + version(2) + length(2); trailing newline
+    if len(body) > room:
+        raise DatasetError(f"prepared cache: header for shape {shape} does not fit in {_HEADER_BYTES} bytes")
+    body = body + b" " * (room - len(body)) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(body)) + body
+
+
+def _safe_name(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))
+    return s if s and s not in (".", "..") else "_"
+
+
+def _to_numpy(value: Any, what: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bfloat16:
+            raise DatasetError(f"prepared cache: {what} is bfloat16, which NumPy cannot store")
+        value = value.detach().cpu().resolve_conj().resolve_neg().numpy()
+    if isinstance(value, np.ndarray):
+        # np.ascontiguousarray would turn a 0-d array into [1]
+        return value if value.flags.c_contiguous else value.copy(order="C")
+    raise DatasetError(f"prepared cache: {what} must be a torch.Tensor, got {type(value).__name__}")
+
+
+class _FieldWriter:
+    """Appends the arrays of one field (row per sample) to a .npy file with a placeholder header."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(path, "wb")
+        self.f.write(b"\0" * _HEADER_BYTES)
+        self.dtype: np.dtype | None = None
+        self.shapes: dict[int, tuple[int, ...]] = {}
+
+    def add(self, index: int, value: Any) -> None:
+        a = _to_numpy(value, f"{self.what} of sample {index}")
+        if self.dtype is None:
+            self.dtype = a.dtype
+        elif a.dtype != self.dtype:
+            raise DatasetError(
+                f"prepared cache: {self.what} of sample {index} has dtype {a.dtype}, earlier samples {self.dtype}"
+            )
+        if self.shapes and a.ndim != len(next(iter(self.shapes.values()))):
+            raise DatasetError(f"prepared cache: {self.what} of sample {index} has rank {a.ndim}, earlier samples differ")
+        self.shapes[index] = tuple(a.shape)
+        self.f.write(a)
+
+    def finish(self, n: int) -> dict[str, Any]:
+        """Write the final header and the side arrays; return the field's manifest entry."""
+        shapes = set(self.shapes.values())
+        fixed = len(self.shapes) == n and len(shapes) == 1
+        if fixed:
+            shape = (n, *next(iter(shapes)))
+        else:
+            shape = (sum(int(np.prod(s, dtype=np.int64)) for s in self.shapes.values()),)
+        self.f.seek(0)
+        self.f.write(_npy_header(self.dtype, shape))
+        self.f.close()
+        entry: dict[str, Any] = {"file": self.path.name, "dtype": str(self.dtype)}
+        if fixed:
+            entry.update(layout="fixed", shape=list(shape[1:]))
+            return entry
+        ndim = len(next(iter(shapes)))
+        present = np.zeros(n, dtype=bool)
+        shp = np.zeros((n, ndim), dtype=np.int64)
+        for i, s in self.shapes.items():
+            present[i] = True
+            shp[i] = s
+        sizes = np.where(present, np.prod(shp, axis=1), 0) if ndim else present.astype(np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        stem = self.path.name[: -len(".npy")]
+        for suffix, arr in (("offsets", offsets), ("shapes", shp), ("present", present)):
+            np.save(self.path.parent / f"{stem}.{suffix}.npy", arr)
+        entry.update(layout="ragged", ndim=ndim, offsets=f"{stem}.offsets.npy", shapes=f"{stem}.shapes.npy",
+                     present=f"{stem}.present.npy")
+        return entry
+
+    def abort(self) -> None:
+        if not self.f.closed:
+            self.f.close()
+
+
+def _json_meta(meta: Any, index: int) -> Any:
+    def default(o: Any) -> Any:
+        if isinstance(o, (np.integer, np.floating, np.bool_)):
+            return o.item()
+        if isinstance(o, (np.ndarray, torch.Tensor)):
+            return o.tolist()
+        if isinstance(o, os.PathLike):
+            return os.fspath(o)
+        raise TypeError(f"meta of sample {index}: value of type {type(o).__name__} is not JSON-serialisable")
+
+    try:
+        return json.loads(json.dumps(meta, default=default))
+    except (TypeError, ValueError) as e:
+        raise DatasetError(f"prepared cache: {e}") from None
+
+
+def _collect_inputs(dataset: MultimodalDataset, memo: dict[Path, dict[str, Any]] | None, progress: bool) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    root = Path(dataset.root).resolve()
+    memo = {} if memo is None else memo
+    out = []
+    files = source_files(dataset)
+    for p in tqdm(files, desc=f"hash {dataset.id} inputs", unit="file", disable=not progress, leave=False):
+        rp = p.resolve()
+        st = rp.stat()
+        rec = memo.get(rp)
+        if rec is None or rec["size"] != st.st_size or rec["mtime_ns"] != st.st_mtime_ns:
+            rec = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(rp)}
+            memo[rp] = rec
+        rel = str(rp.relative_to(root)) if rp.is_relative_to(root) else str(rp)
+        out.append({"path": rel, **rec})
+    return out
+
+
+def prepare(
+    dataset: MultimodalDataset,
+    base: str | os.PathLike | None = None,
+    *,
+    progress: bool = True,
+    force: bool = False,
+    _hash_memo: dict | None = None,
+) -> Path:
+    """Write the prepared cache of ``dataset`` (built with ``use_cache=False``) and return its folder.
+
+    An up-to-date cache is kept unless ``force``. Raises :class:`DatasetError` for samples that do not
+    follow the schema; on any exception (Ctrl-C included) nothing is left behind.
+    """
+    from tqdm.auto import tqdm
+
+    out = cache_dir(dataset, base)
+    n = len(dataset)
+    if n == 0:
+        raise DatasetError(f"{dataset.id}/{dataset.split}: nothing to prepare (0 samples)")
+    if not force and (out / MANIFEST).exists():
+        try:
+            m = read_manifest(out)
+            adapter = f"{type(dataset).__module__}:{type(dataset).__qualname__}"
+            if m["num_samples"] == n and m["adapter"] == adapter and _stale_reason(m, Path(dataset.root)) is None:
+                log.info("%s/%s: prepared cache %s is up to date", dataset.id, dataset.split, out)
+                return out
+        except (DatasetError, KeyError, TypeError):
+            pass  # corrupt or foreign: rebuild
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    writers: dict[tuple[str, str], _FieldWriter] = {}
+    try:
+        inputs = _collect_inputs(dataset, _hash_memo, progress)
+        metas: list[Any] = []
+        target_kind: str | None = None
+        target_keys: list[str] = []
+        counts: dict[str, int] = {}
+        dirs = {"modalities": "modalities", "extra_targets": "extra_targets", "target": "target"}
+
+        def writer(group: str, name: str) -> _FieldWriter:
+            w = writers.get((group, name))
+            if w is None:
+                path = tmp / "target.npy" if (group, name) == ("target", "") else tmp / dirs[group] / f"{_safe_name(name)}.npy"
+                if any(x.path == path for x in writers.values()):
+                    raise DatasetError(f"prepared cache: field names {name!r} collide after sanitising")
+                w = writers[(group, name)] = _FieldWriter(path, f"{group}[{name!r}]" if name else group)
+            return w
+
+        for i in tqdm(range(n), desc=f"prepare {dataset.id}/{dataset.split}", unit="sample", disable=not progress):
+            s = dataset._load_raw(i)
+            if not isinstance(s, dict):
+                raise DatasetError(f"{dataset.id}: _load_raw({i}) returned {type(s).__name__}, expected a dict")
+            extra_keys = sorted(set(s) - set(_SCHEMA_KEYS))
+            if extra_keys:
+                raise DatasetError(f"{dataset.id}: sample {i} has keys {extra_keys} outside the schema {_SCHEMA_KEYS}")
+            for name, t in (s.get("modalities") or {}).items():
+                writer("modalities", name).add(i, t)
+                counts[f"modalities/{name}"] = counts.get(f"modalities/{name}", 0) + 1
+            for name, t in (s.get("extra_targets") or {}).items():
+                writer("extra_targets", name).add(i, t)
+            tgt = s.get("target")
+            kind = "none" if tgt is None else "dict" if isinstance(tgt, dict) else "tensor"
+            if target_kind is None:
+                target_kind = kind
+                target_keys = sorted(tgt) if kind == "dict" else []
+            elif kind != target_kind or (kind == "dict" and sorted(tgt) != target_keys):
+                raise DatasetError(f"{dataset.id}: sample {i} has a {kind} target, earlier samples a {target_kind}")
+            if kind == "tensor":
+                writer("target", "").add(i, tgt)
+            elif kind == "dict":
+                for k, v in tgt.items():
+                    writer("target", k).add(i, v)
+            metas.append(_json_meta(s.get("meta", {}), i))
+
+        fields: dict[str, Any] = {"modalities": {}, "extra_targets": {}, "target": {}}
+        for (group, name), w in writers.items():
+            entry = w.finish(n)
+            rel_dir = "" if (group, name) == ("target", "") else dirs[group] + "/"
+            for k in ("file", "offsets", "shapes", "present"):
+                if k in entry:
+                    entry[k] = rel_dir + entry[k]
+            fields[group][name] = entry
+        (tmp / META).write_text(json.dumps(metas))
+        outputs = []
+        for p in sorted(tmp.rglob("*")):
+            if p.is_file():
+                outputs.append({"path": p.relative_to(tmp).as_posix(), "size": p.stat().st_size, "sha256": sha256_file(p)})
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "dataset": dataset.id,
+            "adapter": f"{type(dataset).__module__}:{type(dataset).__qualname__}",
+            "root": str(Path(dataset.root).resolve()),
+            "split": dataset.split,
+            "synthetic": bool(getattr(dataset, "synthetic", False)),
+            "options": key_options(dataset),
+            "preprocess_version": preprocess_version(dataset),
+            "key": out.name,
+            "num_samples": n,
+            "counts": {"samples": n, **counts},
+            "target_kind": target_kind,
+            "target_keys": target_keys,
+            "fields": fields,
+            "inputs": inputs,
+            "outputs": outputs,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        _install(tmp, out)
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Rename the finished ``tmp`` folder to ``out``, replacing an older cache there."""
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}-{tmp.name[-8:]}"
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if old is not None and not out.exists():
+            os.replace(old, out)
+            old = None
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# -- reading -----------------------------------------------------------------------------------
+def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
+    path = Path(folder) / MANIFEST
+    try:
+        m = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"prepared cache: {path} is missing") from None
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"prepared cache: {path} is not a readable manifest ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise DatasetError(f"prepared cache: {path} is not a {FORMAT} manifest")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise DatasetError(
+            f"prepared cache: {path} has format version {m.get('format_version')}, this fusebench reads "
+            f"{FORMAT_VERSION}; re-run `fusebench data prepare {m.get('dataset')}`"
+        )
+    return m
+
+
+def _stale_reason(manifest: dict[str, Any], root: Path) -> str | None:
+    """Why the recorded inputs no longer match the files (size/mtime), or None."""
+    for rec in manifest.get("inputs", []):
+        p = Path(rec["path"])
+        p = p if p.is_absolute() else root / p
+        try:
+            st = p.stat()
+        except OSError:
+            return f"input {p} is gone"
+        if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
+            return f"input {p} changed since preparation"
+    return None
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise DatasetError(f"prepared cache: cannot read {path} ({e}); re-run `fusebench data prepare`") from None
+
+
+class _Field:
+    """Read side of one stored field."""
+
+    def __init__(self, folder: Path, entry: dict[str, Any], n: int) -> None:
+        self.fixed = entry["layout"] == "fixed"
+        self.data = _load_npy(folder / entry["file"])
+        where = folder / entry["file"]
+        if self.fixed:
+            if self.data.shape != (n, *entry["shape"]) or str(self.data.dtype) != entry["dtype"]:
+                raise DatasetError(f"prepared cache: {where} has shape {self.data.shape}, manifest says {[n, *entry['shape']]}")
+            return
+        self.offsets = np.asarray(_load_npy(folder / entry["offsets"]))
+        self.shapes = np.asarray(_load_npy(folder / entry["shapes"]))
+        self.present = np.asarray(_load_npy(folder / entry["present"]))
+        if (self.offsets.shape != (n + 1,) or self.present.shape != (n,)
+                or int(self.offsets[-1]) != self.data.shape[0]):
+            raise DatasetError(f"prepared cache: offsets of {where} do not match its data (corrupt cache)")
+        self._offs = self.offsets.tolist()
+        self._shapes = [tuple(s) for s in self.shapes.tolist()]
+        self._present = self.present.tolist()
+
+    def get(self, i: int) -> torch.Tensor | None:
+        if self.fixed:
+            return torch.from_numpy(np.array(self.data[i]))
+        if not self._present[i]:
+            return None
+        a = np.array(self.data[self._offs[i]: self._offs[i + 1]]).reshape(self._shapes[i])
+        return torch.from_numpy(a)
+
+
+class CacheReader:
+    """Loads samples of one prepared cache. ``load(index)`` returns a fresh sample dict.
+
+    ``modalities`` restricts which modalities are read (default: all stored).
+    """
+
+    def __init__(self, folder: str | os.PathLike, modalities: Iterable[str] | None = None,
+                 num_samples: int | None = None) -> None:
+        self.folder = Path(folder)
+        self.manifest = m = read_manifest(self.folder)
+        n = int(m["num_samples"])
+        if num_samples is not None and num_samples != n:
+            raise DatasetError(
+                f"prepared cache {self.folder / MANIFEST}: holds {n} samples but the dataset indexes "
+                f"{num_samples}; re-run `fusebench data prepare {m['dataset']} --force`"
+            )
+        for rec in m["outputs"]:
+            p = self.folder / rec["path"]
+            try:
+                size = p.stat().st_size
+            except OSError:
+                raise DatasetError(f"prepared cache: output file {p} is missing; re-run `fusebench data prepare`") from None
+            if size != rec["size"]:
+                raise DatasetError(
+                    f"prepared cache: {p} is truncated or modified ({size} bytes, manifest says {rec['size']}); "
+                    f"re-run `fusebench data prepare {m['dataset']} --force`"
+                )
+        self.n = n
+        wanted = set(modalities) if modalities is not None else None
+        self.modalities = {k: _Field(self.folder, e, n) for k, e in m["fields"]["modalities"].items()
+                           if wanted is None or k in wanted}
+        self.extra = {k: _Field(self.folder, e, n) for k, e in m["fields"]["extra_targets"].items()}
+        self.target_kind = m["target_kind"]
+        self.target = {k: _Field(self.folder, e, n) for k, e in m["fields"]["target"].items()}
+        try:
+            self.meta = json.loads((self.folder / META).read_text())
+        except (OSError, ValueError) as e:
+            raise DatasetError(f"prepared cache: cannot read {self.folder / META} ({e})") from None
+        if not isinstance(self.meta, list) or len(self.meta) != n:
+            raise DatasetError(f"prepared cache: {self.folder / META} does not hold {n} meta records")
+
+    def __len__(self) -> int:
+        return self.n
+
+    def load(self, index: int) -> dict[str, Any]:
+        mods = {}
+        for k, f in self.modalities.items():
+            t = f.get(index)
+            if t is not None:
+                mods[k] = t
+        if self.target_kind == "tensor":
+            target: Any = self.target[""].get(index)
+        elif self.target_kind == "dict":
+            target = {k: f.get(index) for k, f in self.target.items()}
+        else:
+            target = None
+        sample: dict[str, Any] = {"modalities": mods, "target": target}
+        extra = {}
+        for k, f in self.extra.items():
+            t = f.get(index)
+            if t is not None:
+                extra[k] = t
+        if self.extra:
+            sample["extra_targets"] = extra
+        sample["meta"] = json.loads(json.dumps(self.meta[index])) if not _flat(self.meta[index]) else dict(self.meta[index])
+        return sample
+
+
+def _flat(meta: Any) -> bool:
+    return isinstance(meta, dict) and all(isinstance(v, (str, int, float, bool, type(None))) for v in meta.values())
+
+
+def find_cache(dataset: MultimodalDataset) -> Path | None:
+    """The first folder among :func:`prepared_bases` holding a manifest for ``dataset``."""
+    for base in prepared_bases():
+        d = cache_dir(dataset, base)
+        if (d / MANIFEST).exists():
+            return d
+    return None
+
+
+def open_cache(dataset: MultimodalDataset, base: str | os.PathLike | None = None) -> CacheReader | None:
+    """A reader for the prepared cache of ``dataset``, or None when there is none (or it is stale).
+
+    Raises :class:`DatasetError` naming the file for a corrupt or truncated cache.
+    """
+    folder = cache_dir(dataset, base) if base is not None else find_cache(dataset)
+    if folder is None or not (folder / MANIFEST).exists():
+        return None
+    manifest = read_manifest(folder)
+    reason = _stale_reason(manifest, Path(dataset.root))
+    if reason is not None:
+        log.warning("%s/%s: ignoring the prepared cache %s: %s; re-run `fusebench data prepare`",
+                    dataset.id, dataset.split, folder, reason)
+        return None
+    return CacheReader(folder, modalities=getattr(dataset, "modalities", None), num_samples=len(dataset))
+
+
+# -- integrity check ---------------------------------------------------------------------------
+def list_caches(dataset_id: str, root: str | os.PathLike | None = None, base: str | os.PathLike | None = None) -> list[Path]:
+    """Prepared cache folders of ``dataset_id`` (optionally only those built from ``root``)."""
+    bases = [Path(base)] if base is not None else prepared_bases()
+    want_root = str(Path(root).resolve()) if root is not None else None
+    out = []
+    for b in bases:
+        d = b / dataset_id
+        if not d.is_dir():
+            continue
+        for sub in sorted(d.iterdir()):
+            if sub.name.startswith(".") or not (sub / MANIFEST).exists():
+                continue
+            if want_root is not None:
+                try:
+                    if read_manifest(sub).get("root") != want_root:
+                        continue
+                except DatasetError:
+                    pass  # a corrupt manifest is reported by check()
+            out.append(sub)
+    return out
+
+
+def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
+    """Recompute every hash recorded in ``folder``'s manifest; return the problems found ([] = valid)."""
+    from tqdm.auto import tqdm
+
+    folder = Path(folder)
+    try:
+        m = read_manifest(folder)
+    except DatasetError as e:
+        return [str(e)]
+    problems = []
+    root = Path(m["root"])
+    recs = [("output", folder / r["path"], r) for r in m["outputs"]]
+    recs += [("input", Path(r["path"]) if Path(r["path"]).is_absolute() else root / r["path"], r) for r in m["inputs"]]
+    for role, p, rec in tqdm(recs, desc=f"check {m['dataset']}/{m['split']}", disable=not progress, leave=False):
+        if not p.is_file():
+            problems.append(f"{role} file {p} is missing")
+            continue
+        size = p.stat().st_size
+        if size != rec["size"]:
+            problems.append(f"{role} file {p} has {size} bytes, manifest says {rec['size']}")
+            continue
+        digest = sha256_file(p)
+        if digest != rec["sha256"]:
+            problems.append(f"{role} file {p} has sha256 {digest[:16]}..., manifest says {rec['sha256'][:16]}...")
+    listed = {r["path"] for r in m["outputs"]} | {MANIFEST}
+    for p in folder.rglob("*"):
+        if p.is_file() and p.relative_to(folder).as_posix() not in listed:
+            problems.append(f"output folder holds an unlisted file {p}")
+    return problems
+
+
+__all__ = [
+    "CacheReader", "cache_dir", "cache_key", "check", "find_cache", "list_caches", "open_cache", "prepare",
+    "prepared_bases", "read_manifest", "sha256_file", "source_files",
+]

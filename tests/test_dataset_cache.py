@@ -1,0 +1,270 @@
+"""Prepared caches (fusebench.datasets.cache) and the `fusebench data` command.
+
+A small adapter defined here (one ``.npz`` per sample: an image, a variable-length sequence that is
+missing from some samples, a detection target with a varying box count, an extra target, nested
+meta) exercises both storage layouts: fixed ``[N, ...]`` arrays and concatenated + offsets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fusebench.datasets import DatasetError, cache
+from fusebench.datasets.base import DataFile, Modality, MultimodalDataset, SyntheticSpec
+from fusebench.datasets.cli import main as data_main
+from fusebench.datasets.conformance import ConformanceError, check_adapter
+
+N = 7
+
+
+class ToyDet(MultimodalDataset):
+    """Toy detection adapter: items/<k>.npz with rgb uint8 [3, 4, 5], seq float32 [T, 2], boxes."""
+
+    id = "toydet"
+    task = "detection"
+    num_classes = 3
+    MODALITIES = (Modality("rgb", "image", 3), Modality("seq", "sequence", 2, variable_length=True))
+    FILES = (DataFile("items/*.npz", "one sample per file"),)
+    INFO = "Toy adapter of the cache tests."
+    SPLITS = ("train", "test")
+
+    def _index(self):
+        self.fail_at = self._opts_rest.get("fail_at")
+        self.interrupt_at = self._opts_rest.get("interrupt_at")
+        return sorted((self.root / "items").glob(f"{self.split}_*.npz"))
+
+    def _load_raw(self, index):
+        if index == self.fail_at:
+            raise RuntimeError(f"reader failed on sample {index}")
+        if index == self.interrupt_at:
+            raise KeyboardInterrupt
+        with np.load(self.samples[index]) as z:
+            d = {k: z[k] for k in z.files}
+        mods = {"rgb": torch.from_numpy(d["rgb"]).float() / 255}
+        if d["seq"].shape[0] > 0:  # an empty sequence file means "modality missing"
+            mods["seq"] = torch.from_numpy(d["seq"])
+        return {
+            "modalities": mods,
+            "target": {"boxes": torch.from_numpy(d["boxes"]), "labels": torch.from_numpy(d["labels"])},
+            "extra_targets": {"count": torch.tensor(len(d["labels"]))},
+            "meta": {"id": self.samples[index].stem, "size": [4, 5], "nested": {"k": int(index)}},
+        }
+
+    @classmethod
+    def write_synthetic(cls, root: Path, spec: SyntheticSpec) -> None:
+        rng = np.random.default_rng(spec.seed)
+        (root / "items").mkdir()
+        for split, n in (("train", spec.num_samples), ("test", 3)):
+            for k in range(n):
+                t = (k * 3) % 5  # sequence lengths 0, 3, 1, 4, 2, 0, ...: 0 = missing
+                g = k % 3  # box counts 0, 1, 2, ...
+                boxes = np.concatenate([rng.normal(size=(g, 3)), rng.uniform(0.5, 2, (g, 3)), rng.normal(size=(g, 1))], 1)
+                np.savez(root / "items" / f"{split}_{k:03d}.npz", rgb=rng.integers(0, 256, (3, 4, 5), dtype=np.uint8),
+                         seq=rng.normal(size=(t, 2)).astype(np.float32), boxes=boxes.astype(np.float32),
+                         labels=rng.integers(0, 3, g).astype(np.int64))
+
+
+def _build(tmp_path, **kw):
+    kw.setdefault("use_cache", False)
+    return ToyDet(root=None, synthetic=True, synthetic_spec={"num_samples": N}, augment=False, **kw)
+
+
+def _same(a, b):
+    assert set(a["modalities"]) == set(b["modalities"])
+    for k in a["modalities"]:
+        assert a["modalities"][k].dtype == b["modalities"][k].dtype
+        assert torch.equal(a["modalities"][k], b["modalities"][k])
+    for k in ("boxes", "labels"):
+        assert a["target"][k].dtype == b["target"][k].dtype and torch.equal(a["target"][k], b["target"][k])
+    assert torch.equal(a["extra_targets"]["count"], b["extra_targets"]["count"])
+    assert a["meta"] == b["meta"]
+
+
+def test_round_trip_and_layout(tmp_path):
+    raw = _build(tmp_path)
+    folder = cache.prepare(raw, base=tmp_path / "prep", progress=False)
+    assert folder == tmp_path / "prep" / "toydet" / cache.cache_key(raw)
+    # fixed-shape modality: one [N, 3, 4, 5] array whose rows are the samples
+    rgb = np.load(folder / "modalities" / "rgb.npy")
+    assert rgb.shape == (N, 3, 4, 5) and rgb.dtype == np.float32
+    assert np.array_equal(rgb[4], raw[4]["modalities"]["rgb"].numpy())
+    # variable-length modality: concatenated + offsets; lengths (k*3) % 5 = 0,3,1,4,2,0,3, 0 = missing
+    lengths = [(k * 3) % 5 for k in range(N)]
+    offsets = np.load(folder / "modalities" / "seq.offsets.npy")
+    expected, acc = [0], 0
+    for t in lengths:  # element offsets (2 features per step)
+        acc += 2 * t
+        expected.append(acc)
+    assert offsets.tolist() == expected
+    assert np.load(folder / "modalities" / "seq.present.npy").tolist() == [t > 0 for t in lengths]
+    assert np.load(folder / "modalities" / "seq.npy").shape == (2 * sum(lengths),)
+    # detection boxes: box counts k % 3 = 0,1,2,0,1,2,0 -> 6 boxes of 7 numbers
+    assert np.load(folder / "target" / "boxes.npy").shape == (6 * 7,)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["num_samples"] == N and manifest["split"] == "train" and manifest["preprocess_version"] == 1
+    assert manifest["counts"]["modalities/seq"] == sum(t > 0 for t in lengths)
+    # the manifest's hashes are the files' sha256
+    for rec in manifest["outputs"] + manifest["inputs"]:
+        p = folder / rec["path"] if rec in manifest["outputs"] else Path(manifest["root"]) / rec["path"]
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == rec["sha256"]
+    assert {r["path"] for r in manifest["inputs"]} >= {f"items/train_{k:03d}.npz" for k in range(N)}
+
+    cached = _build(tmp_path)
+    cached._cache = cache.open_cache(cached, base=tmp_path / "prep")
+    assert cached._cache is not None
+    for i in range(N):
+        _same(raw[i], cached[i])
+    assert "seq" not in cached[0]["modalities"] and cached[1]["modalities"]["seq"].shape == (3, 2)
+    assert cached[0]["target"]["boxes"].shape == (0, 7) and cached[2]["target"]["boxes"].shape == (2, 7)
+    # a modality subset reads only that modality
+    sub = _build(tmp_path, modalities=["seq"])
+    sub._cache = cache.open_cache(sub, base=tmp_path / "prep")
+    assert set(sub._cache.modalities) == {"seq"} and set(sub[1]["modalities"]) == {"seq"}
+
+
+def test_adapters_read_the_default_cache_transparently(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBENCH_PREPARED", str(tmp_path / "prepared"))
+    assert _build(tmp_path, use_cache=True)._cache is None
+    cache.prepare(_build(tmp_path), progress=False)
+    ds = _build(tmp_path, use_cache=True)
+    assert isinstance(ds._cache, cache.CacheReader)
+    # other options, split or preprocessing version -> other key, no cache
+    assert _build(tmp_path, use_cache=True, seed=5)._cache is None
+    assert _build(tmp_path, use_cache=True, split="test")._cache is None
+    monkeypatch.setattr(ToyDet, "PREPROCESS_VERSION", 2, raising=False)
+    assert _build(tmp_path, use_cache=True)._cache is None
+
+
+@pytest.mark.parametrize("how", ["fail_at", "interrupt_at"])
+def test_failure_midway_leaves_nothing(tmp_path, how):
+    ds = _build(tmp_path, **{how: 4})
+    exc = RuntimeError if how == "fail_at" else KeyboardInterrupt
+    with pytest.raises(exc):
+        cache.prepare(ds, base=tmp_path / "prep", progress=False)
+    leftovers = [p for p in (tmp_path / "prep").rglob("*") if p.is_file() or p.name.startswith(".")]
+    assert leftovers == []
+    assert cache.open_cache(ds, base=tmp_path / "prep") is None
+
+
+def test_truncated_output_raises_naming_the_file(tmp_path):
+    folder = cache.prepare(_build(tmp_path), base=tmp_path / "prep", progress=False)
+    victim = folder / "modalities" / "rgb.npy"
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DatasetError, match="rgb.npy"):
+        cache.open_cache(_build(tmp_path), base=tmp_path / "prep")
+    problems = cache.check(folder)
+    assert len(problems) == 1 and "rgb.npy" in problems[0]
+
+
+def test_corrupt_manifest_raises(tmp_path):
+    folder = cache.prepare(_build(tmp_path), base=tmp_path / "prep", progress=False)
+    (folder / "manifest.json").write_text("{not json")
+    with pytest.raises(DatasetError, match="manifest.json"):
+        cache.open_cache(_build(tmp_path), base=tmp_path / "prep")
+
+
+def test_check_detects_modified_output_and_input(tmp_path):
+    # a private copy of the twin read as real data: this test modifies an input file
+    root = tmp_path / "data"
+    shutil.copytree(ToyDet.synthetic_root(SyntheticSpec(num_samples=N)), root)
+    ds = ToyDet(root=root, use_cache=False, augment=False)
+    folder = cache.prepare(ds, base=tmp_path / "prep", progress=False)
+    assert cache.check(folder) == []
+    victim = folder / "target" / "labels.npy"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF  # same size, different content: only the hash notices
+    victim.write_bytes(bytes(data))
+    problems = cache.check(folder)
+    assert len(problems) == 1 and "labels.npy" in problems[0] and "sha256" in problems[0]
+    # a changed input makes the cache stale: readers ignore it
+    (root / "items" / "train_000.npz").write_bytes(b"changed")
+    assert cache.open_cache(ds, base=tmp_path / "prep") is None
+    assert any("train_000.npz" in p for p in cache.check(folder))
+
+
+def test_source_files_hook_and_empty_dataset(tmp_path):
+    class Hooked(ToyDet):
+        def source_files(self):
+            return ["items/train_000.npz"]
+
+    ds = Hooked(synthetic=True, synthetic_spec={"num_samples": N}, use_cache=False, augment=False)
+    folder = cache.prepare(ds, base=tmp_path / "prep", progress=False)
+    manifest = cache.read_manifest(folder)
+    assert [r["path"] for r in manifest["inputs"]] == ["items/train_000.npz"]
+
+    class Empty(ToyDet):
+        def _index(self):
+            return []
+
+    with pytest.raises(DatasetError, match="0 samples"):
+        cache.prepare(Empty(synthetic=True, synthetic_spec={"num_samples": N}, use_cache=False),
+                      base=tmp_path / "prep", progress=False)
+
+
+def test_toy_adapter_passes_conformance_and_a_broken_one_fails():
+    assert "cache" in check_adapter(ToyDet)
+
+    class WrongDtype(ToyDet):
+        def _load_raw(self, index):
+            s = super()._load_raw(index)
+            s["modalities"]["rgb"] = s["modalities"]["rgb"].double()
+            return s
+
+    with pytest.raises(ConformanceError, match="float64"):
+        check_adapter(WrongDtype, checks=["schema"])
+
+    class Nondeterministic(ToyDet):
+        def _load_raw(self, index):
+            s = super()._load_raw(index)
+            s["modalities"]["rgb"] = torch.rand(3, 4, 5)
+            return s
+
+    with pytest.raises(ConformanceError, match="values differ"):
+        check_adapter(Nondeterministic, checks=["determinism"])
+
+    class NoId(ToyDet):
+        def _load_raw(self, index):
+            s = super()._load_raw(index)
+            s["meta"] = {}
+            return s
+
+    with pytest.raises(ConformanceError, match="'id'"):
+        check_adapter(NoId, checks=["schema"])
+
+
+# -- the command line (uses the in-tree quickstart adapter) ------------------------------------
+def test_cli_prepare_check_info(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FUSEBENCH_PREPARED", str(tmp_path / "prepared"))
+    assert data_main(["info", "quickstart"]) == 0
+    assert "Expected layout" in capsys.readouterr().out
+    assert data_main(["check", "quickstart"]) == 2  # nothing prepared yet
+    assert data_main(["prepare", "quickstart", "--synthetic", "--quiet", "--split", "val"]) == 0
+    assert "quickstart/val" in capsys.readouterr().out
+    assert data_main(["check", "quickstart"]) == 0
+    assert capsys.readouterr().out.startswith("ok")
+    [folder] = cache.list_caches("quickstart")
+    target = folder / "target.npy"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 1
+    target.write_bytes(bytes(data))
+    assert data_main(["check", "quickstart"]) == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH" in out and "target.npy" in out
+
+
+def test_cli_missing_dataset_is_a_message_not_a_traceback(tmp_path, capsys):
+    assert data_main(["prepare", "quickstart", "--root", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Expected layout" in err and "Traceback" not in err
+    assert data_main(["info", "quickstrat"]) == 2
+    assert "Did you mean 'quickstart'" in capsys.readouterr().err
+    assert data_main(["prepare", "quickstart", "--synthetic", "--opt", "novalue"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err

@@ -1,0 +1,259 @@
+"""Segmentation, sentiment and sleep metrics on small hand-worked cases (expected values derived in
+the comments), plus the few-shot linear-probe protocol. Detection metrics are tested elsewhere."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fusebench import metrics
+from fusebench.metrics.fewshot import fewshot_eval, fit_linear_probe, sample_per_class
+
+M = metrics.get
+
+SEGMENTATION = ("miou", "miou_nanmean", "pixel_acc")
+SENTIMENT = ("mae", "corr", "acc7", "acc5", "acc2_has0", "f1_has0", "acc2_non0", "f1_non0", "acc2_nonpos",
+             "sims_acc2", "sims_acc3", "sims_acc5", "sims_f1", "sims_mae", "sims_corr")
+SLEEP = ("acc", "bacc", "mf1", "kappa", "f1_w", "f1_n1", "f1_n2", "f1_n3", "f1_rem")
+
+
+def test_registered_with_direction_and_task():
+    for name in SEGMENTATION + SENTIMENT + SLEEP:
+        assert name in metrics.available()
+    assert metrics.get("mae").higher_is_better is False and metrics.get("sims_mae").higher_is_better is False
+    for name in SEGMENTATION + SLEEP + ("acc7", "corr", "f1_non0", "sims_f1"):
+        assert metrics.get(name).higher_is_better is True
+    assert metrics.get("miou").task == "segmentation"
+    assert metrics.get("kappa").task == "classification" and metrics.get("acc7").task == "regression"
+
+
+# -- segmentation ------------------------------------------------------------------------------
+def test_segmentation_hand_worked():
+    # valid (true, pred) pairs: (0,0) (0,1) (1,1) (1,1) (2,0); the last pixel is void (-1)
+    # M = [[1,1,0],[0,2,0],[1,0,0]]; IoU = 1/(2+2-1), 2/(3+2-2), 0/(0+1-0) = 1/3, 2/3, 0
+    target = np.array([0, 0, 1, 1, 2, -1])
+    pred = np.array([0, 1, 1, 1, 0, 2])
+    assert M("miou")(pred, target, 3) == pytest.approx(1 / 3)
+    assert M("miou_nanmean")(pred, target, 3) == pytest.approx(1 / 3)
+    assert M("pixel_acc")(pred, target, 3) == pytest.approx(3 / 5)
+    # any shape, torch input, one confusion matrix over everything passed
+    t2 = torch.tensor(np.concatenate([target, target]).reshape(2, 2, 3))
+    p2 = torch.tensor(np.concatenate([pred, pred]).reshape(2, 2, 3))
+    assert M("miou")(p2, t2, 3) == pytest.approx(1 / 3)
+    assert isinstance(M("miou")(p2, t2, 3), float)
+    # another ignore value
+    assert M("pixel_acc")(pred, np.where(target == -1, 255, target), 3, ignore_index=255) == pytest.approx(0.6)
+
+
+def test_segmentation_class_absent_from_ground_truth():
+    # class 3 predicted once but absent from the target; class 2 neither present nor predicted
+    # IoU0 = 1/(1+2-1) = 1/2, IoU1 = 2/(2+2-2) = 1, IoU3 = 0/(1+0-0) = 0, IoU2 undefined
+    target = np.array([0, 0, 1, 1])
+    pred = np.array([0, 3, 1, 1])
+    assert M("miou")(pred, target, 4) == pytest.approx((0.5 + 1) / 2)  # ESANet: only gt classes
+    assert M("miou_nanmean")(pred, target, 4) == pytest.approx((0.5 + 1 + 0) / 3)  # mmseg: predicted counts 0
+    assert M("pixel_acc")(pred, target, 4) == pytest.approx(3 / 4)
+
+
+def test_segmentation_bad_input():
+    for name in SEGMENTATION:
+        with pytest.raises(ValueError, match="empty"):
+            M(name)(np.array([], dtype=int), np.array([], dtype=int), 3)
+        with pytest.raises(ValueError, match="ignore_index"):
+            M(name)(np.array([0, 1]), np.array([-1, -1]), 3)
+        with pytest.raises(ValueError, match="outside 0..2"):
+            M(name)(np.array([0, 1]), np.array([0, 3]), 3)
+        with pytest.raises(ValueError, match="pred holds"):
+            M(name)(np.array([0, 5]), np.array([0, 1]), 3)
+        with pytest.raises(ValueError, match="shape"):
+            M(name)(np.zeros((2, 2), int), np.zeros(4, int), 3)
+        with pytest.raises(ValueError, match="num_classes"):
+            M(name)(np.zeros(4, int), np.zeros(4, int), 0)
+        with pytest.raises(ValueError, match="integer"):
+            M(name)(np.array([0.5, 1.0]), np.array([0, 1]), 3)
+
+
+# -- sentiment (MOSI / MOSEI) ------------------------------------------------------------------
+Y_TRUE = [2.6, -0.4, 0.0, 1.5, -3.4, 0.5]
+Y_PRED = [3.2, 0.3, -0.2, 2.4, -2.5, 0.6]
+
+
+def test_mae_and_acc7_round_half_to_even():
+    # |errors| = 0.6, 0.7, 0.2, 0.9, 0.9, 0.1 -> 3.4 / 6 (no clipping)
+    assert M("mae")(Y_PRED, Y_TRUE) == pytest.approx(3.4 / 6)
+    # clip [-3,3] then round half to even: true -> 3, -0, 0, 2, -3, 0 (0.5 -> 0, 1.5 -> 2)
+    #                                       pred -> 3, 0, -0, 2, -2, 1 (-2.5 -> -2)
+    # matches 1,1,1,1,0,0. (Rounding half away from zero would give 6/6: 0.5 -> 1, -2.5 -> -3.)
+    assert M("acc7")(Y_PRED, Y_TRUE) == pytest.approx(4 / 6)
+    # clip [-2,2]: true -> 2, -0, 0, 2, -2, 0; pred -> 2, 0, -0, 2, -2, 1 -> 5/6
+    assert M("acc5")(Y_PRED, Y_TRUE) == pytest.approx(5 / 6)
+    assert M("acc7")(torch.tensor(Y_PRED), torch.tensor(Y_TRUE)) == pytest.approx(4 / 6)
+
+
+def test_binary_variants_with_zero_labels():
+    y_true = [0.0, 1.2, -0.7, 0.0, 2.0]
+    y_pred = [-0.4, 0.9, 0.3, -1.0, -0.1]
+    # has0 (>= 0, all): true T,T,F,T,T  pred F,T,T,F,F -> 1/5
+    assert M("acc2_has0")(y_pred, y_true) == pytest.approx(1 / 5)
+    # non0 (drop y_true == 0, > 0): indices 1,2,4: true T,F,T  pred T,T,F -> 1/3
+    assert M("acc2_non0")(y_pred, y_true) == pytest.approx(1 / 3)
+    # nonpos (> 0, all): true F,T,F,F,T  pred F,T,T,F,F -> 3/5
+    assert M("acc2_nonpos")(y_pred, y_true) == pytest.approx(3 / 5)
+    # f1_non0 on true T,F,T / pred T,T,F: F1(T) = 2*1/(2+2) = 1/2 (support 2), F1(F) = 0 (support 1)
+    assert M("f1_non0")(y_pred, y_true) == pytest.approx((2 * 0.5 + 1 * 0) / 3)
+    # has0 on the first example: true T,F,T,T,F,T  pred T,T,F,T,F,T -> 4/6
+    # F1(T) = 2*3/(4+4) = 3/4 (support 4), F1(F) = 2*1/(2+2) = 1/2 (support 2) -> (3 + 1)/6
+    assert M("acc2_has0")(Y_PRED, Y_TRUE) == pytest.approx(4 / 6)
+    assert M("f1_has0")(Y_PRED, Y_TRUE) == pytest.approx(4 / 6)
+    with pytest.raises(ValueError, match="every y_true is 0"):
+        M("acc2_non0")([0.3, -0.2], [0.0, 0.0])
+
+
+def test_weighted_f1_is_called_as_true_pred():
+    # true > 0: T,T,T,F,F,F,F,F (support 3 / 5); pred > 0: T,F,F,F,F,F,F,T
+    # F1(T) = 2*1/(3+2) = 2/5; F1(F) = 2*4/(5+6) = 8/11
+    # weighted by TRUE support: (3*2/5 + 5*8/11)/8 = 133/220; by predicted support (swapped) it would be
+    # (2*2/5 + 6*8/11)/8 = 142/220
+    y_true = [1, 2, 0.5, -1, -2, -0.5, -1, -3]
+    y_pred = [0.5, -1, -0.5, -1, -2, -1, -0.2, 1]
+    assert M("f1_non0")(y_pred, y_true) == pytest.approx(133 / 220)
+    assert M("f1_has0")(y_pred, y_true) == pytest.approx(133 / 220)
+
+
+def test_corr():
+    # dp = -1,0,1; dt = -1,1,0: sum dp*dt = 1, sqrt(2*2) = 2
+    assert M("corr")([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert M("corr")(np.array([1.0, 2, 3]), np.array([2.0, 4, 6])) == pytest.approx(1.0)
+    assert math.isnan(M("corr")([1, 1, 1], [1, 2, 3]))
+
+
+def test_sims_metrics():
+    y_true = [-1.5, -0.7, -0.1, 0.0, 0.1, 0.7, 0.8]
+    y_pred = [-0.69, -0.75, 0.05, 0.1, 0.12, 1.4, 0.7]
+    # clipped true: -1, -0.7, -0.1, 0, 0.1, 0.7, 0.8; clipped pred: -0.69, -0.75, 0.05, 0.1, 0.12, 1, 0.7
+    # acc2 bins (-1.01,0],(0,1.01]: true 0,0,0,0,1,1,1  pred 0,0,1,1,1,1,1 -> 5/7
+    assert M("sims_acc2")(y_pred, y_true) == pytest.approx(5 / 7)
+    # acc3 cuts -0.1, 0.1 (right-closed): true 0,0,0,1,1,2,2  pred 0,0,1,1,2,2,2 -> 5/7
+    assert M("sims_acc3")(y_pred, y_true) == pytest.approx(5 / 7)
+    # acc5 cuts -0.7,-0.1,0.1,0.7: true 0,0,1,2,2,3,4  pred 1,0,2,2,3,4,3 -> 2/7
+    assert M("sims_acc5")(y_pred, y_true) == pytest.approx(2 / 7)
+    # |clipped errors| = 0.31, 0.05, 0.15, 0.1, 0.02, 0.3, 0.1 -> 1.03/7
+    assert M("sims_mae")(y_pred, y_true) == pytest.approx(1.03 / 7)
+    # F1 on the acc2 bins: class 0 support 4, 2*2/(4+2) = 2/3; class 1 support 3, 2*3/(3+5) = 3/4
+    assert M("sims_f1")(y_pred, y_true) == pytest.approx((4 * 2 / 3 + 3 * 3 / 4) / 7)
+    # Pearson on the clipped values, by explicit loops
+    t = [-1, -0.7, -0.1, 0, 0.1, 0.7, 0.8]
+    p = [-0.69, -0.75, 0.05, 0.1, 0.12, 1.0, 0.7]
+    mt, mp = sum(t) / 7, sum(p) / 7
+    cov = sum((a - mp) * (b - mt) for a, b in zip(p, t))
+    r = cov / math.sqrt(sum((a - mp) ** 2 for a in p) * sum((b - mt) ** 2 for b in t))
+    assert M("sims_corr")(y_pred, y_true) == pytest.approx(r)
+    assert M("sims_corr")(y_pred, y_true) != pytest.approx(M("corr")(y_pred, y_true))
+
+
+def test_sentiment_bad_input():
+    for name in SENTIMENT:
+        with pytest.raises(ValueError, match="empty"):
+            M(name)([], [])
+        with pytest.raises(ValueError, match="must match"):
+            M(name)([0.1, 0.2], [0.1])
+        with pytest.raises(ValueError, match="NaN"):
+            M(name)([float("nan"), 0.2], [0.1, 0.3])
+        with pytest.raises(ValueError, match="1-D"):
+            M(name)(np.zeros((2, 2)), np.zeros((2, 2)))
+
+
+# -- sleep staging -----------------------------------------------------------------------------
+def test_sleep_hand_worked():
+    y_true = [0, 0, 0, 1, 2, 2, 3, 4]
+    y_pred = [0, 0, 1, 1, 2, 3, 3, 2]
+    # M rows (true) = [2,1,0,0,0], [0,1,0,0,0], [0,0,1,1,0], [0,0,0,1,0], [0,0,1,0,0]
+    assert M("acc")(y_pred, y_true) == pytest.approx(5 / 8)
+    # recalls 2/3, 1, 1/2, 1, 0
+    assert M("bacc")(y_pred, y_true) == pytest.approx((2 / 3 + 1 + 0.5 + 1 + 0) / 5)
+    # F1 = 2TP/(support + predicted): 4/5, 2/3, 2/4, 2/3, 0
+    f1 = [0.8, 2 / 3, 0.5, 2 / 3, 0.0]
+    assert M("mf1")(y_pred, y_true) == pytest.approx(sum(f1) / 5)
+    for name, v in zip(("f1_w", "f1_n1", "f1_n2", "f1_n3", "f1_rem"), f1):
+        assert M(name)(y_pred, y_true) == pytest.approx(v)
+    # p_o = 5/8; rows 3,1,2,1,1 and columns 2,2,2,2,0 -> p_e = 14/64; kappa = (20/32 - 7/32)/(25/32) = 13/25
+    assert M("kappa")(y_pred, y_true) == pytest.approx(13 / 25)
+    assert M("kappa")(torch.tensor(y_pred), torch.tensor(y_true)) == pytest.approx(0.52)
+
+
+def test_sleep_edge_cases():
+    # a stage absent from both arrays: its F1 is undefined (NaN); macro F1 runs over classes seen
+    assert math.isnan(M("f1_rem")([0, 1], [0, 1]))
+    assert M("mf1")([0, 1], [0, 1]) == 1.0
+    # a predicted class absent from y_true lowers macro F1 (counted, F1 = 0) but not balanced accuracy
+    assert M("mf1")([0, 2], [0, 1]) == pytest.approx((1 + 0 + 0) / 3)
+    assert M("bacc")([0, 2], [0, 1]) == pytest.approx((1 + 0) / 2)
+    assert math.isnan(M("kappa")([1, 1], [1, 1]))  # p_e = 1
+    for name in SLEEP:
+        with pytest.raises(ValueError, match="empty"):
+            M(name)(np.array([], dtype=int), np.array([], dtype=int))
+        with pytest.raises(ValueError, match="integer"):
+            M(name)([0.5, 1.0], [0, 1])
+
+
+# -- few-shot linear probe ---------------------------------------------------------------------
+def test_sample_per_class():
+    y = np.array([0] * 5 + [1] * 3 + [2] * 4)
+    idx = sample_per_class(y, 2, seed=0)
+    assert len(idx) == 6 and len(set(idx.tolist())) == 6
+    assert [int((y[idx] == c).sum()) for c in range(3)] == [2, 2, 2]
+    assert np.array_equal(idx, sample_per_class(y, 2, seed=0))
+    assert len({tuple(sample_per_class(y, 2, seed=s)) for s in range(6)}) > 1
+    with pytest.raises(ValueError, match="class 1 has 3"):
+        sample_per_class(y, 4, seed=0)
+
+
+def _blobs(n_per_class, seed, sep=6.0):
+    rng = np.random.default_rng(seed)
+    centres = np.array([[sep, 0, 0, 0], [0, sep, 0, 0], [0, 0, sep, 0]])
+    x = np.concatenate([c + rng.standard_normal((n_per_class, 4)) for c in centres])
+    y = np.repeat(np.arange(3), n_per_class)
+    return x.astype(np.float32), y
+
+
+def test_linear_probe_optimum_and_separable_accuracy():
+    x, y = _blobs(20, seed=1, sep=2.0)
+    l2 = 0.1
+    predict = fit_linear_probe(x, y, 3, l2=l2)
+    # first-order optimality of the regularised cross-entropy, by explicit loops:
+    # dL/dW[j, c] = mean_i z_ij (softmax_ic - [y_i = c]) + l2 W[j, c]
+    z = (x - x.mean(0)) / x.std(0)
+    w, b = predict.weights.numpy(), predict.bias.numpy()
+    grad = l2 * w.copy()
+    for i in range(len(y)):
+        logits = z[i] @ w + b
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        for c in range(3):
+            grad[:, c] += z[i] * (p[c] - (y[i] == c)) / len(y)
+    assert np.abs(grad).max() < 1e-5
+    xs, ys = _blobs(30, seed=2)
+    predict = fit_linear_probe(*_blobs(10, seed=3), 3)
+    assert (predict(xs) == ys).mean() == 1.0
+
+
+def test_fewshot_eval_protocol():
+    xtr, ytr = _blobs(12, seed=4)
+    xte, yte = _blobs(10, seed=5)
+    views = torch.tensor(np.stack([xtr, xtr[:, ::-1].copy()]))  # [k=2, n, d] channel embeddings
+    out = fewshot_eval(views, ytr, np.stack([xte, xte[:, ::-1]]), yte, shots=(2, 5), seeds=(0, 1),
+                       metrics=("acc", "kappa"))
+    assert sorted(out) == [2, 5]
+    for s in out:
+        assert len(out[s]["acc"]["per_seed"]) == 2
+        assert out[s]["acc"]["std"] == pytest.approx(np.std(out[s]["acc"]["per_seed"]))
+    # 2 shots per class (6 points) can misplace the boundary; 5 shots of well-separated blobs cannot
+    assert out[2]["acc"]["mean"] > 0.6
+    assert out[5]["acc"]["mean"] == 1.0 and out[5]["kappa"]["mean"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="s=13"):
+        fewshot_eval(xtr, ytr, xte, yte, shots=(13,), seeds=(0,))
+    with pytest.raises(ValueError, match="train_emb"):
+        fewshot_eval(np.zeros((0, 4)), ytr[:0], xte, yte, shots=(1,), seeds=(0,))
