@@ -30,6 +30,7 @@ class DatasetConfig:
     modalities: list[str] | None = None  # the views, in order; None = all of the adapter's
     options: dict[str, Any] = field(default_factory=dict)  # passed to fusebench.datasets.build
     synthetic_spec: dict[str, Any] = field(default_factory=dict)  # SyntheticSpec fields
+    synthetic_only: bool = False  # embedded data (quickstart): always the synthetic generator
     val_split: str = "val"  # the only split used for model selection
     test_split: str = "test"
 

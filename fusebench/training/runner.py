@@ -109,6 +109,7 @@ def _datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed:
     from fusebench import datasets
 
     ds_cfg = spec.dataset
+    synthetic = synthetic or ds_cfg.synthetic_only
     common = dict(modalities=ds_cfg.modalities, synthetic=synthetic, **ds_cfg.options)
     if synthetic:
         common["synthetic_spec"] = dict(ds_cfg.synthetic_spec)
@@ -334,7 +335,7 @@ def run_one(
         if ckpt is not None and ckpt["phase"] == "pretrain":
             phase.restore(ckpt)
         skip_pretrain = ckpt is not None and ckpt["phase"] == "downstream"  # restored below
-        tp = time.time()
+        tp, start_step = time.time(), phase.step
         bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} pretrain",
                    disable=not progress or skip_pretrain, leave=False)
         while not skip_pretrain and phase.epoch < pt.epochs:
@@ -359,7 +360,7 @@ def run_one(
                 phase.step_in_epoch += 1
                 phase.curves.setdefault("pretrain_loss", []).append(float(loss))
                 bar.update(1)
-                bar.set_postfix(loss=f"{float(loss):.4f}", step_s=f"{(time.time() - tp) / max(1, bar.n - bar.initial + 1):.3f}")
+                bar.set_postfix(loss=f"{float(loss):.4f}", it_s=f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}")
                 if phase.step % phase.every == 0:
                     phase.save()
                 steps_done += 1
@@ -467,7 +468,7 @@ def run_one(
 
 
 def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any]) -> dict[str, Any]:
-    if synthetic:
+    if synthetic or spec.dataset.synthetic_only:
         return {"id": spec.dataset.id, "manifest_hash": "synthetic", "synthetic": True}
     cache = getattr(data["train"], "_cache", None)
     manifest = getattr(cache, "manifest_hash", None)
@@ -554,6 +555,14 @@ def run(
 
         for mid in spec.metrics:
             M.get(mid)
+    if spec.pipeline == "standard" and not (synthetic or spec.dataset.synthetic_only):
+        from fusebench import datasets
+        from fusebench.datasets.base import DatasetNotFoundError
+
+        cls = datasets.get(spec.dataset.id)
+        if data_root is None or not Path(data_root).exists():
+            where = "no --data-root given" if data_root is None else f"--data-root {data_root} does not exist"
+            raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     out = Path(out)
     records = []
     for o in objs:
