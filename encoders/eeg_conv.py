@@ -1,0 +1,193 @@
+"""1D convolutional EEG encoder shared across channels, with the multi-channel linear probe.
+
+Implements the encoder of the M3G paper's EEG experiment (Piran et al. 2024, Appendix A, "EEG
+dataset"), which follows Brüsch, Schmidt & Alstrøm 2023 ("Multi-view self-supervised learning for
+multivariate variable-channel time series", MLSP): six blocks ``Conv1d -> Dropout -> GroupNorm ->
+GELU``; kernel width and stride 3 in the first block and 2 in the other five; 256 kernels in every
+block; a readout ``Conv1d`` with kernel width and stride 1 mapping the 256 channels to the output
+dimension 64. The paper's "intermediate layers 256 ... final output 64" is read as: the six blocks
+have 256 channels and the kernel-1 readout produces the 64-dim output. Convolutions are padded with
+``kernel // 2`` and GroupNorm uses ``channels // 2`` groups (the BENDR convolutional encoder Brüsch et
+al. build on). The per-time-step readout is averaged over time into one embedding per channel.
+
+One encoder is shared by all EEG channels: each channel is a modality / view (the M3G paper,
+Sec. 4.3: "a single common network"), so ``embed`` returns ``[k, n, 64]`` for k channels.
+
+Downstream probe (M3G Appendix A, "Linear Evaluation of the EEG dataset"): "a linear layer is used
+to combine all channel representations" (``combine: Linear(k * 64, 64)`` on the concatenated channel
+embeddings), then "a linear classifier" (``classifier: Linear(64, num_classes)``, 5 sleep stages);
+both are trained from scratch. Their composition is one affine map of the concatenation. A channel
+absent from a sample (``batch["present"]``) contributes a zero embedding.
+
+Shape:
+    batch["modalities"][channel]: ``[n, 1, T]`` (or ``[n, T]``) float
+    embed(batch): ``[k, n, out_dim]``;  forward(batch): logits ``[n, num_classes]``
+    batch["target"]: ``[n]`` long class ids;  predict: ``[n]`` long
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.heads import get_modality, parse_modalities, presence
+
+#: Sleep-EDF / PhysioNet 2018 EEG-style channel names used when ``modalities`` is not given
+DEFAULT_CHANNELS = ("c3", "c4", "f3", "f4", "o1", "o2")
+
+SIZES = {
+    "default": dict(channels=256, out_dim=64, kernels=(3, 2, 2, 2, 2, 2), strides=(3, 2, 2, 2, 2, 2)),
+    "tiny": dict(channels=16, out_dim=8, kernels=(3, 2, 2, 2, 2, 2), strides=(3, 2, 2, 2, 2, 2)),
+}
+
+
+class ConvBlock1d(nn.Sequential):
+    """``Conv1d -> Dropout -> GroupNorm(channels // 2) -> GELU``; ``[n, c_in, T] -> [n, c, ~T/stride]``."""
+
+    def __init__(self, in_channels: int, channels: int, kernel: int, stride: int, dropout: float) -> None:
+        super().__init__(
+            nn.Conv1d(in_channels, channels, kernel, stride=stride, padding=kernel // 2),
+            nn.Dropout(dropout),
+            nn.GroupNorm(max(channels // 2, 1), channels),
+            nn.GELU(),
+        )
+
+
+class EEGConvBackbone(nn.Module):
+    """The shared single-channel encoder: ``[m, 1, T] -> [m, out_dim, T']`` (per-step features)."""
+
+    def __init__(self, channels: int = 256, out_dim: int = 64, kernels: Sequence[int] = (3, 2, 2, 2, 2, 2),
+                 strides: Sequence[int] = (3, 2, 2, 2, 2, 2), dropout: float = 0.1, in_channels: int = 1) -> None:
+        super().__init__()
+        if len(kernels) != len(strides):
+            raise ValueError(f"eeg_conv: kernels {tuple(kernels)} and strides {tuple(strides)} differ in length")
+        blocks = []
+        c_in = in_channels
+        for k, s in zip(kernels, strides):
+            blocks.append(ConvBlock1d(c_in, channels, k, s, dropout))
+            c_in = channels
+        self.blocks = nn.Sequential(*blocks)
+        self.readout = nn.Conv1d(channels, out_dim, kernel_size=1, stride=1)
+        self.receptive_downsample = 1
+        for s in strides:
+            self.receptive_downsample *= s
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.readout(self.blocks(x))
+
+
+class EEGConvEncoder(MultimodalModel):
+    """Channel-shared 1D conv encoder + linear multi-channel probe (see module docstring).
+
+    Args:
+        modalities: EEG channel names (each ``[n, 1, T]``), or a dict name -> 1.
+        size: ``"default"`` (256 channels, 64 out, as in the paper) or ``"tiny"`` (tests).
+        num_classes: classes of the probe (5 sleep stages).
+        dropout: dropout probability inside the conv blocks.
+        channels, out_dim: override the size's widths.
+    """
+
+    def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "default",
+                 num_classes: int = 5, dropout: float = 0.1, channels: int | None = None,
+                 out_dim: int | None = None) -> None:
+        super().__init__()
+        if size not in SIZES:
+            raise ValueError(f"eeg_conv: size must be one of {sorted(SIZES)}, got {size!r}")
+        if modalities is None:
+            modalities = list(DEFAULT_CHANNELS)
+        if isinstance(modalities, Mapping):
+            bad = {k: v for k, v in modalities.items() if v != 1}
+            if bad:
+                raise ValueError(f"eeg_conv: every channel is a 1-channel signal [n, 1, T]; got dims {bad}")
+        elif not isinstance(modalities, str):
+            modalities = {str(m): 1 for m in modalities}
+        mods = parse_modalities("eeg_conv", modalities, {})
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"eeg_conv: num_classes must be an int >= 2, got {num_classes!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"eeg_conv: dropout must lie in [0, 1), got {dropout}")
+        cfg = dict(SIZES[size])
+        if channels is not None:
+            cfg["channels"] = channels
+        if out_dim is not None:
+            cfg["out_dim"] = out_dim
+        self.modalities = list(mods)
+        self.num_features = int(cfg["out_dim"])
+        self.num_classes = num_classes
+        self.config = dict(modalities=self.modalities, size=size, num_classes=num_classes, dropout=dropout, **cfg)
+        self.encoder = EEGConvBackbone(cfg["channels"], cfg["out_dim"], cfg["kernels"], cfg["strides"], dropout)
+        k = len(self.modalities)
+        self.combine = nn.Linear(k * self.num_features, self.num_features)
+        self.classifier = nn.Linear(self.num_features, num_classes)
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def _signals(self, batch: Mapping[str, Any]) -> Tensor:
+        xs = []
+        for name in self.modalities:
+            x = get_modality("eeg_conv", batch, name)
+            if x.dim() == 2:
+                x = x[:, None, :]
+            if x.dim() != 3 or x.shape[1] != 1:
+                raise ValueError(f"eeg_conv: modality {name!r} must be [n, 1, T] (one EEG channel), "
+                                 f"got shape {tuple(x.shape)}")
+            xs.append(x)
+        shapes = {tuple(x.shape) for x in xs}
+        if len(shapes) != 1:
+            raise ValueError(f"eeg_conv: all channels must share one shape [n, 1, T], got {sorted(shapes)}")
+        return torch.stack(xs)  # [k, n, 1, T]
+
+    # -- interface ------------------------------------------------------------------------------
+    def embed(self, batch: Mapping[str, Any]) -> Tensor:
+        """``[k, n, out_dim]``: time-averaged readout per channel, zero where the channel is absent."""
+        x = self._signals(batch).float()
+        k, n = x.shape[:2]
+        h = self.encoder(rearrange(x, "k n c t -> (k n) c t"))  # [(k n), out_dim, T']
+        z = rearrange(h.mean(dim=-1), "(k n) d -> k n d", k=k, n=n)
+        present = presence(batch, self.modalities, n, z.device)
+        return torch.where(present[..., None], z, torch.zeros_like(z))
+
+    def forward(self, batch: Mapping[str, Any]) -> Tensor:
+        z = self.embed(batch)
+        joint = self.combine(rearrange(z, "k n d -> n (k d)"))
+        return self.classifier(joint)
+
+    def task_loss(self, output: Tensor, batch: Mapping[str, Any]) -> Tensor:
+        target = torch.as_tensor(batch["target"], device=output.device)
+        if target.dim() != 1 or target.shape[0] != output.shape[0]:
+            raise ValueError(f"eeg_conv: target must be [n] class ids, got shape {tuple(target.shape)} "
+                             f"for {output.shape[0]} samples")
+        return F.cross_entropy(output, target.long())
+
+    def predict(self, output: Tensor, batch: Mapping[str, Any] | None = None) -> Tensor:
+        return output.argmax(dim=-1)
+
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        yield from self.combine.parameters()
+        yield from self.classifier.parameters()
+
+    # -- benchmark convention -------------------------------------------------------------------
+    @classmethod
+    def benchmark_config(cls) -> dict[str, Any]:
+        """Six channels of 30-s epochs at 100 Hz (Sleep-EDF), the paper's widths."""
+        return dict(modalities=list(DEFAULT_CHANNELS), size="default", num_classes=5)
+
+    @classmethod
+    def example_batch(cls, config: Mapping[str, Any] | None = None, batch_size: int = 16, seed: int = 0,
+                      num_samples: int = 3000) -> dict[str, Any]:
+        """A synthetic collated batch: ``num_samples`` time steps per channel (3000 = 30 s x 100 Hz)."""
+        config = dict(config or cls.benchmark_config())
+        names = list(config.get("modalities") or DEFAULT_CHANNELS)
+        g = torch.Generator().manual_seed(seed)
+        mods = {name: torch.randn(batch_size, 1, num_samples, generator=g) for name in names}
+        target = torch.randint(0, int(config.get("num_classes", 5)), (batch_size,), generator=g)
+        return {"names": names, "modalities": mods, "masks": {},
+                "present": torch.ones(len(names), batch_size, dtype=torch.bool), "target": target,
+                "extra_targets": {}, "meta": [{} for _ in range(batch_size)]}
+
+
+__all__ = ["ConvBlock1d", "EEGConvBackbone", "EEGConvEncoder", "SIZES"]

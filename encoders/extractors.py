@@ -1,0 +1,259 @@
+"""Feature extractors producing the sequence features :mod:`fusebench.encoders.seq_transformer` reads.
+
+From raw text, audio and video frames, following the MMSA-FET conventions of the MOSI / MOSEI /
+CH-SIMS feature files:
+
+* :class:`TextExtractor` — BERT (Devlin et al. 2019): ``BertTokenizer`` + ``BertModel``; the last
+  hidden layer for every token including ``[CLS]`` and ``[SEP]`` -> ``[T, hidden]`` (768 for BERT-base).
+* :class:`HubertExtractor` — HuBERT (Hsu et al. 2021): the waveform is mixed to mono, resampled to
+  16 kHz (``torchaudio.functional.resample``), normalised to zero mean / unit variance, and
+  ``HubertModel``'s last hidden layer is returned -> ``[T', hidden]`` (768 for HuBERT-base; one frame
+  per 20 ms).
+* :class:`CLIPExtractor` — CLIP's image encoder (Radford et al. 2021): each frame ``[3, H, W]`` in
+  [0, 1] is resized (bicubic, shorter side to the model's ``image_size``), centre-cropped, normalised
+  with CLIP's mean/std; ``CLIPVisionModel``'s pooled output (post-LayerNorm class token, 768 for
+  ViT-B) or, with ``projection=True``, ``CLIPVisionModelWithProjection``'s image embedding (512 for
+  ViT-B/32) -> ``[T, dim]``.
+* :class:`LowLevelAudioExtractor` — torchaudio-only frame descriptors, **not eGeMAPS** (openSMILE's
+  eGeMAPS is not available in torchaudio): per 25 ms window / 10 ms hop at 16 kHz, ``n_mfcc`` MFCCs
+  (log-mel based), log RMS energy and spectral centroid (Hz) -> ``[T', n_mfcc + 2]`` (15 by default).
+  It needs no weights.
+
+The model-based extractors never download: ``weights`` must be a local folder written by
+``save_pretrained`` (config + weights, and the vocabulary for BERT), loaded with
+``local_files_only=True``. Without it they refuse with a ``ValueError`` saying what to pass.
+``transformers`` is imported lazily (``pip install 'fusebench[extract]'``).
+
+Command line (one output ``.pt`` holding a list of ``[T_i, d]`` tensors)::
+
+    python -m fusebench.encoders.extractors text  --weights bert-base/ --input lines.txt --output text.pt
+    python -m fusebench.encoders.extractors audio --weights hubert-base/ --input a.wav b.wav --output audio.pt
+    python -m fusebench.encoders.extractors lld   --input a.wav --output lld.pt
+    python -m fusebench.encoders.extractors vision --weights clip-b32/ --input frames.npy --output vision.pt
+
+Shape:
+    TextExtractor(list[str]) -> list of ``[T_i, hidden]``
+    HubertExtractor(waveform ``[T]`` or ``[C, T]``, sample_rate) -> ``[T', hidden]``
+    CLIPExtractor(frames ``[T, 3, H, W]`` in [0, 1]) -> ``[T, dim]``
+    LowLevelAudioExtractor(waveform, sample_rate) -> ``[T', n_mfcc + 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+TARGET_SAMPLE_RATE_HZ = 16_000
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the feature extractors need the 'transformers' package: "
+                          "pip install 'fusebench[extract]'") from e
+    return transformers
+
+
+def _weights_dir(who: str, weights: str | os.PathLike | None) -> Path:
+    if weights is None:
+        raise ValueError(
+            f"{who}: no weights given. Pass weights=PATH (command line: --weights PATH), a local folder "
+            f"written by save_pretrained (config.json + model weights{', vocab' if 'Text' in who else ''}); "
+            f"fusebench never downloads model weights.")
+    path = Path(weights)
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ValueError(f"{who}: weights folder {str(path)!r} does not exist or has no config.json "
+                         f"(expected a folder written by save_pretrained)")
+    return path
+
+
+def _mono_16k(who: str, waveform: Tensor, sample_rate_hz: int) -> Tensor:
+    """``[T]`` or ``[C, T]`` -> mono ``[T']`` at 16 kHz."""
+    import torchaudio.functional as AF
+
+    w = torch.as_tensor(waveform, dtype=torch.float32)
+    if w.dim() == 2:
+        w = w.mean(dim=0)
+    if w.dim() != 1 or w.numel() == 0:
+        raise ValueError(f"{who}: waveform must be [T] or [channels, T] and non-empty, got shape {tuple(w.shape)}")
+    if not isinstance(sample_rate_hz, int) or sample_rate_hz <= 0:
+        raise ValueError(f"{who}: sample_rate_hz must be a positive int, got {sample_rate_hz!r}")
+    if sample_rate_hz != TARGET_SAMPLE_RATE_HZ:
+        w = AF.resample(w, sample_rate_hz, TARGET_SAMPLE_RATE_HZ)
+    return w
+
+
+class TextExtractor:
+    """BERT last-layer token features (see module docstring)."""
+
+    def __init__(self, weights: str | os.PathLike | None = None, max_length: int = 512,
+                 device: str | torch.device = "cpu") -> None:
+        path = _weights_dir("TextExtractor", weights)
+        tf = _transformers()
+        self.tokenizer = tf.BertTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = tf.BertModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        self.max_length = max_length
+        self.device = torch.device(device)
+        self.dim = int(self.model.config.hidden_size)
+
+    @torch.no_grad()
+    def __call__(self, texts: Sequence[str]) -> list[Tensor]:
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise ValueError("TextExtractor: expected a list of strings")
+        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt").to(self.device)
+        hidden = self.model(**enc).last_hidden_state  # [n, T, hidden]
+        lengths = enc["attention_mask"].sum(dim=1).tolist()
+        return [hidden[i, : int(t)].cpu() for i, t in enumerate(lengths)]
+
+
+class HubertExtractor:
+    """HuBERT last-layer frame features of 16-kHz mono audio (see module docstring)."""
+
+    def __init__(self, weights: str | os.PathLike | None = None, device: str | torch.device = "cpu") -> None:
+        path = _weights_dir("HubertExtractor", weights)
+        tf = _transformers()
+        self.model = tf.HubertModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        self.device = torch.device(device)
+        self.dim = int(self.model.config.hidden_size)
+
+    @torch.no_grad()
+    def __call__(self, waveform: Tensor, sample_rate_hz: int) -> Tensor:
+        w = _mono_16k("HubertExtractor", waveform, sample_rate_hz)
+        w = (w - w.mean()) / torch.sqrt(w.var(unbiased=False) + 1e-7)
+        return self.model(w[None].to(self.device)).last_hidden_state[0].cpu()
+
+
+class CLIPExtractor:
+    """CLIP image features per video frame (see module docstring)."""
+
+    def __init__(self, weights: str | os.PathLike | None = None, projection: bool = False,
+                 device: str | torch.device = "cpu") -> None:
+        path = _weights_dir("CLIPExtractor", weights)
+        tf = _transformers()
+        cls = tf.CLIPVisionModelWithProjection if projection else tf.CLIPVisionModel
+        self.model = cls.from_pretrained(path, local_files_only=True).to(device).eval()
+        self.projection = projection
+        self.device = torch.device(device)
+        cfg = self.model.config
+        self.image_size = int(cfg.image_size)
+        self.dim = int(cfg.projection_dim if projection else cfg.hidden_size)
+
+    def preprocess(self, frames: Tensor) -> Tensor:
+        """``[T, 3, H, W]`` in [0, 1] -> ``[T, 3, S, S]`` normalised (S = image_size)."""
+        x = torch.as_tensor(frames, dtype=torch.float32)
+        if x.dim() != 4 or x.shape[1] != 3:
+            raise ValueError(f"CLIPExtractor: frames must be [T, 3, H, W] RGB in [0, 1], got shape {tuple(x.shape)}")
+        s = self.image_size
+        h, w = x.shape[-2:]
+        scale = s / min(h, w)
+        nh, nw = max(s, round(h * scale)), max(s, round(w * scale))
+        x = F.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False, antialias=True).clamp(0, 1)
+        top, left = (nh - s) // 2, (nw - s) // 2
+        x = x[..., top: top + s, left: left + s]
+        mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
+        return (x - mean) / std
+
+    @torch.no_grad()
+    def __call__(self, frames: Tensor, batch_size: int = 64) -> Tensor:
+        x = self.preprocess(frames)
+        out = []
+        for i in range(0, x.shape[0], batch_size):
+            res = self.model(pixel_values=x[i: i + batch_size].to(self.device))
+            out.append((res.image_embeds if self.projection else res.pooler_output).cpu())
+        return torch.cat(out)
+
+
+class LowLevelAudioExtractor:
+    """torchaudio frame descriptors: MFCCs, log RMS energy, spectral centroid (not eGeMAPS)."""
+
+    def __init__(self, n_mfcc: int = 13, n_mels: int = 40, win_ms: float = 25.0, hop_ms: float = 10.0) -> None:
+        import torchaudio.transforms as T
+
+        if n_mfcc < 1 or n_mels < n_mfcc:
+            raise ValueError(f"LowLevelAudioExtractor: need 1 <= n_mfcc <= n_mels, got n_mfcc={n_mfcc}, n_mels={n_mels}")
+        sr = TARGET_SAMPLE_RATE_HZ
+        self.win = int(round(sr * win_ms / 1000))
+        self.hop = int(round(sr * hop_ms / 1000))
+        n_fft = 1 << (self.win - 1).bit_length()
+        self.mfcc = T.MFCC(sample_rate=sr, n_mfcc=n_mfcc, log_mels=True,
+                           melkwargs=dict(n_fft=n_fft, win_length=self.win, hop_length=self.hop, n_mels=n_mels))
+        self.centroid = T.SpectralCentroid(sample_rate=sr, n_fft=n_fft, win_length=self.win, hop_length=self.hop)
+        self.dim = n_mfcc + 2
+
+    @torch.no_grad()
+    def __call__(self, waveform: Tensor, sample_rate_hz: int) -> Tensor:
+        w = _mono_16k("LowLevelAudioExtractor", waveform, sample_rate_hz)
+        mfcc = self.mfcc(w).T  # [T', n_mfcc]
+        centroid = torch.nan_to_num(self.centroid(w))  # [T'] (silent frames: 0)
+        # RMS energy on the same centred frames as the STFT (reflect padding of win // 2 ... n_fft // 2)
+        pad = self.mfcc.MelSpectrogram.spectrogram.n_fft // 2
+        frames = F.pad(w[None, None], (pad, pad), mode="reflect")[0, 0].unfold(0, 2 * pad, self.hop)
+        rms = frames.pow(2).mean(dim=1).sqrt()
+        t = min(mfcc.shape[0], centroid.shape[0], rms.shape[0])
+        return torch.cat([mfcc[:t], torch.log(rms[:t] + 1e-8)[:, None], centroid[:t, None]], dim=1)
+
+
+def _load_audio(path: str) -> tuple[Tensor, int]:
+    import torchaudio
+
+    try:
+        return torchaudio.load(path)
+    except Exception as e:  # noqa: BLE001 - the backend may be missing; say which file failed
+        raise ValueError(f"cannot read audio file {path!r} with torchaudio.load: {e}") from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fusebench.encoders.extractors",
+                                     description="Extract feature sequences (see module docstring).")
+    parser.add_argument("kind", choices=["text", "audio", "lld", "vision"])
+    parser.add_argument("--weights", help="local folder written by save_pretrained (text/audio/vision)")
+    parser.add_argument("--input", nargs="+", required=True,
+                        help="text: a .txt file, one utterance per line; audio/lld: audio files; "
+                             "vision: .npy files of frames [T, H, W, 3] uint8")
+    parser.add_argument("--output", required=True, help="output .pt file (list of [T_i, d] tensors)")
+    parser.add_argument("--projection", action="store_true", help="vision: CLIP projected image embedding")
+    ns = parser.parse_args(argv)
+    try:
+        feats: list[Tensor] = []
+        if ns.kind == "text":
+            ext = TextExtractor(ns.weights)
+            for f in ns.input:
+                lines = [ln.strip() for ln in Path(f).read_text(encoding="utf-8").splitlines() if ln.strip()]
+                feats += ext(lines)
+        elif ns.kind in ("audio", "lld"):
+            ext_a: Any = HubertExtractor(ns.weights) if ns.kind == "audio" else LowLevelAudioExtractor()
+            for f in ns.input:
+                wav, sr = _load_audio(f)
+                feats.append(ext_a(wav, sr))
+        else:
+            import numpy as np
+
+            ext_v = CLIPExtractor(ns.weights, projection=ns.projection)
+            for f in ns.input:
+                frames = torch.from_numpy(np.load(f, allow_pickle=False)).permute(0, 3, 1, 2).float() / 255.0
+                feats.append(ext_v(frames))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.save(feats, ns.output)
+    print(f"wrote {len(feats)} feature sequences to {ns.output}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+
+__all__ = ["CLIPExtractor", "HubertExtractor", "LowLevelAudioExtractor", "TextExtractor", "main"]
