@@ -1,0 +1,349 @@
+"""VoteNet for the 10 SUN RGB-D classes: voting, vote aggregation, proposals, losses, 3D NMS.
+
+Implements Qi, Litany, He & Guibas, "Deep Hough Voting for 3D Object Detection in Point Clouds"
+(ICCV 2019), Sec. 4 and supplementary A.1 / A.2, on top of :mod:`fusebench.encoders.pointnet2`:
+
+* voting (Sec. 4.1): a shared MLP maps each seed ``(x_i, f_i)`` to an offset and a feature residual,
+  vote ``v_i = (x_i + dx_i, f_i + df_i)``; vote features are L2-normalised (reference code);
+* vote loss (Eq. 1): ``L_vote = 1/M_pos sum_i ||dx_i - dx*_i||_1 [s_i on object]``, the target the
+  offset to the centre of a ground-truth box containing the seed (the closest one when several do);
+* vote aggregation (Sec. 4.2): FPS on the votes (K proposals), ball query r = 0.3, nsample 16,
+  shared MLP [128, 128, 128] on ``[(z_i - z_j) / r, h_i]``, max-pool (Eq. 2); then two
+  Conv1d-BN-ReLU and a Conv1d to ``2 + 3 + 2 NH + 4 NS + NC`` outputs;
+* proposal decoding: objectness (2), centre = cluster centre + residual (3), heading class (NH = 12
+  bins centred at ``b * 2pi / NH``) + normalised residual (x pi/NH), size class (NS = 10: one
+  mean-size cluster per class) + residual normalised by the cluster's mean size, semantic class (10);
+* losses (supp. A.2): objectness CE with weights (0.2, 0.8) on proposals whose centre is within
+  0.3 m (positive) or farther than 0.6 m (negative) of the nearest ground-truth centre; centre:
+  chamfer-like squared distance (proposal -> nearest GT on positives, GT -> nearest proposal);
+  heading / size class CE and Huber (delta 1) residuals; semantic CE, all on positives against the
+  nearest GT box; ``L = 10 (L_vote + 0.5 L_obj + L_box + 0.1 L_sem)``,
+  ``L_box = L_center + 0.1 L_hcls + L_hres + 0.1 L_scls + L_sres``;
+* prediction: boxes decoded, per-class rotated 3D NMS (IoU 0.25) scored by objectness, then
+  (VoteNet's SUN RGB-D evaluation setting ``per_class_proposal``) every kept proposal emits one box
+  per class with score ``p_obj * p_sem(c)``, kept when the score exceeds ``conf_thresh`` = 0.05.
+
+Boxes are ``[cx, cy, cz, dx, dy, dz, yaw]`` (full sizes, yaw counter-clockwise about +z; see
+:mod:`fusebench.encoders.boxes3d`). Mean sizes (``dx, dy, dz``, metres) are VoteNet's
+``sunrgbd_utils.type_mean_size`` (the same numbers as mmdet3d's SUN RGB-D VoteNet config).
+
+Fusion of the input modalities: ``fusion="late"`` (default) uses :class:`PointNet2Encoder` — one
+PointNet++ branch per modality sharing the sampling geometry — and fuses the branches' seed features
+with a 1x1 Conv-BN-ReLU, so a pretrained ``pointnet2`` encoder transfers as ``model.encoder``;
+``fusion="early"`` is the paper's architecture (one backbone, colour / height as input channels).
+
+Shape:
+    batch["modalities"]: ``points [n, N, 3]``, optional ``color [n, N, 3]``, ``height [n, N, 1]``;
+    batch["target"]: list of n dicts ``{"boxes": [G, 7], "labels": [G]}``;
+    output: ``seed_xyz [n, S, 3]``, ``vote_xyz [n, S, 3]``, ``aggregated_xyz [n, K, 3]``,
+    ``objectness_logits [n, K, 2]``, ``center [n, K, 3]``, ``heading_logits [n, K, NH]``,
+    ``heading_residuals_normalized [n, K, NH]``, ``size_logits [n, K, NS]``,
+    ``size_residuals_normalized [n, K, NS, 3]``, ``sem_logits [n, K, NC]``;
+    predict: list of n dicts ``{"boxes": [K', 7], "scores": [K'], "labels": [K']}``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.boxes3d import nms_3d, points_in_boxes
+from fusebench.encoders.pointnet2 import (
+    MODALITY_CHANNELS,
+    BackboneConfig,
+    PointNet2Backbone,
+    PointNet2Encoder,
+    SetAbstraction,
+    get_config,
+    modality_inputs,
+    synthetic_scenes,
+)
+
+SUNRGBD_CLASSES = ("bed", "table", "sofa", "chair", "toilet", "desk", "dresser", "night_stand", "bookshelf", "bathtub")
+#: VoteNet sunrgbd_utils.type_mean_size, in SUNRGBD_CLASSES order: full sizes (dx, dy, dz) in metres
+SUNRGBD_MEAN_SIZES = (
+    (2.114256, 1.620300, 0.927272),  # bed
+    (0.791118, 1.279516, 0.718182),  # table
+    (0.923508, 1.867419, 0.845495),  # sofa
+    (0.591958, 0.552978, 0.827272),  # chair
+    (0.699104, 0.454178, 0.756250),  # toilet
+    (0.695190, 1.346299, 0.736364),  # desk
+    (0.528526, 1.002642, 1.172878),  # dresser
+    (0.500618, 0.632163, 0.683424),  # night_stand
+    (0.404671, 1.071108, 1.688889),  # bookshelf
+    (0.765840, 1.398258, 0.472728),  # bathtub
+)
+
+NEAR_THRESHOLD, FAR_THRESHOLD = 0.3, 0.6
+OBJECTNESS_WEIGHTS = (0.2, 0.8)
+
+
+@dataclass(frozen=True)
+class VoteNetConfig:
+    backbone: str | BackboneConfig = "votenet"
+    num_proposals: int = 256
+    vote_radius: float = 0.3
+    vote_nsample: int = 16
+    proposal_mlp: tuple[int, ...] = (128, 128, 128)
+    num_heading_bins: int = 12
+
+
+CONFIGS = {
+    "votenet": VoteNetConfig(),
+    "tiny": VoteNetConfig(backbone="tiny", num_proposals=16, vote_nsample=8, proposal_mlp=(32, 32, 32)),
+}
+
+
+def angle_to_class(angle: Tensor, num_bins: int) -> tuple[Tensor, Tensor]:
+    """Heading bin (centred at ``b * 2pi / NH``) and residual in ``[-pi/NH, pi/NH)``."""
+    w = 2 * math.pi / num_bins
+    shifted = torch.remainder(torch.remainder(angle, 2 * math.pi) + w / 2, 2 * math.pi)
+    cls = torch.floor(shifted / w).long().clamp(max=num_bins - 1)
+    return cls, shifted - (cls.to(angle.dtype) * w + w / 2)
+
+
+def class_to_angle(cls: Tensor, residual: Tensor, num_bins: int) -> Tensor:
+    """Inverse of :func:`angle_to_class`, wrapped to ``[-pi, pi)``."""
+    a = cls.to(residual.dtype) * (2 * math.pi / num_bins) + residual
+    return torch.remainder(a + math.pi, 2 * math.pi) - math.pi
+
+
+def _conv_bn_relu(i: int, o: int) -> list[nn.Module]:
+    return [nn.Conv1d(i, o, 1, bias=False), nn.BatchNorm1d(o), nn.ReLU(inplace=True)]
+
+
+class VoteNet(MultimodalModel):
+    """VoteNet (see module docstring). ``config``: "votenet" (paper) or "tiny" (tests)."""
+
+    def __init__(self, modalities: Sequence[str] = ("points", "color", "height"), config: str | VoteNetConfig = "votenet",
+                 fusion: str = "late", num_classes: int = 10, mean_sizes: Sequence[Sequence[float]] | None = None,
+                 nms_iou: float = 0.25, per_class_proposal: bool = True, conf_thresh: float = 0.05) -> None:
+        super().__init__()
+        if isinstance(config, str):
+            if config not in CONFIGS:
+                raise ValueError(f"votenet: unknown config {config!r}; expected one of {sorted(CONFIGS)}")
+            config = CONFIGS[config]
+        if fusion not in ("late", "early"):
+            raise ValueError(f"votenet: fusion must be 'late' or 'early', got {fusion!r}")
+        modalities = list(modalities)
+        if "points" not in modalities:
+            raise ValueError(f"votenet: modalities must include 'points', got {modalities}")
+        if mean_sizes is None:
+            if num_classes != len(SUNRGBD_MEAN_SIZES):
+                raise ValueError(f"votenet: mean_sizes [num_classes, 3] is required for num_classes={num_classes} != 10")
+            mean_sizes = SUNRGBD_MEAN_SIZES
+        ms = torch.as_tensor(np.asarray(mean_sizes, dtype=np.float32))
+        if ms.shape != (num_classes, 3) or bool((ms <= 0).any()):
+            raise ValueError(f"votenet: mean_sizes must be positive with shape [{num_classes}, 3], got {tuple(ms.shape)}")
+        self.register_buffer("mean_sizes", ms)
+        self.cfg, self.fusion, self.num_classes = config, fusion, num_classes
+        self.nms_iou, self.per_class_proposal, self.conf_thresh = nms_iou, per_class_proposal, conf_thresh
+        self.modalities = modalities
+        bcfg = get_config(config.backbone)
+        c = bcfg.fp_mlps[-1][-1]
+        if fusion == "late":
+            self.encoder: nn.Module = PointNet2Encoder(modalities, bcfg)
+            k = len(modalities)
+            self.fuse = nn.Sequential(*_conv_bn_relu(k * c, c)) if k > 1 else nn.Identity()
+        else:
+            self.encoder = PointNet2Backbone(sum(MODALITY_CHANNELS[m] for m in modalities), bcfg, use_xyz=True)
+            self.fuse = nn.Identity()
+        self.num_features = c
+        self.vote = nn.Sequential(*_conv_bn_relu(c, c), *_conv_bn_relu(c, c), nn.Conv1d(c, 3 + c, 1))
+        self.aggregate = SetAbstraction(config.num_proposals, config.vote_radius, config.vote_nsample, c,
+                                        config.proposal_mlp, use_xyz=True, normalize_xyz=True)
+        p = config.proposal_mlp[-1]
+        nh, ns, nc = config.num_heading_bins, num_classes, num_classes
+        self.proposal = nn.Sequential(*_conv_bn_relu(p, p), *_conv_bn_relu(p, p),
+                                      nn.Conv1d(p, 2 + 3 + 2 * nh + 4 * ns + nc, 1))
+        self.loss_terms: dict[str, float] = {}
+
+    # ---------------------------------------------------------------------------------------
+    def _seeds(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
+        if self.fusion == "late":
+            out = self.encoder(batch)
+            feats = torch.cat([out["seed_features"][m] for m in self.modalities], dim=1)
+            return out["seed_xyz"], self.fuse(feats), out["seed_inds"]
+        xyz, feats = modality_inputs(batch, self.modalities)
+        extra = [feats[m] for m in self.modalities if m != "points"]
+        out = self.encoder(xyz, torch.cat(extra, dim=1) if extra else None)
+        return out["seed_xyz"], out["seed_features"], out["seed_inds"]
+
+    def forward(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        seed_xyz, seed_feat, seed_inds = self._seeds(batch)
+        v = self.vote(seed_feat)  # [B, 3 + C, S]
+        vote_xyz = seed_xyz + rearrange(v[:, :3], "b c s -> b s c")
+        vote_feat = seed_feat + v[:, 3:]
+        vote_feat = vote_feat / vote_feat.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        agg_xyz, agg_feat, _ = self.aggregate(vote_xyz, vote_feat)  # FPS on the votes
+        net = rearrange(self.proposal(agg_feat), "b c k -> b k c")
+        nh, ns = self.cfg.num_heading_bins, self.num_classes
+        i = 0
+
+        def take(n: int) -> Tensor:
+            nonlocal i
+            out = net[..., i : i + n]
+            i += n
+            return out
+
+        obj, ctr, hcls, hres = take(2), take(3), take(nh), take(nh)
+        scls, sres = take(ns), rearrange(take(3 * ns), "b k (s c) -> b k s c", c=3)
+        sem = take(self.num_classes)
+        return {
+            "seed_xyz": seed_xyz, "seed_inds": seed_inds, "vote_xyz": vote_xyz, "aggregated_xyz": agg_xyz,
+            "objectness_logits": obj, "center": agg_xyz + ctr,
+            "heading_logits": hcls, "heading_residuals_normalized": hres,
+            "heading_residuals": hres * (math.pi / nh),
+            "size_logits": scls, "size_residuals_normalized": sres,
+            "size_residuals": sres * self.mean_sizes, "sem_logits": sem,
+        }
+
+    def embed(self, batch: dict[str, Any]) -> Tensor:
+        if self.fusion != "late":
+            raise ValueError("votenet: per-modality embeddings need fusion='late' (one branch per modality)")
+        return self.encoder.embed(batch)
+
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        for mod in (self.fuse, self.vote, self.aggregate, self.proposal):
+            yield from mod.parameters()
+
+    # ---------------------------------------------------------------------------------------
+    def _targets(self, batch: dict[str, Any], b: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """Padded ``boxes [B, G, 7]``, ``labels [B, G]``, ``valid [B, G]`` (G >= 1)."""
+        tgt = batch.get("target") if isinstance(batch, dict) else None
+        if not isinstance(tgt, (list, tuple)) or len(tgt) != b:
+            raise ValueError(f"votenet: batch['target'] must be a list of {b} dicts {{'boxes': [G, 7], 'labels': [G]}}")
+        g = max([1] + [len(t["boxes"]) for t in tgt])
+        boxes = torch.zeros(b, g, 7, device=device)
+        boxes[..., 3:6] = 1.0
+        labels = torch.zeros(b, g, dtype=torch.long, device=device)
+        valid = torch.zeros(b, g, dtype=torch.bool, device=device)
+        for i, t in enumerate(tgt):
+            if not isinstance(t, dict) or "boxes" not in t or "labels" not in t:
+                raise ValueError("votenet: each target must be a dict with 'boxes' [G, 7] and 'labels' [G]")
+            bx = torch.as_tensor(np.asarray(t["boxes"], dtype=np.float32)).reshape(-1, 7) if not isinstance(
+                t["boxes"], Tensor) else t["boxes"].float().reshape(-1, 7)
+            lb = torch.as_tensor(np.asarray(t["labels"])).long().reshape(-1) if not isinstance(
+                t["labels"], Tensor) else t["labels"].long().reshape(-1)
+            if len(lb) != len(bx):
+                raise ValueError(f"votenet: target {i} has {len(bx)} boxes but {len(lb)} labels")
+            if len(lb) and (int(lb.min()) < 0 or int(lb.max()) >= self.num_classes):
+                raise ValueError(f"votenet: target {i} labels must be in [0, {self.num_classes}), got {lb.tolist()}")
+            n = len(lb)
+            boxes[i, :n], labels[i, :n], valid[i, :n] = bx.to(device), lb.to(device), True
+        return boxes, labels, valid
+
+    def task_loss(self, output: dict[str, Tensor], batch: dict[str, Any]) -> Tensor:
+        b = output["center"].shape[0]
+        gt, lab, valid = self._targets(batch, b, output["center"].device)
+        inf = torch.finfo(output["center"].dtype).max
+        # vote loss (Eq. 1)
+        inside = points_in_boxes(output["seed_xyz"].detach(), gt) & valid[:, None, :]  # [B, S, G]
+        l1 = (output["vote_xyz"][:, :, None, :] - gt[:, None, :, :3]).abs().sum(-1)  # [B, S, G]
+        vmin = torch.where(inside, l1, torch.full_like(l1, inf)).amin(-1)
+        on_obj = inside.any(-1)
+        vote_loss = torch.where(on_obj, vmin, torch.zeros_like(vmin)).sum() / (on_obj.sum() + 1e-6)
+        # objectness targets from the distance of cluster centres to GT centres
+        d = torch.cdist(output["aggregated_xyz"].detach(), gt[..., :3])
+        d = torch.where(valid[:, None, :], d, torch.full_like(d, inf))
+        dmin, assign = d.min(-1)  # [B, K]
+        pos = (dmin < NEAR_THRESHOLD).float()
+        obj_mask = ((dmin < NEAR_THRESHOLD) | (dmin > FAR_THRESHOLD)).float()
+        w = output["objectness_logits"].new_tensor(OBJECTNESS_WEIGHTS)
+        ce = F.cross_entropy(rearrange(output["objectness_logits"], "b k c -> b c k"), pos.long(), weight=w, reduction="none")
+        obj_loss = (ce * obj_mask).sum() / (obj_mask.sum() + 1e-6)
+        # centre: chamfer-like squared distances
+        sq = ((output["center"][:, :, None, :] - gt[:, None, :, :3]) ** 2).sum(-1)  # [B, K, G]
+        big = torch.full_like(sq, inf)
+        d1 = torch.where(valid[:, None, :], sq, big).amin(-1)
+        d2 = sq.amin(1)  # [B, G]
+        c1 = torch.where(pos > 0, d1, torch.zeros_like(d1)).sum() / (pos.sum() + 1e-6)
+        c2 = torch.where(valid, d2, torch.zeros_like(d2)).sum() / (valid.sum() + 1e-6)
+        center_loss = c1 + c2
+        # heading, size, semantics against the assigned (nearest) GT box, on positives
+        agt = torch.gather(gt, 1, assign[..., None].expand(-1, -1, 7))  # [B, K, 7]
+        alab = torch.gather(lab, 1, assign)
+        nh = self.cfg.num_heading_bins
+        hcls, hres = angle_to_class(agt[..., 6], nh)
+        npos = pos.sum() + 1e-6
+
+        def wmean(x: Tensor) -> Tensor:
+            return (x * pos).sum() / npos
+
+        hcls_loss = wmean(F.cross_entropy(rearrange(output["heading_logits"], "b k c -> b c k"), hcls, reduction="none"))
+        hpred = torch.gather(output["heading_residuals_normalized"], 2, hcls[..., None])[..., 0]
+        hres_loss = wmean(F.huber_loss(hpred, hres / (math.pi / nh), delta=1.0, reduction="none"))
+        scls_loss = wmean(F.cross_entropy(rearrange(output["size_logits"], "b k c -> b c k"), alab, reduction="none"))
+        mean = self.mean_sizes[alab]  # [B, K, 3]
+        spred = torch.gather(output["size_residuals_normalized"], 2, alab[..., None, None].expand(-1, -1, 1, 3))[:, :, 0]
+        sres_loss = wmean(F.huber_loss(spred, (agt[..., 3:6] - mean) / mean, delta=1.0, reduction="none").mean(-1))
+        sem_loss = wmean(F.cross_entropy(rearrange(output["sem_logits"], "b k c -> b c k"), alab, reduction="none"))
+        box_loss = center_loss + 0.1 * hcls_loss + hres_loss + 0.1 * scls_loss + sres_loss
+        loss = 10.0 * (vote_loss + 0.5 * obj_loss + box_loss + 0.1 * sem_loss)
+        self.loss_terms = {k: float(v.detach()) for k, v in {
+            "vote": vote_loss, "objectness": obj_loss, "center": center_loss, "heading_cls": hcls_loss,
+            "heading_reg": hres_loss, "size_cls": scls_loss, "size_reg": sres_loss, "sem_cls": sem_loss,
+            "positive_ratio": pos.mean(), "total": loss}.items()}
+        return loss
+
+    @classmethod
+    def benchmark_config(cls) -> dict[str, Any]:
+        """The paper's SUN RGB-D network (20k points, 256 proposals), late fusion of 3 branches."""
+        return dict(modalities=["points", "color", "height"], config="votenet", fusion="late")
+
+    @classmethod
+    def example_batch(cls, config: dict[str, Any] | None = None, batch_size: int = 2, seed: int = 0,
+                      num_points: int | None = None) -> dict[str, Any]:
+        """Synthetic collated scenes with box targets (see :func:`pointnet2.synthetic_scenes`)."""
+        config = dict(config or cls.benchmark_config())
+        vcfg = config.get("config", "votenet")
+        vcfg = CONFIGS[vcfg] if isinstance(vcfg, str) else vcfg
+        n = num_points or get_config(vcfg.backbone).num_points
+        return synthetic_scenes(batch_size, n, seed, list(config.get("modalities") or ("points", "color", "height")),
+                                num_classes=int(config.get("num_classes", 10)))
+
+    # ---------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, output: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Decoded ``boxes [B, K, 7]``, ``objectness [B, K]`` probability, ``sem_prob [B, K, NC]``."""
+        nh = self.cfg.num_heading_bins
+        hcls = output["heading_logits"].argmax(-1)
+        hres = torch.gather(output["heading_residuals"], 2, hcls[..., None])[..., 0]
+        yaw = class_to_angle(hcls, hres, nh)
+        scls = output["size_logits"].argmax(-1)
+        sres = torch.gather(output["size_residuals"], 2, scls[..., None, None].expand(-1, -1, 1, 3))[:, :, 0]
+        size = (self.mean_sizes[scls] + sres).clamp(min=0.0)  # a negative residual cannot flip a box
+        boxes = torch.cat([output["center"], size, yaw[..., None]], dim=-1)
+        return {"boxes": boxes, "objectness": output["objectness_logits"].softmax(-1)[..., 1],
+                "sem_prob": output["sem_logits"].softmax(-1)}
+
+    @torch.no_grad()
+    def predict(self, output: dict[str, Tensor], batch: dict[str, Any] | None = None) -> list[dict[str, Tensor]]:
+        dec = self.decode(output)
+        results = []
+        for boxes, obj, sem in zip(dec["boxes"].cpu(), dec["objectness"].cpu(), dec["sem_prob"].cpu()):
+            cls = sem.argmax(-1)
+            keep = nms_3d(boxes, obj, self.nms_iou, labels=cls)
+            boxes, obj, sem, cls = boxes[keep], obj[keep], sem[keep], cls[keep]
+            if self.per_class_proposal:
+                k = len(keep)
+                scores = rearrange(obj[:, None] * sem, "k c -> (k c)")
+                labels = torch.arange(self.num_classes).repeat(k)
+                boxes = boxes.repeat_interleave(self.num_classes, dim=0)
+            else:
+                scores, labels = obj, cls
+            m = scores > self.conf_thresh
+            results.append({"boxes": boxes[m], "scores": scores[m], "labels": labels[m]})
+        return results
+
+
+__all__ = ["CONFIGS", "SUNRGBD_CLASSES", "SUNRGBD_MEAN_SIZES", "VoteNet", "VoteNetConfig", "angle_to_class",
+           "class_to_angle"]

@@ -1,0 +1,299 @@
+"""PointNet++ primitives against slow explicit-loop references, the per-modality encoder, VoteNet
+(forward/backward, losses, overfitting one scene, prediction) and 3D NMS."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fusebench.encoders import build
+from fusebench.encoders.boxes3d import nms_3d
+from fusebench.encoders.pointnet2 import (
+    PointNet2Encoder,
+    modality_inputs,
+    SetAbstraction,
+    ball_query,
+    farthest_point_sample,
+    three_nn_interpolate,
+)
+from fusebench.encoders.votenet import SUNRGBD_MEAN_SIZES, VoteNet, angle_to_class, class_to_angle
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+# ------------------------------------------------------------------------------------------
+# primitives vs slow loops
+# ------------------------------------------------------------------------------------------
+
+
+def slow_fps(pts: np.ndarray, m: int) -> list[int]:
+    chosen = [0]
+    for _ in range(1, m):
+        best, best_d = -1, -1.0
+        for i in range(len(pts)):
+            d = min(float(np.sum((pts[i] - pts[j]) ** 2)) for j in chosen)
+            if d > best_d:
+                best, best_d = i, d
+        chosen.append(best)
+    return chosen
+
+
+def test_fps_matches_slow_loop_and_spreads_points():
+    g = torch.Generator().manual_seed(0)
+    xyz = torch.rand(2, 120, 3, generator=g, dtype=torch.float64)
+    idx = farthest_point_sample(xyz, 16)
+    for b in range(2):
+        assert idx[b].tolist() == slow_fps(xyz[b].numpy(), 16)
+    # FPS points are pairwise farther apart than the same number of points taken in index order
+    sel = xyz[0, idx[0]]
+    d_fps = torch.cdist(sel, sel) + torch.eye(16, dtype=xyz.dtype) * 9
+    first = xyz[0, :16]
+    d_first = torch.cdist(first, first) + torch.eye(16, dtype=xyz.dtype) * 9
+    assert d_fps.min() > d_first.min()
+
+
+def test_ball_query_matches_slow_loop():
+    g = torch.Generator().manual_seed(1)
+    xyz = torch.rand(2, 200, 3, generator=g)
+    centers = torch.cat([xyz[:, :10], torch.full((2, 1, 3), 5.0)], dim=1)  # the last ball is empty
+    r, k = 0.25, 8
+    got = ball_query(xyz, centers, r, k, chunk=4)
+    for b in range(2):
+        for s in range(centers.shape[1]):
+            inside = [i for i in range(200) if float(((xyz[b, i] - centers[b, s]) ** 2).sum()) < r * r][:k]
+            want = inside + [inside[0] if inside else 0] * (k - len(inside))
+            assert got[b, s].tolist() == want
+
+
+def test_three_nn_interpolation_matches_slow_loop():
+    g = torch.Generator().manual_seed(2)
+    unknown, known = torch.rand(2, 30, 3, generator=g, dtype=torch.float64), torch.rand(2, 12, 3, generator=g, dtype=torch.float64)
+    feats = torch.randn(2, 5, 12, generator=g, dtype=torch.float64)
+    got = three_nn_interpolate(unknown, known, feats)
+    for b in range(2):
+        for i in range(30):
+            d = sorted((float(torch.linalg.norm(unknown[b, i] - known[b, j])), j) for j in range(12))[:3]
+            w = [1 / (dd + 1e-8) for dd, _ in d]
+            want = sum(wi * feats[b, :, j] for wi, (_, j) in zip(w, d)) / sum(w)
+            assert torch.allclose(got[b, :, i], want, atol=1e-10)
+
+
+def test_set_abstraction_is_max_of_shared_mlp_over_ball():
+    torch.manual_seed(0)
+    sa = SetAbstraction(npoint=8, radius=0.3, nsample=6, in_features=2, mlp=[4, 5]).eval()
+    xyz, feats = torch.rand(1, 40, 3), torch.randn(1, 2, 40)
+    new_xyz, out, grouping = sa(xyz, feats)
+    assert new_xyz.shape == (1, 8, 3) and out.shape == (1, 5, 8)
+    s = 3
+    nb = grouping.ball_idx[0, s]
+    x = torch.cat([(xyz[0, nb] - new_xyz[0, s]) / 0.3, feats[0, :, nb].T], dim=1)  # [K, 5]
+    h = sa.mlp(x.T[None, :, None, :])[0, :, 0]  # the same shared MLP, applied neighbour by neighbour
+    assert torch.allclose(out[0, :, s], h.max(dim=1).values, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# encoder views
+# ------------------------------------------------------------------------------------------
+
+
+def scene_batch(n_scenes: int = 1, n_points: int = 256, seed: int = 0):
+    """Synthetic scenes: points on two boxes (a bed and a chair) plus a floor patch."""
+    g = torch.Generator().manual_seed(seed)
+    boxes = torch.tensor([[1.0, 2.0, 0.5, 1.2, 0.8, 1.0, 0.3], [-1.0, 3.0, 0.4, 0.6, 0.6, 0.8, -1.0]])
+    labels = torch.tensor([0, 3])
+    pts = []
+    for bx in boxes:
+        loc = (torch.rand(n_points // 3, 3, generator=g) - 0.5) * bx[3:6]
+        c, s = math.cos(bx[6]), math.sin(bx[6])
+        pts.append(torch.stack([c * loc[:, 0] - s * loc[:, 1] + bx[0], s * loc[:, 0] + c * loc[:, 1] + bx[1],
+                                loc[:, 2] + bx[2]], 1))
+    rest = n_points - sum(len(p) for p in pts)
+    pts.append(torch.rand(rest, 3, generator=g) * torch.tensor([4.0, 4.0, 0.05]) + torch.tensor([-2.0, 1.0, 0.0]))
+    p = torch.cat(pts)
+    points = p[None].repeat(n_scenes, 1, 1)
+    return {
+        "names": ["points", "color", "height"],
+        "modalities": {"points": points, "color": torch.rand(n_scenes, n_points, 3, generator=g),
+                       "height": points[..., 2:3].clone()},
+        "target": [{"boxes": boxes.clone(), "labels": labels.clone()} for _ in range(n_scenes)],
+    }
+
+
+def test_encoder_views_are_modality_specific():
+    torch.manual_seed(0)
+    enc = build("pointnet2", config="tiny").eval()
+    batch = scene_batch(2)
+    e = enc.embed(batch)
+    assert e.shape == (3, 2, enc.num_features) and enc.modalities == ["points", "color", "height"]
+    # changing the colours changes only the colour view; changing heights only the height view
+    b2 = scene_batch(2)
+    b2["modalities"]["color"] = torch.rand_like(b2["modalities"]["color"])
+    e2 = enc.embed(b2)
+    assert torch.allclose(e2[0], e[0]) and torch.allclose(e2[2], e[2]) and not torch.allclose(e2[1], e[1])
+    b3 = scene_batch(2)
+    b3["modalities"]["height"] = b3["modalities"]["height"] + 0.5
+    e3 = enc.embed(b3)
+    assert torch.allclose(e3[0], e[0]) and torch.allclose(e3[1], e[1]) and not torch.allclose(e3[2], e[2])
+
+
+def test_encoder_bad_input_and_missing_height_fallback():
+    enc = PointNet2Encoder(modalities=("points", "height"), config="tiny").eval()
+    batch = scene_batch(1)
+    del batch["modalities"]["height"]  # computed as z - 1st percentile of z, as VoteNet does
+    assert enc.embed(batch).shape == (2, 1, enc.num_features)
+    with pytest.raises(ValueError, match="at least 64 points"):
+        enc.embed({"modalities": {"points": torch.rand(1, 20, 3)}})
+    with pytest.raises(ValueError, match="modalities"):
+        PointNet2Encoder(modalities=("points", "depth"), config="tiny")
+    with pytest.raises(NotImplementedError, match="votenet"):
+        enc.task_loss({}, batch)
+    with pytest.raises(ValueError, match="color"):
+        PointNet2Encoder(modalities=("points", "color"), config="tiny").embed({"modalities": {"points": torch.rand(1, 256, 3)}})
+
+
+# ------------------------------------------------------------------------------------------
+# VoteNet
+# ------------------------------------------------------------------------------------------
+
+
+def test_heading_bins_by_hand():
+    # 12 bins of 30 degrees centred at 0, 30, 60, ... degrees
+    a = torch.tensor([0.0, math.pi / 12 * 0.999, math.pi / 12, -math.pi / 2, math.pi])
+    cls, res = angle_to_class(a, 12)
+    assert cls.tolist() == [0, 0, 1, 9, 6]
+    assert res.tolist() == pytest.approx([0.0, math.pi / 12 * 0.999, -math.pi / 12, 0.0, 0.0], abs=1e-6)
+    back = class_to_angle(cls, res, 12)
+    assert back.tolist() == pytest.approx([0.0, math.pi / 12 * 0.999, math.pi / 12, -math.pi / 2, -math.pi], abs=1e-6)
+
+
+def test_votenet_forward_backward_shapes():
+    torch.manual_seed(0)
+    model = build("votenet", config="tiny")
+    batch = scene_batch(2)
+    out = model(batch)
+    k = model.cfg.num_proposals
+    assert out["center"].shape == (2, k, 3) and out["objectness_logits"].shape == (2, k, 2)
+    assert out["heading_logits"].shape == (2, k, 12) and out["size_residuals"].shape == (2, k, 10, 3)
+    assert out["sem_logits"].shape == (2, k, 10) and out["vote_xyz"].shape == out["seed_xyz"].shape
+    loss = model.task_loss(out, batch)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+    head = list(model.head_parameters())
+    assert head and all(p.grad is not None for p in head)
+    assert all(p.grad is not None for p in model.encoder_parameters())
+    assert model.mean_sizes[0].tolist() == pytest.approx(SUNRGBD_MEAN_SIZES[0])
+    assert model.embed(batch).shape == (3, 2, model.num_features)
+
+
+def test_votenet_overfits_one_scene():
+    torch.manual_seed(0)
+    model = VoteNet(config="tiny")
+    batch = scene_batch(1)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    totals, votes = [], []
+    for _ in range(20):
+        loss = model.task_loss(model(batch), batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        totals.append(loss.item())
+        votes.append(model.loss_terms["vote"])
+    # the vote regression is a fixed target: it must fall clearly; the total (whose box terms switch
+    # on and off as proposals enter / leave the 0.3 m positive radius) must fall on average
+    assert np.mean(votes[-5:]) < 0.8 * np.mean(votes[:5])
+    assert np.mean(totals[-5:]) < 0.8 * np.mean(totals[:5])
+
+
+def test_votenet_early_fusion_and_empty_scene():
+    torch.manual_seed(0)
+    model = VoteNet(modalities=("points", "height"), config="tiny", fusion="early")
+    batch = scene_batch(2)
+    batch["target"][1] = {"boxes": torch.zeros(0, 7), "labels": torch.zeros(0, dtype=torch.long)}
+    loss = model.task_loss(model(batch), batch)
+    assert torch.isfinite(loss)
+    loss.backward()
+    with pytest.raises(ValueError, match="fusion='late'"):
+        model.embed(batch)
+    with pytest.raises(ValueError, match="labels must be in"):
+        bad = scene_batch(2)
+        bad["target"][0]["labels"] = torch.tensor([0, 11])
+        model.task_loss(model(bad), bad)
+
+
+def test_votenet_predict_format():
+    torch.manual_seed(0)
+    model = VoteNet(config="tiny").eval()
+    batch = scene_batch(2)
+    with torch.no_grad():
+        preds = model.predict(model(batch), batch)
+    assert len(preds) == 2
+    for p in preds:
+        assert p["boxes"].shape[1] == 7 and p["boxes"].shape[0] == p["scores"].shape[0] == p["labels"].shape[0]
+        assert bool((p["scores"] > model.conf_thresh).all()) and bool((p["boxes"][:, 3:6] >= 0).all())
+        assert bool(((p["labels"] >= 0) & (p["labels"] < 10)).all())
+
+
+def test_nms_per_class():
+    boxes = torch.tensor([
+        [0.0, 0, 0, 1, 1, 1, 0],    # 0: class 0, score 0.9 -> kept
+        [0.1, 0, 0, 1, 1, 1, 0],    # 1: class 0, IoU 0.9/1.1 with 0 -> suppressed
+        [0.1, 0, 0, 1, 1, 1, 0.2],  # 2: class 1, overlaps 0 but another class -> kept
+        [5.0, 0, 0, 1, 1, 1, 0],    # 3: class 0, far away -> kept
+        [1.25, 5, 0, 1.5, 1, 1, 0],  # 4: class 0, IoU with 5 exactly 1/4 (not > 0.25) -> kept
+        [0.5, 5, 0, 1, 1, 1, 0],    # 5: class 0, score 0.95 -> kept
+    ], dtype=torch.float64)
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.3, 0.2, 0.95], dtype=torch.float64)
+    labels = torch.tensor([0, 0, 1, 0, 0, 0])
+    keep = nms_3d(boxes, scores, 0.25, labels=labels)
+    assert keep.tolist() == [5, 0, 2, 3, 4]
+    # without labels, box 2 (IoU with box 0 well above 0.25) is suppressed too
+    assert nms_3d(boxes, scores, 0.25).tolist() == [5, 0, 3, 4]
+
+
+def test_votenet_on_real_sunrgbd_points(fixtures_dir):
+    raw = np.fromfile(fixtures_dir / "sunrgbd" / "mmdet3d_tests" / "points" / "000001.bin", dtype=np.float32)
+    pts = raw.reshape(-1, 6)
+    assert pts.shape == (100, 6)
+    rng = np.random.default_rng(0)
+    choice = rng.choice(len(pts), 256, replace=True)  # VoteNet samples with replacement below N points
+    pts = torch.from_numpy(pts[choice])
+    xyz = pts[None, :, :3]
+    height = xyz[..., 2:3] - torch.quantile(xyz[..., 2], 0.01)
+    # frame 000001's bed / night_stand / dresser boxes (mmdet3d info, labels 0, 7, 6)
+    boxes = torch.tensor([[1.047307, 4.168696, -0.246859, 2.30207, 1.887584, 1.969614, -1.6956494],
+                          [2.583086, 4.811675, -0.786667, 0.585172, 0.883176, 0.973334, -1.6499951],
+                          [-1.086364, 1.904545, -0.147727, 0.71281, 1.563134, 2.104546, -0.1022069]])
+    batch = {"modalities": {"points": xyz, "color": pts[None, :, 3:6], "height": height},
+             "target": [{"boxes": boxes, "labels": torch.tensor([0, 7, 6])}]}
+    torch.manual_seed(0)
+    model = VoteNet(config="tiny")
+    out = model(batch)
+    loss = model.task_loss(out, batch)
+    assert torch.isfinite(loss)
+    loss.backward()
+    model.eval()
+    with torch.no_grad():
+        preds = model.predict(model(batch), batch)
+    assert preds[0]["boxes"].shape[1] == 7
+
+
+def test_height_fallback_is_votenet_floor_percentile():
+    # VoteNet: floor = np.percentile(z, 0.99) (the 0.99th percentile), height = z - floor
+    batch = scene_batch(1)
+    del batch["modalities"]["height"]
+    _, feats = modality_inputs(batch, ["points", "height"])
+    z = batch["modalities"]["points"][0, :, 2].double().numpy()
+    assert np.allclose(feats["height"][0, 0].numpy(), z - np.percentile(z, 0.99), atol=1e-5)
+
+
+def test_example_batch_runs_a_training_step():
+    cfg = dict(modalities=["points", "height"], config="tiny", fusion="early")
+    batch = VoteNet.example_batch(cfg, batch_size=2, seed=3)
+    assert batch["modalities"]["points"].shape == (2, 256, 3) and len(batch["target"]) == 2
+    model = VoteNet(**cfg)
+    loss = model.task_loss(model(batch), batch)
+    assert torch.isfinite(loss)
+    loss.backward()
