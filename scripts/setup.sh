@@ -20,6 +20,6 @@ if ! "$PY" -c 'import torch, torchaudio, sys; sys.exit(torch.__version__.split("
 fi
 
 if ! "$PY" -c 'import fusebench, open3d' 2>/dev/null || [ pyproject.toml -nt .setup-stamp ]; then
-  "$PY" -m pip install -q -e ".[test,pointcloud,audio]"
+  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract]"
   touch .setup-stamp
 fi

@@ -89,7 +89,7 @@ def run_gaussian_mi(spec: BenchmarkSpec, objective: str, seed: int, cell: Path, 
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            curves.setdefault(f"loss_M{m}", []).append(float(loss))
+            curves.setdefault(f"loss_M{m}", []).append(float(loss.detach()))
         ge = torch.Generator().manual_seed(10**6 + seed * 31 + m)  # fresh evaluation batches
         with torch.no_grad():
             losses = [float(loss_fn(net(sample_views(k, m, sigma0, sigma, ge).to(dev)))) for _ in range(eval_batches)]

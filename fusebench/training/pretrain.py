@@ -17,30 +17,20 @@ How each objective is fed (``objective.input_kind``):
 
 from __future__ import annotations
 
-import copy
-import math
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from fusebench.encoders.heads import EMATeacher, Predictor, ProjectionHead
 from fusebench.training.config import PretrainConfig
 
 
-def mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Module:
-    """Projection head / predictor: Linear -> GELU -> Linear."""
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, out_dim))
-
-
-def ema_momentum(base: float, step: int, total_steps: int) -> float:
-    """BYOL cosine schedule: base -> 1 over training."""
-    if total_steps <= 1:
-        return base
-    return 1.0 - (1.0 - base) * (math.cos(math.pi * min(step, total_steps) / total_steps) + 1.0) / 2.0
-
-
 class Pretrainer(nn.Module):
-    def __init__(self, model: nn.Module, objective: nn.Module, cfg: PretrainConfig) -> None:
+    """Encoder + heads + objective; ``forward(batch)`` is the pretraining loss of one batch.
+    ``total_steps`` sets the EMA teacher's cosine momentum schedule."""
+
+    def __init__(self, model: nn.Module, objective: nn.Module, cfg: PretrainConfig, total_steps: int = 1) -> None:
         super().__init__()
         self.model = model
         self.objective = objective
@@ -48,33 +38,27 @@ class Pretrainer(nn.Module):
         self.kind = getattr(objective, "input_kind", "views")
         mods = list(model.modalities)
         f, p, h = model.num_features, cfg.projection_dim, cfg.projection_hidden
-        self.proj = nn.ModuleDict({m: mlp(f, h, p) for m in mods})
+        self.proj = nn.ModuleDict({m: ProjectionHead(f, h, p) for m in mods})
         self.rotation = self.kind == "views" and cfg.m3g_view_rotation
         self.use_teacher = self.kind == "pairs" or self.rotation or cfg.ema_teacher
-        self.predictor = nn.ModuleDict({m: mlp(p, h, p) for m in mods}) if (self.kind == "pairs" or self.rotation) else None
-        self.fusion = mlp(p * len(mods), h, p) if self.kind == "tuple" else None
-        self.teacher: nn.ModuleDict | None = None
+        self.predictor = nn.ModuleDict({m: Predictor(p, h) for m in mods}) if (self.kind == "pairs" or self.rotation) else None
+        self.fusion = ProjectionHead(p * len(mods), h, p) if self.kind == "tuple" else None
+        self.teacher: EMATeacher | None = None
         if self.use_teacher:
-            self.teacher = nn.ModuleDict({"model": copy.deepcopy(model), "proj": copy.deepcopy(self.proj)})
-            for q in self.teacher.parameters():
-                q.requires_grad_(False)
+            student = nn.ModuleDict({"model": model, "proj": self.proj})
+            self.teacher = EMATeacher(student, cfg.ema_momentum, max(1, total_steps))
 
     # -- pieces -------------------------------------------------------------------------------
-    def student_parameters(self):
+    def student_parameters(self) -> list[nn.Parameter]:
         return [q for name, q in self.named_parameters() if not name.startswith("teacher.")]
 
     def project(self, emb: Tensor, heads: nn.ModuleDict) -> Tensor:
         return torch.stack([heads[m](emb[l]) for l, m in enumerate(self.model.modalities)])
 
-    @torch.no_grad()
-    def update_teacher(self, momentum: float) -> None:
-        if self.teacher is None:
-            return
-        for t, s in ((self.teacher["model"], self.model), (self.teacher["proj"], self.proj)):
-            for pt, ps in zip(t.parameters(), s.parameters()):
-                pt.mul_(momentum).add_(ps.detach(), alpha=1.0 - momentum)
-            for bt, bs in zip(t.buffers(), s.buffers()):
-                bt.copy_(bs)
+    def update_teacher(self, step: int) -> None:
+        """EMA step of the teacher after optimisation step ``step`` (cosine momentum schedule)."""
+        if self.teacher is not None:
+            self.teacher.update(nn.ModuleDict({"model": self.model, "proj": self.proj}), step)
 
     def _mask(self, batch: dict[str, Any]) -> Tensor | None:
         present = batch.get("present")
@@ -96,7 +80,8 @@ class Pretrainer(nn.Module):
         if self.kind in ("pairs",) or self.rotation:
             pred = self.project(z, self.predictor)
             with torch.no_grad():
-                zt = self.project(self.teacher["model"].embed(batch), self.teacher["proj"])
+                t = self.teacher.module
+                zt = self.project(t["model"].embed(batch), t["proj"])
             if self.kind == "pairs":
                 return self.objective(gather(pred), gather(zt))
             k = z.shape[0]

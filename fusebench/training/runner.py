@@ -65,17 +65,24 @@ def num_views(spec: BenchmarkSpec) -> int:
 
 def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
     """Raise ValueError before any training when ``objective`` cannot run on ``spec``."""
+    problem = _incompatibility(spec, objective)
+    if problem:
+        raise ValueError(f"{problem}; compatible objectives: {', '.join(compatible_objectives(spec))}")
+
+
+def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
+    """Why ``objective`` cannot run on ``spec`` (None when it can)."""
     if objective == BASELINE:
         if spec.pipeline != "standard":
-            raise ValueError(f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only")
-        return
+            return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
+        return None
     from fusebench import objectives
 
     cls = objectives.OBJECTIVES.get(objective)  # unknown id -> list + closest match
     kind = getattr(cls, "input_kind", "views")
     if spec.pipeline == "gaussian_mi":
         if kind != "views":
-            raise ValueError(f"{spec.name}: objective {objective!r} ({kind} inputs) does not fit the Gaussian MI experiment")
+            return f"{spec.name}: objective {objective!r} ({kind} inputs) does not fit the Gaussian MI experiment"
         ks = [int(m) for m in spec.options.get("multiplicities", [2])]
     else:
         ks = [num_views(spec)]
@@ -83,23 +90,15 @@ def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
         lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
         if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):
             want = f"exactly {lo}" if hi == lo else f"{lo}..{hi}" if hi else f">= {lo}"
-            raise ValueError(
-                f"objective {objective!r} takes {want} views but benchmark {spec.name!r} has k = {k}; "
-                f"compatible objectives: {', '.join(compatible_objectives(spec))}"
-            )
+            return f"objective {objective!r} takes {want} views but benchmark {spec.name!r} has k = {k}"
+    return None
 
 
 def compatible_objectives(spec: BenchmarkSpec) -> list[str]:
+    """Registered objectives that can run on ``spec`` (the 'none' baseline not included)."""
     from fusebench import objectives
 
-    out = []
-    for name in objectives.available():
-        try:
-            check_compatible(spec, name)
-        except ValueError:
-            continue
-        out.append(name)
-    return out
+    return [name for name in objectives.available() if _incompatibility(spec, name) is None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +294,7 @@ def run_one(
 
     from fusebench import objectives
     from fusebench.training.diagnostics import representation_diagnostics
-    from fusebench.training.pretrain import Pretrainer, ema_momentum
+    from fusebench.training.pretrain import Pretrainer
 
     check_compatible(spec, objective)
     cell = cell_dir(out, spec.name, objective, seed)
@@ -325,11 +324,11 @@ def run_one(
     pretrain_time = 0.0
     if objective != BASELINE and pt.epochs > 0:
         obj = objectives.build(objective, **pt.hparams.get(objective, {})).to(dev)
-        pre = Pretrainer(model, obj, pt).to(dev)
-        opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
-        distributed.broadcast_parameters(pre)
         _, per_epoch = _loader(data["train"], pt.batch_size, True, seed, 0)
         total = per_epoch * pt.epochs
+        pre = Pretrainer(model, obj, pt, total_steps=total).to(dev)
+        opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
+        distributed.broadcast_parameters(pre)
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
         phase = _Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
         if ckpt is not None and ckpt["phase"] == "pretrain":
@@ -355,12 +354,12 @@ def run_one(
                 distributed.average_gradients(pre.student_parameters())
                 opt.step()
                 sched.step()
-                pre.update_teacher(ema_momentum(pt.ema_momentum, phase.step, total))
+                pre.update_teacher(phase.step)
                 phase.step += 1
                 phase.step_in_epoch += 1
-                phase.curves.setdefault("pretrain_loss", []).append(float(loss))
+                phase.curves.setdefault("pretrain_loss", []).append(float(loss.detach()))
                 bar.update(1)
-                bar.set_postfix(loss=f"{float(loss):.4f}", it_s=f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}")
+                bar.set_postfix(loss=f"{float(loss.detach()):.4f}", it_s=f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}")
                 if phase.step % phase.every == 0:
                     phase.save()
                 steps_done += 1
@@ -426,9 +425,9 @@ def run_one(
             sched.step()
             phase.step += 1
             phase.step_in_epoch += 1
-            phase.curves.setdefault("downstream_loss", []).append(float(loss))
+            phase.curves.setdefault("downstream_loss", []).append(float(loss.detach()))
             bar.update(1)
-            bar.set_postfix(loss=f"{float(loss):.4f}")
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
             if phase.step % phase.every == 0:
                 phase.save(extra())
             steps_done += 1
@@ -514,11 +513,17 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
 
 
 def write_record(cell: Path, record: dict[str, Any]) -> Path:
-    """Write run.json once (immutable): an existing record is never overwritten."""
+    """Write run.json once (immutable): written to a temporary file, then hard-linked into place,
+    which fails if another process created run.json first — concurrent runs never overwrite."""
     path = cell / "run.json"
-    if path.exists():
-        raise RunError(f"{path} exists already; run records are immutable")
-    utils.atomic_write_json(path, record)
+    tmp = cell / f".run.json.{os.getpid()}.tmp"
+    utils.atomic_write_json(tmp, record)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise RunError(f"{path} exists already; run records are immutable") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     (cell / "failed.json").unlink(missing_ok=True)
     return path
 

@@ -1,0 +1,147 @@
+"""The runner: resume after a real kill, corrupt checkpoints, NaN losses, immutable records, sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusebench
+from fusebench.training import runner
+from fusebench.training.runner import RunError
+
+TINY = {
+    "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
+    "pretrain.epochs": 6,
+    "pretrain.batch_size": 32,
+    "downstream.epochs": 3,
+    "downstream.batch_size": 64,
+    "checkpoint_every": 1,
+}
+
+
+def _cli_set(overrides: dict) -> list[str]:
+    out = []
+    for k, v in overrides.items():
+        out += ["--set", f"{k}={json.dumps(v)}"]
+    return out
+
+
+def _metrics(out: Path, objective: str, seed: int = 0) -> dict:
+    rec = json.loads((out / "quickstart" / objective / f"seed{seed}" / "run.json").read_text())
+    return rec
+
+
+def test_resume_after_kill_matches_uninterrupted(tmp_path: Path) -> None:
+    ref = fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=tmp_path / "a", overrides=TINY,
+                        progress=False)[0]
+    out = tmp_path / "b"
+    cmd = [sys.executable, "-m", "fusebench", "run", "quickstart", "--objective", "infonce_pwe", "--seeds", "0",
+           "--out", str(out), "--no-progress", *_cli_set(TINY)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    last = out / "quickstart" / "infonce_pwe" / "seed0" / "last.pt"
+    deadline = time.time() + 240
+    while not last.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    killed = proc.poll() is None
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert killed, "the run finished before it could be killed"
+    assert not (out / "quickstart" / "infonce_pwe" / "seed0" / "run.json").exists()
+    resumed = fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=out, overrides=TINY,
+                            resume=True, progress=False)[0]
+    assert resumed["metrics"] == ref["metrics"]
+    assert resumed["curves"]["pretrain_loss"] == pytest.approx(ref["curves"]["pretrain_loss"], rel=1e-6)
+    assert resumed["curves"]["val_acc"] == ref["curves"]["val_acc"]
+
+
+def test_resume_from_simulated_kill_in_downstream(tmp_path: Path) -> None:
+    spec = fusebench.benchmarks.load("quickstart", overrides=TINY)
+    ref = runner.run_one(spec, "mv_dhel", 0, tmp_path / "a", progress=False)
+    pre_steps = len(ref["curves"]["pretrain_loss"])
+    with pytest.raises(KeyboardInterrupt):  # stop two steps into the downstream phase
+        runner.run_one(spec, "mv_dhel", 0, tmp_path / "b", progress=False, max_steps=pre_steps + 2)
+    ckpt = torch.load(tmp_path / "b" / "quickstart" / "mv_dhel" / "seed0" / "last.pt", weights_only=False)
+    assert ckpt["phase"] == "downstream" and ckpt["step"] == 2
+    resumed = runner.run_one(spec, "mv_dhel", 0, tmp_path / "b", resume=True, progress=False)
+    assert resumed["metrics"] == ref["metrics"]
+    assert resumed["diagnostics"] == pytest.approx(ref["diagnostics"])
+
+
+def test_corrupt_checkpoint_is_reported_and_left_intact(tmp_path: Path) -> None:
+    cell = tmp_path / "quickstart" / "infonce_pwe" / "seed0"
+    cell.mkdir(parents=True)
+    (cell / "last.pt").write_bytes(b"not a checkpoint")
+    spec = fusebench.benchmarks.load("quickstart", overrides=TINY)
+    with pytest.raises(RunError, match="last.pt is unreadable"):
+        runner.run_one(spec, "infonce_pwe", 0, tmp_path, resume=True, progress=False)
+    assert (cell / "last.pt").read_bytes() == b"not a checkpoint"
+
+
+def test_nan_loss_stops_with_step_and_objective(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusebench.training import pretrain
+
+    calls = {"n": 0}
+    real = pretrain.Pretrainer.forward
+
+    def sometimes_nan(self, batch, gather=None):
+        calls["n"] += 1
+        loss = real(self, batch, gather)
+        return loss * float("nan") if calls["n"] == 3 else loss
+
+    monkeypatch.setattr(pretrain.Pretrainer, "forward", sometimes_nan)
+    spec = fusebench.benchmarks.load("quickstart", overrides=TINY)
+    with pytest.raises(RunError, match=r"objective 'm3g' is nan at pretraining step 2"):
+        runner.run_one(spec, "m3g", 0, tmp_path, progress=False)
+    assert (tmp_path / "quickstart" / "m3g" / "seed0" / "last.pt").exists()
+
+
+def test_records_are_immutable_and_sweeps_skip_finished_cells(tmp_path: Path) -> None:
+    recs = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    path = tmp_path / "quickstart" / "none" / "seed0" / "run.json"
+    before = path.read_bytes()
+    with pytest.raises(RunError, match="immutable"):
+        runner.write_record(path.parent, {"x": 1})
+    again = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    assert again == recs and path.read_bytes() == before
+    rec = recs[0]
+    for key in ("suite_version", "git", "config", "config_hash", "dataset", "device", "seeds", "determinism",
+                "curves", "metrics", "selection", "wall_time_s", "peak_memory_mb", "parameters", "diagnostics"):
+        assert key in rec, key
+    assert rec["dataset"]["manifest_hash"] == "synthetic"
+    assert set(rec["diagnostics"]) == {"alignment", "uniformity", "effective_rank"}
+    assert not list(path.parent.glob(".run.json*"))
+
+
+def test_failed_cell_is_recorded_and_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusebench.training import pretrain
+
+    def boom(self, batch, gather=None):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pretrain.Pretrainer, "forward", boom)
+    recs = fusebench.run("quickstart", objective=["m3g", "none"], seeds=[0], out=tmp_path, overrides=TINY,
+                         progress=False)
+    assert recs[0]["status"] == "failed" and "boom" in recs[0]["error"]
+    assert (tmp_path / "quickstart" / "m3g" / "seed0" / "failed.json").exists()
+    assert "metrics" in recs[1]
+
+
+def test_incompatible_objective_fails_before_training(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="matching_gap.*k = 3"):
+        fusebench.run("quickstart", objective="matching_gap", out=tmp_path, overrides=TINY, progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_names_list_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="Did you mean 'quickstart'"):
+        fusebench.run("quickstrat", out=tmp_path)
+    with pytest.raises(KeyError, match="Did you mean 'infonce_pwe'.*Valid objective ids"):
+        fusebench.run("quickstart", objective="infonce_pw", out=tmp_path)
