@@ -47,8 +47,9 @@ def describe(kind: str, name: str) -> list[str]:
         if getattr(cls, "paper", ""):
             lines.append(f"    paper: {cls.paper}")
         mask = "honours mask" if getattr(cls, "supports_mask", False) else "refuses a mask with missing views"
-        lines.append(f"    views: k >= {getattr(cls, 'min_views', 2)}"
-                     + (f", k <= {cls.max_views}" if getattr(cls, "max_views", None) else "") + f"; {mask}")
+        lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
+        views = f"k = {lo}" if hi == lo else f"k >= {lo}" + (f", k <= {hi}" if hi else "")
+        lines.append(f"    views: {views}; called as {getattr(cls, 'input_kind', 'views')}; {mask}")
         return lines
     if kind == "datasets":
         cls = pkg.get(name)

@@ -1,0 +1,343 @@
+"""Every shipped benchmark runs end to end on its synthetic twin, for every compatible objective.
+
+One test per (benchmark, objective) cell: ``fusebench.run(name, objective=..., seeds=[0],
+synthetic=True)`` must write ``<out>/<benchmark>/<objective>/seed0/run.json`` holding the resolved
+config (and its hash), finite values for every metric of the spec, ``dataset.synthetic == True`` and
+the representation diagnostics. The objectives a benchmark admits are worked out here from the
+objectives' declared view counts (``min_views`` / ``max_views`` / ``input_kind``) and the number of
+views of the benchmark, independently of the runner, and compared with
+``runner.compatible_objectives``.
+
+Also covered: an incompatible objective (a k = 2 loss on a k >= 3 benchmark) fails with ValueError
+before anything is written; unknown benchmark / objective names list the valid ids with the closest
+match; malformed spec files raise ConfigError naming the file and the key; ``--set`` overrides reach
+the run; a real-data benchmark without ``--data-root`` raises DatasetNotFoundError with the adapter's
+``data info`` text. The poly-view Gaussian benchmark's true MI is checked against the Gaussian
+conditioning formula written out here (equal to Eq. 26: M = 2 gives -1/2 log(1 - 0.8^2) = 0.5108).
+
+The cells run with one torch thread: on a shared 2-core machine, 2 intra-op threads make these tiny
+models tens of times slower (threads spin-waiting for a busy core).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusebench
+from fusebench import benchmarks, objectives
+from fusebench.datasets.base import DatasetNotFoundError
+from fusebench.registry import UnknownNameError
+from fusebench.training import runner
+from fusebench.training.config import ConfigError, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = "none"
+DIAGNOSTICS = ("alignment", "uniformity", "effective_rank")
+
+#: extra shrinking for benchmarks whose own ``synthetic:`` block is sized for the README run
+SHRINK = {
+    "quickstart": {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1,
+                   "downstream.epochs": 1},
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _spec(name: str):
+    return benchmarks.load(name, overrides=SHRINK.get(name), synthetic=True)
+
+
+def _num_views(spec) -> list[int]:
+    """The view counts an objective must accept: k of the dataset, or every multiplicity M."""
+    if spec.pipeline == "gaussian_mi":
+        return [int(m) for m in spec.options["multiplicities"]]
+    if spec.dataset.modalities:
+        return [len(spec.dataset.modalities)]
+    from fusebench import datasets
+
+    return [len(datasets.get(spec.dataset.id).MODALITIES)]
+
+
+def _admits(spec, objective: str) -> bool:
+    cls = objectives.OBJECTIVES.get(objective)
+    kind = getattr(cls, "input_kind", "views")
+    if spec.pipeline == "gaussian_mi" and kind != "views":
+        return False  # the MI experiment feeds raw views to the loss
+    if kind not in ("views", "pairs"):
+        return True  # tuple objectives fuse any number of modalities
+    lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
+    return all(k >= lo and (hi is None or k <= hi) for k in _num_views(spec))
+
+
+def _expected_objectives(spec) -> list[str]:
+    names = [o for o in objectives.available() if _admits(spec, o)]
+    return ([BASELINE] if spec.pipeline == "standard" else []) + names
+
+
+CELLS = [(b, o) for b in benchmarks.available() for o in _expected_objectives(_spec(b))]
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# the shipped specs themselves
+# ---------------------------------------------------------------------------------------------
+def test_every_issue_benchmark_is_shipped():
+    want = {"nyuv2-seg", "sunrgbd-det", "mosi-sentiment", "mosei-sentiment", "chsims-sentiment",
+            "sleep-edf-staging", "physionet2018-eeg", "polyview-gaussian-mi", "quickstart"}
+    assert want <= set(benchmarks.available())
+
+
+def test_compatibility_rules_by_hand():
+    """k = 2 admits the two-view-only losses, k >= 3 and the Gaussian MI experiment (M up to 4) do not."""
+    sleep = set(_expected_objectives(_spec("sleep-edf-staging")))
+    assert {"dhel", "matching_gap", "m3g", "tuple_infonce", "byol_pwe", BASELINE} <= sleep
+    for name in ("nyuv2-seg", "physionet2018-eeg", "mosi-sentiment"):
+        got = set(_expected_objectives(_spec(name)))
+        assert "dhel" not in got and "matching_gap" not in got
+        assert {"m3g", "infonce_pwe", "mv_dhel", "tuple_infonce", BASELINE} <= got
+    mi = set(_expected_objectives(_spec("polyview-gaussian-mi")))
+    assert "tuple_infonce" not in mi and "byol_pwe" not in mi and BASELINE not in mi
+    assert {"pvc_geometric", "pvc_arithmetic", "suff_stats", "multicrop"} <= mi
+
+
+@pytest.mark.parametrize("name", benchmarks.available())
+def test_runner_agrees_on_compatible_objectives(name):
+    spec = _spec(name)
+    got = runner.compatible_objectives(spec) + ([BASELINE] if spec.pipeline == "standard" else [])
+    assert sorted(got) == sorted(_expected_objectives(spec))
+
+
+@pytest.mark.parametrize("name", benchmarks.available())
+def test_spec_is_complete(name):
+    from fusebench import metrics
+
+    real = benchmarks.load(name)
+    syn = benchmarks.load(name, synthetic=True)
+    assert real.description.strip() and real.protocol_notes and real.seeds and real.objectives
+    assert real.synthetic, f"{name}: no synthetic block"
+    expected = set(_expected_objectives(real))
+    assert set(real.objectives) <= expected, f"{name}: default sweep holds incompatible objectives"
+    if real.pipeline == "standard":
+        for mid in real.metrics:
+            metrics.get(mid)
+        assert real.primary_metric in real.metrics
+        # the synthetic block makes the run tiny: a single short epoch of each phase
+        if name not in SHRINK:
+            assert syn.pretrain.epochs == 1 and syn.downstream.epochs == 1
+            assert syn.dataset.synthetic_spec.get("num_samples", 64) <= 64
+            assert syn.pretrain.batch_size <= 8
+
+
+REAL_DATA = [b for b in benchmarks.available()
+             if benchmarks.load(b).pipeline == "standard" and not benchmarks.load(b).dataset.synthetic_only]
+
+
+@pytest.mark.parametrize("name", REAL_DATA)
+def test_real_data_config_is_accepted(name):
+    """The full-size settings (adapter options, encoder config) are accepted by the adapter and the
+    encoder: the adapter reads the (tiny) synthetic twin with the real options, the runner builds
+    the full-size model from it, with one view per spec modality in spec order."""
+    from fusebench import datasets
+
+    real, syn = benchmarks.load(name), benchmarks.load(name, synthetic=True)
+    ds = datasets.build(real.dataset.id, split="train", modalities=real.dataset.modalities, synthetic=True,
+                        synthetic_spec=syn.dataset.synthetic_spec, seed=0, **real.dataset.options)
+    assert ds.modalities == real.dataset.modalities
+    model = runner.build_model(real, ds)
+    assert list(model.modalities) == real.dataset.modalities
+    assert model.num_features >= 64  # full size, not the tiny test width
+
+
+def test_docs_cover_every_benchmark():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    for name in benchmarks.available():
+        assert f"## {name}" in text, f"docs/benchmarks.md has no section '## {name}'"
+
+
+# ---------------------------------------------------------------------------------------------
+# every cell
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,objective", CELLS, ids=[f"{b}-{o}" for b, o in CELLS])
+def test_synthetic_cell(name, objective, tmp_path):
+    spec = _spec(name)
+    records = fusebench.run(name, objective=objective, seeds=[0], out=tmp_path, synthetic=True,
+                            progress=False, overrides=SHRINK.get(name))
+    assert len(records) == 1
+    rec = records[0]
+    assert rec.get("status") != "failed", f"{name}/{objective} failed: {rec.get('error')}\n{rec.get('traceback')}"
+    path = tmp_path / name / objective / "seed0" / "run.json"
+    assert path.is_file()
+    on_disk = json.loads(path.read_text())
+    assert on_disk["benchmark"] == name and on_disk["objective"] == objective and on_disk["seed"] == 0
+    assert on_disk["config"] == json.loads(json.dumps(spec.to_dict()))
+    assert on_disk["config_hash"] == spec.hash()
+    assert on_disk["dataset"]["synthetic"] is True and on_disk["dataset"]["manifest_hash"] == "synthetic"
+    metrics = on_disk["metrics"]
+    if spec.pipeline == "standard":
+        assert set(spec.metrics) <= set(metrics)
+        bad = {m: metrics[m] for m in spec.metrics if not _finite(metrics[m])}
+        assert not bad, f"non-finite metrics {bad}"
+        assert on_disk["selection"]["metric"] == spec.primary_metric
+        assert set(spec.metrics) <= set(on_disk["selection"]["val_metrics"])
+        assert set(DIAGNOSTICS) <= set(on_disk["diagnostics"])
+        assert all(_finite(on_disk["diagnostics"][d]) for d in DIAGNOSTICS), on_disk["diagnostics"]
+        curves = on_disk["curves"]
+        assert curves.get("downstream_loss") and all(map(_finite, curves["downstream_loss"]))
+        if objective != BASELINE:
+            assert curves.get("pretrain_loss") and all(map(_finite, curves["pretrain_loss"]))
+        else:
+            assert "pretrain_loss" not in curves
+    else:  # the poly-view Gaussian MI experiment: bound, true MI (Eq. 26) and gap per multiplicity
+        assert "diagnostics" in on_disk
+        s0, s = float(spec.options["sigma0"]), float(spec.options["sigma"])
+        for m in spec.options["multiplicities"]:
+            bound, true, gap = (metrics[f"{k}_M{m}"] for k in ("mi_bound", "true_mi", "mi_gap"))
+            assert _finite(bound) and _finite(true) and _finite(gap)
+            # Gaussian conditioning: Var(x_a) = s^2 + s0^2; Var(x_a | the other M - 1 views) =
+            # s^2 + posterior variance of c = s^2 + 1 / (1 / s0^2 + (M - 1) / s^2)
+            cond = s * s + 1.0 / (1.0 / (s0 * s0) + (m - 1) / (s * s))
+            assert true == pytest.approx(0.5 * math.log((s * s + s0 * s0) / cond), rel=1e-9)
+            assert gap == pytest.approx(true - bound, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,objective", [("nyuv2-seg", "matching_gap"), ("physionet2018-eeg", "dhel"),
+                                            ("mosi-sentiment", "matching_gap")])
+def test_incompatible_objective_fails_before_any_file(name, objective, tmp_path):
+    out = tmp_path / "runs"
+    with pytest.raises(ValueError) as err:
+        fusebench.run(name, objective=objective, seeds=[0], out=out, synthetic=True, progress=False)
+    msg = str(err.value)
+    assert objective in msg and name in msg and "k = " in msg
+    assert "m3g" in msg  # the compatible objectives are listed
+    assert not out.exists()
+
+
+def test_incompatible_objective_among_several_fails_before_training(tmp_path):
+    out = tmp_path / "runs"
+    with pytest.raises(ValueError):
+        fusebench.run("sunrgbd-det", objective=["none", "m3g", "dhel"], seeds=[0], out=out, synthetic=True,
+                      progress=False)
+    assert not out.exists()
+
+
+def test_unknown_benchmark_lists_and_suggests(tmp_path):
+    with pytest.raises(UnknownNameError) as err:
+        fusebench.run("nyuv2-sge", out=tmp_path, synthetic=True)
+    msg = str(err.value)
+    assert "Did you mean 'nyuv2-seg'" in msg
+    for name in benchmarks.available():
+        assert name in msg
+    assert isinstance(err.value, ValueError)
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_objective_lists_and_suggests(tmp_path):
+    out = tmp_path / "runs"
+    with pytest.raises(UnknownNameError) as err:
+        fusebench.run("sleep-edf-staging", objective="m3gg", out=out, synthetic=True, progress=False)
+    msg = str(err.value)
+    assert "Did you mean 'm3g'" in msg
+    for name in objectives.available():
+        assert name in msg
+    assert not out.exists()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad-bench.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+description: minimal
+dataset: {id: quickstart, synthetic_only: true}
+encoder: {id: mlp}
+metrics: [acc]
+"""
+
+
+def test_good_minimal_spec_loads(tmp_path):
+    spec = load_spec(_write(tmp_path, GOOD))
+    assert spec.name == "bad-bench" and spec.metrics == ["acc"] and spec.pretrain.epochs == 1
+
+
+@pytest.mark.parametrize("extra,key,what", [
+    ("pretrain: {epochz: 3}", "pretrain", "epochz"),
+    ("colour: blue", "colour", "unknown key"),
+    ("pretrain: {epochs: three}", "pretrain.epochs", "expected int"),
+    ("downstream: {lr: fast}", "downstream.lr", "expected float"),
+    ("seeds: 0", "seeds", "expected a list"),
+    ("pretrain: {ema_teacher: 1}", "pretrain.ema_teacher", "expected bool"),
+])
+def test_bad_spec_names_file_and_key(tmp_path, extra, key, what):
+    path = _write(tmp_path, GOOD + extra + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_spec(path)
+    msg = str(err.value)
+    assert str(path) in msg and key in msg and what in msg
+
+
+def test_bad_synthetic_override_names_file_and_key(tmp_path):
+    path = _write(tmp_path, GOOD + "synthetic: {pretrain.epochz: 1}\n")
+    load_spec(path)  # the synthetic block is only applied with synthetic=True
+    with pytest.raises(ConfigError) as err:
+        load_spec(path, synthetic=True)
+    assert str(path) in str(err.value) and "epochz" in str(err.value)
+
+
+def test_set_overrides_reach_the_run(tmp_path):
+    from fusebench import datasets
+
+    name = "sleep-edf-staging"
+    sets = ["pretrain.epochs=2", "downstream.lr=0.005", "pretrain.hparams.infonce_pwe={tau: 0.3}"]
+    rec = fusebench.run(name, objective="infonce_pwe", seeds=[0], out=tmp_path, synthetic=True,
+                        progress=False, overrides=sets)[0]
+    assert rec.get("status") != "failed", rec.get("error")
+    cfg = json.loads((tmp_path / name / "infonce_pwe" / "seed0" / "run.json").read_text())["config"]
+    assert cfg["pretrain"]["epochs"] == 2 and cfg["downstream"]["lr"] == 0.005
+    assert cfg["pretrain"]["hparams"]["infonce_pwe"] == {"tau": 0.3}
+    # the override changed training, not just the record: 2 epochs of full batches
+    spec = benchmarks.load(name, synthetic=True)
+    train = datasets.build(spec.dataset.id, split="train", modalities=spec.dataset.modalities, synthetic=True,
+                           synthetic_spec=spec.dataset.synthetic_spec, seed=0, **spec.dataset.options)
+    n, b = len(train), spec.pretrain.batch_size
+    assert n >= 2 * b  # so the loader drops the last partial batch: n // b steps per epoch
+    assert len(rec["curves"]["pretrain_loss"]) == 2 * (n // b)
+    with pytest.raises(ConfigError) as err:
+        fusebench.run(name, objective="none", out=tmp_path / "x", synthetic=True, overrides=["pretrain.epochz=1"])
+    assert "epochz" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["nyuv2-seg", "sunrgbd-det", "mosi-sentiment", "mosei-sentiment",
+                                  "chsims-sentiment", "sleep-edf-staging", "physionet2018-eeg"])
+def test_missing_data_root_gives_data_info(name, tmp_path):
+    from fusebench import datasets
+
+    spec = benchmarks.load(name)
+    info = datasets.get(spec.dataset.id).info()
+    out = tmp_path / "runs"
+    with pytest.raises(DatasetNotFoundError) as err:
+        fusebench.run(name, objective="none", seeds=[0], out=out, progress=False)
+    assert info in str(err.value) and "--synthetic" in str(err.value)
+    with pytest.raises(DatasetNotFoundError) as err:
+        fusebench.run(name, objective="none", seeds=[0], out=out, progress=False,
+                      data_root=str(tmp_path / "nowhere"))
+    assert info in str(err.value)
+    assert not out.exists()
