@@ -145,3 +145,18 @@ def test_unknown_names_list_the_valid_ones(tmp_path: Path) -> None:
         fusebench.run("quickstrat", out=tmp_path)
     with pytest.raises(KeyError, match="Did you mean 'infonce_pwe'.*Valid objective ids"):
         fusebench.run("quickstart", objective="infonce_pw", out=tmp_path)
+
+
+def test_few_shot_subset_takes_s_per_class(tmp_path: Path) -> None:
+    from fusebench import datasets
+
+    ds = datasets.build("quickstart", synthetic=True, synthetic_spec={"num_samples": 64, "seed": 0}, use_cache=False)
+    labels = [int(ds[i]["target"]) for i in range(len(ds))]
+    sub = runner.few_shot_subset(ds, 3, seed=0)
+    got = [int(sub[i]["target"]) for i in range(len(sub))]
+    assert sorted(got) == sorted([c for c in set(labels) for _ in range(min(3, labels.count(c)))])
+    assert sub.indices == runner.few_shot_subset(ds, 3, seed=0).indices
+    assert sub.indices != runner.few_shot_subset(ds, 3, seed=1).indices
+    rec = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path,
+                        overrides={**TINY, "downstream.shots": 2}, progress=False)[0]
+    assert rec["config"]["downstream"]["shots"] == 2 and "acc" in rec["metrics"]

@@ -59,13 +59,25 @@ class PretrainConfig:
     m3g_view_rotation: bool = False  # M3G paper Sec. 4: student/teacher view rotation
     tuple_disturbed: bool = True  # TupleInfoNCE: k-disturbed negatives (else plain tuple InfoNCE)
     tuple_alpha: list[float] | None = None  # weights of negative types (None = uniform)
-    tuple_sample_optimisation: bool = False  # TupleInfoNCE Algorithm 1 (REINFORCE over alpha)
+    tuple_sample_optimisation: bool = False  # TupleInfoNCE Algorithm 1 (REINFORCE over alpha and beta)
+    # Algorithm 1 settings (fusebench.training.tuple_optim, docs/tuple-sample-optimisation.md)
+    tuple_candidates: int = 4  # B candidates per epoch
+    tuple_candidate_steps: int = 8  # training steps per candidate (0 = a whole epoch)
+    tuple_policy_lr: float = 0.01  # eta of Eq. 7
+    tuple_policy_sigma: float = 0.05  # std of the alpha policy N(mu, sigma^2 I)
+    tuple_beta_sigma: float = 0.05  # std of the beta policy
+    tuple_beta_max: float = 1.0  # upper bound of every beta_k (Eq. 8's beta_max)
+    tuple_beta_lambda: float = 1.0  # lambda of Eq. 8
+    tuple_zeta_grid: int = 11  # grid points in [0, beta_max] for zeta*(beta)
+    tuple_val_size: int = 256  # M held-out validation tuples for the rewards
+    tuple_policy_baseline: bool = True  # subtract the mean reward in Eq. 7
     embedding_noise: float = 0.1  # std of the Gaussian input augmentation used to make two tuples
 
 
 @dataclass
 class DownstreamConfig:
     protocol: str = "linear_probe"  # linear_probe | finetune
+    shots: int | None = None  # few-shot: s labelled training samples per class (M3G paper's EEG probe)
     epochs: int = 1
     batch_size: int = 32
     lr: float = 1e-3
@@ -191,6 +203,7 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (0.0 <= pt.ema_momentum < 1.0, "pretrain.ema_momentum must be in [0, 1)"),
         (ds.protocol in ("linear_probe", "finetune"), "downstream.protocol must be 'linear_probe' or 'finetune'"),
         (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
+        (ds.shots is None or ds.shots >= 1, "downstream.shots must be a positive number of samples per class"),
         (len(spec.seeds) >= 1, "seeds must list at least one seed"),
         (spec.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
     ]

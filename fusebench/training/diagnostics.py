@@ -53,4 +53,8 @@ def effective_rank(views: Tensor) -> float:
 
 
 def representation_diagnostics(views: Tensor) -> dict[str, float]:
+    """All three diagnostics; NaN where fewer than 2 samples make them undefined."""
+    if views.shape[1] < 2:
+        nan = float("nan")
+        return {"alignment": alignment(views), "uniformity": nan, "effective_rank": nan}
     return {"alignment": alignment(views), "uniformity": uniformity(views), "effective_rank": effective_rank(views)}

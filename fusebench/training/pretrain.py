@@ -13,6 +13,8 @@ How each objective is fed (``objective.input_kind``):
   ``embedding_noise`` and dropout on the per-modality embeddings) give anchor and positive; the
   negatives are the other samples' tuples plus, when ``tuple_disturbed``, the k-disturbed tuples of
   every modality (modality l swapped by a derangement), weighted by ``tuple_alpha`` (paper Eq. 2).
+  ``self.tuple_alpha`` [K + 1] and ``self.tuple_beta`` [K] (per-modality noise std, initially
+  ``embedding_noise``) are attributes so that ``fusebench.training.tuple_optim`` (Algorithm 1) can set them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Pretrainer(nn.Module):
         self.use_teacher = self.kind == "pairs" or self.rotation or cfg.ema_teacher
         self.predictor = nn.ModuleDict({m: Predictor(p, h) for m in mods}) if (self.kind == "pairs" or self.rotation) else None
         self.fusion = ProjectionHead(p * len(mods), h, p) if self.kind == "tuple" else None
+        # TupleInfoNCE hyper-parameters (Sec. 4.3); tuple_optim's sample optimisation overwrites them
+        self.tuple_alpha: list[float] | None = list(cfg.tuple_alpha) if cfg.tuple_alpha else None  # [K + 1]
+        self.tuple_beta: list[float] = [float(cfg.embedding_noise)] * len(mods)  # [K] noise std per modality
         self.teacher: EMATeacher | None = None
         if self.use_teacher:
             student = nn.ModuleDict({"model": model, "proj": self.proj})
@@ -101,20 +106,22 @@ class Pretrainer(nn.Module):
     def _tuple_loss(self, emb: Tensor, gather) -> Tensor:
         from fusebench.objectives.tuple_infonce import assemble_negatives, disturbed_negatives
 
-        noise = self.cfg.embedding_noise
-
-        def augment(e: Tensor) -> Tensor:
-            e = e + noise * torch.randn_like(e)
-            return nn.functional.dropout(e, p=0.1, training=self.training)
-
         emb = gather(emb)  # [k, N, F]: the global batch
         k = emb.shape[0]
+        if len(self.tuple_beta) != k:
+            raise ValueError(f"tuple_infonce: needs k = {k} augmentation strengths beta, got {self.tuple_beta}")
+        beta = torch.tensor(self.tuple_beta, device=emb.device).view(k, 1, 1)  # [k, 1, 1]
+
+        def augment(e: Tensor) -> Tensor:  # e: [k, N, F]; modality l gets noise of std beta_l
+            e = e + beta.to(e.dtype) * torch.randn_like(e)
+            return nn.functional.dropout(e, p=0.1, training=self.training)
+
         anchor = self._fuse(augment(emb))  # [N, P]
         positive = self._fuse(augment(emb))
         disturbed: list[Tensor] = []
         alpha: list[float] = [1.0]
         if self.cfg.tuple_disturbed:
-            alpha = list(self.cfg.tuple_alpha or [1.0] * (k + 1))
+            alpha = list(self.tuple_alpha or [1.0] * (k + 1))
             if len(alpha) != k + 1:
                 raise ValueError(f"pretrain.tuple_alpha needs k + 1 = {k + 1} weights (plain, then one per modality)")
             for l in range(k):  # k-disturbed tuples: modality l taken from another sample (a derangement)

@@ -144,6 +144,39 @@ def _loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip: int
     return loader, len(batches)
 
 
+class _Subset(torch.utils.data.Dataset):
+    """``indices`` of an adapter, keeping its attributes (modalities, task, num_classes, ...)."""
+
+    def __init__(self, ds, indices: list[int]) -> None:
+        self.ds, self.indices = ds, list(indices)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("ds", "indices"):
+            raise AttributeError(name)
+        return getattr(self.ds, name)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.ds[self.indices[i]]
+
+
+def few_shot_subset(ds, shots: int, seed: int):
+    """The M3G paper's few-shot probe set: ``shots`` samples per class drawn with ``seed`` (all of a
+    class's samples where it has fewer). Classification datasets only."""
+    if ds.task != "classification":
+        raise ValueError(f"downstream.shots needs a classification dataset, {ds.id} is {ds.task}")
+    labels = [int(ds[i]["target"]) for i in range(len(ds))]
+    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(seed + 12_345)).tolist()
+    taken: dict[int, list[int]] = {}
+    for i in order:
+        bucket = taken.setdefault(labels[i], [])
+        if len(bucket) < shots:
+            bucket.append(i)
+    return _Subset(ds, sorted(i for idx in taken.values() for i in idx))
+
+
 def _input_dims(ds) -> dict[str, int]:
     return {m.name: m.channels for m in ds.MODALITIES if m.name in ds.modalities}
 
@@ -331,6 +364,11 @@ def run_one(
         distributed.broadcast_parameters(pre)
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
         phase = _Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
+        tuple_opt = None
+        if objective == "tuple_infonce" and pt.tuple_sample_optimisation:  # Algorithm 1; policy in last.pt
+            from fusebench.training.tuple_optim import TupleSampleOptimiser
+
+            tuple_opt = phase.mods["tuple_policy"] = TupleSampleOptimiser(pre, pt, seed)
         if ckpt is not None and ckpt["phase"] == "pretrain":
             phase.restore(ckpt)
         skip_pretrain = ckpt is not None and ckpt["phase"] == "downstream"  # restored below
@@ -367,6 +405,9 @@ def run_one(
                     phase.save()
                     bar.close()
                     raise KeyboardInterrupt("max_steps reached (simulated kill)")
+            if tuple_opt is not None:  # B candidates from g_t, best kept as g_{t+1}, policy means to the curves
+                tuple_opt.epoch_update(opt, phase.epoch, lambda: _loader(data["train"], pt.batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
+                                       next(iter(_loader(data["val"], pt.tuple_val_size, False, seed, 0)[0])), phase.curves, autocast)
             phase.epoch += 1
             phase.step_in_epoch = 0
         bar.close()
@@ -382,6 +423,8 @@ def run_one(
 
     # ---- downstream ---------------------------------------------------------------------------
     ds_cfg = spec.downstream
+    if ds_cfg.shots:
+        data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
     probe = ds_cfg.protocol == "linear_probe"
     if probe:
         for p in model.encoder_parameters():
