@@ -1,0 +1,335 @@
+"""Optimal-transport objectives: ``matching_gap`` and ``m3g`` (and the ``bench objectives`` command).
+
+Expected values come from computations written here: closed forms (k = 2, n = 2), explicit-loop
+cost tensors and a plain (non-log) Sinkhorn with Python loops, scipy's LP solver, and central finite
+differences — never from the solvers under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from fusebench.objectives import build
+from fusebench.objectives.sinkhorn import dense_sinkhorn
+
+DT = torch.float64
+
+
+def unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def loop_cost(z: torch.Tensor, cost: str) -> np.ndarray:
+    """C[i_1..i_k] by explicit loops from the definitions c_cv = 1 - R^2, c_csd = -log R^2."""
+    z = unit(z.detach().to(DT)).numpy()
+    k, n, _ = z.shape
+    c = np.zeros([n] * k)
+    for idx in itertools.product(range(n), repeat=k):
+        mean = sum(z[l, idx[l]] for l in range(k)) / k
+        r2 = float(mean @ mean)
+        c[idx] = 1.0 - r2 if cost == "cv" else -math.log(max(r2, 1e-6))
+    return c
+
+
+def loop_sinkhorn(c: np.ndarray, eps: float, iters: int = 5000) -> np.ndarray:
+    """Plain scaling Sinkhorn for k marginals with explicit loops (slow, obviously correct)."""
+    k, n = c.ndim, c.shape[0]
+    kern = {idx: math.exp(-c[idx] / eps) for idx in itertools.product(range(n), repeat=k)}
+    u = [[1.0] * n for _ in range(k)]
+    for _ in range(iters):
+        for l in range(k):
+            marg = [0.0] * n
+            for idx, kv in kern.items():
+                prod = kv
+                for m in range(k):
+                    if m != l:
+                        prod *= u[m][idx[m]]
+                marg[idx[l]] += prod
+            u[l] = [1.0 / (n * marg[i]) for i in range(n)]
+    p = np.zeros_like(c)
+    for idx, kv in kern.items():
+        p[idx] = kv * math.prod(u[m][idx[m]] for m in range(k))
+    return p
+
+
+def entropic_f(p: np.ndarray, c: np.ndarray, eps: float) -> float:
+    pos = p > 0
+    return float((p * c).sum() + eps * (p[pos] * np.log(p[pos])).sum())
+
+
+def gap_from_p(p: np.ndarray, c: np.ndarray, eps: float) -> float:
+    n = c.shape[0]
+    diag = np.mean([c[(i,) * c.ndim] for i in range(n)])
+    return float(diag - eps * math.log(n) - entropic_f(p, c, eps))
+
+
+def rand_views(k: int, n: int, d: int, seed: int, noise: float = 0.7, dtype=DT) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, d, generator=g, dtype=DT)
+    return (base + noise * torch.randn(k, n, d, generator=g, dtype=DT)).to(dtype)
+
+
+# ------------------------------------------------------------------------------------------ identities
+@pytest.mark.parametrize("solver", ["auto", "reference"])
+def test_m3g_at_k2_is_half_matching_gap_with_double_eps(solver):
+    x = rand_views(2, 7, 5, seed=0).requires_grad_()
+    m3g = build("m3g", eps=0.3, cost="cv", tol=1e-11, solver=solver)
+    mg = build("matching_gap", eps=0.6, cost="dot", tol=1e-11)
+    a = m3g(x)
+    (ga,) = torch.autograd.grad(a, x)
+    b = mg(x)
+    (gb,) = torch.autograd.grad(b, x)
+    a, b = a.detach(), b.detach()
+    assert float(a) == pytest.approx(float(b) / 2, abs=1e-9)
+    torch.testing.assert_close(ga, gb / 2, atol=1e-8, rtol=1e-6)
+
+
+def test_hand_checked_two_by_two_closed_form():
+    # n = 2: bistochastic P = [[a, 1/2 - a], [1/2 - a, a]]; dF/da = 0 gives a = 1/2 / (1 + exp(D / 2eps)),
+    # D = C11 + C22 - C12 - C21
+    x = unit(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=DT))
+    y = unit(torch.tensor([[0.8, 0.6, 0.0], [0.6, 0.0, 0.8]], dtype=DT))
+    eps = 0.25
+    for cost, name, kw, scale, e_used in (
+        ("sqeuclid", "matching_gap", {"cost": "sqeuclid", "eps": eps}, 1.0, eps),
+        ("dot", "matching_gap", {"cost": "dot", "eps": eps}, 1.0, eps),
+        ("cv", "m3g", {"cost": "cv", "eps": eps}, 1.0, eps),
+    ):
+        c = np.zeros((2, 2))
+        for i in range(2):
+            for j in range(2):
+                dot = float(x[i] @ y[j])
+                c[i, j] = {"sqeuclid": 2 - 2 * dot, "dot": 1 - dot, "cv": (1 - dot) / 2}[cost]
+        delta = c[0, 0] + c[1, 1] - c[0, 1] - c[1, 0]
+        a = 0.5 / (1 + math.exp(delta / (2 * e_used)))
+        p = np.array([[a, 0.5 - a], [0.5 - a, a]])
+        expected = (c[0, 0] + c[1, 1]) / 2 + e_used * math.log(0.5) - entropic_f(p, c, e_used)
+        got = build(name, tol=1e-12, **kw)(torch.stack([x, y]))
+        assert float(got) * scale == pytest.approx(expected, abs=1e-10), name
+
+
+@pytest.mark.parametrize("cost", ["cv", "csd"])
+def test_m3g_matches_explicit_loop_sinkhorn_k3(cost):
+    x = rand_views(3, 3, 4, seed=1)
+    eps = 0.4
+    c = loop_cost(x, cost)
+    expected = gap_from_p(loop_sinkhorn(c, eps, iters=400), c, eps)
+    got = build("m3g", eps=eps, cost=cost, tol=1e-12, max_iter=10000)(x)
+    assert float(got) == pytest.approx(expected, abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------ properties
+@pytest.mark.parametrize("cost", ["cv", "csd"])
+def test_m3g_nonnegative_and_positive_for_random_views(cost):
+    for seed in range(4):
+        x = torch.randn(3, 5, 4, dtype=DT, generator=torch.Generator().manual_seed(seed))
+        v = float(build("m3g", eps=0.1, cost=cost, tol=1e-9)(x))
+        assert v > 1e-3
+
+
+def test_m3g_zero_for_identical_well_separated_views():
+    x = torch.eye(4, dtype=DT).expand(3, 4, 4).clone()  # three identical copies of 4 orthogonal points
+    for solver in ("auto", "reference"):
+        m = build("m3g", eps=0.02, tol=1e-10, solver=solver)
+        v = float(m(x))
+        assert -1e-10 <= v < 1e-8
+    # and clearly positive once two samples swap places in one view
+    y = x.clone()
+    y[2, [0, 1]] = y[2, [1, 0]]
+    assert float(build("m3g", eps=0.02, tol=1e-10)(y)) > 0.05
+
+
+def test_m3g_tends_to_lp_gap_as_eps_to_zero():
+    from scipy.optimize import linprog
+
+    k, n = 3, 4
+    x = rand_views(k, n, 3, seed=5, noise=1.5)
+    c = loop_cost(x, "cv")
+    # LP over the polystochastic polytope: P >= 0, every marginal 1/n
+    idx = list(itertools.product(range(n), repeat=k))
+    a_eq = np.zeros((k * n, len(idx)))
+    for col, t in enumerate(idx):
+        for l in range(k):
+            a_eq[l * n + t[l], col] = 1.0
+    lp = linprog(np.array([c[t] for t in idx]), A_eq=a_eq, b_eq=np.full(k * n, 1.0 / n), bounds=(0, None),
+                 method="highs")
+    assert lp.status == 0
+    lp_gap = np.mean([c[(i,) * k] for i in range(n)]) - lp.fun
+    assert lp_gap > 0.01
+    errs = []
+    for eps in (0.1, 0.05, 0.02):
+        v = float(build("m3g", eps=eps, tol=1e-9, max_iter=20000)(x))
+        # min F lies in [LP - eps k log n, LP - eps log n] (entropy of a polystochastic tensor)
+        assert lp_gap - 1e-7 <= v <= lp_gap + eps * (k - 1) * math.log(n) + 1e-7
+        errs.append(v - lp_gap)
+    assert errs[0] >= errs[1] >= errs[2]
+
+
+def test_sinkhorn_marginals_and_value_equals_direct_f_gap():
+    k, n, eps = 3, 5, 0.15
+    x = rand_views(k, n, 4, seed=2)
+    c = loop_cost(x, "cv")
+    for tol in (1e-3, 1e-10):
+        res = dense_sinkhorn(torch.from_numpy(-c / eps), tol, 10000)
+        p = res.log_p.exp().numpy()
+        err = sum(np.abs(p.sum(axis=tuple(a for a in range(k) if a != l)) - 1 / n).sum() for l in range(k))
+        assert err < tol and res.marginal_error == pytest.approx(err, abs=1e-12)
+        m = build("m3g", eps=eps, tol=tol)
+        v = float(m(x))
+        assert m.stats["marginal_error"] < tol and m.stats["iterations"] == res.iterations
+        # the dual value is a lower bound of min F, so the gap is never below the exact one;
+        # at tight tol it equals F(J) - F(P) evaluated directly on the returned P
+        if tol < 1e-6:
+            assert v == pytest.approx(gap_from_p(p, c, eps), abs=1e-9)
+        else:
+            assert v >= gap_from_p(loop_sinkhorn(c, eps, iters=300), c, eps) - 1e-12
+
+
+# ------------------------------------------------------------------------------------------ gradients
+@pytest.mark.parametrize(
+    "name,kw,k",
+    [
+        ("m3g", {"cost": "cv", "solver": "auto"}, 3),
+        ("m3g", {"cost": "cv", "solver": "reference"}, 4),
+        ("m3g", {"cost": "csd"}, 3),
+        ("matching_gap", {"cost": "sqeuclid"}, 2),
+        ("matching_gap", {"cost": "dot"}, 2),
+    ],
+)
+def test_danskin_gradient_matches_finite_differences(name, kw, k):
+    m = build(name, eps=0.5, tol=1e-13, max_iter=100000, **kw)
+    x = rand_views(k, 4, 3, seed=3).requires_grad_()
+    (grad,) = torch.autograd.grad(m(x), x)
+    h = 1e-6
+    fd = torch.zeros_like(x)
+    with torch.no_grad():
+        for idx in itertools.product(*map(range, x.shape)):
+            xp, xm = x.detach().clone(), x.detach().clone()
+            xp[idx] += h
+            xm[idx] -= h
+            fd[idx] = (m(xp) - m(xm)) / (2 * h)
+    torch.testing.assert_close(grad, fd, atol=1e-7, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ solvers
+@pytest.mark.parametrize("k,n", [(2, 8), (3, 7), (4, 6), (5, 6)])
+def test_auto_solver_equals_reference(k, n):
+    x = rand_views(k, n, 5, seed=10 + k).requires_grad_()
+    out = {}
+    for solver in ("auto", "reference"):
+        m = build("m3g", eps=0.1, tol=1e-9, solver=solver)
+        v = m(x)
+        (g,) = torch.autograd.grad(v, x)
+        out[solver] = (float(v.detach()), g, m.stats["iterations"])
+    assert out["auto"][0] == pytest.approx(out["reference"][0], abs=1e-6)
+    torch.testing.assert_close(out["auto"][1], out["reference"][1], atol=1e-8, rtol=1e-6)
+    assert out["auto"][2] == out["reference"][2]  # same iterates, same stopping sweep
+
+
+@pytest.mark.parametrize("k,n,eps", [(3, 8, 0.01), (5, 4, 0.01), (3, 6, 0.002)])
+def test_auto_float32_finite_at_small_eps(k, n, eps):
+    x = torch.randn(k, n, 3, generator=torch.Generator().manual_seed(k))
+    m = build("m3g", eps=eps, max_iter=20000)
+    xr = x.clone().requires_grad_()
+    v = m(xr)
+    v.backward()
+    assert v.dtype == torch.float32 and torch.isfinite(v) and torch.isfinite(xr.grad).all()
+    ref = float(build("m3g", eps=eps, max_iter=20000, solver="reference")(x.double()))
+    assert float(v.detach()) == pytest.approx(ref, abs=1e-4)
+    if eps < 0.005:  # the exact log-sum-exp repair of underflowed products is exercised
+        assert m.stats.get("underflow_fixes", 0) > 0
+
+
+def test_csd_finite_when_resultant_vanishes():
+    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[-1.0, 0.0], [0.0, 1.0]]], dtype=DT, requires_grad=True)
+    v = build("m3g", cost="csd", eps=0.5)(x)  # sample 0: antipodal views, R^2 = 0
+    v.backward()
+    assert torch.isfinite(v) and torch.isfinite(x.grad).all()
+    assert build("m3g", cost="csd", eps=0.5).stats == {}  # fresh module: no stats before a call
+
+
+def test_stats_and_max_iter_warning():
+    x = rand_views(3, 6, 4, seed=4)
+    m = build("m3g", eps=0.01, max_iter=2)
+    with pytest.warns(RuntimeWarning, match="max_iter"):
+        m(x)
+    assert m.stats["iterations"] == 2 and m.stats["converged"] == 0.0 and m.stats["marginal_error"] > 1e-3
+    mg = build("matching_gap", eps=0.01, max_iter=1)
+    with pytest.warns(RuntimeWarning, match="max_iter"):
+        mg(x[:2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m2 = build("m3g")
+        m2(x)
+    for key in ("iterations", "marginal_error", "cost_J", "cost_P", "dual_value", "gap"):
+        assert key in m2.stats
+    assert m2.stats["cost_J"] == pytest.approx(np.mean([loop_cost(x, "cv")[(i,) * 3] for i in range(6)]), abs=1e-12)
+
+
+def test_output_dtype_follows_input():
+    x = rand_views(3, 5, 4, seed=6, dtype=torch.float32)
+    assert build("m3g")(x).dtype == torch.float32
+    assert build("matching_gap")(x[:2]).dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("name", ["m3g", "matching_gap"])
+def test_bad_inputs(name):
+    m = build(name)
+    with pytest.raises(ValueError, match=name):
+        m(torch.randn(5, 4))  # wrong rank
+    with pytest.raises(ValueError, match=name):
+        m(torch.randn(2, 1, 4))  # n < 2
+    bad = torch.randn(2, 4, 3)
+    bad[1, 2, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        m(bad)
+    with pytest.raises(ValueError, match=name):
+        m(torch.randn(1, 4, 3))  # k = 1
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    m(torch.randn(2, 4, 3), mask=mask)  # all present: accepted
+    mask[0, 1] = False
+    with pytest.raises(ValueError, match="mask"):
+        m(torch.randn(2, 4, 3), mask=mask)
+
+
+def test_matching_gap_refuses_k_not_2():
+    with pytest.raises(ValueError, match="matching_gap.*exactly 2"):
+        build("matching_gap")(torch.randn(3, 4, 5))
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("m3g", {"eps": 0}), ("m3g", {"eps": -1.0}), ("m3g", {"eps": float("nan")}), ("m3g", {"eps": True}),
+        ("m3g", {"cost": "dot"}), ("m3g", {"solver": "fast"}), ("m3g", {"tol": 0.0}), ("m3g", {"max_iter": 0}),
+        ("m3g", {"max_iter": 2.5}), ("matching_gap", {"cost": "cv"}), ("matching_gap", {"eps": float("inf")}),
+        ("matching_gap", {"tol": -1e-3}), ("matching_gap", {"max_iter": "10"}),
+    ],
+)
+def test_bad_hyperparameters(name, kw):
+    with pytest.raises(ValueError, match=name):
+        build(name, **kw)
+
+
+def test_reference_solver_refuses_huge_tensor():
+    with pytest.raises(ValueError, match="n\\^k"):
+        build("m3g", solver="reference")(torch.randn(6, 30, 4))
+
+
+# ------------------------------------------------------------------------------------------ bench command
+def test_bench_command_prints_table(capsys):
+    from fusebench.bench import main
+
+    assert main(["objectives", "--quick", "--only", "matching_gap", "--skip-m3g", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| matching_gap |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1].endswith("MiB") and cells[2] == "-" and cells[3] == "-"
+    assert "torch" in out and "CPU" in out
