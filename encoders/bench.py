@@ -85,9 +85,16 @@ def run_one(name: str, batch_size: int | None, warmup: int, repeats: int, device
     inputs = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in batch["modalities"].items())
     cuda = device.startswith("cuda")
 
+    from fusebench.encoders.base import MultimodalModel
+
+    headless = getattr(cls, "task_loss", None) is MultimodalModel.task_loss or getattr(cls, "HEADLESS", False)
+
     def step() -> None:
-        out = model(batch)
-        model.task_loss(out, batch).backward()
+        if headless:  # an encoder without a task head (pointnet2): time its embeddings
+            model.embed(batch).sum().backward()
+        else:
+            out = model(batch)
+            model.task_loss(out, batch).backward()
         model.zero_grad(set_to_none=True)
         if cuda:
             torch.cuda.synchronize()

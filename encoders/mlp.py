@@ -53,3 +53,19 @@ class MLPEncoder(MultimodalModel):
 
     def head_parameters(self) -> Iterator[nn.Parameter]:
         return self.head.parameters()
+
+    @classmethod
+    def benchmark_config(cls) -> dict[str, Any]:
+        """The quickstart benchmark's model: three 16-dim vector modalities."""
+        return dict(modalities={"strong1": 16, "strong2": 16, "weak": 16}, num_features=4, hidden=64, num_classes=4)
+
+    @classmethod
+    def example_batch(cls, config: dict[str, Any] | None = None, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
+        config = dict(config or cls.benchmark_config())
+        g = torch.Generator().manual_seed(seed)
+        mods = {m: torch.randn(batch_size, d, generator=g) for m, d in config["modalities"].items()}
+        names = list(mods)
+        return {"names": names, "modalities": mods, "masks": {},
+                "present": torch.ones(len(names), batch_size, dtype=torch.bool),
+                "target": torch.randint(0, config.get("num_classes", 4), (batch_size,), generator=g),
+                "extra_targets": {}, "meta": [{} for _ in range(batch_size)]}

@@ -351,6 +351,8 @@ class PointNet2Encoder(MultimodalModel):
     It has no task head (``task_loss``/``predict`` raise); VoteNet adds one on top of it.
     """
 
+    HEADLESS = True  # no task head: benches time embed(batch)
+
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"),
                  config: str | BackboneConfig = "votenet") -> None:
         super().__init__()

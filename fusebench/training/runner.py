@@ -385,7 +385,7 @@ def run_one(
                     loss = pre(batch, gather=distributed.gather_with_grad)
                 if not torch.isfinite(loss):
                     phase.save()
-                    raise RunError(f"{spec.name}: loss of objective {objective!r} is {float(loss)} at pretraining "
+                    raise RunError(f"{spec.name}: loss of objective {objective!r} is {float(loss.detach())} at pretraining "
                                    f"step {phase.step} (epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}")
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -460,7 +460,7 @@ def run_one(
                 loss = model.task_loss(model(batch), batch)
             if not torch.isfinite(loss):
                 phase.save(extra())
-                raise RunError(f"{spec.name}: downstream loss is {float(loss)} at step {phase.step} "
+                raise RunError(f"{spec.name}: downstream loss is {float(loss.detach())} at step {phase.step} "
                                f"(objective {objective!r}); checkpoint kept at {cell / 'last.pt'}")
             opt.zero_grad(set_to_none=True)
             loss.backward()
