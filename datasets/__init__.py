@@ -32,11 +32,7 @@ DATASETS = Registry("dataset", entry_point_group="fusebench.datasets")
 _MODULES = ("nyuv2", "sunrgbd", "mmsa", "sleep", "quickstart")
 
 for _m in _MODULES:
-    try:
-        importlib.import_module(f"{__name__}.{_m}")
-    except ModuleNotFoundError as _e:  # tolerated only while a module is being written
-        if _e.name != f"{__name__}.{_m}":
-            raise
+    importlib.import_module(f"{__name__}.{_m}")
 
 
 def available(pattern: str | None = None) -> list[str]:

@@ -24,8 +24,6 @@ from typing import Any
 import torch
 
 DEFAULT_SPEC = {"num_samples": 128}
-#: realistic sizes by id, used when an adapter does not declare BENCH_SPEC (NYUv2 frames are 480x640)
-FALLBACK_SPECS = {"nyuv2": {"num_samples": 48, "options": {"height": 480, "width": 640}}}
 #: issue 3 targets by id, used when an adapter does not declare BENCH_TARGET
 TARGETS = {"nyuv2": 500.0, "sleep_edf": 10_000.0, "physionet2018": 10_000.0}
 
@@ -56,7 +54,7 @@ def _rate(ds: Any, max_samples: int, seconds: float) -> tuple[float, int]:
 def bench_adapter(cls: type, quick: bool, seconds: float, max_samples: int) -> dict[str, Any]:
     from fusebench.datasets import cache
 
-    spec = dict(getattr(cls, "BENCH_SPEC", None) or FALLBACK_SPECS.get(cls.id) or DEFAULT_SPEC)
+    spec = dict(getattr(cls, "BENCH_SPEC", None) or DEFAULT_SPEC)
     if quick:
         spec["num_samples"] = max(8, int(spec.get("num_samples", 64)) // 4)
     split = "train" if "train" in cls.SPLITS else cls.SPLITS[0]

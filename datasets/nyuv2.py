@@ -173,6 +173,9 @@ class NYUv2(MultimodalDataset):
     num_classes: ClassVar[int | None] = 40
     SYNTHETIC_VERSION: ClassVar[int] = 1
     PREPROCESS_VERSION: ClassVar[int] = 1
+    #: `fusebench bench data`: synthetic twin at the real 480 x 640 resolution
+    BENCH_SPEC: ClassVar[dict] = {"num_samples": 48, "options": {"height": 480, "width": 640}}
+    BENCH_TARGET: ClassVar[float] = 500.0
     MODALITIES: ClassVar[tuple[Modality, ...]] = (
         Modality("rgb", "image", 3, description="Kinect RGB, [3, H, W] in [0, 1]"),
         Modality("depth", "depth", 1, description="depth in metres, 0 = missing"),

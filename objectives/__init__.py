@@ -21,11 +21,7 @@ OBJECTIVES = Registry("objective", entry_point_group="fusebench.objectives")
 _MODULES = ("infonce", "multicrop", "polyview", "mv_infonce", "byol", "tuple_infonce", "matching_gap", "m3g")
 
 for _m in _MODULES:
-    try:
-        importlib.import_module(f"{__name__}.{_m}")
-    except ModuleNotFoundError as _e:  # tolerated only while a module is being written
-        if _e.name != f"{__name__}.{_m}":
-            raise
+    importlib.import_module(f"{__name__}.{_m}")
 
 
 def available(pattern: str | None = None) -> list[str]:

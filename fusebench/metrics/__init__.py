@@ -53,11 +53,7 @@ def _load() -> None:
         return
     _loaded = True
     for m in _MODULES:
-        try:
-            importlib.import_module(f"{__name__}.{m}")
-        except ModuleNotFoundError as e:  # tolerated only for a module that does not exist yet
-            if e.name != f"{__name__}.{m}":
-                raise
+        importlib.import_module(f"{__name__}.{m}")
 
 
 def available(pattern: str | None = None) -> list[str]:
