@@ -139,7 +139,8 @@ def _loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip: int
     batches = [b for b in batches if not shuffle or len(b) >= 2]
     if shard and distributed.is_distributed():  # each rank takes its contiguous shard of every global batch
         batches = [distributed.shard(b) for b in batches]
-    loader = DataLoader(batches[skip:], batch_size=None, shuffle=False,
+    # an own generator: building the iterator must not draw from the global RNG (resume exactness)
+    loader = DataLoader(batches[skip:], batch_size=None, shuffle=False, generator=torch.Generator(),
                         collate_fn=lambda idx: collate([ds[i] for i in idx], names))
     return loader, len(batches)
 

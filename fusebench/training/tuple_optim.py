@@ -159,11 +159,12 @@ def fuse_partial(pre: nn.Module, z: Tensor, keep: Sequence[bool]) -> Tensor:
 
 
 @torch.no_grad()
-def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tensor, seed: int) -> Tensor:
+def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tensor, seed: int, dropout: float = 0.1) -> Tensor:
     """A^k(g, zeta) (Eqs. 3-4) for each row of ``zetas`` [G, K] -> [G, K].
 
-    The augmentation noise eps [K, M, F] and the dropout mask are drawn once from a generator seeded
-    with ``seed`` and reused for every row (common random numbers).
+    The augmentation of modality k is ``(e_k + zeta_k * eps_k) * mask_k`` (the training augmentation:
+    Gaussian noise, then dropout with probability ``dropout``); eps [K, M, F] and the dropout mask are
+    drawn once from a generator seeded with ``seed`` and reused for every row (common random numbers).
     """
     from fusebench.objectives.tuple_infonce import cross_modal_discrimination_accuracy
 
@@ -176,7 +177,9 @@ def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tens
             raise ValueError(f"discrimination_accuracies: zetas must be [G, K={k}], got {tuple(zetas.shape)}")
         gen = torch.Generator().manual_seed(int(seed))
         eps = torch.randn(emb.shape, generator=gen, dtype=emb.dtype).to(emb.device)  # [K, M, F]
-        keep_mask = (torch.rand(emb.shape, generator=gen) >= 0.1).to(emb.device, emb.dtype) / 0.9  # dropout p=0.1
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"discrimination_accuracies: dropout must be in [0, 1), got {dropout!r}")
+        keep_mask = (torch.rand(emb.shape, generator=gen) >= dropout).to(emb.device, emb.dtype) / (1.0 - dropout)
         z = pre.project(emb, pre.proj).float()  # [K, M, P], unaugmented
         rests = [fuse_partial(pre, z, [l != j for l in range(k)]) for j in range(k)]  # g(v_bar^j): [M, P]
         out = torch.zeros(zetas.shape, dtype=torch.float64)

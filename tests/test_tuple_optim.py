@@ -1,0 +1,255 @@
+"""TupleInfoNCE sample optimisation (Algorithm 1): REINFORCE update, rewards (Eqs. 5, 8), the
+cross-modal discrimination accuracies, determinism, best-candidate selection, resume and the runner."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import fusebench
+from fusebench import benchmarks, datasets, encoders, objectives
+from fusebench.training import runner, utils
+from fusebench.training import tuple_optim as T
+from fusebench.training.config import PretrainConfig
+from fusebench.training.pretrain import Pretrainer
+
+MODS = ["a", "b", "c"]
+
+
+# ---------------------------------------------------------------------------------------------
+# pure pieces, worked by hand
+# ---------------------------------------------------------------------------------------------
+def test_reinforce_update_hand_worked() -> None:
+    # mu = (0.5, 0.2), std 0.5 (variance 0.25), eta = 0.1; x1 = (1.0, 0.2) with R = 3, x2 = (0.0, 0.7) with R = 1.
+    # grad log p: (x1 - mu) / 0.25 = (2, 0), (x2 - mu) / 0.25 = (-2, 2).
+    # baseline 2: advantages (1, -1): mean of (2, 0) - (-2, 2) = (4, -2) / 2 = (2, -1) -> mu + 0.1 (2, -1) = (0.7, 0.1).
+    # no baseline (Eq. 7 as printed): (3 (2, 0) + 1 (-2, 2)) / 2 = (2, 1) -> (0.7, 0.3).
+    mu = torch.tensor([0.5, 0.2])
+    x = torch.tensor([[1.0, 0.2], [0.0, 0.7]])
+    r = torch.tensor([3.0, 1.0])
+    torch.testing.assert_close(T.reinforce_update(mu, x, r, 0.5, 0.1), torch.tensor([0.7, 0.1], dtype=torch.float64))
+    torch.testing.assert_close(T.reinforce_update(mu, x, r, 0.5, 0.1, baseline=False),
+                               torch.tensor([0.7, 0.3], dtype=torch.float64))
+    # equal rewards with the baseline: no move
+    torch.testing.assert_close(T.reinforce_update(mu, x, torch.tensor([2.0, 2.0]), 0.5, 0.1), mu.double())
+    with pytest.raises(ValueError, match="sigma"):
+        T.reinforce_update(mu, x, r, 0.0, 0.1)
+    with pytest.raises(ValueError, match="samples"):
+        T.reinforce_update(mu, x[:, :1], r, 0.5, 0.1)
+
+
+def test_rewards_hand_worked() -> None:
+    assert T.alpha_reward([1.0, 0.5, 0.25]) == pytest.approx(1.75)  # Eq. 5
+    # Eq. 8: 1 - (1 + 0.5 + 0.25) / 3 - 2 * ((0.2-0.2)^2 + (0.4-0.1)^2 + (0.6-0.6)^2) / (3 * 1^2)
+    #      = 1 - 0.583333 - 0.06 = 0.356667
+    r = T.beta_reward([1.0, 0.5, 0.25], [0.2, 0.4, 0.6], [0.2, 0.1, 0.6], beta_max=1.0, lam=2.0)
+    assert r == pytest.approx(1 - 1.75 / 3 - 0.06)
+    # beta_max = 2 -> ||beta_max||^2 = 3 * 4 = 12: penalty 2 * 0.09 / 12 = 0.015
+    assert T.beta_reward([1.0, 0.5, 0.25], [0.2, 0.4, 0.6], [0.2, 0.1, 0.6], 2.0, 2.0) == pytest.approx(1 - 1.75 / 3 - 0.015)
+    with pytest.raises(ValueError, match="K = 3"):
+        T.beta_reward([1.0, 0.5, 0.25], [0.2, 0.4], [0.2, 0.1, 0.6], 1.0, 1.0)
+
+
+def test_alpha_relaxation_beta_clamp_and_best_zeta() -> None:
+    assert T.relaxed_to_alpha([1.0, 1.0, -1.0, 2.0]) == pytest.approx([0.25, 0.25, 0.0, 0.5])
+    assert T.relaxed_to_alpha([-1.0, -0.5, 0.0]) == pytest.approx([1 / 3] * 3)  # all clamped: uniform
+    assert T.clamp_beta([-0.1, 0.3, 2.0], 1.0) == pytest.approx([0.0, 0.3, 1.0])
+    acc = torch.tensor([[0.5, 0.2], [0.7, 0.2], [0.7, 0.1]])  # [G=3, K=2]
+    assert T.best_zeta(acc, [0.0, 0.5, 1.0]) == [0.5, 0.0]  # ties -> the smaller zeta
+
+
+# ---------------------------------------------------------------------------------------------
+# cross-modal discrimination on hand-made embeddings
+# ---------------------------------------------------------------------------------------------
+class _FixedModel(nn.Module):
+    def __init__(self, emb: torch.Tensor) -> None:
+        super().__init__()
+        self.emb = emb
+        self.modalities = [f"m{i}" for i in range(emb.shape[0])]
+
+    def embed(self, batch):
+        return self.emb
+
+
+class _SumFusionPre(nn.Module):
+    """Identity projections, fusion = sum of the slots: g(v'^k) = e_k, g(v_bar^k) = sum_{l != k} e_l."""
+
+    def __init__(self, emb: torch.Tensor) -> None:
+        super().__init__()
+        k, _, d = emb.shape
+        self.model = _FixedModel(emb)
+        self.proj = nn.ModuleDict({m: nn.Identity() for m in self.model.modalities})
+        self.fusion = nn.Linear(k * d, d, bias=False)
+        with torch.no_grad():
+            self.fusion.weight.copy_(torch.cat([torch.eye(d)] * k, dim=1))
+
+    def project(self, emb, heads):
+        return torch.stack([heads[m](emb[l]) for l, m in enumerate(self.model.modalities)])
+
+
+def test_discrimination_accuracies_hand_made() -> None:
+    # K = 2, M = 4 tuples in 2-D. e0 = E, e1 = E with row 1 replaced by (1, 0).
+    # A^0 (e0[n] must retrieve e1[n] by cosine, ties are misses): row 0 (1,0) ties rows 0 and 1 -> miss;
+    #   row 1 (0,1): cosines (0, 0, 0, -1) -> miss; rows 2, 3 -> hits.  A^0 = 0.5.
+    # A^1 (e1[n] must retrieve e0[n]): row 0 hit; row 1 (1,0) prefers e0[0] -> miss; rows 2, 3 hits.  A^1 = 0.75.
+    e0 = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+    e1 = e0.clone()
+    e1[1] = torch.tensor([1.0, 0.0])
+    pre = _SumFusionPre(torch.stack([e0, e1]))
+    acc = T.discrimination_accuracies(pre, {}, torch.zeros(1, 2), seed=0, dropout=0.0)
+    torch.testing.assert_close(acc, torch.tensor([[0.5, 0.75]], dtype=torch.float64))
+    # a huge augmentation on modality 1 only changes A^1: the rest v_bar^k is never augmented
+    acc2 = T.discrimination_accuracies(pre, {}, torch.tensor([[0.0, 0.0], [0.0, 1e4]]), seed=0, dropout=0.0)
+    assert acc2[1, 0] == 0.5 and acc2[0, 1] == 0.75
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 1 on a tiny Pretrainer
+# ---------------------------------------------------------------------------------------------
+def _cfg(**kw) -> PretrainConfig:
+    base = PretrainConfig(objective="tuple_infonce", projection_dim=8, projection_hidden=16, lr=1e-2,
+                          tuple_sample_optimisation=True, tuple_candidates=3, tuple_candidate_steps=2,
+                          tuple_policy_lr=0.05, tuple_policy_sigma=0.1, tuple_beta_sigma=0.1, tuple_zeta_grid=4)
+    return replace(base, **kw)
+
+
+def _setup(seed: int = 0, **kw):
+    torch.manual_seed(seed)
+    model = encoders.build("mlp", modalities={m: 3 for m in MODS}, num_features=4, hidden=8)
+    obj = objectives.build("tuple_infonce", tau=0.2)
+    cfg = _cfg(**kw)
+    pre = Pretrainer(model, obj, cfg)
+    opt = torch.optim.AdamW(pre.student_parameters(), lr=cfg.lr)
+    g = torch.Generator().manual_seed(123)
+    shared = torch.randn(48, 3, generator=g)  # a factor every modality sees, plus modality noise
+
+    def batch(rows):
+        return {"names": MODS, "modalities": {m: shared[rows] + 0.3 * torch.randn(len(rows), 3, generator=g) for m in MODS}}
+
+    train = [batch(list(range(i, i + 8))) for i in range(0, 32, 8)]
+    val = batch(list(range(32, 48)))
+    return pre, opt, T.TupleSampleOptimiser(pre, cfg, seed), train, val
+
+
+def _trajectory(seed: int) -> list[list[float]]:
+    pre, opt, topt, train, val = _setup(seed)
+    out = []
+    for epoch in range(3):
+        topt.epoch_update(opt, epoch, lambda: iter(train), val)
+        out.append(topt.mu_alpha.tolist() + topt.mu_beta.tolist())
+    return out
+
+
+def test_same_seed_same_policy_trajectory() -> None:
+    a, b = _trajectory(0), _trajectory(0)
+    assert a == b
+    assert a[0][4:] != pytest.approx([0.1, 0.1, 0.1])  # the beta epoch (t = 1) moved mu_beta
+    assert _trajectory(1) != a
+
+
+def test_epoch_update_keeps_best_candidate_and_applies_eq7() -> None:
+    pre, opt, topt, train, val = _setup(0)
+    mu_beta0 = topt.mu_beta.clone()
+    start_model, start_opt, start_rng = copy.deepcopy(pre.state_dict()), copy.deepcopy(opt.state_dict()), utils.rng_state()
+    curves: dict[str, list[float]] = {}
+    log = topt.epoch_update(opt, 0, lambda: iter(train), val, curves)  # t = 1 (odd): beta
+    assert log["updated"] == "beta"
+    after = {k: v.clone() for k, v in pre.state_dict().items()}
+    rewards = log["rewards"]
+    best = max(range(len(rewards)), key=lambda i: (rewards[i], -i))
+    assert log["best"] == best
+    for c in log["candidates"]:  # Eq. 8 from the logged accuracies and zeta*
+        pen = sum((b - z) ** 2 for b, z in zip(c["beta"], c["zeta_star"])) / (3 * 1.0**2)
+        assert c["reward"] == pytest.approx(1 - sum(c["accuracies"]) / 3 - 1.0 * pen)
+        assert c["alpha"] == pytest.approx([0.25] * 4)  # alpha is held at the policy mean in a beta epoch
+    # Eq. 7 with the mean-reward baseline, written out
+    x, rbar, sig = log["samples"], sum(rewards) / len(rewards), 0.1
+    want = [mu_beta0[d].item() + 0.05 * sum((rewards[b] - rbar) * (x[b][d] - mu_beta0[d].item()) / sig**2
+                                             for b in range(3)) / 3 for d in range(3)]
+    assert topt.mu_beta.tolist() == pytest.approx(want)
+    assert pre.tuple_beta == pytest.approx([min(max(v, 0.0), 1.0) for v in want])
+    assert curves["tuple_beta_mu_a"] == [pytest.approx(want[0])] and curves["tuple_updated_alpha"] == [0.0]
+    # the kept weights are those of the best candidate trained by hand from g_t
+    pre.load_state_dict(start_model)
+    opt.load_state_dict(copy.deepcopy(start_opt))
+    utils.set_rng_state(start_rng)
+    pre.tuple_beta = log["candidates"][best]["beta"]
+    pre.train()
+    for b in train[:2]:
+        loss = pre(b)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for k, v in pre.state_dict().items():
+        torch.testing.assert_close(v, after[k], msg=k)
+
+
+def test_state_dict_round_trip_and_bad_config() -> None:
+    pre, opt, topt, train, val = _setup(0)
+    topt.epoch_update(opt, 0, lambda: iter(train), val)
+    state = copy.deepcopy(topt.state_dict())
+    nxt = topt.epoch_update(opt, 1, lambda: iter(train), val)["samples"]
+    topt2 = T.TupleSampleOptimiser(pre, topt.cfg, seed=99)
+    topt2.load_state_dict(state)
+    assert torch.equal(topt2.mu_beta, state["mu_beta"]) and pre.tuple_beta == topt2.beta()
+    eps = torch.randn((3, 4), generator=topt2.generator, dtype=torch.float64)  # same draw as the next epoch
+    torch.testing.assert_close(state["mu_alpha"] + 0.1 * eps, torch.tensor(nxt, dtype=torch.float64))
+    with pytest.raises(ValueError, match="tuple_candidates"):
+        _setup(0, tuple_candidates=0)
+    with pytest.raises(ValueError, match="tuple_disturbed"):
+        _setup(0, tuple_disturbed=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the runner
+# ---------------------------------------------------------------------------------------------
+TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epochs": 2, "downstream.epochs": 1,
+        "pretrain.tuple_sample_optimisation": True}
+
+
+def test_quickstart_with_sample_optimisation(tmp_path: Path) -> None:
+    recs = fusebench.run("quickstart", objective="tuple_infonce", seeds=[0], out=tmp_path, progress=False, overrides=TINY)
+    assert recs[0].get("status") != "failed", recs[0].get("error")
+    rec = json.loads((tmp_path / "quickstart" / "tuple_infonce" / "seed0" / "run.json").read_text())
+    c = rec["curves"]
+    for key in ["tuple_alpha_mu_0", "tuple_alpha_mu_3", "tuple_beta_mu_weak", "tuple_reward_best"]:
+        assert len(c[key]) == 2 and all(math.isfinite(v) for v in c[key])
+    assert c["tuple_updated_alpha"] == [0.0, 1.0]  # Algorithm 1: t = 1 beta, t = 2 alpha
+    assert c["tuple_beta_mu_weak"][0] != 0.1  # the beta epoch moved the policy off its start
+    assert rec["config"]["pretrain"]["tuple_sample_optimisation"] is True
+
+
+# Until runner._loader gives its DataLoader a generator, the loader's iterator draws its base seed from
+# the global torch RNG, so a run resumed mid-epoch is one draw off for objectives with random losses.
+def _loader_draws_global_rng() -> bool:
+    ds = datasets.build("quickstart", root=None, split="train", seed=0, synthetic=True,
+                                  synthetic_spec={"num_samples": 16, "seed": 0})
+    return runner._loader(ds, 4, True, 0, 0)[0].generator is None
+
+
+_LOADER_DRAWS_GLOBAL_RNG = _loader_draws_global_rng()
+
+
+@pytest.mark.xfail(_LOADER_DRAWS_GLOBAL_RNG, strict=True,
+                   reason="runner._loader's DataLoader draws its base seed from the global torch RNG when its "
+                          "iterator is created, so a run resumed mid-epoch is one draw off for objectives with "
+                          "random losses (tuple_infonce); fix: DataLoader(..., generator=torch.Generator())")
+def test_resume_reproduces_policy(tmp_path: Path) -> None:
+    over = {**TINY, "pretrain.epochs": 3, "pretrain.batch_size": 32, "checkpoint_every": 1,
+            "pretrain.tuple_candidates": 2, "pretrain.tuple_candidate_steps": 2}
+    spec = benchmarks.load("quickstart", overrides=over)
+    ref = runner.run_one(spec, "tuple_infonce", 0, tmp_path / "a", progress=False)
+    with pytest.raises(KeyboardInterrupt):  # killed inside epoch 1, after the first policy update
+        runner.run_one(spec, "tuple_infonce", 0, tmp_path / "b", progress=False, max_steps=6)
+    resumed = runner.run_one(spec, "tuple_infonce", 0, tmp_path / "b", resume=True, progress=False)
+    for key, curve in ref["curves"].items():
+        if key.startswith(("tuple_", "pretrain_loss")):
+            assert resumed["curves"][key] == curve, key
+    assert resumed["metrics"] == ref["metrics"]
