@@ -36,7 +36,6 @@ Shape:
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch

@@ -37,7 +37,6 @@ Shape:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from numbers import Real
 from typing import ClassVar
 
 import math

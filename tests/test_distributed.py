@@ -3,7 +3,6 @@ global batch (losses see the global batch through the differentiable all-gather)
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

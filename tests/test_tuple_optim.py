@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import fusebench
-from fusebench import benchmarks, datasets, encoders, objectives
+from fusebench import benchmarks, encoders, objectives
 from fusebench.training import runner, utils
 from fusebench.training import tuple_optim as T
 from fusebench.training.config import PretrainConfig
@@ -226,21 +226,6 @@ def test_quickstart_with_sample_optimisation(tmp_path: Path) -> None:
     assert rec["config"]["pretrain"]["tuple_sample_optimisation"] is True
 
 
-# Until runner._loader gives its DataLoader a generator, the loader's iterator draws its base seed from
-# the global torch RNG, so a run resumed mid-epoch is one draw off for objectives with random losses.
-def _loader_draws_global_rng() -> bool:
-    ds = datasets.build("quickstart", root=None, split="train", seed=0, synthetic=True,
-                                  synthetic_spec={"num_samples": 16, "seed": 0})
-    return runner._loader(ds, 4, True, 0, 0)[0].generator is None
-
-
-_LOADER_DRAWS_GLOBAL_RNG = _loader_draws_global_rng()
-
-
-@pytest.mark.xfail(_LOADER_DRAWS_GLOBAL_RNG, strict=True,
-                   reason="runner._loader's DataLoader draws its base seed from the global torch RNG when its "
-                          "iterator is created, so a run resumed mid-epoch is one draw off for objectives with "
-                          "random losses (tuple_infonce); fix: DataLoader(..., generator=torch.Generator())")
 def test_resume_reproduces_policy(tmp_path: Path) -> None:
     over = {**TINY, "pretrain.epochs": 3, "pretrain.batch_size": 32, "checkpoint_every": 1,
             "pretrain.tuple_candidates": 2, "pretrain.tuple_candidate_steps": 2}
