@@ -24,7 +24,7 @@ from typing import Any
 
 from fusebench.training.utils import atomic_write_text
 
-PERCENT_HINTS = ("acc", "f1", "miou", "map", "mar", "bacc", "kappa", "pixel")
+PERCENT_HINTS = ("acc", "f1", "mf1", "miou", "map", "mar", "bacc", "kappa", "pixel", "ap_")
 
 
 def load_runs(runs_dir: Path) -> dict[str, list[dict[str, Any]]]:
@@ -222,6 +222,8 @@ def _best_line(recs: list[dict[str, Any]]) -> str:
     if not by:
         return "—"
     means = {o: sum(v) / len(v) for o, v in by.items()}
+    if len(means) > 1 and len(set(means.values())) == 1:
+        return f"all tied ({primary} {_fmt(primary, next(iter(by.values())))[0]})"
     target = min(means.values()) if lower else max(means.values())
     o = sorted(k for k in means if means[k] == target)[0]
     text, _ = _fmt(primary, by[o])
