@@ -24,7 +24,7 @@ from typing import Any
 
 from fusebench.training.utils import atomic_write_text
 
-PERCENT_HINTS = ("acc", "f1", "mf1", "miou", "map", "mar", "bacc", "kappa", "pixel", "ap_")
+PERCENT_HINTS = ("acc", "f1", "mf1", "miou", "map", "mar", "bacc", "pixel", "ap_")
 
 
 def load_runs(runs_dir: Path) -> dict[str, list[dict[str, Any]]]:
