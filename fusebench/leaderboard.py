@@ -163,18 +163,22 @@ def plot_curves(name: str, recs: list[dict[str, Any]], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    for label in sorted(curves):
+    labels = [lab for lab in sorted(curves) if min(len(c) for c in curves[lab]) > 0]
+    ncols = min(3, len(labels))
+    nrows = -(-len(labels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows), dpi=100, squeeze=False)
+    for ax, label in zip(axes.flat, labels):  # one panel per objective: loss scales differ by objective
         runs = curves[label]
         n = min(len(c) for c in runs)
-        if n == 0:
-            continue
+        for c in runs:
+            ax.plot(range(1, n + 1), c[:n], color="0.8", linewidth=0.6)
         mean = [sum(c[i] for c in runs) / len(runs) for i in range(n)]
-        ax.plot(range(1, n + 1), mean, label=label, linewidth=1.2)
-    ax.set_xlabel("pretraining step")
-    ax.set_ylabel("loss (mean over seeds)")
-    ax.set_title(f"{name}: pretraining loss")
-    ax.legend(fontsize=7, ncol=2)
+        ax.plot(range(1, n + 1), mean, color="C0", linewidth=1.3)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(labels):]:
+        ax.axis("off")
+    fig.suptitle(f"{name}: pretraining loss per step (grey: seeds, blue: mean)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
