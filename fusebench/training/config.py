@@ -54,9 +54,9 @@ class PretrainConfig:
     warmup_epochs: int = 0
     projection_dim: int = 64
     projection_hidden: int = 128
-    ema_teacher: bool = False  # BYOL objectives always use the EMA teacher
-    ema_momentum: float = 0.99
-    m3g_view_rotation: bool = False  # M3G paper Sec. 4: student/teacher view rotation
+    ema_teacher: bool = False  # EMA teacher for view objectives, in the M3G Sec. 4 rotation; BYOL always has one
+    ema_momentum: float = 0.99  # base momentum of the cosine schedule (M3G paper: 0.99)
+    m3g_view_rotation: bool = False  # M3G paper Sec. 4: view i from the teacher, the k - 1 others from the student
     tuple_disturbed: bool = True  # TupleInfoNCE: k-disturbed negatives (else plain tuple InfoNCE)
     tuple_alpha: list[float] | None = None  # weights of negative types (None = uniform)
     tuple_sample_optimisation: bool = False  # TupleInfoNCE Algorithm 1 (REINFORCE over alpha and beta)

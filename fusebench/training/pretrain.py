@@ -4,7 +4,7 @@ How each objective is fed (``objective.input_kind``):
 
 * ``views`` — per-modality pooled embeddings ``model.embed(batch)`` [k, n, F] go through one
   projection head per modality to [k, n, P] and into the objective (``mask`` = the batch's presence
-  mask for objectives that honour it). With ``m3g_view_rotation`` (M3G paper Sec. 4) the loss is the
+  mask for objectives that honour it). With ``m3g_view_rotation`` or ``ema_teacher`` (M3G paper Sec. 4) the loss is the
   mean over i = 1..k of the objective on views where view i comes from the EMA teacher (projection,
   no predictor, no gradient) and the other k - 1 from the student (projection + predictor).
 * ``pairs`` (BYOL) — student predictions (projection + predictor) against EMA-teacher projections.
@@ -41,7 +41,8 @@ class Pretrainer(nn.Module):
         mods = list(model.modalities)
         f, p, h = model.num_features, cfg.projection_dim, cfg.projection_hidden
         self.proj = nn.ModuleDict({m: ProjectionHead(f, h, p) for m in mods})
-        self.rotation = self.kind == "views" and cfg.m3g_view_rotation
+        # student/teacher view rotation (M3G paper Sec. 4), for any view objective; ema_teacher turns it on
+        self.rotation = self.kind == "views" and (cfg.m3g_view_rotation or cfg.ema_teacher)
         self.use_teacher = self.kind == "pairs" or self.rotation or cfg.ema_teacher
         self.predictor = nn.ModuleDict({m: Predictor(p, h) for m in mods}) if (self.kind == "pairs" or self.rotation) else None
         self.fusion = ProjectionHead(p * len(mods), h, p) if self.kind == "tuple" else None

@@ -539,7 +539,7 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "dataset": dataset_identity(spec, synthetic, data) if data else {"id": spec.dataset.id or spec.pipeline, "manifest_hash": "synthetic", "synthetic": True},
         "device": str(device),
         "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
-                 "cpu_count": os.cpu_count()},
+                 "cpu_count": os.cpu_count(), "world_size": distributed.world_size()},
         "seeds": {"python": seed, "numpy": seed, "torch": seed},
         "determinism": flags,
         "curves": curves,
