@@ -68,7 +68,7 @@ def test_resume_from_simulated_kill_in_downstream(tmp_path: Path) -> None:
     pre_steps = len(ref["curves"]["pretrain_loss"])
     with pytest.raises(KeyboardInterrupt):  # stop two steps into the downstream phase
         runner.run_one(spec, "mv_dhel", 0, tmp_path / "b", progress=False, max_steps=pre_steps + 2)
-    ckpt = torch.load(tmp_path / "b" / "quickstart" / "mv_dhel" / "seed0" / "last.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "b" / "quickstart" / "mv_dhel" / "seed0" / "last.pt", weights_only=True)
     assert ckpt["phase"] == "downstream" and ckpt["step"] == 2
     resumed = runner.run_one(spec, "mv_dhel", 0, tmp_path / "b", resume=True, progress=False)
     assert resumed["metrics"] == ref["metrics"]

@@ -274,7 +274,7 @@ def cell_dir(out: Path, benchmark: str, objective: str, seed: int) -> Path:
 
 def _load_checkpoint(path: Path) -> dict[str, Any]:
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
     except Exception as e:  # corrupt / truncated / not a checkpoint
         raise RunError(f"cannot resume: checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
                        "the file was left as it is — delete it to start over") from None
