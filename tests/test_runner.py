@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import fusebench
+from fusebench import benchmarks
 from fusebench.training import runner
 from fusebench.training.runner import RunError
 
@@ -63,7 +64,7 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path: Path) -> None:
 
 
 def test_resume_from_simulated_kill_in_downstream(tmp_path: Path) -> None:
-    spec = fusebench.benchmarks.load("quickstart", overrides=TINY)
+    spec = benchmarks.load("quickstart", overrides=TINY)
     ref = runner.run_one(spec, "mv_dhel", 0, tmp_path / "a", progress=False)
     pre_steps = len(ref["curves"]["pretrain_loss"])
     with pytest.raises(KeyboardInterrupt):  # stop two steps into the downstream phase
@@ -79,7 +80,7 @@ def test_corrupt_checkpoint_is_reported_and_left_intact(tmp_path: Path) -> None:
     cell = tmp_path / "quickstart" / "infonce_pwe" / "seed0"
     cell.mkdir(parents=True)
     (cell / "last.pt").write_bytes(b"not a checkpoint")
-    spec = fusebench.benchmarks.load("quickstart", overrides=TINY)
+    spec = benchmarks.load("quickstart", overrides=TINY)
     with pytest.raises(RunError, match="last.pt is unreadable"):
         runner.run_one(spec, "infonce_pwe", 0, tmp_path, resume=True, progress=False)
     assert (cell / "last.pt").read_bytes() == b"not a checkpoint"
@@ -97,7 +98,7 @@ def test_nan_loss_stops_with_step_and_objective(tmp_path: Path, monkeypatch: pyt
         return loss * float("nan") if calls["n"] == 3 else loss
 
     monkeypatch.setattr(pretrain.Pretrainer, "forward", sometimes_nan)
-    spec = fusebench.benchmarks.load("quickstart", overrides=TINY)
+    spec = benchmarks.load("quickstart", overrides=TINY)
     with pytest.raises(RunError, match=r"objective 'm3g' is nan at pretraining step 2"):
         runner.run_one(spec, "m3g", 0, tmp_path, progress=False)
     assert (tmp_path / "quickstart" / "m3g" / "seed0" / "last.pt").exists()
