@@ -79,3 +79,11 @@ def test_bad_run_file(tmp_path: Path) -> None:
     (d / "run.json").write_text("{not json")
     with pytest.raises(ValueError, match="run.json is not valid JSON"):
         load_runs(tmp_path / "runs")
+
+
+def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1] / "leaderboards"
+    written = write_leaderboards(root / "runs", tmp_path)
+    assert {p.name for p in written} == {p.name for p in root.glob("*.md")}
+    for p in written:
+        assert p.read_bytes() == (root / p.name).read_bytes(), f"{p.name} differs from the committed one"
