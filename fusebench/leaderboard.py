@@ -43,6 +43,13 @@ def load_runs(runs_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return dict(sorted(out.items()))
 
 
+def _natural(name: str) -> list:
+    """Sort key putting 'M2' before 'M10'."""
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 def _is_percent(metric: str) -> bool:
     m = metric.lower()
     return any(m.startswith(h) or f"_{h}" in m for h in PERCENT_HINTS) and "mae" not in m
@@ -76,7 +83,7 @@ def benchmark_table(name: str, recs: list[dict[str, Any]], plot_name: str | None
     first = recs[0]
     cfg = first.get("config", {})
     metric_order = list(cfg.get("metrics") or [])
-    seen = sorted({m for r in recs for m in r["metrics"]})
+    seen = sorted({m for r in recs for m in r["metrics"]}, key=_natural)
     metrics = [m for m in metric_order if m in seen] + [m for m in seen if m not in metric_order]
     directions: dict[str, str] = {}
     for r in recs:

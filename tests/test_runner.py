@@ -161,3 +161,17 @@ def test_few_shot_subset_takes_s_per_class(tmp_path: Path) -> None:
     rec = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path,
                         overrides={**TINY, "downstream.shots": 2}, progress=False)[0]
     assert rec["config"]["downstream"]["shots"] == 2 and "acc" in rec["metrics"]
+
+
+def test_set_overrides_parse_yaml_values_and_keep_text() -> None:
+    from fusebench.training.config import ConfigError, parse_override
+
+    assert parse_override("pretrain.epochs=3") == ("pretrain.epochs", 3)
+    assert parse_override("pretrain.ema_teacher=true") == ("pretrain.ema_teacher", True)
+    assert parse_override("dataset.synthetic_spec={num_samples: 8}") == ("dataset.synthetic_spec", {"num_samples": 8})
+    assert parse_override("seeds=[0, 1]") == ("seeds", [0, 1])
+    assert parse_override("protocol_notes.x=K = 256 (paper: 1024)") == ("protocol_notes.x", "K = 256 (paper: 1024)")
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_override("pretrain.epochs")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse_override("seeds=[0, 1")

@@ -170,10 +170,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. pretrain.epochs=3")
     key, _, raw = text.partition("=")
+    stripped = raw.strip()
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw) if stripped else ""
     except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
+        if stripped[:1] in "[{":
+            raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
+        value = raw  # plain text that YAML cannot parse (e.g. 'a: b, c: d')
+    if isinstance(value, (dict, list)) and stripped[:1] not in "[{":
+        value = raw  # 'note: text' is a string, not a mapping; write {..} / [..] for those
     return key.strip(), value
 
 
