@@ -388,10 +388,7 @@ def run_one(
                     phase.save()
                     raise RunError(f"{spec.name}: loss of objective {objective!r} is {float(loss.detach())} at pretraining "
                                    f"step {phase.step} (epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}")
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                distributed.average_gradients(pre.student_parameters())
-                opt.step()
+                pre.optimise(loss, opt)
                 sched.step()
                 pre.update_teacher(phase.step)
                 phase.step += 1

@@ -361,9 +361,6 @@ class TupleSampleOptimiser:
             else:
                 loss = pre(batch, gather=distributed.gather_with_grad)
             if not torch.isfinite(loss):
-                raise RuntimeError(f"tuple_infonce sample optimisation: loss {float(loss)} at candidate {cand} "
+                raise RuntimeError(f"tuple_infonce sample optimisation: loss {float(loss.detach())} at candidate {cand} "
                                    f"step {step} (epoch {epoch}, alpha={pre.tuple_alpha}, beta={pre.tuple_beta})")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            distributed.average_gradients(pre.student_parameters())
-            opt.step()
+            pre.optimise(loss, opt)
