@@ -516,6 +516,11 @@ class CacheReader:
         if not isinstance(self.meta, list) or len(self.meta) != n:
             raise DatasetError(f"prepared cache: {self.folder / META} does not hold {n} meta records")
 
+    @property
+    def manifest_hash(self) -> str:
+        """sha256 of this cache's manifest.json: the dataset identity recorded in run.json."""
+        return sha256_file(self.folder / MANIFEST)
+
     def __len__(self) -> int:
         return self.n
 

@@ -268,3 +268,16 @@ def test_cli_missing_dataset_is_a_message_not_a_traceback(tmp_path, capsys):
     assert "Did you mean 'quickstart'" in capsys.readouterr().err
     assert data_main(["prepare", "quickstart", "--synthetic", "--opt", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_manifest_hash_identifies_the_prepared_cache(tmp_path) -> None:
+    import hashlib
+
+    from fusebench import datasets
+    from fusebench.datasets import cache
+
+    ds = datasets.build("quickstart", synthetic=True, synthetic_spec={"num_samples": 16, "seed": 0}, use_cache=False)
+    folder = cache.prepare(ds, tmp_path / "prep", progress=False)
+    reader = cache.CacheReader(folder)
+    expected = hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
+    assert reader.manifest_hash == expected

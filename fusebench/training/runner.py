@@ -510,10 +510,10 @@ def run_one(
 def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any]) -> dict[str, Any]:
     if synthetic or spec.dataset.synthetic_only:
         return {"id": spec.dataset.id, "manifest_hash": "synthetic", "synthetic": True}
-    cache = getattr(data["train"], "_cache", None)
-    manifest = getattr(cache, "manifest_hash", None)
-    return {"id": spec.dataset.id, "manifest_hash": manifest or "unprepared", "synthetic": False,
-            "root": str(getattr(data["train"], "root", ""))}
+    hashes = {role: getattr(getattr(ds, "_cache", None), "manifest_hash", None) or "unprepared"
+              for role, ds in data.items()}
+    return {"id": spec.dataset.id, "manifest_hash": hashes["train"], "manifest_hashes": hashes,
+            "synthetic": False, "root": str(getattr(data["train"], "root", ""))}
 
 
 def make_record(spec, objective, seed, synthetic, device, flags, data, curves, val, test, best_epoch,
