@@ -34,32 +34,39 @@ def _shard(batch: dict, rank: int, world: int) -> dict:
             "present": batch["present"][:, lo:hi]}
 
 
-def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str) -> None:
-    from fusebench.training.distributed import average_gradients, broadcast_parameters, gather_with_grad
+def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str, wrapper: str) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from fusebench.training.distributed import average_gradients, gather_with_grad
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         pre, batch = _setup(objective)
-        broadcast_parameters(pre)
-        loss = pre(_shard(batch, rank, world), gather=gather_with_grad)
-        loss.backward()
-        average_gradients(pre.student_parameters())
+        if wrapper == "ddp":  # what the runner does
+            ddp = DistributedDataParallel(pre, find_unused_parameters=True)
+            loss = ddp(_shard(batch, rank, world), gather=gather_with_grad)
+            loss.backward()
+        else:  # explicit all-reduce, as the TupleInfoNCE candidate updates do (same seed: same init)
+            loss = pre(_shard(batch, rank, world), gather=gather_with_grad)
+            loss.backward()
+            average_gradients(pre.student_parameters())
         grads = {n: p.grad.clone() for n, p in pre.named_parameters() if p.grad is not None}
         torch.save({"loss": loss.detach(), "grads": grads}, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("objective", ["infonce_pwe", "m3g"])
-def test_two_process_gloo_matches_single_process(tmp_path: Path, objective: str) -> None:
+@pytest.mark.parametrize("wrapper", ["ddp", "allreduce"])
+@pytest.mark.parametrize("objective", ["infonce_pwe", "m3g", "tuple_infonce"])
+def test_two_process_gloo_matches_single_process(tmp_path: Path, objective: str, wrapper: str) -> None:
     if objective not in objectives.available():
         pytest.skip(f"{objective} not registered")
     pre, batch = _setup(objective)
     loss = pre(batch)
     loss.backward()
     ref = {n: p.grad.clone() for n, p in pre.named_parameters() if p.grad is not None}
-    mp.start_processes(_worker, args=(2, str(tmp_path / "init"), str(tmp_path), objective), nprocs=2,
+    mp.start_processes(_worker, args=(2, str(tmp_path / "init"), str(tmp_path), objective, wrapper), nprocs=2,
                        join=True, start_method="spawn")
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)

@@ -6,14 +6,14 @@ Every global batch is split into contiguous per-rank shards; the pretraining los
 rank's shard), so a contrastive or matching loss has the same negatives / couplings as a single
 process on the same global batch. Every rank computes the same global loss; the gather's backward
 multiplies this rank's slice of the gradient by W (the W identical loss copies), and
-:func:`average_gradients` (one all-reduce per parameter after ``backward``) divides by W: the
-parameter gradients equal the single-process ones (tests/test_distributed.py checks it with 2 gloo
-processes).
+DistributedDataParallel's gradient averaging divides by W: the parameter gradients equal the
+single-process ones (tests/test_distributed.py checks it with 2 gloo processes, for DDP and for the
+explicit :func:`average_gradients` used by the TupleInfoNCE candidate updates).
 
-Why not the ``DistributedDataParallel`` wrapper: with this differentiable gather in the graph, its
-bucketed asynchronous gradient reduction gave gradients that differ from the single-process ones in
-our 2-process gloo test (torch 2.14.1), while the explicit all-reduce matches to 1e-15. Until that
-is understood, correctness wins: the explicit all-reduce is what the runner uses.
+DDP is built with ``find_unused_parameters=True``: parameters the objective does not use (the task
+head during pretraining, the predictor of a plain view objective) produce no gradient, and without
+that flag their buckets are never reduced, leaving the other gradients in those buckets
+un-averaged.
 """
 
 from __future__ import annotations
@@ -96,14 +96,6 @@ def average_gradients(params) -> None:
         if p.grad is not None:
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
             p.grad.div_(w)
-
-
-def broadcast_parameters(module: torch.nn.Module) -> None:
-    """Start every rank from rank 0's weights."""
-    if not is_distributed():
-        return
-    for t in list(module.parameters()) + list(module.buffers()):
-        dist.broadcast(t.data, src=0)
 
 
 @contextlib.contextmanager

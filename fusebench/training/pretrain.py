@@ -61,14 +61,16 @@ class Pretrainer(nn.Module):
     def project(self, emb: Tensor, heads: nn.ModuleDict) -> Tensor:
         return torch.stack([heads[m](emb[l]) for l, m in enumerate(self.model.modalities)])
 
-    def optimise(self, loss: Tensor, optimizer: torch.optim.Optimizer) -> None:
+    def optimise(self, loss: Tensor, optimizer: torch.optim.Optimizer, all_reduce: bool = True) -> None:
         """One optimisation step on ``loss``: backward, gradient all-reduce across ranks (distributed
-        runs), optimizer step. Shared by the training loop and the TupleInfoNCE candidate updates."""
+        runs, unless DistributedDataParallel already reduced them: ``all_reduce=False``), optimizer
+        step. Shared by the training loop and the TupleInfoNCE candidate updates."""
         from fusebench.training import distributed
 
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        distributed.average_gradients(self.student_parameters())
+        if all_reduce:
+            distributed.average_gradients(self.student_parameters())
         optimizer.step()
 
     def update_teacher(self, step: int) -> None:

@@ -362,7 +362,12 @@ def run_one(
         total = per_epoch * pt.epochs
         pre = Pretrainer(model, obj, pt, total_steps=total).to(dev)
         opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
-        distributed.broadcast_parameters(pre)
+        step_fn = pre
+        if distributed.is_distributed():  # DDP: rank 0's weights, averaged gradients
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            # heads unused by the objective (e.g. the task head) get no gradient: find_unused_parameters
+            step_fn = DDP(pre, device_ids=[dev.index] if dev.type == "cuda" else None, find_unused_parameters=True)
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
         phase = _Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
         tuple_opt = None
@@ -383,12 +388,12 @@ def run_one(
             for batch in loader:
                 batch = utils.to_device(batch, dev)
                 with autocast:
-                    loss = pre(batch, gather=distributed.gather_with_grad)
+                    loss = step_fn(batch, gather=distributed.gather_with_grad)
                 if not torch.isfinite(loss):
                     phase.save()
                     raise RunError(f"{spec.name}: loss of objective {objective!r} is {float(loss.detach())} at pretraining "
                                    f"step {phase.step} (epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}")
-                pre.optimise(loss, opt)
+                pre.optimise(loss, opt, all_reduce=step_fn is pre)
                 sched.step()
                 pre.update_teacher(phase.step)
                 phase.step += 1
