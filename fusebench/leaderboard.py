@@ -145,7 +145,8 @@ def benchmark_table(name: str, recs: list[dict[str, Any]], plot_name: str | None
             f"- data: {data_label} (dataset `{first.get('dataset', {}).get('id', '')}`)",
             f"- model selection: {selection}",
             f"- primary metric: `{primary}`; paired test: two-sided paired t-test over shared seeds (scipy.stats.ttest_rel) against the best row",
-            "- cost: mean pretraining wall time and peak process memory per run (device in run.json)"]
+            "- cost: mean pretraining wall time; peak memory = the process's peak resident set on CPU (in a sweep it "
+            "includes earlier cells of the same process) or the CUDA allocator peak on GPU (device in run.json)"]
     for key in sorted(protocol):
         out.append(f"- {key}: {protocol[key]}")
     suites = sorted({str(r.get('suite_version')) for r in recs})
