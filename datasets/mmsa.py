@@ -538,14 +538,16 @@ Pass root=<folder with the pickle or the .csd files> or root=<a single MMSA-FET 
 """
 
 
+_MOSEI_DIMS = {"text": 768, "audio": 74, "vision": 35}  # BERT, COVAREP, FACET (MMSA unaligned_50)
+
+
 @DATASETS.register("mosei")
 class MOSEI(_SentimentDataset):
     """CMU-MOSEI: ~23k segments of 3228 videos, sentiment in [-3, 3] (labels column 0)."""
 
     id = "mosei"
-    MODALITIES = tuple(Modality(m.name, m.kind, {"text": 768, "audio": 74, "vision": 35}[m.name], True,
-                                m.description) for m in _SENTIMENT_MODALITIES)
-    DIMS = {"text": 768, "audio": 74, "vision": 35}
+    DIMS = _MOSEI_DIMS
+    MODALITIES = tuple(Modality(m.name, m.kind, _MOSEI_DIMS[m.name], True, m.description) for m in _SENTIMENT_MODALITIES)
     PAD_LEN = {"text": 50, "audio": 500, "vision": 500}
     FOLD_FRACTIONS = (0.7, 0.1, 0.2)
     FILES = (

@@ -104,6 +104,11 @@ def ntxent_terms(a: Tensor, b: Tensor, valid: Tensor, tau: float) -> tuple[Tenso
     return terms, keep, pos * tau
 
 
+def pair_stats(pos: Tensor, valid: Tensor, keep: Tensor) -> dict[str, float]:
+    """Diagnostics of the NT-Xent pair losses: mean positive cosine over valid samples, number of terms."""
+    return {"pos_cos": float(((pos * valid).sum() / valid.sum().clamp_min(1)).detach()), "terms": float(keep.sum())}
+
+
 def masked_mean(terms: Tensor, keep: Tensor, who: str) -> Tensor:
     count = int(keep.sum())
     if count == 0:
@@ -133,12 +138,8 @@ class InfoNCEPairwise(MultiViewObjective):
         else:
             valid = mask[li] & mask[mi]
         terms, keep, pos = ntxent_terms(z[li], z[mi], valid, self.tau)
-        out = masked_mean(terms, keep, self.name)
-        self.stats = {
-            "pos_cos": float(((pos * valid).sum() / valid.sum().clamp_min(1)).detach()),
-            "terms": float(keep.sum()),
-        }
-        return out
+        self.stats = pair_stats(pos, valid, keep)
+        return masked_mean(terms, keep, self.name)
 
 
 @OBJECTIVES.register("infonce_avg")
@@ -163,9 +164,5 @@ class InfoNCEAverage(MultiViewObjective):
         rest = F.normalize(rest_sum, dim=-1)  # the mean's direction (the 1/(k-1) scale cancels)
         valid = present & (rest_count > 0)
         terms, keep, pos = ntxent_terms(z, rest, valid, self.tau)
-        out = masked_mean(terms, keep, self.name)
-        self.stats = {
-            "pos_cos": float(((pos * valid).sum() / valid.sum().clamp_min(1)).detach()),
-            "terms": float(keep.sum()),
-        }
-        return out
+        self.stats = pair_stats(pos, valid, keep)
+        return masked_mean(terms, keep, self.name)

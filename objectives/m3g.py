@@ -43,15 +43,13 @@ Example::
 
 from __future__ import annotations
 
-import math
-import warnings
 
 import torch
 from torch import Tensor
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
-from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, dual_value, pairwise_sinkhorn
+from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, gap_with_danskin_gradient, pairwise_sinkhorn
 
 #: R^2 floor of the csd cost (documented above)
 CSD_R2_FLOOR = 1e-6
@@ -138,36 +136,9 @@ class M3G(MultiViewObjective):
             iu = torch.triu_indices(k, k, offset=1)
             pm = res.pair_marginals[iu[0], iu[1]]  # [pairs, n, n]
             cost_p = torch.einsum("pij,pij->", pm, sq[iu[0], iu[1]]) / k**2
-        with torch.no_grad():
-            dual = dual_value(res.log_u, res.mass, eps)
-            gap = cost_j.detach() - eps * math.log(n) - dual
-        surrogate = cost_j - cost_p  # gradient <J - P*, dC/dz> (Danskin)
-        out = surrogate + (gap - surrogate).detach()
-        self._record(res, cost_j, cost_p, dual, gap, dense=use_dense)
+        out, self.stats = gap_with_danskin_gradient(self.name, res, cost_j, cost_p, eps, n, self.tol, self.max_iter)
+        self.stats.update({"reference_solver": float(use_dense), **{k: float(v) for k, v in res.info.items()}})
         return out
-
-    def _record(self, res, cost_j: Tensor, cost_p: Tensor, dual: Tensor, gap: Tensor, dense: bool) -> None:
-        eps = self.eps
-        self.stats = {
-            "iterations": float(res.iterations),
-            "marginal_error": float(res.marginal_error),
-            "converged": float(res.converged),
-            "cost_J": float(cost_j.detach()),
-            "cost_P": float(cost_p.detach()),
-            "plogp": float((float(dual) - float(cost_p.detach())) / eps),  # <P, log P> implied by the dual value
-            "dual_value": float(dual),
-            "gap": float(gap),
-            "mass": float(res.mass),
-            "reference_solver": float(dense),
-            **{k: float(v) for k, v in res.info.items()},
-        }
-        if not res.converged:
-            warnings.warn(
-                f"m3g: Sinkhorn hit max_iter={self.max_iter} with marginal error {res.marginal_error:.3g} "
-                f"> tol={self.tol} (eps={eps}); the gap and its gradient are approximate. Raise max_iter or eps.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
 
 
 __all__ = ["M3G", "dense_cost", "diagonal_cost", "pair_sqdists"]

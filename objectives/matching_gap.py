@@ -32,15 +32,13 @@ Example::
 
 from __future__ import annotations
 
-import math
-import warnings
 
 import torch
 from torch import Tensor
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
-from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, dual_value
+from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, gap_with_danskin_gradient
 
 
 @OBJECTIVES.register("matching_gap")
@@ -74,30 +72,9 @@ class MatchingGap(MultiViewObjective):
         with torch.no_grad():
             res = dense_sinkhorn(-c.detach() / eps, self.tol, self.max_iter)
             p = res.log_p.exp()  # [n, n]
-            dual = dual_value(res.log_u, res.mass, eps)
         cost_j = torch.diagonal(c).mean()  # <J_n, C>
         cost_p = (p * c).sum()  # <P*, C>, P* detached
-        with torch.no_grad():
-            gap = cost_j - eps * math.log(n) - dual  # Eq. 6: t(C, J_n) - S_eps(C)
-        surrogate = cost_j - cost_p
-        out = surrogate + (gap - surrogate).detach()
-        self.stats = {
-            "iterations": float(res.iterations),
-            "marginal_error": float(res.marginal_error),
-            "converged": float(res.converged),
-            "cost_J": float(cost_j.detach()),
-            "cost_P": float(cost_p.detach()),
-            "dual_value": float(dual),
-            "gap": float(gap),
-            "mass": float(res.mass),
-        }
-        if not res.converged:
-            warnings.warn(
-                f"matching_gap: Sinkhorn hit max_iter={self.max_iter} with marginal error "
-                f"{res.marginal_error:.3g} > tol={self.tol} (eps={eps}); raise max_iter or eps.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        out, self.stats = gap_with_danskin_gradient(self.name, res, cost_j, cost_p, eps, n, self.tol, self.max_iter)
         return out
 
 

@@ -55,6 +55,7 @@ Shape:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -391,3 +392,37 @@ def _pair_marginals(con: _Contraction, shift: Tensor, k: int, n: int) -> Tensor:
                 pm[key] = mat if l < m else mat.T
                 done.add(key)
     return pm
+
+
+def gap_with_danskin_gradient(who: str, res, cost_j: Tensor, cost_p: Tensor, eps: float, n: int, tol: float,
+                              max_iter: int) -> tuple[Tensor, dict[str, float]]:
+    """The matching-gap value and gradient shared by ``matching_gap`` and ``m3g``.
+
+    Value: F(J) - min F = <J, C> - eps log n - (Sinkhorn dual value). Gradient (Danskin, M3G Prop. 3.2):
+    that of the surrogate <J, C(z)> - <P*, C(z)> with P* detached; the returned scalar is the surrogate
+    shifted by a detached constant. Also returns the solver diagnostics and warns when ``max_iter`` was hit.
+    """
+    with torch.no_grad():
+        dual = dual_value(res.log_u, res.mass, eps)
+        gap = cost_j.detach() - eps * math.log(n) - dual
+    surrogate = cost_j - cost_p
+    out = surrogate + (gap - surrogate).detach()
+    stats = {
+        "iterations": float(res.iterations),
+        "marginal_error": float(res.marginal_error),
+        "converged": float(res.converged),
+        "cost_J": float(cost_j.detach()),
+        "cost_P": float(cost_p.detach()),
+        "plogp": float((float(dual) - float(cost_p.detach())) / eps),  # <P, log P> implied by the dual value
+        "dual_value": float(dual),
+        "gap": float(gap),
+        "mass": float(res.mass),
+    }
+    if not res.converged:
+        warnings.warn(
+            f"{who}: Sinkhorn hit max_iter={max_iter} with marginal error {res.marginal_error:.3g} > tol={tol} "
+            f"(eps={eps}); the gap and its gradient are approximate. Raise max_iter or eps.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return out, stats
