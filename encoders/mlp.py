@@ -36,14 +36,15 @@ class MLPEncoder(MultimodalModel):
         self.head = nn.Linear(num_features * len(self.modalities), num_classes)
 
     def embed(self, batch: dict[str, Any]) -> Tensor:
-        return torch.stack([self.encoders[m](batch["modalities"][m]) for m in self.modalities])
-
-    def forward(self, batch: dict[str, Any]) -> Tensor:
-        z = self.embed(batch)  # [k, n, f]
+        """Per-modality embeddings [k, n, f]; a modality absent from a sample (``batch["present"]``) is 0."""
+        z = torch.stack([self.encoders[m](batch["modalities"][m]) for m in self.modalities])
         if "present" in batch:
             idx = [batch["names"].index(m) for m in self.modalities]
             z = z * batch["present"][idx].unsqueeze(-1).to(z.dtype)
-        return self.head(rearrange(z, "k n f -> n (k f)"))
+        return z
+
+    def forward(self, batch: dict[str, Any]) -> Tensor:
+        return self.head(rearrange(self.embed(batch), "k n f -> n (k f)"))
 
     def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
         return F.cross_entropy(output, batch["target"])

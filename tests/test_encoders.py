@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from fusebench.encoders import available, build
 from fusebench.encoders.base import MultimodalModel, count_parameters
 from fusebench.encoders.eeg_conv import EEGConvEncoder
+from fusebench.encoders.mlp import MLPEncoder
 from fusebench.encoders.esanet import (ESANet, LearnedUpsample, NonBottleneck1D, ResNetNBt1D,
                                        SqueezeExcitation)
 from fusebench.encoders.heads import EMATeacher, MultiViewHead, ProjectionHead, cosine_momentum
@@ -72,7 +73,15 @@ def eeg_case():
     return model, batch, (4, 5), (3, 4, 8)
 
 
-CASES = {"esanet": esanet_case, "seq_transformer": seq_case, "eeg_conv": eeg_case}
+def mlp_case():
+    g = torch.Generator().manual_seed(0)
+    dims = {"a": 5, "b": 6, "c": 7}
+    model = MLPEncoder(dims, num_features=8, hidden=16, num_classes=4)
+    batch = _batch({m: torch.randn(8, d, generator=g) for m, d in dims.items()}, torch.randint(0, 4, (8,), generator=g))
+    return model, batch, (8, 4), (3, 8, 8)
+
+
+CASES = {"esanet": esanet_case, "seq_transformer": seq_case, "eeg_conv": eeg_case, "mlp": mlp_case}
 
 
 def test_registered():
