@@ -1,0 +1,60 @@
+"""The generic registry: ids, duplicates, typos, lazy entries and entry-point plugins."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import sys
+import types
+
+import pytest
+
+from fusebench import registry as R
+
+
+def test_register_build_available_and_typos() -> None:
+    reg = R.Registry("widget")
+
+    @reg.register("alpha_one", note="x")
+    def alpha(v=1):
+        return ("alpha", v)
+
+    reg.add("beta", lambda: "b")
+    assert reg.available() == ["alpha_one", "beta"] and reg.available("a*") == ["alpha_one"]
+    assert reg.build("ALPHA_ONE", v=3) == ("alpha", 3) and reg.meta("alpha_one") == {"note": "x"}
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.add("beta", object())
+    with pytest.raises(ValueError, match="lowercase"):
+        reg.add("Bad Name", object())
+    with pytest.raises(R.UnknownNameError, match=r"Did you mean 'alpha_one'\?.*Valid widget ids: alpha_one, beta"):
+        reg.get("alpha_on")
+
+
+def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = types.ModuleType("fb_fake_plugin")
+    mod.Thing = type("Thing", (), {})
+    monkeypatch.setitem(sys.modules, "fb_fake_plugin", mod)
+    eps = [md.EntryPoint("gamma", "fb_fake_plugin:Thing", "fusebench.widgets"),
+           md.EntryPoint("beta", "fb_fake_plugin:Thing", "fusebench.widgets")]
+    monkeypatch.setattr(R, "entry_points", lambda group: [e for e in eps if e.group == group])
+    reg = R.Registry("widget", entry_point_group="fusebench.widgets")
+    reg.add("beta", "builtin")
+    reg.add_lazy("delta", "fb_fake_plugin:Thing")
+    assert reg.available() == ["beta", "delta", "gamma"]
+    assert reg.get("gamma") is mod.Thing and reg.get("delta") is mod.Thing
+    assert reg.get("beta") == "builtin"  # a plugin cannot take a built-in id
+
+
+@pytest.mark.parametrize("name", ["datasets", "objectives", "encoders", "benchmarks"])
+def test_top_level_folders_are_not_importable_bare(name: str, tmp_path) -> None:
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    # from the repo root (cwd on sys.path) the folder refuses to be imported under its bare name
+    r = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=root, capture_output=True, text=True)
+    assert r.returncode != 0 and f"import this folder as fusebench.{name}" in r.stderr
+    # elsewhere the bare name is not ours at all
+    r = subprocess.run([sys.executable, "-c", f"import importlib.util as u, sys; s = u.find_spec({name!r}); "
+                        f"sys.exit(1 if s and str(s.origin).startswith({str(root)!r}) else 0)"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
