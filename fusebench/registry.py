@@ -29,6 +29,12 @@ from typing import Any, Callable, Iterator
 log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
+ID_RULE = "lowercase letters, digits, '_', '.', '-', starting with a letter or digit"
+
+
+def valid_id(name: object) -> bool:
+    """True for a registry-style id (also safe as one path component: no '/', no leading '.')."""
+    return isinstance(name, str) and len(name) <= 128 and bool(_ID.match(name))
 
 
 class UnknownNameError(KeyError, ValueError):

@@ -32,7 +32,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
                    help="regenerate the leaderboard markdown into DIR after the sweep")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    bars = p.add_mutually_exclusive_group()
+    bars.add_argument("--progress", dest="progress", action="store_true", default=None,
+                      help="progress bars even when stderr is not a terminal")
+    bars.add_argument("--no-progress", dest="progress", action="store_false",
+                      help="no progress bars (the default when stderr is not a terminal, e.g. a log file)")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from fusebench.datasets.base import DatasetNotFoundError
@@ -44,13 +48,13 @@ def main(argv: list[str]) -> int:
         with distributed.maybe_init(ns.device):
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
-                          progress=not ns.no_progress, leaderboard=ns.leaderboard)
+                          progress=sys.stderr.isatty() if ns.progress is None else ns.progress, leaderboard=ns.leaderboard)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:
         print(f"fusebench run: {e}", file=sys.stderr)
         return 2
     failed = [r for r in records if r.get("status") == "failed"]
     for r in records:
-        if r.get("status") in ("failed", "worker"):
+        if r.get("status") in ("failed", "worker", "skipped"):
             continue
         shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(r["metrics"].items()))
         print(f"{r['benchmark']} {r['objective']} seed{r['seed']}: {shown}")

@@ -215,6 +215,12 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(f"{source}: {msg}")
+    from fusebench.registry import ID_RULE, valid_id
+
+    if not valid_id(spec.name):  # the name becomes a folder of run records: no path escapes
+        raise ConfigError(f"{source}: name {spec.name!r} is not a valid benchmark id ({ID_RULE})")
+    for s in spec.seeds:
+        check_seed(s, f"{source}: seeds")
     if spec.pipeline == "standard":
         if not spec.dataset.id or not spec.encoder.id:
             raise ConfigError(f"{source}: dataset.id and encoder.id are required")
@@ -223,6 +229,16 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         if spec.selection_metric and spec.selection_metric not in spec.metrics:
             raise ConfigError(f"{source}: selection_metric {spec.selection_metric!r} is not in metrics")
     return spec
+
+
+MAX_SEED = 2**32 - 1  # numpy's seed range
+
+
+def check_seed(seed: Any, where: str = "--seeds") -> int:
+    """A seed is an integer in 0..2**32-1 (numpy's range); anything else is a ConfigError naming ``where``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{where}: seed {seed!r} is not an integer in 0..{MAX_SEED}")
+    return seed
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:

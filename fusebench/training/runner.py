@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader
 
 import fusebench
 from fusebench.training import distributed, utils
-from fusebench.training.config import BenchmarkSpec, ConfigError, parse_override
+from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,14 @@ BASELINE = "none"  # pseudo-objective: no pretraining (random-init encoder), the
 
 class RunError(RuntimeError):
     """A run stopped for a reason the user must see (NaN loss, corrupt checkpoint, ...)."""
+
+
+class ConfigMismatchError(RunError):
+    """A cell's run.json or last.pt was made with another configuration (never continued or returned)."""
+
+
+class CellBusyError(RunError):
+    """Another live process holds the cell's lock."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,6 +297,7 @@ class _Phase:
         self.epoch = 0
         self.step_in_epoch = 0
         self.curves: dict[str, list[float]] = {}
+        self.config_hash: str | None = None
 
     def state(self) -> dict[str, Any]:
         return {
@@ -300,7 +309,8 @@ class _Phase:
     def save(self, extra: dict[str, Any] | None = None) -> None:
         if distributed.rank() != 0:  # one writer
             return
-        utils.atomic_torch_save({**self.state(), **(extra or {})}, self.cell / "last.pt")
+        utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash, **(extra or {})},
+                                self.cell / "last.pt")
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         for k, m in self.mods.items():
@@ -321,25 +331,101 @@ def run_one(
     resume: bool = False,
     progress: bool = True,
     max_steps: int | None = None,
+    context: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run one (benchmark, objective, seed) cell and write its run.json. ``max_steps`` stops the run
-    after that many optimisation steps in total (for tests that simulate a killed run)."""
+    after that many optimisation steps in total (for tests that simulate a killed run). ``context``
+    holds what the sweep measured once for every cell (``git``: the checkout's state before any
+    output was written; ``fingerprint``: the data files read), computed here when absent.
+
+    A cell is only ever continued or returned for the configuration that made it: an existing
+    ``run.json`` or ``last.pt`` with another config hash is a :class:`RunError`, never mixed."""
+    check_compatible(spec, objective)
+    cell = cell_dir(out, spec.name, objective, seed)
+    run_json = cell / "run.json"
+    if run_json.exists():
+        return _existing_record(run_json, spec)
+    cell.mkdir(parents=True, exist_ok=True)
+    with _CellLock(cell):
+        if run_json.exists():  # another process finished the cell while we waited for nothing
+            return _existing_record(run_json, spec)
+        if spec.pipeline == "gaussian_mi":
+            from fusebench.training.gaussian_mi import run_gaussian_mi
+
+            return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
+        return _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps,
+                         context if context is not None else sweep_context(spec, synthetic, data_root))
+
+
+def _existing_record(run_json: Path, spec: BenchmarkSpec) -> dict[str, Any]:
+    """The finished cell's record, if it was made with ``spec``'s configuration."""
+    try:
+        rec = json.loads(run_json.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise RunError(f"{run_json} is unreadable ({e}); move it away to rerun the cell") from None
+    if rec.get("config_hash") != spec.hash():
+        raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
+                       f"!= {spec.hash()} of the current spec and --set values); records are immutable: "
+                       "write to another --out, or move that cell's folder away to rerun it")
+    return rec
+
+
+def _check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec) -> dict[str, Any]:
+    if ckpt.get("config_hash") != spec.hash():
+        raise ConfigMismatchError(
+            f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
+            f"!= {spec.hash()} of the current spec and --set values); rerun with the same settings, or move the cell "
+            "folder away to start over")
+    return ckpt
+
+
+class _CellLock:
+    """An exclusive per-cell lock file (``.lock``, holding the owner's pid): two processes never run
+    one cell at once. A lock left by a process that no longer exists is taken over."""
+
+    def __init__(self, cell: Path) -> None:
+        self.path = cell / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> "_CellLock":
+        for _ in range(2):
+            try:
+                self.fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.write(self.fd, str(os.getpid()).encode())
+                return self
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _alive(pid):
+                    raise CellBusyError(f"{self.path.parent} is being run by process {pid} "
+                                        f"(lock {self.path}); not starting it twice") from None
+                self.path.unlink(missing_ok=True)  # stale lock of a killed run
+        raise CellBusyError(f"cannot lock {self.path}")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps, context):
     from tqdm.auto import tqdm
 
     from fusebench import objectives
     from fusebench.training.diagnostics import representation_diagnostics
     from fusebench.training.pretrain import Pretrainer
-
-    check_compatible(spec, objective)
-    cell = cell_dir(out, spec.name, objective, seed)
-    run_json = cell / "run.json"
-    if run_json.exists():
-        return json.loads(run_json.read_text())
-    cell.mkdir(parents=True, exist_ok=True)
-    if spec.pipeline == "gaussian_mi":
-        from fusebench.training.gaussian_mi import run_gaussian_mi
-
-        return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
 
     t0 = time.time()
     dev = utils.resolve_device(device)
@@ -350,7 +436,7 @@ def run_one(
     steps_done = 0
     ckpt = None
     if resume and (cell / "last.pt").exists():
-        ckpt = _load_checkpoint(cell / "last.pt")
+        ckpt = _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec)
 
     # ---- pretraining ------------------------------------------------------------------------
     pt = spec.pretrain
@@ -370,6 +456,7 @@ def run_one(
             step_fn = DDP(pre, device_ids=[dev.index] if dev.type == "cuda" else None, find_unused_parameters=True)
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
         phase = _Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
+        phase.config_hash = spec.hash()
         tuple_opt = None
         if objective == "tuple_infonce" and pt.tuple_sample_optimisation:  # Algorithm 1; policy in last.pt
             from fusebench.training.tuple_optim import TupleSampleOptimiser
@@ -438,6 +525,7 @@ def run_one(
     total = per_epoch * ds_cfg.epochs
     sched = _scheduler(opt, "cosine", total, 0)
     phase = _Phase("downstream", cell, spec.checkpoint_every, {"model": model, "optimizer": opt, "scheduler": sched})
+    phase.config_hash = spec.hash()
     best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
     if ckpt is not None and ckpt["phase"] == "downstream":
         phase.restore(ckpt)
@@ -506,23 +594,42 @@ def run_one(
     record = make_record(
         spec, objective, seed, synthetic, dev, flags, data,
         curves={**pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],
-        wall_time=time.time() - t0, pretrain_time=pretrain_time, model=model, diagnostics=diag,
+        wall_time=time.time() - t0, pretrain_time=pretrain_time, model=model, diagnostics=diag, context=context,
     )
     write_record(cell, record)
     return record
 
 
-def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any]) -> dict[str, Any]:
+def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -> dict[str, Any]:
+    """Measured once per sweep, before any output is written: the checkout's git state and the
+    fingerprint of the data files (real data only; :mod:`fusebench.datasets.fingerprint`)."""
+    ctx: dict[str, Any] = {"git": utils.git_info(), "fingerprint": None}
+    if spec.pipeline == "standard" and not (synthetic or spec.dataset.synthetic_only) and data_root is not None:
+        from fusebench.datasets.fingerprint import fingerprint
+
+        ctx["fingerprint"] = fingerprint(data_root)
+    return ctx
+
+
+def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
+                     fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the run read: adapter id, synthetic or real; for real data the prepared cache's manifest
+    hash (or "unprepared") and the fingerprint of the files under the data root."""
     if synthetic or spec.dataset.synthetic_only:
-        return {"id": spec.dataset.id, "manifest_hash": "synthetic", "synthetic": True}
+        return {"id": spec.dataset.id, "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None}
     hashes = {role: getattr(getattr(ds, "_cache", None), "manifest_hash", None) or "unprepared"
               for role, ds in data.items()}
-    return {"id": spec.dataset.id, "manifest_hash": hashes["train"], "manifest_hashes": hashes,
-            "synthetic": False, "root": str(getattr(data["train"], "root", ""))}
+    ident = {"id": spec.dataset.id, "manifest_hash": hashes["train"], "manifest_hashes": hashes,
+             "synthetic": False, "root": str(getattr(data["train"], "root", "")), "fingerprint": fingerprint,
+             "sizes": {role: len(ds) for role, ds in data.items()}}
+    split_info = getattr(data["train"], "split_info", None)
+    if callable(split_info):
+        ident["splits"] = split_info()
+    return ident
 
 
 def make_record(spec, objective, seed, synthetic, device, flags, data, curves, val, test, best_epoch,
-                wall_time, pretrain_time, model, diagnostics) -> dict[str, Any]:
+                wall_time, pretrain_time, model, diagnostics, context=None) -> dict[str, Any]:
     directions = {}
     if spec.pipeline == "standard":
         from fusebench import metrics as M
@@ -532,13 +639,13 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "metric_directions": directions,
         "schema_version": SCHEMA_VERSION,
         "suite_version": fusebench.__version__,
-        "git": utils.git_info(),
+        "git": (context or {}).get("git") or utils.git_info(),
         "benchmark": spec.name,
         "objective": objective,
         "seed": seed,
         "config": spec.to_dict(),
         "config_hash": spec.hash(),
-        "dataset": dataset_identity(spec, synthetic, data) if data else {"id": spec.dataset.id or spec.pipeline, "manifest_hash": "synthetic", "synthetic": True},
+        "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": spec.dataset.id or spec.pipeline, "manifest_hash": "synthetic", "synthetic": True},
         "device": str(device),
         "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
                  "cpu_count": os.cpu_count(), "world_size": distributed.world_size()},
@@ -556,6 +663,44 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "diagnostics": diagnostics,
         "protocol": spec.protocol_notes,
     }
+
+
+def check_hparams(spec: BenchmarkSpec, objs: list[str]) -> None:
+    """``pretrain.hparams.<objective>.<name>`` must name a hyper-parameter of that objective."""
+    import inspect
+
+    from fusebench import objectives
+
+    for name, hp in spec.pretrain.hparams.items():
+        if not isinstance(hp, dict):
+            raise ConfigError(f"pretrain.hparams.{name}: expected a mapping of hyper-parameters, got {hp!r}")
+        cls = objectives.OBJECTIVES.get(name)  # unknown objective id -> UnknownNameError with a hint
+        params = inspect.signature(cls.__init__).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            continue
+        valid = sorted(k for k, p in params.items() if k != "self" and p.kind is not p.VAR_POSITIONAL)
+        unknown = sorted(set(hp) - set(valid))
+        if unknown:
+            raise ConfigError(f"pretrain.hparams.{name}: unknown hyper-parameter(s) {unknown}; "
+                              f"{name!r} takes {', '.join(valid) or 'none'}")
+
+
+def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int, objs: list[str]) -> None:
+    """Build the three splits once and stop before any training with one clear message when the data
+    is unusable: missing files, an empty split, or a pretraining batch larger than the train split."""
+    from fusebench.datasets.base import DatasetError
+
+    data = _datasets(spec, synthetic, data_root, seed)
+    for role, ds in data.items():
+        if len(ds) == 0:
+            split = {"train": "train", "val": spec.dataset.val_split, "test": spec.dataset.test_split}[role]
+            raise DatasetError(f"{spec.name}: the {role} split ({spec.dataset.id!r} split {split!r}, data root "
+                               f"{getattr(ds, 'root', data_root)}) has no samples; the benchmark needs it "
+                               f"{'for model selection' if role == 'val' else 'for training' if role == 'train' else 'for the test score'}")
+    n = len(data["train"])
+    if spec.pretrain.epochs > 0 and any(o != BASELINE for o in objs) and spec.pretrain.batch_size > n:
+        raise ConfigError(f"pretrain.batch_size={spec.pretrain.batch_size} exceeds the {n} samples of the train "
+                          f"split of {spec.name}; choose a batch size <= {n}")
 
 
 def write_record(cell: Path, record: dict[str, Any]) -> Path:
@@ -600,7 +745,8 @@ def run(
     objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)
-    seeds = list(seeds if seeds is not None else spec.seeds)
+    seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
+    check_hparams(spec, objs)
     if spec.pipeline == "standard":
         from fusebench import metrics as M
 
@@ -615,17 +761,34 @@ def run(
             where = "no --data-root given" if data_root is None else f"--data-root {data_root} does not exist"
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     out = Path(out)
+    for o in objs:  # a cell made with another configuration stops the sweep before any training
+        for s in seeds:
+            cell = cell_dir(out, spec.name, o, s)
+            if (cell / "run.json").exists():
+                _existing_record(cell / "run.json", spec)
+            elif (cell / "last.pt").exists():
+                _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec)
+    pending = [(o, s) for o in objs for s in seeds if not (cell_dir(out, spec.name, o, s) / "run.json").exists()]
+    context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
+    if pending and spec.pipeline == "standard":  # once, before the first cell: one message, not one per cell
+        check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
     records = []
     for o in objs:
         for s in seeds:
             cell = cell_dir(out, spec.name, o, s)
             try:
                 rec = run_one(spec, o, s, out, synthetic=synthetic, data_root=data_root, device=device,
-                              resume=resume or (cell / "last.pt").exists(), progress=progress)
+                              resume=resume or (cell / "last.pt").exists(), progress=progress, context=context)
                 records.append(rec)
-            except (KeyboardInterrupt, ConfigError):
+            except (KeyboardInterrupt, ConfigError, ConfigMismatchError):
                 raise
+            except CellBusyError as e:  # another process runs it: its record will be the cell's
+                print(f"SKIPPED {spec.name}/{o}/seed{s}: {e}", file=sys.stderr)
+                records.append({"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)})
             except Exception as e:  # record the failed cell, go on with the sweep
+                if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
+                    records.append(_existing_record(cell / "run.json", spec))
+                    continue
                 cell.mkdir(parents=True, exist_ok=True)
                 failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
                            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}

@@ -107,16 +107,27 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         raise
 
 
-def git_info() -> dict[str, Any]:
-    """The suite's git sha and dirty flag (None where not a git checkout)."""
-    here = Path(__file__).resolve().parents[2]
+#: tracked paths that runs and leaderboard regeneration write to; they never make a checkout "dirty"
+GENERATED_PATHS = ("leaderboards",)
+
+
+def git_info(repo: str | Path | None = None) -> dict[str, Any]:
+    """The suite's git sha and dirty flag (None where not a git checkout).
+
+    ``dirty`` is True when a tracked source file differs from the commit; the generated outputs under
+    :data:`GENERATED_PATHS` (leaderboard markdown, plots, committed run records) are excluded, since a
+    sweep rewrites them itself and must not mark its own later cells dirty. ``dirty_files`` lists the
+    first 20 modified paths so a dirty record says why."""
+    here = Path(repo) if repo is not None else Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
         if sha.returncode != 0:
             return {"sha": None, "dirty": None}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10)
-        return {"sha": sha.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+        excludes = [f":(exclude){p}" for p in GENERATED_PATHS]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *excludes],
+                               cwd=here, capture_output=True, text=True, timeout=10)
+        files = [line[3:] for line in dirty.stdout.splitlines() if line.strip()]
+        return {"sha": sha.stdout.strip(), "dirty": bool(files), "dirty_files": files[:20]}
     except (OSError, subprocess.SubprocessError):
         return {"sha": None, "dirty": None}
 

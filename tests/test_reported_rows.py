@@ -1,0 +1,146 @@
+"""Published reference rows (``leaderboards/reported.yaml``).
+
+Checks every entry's schema against the benchmark specs and metric registry, that ``value`` is the
+``printed`` string in our metric's units (a fraction for percentages), and that every ``printed``
+string occurs in the cited paper text inside the cited table: after an occurrence of its label
+("Table 3", "TABLE IV", case-insensitive) and before the next label of a different table (at most
+``WINDOW`` characters). The paper checks skip where ``../shared/papers`` is absent.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import fusebench.benchmarks as benchmarks
+import fusebench.metrics as metrics
+from conftest import PAPERS, ROOT
+
+REPORTED = ROOT / "leaderboards" / "reported.yaml"
+FIELDS = {"benchmark", "label", "objective", "metric", "value", "printed", "source", "protocol"}
+# metrics whose values are not percentages (written raw, compared raw); every other metric id in the
+# specs (acc*, f1*, miou, map_*, bacc, sims_acc*, ...) is a fraction printed x100 in papers
+RAW_METRICS = {"mae", "corr", "sims_mae", "sims_corr", "kappa"}
+WINDOW = 1500  # characters after a table label searched for the printed number
+SOURCE_RE = re.compile(r"^(?P<file>[A-Za-z0-9._-]+\.txt), (?P<table>Table (?P<num>[0-9]+|[IVX]+))$")
+PRINTED_RE = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
+ANY_LABEL_RE = re.compile(r"\btable\s+([0-9]+|[IVX]+)(?![0-9A-Za-z])", re.IGNORECASE)
+
+
+def _rows() -> list:
+    with open(REPORTED, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+ROWS = _rows()
+IDS = [f"{i}-{r.get('benchmark')}-{r.get('metric')}" if isinstance(r, dict) else str(i) for i, r in enumerate(ROWS or [])]
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(name: str):
+    return benchmarks.load(name)
+
+
+def _number_re(printed: str) -> re.Pattern:
+    # the printed string as a whole number: "40.1" must not match inside "140.1" or "40.12"
+    return re.compile(r"(?<![0-9.])" + re.escape(printed) + r"(?![0-9])")
+
+
+def in_table(text: str, table_num: str, printed: str) -> bool:
+    """True if ``printed`` occurs after some label of table ``table_num``, before the next other table."""
+    num = table_num.upper()
+    pattern = _number_re(printed)
+    for m in ANY_LABEL_RE.finditer(text):
+        if m.group(1).upper() != num:
+            continue
+        end = min(len(text), m.end() + WINDOW)
+        for other in ANY_LABEL_RE.finditer(text, m.end(), end):
+            if other.group(1).upper() != num:
+                end = other.start()
+                break
+        if pattern.search(text, m.end(), end):
+            return True
+    return False
+
+
+def test_file_is_a_nonempty_list_of_mappings():
+    assert isinstance(ROWS, list) and ROWS, f"{REPORTED} must be a non-empty YAML list"
+    assert all(isinstance(r, dict) for r in ROWS), f"{REPORTED}: every entry must be a mapping"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_entry_schema_and_value(row):
+    assert set(row) == FIELDS, f"fields {sorted(set(row) ^ FIELDS)} missing or unexpected in {row}"
+    assert row["benchmark"] in benchmarks.available(), row["benchmark"]
+    spec = _spec(row["benchmark"])
+    assert row["metric"] in spec.metrics, f"{row['metric']!r} is not in {row['benchmark']}'s metrics {spec.metrics}"
+    assert row["metric"] in metrics.available()
+    assert row["objective"] is None or row["objective"] in spec.objectives, row["objective"]
+    for key in ("label", "protocol", "source", "printed"):
+        assert isinstance(row[key], str) and row[key].strip() and "\n" not in row[key], f"{key} must be a one-line string"
+    assert SOURCE_RE.match(row["source"]), f"source {row['source']!r} must read '<paper>.txt, Table N'"
+    assert PRINTED_RE.match(row["printed"]), f"printed {row['printed']!r} is not a plain number"
+
+    value = row["value"]
+    assert isinstance(value, (int, float)) and not isinstance(value, bool), f"value {value!r} is not a number"
+    assert math.isfinite(value)
+    expected = float(row["printed"]) if row["metric"] in RAW_METRICS else float(row["printed"]) / 100
+    assert abs(value - expected) <= 1e-9, f"value {value} != {expected} (printed {row['printed']!r}, metric {row['metric']})"
+    if row["metric"] not in RAW_METRICS:
+        assert 0.0 <= value <= 1.0
+
+
+def test_rows_are_unique():
+    by_label = [(r["benchmark"], r["label"], r["metric"]) for r in ROWS]
+    assert len(by_label) == len(set(by_label)), "duplicate (benchmark, label, metric)"
+    # one published reference per objective and metric, so a leaderboard cell has one reference value
+    by_obj = [(r["benchmark"], r["objective"], r["metric"]) for r in ROWS if r["objective"] is not None]
+    assert len(by_obj) == len(set(by_obj)), "duplicate (benchmark, objective, metric)"
+
+
+def test_percentage_convention_hand_values():
+    # hand-worked: mIoU printed 48.1 -> 0.481; MAE printed 0.587 stays 0.587
+    row = {r["printed"]: r for r in ROWS if r["benchmark"] == "nyuv2-seg"}["48.1"]
+    assert row["value"] == pytest.approx(0.481, abs=1e-12) and row["objective"] == "tuple_infonce"
+    mae = [r for r in ROWS if r["benchmark"] == "mosei-sentiment" and r["metric"] == "mae" and r["printed"] == "0.587"]
+    assert len(mae) == 1 and mae[0]["value"] == pytest.approx(0.587, abs=1e-12)
+
+
+def test_in_table_locator_on_handmade_text():
+    text = "Results in Table 2 later.\nTable 1. A\nX\t40.1\nY\t0.58\nTable 2. B\nZ\t56.3\t140.12\nTABLE IV: C\nW\t7.5\n"
+    assert in_table(text, "1", "40.1")
+    assert not in_table(text, "2", "40.1")  # belongs to Table 1, which ends at the Table 2 label
+    assert in_table(text, "2", "56.3")
+    assert not in_table(text, "2", "40.12") and not in_table(text, "2", "0.1")  # whole numbers only
+    assert in_table(text, "IV", "7.5") and not in_table(text, "I", "7.5")  # "Table I" is not "TABLE IV"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_printed_occurs_in_cited_table(row):
+    if not PAPERS.is_dir():
+        pytest.skip(f"papers folder {PAPERS} is absent (the paper texts live in ../shared/papers)")
+    m = SOURCE_RE.match(row["source"])
+    assert m, row["source"]
+    paper = PAPERS / m.group("file")
+    assert paper.is_file(), f"cited paper {paper} not found"
+    text = paper.read_text(encoding="utf-8")
+    assert in_table(text, m.group("num"), row["printed"]), (
+        f"{row['printed']!r} not found after '{m.group('table')}' in {paper.name} ({row['label']}, {row['metric']})"
+    )
+
+
+def test_table_locator_separates_adjacent_paper_tables():
+    if not PAPERS.is_dir():
+        pytest.skip(f"papers folder {PAPERS} is absent (the paper texts live in ../shared/papers)")
+    text = (PAPERS / "tupleinfonce.txt").read_text(encoding="utf-8")
+    # MISA's MOSEI Acc-2 (Table 4) must not be credited to the MOSI table (Table 3) printed just before it
+    assert in_table(text, "4", "85.5") and not in_table(text, "3", "85.5")
+
+
+def test_reported_file_is_in_the_repository():
+    assert Path(REPORTED).is_file()

@@ -1,0 +1,202 @@
+"""Issue #12, runner side: ids that become paths, config drift on resume, bad --set / --seeds values,
+concurrent runs of one cell, one data check per sweep, git state, progress bars in logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.datasets.base import DatasetError
+from fusebench.training import runner, utils
+from fusebench.training.config import ConfigError
+from fusebench.training.runner import CellBusyError, RunError
+
+TINY = {
+    "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
+    "pretrain.epochs": 1,
+    "pretrain.batch_size": 32,
+    "downstream.epochs": 1,
+    "downstream.batch_size": 64,
+    "checkpoint_every": 1,
+}
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_name_override_cannot_escape_out(tmp_path: Path) -> None:
+    out = tmp_path / "R"
+    before = _files(tmp_path)
+    with pytest.raises(ConfigError, match="name '../../escape' is not a valid benchmark id"):
+        fusebench.run("quickstart", out=out, overrides={**TINY, "name": "../../escape"}, progress=False)
+    assert _files(tmp_path) == before  # nothing written, inside or outside R
+
+
+def test_cli_bad_name_one_line_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "fusebench", "run", "quickstart", "--out", str(tmp_path / "R"),
+                           "--set", "name=../../escape"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "not a valid benchmark id" in proc.stderr
+    assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()
+
+
+@pytest.mark.parametrize("seed", [99999999999999999999999, -1, 2**32])
+def test_seed_out_of_range_names_the_argument(tmp_path: Path, seed: int) -> None:
+    with pytest.raises(ConfigError, match=r"--seeds: seed .* is not an integer in 0\.\.4294967295"):
+        fusebench.run("quickstart", seeds=[seed], out=tmp_path, overrides=TINY, progress=False)
+    assert not (tmp_path / "quickstart").exists()
+
+
+def test_unknown_hparam_lists_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        fusebench.run("quickstart", objective="m3g", out=tmp_path, progress=False,
+                      overrides={**TINY, "pretrain.hparams.m3g.epsilon": 0.1})
+    msg = str(e.value)
+    assert "pretrain.hparams.m3g" in msg and "'epsilon'" in msg and "eps" in msg
+    assert not (tmp_path / "quickstart").exists()
+
+
+def test_batch_larger_than_train_split_is_an_error_not_a_silent_clamp(tmp_path: Path) -> None:
+    # quickstart at 128 samples: 2/3 train... whatever the split sizes, 10**8 exceeds them all
+    with pytest.raises(ConfigError, match=r"pretrain\.batch_size=100000000 exceeds the \d+ samples of the train split"):
+        fusebench.run("quickstart", objective="m3g", out=tmp_path, progress=False,
+                      overrides={**TINY, "pretrain.batch_size": 100_000_000})
+    assert not any(tmp_path.rglob("*.json"))
+
+
+def test_resume_with_another_config_is_refused(tmp_path: Path) -> None:
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    with pytest.raises(KeyboardInterrupt):  # a killed run: last.pt written, no run.json
+        runner.run_one(spec, "infonce_pwe", 0, tmp_path, progress=False, max_steps=2)
+    cell = runner.cell_dir(tmp_path, "quickstart", "infonce_pwe", 0)
+    assert (cell / "last.pt").exists() and not (cell / "run.json").exists()
+    other = benchmarks.load("quickstart", overrides={**TINY, "pretrain.lr": 0.05})
+    with pytest.raises(RunError, match="written with another configuration"):
+        runner.run_one(other, "infonce_pwe", 0, tmp_path, progress=False, resume=True)
+    with pytest.raises(RunError, match="another configuration"):  # the sweep does not record it as failed
+        fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=tmp_path, progress=False,
+                      overrides={**TINY, "pretrain.lr": 0.05})
+    assert not (cell / "run.json").exists()
+    # the same config resumes and finishes
+    rec = runner.run_one(spec, "infonce_pwe", 0, tmp_path, progress=False, resume=True)
+    assert rec["config_hash"] == spec.hash() and rec["config"]["pretrain"]["lr"] == spec.pretrain.lr
+
+
+def test_existing_record_of_another_config_is_not_returned(tmp_path: Path) -> None:
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    rec = runner.run_one(spec, "none", 0, tmp_path, progress=False)
+    assert runner.run_one(spec, "none", 0, tmp_path, progress=False) == rec  # same config: the record
+    other = benchmarks.load("quickstart", overrides={**TINY, "downstream.lr": 0.5})
+    with pytest.raises(RunError, match="made with another configuration"):
+        runner.run_one(other, "none", 0, tmp_path, progress=False)
+
+
+def test_cell_lock_refuses_a_live_owner_and_takes_over_a_dead_ones(tmp_path: Path) -> None:
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    cell = runner.cell_dir(tmp_path, "quickstart", "none", 0)
+    cell.mkdir(parents=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (cell / ".lock").write_text(str(sleeper.pid))
+        with pytest.raises(CellBusyError, match=f"being run by process {sleeper.pid}"):
+            runner.run_one(spec, "none", 0, tmp_path, progress=False)
+        recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+        assert recs[0]["status"] == "skipped"
+        assert not (cell / "failed.json").exists() and not (cell / "run.json").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # the owner is gone: its stale lock is taken over, the cell runs, the lock is removed
+    rec = runner.run_one(spec, "none", 0, tmp_path, progress=False)
+    assert rec["objective"] == "none" and not (cell / ".lock").exists()
+
+
+def test_losing_a_race_leaves_no_failed_json_beside_the_winner(tmp_path: Path, monkeypatch) -> None:
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    winner = runner.run_one(spec, "none", 0, tmp_path / "w", progress=False)
+    cell = runner.cell_dir(tmp_path, "quickstart", "none", 0)
+
+    def loser(*args, **kwargs):  # the other process writes run.json just before this one tries to
+        cell.mkdir(parents=True, exist_ok=True)
+        (cell / "run.json").write_text(json.dumps(winner))
+        raise RunError(f"{cell / 'run.json'} exists already; run records are immutable")
+
+    monkeypatch.setattr(runner, "run_one", loser)
+    recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    assert recs == [winner]
+    assert not (cell / "failed.json").exists()
+
+
+def test_missing_data_is_reported_once_before_any_cell(tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "EMPTY"
+    empty.mkdir()
+    out = tmp_path / "R"
+    with pytest.raises(DatasetError) as e:
+        fusebench.run("nyuv2-seg", objective=["none", "m3g"], seeds=[0, 1, 2], out=out, data_root=str(empty),
+                      progress=False)
+    assert "nyuv2" in str(e.value)
+    assert not list(out.rglob("failed.json")) and not list(out.rglob("run.json"))
+    assert "FAILED" not in capsys.readouterr().err
+
+
+def test_empty_validation_split_is_named_before_training(tmp_path: Path, monkeypatch) -> None:
+    real = runner._datasets
+
+    def no_val(spec, synthetic, data_root, seed):
+        data = real(spec, synthetic, data_root, seed)
+        data["val"] = runner._Subset(data["val"], [])
+        return data
+
+    monkeypatch.setattr(runner, "_datasets", no_val)
+    trained = []
+    monkeypatch.setattr(runner, "_run_cell", lambda *a, **k: trained.append(a))
+    with pytest.raises(DatasetError, match=r"the val split \('quickstart' split 'val'.*has no samples; the benchmark needs it for model selection"):
+        fusebench.run("quickstart", objective="m3g", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    assert trained == []
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@e"})
+
+
+def test_git_dirty_ignores_generated_leaderboards_but_not_sources(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "leaderboards").mkdir(parents=True)
+    (repo / "src.py").write_text("x = 1\n")
+    (repo / "leaderboards" / "README.md").write_text("# boards\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "init")
+    assert utils.git_info(repo)["dirty"] is False
+    (repo / "leaderboards" / "README.md").write_text("# regenerated by a sweep\n")  # what a run itself writes
+    (repo / "untracked.txt").write_text("new\n")
+    info = utils.git_info(repo)
+    assert info["dirty"] is False and info["dirty_files"] == []
+    (repo / "src.py").write_text("x = 2\n")
+    info = utils.git_info(repo)
+    assert info["dirty"] is True and info["dirty_files"] == ["src.py"]
+
+
+def test_git_state_is_measured_once_before_the_sweep_writes(tmp_path: Path, monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(utils, "git_info", lambda repo=None: calls.append(1) or {"sha": "abc", "dirty": False})
+    recs = fusebench.run("quickstart", objective="none", seeds=[0, 1], out=tmp_path, overrides=TINY, progress=False)
+    assert len(calls) == 1 and all(r["git"] == {"sha": "abc", "dirty": False} for r in recs)
+
+
+def test_no_progress_bars_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
+    args = [a for k, v in TINY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    proc = subprocess.run([sys.executable, "-m", "fusebench", "run", "quickstart", "--objective", "m3g", "--seeds", "0",
+                           "--out", str(tmp_path), *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stderr and "pretrain:" not in proc.stderr and "it/s" not in proc.stderr
