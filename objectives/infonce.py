@@ -1,21 +1,28 @@
 """Pairwise InfoNCE extended to k views: all view pairs (``infonce_pwe``) or one vs average-of-rest
 (``infonce_avg``).
 
-Both use the SimCLR pair loss NT-Xent (Chen et al. 2020): for a pair of views (A, B) of n samples,
-every one of the 2n embeddings is an anchor; its positive is the other view of the same sample and
-the candidates are all 2n - 1 other embeddings of the pair (both views, itself excluded):
+Piran et al. 2024 ("M3G"), Sec. 2.2, Eqs. 3-4; the same two extensions are Eqs. 4-5 of Koromilas et
+al. 2025 (Sec. III-E). Both use the SimCLR pair loss NT-Xent (Chen et al. 2020) with the scores
+s(u, v) = <u, v> / tau of M3G Eq. 1 (embeddings on the unit sphere, so s is the cosine over tau for two
+embeddings): for a pair of views (A, B) of n samples, every one of the 2n rows is an anchor; its
+positive is the other view of the same sample and the candidates are all 2n - 1 other rows of the pair
+(both views, itself excluded):
 
     l(A, B; a_i) = -s(a_i, b_i) + log( sum_{j != i} e^{s(a_i, a_j)} + sum_j e^{s(a_i, b_j)} ),
-    NT-Xent(A, B) = 1/(2n) sum_i [ l(A, B; a_i) + l(B, A; b_i) ],    s(u, v) = cos(u, v) / tau.
+    NT-Xent(A, B) = 1/(2n) sum_i [ l(A, B; a_i) + l(B, A; b_i) ].
 
-- ``infonce_pwe`` (Piran et al. 2024, "M3G", Eq. 3): 2/(k(k-1)) sum_{l<m} NT-Xent(X^l, X^m).
-- ``infonce_avg`` (M3G Eq. 4): 1/k sum_l NT-Xent(X^l, normalise(mean_{m != l} X^m)); the average of
-  the other views is re-normalised to the unit sphere, where the pair loss is defined.
+- ``infonce_pwe`` (M3G Eq. 3): 2/(k(k-1)) sum_{l<m} NT-Xent(X^l, X^m).
+- ``infonce_avg`` (M3G Eq. 4, MV paper Eq. 5): 1/k sum_l NT-Xent(X^l, Xbar^{-l}) with the plain mean
+  Xbar^{-l} = 1/(k-1) sum_{m != l} X^m of the (unit) other views, as printed and as in the official
+  code: the mean is *not* re-normalised, so its norm is <= 1 and the scores that involve it are inner
+  products, not cosines. ``renormalise=True`` projects the mean back onto the unit sphere first
+  (NT-Xent(X^l, normalise(Xbar^{-l})), all scores cosines); this is not the printed loss. At k = 2 the
+  mean is the other view and both forms are NT-Xent.
 
 Mask (``mask[l, i]`` True = sample i present in view l). A pair term only uses the samples present in
 both of its views (absent entries are never anchors, positives or negatives); the loss is the mean
 over every remaining anchor term (without a mask this is exactly the mean over pairs); pair terms with
-fewer than 2 common samples are skipped. For ``infonce_avg`` the average of the rest uses the present
+fewer than 2 common samples are skipped. For ``infonce_avg`` the mean of the rest is over the present
 other views of each sample. A mask that leaves no usable term raises ``ValueError``.
 
 Shape:
@@ -56,10 +63,11 @@ def check_tau(tau: object, who: str) -> float:
     return float(tau)
 
 
-def check_variant(variant: object, who: str) -> str:
-    if variant not in VARIANTS:
-        raise ValueError(f"{who}: variant must be one of {VARIANTS}, got {variant!r}")
-    return str(variant)
+def check_variant(variant: object, who: str, allowed: tuple[str, ...] = VARIANTS) -> str:
+    """Validate a ``variant`` argument against the names ``allowed`` for loss ``who``."""
+    if not isinstance(variant, str) or variant not in allowed:
+        raise ValueError(f"{who}: variant must be one of {allowed}, got {variant!r}")
+    return variant
 
 
 def neg_fill(dtype: torch.dtype) -> float:
@@ -79,14 +87,15 @@ def ntxent_terms(a: Tensor, b: Tensor, valid: Tensor, tau: float) -> tuple[Tenso
     """Per-anchor NT-Xent terms for a batch of p view pairs.
 
     Args:
-        a, b: unit vectors [p, n, d] (pair q compares a[q] with b[q]).
+        a, b: [p, n, d] (pair q compares a[q] with b[q]); scores are inner products / tau, so a and b are
+            unit vectors except for ``infonce_avg``'s plain mean of the rest (norm <= 1).
         valid: Bool[p, n], samples usable in pair q (present in both views).
         tau: temperature.
 
     Returns:
         terms [2, p, n]: -log likelihood of the positive for anchors a[q, i] (row 0) and b[q, i] (row 1);
         keep  [2, p, n]: which terms are defined (valid anchor in a pair with >= 2 valid samples);
-        pos   [p, n]: cosine of the positive pairs.
+        pos   [p, n]: inner product <a_i, b_i> of the positive pairs.
     """
     n = a.shape[1]
     eye = torch.eye(n, dtype=torch.bool, device=a.device)
@@ -121,7 +130,8 @@ class InfoNCEPairwise(MultiViewObjective):
     """Mean over the k(k-1)/2 view pairs of symmetric NT-Xent (M3G Eq. 3). See the module docstring."""
 
     registry_id: ClassVar[str] = "infonce_pwe"
-    paper: ClassVar[str] = "Piran et al. 2024 (M3G), Eq. 3 (L_pwe) with SimCLR NT-Xent pairs (Chen et al. 2020)"
+    paper: ClassVar[str] = ("Piran et al. 2024 (M3G), Sec. 2.2 Eq. 3 (L_pwe) with SimCLR NT-Xent pairs (Chen et al. "
+                            "2020); Koromilas et al. 2025, Sec. III-E1 Eq. 4")
     supports_mask: ClassVar[bool] = True
 
     def __init__(self, tau: float = 0.1) -> None:
@@ -144,25 +154,41 @@ class InfoNCEPairwise(MultiViewObjective):
 
 @OBJECTIVES.register("infonce_avg")
 class InfoNCEAverage(MultiViewObjective):
-    """Each view against the re-normalised average of the other views, NT-Xent (M3G Eq. 4)."""
+    """Each view against the mean of the other views, NT-Xent (M3G Eq. 4). See the module docstring.
+
+    Args:
+        tau: temperature (> 0).
+        renormalise: project the mean of the other views onto the unit sphere before the pair loss
+            (not the printed Eq. 4; kept for comparison). Default False: the plain mean, as printed.
+    """
 
     registry_id: ClassVar[str] = "infonce_avg"
-    paper: ClassVar[str] = "Piran et al. 2024 (M3G), Eq. 4 (L_ave, one vs average-of-rest) with NT-Xent pairs"
+    paper: ClassVar[str] = ("Piran et al. 2024 (M3G), Sec. 2.2 Eq. 4 (L_ave, one vs plain mean of the rest) with "
+                            "NT-Xent pairs; Koromilas et al. 2025, Sec. III-E2 Eq. 5")
     supports_mask: ClassVar[bool] = True
+    #: "2": the plain (not re-normalised) mean of Eq. 4 became the default ("1": re-normalised)
+    version: ClassVar[str] = "2"
 
-    def __init__(self, tau: float = 0.1) -> None:
+    def __init__(self, tau: float = 0.1, renormalise: bool = False) -> None:
         super().__init__()
         self.tau = check_tau(tau, self.registry_id)
+        if not isinstance(renormalise, bool):
+            raise ValueError(f"{self.registry_id}: renormalise must be True or False, got {renormalise!r}")
+        self.renormalise = renormalise
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
         present = torch.ones(k, n, dtype=torch.bool, device=z.device) if mask is None else mask
         w = present.to(z.dtype)  # [k, n]
         total = torch.einsum("ln,lnd->nd", w, z)  # sum over present views
-        rest_sum = total.unsqueeze(0) - w.unsqueeze(-1) * z  # [k, n, d], the views m != l
+        rest_sum = total.unsqueeze(0) - w.unsqueeze(-1) * z  # [k, n, d], the present views m != l
         rest_count = w.sum(0, keepdim=True) - w  # [k, n]
-        rest = F.normalize(rest_sum, dim=-1)  # the mean's direction (the 1/(k-1) scale cancels)
         valid = present & (rest_count > 0)
+        if self.renormalise:
+            rest = F.normalize(rest_sum, dim=-1)  # the mean's direction (the 1/(k-1) scale cancels)
+        else:  # Eq. 4: Xbar^{-l} = 1/(k-1) sum_{m != l} X^m, norm <= 1
+            rest = rest_sum / rest_count.clamp_min(1).unsqueeze(-1)
         terms, keep, pos = ntxent_terms(z, rest, valid, self.tau)
-        self.stats = pair_stats(pos, valid, keep)
+        cos = pos / rest.norm(dim=-1).clamp_min(torch.finfo(z.dtype).tiny)  # cosine, for the diagnostics
+        self.stats = pair_stats(cos, valid, keep)
         return masked_mean(terms, keep, self.name)

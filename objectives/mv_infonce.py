@@ -1,26 +1,35 @@
 """Multi-view InfoNCE, multi-view DHEL and two-view DHEL (Koromilas et al. 2025).
 
 Koromilas, Bouritsas, Giannakopoulos, Nicolaou, Panagakis, "Principled Multi-View Contrastive
-Learning" (MV-InfoNCE / MV-DHEL). Notation: N = k views, M = n samples, K(u, v) = e^{<u, v>/tau}
-(the paper's Gaussian kernel on unit vectors), g[l, i, m, j] = <z[l, i], z[m, j]> / tau.
+Learning" (the MV paper: MV-InfoNCE / MV-DHEL). Notation: N = k views, M = n samples,
+K(u, v) = e^{<u, v>/tau} (the paper's Gaussian kernel on unit vectors), s(u, v) = <u, v>/tau,
+s_i = s(z_i1, z_i2) at k = 2, and U_il = log sum_{j != i} K(z_il, z_jl) (uniformity of (i, l) in its
+own view l).
 
-- ``mv_infonce`` (Eq. 11): one term per sample i,
+- ``mv_infonce`` (Sec. IV-B1, Eq. 11): one term per sample i,
       -log sum_{l} sum_{l' != l} K(z_il, z_il') + log sum_{l} sum_{m != l} sum_{j} K(z_il, z_jm).
   Positives: ordered pairs l != l' of sample i, inside one log. Negatives of (i, l): every (j, m) with
   m != l, j = i included (so the positives are in the denominator, as in InfoNCE).
   ``variant="reference_code"``: the official code keeps the same-view negatives and drops only the
   self-similarity, i.e. the negatives of (i, l) are all (j, m) != (i, l).
-- ``mv_dhel`` (Eq. 12): the same alignment term plus, for each view l, the log of the sum over the
-  other samples of the same view:
-      -log sum_{l} sum_{l' != l} K(z_il, z_il') + sum_l log sum_{j != i} K(z_il, z_jl).
+- ``mv_dhel`` (Sec. IV-B2, Eq. 12): the alignment of Eq. 8 (all views of sample i inside one log) plus
+  the per-view uniformity of Eq. 9 (one log per view), as printed (summed, not averaged, over views):
+      -log sum_{l} sum_{l' != l} K(z_il, z_il') + sum_l U_il.
   ``variant="reference_code"``: the official code sums the positives over unordered pairs l < l';
   its value is ours + log 2 (same gradient).
-- ``dhel``: the two-view DHEL (Decoupled Hyperspherical Energy Loss, Koromilas et al. 2024), Eq. 1 of
-  the MV paper with the negative set N(i, l) = {(j, l): j != i}, averaged over the two anchor views:
-      1/(2n) sum_l sum_i [ -<z_il, z_il'>/tau + log sum_{j != i} K(z_il, z_jl) ],  l' = the other view.
-  ``variant="reference_code"``: the official two-view code (one alignment term per sample, the two
-  uniformity terms added): 1/n sum_i [ -<z_i1, z_i2>/tau + sum_l log sum_{j != i} K(z_il, z_jl) ],
-  which equals ``mv_dhel(variant="reference_code")`` at k = 2.
+- ``dhel``: the two-view DHEL (Decoupled Hyperspherical Energy Loss, Koromilas et al. 2024) in the
+  form the MV paper extends: Eq. 12 at N = 2, one term per sample with one alignment term and both
+  uniformity terms,
+      1/n sum_i [ -log( K(z_i1, z_i2) + K(z_i2, z_i1) ) + U_i1 + U_i2 ]
+    = 1/n sum_i [ -s_i + U_i1 + U_i2 ] - log 2,
+  so ``dhel == mv_dhel`` at k = 2 (and likewise for ``variant="reference_code"``, the official
+  two-view code: the same without the - log 2, i.e. the positive pair counted once).
+  Why not the one-sided form: Sec. III-C writes DHEL per view of interest l, as Eq. 1 with
+  N(i, l) = {(j, l): j != i}: L_l = 1/n sum_i [ -s_i + U_il ]. No sum or mean of L_1 and L_2 equals
+  Eq. 12 at N = 2, because Eq. 12 counts the alignment once per sample (Eq. 8) but the uniformity once
+  per view (Eq. 9):  Eq. 12 (N = 2) = L_1 + L_2 + 1/n sum_i s_i - log 2.  The mean (L_1 + L_2)/2 of
+  the one-sided terms (which is also the MV paper's MV-CL2, Eq. 20, at N = 2) doubles the weight of
+  alignment relative to uniformity; it is kept as ``variant="one_sided_mean"``.
 
 Mask (``mv_infonce`` and ``mv_dhel``; ``mask[l, i]`` True = present): absent entries are never
 anchors, positives or negatives. A sample enters the loss (as an anchor term) when at least 2 of its
@@ -28,14 +37,21 @@ views are present; the loss is the mean over those samples; present entries of o
 negatives whatever their number of views. In ``mv_dhel`` a uniformity term (i, l) with no other
 present sample in view l is empty and skipped. At least 2 samples with >= 2 present views are needed
 (ValueError otherwise). A sample absent from every view is therefore exactly dropped.
-``dhel`` refuses masks.
+``dhel`` refuses masks (use ``mv_dhel``, equal to it at k = 2, for missing views).
 
 Shape:
     views: [k, n, d] (L2-normalised inside; ``dhel``: k = 2), mask: Bool[k, n] or None -> scalar.
+
+Example::
+
+    >>> import torch
+    >>> from fusebench.objectives import build
+    >>> loss = build("mv_dhel", tau=0.1)(torch.randn(4, 8, 16))
 """
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -46,7 +62,7 @@ from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives.infonce import check_tau, check_variant, masked_logsumexp
 
-__all__ = ["MVInfoNCE", "MVDHEL", "DHEL"]
+__all__ = ["MVInfoNCE", "MVDHEL", "DHEL", "DHEL_VARIANTS"]
 
 
 def _alignment(g: Tensor, present: Tensor, unordered: bool) -> Tensor:
@@ -89,10 +105,11 @@ class _MVBase(MultiViewObjective):
 
 @OBJECTIVES.register("mv_infonce")
 class MVInfoNCE(_MVBase):
-    """Multi-view InfoNCE (Koromilas et al. Eq. 11); see the module docstring for ``variant`` and masks."""
+    """Multi-view InfoNCE (Koromilas et al. 2025, Sec. IV-B1, Eq. 11); see the module docstring."""
 
     registry_id: ClassVar[str] = "mv_infonce"
-    paper: ClassVar[str] = "Koromilas et al. 2025 (Principled Multi-View Contrastive Learning), Eq. 11 (MV-InfoNCE)"
+    paper: ClassVar[str] = ("Koromilas et al. 2025 (Principled Multi-View Contrastive Learning), Sec. IV-B1, "
+                            "Eq. 11 (MV-InfoNCE)")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
@@ -112,10 +129,11 @@ class MVInfoNCE(_MVBase):
 
 @OBJECTIVES.register("mv_dhel")
 class MVDHEL(_MVBase):
-    """Multi-view DHEL (Koromilas et al. Eq. 12); see the module docstring for ``variant`` and masks."""
+    """Multi-view DHEL (Koromilas et al. 2025, Sec. IV-B2, Eq. 12); see the module docstring."""
 
     registry_id: ClassVar[str] = "mv_dhel"
-    paper: ClassVar[str] = "Koromilas et al. 2025 (Principled Multi-View Contrastive Learning), Eq. 12 (MV-DHEL)"
+    paper: ClassVar[str] = ("Koromilas et al. 2025 (Principled Multi-View Contrastive Learning), Sec. IV-B2, "
+                            "Eq. 12 (MV-DHEL)")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
@@ -131,28 +149,41 @@ class MVDHEL(_MVBase):
         return per[valid].mean()
 
 
+#: ``variant`` names of ``dhel``: the two of the other losses plus the mean of the one-sided terms
+DHEL_VARIANTS = ("paper", "reference_code", "one_sided_mean")
+
+
 @OBJECTIVES.register("dhel")
 class DHEL(MultiViewObjective):
-    """Two-view Decoupled Hyperspherical Energy Loss; see the module docstring for ``variant``."""
+    """Two-view DHEL as MV-DHEL at N = 2 (Koromilas et al. 2025, Eq. 12); see the module docstring.
+
+    ``variant``: ``"paper"`` (Eq. 12 at N = 2, equal to ``mv_dhel``), ``"reference_code"`` (official
+    code, = paper + log 2) or ``"one_sided_mean"`` (mean of the two one-sided Eq. 1 terms).
+    """
 
     registry_id: ClassVar[str] = "dhel"
-    paper: ClassVar[str] = ("Koromilas et al. 2024 (DHEL, Bridging Mini-Batch and Asymptotic Analysis in Contrastive "
-                            "Learning); Koromilas et al. 2025 Eq. 1 with N(i,l) = {(j,l): j != i}")
+    paper: ClassVar[str] = ("Koromilas et al. 2024 (DHEL) as MV-DHEL at N = 2: Koromilas et al. 2025, Sec. IV-B2, "
+                            "Eq. 12 (one-sided DHEL terms: Sec. III-C, Eq. 1)")
     min_views: ClassVar[int] = 2
     max_views: ClassVar[int | None] = 2
+    #: "2": the default became Eq. 12 at N = 2 ("1": the mean of the one-sided terms, now "one_sided_mean")
+    version: ClassVar[str] = "2"
 
     def __init__(self, tau: float = 0.1, variant: str = "paper") -> None:
         super().__init__()
         self.tau = check_tau(tau, self.registry_id)
-        self.variant = check_variant(variant, self.registry_id)
+        self.variant = check_variant(variant, self.registry_id, DHEL_VARIANTS)
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         n = z.shape[1]
-        pos = torch.einsum("id,id->i", z[0], z[1]) / self.tau  # [n]
+        pos = torch.einsum("id,id->i", z[0], z[1]) / self.tau  # [n], s_i
         same = torch.einsum("lid,ljd->lij", z, z) / self.tau  # [2, n, n]
         other = ~torch.eye(n, dtype=torch.bool, device=z.device)
-        unif = masked_logsumexp(same, other.unsqueeze(0), -1)  # [2, n]
+        unif = masked_logsumexp(same, other.unsqueeze(0), -1)  # [2, n], U_il
         self.stats = {"pos_cos": float((pos.detach() * self.tau).mean())}
-        if self.variant == "paper":
+        if self.variant == "one_sided_mean":  # (L_1 + L_2) / 2, L_l = Eq. 1 with view of interest l
             return (unif - pos.unsqueeze(0)).mean()
-        return (unif.sum(0) - pos).mean()
+        per = unif.sum(0) - pos  # one alignment term, both uniformity terms (Eq. 12 at N = 2)
+        if self.variant == "paper":  # Eq. 12 sums K over the ordered pairs (1, 2), (2, 1): -log(2 e^{s_i})
+            per = per - math.log(2)
+        return per.mean()

@@ -2,25 +2,34 @@
 
 Shidani et al. 2024, "Poly-View Contrastive Learning" (M = k views, K = n samples, s = cos / tau).
 
-PVC (Eqs. 12-14, Algorithm 1). For anchor (i, a) and positive (i, b), b != a, the candidates are the
-positive and every view of every other sample; the other copies of sample i (the anchor included) are
-masked out:
+PVC (Sec. 2.3, Eqs. 12-14; Algorithm 1 of App. F.3.2). For anchor (i, a) and positive (i, b), b != a,
+the candidates are the positive and every view of every other sample; the other copies of sample i
+(the anchor included) are masked out:
 
     log l[i, a, b] = s(ia, ib) - log( e^{s(ia, ib)} + sum_{j != i} sum_g e^{s(ia, jg)} )
 
 - ``pvc_geometric`` (Eq. 13): mean over i, a of  -1/(M-1) sum_{b != a} log l[i, a, b].
 - ``pvc_arithmetic`` (Eq. 12): mean over i, a of  -log( 1/(M-1) sum_{b != a} l[i, a, b] ),
   computed as log(M-1) - logsumexp_b log l.
-  ``variant="reference_code"``: the public ports of Algorithm 1 instead compute, per (i, a),
-  logsumexp_b( -log l[i, a, b] ) - log(K) (a log-sum-exp of the per-pair cross-entropies minus the
-  log of the batch size). It is not the paper's bound; it is kept only for comparison.
+  ``variant="reference_code"``: Algorithm 1's pseudocode (App. F.3.2) taken per sample, as its shape
+  comments say (``cross_entropy`` -> ``[k]``, one cross-entropy per sample): per (i, a),
+  logsumexp_{b != a}( -log l[i, a, b] ) - log(K), a log-sum-exp of the per-pair cross-entropies minus
+  the log of the batch size, then the mean over i, a. Not the paper's bound (the sign inside the
+  log-sum-exp and the constant differ from Eq. 12); kept only for comparison.
+  ``variant="public_port"``: what the public PyTorch port of Algorithm 1 computes. Its
+  ``F.cross_entropy`` uses the default ``reduction="mean"``, so each (a, b) cross-entropy is averaged
+  over the batch *before* the log-sum-exp: mean over a of
+  logsumexp_{b != a}( 1/K sum_i -log l[i, a, b] ) - log(K). This couples the samples inside the
+  log-sum-exp; log-sum-exp being convex, it is never above ``reference_code`` (Jensen), with equality
+  only when the cross-entropies of different samples differ by a constant over b (e.g. at M = 2,
+  where both are the NT-Xent value minus log(K)).
 
 Eq. 14 as printed scores the negatives against the positive x_{i,b}; we follow Algorithm 1 (and the
 M = 2 reduction of App. E.2 to SimCLR), which scores every candidate against the anchor x_{i,a}.
 At M = 2 both PVC losses equal SimCLR's NT-Xent.
 
-Sufficient statistics (Eq. 22 with Q from Eq. 24, Algorithm 2): ``suff_stats``. T = z,
-Q[i, a] = normalise( mean_{b != a} z[i, b] ). For anchor T[i, a] the positive is Q[i, a] and the
+Sufficient statistics, ``suff_stats`` (Sec. 2.4, Eq. 22 with Q from Eq. 24; Algorithm 2 of App. F.3.2).
+T = z, Q[i, a] = normalise( mean_{b != a} z[i, b] ). For anchor T[i, a] the positive is Q[i, a] and the
 negatives are Q[j, g] for every other sample j and every view g (Q of sample i at other views is
 masked, as in Algorithm 2):
 
@@ -49,7 +58,10 @@ from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives.infonce import check_tau, check_variant, masked_logsumexp
 
-__all__ = ["PVCGeometric", "PVCArithmetic", "SufficientStatistics", "pvc_log_likelihoods"]
+__all__ = ["PVCGeometric", "PVCArithmetic", "SufficientStatistics", "pvc_log_likelihoods", "PVC_ARITHMETIC_VARIANTS"]
+
+#: ``variant`` names of ``pvc_arithmetic``
+PVC_ARITHMETIC_VARIANTS = ("paper", "reference_code", "public_port")
 
 
 def _other_sample_lse(scores: Tensor) -> Tensor:
@@ -90,10 +102,11 @@ class _PolyView(MultiViewObjective):
 
 @OBJECTIVES.register("pvc_geometric")
 class PVCGeometric(_PolyView):
-    """Geometric poly-view contrastive loss (poly-view Eq. 13)."""
+    """Geometric poly-view contrastive loss (poly-view Sec. 2.3, Eq. 13; Algorithm 1)."""
 
     registry_id: ClassVar[str] = "pvc_geometric"
-    paper: ClassVar[str] = "Shidani et al. 2024 (Poly-View Contrastive Learning), Eqs. 13-14, Algorithm 1"
+    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning), "
+                            "Sec. 2.3 Eqs. 13-14, Algorithm 1 (App. F.3.2)")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         ll, off = self._loglik(z)
@@ -102,32 +115,41 @@ class PVCGeometric(_PolyView):
 
 @OBJECTIVES.register("pvc_arithmetic")
 class PVCArithmetic(_PolyView):
-    """Arithmetic poly-view contrastive loss (poly-view Eq. 12); see ``variant`` in the module docstring."""
+    """Arithmetic poly-view contrastive loss (poly-view Sec. 2.3, Eq. 12); see the module docstring.
+
+    ``variant``: ``"paper"`` (Eq. 12), ``"reference_code"`` (Algorithm 1's pseudocode, per sample) or
+    ``"public_port"`` (the public port: batch-mean cross-entropies before the log-sum-exp).
+    """
 
     registry_id: ClassVar[str] = "pvc_arithmetic"
-    paper: ClassVar[str] = "Shidani et al. 2024 (Poly-View Contrastive Learning), Eqs. 12 and 14, Algorithm 1"
+    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning), "
+                            "Sec. 2.3 Eqs. 12 and 14, Algorithm 1 (App. F.3.2)")
 
     def __init__(self, tau: float = 0.1, variant: str = "paper") -> None:
         super().__init__(tau)
-        self.variant = check_variant(variant, self.registry_id)
+        self.variant = check_variant(variant, self.registry_id, PVC_ARITHMETIC_VARIANTS)
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
-        ll, off = self._loglik(z)
+        ll, off = self._loglik(z)  # [a, b, i]
         fill = torch.full_like(ll, float("-inf"))
-        if self.variant == "paper":
+        if self.variant == "paper":  # Eq. 12
             per = math.log(k - 1) - torch.where(off.unsqueeze(-1), ll, fill).logsumexp(1)  # [a, i]
-        else:  # logsumexp over beta of the cross-entropies -log l, minus log(batch size)
-            per = torch.where(off.unsqueeze(-1), -ll, fill).logsumexp(1) - math.log(n)
+        elif self.variant == "reference_code":  # Algorithm 1 per sample: logsumexp_b of the cross-entropies
+            per = torch.where(off.unsqueeze(-1), -ll, fill).logsumexp(1) - math.log(n)  # [a, i]
+        else:  # public port: batch-mean cross-entropy per (a, b) first, then logsumexp_b
+            ce = -ll.mean(-1)  # [a, b]
+            per = torch.where(off, ce, torch.full_like(ce, float("-inf"))).logsumexp(1) - math.log(n)  # [a]
         return per.mean()
 
 
 @OBJECTIVES.register("suff_stats")
 class SufficientStatistics(MultiViewObjective):
-    """Sufficient-statistics contrastive loss with Q = re-normalised mean of the other views (Eq. 22)."""
+    """Sufficient-statistics loss, Q = re-normalised mean of the other views (poly-view Sec. 2.4, Eqs. 22, 24)."""
 
     registry_id: ClassVar[str] = "suff_stats"
-    paper: ClassVar[str] = "Shidani et al. 2024 (Poly-View Contrastive Learning), Eqs. 22 and 24, Algorithm 2"
+    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning), "
+                            "Sec. 2.4 Eqs. 22 and 24, Algorithm 2 (App. F.3.2)")
 
     def __init__(self, tau: float = 0.1) -> None:
         super().__init__()

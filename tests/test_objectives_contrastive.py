@@ -80,7 +80,9 @@ def ref_pwe(z, tau, mask=None):
     return mean(terms)
 
 
-def ref_avg(z, tau, mask=None):
+def ref_avg(z, tau, mask=None, renormalise=False):
+    """M3G Eq. 4 / MV Eq. 5 as printed: NT-Xent(X^l, plain mean of the present other views), the mean
+    NOT put back on the sphere (``renormalise=True``: the re-normalised option)."""
     k, n, d = len(z), len(z[0]), len(z[0][0])
     pres = [[True] * n for _ in range(k)] if mask is None else mask
     terms = []
@@ -91,9 +93,10 @@ def ref_avg(z, tau, mask=None):
             if pres[l][i] and others:
                 keep.append(i)
                 a.append(z[l][i])
-                b.append(unit([sum(z[m][i][c] for m in others) / len(others) for c in range(d)]))
+                avg = [sum(z[m][i][c] for m in others) / len(others) for c in range(d)]
+                b.append(unit(avg) if renormalise else avg)
         if len(keep) >= 2:
-            terms += ntxent_anchor_terms(a, b, tau)
+            terms += ntxent_anchor_terms(a, b, tau)  # scores are plain dot products / tau
     return mean(terms)
 
 
@@ -128,8 +131,12 @@ def ref_pvc(z, tau, mode):
                 per.append(-mean(lls))
             elif mode == "arithmetic":
                 per.append(-math.log(mean([math.exp(v) for v in lls])))
-            else:  # reference code: logsumexp of the cross-entropies minus log(batch size)
+            elif mode == "reference":  # Algorithm 1 per sample: logsumexp of the cross-entropies - log(batch)
                 per.append(math.log(sum(math.exp(-v) for v in lls)) - math.log(n))
+    if mode == "port":  # public port: F.cross_entropy's batch mean per (a, b), then logsumexp over b
+        for a in range(k):
+            ces = [mean([-pvc_loglik(z, tau, i, a, b) for i in range(n)]) for b in range(k) if b != a]
+            per.append(math.log(sum(math.exp(c) for c in ces)) - math.log(n))
     return mean(per)
 
 
@@ -181,13 +188,30 @@ def ref_mv(z, tau, kind, variant="paper", mask=None):
     return mean(per)
 
 
+def ref_dhel_one_sided(z, tau, l):
+    """MV paper Sec. III-C, Eq. 1 with DHEL's negatives N(i, l) = {(j, l): j != i}, view of interest l:
+    L_l = -1/n sum_i log( e^{s(z_il, z_il')} / sum_{j != i} e^{s(z_il, z_jl)} )."""
+    n, other = len(z[0]), 1 - l
+    return mean([-(dot(z[l][i], z[other][i]) / tau
+                   - math.log(sum(math.exp(dot(z[l][i], z[l][j]) / tau) for j in range(n) if j != i)))
+                 for i in range(n)])
+
+
 def ref_dhel(z, tau, variant):
+    """Two-view DHEL: paper = MV Eq. 12 written out at N = 2; reference_code = the positive pair counted
+    once; one_sided_mean = (L_1 + L_2) / 2."""
     n = len(z[0])
-    unif = [[lse([dot(z[l][i], z[l][j]) / tau for j in range(n) if j != i]) for i in range(n)] for l in range(2)]
-    pos = [dot(z[0][i], z[1][i]) / tau for i in range(n)]
-    if variant == "paper":
-        return mean([unif[l][i] - pos[i] for l in range(2) for i in range(n)])
-    return mean([unif[0][i] + unif[1][i] - pos[i] for i in range(n)])
+    if variant == "one_sided_mean":
+        return (ref_dhel_one_sided(z, tau, 0) + ref_dhel_one_sided(z, tau, 1)) / 2
+    per = []
+    for i in range(n):
+        if variant == "paper":  # sum over the ordered pairs (l, l') = (1, 2), (2, 1) inside the log
+            align = -math.log(sum(math.exp(dot(z[l][i], z[m][i]) / tau) for l in range(2) for m in range(2) if l != m))
+        else:
+            align = -dot(z[0][i], z[1][i]) / tau
+        unif = sum(math.log(sum(math.exp(dot(z[l][i], z[l][j]) / tau) for j in range(n) if j != i)) for l in range(2))
+        per.append(align + unif)
+    return mean(per)
 
 
 def ref_byol(p, t, kind):
@@ -227,7 +251,7 @@ def reference(name, x, tau=TAU, variant="paper", y=None):
     if name == "pvc_geometric":
         return ref_pvc(z, tau, "geometric")
     if name == "pvc_arithmetic":
-        return ref_pvc(z, tau, "arithmetic" if variant == "paper" else "reference")
+        return ref_pvc(z, tau, {"paper": "arithmetic", "reference_code": "reference", "public_port": "port"}[variant])
     if name == "suff_stats":
         return ref_suff(z, tau)
     if name == "mv_infonce":
@@ -276,12 +300,52 @@ def test_matches_slow_reference(name, k):
     assert got == pytest.approx(reference(name, x), abs=1e-10, rel=1e-10)
 
 
-@pytest.mark.parametrize("name,k", [(name, k) for name in ["pvc_arithmetic", "mv_infonce", "mv_dhel"] for k in (2, 3, 4)]
-                         + [("dhel", 2)])
-def test_reference_code_variants_match_slow_reference(name, k):
+@pytest.mark.parametrize("name,k,variant", [(name, k, "reference_code") for name in ["pvc_arithmetic", "mv_infonce", "mv_dhel"]
+                                            for k in (2, 3, 4)]
+                         + [("pvc_arithmetic", k, "public_port") for k in (2, 3, 4)]
+                         + [("dhel", 2, "reference_code"), ("dhel", 2, "one_sided_mean")])
+def test_other_variants_match_slow_reference(name, k, variant):
     x = torch.randn(k, 4, 3, generator=torch.Generator().manual_seed(20 + k), dtype=torch.float64)
-    got = build(name, tau=TAU, variant="reference_code")(x).item()
-    assert got == pytest.approx(reference(name, x, variant="reference_code"), abs=1e-10, rel=1e-10)
+    got = build(name, tau=TAU, variant=variant)(x).item()
+    assert got == pytest.approx(reference(name, x, variant=variant), abs=1e-10, rel=1e-10)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_infonce_avg_renormalised_option_matches_slow_reference(k):
+    x = torch.randn(k, 5, 3, generator=torch.Generator().manual_seed(40 + k), dtype=torch.float64)
+    z = to_lists(x)
+    got = build("infonce_avg", tau=TAU, renormalise=True)(x).item()
+    assert got == pytest.approx(ref_avg(z, TAU, renormalise=True), abs=1e-10, rel=1e-10)
+    mask = partial_mask(k, 5) if k == 3 else None
+    if mask is not None:
+        got = build("infonce_avg", tau=TAU, renormalise=True)(x, mask=mask).item()
+        assert got == pytest.approx(ref_avg(z, TAU, mask.tolist(), renormalise=True), abs=1e-10)
+    if k >= 3:  # the plain mean (default, as printed) is a different loss from k = 3 on
+        assert abs(build("infonce_avg", tau=TAU)(x).item() - got) > 1e-3
+
+
+def test_infonce_avg_hand_value_plain_and_renormalised_mean():
+    """k = 3, n = 2: views 1 and 2 are (e1, e2), view 3 is (e2, e1). Worked out by hand, c = 1/sqrt(2).
+
+    l = 1 (and l = 2 by symmetry): the mean of the other two views is b = (1/2, 1/2) for both samples.
+      anchor e1: positive <e1, b> = 1/2, candidates e2 (0), b, b (1/2 each) -> -1/(2 tau) + log(1 + 2 e^{1/(2 tau)});
+      anchor b:  positive <b, e1> = 1/2, candidates b (<b, b> = 1/2), e1, e2 (1/2 each) -> log 3.
+      Both samples alike: NT-Xent = (-1/(2 tau) + log(1 + 2 e^{1/(2 tau)}) + log 3) / 2.
+    l = 3: anchors (e2, e1) against the mean (e1, e2) of views 1, 2 (unit already): each of the 4
+      anchors has positive score 0 and candidates 0, 0, 1/tau -> log(2 + e^{1/tau}).
+    Re-normalised option: b = (c, c): anchor e1 -> -c/tau + log(1 + 2 e^{c/tau}); anchor b: positive
+      c/tau, candidates b (1/tau), e1, e2 (c/tau) -> -c/tau + log(e^{1/tau} + 2 e^{c/tau}); l = 3 unchanged.
+    """
+    tau = 0.5
+    e1, e2 = [1.0, 0.0], [0.0, 1.0]
+    x = torch.tensor([[e1, e2], [e1, e2], [e2, e1]], dtype=torch.float64) * 3.0  # any scale
+    third = math.log(2 + math.exp(1 / tau))
+    plain = (-0.5 / tau + math.log(1 + 2 * math.exp(0.5 / tau)) + math.log(3)) / 2
+    assert build("infonce_avg", tau=tau)(x).item() == pytest.approx((2 * plain + third) / 3, abs=1e-12)
+    c = 1 / math.sqrt(2)
+    renorm = (-c / tau + math.log(1 + 2 * math.exp(c / tau)) - c / tau + math.log(math.exp(1 / tau) + 2 * math.exp(c / tau))) / 2
+    got = build("infonce_avg", tau=tau, renormalise=True)(x).item()
+    assert got == pytest.approx((2 * renorm + third) / 3, abs=1e-12)
 
 
 def test_closed_form_orthogonal_aligned_two_views():
@@ -289,7 +353,8 @@ def test_closed_form_orthogonal_aligned_two_views():
 
     NT-Xent anchor e1 (view 1): positive e1 (view 2, score 1/tau), candidates e2, e2 (score 0) ->
     log(1 + 2 e^{-1/tau}). MV-InfoNCE: log(2(e^{1/tau} + 1)) - log(2 e^{1/tau}) = log(1 + e^{-1/tau}).
-    MV-DHEL: -log(2 e^{1/tau}) + 2 log(e^0) = -1/tau - log 2. DHEL: -1/tau + log e^0 = -1/tau.
+    MV-DHEL: -log(2 e^{1/tau}) + 2 log(e^0) = -1/tau - log 2, and DHEL (MV-DHEL at k = 2) the same;
+    the mean of the one-sided DHEL terms: -1/tau + log e^0 = -1/tau.
     BYOL: perfectly aligned -> 0.
     """
     tau = 0.5
@@ -300,7 +365,9 @@ def test_closed_form_orthogonal_aligned_two_views():
         assert build(name, tau=tau)(x).item() == pytest.approx(ntxent, abs=1e-12)
     assert build("mv_infonce", tau=tau)(x).item() == pytest.approx(math.log(1 + math.exp(-1 / tau)), abs=1e-12)
     assert build("mv_dhel", tau=tau)(x).item() == pytest.approx(-1 / tau - math.log(2), abs=1e-12)
-    assert build("dhel", tau=tau)(x).item() == pytest.approx(-1 / tau, abs=1e-12)
+    assert build("dhel", tau=tau)(x).item() == pytest.approx(-1 / tau - math.log(2), abs=1e-12)
+    assert build("dhel", tau=tau, variant="reference_code")(x).item() == pytest.approx(-1 / tau, abs=1e-12)
+    assert build("dhel", tau=tau, variant="one_sided_mean")(x).item() == pytest.approx(-1 / tau, abs=1e-12)
     assert build("byol_pwe")(x, x).item() == pytest.approx(0.0, abs=1e-12)
     assert build("byol_avg")(x, x).item() == pytest.approx(0.0, abs=1e-12)
 
@@ -365,19 +432,44 @@ def test_documented_identities_and_orderings(k):
     assert diff.item() == pytest.approx(math.log(2), abs=1e-10)
     # Jensen: -log(mean l) <= mean(-log l)
     assert build("pvc_arithmetic", tau=TAU)(x).item() < build("pvc_geometric", tau=TAU)(x).item()
-    # the reference-code arithmetic PVC is a different number
-    assert abs(build("pvc_arithmetic", tau=TAU, variant="reference_code")(x).item()
-               - build("pvc_arithmetic", tau=TAU)(x).item()) > 1e-3
+    # the reference-code arithmetic PVC is a different number; the public port's batch mean inside the
+    # log-sum-exp puts it below the per-sample pseudocode (log-sum-exp is convex: Jensen)
+    ref_code = build("pvc_arithmetic", tau=TAU, variant="reference_code")(x).item()
+    port = build("pvc_arithmetic", tau=TAU, variant="public_port")(x).item()
+    assert abs(ref_code - build("pvc_arithmetic", tau=TAU)(x).item()) > 1e-3
+    assert port < ref_code - 1e-6
     # the official MV-InfoNCE keeps same-view negatives: larger denominator -> larger loss
     assert build("mv_infonce", tau=TAU, variant="reference_code")(x).item() > build("mv_infonce", tau=TAU)(x).item()
 
 
-def test_two_view_dhel_and_byol_identities():
+def test_two_view_identities_of_the_reference_variants():
     x = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     y = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    assert build("dhel", tau=TAU, variant="reference_code")(x).item() == pytest.approx(
-        build("mv_dhel", tau=TAU, variant="reference_code")(x).item(), abs=1e-10)
+    z = to_lists(x)
+    # at M = 2 there is one beta per alpha: pseudocode and port both give NT-Xent - log(batch size)
+    nt = mean(ntxent_anchor_terms(z[0], z[1], TAU))
+    for variant in ("reference_code", "public_port"):
+        got = build("pvc_arithmetic", tau=TAU, variant=variant)(x).item()
+        assert got == pytest.approx(nt - math.log(5), abs=1e-10)
     assert build("byol_avg")(x, y).item() == pytest.approx(build("byol_pwe")(x, y).item(), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_dhel_is_mv_dhel_at_two_views(seed):
+    """dhel is MV-DHEL (Eq. 12) at N = 2, for both variants; against the loop references, its relation to
+    the one-sided DHEL terms L_l of MV Eq. 1 is  dhel = L_1 + L_2 + mean_i s_i - log 2."""
+    x = torch.randn(2, 6, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    z = to_lists(x)
+    mv_paper = ref_mv(z, TAU, "dhel", "paper")  # Eq. 12 loop, general k, here k = 2
+    mv_code = ref_mv(z, TAU, "dhel", "reference_code")
+    assert build("dhel", tau=TAU)(x).item() == pytest.approx(mv_paper, abs=1e-10)
+    assert build("mv_dhel", tau=TAU)(x).item() == pytest.approx(mv_paper, abs=1e-10)
+    assert build("dhel", tau=TAU, variant="reference_code")(x).item() == pytest.approx(mv_code, abs=1e-10)
+    assert build("mv_dhel", tau=TAU, variant="reference_code")(x).item() == pytest.approx(mv_code, abs=1e-10)
+    l1, l2 = ref_dhel_one_sided(z, TAU, 0), ref_dhel_one_sided(z, TAU, 1)
+    s_mean = mean([dot(z[0][i], z[1][i]) / TAU for i in range(6)])
+    assert mv_paper == pytest.approx(l1 + l2 + s_mean - math.log(2), abs=1e-10)
+    assert build("dhel", tau=TAU, variant="one_sided_mean")(x).item() == pytest.approx((l1 + l2) / 2, abs=1e-10)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -474,8 +566,17 @@ def test_bad_tau(name, bad):
 
 @pytest.mark.parametrize("name", ["pvc_arithmetic", "mv_infonce", "mv_dhel", "dhel"])
 def test_bad_variant(name):
-    with pytest.raises(ValueError, match="variant"):
-        build(name, variant="official")
+    for bad in ("official", None, 1):
+        with pytest.raises(ValueError, match="variant"):
+            build(name, variant=bad)
+    with pytest.raises(ValueError, match="variant"):  # each loss only takes its own variant names
+        build(name, variant="one_sided_mean" if name != "dhel" else "public_port")
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_infonce_avg_bad_renormalise(bad):
+    with pytest.raises(ValueError, match="infonce_avg: renormalise must be True or False"):
+        build("infonce_avg", renormalise=bad)
 
 
 # --------------------------------------------------------------------------------------------------
