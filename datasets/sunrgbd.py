@@ -15,6 +15,13 @@ Reads the files the field publishes, as published:
     ``lidar/*.npz``, else ``depth/*.mat``.
 (c) **mmdet3d >= 1.1 info pickles** (``{"metainfo", "data_list"}``): per frame
     ``lidar_points.lidar_path`` (under ``points/``) and ``instances[*].{bbox_3d, bbox_label_3d}``.
+(d) **VoteNet's dumped training folders** (``sunrgbd_data.py`` of VoteNet):
+    ``sunrgbd_pc_bbox_votes_50k_{v1,v2}_{train,val}/`` (the label version is part of the folder name:
+    ``version`` picks it) holding per frame ``NNNNNN_pc.npz`` (array ``pc``, ``[50000, 6]`` float32
+    xyz + rgb in [0, 1], upright depth frame), ``NNNNNN_bbox.npy`` (``[K, 8]``: ``cx cy cz``,
+    *half*-sizes ``l w h``, VoteNet ``heading``, class id 0..9; ``[0, 8]`` when the frame holds none of
+    the 10 classes) and ``NNNNNN_votes.npz`` (not read: the vote targets follow from the boxes).
+    The ``_train`` folder is the official train pool, the ``_val`` folder the official val pool.
 
 Pickles are read with :mod:`fusebench.datasets.safe_pickle` (allowlist unpickler).
 
@@ -29,6 +36,11 @@ stores ``gt_boxes_upright_depth = [cx, cy, cz, 2*c2, 2*c1, 2*c3, -atan2(oy, ox)]
 * label line: ``dx = 2*c2``, ``dy = 2*c1``, ``dz = 2*c3``, ``yaw = atan2(oy, ox)``;
 * v0 info: sizes as stored, ``yaw = -stored`` (v0 ``DepthInstance3DBoxes`` turned clockwise);
 * v2 info: stored as is (mmdet3d >= 1.0 turned the depth-box yaw counter-clockwise).
+* VoteNet ``_bbox.npy`` row ``[cx, cy, cz, l, w, h, heading, cls]``: VoteNet's ``SUNObject3d`` reads
+  ``w = c1``, ``l = c2``, ``h = c3``, ``heading = -atan2(oy, ox)`` and dumps them un-doubled, so
+  ``dx = 2*l``, ``dy = 2*w``, ``dz = 2*h``, ``yaw = -heading`` (VoteNet's corners use ``rotz(-heading)``
+  with ``l`` along x). Frame 000001's ``_bbox.npy`` equals its ``label_v1/000001.txt`` read this way
+  (a test checks it, and that the in-box points marked in ``_votes.npz`` lie in the boxes).
 
 With this reading the heading axis (``c2`` half-extent) lies along ``(ox, oy)``, as in VoteNet's
 ``rotz(-heading)`` corner code; on the real point clouds it also captures the most points (e.g. the
@@ -83,7 +95,10 @@ log = logging.getLogger(__name__)
 CLASSES = ("bed", "table", "sofa", "chair", "toilet", "desk", "dresser", "night_stand", "bookshelf", "bathtub")
 CLASS_TO_ID = {c: i for i, c in enumerate(CLASSES)}
 LABEL_FIELDS = 13
-LAYOUTS = ("auto", "extracted", "infos")
+LAYOUTS = ("auto", "extracted", "infos", "pc_bbox_votes")
+#: VoteNet's dumped folder of one official pool ("train"/"val") and label version ("v1"/"v2")
+VOTES_DIR = "sunrgbd_pc_bbox_votes_50k_{version}_{pool}"
+BBOX_FIELDS = 8
 POINT_SOURCES = ("auto", "depth", "lidar", "bin", "ply", "pcd")
 OPTIONS = ("num_points", "version", "layout", "info_file", "points_source", "val_fraction", "val_seed",
            "voxel_size", "voxel_backend", "use_cache")
@@ -157,6 +172,46 @@ def read_index_file(path: Path) -> list[int]:
     return out
 
 
+def read_votenet_bbox(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(boxes [K, 7] float64 in our convention, labels [K] int64)`` from a VoteNet ``NNNNNN_bbox.npy``
+    (``[K, 8]`` rows ``cx cy cz l w h heading class``, half-sizes, ``heading = -yaw``). An empty array
+    (``[0, 8]``, or ``[0]`` as ``np.array([])`` saves) gives ``[0, 7]`` boxes. Raises
+    :class:`DatasetError` naming the file for anything else."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            arr = np.load(fh, allow_pickle=False)
+    except FileNotFoundError:
+        raise DatasetNotFoundError(f"missing box file {path}") from None
+    except Exception as e:  # truncated / not .npy / object array
+        raise DatasetError(f"{path}: not a readable .npy box file ({type(e).__name__}: {e})") from None
+    if not isinstance(arr, np.ndarray) or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        kind = f"{arr.dtype} array" if isinstance(arr, np.ndarray) else type(arr).__name__
+        raise DatasetError(f"{path}: expected a numeric [K, {BBOX_FIELDS}] array, got a {kind}")
+    if arr.size == 0 and arr.ndim in (1, 2) and (arr.ndim == 1 or arr.shape[1] in (0, BBOX_FIELDS)):
+        return np.zeros((0, 7)), np.zeros((0,), dtype=np.int64)
+    if arr.ndim != 2 or arr.shape[1] != BBOX_FIELDS:
+        raise DatasetError(
+            f"{path}: expected a [K, {BBOX_FIELDS}] array (cx cy cz, half-sizes l w h, heading, class id), "
+            f"got shape {tuple(arr.shape)}"
+        )
+    arr = arr.astype(np.float64)
+    bad = ~np.isfinite(arr).all(axis=1)
+    if bad.any():
+        raise DatasetError(f"{path}: NaN or Inf in box rows {np.flatnonzero(bad).tolist()}")
+    cls = arr[:, 7]
+    bad = (cls != np.round(cls)) | (cls < 0) | (cls >= len(CLASSES))
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise DatasetError(f"{path}, row {r}: class id {float(cls[r]):g} is not an integer in 0..{len(CLASSES) - 1}")
+    bad = (arr[:, 3:6] < 0).any(axis=1)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise DatasetError(f"{path}, row {r}: negative half-size in {arr[r, 3:6].tolist()}")
+    boxes = np.concatenate([arr[:, 0:3], 2.0 * arr[:, 3:6], pc.wrap_angle(-arr[:, 6:7])], axis=1)
+    return boxes, cls.astype(np.int64)
+
+
 def _filter_classes(objects: list[tuple[str, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     keep = [(CLASS_TO_ID[n], b) for n, b, _ in objects if n in CLASS_TO_ID]
     if not keep:
@@ -171,6 +226,7 @@ class _Frame:
     points_path: Path
     num_features: int = 6
     label_path: Path | None = None
+    bbox_path: Path | None = None  # VoteNet NNNNNN_bbox.npy (pc_bbox_votes layout)
     boxes: np.ndarray | None = None  # [G, 7] (info layouts: read at index time)
     labels: np.ndarray | None = None  # [G]
     calib_path: Path | None = None
@@ -212,6 +268,10 @@ class SUNRGBD(MultimodalDataset):
         DataFile("lidar/<frame>.npz", "array 'pc' [50000, 6] (VoteNet subsample)", required=False),
         DataFile("sunrgbd_infos_{train,val}.pkl", "mmdet3d info pickles (v0 list or v2 data_list)", required=False),
         DataFile("points/<frame>.bin", "float32 [N, 6] points used with the info pickles", required=False),
+        DataFile("sunrgbd_pc_bbox_votes_50k_<version>_{train,val}/<frame>_pc.npz",
+                 "VoteNet dump: array 'pc' [50000, 6] (layout pc_bbox_votes)", required=False),
+        DataFile("sunrgbd_pc_bbox_votes_50k_<version>_{train,val}/<frame>_bbox.npy",
+                 "VoteNet dump: [K, 8] cx cy cz, half-sizes l w h, heading, class id", required=False),
     )
     INFO = """SUN RGB-D (Song, Lichtenberg, Xiao, CVPR 2015), research use; cite the paper.
 Official data: https://rgbd.cs.princeton.edu/ (SUNRGBD.zip, SUNRGBDMeta3DBB_v2.mat, SUNRGBDtoolbox.zip).
@@ -219,7 +279,9 @@ Extract frames with VoteNet's matlab scripts (https://github.com/facebookresearc
 extract_split.m, extract_rgbd_data_v2.m, extract_rgbd_data_v1.m), or use mmdetection3d's data preparation
 (https://mmdetection3d.readthedocs.io, "SUN RGB-D" dataset page: tools/create_data.py sunrgbd), which
 writes sunrgbd_trainval/ plus points/*.bin and sunrgbd_infos_{train,val}.pkl. Point the root at the folder
-holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the folder with the info pickles."""
+holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the folder with the info pickles,
+or at the folder holding VoteNet's sunrgbd_pc_bbox_votes_50k_<version>_{train,val}/ (sunrgbd/sunrgbd_data.py
+of VoteNet; version='v1' for the _v1_ folders)."""
 
     # -- construction -------------------------------------------------------------------------
     def _options(self) -> None:
@@ -257,12 +319,16 @@ holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the fol
         self._options()
         pool = "val" if self.split == "test" else "train"
         self._listing: Path | None = None  # the idx file or info pickle listing the pool's frames
+        self._split_file: Path | None = None  # what defines the split, named by the base class's empty-split error
         frames = self._pool(pool)
-        if self.split == "test" or self.val_fraction == 0.0:
-            return frames if self.split != "val" else []
+        # an empty pool (empty *_data_idx.txt, info list or folder) or an empty carved-out val gives [] here:
+        # the base class then raises its DatasetError naming self._split_file / self._listing (allow_empty=True
+        # builds the empty split on purpose); nothing is swallowed here
+        if self.split == "test":
+            return frames
         n = len(frames)
         n_val = int(round(self.val_fraction * n))
-        if n >= 2:
+        if n >= 2 and self.val_fraction > 0.0:
             n_val = min(max(n_val, 1), n - 1)
         else:
             n_val = 0
@@ -286,6 +352,7 @@ holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the fol
                 raise DatasetNotFoundError(f"sunrgbd: missing info file {info} (option info_file)")
         base = self._extracted_base(pool)
         default_info = self.root / f"sunrgbd_infos_{pool}.pkl"
+        votes_dir = self.root / VOTES_DIR.format(version=self.version, pool=pool)
         if self.layout == "extracted" or (self.layout == "auto" and info is None and base is not None):
             if base is None:
                 raise DatasetNotFoundError(
@@ -293,13 +360,53 @@ holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the fol
                     f"{self.root / 'sunrgbd_trainval'}).\n{self.info()}"
                 )
             return self._index_extracted(base, pool)
+        if self.layout == "pc_bbox_votes" or (
+            self.layout == "auto" and info is None and not default_info.is_file() and votes_dir.is_dir()
+        ):
+            if not votes_dir.is_dir():
+                raise DatasetNotFoundError(f"sunrgbd: missing folder {votes_dir}{self._other_version_hint(pool)}"
+                                           f".\n{self.info()}")
+            if self.points_source != "auto":
+                raise DatasetError(f"sunrgbd: points_source={self.points_source!r} does not apply to VoteNet's "
+                                   f"{votes_dir.name}/ folders (points are always NNNNNN_pc.npz); leave it 'auto'")
+            return self._index_votes(votes_dir, pool)
         info = info if info is not None else default_info
         if not info.is_file():
             raise DatasetNotFoundError(
-                f"sunrgbd: found neither {self.root / f'{pool}_data_idx.txt'} nor {info}; pass the folder that "
-                f"holds them as root (or info_file=... for an info pickle with another name).\n{self.info()}"
+                f"sunrgbd: found none of {self.root / f'{pool}_data_idx.txt'}, {info} or {votes_dir}"
+                f"{self._other_version_hint(pool)}; pass the folder that holds them as root (or info_file=... "
+                f"for an info pickle with another name).\n{self.info()}"
             )
         return self._index_infos(info, pool)
+
+    def _other_version_hint(self, pool: str) -> str:
+        other = "v1" if self.version == "v2" else "v2"
+        d = self.root / VOTES_DIR.format(version=other, pool=pool)
+        return f" ({d.name} exists: pass version={other!r} to read it)" if d.is_dir() else ""
+
+    def _index_votes(self, folder: Path, pool: str) -> list[_Frame]:
+        """Frames of a VoteNet ``sunrgbd_pc_bbox_votes_50k_<version>_<pool>/`` folder, by frame number.
+        Every frame needs both ``NNNNNN_pc.npz`` and ``NNNNNN_bbox.npy``."""
+        self._listing = None  # the folder itself lists the frames; source_files() names each file
+        self._split_file = folder
+        pcs, bboxes = {}, {}
+        for p in folder.iterdir():
+            for suffix, into in (("_pc.npz", pcs), ("_bbox.npy", bboxes)):
+                if p.name.endswith(suffix):
+                    stem = p.name[: -len(suffix)]
+                    if not stem.isdigit():
+                        raise DatasetError(f"{p}: expected a file named NNNNNN{suffix} (a frame number), got {p.name!r}")
+                    into[int(stem)] = p
+        frames = []
+        for f in sorted(set(pcs) | set(bboxes)):
+            if f not in pcs:
+                raise DatasetNotFoundError(f"sunrgbd: missing point file {folder / f'{f:06d}_pc.npz'} "
+                                           f"(its box file {bboxes[f].name} exists)")
+            if f not in bboxes:
+                raise DatasetNotFoundError(f"sunrgbd: missing box file {folder / f'{f:06d}_bbox.npy'} "
+                                           f"(its point file {pcs[f].name} exists)")
+            frames.append(_Frame(frame=f, layout="votenet_pc_bbox_votes", points_path=pcs[f], bbox_path=bboxes[f]))
+        return frames
 
     def _point_candidates(self, frame: int, layout: str, base: Path, lidar_path: str | None = None) -> list[Path]:
         name = f"{frame:06d}"
@@ -422,7 +529,7 @@ holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the fol
         (idx file or info pickle) and each frame's point, label and calib files."""
         files = [self._listing] if self._listing is not None else []
         for rec in self.samples:
-            files += [p for p in (rec.points_path, rec.label_path, rec.calib_path) if p is not None]
+            files += [p for p in (rec.points_path, rec.label_path, rec.bbox_path, rec.calib_path) if p is not None]
         return files
 
     # -- loading --------------------------------------------------------------------------------
@@ -453,6 +560,8 @@ holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the fol
         rec = self.samples[index]
         if rec.label_path is not None:
             return _filter_classes(parse_label_file(rec.label_path))
+        if rec.bbox_path is not None:
+            return read_votenet_bbox(rec.bbox_path)
         return rec.boxes, rec.labels
 
     def read_calibration(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -484,7 +593,7 @@ holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the fol
             "num_points": int(xyz.shape[0]), "layout": rec.layout, "points_file": rec.points_path.name,
             "floor_z": floor,
         }
-        if rec.layout == "votenet_extracted":
+        if rec.layout in ("votenet_extracted", "votenet_pc_bbox_votes"):
             meta["label_version"] = self.version
         calib = self.read_calibration(index)
         if calib is not None:

@@ -427,3 +427,27 @@ def test_bad_info_pickles(synth_copy: Path) -> None:
     p.write_bytes(pickle.dumps(Path("x")))  # a class outside the allowlist
     with pytest.raises(DatasetError, match="refused"):
         _ds(synth_copy, split="train", info_file="bad.pkl")
+
+
+def test_empty_split_listing_is_an_error(synth_copy: Path) -> None:
+    """An empty ``val_data_idx.txt`` (the official val frames = our test split) is an error naming the
+    file, not an empty test set; so is an empty info pickle and a val split that val_fraction leaves empty."""
+    ok = _ds(synth_copy, split="test")
+    assert len(ok) >= 1
+    (synth_copy / "val_data_idx.txt").write_text("\n")
+    with pytest.raises(DatasetError, match=r"split 'test' is empty.*val_data_idx\.txt"):
+        _ds(synth_copy, split="test")
+    assert len(_ds(synth_copy, split="test", allow_empty=True)) == 0  # asked for on purpose
+    (synth_copy / "train_data_idx.txt").write_text("")
+    with pytest.raises(DatasetError, match=r"split 'train' is empty.*train_data_idx\.txt"):
+        _ds(synth_copy, split="train", val_fraction=0.5)
+    (synth_copy / "empty.pkl").write_bytes(pickle.dumps([]))
+    with pytest.raises(DatasetError, match=r"split 'test' is empty.*empty\.pkl"):
+        _ds(synth_copy, split="test", layout="infos", info_file="empty.pkl")
+
+
+def test_val_fraction_zero_leaves_val_empty_error(synth_copy: Path) -> None:
+    train = _ds(synth_copy, split="train", val_fraction=0.0)
+    assert len(train) == len(sunrgbd.read_index_file(synth_copy / "train_data_idx.txt"))
+    with pytest.raises(DatasetError, match=r"split 'val' is empty.*val_fraction"):
+        _ds(synth_copy, split="val", val_fraction=0.0)
