@@ -22,9 +22,12 @@ Variable-length sequences and detection boxes therefore become one concatenated 
 ``manifest.json`` records: the dataset id, adapter class, root, split, options, the adapter's
 ``PREPROCESS_VERSION`` (class attribute, default 1), the cache key, the sample count, per field the
 layout/dtype/shape, and the size + sha256 of every input file (the adapter's ``source_files()`` hook;
-default: every file under the root) and every output file. Everything is written to a temporary
-folder next to the destination and renamed into place at the end, so an exception or Ctrl-C leaves
-nothing half-written.
+default: every file under the root; relative paths from the hook are taken as the adapter built them
+from ``dataset.root``, so a relative root works) and every output file. Everything is written to a
+temporary folder next to the destination and renamed into place at the end, so an exception or
+Ctrl-C leaves nothing half-written; an ``OSError`` while writing (disk full, read-only folder)
+removes the temporary folder and raises :class:`CacheWriteError` naming the base folder and the OS
+error.
 
 ``<base>`` is ``$FUSEBENCH_PREPARED`` when set (searched first by readers), else
 ``cache_home() / "prepared"``; ``<key>`` is a hash of (id, resolved root, split, options minus
@@ -42,6 +45,7 @@ goes through JSON (tuples come back as lists, numpy scalars as Python numbers).
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import logging
@@ -112,13 +116,29 @@ def cache_dir(dataset: MultimodalDataset, base: str | os.PathLike | None = None)
     return base / dataset.id / cache_key(dataset)
 
 
+def _source_path(root: Path, p: str | os.PathLike) -> Path:
+    """One path from an adapter's ``source_files()`` hook as an absolute path.
+
+    Adapters build their paths from ``dataset.root``: with a relative root (``--root nyuv2_mtan``)
+    such a path is relative to the working directory and already starts with the root, so it is
+    taken as it is; any other relative path is relative to the root.
+    """
+    p = Path(p)
+    if not p.is_absolute():
+        built_from_root = not root.is_absolute() and p.parts[: len(root.parts)] == root.parts
+        if not (built_from_root and p.exists()):
+            p = root / p
+    return Path(os.path.abspath(p))
+
+
 def source_files(dataset: MultimodalDataset) -> list[Path]:
-    """The input files the cache depends on: the adapter's ``source_files()`` hook when it has one
-    (absolute paths or paths relative to the root), else every file under the root."""
+    """The input files the cache depends on, as absolute paths: the adapter's ``source_files()`` hook
+    when it has one (absolute paths, paths built from ``dataset.root``, or paths relative to the
+    root), else every file under the root."""
     root = Path(dataset.root)
     hook = getattr(dataset, "source_files", None)
     if callable(hook):
-        files = [Path(p) if Path(p).is_absolute() else root / p for p in hook()]
+        files = [_source_path(root, p) for p in hook()]
     else:
         skip = [b.resolve() for b in prepared_bases()]
         files = []
@@ -128,7 +148,7 @@ def source_files(dataset: MultimodalDataset) -> list[Path]:
             rp = p.resolve()
             if any(rp.is_relative_to(b) for b in skip):
                 continue
-            files.append(p)
+            files.append(Path(os.path.abspath(p)))
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
         raise DatasetError(f"{dataset.id}: source files listed by the adapter do not exist: {missing[:5]}")
@@ -182,7 +202,11 @@ class _FieldWriter:
         self.what = what
         path.parent.mkdir(parents=True, exist_ok=True)
         self.f = open(path, "wb")
-        self.f.write(b"\0" * _HEADER_BYTES)
+        try:
+            self.f.write(b"\0" * _HEADER_BYTES)
+        except BaseException:
+            self.abort()
+            raise
         self.dtype: np.dtype | None = None
         self.shapes: dict[int, tuple[int, ...]] = {}
 
@@ -231,8 +255,12 @@ class _FieldWriter:
         return entry
 
     def abort(self) -> None:
-        if not self.f.closed:
-            self.f.close()
+        """Close the file, ignoring errors: a full disk makes ``close()`` fail while flushing, and the
+        caller must still get to remove the temporary folder. Never raises."""
+        try:
+            self.f.close()  # on a failed flush the descriptor is closed all the same
+        except (OSError, ValueError):
+            pass
 
 
 def _json_meta(meta: Any, index: int) -> Any:
@@ -260,11 +288,14 @@ def _collect_inputs(dataset: MultimodalDataset, memo: dict[Path, dict[str, Any]]
     files = source_files(dataset)
     for p in tqdm(files, desc=f"hash {dataset.id} inputs", unit="file", disable=not progress, leave=False):
         rp = p.resolve()
-        st = rp.stat()
-        rec = memo.get(rp)
-        if rec is None or rec["size"] != st.st_size or rec["mtime_ns"] != st.st_mtime_ns:
-            rec = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(rp)}
-            memo[rp] = rec
+        try:
+            st = rp.stat()
+            rec = memo.get(rp)
+            if rec is None or rec["size"] != st.st_size or rec["mtime_ns"] != st.st_mtime_ns:
+                rec = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(rp)}
+                memo[rp] = rec
+        except OSError as e:
+            raise DatasetError(f"{dataset.id}: cannot read the input file {p} ({e})") from None
         rel = str(rp.relative_to(root)) if rp.is_relative_to(root) else str(rp)
         out.append({"path": rel, **rec})
     return out
@@ -281,7 +312,9 @@ def prepare(
     """Write the prepared cache of ``dataset`` (built with ``use_cache=False``) and return its folder.
 
     An up-to-date cache is kept unless ``force``. Raises :class:`DatasetError` for samples that do not
-    follow the schema; on any exception (Ctrl-C included) nothing is left behind.
+    follow the schema and :class:`CacheWriteError` (a :class:`DatasetError`) when the cache cannot be
+    written (disk full, read-only or unwritable ``base``: any ``OSError`` while writing); on any
+    exception (Ctrl-C included) nothing is left behind.
     """
     from tqdm.auto import tqdm
 
@@ -298,10 +331,12 @@ def prepare(
                 return out
         except (DatasetError, KeyError, TypeError):
             pass  # corrupt or foreign: rebuild
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp: Path | None = None
     writers: dict[tuple[str, str], _FieldWriter] = {}
+    made = [d for d in (out.parent, *out.parent.parents) if not d.exists()]  # removed again on failure
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         inputs = _collect_inputs(dataset, _hash_memo, progress)
         metas: list[Any] = []
         target_kind: str | None = None
@@ -319,7 +354,12 @@ def prepare(
             return w
 
         for i in tqdm(range(n), desc=f"prepare {dataset.id}/{dataset.split}", unit="sample", disable=not progress):
-            s = dataset._load_raw(i)
+            try:
+                s = dataset._load_raw(i)
+            except DatasetError:
+                raise
+            except OSError as e:  # a read error, not one of the cache's writes
+                raise DatasetError(f"{dataset.id}/{dataset.split}: reading sample {i} failed ({e})") from e
             if not isinstance(s, dict):
                 raise DatasetError(f"{dataset.id}: _load_raw({i}) returned {type(s).__name__}, expected a dict")
             extra_keys = sorted(set(s) - set(_SCHEMA_KEYS))
@@ -379,12 +419,52 @@ def prepare(
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         _install(tmp, out)
-    except BaseException:
-        for w in writers.values():
-            w.abort()
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as exc:
+        _discard(writers.values(), tmp, made)
+        if isinstance(exc, OSError) and not isinstance(exc, DatasetError):
+            raise CacheWriteError(_write_error_message(dataset, out, exc), exc) from exc
         raise
     return out
+
+
+class CacheWriteError(DatasetError):
+    """The prepared cache could not be written (an ``OSError`` such as ENOSPC or EROFS while writing).
+
+    ``os_error`` is the original exception; nothing was left behind.
+    """
+
+    def __init__(self, message: str, os_error: OSError) -> None:
+        super().__init__(message)
+        self.os_error = os_error
+        self.errno = os_error.errno
+
+
+def _discard(writers: Iterable[_FieldWriter], tmp: Path | None, made: list[Path] = ()) -> None:
+    """Close every writer, remove the temporary folder and the (empty) folders ``made`` for it;
+    never raises (cleanup after a failure)."""
+    for w in writers:
+        try:
+            w.abort()
+        except Exception:  # abort() does not raise; belt and braces so that rmtree always runs
+            pass
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for d in made:  # innermost first; rmdir leaves a folder that something else filled meanwhile
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def _write_error_message(dataset: MultimodalDataset, out: Path, e: OSError) -> str:
+    base = out.parent.parent
+    reason = e.strerror or str(e) or type(e).__name__
+    code = f" [{errno.errorcode[e.errno]}]" if e.errno in errno.errorcode else ""
+    where = f" ({e.filename})" if e.filename else ""
+    hint = ("free space there or choose another folder with --out DIR" if e.errno in (errno.ENOSPC, errno.EDQUOT)
+            else "choose a writable folder with --out DIR")
+    return (f"{dataset.id}/{dataset.split}: cannot write the prepared cache under {base}: {reason}{code}{where}; "
+            f"the partial cache was removed. Fix: {hint} (and set FUSEBENCH_PREPARED=DIR for readers)")
 
 
 def _install(tmp: Path, out: Path) -> None:
@@ -633,6 +713,7 @@ def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
 
 
 __all__ = [
-    "CacheReader", "cache_dir", "cache_key", "check", "find_cache", "list_caches", "open_cache", "prepare",
+    "CacheReader", "CacheWriteError", "cache_dir", "cache_key", "check", "find_cache", "list_caches", "open_cache",
+    "prepare",
     "prepared_bases", "read_manifest", "sha256_file", "source_files",
 ]

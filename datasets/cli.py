@@ -8,14 +8,17 @@ Examples::
     fusebench data prepare nyuv2 --synthetic               # the synthetic twin's cache
     fusebench data check nyuv2 --root ~/data/nyuv2         # recompute every sha256 in the manifests
 
-``--out DIR`` writes to ``DIR/<id>/<key>`` instead of ``$FUSEBENCH_CACHE/prepared/<id>/<key>``; set
+``--root`` may be relative to the working directory (it is made absolute once). ``--out DIR`` writes
+to ``DIR/<id>/<key>`` instead of ``$FUSEBENCH_CACHE/prepared/<id>/<key>``; set
 ``FUSEBENCH_PREPARED=DIR`` so that adapters find it. Exit codes: 0 ok, 1 check found mismatches,
-2 bad input (missing dataset, unknown id, nothing prepared).
+2 bad input (missing dataset, unknown id, nothing prepared, unreadable file), 3 the cache could not
+be written (disk full, read-only or unwritable folder; the partial cache is removed).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,9 +70,11 @@ def _prepare(ns: argparse.Namespace) -> int:
     bad = [s for s in splits if s not in cls.SPLITS]
     if bad:
         raise datasets.DatasetError(f"{cls.id}: splits {bad} are not among {cls.SPLITS}")
+    # one absolute root for every path the adapter builds and the manifest records
+    root = None if ns.root is None else os.path.abspath(Path(ns.root).expanduser())
     memo: dict = {}
     for split in splits:
-        ds = cls(root=ns.root, split=split, synthetic=ns.synthetic, use_cache=False, augment=False, **opts)
+        ds = cls(root=root, split=split, synthetic=ns.synthetic, use_cache=False, augment=False, **opts)
         folder = cache.prepare(ds, base=ns.out, progress=not ns.quiet, force=ns.force, _hash_memo=memo)
         print(f"{cls.id}/{split}: {len(ds)} samples -> {folder}")
     if ns.out:
@@ -118,6 +123,7 @@ def _info(ns: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     from fusebench.datasets import DatasetError
+    from fusebench.datasets.cache import CacheWriteError
     from fusebench.registry import UnknownNameError
 
     ns = _parser().parse_args(argv)
@@ -126,9 +132,15 @@ def main(argv: list[str]) -> int:
     except UnknownNameError as e:
         print(f"fusebench data: {e}", file=sys.stderr)
         return 2
+    except CacheWriteError as e:
+        print(f"fusebench data {ns.action}: {e}", file=sys.stderr)
+        return 3
     except DatasetError as e:  # includes DatasetNotFoundError: its message is the `data info` text
         print(f"fusebench data {ns.action}: {e}", file=sys.stderr)
         return 2
     except ValueError as e:
+        print(f"fusebench data {ns.action}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an unreadable input or folder outside the cache writer
         print(f"fusebench data {ns.action}: {e}", file=sys.stderr)
         return 2

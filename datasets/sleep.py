@@ -16,19 +16,25 @@ k = 6 views).
   and clipped to the signal (annotations past the end are ignored). Movement time, ``?`` and
   unscored epochs are dropped. Wake cropping (``crop_wake_min``, default 30): keep the epochs from
   30 min before the first to 30 min after the last sleep epoch; a recording without any sleep epoch
-  (e.g. the 5-minute fixture) is left intact; ``None`` disables cropping.
+  (e.g. the 5-minute fixture) is left intact; ``None`` disables cropping. Every EDF is checked
+  first (:func:`read_edf_header`: fixed header, file size = header + n_records * record bytes, a
+  record count of -1 derived from the size) and the hypnogram's TAL syntax (:func:`read_edf_annotations`),
+  since mne silently reads truncated files and skips malformed annotations.
 * ``physionet2018`` (Ghassemi et al., CinC 2018): ``<rec>/<rec>.hea`` + ``<rec>.mat`` (WFDB format 16
   in a MATLAB v4 ``val`` matrix, byte offset 24) read with ``wfdb.rdrecord``; ``<rec>-arousal.mat``
   (MATLAB v7.3 = HDF5) with ``data/sleep_stages/{wake, nonrem1, nonrem2, nonrem3, rem, undefined}``
   sample-wise 0/1 vectors read with h5py. An epoch's stage is the majority indicator over its
   samples (ties -> the earlier of W, N1, N2, N3, REM, undefined); undefined epochs are dropped.
-  Wake cropping is off by default (``crop_wake_min=None``).
+  Wake cropping is off by default (``crop_wake_min=None``). Signal file sizes (and the ``.mat``'s
+  MATLAB v4 matrix size) are checked against the ``.hea`` (:func:`check_wfdb_files`).
 
 Signals are read in microvolts, resampled to ``sfreq_hz`` (default 100) with a polyphase filter
 (scipy.signal.resample_poly), cut into epochs and held as one contiguous array per recording so a
 sample is a slice. Subject-wise splits: subjects ordered by sha256 of their id, ``test_fraction``
-(0.2) then ``val_fraction`` (0.1) of them (rounded half up) go to test and val, the rest to train;
-``split_subjects={"train": [...], ...}`` overrides.
+(0.2) then ``val_fraction`` (0.1) of them (rounded half up, at least one each when enough subjects
+remain, see :func:`_split_counts`) go to test and val, the rest (>= 1) to train;
+``split_subjects={"train": [...], ...}`` overrides. An empty split raises :class:`DatasetError`
+naming the subjects found, the rule and the fixes.
 
 Shape (one sample):
     modalities[channel]  [1, 30 * sfreq_hz] float32, microvolts
@@ -80,15 +86,31 @@ def channel_modality_name(label: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # EDF header check, signals, hypnogram
 # ---------------------------------------------------------------------------------------------
-def _edf_start(path: Path) -> _dt.datetime:
-    """Validate the fixed EDF header fields and return the start date/time.
+#: EDF per-signal header fields in file order: (name, width in bytes); each is stored for all signals
+_EDF_SIGNAL_FIELDS = (("label", 16), ("transducer", 80), ("dimension", 8), ("pmin", 8), ("pmax", 8),
+                      ("dmin", 8), ("dmax", 8), ("prefilter", 80), ("spr", 8), ("reserved", 32))
 
-    Raises DatasetError naming the file when the header is malformed (version, sizes, counts, date).
+
+def read_edf_header(path: Path) -> dict[str, Any]:
+    """Validate an EDF/EDF+ header against the file size and return its fields.
+
+    Checks (EDF spec sections 2.1.1-2.1.2): version '0'; header bytes = 256 * (ns + 1); every
+    signal has >= 1 sample per record; the file size equals header bytes + n_records * record bytes,
+    where record bytes = 2 * sum(samples per record). A truncated file or a record count larger than
+    the data raises. A record count of -1 (allowed by the spec only while recording) is replaced by
+    the count the file size gives when the data is a whole number of records. Trailing bytes shorter
+    than one record are ignored with a warning; a whole extra record or more raises (mne would
+    silently read them as data). Raises :class:`DatasetError` naming the file and the field.
+
+    Returns: start (datetime), n_records, record_s, n_signals, header_bytes, record_bytes, reserved,
+    labels [ns], spr [ns] (samples per record), file_bytes.
     """
     try:
         with open(path, "rb") as f:
             head = f.read(256)
             size = f.seek(0, 2)
+            f.seek(256)
+            sig_head = f.read()  # sliced to the signal header below
     except OSError as e:
         raise DatasetError(f"{path}: cannot read EDF file ({e})") from e
 
@@ -112,16 +134,58 @@ def _edf_start(path: Path) -> _dt.datetime:
         raise bad(f"{n_signals} signals need a {256 * (n_signals + 1)}-byte header, field says {header_bytes}")
     if size < header_bytes:
         raise bad(f"file has {size} bytes, shorter than its {header_bytes}-byte header")
-    if n_records < -1 or record_s < 0:
+    if n_records < -1 or record_s < 0 or not math.isfinite(record_s):
         raise bad(f"n_records={n_records}, record duration={record_s}")
     try:
         d, t = text[168:176], text[176:184]
         day, month, yy = (int(v) for v in d.split("."))
         hh, mm, ss = (int(v) for v in t.split("."))
         year = 1900 + yy if yy >= 85 else 2000 + yy  # EDF spec: 85-99 -> 19xx
-        return _dt.datetime(year, month, day, hh, mm, ss)
+        start = _dt.datetime(year, month, day, hh, mm, ss)
     except ValueError as e:
         raise bad(f"start date/time {text[168:184]!r} is not dd.mm.yyhh.mm.ss") from e
+
+    fields: dict[str, list[str]] = {}
+    off = 0
+    for name, width in _EDF_SIGNAL_FIELDS:
+        raw = sig_head[off:off + width * n_signals]
+        fields[name] = [raw[i * width:(i + 1) * width].decode("latin-1").strip() for i in range(n_signals)]
+        off += width * n_signals
+    try:
+        spr = [int(v) for v in fields["spr"]]
+    except ValueError as e:
+        raise bad(f"non-numeric samples-per-record field ({e})") from e
+    if min(spr) < 1:
+        raise bad(f"samples per record {spr} must all be >= 1")
+    record_bytes = 2 * sum(spr)
+    data_bytes = size - header_bytes
+    whole, rest = divmod(data_bytes, record_bytes)
+    where = (f"{size}-byte file = {header_bytes}-byte header + {data_bytes} data bytes "
+             f"({whole} whole records of {record_bytes} bytes + {rest} bytes)")
+    if n_records == -1:
+        if rest or whole == 0:
+            raise bad(f"record count -1 (recording not closed) and the data is not a whole, non-zero number "
+                      f"of records: {where}")
+        log.info("%s: EDF record count is -1; using %d records from the file size", path, whole)
+        n_records = whole
+    elif whole < n_records:
+        raise DatasetError(
+            f"{path}: truncated EDF file: the header declares {n_records} data records of {record_bytes} bytes "
+            f"({header_bytes + n_records * record_bytes} bytes in all), the file has {size} bytes: {where}. "
+            f"Download the file again (or fix the record count at header byte 236)"
+        )
+    elif whole > n_records:
+        raise bad(f"the header declares {n_records} data records but the file holds {whole}: {where}")
+    elif rest:
+        log.warning("%s: %d trailing bytes after the %d declared EDF records are ignored", path, rest, n_records)
+    return {"start": start, "n_records": n_records, "record_s": record_s, "n_signals": n_signals,
+            "header_bytes": header_bytes, "record_bytes": record_bytes, "reserved": text[192:236].strip(),
+            "labels": fields["label"], "spr": spr, "file_bytes": size}
+
+
+def _edf_start(path: Path) -> _dt.datetime:
+    """Validate the EDF header (:func:`read_edf_header`) and return the start date/time."""
+    return read_edf_header(path)["start"]
 
 
 def read_edf_channels(path: Path, labels: Sequence[str], sfreq_hz: float) -> tuple[np.ndarray, float]:
@@ -156,15 +220,104 @@ def _resample(x: np.ndarray, sfreq_in: float, sfreq_out: float) -> np.ndarray:
     return np.ascontiguousarray(resample_poly(x, ratio.numerator, ratio.denominator, axis=-1), dtype=np.float32)
 
 
+_TAL_ONSET = re.compile(rb"[+-][0-9]+(\.[0-9]*)?")
+_TAL_DURATION = re.compile(rb"[0-9]+(\.[0-9]*)?")
+
+
+def _tal_error(path: Path, at: int, expected: str, found: bytes) -> DatasetError:
+    return DatasetError(f"{path}: bad EDF+ annotation at byte {at}: expected {expected}, found {found[:24]!r}")
+
+
+def _parse_tal_block(path: Path, block: bytes, at: int) -> list[tuple[float, float | None, str]]:
+    """The TALs of one data record's 'EDF Annotations' bytes ``block`` (file offset ``at``).
+
+    EDF+ spec section 2.2.2: each TAL is ``[+-]onset [0x15 duration] 0x14 (text 0x14)+ 0x00``
+    (onset signed, duration unsigned, both decimal numbers in ASCII, texts UTF-8); unused bytes at
+    the end of the record are 0x00. Returns (onset_s, duration_s or None, text) for every non-empty
+    text. Raises :class:`DatasetError` with the file offset and what was expected.
+    """
+    out = []
+    pos, n = 0, len(block)
+    while pos < n:
+        if block[pos] == 0:  # padding: the rest of the record must be 0x00
+            junk = next((k for k in range(pos, n) if block[k] != 0), None)
+            if junk is not None:
+                raise _tal_error(path, at + junk, "0x00 padding after the last TAL of the record (or a TAL "
+                                 "starting with '+' or '-')", block[junk:])
+            break
+        if block[pos] not in b"+-":
+            raise _tal_error(path, at + pos, "a TAL onset starting with '+' or '-'", block[pos:])
+        end = block.find(b"\x00", pos)
+        if end < 0:
+            raise _tal_error(path, at + pos, "a TAL ended by 0x00 before the end of the data record", block[pos:])
+        tal = block[pos:end]
+        j = tal.find(b"\x14")
+        if j < 0:
+            raise _tal_error(path, at + pos, "0x14 after the TAL onset (and duration)", tal)
+        onset_b, sep, dur_b = tal[:j].partition(b"\x15")
+        if not _TAL_ONSET.fullmatch(onset_b):
+            raise _tal_error(path, at + pos, "an onset of '+' or '-' then digits [. digits]", onset_b)
+        if sep and not _TAL_DURATION.fullmatch(dur_b):
+            raise _tal_error(path, at + pos + len(onset_b) + 1, "a duration of digits [. digits] after 0x15", dur_b)
+        body = tal[j + 1:]
+        if not body.endswith(b"\x14"):
+            raise _tal_error(path, at + pos + j + 1, "annotation text ended by 0x14 before the TAL's 0x00", body)
+        t0 = at + pos + j + 1  # file offset of the current text
+        for text in body[:-1].split(b"\x14"):
+            if b"\x15" in text:
+                raise _tal_error(path, t0, "annotation text without 0x15", text)
+            try:
+                desc = text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _tal_error(path, t0, "UTF-8 annotation text", text) from None
+            if desc:
+                out.append((float(onset_b), float(dur_b) if sep else None, desc))
+            t0 += len(text) + 1
+        pos = end + 1
+    return out
+
+
+def read_edf_annotations(path: Path) -> list[tuple[float, float | None, str]]:
+    """Every annotation of an EDF+ file's 'EDF Annotations' signal(s), TAL syntax checked.
+
+    The header is checked first (:func:`read_edf_header`). Returns (onset_s, duration_s or None,
+    text) in file order (time-keeping TALs, whose text is empty, are left out). Raises
+    :class:`DatasetError` naming the file, the byte offset and what was expected.
+    """
+    hdr = read_edf_header(path)
+    chans = [i for i, lab in enumerate(hdr["labels"]) if lab == "EDF Annotations"]
+    if not chans:
+        raise DatasetError(f"{path}: no 'EDF Annotations' signal (signals {hdr['labels']}); an EDF+ hypnogram "
+                           f"was expected")
+    starts = np.concatenate([[0], np.cumsum(hdr["spr"])]) * 2  # byte offset of each signal in a record
+    out = []
+    try:
+        with open(path, "rb") as f:
+            for r in range(hdr["n_records"]):
+                for c in chans:
+                    at = hdr["header_bytes"] + r * hdr["record_bytes"] + int(starts[c])
+                    f.seek(at)
+                    out.extend(_parse_tal_block(path, f.read(int(starts[c + 1] - starts[c])), at))
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read EDF file ({e})") from e
+    return out
+
+
 def read_hypnogram(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(onset_s, duration_s, descriptions) of an EDF+ hypnogram, via mne.read_annotations."""
+    """(onset_s, duration_s, descriptions) of an EDF+ hypnogram, via mne.read_annotations.
+
+    The header and the TAL syntax are checked first (:func:`read_edf_annotations`); mne must find
+    the same number of annotations.
+    """
     import mne
 
-    _edf_start(path)
+    tals = read_edf_annotations(path)
     try:
         ann = mne.read_annotations(path)
     except Exception as e:
         raise DatasetError(f"{path}: not a readable EDF+ hypnogram ({type(e).__name__}: {e})") from e
+    if len(ann) != len(tals):
+        raise DatasetError(f"{path}: mne read {len(ann)} annotations, the file's TALs hold {len(tals)}")
     return np.asarray(ann.onset, float), np.asarray(ann.duration, float), [str(d) for d in ann.description]
 
 
@@ -299,6 +452,7 @@ def read_wfdb_channels(record: Path, labels: Sequence[str], sfreq_hz: float) -> 
     missing = [c for c in labels if c not in hdr.sig_name]
     if missing:
         raise DatasetError(f"{record}.hea: channels {missing} not found; the record has {hdr.sig_name}")
+    check_wfdb_files(record, hdr)
     try:
         rec = wfdb.rdrecord(str(record), channel_names=list(labels))
     except Exception as e:
@@ -306,6 +460,56 @@ def read_wfdb_channels(record: Path, labels: Sequence[str], sfreq_hz: float) -> 
     scale = np.array([{"uv": 1.0, "mv": 1e3, "v": 1e6}.get(str(u).lower(), 1.0) for u in rec.units])
     x = rearrange(rec.p_signal, "n c -> c n") * scale[:, None]
     return _resample(x, float(rec.fs), sfreq_hz), float(rec.fs)
+
+
+#: bytes per sample of the WFDB storage formats (signal file sizes are checked for these)
+_WFDB_SAMPLE_BYTES = {"8": 1.0, "16": 2.0, "61": 2.0, "80": 1.0, "160": 2.0, "24": 3.0, "32": 4.0, "212": 1.5}
+
+
+def check_wfdb_files(record: Path, hdr: Any) -> None:
+    """Check a WFDB record's signal files against its header (``hdr`` from ``wfdb.rdheader``).
+
+    Each signal file must exist and hold ``byte offset + n_signals_in_file * sig_len * bytes per
+    sample`` bytes (formats in ``_WFDB_SAMPLE_BYTES``); a shorter file is truncated. A ``.mat``
+    signal file with a byte offset (the wfdb2mat layout) must also have a MATLAB v4 header describing
+    an [n_signals, sig_len] matrix. Raises :class:`DatasetError` naming the file and both sizes.
+    """
+    if hdr.sig_len is None or not hdr.file_name:
+        return
+    offsets = hdr.byte_offset or [None] * len(hdr.file_name)
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for fname, fmt, off in zip(hdr.file_name, hdr.fmt, offsets):
+        groups.setdefault(fname, []).append((str(fmt), int(off or 0)))
+    for fname, sigs in groups.items():
+        path = record.parent / fname
+        try:
+            size = path.stat().st_size
+        except OSError:
+            raise DatasetError(f"{record}.hea: signal file {path} does not exist") from None
+        fmts, offs = {f for f, _ in sigs}, {o for _, o in sigs}
+        if len(fmts) != 1 or len(offs) != 1 or next(iter(fmts)) not in _WFDB_SAMPLE_BYTES:
+            continue  # mixed or uncommon formats: left to wfdb
+        fmt, off = next(iter(fmts)), next(iter(offs))
+        need = off + int(math.ceil(len(sigs) * hdr.sig_len * _WFDB_SAMPLE_BYTES[fmt]))
+        if size < need:
+            have = int((size - off) // (len(sigs) * _WFDB_SAMPLE_BYTES[fmt])) if size > off else 0
+            raise DatasetError(
+                f"{path}: truncated WFDB signal file: {record.name}.hea declares {len(sigs)} signals x "
+                f"{hdr.sig_len} samples in format {fmt} after a {off}-byte offset = {need} bytes, the file has "
+                f"{size} bytes ({have} whole samples per signal). Download the record again"
+            )
+        if size > need:
+            log.warning("%s: %d bytes after the %d samples per signal declared in %s.hea are ignored",
+                        path, size - need, hdr.sig_len, record.name)
+        if path.suffix == ".mat" and off >= 20:
+            with open(path, "rb") as f:
+                mtype, mrows, ncols, _imag, namlen = np.frombuffer(f.read(20), "<i4").tolist()
+            if 0 <= mtype < 1000 and 0 < namlen <= off - 20 and (mrows, ncols) != (len(sigs), hdr.sig_len):
+                raise DatasetError(
+                    f"{path}: its MATLAB v4 header holds a {mrows} x {ncols} matrix, {record.name}.hea declares "
+                    f"{len(sigs)} signals x {hdr.sig_len} samples (the header's sample count is wrong, or the "
+                    f"files belong to different records)"
+                )
 
 
 def read_arousal_stages(path: Path) -> np.ndarray:
@@ -438,14 +642,38 @@ def synth_hypnogram(n_epochs: int, rng: np.random.Generator) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # adapters
 # ---------------------------------------------------------------------------------------------
+def _split_counts(n: int, val_fraction: float, test_fraction: float) -> dict[str, int]:
+    """Subjects per split for ``n`` subjects: round(fraction * n) (half up) for test and val, at least
+    one each when its fraction is positive and enough subjects remain, the rest (>= 1) to train.
+
+    Priority when subjects are few: train, then test, then val (n = 1: 1/0/0; 2: 1/0/1; 3: 1/1/1 as
+    train/val/test). For n >= 5 at the default fractions (0.1, 0.2) this equals plain rounding.
+    """
+    counts = {"train": 0, "val": 0, "test": 0}
+    left = n - 1  # one subject always stays in train
+    for split, frac in (("test", test_fraction), ("val", val_fraction)):
+        want = int(math.floor(n * frac + 0.5))
+        if frac > 0:
+            want = max(1, want)
+        counts[split] = max(0, min(want, left))
+        left -= counts[split]
+    counts["train"] = n - counts["test"] - counts["val"]
+    return counts
+
+
 def _subject_split(subjects: list[str], split: str, val_fraction: float, test_fraction: float) -> set[str]:
+    """The subjects of ``split``: subjects ordered by sha256 of their id, then test, val, train."""
+    for name, frac in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 <= frac < 1.0:
+            raise DatasetError(f"{name} must be in [0, 1), got {frac}")
+    if val_fraction + test_fraction >= 1.0:
+        raise DatasetError(f"val_fraction + test_fraction must be below 1, got {val_fraction} + {test_fraction}")
     order = sorted(set(subjects), key=lambda s: hashlib.sha256(s.encode()).hexdigest())
-    n = len(order)
-    n_test = int(math.floor(n * test_fraction + 0.5))
-    n_val = int(math.floor(n * val_fraction + 0.5))
-    if n - n_test - n_val < 1:  # always keep one training subject
-        n_test, n_val = max(0, min(n_test, n - 1)), max(0, min(n_val, n - 1 - min(n_test, n - 1)))
-    parts = {"test": order[:n_test], "val": order[n_test:n_test + n_val], "train": order[n_test + n_val:]}
+    c = _split_counts(len(order), val_fraction, test_fraction)
+    parts = {"test": order[:c["test"]], "val": order[c["test"]:c["test"] + c["val"]],
+             "train": order[c["test"] + c["val"]:]}
+    if split not in parts:
+        raise DatasetError(f"unknown split {split!r}; expected one of {sorted(parts)}")
     return set(parts[split])
 
 
@@ -469,11 +697,24 @@ class _SleepDataset(MultimodalDataset):
         if not recordings:
             raise DatasetError(f"{self.id}: no recordings found under {self.root}.\n{self.info()}")
         chosen = o.get("split_subjects")
+        self._found = recordings
         if chosen is not None:
-            keep = set(map(str, chosen.get(self.split, [])))
+            if not isinstance(chosen, dict):
+                raise DatasetError(f"{self.id}: split_subjects must map split -> list of subject ids, "
+                                   f"got {type(chosen).__name__}")
+            keep = set(map(str, chosen.get(self.split) or []))
+            self._split_rule = f"split_subjects[{self.split!r}] = {sorted(keep)}"
         else:
-            keep = _subject_split([r["subject"] for r in recordings], self.split,
-                                  float(o.get("val_fraction", 0.1)), float(o.get("test_fraction", 0.2)))
+            vf, tf = float(o.get("val_fraction", 0.1)), float(o.get("test_fraction", 0.2))
+            try:
+                keep = _subject_split([r["subject"] for r in recordings], self.split, vf, tf)
+            except DatasetError as e:
+                raise DatasetError(f"{self.id}: {e}") from None
+            n_sub = len({r["subject"] for r in recordings})
+            c = _split_counts(n_sub, vf, tf)
+            self._split_rule = (f"subject-wise split: subjects ordered by sha256 of their id, "
+                                f"test_fraction={tf:g} -> {c['test']}, val_fraction={vf:g} -> {c['val']}, "
+                                f"the rest -> train ({c['train']}) of {n_sub} subject(s)")
         self.recordings = [r for r in recordings if r["subject"] in keep]
         self._loaded: OrderedDict[int, np.ndarray] = OrderedDict()
         samples: list[tuple[int, int]] = []
@@ -485,6 +726,27 @@ class _SleepDataset(MultimodalDataset):
             rec["stages_t"] = torch.from_numpy(rec["stages"])
             samples.extend((ri, j) for j in range(kept.shape[0]))
         return samples
+
+    def _empty_split_message(self) -> str:
+        """Why this split holds no epochs: the subjects/files found, the split rule and how to fix it."""
+        subjects = sorted({r["subject"] for r in self._found})
+        files = [Path(r.get("psg", r.get("hea", r["name"]))).name for r in self._found]
+        if self.recordings:  # the split has recordings, but no scored epoch survived
+            names = [r["name"] for r in self.recordings]
+            why = (f"its {len(names)} recording(s) {names} have no scored epoch left "
+                   f"(unscored/'?'/movement epochs are dropped, crop_wake_min={self.crop_wake_min})")
+        else:
+            why = "no subject falls in it"
+        return (
+            f"{self.id}: split {self.split!r} is empty under {self.root}: {why}. Found {len(subjects)} subject(s) "
+            f"{subjects[:20]}{' ...' if len(subjects) > 20 else ''} in {len(files)} recording(s) "
+            f"{files[:10]}{' ...' if len(files) > 10 else ''}; split rule: {self._split_rule}. "
+            f"Fix: add recordings of more subjects (3 give one subject each to train, val and test), change "
+            f"val_fraction / test_fraction (options; --set dataset.options.val_fraction=...), or list the "
+            f"subjects of every split with split_subjects={{train: [...], val: [...], test: [...]}} (for a "
+            f"smoke run on one subject the same subject may be listed in all three; its scores are then "
+            f"meaningless). Pass allow_empty=True to build an empty split on purpose."
+        )
 
     def source_files(self) -> list[Path]:
         """The files of this split's recordings (hashed by ``fusebench data prepare``)."""
@@ -661,6 +923,7 @@ https://physionet.org/content/challenge-2018/1.0.0/ (training/<rec>/<rec>.hea, .
             hdr = wfdb.rdheader(str(rec["record"]))
         except Exception as e:
             raise DatasetError(f"{rec['record']}.hea: not a readable WFDB header ({type(e).__name__}: {e})") from e
+        check_wfdb_files(rec["record"], hdr)
         ind = read_arousal_stages(rec["arousal"])
         if ind.shape[1] != hdr.sig_len:
             raise DatasetError(f"{rec['arousal']}: {ind.shape[1]} annotation samples for a "

@@ -7,9 +7,12 @@ meta) exercises both storage layouts: fixed ``[N, ...]`` arrays and concatenated
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -281,3 +284,173 @@ def test_manifest_hash_identifies_the_prepared_cache(tmp_path) -> None:
     reader = cache.CacheReader(folder)
     expected = hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
     assert reader.manifest_hash == expected
+
+
+# -- relative roots (issue #12 item 9) ---------------------------------------------------------
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+# (dataset, working directory under the fixtures, relative --root, extra args, split, its input files)
+RELATIVE_ROOT_CASES = [
+    ("nyuv2", "nyuv2", "mtan", [], "test", ["val/depth/0.npy", "val/image/0.npy", "val/label/0.npy",
+                                            "val/normal/0.npy"]),
+    ("sleep_edf", ".", "sleep_edf", ["--opt", "pairs=[[short_psg.edf, SC4001EC-Hypnogram.edf]]"], "train",
+     ["SC4001EC-Hypnogram.edf", "short_psg.edf"]),
+]
+
+
+@pytest.mark.parametrize("name, cwd, root, extra, split, inputs", RELATIVE_ROOT_CASES,
+                         ids=[c[0] for c in RELATIVE_ROOT_CASES])
+def test_cli_prepare_with_a_relative_root(tmp_path, fixtures_dir, monkeypatch, capsys, name, cwd, root, extra,
+                                          split, inputs):
+    monkeypatch.chdir(fixtures_dir / cwd)
+    out = tmp_path / "prepared"
+    rc = data_main(["prepare", name, "--root", root, "--split", split, "--out", str(out), "--quiet", *extra])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    [folder] = cache.list_caches(name, base=out)
+    m = cache.read_manifest(folder)
+    abs_root = (fixtures_dir / cwd / root).resolve()
+    assert m["root"] == str(abs_root)
+    assert sorted(r["path"] for r in m["inputs"]) == inputs  # relative to the root, not doubled
+    assert all(r["sha256"] == _sha(abs_root / r["path"]) for r in m["inputs"])
+    # the same relative root finds the cache again (same key), from the same working directory
+    monkeypatch.setenv("FUSEBENCH_PREPARED", str(out))
+    opts = {"pairs": [["short_psg.edf", "SC4001EC-Hypnogram.edf"]]} if name == "sleep_edf" else {}
+    from fusebench.datasets import build
+
+    ds = build(name, root=root, split=split, **opts)
+    assert isinstance(ds._cache, cache.CacheReader) and ds._cache.folder == folder
+
+
+def test_prepare_api_with_a_relative_root(tmp_path, fixtures_dir, monkeypatch):
+    """cache.prepare itself (no CLI) with adapters built from a relative root: the hook's paths are
+    relative to the working directory and must not get the root prefixed a second time."""
+    from fusebench.datasets import build
+
+    monkeypatch.chdir(fixtures_dir / "ch_sims")
+    ds = build("chsims", root="feature_aligned.pkl", use_cache=False)  # the root is the feature file
+    m = cache.read_manifest(cache.prepare(ds, base=tmp_path / "prep", progress=False))
+    # a file root is recorded as "." (the input paths are relative to the root)
+    want = _sha(fixtures_dir / "ch_sims" / "feature_aligned.pkl")
+    assert [(r["path"], r["sha256"]) for r in m["inputs"]] == [(".", want)]
+    monkeypatch.chdir(fixtures_dir)
+    ds = build("nyuv2", root="nyuv2/mtan", split="test", use_cache=False)
+    m = cache.read_manifest(cache.prepare(ds, base=tmp_path / "prep", progress=False))
+    assert sorted(r["path"] for r in m["inputs"])[0] == "val/depth/0.npy"
+    assert cache.source_files(ds)[0] == (fixtures_dir / "nyuv2" / "mtan" / "val" / "depth" / "0.npy").resolve()
+
+
+# -- write failures: full disk, read-only folder (issue #12 item 8) ---------------------------
+class _FullDiskFile:
+    """Wraps a real file: writes fail with ENOSPC after ``budget`` bytes, and close() then fails too
+    (as a real full disk does when the buffered tail cannot be flushed) after closing the file."""
+
+    def __init__(self, f, budget: int) -> None:
+        self.f, self.budget, self.full = f, budget, False
+
+    def write(self, b) -> int:
+        n = memoryview(b).nbytes
+        if n > self.budget:
+            self.full = True
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.budget -= n
+        return self.f.write(b)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def close(self) -> None:
+        self.f.close()
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _fill_disk_after(monkeypatch, budget: int) -> None:
+    real_open = open
+
+    def fake_open(path, mode="r", *a, **kw):
+        f = real_open(path, mode, *a, **kw)
+        return _FullDiskFile(f, budget) if "w" in mode else f
+
+    monkeypatch.setattr(cache, "open", fake_open, raising=False)
+
+
+def test_prepare_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch):
+    _fill_disk_after(monkeypatch, budget=1000)  # each field file fails after 1000 bytes
+    ds = _build(tmp_path)
+    with pytest.raises(cache.CacheWriteError, match=rf"toydet/train: cannot write the prepared cache under "
+                                                    rf"{tmp_path / 'prep'}: No space left on device \[ENOSPC\]") as ei:
+        cache.prepare(ds, base=tmp_path / "prep", progress=False)
+    assert ei.value.errno == errno.ENOSPC and isinstance(ei.value, DatasetError)
+    assert not (tmp_path / "prep").exists()  # temp folder and the folders made for it are gone
+
+
+def test_cli_full_disk_and_read_only_out_are_messages(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    _fill_disk_after(monkeypatch, budget=300)
+    rc = data_main(["prepare", "quickstart", "--synthetic", "--split", "val", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 3 and "Traceback" not in err and err.count("\n") == 1
+    assert f"cannot write the prepared cache under {out}: No space left on device" in err
+    assert [p for p in out.rglob("*")] == []
+    monkeypatch.undo()
+
+    def read_only(*a, **kw):
+        raise OSError(errno.EROFS, "Read-only file system", str(out))
+
+    monkeypatch.setattr(cache.tempfile, "mkdtemp", read_only)
+    rc = data_main(["prepare", "quickstart", "--synthetic", "--split", "val", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 3 and "Traceback" not in err
+    assert f"under {out}: Read-only file system [EROFS]" in err and "choose a writable folder" in err
+    assert [p for p in out.rglob("*")] == []
+
+
+def test_a_read_error_is_not_reported_as_a_write_error(tmp_path):
+    class Unreadable(ToyDet):
+        def _load_raw(self, index):
+            raise PermissionError(errno.EACCES, "Permission denied", "items/x.npz")
+
+    ds = Unreadable(synthetic=True, synthetic_spec={"num_samples": N}, use_cache=False, augment=False)
+    with pytest.raises(DatasetError, match=r"toydet/train: reading sample 0 failed.*Permission denied") as ei:
+        cache.prepare(ds, base=tmp_path / "prep", progress=False)
+    assert not isinstance(ei.value, cache.CacheWriteError)
+    assert not (tmp_path / "prep").exists()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 3 MB tmpfs (needs root and mount permission; skipped otherwise); unmounted afterwards."""
+    where = tmp_path / "small"
+    where.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+
+    def mount(*opts):
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=3m", *opts)), "tmpfs", str(where)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"mount -t tmpfs is not permitted here: {r.stderr.strip()}")
+        return where
+
+    yield mount
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_real_full_tmpfs_and_read_only_tmpfs(small_tmpfs, fixtures_dir, capsys):
+    out = small_tmpfs()  # the NYUv2 MTAN sample needs ~6 MB: it cannot fit
+    args = ["prepare", "nyuv2", "--root", str(fixtures_dir / "nyuv2" / "mtan"), "--split", "test", "--quiet"]
+    rc = data_main([*args, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 3 and "Traceback" not in err
+    assert f"nyuv2/test: cannot write the prepared cache under {out}: No space left on device [ENOSPC]" in err
+    assert list(out.iterdir()) == [] and shutil.disk_usage(out).used == 0  # no partial arrays left
+    subprocess.run(["umount", str(out)], check=True)
+    out = small_tmpfs("ro")
+    rc = data_main([*args, "--out", str(out / "caches")])
+    err = capsys.readouterr().err
+    assert rc == 3 and "Traceback" not in err
+    assert f"under {out / 'caches'}: Read-only file system [EROFS]" in err

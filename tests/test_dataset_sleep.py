@@ -205,7 +205,9 @@ def test_physionet2018_twin_round_trip(tmp_path):
     assert np.frombuffer(mat[:20], "<i4").tolist()[:2] == [30, 13] and mat[20:24] == b"val\x00"
     arousal = recs[0] / f"{name}-arousal.mat"
     assert arousal.read_bytes()[:19] == b"MATLAB 7.3 MAT-file"
-    splits = {s: build("physionet2018", root=tmp_path, split=s, use_cache=False) for s in ("train", "val", "test")}
+    # 3 subjects: some split is empty on purpose (allow_empty: an empty split is otherwise an error)
+    splits = {s: build("physionet2018", root=tmp_path, split=s, use_cache=False, allow_empty=True)
+              for s in ("train", "val", "test")}
     assert sorted(r["name"] for d in splits.values() for r in d.recordings) == [r.name for r in recs]
     ds = next(d for d in splits.values() if len(d))
     assert ds.modalities == ["f3_m2", "f4_m1", "c3_m2", "c4_m1", "o1_m2", "o2_m1"]
@@ -242,4 +244,184 @@ def test_physionet_bad_arousal_file(tmp_path):
         build("physionet2018", root=tmp_path, use_cache=False)
     path.write_bytes(b"not hdf5")
     with pytest.raises(DatasetError, match=r"arousal.mat: not a readable MATLAB v7.3"):
+        build("physionet2018", root=tmp_path, use_cache=False)
+
+
+# -- corrupted real files: EDF size checks, TAL syntax, WFDB sizes (issue #12) ---------------------
+# short_psg.edf by hand: 7 signals -> 256 * 8 = 2048 header bytes; samples per record 3 x 3000 + 4 x 30
+# = 9120 -> 18240 bytes per record; 10 records -> 2048 + 182400 = 184448 bytes (the file's size).
+PSG_HEADER, PSG_RECORD, PSG_RECORDS = 2048, 18240, 10
+# the hypnogram: 1 signal -> 512 header bytes, then '+0\x14\x14\x00' (time-keeping TAL, bytes 512-516),
+# then '+0\x1530630\x14Sleep stage W\x14\x00' starting at byte 517 (0x15 at 519, duration at 520-524).
+HYP_TAL2 = 517
+
+
+def _copy_fixture(src, dst):
+    for name in ("short_psg.edf", "SC4001EC-Hypnogram.edf"):
+        (dst / name).write_bytes((src / name).read_bytes())
+
+
+def _patch(path, offset, new):
+    data = bytearray(path.read_bytes())
+    data[offset:offset + len(new)] = new
+    path.write_bytes(bytes(data))
+
+
+def test_fixture_sizes_match_the_hand_computed_layout(fixtures_dir):
+    psg = (fixtures_dir / "sleep_edf" / "short_psg.edf").read_bytes()
+    assert len(psg) == PSG_HEADER + PSG_RECORDS * PSG_RECORD and psg[236:244] == b"10      "
+    hyp = (fixtures_dir / "sleep_edf" / "SC4001EC-Hypnogram.edf").read_bytes()
+    assert hyp[HYP_TAL2:HYP_TAL2 + 10] == b"+0\x1530630\x14S"
+
+
+@pytest.mark.parametrize("keep", [(PSG_HEADER + PSG_RECORDS * PSG_RECORD) // 2, PSG_HEADER + 7 * PSG_RECORD])
+def test_truncated_psg_raises(tmp_path, fixtures_dir, keep):
+    _copy_fixture(fixtures_dir / "sleep_edf", tmp_path)
+    psg = tmp_path / "short_psg.edf"
+    psg.write_bytes(psg.read_bytes()[:keep])
+    whole, rest = divmod(keep - PSG_HEADER, PSG_RECORD)  # half: 4 records + 17216 bytes; else 7 + 0
+    with pytest.raises(DatasetError, match=(
+            rf"short_psg.edf: truncated EDF file: the header declares 10 data records of 18240 bytes "
+            rf"\(184448 bytes in all\), the file has {keep} bytes.*\({whole} whole records of 18240 bytes \+ "
+            rf"{rest} bytes\)")):
+        build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+
+
+def test_record_count_inconsistent_with_file_size(tmp_path, fixtures_dir, caplog):
+    _copy_fixture(fixtures_dir / "sleep_edf", tmp_path)
+    psg = tmp_path / "short_psg.edf"
+    original = psg.read_bytes()
+    _patch(psg, 236, b"99999999")
+    with pytest.raises(DatasetError, match=r"short_psg.edf: truncated EDF file: the header declares 99999999"):
+        build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+    # one whole record more than declared: mne would read it, so it is an error
+    psg.write_bytes(original + original[PSG_HEADER:PSG_HEADER + PSG_RECORD])
+    with pytest.raises(DatasetError, match=r"short_psg.edf: bad EDF header: the header declares 10 data records "
+                                           r"but the file holds 11"):
+        build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+    # fewer trailing bytes than one record: ignored with a warning, the 10 declared records are read
+    psg.write_bytes(original + b"\x00" * 100)
+    with caplog.at_level("WARNING", logger="fusebench.datasets.sleep"):
+        assert len(build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)) == 10
+    assert "100 trailing bytes" in caplog.text
+    # -1 (recording not closed): the count comes from the file size when it is whole records
+    psg.write_bytes(original)
+    _patch(psg, 236, b"-1      ")
+    assert len(build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)) == 10
+    psg.write_bytes(psg.read_bytes()[:-5])
+    with pytest.raises(DatasetError, match=r"short_psg.edf: bad EDF header: record count -1.*9 whole records of "
+                                           r"18240 bytes \+ 18235 bytes"):
+        build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+
+
+def test_truncated_or_inconsistent_hypnogram_header(tmp_path, fixtures_dir):
+    _copy_fixture(fixtures_dir / "sleep_edf", tmp_path)
+    hyp = tmp_path / "SC4001EC-Hypnogram.edf"
+    hyp.write_bytes(hyp.read_bytes()[:3000])  # 512 + 4108 bytes (2054 samples x 2) -> cut inside the record
+    with pytest.raises(DatasetError, match=r"SC4001EC-Hypnogram.edf: truncated EDF file: the header declares 1 "
+                                           r"data records of 4108 bytes"):
+        build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+
+
+@pytest.mark.parametrize("offset, garbage, expected", [
+    (HYP_TAL2, b"X", rf"at byte {HYP_TAL2}: expected a TAL onset starting with '\+' or '-', found b'X0"),
+    (HYP_TAL2 + 2, b"x", rf"at byte {HYP_TAL2}: expected an onset of '\+' or '-' then digits"),
+    (HYP_TAL2 + 5, b"a", rf"at byte {HYP_TAL2 + 3}: expected a duration of digits \[. digits\] after 0x15, "
+                         r"found b'30a30'"),
+    (HYP_TAL2 + 22, b"!", rf"at byte {HYP_TAL2 + 9}: expected annotation text ended by 0x14"),  # its 0x14
+    (HYP_TAL2 + 23, b"!", rf"at byte {HYP_TAL2 + 23}: expected annotation text without 0x15, "  # its 0x00:
+                          r"found b'!\+30630\\x15120'"),  # the TAL runs on into the next one
+    (512 + 3912 + 40, b"junk", rf"at byte {512 + 3912 + 40}: expected 0x00 padding after the last TAL"),
+])
+def test_hypnogram_tal_syntax_errors(tmp_path, fixtures_dir, offset, garbage, expected):
+    _copy_fixture(fixtures_dir / "sleep_edf", tmp_path)
+    hyp = tmp_path / "SC4001EC-Hypnogram.edf"
+    _patch(hyp, offset, garbage)
+    with pytest.raises(DatasetError, match=r"SC4001EC-Hypnogram.edf: bad EDF\+ annotation " + expected):
+        build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+
+
+def test_hypnogram_random_garbage_is_an_error(tmp_path, fixtures_dir):
+    _copy_fixture(fixtures_dir / "sleep_edf", tmp_path)
+    hyp = tmp_path / "SC4001EC-Hypnogram.edf"
+    rng = np.random.default_rng(0)
+    _patch(hyp, 2000, bytes(rng.integers(0x20, 0x7F, 64, dtype=np.uint8)))  # printable junk mid-annotations
+    with pytest.raises(DatasetError, match=r"SC4001EC-Hypnogram.edf: bad EDF\+ annotation at byte \d+: expected"):
+        build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+
+
+def test_tal_reader_matches_mne_on_the_fixture(fixtures_dir):
+    from fusebench.datasets.sleep import read_edf_annotations
+
+    path = fixtures_dir / "sleep_edf" / "SC4001EC-Hypnogram.edf"
+    got = read_edf_annotations(path)
+    ann = mne.read_annotations(path)
+    assert [(o, d, s) for o, d, s in got] == list(zip(ann.onset.tolist(), ann.duration.tolist(), ann.description))
+    assert got[0] == (0.0, 30630.0, "Sleep stage W") and got[-1] == (79500.0, 6900.0, "Sleep stage ?")
+
+
+# -- subject-wise splits ----------------------------------------------------------------------------
+@pytest.mark.parametrize("n, want", [  # (train, val, test) by hand: round half up, >= 1 when possible
+    (1, (1, 0, 0)), (2, (1, 0, 1)), (3, (1, 1, 1)), (4, (2, 1, 1)), (5, (3, 1, 1)), (10, (7, 1, 2)),
+    (78, (54, 8, 16)),  # Sleep-EDF SC: round(15.6) = 16 test, round(7.8) = 8 val
+])
+def test_split_counts(n, want):
+    from fusebench.datasets.sleep import _split_counts
+
+    c = _split_counts(n, 0.1, 0.2)
+    assert (c["train"], c["val"], c["test"]) == want
+
+
+def test_three_subjects_fill_every_split(tmp_path):
+    SleepEDF.write_synthetic(tmp_path, SyntheticSpec(num_samples=24, seed=1, options={"n_subjects": 3}))
+    subjects = {s: {r["subject"] for r in build("sleep_edf", root=tmp_path, split=s, use_cache=False).recordings}
+                for s in ("train", "val", "test")}
+    assert all(len(v) == 1 for v in subjects.values())
+    assert set.union(*subjects.values()) == {"SC400", "SC401", "SC402"}
+
+
+def test_empty_split_names_subjects_rule_and_fix(fixtures_dir):
+    root = fixtures_dir / "sleep_edf"
+    for split in ("val", "test"):
+        with pytest.raises(DatasetError, match=(
+                rf"sleep_edf: split '{split}' is empty under .*sleep_edf: no subject falls in it. Found 1 "
+                r"subject\(s\) \['SC400'\] in 1 recording\(s\) \['short_psg.edf'\]; split rule: subject-wise "
+                r"split.*test_fraction=0.2 -> 0, val_fraction=0.1 -> 0, the rest -> train \(1\) of 1 subject"
+                r".*split_subjects")):
+            build("sleep_edf", root=root, pairs=PAIR, split=split, use_cache=False)
+    assert len(build("sleep_edf", root=root, pairs=PAIR, split="val", use_cache=False, allow_empty=True)) == 0
+    one = {"train": ["SC400"], "val": ["SC400"], "test": ["SC400"]}  # smoke-run workaround from the message
+    assert len(build("sleep_edf", root=root, pairs=PAIR, split="val", use_cache=False, split_subjects=one)) == 10
+    with pytest.raises(DatasetError, match=r"val_fraction \+ test_fraction must be below 1"):
+        build("sleep_edf", root=root, pairs=PAIR, use_cache=False, val_fraction=0.5, test_fraction=0.5)
+
+
+def test_split_with_only_unscored_epochs_says_so(tmp_path):
+    _write_pair(tmp_path, [(0, 90, "Sleep stage ?")], 3)
+    with pytest.raises(DatasetError, match=r"split 'train' is empty .*: its 1 recording\(s\) \['SC4121E0-PSG'\] "
+                                           r"have no scored epoch left"):
+        build("sleep_edf", root=tmp_path, use_cache=False)
+
+
+def test_physionet_truncated_or_inconsistent_signal_file(tmp_path):
+    PhysioNet2018.write_synthetic(tmp_path, SyntheticSpec(num_samples=16, seed=0, options={"n_subjects": 1}))
+    rec = next((tmp_path / "training").iterdir())
+    mat, hea = rec / f"{rec.name}.mat", rec / f"{rec.name}.hea"
+    sig_len = int(hea.read_text().split()[3])  # 18 epochs x 6000 samples at 200 Hz
+    assert sig_len == 18 * 6000
+    need = 24 + 13 * 2 * sig_len  # MAT v4 header + 'val\0', then 13 int16 signals
+    original = mat.read_bytes()
+    assert len(original) == need
+    keep = 24 + 13 * 2 * 30000  # 5 whole epochs: wfdb only fails later, with an unclear message
+    mat.write_bytes(original[:keep])
+    with pytest.raises(DatasetError, match=(
+            rf"{rec.name}.mat: truncated WFDB signal file: {rec.name}.hea declares 13 signals x {sig_len} samples "
+            rf"in format 16 after a 24-byte offset = {need} bytes, the file has {keep} bytes \(30000 whole")):
+        build("physionet2018", root=tmp_path, use_cache=False)
+    mat.write_bytes(original)  # a header sample count smaller than the .mat matrix
+    lines = hea.read_text().splitlines()
+    lines[0] = " ".join(lines[0].split()[:3] + [str(sig_len - 6000)])
+    hea.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=rf"{rec.name}.mat: its MATLAB v4 header holds a 13 x {sig_len} matrix, "
+                                           rf"{rec.name}.hea declares 13 signals x {sig_len - 6000} samples"):
         build("physionet2018", root=tmp_path, use_cache=False)
