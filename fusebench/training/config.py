@@ -47,6 +47,8 @@ class PretrainConfig:
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)  # objective id -> hyperparameters
     epochs: int = 1
     batch_size: int = 32
+    objective_batch_size: dict[str, int] = field(default_factory=dict)  # objective id -> its own batch (M3G at k >= 5)
+    objective_epochs: dict[str, int] = field(default_factory=dict)  # objective id -> its own epochs (with its own batch)
     optimizer: str = "adamw"  # adamw | sgd
     lr: float = 1e-3
     weight_decay: float = 1e-4
@@ -76,7 +78,7 @@ class PretrainConfig:
 
 @dataclass
 class DownstreamConfig:
-    protocol: str = "linear_probe"  # linear_probe | finetune
+    protocol: str = "linear_probe"  # linear_probe | finetune | embedding_eval (probe + k-means on frozen embeddings)
     shots: int | None = None  # few-shot: s labelled training samples per class (M3G paper's EEG probe)
     epochs: int = 1
     batch_size: int = 32
@@ -206,7 +208,12 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
         (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
         (0.0 <= pt.ema_momentum < 1.0, "pretrain.ema_momentum must be in [0, 1)"),
-        (ds.protocol in ("linear_probe", "finetune"), "downstream.protocol must be 'linear_probe' or 'finetune'"),
+        (ds.protocol in ("linear_probe", "finetune", "embedding_eval"),
+         "downstream.protocol must be 'linear_probe', 'finetune' or 'embedding_eval'"),
+        (all(isinstance(b, int) and b >= 2 for b in pt.objective_batch_size.values()),
+         "pretrain.objective_batch_size values must be integers >= 2"),
+        (all(isinstance(e, int) and e >= 0 for e in pt.objective_epochs.values()),
+         "pretrain.objective_epochs values must be integers >= 0"),
         (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
         (ds.shots is None or ds.shots >= 1, "downstream.shots must be a positive number of samples per class"),
         (len(spec.seeds) >= 1, "seeds must list at least one seed"),

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 BASELINE = "none"  # pseudo-objective: no pretraining (random-init encoder), the reference row
+RAW = "raw"  # pseudo-objective of the embedding_eval protocol: the standardised input views, concatenated
+REFERENCES = (BASELINE, RAW)
 
 
 class RunError(RuntimeError):
@@ -84,6 +86,10 @@ def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
         if spec.pipeline != "standard":
             return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
         return None
+    if objective == RAW:
+        if spec.pipeline != "standard" or spec.downstream.protocol != "embedding_eval":
+            return f"{spec.name}: the '{RAW}' reference row applies to the embedding_eval protocol only"
+        return None
     from fusebench import objectives
 
     cls = objectives.OBJECTIVES.get(objective)  # unknown id -> list + closest match
@@ -112,7 +118,8 @@ def compatible_objectives(spec: BenchmarkSpec) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # data and model
 # ---------------------------------------------------------------------------------------------
-def _datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int):
+def _datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
+              roles: tuple[str, ...] = ("train", "val", "test")):
     from fusebench import datasets
 
     ds_cfg = spec.dataset
@@ -122,6 +129,8 @@ def _datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed:
         common["synthetic_spec"] = dict(ds_cfg.synthetic_spec)
     out = {}
     for role, split in (("train", "train"), ("val", ds_cfg.val_split), ("test", ds_cfg.test_split)):
+        if role not in roles:
+            continue
         out[role] = datasets.build(ds_cfg.id, root=data_root, split=split, seed=seed, **common)
     return out
 
@@ -442,10 +451,12 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     pt = spec.pretrain
     pre_curves: dict[str, list[float]] = {}
     pretrain_time = 0.0
-    if objective != BASELINE and pt.epochs > 0:
+    batch_size = pretrain_batch_size(spec, objective)
+    epochs = int(pt.objective_epochs.get(objective, pt.epochs))
+    if objective not in REFERENCES and epochs > 0:
         obj = objectives.build(objective, **pt.hparams.get(objective, {})).to(dev)
-        _, per_epoch = _loader(data["train"], pt.batch_size, True, seed, 0)
-        total = per_epoch * pt.epochs
+        _, per_epoch = _loader(data["train"], batch_size, True, seed, 0)
+        total = per_epoch * epochs
         pre = Pretrainer(model, obj, pt, total_steps=total).to(dev)
         opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
         step_fn = pre
@@ -468,8 +479,8 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         tp, start_step = time.time(), phase.step
         bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} pretrain",
                    disable=not progress or skip_pretrain, leave=False)
-        while not skip_pretrain and phase.epoch < pt.epochs:
-            loader, _ = _loader(data["train"], pt.batch_size, True, seed, phase.epoch, skip=phase.step_in_epoch,
+        while not skip_pretrain and phase.epoch < epochs:
+            loader, _ = _loader(data["train"], batch_size, True, seed, phase.epoch, skip=phase.step_in_epoch,
                                 shard=True)
             pre.train()
             for batch in loader:
@@ -496,7 +507,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
                     bar.close()
                     raise KeyboardInterrupt("max_steps reached (simulated kill)")
             if tuple_opt is not None:  # B candidates from g_t, best kept as g_{t+1}, policy means to the curves
-                tuple_opt.epoch_update(opt, phase.epoch, lambda: _loader(data["train"], pt.batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
+                tuple_opt.epoch_update(opt, phase.epoch, lambda: _loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
                                        next(iter(_loader(data["val"], pt.tuple_val_size, False, seed, 0)[0])), phase.curves, autocast)
             phase.epoch += 1
             phase.step_in_epoch = 0
@@ -513,6 +524,11 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
 
     # ---- downstream ---------------------------------------------------------------------------
     ds_cfg = spec.downstream
+    if ds_cfg.protocol == "embedding_eval":
+        record = _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, model, pre_curves,
+                                        pretrain_time, t0, context)
+        write_record(cell, record)
+        return record
     if ds_cfg.shots:
         data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
     probe = ds_cfg.protocol == "linear_probe"
@@ -611,6 +627,58 @@ def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
     return ctx
 
 
+def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:
+    """``pretrain.objective_batch_size[objective]`` where given (e.g. M3G at k >= 5, whose cost grows as
+    n^k), else ``pretrain.batch_size``."""
+    return int(spec.pretrain.objective_batch_size.get(objective, spec.pretrain.batch_size))
+
+
+@torch.no_grad()
+def features(model: nn.Module | None, ds, spec: BenchmarkSpec, device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """All of ``ds`` as frozen features [n, k * f] and labels [n]: the concatenated per-view
+    embeddings of ``model``, or with ``model=None`` the adapter's (standardised) input views."""
+    if model is not None:
+        model.eval()
+    loader, _ = _loader(ds, spec.downstream.batch_size, False, seed, 0)
+    xs, ys = [], []
+    for batch in loader:
+        if model is None:
+            x = torch.cat([batch["modalities"][m].reshape(len(batch["target"]), -1).float() for m in ds.modalities], 1)
+        else:
+            z = model.embed(utils.to_device(batch, device)).float().cpu()  # [k, n, f]
+            x = z.permute(1, 0, 2).reshape(z.shape[1], -1)
+        xs.append(x)
+        ys.append(batch["target"].reshape(-1).cpu())
+    return torch.cat(xs), torch.cat(ys)
+
+
+def _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, model, pre_curves, pretrain_time,
+                           t0, context) -> dict[str, Any]:
+    """The ``embedding_eval`` protocol: frozen embeddings of every split -> linear probe (L2 chosen on
+    val) + k-means (:func:`fusebench.training.embedding_eval.probe_and_cluster`)."""
+    from fusebench.training.diagnostics import representation_diagnostics
+    from fusebench.training.embedding_eval import DEFAULT_L2_GRID, probe_and_cluster
+
+    enc = None if objective == RAW else model
+    (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in ("train", "val", "test"))
+    opts = spec.options.get("embedding_eval", {})
+    res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed,
+                            l2_grid=opts.get("l2_grid", DEFAULT_L2_GRID), cluster_on=opts.get("cluster_on", "all"),
+                            n_init=int(opts.get("n_init", 10)))
+    names = {"acc": "acc", "mf1": "macro_f1"}
+    val = {m: res[f"val_{names[m]}"] for m in spec.metrics if m in names}
+    test = {m: res[f"test_{names[m]}"] if m in names else res[m] for m in spec.metrics}
+    diag = {} if enc is None else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
+    record = make_record(spec, objective, seed, synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
+                         best_epoch=-1, wall_time=time.time() - t0, pretrain_time=pretrain_time,
+                         model=enc, diagnostics=diag, context=context)
+    record["selection"]["rule"] = ("linear probe: L2 weight chosen on the validation split (highest val accuracy); "
+                                   "k-means needs no selection; test scored once")
+    record["selection"]["probe"] = res["probe"]
+    record["clustering"] = res["clustering"]
+    return record
+
+
 def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
                      fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the run read: adapter id, synthetic or real; for real data the prepared cache's manifest
@@ -665,6 +733,18 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
     }
 
 
+def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -> None:
+    """Adapters whose views are known only from the file (``VIEWS_FROM_DATA``, e.g. any multi-view
+    ``.mat``) are opened once to fill ``dataset.modalities``, so the view count k that decides the
+    compatible objectives, and the recorded config, are those of the data actually read."""
+    from fusebench import datasets
+
+    if spec.pipeline != "standard" or spec.dataset.modalities or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
+        return
+    ds = _datasets(spec, synthetic, data_root, 0, roles=("train",))["train"]
+    spec.dataset.modalities = list(ds.modalities)
+
+
 def check_hparams(spec: BenchmarkSpec, objs: list[str]) -> None:
     """``pretrain.hparams.<objective>.<name>`` must name a hyper-parameter of that objective."""
     import inspect
@@ -698,9 +778,12 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
                                f"{getattr(ds, 'root', data_root)}) has no samples; the benchmark needs it "
                                f"{'for model selection' if role == 'val' else 'for training' if role == 'train' else 'for the test score'}")
     n = len(data["train"])
-    if spec.pretrain.epochs > 0 and any(o != BASELINE for o in objs) and spec.pretrain.batch_size > n:
-        raise ConfigError(f"pretrain.batch_size={spec.pretrain.batch_size} exceeds the {n} samples of the train "
-                          f"split of {spec.name}; choose a batch size <= {n}")
+    for o in objs:
+        bs = pretrain_batch_size(spec, o)
+        if o not in REFERENCES and spec.pretrain.objective_epochs.get(o, spec.pretrain.epochs) > 0 and bs > n:
+            key = f"pretrain.objective_batch_size.{o}" if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
+            raise ConfigError(f"{key}={bs} exceeds the {n} samples of the train split of {spec.name}; "
+                              f"choose a batch size <= {n}")
 
 
 def write_record(cell: Path, record: dict[str, Any]) -> Path:
@@ -742,6 +825,7 @@ def run(
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
     spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
+    resolve_views(spec, synthetic, data_root)
     objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)

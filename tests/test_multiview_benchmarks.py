@@ -1,0 +1,80 @@
+"""Issue #8: the multi-view benchmarks on real .mat files — the embedding_eval protocol (frozen
+features -> linear probe + k-means), the 'raw' reference row, views resolved from the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io as sio
+import torch
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.training import runner
+
+FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "options.embedding_eval": {"l2_grid": [0.01, 1.0], "n_init": 2}}
+
+
+def _write_mat(path: Path, dims: tuple[int, ...], n: int = 120, classes: int = 3, seed: int = 0) -> tuple[list, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(classes), n // classes)
+    views = [rng.normal(size=(classes, d))[y] * 2 + rng.normal(size=(n, d)) for d in dims]
+    cell = np.empty((1, len(dims)), dtype=object)
+    for i, v in enumerate(views):
+        cell[0, i] = v
+    sio.savemat(path, {"X": cell, "Y": (y + 1).reshape(-1, 1).astype(np.uint8)})
+    return views, y
+
+
+def test_generic_benchmark_reads_views_from_an_unseen_file(tmp_path: Path) -> None:
+    two = tmp_path / "two.mat"
+    four = tmp_path / "four.mat"
+    _write_mat(two, (7, 5))
+    _write_mat(four, (6, 3, 4, 9))
+    spec2, spec4 = benchmarks.load("multiview"), benchmarks.load("multiview")
+    runner.resolve_views(spec2, False, str(two))
+    runner.resolve_views(spec4, False, str(four))
+    assert spec2.dataset.modalities == ["view0", "view1"]
+    assert spec4.dataset.modalities == ["view0", "view1", "view2", "view3"]
+    # the 2-view-only objectives apply to the 2-view file, not to the 4-view one
+    assert "matching_gap" in runner.compatible_objectives(spec2)
+    assert "matching_gap" not in runner.compatible_objectives(spec4)
+    with pytest.raises(ValueError, match="matching_gap"):
+        fusebench.run("multiview", objective="matching_gap", data_root=str(four), out=tmp_path / "R", overrides=FAST,
+                      progress=False)
+    recs = fusebench.run("multiview", objective=["none", "m3g"], seeds=[0], data_root=str(four), out=tmp_path / "R",
+                         overrides={**FAST, "pretrain.objective_batch_size": {"m3g": 8}, "pretrain.objective_epochs": {"m3g": 1}},
+                         progress=False)
+    for rec in recs:
+        assert set(rec["metrics"]) == {"acc", "mf1", "cluster_acc", "nmi", "ari"}
+        assert all(0.0 <= v <= 1.0 for v in rec["metrics"].values())
+        assert rec["config"]["dataset"]["modalities"] == ["view0", "view1", "view2", "view3"]
+        assert rec["dataset"]["synthetic"] is False
+        assert rec["dataset"]["fingerprint"]["files"] == [["four.mat", four.stat().st_size]]
+        assert rec["dataset"]["splits"]["counts"] == {"train": 72, "val": 24, "test": 24}
+        assert rec["selection"]["probe"]["l2"] in (0.01, 1.0)
+        assert rec["clustering"]["num_samples"] == 120
+    m3g = json.loads((tmp_path / "R" / "multiview" / "m3g" / "seed0" / "run.json").read_text())
+    steps_per_epoch = 72 // 8  # objective_batch_size 8 over 72 train samples, 1 epoch
+    assert len(m3g["curves"]["pretrain_loss"]) == steps_per_epoch
+    assert m3g["config"]["pretrain"]["objective_batch_size"] == {"m3g": 8}
+
+
+def test_raw_reference_features_are_the_train_standardised_views(tmp_path: Path) -> None:
+    path = tmp_path / "d.mat"
+    views, y = _write_mat(path, (4, 3), n=90)
+    spec = benchmarks.load("multiview", overrides=FAST)
+    runner.resolve_views(spec, False, str(path))
+    data = runner._datasets(spec, False, str(path), 0)
+    rows = {role: np.asarray(ds._rows) for role, ds in data.items()}  # which file rows each split holds
+    assert sorted(np.concatenate(list(rows.values())).tolist()) == list(range(90))
+    # independent: z-score each raw view with the mean / population std of the train rows, concatenate
+    raw = np.concatenate(views, axis=1)
+    mu, sd = raw[rows["train"]].mean(0), raw[rows["train"]].std(0)
+    for role in ("train", "test"):
+        x, t = runner.features(None, data[role], spec, torch.device("cpu"), 0)
+        np.testing.assert_allclose(x.numpy(), (raw[rows[role]] - mu) / sd, rtol=1e-4, atol=1e-5)
+        assert t.tolist() == y[rows[role]].tolist()
