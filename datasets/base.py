@@ -102,6 +102,10 @@ class MultimodalDataset(Dataset):
     :meth:`_index` (list the samples of ``self.split``), :meth:`_load_raw` (read one sample from the
     official files) and :meth:`write_synthetic` (write a synthetic twin to disk in the official
     format). Train-time augmentation goes in :meth:`_augment` (seeded by ``seed`` and the index).
+
+    A split that indexes to 0 samples raises :class:`DatasetError` naming the adapter, split, root and
+    the file that defines the split (:meth:`split_file`), unless the option ``allow_empty=True`` is given;
+    adapters may override :meth:`_empty_split_message` to explain why (e.g. which rule left it empty).
     """
 
     id: ClassVar[str] = ""
@@ -133,6 +137,7 @@ class MultimodalDataset(Dataset):
         self.split = split
         self.modalities = list(modalities)
         self.synthetic = bool(synthetic)
+        allow_empty = bool(opts.pop("allow_empty", False))
         self.opts = dict(opts)
         self.seed = int(opts.pop("seed", 0))
         self.augment = bool(opts.pop("augment", split == "train"))
@@ -150,6 +155,8 @@ class MultimodalDataset(Dataset):
         self.epoch = 0
         self._opts_rest = opts
         self.samples: list[Any] = self._index()
+        if len(self.samples) == 0 and not allow_empty:
+            raise DatasetError(self._empty_split_message())
         self._cache = None
         if opts.get("use_cache", True):
             from fusebench.datasets import cache as _cache  # local import: optional machinery
@@ -170,6 +177,28 @@ class MultimodalDataset(Dataset):
     def write_synthetic(cls, root: Path, spec: SyntheticSpec) -> None:
         """Write a deterministic synthetic twin under ``root`` in the official on-disk format."""
         raise NotImplementedError
+
+    def split_file(self) -> str | os.PathLike | None:
+        """The file that defines which samples belong to ``self.split`` (``splits.mat``,
+        ``val_data_idx.txt``, a pickle and its split key, ...), named in errors; None where unknown.
+
+        The default returns ``self._split_file`` (or ``self._listing``) when :meth:`_index` set it.
+        """
+        for attr in ("_split_file", "_listing"):
+            value = getattr(self, attr, None)
+            if value is not None:
+                return value
+        return None
+
+    def _empty_split_message(self) -> str:
+        where = self.split_file()
+        defined = f"; the split is defined by {where}" if where is not None else ""
+        return (
+            f"{self.id}: split {self.split!r} is empty (0 samples) under root {self.root}{defined}. A benchmark "
+            f"needs every split it uses to hold samples: check that the split's listing is not empty and the "
+            f"split options (e.g. val_fraction) leave samples in it (pass allow_empty=True to build an empty "
+            f"split on purpose)"
+        )
 
     # -- public API ---------------------------------------------------------------------------
     @classmethod

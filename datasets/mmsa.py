@@ -15,7 +15,10 @@ Layouts (option ``layout``; ``"auto"`` picks from what ``root`` holds, see docs/
   ``regression_labels_T/A/V``), ``audio_lengths``/``vision_lengths`` [n] (unaligned files), ``id``,
   ``raw_text``. Unaligned sequences are zero-padded at the end (MMSA packs them with these lengths):
   audio/vision are trimmed to their lengths and text to the ``text_bert`` attention-mask sum. Aligned
-  files carry no lengths and are returned untrimmed.
+  files carry no lengths and are returned untrimmed. A length must be an integer in 0..T (T = padded
+  length; 0 = the modality is missing for that sample), else :class:`DatasetError` names file, split,
+  sample and range. Every split must give a modality the same feature dimension; an empty split is an
+  error (see :class:`~fusebench.datasets.base.MultimodalDataset`).
 * ``"feature_file"``: one MMSA-FET output dict for a single clip (``text`` [T, 768], ``text_bert``
   [3, T], ``audio`` [T, d_a], ``vision`` [T, d_v]; no label) such as the CH-SIMS fixture. It goes
   through the same validation and sample code as an MMSA split with n = 1 and yields one sample in
@@ -127,10 +130,9 @@ class _SentimentDataset(MultimodalDataset):
             return "mmsa"
         if self.SUPPORTS_CSD and any(root.glob("*.csd")):
             return "csd"
-        raise DatasetError(
-            f"{self.id}: {root} holds neither an MMSA pickle ({', '.join(self.PICKLES.values())}) "
-            f"{'nor .csd computational sequences' if self.SUPPORTS_CSD else ''}.\n{self.info()}"
-        )
+        pickles = f"MMSA pickle ({', '.join(self.PICKLES.values())})"
+        what = f"neither an {pickles} nor .csd computational sequences" if self.SUPPORTS_CSD else f"no {pickles}"
+        raise DatasetError(f"{self.id}: {root} holds {what}.\n{self.info()}")
 
     def _read_pickle(self, path: Path) -> Any:
         cache = getattr(self, "_pickle_cache", None)
@@ -164,8 +166,34 @@ class _SentimentDataset(MultimodalDataset):
                 raise DatasetError(f"{path}: an MMSA pickle must be a dict with keys ['train', 'valid', 'test']; "
                                    f"found {found}")
             part, where = obj[_SPLIT_KEYS[self.split]], f"{path} [{_SPLIT_KEYS[self.split]}]"
+        self._split_file = where  # named by the base class when the split is empty
         self._arrays = self._validate_split(part, where)
+        if self.layout == "mmsa" and self._n > 0:
+            self._check_dims_across_splits(obj, path)
         return list(range(self._n))
+
+    def _check_dims_across_splits(self, obj: dict[str, Any], path: Path) -> None:
+        """Every split of an MMSA pickle must give a modality the same feature dimension."""
+        keys = {"text": self._text_key, "audio": "audio", "vision": "vision"}
+        for m in self.modalities:
+            key = keys[m]
+            axis = 1 if key == "text_bert" else 2  # text_bert is [n, 3, T]: its rows are the "features"
+            dims: dict[str, int] = {}
+            for split_key in ("train", "valid", "test"):
+                part = obj.get(split_key)
+                if not isinstance(part, dict) or key not in part:
+                    continue  # reported when that split is built
+                shape = np.shape(part[key])
+                if len(shape) == 3 and shape[0] > 0:
+                    dims[split_key] = int(shape[axis])
+            if len(set(dims.values())) > 1:
+                own = _SPLIT_KEYS[self.split]
+                ref = own if own in dims else next(iter(dims))
+                other = next(k for k, d in dims.items() if d != dims[ref])
+                listing = ", ".join(f"[{k}] {d}" for k, d in dims.items())
+                raise DatasetError(
+                    f"{path}: key {key!r} has feature dimension {dims[ref]} in split [{ref}] but {dims[other]} in "
+                    f"split [{other}] (all splits: {listing}); every split must have the same dimension")
 
     def _feature_file_split(self, obj: Any, path: Path) -> dict[str, Any]:
         """Wrap a single-clip MMSA-FET dict as an MMSA split with n = 1."""
@@ -208,6 +236,9 @@ class _SentimentDataset(MultimodalDataset):
         if text_key == "auto":
             text_key = "text" if "text" in part else "text_bert"
         self._text_key = text_key
+        if n == 0:  # an empty split: the base class raises, naming the file and split key
+            arrays.update(lengths={}, id=[], raw_text=[])
+            return arrays
         keys = {"text": text_key, "audio": "audio", "vision": "vision"}
         for m in self.modalities:
             key = keys[m]
@@ -220,7 +251,7 @@ class _SentimentDataset(MultimodalDataset):
             if key == "text_bert":
                 arr = rearrange(arr, "n r t -> n t r")  # [n, 3, T] -> [n, T, 3] (ids, mask, type)
             arr = np.ascontiguousarray(arr, dtype=np.float32)
-            bad = ~np.isfinite(arr).reshape(n, -1).all(axis=1)
+            bad = ~np.isfinite(arr).all(axis=(1, 2))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 if self.nonfinite == "error":
@@ -243,10 +274,7 @@ class _SentimentDataset(MultimodalDataset):
         lengths: dict[str, np.ndarray] = {}
         for m in ("audio", "vision"):
             if m in arrays and f"{m}_lengths" in part:
-                ln = np.asarray(part[f"{m}_lengths"]).astype(np.int64).reshape(-1)
-                if ln.shape[0] != n:
-                    raise DatasetError(f"{where}: {m}_lengths has {ln.shape[0]} entries for {n} samples")
-                lengths[m] = np.clip(ln, 1, arrays[m].shape[1])
+                lengths[m] = self._check_lengths(part, f"{m}_lengths", n, arrays[m].shape[1], where)
         if "text" in arrays and "text_bert" in part and ("audio_lengths" in part or "vision_lengths" in part
                                                          or self.layout == "feature_file"):
             mask = np.asarray(part["text_bert"])
@@ -263,6 +291,26 @@ class _SentimentDataset(MultimodalDataset):
             for m in type(self).MODALITIES
         )
         return arrays
+
+    def _check_lengths(self, part: dict[str, Any], key: str, n: int, t: int, where: str) -> np.ndarray:
+        """``audio_lengths`` / ``vision_lengths`` as int64 [n]; each must be an integer in 0..T (the padded
+        length). 0 = the modality is missing for that sample."""
+        raw = np.asarray(part[key]).reshape(-1)
+        if raw.shape[0] != n:
+            raise DatasetError(f"{where}: {key} has {raw.shape[0]} entries for {n} samples")
+        try:
+            vals = raw.astype(np.float64)
+        except (TypeError, ValueError) as e:
+            raise DatasetError(f"{where}: {key} must hold integers in 0..{t}, got dtype {raw.dtype}") from e
+        bad = ~np.isfinite(vals) | (vals != np.round(vals)) | (vals < 0) | (vals > t)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            value = raw[i].item() if hasattr(raw[i], "item") else raw[i]
+            raise DatasetError(
+                f"{where}: {key} of sample {i} (id {self._id_of(part, i)!r}) is {value!r}, outside the valid "
+                f"range 0..{t} (integers up to the padded length T = {t} of {key.split('_')[0]!r}); "
+                f"{int(bad.sum())} of {n} samples are out of range")
+        return vals.astype(np.int64)
 
     @staticmethod
     def _id_of(part: dict[str, Any], i: int) -> str:
@@ -297,8 +345,10 @@ class _SentimentDataset(MultimodalDataset):
         labels = read_csd(labels_path)
         self.source = str(labels_path)
         folds = self._opts_rest.get("folds")
+        self._split_file = "the folds= option" if folds is not None else f"{labels_path} (deterministic video split)"
         if folds is None and (self.root / "folds.json").is_file():
             folds = json.loads((self.root / "folds.json").read_text())
+            self._split_file = self.root / "folds.json"
         if folds is not None:
             key = self.split if self.split in folds else _SPLIT_KEYS[self.split]
             if key not in folds:
@@ -359,6 +409,8 @@ class _SentimentDataset(MultimodalDataset):
             x = a[m][index]
             ln = a["lengths"].get(m)
             if ln is not None:
+                if int(ln[index]) == 0:
+                    continue  # length 0: the modality is missing for this sample (presence mask)
                 x = x[: int(ln[index])]
             mods[m] = torch.from_numpy(x.copy())
         sample = {

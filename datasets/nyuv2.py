@@ -254,10 +254,16 @@ Splits: test = official 654 test frames; train/val carved from the 795 official 
             if layout not in LAYOUTS:
                 raise DatasetError(f"nyuv2: layout={layout!r} is not one of {LAYOUTS}")
             return layout
+        mtan = [root / d / "image" for d in ("train", "val") if (root / d / "image").is_dir()]
+        if mtan and (root / LABELED_MAT).is_file():
+            raise DatasetError(
+                f"nyuv2: {root} holds both {LABELED_MAT} (layout 'official') and MTAN folders "
+                f"({', '.join(str(p) for p in mtan)}: layout 'mtan'); pass layout='official' or layout='mtan'"
+            )
+        if mtan:  # a splits.mat next to the MTAN folders only adds frame numbers
+            return "mtan"
         if (root / LABELED_MAT).is_file() or _find(root, SPLITS_MAT) is not None:
             return "official"
-        if any((root / d / "image").is_dir() for d in ("train", "val")):
-            return "mtan"
         raise DatasetNotFoundError(
             f"nyuv2: no NYUv2 layout recognised under {root}. Looked for {LABELED_MAT} / {SPLITS_MAT} "
             f"(at the root or meta/: layout 'official') and train/image/ or val/image/ (layout 'mtan').\n"
@@ -275,11 +281,12 @@ Splits: test = official 654 test frames; train/val carved from the 795 official 
     # official ---------------------------------------------------------------------------------
     def _index_official(self) -> list[_Frame]:
         splits = _loadmat(self._require(SPLITS_MAT, "official train/test split"), ("trainNdxs", "testNdxs"))
+        self._split_file = _find(self.root, SPLITS_MAT)
         train = [int(x) for x in np.asarray(splits["trainNdxs"]).ravel()]
         test = [int(x) for x in np.asarray(splits["testNdxs"]).ravel()]
         if set(train) & set(test):
             raise DatasetError(f"nyuv2: {_find(self.root, SPLITS_MAT)}: trainNdxs and testNdxs overlap")
-        if min(train + test) < 1:
+        if min(train + test, default=1) < 1:
             raise DatasetError(f"nyuv2: {_find(self.root, SPLITS_MAT)}: indices must be 1-based")
         self._train_set = frozenset(train)
         if self.split == "test":
@@ -298,10 +305,12 @@ Splits: test = official 654 test frames; train/val carved from the 795 official 
                     f"{self.modalities} / label_source={self.label_source!r}).\n{self.info()}"
                 )
             self.num_frames, self.frame_size = self._check_mat()
-            if max(train + test) > self.num_frames:
+            if max(train + test, default=0) > self.num_frames:
                 raise DatasetError(f"nyuv2: {_find(self.root, SPLITS_MAT)} refers to frame "
                                    f"{max(train + test)} but {self._mat_path} holds {self.num_frames}")
         self._lut = self._label_lut() if self.label_source == "mat" else None
+        if not self.class_names:
+            self.class_names = self._official_class_names()
         return [_Frame(pos=f - 1, frame=f, folder="train" if f in self._train_set else "test") for f in chosen]
 
     def _label_lut(self) -> np.ndarray:
@@ -335,6 +344,26 @@ Splits: test = official 654 test frames; train/val carved from the 795 official 
         to13 = np.concatenate([[-1], labels13 - 1])  # index = 40-class id (0 = void)
         lut[1:] = to13[map40]
         return lut
+
+    def _official_class_names(self) -> list[str]:
+        """Class names in target order when the label LUT did not read them (``label_source='png'``):
+        ``className`` of classMapping40.mat / ``classNames`` of class13Mapping.mat when present, else the
+        official lists built in here; for 894 classes ``allClassName`` (or [] without the file)."""
+        path = _find(self.root, MAP13_MAT if self.classes == 13 else MAP40_MAT)
+        if path is None:
+            return {13: list(CLASS13_NAMES), 40: list(CLASS40_NAMES)}.get(self.classes, [])
+        if self.classes == 13:
+            try:
+                names = _cell_strings(_loadmat(path, ("classMapping13",))["classMapping13"][0, 0]["classNames"])
+            except (KeyError, ValueError, IndexError) as e:
+                raise DatasetError(f"nyuv2: {path}: expected struct classMapping13 with field classNames (1x13): "
+                                   f"{e}") from e
+        else:
+            key = "className" if self.classes == 40 else "allClassName"
+            names = _cell_strings(_loadmat(path, (key,))[key])
+        if len(names) != self.classes:
+            raise DatasetError(f"nyuv2: {path}: expected {self.classes} class names, got {len(names)}")
+        return names
 
     def _open_mat(self):
         import h5py
@@ -440,6 +469,7 @@ Splits: test = official 654 test frames; train/val carved from the 795 official 
         if len(set(counts.values())) != 1:
             raise DatasetError(f"nyuv2: {base}: folders hold different numbers of frames: {counts}")
         n = next(iter(counts.values()))
+        self._split_file = base / "label"  # the split is the folder: its label files list the frames
         # frame ids from splits.mat when it is present (MTAN keeps the official order)
         sp = _find(self.root, SPLITS_MAT)
         ids = list(range(-1, -n - 1, -1))
@@ -448,6 +478,9 @@ Splits: test = official 654 test frames; train/val carved from the 795 official 
             official = [int(x) for x in np.asarray(s["testNdxs" if folder == "val" else "trainNdxs"]).ravel()]
             if len(official) == n:
                 ids = official
+            else:
+                log.warning("nyuv2: %s lists %d frames for MTAN's %r folder but %s holds %d; frame numbers "
+                            "are left unknown (-1)", sp, len(official), folder, base, n)
         positions = list(range(n))
         if self.split != "test":
             tr, va = carve_val(positions, self.val_fraction, self.split_seed)

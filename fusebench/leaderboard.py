@@ -1,16 +1,30 @@
 """``fusebench leaderboard``: markdown leaderboards generated from run.json files alone.
 
-``write_leaderboards(runs_dir, out_dir)`` reads every ``run.json`` under ``runs_dir`` and writes
-``<out_dir>/<benchmark>.md``, a training-curve plot ``<out_dir>/<benchmark>-curves.png`` and the index
-``<out_dir>/README.md``. The output is a pure function of the run files: rerunning it gives
-byte-identical markdown (records are sorted, numbers formatted at fixed precision, no timestamps).
+``write_leaderboards(runs_dir, out_dir)`` reads every ``run.json`` under ``runs_dir``, validates it
+(:func:`fusebench.records.validate_record`), and writes for each benchmark it found runs of
+``<out_dir>/<benchmark>.md`` and a curves plot ``<out_dir>/<benchmark>-curves.png``; then it rebuilds
+the index ``<out_dir>/README.md`` from the metadata comment at the end of *every* board file in
+``out_dir``, so regenerating from a runs folder holding only some benchmarks keeps the other boards
+listed. The output is a pure function of the inputs: rerunning gives byte-identical files (records
+are sorted, numbers formatted at fixed precision, no timestamps).
 
-Table: one row per objective, one column per metric (arrow = direction, from the run's
-``metric_directions``), cells ``mean ± std (n)`` over seeds (sample std, ddof = 1; 0 when n = 1),
-the best mean in bold, a dash where missing; cost columns (mean pretraining time, mean peak memory);
-and a paired test across seeds against the best row on the primary metric: a two-sided paired
-t-test (scipy.stats.ttest_rel) over the seeds both rows share, reported as a p-value ('n/a' with
-fewer than 2 shared seeds, '—' for the best row itself).
+Grouping: runs share a table only when their comparability key (``fusebench.records``: benchmark,
+config hash, suite / objective / metric versions, dataset identity) is equal. A benchmark whose runs
+fall into several groups is refused, naming the files and the fields that differ, unless
+``--split`` is given (one table per group). Two run files for the same (group, objective, seed) are
+refused, naming both.
+
+Table: one row per objective, one column per metric (arrow = direction and percent display from
+the metric registry, ``fusebench.metrics``; the record's ``metric_directions`` for metrics outside
+the registry; no arrow and no bold when the direction is unknown), cells ``mean ± std (n)`` over
+seeds (sample std, ddof = 1; 0 when n = 1), the best mean in bold, a dash where missing; cost
+columns (mean pretraining time, mean peak memory); and a paired test across seeds against the best
+row on the primary metric: a two-sided paired t-test (scipy.stats.ttest_rel) over the seeds both
+rows share, reported as a p-value ('n/a' with fewer than 2 shared seeds, '—' for the best row
+itself). Pipeline-check boards (tiny synthetic twins) show the numbers without bold, best row or
+tests. Numbers printed in the source papers come from ``reported.yaml`` (default
+``<out_dir>/reported.yaml``, optional) and are shown as "reported" rows: never ranked or bolded.
+See docs/leaderboards.md.
 """
 
 from __future__ import annotations
@@ -18,50 +32,123 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
+import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, load_record
+from fusebench.registry import ID_RULE, valid_id
 from fusebench.training.utils import atomic_write_text
 
-PERCENT_HINTS = ("acc", "f1", "mf1", "miou", "map", "mar", "bacc", "pixel", "ap_")
+BOARD_META = "fusebench-board"
+_META_RE = re.compile(r"<!-- " + BOARD_META + r" (\{.*\}) -->\s*\Z", re.S)
+KIND_TITLES = {"real": "real data", "study": "synthetic study", "pipeline_check": "pipeline check"}
 
 
-def load_runs(runs_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every valid run.json under ``runs_dir``, grouped by benchmark, in a deterministic order."""
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+# ---------------------------------------------------------------------------------------------
+# loading and grouping
+# ---------------------------------------------------------------------------------------------
+def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
+    """Every run.json under ``runs_dir``, validated, grouped by benchmark, in a deterministic order.
+    Raises :class:`fusebench.records.RecordError` (a ValueError) for the first invalid file."""
+    out: dict[str, list[RunRecord]] = defaultdict(list)
     for path in sorted(Path(runs_dir).rglob("run.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"leaderboard: {path} is not valid JSON ({e})") from None
-        if not isinstance(rec, dict) or not {"benchmark", "objective", "seed", "metrics"} <= set(rec):
-            raise ValueError(f"leaderboard: {path} lacks benchmark/objective/seed/metrics")
-        out[rec["benchmark"]].append(rec)
+        rec = load_record(path)
+        out[rec.benchmark].append(rec)
     for recs in out.values():
-        recs.sort(key=lambda r: (r["objective"], r["seed"]))
+        recs.sort(key=lambda r: (r.objective, r.seed, r.path))
     return dict(sorted(out.items()))
+
+
+def _files(recs: list[RunRecord], limit: int = 6) -> str:
+    paths = sorted(r.path for r in recs)
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[list[RunRecord]]:
+    """Split ``recs`` (one benchmark) by comparability key; refuse duplicates and, unless ``split``,
+    a benchmark with more than one group. Groups are ordered largest first, then by key."""
+    by_key: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in recs:
+        by_key[r.comparability_key].append(r)
+    for key, group in by_key.items():
+        seen: dict[tuple[str, int], RunRecord] = {}
+        for r in group:
+            other = seen.get((r.objective, r.seed))
+            if other is not None:
+                raise ValueError(
+                    f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
+                    f"{other.path} and {r.path} (a table counts each (objective, seed) once; remove one)")
+            seen[(r.objective, r.seed)] = r
+    groups = sorted(by_key.values(), key=lambda g: (-len(g), g[0].comparability_key))
+    if len(groups) > 1 and not split:
+        fields = differing_fields([g[0] for g in groups])
+        lines = [f"benchmark {name!r} mixes runs that must not be compared: {len(groups)} comparability groups "
+                 f"differing in {', '.join(fields) or 'their comparability key'}:"]
+        for g in groups:
+            lines.append(f"  group {g[0].comparability_key} ({len(g)} run(s)): {_files(g)}")
+        lines.append("Move the odd runs to another runs folder, or pass --split for one table per group.")
+        raise ValueError("\n".join(lines))
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------
+# metric metadata
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MetricInfo:
+    id: str
+    unit: str  # "fraction" | "raw"
+    direction: str | None  # "higher" | "lower" | None (unknown)
+
+    @property
+    def header(self) -> str:
+        arrow = {"higher": " ↑", "lower": " ↓"}.get(self.direction or "", " (direction unknown)")
+        return f"{self.id}{' (%)' if self.unit == 'fraction' else ''}{arrow}"
+
+
+def metric_info(metric: str, recs: list[RunRecord]) -> MetricInfo:
+    """Unit and direction of ``metric``: from the metric registry when registered (a record whose
+    ``metric_directions`` disagrees is refused), else from the records (unit "raw")."""
+    from fusebench import metrics as M
+    from fusebench.registry import UnknownNameError
+
+    stated = {r.path: r.metric_directions[metric] for r in recs if metric in r.metric_directions}
+    try:
+        reg = M.get(metric)
+    except (UnknownNameError, KeyError):
+        reg = None
+    if reg is not None:
+        for path, d in sorted(stated.items()):
+            if d != reg.direction:
+                raise RecordError(path, f"metric_directions.{metric}",
+                                  f"{reg.direction!r} (the metric registry's direction)", d)
+        return MetricInfo(metric, reg.unit, reg.direction)
+    if len(set(stated.values())) > 1:
+        first = {d: p for p, d in sorted(stated.items(), reverse=True)}
+        raise ValueError(f"metric {metric!r} has direction 'higher' in {first['higher']} but 'lower' in "
+                         f"{first['lower']}")
+    return MetricInfo(metric, "raw", next(iter(stated.values()), None))
 
 
 def _natural(name: str) -> list:
     """Sort key putting 'M2' before 'M10'."""
-    import re
-
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def _is_percent(metric: str) -> bool:
-    m = metric.lower()
-    return any(m.startswith(h) or f"_{h}" in m for h in PERCENT_HINTS) and "mae" not in m
+def _fmt_value(unit: str, v: float) -> str:
+    return f"{100 * v:.2f}" if unit == "fraction" else f"{v:.4f}"
 
 
-def _fmt(metric: str, values: list[float]) -> tuple[str, float]:
+def _fmt(unit: str, values: list[float]) -> str:
     n = len(values)
     mean = sum(values) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    if _is_percent(metric):
-        return f"{100 * mean:.2f} ± {100 * std:.2f} ({n})", mean
-    return f"{mean:.4f} ± {std:.4f} ({n})", mean
+    return f"{_fmt_value(unit, mean)} ± {_fmt_value(unit, std)} ({n})"
 
 
 def _paired_p(a: dict[int, float], b: dict[int, float]) -> str:
@@ -79,167 +166,561 @@ def _paired_p(a: dict[int, float], b: dict[int, float]) -> str:
     return f"{p:.3f}"
 
 
-def benchmark_table(name: str, recs: list[dict[str, Any]], plot_name: str | None = None) -> str:
-    first = recs[0]
-    cfg = first.get("config", {})
-    metric_order = list(cfg.get("metrics") or [])
-    seen = sorted({m for r in recs for m in r["metrics"]}, key=_natural)
-    metrics = [m for m in metric_order if m in seen] + [m for m in seen if m not in metric_order]
-    directions: dict[str, str] = {}
-    for r in recs:
-        directions.update(r.get("metric_directions", {}))
-    primary = cfg.get("selection_metric") or (metric_order[0] if metric_order else (metrics[0] if metrics else ""))
-    if primary not in metrics and metrics:
-        primary = metrics[0]
-    by_obj: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in recs:
-        by_obj[r["objective"]].append(r)
-    objectives = sorted(by_obj)
+def _cell_text(text: str) -> str:
+    """Text safe inside one markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
 
-    def values(obj: str, metric: str) -> dict[int, float]:
-        return {r["seed"]: float(r["metrics"][metric]) for r in by_obj[obj]
-                if metric in r["metrics"] and r["metrics"][metric] is not None and math.isfinite(float(r["metrics"][metric]))}
 
-    higher = {m: directions.get(m, "higher") != "lower" for m in metrics}
-    best: dict[str, str | None] = {}
-    for m in metrics:
-        means = {o: sum(v.values()) / len(v) for o in objectives if (v := values(o, m))}
-        best[m] = None
+# ---------------------------------------------------------------------------------------------
+# reported numbers (leaderboards/reported.yaml)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reported:
+    """One number printed in a source paper (an entry of reported.yaml)."""
+
+    benchmark: str
+    label: str
+    metric: str
+    value: float  # in our metric's unit: a fraction for "fraction" metrics
+    source: str  # "<paper file>, Table N"
+    note: str = ""
+    objective: str | None = None  # our objective id when the row is that objective
+    printed: str = ""  # the string as printed in the paper
+    protocol: str = ""  # how the paper's protocol differs from ours
+
+    @property
+    def reference(self) -> str:
+        text = self.source + (f": {self.protocol}" if self.protocol else "")
+        return text + (f" ({self.note})" if self.note else "")
+
+
+_REPORTED_REQUIRED = ("benchmark", "label", "metric", "value", "source")
+_REPORTED_OPTIONAL = ("note", "objective", "printed", "protocol")
+
+
+def load_reported(path: Path | None) -> dict[str, list[Reported]]:
+    """Entries of a reported.yaml grouped by benchmark; a missing file gives none."""
+    if path is None or not Path(path).is_file():
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: not a readable YAML file ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a list of entries {{{', '.join(_REPORTED_REQUIRED)}, ...}}")
+    out: dict[str, list[Reported]] = defaultdict(list)
+    seen = set()
+    for i, e in enumerate(data):
+        where = f"{path}: entry {i}"
+        if not isinstance(e, dict):
+            raise ValueError(f"{where}: expected a mapping, got {type(e).__name__}")
+        unknown = sorted(set(e) - set(_REPORTED_REQUIRED) - set(_REPORTED_OPTIONAL))
+        missing = [k for k in _REPORTED_REQUIRED if k not in e]
+        if unknown or missing:
+            raise ValueError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}; required keys "
+                             f"{list(_REPORTED_REQUIRED)}, optional {list(_REPORTED_OPTIONAL)}")
+        if not valid_id(e["benchmark"]):
+            raise ValueError(f"{where}: benchmark {e['benchmark']!r} is not an id ({ID_RULE})")
+        for k in ("label", "metric", "source"):
+            if not isinstance(e[k], str) or not e[k].strip():
+                raise ValueError(f"{where}: {k} must be a non-empty string, got {e[k]!r}")
+        for k in ("note", "printed", "protocol"):
+            if e.get(k) is not None and not isinstance(e[k], str):
+                raise ValueError(f"{where}: {k} must be a string, got {e[k]!r}")
+        if e.get("objective") is not None and not valid_id(e["objective"]):
+            raise ValueError(f"{where}: objective must be an objective id or null, got {e['objective']!r}")
+        v = e["value"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            raise ValueError(f"{where}: value must be a finite number (a fraction for percent metrics), got {v!r}")
+        key = (e["benchmark"], e["label"], e["metric"])
+        if key in seen:
+            raise ValueError(f"{where}: {e['label']!r} reports {e['metric']} for {e['benchmark']} twice")
+        seen.add(key)
+        out[e["benchmark"]].append(Reported(e["benchmark"], e["label"], e["metric"], float(v), e["source"],
+                                            e.get("note") or "", e.get("objective"), e.get("printed") or "",
+                                            e.get("protocol") or ""))
+    return {b: sorted(v, key=lambda r: (r.label, r.metric)) for b, v in sorted(out.items())}
+
+
+# ---------------------------------------------------------------------------------------------
+# one comparability group
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class GroupView:
+    """Everything rendered for one comparability group of one benchmark."""
+
+    name: str
+    recs: list[RunRecord]
+    kind: str
+    metrics: list[MetricInfo]
+    primary: str
+    best: dict[str, str | None]
+    values: dict[tuple[str, str], dict[int, float]]  # (objective, metric) -> seed -> value
+
+    @property
+    def objectives(self) -> list[str]:
+        return sorted({r.objective for r in self.recs})
+
+    @property
+    def ranked(self) -> bool:
+        return self.kind != "pipeline_check"
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({r.seed for r in self.recs})
+
+    def info(self, metric: str) -> MetricInfo:
+        return next(m for m in self.metrics if m.id == metric)
+
+
+def _group_kind(recs: list[RunRecord]) -> str:
+    kinds = sorted({board_kind(r) for r in recs})
+    if len(kinds) > 1:  # same comparability key implies the same dataset and config; defensive
+        raise ValueError(f"runs {_files(recs)} mix board kinds {kinds}")
+    return kinds[0]
+
+
+def make_view(name: str, recs: list[RunRecord], extra_metrics: list[str] = ()) -> GroupView:
+    order = recs[0].metric_order
+    seen = sorted({m for r in recs for m in r.metrics}, key=_natural)
+    ids = [m for m in order if m in seen] + [m for m in seen if m not in order]
+    ids += [m for m in extra_metrics if m not in ids]
+    infos = [metric_info(m, recs) for m in ids]
+    primary = recs[0].primary_metric
+    if primary not in seen:
+        primary = ids[0] if seen else ""
+    kind = _group_kind(recs)
+    values: dict[tuple[str, str], dict[int, float]] = {}
+    for r in recs:
+        for m, v in r.metrics.items():
+            if math.isfinite(v):
+                values.setdefault((r.objective, m), {})[r.seed] = v
+    view = GroupView(name, recs, kind, infos, primary, {}, values)
+    for info in infos:
+        view.best[info.id] = None
+        if not view.ranked or info.direction is None:
+            continue
+        means = {o: sum(v.values()) / len(v) for o in view.objectives if (v := values.get((o, info.id)))}
         if means and len(set(means.values())) > 1:  # no bold where every row ties
-            target = max(means.values()) if higher[m] else min(means.values())
-            best[m] = sorted(o for o in means if means[o] == target)[0]
-    arrows = {m: "↑" if higher[m] else "↓" for m in metrics}
-    header = ["objective"] + [f"{m} {arrows[m]}" for m in metrics] + ["pretrain time (s) ↓", "peak memory (MiB) ↓",
-                                                                     f"p vs best ({primary})"]
+            target = max(means.values()) if info.direction == "higher" else min(means.values())
+            view.best[info.id] = sorted(o for o in means if means[o] == target)[0]
+    return view
+
+
+def best_line(view: GroupView) -> str | None:
+    """The index's "best on primary metric" text; None for pipeline checks."""
+    if not view.ranked:
+        return None
+    p = view.primary
+    if not p:
+        return "—"
+    info = view.info(p)
+    per = {o: list(v.values()) for o in view.objectives if (v := view.values.get((o, p)))}
+    if not per:
+        return "—"
+    if info.direction is None:
+        return f"— ({p}: direction unknown)"
+    o = view.best.get(p)
+    if o is None:
+        return f"all tied ({p} {_fmt(info.unit, next(iter(per.values())))})" if len(per) > 1 else \
+            f"`{next(iter(per))}` ({p} {_fmt(info.unit, next(iter(per.values())))})"
+    return f"`{o}` ({p} {_fmt(info.unit, per[o])})"
+
+
+def _table(view: GroupView, reported: list[Reported]) -> list[str]:
+    header = ["objective"] + [m.header for m in view.metrics] + ["pretrain time (s) ↓", "peak memory (MiB) ↓"]
+    if view.ranked:
+        header.append(f"p vs best ({view.primary})")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for o in objectives:
+    by_obj: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in view.recs:
+        by_obj[r.objective].append(r)
+    p = view.primary
+    for o in view.objectives:
         row = [f"`{o}`"]
-        for m in metrics:
-            v = values(o, m)
+        for m in view.metrics:
+            v = view.values.get((o, m.id))
             if not v:
                 row.append("—")
                 continue
-            text, _ = _fmt(m, list(v.values()))
-            row.append(f"**{text}**" if best[m] == o else text)
-        times = [float(r.get("pretrain_time_s", 0.0)) for r in by_obj[o]]
-        mems = [float(r.get("peak_memory_mb", 0.0)) for r in by_obj[o]]
+            text = _fmt(m.unit, list(v.values()))
+            row.append(f"**{text}**" if view.best[m.id] == o else text)
+        times = [r.pretrain_time_s for r in by_obj[o]]
+        mems = [r.peak_memory_mb for r in by_obj[o]]
         row.append(f"{sum(times) / len(times):.1f}")
         row.append(f"{sum(mems) / len(mems):.0f}")
-        if primary and best.get(primary):
-            row.append("—" if o == best[primary] else _paired_p(values(o, primary), values(best[primary], primary)))  # type: ignore[arg-type]
-        else:
-            row.append("n/a")
+        if view.ranked:
+            b = view.best.get(p) if p else None
+            if b is None:
+                row.append("n/a")
+            else:
+                row.append("—" if o == b else _paired_p(view.values.get((o, p), {}), view.values.get((b, p), {})))
         lines.append("| " + " | ".join(row) + " |")
-    synthetic = sorted({bool(r.get("dataset", {}).get("synthetic", False)) for r in recs})
-    data_label = "synthetic" if synthetic == [True] else "real" if synthetic == [False] else "mixed real and synthetic"
-    protocol = {}
-    for r in recs:
-        protocol.update(r.get("protocol") or {})
-    selection = first.get("selection", {}).get("rule", "")
-    out = [f"# Leaderboard: {name}", ""]
-    if cfg.get("description"):
-        out += [cfg["description"], ""]
-    out += [f"Data: **{data_label}**. Percent metrics shown x100; cells are mean ± std (n seeds).", ""]
-    out += lines
-    out += ["", "## Protocol", "",
-            f"- data: {data_label} (dataset `{first.get('dataset', {}).get('id', '')}`)",
-            f"- model selection: {selection}",
-            f"- primary metric: `{primary}`; paired test: two-sided paired t-test over shared seeds (scipy.stats.ttest_rel) against the best row",
-            "- cost: mean pretraining wall time; peak memory = the process's peak resident set on CPU (in a sweep it "
-            "includes earlier cells of the same process) or the CUDA allocator peak on GPU (device in run.json)"]
+    refs = _references(reported)
+    for label in sorted({r.label for r in reported}):
+        entries = [r for r in reported if r.label == label]
+        vals = {r.metric: r.value for r in entries}
+        objs = sorted({r.objective for r in entries if r.objective})
+        cite = "".join(f"[R{n}]" for n in sorted({refs[r.reference] for r in entries}))
+        ours = f" (our {', '.join(f'`{o}`' for o in objs)})" if objs else ""
+        row = [f"*reported:* {_cell_text(label)}{ours} {cite}"]
+        row += [_fmt_value(m.unit, vals[m.id]) if m.id in vals else "—" for m in view.metrics]
+        row += ["—", "—"] + (["not tested"] if view.ranked else [])
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _references(reported: list[Reported]) -> dict[str, int]:
+    """Reference text -> footnote number, numbered in the order the rows (sorted by label) cite them."""
+    refs: dict[str, int] = {}
+    for r in sorted(reported, key=lambda r: (r.label, r.metric)):
+        refs.setdefault(r.reference, len(refs) + 1)
+    return refs
+
+
+def _reported_notes(view: GroupView, reported: list[Reported]) -> list[str]:
+    if not reported:
+        return []
+    out = ["", "*reported* rows: numbers printed in the source papers, not run by fusebench; never ranked, bolded "
+               "or tested, and not comparable one to one (see each source's protocol)."]
+    if view.kind != "real":
+        out[-1] += " They are on the official dataset; this board's runs are not."
+    out.append("")
+    for text, i in _references(reported).items():
+        out.append(f"- [R{i}] {' '.join(text.split())}")
+    return out
+
+
+def _data_line(view: GroupView) -> str:
+    ds = view.recs[0].dataset
+    if view.kind == "real":
+        fp = f", data fingerprint `{ds.fingerprint.sha256[:12]}`" if ds.fingerprint else ""
+        return (f"Data: **real** (dataset `{ds.id}`, manifest `{ds.manifest_hash[:16]}`{fp}); "
+                f"seeds {', '.join(map(str, view.seeds))}.")
+    if view.kind == "pipeline_check":
+        data = "synthetic** twin of dataset" if ds.synthetic else "real** dataset"
+        return (f"Data: **{data} `{ds.id}`. **Pipeline check**: a tiny smoke run that checks the pipeline end to "
+                f"end; its numbers rank nothing (no best row, no tests).")
+    return (f"Data: **synthetic** (dataset `{ds.id}`, synthetic by design); a reproducible study whose ranking "
+            f"holds for this data only.")
+
+
+def group_section(view: GroupView, reported: list[Reported], plot_name: str | None, level: int = 2) -> list[str]:
+    """Table, notes, protocol and curves of one group (headings at ``level``)."""
+    h = "#" * level
+    out = [_data_line(view), "",
+           "Cells are mean ± std (n seeds), sample std; metrics marked (%) are fractions shown x100; "
+           "arrows give the direction of better.", ""]
+    out += _table(view, reported)
+    out += _reported_notes(view, reported)
+    unknown = [m.id for m in view.metrics if m.direction is None]
+    first = view.recs[0]
+    suites = sorted({r.suite_version for r in view.recs})
+    out += ["", f"{h} Protocol", "",
+            f"- data: {KIND_TITLES[view.kind]} (dataset `{first.dataset.id}`)",
+            f"- model selection: {' '.join(str(first.selection.get('rule', '')).split())}"]
+    if view.ranked:
+        out.append(f"- primary metric: `{view.primary}`; paired test: two-sided paired t-test over shared seeds "
+                   "(scipy.stats.ttest_rel) against the best row")
+    else:
+        out.append(f"- primary metric: `{view.primary}`; pipeline check: no best row and no tests")
+    out.append("- cost: mean pretraining wall time; peak memory = the process's peak resident set on CPU (in a sweep "
+               "it includes earlier cells of the same process) or the CUDA allocator peak on GPU (device in run.json)")
+    if unknown:
+        out.append(f"- direction unknown (never bolded): {', '.join(f'`{m}`' for m in unknown)}")
+    protocol: dict[str, str] = {}
+    for r in view.recs:
+        protocol.update(r.protocol)
     for key in sorted(protocol):
-        out.append(f"- {key}: {protocol[key]}")
-    suites = sorted({str(r.get('suite_version')) for r in recs})
-    out.append(f"- runs: {len(recs)} run.json file(s), fusebench {', '.join(suites)}")
+        out.append(f"- {key}: {' '.join(protocol[key].split())}")
+    out.append(f"- runs: {len(view.recs)} run.json file(s), seeds {', '.join(map(str, view.seeds))}, "
+               f"fusebench {', '.join(suites)}, comparability key `{first.comparability_key}`")
     if plot_name:
-        out += ["", "## Training curves", "", f"![training curves]({plot_name})"]
+        out += ["", f"{h} Training curves", "", f"![training curves]({plot_name})"]
+    return out
+
+
+def _meta(view: GroupView, title: str | None) -> dict[str, Any]:
+    return {"kind": view.kind, "dataset": view.recs[0].dataset.id, "synthetic": view.recs[0].dataset.synthetic,
+            "objectives": len(view.objectives),
+            "seeds": view.seeds, "runs": len(view.recs), "best": best_line(view), "title": title,
+            "key": view.recs[0].comparability_key}
+
+
+def render_board(name: str, views: list[GroupView], reported: list[Reported],
+                 plot_names: list[str | None]) -> str:
+    """The whole board markdown of one benchmark (one section per group when split)."""
+    out = [f"# Leaderboard: {name}", ""]
+    desc = views[0].recs[0].description
+    if desc:
+        out += [" ".join(desc.split()), ""]
+    metas = []
+    if len(views) == 1:
+        out += group_section(views[0], reported, plot_names[0], level=2)
+        metas.append(_meta(views[0], None))
+    else:
+        fields = differing_fields([v.recs[0] for v in views])
+        out += [f"The runs of this benchmark fall into {len(views)} comparability groups (runs that must not be "
+                f"compared), one table each; they differ in {', '.join(fields)}.", ""]
+        for i, (view, plot) in enumerate(zip(views, plot_names), 1):
+            title = f"group {i} of {len(views)}"
+            out += [f"## Group {i} of {len(views)}: key `{view.recs[0].comparability_key}`", ""]
+            out += group_section(view, reported, plot, level=3)
+            out.append("")
+            metas.append(_meta(view, title))
+        out = out[:-1]
+    meta = {"benchmark": name, "groups": metas}
+    out += ["", f"<!-- {BOARD_META} {json.dumps(meta, sort_keys=True, ensure_ascii=True)} -->"]
     return "\n".join(out) + "\n"
 
 
-def plot_curves(name: str, recs: list[dict[str, Any]], path: Path) -> bool:
-    """Mean (over seeds) pretraining-loss curve per objective; returns False when there is no curve."""
-    curves: dict[str, list[list[float]]] = defaultdict(list)
-    for r in recs:
-        c = r.get("curves", {})
-        keys = sorted(k for k in c if k.startswith("pretrain_loss") or k.startswith("loss_M"))
-        for key in keys:
-            curves[f"{r['objective']} {key}" if key != "pretrain_loss" else r["objective"]].append(c[key])
-    if not curves:
+def benchmark_table(name: str, recs: list[RunRecord], plot_name: str | None = None,
+                    reported: list[Reported] = ()) -> str:
+    """The board of one benchmark whose runs form one comparability group."""
+    (group,) = group_runs(name, recs)
+    reported = list(reported)
+    return render_board(name, [make_view(name, group, [r.metric for r in reported])], reported, [plot_name])
+
+
+# ---------------------------------------------------------------------------------------------
+# curves
+# ---------------------------------------------------------------------------------------------
+def _mean_band(series: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
+    n = min(len(c) for c in series)
+    mean, lo, hi = [], [], []
+    for i in range(n):
+        xs = [c[i] for c in series if math.isfinite(c[i])]
+        m = sum(xs) / len(xs) if xs else math.nan
+        s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+        mean.append(m)
+        lo.append(m - s)
+        hi.append(m + s)
+    return mean, lo, hi
+
+
+def _curve_series(view: GroupView) -> tuple[dict[str, dict[str, list[list[float]]]], dict[str, list[list[float]]]]:
+    """(objective -> loss key -> per-seed curves, objective -> per-seed validation primary-metric curves)."""
+    val_key = f"val_{view.primary}" if view.primary else ""
+    loss: dict[str, dict[str, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
+    val: dict[str, list[list[float]]] = defaultdict(list)
+    for r in view.recs:
+        for key in sorted(r.curves):
+            if (key == "pretrain_loss" or key.startswith("loss_M")) and r.curves[key]:
+                loss[r.objective][key].append(r.curves[key])
+        if val_key and r.curves.get(val_key):
+            val[r.objective].append(r.curves[val_key])
+    return loss, val
+
+
+def has_curves(view: GroupView) -> bool:
+    loss, val = _curve_series(view)
+    return bool(loss or val)
+
+
+def plot_curves(view: GroupView, path: Path) -> bool:
+    """Per objective: the pretraining loss per step and the validation primary metric per downstream
+    epoch, mean over seeds with a ± 1 std band. Returns False (and writes nothing) without curves."""
+    loss, val = _curve_series(view)
+    objectives = [o for o in view.objectives if o in loss or o in val]
+    if not objectives:
         return False
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [lab for lab in sorted(curves) if min(len(c) for c in curves[lab]) > 0]
-    ncols = min(3, len(labels))
-    nrows = -(-len(labels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows), dpi=100, squeeze=False)
-    for ax, label in zip(axes.flat, labels):  # one panel per objective: loss scales differ by objective
-        runs = curves[label]
-        n = min(len(c) for c in runs)
-        for c in runs:
-            ax.plot(range(1, n + 1), c[:n], color="0.8", linewidth=0.6)
-        mean = [sum(c[i] for c in runs) / len(runs) for i in range(n)]
-        ax.plot(range(1, n + 1), mean, color="C0", linewidth=1.3)
-        ax.set_title(label, fontsize=9)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(labels):]:
+    has_val = bool(val)
+    unit = view.info(view.primary).unit if view.primary else "raw"
+    scale = 100.0 if unit == "fraction" else 1.0
+    per_row = 2 if has_val else 3  # objectives per figure row
+    ncols = per_row * (2 if has_val else 1)
+    nrows = -(-len(objectives) // per_row)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.5 * nrows), dpi=90, squeeze=False)
+    flat = list(axes.flat)
+    val_axes = []
+    for i, o in enumerate(objectives):
+        n_seeds = len({r.seed for r in view.recs if r.objective == o})
+        ax = flat[i * (2 if has_val else 1)]
+        if loss.get(o):
+            for j, (key, series) in enumerate(sorted(loss[o].items(), key=lambda kv: _natural(kv[0]))):
+                mean, lo, hi = _mean_band(series)
+                xs = list(range(1, len(mean) + 1))
+                label = f"M = {key[len('loss_M'):]}" if key != "pretrain_loss" else None
+                ax.plot(xs, mean, color=f"C{j}", linewidth=1.2, label=label)
+                ax.fill_between(xs, lo, hi, color=f"C{j}", alpha=0.25, linewidth=0)
+            if len(loss[o]) > 1:
+                ax.legend(fontsize=6, loc="upper right")
+        else:
+            ax.text(0.5, 0.5, "no pretraining", ha="center", va="center", fontsize=8, transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        ax.set_title(f"{o} (n={n_seeds}): pretraining loss", fontsize=8)
+        ax.set_xlabel("pretraining step", fontsize=7)
+        ax.set_ylabel("loss", fontsize=7)
+        ax.tick_params(labelsize=6)
+        if has_val:
+            vax = flat[i * 2 + 1]
+            if val.get(o):
+                mean, lo, hi = _mean_band([[scale * x for x in c] for c in val[o]])
+                xs = list(range(1, len(mean) + 1))
+                vax.plot(xs, mean, color="C1", linewidth=1.2, marker="o", markersize=2)
+                vax.fill_between(xs, lo, hi, color="C1", alpha=0.25, linewidth=0)
+                val_axes.append((vax, lo, hi))
+            else:
+                vax.text(0.5, 0.5, "no validation curve", ha="center", va="center", fontsize=8,
+                         transform=vax.transAxes)
+                vax.set_xticks([])
+                vax.set_yticks([])
+            vax.set_title(f"{o} (n={n_seeds}): validation {view.primary}", fontsize=8)
+            vax.set_xlabel("downstream epoch", fontsize=7)
+            vax.set_ylabel(f"{view.primary}{' (%)' if unit == 'fraction' else ''}", fontsize=7)
+            vax.tick_params(labelsize=6)
+    finite = [x for _, lo, hi in val_axes for x in lo + hi if math.isfinite(x)]
+    if finite:  # one y range for every validation panel so objectives compare by eye
+        lo_all, hi_all = min(finite), max(finite)
+        pad = 0.05 * (hi_all - lo_all) or 0.5
+        for vax, _, _ in val_axes:
+            vax.set_ylim(lo_all - pad, hi_all + pad)
+    for ax in flat[len(objectives) * (2 if has_val else 1):]:
         ax.axis("off")
-    fig.suptitle(f"{name}: pretraining loss per step (grey: seeds, blue: mean)", fontsize=10)
+    what = "pretraining loss" + (f" and validation {view.primary}" if has_val else "")
+    fig.suptitle(f"{view.name}: {what}; line = mean over seeds, band = ± 1 std", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, format="png", metadata={"Software": None})
-    plt.close(fig)
+    try:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+    finally:
+        plt.close(fig)
     tmp.replace(path)
     return True
 
 
-def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True) -> list[Path]:
+# ---------------------------------------------------------------------------------------------
+# index
+# ---------------------------------------------------------------------------------------------
+def read_board_meta(path: Path) -> dict[str, Any] | None:
+    """The metadata comment of a board file (None for a markdown file that is not a board)."""
+    text = path.read_text()
+    if not text.startswith("# Leaderboard: "):
+        return None
+    m = _META_RE.search(text)
+    if not m:
+        raise ValueError(f"{path}: a board without the '{BOARD_META}' metadata comment (written by an older "
+                         f"fusebench?); regenerate it from its runs or delete it")
+    try:
+        meta = json.loads(m.group(1))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: board metadata is not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or meta.get("benchmark") != path.stem or not isinstance(meta.get("groups"), list):
+        raise ValueError(f"{path}: board metadata must name benchmark {path.stem!r} and list its groups")
+    for g in meta["groups"]:
+        if not isinstance(g, dict) or g.get("kind") not in KIND_TITLES:
+            raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind")
+    return meta
+
+
+def _seeds_text(seeds: list[Any]) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
+def build_index(boards: dict[str, dict[str, Any]]) -> str:
+    """The index markdown from ``{benchmark: board metadata}``: real data, synthetic studies, then the
+    pipeline checks (which rank nothing)."""
+    rows: dict[str, list[str]] = {"real": [], "study": [], "pipeline_check": []}
+    for name in sorted(boards):
+        for g in boards[name]["groups"]:
+            link = f"[{name}]({name}.md)" + (f" ({g['title']})" if g.get("title") else "")
+            seeds = _seeds_text(g.get("seeds", []))
+            if g["kind"] == "pipeline_check":
+                data = "synthetic" if g.get("synthetic", True) else "real"
+                rows["pipeline_check"].append(
+                    f"- {link}: dataset `{g.get('dataset')}` ({data}), {g.get('objectives')} objectives, "
+                    f"seeds {seeds} ({g.get('runs')} runs)")
+            else:
+                rows[g["kind"]].append(f"| {link} | `{g.get('dataset')}` | {g.get('objectives')} | {seeds} | "
+                                       f"{g.get('runs')} | {g.get('best') or '—'} |")
+    head = "| benchmark | dataset | objectives | seeds | runs | best on primary metric |\n|---|---|---|---|---|---|"
+    out = ["# fusebench leaderboards", "",
+           "Generated by `fusebench leaderboard` from run.json files; do not edit by hand. This index lists every "
+           "board in this folder (each board ends with a metadata comment), so regenerating boards from a runs "
+           "folder holding only some benchmarks keeps the others. Format and rules: docs/leaderboards.md.", "",
+           "## Real data", "",
+           "Runs on the official datasets (dataset manifest hash in every run record); rows rank the objectives "
+           "on that data.", ""]
+    out += [head] + rows["real"] if rows["real"] else ["No real-data runs yet."]
+    out += ["", "## Synthetic studies", "",
+            "Reproducible studies on data that is synthetic by design; rankings hold for that data only.", ""]
+    out += [head] + rows["study"] if rows["study"] else ["None."]
+    out += ["", "## Pipeline checks", "",
+            "Tiny smoke runs, mostly synthetic twins of the real-data benchmarks. They check the pipeline end to "
+            "end and **rank nothing**: no best row, no tests.", ""]
+    out += rows["pipeline_check"] if rows["pipeline_check"] else ["None."]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------------------------
+def _inside(out_dir: Path, filename: str) -> Path:
+    """``out_dir / filename`` after checking that it names a file directly inside ``out_dir``."""
+    path = out_dir / filename
+    if Path(filename).name != filename or path.parent.resolve() != out_dir.resolve():
+        raise ValueError(f"refusing to write {path}: not a file directly inside {out_dir}")
+    return path
+
+
+def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split: bool = False,
+                       reported: Path | None = None) -> list[Path]:
+    """Regenerate the boards of the benchmarks with runs under ``runs_dir`` and the index; returns the
+    markdown paths written. Everything is validated before the first file is written."""
     runs = load_runs(Path(runs_dir))
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    index = ["# fusebench leaderboards", "",
-             "Generated by `fusebench leaderboard` from the run.json files under the runs folder; do not edit by hand.", "",
-             "| benchmark | data | objectives | runs | best on primary metric |", "|---|---|---|---|---|"]
+    reported_map = load_reported(Path(reported) if reported is not None else out_dir / "reported.yaml")
+    boards: list[tuple[str, list[GroupView], list[str]]] = []
     for name, recs in runs.items():
-        plot = f"{name}-curves.png"
-        has_plot = plots and plot_curves(name, recs, out_dir / plot)
-        md = benchmark_table(name, recs, plot if has_plot else None)
-        path = out_dir / f"{name}.md"
+        if not valid_id(name):  # validated by the record schema already; never build paths from anything else
+            raise ValueError(f"benchmark id {name!r} is not an id ({ID_RULE})")
+        groups = group_runs(name, recs, split=split)
+        rep = reported_map.get(name, [])
+        views = [make_view(name, g, [r.metric for r in rep]) for g in groups]
+        plot_names = [f"{name}-curves.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-curves.png"
+                      for v in views]
+        for p in plot_names + [f"{name}.md"]:
+            _inside(out_dir, p)
+        boards.append((name, views, plot_names))
+    # the index: every board already in out_dir, with the regenerated ones replaced
+    metas: dict[str, dict[str, Any]] = {}
+    if out_dir.is_dir():
+        for path in sorted(out_dir.glob("*.md")):
+            if path.name != "README.md" and valid_id(path.stem) and path.stem not in runs:
+                meta = read_board_meta(path)
+                if meta is not None:
+                    metas[path.stem] = meta
+    written = []
+    rendered = []  # every markdown text is made before the first file is written
+    for name, views, plot_names in boards:
+        shown = [plot if plots and has_curves(view) else None for view, plot in zip(views, plot_names)]
+        md = render_board(name, views, reported_map.get(name, []), shown)
+        metas[name] = json.loads(_META_RE.search(md).group(1))  # type: ignore[union-attr]
+        rendered.append((name, views, shown, md))
+    index_md = build_index(metas)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, views, shown, md in rendered:
+        for view, plot in zip(views, shown):
+            if plot:
+                plot_curves(view, _inside(out_dir, plot))
+        path = _inside(out_dir, f"{name}.md")
         atomic_write_text(path, md)
         written.append(path)
-        syn = sorted({bool(r.get("dataset", {}).get("synthetic", False)) for r in recs})
-        label = "synthetic" if syn == [True] else "real" if syn == [False] else "mixed"
-        best = _best_line(recs)
-        index.append(f"| [{name}]({name}.md) | {label} | {len({r['objective'] for r in recs})} | {len(recs)} | {best} |")
-    atomic_write_text(out_dir / "README.md", "\n".join(index) + "\n")
-    written.append(out_dir / "README.md")
+    index = _inside(out_dir, "README.md")
+    atomic_write_text(index, index_md)
+    written.append(index)
     return written
-
-
-def _best_line(recs: list[dict[str, Any]]) -> str:
-    cfg = recs[0].get("config", {})
-    metrics = cfg.get("metrics") or sorted({m for r in recs for m in r["metrics"]})
-    primary = cfg.get("selection_metric") or (metrics[0] if metrics else None)
-    if not primary:
-        return "—"
-    lower = recs[0].get("metric_directions", {}).get(primary) == "lower"
-    by: dict[str, list[float]] = defaultdict(list)
-    for r in recs:
-        if primary in r["metrics"]:
-            by[r["objective"]].append(float(r["metrics"][primary]))
-    if not by:
-        return "—"
-    means = {o: sum(v) / len(v) for o, v in by.items()}
-    if len(means) > 1 and len(set(means.values())) == 1:
-        return f"all tied ({primary} {_fmt(primary, next(iter(by.values())))[0]})"
-    target = min(means.values()) if lower else max(means.values())
-    o = sorted(k for k in means if means[k] == target)[0]
-    text, _ = _fmt(primary, by[o])
-    return f"`{o}` ({primary} {text})"
 
 
 def main(argv: list[str]) -> int:
@@ -248,14 +729,22 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs", default="leaderboards/runs", help="folder searched for run.json files")
     p.add_argument("--out", default="leaderboards", help="output folder for the markdown")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--split", action="store_true",
+                   help="one table per comparability group instead of refusing a benchmark whose runs mix groups")
+    p.add_argument("--reported", default=None,
+                   help="YAML file of numbers reported in the papers (default: <out>/reported.yaml, optional)")
     ns = p.parse_args(argv)
     if not Path(ns.runs).is_dir():
-        print(f"fusebench leaderboard: runs folder {ns.runs} does not exist")
+        print(f"fusebench leaderboard: runs folder {ns.runs} does not exist", file=sys.stderr)
+        return 2
+    if ns.reported is not None and not Path(ns.reported).is_file():
+        print(f"fusebench leaderboard: --reported {ns.reported} does not exist", file=sys.stderr)
         return 2
     try:
-        for path in write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots):
+        for path in write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,
+                                       reported=Path(ns.reported) if ns.reported else None):
             print(path)
-    except ValueError as e:
-        print(f"fusebench leaderboard: {e}")
+    except (ValueError, OSError) as e:
+        print(f"fusebench leaderboard: {e}", file=sys.stderr)
         return 2
     return 0

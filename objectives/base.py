@@ -34,6 +34,9 @@ class MultiViewObjective(nn.Module):
     #: "pairs" -> module(predictions[k, n, d], targets[k, n, d]) (BYOL);
     #: "tuple" -> module(anchor[n, d], positive[n, d], negatives[n, m, d] | [m, d], weights=None)
     input_kind: ClassVar[str] = "views"
+    #: bumped when the loss's definition changes; part of a run record's comparability key
+    #: (fusebench.records), so runs of different definitions are never ranked together
+    version: ClassVar[str] = "1"
 
     def __init__(self) -> None:
         super().__init__()

@@ -25,3 +25,54 @@ def test_some_adapter_is_registered():
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_conformance(name, check):
     assert check_adapter(name, checks=[check]) == [check]
+
+
+# -- an empty split is an error for every adapter (base-class check) ------------------------------
+def test_empty_split_raises_in_the_base_class(tmp_path):
+    import torch
+
+    from fusebench.datasets.base import DatasetError, Modality, MultimodalDataset
+
+    class Toy(MultimodalDataset):
+        id = "toy_empty"
+        task = "classification"
+        MODALITIES = (Modality("x", "vector", 2),)
+
+        def _index(self):
+            if self._opts_rest.get("listing"):
+                self._split_file = self.root / self._opts_rest["listing"]
+            return list(range(int(self._opts_rest.get("n", 0))))
+
+        def _load_raw(self, index):
+            return {"modalities": {"x": torch.zeros(2)}, "target": torch.tensor(0), "meta": {"id": str(index)}}
+
+    with pytest.raises(DatasetError) as err:
+        Toy(root=tmp_path, split="val", use_cache=False)
+    msg = str(err.value)
+    assert msg.startswith(f"toy_empty: split 'val' is empty (0 samples) under root {tmp_path}")
+    assert "defined by" not in msg
+    with pytest.raises(DatasetError, match=rf"toy_empty: split 'test' is empty.*defined by {tmp_path / 'test.txt'}"):
+        Toy(root=tmp_path, split="test", listing="test.txt", use_cache=False)
+    assert len(Toy(root=tmp_path, split="test", n=3, use_cache=False)) == 3
+    empty = Toy(root=tmp_path, split="val", allow_empty=True, use_cache=False)
+    assert len(empty) == 0 and "allow_empty" not in empty.opts and "allow_empty" not in empty._opts_rest
+
+
+def test_empty_sunrgbd_val_listing(fixtures_dir, tmp_path):
+    """SUN RGB-D's val_data_idx.txt (its test split) emptied in a copy of the real v0 fixture."""
+    import shutil
+
+    from fusebench.datasets import DatasetError, build
+
+    root = tmp_path / "sunrgbd"
+    shutil.copytree(fixtures_dir / "sunrgbd" / "mmdet3d_v0_trainval", root, copy_function=shutil.copyfile,
+                    ignore=shutil.ignore_patterns("depth", "image", "*.pkl"))
+    (root / "val_data_idx.txt").write_text("")
+    kw = dict(root=root, use_cache=False, augment=False, val_fraction=0.0)
+    with pytest.raises(DatasetError) as err:
+        build("sunrgbd", split="test", **kw)
+    msg = str(err.value)
+    assert msg.startswith(f"sunrgbd: split 'test' is empty (0 samples) under root {root}")
+    assert "val_data_idx.txt" in msg
+    train = build("sunrgbd", split="train", **kw)
+    assert [f.frame for f in train.samples] == [1, 2]  # train_data_idx.txt of the fixture: 1, 2

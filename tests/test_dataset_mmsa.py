@@ -241,3 +241,81 @@ def test_corrupt_csd(tmp_path, fixtures_dir):
     (tmp_path / "CMU_MOSI_Opinion_Labels.csd").write_bytes(data)
     with pytest.raises(DatasetError, match=r"no computational sequence for modality 'audio'"):
         build("mosi", root=tmp_path, modalities=["audio"], use_cache=False)
+
+
+def test_lengths_outside_padded_range(twin):
+    root, data = twin
+    t_audio = data["train"]["audio"].shape[1]  # padded length (30 with SMALL)
+    assert t_audio == 30
+    for bad in (10**6, -5):
+        broken = {k: dict(v) for k, v in data.items()}
+        lengths = list(data["train"]["audio_lengths"])
+        lengths[3] = bad
+        broken["train"]["audio_lengths"] = lengths
+        _write(root / "bad_len.pkl", broken)
+        with pytest.raises(DatasetError) as err:
+            build("mosi", root=root, file="bad_len.pkl", use_cache=False)
+        msg = str(err.value)
+        assert "bad_len.pkl [train]" in msg and "audio_lengths" in msg and "sample 3" in msg
+        assert str(data["train"]["id"][3]) in msg and f"is {bad}," in msg and "0..30" in msg
+    # the boundaries 0 and T are valid: T keeps the whole padded sequence, 0 = audio missing for that sample
+    edge = {k: dict(v) for k, v in data.items()}
+    lengths = list(data["train"]["audio_lengths"])
+    lengths[1], lengths[2] = 0, 30
+    edge["train"]["audio_lengths"] = lengths
+    _write(root / "edge.pkl", edge)
+    ds = build("mosi", root=root, file="edge.pkl", use_cache=False)
+    assert "audio" not in ds[1]["modalities"] and sorted(ds[1]["modalities"]) == ["text", "vision"]
+    np.testing.assert_array_equal(ds[2]["modalities"]["audio"].numpy(), data["train"]["audio"][2])
+    batch = collate([ds[1], ds[2]], names=ds.modalities)
+    assert batch["present"][ds.modalities.index("audio")].tolist() == [False, True]
+    assert batch["modalities"]["audio"].shape == (2, 30, 5) and not batch["modalities"]["audio"][0].any()
+
+
+def test_feature_dimension_differs_between_splits(twin):
+    root, data = twin
+    broken = {k: dict(v) for k, v in data.items()}
+    a = data["test"]["audio"]
+    broken["test"]["audio"] = np.concatenate([a, np.zeros((*a.shape[:2], 2), a.dtype)], axis=2)  # 5 -> 7
+    _write(root / "dims.pkl", broken)
+    for split, first, second in (("test", "test", "train"), ("train", "train", "test")):
+        with pytest.raises(DatasetError) as err:
+            build("mosi", root=root, file="dims.pkl", split=split, use_cache=False)
+        msg = str(err.value)
+        d = {"train": 5, "test": 7}
+        assert "dims.pkl" in msg and "'audio'" in msg
+        assert f"dimension {d[first]} in split [{first}] but {d[second]} in split [{second}]" in msg
+    # without the audio modality the other splits are consistent and load
+    assert len(build("mosi", root=root, file="dims.pkl", split="test", modalities=["text", "vision"],
+                     use_cache=False)) == 2
+
+
+def test_empty_valid_split(twin):
+    root, data = twin
+    empty = {k: dict(v) for k, v in data.items()}
+    empty["valid"] = {k: v[:0] for k, v in data["valid"].items()}  # every array with n = 0
+    _write(root / "empty.pkl", empty)
+    with pytest.raises(DatasetError) as err:
+        build("mosi", root=root, file="empty.pkl", split="val", use_cache=False)
+    msg = str(err.value)
+    assert "mosi: split 'val' is empty (0 samples)" in msg and "empty.pkl [valid]" in msg and str(root) in msg
+    assert "reshape" not in msg
+    assert len(build("mosi", root=root, file="empty.pkl", split="train", use_cache=False)) == 6
+    # lists instead of arrays, as a hand-written pickle may hold
+    empty["valid"] = {"text": [], "audio": [], "vision": [], "regression_labels": []}
+    _write(root / "empty.pkl", empty)
+    with pytest.raises(DatasetError, match=r"split 'val' is empty.*empty.pkl \[valid\]"):
+        build("mosi", root=root, file="empty.pkl", split="val", use_cache=False)
+    # allow_empty builds it on purpose
+    assert len(build("mosi", root=root, file="empty.pkl", split="val", use_cache=False, allow_empty=True)) == 0
+
+
+def test_chsims_folder_without_pickle_message(tmp_path):
+    with pytest.raises(DatasetError) as err:
+        build("chsims", root=tmp_path, use_cache=False)
+    first = str(err.value).splitlines()[0]
+    assert first == f"chsims: {tmp_path} holds no MMSA pickle (unaligned_39.pkl, aligned_39.pkl)."
+    with pytest.raises(DatasetError) as err:
+        build("mosi", root=tmp_path, use_cache=False)
+    assert str(err.value).splitlines()[0] == (f"mosi: {tmp_path} holds neither an MMSA pickle (unaligned_50.pkl, "
+                                              f"aligned_50.pkl) nor .csd computational sequences.")

@@ -415,3 +415,74 @@ def test_missing_files_and_bad_options(nyu: Path, tmp_path: Path) -> None:
     np.save(mt / "label" / "0.npy", np.zeros((8, 8), np.float32))
     with pytest.raises(DatasetError, match=r"depth/0.npy has shape \(8, 8\)"):
         build("nyuv2", root=tmp_path / "mtan", split="test", **NOCACHE)[0]
+
+
+# -- layout detection, class names, empty splits ---------------------------------------------------
+def _copy_mtan(nyu: Path, dst: Path) -> Path:
+    shutil.copytree(nyu / "mtan", dst, copy_function=shutil.copyfile)
+    return dst
+
+
+def test_splits_mat_next_to_mtan_folders_only_adds_frame_numbers(nyu: Path, tmp_path: Path) -> None:
+    root = _copy_mtan(nyu, tmp_path / "mtan")
+    shutil.copyfile(nyu / "meta" / "splits.mat", root / "splits.mat")  # the real 795/654 split
+    ds = build("nyuv2", root=root, split="test", modalities=["depth"], **NOCACHE)
+    assert ds.layout == "mtan" and ds.num_classes == 13 and len(ds) == 1
+    # 654 test frames listed but one val file here: the numbers cannot be matched, so they stay unknown
+    assert ds[0]["meta"]["frame"] == -1
+    label = np.load(root / "val" / "label" / "0.npy").astype(np.int64)
+    assert torch.equal(ds[0]["target"], torch.from_numpy(label))
+    # a splits.mat (under meta/) whose testNdxs matches the folder gives the official frame number:
+    # val/0 is labeled frame 1 (PROVENANCE: same labels as new_nyu_class13_0001.png)
+    (root / "splits.mat").unlink()
+    (root / "meta").mkdir()
+    train = scipy.io.loadmat(nyu / "meta" / "splits.mat")["trainNdxs"]
+    scipy.io.savemat(root / "meta" / "splits.mat", {"trainNdxs": train, "testNdxs": np.array([[1]], np.uint16)})
+    s = build("nyuv2", root=root, split="test", modalities=["depth"], **NOCACHE)[0]
+    assert s["meta"]["frame"] == 1 and s["meta"]["id"] == "0001" and s["meta"]["layout"] == "mtan"
+    with Image.open(nyu / "test_labels_13" / "new_nyu_class13_0001.png") as im:
+        png = np.array(im).astype(np.int64) - 1  # 480x640; MTAN resized to 288x384 (nearest)
+    assert sorted(np.unique(png).tolist()) == sorted(s["target"].unique().tolist())
+    # both the labeled .mat and MTAN folders: ambiguous, the user picks
+    (root / "nyu_depth_v2_labeled.mat").write_bytes(b"")
+    with pytest.raises(DatasetError, match=r"both nyu_depth_v2_labeled.mat .*MTAN folders.*layout='mtan'"):
+        build("nyuv2", root=root, split="test", **NOCACHE)
+    assert build("nyuv2", root=root, split="test", layout="mtan", modalities=["depth"], **NOCACHE).layout == "mtan"
+
+
+def test_class_names_with_label_pngs(nyu: Path, tmp_path: Path) -> None:
+    names40 = _names(scipy.io.loadmat(nyu / "meta" / "classMapping40.mat")["className"])
+    names13 = _names(scipy.io.loadmat(nyu / "meta" / "class13Mapping.mat")["classMapping13"][0, 0]["classNames"])
+    assert len(names40) == 40 and names40[:3] == ["wall", "floor", "cabinet"] and names40[-1] == "otherprop"
+    assert len(names13) == 13 and names13[0] == "bed" and names13[-1] == "window"
+    kw = dict(split="test", modalities=[], label_source="png", **NOCACHE)
+    ds = build("nyuv2", root=nyu, **kw)
+    assert ds.class_names == names40
+    # target value k is class_names[k]: the fixture PNG holds 1 (wall) -> target 0
+    with Image.open(nyu / "test_labels_40" / "new_nyu_class40_0001.png") as im:
+        raw = np.array(im)
+    assert (raw == 1).any() and ds.class_names[0] == "wall"
+    assert build("nyuv2", root=nyu, classes=13, **kw).class_names == names13
+    # the same from a root holding only splits.mat and the PNGs: the official names built in
+    (tmp_path / "test_labels_40").mkdir()
+    shutil.copyfile(nyu / "meta" / "splits.mat", tmp_path / "splits.mat")
+    assert build("nyuv2", root=tmp_path, **kw).class_names == names40
+
+
+def test_empty_official_split(nyu: Path, tmp_path: Path) -> None:
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    shutil.copyfile(nyu / "meta" / "classMapping40.mat", meta / "classMapping40.mat")
+    train = scipy.io.loadmat(nyu / "meta" / "splits.mat")["trainNdxs"]
+    scipy.io.savemat(meta / "splits.mat", {"trainNdxs": train, "testNdxs": np.zeros((0, 1), np.uint16)})
+    kw = dict(modalities=[], label_source="png", **NOCACHE)
+    with pytest.raises(DatasetError) as err:
+        build("nyuv2", root=tmp_path, split="test", **kw)
+    msg = str(err.value)
+    assert msg.startswith("nyuv2: split 'test' is empty (0 samples)")
+    assert f"under root {tmp_path}" in msg and f"defined by {meta / 'splits.mat'}" in msg
+    assert len(build("nyuv2", root=tmp_path, split="train", **kw)) == 715  # the other splits still build
+    # an empty val carved on purpose (val_fraction=0) is an error too, unless allowed
+    with pytest.raises(DatasetError, match=r"split 'val' is empty.*val_fraction"):
+        build("nyuv2", root=tmp_path, split="val", val_fraction=0.0, **kw)
+    assert len(build("nyuv2", root=tmp_path, split="val", val_fraction=0.0, allow_empty=True, **kw)) == 0

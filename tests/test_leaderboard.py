@@ -2,26 +2,52 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
-from fusebench.leaderboard import benchmark_table, load_runs, write_leaderboards
+import fusebench.leaderboard as lb
+from fusebench.leaderboard import benchmark_table, load_runs, main, write_leaderboards
+from fusebench.records import RecordError, comparability_key, validate_record
 
 
-def _record(obj: str, seed: int, metrics: dict[str, float], synthetic: bool = True) -> dict:
-    return {
-        "benchmark": "toy", "objective": obj, "seed": seed, "metrics": metrics,
+def _record(obj: str, seed: int, metrics: dict, synthetic: bool = True, bench: str = "toy", **extra) -> dict:
+    rec = {
+        "schema_version": 1, "suite_version": "0.1.0",
+        "benchmark": bench, "objective": obj, "seed": seed, "metrics": metrics,
         "metric_directions": {"acc": "higher", "mae": "lower"},
-        "config": {"metrics": ["acc", "mae"], "selection_metric": "acc", "description": "toy benchmark"},
-        "dataset": {"id": "toy", "synthetic": synthetic},
+        "config": {"metrics": ["acc", "mae"], "selection_metric": "acc", "description": "toy benchmark",
+                   "seeds": [0, 1, 2], "pretrain": {"epochs": 3}, "dataset": {"id": "toy", "synthetic_only": False}},
+        "dataset": {"id": "toy", "synthetic": synthetic, "manifest_hash": "synthetic" if synthetic else "ab12cd34"},
         "selection": {"rule": "best validation acc"},
-        "pretrain_time_s": 10.0 + seed, "peak_memory_mb": 100.0, "suite_version": "0.1.0",
+        "pretrain_time_s": 10.0 + seed, "peak_memory_mb": 100.0,
         "protocol": {"acc2": "non0 convention"},
-        "curves": {"pretrain_loss": [3.0 - 0.1 * i - 0.01 * seed for i in range(5)]},
+        "curves": {"pretrain_loss": [3.0 - 0.1 * i - 0.01 * seed for i in range(5)],
+                   "val_acc": [0.4 + 0.05 * i + 0.01 * seed for i in range(3)]},
     }
+    rec.update(extra)
+    return rec
+
+
+def _write(root: Path, rec: dict, folder: str | None = None) -> Path:
+    d = root / (folder or f"{rec['benchmark']}/{rec['objective']}/seed{rec['seed']}")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "run.json").write_text(json.dumps(rec))
+    return d / "run.json"
+
+
+def _rows(md: str) -> dict[str, list[str]]:
+    """Table rows by first cell (cells split on unescaped '|')."""
+    out = {}
+    for line in md.splitlines():
+        if line.startswith("| `") or line.startswith("| *reported"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            out[cells[0]] = cells[1:]
+    return out
 
 
 @pytest.fixture
@@ -30,24 +56,19 @@ def runs(tmp_path: Path) -> Path:
     acc_b = [0.45, 0.5, 0.65]
     for s in range(3):
         for obj, acc, mae in (("alpha", acc_a[s], 0.9), ("beta", acc_b[s], 0.8)):
-            d = tmp_path / "runs" / "toy" / obj / f"seed{s}"
-            d.mkdir(parents=True)
-            (d / "run.json").write_text(json.dumps(_record(obj, s, {"acc": acc, "mae": mae})))
-    d = tmp_path / "runs" / "toy" / "gamma" / "seed0"  # a row with a missing metric
-    d.mkdir(parents=True)
-    (d / "run.json").write_text(json.dumps(_record("gamma", 0, {"acc": 0.1})))
+            _write(tmp_path / "runs", _record(obj, s, {"acc": acc, "mae": mae}))
+    _write(tmp_path / "runs", _record("gamma", 0, {"acc": 0.1}))  # a row with a missing metric
     return tmp_path / "runs"
 
 
 def test_table_cells_by_hand(runs: Path) -> None:
     md = benchmark_table("toy", load_runs(runs)["toy"])
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines()
-            if line.startswith("| `")}
-    # alpha: mean 0.6, sample std 0.1 -> percent; best acc -> bold
+    rows = _rows(md)
+    # alpha: mean 0.6, sample std 0.1 -> percent (acc is a "fraction" metric); best acc -> bold
     assert rows["`alpha`"][0] == "**60.00 ± 10.00 (3)**"
     # beta: mean 0.5333.., std sqrt(((.45-.5333)^2+(.5-.5333)^2+(.65-.5333)^2)/2) = 0.104083
     assert rows["`beta`"][0] == "53.33 ± 10.41 (3)"
-    # mae is lower-is-better: beta's 0.8 is bold
+    # mae is lower-is-better and "raw": beta's 0.8 is bold, 4 decimals
     assert rows["`beta`"][1] == "**0.8000 ± 0.0000 (3)**"
     assert rows["`gamma`"][1] == "—"
     # cost columns: mean pretraining time (10 + seed over seeds 0..2) = 11.0
@@ -57,8 +78,8 @@ def test_table_cells_by_hand(runs: Path) -> None:
     assert rows["`beta`"][4] == f"{p:.3f}"
     assert rows["`alpha`"][4] == "—"
     assert rows["`gamma`"][4] == "n/a"  # one shared seed only
-    assert "acc ↑" in md and "mae ↓" in md
-    assert "Data: **synthetic**" in md
+    assert "| acc (%) ↑ | mae ↓ |" in md
+    assert "Data: **synthetic**" in md and "synthetic by design" in md
     assert "- acc2: non0 convention" in md
 
 
@@ -77,13 +98,334 @@ def test_bad_run_file(tmp_path: Path) -> None:
     d = tmp_path / "runs" / "x"
     d.mkdir(parents=True)
     (d / "run.json").write_text("{not json")
-    with pytest.raises(ValueError, match="run.json is not valid JSON"):
+    with pytest.raises(RecordError, match="run.json.*readable JSON"):
         load_runs(tmp_path / "runs")
 
 
-def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path) -> None:
+def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monkeypatch) -> None:
     root = Path(__file__).resolve().parents[1] / "leaderboards"
-    written = write_leaderboards(root / "runs", tmp_path)
+    monkeypatch.setattr(lb, "plot_curves", lambda view, path: True)  # markdown only (plots are slow)
+    written = write_leaderboards(root / "runs", tmp_path, reported=root / "reported.yaml")
     assert {p.name for p in written} == {p.name for p in root.glob("*.md")}
     for p in written:
         assert p.read_bytes() == (root / p.name).read_bytes(), f"{p.name} differs from the committed one"
+
+
+# -- path safety ------------------------------------------------------------------------------
+def test_path_escape_writes_nothing_outside_out(tmp_path: Path) -> None:
+    runs, out = tmp_path / "a" / "runs", tmp_path / "a" / "out"
+    _write(runs, _record("alpha", 0, {"acc": 0.5}, bench="../../../escaped"), folder="evil/seed0")
+    before = sorted(p for p in tmp_path.rglob("*"))
+    with pytest.raises(RecordError, match=r"run.json: field 'benchmark': expected an id"):
+        write_leaderboards(runs, out)
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # no board, no PNG, no index anywhere
+    assert not out.exists()
+
+
+def test_output_paths_are_checked_inside_out(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a file directly inside"):
+        lb._inside(tmp_path, "../x.md")
+    with pytest.raises(ValueError, match="not a file directly inside"):
+        lb._inside(tmp_path, "sub/x.md")
+    assert lb._inside(tmp_path, "x.md") == tmp_path / "x.md"
+
+
+# -- malformed records ------------------------------------------------------------------------
+@pytest.mark.parametrize("change, field, expected", [
+    ({"schema_version": 99}, "schema_version", r"one of \[1, 2\], got number 99"),
+    ({"seed": "0"}, "seed", "an integer, got string '0'"),
+    ({"seed": True}, "seed", "an integer, got boolean true"),
+    ({"metrics": {"acc": None}}, "metrics.acc", "a number, got null"),
+    ({"metrics": {"acc": [0.5]}}, "metrics.acc", "a number, got a list of 1"),
+    ({"metrics": {"acc": "0.5"}}, "metrics.acc", "a number, got string '0.5'"),
+    ({"objective": 3}, "objective", "an id .*got number 3"),
+    ({"objective": "M3G"}, "objective", "an id"),
+    ({"dataset": {"id": "toy", "synthetic": "yes", "manifest_hash": "x"}}, "dataset.synthetic", "a boolean"),
+    ({"metric_directions": {"acc": "up"}}, "metric_directions.acc", "'higher' or 'lower'"),
+    ({"curves": {"pretrain_loss": [1.0, "x"]}}, "curves.pretrain_loss[1]", "a number"),
+    ({"pretrain_time_s": -1}, "pretrain_time_s", "a number >= 0"),
+])
+def test_malformed_record_named_error(tmp_path: Path, change: dict, field: str, expected: str) -> None:
+    rec = _record("alpha", 0, {"acc": 0.5})
+    rec.update(change)
+    path = _write(tmp_path / "runs", rec, folder="x/seed0")
+    with pytest.raises(RecordError, match=re.escape(f"{path}: field '{field}': expected ") + expected) as info:
+        load_runs(tmp_path / "runs")
+    assert info.value.field == field and info.value.path == str(path)
+
+
+def test_missing_field_named(tmp_path: Path) -> None:
+    rec = _record("alpha", 0, {"acc": 0.5})
+    del rec["metrics"]
+    with pytest.raises(RecordError, match="field 'metrics': expected a value .the field is missing"):
+        validate_record(rec, "r.json")
+
+
+def test_cli_prints_one_error_without_traceback(tmp_path: Path, capsys) -> None:
+    rec = _record("alpha", 0, {"acc": 0.5})
+    rec["seed"] = "0"
+    path = _write(tmp_path / "runs", rec)
+    assert main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"fusebench leaderboard: {path}: field 'seed': expected an integer, got string '0'\n"
+    assert not (tmp_path / "out").exists()
+
+
+# -- duplicates and comparability -------------------------------------------------------------
+def test_duplicate_runs_name_both_files(runs: Path) -> None:
+    second = _write(runs, _record("alpha", 1, {"acc": 0.9, "mae": 0.1}), folder="elsewhere/alpha/seed1")
+    first = runs / "toy" / "alpha" / "seed1" / "run.json"
+    with pytest.raises(ValueError) as info:
+        write_leaderboards(runs, runs.parent / "out")
+    assert str(info.value) in {f"duplicate runs of benchmark 'toy', objective 'alpha', seed 1: {a} and {b} (a table "
+                               f"counts each (objective, seed) once; remove one)" for a, b in ((first, second),
+                                                                                               (second, first))}
+    assert not (runs.parent / "out").exists()
+
+
+def _odd_m3g(runs: Path) -> Path:
+    rec = _record("m3g", 0, {"acc": 0.9, "mae": 0.3})
+    rec["config"]["pretrain"]["epochs"] = 50
+    rec["suite_version"] = "0.2.0"
+    return _write(runs, rec, folder="extra/m3g/seed0")
+
+
+def test_mixed_comparability_groups_refused(runs: Path) -> None:
+    odd = _odd_m3g(runs)
+    with pytest.raises(ValueError) as info:
+        write_leaderboards(runs, runs.parent / "out")
+    msg = str(info.value)
+    assert "benchmark 'toy' mixes runs that must not be compared: 2 comparability groups" in msg
+    assert "differing in suite_version, config.pretrain.epochs:" in msg
+    assert f"(1 run(s)): {odd}" in msg and "(7 run(s)): " in msg
+    assert not (runs.parent / "out").exists()
+
+
+def test_mixed_groups_split_into_separate_tables(runs: Path, tmp_path: Path, capsys) -> None:
+    _odd_m3g(runs)
+    assert main(["--runs", str(runs), "--out", str(tmp_path / "out"), "--split", "--no-plots"]) == 0
+    md = (tmp_path / "out" / "toy.md").read_text()
+    assert "fall into 2 comparability groups" in md
+    g1, g2 = md.split("<!--")[0].split("## Group 1 of 2")[1].split("## Group 2 of 2")
+    assert "`alpha`" in g1 and "`m3g`" not in g1
+    # group 2: the single m3g run: 0.9 -> 90.00, n = 1, std 0; alone, so bold-free (nothing to beat)
+    assert "| `m3g` | 90.00 ± 0.00 (1) | 0.3000 ± 0.0000 (1) | 10.0 | 100 | n/a |" in g2
+    assert "`alpha`" not in g2
+    index = (tmp_path / "out" / "README.md").read_text()
+    assert "[toy](toy.md) (group 1 of 2)" in index and "[toy](toy.md) (group 2 of 2)" in index
+
+
+def test_comparability_key_ignores_seeds_description_notes() -> None:
+    a = _record("alpha", 0, {"acc": 0.5})
+    b = copy.deepcopy(a)
+    b["config"].update(seeds=[7], description="other words", protocol_notes={"x": "y"}, objectives=["alpha"])
+    b["seed"] = 7
+    assert comparability_key(a) == comparability_key(b)
+    for change in (lambda r: r["config"]["pretrain"].update(epochs=4), lambda r: r.update(suite_version="0.1.1"),
+                   lambda r: r["dataset"].update(manifest_hash="ff00"), lambda r: r.update(benchmark="other")):
+        c = copy.deepcopy(a)
+        change(c)
+        assert comparability_key(c) != comparability_key(a)
+
+
+def _v2(rec: dict, objective_version: str = "1") -> dict:
+    rec = copy.deepcopy(rec)
+    rec["schema_version"] = 2
+    rec["versions"] = {"suite": rec["suite_version"], "objective": objective_version,
+                       "metrics": {"acc": "1", "mae": "1"}}
+    rec["dataset"]["fingerprint"] = None
+    rec["comparability_key"] = comparability_key(rec)
+    return rec
+
+
+def test_schema_v2_records(tmp_path: Path) -> None:
+    rec = _v2(_record("alpha", 0, {"acc": 0.5}, synthetic=False))
+    rec["dataset"]["fingerprint"] = {"files": [["train/a.bin", 12]], "sha256": "a" * 64}
+    rec["comparability_key"] = comparability_key(rec)
+    r = validate_record(rec, "v2.json")
+    assert r.schema_version == 2 and r.dataset.fingerprint.files == (("train/a.bin", 12),)
+    assert r.board == "real"
+    edited = copy.deepcopy(rec)
+    edited["config"]["pretrain"]["epochs"] = 99
+    with pytest.raises(RecordError, match="field 'comparability_key'.*was the record edited"):
+        validate_record(edited, "v2.json")
+    no_versions = copy.deepcopy(rec)
+    del no_versions["versions"]
+    with pytest.raises(RecordError, match="field 'versions': expected a value"):
+        validate_record(no_versions, "v2.json")
+    bad_fp = copy.deepcopy(rec)
+    bad_fp["dataset"]["fingerprint"] = {"files": [["a", -1]], "sha256": "a" * 64}
+    with pytest.raises(RecordError, match=r"dataset.fingerprint.files\[0\]"):
+        validate_record(bad_fp, "v2.json")
+    # a different objective version is a different comparability group
+    other = _v2(_record("beta", 0, {"acc": 0.5}, synthetic=False), objective_version="2")
+    assert other["comparability_key"] != _v2(_record("beta", 0, {"acc": 0.5}, synthetic=False))["comparability_key"]
+
+
+# -- metric metadata from the registry ---------------------------------------------------------
+def test_percent_and_direction_from_registry(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for obj, mae, kappa, custom in (("alpha", 0.5, 0.2, 0.25), ("beta", 0.3, 0.4, 0.75)):
+        rec = _record(obj, 0, {"mae": mae, "kappa": kappa, "acc_custom": custom})
+        rec["metric_directions"] = {}  # no directions in the records: the registry must supply them
+        rec["config"]["metrics"] = ["mae", "kappa", "acc_custom"]
+        rec["config"]["selection_metric"] = "mae"
+        _write(runs, rec)
+    md = benchmark_table("toy", load_runs(runs)["toy"])
+    assert "| objective | mae ↓ | kappa ↑ | acc_custom (direction unknown) |" in md
+    rows = _rows(md)
+    assert rows["`beta`"][0] == "**0.3000 ± 0.0000 (1)**"  # lower-is-better: the min is bold
+    assert rows["`alpha`"][0] == "0.5000 ± 0.0000 (1)"
+    assert rows["`beta`"][1] == "**0.4000 ± 0.0000 (1)**"  # kappa: raw, not x100
+    # an unregistered metric whose name looks like a percentage stays raw and is never bold
+    assert rows["`alpha`"][2] == "0.2500 ± 0.0000 (1)" and rows["`beta`"][2] == "0.7500 ± 0.0000 (1)"
+
+
+def test_record_direction_contradicting_registry_is_refused(tmp_path: Path) -> None:
+    rec = _record("alpha", 0, {"acc": 0.5, "mae": 0.2})
+    rec["metric_directions"]["mae"] = "higher"
+    path = _write(tmp_path / "runs", rec)
+    with pytest.raises(RecordError, match=re.escape(f"{path}: field 'metric_directions.mae': expected 'lower'")):
+        write_leaderboards(tmp_path / "runs", tmp_path / "out", plots=False)
+
+
+# -- index ------------------------------------------------------------------------------------
+def _mixed_kinds(runs: Path) -> None:
+    _write(runs, _record("alpha", 0, {"acc": 0.7}, synthetic=False, bench="realbench"))
+    _write(runs, _record("beta", 0, {"acc": 0.6}, synthetic=False, bench="realbench"))
+    _write(runs, _record("alpha", 0, {"acc": 0.8}, bench="studybench"))
+    twin = _record("alpha", 0, {"acc": 0.9}, bench="twinbench")  # the spec's synthetic block was applied
+    twin["config"]["synthetic"] = {"pretrain.epochs": 3}
+    _write(runs, twin)
+    twin_b = copy.deepcopy(twin)
+    twin_b.update(objective="beta", metrics={"acc": 0.2})
+    _write(runs, twin_b)
+    explicit = _record("alpha", 0, {"acc": 0.5}, bench="checkbench")
+    explicit["config"]["options"] = {"board": "pipeline_check"}
+    _write(runs, explicit)
+
+
+def test_index_order_real_studies_pipeline_checks(tmp_path: Path) -> None:
+    _mixed_kinds(tmp_path / "runs")
+    write_leaderboards(tmp_path / "runs", tmp_path / "out", plots=False)
+    index = (tmp_path / "out" / "README.md").read_text()
+    real, rest = index.split("## Real data")[1].split("## Synthetic studies")
+    studies, checks = rest.split("## Pipeline checks")
+    assert "| [realbench](realbench.md) | `toy` | 2 | 0 | 2 | `alpha` (acc 70.00 ± 0.00 (1)) |" in real
+    assert "[studybench](studybench.md)" in studies and "studybench" not in real + checks
+    assert "rank nothing" in checks
+    assert "- [checkbench](checkbench.md): dataset `toy` (synthetic), 1 objectives, seeds 0 (1 runs)" in checks
+    assert "- [twinbench](twinbench.md)" in checks and "twinbench" not in real + studies
+    twin = (tmp_path / "out" / "twinbench.md").read_text()
+    assert "**Pipeline check**" in twin and "**" not in twin.split("| objective")[1].split("## Protocol")[0]
+    assert "p vs best" not in twin  # no tests in a pipeline check
+    real_md = (tmp_path / "out" / "realbench.md").read_text()
+    assert "Data: **real** (dataset `toy`, manifest `ab12cd34`); seeds 0." in real_md
+
+
+def test_board_kind_rules() -> None:
+    def kind(synthetic: bool = True, block: dict | None = None, synthetic_only: bool = False, board=None) -> str:
+        rec = _record("alpha", 0, {"acc": 0.5}, synthetic=synthetic)
+        rec["config"]["dataset"]["synthetic_only"] = synthetic_only
+        if block is not None:
+            rec["config"]["synthetic"] = block
+        if board is not None:
+            rec["config"]["options"] = {"board": board}
+        return validate_record(rec, "r.json").board
+
+    assert kind(synthetic=False) == "real"
+    assert kind() == "study"
+    assert kind(block={"pretrain.epochs": 3}) == "pipeline_check"  # the --synthetic overrides were applied
+    assert kind(block={"pretrain.epochs": 1}) == "study"  # a block exists but the run did not use it
+    assert kind(block={"pretrain.epochs": 3}, synthetic_only=True) == "study"  # synthetic by design
+    assert kind(board="pipeline_check", synthetic=False) == "pipeline_check"  # explicit wins
+    assert kind(board="study", block={"pretrain.epochs": 3}) == "study"
+    with pytest.raises(RecordError, match="config.options.board"):
+        kind(board="ranking")
+
+
+def test_index_survives_partial_regeneration(tmp_path: Path) -> None:
+    _mixed_kinds(tmp_path / "runs")
+    out = tmp_path / "out"
+    write_leaderboards(tmp_path / "runs", out, plots=False)
+    full_index = (out / "README.md").read_text()
+    real_board = (out / "realbench.md").read_bytes()
+    partial = tmp_path / "partial"  # like `make main RUNS=runs/`: only one benchmark's runs
+    _write(partial, _record("alpha", 0, {"acc": 0.8}, bench="studybench"))
+    written = write_leaderboards(partial, out, plots=False)
+    assert [p.name for p in written] == ["studybench.md", "README.md"]
+    assert (out / "README.md").read_text() == full_index  # every other board still listed
+    assert (out / "realbench.md").read_bytes() == real_board
+    # new runs in the partial folder show in the regenerated board and its index row
+    _write(partial, _record("beta", 0, {"acc": 0.9}, bench="studybench"))
+    write_leaderboards(partial, out, plots=False)
+    index = (out / "README.md").read_text()
+    assert "| [studybench](studybench.md) | `toy` | 2 | 0 | 2 | `beta` (acc 90.00 ± 0.00 (1)) |" in index
+    assert "[realbench](realbench.md)" in index and "[twinbench](twinbench.md)" in index
+
+
+def test_board_without_metadata_is_reported(tmp_path: Path, runs: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.md").write_text("# Leaderboard: old\n\n| a |\n")
+    with pytest.raises(ValueError, match="old.md: a board without the 'fusebench-board' metadata"):
+        write_leaderboards(runs, out, plots=False)
+    assert sorted(p.name for p in out.iterdir()) == ["old.md"]
+
+
+# -- reported numbers -------------------------------------------------------------------------
+def test_reported_rows_rendered_not_ranked(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "reported.yaml").write_text(
+        "- {benchmark: toy, label: 'Big model (Doe et al. 2020)', metric: acc, value: 0.95, printed: '95.0',\n"
+        "   source: 'doe2020.txt, Table 2', protocol: 'official test split', objective: alpha}\n"
+        "- {benchmark: toy, label: 'Big model (Doe et al. 2020)', metric: mae, value: 0.05,\n"
+        "   source: 'doe2020.txt, Table 2', protocol: 'official test split', objective: alpha}\n"
+        "- {benchmark: toy, label: 'Small | model', metric: acc, value: 0.1, source: 'x.txt, Table 1', note: n}\n"
+        "- {benchmark: other, label: X, metric: acc, value: 0.1, source: y}\n")
+    write_leaderboards(runs, out, plots=False)
+    md = (out / "toy.md").read_text()
+    rows = _rows(md)
+    # 95.00 and 0.0500 beat every run, yet are not bold and do not change the best row
+    assert rows["*reported:* Big model (Doe et al. 2020) (our `alpha`) [R1]"] == ["95.00", "0.0500", "—", "—",
+                                                                                 "not tested"]
+    assert rows["*reported:* Small \\| model [R2]"] == ["10.00", "—", "—", "—", "not tested"]
+    assert rows["`alpha`"][0] == "**60.00 ± 10.00 (3)**" and rows["`beta`"][1] == "**0.8000 ± 0.0000 (3)**"
+    assert "- [R1] doe2020.txt, Table 2: official test split\n- [R2] x.txt, Table 1 (n)\n" in md
+    assert "on the official dataset; this board's runs are not" in md  # toy runs are synthetic
+    assert "`alpha` (acc 60.00 ± 10.00 (3))" in (out / "README.md").read_text()
+
+
+def test_bad_reported_file(runs: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "reported.yaml"
+    bad.write_text("- {benchmark: toy, label: X, metric: acc, value: high, source: y}\n")
+    with pytest.raises(ValueError, match="entry 0: value must be a finite number"):
+        write_leaderboards(runs, tmp_path / "out", reported=bad)
+    bad.write_text("- {benchmark: toy, label: X, metric: acc, value: 0.5}\n")
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['source'\]"):
+        write_leaderboards(runs, tmp_path / "out", reported=bad)
+
+
+# -- curves -----------------------------------------------------------------------------------
+def test_mean_band_by_hand() -> None:
+    mean, lo, hi = lb._mean_band([[1.0, 2.0, 5.0], [3.0, 2.0], [2.0, 2.0, 9.0]])
+    assert len(mean) == 2  # truncated to the shortest seed
+    assert mean == [2.0, 2.0] and lo == [1.0, 2.0] and hi == [3.0, 2.0]  # std of (1, 3, 2) = 1
+
+
+def test_plot_has_loss_and_validation_panels(runs: Path, tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    seen = {}
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *a, **k):
+        seen["axes"] = [(ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes if ax.axison]
+        return real_savefig(fig, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    view = lb.make_view("toy", load_runs(runs)["toy"])
+    assert lb.plot_curves(view, tmp_path / "c.png")
+    assert ("alpha (n=3): pretraining loss", "pretraining step", "loss") in seen["axes"]
+    assert ("alpha (n=3): validation acc", "downstream epoch", "acc (%)") in seen["axes"]

@@ -1,7 +1,10 @@
 """Evaluation metrics (``fusebench.metrics``): ``get(id)``, ``available()``.
 
-Every metric is a callable carrying ``higher_is_better`` (bool) and ``task``; values are fractions
-(x100 only when rendering). Call forms:
+Every metric is a callable carrying ``higher_is_better`` (bool), ``task``, ``unit`` and ``version``.
+``unit`` says how a value is shown: ``"fraction"`` (a value in [0, 1], rendered x100 as a percent by
+the leaderboard) or ``"raw"`` (rendered as is: errors, correlations, kappa). ``version`` is bumped
+when a metric's definition changes, so runs scored with different definitions are never compared
+(it is part of a run record's comparability key). Call forms:
 
 * sentiment / sleep: ``get(id)(y_pred, y_true) -> float`` on 1-D arrays (numpy or torch);
 * segmentation: ``get(id)(pred, target, num_classes, ignore_index=-1) -> float``;
@@ -17,6 +20,7 @@ from typing import Any, Callable
 from fusebench.registry import Registry, UnknownNameError
 
 METRICS = Registry("metric", entry_point_group="fusebench.metrics")
+UNITS = ("fraction", "raw")
 
 
 @dataclass(frozen=True)
@@ -28,22 +32,36 @@ class Metric:
     higher_is_better: bool
     task: str
     description: str = ""
+    unit: str = "raw"  # "fraction" (rendered as a percent) or "raw"
+    version: str = "1"  # bump when the definition changes
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"metric {self.id!r}: unit {self.unit!r} is not one of {list(UNITS)}")
+        if not isinstance(self.version, str) or not self.version:
+            raise ValueError(f"metric {self.id!r}: version must be a non-empty string, got {self.version!r}")
+
+    @property
+    def direction(self) -> str:
+        return "higher" if self.higher_is_better else "lower"
 
     def __call__(self, *args: Any, **kwargs: Any) -> float:
         return self.fn(*args, **kwargs)
 
 
-def register(id: str, *, higher_is_better: bool, task: str, description: str = ""):
-    """Decorator: register ``fn`` as metric ``id``."""
+def register(id: str, *, higher_is_better: bool, task: str, description: str = "", unit: str = "raw",
+             version: str = "1"):
+    """Decorator: register ``fn`` as metric ``id`` (``unit``: "fraction" or "raw"; see the module doc)."""
 
     def deco(fn: Callable[..., float]) -> Callable[..., float]:
-        METRICS.add(id, Metric(id, fn, higher_is_better, task, description or (fn.__doc__ or "").strip()))
+        METRICS.add(id, Metric(id, fn, higher_is_better, task, description or (fn.__doc__ or "").strip(), unit,
+                               version))
         return fn
 
     return deco
 
 
-_MODULES = ("segmentation", "sentiment", "sleep", "detection")
+_MODULES = ("segmentation", "sentiment", "sleep", "detection", "clustering")
 _loaded = False
 
 
@@ -66,4 +84,4 @@ def get(id: str) -> Metric:
     return METRICS.get(id)
 
 
-__all__ = ["METRICS", "Metric", "UnknownNameError", "available", "get", "register"]
+__all__ = ["METRICS", "UNITS", "Metric", "UnknownNameError", "available", "get", "register"]

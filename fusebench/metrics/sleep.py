@@ -85,14 +85,14 @@ def weighted_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float((f1_from_confusion(m) * support).sum() / support.sum())
 
 
-@register("acc", higher_is_better=True, task="classification")
+@register("acc", higher_is_better=True, unit="fraction", task="classification")
 def acc(y_pred: Any, y_true: Any) -> float:
     """Accuracy: fraction of samples whose predicted class equals the true class."""
     p, t = pair(y_pred, y_true, "acc", integer=True)
     return float((p == t).mean())
 
 
-@register("bacc", higher_is_better=True, task="classification")
+@register("bacc", higher_is_better=True, unit="fraction", task="classification")
 def bacc(y_pred: Any, y_true: Any) -> float:
     """Balanced accuracy: mean recall over the classes present in y_true."""
     p, t = pair(y_pred, y_true, "bacc", integer=True)
@@ -102,7 +102,7 @@ def bacc(y_pred: Any, y_true: Any) -> float:
     return float((np.diag(m)[has] / support[has]).mean())
 
 
-@register("mf1", higher_is_better=True, task="classification")
+@register("mf1", higher_is_better=True, unit="fraction", task="classification")
 def mf1(y_pred: Any, y_true: Any) -> float:
     """Macro F1: unweighted mean of per-class F1 over the classes seen in y_true or y_pred."""
     p, t = pair(y_pred, y_true, "mf1", integer=True)
@@ -136,7 +136,7 @@ def _make_stage_f1(stage: int, name: str) -> None:
 
     fn.__name__ = f"f1_{name}"
     fn.__doc__ = f"F1 of sleep stage {name.upper()} (class {stage}) one-vs-rest; NaN if absent from both."
-    register(f"f1_{name}", higher_is_better=True, task="classification")(fn)
+    register(f"f1_{name}", higher_is_better=True, unit="fraction", task="classification")(fn)
     globals()[fn.__name__] = fn
 
 
