@@ -29,7 +29,7 @@ from .base import (
 DATASETS = Registry("dataset", entry_point_group="fusebench.datasets")
 
 # one module per adapter family; importing a module registers its ids
-_MODULES = ("nyuv2", "sunrgbd", "mmsa", "sleep", "quickstart")
+_MODULES = ("nyuv2", "sunrgbd", "mmsa", "sleep", "quickstart", "multiview_mat")
 
 for _m in _MODULES:
     importlib.import_module(f"{__name__}.{_m}")
