@@ -53,9 +53,12 @@ KIND_TITLES = {"real": "real data", "study": "synthetic study", "pipeline_check"
 # ---------------------------------------------------------------------------------------------
 def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
     """Every run.json under ``runs_dir``, validated, grouped by benchmark, in a deterministic order.
-    Raises :class:`fusebench.records.RecordError` (a ValueError) for the first invalid file."""
+    Raises :class:`fusebench.records.RecordError` (a ValueError) for the first invalid file. Hidden
+    folders (``.selection/``: the hyper-parameter trials on the validation split) are not read."""
     out: dict[str, list[RunRecord]] = defaultdict(list)
     for path in sorted(Path(runs_dir).rglob("run.json")):
+        if any(part.startswith(".") for part in path.relative_to(runs_dir).parts[:-1]):
+            continue
         rec = load_record(path)
         out[rec.benchmark].append(rec)
     for recs in out.values():
@@ -84,6 +87,14 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
                     f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
                     f"{other.path} and {r.path} (a table counts each (objective, seed) once; remove one)")
             seen[(r.objective, r.seed)] = r
+        by_version: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
+        for r in group:  # one row = one objective version: a loss whose definition changed is not averaged
+            by_version[r.objective][r.versions.objective].append(r)
+        for objective, versions in sorted(by_version.items()):
+            if len(versions) > 1:
+                listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))
+                raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs of different objective "
+                                 f"versions (the loss changed between them): {listing}. Move the old runs away.")
     groups = sorted(by_key.values(), key=lambda g: (-len(g), g[0].comparability_key))
     if len(groups) > 1 and not split:
         fields = differing_fields([g[0] for g in groups])

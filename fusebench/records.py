@@ -32,8 +32,10 @@ Two runs may share a leaderboard row / table only if their :func:`comparability_
 key hashes :func:`comparability_fields`: the benchmark id; a hash of ``config`` without the keys that
 do not change what one run computes (:data:`CONFIG_KEYS_IGNORED`: the seed list, the objective
 sweep list, the protocol notes, the description, the ``synthetic:`` override block itself, and
-``options.board``); the suite version; the objective's version; the versions of the metrics in
+``options.board``); the suite version; the versions of the metrics in
 ``config.metrics``; and the dataset identity (id, synthetic flag, manifest hash, fingerprint hash).
+The objective's version is not in the key (one table compares objectives of different versions);
+the leaderboard requires it to be the same within each objective's row instead.
 """
 
 from __future__ import annotations
@@ -394,7 +396,6 @@ def comparability_fields(record: Mapping[str, Any] | RunRecord) -> dict[str, Any
         "benchmark": raw.get("benchmark"),
         "config": hashlib.sha256(_canonical(comparable_config(cfg)).encode()).hexdigest()[:16],
         "suite_version": raw.get("suite_version"),
-        "objective_version": objective_version,
         "metric_versions": dict(sorted(metric_versions.items())),
         "dataset": {"id": ds.get("id"), "synthetic": ds.get("synthetic"), "manifest_hash": ds.get("manifest_hash"),
                     "fingerprint": fp.get("sha256") if isinstance(fp, dict) else None},

@@ -257,9 +257,22 @@ def test_schema_v2_records(tmp_path: Path) -> None:
     bad_fp["dataset"]["fingerprint"] = {"files": [["a", -1]], "sha256": "a" * 64}
     with pytest.raises(RecordError, match=r"dataset.fingerprint.files\[0\]"):
         validate_record(bad_fp, "v2.json")
-    # a different objective version is a different comparability group
+    # the objective's version is checked per row, not in the table key: objectives of different
+    # versions share a table, two versions of one objective never share a row
     other = _v2(_record("beta", 0, {"acc": 0.5}, synthetic=False), objective_version="2")
-    assert other["comparability_key"] != _v2(_record("beta", 0, {"acc": 0.5}, synthetic=False))["comparability_key"]
+    assert other["comparability_key"] == _v2(_record("beta", 0, {"acc": 0.5}, synthetic=False))["comparability_key"]
+
+
+def test_objective_versions_share_a_table_but_not_a_row(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _write(runs, _v2(_record("alpha", 0, {"acc": 0.5}, synthetic=False), objective_version="1"))
+    _write(runs, _v2(_record("beta", 0, {"acc": 0.7}, synthetic=False), objective_version="2"))
+    recs = load_runs(runs)["toy"]
+    assert "| `beta` |" in benchmark_table("toy", recs) and "| `alpha` |" in benchmark_table("toy", recs)
+    (runs / "old").mkdir()
+    _write(runs / "old", _v2(_record("beta", 1, {"acc": 0.6}, synthetic=False), objective_version="1"))
+    with pytest.raises(ValueError, match=r"objective 'beta' mixes runs of different objective versions.*version 1: .*version 2: "):
+        benchmark_table("toy", load_runs(runs)["toy"])
 
 
 # -- metric metadata from the registry ---------------------------------------------------------

@@ -49,6 +49,10 @@ class PretrainConfig:
     batch_size: int = 32
     objective_batch_size: dict[str, int] = field(default_factory=dict)  # objective id -> its own batch (M3G at k >= 5)
     objective_epochs: dict[str, int] = field(default_factory=dict)  # objective id -> its own epochs (with its own batch)
+    # hyper-parameter search on the validation split: objective id -> {name: [values]}; every combination
+    # is pretrained once with ``selection_seed`` and the best validation primary metric wins (runner.select_hparams)
+    grid: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    selection_seed: int = 1000  # not one of the evaluation seeds
     optimizer: str = "adamw"  # adamw | sgd
     lr: float = 1e-3
     weight_decay: float = 1e-4

@@ -37,12 +37,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import fusebench
+from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
 from fusebench.training import distributed, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
 BASELINE = "none"  # pseudo-objective: no pretraining (random-init encoder), the reference row
 RAW = "raw"  # pseudo-objective of the embedding_eval protocol: the standardised input views, concatenated
 REFERENCES = (BASELINE, RAW)
@@ -454,7 +454,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     batch_size = pretrain_batch_size(spec, objective)
     epochs = int(pt.objective_epochs.get(objective, pt.epochs))
     if objective not in REFERENCES and epochs > 0:
-        obj = objectives.build(objective, **pt.hparams.get(objective, {})).to(dev)
+        obj = objectives.build(objective, **objective_hparams(spec, objective, context)).to(dev)
         _, per_epoch = _loader(data["train"], batch_size, True, seed, 0)
         total = per_epoch * epochs
         pre = Pretrainer(model, obj, pt, total_steps=total).to(dev)
@@ -627,6 +627,47 @@ def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
     return ctx
 
 
+def objective_hparams(spec: BenchmarkSpec, objective: str, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The objective's hyper-parameters: ``pretrain.hparams[objective]`` updated with the values the
+    validation search chose (``context["hparams"]``, see :func:`select_hparams`)."""
+    return {**spec.pretrain.hparams.get(objective, {}), **((context or {}).get("hparams", {}).get(objective, {}))}
+
+
+def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, synthetic: bool, data_root: str | None,
+                   device: str, progress: bool, context: dict[str, Any]) -> dict[str, Any] | None:
+    """Choose ``objective``'s hyper-parameters from ``pretrain.grid[objective]`` on the validation split.
+
+    Every combination is run once (pretraining + downstream protocol) with ``pretrain.selection_seed``;
+    the combination with the best *validation* primary metric wins (ties: the first in grid order).
+    Trial records go to ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (a hidden folder the
+    leaderboard does not read); the outcome ``{"grid", "seed", "metric", "scores", "choice"}`` is
+    stored beside them in ``selection.json`` and in every run record of the objective."""
+    import itertools
+
+    from fusebench import metrics as M
+
+    grid = spec.pretrain.grid.get(objective)
+    if not grid or objective in REFERENCES:
+        return None
+    folder = out / ".selection" / spec.name / objective
+    names = sorted(grid)
+    combos = [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+    primary = spec.primary_metric
+    sign = 1.0 if M.get(primary).higher_is_better else -1.0
+    scores = []
+    for i, combo in enumerate(combos):
+        trial = f"trial{i}-" + "-".join(f"{k}{v}" for k, v in combo.items())
+        ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
+        rec = run_one(spec, objective, spec.pretrain.selection_seed, folder / trial, synthetic=synthetic,
+                      data_root=data_root, device=device, progress=progress, context=ctx)
+        scores.append({"hparams": combo, "val": rec["selection"]["val_metrics"][primary]})
+    best = max(range(len(combos)), key=lambda i: (sign * scores[i]["val"], -i))
+    outcome = {"grid": {n: list(grid[n]) for n in names}, "seed": spec.pretrain.selection_seed,
+               "metric": f"validation {primary}", "scores": scores, "choice": combos[best]}
+    utils.atomic_write_json(folder / "selection.json", outcome)
+    return outcome
+
+
 def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:
     """``pretrain.objective_batch_size[objective]`` where given (e.g. M3G at k >= 5, whose cost grows as
     n^k), else ``pretrain.batch_size``."""
@@ -730,6 +771,8 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "parameters": sum(p.numel() for p in model.parameters()) if model is not None else 0,
         "diagnostics": diagnostics,
         "protocol": spec.protocol_notes,
+        "hparams": objective_hparams(spec, objective, context) if objective not in REFERENCES else {},
+        "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
     }
 
 
@@ -789,7 +832,13 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
 def write_record(cell: Path, record: dict[str, Any]) -> Path:
     """Write run.json once (immutable): written to a temporary file, then hard-linked into place,
     which fails if another process created run.json first — concurrent runs never overwrite."""
+    from fusebench.records import comparability_key, validate_record, versions_block
+
     path = cell / "run.json"
+    if record.get("schema_version", 1) >= 2:
+        record.setdefault("versions", versions_block(record["objective"], list(record["config"].get("metrics") or [])))
+        record["comparability_key"] = comparability_key(record)
+    validate_record(record, path)  # never write a record the leaderboard would refuse
     tmp = cell / f".run.json.{os.getpid()}.tmp"
     utils.atomic_write_json(tmp, record)
     try:
@@ -858,6 +907,11 @@ def run(
         check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
     records = []
     for o in objs:
+        if any(oo == o for oo, _ in pending):  # hyper-parameters chosen on val before the objective's cells
+            chosen = select_hparams(spec, o, out, synthetic, data_root, device, progress, context)
+            if chosen is not None:
+                context.setdefault("hparams", {})[o] = chosen["choice"]
+                context.setdefault("hparam_selection", {})[o] = chosen
         for s in seeds:
             cell = cell_dir(out, spec.name, o, s)
             try:
