@@ -89,6 +89,10 @@ class SyntheticSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+#: options every adapter accepts (read by the base class and the cache)
+BASE_OPTIONS = frozenset({"seed", "augment", "synthetic_spec", "use_cache", "allow_empty"})
+
+
 def cache_home() -> Path:
     """Where fusebench caches prepared data and synthetic twins (``$FUSEBENCH_CACHE`` overrides)."""
     env = os.environ.get("FUSEBENCH_CACHE")
@@ -116,6 +120,10 @@ class MultimodalDataset(Dataset):
     FILES: ClassVar[tuple[DataFile, ...]] = ()
     #: where the official files come from (URLs, licence) and the expected layout, for `data info`
     INFO: ClassVar[str] = ""
+    #: the adapter-specific options it reads (``dataset.options``); an option outside this set and
+    #: :data:`BASE_OPTIONS` is a :class:`DatasetError`. ``None`` (the default for third-party adapters)
+    #: skips the check.
+    OPTIONS: ClassVar[frozenset[str] | None] = None
 
     def __init__(
         self,
@@ -137,6 +145,12 @@ class MultimodalDataset(Dataset):
         self.split = split
         self.modalities = list(modalities)
         self.synthetic = bool(synthetic)
+        declared = type(self).OPTIONS
+        if declared is not None:  # an option the adapter does not read is a typo, never silently ignored
+            unknown = sorted(set(opts) - set(declared) - BASE_OPTIONS)
+            if unknown:
+                raise DatasetError(f"{self.id}: unknown options {unknown} (dataset.options / --set "
+                                   f"dataset.options.NAME); valid options: {sorted(set(declared) | BASE_OPTIONS)}")
         allow_empty = bool(opts.pop("allow_empty", False))
         self.opts = dict(opts)
         self.seed = int(opts.pop("seed", 0))

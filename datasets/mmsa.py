@@ -88,6 +88,10 @@ def _video_split(videos: list[str], fractions: tuple[float, float, float]) -> di
 class _SentimentDataset(MultimodalDataset):
     """Shared reader of the three sentiment adapters (see module docstring)."""
 
+    #: dataset.options this adapter reads (others are errors, see MultimodalDataset.OPTIONS)
+    OPTIONS = frozenset({"aligned", "csd_alignment", "csd_files", "file", "folds", "label", "labels_csd", "layout",
+                         "nonfinite", "text_field", "unimodal_labels"})
+
     task = "regression"
     LABEL_RANGE: ClassVar[tuple[float, float]] = (-3.0, 3.0)
     UNIMODAL: ClassVar[bool] = False

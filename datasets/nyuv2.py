@@ -168,6 +168,10 @@ class NYUv2(MultimodalDataset):
     a path, or False), ``flip_p`` (train augmentation: horizontal flip probability, 0.5).
     """
 
+    #: dataset.options this adapter reads (others are errors, see MultimodalDataset.OPTIONS)
+    OPTIONS = frozenset({"classes", "depth_source", "flip_p", "label_source", "layout", "normal_cache", "normal_method",
+                         "normal_radius_px", "normal_source", "split_seed", "val_fraction"})
+
     id: ClassVar[str] = "nyuv2"
     task: ClassVar[str] = "segmentation"
     num_classes: ClassVar[int | None] = 40

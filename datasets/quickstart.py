@@ -22,7 +22,7 @@ Shape: each sample's modality is a ``vector`` [16]; target a long scalar in 0..3
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -37,6 +37,8 @@ NAMES = ("strong1", "strong2", "weak")
 @DATASETS.register("quickstart")
 class Quickstart(MultimodalDataset):
     """Three vector modalities, one weak but necessary (the README's quickstart benchmark)."""
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()  # the generator reads synthetic_spec only
 
     id = "quickstart"
     task = "classification"

@@ -678,6 +678,9 @@ def _subject_split(subjects: list[str], split: str, val_fraction: float, test_fr
 
 
 class _SleepDataset(MultimodalDataset):
+    OPTIONS = frozenset({"crop_wake_min", "max_cached_recordings", "pairs", "sfreq", "sfreq_hz", "split_subjects",
+                         "test_fraction", "val_fraction"})
+
     task = "classification"
     num_classes = 5
     CHANNELS: ClassVar[tuple[str, ...]] = ()

@@ -248,6 +248,10 @@ def _require(obj: Any, key: str, where: str, source: Path) -> Any:
 class SUNRGBD(MultimodalDataset):
     """SUN RGB-D point clouds with the 10-class VoteNet boxes (see the module docstring)."""
 
+    #: dataset.options this adapter reads (others are errors, see MultimodalDataset.OPTIONS)
+    OPTIONS = frozenset({"annos", "calib", "info_file", "instances", "layout", "num_features", "num_points", "points_source",
+                         "val_fraction", "val_seed", "version", "voxel_backend", "voxel_size"})
+
     id = "sunrgbd"
     task = "detection"
     num_classes = len(CLASSES)

@@ -200,3 +200,14 @@ def test_no_progress_bars_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
                            "--out", str(tmp_path), *args], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stderr and "pretrain:" not in proc.stderr and "it/s" not in proc.stderr
+
+
+def test_unknown_dataset_option_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"quickstart: unknown options \['bogus'\]"):
+        fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, progress=False,
+                      overrides={**TINY, "dataset.options.bogus": 1})
+    from fusebench import datasets
+
+    for name in ("nyuv2", "sunrgbd", "mosi", "sleep_edf", "mv_handwritten"):  # checked before any file is read
+        with pytest.raises(DatasetError, match=r"unknown option(s|\(s\)) \['bogus'\]"):
+            datasets.build(name, root=str(tmp_path), split="train", bogus=1)
