@@ -10,6 +10,7 @@ Examples::
     fusebench data info nyuv2            # where the official files come from, expected layout
     fusebench run quickstart             # the README's main job
     fusebench leaderboard --runs runs/   # regenerate leaderboards/*.md from run.json files
+    fusebench study kviews --data-root DIR   # mv-handwritten with k = 2..6 views, table + plot
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("fusebench.datasets.cli", "main", "prepare|check|info a dataset"),
     "run": ("fusebench.training.cli", "main", "run a benchmark by name (pretrain -> downstream -> run.json)"),
     "leaderboard": ("fusebench.leaderboard", "main", "regenerate leaderboard markdown from run.json files"),
+    "study": ("fusebench.training.kviews", "study_main", "studies across benchmark variants: kviews (accuracy vs number of views)"),
 }
 
 
