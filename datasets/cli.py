@@ -73,12 +73,21 @@ def _prepare(ns: argparse.Namespace) -> int:
     # one absolute root for every path the adapter builds and the manifest records
     root = None if ns.root is None else os.path.abspath(Path(ns.root).expanduser())
     memo: dict = {}
-    for split in splits:
-        ds = cls(root=root, split=split, synthetic=ns.synthetic, use_cache=False, augment=False, **opts)
+    failed: list[str] = []
+    for split in splits:  # an empty or unreadable split is reported; the other splits are still prepared
+        try:
+            ds = cls(root=root, split=split, synthetic=ns.synthetic, use_cache=False, augment=False, **opts)
+        except datasets.DatasetError as e:  # also a split whose folder is missing
+            print(f"fusebench data prepare: {cls.id}/{split}: {e}", file=sys.stderr)
+            failed.append(split)
+            continue
         folder = cache.prepare(ds, base=ns.out, progress=not ns.quiet, force=ns.force, _hash_memo=memo)
         print(f"{cls.id}/{split}: {len(ds)} samples -> {folder}")
-    if ns.out:
+    if ns.out and len(failed) < len(splits):
         print(f"(set FUSEBENCH_PREPARED={Path(ns.out).resolve()} so that adapters read this cache)")
+    if failed:
+        print(f"fusebench data prepare: {cls.id}: splits not prepared: {failed}", file=sys.stderr)
+        return 2
     return 0
 
 

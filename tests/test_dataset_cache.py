@@ -454,3 +454,18 @@ def test_real_full_tmpfs_and_read_only_tmpfs(small_tmpfs, fixtures_dir, capsys):
     err = capsys.readouterr().err
     assert rc == 3 and "Traceback" not in err
     assert f"under {out / 'caches'}: Read-only file system [EROFS]" in err
+
+
+def test_prepare_all_splits_goes_on_past_an_empty_one(tmp_path, fixtures_dir, capsys):
+    """Empty splits are reported and the others still prepared (the MTAN sample holds only the
+    official test frames, its val/ folder: train and val are empty), exit status 2."""
+    from fusebench.datasets import cli
+
+    code = cli.main(["prepare", "nyuv2", "--root", str(fixtures_dir / "nyuv2" / "mtan"), "--opt", "val_fraction=0",
+                     "--out", str(tmp_path / "cache"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "nyuv2/test: 1 samples" in out and "nyuv2/train:" not in out and "nyuv2/val:" not in out
+    assert "nyuv2/train:" in err and "nyuv2/val:" in err and "splits not prepared: ['train', 'val']" in err
+    assert (tmp_path / "cache").is_dir()
+    assert "Traceback" not in err
