@@ -35,7 +35,7 @@ import math
 import re
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +271,7 @@ class GroupView:
     primary: str
     best: dict[str, str | None]
     values: dict[tuple[str, str], dict[int, float]]  # (objective, metric) -> seed -> value
+    studies: list[tuple[str, str, str]] = field(default_factory=list)  # (title, markdown, plot) beside the board
 
     @property
     def objectives(self) -> list[str]:
@@ -450,9 +451,39 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
         out.append(f"- {key}: {' '.join(protocol[key].split())}")
     out.append(f"- runs: {len(view.recs)} run.json file(s), seeds {', '.join(map(str, view.seeds))}, "
                f"fusebench {', '.join(suites)}, comparability key `{first.comparability_key}`")
+    chosen = _chosen_hparams(view)
+    if chosen:
+        out.append(f"- hyper-parameters chosen on the validation split: {chosen}")
+    wall = sum(float(r.raw.get("wall_time_s") or 0.0) for r in view.recs)
+    trials = sum(len((r.raw.get("hparam_selection") or {}).get("scores", [])) for r in _first_per_objective(view))
+    out.append(f"- compute: {wall / 60:.1f} min in all, the sum of the {len(view.recs)} runs' wall times "
+               f"(device {first.raw.get('device', '?')}, {(first.raw.get('host') or {}).get('cpu_count', '?')} CPUs)"
+               + (f", plus {trials} selection run(s) on the validation split" if trials else ""))
     if plot_name:
         out += ["", f"{h} Training curves", "", f"![training curves]({plot_name})"]
+    for study in view.studies:
+        out += ["", f"{h} Study: {study[0]}", "", f"[{study[0]}]({study[1]}) — ![{study[0]}]({study[2]})"]
     return out
+
+
+def _first_per_objective(view: GroupView) -> list[RunRecord]:
+    seen: dict[str, RunRecord] = {}
+    for r in view.recs:
+        seen.setdefault(r.objective, r)
+    return [seen[o] for o in sorted(seen)]
+
+
+def _chosen_hparams(view: GroupView) -> str:
+    """``obj`` name=value (grid) per objective whose records carry a validation-split selection."""
+    parts = []
+    for r in _first_per_objective(view):
+        sel = r.raw.get("hparam_selection")
+        if not isinstance(sel, dict) or not isinstance(sel.get("choice"), dict):
+            continue
+        grid = sel.get("grid") or {}
+        choice = ", ".join(f"{k}={v} of {grid.get(k)}" for k, v in sorted(sel["choice"].items()))
+        parts.append(f"`{r.objective}` {choice}")
+    return "; ".join(parts)
 
 
 def _meta(view: GroupView, title: str | None) -> dict[str, Any]:
@@ -699,6 +730,9 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         groups = group_runs(name, recs, split=split)
         rep = reported_map.get(name, [])
         views = [make_view(name, g, [r.metric for r in rep]) for g in groups]
+        if (out_dir / f"{name}-kviews.md").exists():  # written by `fusebench study kviews`
+            for v in views:
+                v.studies.append(("k-views study", f"{name}-kviews.md", f"{name}-kviews.png"))
         plot_names = [f"{name}-curves.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-curves.png"
                       for v in views]
         for p in plot_names + [f"{name}.md"]:

@@ -442,3 +442,23 @@ def test_plot_has_loss_and_validation_panels(runs: Path, tmp_path: Path, monkeyp
     assert lb.plot_curves(view, tmp_path / "c.png")
     assert ("alpha (n=3): pretraining loss", "pretraining step", "loss") in seen["axes"]
     assert ("alpha (n=3): validation acc", "downstream epoch", "acc (%)") in seen["axes"]
+
+
+def test_board_states_chosen_hparams_compute_and_links_a_study(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    sel = {"grid": {"tau": [0.1, 0.5]}, "seed": 1000, "metric": "validation acc",
+           "scores": [{"hparams": {"tau": 0.1}, "val": 0.8}, {"hparams": {"tau": 0.5}, "val": 0.9}],
+           "choice": {"tau": 0.5}}
+    for seed, wall in ((0, 30.0), (1, 90.0)):
+        _write(runs, _record("alpha", seed, {"acc": 0.5, "mae": 1.0}, wall_time_s=wall, hparam_selection=sel,
+                             device="cpu", host={"cpu_count": 2}))
+    _write(runs, _record("beta", 0, {"acc": 0.6, "mae": 1.0}, wall_time_s=60.0))
+    out = tmp_path / "boards"
+    out.mkdir()
+    (out / "toy-kviews.md").write_text("# study\n")
+    write_leaderboards(runs, out)
+    md = (out / "toy.md").read_text()
+    assert "- hyper-parameters chosen on the validation split: `alpha` tau=0.5 of [0.1, 0.5]" in md
+    # 30 + 90 + 60 s = 3.0 min; one objective with a 2-value grid = 2 selection runs
+    assert "- compute: 3.0 min in all, the sum of the 3 runs' wall times (device cpu, 2 CPUs), plus 2 selection run(s)" in md
+    assert "[k-views study](toy-kviews.md)" in md
