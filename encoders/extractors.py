@@ -24,6 +24,12 @@ The model-based extractors never download: ``weights`` must be a local folder wr
 ``local_files_only=True``. Without it they refuse with a ``ValueError`` saying what to pass.
 ``transformers`` is imported lazily (``pip install 'fusebench[extract]'``).
 
+Audio files (command line, :func:`load_audio`): integer PCM WAV (8/16/24/32-bit, any rate and channel
+count) is read with the standard library's ``wave``; float WAV, FLAC, OGG, AIFF, ... need
+``soundfile`` (``pip install 'fusebench[audio]'``); other formats are refused with a ``ValueError``
+naming the file (convert with ffmpeg). ``torchaudio.load`` is not used: since torchaudio 2.9 it
+needs TorchCodec, which fusebench does not install.
+
 Command line (one output ``.pt`` holding a list of ``[T_i, d]`` tensors)::
 
     python -m fusebench.encoders.extractors text  --weights bert-base/ --input lines.txt --output text.pt
@@ -43,6 +49,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import wave
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -205,13 +212,69 @@ class LowLevelAudioExtractor:
         return torch.cat([mfcc[:t], torch.log(rms[:t] + 1e-8)[:, None], centroid[:t, None]], dim=1)
 
 
-def _load_audio(path: str) -> tuple[Tensor, int]:
-    import torchaudio
+def _read_pcm_wav(path: Path) -> tuple[Tensor, int]:
+    """Integer PCM WAV (8-bit unsigned, 16/24/32-bit signed) with the standard library's ``wave``.
+    Raises ``wave.Error`` / ``EOFError`` for anything else (float or compressed WAV, not a WAV)."""
+    import numpy as np
 
+    with wave.open(str(path), "rb") as f:
+        channels, width, rate, frames = f.getnchannels(), f.getsampwidth(), f.getframerate(), f.getnframes()
+        raw = f.readframes(frames)
+    if len(raw) != frames * channels * width:
+        raise ValueError(f"audio file {str(path)!r} is truncated: the header announces {frames} frames, "
+                         f"the data holds {len(raw) // max(channels * width, 1)}")
+    if width == 1:  # 8-bit WAV is unsigned, centred at 128
+        x = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 2:
+        x = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
+    elif width == 3:  # little-endian 24-bit: sign-extend the top byte
+        b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+        x = (np.where(v >= 1 << 23, v - (1 << 24), v)).astype(np.float32) / float(1 << 23)
+    elif width == 4:
+        x = (np.frombuffer(raw, dtype="<i4").astype(np.float64) / float(1 << 31)).astype(np.float32)
+    else:  # pragma: no cover - wave itself refuses other widths
+        raise wave.Error(f"unsupported sample width {width} bytes")
+    return torch.from_numpy(x.reshape(-1, channels).T.copy()), int(rate)
+
+
+def load_audio(path: str | os.PathLike) -> tuple[Tensor, int]:
+    """``(waveform [channels, T] float32 in [-1, 1], sample_rate_hz)`` of an audio file.
+
+    Integer PCM WAV (8/16/24/32-bit) is read with the standard library (no extra package). Other
+    formats (float or WAVE_FORMAT_EXTENSIBLE WAV, FLAC, OGG/Vorbis, AIFF, ...) are read with
+    ``soundfile`` (libsndfile; ``pip install 'fusebench[audio]'``) when it is installed. Anything
+    else raises ``ValueError`` naming the file and what is supported (convert e.g. MP4/AAC with
+    ``ffmpeg -i in.m4a out.wav``). torchaudio is not used for reading: its ``load`` needs TorchCodec.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"audio file {str(p)!r} does not exist")
     try:
-        return torchaudio.load(path)
-    except Exception as e:  # noqa: BLE001 - the backend may be missing; say which file failed
-        raise ValueError(f"cannot read audio file {path!r} with torchaudio.load: {e}") from e
+        wav, rate = _read_pcm_wav(p)
+    except (wave.Error, EOFError) as e:  # not an integer PCM WAV: try libsndfile
+        pcm_problem = str(e) or "too short for a WAV header"
+    else:
+        if wav.shape[1] == 0:
+            raise ValueError(f"audio file {str(p)!r} holds no samples")
+        return wav, rate
+    try:
+        import soundfile
+    except ImportError:
+        raise ValueError(
+            f"cannot read audio file {str(p)!r}: it is not an integer PCM WAV ({pcm_problem}), the only format "
+            f"read without extra packages; for float WAV, FLAC, OGG, AIFF install soundfile "
+            f"(pip install 'fusebench[audio]'), or convert it: ffmpeg -i {p.name} out.wav") from None
+    try:
+        data, rate = soundfile.read(str(p), dtype="float32", always_2d=True)  # [T, channels]
+    except Exception as e:  # noqa: BLE001 - libsndfile's errors: report them with the file name
+        raise ValueError(
+            f"cannot read audio file {str(p)!r}: not an integer PCM WAV ({pcm_problem}) and libsndfile "
+            f"refuses it ({e}); supported: PCM WAV, and with soundfile WAV/FLAC/OGG/AIFF and the other "
+            f"libsndfile formats; convert others with ffmpeg -i {p.name} out.wav") from e
+    if data.shape[0] == 0:
+        raise ValueError(f"audio file {str(p)!r} holds no samples")
+    return torch.from_numpy(data.T.copy()), int(rate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("kind", choices=["text", "audio", "lld", "vision"])
     parser.add_argument("--weights", help="local folder written by save_pretrained (text/audio/vision)")
     parser.add_argument("--input", nargs="+", required=True,
-                        help="text: a .txt file, one utterance per line; audio/lld: audio files; "
+                        help="text: a .txt file, one utterance per line; audio/lld: audio files (PCM WAV; "
+                             "FLAC/OGG/float WAV with soundfile); "
                              "vision: .npy files of frames [T, H, W, 3] uint8")
     parser.add_argument("--output", required=True, help="output .pt file (list of [T_i, d] tensors)")
     parser.add_argument("--projection", action="store_true", help="vision: CLIP projected image embedding")
@@ -235,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         elif ns.kind in ("audio", "lld"):
             ext_a: Any = HubertExtractor(ns.weights) if ns.kind == "audio" else LowLevelAudioExtractor()
             for f in ns.input:
-                wav, sr = _load_audio(f)
+                wav, sr = load_audio(f)
                 feats.append(ext_a(wav, sr))
         else:
             import numpy as np
@@ -256,4 +320,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["CLIPExtractor", "HubertExtractor", "LowLevelAudioExtractor", "TextExtractor", "main"]
+__all__ = ["CLIPExtractor", "HubertExtractor", "LowLevelAudioExtractor", "TextExtractor", "load_audio", "main"]

@@ -391,6 +391,10 @@ class PointNet2Encoder(MultimodalModel):
     def predict(self, output: Any, batch: dict[str, Any]) -> Any:
         raise NotImplementedError("pointnet2 is an encoder without a task head; build 'votenet' for detection")
 
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        """No task head: nothing (every parameter is an encoder parameter; VoteNet adds the head)."""
+        return iter(())
+
     @classmethod
     def benchmark_config(cls) -> dict[str, Any]:
         """VoteNet's backbone at SUN RGB-D size (20k points), one branch per modality."""
@@ -431,9 +435,6 @@ def synthetic_scenes(batch_size: int, num_points: int, seed: int = 0, names: Seq
     return {"names": list(mods), "modalities": mods, "masks": {},
             "present": torch.ones(len(mods), batch_size, dtype=torch.bool), "target": targets,
             "extra_targets": {}, "meta": [{} for _ in range(batch_size)]}
-
-    def head_parameters(self) -> Iterator[nn.Parameter]:
-        return iter(())
 
 
 __all__ = [

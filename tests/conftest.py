@@ -12,6 +12,13 @@ from pathlib import Path
 
 import pytest
 
+# One intra-op thread (torch / OpenMP / BLAS) for the test process and the subprocesses it starts,
+# unless the caller chose (OMP_NUM_THREADS=2 pytest ... exercises two threads). Set before torch is
+# imported. The tests' problems are tiny; on a shared, loaded 2-core machine two threads spin-waiting
+# for a busy core made the suite several times slower (tests/test_runner.py + test_tuple_optim.py:
+# 148 s with 2 threads, 21 s with 1). No assertion may depend on the thread count either way.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("FUSEBENCH_FIXTURES", ROOT.parent / "shared" / "fixtures"))
 PAPERS = ROOT.parent / "shared" / "papers"

@@ -57,6 +57,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str,
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # 5-11 s each with one thread: two gloo processes
 @pytest.mark.parametrize("wrapper", ["ddp", "allreduce"])
 @pytest.mark.parametrize("objective", ["infonce_pwe", "m3g", "tuple_infonce"])
 def test_two_process_gloo_matches_single_process(tmp_path: Path, objective: str, wrapper: str) -> None:

@@ -156,6 +156,7 @@ print("CHECK-OK")
 '''
 
 
+@pytest.mark.slow  # ~14 s with one thread
 def test_walkthrough_runs_end_to_end(tmp_path):
     project = tmp_path / "my-sensors"
     project.mkdir()

@@ -21,6 +21,17 @@ from fusebench.objectives.sinkhorn import dense_sinkhorn
 DT = torch.float64
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These problems are tiny (at most a few thousand entries): one intra-op thread is as fast, and on
+    a shared, loaded 2-core machine two threads spin-waiting for a busy core made single solves tens
+    of times slower (the finite-difference test took minutes instead of seconds)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True)
 
@@ -126,11 +137,21 @@ def test_m3g_matches_explicit_loop_sinkhorn_k3(cost):
 
 # ------------------------------------------------------------------------------------------ properties
 @pytest.mark.parametrize("cost", ["cv", "csd"])
-def test_m3g_nonnegative_and_positive_for_random_views(cost):
-    for seed in range(4):
-        x = torch.randn(3, 5, 4, dtype=DT, generator=torch.Generator().manual_seed(seed))
-        v = float(build("m3g", eps=0.1, cost=cost, tol=1e-9)(x))
-        assert v > 1e-3
+def test_m3g_positive_for_random_views_and_equal_to_loop_sinkhorn_gap(cost):
+    # random views (no shared signal): the ground-truth matching J is far from optimal, so the gap is
+    # clearly positive; its value is F(J) - F(P*) with P* from the explicit-loop Sinkhorn, run until
+    # its marginals are exact (checked, so the reference is converged rather than assumed)
+    eps, n = 0.1, 4
+    for seed in (0, 2, 3):
+        x = torch.randn(3, n, 4, dtype=DT, generator=torch.Generator().manual_seed(seed))
+        c = loop_cost(x, cost)
+        p = loop_sinkhorn(c, eps, iters=2000)
+        marg_err = sum(np.abs(p.sum(axis=tuple(a for a in range(3) if a != l)) - 1 / n).sum() for l in range(3))
+        assert marg_err < 1e-10
+        expected = gap_from_p(p, c, eps)
+        assert expected > 0.2
+        v = float(build("m3g", eps=eps, cost=cost, tol=1e-11, max_iter=100000)(x))
+        assert v == pytest.approx(expected, abs=1e-9), (cost, seed)
 
 
 def test_m3g_zero_for_identical_well_separated_views():
@@ -198,7 +219,7 @@ def test_sinkhorn_marginals_and_value_equals_direct_f_gap():
         ("m3g", {"cost": "cv", "solver": "auto"}, 3),
         ("m3g", {"cost": "cv", "solver": "reference"}, 4),
         ("m3g", {"cost": "csd"}, 3),
-        ("matching_gap", {"cost": "sqeuclid"}, 2),
+        pytest.param("matching_gap", {"cost": "sqeuclid"}, 2, marks=pytest.mark.slow),  # ~6 s: 24 x 2 solves of 444 sweeps
         ("matching_gap", {"cost": "dot"}, 2),
     ],
 )

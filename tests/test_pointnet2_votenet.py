@@ -1,5 +1,5 @@
 """PointNet++ primitives against slow explicit-loop references, the per-modality encoder, VoteNet
-(forward/backward, losses, overfitting one scene, prediction) and 3D NMS."""
+(forward/backward, gradient of every loss term, descent on a fixed scene, prediction) and 3D NMS."""
 
 from __future__ import annotations
 
@@ -21,7 +21,16 @@ from fusebench.encoders.pointnet2 import (
 )
 from fusebench.encoders.votenet import SUNRGBD_MEAN_SIZES, VoteNet, angle_to_class, class_to_angle
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny point clouds: one intra-op thread is as fast, and on a shared, loaded 2-core machine two
+    threads spin-waiting for a busy core are many times slower. Restored after the module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------------------------------
@@ -154,6 +163,22 @@ def test_encoder_bad_input_and_missing_height_fallback():
         PointNet2Encoder(modalities=("points", "color"), config="tiny").embed({"modalities": {"points": torch.rand(1, 256, 3)}})
 
 
+def test_encoder_has_no_head_and_every_parameter_is_an_encoder_parameter():
+    # PointNet2Encoder is a headless backbone: head_parameters() is empty (it used to be unreachable
+    # code after synthetic_scenes' return, so the call raised NotImplementedError) and
+    # encoder_parameters() is every parameter of the per-modality branches
+    enc = PointNet2Encoder(modalities=("points", "height"), config="tiny")
+    assert list(enc.head_parameters()) == []
+    branch_params = [p for m in ("points", "height") for p in enc.branches[m].parameters()]
+    assert len(branch_params) == len(list(enc.parameters()))
+    assert [id(p) for p in enc.encoder_parameters()] == [id(p) for p in branch_params]
+    # VoteNet's late fusion keeps that split: its head is exactly fuse + vote + aggregation + proposal
+    model = VoteNet(config="tiny")
+    want_head = {id(p) for mod in (model.fuse, model.vote, model.aggregate, model.proposal) for p in mod.parameters()}
+    assert {id(p) for p in model.head_parameters()} == want_head
+    assert {id(p) for p in model.encoder_parameters()} == {id(p) for p in model.encoder.parameters()}
+
+
 # ------------------------------------------------------------------------------------------
 # VoteNet
 # ------------------------------------------------------------------------------------------
@@ -188,23 +213,97 @@ def test_votenet_forward_backward_shapes():
     assert model.embed(batch).shape == (3, 2, model.num_features)
 
 
-def test_votenet_overfits_one_scene():
+def _scene_with_boxes_on_proposals():
+    """A tiny VoteNet and one scene whose two ground-truth boxes are centred on two of the model's
+    (initial) cluster centres, so that every loss term is active: with random boxes a freshly
+    initialised model may have no positive proposal (centre within 0.3 m) and the heading, size and
+    semantic terms would all be zero. The cluster centres depend on the points only, not the targets."""
     torch.manual_seed(0)
     model = VoteNet(config="tiny")
     batch = scene_batch(1)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    totals, votes = [], []
-    for _ in range(20):
+    with torch.no_grad():
+        agg = model(batch)["aggregated_xyz"][0]  # [K, 3]
+    far = int(torch.cdist(agg[:1], agg)[0].argmax())  # the cluster centre farthest from centre 0
+    boxes = torch.tensor([[*agg[0].tolist(), 2.0, 1.6, 1.8, 0.3],      # heading bin 1, residual 0.3 - pi/6
+                          [*agg[far].tolist(), 1.4, 1.2, 1.6, -2.0]])  # heading bin 8 (-2 + 2 pi ~ 4.28 rad)
+    batch["target"] = [{"boxes": boxes, "labels": torch.tensor([2, 7])}]
+    return model, batch
+
+
+HEAD_OUTPUTS = {  # the output each loss term reads (the only one it reads that carries gradient)
+    "vote": "vote_xyz", "objectness": "objectness_logits", "center": "center", "heading_cls": "heading_logits",
+    "heading_reg": "heading_residuals_normalized", "size_cls": "size_logits",
+    "size_reg": "size_residuals_normalized", "sem_cls": "sem_logits",
+}
+
+
+def test_votenet_gradient_reaches_every_loss_term():
+    model, batch = _scene_with_boxes_on_proposals()
+    out = model(batch)
+    total = model.task_loss(out, batch)
+    terms = dict(model.loss_terms)
+    assert terms["positive_ratio"] > 0 and all(terms[t] > 0 for t in HEAD_OUTPUTS), terms
+    # L = 10 (L_vote + 0.5 L_obj + L_box + 0.1 L_sem), L_box = L_center + 0.1 L_hcls + L_hres + 0.1 L_scls + L_sres
+    box = terms["center"] + 0.1 * terms["heading_cls"] + terms["heading_reg"] + 0.1 * terms["size_cls"] + terms["size_reg"]
+    assert total.item() == pytest.approx(10 * (terms["vote"] + 0.5 * terms["objectness"] + box + 0.1 * terms["sem_cls"]),
+                                         rel=1e-6)
+    # one output at a time carries gradient: each term passes a non-zero gradient to its output
+    for term, key in HEAD_OUTPUTS.items():
+        live = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+        live[key] = out[key].detach().requires_grad_()
+        model.task_loss(live, batch).backward()
+        assert live[key].grad.abs().sum() > 0, term
+        if key == "vote_xyz":
+            vote_grad = live[key].grad[0]
+    # the vote term by hand (Eq. 1): 10 / (number of seeds on an object) * sign(vote - its box centre),
+    # zero for seeds outside every box (box membership worked out in the box frame)
+    seeds, votes = out["seed_xyz"][0].detach(), out["vote_xyz"][0].detach()
+    want = torch.zeros_like(votes)
+    on = []
+    for s in range(len(seeds)):
+        owners = []
+        for g, (cx, cy, cz, dx, dy, dz, yaw) in enumerate(batch["target"][0]["boxes"].tolist()):
+            x, y, z = (seeds[s] - torch.tensor([cx, cy, cz])).tolist()
+            lx, ly = math.cos(yaw) * x + math.sin(yaw) * y, -math.sin(yaw) * x + math.cos(yaw) * y
+            if abs(lx) <= dx / 2 and abs(ly) <= dy / 2 and abs(z) <= dz / 2:
+                owners.append(g)
+        assert len(owners) <= 1  # the two boxes are disjoint
+        if owners:
+            on.append(s)
+            want[s] = torch.sign(votes[s] - batch["target"][0]["boxes"][owners[0], :3])
+    assert len(on) >= 2
+    torch.testing.assert_close(vote_grad, want * 10 / len(on), atol=1e-6, rtol=1e-5)
+    # the total's gradient reaches every module: the encoder branches and each head stage
+    total.backward()
+    for name, module in [*model.encoder.branches.items(), ("fuse", model.fuse), ("vote", model.vote),
+                         ("aggregate", model.aggregate), ("proposal", model.proposal)]:
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters()), name
+
+
+def test_votenet_descent_on_the_proposal_layer_lowers_the_loss():
+    """Gradient descent on the last proposal layer alone, the rest of the network fixed: the cluster
+    centres, their features and hence the positive / negative proposals do not move, and every term
+    (cross entropies, squared distances and Huber losses of outputs linear in that layer's weights) is
+    convex in those weights, so small SGD steps lower the loss at every step. Measured (1 and 2
+    threads): the loss less its constant vote part falls 33.2 -> 15.4 in 10 steps (ratio 0.46), each
+    step by more than 0.7; 1 vs 2 threads differ by ~1e-4, far below these margins."""
+    model, batch = _scene_with_boxes_on_proposals()
+    last = model.proposal[-1]
+    opt = torch.optim.SGD(last.parameters(), lr=1e-3)
+    totals, votes, positives = [], [], []
+    for _ in range(10):
         loss = model.task_loss(model(batch), batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
         totals.append(loss.item())
         votes.append(model.loss_terms["vote"])
-    # the vote regression is a fixed target: it must fall clearly; the total (whose box terms switch
-    # on and off as proposals enter / leave the 0.3 m positive radius) must fall on average
-    assert np.mean(votes[-5:]) < 0.8 * np.mean(votes[:5])
-    assert np.mean(totals[-5:]) < 0.8 * np.mean(totals[:5])
+        positives.append(model.loss_terms["positive_ratio"])
+    assert len(set(positives)) == 1 and positives[0] > 0  # the same proposals stay positive throughout
+    assert max(votes) - min(votes) < 1e-4 * votes[0]  # the votes do not depend on the trained layer
+    proposal_part = [t - 10 * v for t, v in zip(totals, votes)]
+    assert all(b < a - 0.1 for a, b in zip(totals, totals[1:])), totals
+    assert proposal_part[-1] < 0.6 * proposal_part[0], proposal_part
 
 
 def test_votenet_early_fusion_and_empty_scene():

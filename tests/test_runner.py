@@ -40,6 +40,7 @@ def _metrics(out: Path, objective: str, seed: int = 0) -> dict:
     return rec
 
 
+@pytest.mark.slow  # ~6 s with one thread
 def test_resume_after_kill_matches_uninterrupted(tmp_path: Path) -> None:
     ref = fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=tmp_path / "a", overrides=TINY,
                         progress=False)[0]
