@@ -1,6 +1,6 @@
 """Benchmark specifications (``fusebench.benchmarks``): one YAML file per benchmark in this folder.
 
-``available()`` lists them, ``load(name, overrides=None, synthetic=False)`` returns a validated
+``available()`` lists them (``builtin()``: only the shipped ones), ``load(name, overrides=None, synthetic=False)`` returns a validated
 :class:`fusebench.training.config.BenchmarkSpec`. Extra spec folders can be added through the
 ``FUSEBENCH_BENCHMARKS`` environment variable (``os.pathsep``-separated) or the entry-point group
 ``fusebench.benchmarks`` (value: a folder path or a ``module:attribute`` naming one).
@@ -50,6 +50,13 @@ def available(pattern: str | None = None) -> list[str]:
     return [n for n in names if fnmatch.fnmatch(n, pattern.lower())] if pattern else names
 
 
+def builtin() -> list[str]:
+    """The benchmarks shipped with fusebench (this folder only: no FUSEBENCH_BENCHMARKS folder, no
+    entry-point plugin). fusebench's own tests iterate these, so an installed plugin spec never
+    makes them fail."""
+    return sorted(f.stem.lower() for f in HERE.glob("*.yaml"))
+
+
 def path(name: str) -> Path:
     idx = _index()
     if name.lower() not in idx:
@@ -67,4 +74,4 @@ def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = F
     return load_spec(path(name), overrides=overrides, synthetic=synthetic)
 
 
-__all__ = ["available", "load", "path"]
+__all__ = ["available", "builtin", "load", "path"]

@@ -117,7 +117,7 @@ def _expected_objectives(spec) -> list[str]:
     return _references(spec) + names
 
 
-CELLS = [(b, o) for b in benchmarks.available() for o in _expected_objectives(_spec(b))]
+CELLS = [(b, o) for b in benchmarks.builtin() for o in _expected_objectives(_spec(b))]
 
 
 def _finite(x) -> bool:
@@ -130,7 +130,7 @@ def _finite(x) -> bool:
 def test_every_issue_benchmark_is_shipped():
     want = {"nyuv2-seg", "sunrgbd-det", "mosi-sentiment", "mosei-sentiment", "chsims-sentiment",
             "sleep-edf-staging", "physionet2018-eeg", "polyview-gaussian-mi", "quickstart"}
-    assert want <= set(benchmarks.available())
+    assert want <= set(benchmarks.builtin())
 
 
 def test_compatibility_rules_by_hand():
@@ -157,14 +157,14 @@ def test_table_covers_every_registered_objective():
     assert sorted(OBJECTIVE_LIMITS) == objectives.available(), "add new objectives to OBJECTIVE_LIMITS"
 
 
-@pytest.mark.parametrize("name", benchmarks.available())
+@pytest.mark.parametrize("name", benchmarks.builtin())
 def test_runner_agrees_on_compatible_objectives(name):
     spec = _spec(name)
     got = runner.compatible_objectives(spec) + _references(spec)
     assert sorted(got) == sorted(_expected_objectives(spec))
 
 
-@pytest.mark.parametrize("name", benchmarks.available())
+@pytest.mark.parametrize("name", benchmarks.builtin())
 def test_spec_is_complete(name):
     from fusebench import metrics
 
@@ -185,7 +185,7 @@ def test_spec_is_complete(name):
             assert syn.pretrain.batch_size <= 8
 
 
-REAL_DATA = [b for b in benchmarks.available()
+REAL_DATA = [b for b in benchmarks.builtin()
              if benchmarks.load(b).pipeline == "standard" and not benchmarks.load(b).dataset.synthetic_only]
 
 
@@ -203,12 +203,14 @@ def test_real_data_config_is_accepted(name):
     assert list(ds.modalities) == want
     model = runner.build_model(real, ds)
     assert list(model.modalities) == want
-    assert model.num_features >= 64  # full size, not the tiny test width
+    # full size, not the tiny test width: the width the real spec asks for, else the encoder's full default
+    want_width = real.encoder.config.get("num_features")
+    assert model.num_features == want_width if want_width is not None else model.num_features >= 64
 
 
 def test_docs_cover_every_benchmark():
     text = (ROOT / "docs" / "benchmarks.md").read_text()
-    for name in benchmarks.available():
+    for name in benchmarks.builtin():
         assert f"## {name}" in text, f"docs/benchmarks.md has no section '## {name}'"
 
 
@@ -227,6 +229,7 @@ def test_synthetic_cell(name, objective, tmp_path):
     assert path.is_file()
     on_disk = json.loads(path.read_text())
     assert on_disk["benchmark"] == name and on_disk["objective"] == objective and on_disk["seed"] == 0
+    runner.resolve_views(spec, True, None)  # views read from the (synthetic) file, as the runner does
     assert on_disk["config"] == json.loads(json.dumps(spec.to_dict()))
     assert on_disk["config_hash"] == spec.hash()
     assert on_disk["dataset"]["synthetic"] is True and on_disk["dataset"]["manifest_hash"] == "synthetic"
@@ -236,12 +239,20 @@ def test_synthetic_cell(name, objective, tmp_path):
         bad = {m: metrics[m] for m in spec.metrics if not _finite(metrics[m])}
         assert not bad, f"non-finite metrics {bad}"
         assert on_disk["selection"]["metric"] == spec.primary_metric
-        assert set(spec.metrics) <= set(on_disk["selection"]["val_metrics"])
-        assert set(DIAGNOSTICS) <= set(on_disk["diagnostics"])
-        assert all(_finite(on_disk["diagnostics"][d]) for d in DIAGNOSTICS), on_disk["diagnostics"]
         curves = on_disk["curves"]
-        assert curves.get("downstream_loss") and all(map(_finite, curves["downstream_loss"]))
-        if objective != BASELINE:
+        if spec.downstream.protocol == "embedding_eval":  # probe + k-means: no downstream training loop
+            # the probe is scored on val (its L2 is chosen there); k-means needs no validation
+            assert set(on_disk["selection"]["val_metrics"]) == {"acc", "mf1"} & set(spec.metrics)
+            assert on_disk["selection"]["probe"]["l2"] in on_disk["selection"]["probe"]["l2_grid"]
+            assert on_disk["clustering"]["k"] == len(set(on_disk["dataset"]["splits"]["label_values"])) \
+                if "splits" in on_disk["dataset"] else on_disk["clustering"]["k"] >= 2
+        else:
+            assert set(spec.metrics) <= set(on_disk["selection"]["val_metrics"])
+            assert curves.get("downstream_loss") and all(map(_finite, curves["downstream_loss"]))
+        if objective != "raw":  # 'raw' has no encoder: no embedding diagnostics
+            assert set(DIAGNOSTICS) <= set(on_disk["diagnostics"])
+            assert all(_finite(on_disk["diagnostics"][d]) for d in DIAGNOSTICS), on_disk["diagnostics"]
+        if objective not in (BASELINE, "raw"):  # the reference rows are not pretrained
             assert curves.get("pretrain_loss") and all(map(_finite, curves["pretrain_loss"]))
         else:
             assert "pretrain_loss" not in curves
@@ -286,7 +297,7 @@ def test_unknown_benchmark_lists_and_suggests(tmp_path):
         fusebench.run("nyuv2-sge", out=tmp_path, synthetic=True)
     msg = str(err.value)
     assert "Did you mean 'nyuv2-seg'" in msg
-    for name in benchmarks.available():
+    for name in benchmarks.builtin():
         assert name in msg
     assert isinstance(err.value, ValueError)
     assert not any(tmp_path.iterdir())

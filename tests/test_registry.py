@@ -58,3 +58,18 @@ def test_top_level_folders_are_not_importable_bare(name: str, tmp_path) -> None:
                         f"sys.exit(1 if s and str(s.origin).startswith({str(root)!r}) else 0)"],
                        cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_plugin_benchmarks_are_listed_but_not_builtin(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark installed through the entry points shows in available(), not in builtin(): our
+    own tests iterate builtin(), so a third-party spec without protocol_notes cannot fail them."""
+    import importlib.metadata as md
+
+    import fusebench.benchmarks as B
+
+    (tmp_path / "plugin-bench.yaml").write_text("description: x\n")
+    ep = md.EntryPoint(name="mine", value=str(tmp_path), group="fusebench.benchmarks")
+    monkeypatch.setattr(B, "entry_points", lambda group: [ep] if group == "fusebench.benchmarks" else [])
+    assert "plugin-bench" in B.available()
+    assert "plugin-bench" not in B.builtin() and "quickstart" in B.builtin()
+    assert set(B.builtin()) <= set(B.available())

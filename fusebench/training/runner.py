@@ -835,6 +835,8 @@ def write_record(cell: Path, record: dict[str, Any]) -> Path:
     from fusebench.records import comparability_key, validate_record, versions_block
 
     path = cell / "run.json"
+    if path.exists():
+        raise RunError(f"{path} exists already; run records are immutable")
     if record.get("schema_version", 1) >= 2:
         record.setdefault("versions", versions_block(record["objective"], list(record["config"].get("metrics") or [])))
         record["comparability_key"] = comparability_key(record)
