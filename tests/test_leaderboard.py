@@ -106,9 +106,21 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
     root = Path(__file__).resolve().parents[1] / "leaderboards"
     monkeypatch.setattr(lb, "plot_curves", lambda view, path: True)  # markdown only (plots are slow)
     written = write_leaderboards(root / "runs", tmp_path, reported=root / "reported.yaml")
-    assert {p.name for p in written} == {p.name for p in root.glob("*.md")}
+    studies = {p.name for p in root.glob("*-kviews.md")}  # written by `fusebench study kviews`, checked below
+    assert {p.name for p in written} == {p.name for p in root.glob("*.md")} - studies
     for p in written:
         assert p.read_bytes() == (root / p.name).read_bytes(), f"{p.name} differs from the committed one"
+
+
+def test_committed_kviews_study_regenerates_byte_identically(tmp_path: Path, monkeypatch) -> None:
+    from fusebench.training import kviews
+
+    root = Path(__file__).resolve().parents[1] / "leaderboards"
+    monkeypatch.setattr(kviews, "_plot", lambda *a, **k: None)  # markdown only
+    for committed in root.glob("*-kviews.md"):
+        bench = committed.name[: -len("-kviews.md")]
+        md, _ = kviews.render(root / "runs-kviews", tmp_path, bench)
+        assert md.read_bytes() == committed.read_bytes(), f"{committed.name} differs from the committed one"
 
 
 # -- path safety ------------------------------------------------------------------------------

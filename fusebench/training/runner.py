@@ -754,7 +754,7 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "seed": seed,
         "config": spec.to_dict(),
         "config_hash": spec.hash(),
-        "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": spec.dataset.id or spec.pipeline, "manifest_hash": "synthetic", "synthetic": True},
+        "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": spec.dataset.id or spec.pipeline, "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None},
         "device": str(device),
         "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
                  "cpu_count": os.cpu_count(), "world_size": distributed.world_size()},
