@@ -323,6 +323,10 @@ def make_view(name: str, recs: list[RunRecord], extra_metrics: list[str] = ()) -
     return view
 
 
+# rows that are not pretraining objectives: random-init encoders, and the raw input views (embedding_eval)
+REFERENCE_ROWS = ("none", "raw")
+
+
 def best_line(view: GroupView) -> str | None:
     """The index's "best on primary metric" text; None for pipeline checks."""
     if not view.ranked:
@@ -340,7 +344,14 @@ def best_line(view: GroupView) -> str | None:
     if o is None:
         return f"all tied ({p} {_fmt(info.unit, next(iter(per.values())))})" if len(per) > 1 else \
             f"`{next(iter(per))}` ({p} {_fmt(info.unit, next(iter(per.values())))})"
-    return f"`{o}` ({p} {_fmt(info.unit, per[o])})"
+    text = f"`{o}` ({p} {_fmt(info.unit, per[o])})"
+    if o in REFERENCE_ROWS:  # say which pretraining objective comes closest
+        pre = {q: v for q, v in per.items() if q not in REFERENCE_ROWS}
+        if pre:
+            sign = 1.0 if info.direction == "higher" else -1.0
+            q = max(sorted(pre), key=lambda q: sign * sum(pre[q]) / len(pre[q]))
+            text += f"; best pretrained `{q}` ({_fmt(info.unit, pre[q])})"
+    return text
 
 
 def _table(view: GroupView, reported: list[Reported]) -> list[str]:
@@ -692,8 +703,10 @@ def build_index(boards: dict[str, dict[str, Any]]) -> str:
            "board in this folder (each board ends with a metadata comment), so regenerating boards from a runs "
            "folder holding only some benchmarks keeps the others. Format and rules: docs/leaderboards.md.", "",
            "## Real data", "",
-           "Runs on the official datasets (dataset manifest hash in every run record); rows rank the objectives "
-           "on that data.", ""]
+           "Runs on real data files (each run record carries the dataset's manifest hash or a fingerprint of the "
+           "files read); rows rank the objectives on that data. Reference rows: `none` = random-init encoders, "
+           "`raw` = the standardised input views; when one of them is best, the best pretrained objective "
+           "follows.", ""]
     out += [head] + rows["real"] if rows["real"] else ["No real-data runs yet."]
     out += ["", "## Synthetic studies", "",
             "Reproducible studies on data that is synthetic by design; rankings hold for that data only.", ""]

@@ -105,8 +105,10 @@ def test_bad_run_file(tmp_path: Path) -> None:
 def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monkeypatch) -> None:
     root = Path(__file__).resolve().parents[1] / "leaderboards"
     monkeypatch.setattr(lb, "plot_curves", lambda view, path: True)  # markdown only (plots are slow)
-    written = write_leaderboards(root / "runs", tmp_path, reported=root / "reported.yaml")
     studies = {p.name for p in root.glob("*-kviews.md")}  # written by `fusebench study kviews`, checked below
+    for name in studies:  # a board links the study board found beside it
+        (tmp_path / name).write_bytes((root / name).read_bytes())
+    written = write_leaderboards(root / "runs", tmp_path, reported=root / "reported.yaml")
     assert {p.name for p in written} == {p.name for p in root.glob("*.md")} - studies
     for p in written:
         assert p.read_bytes() == (root / p.name).read_bytes(), f"{p.name} differs from the committed one"
@@ -474,3 +476,15 @@ def test_board_states_chosen_hparams_compute_and_links_a_study(tmp_path: Path) -
     # 30 + 90 + 60 s = 3.0 min; one objective with a 2-value grid = 2 selection runs
     assert "- compute: 3.0 min in all, the sum of the 3 runs' wall times (device cpu, 2 CPUs), plus 2 selection run(s)" in md
     assert "[k-views study](toy-kviews.md)" in md
+
+
+def test_index_names_best_pretrained_when_a_reference_row_wins(tmp_path: Path) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    accs = {"raw": [0.9, 0.9, 0.9], "none": [0.3, 0.35, 0.4], "alpha": [0.5, 0.6, 0.7], "beta": [0.45, 0.5, 0.65]}
+    for obj, vals in accs.items():
+        for s, v in enumerate(vals):
+            _write(runs, _record(obj, s, {"acc": v, "mae": 0.5}, synthetic=False))
+    write_leaderboards(runs, out, plots=False)
+    index = (out / "README.md").read_text()
+    # worked out by hand: raw 90 ± 0; alpha mean 60, sample std 10 beats beta (53.33) among pretraining rows
+    assert "| `raw` (acc 90.00 ± 0.00 (3)); best pretrained `alpha` (60.00 ± 10.00 (3)) |" in index
