@@ -1,14 +1,19 @@
 """1D convolutional EEG encoder shared across channels, with the multi-channel linear probe.
 
-Implements the encoder of the M3G paper's EEG experiment (Piran et al. 2024, Appendix A, "EEG
-dataset"), which follows Brüsch, Schmidt & Alstrøm 2023 ("Multi-view self-supervised learning for
-multivariate variable-channel time series", MLSP): six blocks ``Conv1d -> Dropout -> GroupNorm ->
+Implements the encoder of the M3G paper's EEG experiment (Piran et al. 2024, "Contrasting Multiple
+Representations with the Multi-Marginal Matching Gap", ICML 2024, arXiv:2405.19532,
+https://arxiv.org/abs/2405.19532; Appendix A, "EEG dataset"), which follows Brüsch, Schmidt &
+Alstrøm 2023 ("Multi-view self-supervised learning for multivariate variable-channel time series",
+IEEE MLSP 2023, arXiv:2307.09614, https://arxiv.org/abs/2307.09614; code named in the M3G paper:
+https://github.com/theabrusch/Multiview_TS_SSL): six blocks ``Conv1d -> Dropout -> GroupNorm ->
 GELU``; kernel width and stride 3 in the first block and 2 in the other five; 256 kernels in every
 block; a readout ``Conv1d`` with kernel width and stride 1 mapping the 256 channels to the output
 dimension 64. The paper's "intermediate layers 256 ... final output 64" is read as: the six blocks
 have 256 channels and the kernel-1 readout produces the 64-dim output. Convolutions are padded with
 ``kernel // 2`` and GroupNorm uses ``channels // 2`` groups (the BENDR convolutional encoder Brüsch et
-al. build on). The per-time-step readout is averaged over time into one embedding per channel.
+al. build on: Kostas, Aroca-Ouellette, Rudzicz, "BENDR: Using Transformers and a Contrastive
+Self-Supervised Learning Task to Learn From Massive Amounts of EEG Data", Frontiers in Human
+Neuroscience 2021). The per-time-step readout is averaged over time into one embedding per channel.
 
 One encoder is shared by all EEG channels: each channel is a modality / view (the M3G paper,
 Sec. 4.3: "a single common network"), so ``embed`` returns ``[k, n, 64]`` for k channels.

@@ -1,20 +1,25 @@
 """ESANet: efficient multi-branch RGB-D(-normal) semantic segmentation.
 
-Implements Seichter et al. 2021, "Efficient RGB-D Semantic Segmentation for Indoor Scene Analysis"
-(ICRA; arXiv:2011.06961), Sec. III and Fig. 2:
+Implements Seichter, Köhler, Lewandowski, Wengefeld, Gross, "Efficient RGB-D Semantic Segmentation
+for Indoor Scene Analysis", ICRA 2021, arXiv:2011.06961, https://arxiv.org/abs/2011.06961 (authors'
+code: https://github.com/TUI-NICR/ESANet), Sec. III and Fig. 2:
 
 * **Encoder** (Sec. III-A): one ResNet-18/34 per image modality in which every 3x3 convolution of the
-  basic block is replaced by the factorised ``NonBottleneck1D`` block of ERFNet (3x1 conv -> ReLU ->
-  1x3 conv -> BN -> ReLU -> 3x1 conv -> ReLU -> 1x3 conv -> BN, plus the residual, then ReLU; the
-  stride of the block is split over the first 3x1/1x3 pair). Stem: 7x7/2 conv -> BN -> ReLU,
-  3x3/2 max-pool. Branches: ``rgb`` (3 channels), ``depth`` (1), and ``normal`` (3) as a third one.
+  basic block is replaced by the factorised ``NonBottleneck1D`` block of ERFNet (Romera et al.,
+  "ERFNet: Efficient Residual Factorized ConvNet for Real-Time Semantic Segmentation", IEEE T-ITS
+  2018): 3x1 conv -> ReLU -> 1x3 conv -> BN -> ReLU -> 3x1 conv -> ReLU -> 1x3 conv -> BN, plus the
+  residual, then ReLU; the stride of the block is split over the first 3x1/1x3 pair. Stem: 7x7/2
+  conv -> BN -> ReLU, 3x3/2 max-pool. Branches: ``rgb`` (3 channels), ``depth`` (1), and ``normal``
+  (3) as a third one.
 * **Fusion** (Sec. III-A, Fig. 2): after the stem and after each of the four stages, every branch is
-  re-weighted by its own squeeze-and-excitation module (Hu et al. 2018: global average pool ->
-  1x1 conv (C -> C/16) -> ReLU -> 1x1 conv -> sigmoid, multiplied channel-wise) and the results are
-  added into the main (first, RGB) branch; the other branches continue with their own features.
-* **Context module** (Sec. III-B): a pyramid-pooling module (PSPNet-like) on the 1/32 features:
-  adaptive average pooling to bins (1, 5), 1x1 conv-BN-ReLU per bin, bilinear upsampling, concatenated
-  with the input and fused by a 1x1 conv-BN-ReLU.
+  re-weighted by its own squeeze-and-excitation module (Hu et al., "Squeeze-and-Excitation
+  Networks", CVPR 2018, arXiv:1709.01507: global average pool -> 1x1 conv (C -> C/16) -> ReLU ->
+  1x1 conv -> sigmoid, multiplied channel-wise) and the results are added into the main (first, RGB)
+  branch; the other branches continue with their own features.
+* **Context module** (Sec. III-B): a pyramid-pooling module (as in PSPNet, Zhao et al., "Pyramid
+  Scene Parsing Network", CVPR 2017, arXiv:1612.01105) on the 1/32 features: adaptive average
+  pooling to bins (1, 5), 1x1 conv-BN-ReLU per bin, bilinear upsampling, concatenated with the input
+  and fused by a 1x1 conv-BN-ReLU.
 * **Decoder** (Sec. III-C): three modules, each 3x3 conv-BN-ReLU -> NonBottleneck1D block(s) ->
   learned x2 upsampling, then the encoder skip (1x1 conv-BN-ReLU of the fused stage-3/2/1 features)
   is added; a final 3x3 conv to the classes and two more learned x2 upsamplings bring the logits to

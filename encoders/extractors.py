@@ -1,15 +1,22 @@
 """Feature extractors producing the sequence features :mod:`fusebench.encoders.seq_transformer` reads.
 
-From raw text, audio and video frames, following the MMSA-FET conventions of the MOSI / MOSEI /
-CH-SIMS feature files:
+From raw text, audio and video frames, following the conventions of MMSA-FET
+(https://github.com/thuiar/MMSA-FET, the feature-extraction toolkit of M-SENA, Mao et al. 2022,
+arXiv:2203.12441) for the MOSI / MOSEI / CH-SIMS feature files:
 
-* :class:`TextExtractor` — BERT (Devlin et al. 2019): ``BertTokenizer`` + ``BertModel``; the last
+* :class:`TextExtractor` — BERT (Devlin et al., "BERT: Pre-training of Deep Bidirectional
+  Transformers for Language Understanding", NAACL 2019, arXiv:1810.04805,
+  https://arxiv.org/abs/1810.04805): ``BertTokenizer`` + ``BertModel``; the last
   hidden layer for every token including ``[CLS]`` and ``[SEP]`` -> ``[T, hidden]`` (768 for BERT-base).
-* :class:`HubertExtractor` — HuBERT (Hsu et al. 2021): the waveform is mixed to mono, resampled to
+* :class:`HubertExtractor` — HuBERT (Hsu et al., "HuBERT: Self-Supervised Speech Representation
+  Learning by Masked Prediction of Hidden Units", IEEE/ACM TASLP 2021, arXiv:2106.07447,
+  https://arxiv.org/abs/2106.07447): the waveform is mixed to mono, resampled to
   16 kHz (``torchaudio.functional.resample``), normalised to zero mean / unit variance, and
   ``HubertModel``'s last hidden layer is returned -> ``[T', hidden]`` (768 for HuBERT-base; one frame
   per 20 ms).
-* :class:`CLIPExtractor` — CLIP's image encoder (Radford et al. 2021): each frame ``[3, H, W]`` in
+* :class:`CLIPExtractor` — CLIP's image encoder (Radford et al., "Learning Transferable Visual Models
+  From Natural Language Supervision", ICML 2021, arXiv:2103.00020, https://arxiv.org/abs/2103.00020):
+  each frame ``[3, H, W]`` in
   [0, 1] is resized (bicubic, shorter side to the model's ``image_size``), centre-cropped, normalised
   with CLIP's mean/std; ``CLIPVisionModel``'s pooled output (post-LayerNorm class token, 768 for
   ViT-B) or, with ``projection=True``, ``CLIPVisionModelWithProjection``'s image embedding (512 for

@@ -1,9 +1,11 @@
 """Shared pieces of the encoders: projection head, predictor, EMA teacher, batch helpers.
 
 * :class:`ProjectionHead` — ``Linear -> GELU -> Linear`` mapping an encoder's pooled embedding to the
-  space the pretraining objective works in (SimCLR, Chen et al. 2020, Sec. 2.1 uses the same
-  two-layer MLP; we use GELU as in the M3G / poly-view setups).
-* :class:`Predictor` — the same MLP used as BYOL's predictor ``q_theta`` (Grill et al. 2020, Sec. 3.1);
+  space the pretraining objective works in (SimCLR, Chen et al. 2020, arXiv:2002.05709,
+  https://arxiv.org/abs/2002.05709, Sec. 2.1 uses the same two-layer MLP; we use GELU as in the
+  M3G / poly-view setups).
+* :class:`Predictor` — the same MLP used as BYOL's predictor ``q_theta`` (Grill et al., "Bootstrap
+  Your Own Latent", NeurIPS 2020, arXiv:2006.07733, https://arxiv.org/abs/2006.07733, Sec. 3.1);
   :class:`MultiViewHead` bundles a projection head with an optional predictor.
 * :class:`EMATeacher` — a frozen copy of a module updated as an exponential moving average of the
   student, ``xi <- tau * xi + (1 - tau) * theta`` (BYOL, Eq. 1), with the cosine momentum schedule

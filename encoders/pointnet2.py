@@ -1,12 +1,16 @@
 """PointNet++ set abstraction / feature propagation and the VoteNet backbone, with per-modality views.
 
-Implements PointNet++ (Qi et al., NeurIPS 2017), Sec. 3.2-3.4, as configured in VoteNet's backbone
-(Qi et al., ICCV 2019, Sec. 4 and supp. A.1), in pure, vectorised PyTorch (CPU and GPU):
+Implements PointNet++ (Qi, Yi, Su, Guibas, "PointNet++: Deep Hierarchical Feature Learning on Point
+Sets in a Metric Space", NeurIPS 2017, arXiv:1706.02413, https://arxiv.org/abs/1706.02413), Sec.
+3.2-3.4, as configured in VoteNet's backbone (Qi, Litany, He, Guibas, "Deep Hough Voting for 3D
+Object Detection in Point Clouds", ICCV 2019, arXiv:1904.09664, https://arxiv.org/abs/1904.09664;
+Sec. 4 and supp. A.1), in pure, vectorised PyTorch (CPU and GPU):
 
 * farthest point sampling (FPS): ``c_1`` = point 0, ``c_{j+1} = argmax_i min_{l<=j} ||x_i - c_l||``
   (vectorised over the batch and the points; one iteration per sampled centroid);
 * ball query: for each centroid the first ``nsample`` points (in index order) with
-  ``||x_i - c||^2 < r^2``, padded with the first neighbour found (as the reference CUDA kernel);
+  ``||x_i - c||^2 < r^2``, padded with the first neighbour found (as the CUDA kernel of VoteNet's
+  code, https://github.com/facebookresearch/votenet, ``pointnet2/_ext_src/src/ball_query_gpu.cu``);
 * grouping: neighbour coordinates relative to the centroid (divided by ``r`` when
   ``normalize_xyz``, VoteNet's setting), concatenated with the neighbours' features;
 * a shared MLP (``Conv2d`` 1x1 + BN + ReLU) on every (centroid, neighbour) pair, max-pooled over
@@ -42,6 +46,8 @@ Shape:
 
 Example::
 
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> enc = PointNet2Encoder(config="tiny")
     >>> batch = {"modalities": {"points": torch.rand(2, 256, 3), "color": torch.rand(2, 256, 3),
     ...                         "height": torch.rand(2, 256, 1)}}
@@ -80,7 +86,8 @@ def gather_points(x: Tensor, idx: Tensor) -> Tensor:
 
 
 def farthest_point_sample(xyz: Tensor, npoint: int) -> Tensor:
-    """Farthest point sampling, starting from point 0 (as the reference implementation)."""
+    """Farthest point sampling, starting from point 0 (as does the CUDA kernel of VoteNet's code,
+    https://github.com/facebookresearch/votenet, ``pointnet2/_ext_src/src/sampling_gpu.cu``)."""
     _check_xyz(xyz, "xyz")
     b, n, _ = xyz.shape
     if not 0 < npoint <= n:

@@ -1,9 +1,13 @@
 """Per-modality transformer encoders over pre-extracted feature sequences, with late fusion.
 
-The unaligned multimodal sentiment setting of CMU-MOSI / MOSEI / CH-SIMS (MMSA, Mao et al. 2022):
+The unaligned multimodal sentiment setting of CMU-MOSI / MOSEI / CH-SIMS (MMSA: Mao et al., "M-SENA:
+An Integrated Platform for Multimodal Sentiment Analysis", ACL 2022 demos, arXiv:2203.12441; code
+https://github.com/thuiar/MMSA):
 each modality arrives as a sequence of pre-extracted features — text: BERT last layer (768);
 audio: COVAREP (74), HuBERT (768) or eGeMAPS LLDs (25); vision: Facet (35), OpenFace (171) or CLIP
-(512 / 768). For each modality ``m`` this module computes (Vaswani et al. 2017 encoder, Sec. 3.1)::
+(512 / 768); see :mod:`fusebench.encoders.extractors` for the BERT, HuBERT and CLIP references. For
+each modality ``m`` this module computes (the encoder of Vaswani et al., "Attention Is All You Need",
+NeurIPS 2017, arXiv:1706.03762, https://arxiv.org/abs/1706.03762, Sec. 3.1)::
 
     h_m = TransformerEncoder(Linear(x_m) * sqrt(d) + PE)        with src_key_padding_mask = ~mask_m
     e_m = sum_t mask_m[t] h_m[t] / sum_t mask_m[t]                (masked mean pooling)

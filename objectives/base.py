@@ -5,6 +5,10 @@ Contract (see README, "Objectives"): an objective is an ``nn.Module`` called on 
 optional ``mask: BoolTensor[k, n]`` (True = present). It returns a scalar tensor in the input's dtype,
 differentiable w.r.t. ``views``; inputs are L2-normalised inside the loss; per-call diagnostics go to
 ``self.stats``.
+
+Every loss module's docstring names its paper (authors, title, venue, year and an arXiv id or URL) and,
+where a ``variant`` follows the authors' released code, the repository and file; the class attribute
+``paper`` repeats the reference in one line.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ class MultiViewObjective(nn.Module):
     compute dtype (float32 for half-precision inputs, otherwise the input dtype).
     """
 
-    #: human-readable reference, e.g. "Piran et al. 2024 (M3G), Eq. 3"
+    #: human-readable reference with a followable id (display only: ``fusebench list objectives``), e.g.
+    #: "Piran et al. 2024 (M3G), Eq. 3, arXiv:2405.19532"; the module docstring gives the full citation
     paper: ClassVar[str] = ""
     #: smallest / largest number of views the loss is defined for (None = no upper bound)
     min_views: ClassVar[int] = 2

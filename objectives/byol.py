@@ -1,7 +1,9 @@
 """BYOL regression loss over k views: all view pairs (``byol_pwe``) or against the average of the rest
 (``byol_avg``).
 
-BYOL (Grill et al. 2020) as written in Piran et al. 2024 (M3G), Eq. 2:
+BYOL (Grill et al. 2020, "Bootstrap Your Own Latent: A New Approach to Self-Supervised Learning",
+NeurIPS 2020, arXiv:2006.07733, https://arxiv.org/abs/2006.07733) as written in Piran et al. 2024
+(M3G, ICML 2024, arXiv:2405.19532, https://arxiv.org/abs/2405.19532), Eq. 2:
 
     L_BYOL(P, T) = 2 - 2/n sum_i <p_i, t_i>      (p_i, t_i unit vectors)
 
@@ -19,6 +21,20 @@ Mask: not supported (refused).
 
 Shape:
     predictions: [k, n, d], targets: [k, n, d] (both L2-normalised inside) -> scalar.
+
+Example (the loss is 2 - 2 x mean cosine, so it lies in [0, 4] and is 0 when every prediction points
+at every other view's target)::
+
+    >>> import torch
+    >>> from fusebench.objectives import build
+    >>> _ = torch.manual_seed(0)
+    >>> pred, target = torch.randn(3, 8, 16), torch.randn(3, 8, 16)
+    >>> value = build("byol_pwe")(pred, target)
+    >>> bool(0 <= value <= 4)
+    True
+    >>> same = torch.randn(8, 16).expand(3, 8, 16)      # all views identical
+    >>> abs(float(build("byol_avg")(same, same))) < 1e-5
+    True
 """
 
 from __future__ import annotations
@@ -64,7 +80,8 @@ class BYOLPairwise(_BYOLBase):
     """BYOL (M3G Eq. 2) averaged over ordered view pairs (prediction of l vs target of m, l != m)."""
 
     registry_id: ClassVar[str] = "byol_pwe"
-    paper: ClassVar[str] = "Grill et al. 2020 (BYOL) as M3G Eq. 2, aggregated over view pairs (M3G Eq. 3)"
+    paper: ClassVar[str] = ("Grill et al. 2020 (BYOL), arXiv:2006.07733, as M3G Eq. 2, aggregated over view pairs "
+                            "(M3G Eq. 3; Piran et al. 2024, arXiv:2405.19532)")
 
     def byol(self, p: Tensor, t: Tensor) -> Tensor:
         k = p.shape[0]
@@ -80,7 +97,8 @@ class BYOLAverage(_BYOLBase):
     """BYOL (M3G Eq. 2) of each view's prediction against the normalised mean of the other targets."""
 
     registry_id: ClassVar[str] = "byol_avg"
-    paper: ClassVar[str] = "Grill et al. 2020 (BYOL) as M3G Eq. 2, one vs average-of-rest (M3G Eq. 4)"
+    paper: ClassVar[str] = ("Grill et al. 2020 (BYOL), arXiv:2006.07733, as M3G Eq. 2, one vs average-of-rest "
+                            "(M3G Eq. 4; Piran et al. 2024, arXiv:2405.19532)")
 
     def byol(self, p: Tensor, t: Tensor) -> Tensor:
         rest = F.normalize(t.sum(0, keepdim=True) - t, dim=-1)  # [k, n, d]

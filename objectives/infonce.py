@@ -13,11 +13,13 @@ positive is the other view of the same sample and the candidates are all 2n - 1 
 
 - ``infonce_pwe`` (M3G Eq. 3): 2/(k(k-1)) sum_{l<m} NT-Xent(X^l, X^m).
 - ``infonce_avg`` (M3G Eq. 4, MV paper Eq. 5): 1/k sum_l NT-Xent(X^l, Xbar^{-l}) with the plain mean
-  Xbar^{-l} = 1/(k-1) sum_{m != l} X^m of the (unit) other views, as printed and as in the official
-  code: the mean is *not* re-normalised, so its norm is <= 1 and the scores that involve it are inner
-  products, not cosines. ``renormalise=True`` projects the mean back onto the unit sphere first
-  (NT-Xent(X^l, normalise(Xbar^{-l})), all scores cosines); this is not the printed loss. At k = 2 the
-  mean is the other view and both forms are NT-Xent.
+  Xbar^{-l} = 1/(k-1) sum_{m != l} X^m of the (unit) other views, as printed and as in the MV paper's
+  released code (https://github.com/pakoromilas/Multi-View-CL, ``models/losses.py``, class ``NTXent``
+  with ``average=True``; the M3G paper gives no code repository): the mean is *not* re-normalised, so
+  its norm is <= 1 and the scores that involve it are inner products, not cosines.
+  ``renormalise=True`` projects the mean back onto the unit sphere first (NT-Xent(X^l,
+  normalise(Xbar^{-l})), all scores cosines); this is not the printed loss. At k = 2 the mean is the
+  other view and both forms are NT-Xent.
 
 Mask (``mask[l, i]`` True = sample i present in view l). A pair term only uses the samples present in
 both of its views (absent entries are never anchors, positives or negatives); the loss is the mean
@@ -25,14 +27,35 @@ over every remaining anchor term (without a mask this is exactly the mean over p
 fewer than 2 common samples are skipped. For ``infonce_avg`` the mean of the rest is over the present
 other views of each sample. A mask that leaves no usable term raises ``ValueError``.
 
+References:
+    - Piran, Klein, Thornton, Cuturi, "Contrasting Multiple Representations with the Multi-Marginal
+      Matching Gap", ICML 2024, arXiv:2405.19532, https://arxiv.org/abs/2405.19532
+    - Koromilas, Georgiou, Bouritsas, Giannakopoulos, Nicolaou, Panagakis, "A Principled Framework
+      for Multi-View Contrastive Learning", 2025, arXiv:2507.06979, https://arxiv.org/abs/2507.06979
+      (code: https://github.com/pakoromilas/Multi-View-CL)
+    - Chen, Kornblith, Norouzi, Hinton, "A Simple Framework for Contrastive Learning of Visual
+      Representations" (SimCLR, NT-Xent), ICML 2020, arXiv:2002.05709, https://arxiv.org/abs/2002.05709
+    - van den Oord, Li, Vinyals, "Representation Learning with Contrastive Predictive Coding"
+      (InfoNCE), 2018, arXiv:1807.03748, https://arxiv.org/abs/1807.03748
+
 Shape:
     views: [k, n, d] (any scale; L2-normalised inside), mask: Bool[k, n] or None -> scalar.
 
-Example::
+Example (at k = 2 the mean of the rest is the other view, so both losses are NT-Xent)::
 
     >>> import torch
     >>> from fusebench.objectives import build
-    >>> loss = build("infonce_pwe", tau=0.1)(torch.randn(3, 8, 16))
+    >>> _ = torch.manual_seed(0)
+    >>> views = torch.randn(3, 8, 16)                      # k = 3 views, n = 8 samples, d = 16
+    >>> loss = build("infonce_pwe", tau=0.1)(views)
+    >>> loss.shape, bool(loss > 0)
+    (torch.Size([]), True)
+    >>> two = views[:2]
+    >>> torch.allclose(build("infonce_pwe")(two), build("infonce_avg")(two))
+    True
+    >>> mask = torch.ones(3, 8, dtype=torch.bool); mask[2, :4] = False   # view 2 missing for 4 samples
+    >>> bool(torch.isfinite(build("infonce_pwe")(views, mask=mask)))
+    True
 """
 
 from __future__ import annotations
@@ -52,7 +75,8 @@ from fusebench.objectives.base import MultiViewObjective
 
 __all__ = ["InfoNCEPairwise", "InfoNCEAverage", "check_tau", "masked_logsumexp", "ntxent_terms", "VARIANTS"]
 
-#: names accepted by the ``variant`` argument of the losses whose official code differs from the paper
+#: names accepted by the ``variant`` argument of the losses whose authors' released code differs from
+#: the paper (each loss's docstring names the repository and file)
 VARIANTS = ("paper", "reference_code")
 
 
@@ -130,8 +154,9 @@ class InfoNCEPairwise(MultiViewObjective):
     """Mean over the k(k-1)/2 view pairs of symmetric NT-Xent (M3G Eq. 3). See the module docstring."""
 
     registry_id: ClassVar[str] = "infonce_pwe"
-    paper: ClassVar[str] = ("Piran et al. 2024 (M3G), Sec. 2.2 Eq. 3 (L_pwe) with SimCLR NT-Xent pairs (Chen et al. "
-                            "2020); Koromilas et al. 2025, Sec. III-E1 Eq. 4")
+    paper: ClassVar[str] = ("Piran et al. 2024 (M3G), Sec. 2.2 Eq. 3 (L_pwe), arXiv:2405.19532; SimCLR NT-Xent pairs "
+                            "(Chen et al. 2020, arXiv:2002.05709); Koromilas et al. 2025, Sec. III-E1 Eq. 4, "
+                            "arXiv:2507.06979")
     supports_mask: ClassVar[bool] = True
 
     def __init__(self, tau: float = 0.1) -> None:
@@ -163,8 +188,9 @@ class InfoNCEAverage(MultiViewObjective):
     """
 
     registry_id: ClassVar[str] = "infonce_avg"
-    paper: ClassVar[str] = ("Piran et al. 2024 (M3G), Sec. 2.2 Eq. 4 (L_ave, one vs plain mean of the rest) with "
-                            "NT-Xent pairs; Koromilas et al. 2025, Sec. III-E2 Eq. 5")
+    paper: ClassVar[str] = ("Piran et al. 2024 (M3G), Sec. 2.2 Eq. 4 (L_ave, one vs plain mean of the rest), "
+                            "arXiv:2405.19532, with NT-Xent pairs; Koromilas et al. 2025, Sec. III-E2 Eq. 5, "
+                            "arXiv:2507.06979")
     supports_mask: ClassVar[bool] = True
     #: "2": the plain (not re-normalised) mean of Eq. 4 became the default ("1": re-normalised)
     version: ClassVar[str] = "2"

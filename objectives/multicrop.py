@@ -1,6 +1,8 @@
 """Multi-Crop: the all-ordered-pairs average of a two-view contrastive loss (``multicrop``).
 
-Shidani et al. 2024, "Poly-View Contrastive Learning", Eq. 1 (Sec. 2.2):
+Shidani et al. 2024, "Poly-View Contrastive Learning" (ICLR 2024, arXiv:2403.05490,
+https://arxiv.org/abs/2403.05490), Eq. 1 (Sec. 2.2); the name comes from the multi-crop strategy of
+SwAV (Caron et al. 2020, arXiv:2006.09882):
 
     L_MultiCrop = 1/(M(M-1)) sum_alpha sum_{beta != alpha} L_Pair(x_alpha, x_beta)
 
@@ -20,8 +22,25 @@ keeps the two-view bound while lowering its variance.) The computation here is i
 
 Mask: not supported (a mask with False entries is refused; use ``infonce_pwe``).
 
+References:
+    - Shidani, Hjelm, Ramapuram, Webb, Dhekane, Busbridge, "Poly-View Contrastive Learning",
+      ICLR 2024, arXiv:2403.05490, https://arxiv.org/abs/2403.05490
+    - Caron, Misra, Mairal, Goyal, Bojanowski, Joulin, "Unsupervised Learning of Visual Features by
+      Contrasting Cluster Assignments" (SwAV, multi-crop), NeurIPS 2020, arXiv:2006.09882,
+      https://arxiv.org/abs/2006.09882
+    - Chen et al. 2020 (SimCLR), arXiv:2002.05709, https://arxiv.org/abs/2002.05709
+
 Shape:
     views: [k, n, d] (L2-normalised inside) -> scalar.
+
+Example (equal to ``infonce_pwe`` for every k, by a different computation)::
+
+    >>> import torch
+    >>> from fusebench.objectives import build
+    >>> _ = torch.manual_seed(0)
+    >>> views = torch.randn(4, 8, 16)
+    >>> torch.allclose(build("multicrop", tau=0.1)(views), build("infonce_pwe", tau=0.1)(views))
+    True
 """
 
 from __future__ import annotations
@@ -43,7 +62,8 @@ class MultiCrop(MultiViewObjective):
     """Average over ordered view pairs of the directional SimCLR loss (poly-view Eq. 1)."""
 
     registry_id: ClassVar[str] = "multicrop"
-    paper: ClassVar[str] = "Shidani et al. 2024 (Poly-View Contrastive Learning), Eq. 1 (Sec. 2.2), SimCLR pair loss"
+    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), Eq. 1 (Sec. 2.2), "
+                            "arXiv:2403.05490; SimCLR pair loss (arXiv:2002.05709)")
 
     def __init__(self, tau: float = 0.1) -> None:
         super().__init__()

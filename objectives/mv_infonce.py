@@ -1,7 +1,8 @@
 """Multi-view InfoNCE, multi-view DHEL and two-view DHEL (Koromilas et al. 2025).
 
-Koromilas, Bouritsas, Giannakopoulos, Nicolaou, Panagakis, "Principled Multi-View Contrastive
-Learning" (the MV paper: MV-InfoNCE / MV-DHEL). Notation: N = k views, M = n samples,
+Koromilas, Georgiou, Bouritsas, Giannakopoulos, Nicolaou, Panagakis, "A Principled Framework for
+Multi-View Contrastive Learning", 2025, arXiv:2507.06979, https://arxiv.org/abs/2507.06979 (the MV
+paper: MV-InfoNCE / MV-DHEL). Notation: N = k views, M = n samples,
 K(u, v) = e^{<u, v>/tau} (the paper's Gaussian kernel on unit vectors), s(u, v) = <u, v>/tau,
 s_i = s(z_i1, z_i2) at k = 2, and U_il = log sum_{j != i} K(z_il, z_jl) (uniformity of (i, l) in its
 own view l).
@@ -10,20 +11,24 @@ own view l).
       -log sum_{l} sum_{l' != l} K(z_il, z_il') + log sum_{l} sum_{m != l} sum_{j} K(z_il, z_jm).
   Positives: ordered pairs l != l' of sample i, inside one log. Negatives of (i, l): every (j, m) with
   m != l, j = i included (so the positives are in the denominator, as in InfoNCE).
-  ``variant="reference_code"``: the official code keeps the same-view negatives and drops only the
-  self-similarity, i.e. the negatives of (i, l) are all (j, m) != (i, l).
+  ``variant="reference_code"``: the MV paper's released code (https://github.com/pakoromilas/Multi-View-CL,
+  ``models/losses.py``, class ``MVINFONCE``; the repository is named in the paper) keeps the same-view
+  negatives and drops only the self-similarity, i.e. the negatives of (i, l) are all (j, m) != (i, l).
 - ``mv_dhel`` (Sec. IV-B2, Eq. 12): the alignment of Eq. 8 (all views of sample i inside one log) plus
   the per-view uniformity of Eq. 9 (one log per view), as printed (summed, not averaged, over views):
       -log sum_{l} sum_{l' != l} K(z_il, z_il') + sum_l U_il.
-  ``variant="reference_code"``: the official code sums the positives over unordered pairs l < l';
-  its value is ours + log 2 (same gradient).
-- ``dhel``: the two-view DHEL (Decoupled Hyperspherical Energy Loss, Koromilas et al. 2024) in the
-  form the MV paper extends: Eq. 12 at N = 2, one term per sample with one alignment term and both
-  uniformity terms,
+  ``variant="reference_code"``: the same released code (``models/losses.py``, class ``MVDHEL``) sums
+  the positives over unordered pairs l < l'; its value is ours + log 2 (same gradient).
+- ``dhel``: the two-view DHEL (Decoupled Hyperspherical Energy Loss, Koromilas et al. 2024,
+  arXiv:2405.18045) in the form the MV paper extends: Eq. 12 at N = 2, one term per sample with one
+  alignment term and both uniformity terms,
       1/n sum_i [ -log( K(z_i1, z_i2) + K(z_i2, z_i1) ) + U_i1 + U_i2 ]
     = 1/n sum_i [ -s_i + U_i1 + U_i2 ] - log 2,
-  so ``dhel == mv_dhel`` at k = 2 (and likewise for ``variant="reference_code"``, the official
-  two-view code: the same without the - log 2, i.e. the positive pair counted once).
+  so ``dhel == mv_dhel`` at k = 2 (and likewise for ``variant="reference_code"``, the DHEL authors'
+  two-view code: the same without the - log 2, i.e. the positive pair counted once; this is class
+  ``DHEL`` with ``include_augs=True`` in ``losses.py`` of https://github.com/pakoromilas/DHEL-KCL, the
+  DHEL paper's repository, and class ``MVDHEL`` of the MV code above at k = 2; the MV paper itself
+  names only the Multi-View-CL repository).
   Why not the one-sided form: Sec. III-C writes DHEL per view of interest l, as Eq. 1 with
   N(i, l) = {(j, l): j != i}: L_l = 1/n sum_i [ -s_i + U_il ]. No sum or mean of L_1 and L_2 equals
   Eq. 12 at N = 2, because Eq. 12 counts the alignment once per sample (Eq. 8) but the uniformity once
@@ -39,14 +44,34 @@ present sample in view l is empty and skipped. At least 2 samples with >= 2 pres
 (ValueError otherwise). A sample absent from every view is therefore exactly dropped.
 ``dhel`` refuses masks (use ``mv_dhel``, equal to it at k = 2, for missing views).
 
+References:
+    - Koromilas, Georgiou, Bouritsas, Giannakopoulos, Nicolaou, Panagakis, "A Principled Framework
+      for Multi-View Contrastive Learning", 2025, arXiv:2507.06979, https://arxiv.org/abs/2507.06979;
+      code https://github.com/pakoromilas/Multi-View-CL (``models/losses.py``)
+    - Koromilas, Bouritsas, Giannakopoulos, Nicolaou, Panagakis, "Bridging Mini-Batch and Asymptotic
+      Analysis in Contrastive Learning: From InfoNCE to Kernel-Based Losses" (DHEL), ICML 2024,
+      arXiv:2405.18045, https://arxiv.org/abs/2405.18045; code https://github.com/pakoromilas/DHEL-KCL
+      (``losses.py``)
+
 Shape:
     views: [k, n, d] (L2-normalised inside; ``dhel``: k = 2), mask: Bool[k, n] or None -> scalar.
 
-Example::
+Example (the identities stated above)::
 
+    >>> import math
     >>> import torch
     >>> from fusebench.objectives import build
-    >>> loss = build("mv_dhel", tau=0.1)(torch.randn(4, 8, 16))
+    >>> _ = torch.manual_seed(0)
+    >>> views = torch.randn(4, 8, 16, dtype=torch.float64)
+    >>> loss = build("mv_dhel", tau=0.1)(views)
+    >>> loss.shape
+    torch.Size([])
+    >>> ref = build("mv_dhel", tau=0.1, variant="reference_code")(views)
+    >>> math.isclose(float(ref - loss), math.log(2), rel_tol=1e-9)
+    True
+    >>> two = views[:2]
+    >>> torch.allclose(build("dhel")(two), build("mv_dhel")(two))
+    True
 """
 
 from __future__ import annotations
@@ -108,8 +133,8 @@ class MVInfoNCE(_MVBase):
     """Multi-view InfoNCE (Koromilas et al. 2025, Sec. IV-B1, Eq. 11); see the module docstring."""
 
     registry_id: ClassVar[str] = "mv_infonce"
-    paper: ClassVar[str] = ("Koromilas et al. 2025 (Principled Multi-View Contrastive Learning), Sec. IV-B1, "
-                            "Eq. 11 (MV-InfoNCE)")
+    paper: ClassVar[str] = ("Koromilas et al. 2025 (A Principled Framework for Multi-View Contrastive Learning), "
+                            "Sec. IV-B1, Eq. 11 (MV-InfoNCE), arXiv:2507.06979")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
@@ -117,7 +142,7 @@ class MVInfoNCE(_MVBase):
         if self.variant == "paper":  # negatives of (i, l): (j, m), m != l
             views_ok = ~torch.eye(k, dtype=torch.bool, device=z.device)  # [l, m]
             keep = views_ok[:, None, :, None] & present[:, :, None, None] & present[None, None, :, :]
-        else:  # official code: every (j, m) != (i, l)
+        else:  # released code (Multi-View-CL, models/losses.py, MVINFONCE): every (j, m) != (i, l)
             not_self = ~(torch.eye(k, dtype=torch.bool, device=z.device)[:, None, :, None]
                          & torch.eye(n, dtype=torch.bool, device=z.device)[None, :, None, :])
             keep = not_self & present[:, :, None, None] & present[None, None, :, :]
@@ -132,8 +157,8 @@ class MVDHEL(_MVBase):
     """Multi-view DHEL (Koromilas et al. 2025, Sec. IV-B2, Eq. 12); see the module docstring."""
 
     registry_id: ClassVar[str] = "mv_dhel"
-    paper: ClassVar[str] = ("Koromilas et al. 2025 (Principled Multi-View Contrastive Learning), Sec. IV-B2, "
-                            "Eq. 12 (MV-DHEL)")
+    paper: ClassVar[str] = ("Koromilas et al. 2025 (A Principled Framework for Multi-View Contrastive Learning), "
+                            "Sec. IV-B2, Eq. 12 (MV-DHEL), arXiv:2507.06979")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
@@ -157,13 +182,15 @@ DHEL_VARIANTS = ("paper", "reference_code", "one_sided_mean")
 class DHEL(MultiViewObjective):
     """Two-view DHEL as MV-DHEL at N = 2 (Koromilas et al. 2025, Eq. 12); see the module docstring.
 
-    ``variant``: ``"paper"`` (Eq. 12 at N = 2, equal to ``mv_dhel``), ``"reference_code"`` (official
-    code, = paper + log 2) or ``"one_sided_mean"`` (mean of the two one-sided Eq. 1 terms).
+    ``variant``: ``"paper"`` (Eq. 12 at N = 2, equal to ``mv_dhel``), ``"reference_code"`` (the DHEL
+    authors' code, https://github.com/pakoromilas/DHEL-KCL ``losses.py`` class ``DHEL``, = paper +
+    log 2) or ``"one_sided_mean"`` (mean of the two one-sided Eq. 1 terms).
     """
 
     registry_id: ClassVar[str] = "dhel"
-    paper: ClassVar[str] = ("Koromilas et al. 2024 (DHEL) as MV-DHEL at N = 2: Koromilas et al. 2025, Sec. IV-B2, "
-                            "Eq. 12 (one-sided DHEL terms: Sec. III-C, Eq. 1)")
+    paper: ClassVar[str] = ("Koromilas et al. 2024 (DHEL, ICML), arXiv:2405.18045, as MV-DHEL at N = 2: "
+                            "Koromilas et al. 2025, Sec. IV-B2, Eq. 12, arXiv:2507.06979 "
+                            "(one-sided DHEL terms: Sec. III-C, Eq. 1)")
     min_views: ClassVar[int] = 2
     max_views: ClassVar[int | None] = 2
     #: "2": the default became Eq. 12 at N = 2 ("1": the mean of the one-sided terms, now "one_sided_mean")

@@ -1,6 +1,12 @@
 """Poly-view contrastive losses: geometric / arithmetic PVC and the sufficient-statistics loss.
 
-Shidani et al. 2024, "Poly-View Contrastive Learning" (M = k views, K = n samples, s = cos / tau).
+Shidani et al. 2024, "Poly-View Contrastive Learning", ICLR 2024, arXiv:2403.05490,
+https://arxiv.org/abs/2403.05490 (M = k views, K = n samples, s = cos / tau).
+
+Code: the paper gives no code repository. ``variant="reference_code"`` therefore follows the paper's
+own PyTorch-style pseudocode (Algorithm 1, App. F.3.2), and ``variant="public_port"`` a third-party
+public PyTorch port of that pseudocode, whose repository is not recorded in this project: that
+variant is defined by the formula below, not by a citable source.
 
 PVC (Sec. 2.3, Eqs. 12-14; Algorithm 1 of App. F.3.2). For anchor (i, a) and positive (i, b), b != a,
 the candidates are the positive and every view of every other sample; the other copies of sample i
@@ -16,7 +22,7 @@ the candidates are the positive and every view of every other sample; the other 
   logsumexp_{b != a}( -log l[i, a, b] ) - log(K), a log-sum-exp of the per-pair cross-entropies minus
   the log of the batch size, then the mean over i, a. Not the paper's bound (the sign inside the
   log-sum-exp and the constant differ from Eq. 12); kept only for comparison.
-  ``variant="public_port"``: what the public PyTorch port of Algorithm 1 computes. Its
+  ``variant="public_port"``: what the third-party PyTorch port of Algorithm 1 (see Code above) computes. Its
   ``F.cross_entropy`` uses the default ``reduction="mean"``, so each (a, b) cross-entropy is averaged
   over the batch *before* the log-sum-exp: mean over a of
   logsumexp_{b != a}( 1/K sum_i -log l[i, a, b] ) - log(K). This couples the samples inside the
@@ -42,6 +48,19 @@ Mask: not supported (refused).
 
 Shape:
     views: [k, n, d] (L2-normalised inside) -> scalar.
+
+Example (at k = 2 every loss here is SimCLR's NT-Xent; for k > 2, arithmetic <= geometric)::
+
+    >>> import torch
+    >>> from fusebench.objectives import build
+    >>> _ = torch.manual_seed(0)
+    >>> two = torch.randn(2, 8, 16)
+    >>> ntxent = build("infonce_pwe")(two)
+    >>> all(torch.allclose(build(name)(two), ntxent) for name in ("pvc_geometric", "pvc_arithmetic", "suff_stats"))
+    True
+    >>> views = torch.randn(4, 8, 16)
+    >>> bool(build("pvc_arithmetic")(views) <= build("pvc_geometric")(views))
+    True
 """
 
 from __future__ import annotations
@@ -105,8 +124,8 @@ class PVCGeometric(_PolyView):
     """Geometric poly-view contrastive loss (poly-view Sec. 2.3, Eq. 13; Algorithm 1)."""
 
     registry_id: ClassVar[str] = "pvc_geometric"
-    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning), "
-                            "Sec. 2.3 Eqs. 13-14, Algorithm 1 (App. F.3.2)")
+    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
+                            "Sec. 2.3 Eqs. 13-14, Algorithm 1 (App. F.3.2), arXiv:2403.05490")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         ll, off = self._loglik(z)
@@ -117,13 +136,14 @@ class PVCGeometric(_PolyView):
 class PVCArithmetic(_PolyView):
     """Arithmetic poly-view contrastive loss (poly-view Sec. 2.3, Eq. 12); see the module docstring.
 
-    ``variant``: ``"paper"`` (Eq. 12), ``"reference_code"`` (Algorithm 1's pseudocode, per sample) or
-    ``"public_port"`` (the public port: batch-mean cross-entropies before the log-sum-exp).
+    ``variant``: ``"paper"`` (Eq. 12), ``"reference_code"`` (the paper's Algorithm 1 pseudocode, per
+    sample; no code repository is given in the paper) or ``"public_port"`` (a third-party port of
+    Algorithm 1, repository not recorded: batch-mean cross-entropies before the log-sum-exp).
     """
 
     registry_id: ClassVar[str] = "pvc_arithmetic"
-    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning), "
-                            "Sec. 2.3 Eqs. 12 and 14, Algorithm 1 (App. F.3.2)")
+    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
+                            "Sec. 2.3 Eqs. 12 and 14, Algorithm 1 (App. F.3.2), arXiv:2403.05490")
 
     def __init__(self, tau: float = 0.1, variant: str = "paper") -> None:
         super().__init__(tau)
@@ -148,8 +168,8 @@ class SufficientStatistics(MultiViewObjective):
     """Sufficient-statistics loss, Q = re-normalised mean of the other views (poly-view Sec. 2.4, Eqs. 22, 24)."""
 
     registry_id: ClassVar[str] = "suff_stats"
-    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning), "
-                            "Sec. 2.4 Eqs. 22 and 24, Algorithm 2 (App. F.3.2)")
+    paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
+                            "Sec. 2.4 Eqs. 22 and 24, Algorithm 2 (App. F.3.2), arXiv:2403.05490")
 
     def __init__(self, tau: float = 0.1) -> None:
         super().__init__()

@@ -1,6 +1,9 @@
 """TupleInfoNCE on fused tuple embeddings, plus its negative-sampling and reward helpers.
 
-Liu et al. 2021, "Contrastive Multimodal Fusion with TupleInfoNCE" (ICCV).
+Liu, Fan, Zhang, Dong, Funkhouser, Yi, "Contrastive Multimodal Fusion with TupleInfoNCE", ICCV 2021,
+arXiv:2107.02575, https://arxiv.org/abs/2107.02575. The paper gives no code repository. Its Eq. 2 is
+InfoNCE (van den Oord et al. 2018, arXiv:1807.03748) on fused tuples. The default ``tau = 0.07`` is
+fusebench's choice; the paper's text does not state the temperature it used.
 
 Loss (Eq. 2, ``tuple_infonce``). g(t) is the fused embedding of a K-modality tuple; for anchor i,
 
@@ -32,6 +35,26 @@ Helpers:
 
 Shape:
     anchor: [n, d], positive: [n, d], negatives: [n, m, d] or [m, d], weights: [m] or [n, m] -> scalar.
+
+Example (a zero weight removes a negative)::
+
+    >>> import torch
+    >>> from fusebench.objectives import build
+    >>> from fusebench.objectives.tuple_infonce import disturbed_negatives, random_derangement
+    >>> g = torch.Generator().manual_seed(0)
+    >>> perm = random_derangement(5, g)
+    >>> bool((perm != torch.arange(5)).all())                      # no sample keeps its own index
+    True
+    >>> mods = {"rgb": torch.arange(5.0), "depth": torch.arange(5.0)}
+    >>> neg, d = disturbed_negatives(mods, "depth", g, return_permutation=True)
+    >>> torch.equal(neg["rgb"], mods["rgb"]), torch.equal(neg["depth"], mods["depth"][d])
+    (True, True)
+    >>> _ = torch.manual_seed(0)
+    >>> anchor, positive, negatives = torch.randn(4, 8), torch.randn(4, 8), torch.randn(6, 8)
+    >>> loss = build("tuple_infonce")                              # tau = 0.07
+    >>> w = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    >>> torch.allclose(loss(anchor, positive, negatives, weights=w), loss(anchor, positive, negatives[:3]))
+    True
 """
 
 from __future__ import annotations
@@ -226,7 +249,8 @@ class TupleInfoNCE(MultiViewObjective):
     """TupleInfoNCE (Eq. 2) on fused embeddings: ``module(anchor, positive, negatives, weights=None)``."""
 
     registry_id: ClassVar[str] = "tuple_infonce"
-    paper: ClassVar[str] = "Liu et al. 2021 (TupleInfoNCE, ICCV), Eq. 2 (Sec. 4.2); negatives Sec. 4.1; reward Eqs. 3-5"
+    paper: ClassVar[str] = ("Liu et al. 2021 (TupleInfoNCE, ICCV), Eq. 2 (Sec. 4.2); negatives Sec. 4.1; "
+                            "reward Eqs. 3-5; arXiv:2107.02575")
     input_kind: ClassVar[str] = "tuple"
     min_views: ClassVar[int] = 2  # anchor and positive, stacked for validation
     max_views: ClassVar[int | None] = 2

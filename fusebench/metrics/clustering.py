@@ -13,8 +13,9 @@ All three are invariant to renaming the clusters. Definitions on the contingency
   1.0 when both labelings have a single (the same trivial) group, as in scikit-learn; rounding is
   clipped to [0, 1].
 * ``ari`` = (sum_ij C(n_ij, 2) - E) / ((sum_i C(a_i, 2) + sum_j C(b_j, 2)) / 2 - E) with
-  E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2) (Hubert and Arabie 1985), computed with exact integer
-  pair counts; 1.0 when the denominator is 0 (both labelings all-singletons or both one group).
+  E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2) (Hubert and Arabie, "Comparing partitions", Journal
+  of Classification 2, 1985), computed with exact integer pair counts; 1.0 when the denominator is 0
+  (both labelings all-singletons or both one group).
 
 Shape: ``y_pred`` [n], ``y_true`` [n]; n >= 1 (empty input raises ValueError).
 """

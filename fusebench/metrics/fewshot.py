@@ -1,5 +1,11 @@
 """Few-shot linear-probe protocol of the M3G paper's EEG experiment (Piran et al., Sec. 4.3, Table 3).
 
+References: Piran, Klein, Thornton, Cuturi, "Contrasting Multiple Representations with the
+Multi-Marginal Matching Gap", ICML 2024, arXiv:2405.19532, https://arxiv.org/abs/2405.19532; Brüsch,
+Schmidt, Alstrøm, "Multi-view self-supervised learning for multivariate variable-channel time
+series", IEEE MLSP 2023, arXiv:2307.09614, https://arxiv.org/abs/2307.09614 (code, named in the M3G
+paper: https://github.com/theabrusch/Multiview_TS_SSL).
+
 Protocol (following Brüsch et al. 2023, as the M3G paper does): the pre-trained encoder is frozen;
 for each number of labelled epochs per class s in {10, 50, 100, 1000} and each seed, s training
 epochs of every class are drawn without replacement (:func:`sample_per_class`), a linear classifier

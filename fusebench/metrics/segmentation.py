@@ -6,10 +6,11 @@ functions), ignoring pixels whose target equals ``ignore_index``. With TP_c = M[
 FP_c = sum_i M[i, c] - TP_c, FN_c = sum_j M[c, j] - TP_c and IoU_c = TP_c / (TP_c + FP_c + FN_c):
 
 * ``miou``: mean of IoU_c over the classes that have ground-truth pixels (ESANet, Seichter et al.
-  2021: classes absent from the ground truth are left out, even if predicted);
-* ``miou_nanmean``: mmsegmentation's ``nanmean`` over classes with a non-empty union — a class
-  predicted but absent from the ground truth counts IoU 0; a class neither present nor predicted is
-  left out;
+  2021, arXiv:2011.06961, code https://github.com/TUI-NICR/ESANet: classes absent from the ground
+  truth are left out, even if predicted);
+* ``miou_nanmean``: mmsegmentation's (https://github.com/open-mmlab/mmsegmentation) ``nanmean`` over
+  classes with a non-empty union — a class predicted but absent from the ground truth counts IoU 0;
+  a class neither present nor predicted is left out;
 * ``pixel_acc``: trace(M) / sum(M).
 
 Call form: ``get(id)(pred, target, num_classes, ignore_index=-1) -> float``.

@@ -1,7 +1,9 @@
 """Multimodal sentiment metrics: CMU-MOSI/MOSEI (labels in [-3, 3]) and CH-SIMS (labels in [-1, 1]).
 
-Conventions follow the MMSA toolkit's regression evaluation (Yu et al.; the usual MOSI/MOSEI/SIMS
-tables), with every variant the field uses named explicitly:
+Conventions follow the MMSA toolkit's regression evaluation (https://github.com/thuiar/MMSA,
+``src/MMSA/utils/metricsTop.py``; platform paper: Mao et al., "M-SENA: An Integrated Platform for
+Multimodal Sentiment Analysis", ACL 2022 demos, arXiv:2203.12441; the usual MOSI/MOSEI/SIMS tables),
+with every variant the field uses named explicitly:
 
 * ``mae`` = mean |y_pred - y_true| (no clipping); ``corr`` = Pearson r (NaN when either is constant);
 * ``acc7`` = exact match of round(clip(y, -3, 3)) — NumPy rounding, i.e. round half to even

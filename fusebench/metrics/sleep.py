@@ -3,7 +3,8 @@
 Call form: ``get(id)(y_pred, y_true) -> float`` with 1-D integer arrays (numpy or torch) of stage ids
 0..4 = W, N1, N2, N3, REM (the adapters' mapping). Predictions are pooled over all test subjects
 before computing a metric (one confusion matrix), as in the sleep-staging literature (e.g. the M3G
-paper's Sec. 4.3 evaluation via Brüsch et al. 2023).
+paper's Sec. 4.3 evaluation, Piran et al. 2024, arXiv:2405.19532, via Brüsch et al. 2023,
+arXiv:2307.09614).
 
 Definitions on the confusion matrix ``M[c_true, c_pred]`` over the labels L = classes seen in
 ``y_true`` or ``y_pred`` (scikit-learn's convention):
