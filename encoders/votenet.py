@@ -1,7 +1,9 @@
 """VoteNet for the 10 SUN RGB-D classes: voting, vote aggregation, proposals, losses, 3D NMS.
 
 Implements Qi, Litany, He & Guibas, "Deep Hough Voting for 3D Object Detection in Point Clouds"
-(ICCV 2019), Sec. 4 and supplementary A.1 / A.2, on top of :mod:`fusebench.encoders.pointnet2`:
+(ICCV 2019, arXiv:1904.09664, https://arxiv.org/abs/1904.09664; reference code
+https://github.com/facebookresearch/votenet), Sec. 4 and supplementary A.1 / A.2, on top of
+:mod:`fusebench.encoders.pointnet2` (PointNet++, Qi et al. NeurIPS 2017, arXiv:1706.02413):
 
 * voting (Sec. 4.1): a shared MLP maps each seed ``(x_i, f_i)`` to an offset and a feature residual,
   vote ``v_i = (x_i + dx_i, f_i + df_i)``; vote features are L2-normalised (reference code);
@@ -24,8 +26,10 @@ Implements Qi, Litany, He & Guibas, "Deep Hough Voting for 3D Object Detection i
   per class with score ``p_obj * p_sem(c)``, kept when the score exceeds ``conf_thresh`` = 0.05.
 
 Boxes are ``[cx, cy, cz, dx, dy, dz, yaw]`` (full sizes, yaw counter-clockwise about +z; see
-:mod:`fusebench.encoders.boxes3d`). Mean sizes (``dx, dy, dz``, metres) are VoteNet's
+:mod:`fusebench.geometry3d`). Mean sizes (``dx, dy, dz``, metres) are VoteNet's
 ``sunrgbd_utils.type_mean_size`` (the same numbers as mmdet3d's SUN RGB-D VoteNet config).
+``SUNRGBD_CLASSES`` is :data:`fusebench.datasets.sunrgbd.classes.CLASSES` (one definition, owned by
+the dataset package).
 
 Fusion of the input modalities: ``fusion="late"`` (default) uses :class:`PointNet2Encoder` — one
 PointNet++ branch per modality sharing the sampling geometry — and fuses the branches' seed features
@@ -54,8 +58,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from fusebench.datasets.sunrgbd.classes import CLASSES as SUNRGBD_CLASSES
 from fusebench.encoders.base import MultimodalModel
-from fusebench.encoders.boxes3d import nms_3d, points_in_boxes
 from fusebench.encoders.pointnet2 import (
     MODALITY_CHANNELS,
     BackboneConfig,
@@ -66,8 +70,8 @@ from fusebench.encoders.pointnet2 import (
     modality_inputs,
     synthetic_scenes,
 )
+from fusebench.geometry3d import nms_3d, points_in_boxes
 
-SUNRGBD_CLASSES = ("bed", "table", "sofa", "chair", "toilet", "desk", "dresser", "night_stand", "bookshelf", "bathtub")
 #: VoteNet sunrgbd_utils.type_mean_size, in SUNRGBD_CLASSES order: full sizes (dx, dy, dz) in metres
 SUNRGBD_MEAN_SIZES = (
     (2.114256, 1.620300, 0.927272),  # bed

@@ -4,7 +4,7 @@ The indoor 3D detection protocol of VoteNet (Qi et al. 2019, Sec. 5; ``eval_det`
 (``indoor_eval``), the numbers every SUN RGB-D table reports (mAP@0.25, mAP@0.5):
 
 * IoU is the rotated 3D IoU of ``[cx, cy, cz, dx, dy, dz, yaw]`` boxes (yaw about z, full sizes):
-  exact footprint-polygon intersection times z overlap (:mod:`fusebench.encoders.boxes3d`);
+  exact footprint-polygon intersection times z overlap (:mod:`fusebench.geometry3d`);
 * per class ``c``, the detections of class ``c`` from all scenes are ranked by score (descending,
   ties in input order: a stable sort); each is compared with the class-``c`` ground truth of its own
   scene: with ``j = argmax_g IoU(d, g)`` it is a true positive iff ``IoU(d, g_j) > t`` (strictly) and
@@ -39,8 +39,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fusebench.encoders.boxes3d import rotated_iou_3d
-from fusebench.encoders.votenet import SUNRGBD_CLASSES
+from fusebench.datasets.sunrgbd.classes import CLASSES as SUNRGBD_CLASSES
+from fusebench.geometry3d import rotated_iou_3d
 from fusebench.metrics import register
 
 
