@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from fusebench.registry import UnknownNameError, closest
+from fusebench.registry import DuplicateIdError, Registry, UnknownNameError, closest
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,12 +35,24 @@ def _folders() -> list[Path]:
     return folders
 
 
-def _index() -> dict[str, Path]:
-    out: dict[str, Path] = {}
+def registry() -> Registry:
+    """The benchmark registry, read afresh from the spec folders (cheap: a folder listing); entries
+    are spec paths. Two specs with the same id in different folders are a :class:`DuplicateIdError`
+    naming both files (a plugin or ``FUSEBENCH_BENCHMARKS`` folder never silently shadows a spec)."""
+    reg = Registry("benchmark")
+    seen: set[Path] = set()
     for folder in _folders():
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
         for f in sorted(folder.glob("*.yaml")):
-            out.setdefault(f.stem.lower(), f)
-    return out
+            reg.add(f.stem.lower(), f, origin=str(f))
+    return reg
+
+
+def _index() -> dict[str, Path]:
+    reg = registry()
+    return {name: reg.get(name) for name in reg.available()}
 
 
 def available(pattern: str | None = None) -> list[str]:
@@ -74,4 +86,4 @@ def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = F
     return load_spec(path(name), overrides=overrides, synthetic=synthetic)
 
 
-__all__ = ["available", "builtin", "load", "path"]
+__all__ = ["DuplicateIdError", "available", "builtin", "load", "path", "registry"]

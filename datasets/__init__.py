@@ -11,7 +11,6 @@ if __name__ != "fusebench.datasets":  # this folder is mapped to fusebench.datas
     raise ImportError("import this folder as fusebench.datasets; a bare 'datasets' would shadow other packages")
 
 
-import importlib
 from typing import Any
 
 from fusebench.registry import Registry, UnknownNameError
@@ -26,13 +25,19 @@ from .base import (
     SyntheticSpec,
 )
 
-DATASETS = Registry("dataset", entry_point_group="fusebench.datasets")
 
-# one module per adapter family; importing a module registers its ids
-_MODULES = ("nyuv2", "sunrgbd", "mmsa", "sleep", "quickstart", "multiview_mat")
+def _describe(cls: Any) -> dict[str, Any]:
+    """Metadata read off an adapter class: task, modalities, classes, options, info text."""
+    from fusebench.options import options_of
 
-for _m in _MODULES:
-    importlib.import_module(f"{__name__}.{_m}")
+    return {"task": getattr(cls, "task", None), "modalities": [m.name for m in getattr(cls, "MODALITIES", ())],
+            "num_classes": getattr(cls, "num_classes", None), "options": options_of(cls),
+            "info": getattr(cls, "INFO", "")}
+
+
+# one module per adapter family; importing a module registers its ids (on the first lookup)
+DATASETS = Registry("dataset", entry_point_group="fusebench.datasets", describe=_describe, modules=tuple(
+    f"{__name__}.{m}" for m in ("nyuv2", "sunrgbd", "mmsa", "sleep", "quickstart", "multiview_mat")))
 
 
 def available(pattern: str | None = None) -> list[str]:

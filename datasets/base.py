@@ -89,8 +89,10 @@ class SyntheticSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-#: options every adapter accepts (read by the base class and the cache)
-BASE_OPTIONS = frozenset({"seed", "augment", "synthetic_spec", "use_cache", "allow_empty"})
+#: options every adapter accepts (read by the base class and the cache), with their types
+BASE_OPTION_TYPES: dict[str, Any] = {"seed": int, "augment": bool, "synthetic_spec": dict, "use_cache": bool,
+                                     "allow_empty": bool}
+BASE_OPTIONS = frozenset(BASE_OPTION_TYPES)
 
 
 def cache_home() -> Path:
@@ -124,6 +126,19 @@ class MultimodalDataset(Dataset):
     #: :data:`BASE_OPTIONS` is a :class:`DatasetError`. ``None`` (the default for third-party adapters)
     #: skips the check.
     OPTIONS: ClassVar[frozenset[str] | None] = None
+    #: the types of (some of) the adapter's OPTIONS, checked when a benchmark spec is loaded
+    #: (:mod:`fusebench.options`); options without an entry take any value
+    OPTION_TYPES: ClassVar[dict[str, Any]] = {}
+    #: bump when :meth:`_load_raw` changes its output: invalidates prepared caches (datasets/cache.py)
+    PREPROCESS_VERSION: ClassVar[int] = 1
+    #: bump when :meth:`write_synthetic` changes its files: invalidates synthetic twins on disk
+    SYNTHETIC_VERSION: ClassVar[int] = 1
+    #: overrides of the conformance suite's defaults (datasets/conformance.py ``DEFAULT_SPEC``)
+    CONFORMANCE_SPEC: ClassVar[dict[str, Any] | None] = None
+    #: overrides of ``fusebench bench data``'s defaults (datasets/bench.py ``DEFAULT_SPEC``)
+    BENCH_SPEC: ClassVar[dict[str, Any] | None] = None
+    #: True when the views (count, names, widths) are only known after opening the data (multiview .mat)
+    VIEWS_FROM_DATA: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -177,7 +192,21 @@ class MultimodalDataset(Dataset):
 
             self._cache = _cache.open_cache(self)
 
+    # -- public identity ----------------------------------------------------------------------
+    @property
+    def manifest_hash(self) -> str | None:
+        """The sha256 manifest hash of the prepared cache this dataset reads (it names the source
+        files, their sizes and hashes, the options and the preprocessing version), or None when it
+        reads the files directly (``use_cache=False`` or nothing prepared)."""
+        return getattr(self._cache, "manifest_hash", None) if self._cache is not None else None
+
     # -- adapter hooks ------------------------------------------------------------------------
+    def source_files(self) -> list[Path] | None:
+        """The input files a prepared cache depends on (absolute, or relative to ``root``); None (the
+        default) means every file under the root. Override it when the root holds more than the
+        adapter reads."""
+        return None
+
     def _index(self) -> list[Any]:
         raise NotImplementedError
 
@@ -232,7 +261,7 @@ class MultimodalDataset(Dataset):
         """Generate (once) and return the folder holding the synthetic twin for ``spec``."""
         key = json.dumps(
             {"id": cls.id, "n": spec.num_samples, "seed": spec.seed, "inf": spec.informativeness,
-             "opt": spec.options, "v": getattr(cls, "SYNTHETIC_VERSION", 1)},
+             "opt": spec.options, "v": cls.SYNTHETIC_VERSION},
             sort_keys=True, default=str,
         )
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]

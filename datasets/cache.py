@@ -136,9 +136,10 @@ def source_files(dataset: MultimodalDataset) -> list[Path]:
     when it has one (absolute paths, paths built from ``dataset.root``, or paths relative to the
     root), else every file under the root."""
     root = Path(dataset.root)
-    hook = getattr(dataset, "source_files", None)
-    if callable(hook):
-        files = [_source_path(root, p) for p in hook()]
+    hook = getattr(dataset, "source_files", None)  # declared on MultimodalDataset; duck-typed datasets may lack it
+    listed = hook() if callable(hook) else None
+    if listed is not None:
+        files = [_source_path(root, p) for p in listed]
     else:
         skip = [b.resolve() for b in prepared_bases()]
         files = []

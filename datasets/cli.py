@@ -127,6 +127,13 @@ def _info(ns: argparse.Namespace) -> int:
     print(cls.info())
     mods = ", ".join(f"{m.name} ({m.kind})" for m in cls.MODALITIES)
     print(f"Task: {cls.task}; splits: {', '.join(cls.SPLITS)}; modalities: {mods}")
+    from fusebench.options import options_of
+
+    opts = options_of(cls)
+    if opts is None:
+        print("Options (dataset.options): open-ended (not declared by this adapter)")
+    else:
+        print("Options (dataset.options): " + ("; ".join(str(o) for o in opts) or "none"))
     return 0
 
 

@@ -54,13 +54,12 @@ import scipy.sparse as sp
 import torch
 
 from . import DATASETS
-from .base import DataFile, DatasetError, DatasetNotFoundError, Modality, MultimodalDataset, SyntheticSpec
+from .base import BASE_OPTIONS, DataFile, DatasetError, DatasetNotFoundError, Modality, MultimodalDataset, SyntheticSpec
 
 log = logging.getLogger(__name__)
 
 SPLIT_NAMES = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
-_BASE_OPTIONS = frozenset({"seed", "augment", "synthetic_spec", "use_cache", "allow_empty"})
 OPTIONS = frozenset({"file", "x_key", "y_key", "views", "view_names", "sample_axis", "split_fractions",
                      "split_seed", "standardize", "verify_sha256", "sha256"})
 _LRU_SIZE = 4
@@ -343,10 +342,14 @@ class MultiviewMat(MultimodalDataset):
     SYNTHETIC_VERSION = 1
     #: the views (count, names, widths) come from the file: the runner opens it to resolve dataset.modalities
     VIEWS_FROM_DATA: ClassVar[bool] = True
+    OPTIONS: ClassVar[frozenset[str]] = OPTIONS
+    OPTION_TYPES: ClassVar[dict[str, Any]] = {"file": str, "x_key": str, "y_key": str, "views": list,
+                                              "view_names": list, "split_seed": int, "standardize": bool,
+                                              "verify_sha256": bool, "sha256": str}
 
     def __init__(self, root: str | os.PathLike | None = None, split: str = "train",
                  modalities: list[str] | tuple[str, ...] | None = None, synthetic: bool = False, **opts: Any) -> None:
-        unknown = set(opts) - OPTIONS - _BASE_OPTIONS
+        unknown = set(opts) - OPTIONS - BASE_OPTIONS  # checked before the file is opened
         if unknown:
             raise DatasetError(f"{self.id}: unknown option(s) {sorted(unknown)}; valid: {sorted(OPTIONS)}")
         self.options = {k: opts[k] for k in OPTIONS if k in opts}

@@ -1,8 +1,8 @@
 """Per-modality encoders and task heads (``fusebench.encoders``).
 
-``build(name, **cfg)`` returns an ``nn.Module``; ``available()`` lists the ids. Built-ins are
-registered lazily (module imported on first use); third-party encoders register through the
-entry-point group ``fusebench.encoders``.
+``build(name, **cfg)`` returns an ``nn.Module``; ``available()`` lists the ids. Built-in modules
+are imported on the first lookup; third-party encoders register through the entry-point group
+``fusebench.encoders``.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Any
 
 from fusebench.registry import Registry, UnknownNameError
 
-ENCODERS = Registry("encoder", entry_point_group="fusebench.encoders")
 
-for _name, _target in {
-    "esanet": "fusebench.encoders.esanet:ESANet",
-    "pointnet2": "fusebench.encoders.pointnet2:PointNet2Encoder",
-    "votenet": "fusebench.encoders.votenet:VoteNet",
-    "seq_transformer": "fusebench.encoders.seq_transformer:SeqTransformer",
-    "eeg_conv": "fusebench.encoders.eeg_conv:EEGConvEncoder",
-    "mlp": "fusebench.encoders.mlp:MLPEncoder",
-}.items():
-    ENCODERS.add_lazy(_name, _target)
+def _describe(cls: Any) -> dict[str, Any]:
+    """Metadata read off an encoder class: its typed options (``encoder.config``)."""
+    from fusebench.options import options_of
+
+    return {"options": options_of(cls)}
+
+
+# one module per encoder; importing a module registers its id (on the first lookup)
+ENCODERS = Registry("encoder", entry_point_group="fusebench.encoders", describe=_describe, modules=tuple(
+    f"{__name__}.{m}" for m in ("esanet", "pointnet2", "votenet", "seq_transformer", "eeg_conv", "mlp")))
 
 
 def available(pattern: str | None = None) -> list[str]:

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from fusebench.encoders import ENCODERS
 from fusebench.encoders.base import MultimodalModel
 from fusebench.encoders.heads import get_modality, parse_modalities, presence
 
@@ -86,6 +87,7 @@ class EEGConvBackbone(nn.Module):
         return self.readout(self.blocks(x))
 
 
+@ENCODERS.register("eeg_conv")
 class EEGConvEncoder(MultimodalModel):
     """Channel-shared 1D conv encoder + linear multi-channel probe (see module docstring).
 

@@ -61,6 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fusebench.encoders import ENCODERS
 from fusebench.encoders.base import MultimodalModel
 from fusebench.encoders.heads import get_modality, parse_modalities, presence
 
@@ -213,6 +214,7 @@ class DecoderModule(nn.Module):
         return x + skip
 
 
+@ENCODERS.register("esanet")
 class ESANet(MultimodalModel):
     """ESANet (see module docstring).
 

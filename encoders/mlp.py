@@ -17,9 +17,11 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from fusebench.encoders import ENCODERS
 from fusebench.encoders.base import MultimodalModel
 
 
+@ENCODERS.register("mlp")
 class MLPEncoder(MultimodalModel):
     """Per-modality MLP encoders for vector features with a linear classifier head."""
 

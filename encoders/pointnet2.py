@@ -64,6 +64,7 @@ import torch
 from einops import rearrange, repeat
 from torch import Tensor, nn
 
+from fusebench.encoders import ENCODERS
 from fusebench.encoders.base import MultimodalModel
 
 # --------------------------------------------------------------------------------------------
@@ -351,6 +352,7 @@ def modality_inputs(batch: dict[str, Any], modalities: Sequence[str]) -> tuple[T
     return xyz, feats
 
 
+@ENCODERS.register("pointnet2")
 class PointNet2Encoder(MultimodalModel):
     """One PointNet++ branch per modality sharing the sampling/grouping geometry (module docstring).
 

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from fusebench.encoders import ENCODERS
 from fusebench.encoders.base import MultimodalModel
 from fusebench.encoders.heads import get_modality, parse_modalities, presence
 
@@ -94,6 +95,7 @@ class SequenceEncoder(nn.Module):
         return torch.where(empty[:, None], torch.zeros_like(pooled), pooled)
 
 
+@ENCODERS.register("seq_transformer")
 class SeqTransformer(MultimodalModel):
     """Transformer encoder per modality + late-fusion sentiment regression (see module docstring).
 
@@ -107,7 +109,9 @@ class SeqTransformer(MultimodalModel):
     """
 
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "default",
-                 fusion: str = "concat", dropout: float = 0.1, **overrides: int) -> None:
+                 fusion: str = "concat", dropout: float = 0.1, d_model: int | None = None,
+                 num_heads: int | None = None, num_layers: int | None = None, ff_dim: int | None = None,
+                 head_hidden: int | None = None) -> None:
         super().__init__()
         if size not in SIZES:
             raise ValueError(f"seq_transformer: size must be one of {sorted(SIZES)}, got {size!r}")
@@ -116,10 +120,8 @@ class SeqTransformer(MultimodalModel):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"seq_transformer: dropout must lie in [0, 1), got {dropout}")
         cfg = dict(SIZES[size])
-        unknown = set(overrides) - set(cfg)
-        if unknown:
-            raise ValueError(f"seq_transformer: unknown options {sorted(unknown)}; valid: {sorted(cfg)}")
-        cfg.update(overrides)
+        given = dict(d_model=d_model, num_heads=num_heads, num_layers=num_layers, ff_dim=ff_dim, head_hidden=head_hidden)
+        cfg.update({k: v for k, v in given.items() if v is not None})  # explicit values override the size preset
         if cfg["d_model"] % cfg["num_heads"]:
             raise ValueError(f"seq_transformer: d_model {cfg['d_model']} must be divisible by num_heads "
                              f"{cfg['num_heads']}")

@@ -59,6 +59,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from fusebench.datasets.sunrgbd.classes import CLASSES as SUNRGBD_CLASSES
+from fusebench.encoders import ENCODERS
 from fusebench.encoders.base import MultimodalModel
 from fusebench.encoders.pointnet2 import (
     MODALITY_CHANNELS,
@@ -124,6 +125,7 @@ def _conv_bn_relu(i: int, o: int) -> list[nn.Module]:
     return [nn.Conv1d(i, o, 1, bias=False), nn.BatchNorm1d(o), nn.ReLU(inplace=True)]
 
 
+@ENCODERS.register("votenet")
 class VoteNet(MultimodalModel):
     """VoteNet (see module docstring). ``config``: "votenet" (paper) or "tiny" (tests)."""
 

@@ -1,4 +1,7 @@
-"""``fusebench list benchmarks|objectives|datasets|encoders|metrics``."""
+"""``fusebench list benchmarks|objectives|datasets|encoders|metrics [PATTERN] [--details]``.
+
+One block per registered id; ``--details`` adds the typed options (:mod:`fusebench.options`: name,
+type, default) that a spec may set for the component, and the registry metadata."""
 
 from __future__ import annotations
 
@@ -39,7 +42,38 @@ def _fmt_hparams(factory: Any) -> str:
     return ", ".join(parts) or "-"
 
 
-def describe(kind: str, name: str) -> list[str]:
+def _options_lines(obj: Any, key: str) -> list[str]:
+    from fusebench.options import options_of
+
+    opts = options_of(obj)
+    if opts is None:
+        return [f"    {key}: open-ended (the class takes **kwargs and declares no options)"]
+    return [f"    {key}:"] + [f"      {o}" for o in opts] if opts else [f"    {key}: none"]
+
+
+def describe(kind: str, name: str, details: bool = False) -> list[str]:
+    lines = _describe(kind, name)
+    if not details:
+        return lines
+    pkg = importlib.import_module(KINDS[kind])
+    if kind == "objectives":
+        lines += [f"    version: {pkg.OBJECTIVES.meta(name).get('version', '1')}"]
+        lines += _options_lines(pkg.OBJECTIVES.get(name), "options (pretrain.hparams.<id>)")
+    elif kind == "datasets":
+        lines += _options_lines(pkg.get(name), "options (dataset.options)")
+    elif kind == "encoders":
+        lines += _options_lines(pkg.ENCODERS.get(name), "options (encoder.config)")
+    elif kind == "metrics":
+        m = pkg.get(name)
+        lines += [f"    unit: {m.unit}; version: {m.version}"]
+    elif kind == "benchmarks":
+        spec = pkg.load(name)
+        lines += [f"    spec: {pkg.path(name)}", f"    dataset: {spec.dataset.id or spec.pipeline}; encoder: "
+                  f"{spec.encoder.id or '-'}; objectives: {', '.join(spec.objectives)}; seeds: {len(spec.seeds)}"]
+    return lines
+
+
+def _describe(kind: str, name: str) -> list[str]:
     pkg = importlib.import_module(KINDS[kind])
     if kind == "objectives":
         cls = pkg.OBJECTIVES.get(name)
@@ -72,8 +106,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fusebench list", description=__doc__)
     parser.add_argument("kind", choices=sorted(KINDS))
     parser.add_argument("pattern", nargs="?", default=None, help="glob over ids, e.g. 'infonce*'")
+    parser.add_argument("--details", action="store_true",
+                        help="also print each component's typed options (name: type = default) and metadata")
     ns = parser.parse_args(argv)
     pkg = importlib.import_module(KINDS[ns.kind])
     for name in pkg.available(ns.pattern):
-        print("\n".join(describe(ns.kind, name)))
+        print("\n".join(describe(ns.kind, name, ns.details)))
     return 0

@@ -10,18 +10,25 @@ if __name__ != "fusebench.objectives":  # this folder is mapped to fusebench.obj
     raise ImportError("import this folder as fusebench.objectives; a bare 'objectives' would shadow other packages")
 
 
-import importlib
 from typing import Any
 
 from fusebench.registry import Registry, UnknownNameError
 
-OBJECTIVES = Registry("objective", entry_point_group="fusebench.objectives")
 
-# one module per loss family; importing a module registers its ids
-_MODULES = ("infonce", "multicrop", "polyview", "mv_infonce", "byol", "tuple_infonce", "matching_gap", "m3g")
+def _describe(cls: Any) -> dict[str, Any]:
+    """Metadata read off an objective class: paper, input kind, view limits, mask support, version, options."""
+    from fusebench.options import options_of
 
-for _m in _MODULES:
-    importlib.import_module(f"{__name__}.{_m}")
+    meta = {k: getattr(cls, k) for k in ("paper", "input_kind", "min_views", "max_views", "supports_mask", "version")
+            if hasattr(cls, k)}
+    meta["options"] = options_of(cls)
+    return meta
+
+
+# one module per loss family; importing a module registers its ids (on the first lookup)
+OBJECTIVES = Registry("objective", entry_point_group="fusebench.objectives", describe=_describe, modules=tuple(
+    f"{__name__}.{m}" for m in ("infonce", "multicrop", "polyview", "mv_infonce", "byol", "tuple_infonce",
+                                "matching_gap", "m3g")))
 
 
 def available(pattern: str | None = None) -> list[str]:

@@ -39,9 +39,60 @@ def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -
     reg = R.Registry("widget", entry_point_group="fusebench.widgets")
     reg.add("beta", "builtin")
     reg.add_lazy("delta", "fb_fake_plugin:Thing")
+    # a plugin cannot take a built-in id: one error naming both
+    with pytest.raises(R.DuplicateIdError, match=r"widget id 'beta' is registered twice: by .* and by the plugin "
+                                                 r"entry point 'fb_fake_plugin:Thing'"):
+        reg.available()
+    eps.pop()  # without the clash, the plugin is listed and imported on first use
+    reg = R.Registry("widget", entry_point_group="fusebench.widgets")
+    reg.add("beta", "builtin")
+    reg.add_lazy("delta", "fb_fake_plugin:Thing")
     assert reg.available() == ["beta", "delta", "gamma"]
     assert reg.get("gamma") is mod.Thing and reg.get("delta") is mod.Thing
-    assert reg.get("beta") == "builtin"  # a plugin cannot take a built-in id
+    assert reg.get("beta") == "builtin"
+
+
+def test_builtin_modules_load_on_first_lookup_and_duplicates_are_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = R.Registry("widget", modules=("fb_fake_widgets",), describe=lambda obj: {"doc": obj.__doc__})
+    mod = types.ModuleType("fb_fake_widgets")
+    imported = []
+
+    def _exec() -> None:
+        imported.append(1)
+
+        @reg.register("one", paper="x")
+        class One:
+            """first"""
+
+    monkeypatch.setitem(sys.modules, "fb_fake_widgets", mod)
+    monkeypatch.setattr(R.importlib, "import_module", lambda name: (_exec(), mod)[1])
+    assert imported == []  # nothing imported at declaration
+    assert reg.available() == ["one"] and imported == [1]
+    reg.available()
+    assert imported == [1]  # once
+    assert reg.meta("one") == {"doc": "first", "paper": "x"}  # described, then registration metadata
+    with pytest.raises(R.DuplicateIdError, match=r"widget id 'one' is registered twice: by .*One and by .*"):
+        reg.add("one", object())
+
+
+def test_duplicate_benchmark_specs_are_an_error(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fusebench.benchmarks as B
+
+    (tmp_path / "quickstart.yaml").write_text("description: shadow\n")
+    monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(tmp_path))
+    with pytest.raises(R.DuplicateIdError, match=r"benchmark id 'quickstart' is registered twice: by .*"
+                                                 r"benchmarks/quickstart.yaml and by .*quickstart.yaml"):
+        B.available()
+    monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(B.HERE))  # the same folder twice is no duplicate
+    assert "quickstart" in B.available()
+
+
+def test_objective_metadata_comes_from_the_class() -> None:
+    from fusebench import objectives
+
+    meta = objectives.OBJECTIVES.meta("matching_gap")
+    assert meta["min_views"] == 2 and meta["max_views"] == 2 and meta["input_kind"] == "views"
+    assert [o.name for o in meta["options"]] == ["eps", "cost", "tol", "max_iter"]
 
 
 @pytest.mark.parametrize("name", ["datasets", "objectives", "encoders", "benchmarks"])

@@ -58,6 +58,9 @@ class NYUv2(_LayoutIndex, _FrameReaders, _NormalCache, _Flip, MultimodalDataset)
     #: dataset.options this adapter reads (others are errors, see MultimodalDataset.OPTIONS)
     OPTIONS = frozenset({"classes", "depth_source", "flip_p", "label_source", "layout", "normal_cache", "normal_method",
                          "normal_radius_px", "normal_source", "split_seed", "val_fraction"})
+    #: their types, checked when a benchmark spec is loaded (fusebench.options)
+    OPTION_TYPES = {"classes": int, "depth_source": str, "flip_p": float, "label_source": str, "layout": str | None,
+                    "normal_method": str, "normal_source": str, "split_seed": int, "val_fraction": float}
 
     id: ClassVar[str] = "nyuv2"
     task: ClassVar[str] = "segmentation"

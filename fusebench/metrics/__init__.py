@@ -13,13 +13,23 @@ when a metric's definition changes, so runs scored with different definitions ar
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from fusebench.registry import Registry, UnknownNameError
 
-METRICS = Registry("metric", entry_point_group="fusebench.metrics")
+
+def _describe(m: Any) -> dict[str, Any]:
+    """Metadata of a :class:`Metric` entry: task, direction, unit, version, description."""
+    if not isinstance(m, Metric):
+        return {}
+    return {"task": m.task, "direction": m.direction, "unit": m.unit, "version": m.version,
+            "description": m.description}
+
+
+# one module per task family; importing a module registers its ids (on the first lookup)
+METRICS = Registry("metric", entry_point_group="fusebench.metrics", describe=_describe, modules=tuple(
+    f"{__name__}.{m}" for m in ("segmentation", "sentiment", "sleep", "detection", "clustering")))
 UNITS = ("fraction", "raw")
 
 
@@ -61,26 +71,11 @@ def register(id: str, *, higher_is_better: bool, task: str, description: str = "
     return deco
 
 
-_MODULES = ("segmentation", "sentiment", "sleep", "detection", "clustering")
-_loaded = False
-
-
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for m in _MODULES:
-        importlib.import_module(f"{__name__}.{m}")
-
-
 def available(pattern: str | None = None) -> list[str]:
-    _load()
     return METRICS.available(pattern)
 
 
 def get(id: str) -> Metric:
-    _load()
     return METRICS.get(id)
 
 

@@ -239,7 +239,53 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
             raise ConfigError(f"{source}: metrics must list at least one metric id")
         if spec.selection_metric and spec.selection_metric not in spec.metrics:
             raise ConfigError(f"{source}: selection_metric {spec.selection_metric!r} is not in metrics")
+    check_component_options(spec, source)
     return spec
+
+
+def check_component_options(spec: BenchmarkSpec, source: str) -> None:
+    """Check ``dataset.options``, ``encoder.config``, ``pretrain.hparams`` and ``pretrain.grid`` against
+    the options each component declares (:mod:`fusebench.options`), before any data is read: a
+    :class:`ConfigError` (a :class:`~fusebench.datasets.base.DatasetError` for ``dataset.options``)
+    naming the spec, the key, the valid options and the closest match. An unknown objective id in
+    ``pretrain.hparams`` / ``pretrain.grid`` is an error too (its settings would be silently unused)."""
+    from fusebench import encoders, objectives
+    from fusebench import datasets as fb_datasets
+    from fusebench.datasets.base import DatasetError
+    from fusebench.options import OptionsError, check_options
+    from fusebench.registry import UnknownNameError
+
+    def _get(registry, name: str, key: str):
+        try:
+            return registry.get(name)
+        except UnknownNameError as e:
+            raise ConfigError(f"{source}: {key}: {e}") from None
+
+    try:
+        # a dataset or encoder id that is not registered here may come from a plugin installed elsewhere:
+        # the spec still loads (listing it works) and the run stops at that id with the valid ids
+        if spec.pipeline == "standard" and spec.dataset.id in fb_datasets.DATASETS:
+            adapter = fb_datasets.DATASETS.get(spec.dataset.id)
+            try:
+                check_options(spec.dataset.options, adapter, f"{source}: dataset.options, adapter {spec.dataset.id}")
+            except OptionsError as e:  # the error the adapter itself would raise, only earlier
+                raise DatasetError(str(e)) from None
+        if spec.pipeline == "standard" and spec.encoder.id in encoders.ENCODERS:
+            encoder = encoders.ENCODERS.get(spec.encoder.id)
+            check_options(spec.encoder.config, encoder, f"{source}: encoder.config ({spec.encoder.id})")
+        for name, hp in spec.pretrain.hparams.items():
+            check_options(hp, _get(objectives.OBJECTIVES, name, "pretrain.hparams"), f"{source}: pretrain.hparams.{name}")
+        for name, grid in spec.pretrain.grid.items():
+            obj = _get(objectives.OBJECTIVES, name, "pretrain.grid")
+            if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+                raise ConfigError(f"{source}: pretrain.grid.{name}: expected a mapping of option names to non-empty "
+                                  f"lists of values, got {grid!r}")
+            check_options(grid, obj, f"{source}: pretrain.grid.{name}", values=False)
+            for key, vals in grid.items():
+                for v in vals:
+                    check_options({key: v}, obj, f"{source}: pretrain.grid.{name}")
+    except OptionsError as e:
+        raise ConfigError(str(e)) from None
 
 
 MAX_SEED = 2**32 - 1  # numpy's seed range

@@ -726,7 +726,7 @@ def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
     hash (or "unprepared") and the fingerprint of the files under the data root."""
     if synthetic or spec.dataset.synthetic_only:
         return {"id": spec.dataset.id, "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None}
-    hashes = {role: getattr(getattr(ds, "_cache", None), "manifest_hash", None) or "unprepared"
+    hashes = {role: getattr(ds, "manifest_hash", None) or "unprepared"
               for role, ds in data.items()}
     ident = {"id": spec.dataset.id, "manifest_hash": hashes["train"], "manifest_hashes": hashes,
              "synthetic": False, "root": str(getattr(data["train"], "root", "")), "fingerprint": fingerprint,
@@ -786,26 +786,6 @@ def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
         return
     ds = _datasets(spec, synthetic, data_root, 0, roles=("train",))["train"]
     spec.dataset.modalities = list(ds.modalities)
-
-
-def check_hparams(spec: BenchmarkSpec, objs: list[str]) -> None:
-    """``pretrain.hparams.<objective>.<name>`` must name a hyper-parameter of that objective."""
-    import inspect
-
-    from fusebench import objectives
-
-    for name, hp in spec.pretrain.hparams.items():
-        if not isinstance(hp, dict):
-            raise ConfigError(f"pretrain.hparams.{name}: expected a mapping of hyper-parameters, got {hp!r}")
-        cls = objectives.OBJECTIVES.get(name)  # unknown objective id -> UnknownNameError with a hint
-        params = inspect.signature(cls.__init__).parameters
-        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            continue
-        valid = sorted(k for k, p in params.items() if k != "self" and p.kind is not p.VAR_POSITIONAL)
-        unknown = sorted(set(hp) - set(valid))
-        if unknown:
-            raise ConfigError(f"pretrain.hparams.{name}: unknown hyper-parameter(s) {unknown}; "
-                              f"{name!r} takes {', '.join(valid) or 'none'}")
 
 
 def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int, objs: list[str]) -> None:
@@ -881,7 +861,6 @@ def run(
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)
     seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
-    check_hparams(spec, objs)
     if spec.pipeline == "standard":
         from fusebench import metrics as M
 

@@ -1,0 +1,162 @@
+"""Typed options of every configurable component (objectives, encoders, dataset adapters).
+
+A component declares its options once, where it is defined:
+
+* objectives and encoders by their typed ``__init__`` signature (``def __init__(self, tau: float =
+  0.1, ...)``), or by an ``Options`` dataclass class attribute;
+* dataset adapters by an ``Options`` dataclass, or by the ``OPTIONS`` name set and ``OPTION_TYPES``
+  of :class:`fusebench.datasets.base.MultimodalDataset` (plus the typed options every adapter takes).
+
+:func:`options_of` turns either form into an ordered table of :class:`Option` (name, type, default),
+which ``fusebench list ... --details`` and ``fusebench data info`` print, and which the benchmark spec
+loader checks every ``dataset.options``, ``encoder.config`` and ``pretrain.hparams`` /
+``pretrain.grid`` entry against before any data is read (:func:`check_options`): an unknown key is
+one error naming the spec key, the valid options and the closest match; a value of the wrong type
+(a string for a float, a float for an int) is one error naming the expected type.
+
+>>> from fusebench import objectives
+>>> [str(o) for o in options_of(objectives.OBJECTIVES.get("infonce_pwe"))]
+['tau: float = 0.1']
+>>> check_options({"tua": 0.2}, objectives.OBJECTIVES.get("infonce_pwe"), "pretrain.hparams.infonce_pwe")
+Traceback (most recent call last):
+...
+fusebench.options.OptionsError: pretrain.hparams.infonce_pwe: unknown options ['tua'] (did you mean 'tua' -> 'tau'?); valid options: tau
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+REQUIRED = inspect.Parameter.empty
+
+# constructor arguments that the runner supplies itself; they are not spec options
+_SUPPLIED = {
+    "adapter": ("root", "split", "modalities", "synthetic"),
+    "encoder": ("modalities",),
+}
+
+
+class OptionsError(ValueError):
+    """An option given in a spec (or on the command line) is unknown or of the wrong type."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One declared option: its name, type (an annotation, or ``Any``) and default."""
+
+    name: str
+    type: Any = Any
+    default: Any = REQUIRED
+
+    @property
+    def type_name(self) -> str:
+        t = self.type
+        if t is Any:
+            return "any"
+        return t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
+
+    def __str__(self) -> str:
+        text = f"{self.name}: {self.type_name}"
+        return text if self.default is REQUIRED else f"{text} = {self.default!r}"
+
+
+def _from_dataclass(cls: type) -> list[Option]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else REQUIRED)
+        out.append(Option(f.name, hints.get(f.name, Any), default))
+    return out
+
+
+def _from_signature(fn: Any, skip: tuple[str, ...]) -> list[Option] | None:
+    """Options from a callable's signature; None when it takes ``**kwargs`` (open-ended)."""
+    try:
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+    except (TypeError, ValueError, NameError):
+        return None
+    out = []
+    for name, p in sig.parameters.items():
+        if name == "self" or name in skip or p.kind is p.VAR_POSITIONAL:
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            return None
+        out.append(Option(name, hints.get(name, Any), p.default))
+    return out
+
+
+def options_of(obj: Any) -> list[Option] | None:
+    """The declared options of a registered class (objective, encoder or dataset adapter), in order;
+    None when they are open-ended (a third-party class taking ``**kwargs`` and declaring nothing)."""
+    declared = getattr(obj, "Options", None)
+    if isinstance(declared, type) and dataclasses.is_dataclass(declared):
+        return _from_dataclass(declared)
+    from fusebench.datasets.base import BASE_OPTION_TYPES, MultimodalDataset
+
+    if isinstance(obj, type) and issubclass(obj, MultimodalDataset):
+        names = getattr(obj, "OPTIONS", None)
+        if names is None:
+            return None
+        sig = {o.name: o for o in _from_signature(obj.__init__, _SUPPLIED["adapter"]) or []}
+        types = {**BASE_OPTION_TYPES, **getattr(obj, "OPTION_TYPES", {})}
+        return [sig.get(n, Option(n, types.get(n, Any))) for n in sorted(set(names) | set(BASE_OPTION_TYPES))]
+    target = obj.__init__ if isinstance(obj, type) else obj
+    return _from_signature(target, _SUPPLIED["encoder"])
+
+
+def _type_ok(value: Any, t: Any) -> bool:
+    """A conservative check of ``value`` against annotation ``t``: only plain types are enforced."""
+    if t is Any or value is None and _optional(t):
+        return True
+    if t is type(None):
+        return value is None
+    origin = typing.get_origin(t)
+    if origin is typing.Union or type(t).__name__ == "UnionType":
+        return any(_type_ok(value, a) for a in typing.get_args(t))
+    if origin is not None:
+        t = origin
+    if t is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t in (bool, str):
+        return isinstance(value, t)
+    if t in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if t is dict:
+        return isinstance(value, dict)
+    return True  # anything richer (callables, tensors, classes) is not checked here
+
+
+def _optional(t: Any) -> bool:
+    return type(None) in typing.get_args(t)
+
+
+def check_options(given: Mapping[str, Any], obj: Any, where: str, values: bool = True) -> None:
+    """Raise :class:`OptionsError` naming ``where`` (e.g. ``"dataset.options"``) for a key of ``given``
+    that ``obj`` does not declare or (``values``) a value of the wrong type."""
+    if not isinstance(given, Mapping):
+        raise OptionsError(f"{where}: expected a mapping of option names to values, got {given!r}")
+    opts = options_of(obj)
+    if opts is None:
+        return
+    table = {o.name: o for o in opts}
+    unknown = sorted(str(k) for k in given if k not in table)
+    if unknown:
+        hints = [f"{k!r} -> {h[0]!r}" for k in unknown if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.5))]
+        raise OptionsError(f"{where}: unknown options {unknown}" + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+                           + f"; valid options: {', '.join(table) or 'none'}")
+    for key in given:
+        if values and not _type_ok(given[key], table[key].type):
+            raise OptionsError(f"{where}.{key}: expected {table[key].type_name}, got "
+                               f"{type(given[key]).__name__} {given[key]!r}")
+
+
+__all__ = ["REQUIRED", "Option", "OptionsError", "check_options", "options_of"]

@@ -1,0 +1,112 @@
+"""Typed component options (fusebench.options) and their check when a benchmark spec is loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.datasets.base import DatasetError
+from fusebench.options import REQUIRED, Option, OptionsError, check_options, options_of
+from fusebench.training.config import ConfigError
+
+
+class _Toy:
+    def __init__(self, width: int, rate: float = 0.5, name: str | None = None, flags: list | None = None) -> None:
+        pass
+
+
+class _Open:
+    def __init__(self, a: int = 1, **kwargs) -> None:
+        pass
+
+
+def test_options_come_from_the_typed_signature() -> None:
+    opts = options_of(_Toy)
+    assert [(o.name, o.default) for o in opts] == [("width", REQUIRED), ("rate", 0.5), ("name", None), ("flags", None)]
+    assert opts[0].type is int and opts[1].type is float
+    assert [str(o) for o in opts[:2]] == ["width: int", "rate: float = 0.5"]
+    assert options_of(_Open) is None  # **kwargs: open-ended, nothing to check
+    check_options({"anything": object()}, _Open, "x")
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"widht": 3}, r"toy: unknown options \['widht'\] \(did you mean 'widht' -> 'width'\?\); valid options: width, "
+                   r"rate, name, flags"),
+    ({"width": 3.0}, r"toy.width: expected int, got float 3.0"),
+    ({"width": True}, r"toy.width: expected int, got bool True"),
+    ({"rate": "0.1"}, r"toy.rate: expected float, got str '0.1'"),
+    ({"name": 3}, r"toy.name: expected str \| None, got int 3"),
+    ({"flags": "ab"}, r"toy.flags: expected list \| None, got str 'ab'"),
+])
+def test_bad_options_are_one_clear_error(given, message) -> None:
+    with pytest.raises(OptionsError, match=message):
+        check_options(given, _Toy, "toy")
+
+
+def test_good_options_pass() -> None:
+    check_options({"width": 3, "rate": 1, "name": None, "flags": [1, 2]}, _Toy, "toy")  # an int is a valid float
+    check_options({"width": 3, "flags": (1,)}, _Toy, "toy")
+
+
+def test_spec_hparams_are_checked_at_load_time() -> None:
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: pretrain.hparams.m3g: unknown options \['epss'\] \(did "
+                                          r"you mean 'epss' -> 'eps'\?\); valid options: eps, cost, tol, max_iter"):
+        benchmarks.load("quickstart", overrides={"pretrain.hparams.m3g.epss": 0.1})
+    with pytest.raises(ConfigError, match=r"pretrain.hparams.infonce_pwe.tau: expected float, got str '0.1'"):
+        benchmarks.load("quickstart", overrides={"pretrain.hparams.infonce_pwe.tau": "0.1"})
+    with pytest.raises(ConfigError, match=r"pretrain.hparams: unknown objective 'm3gg'. Did you mean 'm3g'\?"):
+        benchmarks.load("quickstart", overrides={"pretrain.hparams.m3gg.eps": 0.1})
+
+
+def test_spec_grid_encoder_and_dataset_options_are_checked_at_load_time() -> None:
+    with pytest.raises(ConfigError, match=r"pretrain.grid.m3g: unknown options \['tau'\]"):
+        benchmarks.load("mv-ngs", overrides={"pretrain.grid.m3g": {"tau": [0.1]}})
+    with pytest.raises(ConfigError, match=r"pretrain.grid.m3g.eps: expected float, got str 'a'"):
+        benchmarks.load("mv-ngs", overrides={"pretrain.grid.m3g": {"eps": [0.1, "a"]}})
+    with pytest.raises(ConfigError, match=r"pretrain.grid.m3g: expected a mapping of option names to non-empty lists"):
+        benchmarks.load("mv-ngs", overrides={"pretrain.grid.m3g": {"eps": []}})
+    with pytest.raises(ConfigError, match=r"encoder.config \(mlp\): unknown options \['hiden'\] \(did you mean "
+                                          r"'hiden' -> 'hidden'\?\)"):
+        benchmarks.load("mv-ngs", overrides={"encoder.config.hiden": 8})
+    with pytest.raises(DatasetError, match=r"dataset.options, adapter mv_ngs: unknown options \['split_sed'\] "
+                                           r"\(did you mean 'split_sed' -> 'split_seed'\?\)"):
+        benchmarks.load("mv-ngs", overrides={"dataset.options.split_sed": 1})
+    with pytest.raises(DatasetError, match=r"dataset.options, adapter mv_ngs.split_seed: expected int, got str '1'"):
+        benchmarks.load("mv-ngs", overrides={"dataset.options.split_seed": "1"})
+
+
+def test_options_are_checked_before_any_data_is_read(tmp_path: Path) -> None:
+    # the data root does not exist: a typo must be reported, not the missing files
+    with pytest.raises(ConfigError, match=r"pretrain.hparams.m3g: unknown options \['epss'\]"):
+        fusebench.run("mv-ngs", objective="m3g", seeds=[0], out=tmp_path, data_root=str(tmp_path / "absent"),
+                      progress=False, overrides={"pretrain.hparams.m3g.epss": 0.1})
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_every_shipped_component_declares_its_options() -> None:
+    from fusebench import datasets, encoders, objectives
+
+    for name in objectives.available():
+        assert options_of(objectives.OBJECTIVES.get(name)) is not None, name
+    for name in encoders.available():
+        assert options_of(encoders.ENCODERS.get(name)) is not None, name
+    for name in datasets.available():
+        opts = options_of(datasets.get(name))
+        assert opts is not None, name
+        assert {"seed", "augment", "use_cache"} <= {o.name for o in opts}
+        assert all(isinstance(o, Option) for o in opts)
+
+
+def test_data_info_and_list_details_print_the_typed_options(capsys) -> None:
+    from fusebench.cli import main
+    from fusebench.datasets.cli import main as data_main
+
+    assert data_main(["info", "nyuv2"]) == 0
+    out = capsys.readouterr().out
+    assert "Options (dataset.options): " in out and "classes: int" in out and "val_fraction: float" in out
+    assert main(["list", "objectives", "m3g", "--details"]) == 0
+    out = capsys.readouterr().out
+    assert "      eps: float = 0.2" in out and "      max_iter: int = 1000" in out
