@@ -574,13 +574,57 @@ def has_curves(view: GroupView) -> bool:
     return bool(loss or val)
 
 
+PLOT_VERSION = 1  # bump when plot_curves draws differently: every plot is redrawn once
+PLOT_KEY = "fusebench-inputs"  # PNG text chunk holding the hash of what a plot was drawn from
+
+
+def png_text(path: Path) -> dict[str, str]:
+    """The tEXt chunks of a PNG file ({} for a missing or unreadable file)."""
+    import struct
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return {}
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return {}
+    out, pos = {}, 8
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"tEXt":
+            key, _, value = data[pos + 8:pos + 8 + length].partition(b"\0")
+            out[key.decode("latin-1")] = value.decode("latin-1")
+        if kind == b"IEND":
+            break
+        pos += 12 + length
+    return out
+
+
+def plot_key(view: GroupView, loss: dict, val: dict) -> str:
+    """A hash of everything a board's plot is drawn from (curves, seeds, metric, unit, plot version):
+    an unchanged key means the PNG on disk is already the plot of these runs."""
+    import hashlib
+
+    seeds = {o: sorted({r.seed for r in view.recs if r.objective == o}) for o in view.objectives}
+    unit = view.info(view.primary).unit if view.primary else "raw"
+    blob = json.dumps({"v": PLOT_VERSION, "name": view.name, "primary": view.primary, "unit": unit,
+                       "objectives": list(view.objectives), "seeds": seeds, "loss": loss, "val": val},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def plot_curves(view: GroupView, path: Path) -> bool:
     """Per objective: the pretraining loss per step and the validation primary metric per downstream
-    epoch, mean over seeds with a ± 1 std band. Returns False (and writes nothing) without curves."""
+    epoch, mean over seeds with a ± 1 std band. Returns False (and writes nothing) without curves.
+    The PNG carries a hash of its inputs (:func:`plot_key`); when the file on disk already has the
+    same hash it is left untouched (no redraw: regenerating unchanged boards costs no plotting)."""
     loss, val = _curve_series(view)
     objectives = [o for o in view.objectives if o in loss or o in val]
     if not objectives:
         return False
+    inputs_key = plot_key(view, loss, val)
+    if png_text(path).get(PLOT_KEY) == inputs_key:
+        return True
     import matplotlib
 
     matplotlib.use("Agg")
@@ -646,7 +690,7 @@ def plot_curves(view: GroupView, path: Path) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
     try:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
+        fig.savefig(tmp, format="png", metadata={"Software": None, PLOT_KEY: inputs_key})
     finally:
         plt.close(fig)
     tmp.replace(path)

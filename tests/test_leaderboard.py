@@ -488,3 +488,42 @@ def test_index_names_best_pretrained_when_a_reference_row_wins(tmp_path: Path) -
     index = (out / "README.md").read_text()
     # worked out by hand: raw 90 ± 0; alpha mean 60, sample std 10 beats beta (53.33) among pretraining rows
     assert "| `raw` (acc 90.00 ± 0.00 (3)); best pretrained `alpha` (60.00 ± 10.00 (3)) |" in index
+
+
+def test_png_text_reads_chunks_written_by_pillow(tmp_path: Path) -> None:
+    from PIL import Image, PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("fusebench-inputs", "abc123")
+    info.add_text("Other", "x y")
+    Image.new("RGB", (3, 2)).save(tmp_path / "a.png", pnginfo=info)
+    assert lb.png_text(tmp_path / "a.png") == {"fusebench-inputs": "abc123", "Other": "x y"}
+    assert lb.png_text(tmp_path / "missing.png") == {}
+    (tmp_path / "b.png").write_text("not a png")
+    assert lb.png_text(tmp_path / "b.png") == {}
+
+
+def test_unchanged_runs_are_not_replotted(runs: Path, tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.pyplot as plt
+
+    out = tmp_path / "out"
+    write_leaderboards(runs, out)  # draws the plot once
+    png = out / "toy-curves.png"
+    first = png.read_bytes()
+    assert "fusebench-inputs" in lb.png_text(png)
+
+    def _no_drawing(*a, **k):
+        raise AssertionError("plot redrawn although its runs did not change")
+
+    monkeypatch.setattr(plt, "subplots", _no_drawing)
+    write_leaderboards(runs, out)
+    assert png.read_bytes() == first
+    monkeypatch.undo()
+    # a changed curve changes the key: the plot is redrawn
+    rec_path = runs / "toy" / "alpha" / "seed0" / "run.json"
+    rec = json.loads(rec_path.read_text())
+    rec["curves"]["pretrain_loss"][0] = 9.0
+    rec_path.write_text(json.dumps(rec))
+    write_leaderboards(runs, out)
+    assert png.read_bytes() != first
+    assert len(lb.png_text(png)["fusebench-inputs"]) == 64  # a sha256 hex digest
