@@ -11,6 +11,7 @@ Per cell (``run_one``):
 2. pretraining with the objective (``fusebench.training.pretrain.Pretrainer``) for
    ``pretrain.epochs``; ``last.pt`` every ``checkpoint_every`` steps (model, optimizer, scheduler,
    RNG states, step) — ``resume=True`` continues from it and reaches the same result;
+   Both training phases run in the one loop of :mod:`fusebench.training.loop` (``run_phase``);
 3. downstream: ``linear_probe`` (encoder frozen, head trained) or ``finetune``; after every epoch the
    validation split is scored and the best epoch by ``selection_metric`` is kept in ``best.pt``. The
    test split is scored once, with the selected weights — it is never used for selection;
@@ -40,16 +41,13 @@ import fusebench
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
 from fusebench.training import distributed, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
+from fusebench.training.loop import Phase, PhaseHooks, RunError, StepBudget, run_phase
 
 log = logging.getLogger(__name__)
 
 BASELINE = "none"  # pseudo-objective: no pretraining (random-init encoder), the reference row
 RAW = "raw"  # pseudo-objective of the embedding_eval protocol: the standardised input views, concatenated
 REFERENCES = (BASELINE, RAW)
-
-
-class RunError(RuntimeError):
-    """A run stopped for a reason the user must see (NaN loss, corrupt checkpoint, ...)."""
 
 
 class ConfigMismatchError(RunError):
@@ -297,38 +295,6 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
                        "the file was left as it is — delete it to start over") from None
 
 
-class _Phase:
-    """A training phase (pretrain or downstream) with step-level checkpointing and resume."""
-
-    def __init__(self, name: str, cell: Path, every: int, state_modules: dict[str, Any]) -> None:
-        self.name, self.cell, self.every, self.mods = name, cell, every, state_modules
-        self.step = 0
-        self.epoch = 0
-        self.step_in_epoch = 0
-        self.curves: dict[str, list[float]] = {}
-        self.config_hash: str | None = None
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "phase": self.name, "step": self.step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-            "curves": self.curves, "rng": utils.rng_state(),
-            **{k: m.state_dict() for k, m in self.mods.items()},
-        }
-
-    def save(self, extra: dict[str, Any] | None = None) -> None:
-        if distributed.rank() != 0:  # one writer
-            return
-        utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash, **(extra or {})},
-                                self.cell / "last.pt")
-
-    def restore(self, ckpt: dict[str, Any]) -> None:
-        for k, m in self.mods.items():
-            m.load_state_dict(ckpt[k])
-        self.step, self.epoch, self.step_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["step_in_epoch"]
-        self.curves = ckpt["curves"]
-        utils.set_rng_state(ckpt["rng"])
-
-
 def run_one(
     spec: BenchmarkSpec,
     objective: str,
@@ -442,7 +408,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     data = _datasets(spec, synthetic, data_root, seed)
     model = build_model(spec, data["train"]).to(dev)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
-    steps_done = 0
+    budget = StepBudget(max_steps)
     ckpt = None
     if resume and (cell / "last.pt").exists():
         ckpt = _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec)
@@ -466,7 +432,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
             # heads unused by the objective (e.g. the task head) get no gradient: find_unused_parameters
             step_fn = DDP(pre, device_ids=[dev.index] if dev.type == "cuda" else None, find_unused_parameters=True)
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
-        phase = _Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
+        phase = Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
         phase.config_hash = spec.hash()
         tuple_opt = None
         if objective == "tuple_infonce" and pt.tuple_sample_optimisation:  # Algorithm 1; policy in last.pt
@@ -479,42 +445,34 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         tp, start_step = time.time(), phase.step
         bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} pretrain",
                    disable=not progress or skip_pretrain, leave=False)
-        while not skip_pretrain and phase.epoch < epochs:
-            loader, _ = _loader(data["train"], batch_size, True, seed, phase.epoch, skip=phase.step_in_epoch,
-                                shard=True)
-            pre.train()
-            for batch in loader:
-                batch = utils.to_device(batch, dev)
-                with autocast:
-                    loss = step_fn(batch, gather=distributed.gather_with_grad)
-                if not torch.isfinite(loss):
-                    phase.save()
-                    raise RunError(f"{spec.name}: loss of objective {objective!r} is {float(loss.detach())} at pretraining "
-                                   f"step {phase.step} (epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}")
-                pre.optimise(loss, opt, all_reduce=step_fn is pre)
-                sched.step()
-                pre.update_teacher(phase.step)
-                phase.step += 1
-                phase.step_in_epoch += 1
-                phase.curves.setdefault("pretrain_loss", []).append(float(loss.detach()))
-                bar.update(1)
-                bar.set_postfix(loss=f"{float(loss.detach()):.4f}", it_s=f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}")
-                if phase.step % phase.every == 0:
-                    phase.save()
-                steps_done += 1
-                if max_steps is not None and steps_done >= max_steps:
-                    phase.save()
-                    bar.close()
-                    raise KeyboardInterrupt("max_steps reached (simulated kill)")
+
+        def pre_optimise(loss: torch.Tensor) -> None:
+            pre.optimise(loss, opt, all_reduce=step_fn is pre)
+            sched.step()
+            pre.update_teacher(phase.step)
+
+        def pre_epoch_end() -> None:
             if tuple_opt is not None:  # B candidates from g_t, best kept as g_{t+1}, policy means to the curves
                 tuple_opt.epoch_update(opt, phase.epoch, lambda: _loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
                                        next(iter(_loader(data["val"], pt.tuple_val_size, False, seed, 0)[0])), phase.curves, autocast)
-            phase.epoch += 1
-            phase.step_in_epoch = 0
+
+        hooks = PhaseHooks(
+            loss=lambda batch: step_fn(batch, gather=distributed.gather_with_grad),
+            optimise=pre_optimise,
+            loader=lambda epoch, skip: _loader(data["train"], batch_size, True, seed, epoch, skip=skip, shard=True)[0],
+            on_epoch_start=pre.train,
+            on_epoch_end=pre_epoch_end,
+            diverged=lambda v: (f"{spec.name}: loss of objective {objective!r} is {v} at pretraining step {phase.step} "
+                                f"(epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}"),
+            postfix=lambda v: {"loss": f"{v:.4f}",
+                               "it_s": f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}"},
+        )
+        if not skip_pretrain:
+            run_phase(phase, epochs, hooks, dev, autocast, "pretrain_loss", bar, budget)
         bar.close()
         pretrain_time = time.time() - tp
         pre_curves = phase.curves
-        del pre, opt, sched
+        del pre, opt, sched, hooks
     if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
         return {"status": "worker", "benchmark": spec.name, "objective": objective, "seed": seed}
     pretrained_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -540,7 +498,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     _, per_epoch = _loader(data["train"], ds_cfg.batch_size, True, seed + 1, 0)
     total = per_epoch * ds_cfg.epochs
     sched = _scheduler(opt, "cosine", total, 0)
-    phase = _Phase("downstream", cell, spec.checkpoint_every, {"model": model, "optimizer": opt, "scheduler": sched})
+    phase = Phase("downstream", cell, spec.checkpoint_every, {"model": model, "optimizer": opt, "scheduler": sched})
     phase.config_hash = spec.hash()
     best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
     if ckpt is not None and ckpt["phase"] == "downstream":
@@ -550,41 +508,24 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     from fusebench import metrics as M
 
     sign = 1.0 if M.get(primary).higher_is_better else -1.0
+
     def extra() -> dict[str, Any]:
         return {"best": best, "pretrain_curves": pre_curves, "pretrain_time": pretrain_time,
                 "pretrained_state": pretrained_state}
 
-    bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} {ds_cfg.protocol}",
-               disable=not progress, leave=False)
-    while phase.epoch < ds_cfg.epochs:
-        loader, _ = _loader(data["train"], ds_cfg.batch_size, True, seed + 1, phase.epoch, skip=phase.step_in_epoch)
+    def ds_optimise(loss: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+
+    def ds_epoch_start() -> None:
         model.train()
         if probe:
             model.eval()  # frozen encoder: batch-norm statistics stay as pretrained
-        for batch in loader:
-            batch = utils.to_device(batch, dev)
-            with autocast:
-                loss = model.task_loss(model(batch), batch)
-            if not torch.isfinite(loss):
-                phase.save(extra())
-                raise RunError(f"{spec.name}: downstream loss is {float(loss.detach())} at step {phase.step} "
-                               f"(objective {objective!r}); checkpoint kept at {cell / 'last.pt'}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            phase.step += 1
-            phase.step_in_epoch += 1
-            phase.curves.setdefault("downstream_loss", []).append(float(loss.detach()))
-            bar.update(1)
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-            if phase.step % phase.every == 0:
-                phase.save(extra())
-            steps_done += 1
-            if max_steps is not None and steps_done >= max_steps:
-                phase.save(extra())
-                bar.close()
-                raise KeyboardInterrupt("max_steps reached (simulated kill)")
+
+    def ds_epoch_end() -> None:  # select on the validation split only
+        nonlocal best
         val = evaluate(model, data["val"], spec, dev, seed)
         for k, v in val.items():
             phase.curves.setdefault(f"val_{k}", []).append(v)
@@ -592,9 +533,20 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         if score > best["score"]:
             best = {"epoch": phase.epoch, "val": val, "score": score}
             utils.atomic_torch_save({"model": model.state_dict(), "epoch": phase.epoch, "val": val}, cell / "best.pt")
-        phase.epoch += 1
-        phase.step_in_epoch = 0
-        phase.save(extra())
+
+    bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} {ds_cfg.protocol}",
+               disable=not progress, leave=False)
+    hooks = PhaseHooks(
+        loss=lambda batch: model.task_loss(model(batch), batch),
+        optimise=ds_optimise,
+        loader=lambda epoch, skip: _loader(data["train"], ds_cfg.batch_size, True, seed + 1, epoch, skip=skip)[0],
+        on_epoch_start=ds_epoch_start,
+        on_epoch_end=ds_epoch_end,
+        extra=extra,
+        diverged=lambda v: (f"{spec.name}: downstream loss is {v} at step {phase.step} (objective {objective!r}); "
+                            f"checkpoint kept at {cell / 'last.pt'}"),
+    )
+    run_phase(phase, ds_cfg.epochs, hooks, dev, autocast, "downstream_loss", bar, budget, checkpoint_each_epoch=True)
     bar.close()
     if best["epoch"] >= 0:
         model.load_state_dict(torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"])
