@@ -42,6 +42,10 @@ class MultiViewObjective(nn.Module):
     #: bumped when the loss's definition changes; part of a run record's comparability key
     #: (fusebench.records), so runs of different definitions are never ranked together
     version: ClassVar[str] = "1"
+    #: pretraining extensions that belong to this method ("module:Class" of fusebench.training
+    #: extensions, e.g. TupleInfoNCE's sample optimisation): the runner attaches each one that its
+    #: config enables and calls it once per pretraining epoch, knowing no objective by name
+    pretrain_extensions: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()

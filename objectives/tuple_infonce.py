@@ -254,6 +254,8 @@ class TupleInfoNCE(MultiViewObjective):
     input_kind: ClassVar[str] = "tuple"
     min_views: ClassVar[int] = 2  # anchor and positive, stacked for validation
     max_views: ClassVar[int | None] = 2
+    #: Algorithm 1 (sample optimisation), on when ``pretrain.tuple_sample_optimisation`` is set
+    pretrain_extensions: ClassVar[tuple[str, ...]] = ("fusebench.training.tuple_optim:TupleSampleOptimiser",)
 
     def __init__(self, tau: float = 0.07) -> None:
         super().__init__()

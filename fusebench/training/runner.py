@@ -434,11 +434,11 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
         phase = Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
         phase.config_hash = spec.hash()
-        tuple_opt = None
-        if objective == "tuple_infonce" and pt.tuple_sample_optimisation:  # Algorithm 1; policy in last.pt
-            from fusebench.training.tuple_optim import TupleSampleOptimiser
-
-            tuple_opt = phase.mods["tuple_policy"] = TupleSampleOptimiser(pre, pt, seed)
+        extensions = []  # the method's own per-epoch steps (TupleInfoNCE's Algorithm 1); state in last.pt
+        for ext_cls in pretrain_extensions(obj):
+            if ext_cls.enabled(pt):
+                ext = phase.mods[ext_cls.state_key] = ext_cls(pre, pt, seed)
+                extensions.append(ext)
         if ckpt is not None and ckpt["phase"] == "pretrain":
             phase.restore(ckpt)
         skip_pretrain = ckpt is not None and ckpt["phase"] == "downstream"  # restored below
@@ -452,9 +452,9 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
             pre.update_teacher(phase.step)
 
         def pre_epoch_end() -> None:
-            if tuple_opt is not None:  # B candidates from g_t, best kept as g_{t+1}, policy means to the curves
-                tuple_opt.epoch_update(opt, phase.epoch, lambda: _loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
-                                       next(iter(_loader(data["val"], pt.tuple_val_size, False, seed, 0)[0])), phase.curves, autocast)
+            for ext in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
+                ext.epoch_update(opt, phase.epoch, lambda: _loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
+                                 next(iter(_loader(data["val"], ext.val_batch_size(pt), False, seed, 0)[0])), phase.curves, autocast)
 
         hooks = PhaseHooks(
             loss=lambda batch: step_fn(batch, gather=distributed.gather_with_grad),
@@ -618,6 +618,17 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, synthetic: bo
                "metric": f"validation {primary}", "scores": scores, "choice": combos[best]}
     utils.atomic_write_json(folder / "selection.json", outcome)
     return outcome
+
+
+def pretrain_extensions(objective: nn.Module) -> list[type]:
+    """The classes named by the objective's ``pretrain_extensions`` ("module:Class")."""
+    import importlib
+
+    out = []
+    for target in getattr(objective, "pretrain_extensions", ()):
+        module, _, attr = target.partition(":")
+        out.append(getattr(importlib.import_module(module), attr))
+    return out
 
 
 def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:

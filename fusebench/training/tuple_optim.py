@@ -204,6 +204,19 @@ class TupleSampleOptimiser:
     policies (means, stds) and the sampling generator so that ``--resume`` reproduces the run.
     """
 
+    #: the key of its state in last.pt
+    state_key = "tuple_policy"
+
+    @staticmethod
+    def enabled(cfg: Any) -> bool:
+        """Whether the pretraining config asks for it (``pretrain.tuple_sample_optimisation``)."""
+        return bool(cfg.tuple_sample_optimisation)
+
+    @staticmethod
+    def val_batch_size(cfg: Any) -> int:
+        """The size of the held-out validation batch passed to :meth:`epoch_update` (M of Eq. 3)."""
+        return int(cfg.tuple_val_size)
+
     def __init__(self, pre: nn.Module, cfg: Any, seed: int) -> None:
         if getattr(pre, "kind", None) != "tuple":
             raise ValueError("pretrain.tuple_sample_optimisation applies to the tuple_infonce objective only")
