@@ -10,6 +10,7 @@ Examples::
     fusebench data info nyuv2            # where the official files come from, expected layout
     fusebench run quickstart             # the README's main job
     fusebench leaderboard --runs runs/   # regenerate leaderboards/*.md from run.json files
+    fusebench status --out runs/         # which cells are done, running, failed, interrupted, pending
     fusebench study kviews --data-root DIR   # mv-handwritten with k = 2..6 views, table + plot
 """
 
@@ -26,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("fusebench.datasets.cli", "main", "prepare|check|info a dataset"),
     "run": ("fusebench.training.cli", "main", "run a benchmark by name (pretrain -> downstream -> run.json)"),
     "leaderboard": ("fusebench.leaderboard", "main", "regenerate leaderboard markdown from run.json files"),
+    "status": ("fusebench.training.status", "main", "cells of a sweep: done / running / failed / interrupted / pending"),
     "study": ("fusebench.training.kviews", "study_main", "studies across benchmark variants: kviews (accuracy vs number of views)"),
 }
 

@@ -11,6 +11,7 @@ EXAMPLES = """examples:
   fusebench run nyuv2-seg --objective m3g infonce_pwe --seeds 0 1 2 --data-root /data/nyuv2
   fusebench run mosi-sentiment --synthetic --set pretrain.epochs=2 --out runs/
   torchrun --nproc-per-node 2 -m fusebench run quickstart --objective m3g   # DistributedDataParallel
+  OMP_NUM_THREADS=1 fusebench run mv-ngs --data-root DIR --workers 2        # two cells at a time
 """
 
 
@@ -32,6 +33,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
                    help="regenerate the leaderboard markdown into DIR after the sweep")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run the cells in N local processes (default 1: one after another); set "
+                        "OMP_NUM_THREADS so that N x threads fits the machine")
     bars = p.add_mutually_exclusive_group()
     bars.add_argument("--progress", dest="progress", action="store_true", default=None,
                       help="progress bars even when stderr is not a terminal")
@@ -48,7 +52,8 @@ def main(argv: list[str]) -> int:
         with distributed.maybe_init(ns.device):
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
-                          progress=sys.stderr.isatty() if ns.progress is None else ns.progress, leaderboard=ns.leaderboard)
+                          progress=sys.stderr.isatty() if ns.progress is None else ns.progress, leaderboard=ns.leaderboard,
+                          workers=ns.workers)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:
         print(f"fusebench run: {e}", file=sys.stderr)
         return 2

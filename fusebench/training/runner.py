@@ -42,6 +42,7 @@ from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the ru
 from fusebench.training import distributed, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 from fusebench.training.loop import Phase, PhaseHooks, RunError, StepBudget, run_phase
+from fusebench.training.status import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -373,7 +374,7 @@ class _CellLock:
                     pid = int(self.path.read_text().strip() or 0)
                 except (OSError, ValueError):
                     pid = 0
-                if pid and pid != os.getpid() and _alive(pid):
+                if pid and pid != os.getpid() and pid_alive(pid):
                     raise CellBusyError(f"{self.path.parent} is being run by process {pid} "
                                         f"(lock {self.path}); not starting it twice") from None
                 self.path.unlink(missing_ok=True)  # stale lock of a killed run
@@ -383,16 +384,6 @@ class _CellLock:
         if self.fd is not None:
             os.close(self.fd)
             self.path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps, context):
@@ -799,6 +790,31 @@ def write_record(cell: Path, record: dict[str, Any]) -> Path:
 # ---------------------------------------------------------------------------------------------
 # sweep
 # ---------------------------------------------------------------------------------------------
+def sweep_cell(o: str, s: int, spec: BenchmarkSpec, out: Path, synthetic: bool, data_root: str | None, device: str,
+               resume: bool, progress: bool, context: dict[str, Any]) -> dict[str, Any]:
+    """One cell of a sweep: its record, or a ``failed`` / ``skipped`` entry (a failure is written to
+    the cell's ``failed.json``); run in the sweep's process or in a local worker process."""
+    cell = cell_dir(out, spec.name, o, s)
+    try:
+        return run_one(spec, o, s, out, synthetic=synthetic, data_root=data_root, device=device,
+                       resume=resume or (cell / "last.pt").exists(), progress=progress, context=context)
+    except (KeyboardInterrupt, ConfigError, ConfigMismatchError):
+        raise
+    except CellBusyError as e:  # another process runs it: its record will be the cell's
+        print(f"SKIPPED {spec.name}/{o}/seed{s}: {e}", file=sys.stderr)
+        return {"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)}
+    except Exception as e:  # record the failed cell, go on with the sweep
+        if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
+            return _existing_record(cell / "run.json", spec)
+        cell.mkdir(parents=True, exist_ok=True)
+        failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
+                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        utils.atomic_write_json(cell / "failed.json", failure)
+        log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
+        print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
+        return failure
+
+
 def run(
     benchmark: str,
     objective: str | list[str] | None = None,
@@ -811,9 +827,14 @@ def run(
     resume: bool = False,
     progress: bool = True,
     leaderboard: str | Path | None = None,
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
     """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
-    ``{"status": "failed", ...}``). All names are validated before any training starts."""
+    ``{"status": "failed", ...}``). All names are validated before any training starts.
+    ``workers`` > 1 runs the cells in that many local processes (after every hyper-parameter
+    selection); each cell is the same as in a sequential sweep (its own seed, lock and record)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
     from fusebench import benchmarks
 
     if isinstance(overrides, list):
@@ -849,35 +870,28 @@ def run(
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     if pending and spec.pipeline == "standard":  # once, before the first cell: one message, not one per cell
         check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
-    records = []
-    for o in objs:
-        if any(oo == o for oo, _ in pending):  # hyper-parameters chosen on val before the objective's cells
+    def select(o: str) -> None:  # hyper-parameters chosen on val before the objective's cells
+        if any(oo == o for oo, _ in pending):
             chosen = select_hparams(spec, o, out, synthetic, data_root, device, progress, context)
             if chosen is not None:
                 context.setdefault("hparams", {})[o] = chosen["choice"]
                 context.setdefault("hparam_selection", {})[o] = chosen
-        for s in seeds:
-            cell = cell_dir(out, spec.name, o, s)
-            try:
-                rec = run_one(spec, o, s, out, synthetic=synthetic, data_root=data_root, device=device,
-                              resume=resume or (cell / "last.pt").exists(), progress=progress, context=context)
-                records.append(rec)
-            except (KeyboardInterrupt, ConfigError, ConfigMismatchError):
-                raise
-            except CellBusyError as e:  # another process runs it: its record will be the cell's
-                print(f"SKIPPED {spec.name}/{o}/seed{s}: {e}", file=sys.stderr)
-                records.append({"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)})
-            except Exception as e:  # record the failed cell, go on with the sweep
-                if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
-                    records.append(_existing_record(cell / "run.json", spec))
-                    continue
-                cell.mkdir(parents=True, exist_ok=True)
-                failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
-                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-                utils.atomic_write_json(cell / "failed.json", failure)
-                log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
-                print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
-                records.append(failure)
+
+    args = (spec, out, synthetic, data_root, device, resume, progress, context)
+    if workers <= 1:
+        records = []
+        for o in objs:
+            select(o)
+            records += [sweep_cell(o, s, *args) for s in seeds]
+    else:  # every selection first, then the cells in `workers` local processes (each cell keeps its lock)
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        for o in objs:
+            select(o)
+        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(sweep_cell, o, s, *args) for o in objs for s in seeds]
+            records = [f.result() for f in futures]  # in sweep order
     if leaderboard is not None:
         from fusebench.leaderboard import write_leaderboards
 

@@ -1,0 +1,82 @@
+"""Sweeps in local worker processes (``--workers``) and ``fusebench status``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench.training import status
+from fusebench.training.config import ConfigError
+
+TINY = {
+    "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
+    "pretrain.epochs": 1,
+    "pretrain.batch_size": 32,
+    "downstream.epochs": 1,
+}
+
+
+def test_workers_give_the_records_of_a_sequential_sweep(tmp_path: Path) -> None:
+    kw = dict(objective=["none", "infonce_pwe"], seeds=[0, 1], overrides=TINY, progress=False)
+    seq = fusebench.run("quickstart", out=tmp_path / "seq", **kw)
+    par = fusebench.run("quickstart", out=tmp_path / "par", workers=2, **kw)
+    assert [(r["objective"], r["seed"]) for r in par] == [(r["objective"], r["seed"]) for r in seq]
+    for a, b in zip(seq, par):
+        assert a["metrics"] == b["metrics"] and a["curves"] == b["curves"]
+    assert sorted(p.relative_to(tmp_path / "par") for p in (tmp_path / "par").rglob("run.json")) == \
+        sorted(p.relative_to(tmp_path / "seq") for p in (tmp_path / "seq").rglob("run.json"))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_worker_counts_are_refused(bad, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--workers: expected a positive number of processes"):
+        fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, workers=bad, progress=False)
+
+
+def _cell(root: Path, obj: str, seed: int) -> Path:
+    d = root / "quickstart" / obj / f"seed{seed}"
+    d.mkdir(parents=True)
+    return d
+
+
+def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "runs"
+    (_cell(out, "m3g", 0) / "run.json").write_text("{}")
+    (_cell(out, "m3g", 1) / ".lock").write_text(str(os.getpid()))  # a live process holds it
+    (_cell(out, "m3g", 2) / "failed.json").write_text(json.dumps({"error": "RunError: loss is nan\nmore"}))
+    (_cell(out, "none", 0) / "last.pt").write_bytes(b"x")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    interrupted = _cell(out, "none", 1)
+    (interrupted / ".lock").write_text(dead.stdout.strip())  # a killed run's stale lock
+    (interrupted / "last.pt").write_bytes(b"x")
+    _cell(out, "none", 2)  # an empty folder
+    (out / ".selection" / "quickstart").mkdir(parents=True)  # hyper-parameter trials: not cells
+    found = status.collect(out)
+    assert found == {"quickstart": {
+        ("m3g", 0): ("done", ""), ("m3g", 1): ("running", f"pid {os.getpid()}"),
+        ("m3g", 2): ("failed", "RunError: loss is nan"), ("none", 0): ("interrupted", "resumable from last.pt"),
+        ("none", 1): ("interrupted", "resumable from last.pt"), ("none", 2): ("pending", "")}}
+    # with --benchmark, the spec's default sweep (5 objectives x 3 seeds) fills in the pending cells
+    full = status.collect(out, ["quickstart"])["quickstart"]
+    assert len(full) == 5 * 3 + 0 and full[("tuple_infonce", 2)] == ("pending", "")
+    from fusebench.cli import main
+
+    assert main(["status", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "quickstart: 1 done, 1 running, 1 failed, 2 interrupted, 1 pending (6 cells)" in text
+    assert "failed: m3g/seed2: RunError: loss is nan" in text
+    assert main(["status", "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["quickstart"]["m3g"]["1"]["state"] == "running"
+    assert main(["status", "--out", str(tmp_path / "absent")]) == 2
+
+
+def test_status_of_a_real_sweep(tmp_path: Path) -> None:
+    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    assert status.collect(tmp_path) == {"quickstart": {("none", 0): ("done", "")}}
