@@ -232,40 +232,17 @@ def _scheduler(opt, name: str, total_steps: int, warmup_steps: int):
 # ---------------------------------------------------------------------------------------------
 @torch.no_grad()
 def evaluate(model: nn.Module, ds, spec: BenchmarkSpec, device: torch.device, seed: int) -> dict[str, float]:
-    from fusebench import metrics as M
+    """Score ``model`` on ``ds`` with the spec's metrics, in the form of the dataset's task
+    (:mod:`fusebench.tasks`)."""
+    from fusebench import tasks
 
     model.eval()
+    task = tasks.for_dataset(ds)
     loader, _ = _loader(ds, spec.downstream.batch_size, False, seed, 0)
-    preds: list[Any] = []
-    targets: list[Any] = []
     for batch in loader:
         batch = utils.to_device(batch, device)
-        out = model(batch)
-        p = model.predict(out, batch)
-        if isinstance(p, list):
-            preds.extend(p)
-            targets.extend(batch["target"])
-        else:
-            preds.append(p.detach().cpu())
-            targets.append(batch["target"].detach().cpu())
-    task = ds.task
-    result = {}
-    if task in ("regression", "classification"):
-        yp, yt = torch.cat(preds).reshape(-1), torch.cat(targets).reshape(-1)
-        for mid in spec.metrics:
-            result[mid] = float(M.get(mid)(yp.numpy(), yt.numpy()))
-    elif task == "segmentation":
-        yp, yt = torch.cat([p.reshape(-1) for p in preds]), torch.cat([t.reshape(-1) for t in targets])
-        for mid in spec.metrics:
-            result[mid] = float(M.get(mid)(yp.numpy(), yt.numpy(), num_classes=ds.num_classes, ignore_index=-1))
-    elif task == "detection":
-        dets = [{k: v.detach().cpu() for k, v in d.items()} for d in preds]
-        gts = [{k: v.detach().cpu() for k, v in t.items()} for t in targets]
-        for mid in spec.metrics:
-            result[mid] = float(M.get(mid)(dets, gts, num_classes=ds.num_classes or 10))
-    else:
-        raise ValueError(f"unknown task {task!r}")
-    return result
+        task.add(model.predict(model(batch), batch), batch["target"])
+    return task.score(spec.metrics)
 
 
 @torch.no_grad()
