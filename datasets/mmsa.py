@@ -91,6 +91,11 @@ class _SentimentDataset(MultimodalDataset):
     #: dataset.options this adapter reads (others are errors, see MultimodalDataset.OPTIONS)
     OPTIONS = frozenset({"aligned", "csd_alignment", "csd_files", "file", "folds", "label", "labels_csd", "layout",
                          "nonfinite", "text_field", "unimodal_labels"})
+    #: their types, checked when a benchmark spec is loaded (fusebench.options)
+    OPTION_TYPES: ClassVar[dict[str, Any]] = {
+        "aligned": bool, "csd_alignment": str, "csd_files": dict | None, "file": str | None, "folds": dict | None,
+        "label": float, "labels_csd": str | None, "layout": str, "nonfinite": str, "text_field": str,
+        "unimodal_labels": dict | None}
 
     task = "regression"
     LABEL_RANGE: ClassVar[tuple[float, float]] = (-3.0, 3.0)

@@ -110,3 +110,40 @@ def test_data_info_and_list_details_print_the_typed_options(capsys) -> None:
     assert main(["list", "objectives", "m3g", "--details"]) == 0
     out = capsys.readouterr().out
     assert "      eps: float = 0.2" in out and "      max_iter: int = 1000" in out
+
+
+@pytest.mark.parametrize("bench, adapter, name, value, expected", [
+    ("sunrgbd-det", "sunrgbd", "num_points", "20000", "int | None"),
+    ("sunrgbd-det", "sunrgbd", "val_fraction", "0.1", "float"),
+    ("sunrgbd-det", "sunrgbd", "voxel_size", "0.05", "float | None"),
+    ("sleep-edf-staging", "sleep_edf", "sfreq_hz", "100", "float"),
+    ("sleep-edf-staging", "sleep_edf", "max_cached_recordings", 2.5, "int"),
+    ("sleep-edf-staging", "sleep_edf", "split_subjects", ["SC400"], "dict | None"),
+    ("physionet2018-eeg", "physionet2018", "crop_wake_min", "30", "float | None"),
+    ("mosi-sentiment", "mosi", "aligned", "yes", "bool"),
+    ("mosi-sentiment", "mosi", "nonfinite", 0, "str"),
+    ("chsims-sentiment", "chsims", "label", "0.4", "float"),
+    ("chsims-sentiment", "chsims", "unimodal_labels", [0.2], "dict | None"),
+])
+def test_mistyped_adapter_options_are_errors_at_spec_load(bench, adapter, name, value, expected) -> None:
+    import re
+
+    message = f"dataset.options, adapter {adapter}.{name}: expected {expected}, got {type(value).__name__} {value!r}"
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        benchmarks.load(bench, overrides={f"dataset.options.{name}": value})
+
+
+@pytest.mark.parametrize("adapter, typed", [
+    ("sunrgbd", ["num_points: int | None", "version: str", "val_fraction: float", "voxel_size: float | None"]),
+    ("sleep_edf", ["sfreq_hz: float", "crop_wake_min: float | None", "pairs: list", "split_subjects: dict | None"]),
+    ("physionet2018", ["sfreq_hz: float", "test_fraction: float", "max_cached_recordings: int"]),
+    ("mosi", ["aligned: bool", "layout: str", "label: float", "folds: dict | None"]),
+    ("chsims", ["text_field: str", "unimodal_labels: dict | None", "file: str | None"]),
+])
+def test_data_info_prints_the_typed_options_of_every_adapter(capsys, adapter, typed) -> None:
+    from fusebench.datasets.cli import main as data_main
+
+    assert data_main(["info", adapter]) == 0
+    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("Options (dataset.options): ")]
+    options = line.split(": ", 1)[1].split("; ")
+    assert all(t in options for t in typed), (typed, options)

@@ -29,6 +29,10 @@ class _SleepDataset(MultimodalDataset):
 
     OPTIONS = frozenset({"crop_wake_min", "max_cached_recordings", "pairs", "sfreq", "sfreq_hz", "split_subjects",
                          "test_fraction", "val_fraction"})
+    #: their types, checked when a benchmark spec is loaded (fusebench.options); ``sfreq`` is not read
+    OPTION_TYPES: ClassVar[dict[str, Any]] = {
+        "crop_wake_min": float | None, "max_cached_recordings": int, "pairs": list, "sfreq_hz": float,
+        "split_subjects": dict | None, "test_fraction": float, "val_fraction": float}
 
     task = "classification"
     num_classes = 5

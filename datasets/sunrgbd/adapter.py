@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -38,6 +38,10 @@ class SUNRGBD(SunRGBDLayouts, MultimodalDataset):
     #: dataset.options this adapter reads (others are errors, see MultimodalDataset.OPTIONS)
     OPTIONS = frozenset({"annos", "calib", "info_file", "instances", "layout", "num_features", "num_points", "points_source",
                          "val_fraction", "val_seed", "version", "voxel_backend", "voxel_size"})
+    #: their types, checked when a benchmark spec is loaded (fusebench.options); the values _options accepts
+    OPTION_TYPES: ClassVar[dict[str, Any]] = {
+        "info_file": str | None, "layout": str, "num_points": int | None, "points_source": str, "val_fraction": float,
+        "val_seed": int, "version": str, "voxel_backend": str, "voxel_size": float | None}
 
     id = "sunrgbd"
     task = "detection"
