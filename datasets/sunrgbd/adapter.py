@@ -36,8 +36,7 @@ class SUNRGBD(SunRGBDLayouts, MultimodalDataset):
     __module__ = "fusebench.datasets.sunrgbd"
 
     #: dataset.options this adapter reads (others are errors, see MultimodalDataset.OPTIONS)
-    OPTIONS = frozenset({"annos", "calib", "info_file", "instances", "layout", "num_features", "num_points", "points_source",
-                         "val_fraction", "val_seed", "version", "voxel_backend", "voxel_size"})
+    OPTIONS = frozenset(OPTIONS)  # the module-level tuple that _options checks: one list, not two
     #: their types, checked when a benchmark spec is loaded (fusebench.options); the values _options accepts
     OPTION_TYPES: ClassVar[dict[str, Any]] = {
         "info_file": str | None, "layout": str, "num_points": int | None, "points_source": str, "val_fraction": float,
