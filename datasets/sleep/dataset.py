@@ -27,9 +27,9 @@ from .layouts import _split_counts, _subject_split
 class _SleepDataset(MultimodalDataset):
     __module__ = "fusebench.datasets.sleep"  # its public path, as before the split into a package
 
-    OPTIONS = frozenset({"crop_wake_min", "max_cached_recordings", "pairs", "sfreq", "sfreq_hz", "split_subjects",
+    OPTIONS = frozenset({"crop_wake_min", "max_cached_recordings", "pairs", "sfreq_hz", "split_subjects",
                          "test_fraction", "val_fraction"})
-    #: their types, checked when a benchmark spec is loaded (fusebench.options); ``sfreq`` is not read
+    #: their types, checked when a benchmark spec is loaded (fusebench.options)
     OPTION_TYPES: ClassVar[dict[str, Any]] = {
         "crop_wake_min": float | None, "max_cached_recordings": int, "pairs": list, "sfreq_hz": float,
         "split_subjects": dict | None, "test_fraction": float, "val_fraction": float}
