@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine of this kind (Debian, Python 3.11, CPU): system library for
-# open3d, the pinned PyTorch pair, and fusebench itself (editable) with its test extras.
+# open3d, the pinned PyTorch pair, and fusebench itself (editable) with its test extras and trackers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -19,7 +19,9 @@ if ! "$PY" -c 'import torch, torchaudio, sys; sys.exit(torch.__version__.split("
   "$PY" -m pip install -q "torch==2.14.1" "torchaudio==2.11.0"
 fi
 
-if ! "$PY" -c 'import fusebench, open3d' 2>/dev/null || [ pyproject.toml -nt .setup-stamp ]; then
-  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract]"
+# trackers: tensorboard + mlflow for `fusebench run --logger` (looked up, not imported: mlflow is slow to import)
+if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow")))' 2>/dev/null \
+    || [ pyproject.toml -nt .setup-stamp ]; then
+  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers]"
   touch .setup-stamp
 fi

@@ -12,12 +12,14 @@ EXAMPLES = """examples:
   fusebench run mosi-sentiment --synthetic --set pretrain.epochs=2 --out runs/
   torchrun --nproc-per-node 2 -m fusebench run quickstart --objective m3g   # DistributedDataParallel
   OMP_NUM_THREADS=1 fusebench run mv-ngs --data-root DIR --workers 2        # two cells at a time
+  fusebench run quickstart --logger tensorboard csv                        # then: tensorboard --logdir runs/
 """
 
 
 def main(argv: list[str]) -> int:
     from fusebench.registry import UnknownNameError
     from fusebench.training.config import ConfigError, parse_override
+    from fusebench.training.trackers import TRACKERS
 
     p = argparse.ArgumentParser(prog="fusebench run", description=__doc__, epilog=EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,6 +38,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run the cells in N local processes (default 1: one after another); set "
                         "OMP_NUM_THREADS so that N x threads fits the machine")
+    p.add_argument("--logger", dest="loggers", nargs="+", default=None, choices=sorted(TRACKERS),
+                   help="experiment trackers for every cell, one or more of csv | tensorboard | mlflow "
+                        "(docs/trackers.md; tensorboard and mlflow need: pip install -e .[trackers])")
+    p.add_argument("--mlflow-uri", default=None, metavar="URI",
+                   help="MLflow tracking URI for --logger mlflow (default: $MLFLOW_TRACKING_URI, else "
+                        "file:<out>/.mlruns)")
     bars = p.add_mutually_exclusive_group()
     bars.add_argument("--progress", dest="progress", action="store_true", default=None,
                       help="progress bars even when stderr is not a terminal")
@@ -53,7 +61,7 @@ def main(argv: list[str]) -> int:
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
                           progress=sys.stderr.isatty() if ns.progress is None else ns.progress, leaderboard=ns.leaderboard,
-                          workers=ns.workers)
+                          workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:
         print(f"fusebench run: {e}", file=sys.stderr)
         return 2

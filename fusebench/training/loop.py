@@ -101,12 +101,27 @@ class PhaseHooks:
     postfix: Callable[[float], dict[str, str]] = field(default=lambda v: {"loss": f"{v:.4f}"})
 
 
+def batch_size(batch: Any) -> int:
+    """The number of samples in a collated batch (its targets: a tensor or a list of dicts)."""
+    try:
+        return len(batch["target"])
+    except (KeyError, TypeError):
+        return 0
+
+
 def run_phase(phase: Phase, epochs: int, hooks: PhaseHooks, device: torch.device, autocast: Any, curve: str,
-              bar: Any, budget: StepBudget, checkpoint_each_epoch: bool = False) -> None:
-    """Run ``phase`` from where it stands to ``epochs`` epochs (see the module docstring)."""
+              bar: Any, budget: StepBudget, checkpoint_each_epoch: bool = False,
+              on_step: Callable[[Phase, float, int], None] | None = None,
+              on_epoch_start: Callable[[Phase], None] | None = None) -> None:
+    """Run ``phase`` from where it stands to ``epochs`` epochs (see the module docstring).
+    For experiment trackers (they must not touch the training): ``on_step(phase, value, batch_size)``
+    is called after every counted step with the loss value just recorded in the curve, and
+    ``on_epoch_start(phase)`` just before an epoch's first batch is fetched."""
     while phase.epoch < epochs:
         loader = hooks.loader(phase.epoch, phase.step_in_epoch)
         hooks.on_epoch_start()
+        if on_epoch_start is not None:
+            on_epoch_start(phase)
         for batch in loader:
             batch = utils.to_device(batch, device)
             with autocast:
@@ -119,6 +134,8 @@ def run_phase(phase: Phase, epochs: int, hooks: PhaseHooks, device: torch.device
             phase.step_in_epoch += 1
             value = float(loss.detach())
             phase.curves.setdefault(curve, []).append(value)
+            if on_step is not None:
+                on_step(phase, value, batch_size(batch))
             bar.update(1)
             bar.set_postfix(**hooks.postfix(value))
             if phase.step % phase.every == 0:

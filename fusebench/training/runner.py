@@ -43,6 +43,7 @@ from fusebench.training import distributed, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 from fusebench.training.loop import Phase, PhaseHooks, RunError, StepBudget, run_phase
 from fusebench.training.status import pid_alive
+from fusebench.training.trackers import Trackers, build_trackers, check_trackers, default_mlflow_uri
 
 log = logging.getLogger(__name__)
 
@@ -285,11 +286,14 @@ def run_one(
     progress: bool = True,
     max_steps: int | None = None,
     context: dict[str, Any] | None = None,
+    loggers: list[str] | None = None,
+    mlflow_uri: str | None = None,
 ) -> dict[str, Any]:
     """Run one (benchmark, objective, seed) cell and write its run.json. ``max_steps`` stops the run
     after that many optimisation steps in total (for tests that simulate a killed run). ``context``
     holds what the sweep measured once for every cell (``git``: the checkout's state before any
     output was written; ``fingerprint``: the data files read), computed here when absent.
+    ``loggers``: experiment tracker ids (:mod:`fusebench.training.trackers`), built for this cell.
 
     A cell is only ever continued or returned for the configuration that made it: an existing
     ``run.json`` or ``last.pt`` with another config hash is a :class:`RunError`, never mixed."""
@@ -302,12 +306,18 @@ def run_one(
     with _CellLock(cell):
         if run_json.exists():  # another process finished the cell while we waited for nothing
             return _existing_record(run_json, spec)
-        if spec.pipeline == "gaussian_mi":
-            from fusebench.training.gaussian_mi import run_gaussian_mi
+        with build_trackers(loggers if distributed.rank() == 0 else None, out, cell, mlflow_uri) as trk:
+            trk.start(f"{spec.name}/{objective}/seed{seed}", spec.to_dict())
+            if spec.pipeline == "gaussian_mi":
+                from fusebench.training.gaussian_mi import run_gaussian_mi
 
-            return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
-        return _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps,
-                         context if context is not None else sweep_context(spec, synthetic, data_root))
+                record = run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
+            else:
+                context = context if context is not None else sweep_context(spec, synthetic, data_root)
+                record = _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress,
+                                   max_steps, context, trk)
+            trk.log_record(record, run_json)  # final metrics, run.json as an artifact
+            return record
 
 
 def _existing_record(run_json: Path, spec: BenchmarkSpec) -> dict[str, Any]:
@@ -363,7 +373,8 @@ class _CellLock:
             self.path.unlink(missing_ok=True)
 
 
-def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps, context):
+def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps, context,
+              trk: Trackers | None = None):
     from tqdm.auto import tqdm
 
     from fusebench import objectives
@@ -377,6 +388,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     model = build_model(spec, data["train"]).to(dev)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
     budget = StepBudget(max_steps)
+    track = {"on_step": trk.on_step, "on_epoch_start": trk.on_epoch_start} if trk else {}  # loss, samples/s per step
     ckpt = None
     if resume and (cell / "last.pt").exists():
         ckpt = _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec)
@@ -436,7 +448,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
                                "it_s": f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}"},
         )
         if not skip_pretrain:
-            run_phase(phase, epochs, hooks, dev, autocast, "pretrain_loss", bar, budget)
+            run_phase(phase, epochs, hooks, dev, autocast, "pretrain_loss", bar, budget, **track)
         bar.close()
         pretrain_time = time.time() - tp
         pre_curves = phase.curves
@@ -497,6 +509,8 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         val = evaluate(model, data["val"], spec, dev, seed)
         for k, v in val.items():
             phase.curves.setdefault(f"val_{k}", []).append(v)
+        if trk:
+            trk.log_epoch("downstream", phase.epoch, {f"val_{k}": v for k, v in val.items()})
         score = sign * val[primary]
         if score > best["score"]:
             best = {"epoch": phase.epoch, "val": val, "score": score}
@@ -514,7 +528,8 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         diverged=lambda v: (f"{spec.name}: downstream loss is {v} at step {phase.step} (objective {objective!r}); "
                             f"checkpoint kept at {cell / 'last.pt'}"),
     )
-    run_phase(phase, ds_cfg.epochs, hooks, dev, autocast, "downstream_loss", bar, budget, checkpoint_each_epoch=True)
+    run_phase(phase, ds_cfg.epochs, hooks, dev, autocast, "downstream_loss", bar, budget, checkpoint_each_epoch=True,
+              **track)
     bar.close()
     if best["epoch"] >= 0:
         model.load_state_dict(torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"])
@@ -768,13 +783,15 @@ def write_record(cell: Path, record: dict[str, Any]) -> Path:
 # sweep
 # ---------------------------------------------------------------------------------------------
 def sweep_cell(o: str, s: int, spec: BenchmarkSpec, out: Path, synthetic: bool, data_root: str | None, device: str,
-               resume: bool, progress: bool, context: dict[str, Any]) -> dict[str, Any]:
+               resume: bool, progress: bool, context: dict[str, Any], loggers: list[str] | None = None,
+               mlflow_uri: str | None = None) -> dict[str, Any]:
     """One cell of a sweep: its record, or a ``failed`` / ``skipped`` entry (a failure is written to
     the cell's ``failed.json``); run in the sweep's process or in a local worker process."""
     cell = cell_dir(out, spec.name, o, s)
     try:
         return run_one(spec, o, s, out, synthetic=synthetic, data_root=data_root, device=device,
-                       resume=resume or (cell / "last.pt").exists(), progress=progress, context=context)
+                       resume=resume or (cell / "last.pt").exists(), progress=progress, context=context,
+                       loggers=loggers, mlflow_uri=mlflow_uri)
     except (KeyboardInterrupt, ConfigError, ConfigMismatchError):
         raise
     except CellBusyError as e:  # another process runs it: its record will be the cell's
@@ -805,13 +822,19 @@ def run(
     progress: bool = True,
     leaderboard: str | Path | None = None,
     workers: int = 1,
+    loggers: str | list[str] | None = None,
+    mlflow_uri: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
     ``{"status": "failed", ...}``). All names are validated before any training starts.
     ``workers`` > 1 runs the cells in that many local processes (after every hyper-parameter
-    selection); each cell is the same as in a sequential sweep (its own seed, lock and record)."""
+    selection); each cell is the same as in a sequential sweep (its own seed, lock and record).
+    ``loggers``: experiment trackers for every cell, any of ``csv``, ``tensorboard``, ``mlflow``
+    (docs/trackers.md; results are the same with or without); ``mlflow_uri``: the MLflow tracking
+    URI (default ``MLFLOW_TRACKING_URI``, else ``file:<out>/.mlruns``)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
+    loggers = check_trackers([loggers] if isinstance(loggers, str) else loggers)  # unknown id / missing package
     from fusebench import benchmarks
 
     if isinstance(overrides, list):
@@ -836,6 +859,7 @@ def run(
             where = "no --data-root given" if data_root is None else f"--data-root {data_root} does not exist"
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     out = Path(out)
+    mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     for o in objs:  # a cell made with another configuration stops the sweep before any training
         for s in seeds:
             cell = cell_dir(out, spec.name, o, s)
@@ -854,7 +878,7 @@ def run(
                 context.setdefault("hparams", {})[o] = chosen["choice"]
                 context.setdefault("hparam_selection", {})[o] = chosen
 
-    args = (spec, out, synthetic, data_root, device, resume, progress, context)
+    args = (spec, out, synthetic, data_root, device, resume, progress, context, loggers, mlflow_uri)
     if workers <= 1:
         records = []
         for o in objs:
