@@ -31,12 +31,17 @@ returned scalar is the surrogate ``<J - P*, C(z)>`` (``P*`` detached) shifted by
 so that its value is the gap.  No back-propagation through Sinkhorn iterations.
 
 Solvers (same iterates, same answer): ``"reference"`` materialises the n^k cost tensor and runs
-Algorithm 1 literally; ``"auto"`` (default) never builds the n^k tensor for ``cv`` (contractions of
-the pairwise kernels, see the solver module) and falls back to ``"reference"`` for ``csd``.
+Algorithm 1 literally; ``"auto"`` (default) for ``cv`` runs it on the scalings ``exp(f_l / eps)``
+through contractions of the pairwise kernels (:func:`~fusebench.objectives.sinkhorn.scaling_sinkhorn`:
+a kernel of n^k entries only when n^k <= 2^14, never the cost tensor with gradients), handing over to
+the log-domain :func:`~fusebench.objectives.sinkhorn.pairwise_sinkhorn` when the scalings could leave
+the dtype's range (small eps in float32), and falls back to ``"reference"`` for ``csd``.  ``auto``
+works on the Gram matrix ``G = Z Z^T`` of the stacked views: ``||z_l[i] - z_m[j]||^2 = 2 - 2 G``, and
+the Danskin surrogate is the single inner product ``<-2 W, G>``, ``W = (J - Pi) / k^2`` on the pairs.
 
 Shape:
     views: ``[k, n, d]`` (k >= 2) -> scalar.  Cost tensor (reference only): ``[n] * k``.
-    Pairwise kernels (auto): ``[k, k, n, n]``.
+    Gram matrix and pairwise marginals (auto): ``[kn, kn]`` (block (l, m) for views l, m).
 
 Example (the gap is >= 0, and both solvers give the same value)::
 
@@ -54,6 +59,7 @@ Example (the gap is >= 0, and both solvers give the same value)::
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -61,7 +67,8 @@ from torch import Tensor
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
-from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, gap_with_danskin_gradient, pairwise_sinkhorn
+from fusebench.objectives.sinkhorn import (check_ot_hparams, dense_sinkhorn, gap_stats, gap_with_danskin_gradient,
+                                              scaling_sinkhorn)
 
 #: R^2 floor of the csd cost (documented above)
 CSD_R2_FLOOR = 1e-6
@@ -134,23 +141,70 @@ class M3G(MultiViewObjective):
                 f"m3g: the reference solver (used for solver='reference' and cost='csd') materialises n^k = "
                 f"{n}^{k} entries, more than {MAX_DENSE_ENTRIES}; use cost='cv' with solver='auto' or a smaller batch"
             )
+        if not use_dense:
+            return self._loss_pairwise(z)
         cost_j = diagonal_cost(z, self.cost)  # <J, C>, differentiable
-        if use_dense:
-            with torch.no_grad():
-                res = dense_sinkhorn(-dense_cost(z.detach(), self.cost) / eps, self.tol, self.max_iter)
-            p = res.log_p.exp()  # [n]*k
-            c = dense_cost(z, self.cost)
-            cost_p = (p * c).sum()  # <P*, C(z)>, P* detached
-        else:
-            sq = pair_sqdists(z)  # [k, k, n, n], differentiable; the solver sees it detached
-            with torch.no_grad():
-                res = pairwise_sinkhorn(-sq.detach() / (k**2 * eps), self.tol, self.max_iter)
-            iu = torch.triu_indices(k, k, offset=1)
-            pm = res.pair_marginals[iu[0], iu[1]]  # [pairs, n, n]
-            cost_p = torch.einsum("pij,pij->", pm, sq[iu[0], iu[1]]) / k**2
+        with torch.no_grad():
+            res = dense_sinkhorn(-dense_cost(z.detach(), self.cost) / eps, self.tol, self.max_iter)
+        p = res.log_p.exp()  # [n]*k
+        c = dense_cost(z, self.cost)
+        cost_p = (p * c).sum()  # <P*, C(z)>, P* detached
         out, self.stats = gap_with_danskin_gradient(self.name, res, cost_j, cost_p, eps, n, self.tol, self.max_iter)
-        self.stats.update({"reference_solver": float(use_dense), **{k: float(v) for k, v in res.info.items()}})
+        self.stats.update({"reference_solver": 1.0, **{k: float(v) for k, v in res.info.items()}})
         return out
+
+    def _loss_pairwise(self, z: Tensor) -> Tensor:
+        """``cost="cv"``, ``solver="auto"``: :func:`scaling_sinkhorn` on the Gram matrix of the views, and the
+        gap's gradient as one inner product with it.
+
+        With ``G = Z Z^T`` ([kn, kn], ``Z`` the stacked views) the pairwise squared distances are
+        ``D_lm = 2 - 2 G_lm`` and ``<J - P*, C(z)> = sum_{l<m} <J_lm - Pi_lm, D_lm> / k^2 = <-2 W, G>`` plus
+        a constant, ``W`` = ``(J_lm - Pi_lm) / k^2`` on the blocks l < m (detached); the returned value is
+        that surrogate shifted by a detached constant to the gap ``<J, C> - eps log n - D`` (dual value
+        ``D = eps sum_l mean(g_l) - eps (mass - 1)``), computed in float64 from the solver's output."""
+        k, n, _ = z.shape
+        eps, kn = self.eps, k * n
+        zf = z.reshape(kn, -1)
+        gram = zf @ zf.T  # [kn, kn], differentiable
+        with torch.no_grad():
+            sq = torch.rsub(gram.detach(), 2.0, alpha=2.0)  # 2 - 2 G: D_lm in block (l, m)
+            # every sum over the pairs l < m of log-kernels is >= -(k (k - 1) / 2) max D / (k^2 eps)
+            floor = -(k - 1) / (2 * k * eps) * float(sq.max())
+            res = scaling_sinkhorn(sq.view(k, n, k, n).transpose(1, 2) * (-1.0 / (k**2 * eps)), self.tol,
+                                   self.max_iter, floor=floor, gram=True)
+            pm = res.pair_marginals  # [kn, kn]: Pi_lm in block (l, m), l < m
+            j_w = _diagonal_weights(k, n, z.dtype, z.device)  # J / k^2 in the blocks l < m
+            w2 = torch.add(j_w, pm, alpha=-1.0 / k**2).mul_(-2.0)  # -2 W
+            cost_j, cost_p, sum_g = torch.stack([torch.vdot(j_w.view(-1), sq.view(-1)),
+                                                 torch.vdot(pm.view(-1), sq.view(-1)), res.log_u.sum()]).tolist()
+        surrogate = torch.vdot(w2.view(-1), gram.view(-1))  # <J - P*, C(z)> - 2 sum W
+        cost_p /= k**2
+        dual = eps * sum_g / n - eps * (res.mass - 1.0)
+        gap = cost_j - eps * math.log(n) - dual
+        out = surrogate + (gap - surrogate.detach())
+        self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=5)
+        self.stats["reference_solver"] = 0.0
+        self.stats.update(res.info)
+        return out
+
+
+_DIAGONAL_WEIGHTS: dict[tuple, Tensor] = {}
+
+
+def _diagonal_weights(k: int, n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``[kn, kn]``: ``1 / (n k^2)`` on the diagonal of every block (l, m), l < m, 0 elsewhere (cached)."""
+    key = (k, n, dtype, device)
+    out = _DIAGONAL_WEIGHTS.get(key)
+    if out is None:
+        if len(_DIAGONAL_WEIGHTS) > 64:
+            _DIAGONAL_WEIGHTS.clear()
+        out = torch.zeros(k, n, k, n, dtype=dtype, device=device)
+        for l in range(k):
+            for m in range(l + 1, k):
+                out[l, :, m, :].diagonal().fill_(1.0 / (n * k**2))
+        out = out.view(k * n, k * n)
+        _DIAGONAL_WEIGHTS[key] = out
+    return out
 
 
 __all__ = ["M3G", "dense_cost", "diagonal_cost", "pair_sqdists"]

@@ -267,6 +267,153 @@ def test_auto_float32_finite_at_small_eps(k, n, eps):
         assert m.stats.get("underflow_fixes", 0) > 0
 
 
+# ------------------------------------------------------------------------------------------ scaling domain
+def _log_kernels(k: int, n: int, eps: float, seed: int, dtype=DT) -> torch.Tensor:
+    from fusebench.objectives.m3g import pair_sqdists
+
+    return -pair_sqdists(unit(rand_views(k, n, 5, seed=seed, dtype=dtype))) / (k * k * eps)
+
+
+def _dense_reference(log_kernels: torch.Tensor, tol: float, max_iter: int = 100000):
+    """Algorithm 1 on the materialised log-kernel sum_{l<m} log K_lm (the literal reference)."""
+    k, _, n, _ = log_kernels.shape
+    full = torch.zeros([n] * k, dtype=log_kernels.dtype)
+    for l in range(k):
+        for m in range(l + 1, k):
+            full = full + log_kernels[l, m].reshape([n if a in (l, m) else 1 for a in range(k)])
+    res = dense_sinkhorn(full, tol, max_iter)
+    p = res.log_p.exp()
+    pairs = {(l, m): p.sum(dim=[a for a in range(k) if a not in (l, m)]) if k > 2 else p
+             for l in range(k) for m in range(l + 1, k)}
+    return res, pairs
+
+
+def _strategies(k: int) -> list[tuple[int, bool]]:
+    return [(1, True)] + [(e, False) for e in range(1, k // 2 + 1)]
+
+
+@pytest.mark.parametrize("k,n", [(2, 7), (3, 6), (4, 5), (5, 4), (6, 3)])
+@pytest.mark.parametrize("eps,tol,max_iter", [(0.1, 1e-10, 100000), (0.01, 0.0, 300)])
+def test_scaling_solver_every_strategy_equals_log_domain_and_reference(k, n, eps, tol, max_iter):
+    """Same iterates as the literal dense reference and the log-domain solver: to convergence at eps=0.1,
+    and after exactly 300 sweeps at eps=0.01 (where these tiny problems need 10^5 sweeps to converge)."""
+    from fusebench.objectives.sinkhorn import dual_value, pairwise_sinkhorn, scaling_sinkhorn
+
+    lk = _log_kernels(k, n, eps, seed=20 + k)
+    ref, ref_pairs = _dense_reference(lk, tol, max_iter)
+    log = pairwise_sinkhorn(lk, tol, max_iter)
+    assert log.iterations == ref.iterations and ref.converged == (tol > 0)
+    for e, dense in _strategies(k):
+        res = scaling_sinkhorn(lk, tol, max_iter, elim=e, dense=dense)
+        assert res.info["scaling_domain"] == 1.0 and res.info["dense_stages"] == float(dense)
+        assert res.iterations == ref.iterations, (e, dense)  # same iterates, same stopping sweep
+        assert res.converged == ref.converged
+        assert res.marginal_error == pytest.approx(ref.marginal_error, rel=1e-6, abs=1e-14)
+        assert float(dual_value(res.log_u, res.mass, eps)) == pytest.approx(float(dual_value(ref.log_u, ref.mass, eps)),
+                                                                            abs=1e-12)
+        assert res.mass == pytest.approx(ref.mass, abs=1e-13)
+        for (l, m), pair in ref_pairs.items():
+            torch.testing.assert_close(res.pair_marginals[l, m], pair, atol=1e-13, rtol=1e-9)
+        gram = scaling_sinkhorn(lk, tol, max_iter, elim=e, dense=dense, gram=True).pair_marginals
+        torch.testing.assert_close(gram, res.pair_marginals.transpose(1, 2).reshape(k * n, k * n), atol=1e-15,
+                                   rtol=1e-12)  # same iterates; BLAS may sum in another order
+
+
+@pytest.mark.parametrize("k,n", [(3, 9), (4, 6), (5, 4), (6, 4)])
+@pytest.mark.parametrize("eps", [0.2, 0.03])
+def test_auto_equals_reference_value_and_gradient_k3_to_6(k, n, eps):
+    x = rand_views(k, n, 5, seed=30 + k).requires_grad_()
+    out = {}
+    for solver in ("auto", "reference"):
+        m = build("m3g", eps=eps, tol=1e-9, solver=solver, max_iter=100000)
+        v = m(x)
+        (g,) = torch.autograd.grad(v, x)
+        out[solver] = (float(v.detach()), g, m.stats)
+    assert out["auto"][2]["scaling_domain"] == 1.0  # the scaling-domain path ran
+    assert out["auto"][0] == pytest.approx(out["reference"][0], abs=1e-6)
+    torch.testing.assert_close(out["auto"][1], out["reference"][1], atol=1e-8, rtol=1e-6)
+    assert out["auto"][2]["iterations"] == out["reference"][2]["iterations"]
+    for key in ("cost_J", "cost_P", "dual_value", "gap", "mass", "marginal_error"):
+        assert out["auto"][2][key] == pytest.approx(out["reference"][2][key], abs=1e-9, rel=1e-6), key
+
+
+@pytest.mark.parametrize("k,n", [(3, 8), (4, 6), (5, 4), (6, 4)])
+def test_auto_float32_scaling_domain_at_eps_005_and_fallback_at_001(k, n):
+    x = torch.randn(k, n, 3, generator=torch.Generator().manual_seed(40 + k))
+    for eps, scaling in ((0.05, 1.0), (0.01, 0.0)):
+        m = build("m3g", eps=eps, max_iter=20000)
+        xr = x.clone().requires_grad_()
+        v = m(xr)
+        v.backward()
+        assert v.dtype == torch.float32 and torch.isfinite(v) and torch.isfinite(xr.grad).all()
+        assert m.stats["scaling_domain"] == scaling, (eps, m.stats)
+        ref = build("m3g", eps=eps, max_iter=20000, solver="reference")
+        xd = x.double().requires_grad_()
+        vd = ref(xd)
+        (gd,) = torch.autograd.grad(vd, xd)
+        assert float(v.detach()) == pytest.approx(float(vd.detach()), abs=1e-4)
+        assert m.stats["iterations"] == pytest.approx(ref.stats["iterations"], abs=2)  # float32 rounding may shift the stop
+        torch.testing.assert_close(xr.grad.double(), gd, atol=2e-3, rtol=1e-2)
+
+
+def test_scaling_fallback_in_the_middle_of_a_solve(monkeypatch):
+    """Force the range guard to fail after a few sweeps: the answer is then the log-domain solver's."""
+    from fusebench.objectives import sinkhorn as sk
+
+    lk = _log_kernels(3, 6, 0.05, seed=3)
+    floor = sk.kernel_floor(lk)
+    # margin such that the check before the first sweep (floor alone) passes and a later one cannot
+    monkeypatch.setattr(sk, "LOG_MARGIN", floor - math.log(torch.finfo(DT).tiny) - 1e-3)
+    monkeypatch.setattr(sk, "RANGE_CHECK_EVERY", 1)
+    res = sk.scaling_sinkhorn(lk, 1e-10, 100000, floor=floor)
+    log = sk.pairwise_sinkhorn(lk, 1e-10, 100000)
+    assert res.info["scaling_domain"] == 0.0 and res.info["scaling_fallback_sweep"] >= 1
+    assert res.iterations == log.iterations
+    torch.testing.assert_close(res.pair_marginals, log.pair_marginals, atol=0, rtol=0)
+    torch.testing.assert_close(res.log_u, log.log_u, atol=0, rtol=0)
+    # and with the guard at its default, the same problem stays in the scaling domain
+    monkeypatch.undo()
+    assert sk.scaling_sinkhorn(lk, 1e-10, 100000).info["scaling_domain"] == 1.0
+
+
+def test_scaling_range_guard():
+    from fusebench.objectives.sinkhorn import LOG_MARGIN, scaling_range_ok
+
+    f32 = torch.float32
+    log_tiny, log_max = math.log(torch.finfo(f32).tiny), math.log(torch.finfo(f32).max)
+    assert scaling_range_ok(-10.0, [1.0] * 3, [1.0] * 3, 3, 16, f32)
+    assert not scaling_range_ok(log_tiny, [1.0] * 3, [1.0] * 3, 3, 16, f32)  # the kernels alone
+    edge = log_tiny + LOG_MARGIN + 1.0  # one unit of log left: the smallest scalings may use it
+    assert scaling_range_ok(edge, [math.exp(-0.3)] * 3, [1.0] * 3, 3, 16, f32)
+    assert not scaling_range_ok(edge, [math.exp(-0.4)] * 3, [1.0] * 3, 3, 16, f32)
+    top = (log_max - LOG_MARGIN - 3 * math.log(16)) / 3
+    assert scaling_range_ok(-1.0, [1.0] * 3, [math.exp(top - 0.01)] * 3, 3, 16, f32)
+    assert not scaling_range_ok(-1.0, [1.0] * 3, [math.exp(top + 0.01)] * 3, 3, 16, f32)
+    for bad in (float("nan"), 0.0):
+        assert not scaling_range_ok(-1.0, [1.0, bad, 1.0], [1.0] * 3, 3, 16, f32)
+    assert not scaling_range_ok(-1.0, [1.0] * 3, [1.0, float("inf"), 1.0], 3, 16, f32)
+    assert not scaling_range_ok(-1.0, [1.0] * 3, [1.0, float("nan"), 1.0], 3, 16, f32)
+
+
+def test_scaling_plans_are_reused_without_aliasing_results():
+    """Small plans (buffers, pre-bound calls) are kept between solves: results must not alias them and
+    solves of other shapes / dtypes in between must not change an answer."""
+    from fusebench.objectives.sinkhorn import scaling_sinkhorn
+
+    a = _log_kernels(3, 6, 0.1, seed=1)
+    b = _log_kernels(4, 5, 0.1, seed=2)
+    first = scaling_sinkhorn(a, 1e-9, 10000)
+    kept = (first.pair_marginals.clone(), first.log_u.clone(), first.mass, first.iterations)
+    others = [scaling_sinkhorn(b, 1e-9, 10000), scaling_sinkhorn(a.float(), 1e-6, 10000),
+              scaling_sinkhorn(_log_kernels(3, 6, 0.3, seed=5), 1e-9, 10000)]
+    again = scaling_sinkhorn(a, 1e-9, 10000)
+    torch.testing.assert_close(first.pair_marginals, kept[0], atol=0, rtol=0)
+    torch.testing.assert_close(first.log_u, kept[1], atol=0, rtol=0)
+    torch.testing.assert_close(again.pair_marginals, kept[0], atol=0, rtol=0)
+    assert (again.mass, again.iterations) == kept[2:]
+    assert all(o.converged for o in others)
+
+
 def test_csd_finite_when_resultant_vanishes():
     x = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[-1.0, 0.0], [0.0, 1.0]]], dtype=DT, requires_grad=True)
     v = build("m3g", cost="csd", eps=0.5)(x)  # sample 0: antipodal views, R^2 = 0
@@ -354,3 +501,30 @@ def test_bench_command_prints_table(capsys):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1].endswith("MiB") and cells[2] == "-" and cells[3] == "-"
     assert "torch" in out and "CPU" in out
+
+
+def test_bench_vs_ott_without_the_extra_says_how_to_get_it(monkeypatch, capsys):
+    from fusebench.bench import main
+    from fusebench.objectives import bench
+
+    monkeypatch.setattr(bench, "import_ott", lambda threads=1: None)
+    assert main(["objectives", "--vs", "ott", "--quick"]) == 1
+    assert "pip install -e .[peers]" in capsys.readouterr().out
+
+
+def test_bench_crossover_table():
+    from fusebench.objectives.bench import bench_crossover
+
+    lines: list[str] = []
+    rows = bench_crossover([(3, 4), (4, 3)], sweeps=3, rounds=1, emit=lines.append)
+    assert len(rows) == 2 and len(lines) == 4
+    for row in rows:
+        assert row["rule"] in row["median"] and row["fastest"] in row["median"]
+        assert all(t > 0 for t in row["median"].values())
+
+
+def test_bench_step_time_ratio():
+    from fusebench.objectives.bench import bench_step_time
+
+    r = bench_step_time(rounds=2, warmup=1)
+    assert set(r["median"]) == {"m3g", "infonce_pwe"} and r["ratio"] > 0
