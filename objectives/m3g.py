@@ -64,6 +64,7 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
@@ -153,39 +154,79 @@ class M3G(MultiViewObjective):
         self.stats.update({"reference_solver": 1.0, **{k: float(v) for k, v in res.info.items()}})
         return out
 
+    def forward(self, views: Tensor, mask: Tensor | None = None) -> Tensor:
+        if self.solver != "auto" or self.cost != "cv":
+            return super().forward(views, mask)
+        # the fast path: normalisation, Gram matrix, solve and Danskin gradient in one autograd node
+        self.check_views(views)
+        self.check_mask(mask, views)
+        self.stats = {}
+        return _CvGap.apply(views.to(self.compute_dtype(views)), self, True).to(views.dtype)
+
     def _loss_pairwise(self, z: Tensor) -> Tensor:
-        """``cost="cv"``, ``solver="auto"``: :func:`scaling_sinkhorn` on the Gram matrix of the views, and the
-        gap's gradient as one inner product with it.
+        """``cost="cv"``, ``solver="auto"`` on unit vectors ``z`` (see :class:`_CvGap`)."""
+        return _CvGap.apply(z, self, False)
+
+    @torch.no_grad()
+    def _cv_gap(self, z: Tensor) -> tuple[float, Tensor]:
+        """The gap and ``W`` for unit vectors ``z`` [k, n, d]: :func:`scaling_sinkhorn` on the Gram matrix.
 
         With ``G = Z Z^T`` ([kn, kn], ``Z`` the stacked views) the pairwise squared distances are
         ``D_lm = 2 - 2 G_lm`` and ``<J - P*, C(z)> = sum_{l<m} <J_lm - Pi_lm, D_lm> / k^2 = <-2 W, G>`` plus
-        a constant, ``W`` = ``(J_lm - Pi_lm) / k^2`` on the blocks l < m (detached); the returned value is
-        that surrogate shifted by a detached constant to the gap ``<J, C> - eps log n - D`` (dual value
-        ``D = eps sum_l mean(g_l) - eps (mass - 1)``), computed in float64 from the solver's output."""
-        k, n, _ = z.shape
+        a constant, ``W`` = ``(J_lm - Pi_lm) / k^2`` in the blocks l < m (0 elsewhere).  The gap is
+        ``<J, C> - eps log n - D`` (dual value ``D = eps sum_l mean(g_l) - eps (mass - 1)``), computed in
+        float64 from the solver's output; its Danskin gradient with respect to ``Z`` is ``-2 (W + W^T) Z``."""
+        k, n, d = z.shape
         eps, kn = self.eps, k * n
-        zf = z.reshape(kn, -1)
-        gram = zf @ zf.T  # [kn, kn], differentiable
-        with torch.no_grad():
-            sq = torch.rsub(gram.detach(), 2.0, alpha=2.0)  # 2 - 2 G: D_lm in block (l, m)
-            # every sum over the pairs l < m of log-kernels is >= -(k (k - 1) / 2) max D / (k^2 eps)
-            floor = -(k - 1) / (2 * k * eps) * float(sq.max())
-            res = scaling_sinkhorn(sq.view(k, n, k, n).transpose(1, 2) * (-1.0 / (k**2 * eps)), self.tol,
-                                   self.max_iter, floor=floor, gram=True)
-            pm = res.pair_marginals  # [kn, kn]: Pi_lm in block (l, m), l < m
-            j_w = _diagonal_weights(k, n, z.dtype, z.device)  # J / k^2 in the blocks l < m
-            w2 = torch.add(j_w, pm, alpha=-1.0 / k**2).mul_(-2.0)  # -2 W
-            cost_j, cost_p, sum_g = torch.stack([torch.vdot(j_w.view(-1), sq.view(-1)),
-                                                 torch.vdot(pm.view(-1), sq.view(-1)), res.log_u.sum()]).tolist()
-        surrogate = torch.vdot(w2.view(-1), gram.view(-1))  # <J - P*, C(z)> - 2 sum W
+        zf = z.reshape(kn, d)
+        sq = torch.mm(zf, zf.T).mul_(-2.0).add_(2.0)  # 2 - 2 G: D_lm in block (l, m)
+        # every sum over the pairs l < m of log-kernels is >= -(k (k - 1) / 2) max D / (k^2 eps)
+        floor = -(k - 1) / (2 * k * eps) * float(sq.max())
+        res = scaling_sinkhorn(sq.view(k, n, k, n).transpose(1, 2) * (-1.0 / (k**2 * eps)), self.tol,
+                               self.max_iter, floor=floor, gram=True)
+        pm = res.pair_marginals  # [kn, kn]: Pi_lm in block (l, m), l < m
+        j_w = _diagonal_weights(k, n, z.dtype, z.device)  # J / k^2 in the blocks l < m
+        cost_j, cost_p, sum_g = torch.stack([torch.vdot(j_w.view(-1), sq.view(-1)),
+                                             torch.vdot(pm.view(-1), sq.view(-1)), res.log_u.sum()]).tolist()
         cost_p /= k**2
         dual = eps * sum_g / n - eps * (res.mass - 1.0)
         gap = cost_j - eps * math.log(n) - dual
-        out = surrogate + (gap - surrogate.detach())
-        self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=5)
+        self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=7)
         self.stats["reference_solver"] = 0.0
         self.stats.update(res.info)
-        return out
+        return gap, pm.mul_(-1.0 / k**2).add_(j_w)  # W (pm is the solver's fresh tensor)
+
+
+#: the ``eps`` of :func:`torch.nn.functional.normalize` (norms are clamped from below at it)
+NORM_EPS = 1e-12
+
+
+class _CvGap(torch.autograd.Function):
+    """``M3G`` with ``cost="cv"``, ``solver="auto"`` as one autograd node: forward = the gap (of
+    ``x / max(||x||, NORM_EPS)`` when ``normalise``), backward = its Danskin gradient ``-2 (W + W^T) Z``
+    (:meth:`M3G._cv_gap`) taken through the normalisation, ``(I - z z^T) g / ||x||`` (``g / NORM_EPS`` where
+    the norm was clamped), as :func:`torch.nn.functional.normalize`'s autograd would."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, module: "M3G", normalise: bool) -> Tensor:
+        norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) if normalise else x.new_empty(0)
+        z = x / norms.clamp_min(NORM_EPS) if normalise else x
+        gap, w = module._cv_gap(z)
+        ctx.save_for_backward(z, w, norms)
+        ctx.normalise = normalise
+        return x.new_tensor(gap)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        z, w, norms = ctx.saved_tensors
+        k, n, d = z.shape
+        zf = z.view(k * n, d)
+        gz = torch.mm(torch.add(w, w.T), zf).mul_(grad * -2.0).view(k, n, d)  # d gap / d z
+        if not ctx.normalise:
+            return gz, None, None
+        radial = (z * gz).sum(dim=-1, keepdim=True).mul_(norms > NORM_EPS)
+        return gz.sub_(z * radial).div_(norms.clamp_min(NORM_EPS)), None, None
 
 
 _DIAGONAL_WEIGHTS: dict[tuple, Tensor] = {}

@@ -89,6 +89,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -451,6 +452,40 @@ PLAN_CACHE_SIZE = 8
 
 _Op = Callable[[], object]
 
+#: CPU plans with at most this many entries in all run their per-sweep calls through numpy on the same
+#: buffers (numpy's call overhead is a third of torch's; for larger plans the work itself dominates).
+#: Measured, see docs/benchmarks-objectives.md ("crossover")
+NUMPY_MAX_ENTRIES = 2**16
+_NUMPY_EQUIVALENT = {torch.mv: np.dot, torch.mm: np.dot, torch.mul: np.multiply, torch.outer: np.outer,
+                     torch.reciprocal: np.reciprocal, torch.maximum: np.maximum}
+
+
+def _as_numpy(x):
+    return x.numpy() if isinstance(x, Tensor) else x
+
+
+def _numpy_program(ops: list[_Op], strict: bool = True) -> list[_Op]:
+    """``ops`` (partials of torch functions over CPU buffers) as partials of their numpy equivalents over
+    numpy views of the same memory (``Tensor.copy_`` / ``mul_`` become ``np.copyto`` / ``np.multiply``,
+    ``torch.sum(dim=)`` ``np.add.reduce(axis=)``); same arguments, same order. Calls without an
+    equivalent raise (``strict``) or stay torch calls on the same memory."""
+    out: list[_Op] = []
+    for op in ops:
+        func, args, kw = op.func, op.args, dict(op.keywords)
+        target = getattr(func, "__self__", None)
+        if isinstance(target, Tensor) and func.__name__ in ("copy_", "mul_"):
+            np_func = np.copyto if func.__name__ == "copy_" else partial(np.multiply, out=target.numpy())
+            out.append(partial(np_func, target.numpy(), _as_numpy(args[0])))
+        elif func is torch.sum and set(kw) == {"dim", "out"}:
+            out.append(partial(np.add.reduce, _as_numpy(args[0]), axis=tuple(kw["dim"]), out=kw["out"].numpy()))
+        elif func in _NUMPY_EQUIVALENT:
+            out.append(partial(_NUMPY_EQUIVALENT[func], *map(_as_numpy, args), **{k: _as_numpy(v) for k, v in kw.items()}))
+        elif strict:
+            raise TypeError(f"scaling plan: no numpy equivalent of {func!r}")  # a new kind of call: add it above
+        else:
+            out.append(op)
+    return out
+
 
 def _outer_program(vecs: list[Tensor], ops: list[_Op]) -> Tensor | None:
     """Append to ``ops`` the calls that write ``(x) vecs`` (first vector slowest) into a buffer; return it flat."""
@@ -640,6 +675,16 @@ class _ScalingPlan:
         self.body.append(partial(torch.maximum, self.run_max, self.us, out=self.run_max))
         self.body += [op for v in tail for op in last.contract[v]]  # the last block's other views, for the test
         self.entries = sum(t.numel() for t in self._buffers())
+        self.numpy = device.type == "cpu" and self.entries <= NUMPY_MAX_ENTRIES
+        self.err_value: Callable[[], float] = self.err.item
+        if self.numpy:  # the same calls on numpy views of the same buffers: a third of torch's per-call cost
+            self.head, self.body = _numpy_program(self.head), _numpy_program(self.body)
+            first.marginal_ops = _numpy_program(first.marginal_ops, strict=False)
+            work_np, err_np = work.view(-1).numpy(), self.err.numpy()
+            self.test = [partial(np.multiply, self.u.view(-1).numpy(), self.s.view(-1).numpy(), out=work_np),
+                         partial(np.subtract, ones.view(-1).numpy(), work_np, out=work_np),
+                         partial(np.abs, work_np, out=work_np), partial(np.add.reduce, work_np, out=err_np)]
+            self.err_value = err_np.item
 
     def pm_block(self, l: int, m: int) -> Tensor:
         n = self.n
@@ -757,8 +802,7 @@ def scaling_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_budg
     e = e_auto if elim is None else elim
     dense = dense_auto if dense is None else dense
     floor = kernel_floor(log_kernels) if floor is None else floor
-    info = {"elim_views": float(e), "stages": float(len(_stages(k, e))), "scaling_domain": 1.0,
-            "dense_stages": float(dense)}
+    info = {"elim_views": float(e), "stages": 0.0, "scaling_domain": 1.0, "dense_stages": float(dense)}
 
     def fallback(sweep: int) -> SinkhornResult:
         res = pairwise_sinkhorn(log_kernels, tol, max_iter, memory_budget)
@@ -770,6 +814,7 @@ def scaling_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_budg
     if not scaling_range_ok(floor, [1.0] * k, [1.0] * k, k, n, log_kernels.dtype):
         return fallback(0)
     plan = _plan(k, n, e, dense, gram, log_kernels.dtype, log_kernels.device)
+    info["stages"] = float(len(plan.stages))
     plan.start(log_kernels)
     head, test, body = plan.head, plan.test, plan.body
     it = 0
@@ -780,7 +825,7 @@ def scaling_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_budg
         if it > 0:
             for op in test:
                 op()
-            err = float(plan.err) / n
+            err = plan.err_value() / n
             if not math.isfinite(err) or (it % RANGE_CHECK_EVERY == 0 and not plan.range_ok(floor)):
                 return fallback(it)
             if err < tol or it >= max_iter:

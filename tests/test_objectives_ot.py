@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import warnings
 
 import numpy as np
@@ -528,3 +529,47 @@ def test_bench_step_time_ratio():
 
     r = bench_step_time(rounds=2, warmup=1)
     assert set(r["median"]) == {"m3g", "infonce_pwe"} and r["ratio"] > 0
+
+
+@pytest.mark.parametrize("k,n", [(3, 6), (4, 5), (6, 3)])
+def test_scaling_solver_numpy_and_torch_bindings_agree(k, n, monkeypatch):
+    """Small CPU plans run their calls through numpy on the same buffers; larger ones through torch. Both
+    are the same iterates (compared with the literal dense reference's pair marginals)."""
+    import fusebench.objectives.sinkhorn as sk
+
+    lk = _log_kernels(k, n, 0.1, seed=40 + k)
+    ref, ref_pairs = _dense_reference(lk, 1e-10)
+    out = {}
+    for limit in (2**16, 0):
+        monkeypatch.setattr(sk, "NUMPY_MAX_ENTRIES", limit)
+        monkeypatch.setattr(sk, "_PLANS", threading.local())  # no cached plan of the other binding
+        for e, dense in _strategies(k):
+            res = sk.scaling_sinkhorn(lk, 1e-10, 100000, elim=e, dense=dense)
+            plan = next(iter(sk._PLANS.cache.values()))
+            assert plan.numpy == (limit > 0)
+            assert res.iterations == ref.iterations and res.converged
+            for (l, m), pair in ref_pairs.items():
+                torch.testing.assert_close(res.pair_marginals[l, m], pair, atol=1e-13, rtol=1e-9)
+            out[limit, e, dense] = res
+            sk._PLANS.cache.clear()
+    for (limit, e, dense), res in out.items():
+        torch.testing.assert_close(res.log_u, out[0, e, dense].log_u, atol=1e-12, rtol=1e-12)
+
+
+def test_m3g_fast_path_gradient_through_the_normalisation_matches_autograd():
+    """The fast path is one autograd node (normalisation, Gram matrix, Danskin gradient): its gradient
+    equals autograd through F.normalize of the generic path, also for a row of zeros (clamped norm)
+    and for a rescaled row, and an upstream gradient is applied."""
+    x = rand_views(3, 6, 5, seed=7)
+    x[1, 2] *= 1e-14  # norm below 1e-12: F.normalize clamps it (z = x / 1e-12, no projection)
+    x[2, 4] *= 1e-3
+    x.requires_grad_()
+    m = build("m3g", eps=0.3, tol=1e-11, max_iter=100000)
+    v = m(x)
+    (g_fast,) = torch.autograd.grad(3.0 * v, x)
+    z = torch.nn.functional.normalize(x, dim=-1)
+    v_slow = build("m3g", eps=0.3, tol=1e-11, max_iter=100000, solver="reference").loss(z)
+    (g_slow,) = torch.autograd.grad(3.0 * v_slow, x)
+    assert float(v.detach()) == pytest.approx(float(v_slow.detach()), abs=1e-12)
+    torch.testing.assert_close(g_fast, g_slow, atol=1e-9, rtol=1e-7)
+    assert float(g_fast[1, 2].abs().max()) > 0  # the clamped row gets g / 1e-12, as F.normalize's autograd
