@@ -30,7 +30,7 @@ def test_wheel_installs_and_runs_from_a_clean_environment(tmp_path: Path) -> Non
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"fusebench/benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("*.yaml")}
     assert shipped and shipped <= names  # every spec is package data
-    for sub in ("nyuv2", "sunrgbd", "sleep"):
+    for sub in ("nyuv2", "sunrgbd", "sleep", "mmsa", "multiview_mat"):
         assert f"fusebench/datasets/{sub}/__init__.py" in names
     assert "fusebench/objectives/m3g.py" in names and "fusebench/encoders/mlp.py" in names
     # a new environment that sees the installed dependencies (torch, ...) but not this checkout's editable install

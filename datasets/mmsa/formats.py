@@ -1,0 +1,204 @@
+"""MMSA feature files: the allowlist-unpickled MMSA pickles and single-clip MMSA-FET feature files,
+validated into per-modality arrays.
+
+An MMSA split is a dict of ``text`` [n, T, 768] and/or ``text_bert`` [n, 3, T], ``audio`` [n, T_a, d_a],
+``vision`` [n, T_v, d_v], ``regression_labels`` [n] (CH-SIMS also ``regression_labels_T/A/V``),
+optional ``audio_lengths`` / ``vision_lengths`` [n], ``id`` and ``raw_text``. A feature file is one
+clip's dict (``text`` [T, 768], ``text_bert`` [3, T], ``audio`` [T, d_a], ``vision`` [T, d_v]),
+wrapped as a split with n = 1 (:meth:`_PickleFormat._feature_file_split`). Validation
+(:meth:`_PickleFormat._validate_split`): shapes, finite features (``nonfinite``), label ranges,
+lengths in 0..T (:meth:`_PickleFormat._check_lengths`) and one feature dimension per modality across
+the splits of a pickle (:meth:`_PickleFormat._check_dims_across_splits`).
+
+:class:`_PickleFormat` is the mixin of the sentiment adapters holding these readers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from einops import rearrange
+
+from ..base import DatasetError, Modality
+from ..safe_pickle import load as safe_load
+from .layouts import _SPLIT_KEYS
+
+
+class _PickleFormat:
+    """Readers and validation of the MMSA pickles and feature files."""
+
+    def _read_pickle(self, path: Path) -> Any:
+        cache = getattr(self, "_pickle_cache", None)
+        if cache is not None and cache[0] == path:
+            return cache[1]
+        obj = safe_load(path)
+        self._pickle_cache = (path, obj)
+        return obj
+
+    def _index_pickle(self) -> list[int]:
+        path = self._pickle_path()
+        obj = self._read_pickle(path)
+        self.source = str(path)
+        if self.layout == "feature_file":
+            part, where = self._feature_file_split(obj, path), f"{path}"
+        else:
+            if not isinstance(obj, dict) or not all(k in obj for k in ("train", "valid", "test")):
+                found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+                raise DatasetError(f"{path}: an MMSA pickle must be a dict with keys ['train', 'valid', 'test']; "
+                                   f"found {found}")
+            part, where = obj[_SPLIT_KEYS[self.split]], f"{path} [{_SPLIT_KEYS[self.split]}]"
+        self._split_file = where  # named by the base class when the split is empty
+        self._arrays = self._validate_split(part, where)
+        if self.layout == "mmsa" and self._n > 0:
+            self._check_dims_across_splits(obj, path)
+        return list(range(self._n))
+
+    def _check_dims_across_splits(self, obj: dict[str, Any], path: Path) -> None:
+        """Every split of an MMSA pickle must give a modality the same feature dimension."""
+        keys = {"text": self._text_key, "audio": "audio", "vision": "vision"}
+        for m in self.modalities:
+            key = keys[m]
+            axis = 1 if key == "text_bert" else 2  # text_bert is [n, 3, T]: its rows are the "features"
+            dims: dict[str, int] = {}
+            for split_key in ("train", "valid", "test"):
+                part = obj.get(split_key)
+                if not isinstance(part, dict) or key not in part:
+                    continue  # reported when that split is built
+                shape = np.shape(part[key])
+                if len(shape) == 3 and shape[0] > 0:
+                    dims[split_key] = int(shape[axis])
+            if len(set(dims.values())) > 1:
+                own = _SPLIT_KEYS[self.split]
+                ref = own if own in dims else next(iter(dims))
+                other = next(k for k, d in dims.items() if d != dims[ref])
+                listing = ", ".join(f"[{k}] {d}" for k, d in dims.items())
+                raise DatasetError(
+                    f"{path}: key {key!r} has feature dimension {dims[ref]} in split [{ref}] but {dims[other]} in "
+                    f"split [{other}] (all splits: {listing}); every split must have the same dimension")
+
+    def _feature_file_split(self, obj: Any, path: Path) -> dict[str, Any]:
+        """Wrap a single-clip MMSA-FET dict as an MMSA split with n = 1."""
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{path}: a feature file must be a dict, got {type(obj).__name__}")
+        part: dict[str, Any] = {}
+        for key in ("text", "text_bert", "audio", "vision"):
+            if key in obj:
+                arr = np.asarray(obj[key])
+                if arr.ndim != 2:
+                    raise DatasetError(f"{path}: feature-file key {key!r} must be 2-D, got shape {arr.shape}")
+                part[key] = arr[None]
+        label = self._opts_rest.get("label", float("nan"))
+        part["regression_labels"] = np.array([label], dtype=np.float32)
+        if self.UNIMODAL:
+            uni = self._opts_rest.get("unimodal_labels", {}) or {}
+            for m in "TAV":
+                part[f"regression_labels_{m}"] = np.array([uni.get(m, float("nan"))], dtype=np.float32)
+        part["id"] = np.array([path.stem])
+        if "align" in obj and isinstance(obj["align"], list):
+            part["raw_text"] = np.array(["".join(str(w.get("text", "")) for w in obj["align"] if isinstance(w, dict))],
+                                        dtype=object)
+        self._allow_nan_label = "label" not in self._opts_rest
+        return part
+
+    def _validate_split(self, part: Any, where: str) -> dict[str, Any]:
+        label_keys = ["regression_labels"] + ([f"regression_labels_{m}" for m in "TAV"] if self.UNIMODAL else [])
+        expected = ["text or text_bert", "audio", "vision"] + label_keys
+        if not isinstance(part, dict):
+            raise DatasetError(f"{where}: expected a dict with keys {expected}, got {type(part).__name__}")
+        missing_labels = [k for k in label_keys if k not in part]
+        if missing_labels:
+            raise DatasetError(f"{where}: missing keys {missing_labels}; expected keys {expected} "
+                               f"(+ optional audio_lengths, vision_lengths, id, raw_text); found {sorted(part)}")
+        labels = {k: np.asarray(part[k], dtype=np.float32).reshape(-1) for k in label_keys}
+        n = labels["regression_labels"].shape[0]
+        self._n = n
+        arrays: dict[str, Any] = {"labels": labels}
+        text_key = self.text_field
+        if text_key == "auto":
+            text_key = "text" if "text" in part else "text_bert"
+        self._text_key = text_key
+        if n == 0:  # an empty split: the base class raises, naming the file and split key
+            arrays.update(lengths={}, id=[], raw_text=[])
+            return arrays
+        keys = {"text": text_key, "audio": "audio", "vision": "vision"}
+        for m in self.modalities:
+            key = keys[m]
+            if key not in part:
+                raise DatasetError(f"{where}: modality {m!r} is missing: no key {key!r} (found {sorted(part)}); "
+                                   f"expected keys {expected}. Pass modalities=[...] without {m!r} to skip it")
+            arr = np.asarray(part[key])
+            if arr.ndim != 3 or arr.shape[0] != n:
+                raise DatasetError(f"{where}: key {key!r} must be [n={n}, ...] 3-D, got shape {arr.shape}")
+            if key == "text_bert":
+                arr = rearrange(arr, "n r t -> n t r")  # [n, 3, T] -> [n, T, 3] (ids, mask, type)
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
+            bad = ~np.isfinite(arr).all(axis=(1, 2))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                if self.nonfinite == "error":
+                    raise DatasetError(
+                        f"{where}: key {key!r} has NaN/Inf values in {int(bad.sum())} samples, first sample "
+                        f"{i} (id {self._id_of(part, i)!r}); pass nonfinite='zero' to replace them by 0")
+                arr = np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0)
+            arrays[m] = arr
+        for k, v in labels.items():
+            finite = np.isfinite(v)
+            allow_nan = getattr(self, "_allow_nan_label", False)
+            if not allow_nan and not finite.all():
+                i = int(np.flatnonzero(~finite)[0])
+                raise DatasetError(f"{where}: label {k!r} is not finite for sample {i} (id {self._id_of(part, i)!r})")
+            lo, hi = self.LABEL_RANGE
+            out = finite & ((v < lo - 1e-6) | (v > hi + 1e-6))
+            if out.any():
+                i = int(np.flatnonzero(out)[0])
+                raise DatasetError(f"{where}: label {k!r} = {v[i]} of sample {i} is outside [{lo}, {hi}]")
+        lengths: dict[str, np.ndarray] = {}
+        for m in ("audio", "vision"):
+            if m in arrays and f"{m}_lengths" in part:
+                lengths[m] = self._check_lengths(part, f"{m}_lengths", n, arrays[m].shape[1], where)
+        if "text" in arrays and "text_bert" in part and ("audio_lengths" in part or "vision_lengths" in part
+                                                         or self.layout == "feature_file"):
+            mask = np.asarray(part["text_bert"])
+            if mask.ndim == 3 and mask.shape[0] == n and mask.shape[1] == 3:
+                lengths["text"] = np.clip(mask[:, 1].sum(axis=1).astype(np.int64), 1, arrays["text"].shape[1])
+        arrays["lengths"] = lengths
+        arrays["id"] = [self._id_of(part, i) for i in range(n)]
+        raw = part.get("raw_text")
+        arrays["raw_text"] = [str(raw[i]) for i in range(n)] if raw is not None and len(raw) == n else [""] * n
+        # declared channel sizes follow the file
+        self.MODALITIES = tuple(
+            Modality(m.name, m.kind, int(arrays[m.name].shape[2]) if m.name in arrays else m.channels,
+                     m.variable_length, m.description)
+            for m in type(self).MODALITIES
+        )
+        return arrays
+
+    def _check_lengths(self, part: dict[str, Any], key: str, n: int, t: int, where: str) -> np.ndarray:
+        """``audio_lengths`` / ``vision_lengths`` as int64 [n]; each must be an integer in 0..T (the padded
+        length). 0 = the modality is missing for that sample."""
+        raw = np.asarray(part[key]).reshape(-1)
+        if raw.shape[0] != n:
+            raise DatasetError(f"{where}: {key} has {raw.shape[0]} entries for {n} samples")
+        try:
+            vals = raw.astype(np.float64)
+        except (TypeError, ValueError) as e:
+            raise DatasetError(f"{where}: {key} must hold integers in 0..{t}, got dtype {raw.dtype}") from e
+        bad = ~np.isfinite(vals) | (vals != np.round(vals)) | (vals < 0) | (vals > t)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            value = raw[i].item() if hasattr(raw[i], "item") else raw[i]
+            raise DatasetError(
+                f"{where}: {key} of sample {i} (id {self._id_of(part, i)!r}) is {value!r}, outside the valid "
+                f"range 0..{t} (integers up to the padded length T = {t} of {key.split('_')[0]!r}); "
+                f"{int(bad.sum())} of {n} samples are out of range")
+        return vals.astype(np.int64)
+
+    @staticmethod
+    def _id_of(part: dict[str, Any], i: int) -> str:
+        ids = part.get("id")
+        if ids is None or i >= len(ids):
+            return str(i)
+        v = ids[i]
+        return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,0 +1,82 @@
+"""``multiview_mat``: any ``.mat`` file of the multi-view learning convention, plus the registered
+classic multi-view datasets ``mv_handwritten``, ``mv_leaves100``, ``mv_ngs`` and ``mv_hw2sources``.
+
+The convention (zhou572/Multi-view-Datasets and most multi-view clustering code): a MATLAB file with
+
+* ``X``: a 1-by-V or V-by-1 cell array; cell v is the view matrix, (N, d_v) (one row per sample) or
+  (d_v, N) in some releases, dense or sparse, any numeric class;
+* ``Y``: the N class labels (N-by-1 or 1-by-N), usually 1..C.
+
+Both MATLAB v5/v7 (read with ``scipy.io.loadmat``) and v7.3 (HDF5, read with h5py: cells are object
+references into ``#refs#`` and every matrix is stored transposed; sparse matrices are groups holding
+``data``/``ir``/``jc``) are accepted. Orientation: a view's sample axis is the one whose length equals
+len(Y); when both axes do (square view) rows are taken as samples with a warning (option
+``sample_axis`` decides explicitly). Labels: the sorted unique values map to 0..C-1 (so 0- and 1-based
+files give the same classes). Sparse views are densified (standardisation makes them dense anyway).
+
+Every view is a modality of kind ``vector`` named ``view{v}`` (v = its index in the file) unless
+``view_names`` names them. There is no official split: seeded stratified train/val/test splits are
+drawn (``split_fractions`` default 0.6/0.2/0.2, ``split_seed`` default 0, independent of the run seed
+unless ``split_seed="run"``); per class the counts are the floor or ceiling of fraction x class size,
+the ceilings going to the splits furthest below their global target, so the totals also match the
+fractions within one sample. Each view is z-scored with the mean and (population) standard deviation
+of the **train** split (features constant on train become 0); the three split instances compute the
+same statistics because the split assignment is recomputed from the same seed in each.
+
+Root: the ``.mat`` file itself (``--data-root path/to/data.mat``) or a folder plus ``file=NAME.mat``
+(a folder holding exactly one ``.mat`` file needs no ``file``). The registered datasets also accept
+the folder containing their file and check its sha256 (``verify_sha256=False`` skips the check).
+A file is read once per process (LRU keyed by path, mtime and size), not once per split.
+
+Options: ``file``, ``x_key`` ("X"), ``y_key`` ("Y"), ``views`` (list of view indices, in the order
+wanted), ``view_names``, ``sample_axis`` ("auto", 0 = rows are samples, 1 = columns are samples; one
+value for every view or a list with one per view of the file),
+``split_fractions`` ([train, val, test] or a dict), ``split_seed`` (int or "run"), ``standardize``
+(True), ``verify_sha256`` (True), ``sha256`` (expected digest for any file).
+
+Shape (one sample):
+    modalities[view name]  [d_v] float32 (z-scored with train statistics unless standardize=False)
+    target                 [] int64 class id in 0..C-1
+    meta                   {"id": "<file stem>-<row>", "index": row in the file}
+
+Modules: :mod:`.formats` (the v5 / v7.3 ``.mat`` readers, the per-process file LRU, sha256),
+:mod:`.layouts` (locating the file, label and view orientation), :mod:`.splits` (stratified splits,
+z-score statistics), :mod:`.synthetic` (the synthetic twin), :mod:`.adapter` (the registered
+:class:`MultiviewMat`) and :mod:`.classic` (the registered classic datasets). Every name defined in
+the former single module ``fusebench/datasets/multiview_mat.py`` is re-exported here; the adapters
+keep ``__module__ = "fusebench.datasets.multiview_mat"`` (prepared-cache manifests, registry origin)
+and every module logs to the ``fusebench.datasets.multiview_mat`` logger; importing this package
+registers all five adapters.
+"""
+
+from __future__ import annotations
+
+from .. import DATASETS
+from ..base import (
+    BASE_OPTIONS,
+    DataFile,
+    DatasetError,
+    DatasetNotFoundError,
+    Modality,
+    MultimodalDataset,
+    SyntheticSpec,
+)
+from .adapter import _SYN_DIMS, OPTIONS, MultiviewMat
+from .classic import _LAYOUT, _SOURCE, MvHandwritten, MvHw2sources, MvLeaves100, MvNgs, _registered
+from .formats import (
+    _LRU,
+    _LRU_SIZE,
+    _SHA,
+    _file_sha256,
+    _h5_matrix,
+    _read_v5,
+    _read_v73,
+    _require_keys,
+    read_mat,
+    sha256_of,
+)
+from .layouts import labels_to_ids, log, orient
+from .splits import DEFAULT_FRACTIONS, SPLIT_NAMES, parse_fractions, stratified_split, zscore_stats
+
+__all__ = ["MultiviewMat", "MvHandwritten", "MvHw2sources", "MvLeaves100", "MvNgs", "labels_to_ids", "orient",
+           "parse_fractions", "read_mat", "sha256_of", "stratified_split", "zscore_stats"]

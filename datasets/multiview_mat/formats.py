@@ -1,0 +1,148 @@
+"""Multi-view ``.mat`` file formats: MATLAB v4/v5/v7 read with ``scipy.io.loadmat`` and v7.3 (HDF5)
+read with h5py.
+
+In v7.3 files cells are object references into ``#refs#`` and every matrix is stored transposed
+(:func:`_h5_matrix` turns it back into MATLAB's orientation); sparse matrices are groups holding
+``data`` / ``ir`` / ``jc``. :func:`read_mat` returns the raw views and labels as stored and keeps the
+last few files in a per-process LRU keyed by path, mtime and size (one read for the three splits);
+:func:`_file_sha256` memoises the file's sha256 the same way.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..base import DatasetError, DatasetNotFoundError
+from ..cache import sha256_file
+
+_LRU_SIZE = 4
+_LRU: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+
+
+def sha256_of(path: Path) -> str:
+    """The file's sha256 (hex), as the prepared-cache manifests hash their inputs."""
+    return sha256_file(path)
+
+
+def _h5_matrix(f: Any, obj: Any, where: str) -> Any:
+    """One MATLAB v7.3 matrix in MATLAB's orientation (h5py stores the transpose)."""
+    import h5py
+
+    if isinstance(obj, h5py.Group):
+        if "MATLAB_sparse" not in obj.attrs or "jc" not in obj or "ir" not in obj:
+            raise DatasetError(f"{where} is a MATLAB {obj.attrs.get('MATLAB_class', b'?')!r} group, not a numeric "
+                               "(dense or sparse) matrix")
+        n_rows = int(obj.attrs["MATLAB_sparse"])
+        jc = np.asarray(obj["jc"][()]).astype(np.int64).ravel()
+        ir = np.asarray(obj["ir"][()]).astype(np.int64).ravel()
+        data = np.asarray(obj["data"][()]).ravel() if "data" in obj else np.ones(ir.size)
+        return sp.csc_matrix((data.astype(np.float64), ir, jc), shape=(n_rows, jc.size - 1))
+    if obj.dtype == h5py.ref_dtype:
+        return np.asarray(obj[()], dtype=object)  # a cell: caller resolves the references
+    if "MATLAB_empty" in obj.attrs and int(np.asarray(obj.attrs["MATLAB_empty"]).ravel()[0]):
+        return np.zeros((0, 0))
+    arr = np.asarray(obj[()])
+    if arr.dtype.names:  # MATLAB complex: compound (real, imag)
+        raise DatasetError(f"{where} is complex; only real views are supported")
+    return arr.T
+
+
+def _read_v73(path: Path, x_key: str, y_key: str) -> tuple[list[Any], Any, tuple[int, ...]]:
+    import h5py
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise DatasetError(f"{path}: not a readable MATLAB v7.3 (HDF5) .mat file ({e})") from None
+    with f:
+        names = sorted(k for k in f.keys() if not k.startswith("#"))
+        _require_keys(path, names, x_key, y_key)
+        xobj = f[x_key]
+        if not isinstance(xobj, h5py.Dataset) or xobj.dtype != h5py.ref_dtype:
+            got = ("a struct/group" if not isinstance(xobj, h5py.Dataset)
+                   else f"a numeric array of MATLAB shape {xobj.shape[::-1]}")
+            raise DatasetError(f"{path}: {x_key} must be a cell array of view matrices, got {got}")
+        refs = np.asarray(xobj[()], dtype=object)
+        cell_shape = tuple(refs.shape[::-1])  # MATLAB shape
+        views = [_h5_matrix(f, f[r], f"{path}: {x_key}{{{i + 1}}}") for i, r in enumerate(refs.ravel())]
+        for i, v in enumerate(views):
+            if isinstance(v, np.ndarray) and v.dtype == object:
+                raise DatasetError(f"{path}: {x_key}{{{i + 1}}} is itself a cell array, expected a numeric matrix")
+        yobj = f[y_key]
+        if not isinstance(yobj, h5py.Dataset) or yobj.dtype == h5py.ref_dtype:
+            raise DatasetError(f"{path}: {y_key} must be a numeric label vector (got a cell array or struct)")
+        y = _h5_matrix(f, yobj, f"{path}: {y_key}")
+    return views, y, cell_shape
+
+
+def _require_keys(path: Path, names: list[str], x_key: str, y_key: str) -> None:
+    missing = [k for k in (x_key, y_key) if k not in names]
+    if missing:
+        raise DatasetError(f"{path}: no variable(s) {missing} in the file (it holds {names}); the multi-view "
+                           f"convention is X = cell array of views, Y = labels (options x_key / y_key rename them)")
+
+
+def _read_v5(path: Path, x_key: str, y_key: str) -> tuple[list[Any], Any, tuple[int, ...]]:
+    import scipy.io
+
+    try:
+        names = sorted(name for name, _, _ in scipy.io.whosmat(str(path)))
+        _require_keys(path, names, x_key, y_key)
+        m = scipy.io.loadmat(str(path), variable_names=[x_key, y_key])
+    except DatasetError:
+        raise
+    except Exception as e:  # scipy raises ValueError / TypeError / struct errors on non-.mat bytes
+        raise DatasetError(f"{path}: not a readable MATLAB .mat file (v4/v5/v7 or v7.3): "
+                           f"{type(e).__name__}: {e}") from None
+    x, y = m[x_key], m[y_key]
+    if not (isinstance(x, np.ndarray) and x.dtype == object):
+        what = f"a {type(x).__name__}" if not isinstance(x, np.ndarray) else f"a {x.dtype} array of shape {x.shape}"
+        raise DatasetError(f"{path}: {x_key} must be a cell array of view matrices, got {what}")
+    views = list(x.ravel(order="F"))  # MATLAB's (column-major) cell order
+    return views, y, tuple(x.shape)
+
+
+def read_mat(path: Path, x_key: str = "X", y_key: str = "Y") -> dict[str, Any]:
+    """The raw views (MATLAB orientation, as stored) and labels of a multi-view .mat file, cached.
+
+    Returns ``{"views": [array or sparse], "y": array, "cell_shape": tuple, "format": "v5" | "v7.3"}``.
+    """
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise DatasetNotFoundError(f"{path}: cannot read ({e})") from None
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size, x_key, y_key)
+    hit = _LRU.get(key)
+    if hit is not None:
+        _LRU.move_to_end(key)
+        return hit
+    import h5py
+
+    with open(path, "rb") as fh:
+        head = fh.read(128)
+    if len(head) == 0:
+        raise DatasetError(f"{path}: empty file, not a MATLAB .mat file")
+    is_h5 = h5py.is_hdf5(str(path))
+    views, y, cell_shape = (_read_v73 if is_h5 else _read_v5)(path, x_key, y_key)
+    entry = {"views": views, "y": y, "cell_shape": cell_shape, "format": "v7.3" if is_h5 else "v5"}
+    _LRU[key] = entry
+    while len(_LRU) > _LRU_SIZE:
+        _LRU.popitem(last=False)
+    return entry
+
+
+_SHA: dict[tuple, str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of ``path``, memoised by (path, mtime, size)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _SHA:
+        _SHA[key] = sha256_of(path)
+    return _SHA[key]
