@@ -192,6 +192,13 @@ class MultimodalDataset(Dataset):
 
             self._cache = _cache.open_cache(self)
 
+    def attach_cache(self, cache: Any) -> None:
+        """Read the samples from ``cache`` instead of the official files: a reader returned by
+        :func:`fusebench.datasets.cache.open_cache` for this dataset (e.g. a cache prepared under
+        another base folder, ``open_cache(ds, base=...)``); ``None`` detaches it, so samples are read
+        with :meth:`_load_raw` again. :attr:`manifest_hash` then names the attached cache."""
+        self._cache = cache
+
     # -- public identity ----------------------------------------------------------------------
     @property
     def manifest_hash(self) -> str | None:

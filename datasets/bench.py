@@ -69,7 +69,7 @@ def bench_adapter(cls: type, quick: bool, seconds: float, max_samples: int) -> d
         cache.prepare(raw, base=tmp, progress=False)
         t_prep = time.perf_counter() - t0
         cached = cls(**kw)
-        cached._cache = cache.open_cache(cached, base=tmp)
+        cached.attach_cache(cache.open_cache(cached, base=tmp))
         cached_rate, _ = _rate(cached, max_samples, seconds)
         del cached
     return {"id": cls.id, "split": split, "n": len(raw), "timed": n, "shapes": shapes, "twin_s": t_twin,

@@ -363,13 +363,14 @@ def check_cache(cls: type, workdir: str | Path | None = None) -> None:
             if problems:
                 _fail(cls, f"split {split}: a fresh cache fails its own check: {problems}")
             cached = _build(cls, split)
-            cached._cache = cache.open_cache(cached, base=tmp)
-            if cached._cache is None:
+            reader = cache.open_cache(cached, base=tmp)
+            if reader is None:
                 _fail(cls, f"split {split}: open_cache found no cache after prepare into {tmp}")
+            cached.attach_cache(reader)
             for i in _indices(raw):
                 same_sample(raw[i], cached[i], f"split {split}, sample {i}, raw vs cache", cls, meta_json=True)
             sub = _build(cls, split, modalities=[cls.MODALITIES[-1].name])
-            sub._cache = cache.open_cache(sub, base=tmp)
+            sub.attach_cache(cache.open_cache(sub, base=tmp))
             same_sample(sub[0], _build(cls, split, modalities=[cls.MODALITIES[-1].name])[0],
                         f"split {split}, sample 0, one modality, raw vs cache", cls, meta_json=True)
 
