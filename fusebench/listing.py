@@ -1,4 +1,4 @@
-"""``fusebench list benchmarks|objectives|datasets|encoders|metrics [PATTERN] [--details]``.
+"""``fusebench list benchmarks|objectives|datasets|encoders|metrics|pipelines [PATTERN] [--details]``.
 
 One block per registered id; ``--details`` adds the typed options (:mod:`fusebench.options`: name,
 type, default) that a spec may set for the component, and the registry metadata."""
@@ -16,6 +16,7 @@ KINDS = {
     "encoders": "fusebench.encoders",
     "metrics": "fusebench.metrics",
     "benchmarks": "fusebench.benchmarks",
+    "pipelines": "fusebench.pipelines",
 }
 
 
@@ -99,6 +100,10 @@ def _describe(kind: str, name: str) -> list[str]:
     if kind == "benchmarks":
         spec = pkg.load(name)
         return [f"{name}: {spec.description}"]
+    if kind == "pipelines":
+        cls = pkg.PIPELINES.get(name)
+        return [f"{name}: {_first_line(cls)}", f"    reads a dataset: {'yes' if cls.reads_dataset else 'no'}; "
+                f"downstream protocol: {'yes' if cls.downstream else 'no'}"]
     raise ValueError(kind)
 
 

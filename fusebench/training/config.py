@@ -203,9 +203,12 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str
 
 
 def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
+    from fusebench.pipelines import PIPELINES
+
     pt, ds = spec.pretrain, spec.downstream
     checks = [
-        (spec.pipeline in ("standard", "gaussian_mi"), "pipeline must be 'standard' or 'gaussian_mi'"),
+        (spec.pipeline in PIPELINES, f"pipeline {spec.pipeline!r} is not registered; valid pipeline ids: "
+                                     f"{', '.join(PIPELINES.available())}"),
         (pt.epochs >= 0, "pretrain.epochs must be >= 0"),
         (pt.batch_size >= 2, "pretrain.batch_size must be >= 2 (contrastive losses need negatives)"),
         (pt.lr > 0, "pretrain.lr must be > 0"),

@@ -38,6 +38,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import fusebench
+from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
 from fusebench.training import distributed, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
@@ -64,13 +65,7 @@ class CellBusyError(RunError):
 # compatibility
 # ---------------------------------------------------------------------------------------------
 def num_views(spec: BenchmarkSpec) -> int:
-    if spec.pipeline == "gaussian_mi":
-        return int(max(spec.options.get("multiplicities", [2])))
-    if spec.dataset.modalities:
-        return len(spec.dataset.modalities)
-    from fusebench import datasets
-
-    return len(datasets.get(spec.dataset.id).MODALITIES)
+    return max(pipeline_of(spec).view_counts(spec))
 
 
 def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
@@ -82,25 +77,23 @@ def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
 
 def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
     """Why ``objective`` cannot run on ``spec`` (None when it can)."""
+    pipeline = pipeline_of(spec)
     if objective == BASELINE:
-        if spec.pipeline != "standard":
+        if not pipeline.downstream:
             return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
         return None
     if objective == RAW:
-        if spec.pipeline != "standard" or spec.downstream.protocol != "embedding_eval":
+        if not pipeline.downstream or spec.downstream.protocol != "embedding_eval":
             return f"{spec.name}: the '{RAW}' reference row applies to the embedding_eval protocol only"
         return None
     from fusebench import objectives
 
     cls = objectives.OBJECTIVES.get(objective)  # unknown id -> list + closest match
     kind = getattr(cls, "input_kind", "views")
-    if spec.pipeline == "gaussian_mi":
-        if kind != "views":
-            return f"{spec.name}: objective {objective!r} ({kind} inputs) does not fit the Gaussian MI experiment"
-        ks = [int(m) for m in spec.options.get("multiplicities", [2])]
-    else:
-        ks = [num_views(spec)]
-    for k in ks:
+    problem = pipeline.objective_problem(spec, objective, cls)
+    if problem:
+        return problem
+    for k in pipeline.view_counts(spec):
         lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
         if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):
             want = f"exactly {lo}" if hi == lo else f"{lo}..{hi}" if hi else f">= {lo}"
@@ -308,14 +301,9 @@ def run_one(
             return _existing_record(run_json, spec)
         with build_trackers(loggers if distributed.rank() == 0 else None, out, cell, mlflow_uri) as trk:
             trk.start(f"{spec.name}/{objective}/seed{seed}", spec.to_dict())
-            if spec.pipeline == "gaussian_mi":
-                from fusebench.training.gaussian_mi import run_gaussian_mi
-
-                record = run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
-            else:
-                context = context if context is not None else sweep_context(spec, synthetic, data_root)
-                record = _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress,
-                                   max_steps, context, trk)
+            record = pipeline_of(spec).run_cell(spec, objective, seed, cell, synthetic=synthetic, data_root=data_root,
+                                                device=device, resume=resume, progress=progress, max_steps=max_steps,
+                                                context=context, trackers=trk)
             trk.log_record(record, run_json)  # final metrics, run.json as an artifact
             return record
 
@@ -555,7 +543,7 @@ def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
     """Measured once per sweep, before any output is written: the checkout's git state and the
     fingerprint of the data files (real data only; :mod:`fusebench.datasets.fingerprint`)."""
     ctx: dict[str, Any] = {"git": utils.git_info(), "fingerprint": None}
-    if spec.pipeline == "standard" and not (synthetic or spec.dataset.synthetic_only) and data_root is not None:
+    if pipeline_of(spec).reads_dataset and not (synthetic or spec.dataset.synthetic_only) and data_root is not None:
         from fusebench.datasets.fingerprint import fingerprint
 
         ctx["fingerprint"] = fingerprint(data_root)
@@ -686,7 +674,7 @@ def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
 def make_record(spec, objective, seed, synthetic, device, flags, data, curves, val, test, best_epoch,
                 wall_time, pretrain_time, model, diagnostics, context=None) -> dict[str, Any]:
     directions = {}
-    if spec.pipeline == "standard":
+    if pipeline_of(spec).downstream:
         from fusebench import metrics as M
 
         directions = {mid: "higher" if M.get(mid).higher_is_better else "lower" for mid in spec.metrics}
@@ -700,7 +688,7 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "seed": seed,
         "config": spec.to_dict(),
         "config_hash": spec.hash(),
-        "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": spec.dataset.id or spec.pipeline, "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None},
+        "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": pipeline_of(spec).dataset_id(spec), "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None},
         "device": str(device),
         "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
                  "cpu_count": os.cpu_count(), "world_size": distributed.world_size()},
@@ -728,7 +716,7 @@ def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
     compatible objectives, and the recorded config, are those of the data actually read."""
     from fusebench import datasets
 
-    if spec.pipeline != "standard" or spec.dataset.modalities or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
+    if not pipeline_of(spec).reads_dataset or spec.dataset.modalities or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
         return
     ds = _datasets(spec, synthetic, data_root, 0, roles=("train",))["train"]
     spec.dataset.modalities = list(ds.modalities)
@@ -845,12 +833,13 @@ def run(
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)
     seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
-    if spec.pipeline == "standard":
+    pipeline = pipeline_of(spec)
+    if pipeline.downstream:
         from fusebench import metrics as M
 
         for mid in spec.metrics:
             M.get(mid)
-    if spec.pipeline == "standard" and not (synthetic or spec.dataset.synthetic_only):
+    if pipeline.reads_dataset and not (synthetic or spec.dataset.synthetic_only):
         from fusebench import datasets
         from fusebench.datasets.base import DatasetNotFoundError
 
@@ -869,7 +858,7 @@ def run(
                 _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec)
     pending = [(o, s) for o in objs for s in seeds if not (cell_dir(out, spec.name, o, s) / "run.json").exists()]
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
-    if pending and spec.pipeline == "standard":  # once, before the first cell: one message, not one per cell
+    if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
         check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
     def select(o: str) -> None:  # hyper-parameters chosen on val before the objective's cells
         if any(oo == o for oo, _ in pending):

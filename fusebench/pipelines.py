@@ -1,0 +1,134 @@
+"""Pipelines (``fusebench.pipelines``): what one cell of a benchmark runs, and what the runner asks of it.
+
+A benchmark spec names its pipeline (``pipeline:``, default ``standard``). The runner never branches
+on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what the entry declares:
+
+* :meth:`Pipeline.run_cell`: run one (benchmark, objective, seed) cell and write its ``run.json``;
+* :attr:`Pipeline.reads_dataset`: the cell reads a dataset adapter (``dataset.id``), so the data path
+  applies: ``--data-root`` is required unless ``--synthetic``, the data is checked once before the
+  first cell, its files are fingerprinted into the records, and views known only from the file
+  (``VIEWS_FROM_DATA``) are resolved before the objectives are checked;
+* :attr:`Pipeline.downstream`: the downstream protocol (linear probe / fine-tune / embedding_eval)
+  scores the spec's ``metrics``, which are then registered metric ids (checked before the sweep,
+  their directions recorded), and the reference rows ``none`` / ``raw`` apply;
+* :meth:`Pipeline.view_counts` and :meth:`Pipeline.objective_problem`: which objectives fit (each view
+  count k must be within the objective's view limits);
+* :meth:`Pipeline.dataset_id`: how a record names its data when no adapter was read.
+
+Built-ins: ``standard`` (dataset adapter -> encoder -> pretraining -> downstream protocol,
+:mod:`fusebench.training.runner`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
+closed-form synthetic views, :mod:`fusebench.training.gaussian_mi`). Pipelines are registered like
+every other component (lowercase ids, duplicate ids an error); plugins come through the entry-point
+group ``fusebench.pipelines`` (value ``"package.module:PipelineClass"``, a :class:`Pipeline` subclass).
+
+Example::
+
+    >>> from fusebench.pipelines import PIPELINES
+    >>> PIPELINES.available()
+    ['gaussian_mi', 'standard']
+    >>> PIPELINES.meta("gaussian_mi")["reads_dataset"]
+    False
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from fusebench.registry import Registry
+
+
+def _describe(cls: Any) -> dict[str, Any]:
+    """Metadata read off a pipeline class: what it declares to the runner."""
+    return {"reads_dataset": getattr(cls, "reads_dataset", None), "downstream": getattr(cls, "downstream", None)}
+
+
+PIPELINES = Registry("pipeline", entry_point_group="fusebench.pipelines", describe=_describe)
+
+
+class Pipeline:
+    """A pipeline: :meth:`run_cell` plus the properties the runner reads (see the module docstring)."""
+
+    #: the cell reads a dataset adapter: --data-root / --synthetic, data checks, fingerprint, views from data
+    reads_dataset: ClassVar[bool] = True
+    #: the downstream protocol scores the spec's (registered) metrics; the 'none' / 'raw' rows apply
+    downstream: ClassVar[bool] = True
+
+    def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
+                 data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
+                 context: dict[str, Any] | None, trackers: Any) -> dict[str, Any]:  # pragma: no cover - abstract
+        """Run the cell in the folder ``cell``, write its ``run.json`` and return the record."""
+        raise NotImplementedError
+
+    def view_counts(self, spec: Any) -> list[int]:  # pragma: no cover - abstract
+        """The view counts k an objective must accept to run on ``spec``."""
+        raise NotImplementedError
+
+    def objective_problem(self, spec: Any, objective: str, cls: Any) -> str | None:
+        """Why the objective class ``cls`` does not fit this pipeline beyond its view limits (None: it fits)."""
+        return None
+
+    def dataset_id(self, spec: Any) -> str:
+        """The record's dataset id when no adapter was read."""
+        return spec.dataset.id or spec.pipeline
+
+
+@PIPELINES.register("standard")
+class StandardPipeline(Pipeline):
+    """Dataset adapter -> encoder -> pretraining with the objective -> downstream protocol -> metrics."""
+
+    reads_dataset = True
+    downstream = True
+
+    def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
+                 data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
+                 context: dict[str, Any] | None, trackers: Any) -> dict[str, Any]:
+        from fusebench.training import runner
+
+        context = context if context is not None else runner.sweep_context(spec, synthetic, data_root)
+        return runner._run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress,
+                                max_steps, context, trackers)
+
+    def view_counts(self, spec: Any) -> list[int]:
+        if spec.dataset.modalities:
+            return [len(spec.dataset.modalities)]
+        from fusebench import datasets
+
+        return [len(datasets.get(spec.dataset.id).MODALITIES)]
+
+
+@PIPELINES.register("gaussian_mi")
+class GaussianMIPipeline(Pipeline):
+    """Poly-view Gaussian MI: the objective's MI bound against the closed-form MI, per multiplicity M."""
+
+    reads_dataset = False
+    downstream = False
+
+    def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
+                 data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
+                 context: dict[str, Any] | None, trackers: Any) -> dict[str, Any]:
+        from fusebench.training.gaussian_mi import run_gaussian_mi
+
+        return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
+
+    def view_counts(self, spec: Any) -> list[int]:
+        """One count per multiplicity ``options.multiplicities`` (default [2])."""
+        return [int(m) for m in spec.options.get("multiplicities", [2])]
+
+    def objective_problem(self, spec: Any, objective: str, cls: Any) -> str | None:
+        kind = getattr(cls, "input_kind", "views")
+        if kind != "views":
+            return f"{spec.name}: objective {objective!r} ({kind} inputs) does not fit the Gaussian MI experiment"
+        return None
+
+
+def pipeline_of(spec: Any) -> Pipeline:
+    """The pipeline ``spec`` names (``spec.pipeline``; an unknown id lists the valid ones)."""
+    return PIPELINES.build(spec.pipeline)
+
+
+def available(pattern: str | None = None) -> list[str]:
+    return PIPELINES.available(pattern)
+
+
+__all__ = ["PIPELINES", "GaussianMIPipeline", "Pipeline", "StandardPipeline", "available", "pipeline_of"]

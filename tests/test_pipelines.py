@@ -1,0 +1,144 @@
+"""The pipeline registry (``fusebench.pipelines``): built-ins, typos, duplicates, a plugin pipeline run
+end to end through ``fusebench.run``, and the runner reading the declared properties."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from fusebench import pipelines as P
+from fusebench import registry as R
+
+
+@pytest.fixture
+def fresh_pipelines(monkeypatch: pytest.MonkeyPatch):
+    """PIPELINES with its plugins read again (restored afterwards); returns a function installing fake
+    entry points of the group ``fusebench.pipelines``."""
+    reg = P.PIPELINES
+    reg.available()  # built-ins in place before the copy
+    for attr in ("_entries", "_meta", "_lazy", "_origin"):
+        monkeypatch.setattr(reg, attr, dict(getattr(reg, attr)))
+    monkeypatch.setattr(reg, "_plugins_loaded", False)
+    real = R.entry_points
+
+    def install(*eps: md.EntryPoint) -> None:
+        monkeypatch.setattr(R, "entry_points", lambda group: [e for e in eps if e.group == group]
+                            if group == "fusebench.pipelines" else real(group=group))
+
+    return install
+
+
+def test_builtins_and_declared_properties() -> None:
+    assert P.available() == ["gaussian_mi", "standard"]
+    assert P.PIPELINES.meta("standard") == {"reads_dataset": True, "downstream": True}
+    assert P.PIPELINES.meta("gaussian_mi") == {"reads_dataset": False, "downstream": False}
+    from fusebench import benchmarks
+
+    assert isinstance(P.pipeline_of(benchmarks.load("quickstart")), P.StandardPipeline)
+    assert isinstance(P.pipeline_of(benchmarks.load("polyview-gaussian-mi")), P.GaussianMIPipeline)
+
+
+def test_unknown_pipeline_names_the_valid_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(R.UnknownNameError, match=r"unknown pipeline 'standrad'\. Did you mean 'standard'\?"
+                                                 r" Valid pipeline ids: gaussian_mi, standard"):
+        P.PIPELINES.get("standrad")
+    from fusebench import benchmarks
+    from fusebench.training.config import ConfigError
+
+    (tmp_path / "odd-pipeline.yaml").write_text("description: x\npipeline: gausian_mi\n")
+    monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"pipeline 'gausian_mi' is not registered; valid pipeline ids: "
+                                          r"gaussian_mi, standard"):
+        benchmarks.load("odd-pipeline")
+
+
+def test_duplicate_pipeline_ids_are_errors(fresh_pipelines, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(R.DuplicateIdError, match=r"pipeline id 'standard' is registered twice: by "
+                                                 r"fusebench.pipelines:StandardPipeline and by .*Other"):
+        P.PIPELINES.add("standard", type("Other", (P.Pipeline,), {}))
+    mod = types.ModuleType("fb_fake_pipelines")
+    mod.Shadow = type("Shadow", (P.Pipeline,), {})
+    monkeypatch.setitem(sys.modules, "fb_fake_pipelines", mod)
+    fresh_pipelines(md.EntryPoint("gaussian_mi", "fb_fake_pipelines:Shadow", "fusebench.pipelines"))
+    with pytest.raises(R.DuplicateIdError, match=r"pipeline id 'gaussian_mi' is registered twice: by "
+                                                 r"fusebench.pipelines:GaussianMIPipeline and by the plugin entry "
+                                                 r"point 'fb_fake_pipelines:Shadow'"):
+        P.available()
+
+
+class _Constant(P.Pipeline):
+    """A plugin pipeline: no dataset, no downstream protocol; records one constant per view count."""
+
+    reads_dataset = False
+    downstream = False
+    calls: list = []
+
+    def view_counts(self, spec):
+        return [int(k) for k in spec.options.get("views", [2])]
+
+    def run_cell(self, spec, objective, seed, cell, *, synthetic, data_root, device, resume, progress, max_steps,
+                 context, trackers):
+        import torch
+
+        from fusebench.training.runner import make_record, write_record
+
+        type(self).calls.append((objective, seed, data_root, context is not None))
+        metrics = {f"constant_k{k}": float(k + seed) for k in self.view_counts(spec)}
+        record = make_record(spec, objective, seed, True, torch.device("cpu"), {}, None, curves={}, val=None, test=metrics,
+                             best_epoch=-1, wall_time=0.0, pretrain_time=0.0, model=None, diagnostics={},
+                             context=context)
+        record["metric_directions"] = {m: "higher" for m in metrics}
+        record["selection"] = {"rule": "none", "metric": None, "best_epoch": -1, "val_metrics": None}
+        write_record(cell, record)
+        return record
+
+
+def test_plugin_pipeline_runs_through_the_runner(fresh_pipelines, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = types.ModuleType("fb_fake_pipelines")
+    mod.Constant = _Constant
+    monkeypatch.setitem(sys.modules, "fb_fake_pipelines", mod)
+    monkeypatch.setattr(_Constant, "calls", [])
+    fresh_pipelines(md.EntryPoint("constant", "fb_fake_pipelines:Constant", "fusebench.pipelines"))
+    assert P.available() == ["constant", "gaussian_mi", "standard"]
+    assert P.PIPELINES.meta("constant") == {"reads_dataset": False, "downstream": False}
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "plugin-constant.yaml").write_text(
+        "description: a benchmark of a plugin pipeline\npipeline: constant\nobjectives: [infonce_pwe]\n"
+        "seeds: [0, 1]\noptions:\n  views: [2, 3]\n")
+    monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(specs))
+    import fusebench
+    from fusebench import benchmarks
+    from fusebench.training import runner
+
+    spec = benchmarks.load("plugin-constant")
+    assert runner.num_views(spec) == 3
+    # the reference rows need a downstream protocol; a 2-view objective does not fit k = 3
+    assert "baseline applies to standard benchmarks only" in runner._incompatibility(spec, "none")
+    assert "takes exactly 2 views" in runner._incompatibility(spec, "matching_gap")
+    # no --data-root and no --synthetic: fine, the pipeline reads no dataset
+    records = fusebench.run("plugin-constant", out=tmp_path / "runs", progress=False)
+    assert [r["metrics"] for r in records] == [{"constant_k2": 2.0, "constant_k3": 3.0},
+                                               {"constant_k2": 3.0, "constant_k3": 4.0}]
+    assert _Constant.calls == [("infonce_pwe", 0, None, True), ("infonce_pwe", 1, None, True)]
+    rec = json.loads((tmp_path / "runs" / "plugin-constant" / "infonce_pwe" / "seed1" / "run.json").read_text())
+    assert rec["dataset"] == {"id": "constant", "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None}
+    assert rec["metric_directions"] == {"constant_k2": "higher", "constant_k3": "higher"}
+    assert fusebench.run("plugin-constant", out=tmp_path / "runs", progress=False) == records  # cells are kept
+    assert len(_Constant.calls) == 2
+
+
+def test_list_pipelines(capsys) -> None:
+    from fusebench.cli import main
+
+    assert main(["list", "pipelines"]) == 0
+    out = capsys.readouterr().out
+    assert {line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")} == set(P.available())
+    assert "standard: Dataset adapter" in out and "reads a dataset: no; downstream protocol: no" in out
