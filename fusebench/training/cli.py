@@ -13,7 +13,25 @@ EXAMPLES = """examples:
   torchrun --nproc-per-node 2 -m fusebench run quickstart --objective m3g   # DistributedDataParallel
   OMP_NUM_THREADS=1 fusebench run mv-ngs --data-root DIR --workers 2        # two cells at a time
   fusebench run quickstart --logger tensorboard csv                        # then: tensorboard --logdir runs/
+  fusebench run mv-ngs --data-root DIR --launcher slurm --partition gpu --gpus-per-job 1 --time-min 120
+  fusebench run mv-ngs --data-root DIR --launcher slurm --sbatch qos=normal --sbatch mem=16G --no-wait
+
+launchers (--launcher; docs/cluster.md):
+  local            this process, or --workers N local processes (the default)
+  slurm            one SLURM job per (objective, seed) cell, a job array submitted through submitit
+                   (pip install -e .[slurm]); a preempted or timed-out job is requeued and resumes
+                   from last.pt; rerun with --resume to finish cells whose jobs were cancelled
+  submitit_local   the same path through submitit's LocalExecutor (local processes, no scheduler)
 """
+
+
+def _sbatch_option(text: str) -> tuple[str, object]:
+    """``--sbatch KEY=VALUE`` (or a bare ``KEY`` for a flag such as ``exclusive``)."""
+    key, eq, value = text.partition("=")
+    key = key.strip().lstrip("-")
+    if not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (an sbatch option without its dashes), got {text!r}")
+    return key, (value if eq else True)
 
 
 def main(argv: list[str]) -> int:
@@ -44,6 +62,27 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mlflow-uri", default=None, metavar="URI",
                    help="MLflow tracking URI for --logger mlflow (default: $MLFLOW_TRACKING_URI, else "
                         "file:<out>/.mlruns)")
+    from fusebench.training.launchers import available as launchers
+
+    cluster = p.add_argument_group("launchers", "where the cells run (docs/cluster.md)")
+    cluster.add_argument("--launcher", default="local", choices=launchers(),
+                         help="local (default: this process, or --workers N processes) | slurm (one SLURM "
+                              "job per cell through submitit) | submitit_local (submitit's local executor)")
+    cluster.add_argument("--partition", default=None, help="slurm: the partition")
+    cluster.add_argument("--account", default=None, help="slurm: the account to charge")
+    cluster.add_argument("--gpus-per-job", type=int, default=None, metavar="N", help="slurm: GPUs of each cell's job")
+    cluster.add_argument("--cpus-per-job", type=int, default=None, metavar="N", help="slurm: CPUs of each cell's job")
+    cluster.add_argument("--time-min", type=int, default=None, metavar="MIN",
+                         help="time limit of each job in minutes (default 60); a cell that reaches it is "
+                              "requeued and resumes from last.pt (up to 3 times)")
+    cluster.add_argument("--sbatch", action="append", default=[], type=_sbatch_option, metavar="KEY=VALUE",
+                         help="any other sbatch option, e.g. --sbatch qos=high --sbatch mem=16G "
+                              "--sbatch constraint=a100 (repeatable)")
+    cluster.add_argument("--array-parallelism", type=int, default=None, metavar="N",
+                         help="slurm: at most N cells running at once")
+    cluster.add_argument("--no-wait", dest="wait", action="store_false",
+                         help="slurm / submitit_local: submit the jobs and return (then: fusebench status, "
+                              "fusebench leaderboard)")
     bars = p.add_mutually_exclusive_group()
     bars.add_argument("--progress", dest="progress", action="store_true", default=None,
                       help="progress bars even when stderr is not a terminal")
@@ -57,21 +96,47 @@ def main(argv: list[str]) -> int:
 
     try:
         overrides = dict(parse_override(o) for o in ns.overrides)
+        launcher_options = _launcher_options(ns)
         with distributed.maybe_init(ns.device):
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
                           progress=sys.stderr.isatty() if ns.progress is None else ns.progress, leaderboard=ns.leaderboard,
-                          workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri)
+                          workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
+                          launcher=ns.launcher, launcher_options=launcher_options)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:
         print(f"fusebench run: {e}", file=sys.stderr)
         return 2
     failed = [r for r in records if r.get("status") == "failed"]
+    interrupted = [r for r in records if r.get("status") == "interrupted"]
+    submitted = [r for r in records if r.get("status") == "submitted"]
     for r in records:
-        if r.get("status") in ("failed", "worker", "skipped"):
+        if r.get("status") == "submitted":
+            print(f"{r['benchmark']} {r['objective']} seed{r['seed']}: submitted, {r['launcher']} job {r['job_id']}")
+        if r.get("status") in ("failed", "worker", "skipped", "interrupted", "submitted"):
             continue
         shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(r["metrics"].items()))
         print(f"{r['benchmark']} {r['objective']} seed{r['seed']}: {shown}")
+    if submitted:
+        print(f"{len(submitted)} job(s) submitted; follow them with: fusebench status --out {ns.out}", file=sys.stderr)
     if failed:
         print(f"{len(failed)} cell(s) failed; see failed.json in their folders", file=sys.stderr)
-        return 1
-    return 0
+    if interrupted:
+        print(f"{len(interrupted)} cell(s) interrupted (their jobs ended without a result); rerun the same "
+              "command with --resume to finish them", file=sys.stderr)
+    return 1 if failed or interrupted else 0
+
+
+def _launcher_options(ns: argparse.Namespace) -> dict[str, object]:
+    """The launcher's options from the flags given; a scheduler flag needs a scheduler launcher."""
+    from fusebench.training.config import ConfigError
+
+    given = {name: getattr(ns, name) for name in ("partition", "account", "gpus_per_job", "cpus_per_job", "time_min",
+                                                  "array_parallelism") if getattr(ns, name) is not None}
+    if ns.sbatch:
+        given["sbatch"] = dict(ns.sbatch)
+    if not ns.wait:
+        given["wait"] = False
+    if ns.launcher == "local" and given:
+        flags = ", ".join("--no-wait" if k == "wait" else f"--{k.replace('_', '-')}" for k in given)
+        raise ConfigError(f"{flags}: options of --launcher slurm / submitit_local, not of the local launcher")
+    return given

@@ -43,7 +43,7 @@ from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the ru
 from fusebench.training import distributed, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 from fusebench.training.loop import Phase, PhaseHooks, RunError, StepBudget, run_phase
-from fusebench.training.status import pid_alive
+from fusebench.training.status import lock_payload, read_lock
 from fusebench.training.trackers import Trackers, build_trackers, check_trackers, default_mlflow_uri
 
 log = logging.getLogger(__name__)
@@ -331,8 +331,9 @@ def _check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSp
 
 
 class _CellLock:
-    """An exclusive per-cell lock file (``.lock``, holding the owner's pid): two processes never run
-    one cell at once. A lock left by a process that no longer exists is taken over."""
+    """An exclusive per-cell lock file (``.lock``, holding the owner's pid, host and SLURM job): two
+    processes never run one cell at once. A lock left by a process that no longer exists is taken
+    over (judged by pid on its own host, by squeue for a SLURM job elsewhere: status.read_lock)."""
 
     def __init__(self, cell: Path) -> None:
         self.path = cell / ".lock"
@@ -342,15 +343,12 @@ class _CellLock:
         for _ in range(2):
             try:
                 self.fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                os.write(self.fd, str(os.getpid()).encode())
+                os.write(self.fd, lock_payload().encode())
                 return self
             except FileExistsError:
-                try:
-                    pid = int(self.path.read_text().strip() or 0)
-                except (OSError, ValueError):
-                    pid = 0
-                if pid and pid != os.getpid() and pid_alive(pid):
-                    raise CellBusyError(f"{self.path.parent} is being run by process {pid} "
+                holder = read_lock(self.path)
+                if holder is not None and holder.alive and not (holder.local and holder.pid == os.getpid()):
+                    raise CellBusyError(f"{self.path.parent} is being run by {holder.owner} "
                                         f"(lock {self.path}); not starting it twice") from None
                 self.path.unlink(missing_ok=True)  # stale lock of a killed run
         raise CellBusyError(f"cannot lock {self.path}")
@@ -812,6 +810,8 @@ def run(
     workers: int = 1,
     loggers: str | list[str] | None = None,
     mlflow_uri: str | None = None,
+    launcher: str = "local",
+    launcher_options: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
     ``{"status": "failed", ...}``). All names are validated before any training starts.
@@ -819,9 +819,16 @@ def run(
     selection); each cell is the same as in a sequential sweep (its own seed, lock and record).
     ``loggers``: experiment trackers for every cell, any of ``csv``, ``tensorboard``, ``mlflow``
     (docs/trackers.md; results are the same with or without); ``mlflow_uri``: the MLflow tracking
-    URI (default ``MLFLOW_TRACKING_URI``, else ``file:<out>/.mlruns``)."""
+    URI (default ``MLFLOW_TRACKING_URI``, else ``file:<out>/.mlruns``).
+    ``launcher``: where the cells run, ``local`` (default), ``slurm`` (one SLURM job per cell) or
+    ``submitit_local``, with ``launcher_options`` (:mod:`fusebench.training.launchers`,
+    docs/cluster.md); with ``launcher_options={"wait": False}`` the submitted cells come back as
+    ``{"status": "submitted", "job_id": ...}`` and the leaderboard is left for later."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
+    from fusebench.training import launchers
+
+    launch = launchers.build(launcher, workers, launcher_options)  # unknown name / option, missing submitit
     loggers = check_trackers([loggers] if isinstance(loggers, str) else loggers)  # unknown id / missing package
     from fusebench import benchmarks
 
@@ -868,21 +875,12 @@ def run(
                 context.setdefault("hparam_selection", {})[o] = chosen
 
     args = (spec, out, synthetic, data_root, device, resume, progress, context, loggers, mlflow_uri)
-    if workers <= 1:
-        records = []
-        for o in objs:
-            select(o)
-            records += [sweep_cell(o, s, *args) for s in seeds]
-    else:  # every selection first, then the cells in `workers` local processes (each cell keeps its lock)
-        import concurrent.futures as cf
-        import multiprocessing as mp
-
-        for o in objs:
-            select(o)
-        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(sweep_cell, o, s, *args) for o in objs for s in seeds]
-            records = [f.result() for f in futures]  # in sweep order
-    if leaderboard is not None:
+    # the launcher runs every cell as sweep_cell(o, s, *args): here, in local workers, or as scheduler jobs
+    records = launch.launch(objs, seeds, select, args)
+    if leaderboard is not None and any(r.get("status") == "submitted" for r in records):
+        print(f"jobs submitted, not waited for: when they are done, run\n  fusebench leaderboard --runs {out} "
+              f"--out {leaderboard}\n(fusebench status --out {out} shows where the cells stand)", file=sys.stderr)
+    elif leaderboard is not None:
         from fusebench.leaderboard import write_leaderboards
 
         write_leaderboards(out, Path(leaderboard))

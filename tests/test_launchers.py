@@ -1,0 +1,226 @@
+"""Launchers (``fusebench run --launcher``): options, the checkpointable cell call, cell locks held on
+other hosts or by SLURM jobs, and a sweep through submitit's LocalExecutor. The real-SLURM test is
+tests/test_launchers_slurm.py (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench.training import launchers, status
+from fusebench.training.config import ConfigError
+from fusebench.training.runner import CellBusyError, _CellLock
+
+TINY = {
+    "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
+    "pretrain.epochs": 1,
+    "pretrain.batch_size": 32,
+    "downstream.epochs": 1,
+}
+
+
+def test_registry_names_the_launchers() -> None:
+    assert launchers.available() == ["local", "slurm", "submitit_local"]
+    with pytest.raises(ConfigError, match="unknown launcher 'pbs'; known: local, slurm, submitit_local"):
+        launchers.build("pbs")
+
+
+def test_submitit_local_sweep_gives_the_records_of_a_local_sweep(tmp_path: Path) -> None:
+    pytest.importorskip("submitit", reason="submitit is not installed (pip install -e .[slurm])")
+    kw = dict(objective=["none", "infonce_pwe"], seeds=[0], overrides=TINY, progress=False)
+    here = fusebench.run("quickstart", out=tmp_path / "here", **kw)
+    jobs = fusebench.run("quickstart", out=tmp_path / "jobs", launcher="submitit_local",
+                         launcher_options={"time_min": 5}, **kw)
+    assert [(r["objective"], r["seed"]) for r in jobs] == [("none", 0), ("infonce_pwe", 0)]
+    for a, b in zip(here, jobs):
+        assert a["metrics"] == b["metrics"] and a["curves"] == b["curves"] and a["config_hash"] == b["config_hash"]
+    for o in ("none", "infonce_pwe"):
+        cell = tmp_path / "jobs" / "quickstart" / o / "seed0"
+        marker = json.loads((cell / ".launcher.json").read_text())
+        assert marker["launcher"] == "submitit_local" and Path(marker["stdout"]).is_file()
+        assert f"fusebench cell quickstart/{o}/seed0 on" in Path(marker["stdout"]).read_text()
+        assert not (cell / ".lock").exists()
+    # the job files are not cells; a second run finds every record and submits nothing
+    assert status.collect(tmp_path / "jobs") == {"quickstart": {("infonce_pwe", 0): ("done", ""), ("none", 0): ("done", "")}}
+    before = sorted((tmp_path / "jobs" / ".submitit").rglob("*"))
+    again = fusebench.run("quickstart", out=tmp_path / "jobs", launcher="submitit_local", **kw)
+    assert [r["metrics"] for r in again] == [r["metrics"] for r in jobs]
+    assert sorted((tmp_path / "jobs" / ".submitit").rglob("*")) == before
+
+
+def test_cell_call_checkpoint_resubmits_the_same_cell(tmp_path: Path) -> None:
+    submitit = pytest.importorskip("submitit")
+    from fusebench import benchmarks
+
+    spec = benchmarks.load("quickstart")
+    call = launchers.CellCall("m3g", 3, {"spec": spec, "out": tmp_path, "resume": False, "progress": True})
+    delayed = call.checkpoint()
+    assert isinstance(delayed, submitit.helpers.DelayedSubmission)
+    again = delayed.function
+    assert isinstance(again, launchers.CellCall) and (again.objective, again.seed) == ("m3g", 3)
+    assert again.kwargs == {**call.kwargs, "resume": True}
+    assert pickle.loads(pickle.dumps(call)) == call  # what submitit writes to its submitted pickle
+
+
+def test_slurm_options_become_sbatch_lines(tmp_path: Path) -> None:
+    pytest.importorskip("submitit")
+    launcher = launchers.LAUNCHERS["slurm"](partition="gpu", gpus_per_job=2, time_min=90, account="proj7",
+                                            cpus_per_job=8, sbatch={"qos": "high", "exclusive": True},
+                                            array_parallelism=4)
+    script = launcher.executor(tmp_path, "fusebench-quickstart")._make_submission_file_text("CMD", "uid")
+    for line in ("--partition=gpu", "--gpus-per-node=2", "--time=90", "--account=proj7", "--cpus-per-task=8",
+                 "--qos=high", "--exclusive", "--job-name=fusebench-quickstart", "--nodes=1", "--signal=USR2@90"):
+        assert f"#SBATCH {line}\n" in script, line
+
+
+def test_launcher_options_are_checked(monkeypatch) -> None:
+    pytest.importorskip("submitit")
+    with pytest.raises(ConfigError, match="--workers applies to --launcher local only"):
+        launchers.LAUNCHERS["slurm"](workers=2)
+    with pytest.raises(ConfigError, match="unknown option"):
+        launchers.LAUNCHERS["slurm"](queue="x")
+    with pytest.raises(ConfigError, match="--time-min: expected a positive number of minutes"):
+        launchers.LAUNCHERS["slurm"](time_min=0)
+    with pytest.raises(ConfigError, match="--gpus-per-job: expected a non-negative integer"):
+        launchers.LAUNCHERS["slurm"](gpus_per_job=-1)
+    with pytest.raises(ConfigError, match="--partition: SLURM options, not used by --launcher submitit_local"):
+        launchers.LAUNCHERS["submitit_local"](partition="gpu")
+    with pytest.raises(ConfigError, match="takes none of: partition"):
+        launchers.build("local", options={"partition": "gpu"})
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ConfigError, match="sbatch is not on PATH"):
+        launchers.build("slurm")
+    monkeypatch.setitem(sys.modules, "submitit", None)  # as if it were not installed
+    with pytest.raises(ConfigError, match=r"needs submitit: pip install -e \.\[slurm\]"):
+        launchers.build("submitit_local")
+
+
+def test_cli_refuses_scheduler_flags_without_a_scheduler(capsys) -> None:
+    from fusebench.cli import main
+
+    assert main(["run", "quickstart", "--partition", "gpu", "--no-wait"]) == 2
+    assert "--partition, --no-wait: options of --launcher slurm / submitit_local" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "quickstart", "--launcher", "slurm", "--sbatch", "=x"])
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# locks and status for cells run elsewhere
+# ------------------------------------------------------------------------------------------------
+class FakeQueue(status.SlurmQueue):
+    def __init__(self, states: dict[str, tuple[str, str]]) -> None:
+        super().__init__()
+        self.states, self.asked = states, []
+
+    def _squeue(self, ids):
+        self.asked.append(list(ids))
+        return {i: self.states[i] for i in ids if i in self.states}
+
+
+def _lock(cell: Path, **data) -> None:
+    cell.mkdir(parents=True, exist_ok=True)
+    (cell / ".lock").write_text(json.dumps(data))
+
+
+def test_a_lock_is_written_with_host_and_slurm_job(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4240")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    with _CellLock(tmp_path):
+        data = json.loads((tmp_path / ".lock").read_text())
+        assert data == {"pid": os.getpid(), "host": status.hostname(), "slurm_job": "4240_2", "slurm_job_id": "4242"}
+        assert status.cell_state(tmp_path) == ("running", f"running on {status.hostname()} (slurm job 4240_2)")
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch) -> None:
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)  # a pid that is not alive here
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    # outside SLURM: nothing to ask, so it stays held
+    plain = tmp_path / "plain"
+    _lock(plain, pid=dead, host="node-elsewhere")
+    assert status.cell_state(plain) == ("running", f"running on node-elsewhere (pid {dead}; another host, not checked from {status.hostname()})")
+    with pytest.raises(CellBusyError, match=f"being run by process {dead} on node-elsewhere"):
+        _CellLock(plain).__enter__()
+    # a SLURM job: squeue decides
+    job = tmp_path / "job"
+    _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
+    running = FakeQueue({"77_1": ("RUNNING", "node7")})
+    assert status.cell_state(job, running) == ("running", "running on node7 (slurm job 77_1)")
+    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "node7")})
+    with pytest.raises(CellBusyError, match="being run by slurm job 77_1 on node7"):
+        _CellLock(job).__enter__()
+    # the job left the queue (cancelled, killed): the lock is stale and the cell can be taken over
+    (job / "last.pt").write_bytes(b"x")
+    assert status.cell_state(job, FakeQueue({})) == ("interrupted", "resumable from last.pt")
+    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {})
+    with _CellLock(job):
+        assert json.loads((job / ".lock").read_text())["pid"] == os.getpid()
+    # our own job, requeued onto this host: its earlier run's lock (from node7) is stale
+    _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
+    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "here")})
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    with _CellLock(job):
+        pass
+    # squeue cannot be asked: a job's lock on another host counts as held
+    monkeypatch.delenv("SLURM_JOB_ID")
+    _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
+    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: None)
+    assert status.cell_state(job)[0] == "running"
+
+
+def test_status_names_the_slurm_job_of_a_submitted_cell(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+
+    def cell(seed: int, job: str) -> Path:
+        c = out / "quickstart" / "m3g" / f"seed{seed}"
+        c.mkdir(parents=True)
+        (c / ".launcher.json").write_text(json.dumps({"launcher": "slurm", "job_id": job, "submitted": 0,
+                                                      "stderr": f"/logs/{job}_0_log.err"}))
+        return c
+
+    cell(0, "9_0")
+    cell(1, "9_1")
+    (cell(2, "9_2") / "last.pt").write_bytes(b"x")
+    cell(3, "9_3")
+    queue = FakeQueue({"9_0": ("PENDING", ""), "9_1": ("RUNNING", "node3"), "9_2": ("PENDING", "")})
+    states = {s: queue and status.cell_state(out / "quickstart" / "m3g" / f"seed{s}", queue) for s in range(4)}
+    assert states == {
+        0: ("pending", "queued: slurm job 9_0 (PENDING)"),
+        1: ("running", "starting on node3 (slurm job 9_1)"),  # its job runs, the cell is not locked yet
+        2: ("interrupted", "resumable from last.pt; queued: slurm job 9_2 (PENDING)"),  # requeued
+        3: ("pending", "slurm job 9_3 ended without a record (log: /logs/9_3_0_log.err)"),
+    }
+    assert status.busy(out / "quickstart" / "m3g" / "seed0", queue) == ("slurm job 9_0 is on it (PENDING)", "9_0")
+    assert status.busy(out / "quickstart" / "m3g" / "seed3", queue) is None
+    assert status.slurm_jobs(sorted((out / "quickstart" / "m3g").iterdir())) == ["9_0", "9_1", "9_2", "9_3"]
+
+
+def test_a_job_that_ends_without_a_result_is_interrupted(tmp_path: Path, capsys) -> None:
+    class Paths:
+        result_pickle = tmp_path / "7_0_0_result.pkl"  # never written: the job was cancelled
+        stdout, stderr = tmp_path / "7_0_0_log.out", tmp_path / "7_0_0_log.err"
+
+    class Job:
+        job_id, paths = "7_0", Paths()
+
+    class Spec:
+        name = "quickstart"
+
+    launcher = launchers.SubmititLauncher.__new__(launchers.LAUNCHERS["slurm"])
+    launcher.opts = launchers.SubmititOptions(poll_s=0)
+    launcher._queue = lambda: FakeQueue({})  # type: ignore[method-assign]
+    records = [None]
+    launcher._wait({0: Job()}, [("m3g", 1)], records, Spec(), tmp_path)
+    assert records[0]["status"] == "interrupted" and records[0]["job_id"] == "7_0"
+    assert "rerunning the sweep starts it again" in capsys.readouterr().err
+    assert not (tmp_path / "quickstart" / "m3g" / "seed1" / "failed.json").exists()
