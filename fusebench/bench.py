@@ -1,4 +1,4 @@
-"""``fusebench bench objectives|data|encoders``: speed and memory figures printed as tables.
+"""``fusebench bench objectives|data|encoders|leaderboard``: speed and memory figures printed as tables.
 
 Each target lives with its package (``fusebench.objectives.bench`` ...); this only dispatches.
 """
@@ -12,6 +12,7 @@ TARGETS = {
     "objectives": "fusebench.objectives.bench",
     "data": "fusebench.datasets.bench",
     "encoders": "fusebench.encoders.bench",
+    "leaderboard": "fusebench.leaderboard_bench",
 }
 
 

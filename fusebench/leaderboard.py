@@ -21,10 +21,15 @@ seeds (sample std, ddof = 1; 0 when n = 1), the best mean in bold, a dash where 
 columns (mean pretraining time, mean peak memory); and a paired test across seeds against the best
 row on the primary metric: a two-sided paired t-test (scipy.stats.ttest_rel) over the seeds both
 rows share, reported as a p-value ('n/a' with fewer than 2 shared seeds, '—' for the best row
-itself). Pipeline-check boards (tiny synthetic twins) show the numbers without bold, best row or
-tests. Numbers printed in the source papers come from ``reported.yaml`` (default
-``<out_dir>/reported.yaml``, optional) and are shown as "reported" rows: never ranked or bolded.
+itself; computed in closed form, with scipy's digits, see :func:`_paired_p`). Pipeline-check
+boards (tiny synthetic twins) show the numbers without bold, best row or tests. Numbers printed in
+the source papers come from ``reported.yaml`` (default ``<out_dir>/reported.yaml``, optional) and
+are shown as "reported" rows: never ranked or bolded.
 See docs/leaderboards.md.
+
+Speed: regenerating on unchanged runs imports none of torch, numpy, scipy, matplotlib (metric
+metadata from :mod:`fusebench.metrics.catalog`, matplotlib only to redraw a plot) and rewrites no
+file whose content is unchanged; ``fusebench bench leaderboard`` times it.
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +48,6 @@ from typing import Any
 
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, load_record
 from fusebench.registry import ID_RULE, valid_id
-from fusebench.training.utils import atomic_write_text
 
 BOARD_META = "fusebench-board"
 _META_RE = re.compile(r"<!-- " + BOARD_META + r" (\{.*\}) -->\s*\Z", re.S)
@@ -56,9 +62,12 @@ def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
     Raises :class:`fusebench.records.RecordError` (a ValueError) for the first invalid file. Hidden
     folders (``.selection/``: the hyper-parameter trials on the validation split) are not read."""
     out: dict[str, list[RunRecord]] = defaultdict(list)
-    for path in sorted(Path(runs_dir).rglob("run.json")):
-        if any(part.startswith(".") for part in path.relative_to(runs_dir).parts[:-1]):
-            continue
+    found = []
+    for folder, dirs, files in os.walk(runs_dir):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]  # never walk into hidden folders
+        if "run.json" in files:
+            found.append(Path(folder) / "run.json")
+    for path in sorted(found):
         rec = load_record(path)
         out[rec.benchmark].append(rec)
     for recs in out.values():
@@ -125,20 +134,20 @@ class MetricInfo:
 def metric_info(metric: str, recs: list[RunRecord]) -> MetricInfo:
     """Unit and direction of ``metric``: from the metric registry when registered (a record whose
     ``metric_directions`` disagrees is refused), else from the records (unit "raw")."""
-    from fusebench import metrics as M
+    from fusebench import metrics as M  # light: built-in metadata comes from fusebench.metrics.catalog
     from fusebench.registry import UnknownNameError
 
     stated = {r.path: r.metric_directions[metric] for r in recs if metric in r.metric_directions}
     try:
-        reg = M.get(metric)
+        reg = M.metadata(metric)
     except (UnknownNameError, KeyError):
         reg = None
     if reg is not None:
         for path, d in sorted(stated.items()):
-            if d != reg.direction:
+            if d != reg["direction"]:
                 raise RecordError(path, f"metric_directions.{metric}",
-                                  f"{reg.direction!r} (the metric registry's direction)", d)
-        return MetricInfo(metric, reg.unit, reg.direction)
+                                  f"{reg['direction']!r} (the metric registry's direction)", d)
+        return MetricInfo(metric, reg["unit"], reg["direction"])
     if len(set(stated.values())) > 1:
         first = {d: p for p, d in sorted(stated.items(), reverse=True)}
         raise ValueError(f"metric {metric!r} has direction 'higher' in {first['higher']} but 'lower' in "
@@ -162,7 +171,43 @@ def _fmt(unit: str, values: list[float]) -> str:
     return f"{_fmt_value(unit, mean)} ± {_fmt_value(unit, std)} ({n})"
 
 
+def student_t_two_sided(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with an integer ``df >= 1`` degrees of freedom.
+
+    Closed form of the t distribution for integer df (Abramowitz & Stegun 26.7.3 / 26.7.4), with
+    theta = atan(|t| / sqrt(df)): A = 2/pi (theta + sin(theta) cos(theta) sum) for odd df, A = sin(theta) sum for
+    even df, where the finite sum runs over powers of cos^2(theta); the p-value is 1 - A. Exact up to
+    rounding (absolute error ~1e-15): the same value as ``scipy.special.stdtr`` / ``scipy.stats.ttest_rel``
+    to far more digits than a board prints (checked against scipy in tests/test_leaderboard_regen.py)."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be an integer >= 1, got {df!r}")
+    t = abs(float(t))
+    if math.isnan(t):
+        return math.nan
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(t / math.sqrt(df))
+    c2 = df / (df + t * t)  # cos^2(theta)
+    total = term = 1.0
+    if df % 2:
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        a = 2.0 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
+    else:
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        a = math.sin(theta) * total
+    return min(1.0, max(0.0, 1.0 - a))
+
+
 def _paired_p(a: dict[int, float], b: dict[int, float]) -> str:
+    """The p-value of a two-sided paired t-test over the seeds ``a`` and ``b`` share, as printed
+    (3 decimals): the statistic of ``scipy.stats.ttest_rel`` and :func:`student_t_two_sided`, computed
+    without importing scipy. Where the two could print differently, i.e. near-constant differences
+    (scipy warns of catastrophic cancellation there) or a p-value within 1e-9 of a rounding boundary
+    of the third decimal, scipy itself is asked, so the printed digits are always scipy's."""
     seeds = sorted(set(a) & set(b))
     if len(seeds) < 2:
         return "n/a"
@@ -171,9 +216,21 @@ def _paired_p(a: dict[int, float], b: dict[int, float]) -> str:
     diffs = [u - v for u, v in zip(x, y)]
     if all(d == diffs[0] for d in diffs):
         return "1.000" if diffs[0] == 0 else "0.000"
-    from scipy.stats import ttest_rel
+    n = len(diffs)
+    mean = math.fsum(diffs) / n
+    dev = [d - mean for d in diffs]
+    var = math.fsum(e * e for e in dev) / (n - 1)
+    spread = max(abs(e) for e in dev)
+    p = None
+    if var > 0 and math.isfinite(var) and spread > 1e-12 * abs(mean):
+        p = student_t_two_sided(mean / math.sqrt(var / n), n - 1)
+        frac = 1000.0 * p - math.floor(1000.0 * p)
+        if not math.isfinite(p) or abs(frac - 0.5) < 1e-6:
+            p = None
+    if p is None:  # the delicate cases: scipy's own digits
+        from scipy.stats import ttest_rel
 
-    p = float(ttest_rel(x, y).pvalue)
+        p = float(ttest_rel(x, y).pvalue)
     return f"{p:.3f}"
 
 
@@ -216,7 +273,8 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        # libyaml's safe loader when PyYAML has it (the same documents, ~10x faster than the pure-Python one)
+        data = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as e:
         raise ValueError(f"{path}: not a readable YAML file ({e})") from None
     if data is None:
@@ -773,10 +831,32 @@ def _inside(out_dir: Path, filename: str) -> Path:
     return path
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder and an atomic
+    rename, unless the file already holds exactly that: an unchanged file keeps its mtime. Returns
+    whether it wrote."""
+    try:
+        if path.read_bytes() == text.encode():
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
 def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split: bool = False,
                        reported: Path | None = None) -> list[Path]:
     """Regenerate the boards of the benchmarks with runs under ``runs_dir`` and the index; returns the
-    markdown paths written. Everything is validated before the first file is written."""
+    markdown paths of those boards and the index (a file whose text did not change is left untouched,
+    like a plot whose inputs did not). Everything is validated before the first file is written."""
     runs = load_runs(Path(runs_dir))
     out_dir = Path(out_dir)
     reported_map = load_reported(Path(reported) if reported is not None else out_dir / "reported.yaml")
@@ -817,10 +897,10 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
             if plot:
                 plot_curves(view, _inside(out_dir, plot))
         path = _inside(out_dir, f"{name}.md")
-        atomic_write_text(path, md)
+        write_if_changed(path, md)
         written.append(path)
     index = _inside(out_dir, "README.md")
-    atomic_write_text(index, index_md)
+    write_if_changed(index, index_md)
     written.append(index)
     return written
 

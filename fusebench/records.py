@@ -201,15 +201,27 @@ def _number(value: Any, path: str, name: str, allow_nan: bool = False, nonneg: b
     return x
 
 
+#: the exact types ``json.loads`` gives numbers (bool, an int subclass, is not one of them): any value
+#: of these types passes ``_number(..., allow_nan=True)``, so the per-element check can be skipped
+_JSON_NUMBER = frozenset((int, float))
+
+
 def _mapping(value: Any, path: str, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RecordError(path, name, "a mapping", value)
     return value
 
 
+_GOOD_NAMES: set[str] = set()  # names that passed _NAME (metric and curve names repeat in every record)
+
+
 def _name(value: Any, path: str, name: str) -> str:
+    if type(value) is str and value in _GOOD_NAMES:
+        return value
     if not isinstance(value, str) or not _NAME.match(value):
         raise RecordError(path, name, "a name of letters, digits, '_', '.', '@', '-'", value)
+    if len(_GOOD_NAMES) < 4096:
+        _GOOD_NAMES.add(value)
     return value
 
 
@@ -307,7 +319,7 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     metrics: dict[str, float] = {}
     for k, v in raw_metrics.items():
         _name(k, path, "metrics key")
-        metrics[k] = _number(v, path, f"metrics.{k}", allow_nan=True)
+        metrics[k] = float(v) if type(v) in _JSON_NUMBER else _number(v, path, f"metrics.{k}", allow_nan=True)
     pretrain_time = _number(_need(obj, "pretrain_time_s", path), path, "pretrain_time_s", nonneg=True)
     peak = _number(_need(obj, "peak_memory_mb", path), path, "peak_memory_mb", nonneg=True)
     directions = _mapping(obj.get("metric_directions") or {}, path, "metric_directions")
@@ -321,7 +333,10 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         _name(k, path, "curves key")
         if not isinstance(c, list):
             raise RecordError(path, f"curves.{k}", "a list of numbers", c)
-        curves[k] = [_number(x, path, f"curves.{k}[{i}]", allow_nan=True) for i, x in enumerate(c)]
+        if all(type(x) in _JSON_NUMBER for x in c):  # the common case, checked in one pass
+            curves[k] = [float(x) for x in c]
+        else:  # the slow path names the first bad element
+            curves[k] = [_number(x, path, f"curves.{k}[{i}]", allow_nan=True) for i, x in enumerate(c)]
     selection = _mapping(obj.get("selection") or {}, path, "selection")
     if "rule" in selection:
         _str(selection["rule"], path, "selection.rule")
@@ -367,12 +382,19 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def comparable_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` without :data:`CONFIG_KEYS_IGNORED` and ``options.board``."""
-    cfg = {k: copy.deepcopy(v) for k, v in config.items() if k not in CONFIG_KEYS_IGNORED}
+def _comparable_view(config: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`comparable_config` without the deep copy: only the top level and ``options`` are new
+    mappings, every other value is shared with ``config``. For reading only (hashing, flattening);
+    copying every nested value was most of the cost of validating a record."""
+    cfg = {k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED}
     if isinstance(cfg.get("options"), dict):
-        cfg["options"].pop("board", None)
+        cfg["options"] = {k: v for k, v in cfg["options"].items() if k != "board"}
     return cfg
+
+
+def comparable_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` without :data:`CONFIG_KEYS_IGNORED` and ``options.board`` (a deep copy)."""
+    return copy.deepcopy(_comparable_view(config))
 
 
 def comparability_fields(record: Mapping[str, Any] | RunRecord) -> dict[str, Any]:
@@ -394,7 +416,7 @@ def comparability_fields(record: Mapping[str, Any] | RunRecord) -> dict[str, Any
     fp = ds.get("fingerprint")
     return {
         "benchmark": raw.get("benchmark"),
-        "config": hashlib.sha256(_canonical(comparable_config(cfg)).encode()).hexdigest()[:16],
+        "config": hashlib.sha256(_canonical(_comparable_view(cfg)).encode()).hexdigest()[:16],
         "suite_version": raw.get("suite_version"),
         "metric_versions": dict(sorted(metric_versions.items())),
         "dataset": {"id": ds.get("id"), "synthetic": ds.get("synthetic"), "manifest_hash": ds.get("manifest_hash"),
@@ -443,7 +465,7 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 def differing_fields(records: list[RunRecord]) -> list[str]:
     """Comparability fields (config ones as ``config.<dotted key>``) whose values differ among ``records``."""
     flat = [_flatten(comparability_fields(r)) for r in records]
-    cfgs = [_flatten(comparable_config(r.config)) for r in records]
+    cfgs = [_flatten(_comparable_view(r.config)) for r in records]
     out = []
     for k in sorted(set().union(*flat)):
         if k == "config":

@@ -79,6 +79,7 @@ class Registry:
         self._builtins_loaded = not self.modules
         self._loading = False
         self._plugins_loaded = False
+        self._plugin_names: frozenset[str] | None = None  # entry-point names, read by registered()
 
     # -- registration -----------------------------------------------------------------------
     def register(self, name: str, **meta: Any) -> Callable[[Any], Any]:
@@ -159,6 +160,20 @@ class Registry:
         if pattern:
             names = [n for n in names if fnmatch.fnmatch(n, pattern.lower())]
         return names
+
+    def registered(self, name: str) -> bool:
+        """Whether ``name`` is registered, found **without importing the built-in modules**: an entry
+        added already (by a module imported so far, or by :meth:`add`) or a plugin entry point (its
+        name is read, its module is not imported). For callers that know the built-in ids from a
+        light table of their own (``fusebench.metrics.catalog``)."""
+        key = name.lower()
+        if key in self._entries or key in self._lazy:
+            return True
+        if self._plugins_loaded or not self.entry_point_group:
+            return False
+        if self._plugin_names is None:  # read once, like the plugins themselves
+            self._plugin_names = frozenset(ep.name for ep in entry_points(group=self.entry_point_group))
+        return key in self._plugin_names
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.available()

@@ -9,6 +9,10 @@ when a metric's definition changes, so runs scored with different definitions ar
 * sentiment / sleep: ``get(id)(y_pred, y_true) -> float`` on 1-D arrays (numpy or torch);
 * segmentation: ``get(id)(pred, target, num_classes, ignore_index=-1) -> float``;
 * detection: ``get(id)(detections, ground_truths, num_classes=10) -> float``.
+
+``metadata(id)`` gives a metric's task, direction, unit and version without importing the metric
+modules (numpy, scipy, torch) when the id is built in: the table in :mod:`fusebench.metrics.catalog`,
+which every built-in ``register`` call is checked against.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fusebench.registry import Registry, UnknownNameError
+from fusebench.metrics.catalog import CATALOG
+from fusebench.registry import Registry, UnknownNameError, closest
 
 
 def _describe(m: Any) -> dict[str, Any]:
@@ -64,11 +69,45 @@ def register(id: str, *, higher_is_better: bool, task: str, description: str = "
     """Decorator: register ``fn`` as metric ``id`` (``unit``: "fraction" or "raw"; see the module doc)."""
 
     def deco(fn: Callable[..., float]) -> Callable[..., float]:
-        METRICS.add(id, Metric(id, fn, higher_is_better, task, description or (fn.__doc__ or "").strip(), unit,
-                               version))
+        metric = Metric(id, fn, higher_is_better, task, description or (fn.__doc__ or "").strip(), unit, version)
+        if getattr(fn, "__module__", None) in METRICS.modules:
+            _check_catalog(metric)
+        METRICS.add(id, metric)
         return fn
 
     return deco
+
+
+def _check_catalog(metric: Metric) -> None:
+    """A built-in registration must match its entry in :data:`fusebench.metrics.catalog.CATALOG`."""
+    declared = CATALOG.get(metric.id)
+    if declared is None:
+        raise ValueError(f"built-in metric {metric.id!r} ({metric.fn.__module__}) is not declared in "
+                         f"fusebench/metrics/catalog.py; add it there (task, direction, unit, version)")
+    stated = (metric.task, metric.higher_is_better, metric.unit, metric.version)
+    if tuple(declared) != stated:
+        raise ValueError(f"built-in metric {metric.id!r}: register(...) in {metric.fn.__module__} says "
+                         f"(task, higher_is_better, unit, version) = {stated} but fusebench/metrics/catalog.py "
+                         f"says {tuple(declared)}; change both")
+
+
+def metadata(id: str) -> dict[str, str]:
+    """``{"task", "direction", "unit", "version"}`` of metric ``id``. A built-in id is answered from
+    :mod:`fusebench.metrics.catalog` without importing any metric module; an id registered in this
+    process or named by a plugin entry point through the registry (which imports it). Raises
+    :class:`UnknownNameError` (a KeyError) for an id that is not a metric."""
+    if not isinstance(id, str):
+        raise TypeError(f"metric id must be a string, got {type(id).__name__}")
+    key = id.lower()
+    declared = CATALOG.get(key)
+    if declared is not None:
+        return {"task": declared.task, "direction": declared.direction, "unit": declared.unit,
+                "version": declared.version}
+    if not METRICS.registered(key):  # not built in, not registered at run time, not a plugin
+        hint = closest(key, sorted(CATALOG))
+        raise UnknownNameError(f"unknown metric {id!r}." + (f" Did you mean {hint!r}?" if hint else ""))
+    m = get(key)
+    return {"task": m.task, "direction": m.direction, "unit": m.unit, "version": m.version}
 
 
 def available(pattern: str | None = None) -> list[str]:
@@ -79,4 +118,4 @@ def get(id: str) -> Metric:
     return METRICS.get(id)
 
 
-__all__ = ["METRICS", "UNITS", "Metric", "UnknownNameError", "available", "get", "register"]
+__all__ = ["CATALOG", "METRICS", "UNITS", "Metric", "UnknownNameError", "available", "get", "metadata", "register"]

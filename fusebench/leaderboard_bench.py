@@ -1,0 +1,193 @@
+"""``fusebench bench leaderboard``: how long regenerating the committed leaderboards takes.
+
+Copies the committed board folder (``--boards``, default ``leaderboards``: its markdown, the
+``reported.yaml``, the study boards and their plots, but **not** the ``*-curves.png`` plots) into a
+temporary folder, then times three ``fusebench leaderboard`` commands there, each a fresh process
+(interpreter start and imports included, as a user runs it), reading the runs in place (``--runs``,
+default ``<boards>/runs``; nothing is written there):
+
+1. **cold**: every curves plot is drawn (none is in the copy);
+2. **warm**: the same command again on unchanged runs: every plot's input hash matches, so no PNG
+   is redrawn or rewritten; only the markdown is regenerated (best and median of ``--repeat`` runs);
+3. **markdown only**: ``--no-plots`` into a second copy (no plot looked at, none written; these
+   boards have no "Training curves" section), best and median of ``--repeat`` runs.
+
+It also checks what it times: the warm markdown must be byte-identical to the cold one and to the
+committed boards, and the PNGs must keep their inode and mtime; the exit status is 1 otherwise.
+``--source DIR`` times another checkout instead (``DIR`` first on the commands' ``PYTHONPATH``,
+e.g. ``git archive <commit> | tar -x -C DIR`` to compare with an earlier commit). See
+docs/leaderboards.md for the numbers.
+
+Example::
+
+    fusebench bench leaderboard
+    fusebench bench leaderboard --repeat 5 --skip-cold
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _copy_boards(boards: Path, runs: Path, dest: Path) -> None:
+    """The files of ``boards`` (top level only) but what ``fusebench leaderboard --runs runs`` writes:
+    the index, the board of every benchmark folder under ``runs`` and the curves plots. What stays
+    is what the command reads there: ``reported.yaml`` and the study boards (``*-kviews.md``) that
+    the boards link."""
+    regenerated = {"README.md"} | {f"{d.name}.md" for d in runs.iterdir() if d.is_dir()}
+    dest.mkdir(parents=True)
+    for path in sorted(boards.iterdir()):
+        if path.is_file() and not path.name.endswith("-curves.png") and path.name not in regenerated:
+            shutil.copy2(path, dest / path.name)
+
+
+def _count_runs(runs: Path) -> int:
+    """run.json files the leaderboard reads (hidden folders, e.g. ``.selection/``, are not read)."""
+    n = 0
+    for _, dirs, files in os.walk(runs):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        n += "run.json" in files
+    return n
+
+
+def _pngs(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """name -> (inode, mtime_ns, size) of every PNG in ``folder``."""
+    out = {}
+    for p in sorted(folder.glob("*.png")):
+        st = p.stat()
+        out[p.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return out
+
+
+def _markdown(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.md"))}
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path | None) -> float:
+    """Wall time of ``cmd`` (seconds); raises with its stderr when it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stderr}")
+    return wall
+
+
+def _machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = "; load average %.2f %.2f %.2f" % os.getloadavg()
+    return f"{model}; {os.cpu_count()} logical cores; Python {platform.python_version()}{load}"
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="fusebench bench leaderboard", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--boards", default="leaderboards", help="the committed board folder (copied, never written)")
+    p.add_argument("--runs", default=None, help="run records (default: <boards>/runs; read only)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs of the warm and markdown-only commands")
+    p.add_argument("--skip-cold", action="store_true",
+                   help="copy the committed plots instead of drawing them (no cold timing; ~30 s faster)")
+    p.add_argument("--source", default=None,
+                   help="time the fusebench of this checkout (put first on PYTHONPATH of the timed commands)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder and print where it is")
+    ns = p.parse_args(argv)
+    boards = Path(ns.boards)
+    runs = Path(ns.runs) if ns.runs else boards / "runs"
+    if not boards.is_dir() or not runs.is_dir():
+        print(f"fusebench bench leaderboard: {boards} or {runs} is not a folder", file=sys.stderr)
+        return 2
+    if ns.repeat < 1:
+        print("fusebench bench leaderboard: --repeat must be >= 1", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    if ns.source:  # its commands run in the temporary folder, so the current folder does not shadow it
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(ns.source).resolve())] + (
+            [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    tmp = Path(tempfile.mkdtemp(prefix="fusebench-bench-leaderboard-"))
+    cwd = tmp if ns.source else None
+    failures: list[str] = []
+    try:
+        out, out_md = tmp / "boards", tmp / "boards-no-plots"
+        _copy_boards(boards, runs, out)
+        _copy_boards(boards, runs, out_md)
+        base = [sys.executable, "-m", "fusebench", "leaderboard", "--runs", str(runs.resolve())]
+        cmd = base + ["--out", str(out)]
+        rows: list[tuple[str, str, str]] = []
+        if ns.skip_cold:
+            for png in sorted(boards.glob("*-curves.png")):
+                shutil.copy2(png, out / png.name)
+            rows.append(("cold (every plot drawn)", "skipped", "committed plots copied"))
+        else:
+            cold = _run(cmd, env, cwd)
+            drawn = len(list(out.glob("*-curves.png")))
+            rows.append(("cold (every plot drawn)", f"{cold:.2f}", f"{drawn} plots drawn"))
+        first_md = None if ns.skip_cold else _markdown(out)
+        first_png = _pngs(out)
+        warm = []
+        for _ in range(ns.repeat):
+            warm.append(_run(cmd, env, cwd))
+            if first_md is not None and _markdown(out) != first_md:
+                failures.append("the warm run's markdown differs from the cold run's")
+            changed = sorted(n for n, v in _pngs(out).items() if first_png.get(n) != v)
+            if changed:
+                failures.append(f"the warm run rewrote {len(changed)} PNG(s): {', '.join(changed)}")
+        rows.append(("warm (unchanged runs)", f"{min(warm):.2f} (median {statistics.median(warm):.2f})",
+                     "0 plots redrawn, PNG inode and mtime unchanged" if not any("PNG" in f for f in failures)
+                     else "PNGs rewritten"))
+        pngs_before = _pngs(out_md)
+        md_only = [_run(base + ["--out", str(out_md), "--no-plots"], env, cwd) for _ in range(ns.repeat)]
+        written_png = sorted(n for n, v in _pngs(out_md).items() if pngs_before.get(n) != v)
+        if written_png:
+            failures.append(f"--no-plots wrote PNG(s): {', '.join(written_png)}")
+        rows.append(("markdown only (--no-plots)", f"{min(md_only):.2f} (median {statistics.median(md_only):.2f})",
+                     "no PNG written"))
+        committed = _markdown(boards)
+        differ = sorted(n for n, text in _markdown(out).items() if committed.get(n) != text)
+        differ += sorted(n for n in committed if not (out / n).exists())
+        if differ:
+            failures.append(f"regenerated markdown differs from the committed boards: {', '.join(differ)}")
+        print(f"fusebench bench leaderboard: {_count_runs(runs)} run.json files read from {runs}, "
+              f"{len(_markdown(out))} markdown files in the output")
+        where = subprocess.run([sys.executable, "-c", "import fusebench.leaderboard as m; print(m.__file__)"],
+                               env=env, cwd=cwd, capture_output=True, text=True).stdout.strip()
+        print(f"timed: {where or '?'}")
+        print(f"machine: {_machine()}")
+        print(f"repeat: {ns.repeat} (wall time of a fresh `fusebench leaderboard` process, seconds)")
+        print()
+        print("| phase | wall time (s) | plots |")
+        print("|---|---|---|")
+        for phase, wall, note in rows:
+            print(f"| {phase} | {wall} | {note} |")
+        print()
+        print("markdown identical to the committed boards: " + ("yes" if not differ else f"NO ({', '.join(differ)})"))
+        for f in failures:
+            print(f"FAILED: {f}", file=sys.stderr)
+        if ns.keep:
+            print(f"kept: {tmp}")
+        return 1 if failures else 0
+    finally:
+        if not ns.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,71 @@
+"""What every built-in metric is, without its code: task, direction, unit and version per id.
+
+Importing this module imports nothing else (no numpy, scipy or torch), so the leaderboard reads the
+units and directions of its columns from here (:func:`fusebench.metrics.metadata`) without loading
+the metric functions. The metric modules still state the same metadata in their ``register(...)``
+calls; ``register`` checks every built-in registration against this table when the module is
+imported (an id missing here or a different field is an error), and ``tests/test_metrics.py`` checks
+that the table lists no id the built-in modules do not register. So adding a built-in metric, or
+bumping a version, means editing both places; a plugin metric (entry point ``fusebench.metrics``) is
+never listed here.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Declared(NamedTuple):
+    """Metadata of one built-in metric (the fields of :class:`fusebench.metrics.Metric` but the function)."""
+
+    task: str
+    higher_is_better: bool
+    unit: str  # "fraction" | "raw"
+    version: str
+
+    @property
+    def direction(self) -> str:
+        return "higher" if self.higher_is_better else "lower"
+
+
+#: the SUN RGB-D classes in label order (``fusebench.datasets.sunrgbd.classes.CLASSES``, which imports
+#: the dataset package; the detection module registers one AP per class and the check above compares)
+SUNRGBD_CLASSES = ("bed", "table", "sofa", "chair", "toilet", "desk", "dresser", "night_stand", "bookshelf", "bathtub")
+#: the sleep stages of ``fusebench.metrics.sleep.STAGES`` (one F1 per stage)
+SLEEP_STAGES = ("w", "n1", "n2", "n3", "rem")
+
+
+def _table() -> dict[str, Declared]:
+    frac = "fraction"
+    out: dict[str, Declared] = {}
+    # segmentation.py
+    for m in ("miou", "miou_nanmean", "pixel_acc"):
+        out[m] = Declared("segmentation", True, frac, "1")
+    # sentiment.py
+    out["mae"] = Declared("regression", False, "raw", "1")
+    out["corr"] = Declared("regression", True, "raw", "1")
+    for m in ("acc7", "acc5", "acc2_has0", "f1_has0", "acc2_non0", "f1_non0", "acc2_nonpos",
+              "sims_acc2", "sims_acc3", "sims_acc5", "sims_f1"):
+        out[m] = Declared("regression", True, frac, "1")
+    out["sims_mae"] = Declared("regression", False, "raw", "1")
+    out["sims_corr"] = Declared("regression", True, "raw", "1")
+    # sleep.py
+    for m in ("acc", "bacc", "mf1") + tuple(f"f1_{s}" for s in SLEEP_STAGES):
+        out[m] = Declared("classification", True, frac, "1")
+    out["kappa"] = Declared("classification", True, "raw", "1")
+    # detection.py
+    for tag in ("0.25", "0.50"):
+        out[f"map_{tag}"] = Declared("detection", True, frac, "1")
+        out[f"mar_{tag}"] = Declared("detection", True, frac, "1")
+        for c in SUNRGBD_CLASSES:
+            out[f"ap_{tag}_{c}"] = Declared("detection", True, frac, "1")
+    # clustering.py
+    for m in ("cluster_acc", "nmi", "ari"):
+        out[m] = Declared("clustering", True, frac, "1")
+    return dict(sorted(out.items()))
+
+
+#: id -> metadata of every metric the built-in modules register
+CATALOG: dict[str, Declared] = _table()
+
+__all__ = ["CATALOG", "Declared", "SLEEP_STAGES", "SUNRGBD_CLASSES"]
