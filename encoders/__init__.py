@@ -1,8 +1,9 @@
-"""Per-modality encoders and task heads (``fusebench.encoders``).
+"""Per-modality encoders (``fusebench.encoders``): backbones, with the task heads some of them offer.
 
-``build(name, **cfg)`` returns an ``nn.Module``; ``available()`` lists the ids. Built-in modules
-are imported on the first lookup; third-party encoders register through the entry-point group
-``fusebench.encoders``.
+``build(name, **cfg)`` returns a :class:`fusebench.encoders.base.Backbone`; ``available()`` lists the
+ids. The downstream head is built on it by the dataset's task (:mod:`fusebench.tasks`). Built-in
+modules are imported on the first lookup; third-party encoders register through the entry-point
+group ``fusebench.encoders``.
 """
 
 from __future__ import annotations

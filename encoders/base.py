@@ -1,12 +1,28 @@
-"""The small interface every multimodal model in ``fusebench.encoders`` follows.
+"""The two interfaces of ``fusebench.encoders``: a :class:`Backbone` (what an encoder is) and a
+:class:`MultimodalModel` (a backbone with a task head: what the downstream phase trains).
 
-A model built by ``fusebench.encoders.build(name, **cfg)`` consumes the collated batch of
+A backbone built by ``fusebench.encoders.build(name, **cfg)`` consumes the collated batch of
 :mod:`fusebench.datasets.collate` and offers:
 
 * ``modalities: list[str]`` — the modalities it encodes, in view order;
 * ``num_features: int`` — width of each per-modality pooled embedding;
 * ``embed(batch) -> Tensor[k, n, num_features]`` — one pooled embedding per modality: the views fed
   (through a projection head owned by the trainer) to the pretraining objectives;
+* ``features(batch)`` — what a task head reads (``backbone(batch)`` returns it); by default the pooled
+  embeddings, richer where a head needs more (ESANet: the normalised inputs and the branches it runs
+  stage by stage; PointNet++ / VoteNet: seed points and seed features);
+* ``task_head(task) -> nn.Module | None`` — optional: an encoder-specific head for ``task`` (a
+  :class:`fusebench.tasks.Task`; ``task.id`` is the task family), e.g. ESANet's decoder for
+  segmentation or VoteNet's voting and proposal module for detection. ``None`` (the default) lets the
+  task build its own head (a linear layer on the concatenated embeddings for classification and
+  regression).
+
+A head is an ``nn.Module`` called as ``head(features, batch)``; the task owns its loss and the form of
+its predictions (:mod:`fusebench.tasks`; a head may define ``loss`` / ``predict`` itself, as VoteNet's
+does). :class:`fusebench.training.model.TaskModel` puts a backbone and its task head together as a
+:class:`MultimodalModel`:
+
+* ``embed(batch)`` — the backbone's pooled embeddings;
 * ``forward(batch) -> output`` — the task head's output (segmentation logits ``[n, C, H, W]``,
   detection end points dict, regression ``[n]``, classification logits ``[n, C]``);
 * ``task_loss(output, batch) -> Tensor`` — the supervised loss of the downstream task;
@@ -17,13 +33,46 @@ A model built by ``fusebench.encoders.build(name, **cfg)`` consumes the collated
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import torch
 from torch import Tensor, nn
 
 
+class Backbone(nn.Module):
+    """Base class of every encoder (see the module docstring)."""
+
+    modalities: list[str]
+    num_features: int
+    #: the task family of the encoder's own head and of its ``example_batch`` (benches, tests); None: no head
+    default_task: ClassVar[str | None] = None
+
+    def embed(self, batch: dict[str, Any]) -> Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def features(self, batch: dict[str, Any]) -> Any:
+        """What a task head reads; by default the pooled embeddings ``[k, n, num_features]``."""
+        return self.embed(batch)
+
+    def forward(self, batch: dict[str, Any]) -> Any:
+        return self.features(batch)
+
+    def task_head(self, task: Any) -> nn.Module | None:
+        """An encoder-specific head for ``task`` (None: the task builds its default head)."""
+        return None
+
+    # a backbone alone is all encoder: nothing to train in a linear probe
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        return iter(())
+
+    def encoder_parameters(self) -> Iterator[nn.Parameter]:
+        return self.parameters()
+
+
 class MultimodalModel(nn.Module):
+    """A backbone with a task head (:class:`fusebench.training.model.TaskModel`): the interface the
+    runner's downstream phase uses."""
+
     modalities: list[str]
     num_features: int
 
@@ -48,4 +97,4 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["MultimodalModel", "count_parameters", "torch"]
+__all__ = ["Backbone", "MultimodalModel", "count_parameters", "torch"]

@@ -8,7 +8,9 @@ which each encoder class declares through two classmethods (the convention every
   batch (layout of :mod:`fusebench.datasets.collate`) at the benchmark input size, with a target
   for ``task_loss``.
 
-One step is ``loss = model.task_loss(model(batch), batch); loss.backward()`` in training mode. Each
+One step is ``loss = model.task_loss(model(batch), batch); loss.backward()`` in training mode, for
+the backbone with the head of its ``default_task`` (:func:`fusebench.training.model.for_backbone`; a
+backbone without one, ``pointnet2``, is timed on ``embed(batch).sum().backward()``). Each
 encoder runs in a fresh subprocess (``python -m fusebench.encoders.bench --worker NAME``) so that
 memory figures are not polluted by the others: on CPU, *peak RSS* is the process's maximum resident
 set size (``getrusage``) after the timed steps and *Δ RSS* its increase over the resident size just
@@ -78,19 +80,22 @@ def run_one(name: str, batch_size: int | None, warmup: int, repeats: int, device
     if not hasattr(cls, "benchmark_config") or not hasattr(cls, "example_batch"):
         return {"encoder": name, "error": "no benchmark_config()/example_batch() classmethods"}
     cfg = cls.benchmark_config()
-    model = cls(**cfg).to(device).train()
+    backbone = cls(**cfg)
+    headless = getattr(cls, "default_task", None) is None  # no task head (pointnet2): time its embeddings
+    if headless:
+        model = backbone.to(device).train()
+    else:  # the backbone with its own task's head, as the runner builds it
+        from fusebench.training.model import for_backbone
+
+        model = for_backbone(backbone).to(device).train()
     kwargs: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     batch = cls.example_batch(cfg, seed=0, **kwargs)
     batch = _to_device(batch, device)
     inputs = ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in batch["modalities"].items())
     cuda = device.startswith("cuda")
 
-    from fusebench.encoders.base import MultimodalModel
-
-    headless = getattr(cls, "task_loss", None) is MultimodalModel.task_loss or getattr(cls, "HEADLESS", False)
-
     def step() -> None:
-        if headless:  # an encoder without a task head (pointnet2): time its embeddings
+        if headless:
             model.embed(batch).sum().backward()
         else:
             out = model(batch)

@@ -18,29 +18,30 @@ Neuroscience 2021). The per-time-step readout is averaged over time into one emb
 One encoder is shared by all EEG channels: each channel is a modality / view (the M3G paper,
 Sec. 4.3: "a single common network"), so ``embed`` returns ``[k, n, 64]`` for k channels.
 
-Downstream probe (M3G Appendix A, "Linear Evaluation of the EEG dataset"): "a linear layer is used
+Downstream probe (M3G Appendix A, "Linear Evaluation of the EEG dataset"), the encoder's head for
+the classification task (:class:`ChannelProbeHead`, built by ``task_head``): "a linear layer is used
 to combine all channel representations" (``combine: Linear(k * 64, 64)`` on the concatenated channel
 embeddings), then "a linear classifier" (``classifier: Linear(64, num_classes)``, 5 sleep stages);
 both are trained from scratch. Their composition is one affine map of the concatenation. A channel
-absent from a sample (``batch["present"]``) contributes a zero embedding.
+absent from a sample (``batch["present"]``) contributes a zero embedding. The loss (cross entropy)
+and the predictions (argmax) are the classification task's (:mod:`fusebench.tasks`).
 
 Shape:
     batch["modalities"][channel]: ``[n, 1, T]`` (or ``[n, T]``) float
-    embed(batch): ``[k, n, out_dim]``;  forward(batch): logits ``[n, num_classes]``
-    batch["target"]: ``[n]`` long class ids;  predict: ``[n]`` long
+    embed(batch) = features(batch): ``[k, n, out_dim]``;  head(features): logits ``[n, num_classes]``
+    batch["target"]: ``[n]`` long class ids;  predictions: ``[n]`` long
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
 from fusebench.encoders import ENCODERS
-from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.base import Backbone
 from fusebench.encoders.heads import get_modality, parse_modalities, presence
 
 #: Sleep-EDF / PhysioNet 2018 EEG-style channel names used when ``modalities`` is not given
@@ -87,17 +88,33 @@ class EEGConvBackbone(nn.Module):
         return self.readout(self.blocks(x))
 
 
+class ChannelProbeHead(nn.Module):
+    """The M3G paper's EEG probe: ``classifier(combine(concat_k z_k))``; ``[k, n, f] -> [n, num_classes]``."""
+
+    def __init__(self, num_channels: int, num_features: int, num_classes: int) -> None:
+        super().__init__()
+        self.combine = nn.Linear(num_channels * num_features, num_features)
+        self.classifier = nn.Linear(num_features, num_classes)
+
+    def forward(self, z: Tensor, batch: Any = None) -> Tensor:
+        joint = self.combine(rearrange(z, "k n d -> n (k d)"))
+        return self.classifier(joint)
+
+
 @ENCODERS.register("eeg_conv")
-class EEGConvEncoder(MultimodalModel):
-    """Channel-shared 1D conv encoder + linear multi-channel probe (see module docstring).
+class EEGConvEncoder(Backbone):
+    """Channel-shared 1D conv encoder; its classification head is the linear multi-channel probe
+    (see module docstring).
 
     Args:
         modalities: EEG channel names (each ``[n, 1, T]``), or a dict name -> 1.
         size: ``"default"`` (256 channels, 64 out, as in the paper) or ``"tiny"`` (tests).
-        num_classes: classes of the probe (5 sleep stages).
+        num_classes: classes of the probe (5 sleep stages) where the dataset does not say.
         dropout: dropout probability inside the conv blocks.
         channels, out_dim: override the size's widths.
     """
+
+    default_task = "classification"
 
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "default",
                  num_classes: int = 5, dropout: float = 0.1, channels: int | None = None,
@@ -128,9 +145,12 @@ class EEGConvEncoder(MultimodalModel):
         self.num_classes = num_classes
         self.config = dict(modalities=self.modalities, size=size, num_classes=num_classes, dropout=dropout, **cfg)
         self.encoder = EEGConvBackbone(cfg["channels"], cfg["out_dim"], cfg["kernels"], cfg["strides"], dropout)
-        k = len(self.modalities)
-        self.combine = nn.Linear(k * self.num_features, self.num_features)
-        self.classifier = nn.Linear(self.num_features, num_classes)
+
+    def task_head(self, task: Any) -> nn.Module | None:
+        """Classification: the paper's probe (:class:`ChannelProbeHead`); other tasks: their default."""
+        if task.id != "classification":
+            return None
+        return ChannelProbeHead(len(self.modalities), self.num_features, task.classes(self))
 
     # -- inputs ---------------------------------------------------------------------------------
     def _signals(self, batch: Mapping[str, Any]) -> Tensor:
@@ -158,25 +178,6 @@ class EEGConvEncoder(MultimodalModel):
         present = presence(batch, self.modalities, n, z.device)
         return torch.where(present[..., None], z, torch.zeros_like(z))
 
-    def forward(self, batch: Mapping[str, Any]) -> Tensor:
-        z = self.embed(batch)
-        joint = self.combine(rearrange(z, "k n d -> n (k d)"))
-        return self.classifier(joint)
-
-    def task_loss(self, output: Tensor, batch: Mapping[str, Any]) -> Tensor:
-        target = torch.as_tensor(batch["target"], device=output.device)
-        if target.dim() != 1 or target.shape[0] != output.shape[0]:
-            raise ValueError(f"eeg_conv: target must be [n] class ids, got shape {tuple(target.shape)} "
-                             f"for {output.shape[0]} samples")
-        return F.cross_entropy(output, target.long())
-
-    def predict(self, output: Tensor, batch: Mapping[str, Any] | None = None) -> Tensor:
-        return output.argmax(dim=-1)
-
-    def head_parameters(self) -> Iterator[nn.Parameter]:
-        yield from self.combine.parameters()
-        yield from self.classifier.parameters()
-
     # -- benchmark convention -------------------------------------------------------------------
     @classmethod
     def benchmark_config(cls) -> dict[str, Any]:
@@ -197,4 +198,4 @@ class EEGConvEncoder(MultimodalModel):
                 "extra_targets": {}, "meta": [{} for _ in range(batch_size)]}
 
 
-__all__ = ["ConvBlock1d", "EEGConvBackbone", "EEGConvEncoder", "SIZES"]
+__all__ = ["ChannelProbeHead", "ConvBlock1d", "EEGConvBackbone", "EEGConvEncoder", "SIZES"]

@@ -30,7 +30,12 @@ code: https://github.com/TUI-NICR/ESANet), Sec. III and Fig. 2:
 
 **Embeddings for pretraining.** ``embed`` runs each branch's encoder *alone* (no cross-branch fusion)
 and global-average-pools its last stage, so view ``l`` depends on modality ``l`` only; the fusion,
-context module and decoder belong to the segmentation head.
+context module and decoder belong to the segmentation head (:class:`ESANetSegmentationHead`, the
+encoder's head for the segmentation task, built by ``task_head``). The head reads ``features(batch)``
+(:class:`BranchInputs`: the normalised inputs, the presence mask and the branch encoders) and runs the
+branches stage by stage, adding the SE-weighted branches into the main one after each stage. The loss
+(cross entropy, ``ignore_index=-1``, logits upsampled to the target's resolution) and the predicted
+label maps are the segmentation task's (:mod:`fusebench.tasks`).
 
 **Inputs** (the datasets' layout): ``rgb`` ``[n, 3, H, W]`` in [0, 1], normalised inside the model with
 the ImageNet mean/std; ``depth`` ``[n, 1, H, W]`` in metres, normalised with ESANet's NYUv2 depth
@@ -46,23 +51,24 @@ different number of input channels than the file (depth: 1), the stem weights ar
 input channels, as ESANet does. Missing, unexpected or mis-shaped keys raise ``ValueError``.
 
 Shape:
-    batch["modalities"][m]: ``[n, C_m, H, W]``;  forward(batch): logits ``[n, num_classes, H, W]``
+    batch["modalities"][m]: ``[n, C_m, H, W]``;  head(features, batch): logits ``[n, num_classes, H, W]``
     embed(batch): ``[k, n, widths[-1]]`` (512 for ResNet-18/34)
-    batch["target"]: ``[n, H', W']`` long, -1 = void;  predict: ``[n, H', W']`` long
+    batch["target"]: ``[n, H', W']`` long, -1 = void;  predictions: ``[n, H', W']`` long
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fusebench.encoders import ENCODERS
-from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.base import Backbone
 from fusebench.encoders.heads import get_modality, parse_modalities, presence
 
 DEFAULT_CHANNELS = {"rgb": 3, "depth": 1, "normal": 3}
@@ -214,19 +220,70 @@ class DecoderModule(nn.Module):
         return x + skip
 
 
+@dataclass
+class BranchInputs:
+    """What ESANet's segmentation head reads: the normalised inputs ``xs`` (one ``[n, C_m, H, W]`` per
+    branch), ``present [k, n]`` and the branch encoders (run stage by stage by the head)."""
+
+    xs: list[Tensor]
+    present: Tensor
+    branches: list[ResNetNBt1D]
+
+
+class ESANetSegmentationHead(nn.Module):
+    """ESANet's fusion, context module and decoder (module docstring): ``BranchInputs`` -> logits
+    ``[n, num_classes, H, W]`` at the input resolution."""
+
+    def __init__(self, num_branches: int, widths: Sequence[int], decoder_channels: Sequence[int],
+                 decoder_blocks: Sequence[int], num_classes: int, context_bins: Sequence[int] = (1, 5)) -> None:
+        super().__init__()
+        k, dec = num_branches, decoder_channels
+        self.fusions = nn.ModuleList(SEFusion(w, k) for w in (widths[0], *widths))  # stem + 4 stages
+        self.context = PyramidPooling(widths[3], dec[0], context_bins)
+        self.skips = nn.ModuleList([conv_bn_relu(widths[2], dec[0], 1), conv_bn_relu(widths[1], dec[1], 1),
+                                    conv_bn_relu(widths[0], dec[2], 1)])
+        self.decoders = nn.ModuleList([DecoderModule(dec[0], dec[0], decoder_blocks[0]),
+                                       DecoderModule(dec[0], dec[1], decoder_blocks[1]),
+                                       DecoderModule(dec[1], dec[2], decoder_blocks[2])])
+        self.conv_out = nn.Conv2d(dec[2], num_classes, 3, padding=1)
+        self.upsample_out = nn.Sequential(LearnedUpsample(num_classes), LearnedUpsample(num_classes))
+
+    def forward(self, inputs: BranchInputs, batch: Any = None) -> Tensor:
+        xs, present, encs = inputs.xs, inputs.present, inputs.branches
+        size = xs[0].shape[-2:]
+        feats = [enc.stem(x) for enc, x in zip(encs, xs)]
+        feats[0] = self.fusions[0](feats, present)
+        feats = [F.max_pool2d(f, 3, stride=2, padding=1) for f in feats]
+        skips = []
+        for i in range(1, 5):
+            feats = [enc.stage(i, f) for enc, f in zip(encs, feats)]
+            feats[0] = self.fusions[i](feats, present)
+            skips.append(feats[0])
+        out = self.context(skips[3])
+        for decoder, skip_conv, skip in zip(self.decoders, self.skips, (skips[2], skips[1], skips[0])):
+            out = decoder(out, skip_conv(skip))
+        out = self.upsample_out(self.conv_out(out))
+        if out.shape[-2:] != size:
+            out = F.interpolate(out, size=size, mode="bilinear", align_corners=False)
+        return out
+
+
 @ENCODERS.register("esanet")
-class ESANet(MultimodalModel):
-    """ESANet (see module docstring).
+class ESANet(Backbone):
+    """ESANet's branch encoders; its segmentation head is ESANet's fusion, context module and decoder
+    (see module docstring).
 
     Args:
         modalities: branch names (channels from ``rgb: 3, depth: 1, normal: 3``) or a dict name ->
             channels; the first is the main branch the fusion adds into.
         size: ``"resnet34"`` (default, the paper's best), ``"resnet18"`` or ``"tiny"`` (tests).
-        num_classes: segmentation classes (40 for NYUv2).
+        num_classes: segmentation classes (40 for NYUv2) where the dataset does not say.
         weights: path of an ImageNet ``state_dict`` for the branch encoders (see module docstring).
         normalize: apply the per-modality input normalisation of ``INPUT_STATS``.
         context_bins: pyramid-pooling bins.
     """
+
+    default_task = "segmentation"
 
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "resnet34",
                  num_classes: int = 40, weights: str | os.PathLike | None = None, normalize: bool = True,
@@ -239,24 +296,14 @@ class ESANet(MultimodalModel):
         chans = parse_modalities("esanet", ["rgb", "depth"] if modalities is None else modalities,
                                  DEFAULT_CHANNELS)
         cfg = SIZES[size]
-        widths, dec = cfg["widths"], cfg["decoder_channels"]
+        widths = cfg["widths"]
         self.modalities = list(chans)
         self.channels = chans
         self.num_features = int(widths[-1])
         self.num_classes = num_classes
         self.config = dict(modalities=chans, size=size, num_classes=num_classes, normalize=normalize,
                            context_bins=tuple(context_bins), weights=None if weights is None else str(weights))
-        k = len(chans)
         self.encoders = nn.ModuleDict({m: ResNetNBt1D(c, widths, cfg["blocks"]) for m, c in chans.items()})
-        self.fusions = nn.ModuleList(SEFusion(w, k) for w in (widths[0], *widths))  # stem + 4 stages
-        self.context = PyramidPooling(widths[3], dec[0], context_bins)
-        self.skips = nn.ModuleList([conv_bn_relu(widths[2], dec[0], 1), conv_bn_relu(widths[1], dec[1], 1),
-                                    conv_bn_relu(widths[0], dec[2], 1)])
-        self.decoders = nn.ModuleList([DecoderModule(dec[0], dec[0], cfg["decoder_blocks"][0]),
-                                       DecoderModule(dec[0], dec[1], cfg["decoder_blocks"][1]),
-                                       DecoderModule(dec[1], dec[2], cfg["decoder_blocks"][2])])
-        self.conv_out = nn.Conv2d(dec[2], num_classes, 3, padding=1)
-        self.upsample_out = nn.Sequential(LearnedUpsample(num_classes), LearnedUpsample(num_classes))
         for m, c in chans.items():
             mean, std = INPUT_STATS.get(m, ((0.0,) * c, (1.0,) * c))
             if not normalize or len(mean) != c:
@@ -265,6 +312,14 @@ class ESANet(MultimodalModel):
             self.register_buffer(f"std_{m}", torch.tensor(std).view(1, c, 1, 1), persistent=False)
         if weights is not None:
             self.load_imagenet(weights)
+
+    def task_head(self, task: Any) -> nn.Module | None:
+        """Segmentation: ESANet's fusion, context module and decoder (:class:`ESANetSegmentationHead`)."""
+        if task.id != "segmentation":
+            return None
+        cfg = SIZES[self.config["size"]]
+        return ESANetSegmentationHead(len(self.modalities), cfg["widths"], cfg["decoder_channels"],
+                                      cfg["decoder_blocks"], task.classes(self), self.config["context_bins"])
 
     # -- weights --------------------------------------------------------------------------------
     def load_imagenet(self, path: str | os.PathLike) -> None:
@@ -332,45 +387,10 @@ class ESANet(MultimodalModel):
         z = torch.stack([enc(x).mean(dim=(-2, -1)) for enc, x in zip(self.encoders.values(), xs)])
         return torch.where(present[..., None], z, torch.zeros_like(z))
 
-    def forward(self, batch: Mapping[str, Any]) -> Tensor:
+    def features(self, batch: Mapping[str, Any]) -> BranchInputs:
+        """The normalised inputs, the presence mask and the branches: what the segmentation head runs."""
         xs, present = self._inputs(batch)
-        size = xs[0].shape[-2:]
-        encs = list(self.encoders.values())
-        feats = [enc.stem(x) for enc, x in zip(encs, xs)]
-        feats[0] = self.fusions[0](feats, present)
-        feats = [F.max_pool2d(f, 3, stride=2, padding=1) for f in feats]
-        skips = []
-        for i in range(1, 5):
-            feats = [enc.stage(i, f) for enc, f in zip(encs, feats)]
-            feats[0] = self.fusions[i](feats, present)
-            skips.append(feats[0])
-        out = self.context(skips[3])
-        for decoder, skip_conv, skip in zip(self.decoders, self.skips, (skips[2], skips[1], skips[0])):
-            out = decoder(out, skip_conv(skip))
-        out = self.upsample_out(self.conv_out(out))
-        if out.shape[-2:] != size:
-            out = F.interpolate(out, size=size, mode="bilinear", align_corners=False)
-        return out
-
-    def task_loss(self, output: Tensor, batch: Mapping[str, Any]) -> Tensor:
-        target = torch.as_tensor(batch["target"], device=output.device)
-        if target.dim() != 3 or target.shape[0] != output.shape[0]:
-            raise ValueError(f"esanet: target must be [n, H, W] label maps (-1 = void), got shape "
-                             f"{tuple(target.shape)} for logits {tuple(output.shape)}")
-        if output.shape[-2:] != target.shape[-2:]:
-            output = F.interpolate(output, size=target.shape[-2:], mode="bilinear", align_corners=False)
-        return F.cross_entropy(output, target.long(), ignore_index=-1)
-
-    def predict(self, output: Tensor, batch: Mapping[str, Any] | None = None) -> Tensor:
-        """Label maps ``[n, H', W']`` at the target's resolution when a target is given."""
-        if batch is not None and isinstance(batch.get("target"), Tensor) and batch["target"].dim() == 3 \
-                and output.shape[-2:] != batch["target"].shape[-2:]:
-            output = F.interpolate(output, size=batch["target"].shape[-2:], mode="bilinear", align_corners=False)
-        return output.argmax(dim=1)
-
-    def head_parameters(self) -> Iterator[nn.Parameter]:
-        for part in (self.fusions, self.context, self.skips, self.decoders, self.conv_out, self.upsample_out):
-            yield from part.parameters()
+        return BranchInputs(xs, present, list(self.encoders.values()))
 
     # -- benchmark convention -------------------------------------------------------------------
     @classmethod
@@ -401,5 +421,5 @@ class ESANet(MultimodalModel):
                 "extra_targets": {}, "meta": [{} for _ in range(batch_size)]}
 
 
-__all__ = ["ESANet", "LearnedUpsample", "NonBottleneck1D", "PyramidPooling", "ResNetNBt1D", "SEFusion",
-           "SqueezeExcitation", "SIZES"]
+__all__ = ["BranchInputs", "ESANet", "ESANetSegmentationHead", "LearnedUpsample", "NonBottleneck1D",
+           "PyramidPooling", "ResNetNBt1D", "SEFusion", "SqueezeExcitation", "SIZES"]

@@ -1,29 +1,33 @@
-"""``mlp``: one MLP per vector modality, and a linear classification head on their concatenation.
+"""``mlp``: one MLP per vector modality.
 
-The smallest model following :class:`fusebench.encoders.base.MultimodalModel`; used by the
-``quickstart`` benchmark (vector modalities). Each modality ``m`` with input ``[n, d_m]`` is encoded by
-Linear -> GELU -> Linear to ``num_features``.
+The smallest :class:`fusebench.encoders.base.Backbone`; used by the ``quickstart`` benchmark (vector
+modalities). Each modality ``m`` with input ``[n, d_m]`` is encoded by Linear -> GELU -> Linear to
+``num_features``. It declares no head: the classification task's default head (a linear layer on the
+concatenated embeddings, :class:`fusebench.tasks.ConcatLinearHead`) is its probe.
 
 Shape:
-    batch["modalities"][m]: [n, d_m];  embed(batch): [k, n, num_features];  forward(batch): [n, num_classes]
+    batch["modalities"][m]: [n, d_m];  embed(batch) = features(batch): [k, n, num_features]
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import torch
-import torch.nn.functional as F
-from einops import rearrange
 from torch import Tensor, nn
 
 from fusebench.encoders import ENCODERS
-from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.base import Backbone
 
 
 @ENCODERS.register("mlp")
-class MLPEncoder(MultimodalModel):
-    """Per-modality MLP encoders for vector features with a linear classifier head."""
+class MLPEncoder(Backbone):
+    """Per-modality MLP encoders for vector features.
+
+    ``num_classes``: the classes of the classification head a task builds on it where the dataset
+    does not say (tests, benches)."""
+
+    default_task = "classification"
 
     def __init__(self, modalities: dict[str, int], num_features: int = 32, hidden: int = 64, num_classes: int = 4) -> None:
         super().__init__()
@@ -35,7 +39,7 @@ class MLPEncoder(MultimodalModel):
             m: nn.Sequential(nn.Linear(int(d), hidden), nn.GELU(), nn.Linear(hidden, num_features))
             for m, d in modalities.items()
         })
-        self.head = nn.Linear(num_features * len(self.modalities), num_classes)
+        self.num_classes = int(num_classes)
 
     def embed(self, batch: dict[str, Any]) -> Tensor:
         """Per-modality embeddings [k, n, f]; a modality absent from a sample (``batch["present"]``) is 0."""
@@ -44,18 +48,6 @@ class MLPEncoder(MultimodalModel):
             idx = [batch["names"].index(m) for m in self.modalities]
             z = z * batch["present"][idx].unsqueeze(-1).to(z.dtype)
         return z
-
-    def forward(self, batch: dict[str, Any]) -> Tensor:
-        return self.head(rearrange(self.embed(batch), "k n f -> n (k f)"))
-
-    def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
-        return F.cross_entropy(output, batch["target"])
-
-    def predict(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
-        return output.argmax(dim=-1)
-
-    def head_parameters(self) -> Iterator[nn.Parameter]:
-        return self.head.parameters()
 
     @classmethod
     def benchmark_config(cls) -> dict[str, Any]:

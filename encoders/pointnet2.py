@@ -58,14 +58,14 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from fusebench.encoders import ENCODERS
-from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.base import Backbone
 
 # --------------------------------------------------------------------------------------------
 # sampling, grouping, interpolation
@@ -353,14 +353,13 @@ def modality_inputs(batch: dict[str, Any], modalities: Sequence[str]) -> tuple[T
 
 
 @ENCODERS.register("pointnet2")
-class PointNet2Encoder(MultimodalModel):
+class PointNet2Encoder(Backbone):
     """One PointNet++ branch per modality sharing the sampling/grouping geometry (module docstring).
 
-    ``forward(batch)`` -> ``{"seed_xyz": [B, S, 3], "seed_inds": [B, S], "seed_features": {m: [B, C, S]}}``.
-    It has no task head (``task_loss``/``predict`` raise); VoteNet adds one on top of it.
+    ``features(batch)`` (= ``forward``) -> ``{"seed_xyz": [B, S, 3], "seed_inds": [B, S],
+    "seed_features": {m: [B, C, S]}}``. It has no task head (``task_head`` raises); VoteNet adds one on
+    top of it.
     """
-
-    HEADLESS = True  # no task head: benches time embed(batch)
 
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"),
                  config: str | BackboneConfig = "votenet") -> None:
@@ -378,7 +377,7 @@ class PointNet2Encoder(MultimodalModel):
         })
         self.num_features = self.cfg.fp_mlps[-1][-1]
 
-    def forward(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def features(self, batch: dict[str, Any]) -> dict[str, Any]:
         xyz, feats = modality_inputs(batch, self.modalities)
         first = next(iter(self.branches.values()))
         plan = first.plan(xyz)  # the grouping geometry is computed once and shared
@@ -394,15 +393,8 @@ class PointNet2Encoder(MultimodalModel):
         seeds = self(batch)["seed_features"]
         return torch.stack([seeds[m].amax(dim=-1) for m in self.modalities])
 
-    def task_loss(self, output: Any, batch: dict[str, Any]) -> Tensor:
+    def task_head(self, task: Any) -> nn.Module | None:
         raise NotImplementedError("pointnet2 is an encoder without a task head; build 'votenet' for detection")
-
-    def predict(self, output: Any, batch: dict[str, Any]) -> Any:
-        raise NotImplementedError("pointnet2 is an encoder without a task head; build 'votenet' for detection")
-
-    def head_parameters(self) -> Iterator[nn.Parameter]:
-        """No task head: nothing (every parameter is an encoder parameter; VoteNet adds the head)."""
-        return iter(())
 
     @classmethod
     def benchmark_config(cls) -> dict[str, Any]:

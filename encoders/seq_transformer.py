@@ -12,7 +12,8 @@ NeurIPS 2017, arXiv:1706.03762, https://arxiv.org/abs/1706.03762, Sec. 3.1)::
     h_m = TransformerEncoder(Linear(x_m) * sqrt(d) + PE)        with src_key_padding_mask = ~mask_m
     e_m = sum_t mask_m[t] h_m[t] / sum_t mask_m[t]                (masked mean pooling)
 
-and the late-fusion regression head (MMSA's LF-DNN style late fusion)::
+and, as the encoder's head for the regression task (:class:`LateFusionHead`, built by ``task_head``),
+the late-fusion regression head (MMSA's LF-DNN style late fusion)::
 
     y = MLP(concat_m e_m)          fusion="concat" (absent modalities contribute zeros), or
     y = MLP(mean_{m present} e_m)  fusion="mean"   (absent modalities are left out of the mean)
@@ -23,26 +24,27 @@ whose modality is absent (``batch["present"]``) gets a zero embedding ``e_m = 0`
 from fusion. Fully padded rows attend to their (zero) inputs internally so no NaN is produced, and
 their embedding is then replaced by zeros.
 
-Loss: L1 between the prediction and the sentiment score (MMSA's default for regression).
+Loss: L1 between the prediction and the sentiment score (MMSA's default for regression), the
+regression task's (:mod:`fusebench.tasks`).
 
 Shape:
     batch["modalities"][m]: ``[n, T_m, d_m]`` float (a ``[n, d_m]`` vector is read as T = 1)
     batch["masks"][m]: ``[n, T_m]`` bool;  batch["present"]: ``[k, n]`` bool
-    embed(batch): ``[k, n, d_model]``;  forward(batch): ``[n]``;  batch["target"]: ``[n]`` float
+    embed(batch) = features(batch): ``[k, n, d_model]``;  head(features, batch): ``[n]``;
+    batch["target"]: ``[n]`` float
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
 from fusebench.encoders import ENCODERS
-from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.base import Backbone
 from fusebench.encoders.heads import get_modality, parse_modalities, presence
 
 #: input dims of the usual feature sets, by name
@@ -95,9 +97,31 @@ class SequenceEncoder(nn.Module):
         return torch.where(empty[:, None], torch.zeros_like(pooled), pooled)
 
 
+class LateFusionHead(nn.Sequential):
+    """Late fusion of the modality embeddings (``concat``, or ``mean`` over the present ones) ->
+    ``Linear -> ReLU -> Dropout -> Linear`` -> one score per sample; ``[k, n, d] -> [n]``."""
+
+    def __init__(self, modalities: Sequence[str], num_features: int, fusion: str, hidden: int,
+                 dropout: float) -> None:
+        fused = num_features * (len(modalities) if fusion == "concat" else 1)
+        super().__init__(nn.Linear(fused, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+        self.modalities = list(modalities)
+        self.fusion = fusion
+
+    def forward(self, z: Tensor, batch: Mapping[str, Any]) -> Tensor:  # absent entries of z are exactly zero
+        if self.fusion == "concat":
+            fused = rearrange(z, "k n d -> n (k d)")
+        else:
+            n = z.shape[1]
+            w = presence(batch, self.modalities, n, z.device).to(z.dtype)  # [k, n]
+            fused = torch.einsum("kn,knd->nd", w, z) / w.sum(dim=0).clamp(min=1.0)[:, None]
+        return super().forward(fused).squeeze(-1)
+
+
 @ENCODERS.register("seq_transformer")
-class SeqTransformer(MultimodalModel):
-    """Transformer encoder per modality + late-fusion sentiment regression (see module docstring).
+class SeqTransformer(Backbone):
+    """Transformer encoder per modality; its regression head is the late-fusion sentiment regressor
+    (see module docstring).
 
     Args:
         modalities: names (dims from ``DEFAULT_DIMS``: text 768, audio 74, vision 35) or a dict
@@ -107,6 +131,8 @@ class SeqTransformer(MultimodalModel):
         fusion: ``"concat"`` or ``"mean"`` of the modality embeddings.
         dropout: dropout in the transformer layers and the fusion MLP.
     """
+
+    default_task = "regression"
 
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "default",
                  fusion: str = "concat", dropout: float = 0.1, d_model: int | None = None,
@@ -135,9 +161,13 @@ class SeqTransformer(MultimodalModel):
             name: SequenceEncoder(dim, cfg["d_model"], cfg["num_heads"], cfg["num_layers"], cfg["ff_dim"], dropout)
             for name, dim in dims.items()
         })
-        fused = self.num_features * (len(dims) if fusion == "concat" else 1)
-        self.head = nn.Sequential(nn.Linear(fused, cfg["head_hidden"]), nn.ReLU(), nn.Dropout(dropout),
-                                  nn.Linear(cfg["head_hidden"], 1))
+
+    def task_head(self, task: Any) -> nn.Module | None:
+        """Regression: the late-fusion head (:class:`LateFusionHead`); other tasks: their default."""
+        if task.id != "regression":
+            return None
+        cfg = self.config
+        return LateFusionHead(self.modalities, self.num_features, self.fusion, cfg["head_hidden"], cfg["dropout"])
 
     def _sequence(self, batch: Mapping[str, Any], name: str) -> tuple[Tensor, Tensor]:
         x = get_modality("seq_transformer", batch, name)
@@ -166,29 +196,6 @@ class SeqTransformer(MultimodalModel):
             out.append(self.encoders[name](x, mask & present[l][:, None]))
         return torch.stack(out)
 
-    def forward(self, batch: Mapping[str, Any]) -> Tensor:
-        z = self.embed(batch)  # absent entries are exactly zero
-        if self.fusion == "concat":
-            fused = rearrange(z, "k n d -> n (k d)")
-        else:
-            n = z.shape[1]
-            w = presence(batch, self.modalities, n, z.device).to(z.dtype)  # [k, n]
-            fused = torch.einsum("kn,knd->nd", w, z) / w.sum(dim=0).clamp(min=1.0)[:, None]
-        return self.head(fused).squeeze(-1)
-
-    def task_loss(self, output: Tensor, batch: Mapping[str, Any]) -> Tensor:
-        target = torch.as_tensor(batch["target"], device=output.device).to(output.dtype).reshape(-1)
-        if target.shape != output.shape:
-            raise ValueError(f"seq_transformer: target must be [n] = {tuple(output.shape)} sentiment scores, "
-                             f"got shape {tuple(torch.as_tensor(batch['target']).shape)}")
-        return F.l1_loss(output, target)
-
-    def predict(self, output: Tensor, batch: Mapping[str, Any] | None = None) -> Tensor:
-        return output.detach().reshape(-1)
-
-    def head_parameters(self) -> Iterator[nn.Parameter]:
-        return self.head.parameters()
-
     # -- benchmark convention -------------------------------------------------------------------
     @classmethod
     def benchmark_config(cls) -> dict[str, Any]:
@@ -216,4 +223,5 @@ class SeqTransformer(MultimodalModel):
                 "extra_targets": {}, "meta": [{} for _ in range(batch_size)]}
 
 
-__all__ = ["DEFAULT_DIMS", "FEATURE_DIMS", "SIZES", "SeqTransformer", "SequenceEncoder", "sinusoidal_encoding"]
+__all__ = ["DEFAULT_DIMS", "FEATURE_DIMS", "LateFusionHead", "SIZES", "SeqTransformer", "SequenceEncoder",
+           "sinusoidal_encoding"]

@@ -31,10 +31,14 @@ Boxes are ``[cx, cy, cz, dx, dy, dz, yaw]`` (full sizes, yaw counter-clockwise a
 ``SUNRGBD_CLASSES`` is :data:`fusebench.datasets.sunrgbd.classes.CLASSES` (one definition, owned by
 the dataset package).
 
-Fusion of the input modalities: ``fusion="late"`` (default) uses :class:`PointNet2Encoder` — one
-PointNet++ branch per modality sharing the sampling geometry — and fuses the branches' seed features
-with a 1x1 Conv-BN-ReLU, so a pretrained ``pointnet2`` encoder transfers as ``model.encoder``;
-``fusion="early"`` is the paper's architecture (one backbone, colour / height as input channels).
+Backbone and head: :class:`VoteNet` (the ``votenet`` encoder) is the backbone — ``fusion="late"``
+(default) uses :class:`PointNet2Encoder`, one PointNet++ branch per modality sharing the sampling
+geometry, so a pretrained ``pointnet2`` encoder transfers as its ``encoder``; ``fusion="early"`` is the
+paper's architecture (one backbone, colour / height as input channels). Its ``features(batch)`` are the
+seeds (``seed_xyz``, ``seed_inds``, ``seed_features``: one ``[n, C, S]`` per modality (late) or one
+tensor (early)). Its head for the detection task, :class:`VoteNetHead` (built by ``task_head``), fuses
+the branches' seed features with a 1x1 Conv-BN-ReLU (late fusion), votes, aggregates and proposes,
+and owns the detection loss (``loss``, components in ``loss_terms``) and the decoding (``predict``).
 
 Shape:
     batch["modalities"]: ``points [n, N, 3]``, optional ``color [n, N, 3]``, ``height [n, N, 1]``;
@@ -50,7 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -60,7 +64,7 @@ from torch import Tensor, nn
 
 from fusebench.datasets.sunrgbd.classes import CLASSES as SUNRGBD_CLASSES
 from fusebench.encoders import ENCODERS
-from fusebench.encoders.base import MultimodalModel
+from fusebench.encoders.base import Backbone
 from fusebench.encoders.pointnet2 import (
     MODALITY_CHANNELS,
     BackboneConfig,
@@ -125,44 +129,21 @@ def _conv_bn_relu(i: int, o: int) -> list[nn.Module]:
     return [nn.Conv1d(i, o, 1, bias=False), nn.BatchNorm1d(o), nn.ReLU(inplace=True)]
 
 
-@ENCODERS.register("votenet")
-class VoteNet(MultimodalModel):
-    """VoteNet (see module docstring). ``config``: "votenet" (paper) or "tiny" (tests)."""
+class VoteNetHead(nn.Module):
+    """VoteNet's detection head on the backbone's seeds (module docstring): late-fusion of the branch
+    seed features (``fuse``), voting, vote aggregation, proposals; the detection loss (:meth:`loss`)
+    and the decoded, NMS-filtered boxes (:meth:`predict`)."""
 
-    def __init__(self, modalities: Sequence[str] = ("points", "color", "height"), config: str | VoteNetConfig = "votenet",
-                 fusion: str = "late", num_classes: int = 10, mean_sizes: Sequence[Sequence[float]] | None = None,
-                 nms_iou: float = 0.25, per_class_proposal: bool = True, conf_thresh: float = 0.05) -> None:
+    def __init__(self, modalities: Sequence[str], config: VoteNetConfig, fusion: str, num_features: int,
+                 num_classes: int, mean_sizes: Tensor, nms_iou: float = 0.25, per_class_proposal: bool = True,
+                 conf_thresh: float = 0.05) -> None:
         super().__init__()
-        if isinstance(config, str):
-            if config not in CONFIGS:
-                raise ValueError(f"votenet: unknown config {config!r}; expected one of {sorted(CONFIGS)}")
-            config = CONFIGS[config]
-        if fusion not in ("late", "early"):
-            raise ValueError(f"votenet: fusion must be 'late' or 'early', got {fusion!r}")
-        modalities = list(modalities)
-        if "points" not in modalities:
-            raise ValueError(f"votenet: modalities must include 'points', got {modalities}")
-        if mean_sizes is None:
-            if num_classes != len(SUNRGBD_MEAN_SIZES):
-                raise ValueError(f"votenet: mean_sizes [num_classes, 3] is required for num_classes={num_classes} != 10")
-            mean_sizes = SUNRGBD_MEAN_SIZES
-        ms = torch.as_tensor(np.asarray(mean_sizes, dtype=np.float32))
-        if ms.shape != (num_classes, 3) or bool((ms <= 0).any()):
-            raise ValueError(f"votenet: mean_sizes must be positive with shape [{num_classes}, 3], got {tuple(ms.shape)}")
-        self.register_buffer("mean_sizes", ms)
+        self.register_buffer("mean_sizes", mean_sizes)
         self.cfg, self.fusion, self.num_classes = config, fusion, num_classes
         self.nms_iou, self.per_class_proposal, self.conf_thresh = nms_iou, per_class_proposal, conf_thresh
-        self.modalities = modalities
-        bcfg = get_config(config.backbone)
-        c = bcfg.fp_mlps[-1][-1]
-        if fusion == "late":
-            self.encoder: nn.Module = PointNet2Encoder(modalities, bcfg)
-            k = len(modalities)
-            self.fuse = nn.Sequential(*_conv_bn_relu(k * c, c)) if k > 1 else nn.Identity()
-        else:
-            self.encoder = PointNet2Backbone(sum(MODALITY_CHANNELS[m] for m in modalities), bcfg, use_xyz=True)
-            self.fuse = nn.Identity()
-        self.num_features = c
+        self.modalities = list(modalities)
+        c, k = num_features, len(self.modalities)
+        self.fuse = nn.Sequential(*_conv_bn_relu(k * c, c)) if fusion == "late" and k > 1 else nn.Identity()
         self.vote = nn.Sequential(*_conv_bn_relu(c, c), *_conv_bn_relu(c, c), nn.Conv1d(c, 3 + c, 1))
         self.aggregate = SetAbstraction(config.num_proposals, config.vote_radius, config.vote_nsample, c,
                                         config.proposal_mlp, use_xyz=True, normalize_xyz=True)
@@ -173,18 +154,10 @@ class VoteNet(MultimodalModel):
         self.loss_terms: dict[str, float] = {}
 
     # ---------------------------------------------------------------------------------------
-    def _seeds(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
-        if self.fusion == "late":
-            out = self.encoder(batch)
-            feats = torch.cat([out["seed_features"][m] for m in self.modalities], dim=1)
-            return out["seed_xyz"], self.fuse(feats), out["seed_inds"]
-        xyz, feats = modality_inputs(batch, self.modalities)
-        extra = [feats[m] for m in self.modalities if m != "points"]
-        out = self.encoder(xyz, torch.cat(extra, dim=1) if extra else None)
-        return out["seed_xyz"], out["seed_features"], out["seed_inds"]
-
-    def forward(self, batch: dict[str, Any]) -> dict[str, Tensor]:
-        seed_xyz, seed_feat, seed_inds = self._seeds(batch)
+    def forward(self, seeds: dict[str, Any], batch: Any = None) -> dict[str, Tensor]:
+        seed_xyz, seed_feat, seed_inds = seeds["seed_xyz"], seeds["seed_features"], seeds["seed_inds"]
+        if isinstance(seed_feat, dict):  # late fusion: one branch per modality
+            seed_feat = self.fuse(torch.cat([seed_feat[m] for m in self.modalities], dim=1))
         v = self.vote(seed_feat)  # [B, 3 + C, S]
         vote_xyz = seed_xyz + rearrange(v[:, :3], "b c s -> b s c")
         vote_feat = seed_feat + v[:, 3:]
@@ -212,15 +185,6 @@ class VoteNet(MultimodalModel):
             "size_residuals": sres * self.mean_sizes, "sem_logits": sem,
         }
 
-    def embed(self, batch: dict[str, Any]) -> Tensor:
-        if self.fusion != "late":
-            raise ValueError("votenet: per-modality embeddings need fusion='late' (one branch per modality)")
-        return self.encoder.embed(batch)
-
-    def head_parameters(self) -> Iterator[nn.Parameter]:
-        for mod in (self.fuse, self.vote, self.aggregate, self.proposal):
-            yield from mod.parameters()
-
     # ---------------------------------------------------------------------------------------
     def _targets(self, batch: dict[str, Any], b: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         """Padded ``boxes [B, G, 7]``, ``labels [B, G]``, ``valid [B, G]`` (G >= 1)."""
@@ -247,7 +211,8 @@ class VoteNet(MultimodalModel):
             boxes[i, :n], labels[i, :n], valid[i, :n] = bx.to(device), lb.to(device), True
         return boxes, labels, valid
 
-    def task_loss(self, output: dict[str, Tensor], batch: dict[str, Any]) -> Tensor:
+    def loss(self, output: dict[str, Tensor], batch: dict[str, Any]) -> Tensor:
+        """The detection loss (module docstring); its terms are kept in ``loss_terms``."""
         b = output["center"].shape[0]
         gt, lab, valid = self._targets(batch, b, output["center"].device)
         inf = torch.finfo(output["center"].dtype).max
@@ -300,22 +265,6 @@ class VoteNet(MultimodalModel):
             "positive_ratio": pos.mean(), "total": loss}.items()}
         return loss
 
-    @classmethod
-    def benchmark_config(cls) -> dict[str, Any]:
-        """The paper's SUN RGB-D network (20k points, 256 proposals), late fusion of 3 branches."""
-        return dict(modalities=["points", "color", "height"], config="votenet", fusion="late")
-
-    @classmethod
-    def example_batch(cls, config: dict[str, Any] | None = None, batch_size: int = 2, seed: int = 0,
-                      num_points: int | None = None) -> dict[str, Any]:
-        """Synthetic collated scenes with box targets (see :func:`pointnet2.synthetic_scenes`)."""
-        config = dict(config or cls.benchmark_config())
-        vcfg = config.get("config", "votenet")
-        vcfg = CONFIGS[vcfg] if isinstance(vcfg, str) else vcfg
-        n = num_points or get_config(vcfg.backbone).num_points
-        return synthetic_scenes(batch_size, n, seed, list(config.get("modalities") or ("points", "color", "height")),
-                                num_classes=int(config.get("num_classes", 10)))
-
     # ---------------------------------------------------------------------------------------
     @torch.no_grad()
     def decode(self, output: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -351,5 +300,85 @@ class VoteNet(MultimodalModel):
         return results
 
 
-__all__ = ["CONFIGS", "SUNRGBD_CLASSES", "SUNRGBD_MEAN_SIZES", "VoteNet", "VoteNetConfig", "angle_to_class",
-           "class_to_angle"]
+@ENCODERS.register("votenet")
+class VoteNet(Backbone):
+    """VoteNet's backbone (PointNet++ seeds); its detection head is VoteNetHead (module docstring).
+
+    ``config``: "votenet" (paper) or "tiny" (tests); ``num_classes``, ``mean_sizes``, ``nms_iou``,
+    ``per_class_proposal`` and ``conf_thresh`` configure the head."""
+
+    default_task = "detection"
+
+    def __init__(self, modalities: Sequence[str] = ("points", "color", "height"), config: str | VoteNetConfig = "votenet",
+                 fusion: str = "late", num_classes: int = 10, mean_sizes: Sequence[Sequence[float]] | None = None,
+                 nms_iou: float = 0.25, per_class_proposal: bool = True, conf_thresh: float = 0.05) -> None:
+        super().__init__()
+        if isinstance(config, str):
+            if config not in CONFIGS:
+                raise ValueError(f"votenet: unknown config {config!r}; expected one of {sorted(CONFIGS)}")
+            config = CONFIGS[config]
+        if fusion not in ("late", "early"):
+            raise ValueError(f"votenet: fusion must be 'late' or 'early', got {fusion!r}")
+        modalities = list(modalities)
+        if "points" not in modalities:
+            raise ValueError(f"votenet: modalities must include 'points', got {modalities}")
+        if mean_sizes is None:
+            if num_classes != len(SUNRGBD_MEAN_SIZES):
+                raise ValueError(f"votenet: mean_sizes [num_classes, 3] is required for num_classes={num_classes} != 10")
+            mean_sizes = SUNRGBD_MEAN_SIZES
+        ms = torch.as_tensor(np.asarray(mean_sizes, dtype=np.float32))
+        if ms.shape != (num_classes, 3) or bool((ms <= 0).any()):
+            raise ValueError(f"votenet: mean_sizes must be positive with shape [{num_classes}, 3], got {tuple(ms.shape)}")
+        self.cfg, self.fusion, self.num_classes = config, fusion, num_classes
+        self.modalities = modalities
+        #: what the detection head is built with besides the class count (task_head)
+        self.head_options = dict(mean_sizes=ms, nms_iou=nms_iou, per_class_proposal=per_class_proposal,
+                                 conf_thresh=conf_thresh)
+        bcfg = get_config(config.backbone)
+        if fusion == "late":
+            self.encoder: nn.Module = PointNet2Encoder(modalities, bcfg)
+        else:
+            self.encoder = PointNet2Backbone(sum(MODALITY_CHANNELS[m] for m in modalities), bcfg, use_xyz=True)
+        self.num_features = bcfg.fp_mlps[-1][-1]
+
+    def task_head(self, task: Any) -> nn.Module | None:
+        """Detection: :class:`VoteNetHead` (fusion of the branches, voting, proposals, loss, decoding)."""
+        if task.id != "detection":
+            raise NotImplementedError(f"votenet has a detection head only, not one for task {task.id!r}")
+        opts = self.head_options
+        return VoteNetHead(self.modalities, self.cfg, self.fusion, self.num_features, task.classes(self),
+                           opts["mean_sizes"].clone(), opts["nms_iou"], opts["per_class_proposal"], opts["conf_thresh"])
+
+    def features(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The seeds: ``seed_xyz [n, S, 3]``, ``seed_inds [n, S]`` and ``seed_features`` (late fusion: one
+        ``[n, C, S]`` per modality, fused by the head; early fusion: one ``[n, C, S]``)."""
+        if self.fusion == "late":
+            return self.encoder(batch)
+        xyz, feats = modality_inputs(batch, self.modalities)
+        extra = [feats[m] for m in self.modalities if m != "points"]
+        return self.encoder(xyz, torch.cat(extra, dim=1) if extra else None)
+
+    def embed(self, batch: dict[str, Any]) -> Tensor:
+        if self.fusion != "late":
+            raise ValueError("votenet: per-modality embeddings need fusion='late' (one branch per modality)")
+        return self.encoder.embed(batch)
+
+    @classmethod
+    def benchmark_config(cls) -> dict[str, Any]:
+        """The paper's SUN RGB-D network (20k points, 256 proposals), late fusion of 3 branches."""
+        return dict(modalities=["points", "color", "height"], config="votenet", fusion="late")
+
+    @classmethod
+    def example_batch(cls, config: dict[str, Any] | None = None, batch_size: int = 2, seed: int = 0,
+                      num_points: int | None = None) -> dict[str, Any]:
+        """Synthetic collated scenes with box targets (see :func:`pointnet2.synthetic_scenes`)."""
+        config = dict(config or cls.benchmark_config())
+        vcfg = config.get("config", "votenet")
+        vcfg = CONFIGS[vcfg] if isinstance(vcfg, str) else vcfg
+        n = num_points or get_config(vcfg.backbone).num_points
+        return synthetic_scenes(batch_size, n, seed, list(config.get("modalities") or ("points", "color", "height")),
+                                num_classes=int(config.get("num_classes", 10)))
+
+
+__all__ = ["CONFIGS", "SUNRGBD_CLASSES", "SUNRGBD_MEAN_SIZES", "VoteNet", "VoteNetConfig", "VoteNetHead",
+           "angle_to_class", "class_to_angle"]

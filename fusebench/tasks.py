@@ -1,35 +1,127 @@
-"""Downstream tasks (``fusebench.tasks``): how a dataset's predictions are gathered and scored.
+"""Downstream tasks (``fusebench.tasks``): the head, loss and predictions of a dataset's task, and how
+its predictions are gathered and scored.
 
-A dataset adapter names its task (``MultimodalDataset.task``); the task turns the model's per-batch
-predictions and the batch targets into the arrays its metrics take, and calls each metric in the
-form that task family uses (see :mod:`fusebench.metrics`):
+A dataset adapter names its task (``MultimodalDataset.task``); :func:`for_dataset` gives the
+:class:`Task` of that family for the dataset (its id and class count). The task
 
-* ``classification`` / ``regression``: flat ``(y_pred, y_true)`` arrays;
-* ``segmentation``: flat per-pixel arrays, ``num_classes`` of the dataset, ``ignore_index=-1``;
-* ``detection``: per-scene lists of ``{"boxes", "scores", "labels"}`` and ground truths, with the
-  dataset's ``num_classes``.
+* builds the downstream head on a backbone (:meth:`Task.build_head`): the backbone's own head for the
+  task where it declares one (``backbone.task_head(task)``: ESANet's decoder, VoteNet's voting and
+  proposal module, ...), else the task's default head (classification / regression: a linear layer
+  on the concatenated per-modality embeddings);
+* owns the supervised loss (:meth:`Task.loss`) and the predictions in its metric form
+  (:meth:`Task.predict`); a head that defines ``loss`` / ``predict`` itself (VoteNet's) is asked
+  instead;
+* turns the per-batch predictions and the batch targets into the arrays its metrics take
+  (:meth:`Task.add`, :meth:`Task.score`), calling each metric in the form that task family uses
+  (see :mod:`fusebench.metrics`):
+
+  * ``classification`` / ``regression``: flat ``(y_pred, y_true)`` arrays;
+  * ``segmentation``: flat per-pixel arrays, ``num_classes`` of the dataset, ``ignore_index=-1``;
+  * ``detection``: per-scene lists of ``{"boxes", "scores", "labels"}`` and ground truths, with the
+    dataset's ``num_classes``.
 
 Tasks are registered like every other component (lowercase ids, entry-point group
 ``fusebench.tasks``), so a new task family is a new entry, not an if-branch in the runner.
+:class:`fusebench.training.model.TaskModel` puts a backbone, its head and the task together.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
 
 from fusebench.registry import Registry
 
 TASKS = Registry("task", entry_point_group="fusebench.tasks")
 
 
-class Task:
-    """Gathers predictions batch by batch (:meth:`add`) and scores them (:meth:`score`)."""
+class ConcatLinearHead(nn.Linear):
+    """The default head of classification and regression: a linear layer on the concatenated
+    per-modality embeddings, ``[k, n, f] -> [n, out]`` (``[n]`` with ``squeeze=True``)."""
 
-    def __init__(self, ds: Any) -> None:
-        self.ds = ds
+    def __init__(self, in_features: int, out_features: int, squeeze: bool = False) -> None:
+        super().__init__(in_features, out_features)
+        self.squeeze = squeeze
+
+    def forward(self, features: Tensor, batch: Any = None) -> Tensor:
+        out = super().forward(rearrange(features, "k n f -> n (k f)"))
+        return out.squeeze(-1) if self.squeeze else out
+
+
+class Task:
+    """One task of a dataset: its head, loss and predictions; gathers predictions batch by batch
+    (:meth:`add`) and scores them (:meth:`score`).
+
+    ``Task(ds)`` reads the dataset's ``id`` and ``num_classes``; without a dataset (tests, benches)
+    ``Task(num_classes=...)``. Only those two facts are kept, so a model holding its task stays cheap
+    to copy (the EMA teacher deep-copies the model)."""
+
+    id: ClassVar[str] = ""
+
+    def __init__(self, ds: Any = None, *, num_classes: int | None = None, dataset_id: str | None = None) -> None:
+        self.dataset_id = getattr(ds, "id", dataset_id)
+        self.num_classes = getattr(ds, "num_classes", num_classes)
         self.preds: list[Any] = []
         self.targets: list[Any] = []
 
+    # -- the head -------------------------------------------------------------------------------
+    def build_head(self, backbone: nn.Module) -> nn.Module:
+        """The downstream head on ``backbone``: its own head for this task where it declares one
+        (``backbone.task_head(self)``), else :meth:`default_head`. Built right after the backbone, it
+        draws its initial weights from the same point of the RNG stream as an encoder that built its
+        head in its own constructor."""
+        factory = getattr(backbone, "task_head", None)
+        head = factory(self) if factory is not None else None
+        if head is None:
+            head = self.default_head(backbone)
+        if head is None:
+            raise ValueError(f"encoder {type(backbone).__name__} declares no head for task {self.id!r}, and the "
+                             f"{self.id} task has no default head (declare one with task_head(task))")
+        return head
+
+    def default_head(self, backbone: nn.Module) -> nn.Module | None:
+        """The task's own head for a backbone that declares none (None: the task has none)."""
+        return None
+
+    def classes(self, backbone: nn.Module | None = None) -> int:
+        """The number of classes a head predicts: the dataset's, else the backbone's ``num_classes``
+        option; the two must agree where both are given."""
+        own, declared = self.num_classes, getattr(backbone, "num_classes", None)
+        if own and declared and int(own) != int(declared):
+            raise ValueError(f"{self.dataset_id or self.id}: the dataset has {own} classes but the encoder "
+                             f"{type(backbone).__name__} was built for num_classes={declared}")
+        n = own or declared
+        if not n:
+            raise ValueError(f"task {self.id!r}: the number of classes is unknown (the dataset declares no "
+                             "num_classes and the encoder has none)")
+        return int(n)
+
+    # -- loss and predictions -------------------------------------------------------------------
+    def loss(self, output: Any, batch: dict[str, Any], head: nn.Module | None = None) -> Tensor:
+        """The supervised loss of ``output`` against ``batch["target"]`` (``head.loss`` where it has one)."""
+        own = getattr(head, "loss", None)
+        if own is not None:
+            return own(output, batch)
+        return self.task_loss(output, batch)
+
+    def predict(self, output: Any, batch: dict[str, Any] | None = None, head: nn.Module | None = None) -> Any:
+        """Predictions in the form the task's metrics take (``head.predict`` where it has one)."""
+        own = getattr(head, "predict", None)
+        if own is not None:
+            return own(output, batch)
+        return self.predictions(output, batch)
+
+    def task_loss(self, output: Any, batch: dict[str, Any]) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError(f"task {self.id!r} has no loss of its own: its head must define loss()")
+
+    def predictions(self, output: Any, batch: dict[str, Any] | None) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError(f"task {self.id!r} has no predictions of its own: its head must define predict()")
+
+    # -- gathering and scoring ------------------------------------------------------------------
     def add(self, pred: Any, target: Any) -> None:
         self.preds.append(pred.detach().cpu())
         self.targets.append(target.detach().cpu())
@@ -38,38 +130,95 @@ class Task:
         raise NotImplementedError
 
 
-@TASKS.register("classification")
-@TASKS.register("regression")
 class FlatTask(Task):
     """One value (class id or score) per sample."""
 
     def score(self, metric_ids: list[str]) -> dict[str, float]:
-        import torch
-
         from fusebench import metrics as M
 
         yp, yt = torch.cat(self.preds).reshape(-1), torch.cat(self.targets).reshape(-1)
         return {mid: float(M.get(mid)(yp.numpy(), yt.numpy())) for mid in metric_ids}
 
 
+@TASKS.register("classification")
+class ClassificationTask(FlatTask):
+    """Class logits ``[n, C]``; cross entropy against class ids ``[n]``; predictions: argmax."""
+
+    id: ClassVar[str] = "classification"
+
+    def default_head(self, backbone: nn.Module) -> nn.Module:
+        return ConcatLinearHead(backbone.num_features * len(backbone.modalities), self.classes(backbone))
+
+    def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
+        target = torch.as_tensor(batch["target"], device=output.device)
+        if target.dim() != 1 or target.shape[0] != output.shape[0]:
+            raise ValueError(f"classification: target must be [n] class ids, got shape {tuple(target.shape)} "
+                             f"for {output.shape[0]} samples")
+        return F.cross_entropy(output, target.long())
+
+    def predictions(self, output: Tensor, batch: dict[str, Any] | None) -> Tensor:
+        return output.argmax(dim=-1)
+
+
+@TASKS.register("regression")
+class RegressionTask(FlatTask):
+    """One score per sample ``[n]``; L1 loss (MMSA's default for sentiment regression)."""
+
+    id: ClassVar[str] = "regression"
+
+    def default_head(self, backbone: nn.Module) -> nn.Module:
+        return ConcatLinearHead(backbone.num_features * len(backbone.modalities), 1, squeeze=True)
+
+    def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
+        target = torch.as_tensor(batch["target"], device=output.device).to(output.dtype).reshape(-1)
+        if target.shape != output.shape:
+            raise ValueError(f"regression: target must be [n] = {tuple(output.shape)} scores, "
+                             f"got shape {tuple(torch.as_tensor(batch['target']).shape)}")
+        return F.l1_loss(output, target)
+
+    def predictions(self, output: Tensor, batch: dict[str, Any] | None) -> Tensor:
+        return output.detach().reshape(-1)
+
+
 @TASKS.register("segmentation")
 class SegmentationTask(Task):
-    """One class id per pixel; ``-1`` pixels are unlabelled."""
+    """Logits ``[n, C, H, W]``; one class id per pixel, ``-1`` pixels are unlabelled. Logits are
+    upsampled bilinearly (``align_corners=False``) to the target's resolution where it differs, for
+    the loss and the predicted label maps."""
+
+    id: ClassVar[str] = "segmentation"
+
+    def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
+        target = torch.as_tensor(batch["target"], device=output.device)
+        if target.dim() != 3 or target.shape[0] != output.shape[0]:
+            raise ValueError(f"segmentation: target must be [n, H, W] label maps (-1 = void), got shape "
+                             f"{tuple(target.shape)} for logits {tuple(output.shape)}")
+        if output.shape[-2:] != target.shape[-2:]:
+            output = F.interpolate(output, size=target.shape[-2:], mode="bilinear", align_corners=False)
+        return F.cross_entropy(output, target.long(), ignore_index=-1)
+
+    def predictions(self, output: Tensor, batch: dict[str, Any] | None) -> Tensor:
+        """Label maps ``[n, H', W']`` at the target's resolution when a target is given."""
+        if batch is not None and isinstance(batch.get("target"), Tensor) and batch["target"].dim() == 3 \
+                and output.shape[-2:] != batch["target"].shape[-2:]:
+            output = F.interpolate(output, size=batch["target"].shape[-2:], mode="bilinear", align_corners=False)
+        return output.argmax(dim=1)
 
     def score(self, metric_ids: list[str]) -> dict[str, float]:
-        import torch
-
         from fusebench import metrics as M
 
         yp = torch.cat([p.reshape(-1) for p in self.preds])
         yt = torch.cat([t.reshape(-1) for t in self.targets])
-        return {mid: float(M.get(mid)(yp.numpy(), yt.numpy(), num_classes=self.ds.num_classes, ignore_index=-1))
+        return {mid: float(M.get(mid)(yp.numpy(), yt.numpy(), num_classes=self.num_classes, ignore_index=-1))
                 for mid in metric_ids}
 
 
 @TASKS.register("detection")
 class DetectionTask(Task):
-    """A list of detections per scene against a list of ground-truth boxes per scene."""
+    """A list of detections per scene against a list of ground-truth boxes per scene. The loss and
+    the decoding of a detector's output belong to its head (VoteNet's: ``loss`` / ``predict``)."""
+
+    id: ClassVar[str] = "detection"
 
     def add(self, pred: Any, target: Any) -> None:
         self.preds.extend({k: v.detach().cpu() for k, v in d.items()} for d in pred)
@@ -78,9 +227,9 @@ class DetectionTask(Task):
     def score(self, metric_ids: list[str]) -> dict[str, float]:
         from fusebench import metrics as M
 
-        if not self.ds.num_classes:
-            raise ValueError(f"{self.ds.id}: a detection dataset must declare num_classes")
-        return {mid: float(M.get(mid)(self.preds, self.targets, num_classes=self.ds.num_classes))
+        if not self.num_classes:
+            raise ValueError(f"{self.dataset_id}: a detection dataset must declare num_classes")
+        return {mid: float(M.get(mid)(self.preds, self.targets, num_classes=self.num_classes))
                 for mid in metric_ids}
 
 
@@ -89,4 +238,10 @@ def for_dataset(ds: Any) -> Task:
     return TASKS.get(ds.task)(ds)
 
 
-__all__ = ["TASKS", "DetectionTask", "FlatTask", "SegmentationTask", "Task", "for_dataset"]
+def create(task_id: str, num_classes: int | None = None) -> Task:
+    """A :class:`Task` of family ``task_id`` without a dataset (``num_classes`` where it has classes)."""
+    return TASKS.get(task_id)(num_classes=num_classes)
+
+
+__all__ = ["TASKS", "ClassificationTask", "ConcatLinearHead", "DetectionTask", "FlatTask", "RegressionTask",
+           "SegmentationTask", "Task", "create", "for_dataset"]

@@ -17,6 +17,7 @@ from fusebench.encoders.esanet import (ESANet, LearnedUpsample, NonBottleneck1D,
                                        SqueezeExcitation)
 from fusebench.encoders.heads import EMATeacher, MultiViewHead, ProjectionHead, cosine_momentum
 from fusebench.encoders.seq_transformer import SeqTransformer
+from fusebench.training.model import for_backbone
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -43,7 +44,7 @@ def _batch(mods, target, masks=None, present=None):
 
 def esanet_case():
     g = torch.Generator().manual_seed(0)
-    model = ESANet(modalities=["rgb", "depth", "normal"], size="tiny", num_classes=4)
+    model = for_backbone(ESANet(modalities=["rgb", "depth", "normal"], size="tiny", num_classes=4))
     # depth ramps (left-right in sample 0, top-bottom in sample 1); labels = 4 depth bands, void border
     ramp = torch.linspace(0.0, 4.0, 32)
     depth = torch.stack([ramp.expand(32, 32), ramp[:, None].expand(32, 32)])[:, None]
@@ -57,7 +58,7 @@ def esanet_case():
 def seq_case():
     g = torch.Generator().manual_seed(0)
     dims = {"text": 12, "audio": 5, "vision": 7}
-    model = SeqTransformer(modalities=dims, size="tiny", dropout=0.0)
+    model = for_backbone(SeqTransformer(modalities=dims, size="tiny", dropout=0.0))
     lengths = {"text": [6, 3, 4], "audio": [2, 6, 5], "vision": [6, 6, 1]}
     mods, masks = {}, {}
     for m, d in dims.items():
@@ -70,7 +71,7 @@ def seq_case():
 def eeg_case():
     g = torch.Generator().manual_seed(0)
     names = ["fpz", "pz", "eog"]
-    model = EEGConvEncoder(modalities=names, size="tiny", num_classes=5, dropout=0.0)
+    model = for_backbone(EEGConvEncoder(modalities=names, size="tiny", num_classes=5, dropout=0.0))
     batch = _batch({m: torch.randn(4, 1, 300, generator=g) for m in names}, torch.tensor([0, 1, 4, 2]))
     return model, batch, (4, 5), (3, 4, 8)
 
@@ -78,7 +79,7 @@ def eeg_case():
 def mlp_case():
     g = torch.Generator().manual_seed(0)
     dims = {"a": 5, "b": 6, "c": 7}
-    model = MLPEncoder(dims, num_features=8, hidden=16, num_classes=4)
+    model = for_backbone(MLPEncoder(dims, num_features=8, hidden=16, num_classes=4))
     batch = _batch({m: torch.randn(8, d, generator=g) for m, d in dims.items()}, torch.randint(0, 4, (8,), generator=g))
     return model, batch, (8, 4), (3, 8, 8)
 
@@ -113,9 +114,9 @@ def test_forward_backward_shapes(name):
 #: the output layer of each model, a step size and the loss ratio that 12 SGD steps on it must reach
 #: (measured with 1 and 2 threads: esanet 0.50, mlp 0.31, eeg_conv 0.82, seq_transformer 0.74)
 LAST_LAYER = {
-    "esanet": (lambda m: m.conv_out, 0.1, 0.7, True),
+    "esanet": (lambda m: m.head.conv_out, 0.1, 0.7, True),
     "mlp": (lambda m: m.head, 3.0, 0.5, True),
-    "eeg_conv": (lambda m: m.classifier, 5.0, 0.9, True),
+    "eeg_conv": (lambda m: m.head.classifier, 5.0, 0.9, True),
     "seq_transformer": (lambda m: m.head[-1], 0.3, 0.85, False),  # L1: non-smooth, steps may overshoot a kink
 }
 
@@ -179,7 +180,7 @@ def test_seq_padding_ignored():
 def test_seq_masked_mean_pooling_by_hand():
     model, batch, _, _ = seq_case()
     model.eval()
-    enc = model.encoders["audio"]
+    enc = model.backbone.encoders["audio"]
     x, mask = batch["modalities"]["audio"], batch["masks"]["audio"]
     with torch.no_grad():
         pooled = enc(x, mask)
@@ -194,7 +195,8 @@ def test_seq_masked_mean_pooling_by_hand():
 
 
 def test_seq_mean_fusion_excludes_absent():
-    model = SeqTransformer(modalities={"text": 4, "audio": 3}, size="tiny", fusion="mean", dropout=0.0).eval()
+    backbone = SeqTransformer(modalities={"text": 4, "audio": 3}, size="tiny", fusion="mean", dropout=0.0)
+    model = for_backbone(backbone).eval()
     g = torch.Generator().manual_seed(1)
     batch = _batch({"text": torch.randn(2, 5, 4, generator=g), "audio": torch.randn(2, 5, 3, generator=g)},
                    torch.zeros(2))
@@ -227,7 +229,7 @@ def test_seq_on_ch_sims_fixture(fixtures_dir):
     feats = safe_pickle.load(fixtures_dir / "ch_sims" / "feature_aligned.pkl")
     dims = {m: int(feats[m].shape[1]) for m in ("text", "audio", "vision")}
     assert dims == {"text": 768, "audio": 25, "vision": 171}
-    model = SeqTransformer(modalities=dims, size="tiny")
+    model = for_backbone(SeqTransformer(modalities=dims, size="tiny"))
     mods, masks = {}, {}
     for m in dims:
         x = torch.as_tensor(feats[m], dtype=torch.float32)
@@ -241,19 +243,20 @@ def test_seq_on_ch_sims_fixture(fixtures_dir):
 
 # -- EEG conv -----------------------------------------------------------------------------------
 def test_eeg_architecture_by_hand():
-    model = EEGConvEncoder(modalities=["c3", "c4", "f3", "f4", "o1", "o2"])
-    convs = [b[0] for b in model.encoder.blocks]
+    model = for_backbone(EEGConvEncoder(modalities=["c3", "c4", "f3", "f4", "o1", "o2"]))
+    encoder = model.backbone.encoder
+    convs = [b[0] for b in encoder.blocks]
     assert [(c.kernel_size[0], c.stride[0]) for c in convs] == [(3, 3)] + [(2, 2)] * 5
     assert [c.out_channels for c in convs] == [256] * 6
-    assert [type(m).__name__ for m in model.encoder.blocks[0]] == ["Conv1d", "Dropout", "GroupNorm", "GELU"]
-    assert model.encoder.readout.kernel_size == (1,) and model.encoder.readout.out_channels == 64
+    assert [type(m).__name__ for m in encoder.blocks[0]] == ["Conv1d", "Dropout", "GroupNorm", "GELU"]
+    assert encoder.readout.kernel_size == (1,) and encoder.readout.out_channels == 64
     # parameters: conv1 1*256*3+256, 6 GroupNorms 2*256, five 256->256 k=2 convs, readout 256*64+64,
     # combine (6*64)*64+64, classifier 64*5+5
     expected = (256 * 3 + 256) + 6 * 512 + 5 * (256 * 256 * 2 + 256) + (256 * 64 + 64) + (384 * 64 + 64) + (64 * 5 + 5)
     assert count_parameters(model) == expected == 702149
     # time length for a 30-s epoch at 100 Hz: L -> floor((L + 2p - k) / s) + 1 with p = k // 2
     with torch.no_grad():
-        h = model.encoder(torch.randn(2, 1, 3000))
+        h = encoder(torch.randn(2, 1, 3000))
     assert tuple(h.shape) == (2, 64, 33)  # 3000 -> 1000 -> 501 -> 251 -> 126 -> 64 -> 33
 
 
@@ -281,8 +284,9 @@ def test_eeg_channels_share_the_encoder():
         z = model.embed(batch)
         torch.testing.assert_close(z[2], z[0])
         # the embedding is the time average of the shared backbone's readout, computed here from the weights
-        torch.testing.assert_close(z[0], eeg_backbone_by_hand(model.encoder, x).mean(dim=-1), atol=1e-5, rtol=1e-4)
-        torch.testing.assert_close(z[1], eeg_backbone_by_hand(model.encoder, batch["modalities"]["pz"]).mean(dim=-1),
+        encoder = model.backbone.encoder
+        torch.testing.assert_close(z[0], eeg_backbone_by_hand(encoder, x).mean(dim=-1), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(z[1], eeg_backbone_by_hand(encoder, batch["modalities"]["pz"]).mean(dim=-1),
                                    atol=1e-5, rtol=1e-4)
 
 

@@ -9,6 +9,7 @@ import torch
 
 from fusebench import datasets, encoders
 from fusebench.datasets.collate import collate
+from fusebench.training.model import for_backbone
 
 NOCACHE = {"use_cache": False, "augment": False}
 
@@ -26,7 +27,8 @@ def _step(model, batch) -> float:
 def test_esanet_on_nyuv2_mtan_fixture(fixtures_dir) -> None:
     ds = datasets.build("nyuv2", root=fixtures_dir / "nyuv2" / "mtan", split="test", **NOCACHE)
     batch = collate([ds[0], ds[0]], ds.modalities)  # 2 copies: batch norm needs > 1 value in training
-    model = encoders.build("esanet", modalities={"rgb": 3, "depth": 1, "normal": 3}, size="tiny", num_classes=13)
+    model = for_backbone(encoders.build("esanet", modalities={"rgb": 3, "depth": 1, "normal": 3}, size="tiny",
+                                        num_classes=13))
     logits = model(batch)
     assert tuple(logits.shape) == (2, 13, 288, 384)
     assert model.embed(batch).shape[:2] == (3, 2)
@@ -42,7 +44,7 @@ def test_eeg_conv_on_sleep_edf_fixture(fixtures_dir) -> None:
     ds = datasets.build("sleep_edf", root=fixtures_dir / "sleep_edf",
                         pairs=[("short_psg.edf", "SC4001EC-Hypnogram.edf")], **NOCACHE)
     batch = collate([ds[i] for i in range(4)], ds.modalities)
-    model = encoders.build("eeg_conv", modalities=list(ds.modalities), size="tiny", num_classes=5)
+    model = for_backbone(encoders.build("eeg_conv", modalities=list(ds.modalities), size="tiny", num_classes=5))
     assert model.embed(batch).shape[:2] == (len(ds.modalities), 4)
     assert torch.equal(batch["target"], torch.zeros(4, dtype=torch.long))  # the fixture's 10 epochs are all W
     _step(model, batch)
@@ -52,7 +54,8 @@ def test_seq_transformer_on_chsims_fixture(fixtures_dir) -> None:
     ds = datasets.build("chsims", root=fixtures_dir / "ch_sims" / "feature_aligned.pkl", layout="feature_file",
                         label=0.4, unimodal_labels={"T": 0.2, "A": 0.4, "V": 0.6}, **NOCACHE)
     batch = collate([ds[0], ds[0]], ds.modalities)
-    model = encoders.build("seq_transformer", modalities={"text": 768, "audio": 25, "vision": 171}, size="tiny")
+    model = for_backbone(encoders.build("seq_transformer", modalities={"text": 768, "audio": 25, "vision": 171},
+                                        size="tiny"))
     _step(model, batch)
 
 
@@ -60,7 +63,7 @@ def test_votenet_on_sunrgbd_fixture(fixtures_dir) -> None:
     ds = datasets.build("sunrgbd", root=fixtures_dir / "sunrgbd" / "mmdet3d_v0_trainval", split="train",
                         num_points=512, **NOCACHE)
     batch = collate([ds[0]], ds.modalities)
-    model = encoders.build("votenet", config="tiny")
+    model = for_backbone(encoders.build("votenet", config="tiny"))
     out = model(batch)
     assert np.isfinite(float(model.task_loss(out, batch).detach()))
     dets = model.predict(out, batch)

@@ -20,6 +20,7 @@ from fusebench.encoders.pointnet2 import (
     three_nn_interpolate,
 )
 from fusebench.encoders.votenet import SUNRGBD_MEAN_SIZES, VoteNet, angle_to_class, class_to_angle
+from fusebench.training.model import for_backbone
 
 
 
@@ -158,7 +159,7 @@ def test_encoder_bad_input_and_missing_height_fallback():
     with pytest.raises(ValueError, match="modalities"):
         PointNet2Encoder(modalities=("points", "depth"), config="tiny")
     with pytest.raises(NotImplementedError, match="votenet"):
-        enc.task_loss({}, batch)
+        for_backbone(enc, "detection")
     with pytest.raises(ValueError, match="color"):
         PointNet2Encoder(modalities=("points", "color"), config="tiny").embed({"modalities": {"points": torch.rand(1, 256, 3)}})
 
@@ -173,10 +174,11 @@ def test_encoder_has_no_head_and_every_parameter_is_an_encoder_parameter():
     assert len(branch_params) == len(list(enc.parameters()))
     assert [id(p) for p in enc.encoder_parameters()] == [id(p) for p in branch_params]
     # VoteNet's late fusion keeps that split: its head is exactly fuse + vote + aggregation + proposal
-    model = VoteNet(config="tiny")
-    want_head = {id(p) for mod in (model.fuse, model.vote, model.aggregate, model.proposal) for p in mod.parameters()}
+    model = for_backbone(VoteNet(config="tiny"))
+    head = model.head
+    want_head = {id(p) for mod in (head.fuse, head.vote, head.aggregate, head.proposal) for p in mod.parameters()}
     assert {id(p) for p in model.head_parameters()} == want_head
-    assert {id(p) for p in model.encoder_parameters()} == {id(p) for p in model.encoder.parameters()}
+    assert {id(p) for p in model.encoder_parameters()} == {id(p) for p in model.backbone.encoder.parameters()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -196,10 +198,10 @@ def test_heading_bins_by_hand():
 
 def test_votenet_forward_backward_shapes():
     torch.manual_seed(0)
-    model = build("votenet", config="tiny")
+    model = for_backbone(build("votenet", config="tiny"))
     batch = scene_batch(2)
     out = model(batch)
-    k = model.cfg.num_proposals
+    k = model.head.cfg.num_proposals
     assert out["center"].shape == (2, k, 3) and out["objectness_logits"].shape == (2, k, 2)
     assert out["heading_logits"].shape == (2, k, 12) and out["size_residuals"].shape == (2, k, 10, 3)
     assert out["sem_logits"].shape == (2, k, 10) and out["vote_xyz"].shape == out["seed_xyz"].shape
@@ -209,7 +211,7 @@ def test_votenet_forward_backward_shapes():
     head = list(model.head_parameters())
     assert head and all(p.grad is not None for p in head)
     assert all(p.grad is not None for p in model.encoder_parameters())
-    assert model.mean_sizes[0].tolist() == pytest.approx(SUNRGBD_MEAN_SIZES[0])
+    assert model.head.mean_sizes[0].tolist() == pytest.approx(SUNRGBD_MEAN_SIZES[0])
     assert model.embed(batch).shape == (3, 2, model.num_features)
 
 
@@ -219,7 +221,7 @@ def _scene_with_boxes_on_proposals():
     initialised model may have no positive proposal (centre within 0.3 m) and the heading, size and
     semantic terms would all be zero. The cluster centres depend on the points only, not the targets."""
     torch.manual_seed(0)
-    model = VoteNet(config="tiny")
+    model = for_backbone(VoteNet(config="tiny"))
     batch = scene_batch(1)
     with torch.no_grad():
         agg = model(batch)["aggregated_xyz"][0]  # [K, 3]
@@ -241,7 +243,7 @@ def test_votenet_gradient_reaches_every_loss_term():
     model, batch = _scene_with_boxes_on_proposals()
     out = model(batch)
     total = model.task_loss(out, batch)
-    terms = dict(model.loss_terms)
+    terms = dict(model.head.loss_terms)
     assert terms["positive_ratio"] > 0 and all(terms[t] > 0 for t in HEAD_OUTPUTS), terms
     # L = 10 (L_vote + 0.5 L_obj + L_box + 0.1 L_sem), L_box = L_center + 0.1 L_hcls + L_hres + 0.1 L_scls + L_sres
     box = terms["center"] + 0.1 * terms["heading_cls"] + terms["heading_reg"] + 0.1 * terms["size_cls"] + terms["size_reg"]
@@ -275,8 +277,9 @@ def test_votenet_gradient_reaches_every_loss_term():
     torch.testing.assert_close(vote_grad, want * 10 / len(on), atol=1e-6, rtol=1e-5)
     # the total's gradient reaches every module: the encoder branches and each head stage
     total.backward()
-    for name, module in [*model.encoder.branches.items(), ("fuse", model.fuse), ("vote", model.vote),
-                         ("aggregate", model.aggregate), ("proposal", model.proposal)]:
+    head = model.head
+    for name, module in [*model.backbone.encoder.branches.items(), ("fuse", head.fuse), ("vote", head.vote),
+                         ("aggregate", head.aggregate), ("proposal", head.proposal)]:
         assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters()), name
 
 
@@ -288,7 +291,7 @@ def test_votenet_descent_on_the_proposal_layer_lowers_the_loss():
     threads): the loss less its constant vote part falls 33.2 -> 15.4 in 10 steps (ratio 0.46), each
     step by more than 0.7; 1 vs 2 threads differ by ~1e-4, far below these margins."""
     model, batch = _scene_with_boxes_on_proposals()
-    last = model.proposal[-1]
+    last = model.head.proposal[-1]
     opt = torch.optim.SGD(last.parameters(), lr=1e-3)
     totals, votes, positives = [], [], []
     for _ in range(10):
@@ -297,8 +300,8 @@ def test_votenet_descent_on_the_proposal_layer_lowers_the_loss():
         loss.backward()
         opt.step()
         totals.append(loss.item())
-        votes.append(model.loss_terms["vote"])
-        positives.append(model.loss_terms["positive_ratio"])
+        votes.append(model.head.loss_terms["vote"])
+        positives.append(model.head.loss_terms["positive_ratio"])
     assert len(set(positives)) == 1 and positives[0] > 0  # the same proposals stay positive throughout
     assert max(votes) - min(votes) < 1e-4 * votes[0]  # the votes do not depend on the trained layer
     proposal_part = [t - 10 * v for t, v in zip(totals, votes)]
@@ -308,7 +311,7 @@ def test_votenet_descent_on_the_proposal_layer_lowers_the_loss():
 
 def test_votenet_early_fusion_and_empty_scene():
     torch.manual_seed(0)
-    model = VoteNet(modalities=("points", "height"), config="tiny", fusion="early")
+    model = for_backbone(VoteNet(modalities=("points", "height"), config="tiny", fusion="early"))
     batch = scene_batch(2)
     batch["target"][1] = {"boxes": torch.zeros(0, 7), "labels": torch.zeros(0, dtype=torch.long)}
     loss = model.task_loss(model(batch), batch)
@@ -324,14 +327,14 @@ def test_votenet_early_fusion_and_empty_scene():
 
 def test_votenet_predict_format():
     torch.manual_seed(0)
-    model = VoteNet(config="tiny").eval()
+    model = for_backbone(VoteNet(config="tiny")).eval()
     batch = scene_batch(2)
     with torch.no_grad():
         preds = model.predict(model(batch), batch)
     assert len(preds) == 2
     for p in preds:
         assert p["boxes"].shape[1] == 7 and p["boxes"].shape[0] == p["scores"].shape[0] == p["labels"].shape[0]
-        assert bool((p["scores"] > model.conf_thresh).all()) and bool((p["boxes"][:, 3:6] >= 0).all())
+        assert bool((p["scores"] > model.head.conf_thresh).all()) and bool((p["boxes"][:, 3:6] >= 0).all())
         assert bool(((p["labels"] >= 0) & (p["labels"] < 10)).all())
 
 
@@ -368,7 +371,7 @@ def test_votenet_on_real_sunrgbd_points(fixtures_dir):
     batch = {"modalities": {"points": xyz, "color": pts[None, :, 3:6], "height": height},
              "target": [{"boxes": boxes, "labels": torch.tensor([0, 7, 6])}]}
     torch.manual_seed(0)
-    model = VoteNet(config="tiny")
+    model = for_backbone(VoteNet(config="tiny"))
     out = model(batch)
     loss = model.task_loss(out, batch)
     assert torch.isfinite(loss)
@@ -392,7 +395,7 @@ def test_example_batch_runs_a_training_step():
     cfg = dict(modalities=["points", "height"], config="tiny", fusion="early")
     batch = VoteNet.example_batch(cfg, batch_size=2, seed=3)
     assert batch["modalities"]["points"].shape == (2, 256, 3) and len(batch["target"]) == 2
-    model = VoteNet(**cfg)
+    model = for_backbone(VoteNet(**cfg))
     loss = model.task_loss(model(batch), batch)
     assert torch.isfinite(loss)
     loss.backward()

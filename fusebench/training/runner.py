@@ -193,13 +193,16 @@ def _input_dims(ds) -> dict[str, int]:
 
 
 def build_model(spec: BenchmarkSpec, train_ds) -> nn.Module:
-    from fusebench import encoders
+    """The encoder (a backbone) with the head its dataset's task builds on it, right after it
+    (:class:`fusebench.training.model.TaskModel`)."""
+    from fusebench import encoders, tasks
+    from fusebench.training.model import build as with_task_head
 
     cfg = dict(spec.encoder.config)
     cfg.setdefault("modalities", _input_dims(train_ds))
     if train_ds.num_classes is not None and "num_classes" not in cfg and train_ds.task in ("classification", "segmentation"):
         cfg["num_classes"] = train_ds.num_classes
-    return encoders.build(spec.encoder.id, **cfg)
+    return with_task_head(encoders.build(spec.encoder.id, **cfg), tasks.for_dataset(train_ds))
 
 
 def _optimizer(params, name: str, lr: float, weight_decay: float):
