@@ -456,8 +456,13 @@ _Op = Callable[[], object]
 #: buffers (numpy's call overhead is a third of torch's; for larger plans the work itself dominates).
 #: Measured, see docs/benchmarks-objectives.md ("crossover")
 NUMPY_MAX_ENTRIES = 2**16
-_NUMPY_EQUIVALENT = {torch.mv: np.dot, torch.mm: np.dot, torch.mul: np.multiply, torch.outer: np.outer,
-                     torch.reciprocal: np.reciprocal, torch.maximum: np.maximum}
+#: Only elementwise calls move to numpy: matrix products stay torch calls (numpy's BLAS keeps its own
+#: thread pool, which would compete with torch's threads for the same cores)
+_NUMPY_EQUIVALENT = {torch.mul: np.multiply, torch.reciprocal: np.reciprocal, torch.maximum: np.maximum}
+
+
+def _np_outer(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(a[:, None], b[None, :], out=out)  # np.outer's own Python wrapper costs 3x this
 
 
 def _as_numpy(x):
@@ -478,6 +483,10 @@ def _numpy_program(ops: list[_Op], strict: bool = True) -> list[_Op]:
             out.append(partial(np_func, target.numpy(), _as_numpy(args[0])))
         elif func is torch.sum and set(kw) == {"dim", "out"}:
             out.append(partial(np.add.reduce, _as_numpy(args[0]), axis=tuple(kw["dim"]), out=kw["out"].numpy()))
+        elif func is torch.outer:
+            out.append(partial(_np_outer, *map(_as_numpy, args), out=kw["out"].numpy()))
+        elif func in (torch.mv, torch.mm):
+            out.append(op)
         elif func in _NUMPY_EQUIVALENT:
             out.append(partial(_NUMPY_EQUIVALENT[func], *map(_as_numpy, args), **{k: _as_numpy(v) for k, v in kw.items()}))
         elif strict:
@@ -538,6 +547,13 @@ class _ScalingStage:
                 full = self.k_full.view([n] * k)
 
                 def fill(terms=terms, full=full) -> None:  # exp(log n + sum_{l<m} log K_lm)
+                    if plan.numpy:  # the same sums, broadcast by numpy (a quarter of torch's cost here)
+                        f = full.numpy()
+                        np.add(terms[0].numpy(), math.log(n), out=f)
+                        for t in terms[1:]:
+                            np.add(f, t.numpy(), out=f)
+                        np.exp(f, out=f)
+                        return
                     torch.add(terms[0].expand(full.shape), math.log(n), out=full)
                     for t in terms[1:]:
                         full.add_(t)
