@@ -52,6 +52,21 @@ def _options_lines(obj: Any, key: str) -> list[str]:
     return [f"    {key}:"] + [f"      {o}" for o in opts] if opts else [f"    {key}: none"]
 
 
+def _method_lines(objective: Any) -> list[str]:
+    """The pretraining methods an objective builds on, each with its typed options (pretrain.methods.<id>)."""
+    from fusebench.options import options_of
+    from fusebench.training.methods import METHODS
+
+    lines = []
+    for mid in getattr(objective, "pretrain_methods", ()):
+        cls = METHODS.get(mid)
+        needs = f" (with {', '.join(cls.requires)})" if cls.requires else ""
+        lines.append(f"    pretraining method {mid}{needs}: {_first_line(cls)}")
+        opts = options_of(cls) or []
+        lines += [f"      options (pretrain.methods.{mid}):"] + [f"        {o}" for o in opts] if opts else []
+    return lines
+
+
 def describe(kind: str, name: str, details: bool = False) -> list[str]:
     lines = _describe(kind, name)
     if not details:
@@ -60,6 +75,7 @@ def describe(kind: str, name: str, details: bool = False) -> list[str]:
     if kind == "objectives":
         lines += [f"    version: {pkg.OBJECTIVES.meta(name).get('version', '1')}"]
         lines += _options_lines(pkg.OBJECTIVES.get(name), "options (pretrain.hparams.<id>)")
+        lines += _method_lines(pkg.OBJECTIVES.get(name))
     elif kind == "datasets":
         lines += _options_lines(pkg.get(name), "options (dataset.options)")
     elif kind == "encoders":

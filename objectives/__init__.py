@@ -16,11 +16,12 @@ from fusebench.registry import Registry, UnknownNameError
 
 
 def _describe(cls: Any) -> dict[str, Any]:
-    """Metadata read off an objective class: paper, input kind, view limits, mask support, version, options."""
+    """Metadata read off an objective class: paper, input kind, view limits, mask support, version, the
+    pretraining methods it builds on (``fusebench.training.methods``), options."""
     from fusebench.options import options_of
 
-    meta = {k: getattr(cls, k) for k in ("paper", "input_kind", "min_views", "max_views", "supports_mask", "version")
-            if hasattr(cls, k)}
+    meta = {k: getattr(cls, k) for k in ("paper", "input_kind", "min_views", "max_views", "supports_mask", "version",
+                                         "pretrain_methods") if hasattr(cls, k)}
     meta["options"] = options_of(cls)
     return meta
 

@@ -42,10 +42,12 @@ class MultiViewObjective(nn.Module):
     #: bumped when the loss's definition changes; part of a run record's comparability key
     #: (fusebench.records), so runs of different definitions are never ranked together
     version: ClassVar[str] = "1"
-    #: pretraining extensions that belong to this method ("module:Class" of fusebench.training
-    #: extensions, e.g. TupleInfoNCE's sample optimisation): the runner attaches each one that its
-    #: config enables and calls it once per pretraining epoch, knowing no objective by name
-    pretrain_extensions: ClassVar[tuple[str, ...]] = ()
+    #: the pretraining methods this loss builds on (ids of ``fusebench.training.methods.METHODS``,
+    #: each with its typed options under ``pretrain.methods.<id>``): their heads, loss computation,
+    #: per-step and per-epoch steps. A view objective may train in the M3G Sec. 4 view rotation
+    #: (``view_rotation``, off unless its options turn it on); BYOL names ``ema_teacher``,
+    #: TupleInfoNCE ``tuple_infonce``. The Pretrainer and the runner know no objective by name.
+    pretrain_methods: ClassVar[tuple[str, ...]] = ("view_rotation",)
 
     def __init__(self) -> None:
         super().__init__()

@@ -53,6 +53,8 @@ __all__ = ["BYOLPairwise", "BYOLAverage"]
 
 class _BYOLBase(MultiViewObjective):
     input_kind: ClassVar[str] = "pairs"
+    #: the EMA teacher whose projections are the targets (options: pretrain.methods.ema_teacher)
+    pretrain_methods: ClassVar[tuple[str, ...]] = ("ema_teacher",)
 
     def __init__(self) -> None:
         super().__init__()

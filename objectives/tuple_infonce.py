@@ -254,8 +254,9 @@ class TupleInfoNCE(MultiViewObjective):
     input_kind: ClassVar[str] = "tuple"
     min_views: ClassVar[int] = 2  # anchor and positive, stacked for validation
     max_views: ClassVar[int | None] = 2
-    #: Algorithm 1 (sample optimisation), on when ``pretrain.tuple_sample_optimisation`` is set
-    pretrain_extensions: ClassVar[tuple[str, ...]] = ("fusebench.training.tuple_optim:TupleSampleOptimiser",)
+    #: tuple fusion, augmentation, k-disturbed negatives and Algorithm 1 (sample optimisation), with
+    #: their options under ``pretrain.methods.tuple_infonce`` (fusebench.training.tuple_method)
+    pretrain_methods: ClassVar[tuple[str, ...]] = ("tuple_infonce",)
 
     def __init__(self, tau: float = 0.07) -> None:
         super().__init__()

@@ -19,15 +19,15 @@ def _batch(n: int = 8, seed: int = 1) -> dict:
             "present": torch.ones(3, n, dtype=torch.bool), "target": torch.randint(0, 4, (n,), generator=g)}
 
 
-def _pretrainer(objective: str, **cfg) -> Pretrainer:
+def _pretrainer(objective: str, **methods) -> Pretrainer:
     torch.manual_seed(0)
     model = MLPEncoder(DIMS, num_features=8, hidden=16).double()
-    conf = PretrainConfig(projection_dim=8, projection_hidden=16, **cfg)
+    conf = PretrainConfig(projection_dim=8, projection_hidden=16, methods=methods)
     return Pretrainer(model, objectives.build(objective), conf, total_steps=10).double()
 
 
 def test_view_rotation_is_mean_over_teacher_positions() -> None:
-    pre = _pretrainer("infonce_pwe", m3g_view_rotation=True)
+    pre = _pretrainer("infonce_pwe", view_rotation={"enabled": True})
     batch = _batch()
     with torch.no_grad():  # make the teacher differ from the student
         for p in pre.teacher.parameters():
@@ -45,13 +45,13 @@ def test_view_rotation_is_mean_over_teacher_positions() -> None:
 
 
 def test_ema_teacher_flag_turns_rotation_on_and_updates_by_cosine_momentum() -> None:
-    pre = _pretrainer("m3g", ema_teacher=True, ema_momentum=0.9)
-    assert pre.rotation and pre.teacher is not None
+    pre = _pretrainer("m3g", ema_teacher={"enabled": True, "momentum": 0.9})
+    assert "view_rotation" in pre.methods and pre.teacher is not None
     before = {n: p.detach().clone() for n, p in pre.teacher.module.named_parameters()}
     with torch.no_grad():
         for p in pre.model.parameters():
             p.add_(1.0)
-    pre.update_teacher(step=0)  # momentum at step 0 of 10 is the base 0.9
+    pre.after_step(step=0)  # momentum at step 0 of 10 is the base 0.9
     student = dict(pre.model.named_parameters())
     for name, p in pre.teacher.module["model"].named_parameters():
         torch.testing.assert_close(p, 0.9 * before[f"model.{name}"] + 0.1 * student[name].detach())

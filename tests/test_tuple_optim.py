@@ -19,6 +19,7 @@ from fusebench.training import runner, utils
 from fusebench.training import tuple_optim as T
 from fusebench.training.config import PretrainConfig
 from fusebench.training.pretrain import Pretrainer
+from fusebench.training.tuple_method import TupleInfoNCEOptions
 
 MODS = ["a", "b", "c"]
 
@@ -114,10 +115,10 @@ def test_discrimination_accuracies_hand_made() -> None:
 # Algorithm 1 on a tiny Pretrainer
 # ---------------------------------------------------------------------------------------------
 def _cfg(**kw) -> PretrainConfig:
-    base = PretrainConfig(objective="tuple_infonce", projection_dim=8, projection_hidden=16, lr=1e-2,
-                          tuple_sample_optimisation=True, tuple_candidates=3, tuple_candidate_steps=2,
-                          tuple_policy_lr=0.05, tuple_policy_sigma=0.1, tuple_beta_sigma=0.1, tuple_zeta_grid=4)
-    return replace(base, **kw)
+    opts = TupleInfoNCEOptions(sample_optimisation=True, candidates=3, candidate_steps=2, policy_lr=0.05,
+                               policy_sigma=0.1, beta_sigma=0.1, zeta_grid=4)
+    return PretrainConfig(objective="tuple_infonce", projection_dim=8, projection_hidden=16, lr=1e-2,
+                          methods={"tuple_infonce": replace(opts, **kw)})
 
 
 def _setup(seed: int = 0, **kw):
@@ -135,7 +136,7 @@ def _setup(seed: int = 0, **kw):
 
     train = [batch(list(range(i, i + 8))) for i in range(0, 32, 8)]
     val = batch(list(range(32, 48)))
-    return pre, opt, T.TupleSampleOptimiser(pre, cfg, seed), train, val
+    return pre, opt, T.TupleSampleOptimiser(pre, cfg.method_options("tuple_infonce"), seed), train, val
 
 
 def _trajectory(seed: int) -> list[list[float]]:
@@ -196,22 +197,22 @@ def test_state_dict_round_trip_and_bad_config() -> None:
     topt.epoch_update(opt, 0, lambda: iter(train), val)
     state = copy.deepcopy(topt.state_dict())
     nxt = topt.epoch_update(opt, 1, lambda: iter(train), val)["samples"]
-    topt2 = T.TupleSampleOptimiser(pre, topt.cfg, seed=99)
+    topt2 = T.TupleSampleOptimiser(pre, topt.options, seed=99)
     topt2.load_state_dict(state)
     assert torch.equal(topt2.mu_beta, state["mu_beta"]) and pre.tuple_beta == topt2.beta()
     eps = torch.randn((3, 4), generator=topt2.generator, dtype=torch.float64)  # same draw as the next epoch
     torch.testing.assert_close(state["mu_alpha"] + 0.1 * eps, torch.tensor(nxt, dtype=torch.float64))
     with pytest.raises(ValueError, match="tuple_candidates"):
-        _setup(0, tuple_candidates=0)
+        _setup(0, candidates=0)
     with pytest.raises(ValueError, match="tuple_disturbed"):
-        _setup(0, tuple_disturbed=False)
+        _setup(0, disturbed=False)
 
 
 # ---------------------------------------------------------------------------------------------
 # the runner
 # ---------------------------------------------------------------------------------------------
 TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epochs": 2, "downstream.epochs": 1,
-        "pretrain.tuple_sample_optimisation": True}
+        "pretrain.methods.tuple_infonce.sample_optimisation": True}
 
 
 def test_quickstart_with_sample_optimisation(tmp_path: Path) -> None:
@@ -228,7 +229,7 @@ def test_quickstart_with_sample_optimisation(tmp_path: Path) -> None:
 
 def test_resume_reproduces_policy(tmp_path: Path) -> None:
     over = {**TINY, "pretrain.epochs": 3, "pretrain.batch_size": 32, "checkpoint_every": 1,
-            "pretrain.tuple_candidates": 2, "pretrain.tuple_candidate_steps": 2}
+            "pretrain.methods.tuple_infonce.candidates": 2, "pretrain.methods.tuple_infonce.candidate_steps": 2}
     spec = benchmarks.load("quickstart", overrides=over)
     ref = runner.run_one(spec, "tuple_infonce", 0, tmp_path / "a", progress=False)
     with pytest.raises(KeyboardInterrupt):  # killed inside epoch 1, after the first policy update

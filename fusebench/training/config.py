@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,24 +61,16 @@ class PretrainConfig:
     warmup_epochs: int = 0
     projection_dim: int = 64
     projection_hidden: int = 128
-    ema_teacher: bool = False  # EMA teacher for view objectives, in the M3G Sec. 4 rotation; BYOL always has one
-    ema_momentum: float = 0.99  # base momentum of the cosine schedule (M3G paper: 0.99)
-    m3g_view_rotation: bool = False  # M3G paper Sec. 4: view i from the teacher, the k - 1 others from the student
-    tuple_disturbed: bool = True  # TupleInfoNCE: k-disturbed negatives (else plain tuple InfoNCE)
-    tuple_alpha: list[float] | None = None  # weights of negative types (None = uniform)
-    tuple_sample_optimisation: bool = False  # TupleInfoNCE Algorithm 1 (REINFORCE over alpha and beta)
-    # Algorithm 1 settings (fusebench.training.tuple_optim, docs/tuple-sample-optimisation.md)
-    tuple_candidates: int = 4  # B candidates per epoch
-    tuple_candidate_steps: int = 8  # training steps per candidate (0 = a whole epoch)
-    tuple_policy_lr: float = 0.01  # eta of Eq. 7
-    tuple_policy_sigma: float = 0.05  # std of the alpha policy N(mu, sigma^2 I)
-    tuple_beta_sigma: float = 0.05  # std of the beta policy
-    tuple_beta_max: float = 1.0  # upper bound of every beta_k (Eq. 8's beta_max)
-    tuple_beta_lambda: float = 1.0  # lambda of Eq. 8
-    tuple_zeta_grid: int = 11  # grid points in [0, beta_max] for zeta*(beta)
-    tuple_val_size: int = 256  # M held-out validation tuples for the rewards
-    tuple_policy_baseline: bool = True  # subtract the mean reward in Eq. 7
-    embedding_noise: float = 0.1  # std of the Gaussian input augmentation used to make two tuples
+    # the settings of the pretraining methods the objectives build on (fusebench.training.methods):
+    # method id -> its typed options, e.g. tuple_infonce: {disturbed: true, sample_optimisation: false};
+    # checked on load (unknown ids / options are errors) and held as each method's Options dataclass
+    methods: dict[str, Any] = field(default_factory=dict)
+
+    def method_options(self, method_id: str) -> Any:
+        """The typed options of pretraining method ``method_id`` (its defaults when the spec has none)."""
+        from fusebench.training.methods import options_of
+
+        return options_of(self, method_id)
 
 
 @dataclass
@@ -113,11 +106,118 @@ class BenchmarkSpec:
         return self.selection_metric or (self.metrics[0] if self.metrics else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The canonical form of the spec (hash schema :data:`HASH_SCHEMA_VERSION`): what ``run.json``
+        stores as ``config`` and what :meth:`hash` is computed from (see :func:`canonical_pretrain`)."""
+        out = dataclasses.asdict(self)
+        out["pretrain"] = canonical_pretrain(self.pretrain)
+        return out
 
     def hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """The config hash: sha256 of the canonical form as sorted-key JSON, first 16 hex digits."""
+        return config_hash(self.to_dict())
+
+
+#: The config hash's schema: the layout of the canonical form that is hashed (BenchmarkSpec.to_dict).
+#: Version 1 is the layout every committed run was hashed with: ``dataclasses.asdict`` of the spec
+#: with the settings of the built-in pretraining methods as the flat ``pretrain`` keys they were
+#: before methods had options (``tuple_*``, ``embedding_noise``, ``ema_teacher``, ``ema_momentum``,
+#: ``m3g_view_rotation``; the methods' ``legacy_keys``), every one written out, defaults included;
+#: any other method option enters as ``pretrain.methods.<id>.<name>`` only when it differs from its
+#: default (so a new option leaves every existing hash as it was). The version is not part of the
+#: hashed bytes; docs/benchmarks.md ("The config hash") has the rules.
+HASH_SCHEMA_VERSION = 1
+
+
+def config_hash(canonical: dict[str, Any]) -> str:
+    """sha256 (16 hex digits) of a canonical spec dict (``BenchmarkSpec.to_dict()``, a record's ``config``)."""
+    blob = json.dumps(canonical, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def canonical_pretrain(pt: PretrainConfig) -> dict[str, Any]:
+    """``pretrain`` in hash schema 1: the generic fields, then every built-in method's legacy flat keys
+    (its option values, defaults included), then ``methods`` holding only the other options that differ
+    from their defaults (absent when there are none)."""
+    from fusebench.training import methods as M
+
+    out = {f.name: copy.deepcopy(getattr(pt, f.name)) for f in dataclasses.fields(pt) if f.name != "methods"}
+    given = dict(pt.methods or {})
+    for cls in M.builtin():
+        values = M.option_values(M.make_options(cls, given.get(cls.id), f"pretrain.methods.{cls.id}"))
+        for opt, flat in cls.legacy_keys.items():
+            out[flat] = values[opt]
+    extra: dict[str, dict[str, Any]] = {}
+    for mid in sorted(given):
+        cls = M.METHODS.get(mid)
+        values = M.option_values(M.make_options(cls, given[mid], f"pretrain.methods.{mid}"))
+        defaults = M.option_values(cls.Options())
+        changed = {k: v for k, v in values.items() if k not in cls.legacy_keys and v != defaults[k]}
+        if changed:
+            extra[mid] = changed
+    if extra:
+        out["methods"] = extra
+    return out
+
+
+def spec_from_dict(canonical: dict[str, Any], source: str = "config") -> BenchmarkSpec:
+    """The inverse of ``BenchmarkSpec.to_dict()``: a spec from its canonical form (e.g. a run record's
+    ``config``), the flat method keys mapped onto ``pretrain.methods`` without a warning. Keys and
+    types are checked; the cross-field validation of :func:`load_spec` is not repeated."""
+    data = copy.deepcopy(canonical)
+    if isinstance(data.get("pretrain"), dict):
+        _move_legacy_keys(data["pretrain"], source, warn=False)
+    spec = from_dict(BenchmarkSpec, data, "")
+    from fusebench.training.methods import check_methods
+
+    spec.pretrain.methods = check_methods(spec.pretrain.methods)
+    return spec
+
+
+def _move_legacy_keys(pretrain: dict[str, Any], source: str, warn: bool = True) -> None:
+    """Move the old flat keys of ``pretrain`` (a raw spec mapping, changed in place) onto
+    ``methods.<id>.<option>``, type-checked under the key as written; warn (``DeprecatedKeyWarning``)
+    unless ``warn`` is false. The same option given both ways with two values is an error."""
+    from fusebench.training import methods as M
+
+    table = M.legacy_map()
+    for flat in [k for k in pretrain if k in table]:
+        mid, opt = table[flat]
+        new = f"pretrain.methods.{mid}.{opt}"
+        value = pretrain.pop(flat)
+        cls = M.METHODS.get(mid)
+        try:
+            value = _check_type(value, typing.get_type_hints(cls.Options)[opt], f"pretrain.{flat} (now {new})")
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+        if warn:
+            warnings.warn(f"{source}: pretrain.{flat} is deprecated; write {new}", M.DeprecatedKeyWarning, stacklevel=4)
+        methods = pretrain.get("methods")
+        if methods is None:
+            methods = pretrain["methods"] = {}
+        block = methods.get(mid) if isinstance(methods, dict) else None
+        if block is None and isinstance(methods, dict):
+            block = methods[mid] = {}
+        if not isinstance(block, dict):
+            raise ConfigError(f"{source}: cannot map pretrain.{flat} onto {new}: pretrain.methods.{mid} is not a mapping")
+        if opt in block and block[opt] != value:
+            raise ConfigError(f"{source}: pretrain.{flat} = {value!r} and {new} = {block[opt]!r} set one option "
+                              f"twice; keep {new}")
+        block[opt] = value
+
+
+def _legacy_override(key: str, source: str) -> str:
+    """A dotted override key, with an old flat ``pretrain.<key>`` mapped onto its method option (warned)."""
+    parts = key.split(".")
+    if len(parts) != 2 or parts[0] != "pretrain":
+        return key
+    from fusebench.training import methods as M
+
+    hit = M.legacy_map().get(parts[1])
+    if hit is None:
+        return key
+    new = f"pretrain.methods.{hit[0]}.{hit[1]}"
+    warnings.warn(f"{source}: {key} is deprecated; write {new}", M.DeprecatedKeyWarning, stacklevel=4)
+    return new
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:
@@ -192,6 +292,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str
     """Return a copy of ``data`` with dotted-key ``overrides`` applied."""
     out = copy.deepcopy(data)
     for key, value in overrides.items():
+        key = _legacy_override(key, source)
         parts = key.split(".")
         node = out
         for p in parts[:-1]:
@@ -214,7 +315,6 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (pt.lr > 0, "pretrain.lr must be > 0"),
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
         (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
-        (0.0 <= pt.ema_momentum < 1.0, "pretrain.ema_momentum must be in [0, 1)"),
         (ds.protocol in ("linear_probe", "finetune", "embedding_eval"),
          "downstream.protocol must be 'linear_probe', 'finetune' or 'embedding_eval'"),
         (all(isinstance(b, int) and b >= 2 for b in pt.objective_batch_size.values()),
@@ -247,8 +347,9 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
 
 
 def check_component_options(spec: BenchmarkSpec, source: str) -> None:
-    """Check ``dataset.options``, ``encoder.config``, ``pretrain.hparams`` and ``pretrain.grid`` against
-    the options each component declares (:mod:`fusebench.options`), before any data is read: a
+    """Check ``dataset.options``, ``encoder.config``, ``pretrain.hparams``, ``pretrain.grid`` and
+    ``pretrain.methods`` (whose entries become each method's typed ``Options``) against the options
+    each component declares (:mod:`fusebench.options`), before any data is read: a
     :class:`ConfigError` (a :class:`~fusebench.datasets.base.DatasetError` for ``dataset.options``)
     naming the spec, the key, the valid options and the closest match. An unknown objective id in
     ``pretrain.hparams`` / ``pretrain.grid`` is an error too (its settings would be silently unused)."""
@@ -257,6 +358,12 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
     from fusebench.datasets.base import DatasetError
     from fusebench.options import OptionsError, check_options
     from fusebench.registry import UnknownNameError
+    from fusebench.training.methods import check_methods
+
+    try:
+        spec.pretrain.methods = check_methods(spec.pretrain.methods)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
     def _get(registry, name: str, key: str):
         try:
@@ -311,6 +418,9 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     data.setdefault("name", path.stem)
+    if isinstance(data.get("pretrain"), dict):  # old flat method keys (tuple_*, ema_*, ...): mapped, warned
+        data["pretrain"] = dict(data["pretrain"])
+        _move_legacy_keys(data["pretrain"], str(path))
     if synthetic:
         syn = data.get("synthetic", {}) or {}
         if not isinstance(syn, dict):

@@ -403,11 +403,11 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
         phase = Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
         phase.config_hash = spec.hash()
-        extensions = []  # the method's own per-epoch steps (TupleInfoNCE's Algorithm 1); state in last.pt
-        for ext_cls in pretrain_extensions(obj):
-            if ext_cls.enabled(pt):
-                ext = phase.mods[ext_cls.state_key] = ext_cls(pre, pt, seed)
-                extensions.append(ext)
+        extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
+        for ext_cls, opts in pretrain_extensions(pre):
+            if ext_cls.enabled(opts):
+                ext = phase.mods[ext_cls.state_key] = ext_cls(pre, opts, seed)
+                extensions.append((ext, opts))
         if ckpt is not None and ckpt["phase"] == "pretrain":
             phase.restore(ckpt)
         skip_pretrain = ckpt is not None and ckpt["phase"] == "downstream"  # restored below
@@ -418,12 +418,12 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
         def pre_optimise(loss: torch.Tensor) -> None:
             pre.optimise(loss, opt, all_reduce=step_fn is pre)
             sched.step()
-            pre.update_teacher(phase.step)
+            pre.after_step(phase.step)
 
         def pre_epoch_end() -> None:
-            for ext in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
+            for ext, opts in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
                 ext.epoch_update(opt, phase.epoch, lambda: _loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
-                                 next(iter(_loader(data["val"], ext.val_batch_size(pt), False, seed, 0)[0])), phase.curves, autocast)
+                                 next(iter(_loader(data["val"], ext.val_batch_size(opts), False, seed, 0)[0])), phase.curves, autocast)
 
         hooks = PhaseHooks(
             loss=lambda batch: step_fn(batch, gather=distributed.gather_with_grad),
@@ -592,15 +592,11 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, synthetic: bo
     return outcome
 
 
-def pretrain_extensions(objective: nn.Module) -> list[type]:
-    """The classes named by the objective's ``pretrain_extensions`` ("module:Class")."""
-    import importlib
+def pretrain_extensions(pre: nn.Module) -> list[tuple[type, Any]]:
+    """(class, options) of the per-epoch extensions of the Pretrainer's methods (``fusebench.training.methods``)."""
+    from fusebench.training.methods import extensions
 
-    out = []
-    for target in getattr(objective, "pretrain_extensions", ()):
-        module, _, attr = target.partition(":")
-        out.append(getattr(importlib.import_module(module), attr))
-    return out
+    return extensions(list(pre.methods.values()))
 
 
 def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:

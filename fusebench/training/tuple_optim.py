@@ -16,7 +16,7 @@ At the end of pretraining epoch e (Algorithm 1's t = e + 1) the optimiser
 1. samples B candidates x_1..x_B from the policy of this epoch's hyper-parameter - alpha when t is
    even, beta when t is odd (Algorithm 1) - with its own ``torch.Generator``;
 2. trains a copy of the current student g_t (every weight of the Pretrainer and the optimizer state)
-   for ``tuple_candidate_steps`` steps with each candidate, on the same batches and from the same
+   for ``candidate_steps`` steps with each candidate, on the same batches and from the same
    global RNG state (common random numbers, so candidates differ only by their hyper-parameter);
 3. scores each trained copy on a held-out validation batch of M tuples:
    R(alpha) = sum_k A^k(g, beta) (Eq. 5) and
@@ -32,7 +32,7 @@ At the end of pretraining epoch e (Algorithm 1's t = e + 1) the optimiser
 Cross-modal discrimination (Eqs. 3-4) on the fused encoder g = fusion(concat_l proj_l(e_l)): a
 missing modality is a zero placeholder in its slot of the concatenation (the paper's "placeholder
 values", supplement H). g(v'^k) has only slot k filled, with the embedding of modality k augmented by
-zeta_k (noise zeta_k * eps then the training dropout of 0.1, eps and the dropout mask drawn once per
+zeta_k (noise zeta_k * eps then the training dropout, 0.1 by default, eps and the dropout mask drawn once per
 round and reused for every zeta - common random numbers); g(v_bar^k) has every slot but k filled,
 unaugmented. Since A^k only depends on zeta_k, the argmax zeta* of sum_k A^k separates per modality:
 zeta*_k = argmax over the grid of A^k(g, zeta_k) (ties: the smallest zeta).
@@ -198,7 +198,9 @@ def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tens
 # the optimiser (Algorithm 1)
 # ---------------------------------------------------------------------------------------------
 class TupleSampleOptimiser:
-    """Algorithm 1 of the TupleInfoNCE paper attached to a ``Pretrainer`` (tuple kind).
+    """Algorithm 1 of the TupleInfoNCE paper attached to a ``Pretrainer`` (tuple kind): the epoch
+    extension of the ``tuple_infonce`` pretraining method (:mod:`fusebench.training.tuple_method`),
+    configured by its options (``TupleInfoNCEOptions``, ``pretrain.methods.tuple_infonce``).
 
     ``epoch_update`` runs once per pretraining epoch; ``state_dict``/``load_state_dict`` hold the
     policies (means, stds) and the sampling generator so that ``--resume`` reproduces the run.
@@ -208,44 +210,46 @@ class TupleSampleOptimiser:
     state_key = "tuple_policy"
 
     @staticmethod
-    def enabled(cfg: Any) -> bool:
-        """Whether the pretraining config asks for it (``pretrain.tuple_sample_optimisation``)."""
-        return bool(cfg.tuple_sample_optimisation)
+    def enabled(options: Any) -> bool:
+        """Whether the method's options ask for it (``pretrain.methods.tuple_infonce.sample_optimisation``)."""
+        return bool(options.sample_optimisation)
 
     @staticmethod
-    def val_batch_size(cfg: Any) -> int:
+    def val_batch_size(options: Any) -> int:
         """The size of the held-out validation batch passed to :meth:`epoch_update` (M of Eq. 3)."""
-        return int(cfg.tuple_val_size)
+        return int(options.val_size)
 
-    def __init__(self, pre: nn.Module, cfg: Any, seed: int) -> None:
+    def __init__(self, pre: nn.Module, options: Any, seed: int) -> None:
+        key = "pretrain.methods.tuple_infonce."
         if getattr(pre, "kind", None) != "tuple":
-            raise ValueError("pretrain.tuple_sample_optimisation applies to the tuple_infonce objective only")
-        if not cfg.tuple_disturbed:
-            raise ValueError("pretrain.tuple_sample_optimisation needs pretrain.tuple_disturbed: true "
-                             "(alpha weighs the k-disturbed negatives)")
+            raise ValueError(f"{key}sample_optimisation applies to the tuple_infonce objective only")
+        if not options.disturbed:
+            raise ValueError(f"{key}sample_optimisation needs {key}disturbed: true (formerly pretrain.tuple_disturbed; "
+                             "alpha weighs the k-disturbed negatives)")
         checks = [
-            ("tuple_candidates", cfg.tuple_candidates >= 1, ">= 1"),
-            ("tuple_candidate_steps", cfg.tuple_candidate_steps >= 0, ">= 0 (0 = a whole epoch)"),
-            ("tuple_policy_lr", cfg.tuple_policy_lr >= 0, ">= 0"),
-            ("tuple_policy_sigma", cfg.tuple_policy_sigma > 0, "> 0"),
-            ("tuple_beta_sigma", cfg.tuple_beta_sigma > 0, "> 0"),
-            ("tuple_beta_max", cfg.tuple_beta_max > 0, "> 0"),
-            ("tuple_beta_lambda", cfg.tuple_beta_lambda >= 0, ">= 0"),
-            ("tuple_zeta_grid", cfg.tuple_zeta_grid >= 2, ">= 2"),
-            ("tuple_val_size", cfg.tuple_val_size >= 2, ">= 2"),
+            ("candidates", options.candidates >= 1, ">= 1"),
+            ("candidate_steps", options.candidate_steps >= 0, ">= 0 (0 = a whole epoch)"),
+            ("policy_lr", options.policy_lr >= 0, ">= 0"),
+            ("policy_sigma", options.policy_sigma > 0, "> 0"),
+            ("beta_sigma", options.beta_sigma > 0, "> 0"),
+            ("beta_max", options.beta_max > 0, "> 0"),
+            ("beta_lambda", options.beta_lambda >= 0, ">= 0"),
+            ("zeta_grid", options.zeta_grid >= 2, ">= 2"),
+            ("val_size", options.val_size >= 2, ">= 2"),
         ]
         for name, ok, want in checks:
             if not ok:
-                raise ValueError(f"pretrain.{name} must be {want}, got {getattr(cfg, name)!r}")
+                raise ValueError(f"{key}{name} (formerly pretrain.tuple_{name}) must be {want}, "
+                                 f"got {getattr(options, name)!r}")
         self.pre = pre
-        self.cfg = cfg
+        self.options = options
         self.modalities = list(pre.model.modalities)
         k = len(self.modalities)
-        a0 = relaxed_to_alpha(cfg.tuple_alpha if cfg.tuple_alpha else [1.0] * (k + 1))
+        a0 = relaxed_to_alpha(options.alpha if options.alpha else [1.0] * (k + 1))
         if len(a0) != k + 1:
-            raise ValueError(f"pretrain.tuple_alpha needs k + 1 = {k + 1} weights (plain, then one per modality)")
+            raise ValueError(f"{key}alpha needs k + 1 = {k + 1} weights (plain, then one per modality)")
         self.mu_alpha = torch.tensor(a0, dtype=torch.float64)  # [K + 1], normalised initial ratios
-        self.mu_beta = torch.tensor(clamp_beta([cfg.embedding_noise] * k, cfg.tuple_beta_max), dtype=torch.float64)  # [K]
+        self.mu_beta = torch.tensor(clamp_beta([options.embedding_noise] * k, options.beta_max), dtype=torch.float64)  # [K]
         self.generator = torch.Generator().manual_seed(int(seed) * 7_919 + 17)
         self.apply()
 
@@ -254,7 +258,7 @@ class TupleSampleOptimiser:
         return relaxed_to_alpha(self.mu_alpha)
 
     def beta(self) -> list[float]:
-        return clamp_beta(self.mu_beta, self.cfg.tuple_beta_max)
+        return clamp_beta(self.mu_beta, self.options.beta_max)
 
     def apply(self) -> None:
         """Make the Pretrainer train with the point estimates of the policies."""
@@ -264,7 +268,7 @@ class TupleSampleOptimiser:
     # -- checkpointing -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"mu_alpha": self.mu_alpha.clone(), "mu_beta": self.mu_beta.clone(),
-                "sigma_alpha": float(self.cfg.tuple_policy_sigma), "sigma_beta": float(self.cfg.tuple_beta_sigma),
+                "sigma_alpha": float(self.options.policy_sigma), "sigma_beta": float(self.options.beta_sigma),
                 "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -294,18 +298,18 @@ class TupleSampleOptimiser:
         ``val_batch`` is the held-out batch of M tuples. Appends the policy means and the rewards to
         ``curves``. Returns a log of the round.
         """
-        cfg, pre = self.cfg, self.pre
+        opts, pre = self.options, self.pre
         dev = next(pre.parameters()).device
         which = "alpha" if (epoch + 1) % 2 == 0 else "beta"
         mu = self.mu_alpha if which == "alpha" else self.mu_beta
-        sigma = cfg.tuple_policy_sigma if which == "alpha" else cfg.tuple_beta_sigma
-        bsz = cfg.tuple_candidates
+        sigma = opts.policy_sigma if which == "alpha" else opts.beta_sigma
+        bsz = opts.candidates
         eps = torch.randn((bsz, mu.numel()), generator=self.generator, dtype=torch.float64)
         samples = mu + sigma * eps  # [B, D]
         reward_seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
         val_batch = utils.to_device(val_batch, dev)
         k = len(self.modalities)
-        grid = torch.linspace(0.0, cfg.tuple_beta_max, cfg.tuple_zeta_grid, dtype=torch.float64)  # [G]
+        grid = torch.linspace(0.0, opts.beta_max, opts.zeta_grid, dtype=torch.float64)  # [G]
 
         start_model = copy.deepcopy(pre.state_dict())
         start_opt = copy.deepcopy(opt.state_dict())
@@ -319,18 +323,19 @@ class TupleSampleOptimiser:
             opt.load_state_dict(copy.deepcopy(start_opt))  # load_state_dict may alias the tensors
             utils.set_rng_state(start_rng)  # common random numbers across candidates
             pre.tuple_alpha = relaxed_to_alpha(samples[b]) if which == "alpha" else base_alpha
-            pre.tuple_beta = clamp_beta(samples[b], cfg.tuple_beta_max) if which == "beta" else base_beta
+            pre.tuple_beta = clamp_beta(samples[b], opts.beta_max) if which == "beta" else base_beta
             self._train(opt, train_batches(), epoch, b, autocast)
             beta = torch.tensor(pre.tuple_beta, dtype=torch.float64)
             if which == "alpha":  # Eq. 5 with zeta = beta
-                acc = discrimination_accuracies(pre, val_batch, beta.view(1, k), reward_seed)[0]
+                acc = discrimination_accuracies(pre, val_batch, beta.view(1, k), reward_seed, opts.dropout)[0]
                 r = alpha_reward(acc)
                 info = {"accuracies": acc.tolist()}
             else:  # Eq. 8: accuracies at zeta = beta, plus zeta* over the grid
-                acc_all = discrimination_accuracies(pre, val_batch, torch.cat([beta.view(1, k), grid.view(-1, 1).expand(-1, k)]), reward_seed)
+                acc_all = discrimination_accuracies(pre, val_batch, torch.cat([beta.view(1, k), grid.view(-1, 1).expand(-1, k)]),
+                                                    reward_seed, opts.dropout)
                 acc, acc_grid = acc_all[0], acc_all[1:]
                 zstar = best_zeta(acc_grid, grid)
-                r = beta_reward(acc, beta, zstar, cfg.tuple_beta_max, cfg.tuple_beta_lambda)
+                r = beta_reward(acc, beta, zstar, opts.beta_max, opts.beta_lambda)
                 info = {"accuracies": acc.tolist(), "zeta_star": zstar}
             rewards.append(r)
             details.append({"alpha": list(pre.tuple_alpha), "beta": list(pre.tuple_beta), "reward": r, **info})
@@ -340,7 +345,7 @@ class TupleSampleOptimiser:
             raise RuntimeError("tuple sample optimisation: no candidate was trained")
         pre.load_state_dict(best[1])
         opt.load_state_dict(best[2])
-        new_mu = reinforce_update(mu, samples, torch.tensor(rewards), sigma, cfg.tuple_policy_lr, cfg.tuple_policy_baseline)
+        new_mu = reinforce_update(mu, samples, torch.tensor(rewards), sigma, opts.policy_lr, opts.policy_baseline)
         if which == "alpha":
             self.mu_alpha = new_mu
         else:
@@ -359,11 +364,11 @@ class TupleSampleOptimiser:
                 "best": rewards.index(max(rewards)), "candidates": details, "mu": new_mu.tolist()}
 
     def _train(self, opt: torch.optim.Optimizer, batches: Iterable[dict[str, Any]], epoch: int, cand: int, autocast: Any) -> None:
-        """Train the Pretrainer in place for ``tuple_candidate_steps`` steps (0: all the batches)."""
+        """Train the Pretrainer in place for ``candidate_steps`` steps (0: all the batches)."""
         pre = self.pre
         pre.train()
         dev = next(pre.parameters()).device
-        limit = self.cfg.tuple_candidate_steps
+        limit = self.options.candidate_steps
         for step, batch in enumerate(batches):
             if limit and step >= limit:
                 break

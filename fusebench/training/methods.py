@@ -1,0 +1,273 @@
+"""Pretraining methods: what a loss needs around it during pretraining, as units with typed options.
+
+A *method* is a pretraining wrapper or optimisation step that belongs to a loss rather than to the
+generic pretraining loop. The built-in ones:
+
+=================  ==========================================  ===================================
+id                 what it adds                                 module
+=================  ==========================================  ===================================
+``tuple_infonce``  tuple fusion head, augmentation, k-disturbed  ``fusebench.training.tuple_method``
+                   negatives, Algorithm 1 (sample optimisation)  (+ ``tuple_optim``)
+``ema_teacher``    EMA teacher (cosine momentum) and BYOL's      ``fusebench.training.teacher``
+                   student-prediction vs teacher-target loss
+``view_rotation``  M3G Sec. 4 rotation: view i from the teacher  ``fusebench.training.teacher``
+=================  ==========================================  ===================================
+
+Each is a :class:`PretrainMethod` subclass registered in :data:`METHODS` (entry-point group
+``fusebench.methods`` for plugins) with an ``Options`` dataclass: its typed settings, given in a
+spec as ``pretrain.methods.<id>: {name: value, ...}`` (``--set pretrain.methods.<id>.<name>=...``)
+and checked when the spec is loaded (:func:`check_methods`: unknown method ids and option names are
+errors naming the valid ones and the closest match; values are type-checked and converted like
+every other spec value).
+
+An objective names the methods it builds on in its class attribute ``pretrain_methods`` (ids);
+:func:`attach` asks every registered method whether it joins a run (:meth:`PretrainMethod.wanted`:
+by default when the objective names it; a method may also join on its own options, e.g.
+``ema_teacher: {enabled: true}``), adds what the joining methods ``require`` and orders them by
+``build_order``. The :class:`~fusebench.training.pretrain.Pretrainer` then asks them, never an
+objective id, for
+
+* their modules (``build``, called once from the Pretrainer's constructor, adds heads to it);
+* the loss of a batch (``loss``: the first method returning a tensor wins; none: the plain view loss);
+* what follows an optimisation step (``after_step``: e.g. the teacher's EMA update);
+* per-epoch steps (``extensions``: ``"module:Class"`` names, see :func:`extensions`), which the runner
+  attaches to the pretraining phase with their state in ``last.pt``.
+
+Settings that were ``PretrainConfig`` fields before methods had their own options (``tuple_*``,
+``embedding_noise``, ``ema_teacher``, ``ema_momentum``, ``m3g_view_rotation``) are declared by the
+built-in methods in ``legacy_keys``: the config hash is computed from the flat layout they had
+(``fusebench.training.config``, hash schema 1), and the old flat keys are still accepted in specs
+and ``--set`` with a :class:`DeprecatedKeyWarning`.
+
+>>> from fusebench.training.config import PretrainConfig
+>>> opts = options_of(PretrainConfig(methods={"tuple_infonce": {"candidates": 8}}), "tuple_infonce")
+>>> opts.candidates, opts.sample_optimisation, opts.dropout
+(8, False, 0.1)
+>>> legacy_map()["tuple_candidates"]
+('tuple_infonce', 'candidates')
+>>> options_of(PretrainConfig(methods={"tuple_infonce": {"candidate": 8}}), "tuple_infonce")
+Traceback (most recent call last):
+...
+fusebench.training.config.ConfigError: pretrain.methods.tuple_infonce: unknown options ['candidate'] (did you mean 'candidate' -> 'candidates'?); valid options: disturbed, alpha, embedding_noise, dropout, sample_optimisation, candidates, candidate_steps, policy_lr, policy_sigma, beta_sigma, beta_max, beta_lambda, zeta_grid, val_size, policy_baseline
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import warnings
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+from torch import Tensor, nn
+
+from fusebench.registry import Registry
+
+
+class DeprecatedKeyWarning(DeprecationWarning):
+    """An old flat ``pretrain.*`` key (e.g. ``pretrain.tuple_candidates``) was given; it is mapped onto
+    its method's option (``pretrain.methods.tuple_infonce.candidates``). Shown by default."""
+
+
+def _show_by_default() -> None:
+    """Show :class:`DeprecatedKeyWarning` where Python's default filters hide a DeprecationWarning
+    raised outside ``__main__`` (so ``fusebench run --set pretrain.tuple_candidates=8`` prints it):
+    one ``default`` entry just before the standard ``ignore::DeprecationWarning`` entry, below every
+    filter a user or ``-W`` set (those still decide). No standard entry (``-W``, dev mode): no change."""
+    for i, f in enumerate(warnings.filters):
+        if f[0] == "ignore" and f[1] is None and f[2] is DeprecationWarning and f[3] is None:
+            warnings.filters.insert(i, ("default", None, DeprecatedKeyWarning, None, 0))
+            mutated = getattr(warnings, "_filters_mutated", None)  # invalidates the warning registries' caches
+            if callable(mutated):
+                mutated()
+            return
+
+
+_show_by_default()
+
+
+@dataclass
+class NoOptions:
+    """A method without settings."""
+
+
+class PretrainMethod:
+    """Base class of a pretraining method (see the module docstring). Subclasses set the class
+    attributes and override the hooks they need; an instance lives as long as one Pretrainer."""
+
+    #: the id in :data:`METHODS` and under ``pretrain.methods``
+    id: ClassVar[str] = ""
+    #: the typed settings (a dataclass: name, type, default per field)
+    Options: ClassVar[type] = NoOptions
+    #: option name -> the flat ``PretrainConfig`` key it had before hash schema 1 (built-in methods
+    #: only; a new method never has one: its options enter the hash under ``pretrain.methods``)
+    legacy_keys: ClassVar[dict[str, str]] = {}
+    #: methods attached whenever this one is (e.g. the view rotation needs the EMA teacher)
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: lower builds first (a teacher copying the student is built after every student head)
+    build_order: ClassVar[int] = 0
+    #: per-epoch steps: "module:Class" of classes with ``enabled(options)``, ``state_key``,
+    #: ``val_batch_size(options)``, ``__init__(pretrainer, options, seed)``, ``epoch_update(...)``,
+    #: ``state_dict()`` / ``load_state_dict()``
+    extensions: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+
+    # -- joining a run ------------------------------------------------------------------------
+    @classmethod
+    def wanted(cls, objective: nn.Module, declared: bool, options: Any, cfg: Any) -> bool:
+        """Whether the method joins a run of ``objective`` (``declared``: the objective names it in
+        ``pretrain_methods``; ``options``: this method's options; ``cfg``: the PretrainConfig)."""
+        return declared
+
+    @classmethod
+    def check(cls, options: Any) -> list[str]:
+        """Problems with the option values, found when the spec is loaded (``"name must be ..."``)."""
+        return []
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def build(self, pre: nn.Module) -> None:
+        """Add this method's modules to the Pretrainer ``pre`` (called once, in ``build_order``)."""
+
+    def loss(self, pre: nn.Module, batch: dict[str, Any], emb: Tensor, z: Tensor, mask: Tensor | None,
+             gather: Any) -> Tensor | None:
+        """The pretraining loss of ``batch`` (emb: [k, n, F] embeddings, z: [k, n, P] projections,
+        mask: [k, n] or None), or None to leave it to the next method / the plain view loss."""
+        return None
+
+    def after_step(self, pre: nn.Module, step: int) -> None:
+        """Called after optimisation step ``step`` of the main loop."""
+
+
+#: every pretraining method, by id
+METHODS = Registry("pretrain method", entry_point_group="fusebench.methods",
+                   modules=("fusebench.training.teacher", "fusebench.training.tuple_method"))
+_BUILTIN: list[type] = []  # the methods registered by METHODS.modules, in registration order
+
+
+def register(cls: type) -> type:
+    """Class decorator: register a :class:`PretrainMethod` subclass under ``cls.id``. Only the
+    built-in modules may declare ``legacy_keys``."""
+    if not (isinstance(cls, type) and issubclass(cls, PretrainMethod)):
+        raise TypeError(f"{cls!r} is not a PretrainMethod subclass")
+    if not (isinstance(cls.Options, type) and dataclasses.is_dataclass(cls.Options)):
+        raise TypeError(f"pretrain method {cls.id!r}: Options must be a dataclass")
+    names = {f.name for f in dataclasses.fields(cls.Options)}
+    builtin = cls.__module__ in METHODS.modules
+    if cls.legacy_keys and not builtin:
+        raise ValueError(f"pretrain method {cls.id!r}: legacy_keys are reserved for the built-in methods "
+                         "(their old PretrainConfig fields); a new method's options are hashed as they are")
+    if set(cls.legacy_keys) - names:
+        raise ValueError(f"pretrain method {cls.id!r}: legacy_keys name unknown options {sorted(set(cls.legacy_keys) - names)}")
+    METHODS.add(cls.id, cls)
+    if builtin:
+        _BUILTIN.append(cls)
+    return cls
+
+
+def builtin() -> list[type]:
+    """The built-in method classes, in the order of ``METHODS.modules`` (then of registration)."""
+    METHODS.available()
+    return sorted(_BUILTIN, key=lambda cls: METHODS.modules.index(cls.__module__))
+
+
+def legacy_map() -> dict[str, tuple[str, str]]:
+    """Old flat ``pretrain`` key -> (method id, option name), e.g. ``tuple_candidates`` ->
+    ``("tuple_infonce", "candidates")``; in the order of the old ``PretrainConfig`` fields."""
+    return {flat: (cls.id, opt) for cls in builtin() for opt, flat in cls.legacy_keys.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# options
+# ---------------------------------------------------------------------------------------------
+def make_options(cls: type, given: Any, where: str) -> Any:
+    """``given`` (a mapping, an ``Options`` instance or None) -> a checked ``cls.Options`` instance.
+    Unknown names and wrong types raise :class:`fusebench.training.config.ConfigError` naming
+    ``where``, the valid options and the closest match."""
+    from fusebench.options import OptionsError, check_options
+    from fusebench.training.config import ConfigError, from_dict
+
+    if given is None:
+        return cls.Options()
+    if isinstance(given, cls.Options):
+        return given
+    try:
+        check_options(given, cls, where)
+    except OptionsError as e:
+        raise ConfigError(str(e)) from None
+    return from_dict(cls.Options, dict(given), where)
+
+
+def options_of(cfg: Any, method_id: str) -> Any:
+    """The typed options of method ``method_id`` in PretrainConfig ``cfg`` (its defaults when the
+    spec does not mention it)."""
+    cls = METHODS.get(method_id)
+    return make_options(cls, (getattr(cfg, "methods", None) or {}).get(method_id), f"pretrain.methods.{method_id}")
+
+
+def check_methods(methods: Any, where: str = "pretrain.methods") -> dict[str, Any]:
+    """Check a spec's ``pretrain.methods`` block (method id -> options) and return it with every
+    entry turned into its typed ``Options`` (the spec loader's step)."""
+    from fusebench.registry import UnknownNameError
+    from fusebench.training.config import ConfigError
+
+    if not isinstance(methods, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of method ids to their options, got {methods!r}")
+    out = {}
+    for mid, given in methods.items():
+        try:
+            cls = METHODS.get(str(mid))
+        except UnknownNameError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if given is not None and not isinstance(given, (Mapping, cls.Options)):
+            raise ConfigError(f"{where}.{mid}: expected a mapping of option names to values, got {given!r}")
+        opts = make_options(cls, given, f"{where}.{mid}")
+        problems = cls.check(opts)
+        if problems:
+            raise ConfigError(f"{where}.{mid}: " + "; ".join(problems))
+        out[str(mid)] = opts
+    return out
+
+
+def option_values(options: Any) -> dict[str, Any]:
+    """An ``Options`` instance as a plain dict (lists copied), in field order."""
+    return dataclasses.asdict(options)
+
+
+# ---------------------------------------------------------------------------------------------
+# joining a run
+# ---------------------------------------------------------------------------------------------
+def attach(objective: nn.Module, cfg: Any) -> list[PretrainMethod]:
+    """The method instances that join a pretraining run of ``objective`` with PretrainConfig ``cfg``,
+    in build order (not yet built)."""
+    declared = [str(m) for m in getattr(objective, "pretrain_methods", ())]
+    for mid in declared:
+        METHODS.get(mid)  # an unknown id is an error naming the valid ones
+    chosen: list[str] = []
+    for mid in declared + [m for m in METHODS.available() if m not in declared]:
+        cls = METHODS.get(mid)
+        if cls.wanted(objective, mid in declared, options_of(cfg, mid), cfg) and mid not in chosen:
+            chosen.append(mid)
+    i = 0
+    while i < len(chosen):  # what the chosen methods require, transitively
+        for req in METHODS.get(chosen[i]).requires:
+            if req not in chosen:
+                chosen.append(req)
+        i += 1
+    order = sorted(range(len(chosen)), key=lambda j: (METHODS.get(chosen[j]).build_order, j))
+    return [METHODS.get(chosen[j])(options_of(cfg, chosen[j])) for j in order]
+
+
+def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
+    """(extension class, its method's options) for every extension of ``methods``."""
+    out = []
+    for m in methods:
+        for target in m.extensions:
+            module, _, attr = target.partition(":")
+            out.append((getattr(importlib.import_module(module), attr), m.options))
+    return out
+
+
+__all__ = ["METHODS", "DeprecatedKeyWarning", "NoOptions", "PretrainMethod", "attach", "builtin", "check_methods",
+           "extensions", "legacy_map", "make_options", "option_values", "options_of", "register"]
