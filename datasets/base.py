@@ -260,8 +260,34 @@ class MultimodalDataset(Dataset):
 
     @classmethod
     def info(cls) -> str:
-        files = "\n".join(f"  {f.path}  {f.description}" for f in cls.FILES)
+        files = "\n".join(f"  {f.path}  {f.description}" + (f"  (sha256 {f.sha256})" if f.sha256 else "")
+                          for f in cls.FILES)
         return f"{cls.id}: {cls.INFO.strip()}\nExpected layout under the data root:\n{files}"
+
+    #: folders under the data root where fixed files (``FILES`` with a sha256) may also lie
+    FILE_DIRS: ClassVar[tuple[str, ...]] = ("",)
+
+    @classmethod
+    def check_files(cls, root: str | os.PathLike) -> list[tuple[str, str]]:
+        """``(path, verdict)`` for every ``FILES`` entry that declares a sha256: ``ok``, ``missing`` or
+        ``sha256 X, expected Y`` (the file found first in ``FILE_DIRS`` under ``root``)."""
+        import hashlib
+
+        out = []
+        for f in cls.FILES:
+            if not f.sha256:
+                continue
+            found = next((Path(root, d, f.path) for d in cls.FILE_DIRS if Path(root, d, f.path).is_file()), None)
+            if found is None:
+                out.append((f.path, "missing"))
+                continue
+            h = hashlib.sha256()
+            with open(found, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            digest = h.hexdigest()
+            out.append((str(found), "ok" if digest == f.sha256 else f"sha256 {digest}, expected {f.sha256}"))
+        return out
 
     @classmethod
     def synthetic_root(cls, spec: SyntheticSpec, base: str | os.PathLike | None = None) -> Path:

@@ -10,7 +10,8 @@ Examples::
 
 ``--root`` may be relative to the working directory (it is made absolute once). ``--out DIR`` writes
 to ``DIR/<id>/<key>`` instead of ``$FUSEBENCH_CACHE/prepared/<id>/<key>``; set
-``FUSEBENCH_PREPARED=DIR`` so that adapters find it. Exit codes: 0 ok, 1 check found mismatches,
+``FUSEBENCH_PREPARED=DIR`` so that adapters find it. With ``--root``, ``check`` also compares the fixed official
+files that declare a sha256 (e.g. NYUv2's splits.mat). Exit codes: 0 ok, 1 check found mismatches,
 2 bad input (missing dataset, unknown id, nothing prepared, unreadable file), 3 the cache could not
 be written (disk full, read-only or unwritable folder; the partial cache is removed).
 """
@@ -49,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     pp.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="adapter option (YAML value)")
     pp.add_argument("--force", action="store_true", help="rebuild even when an up-to-date cache exists")
     pp.add_argument("--quiet", action="store_true", help="no progress bars")
-    pc = sub.add_parser("check", help="verify the manifests of prepared caches (recompute hashes)")
+    pc = sub.add_parser("check", help="verify the manifests of prepared caches (recompute hashes); with --root "
+                        "also the fixed official files that declare a sha256")
     pc.add_argument("name")
     pc.add_argument("--root", help="only caches built from this root (default: all)")
     pc.add_argument("--out", help="base folder searched (default: $FUSEBENCH_PREPARED, $FUSEBENCH_CACHE/prepared)")
@@ -96,13 +98,22 @@ def _check(ns: argparse.Namespace) -> int:
     from fusebench.datasets import cache
 
     cls = datasets.get(ns.name)
+    bad = checked = 0
+    if ns.root:  # the fixed official files under the root against their declared sha256
+        for path, verdict in cls.check_files(ns.root):
+            checked += verdict != "missing"
+            bad += verdict not in ("ok", "missing")
+            print(f"{'ok      ' if verdict == 'ok' else 'MISMATCH' if verdict != 'missing' else 'missing '} {path}"
+                  + ("" if verdict in ("ok", "missing") else f": {verdict}"))
     folders = cache.list_caches(cls.id, root=ns.root, base=ns.out)
+    if not folders and checked:  # the files were checked; no cache to check is not an error then
+        print(f"{cls.id}: no prepared cache built from {ns.root}")
+        return 1 if bad else 0
     if not folders:
         where = f" built from {ns.root}" if ns.root else ""
         print(f"{cls.id}: no prepared cache{where}; run `fusebench data prepare {cls.id} --root PATH`",
               file=sys.stderr)
         return 2
-    bad = 0
     for folder in folders:
         problems = cache.check(folder)
         try:

@@ -469,3 +469,28 @@ def test_prepare_all_splits_goes_on_past_an_empty_one(tmp_path, fixtures_dir, ca
     assert "nyuv2/train:" in err and "nyuv2/val:" in err and "splits not prepared: ['train', 'val']" in err
     assert (tmp_path / "cache").is_dir()
     assert "Traceback" not in err
+
+
+def test_data_check_verifies_the_fixed_official_files(tmp_path, capsys):
+    """NYUv2's metadata files declare the sha256 of the real files (../shared/fixtures, unmodified copies):
+    `data check --root` reads them from meta/, says ok, and names a changed copy with both digests."""
+    from conftest import FIXTURES
+    from fusebench.datasets.cli import main as data_main
+
+    meta = FIXTURES / "nyuv2" / "meta"
+    if not meta.is_dir():
+        pytest.skip(f"fixtures not found at {meta}")
+    assert data_main(["check", "nyuv2", "--root", str(meta.parent)]) == 0
+    out = capsys.readouterr().out
+    for name in ("splits.mat", "classMapping40.mat", "class13Mapping.mat"):
+        assert f"ok       {meta / name}" in out
+    root = tmp_path / "nyu"
+    shutil.copytree(meta, root)  # at the root this time, one of them changed by one byte
+    data = bytearray((root / "splits.mat").read_bytes())
+    data[-1] ^= 1
+    (root / "splits.mat").write_bytes(bytes(data))
+    assert data_main(["check", "nyuv2", "--root", str(root)]) == 1
+    out = capsys.readouterr().out
+    bad = hashlib.sha256(bytes(data)).hexdigest()
+    assert f"MISMATCH {root / 'splits.mat'}: sha256 {bad}, expected 6e0814" in out
+    assert f"ok       {root / 'classMapping40.mat'}" in out

@@ -23,7 +23,7 @@ from fusebench.datasets.base import (
 )
 from fusebench.datasets.normals import NORMAL_METHODS
 
-from .formats import LABELED_MAT, MAP13_MAT, MAP40_MAT, SPLITS_MAT, _FrameReaders
+from .formats import LABELED_MAT, MAP13_MAT, MAP40_MAT, META_DIRS, SPLITS_MAT, _FrameReaders
 from .layouts import _Frame, _LayoutIndex
 from .normal_cache import _NormalCache
 from .synthetic import _write_synthetic
@@ -77,15 +77,20 @@ class NYUv2(_LayoutIndex, _FrameReaders, _NormalCache, _Flip, MultimodalDataset)
     )
     FILES: ClassVar[tuple[DataFile, ...]] = (
         DataFile(LABELED_MAT, "labeled set, MATLAB v7.3 (HDF5): images, depths, rawDepths, labels (2.8 GB)"),
-        DataFile(SPLITS_MAT, "official split: trainNdxs (795) / testNdxs (654), 1-based; root or meta/"),
-        DataFile(MAP40_MAT, "894 -> 40 class mapping (mapClass, className); root or meta/"),
+        # the three metadata files are fixed (redistributed unchanged by ankurhanda/nyuv2-meta-data):
+        # `fusebench data check nyuv2 --root DIR` compares them with these sha256
+        DataFile(SPLITS_MAT, "official split: trainNdxs (795) / testNdxs (654), 1-based; root or meta/",
+                 sha256="6e081404491a8bfba2f066beaa9713ef6046f9007aa5f799f2a350506a580cee"),
+        DataFile(MAP40_MAT, "894 -> 40 class mapping (mapClass, className); root or meta/",
+                 sha256="ff177194cce9a2163517f1e1e6f1c64c50987162f542dedddc04bbf6ebe6d851"),
         DataFile(MAP13_MAT, "40 -> 13 class mapping (classMapping13.labels13); only for classes=13",
-                 required=False),
+                 sha256="4e79ab24c345896c19abc62476b2c3520f3e2db00f71f868c5027208af48a3de", required=False),
         DataFile("test_labels_40/new_nyu_class40_%04d.png", "optional 40-class label PNGs (label_source=png); "
                  "also train_labels_40/, test_labels_13/, train_labels_13/", required=False),
         DataFile("{train,val}/{image,depth,normal,label}/<i>.npy", "alternative layout 'mtan' (MTAN release, "
                  "288x384, 13 classes; its val = official test)", required=False),
     )
+    FILE_DIRS: ClassVar[tuple[str, ...]] = META_DIRS
     INFO: ClassVar[str] = """\
 NYU Depth Dataset V2, labeled set (Silberman et al., ECCV 2012). Research use; cite the paper.
   labeled frames: http://horatio.cs.nyu.edu/mit/silberman/nyu_depth_v2/nyu_depth_v2_labeled.mat
