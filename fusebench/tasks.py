@@ -62,6 +62,34 @@ class Task:
 
     id: ClassVar[str] = ""
 
+    # -- the metrics ----------------------------------------------------------------------------
+    @classmethod
+    def metric_families(cls, protocol: str = "") -> tuple[str, ...]:
+        """The metric families (``task`` of :func:`fusebench.metrics.metadata`) this task scores:
+        its own, plus ``clustering`` under the ``embedding_eval`` protocol (k-means on the embeddings)."""
+        return (cls.id, "clustering") if protocol == "embedding_eval" else (cls.id,)
+
+    @classmethod
+    def describe_metrics(cls, metric_ids: list[str], protocol: str = "") -> list[tuple[str, str, str]]:
+        """``(id, unit, direction)`` of each metric the task reports (unit ``fraction`` or ``raw``,
+        direction ``higher`` or ``lower``), read from the metric metadata without importing the metric
+        code. A metric of another family (e.g. ``miou`` for a regression task) or an unknown id raises
+        ``ValueError`` naming it, the task and the family it belongs to."""
+        from fusebench import metrics as M
+
+        families = cls.metric_families(protocol)
+        out = []
+        for mid in metric_ids:
+            try:
+                meta = M.metadata(mid)
+            except KeyError as e:
+                raise ValueError(str(e).strip("'\"")) from None
+            if meta["task"] not in families:
+                raise ValueError(f"metric {mid!r} scores {meta['task']} and task {cls.id!r} reports "
+                                 f"{' or '.join(families)} metrics")
+            out.append((mid, meta["unit"], meta["direction"]))
+        return out
+
     def __init__(self, ds: Any = None, *, num_classes: int | None = None, dataset_id: str | None = None) -> None:
         self.dataset_id = getattr(ds, "id", dataset_id)
         self.num_classes = getattr(ds, "num_classes", num_classes)

@@ -34,3 +34,34 @@ def test_detection_task_needs_the_class_count_and_unknown_tasks_are_named() -> N
     with pytest.raises(UnknownNameError, match=r"unknown task 'clustering'.*Valid task ids: classification, "
                                                r"detection, regression, segmentation"):
         tasks.for_dataset(SimpleNamespace(task="clustering"))
+
+
+def test_task_describes_its_metrics_and_refuses_another_familys():
+    """The dataset's task says which metrics it reports, with unit and direction (values from the
+    metric definitions: MAE is a raw error, lower is better; accuracies are fractions, higher is better)."""
+    from fusebench.tasks import TASKS
+
+    assert TASKS.get("regression").describe_metrics(["mae", "corr", "acc7"]) == [
+        ("mae", "raw", "lower"), ("corr", "raw", "higher"), ("acc7", "fraction", "higher")]
+    assert TASKS.get("classification").describe_metrics(["acc", "kappa"]) == [
+        ("acc", "fraction", "higher"), ("kappa", "raw", "higher")]
+    assert TASKS.get("segmentation").describe_metrics(["miou"]) == [("miou", "fraction", "higher")]
+    # k-means on the embeddings adds the clustering metrics, and only under that protocol
+    assert TASKS.get("classification").describe_metrics(["acc", "nmi"], "embedding_eval")[1] == ("nmi", "fraction", "higher")
+    with pytest.raises(ValueError, match=r"metric 'nmi' scores clustering and task 'classification' reports classification"):
+        TASKS.get("classification").describe_metrics(["acc", "nmi"], "linear_probe")
+    with pytest.raises(ValueError, match=r"'miou' scores segmentation and task 'regression'"):
+        TASKS.get("regression").describe_metrics(["mae", "miou"])
+    with pytest.raises(ValueError, match=r"unknown metric 'maee'. Did you mean 'mae'"):
+        TASKS.get("regression").describe_metrics(["maee"])
+
+
+def test_spec_with_a_metric_its_dataset_cannot_report_is_refused_at_load():
+    from fusebench import benchmarks
+    from fusebench.training.config import ConfigError
+
+    for name in benchmarks.available():  # every shipped spec reports metrics of its dataset's task
+        benchmarks.load(name)
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: metrics: metric 'mae' scores regression and task "
+                                          r"'classification'"):
+        benchmarks.load("quickstart", overrides={"metrics": ["acc", "mae"]})

@@ -380,6 +380,13 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                 check_options(spec.dataset.options, adapter, f"{source}: dataset.options, adapter {spec.dataset.id}")
             except OptionsError as e:  # the error the adapter itself would raise, only earlier
                 raise DatasetError(str(e)) from None
+            from fusebench.tasks import TASKS
+
+            if adapter.task in TASKS:  # the dataset's task says which metrics it can report
+                try:
+                    TASKS.get(adapter.task).describe_metrics(spec.metrics, spec.downstream.protocol)
+                except ValueError as e:
+                    raise ConfigError(f"{source}: metrics: {e}") from None
         if spec.pipeline == "standard" and spec.encoder.id in encoders.ENCODERS:
             encoder = encoders.ENCODERS.get(spec.encoder.id)
             check_options(spec.encoder.config, encoder, f"{source}: encoder.config ({spec.encoder.id})")
