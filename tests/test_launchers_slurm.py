@@ -217,11 +217,13 @@ def slurm_cluster():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# each cell pretrains for 80 epochs of 4 steps (320 steps) with a checkpoint every 5 steps: long
-# enough to be cancelled or preempted after its first last.pt, a few seconds on one core
-STEPS = 80 * 4
+# each cell pretrains for 80 epochs of 16 steps (1280 steps, about 20 s on one core) with a checkpoint
+# every 5 steps: it is cancelled or preempted a few seconds after its first last.pt. It must still be
+# far from done then: scancel's SIGTERM is ignored by submitit's jobs and SIGKILL follows KillWait = 2 s
+# later, and with 4 steps per epoch a fast machine finished the cancelled cell in that window
+STEPS = 80 * 16
 SLOW = {
-    "dataset.synthetic_spec": {"num_samples": 256, "seed": 0},
+    "dataset.synthetic_spec": {"num_samples": 1024, "seed": 0},
     "pretrain.epochs": 80,
     "pretrain.batch_size": 64,
     "downstream.epochs": 1,
