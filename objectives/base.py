@@ -57,8 +57,9 @@ class MultiViewObjective(nn.Module):
     def name(self) -> str:
         return getattr(self, "registry_id", type(self).__name__)
 
-    def check_views(self, views: Tensor, arg: str = "views") -> None:
-        """Raise ``ValueError`` naming the loss and the expected shape for bad ``views``."""
+    def check_views(self, views: Tensor, arg: str = "views", finite: bool = True) -> None:
+        """Raise ``ValueError`` naming the loss and the expected shape for bad ``views``; ``finite=False``
+        skips the scan for NaN / Inf (for a loss that detects them on its own and then calls this again)."""
         who = self.name
         if not isinstance(views, Tensor):
             raise ValueError(f"{who}: {arg} must be a torch.Tensor [k, n, d], got {type(views).__name__}")
@@ -79,7 +80,7 @@ class MultiViewObjective(nn.Module):
             raise ValueError(f"{who}: needs n >= 2 samples in {arg} [k, n, d], got n={n}")
         if d < 1:
             raise ValueError(f"{who}: {arg} [k, n, d] has d=0")
-        if not torch.isfinite(views.detach()).all():
+        if finite and not torch.isfinite(views.detach()).all():
             raise ValueError(f"{who}: {arg} contains NaN or Inf values")
 
     def check_mask(self, mask: Tensor | None, views: Tensor) -> Tensor | None:

@@ -307,6 +307,62 @@ def compare_with_ott(k: int, n: int, eps: float, dtype: torch.dtype, d: int = 32
     }
 
 
+class _ShellOnly:
+    """A stand-in for the M3G module in :class:`~fusebench.objectives.m3g._CvGap` that does everything of
+    the fast path except the solve and the dual value: the Gram matrix, a ``W`` of the right shape."""
+
+    def __init__(self, k: int, n: int, dtype: torch.dtype) -> None:
+        self.w = torch.zeros(k * n, k * n, dtype=dtype)
+
+    def _cv_gap(self, z: torch.Tensor) -> tuple[float, torch.Tensor]:
+        zf = z.reshape(-1, z.shape[-1])
+        torch.mm(zf, zf.T).mul_(-2.0).add_(2.0)
+        return 0.0, self.w
+
+
+class _Empty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+def eager_floor(k: int, n: int, d: int, dtype: torch.dtype, rounds: int = 400) -> dict[str, float]:
+    """Seconds (medians, alternating) of what a PyTorch loss of M3G's shape costs before any solving:
+    an autograd node that does nothing, forward + backward (``empty``), and the fast path's shell, i.e.
+    normalisation, Gram matrix and the Danskin backward of :class:`_CvGap` with no Sinkhorn solve and no
+    dual value (``shell``). A whole call of ours can be no faster than ``shell``."""
+    from fusebench.objectives.m3g import _CvGap
+
+    x = make_views(k, n, d, dtype).requires_grad_()
+    shell = _ShellOnly(k, n, dtype)
+
+    def run_empty() -> None:
+        x.grad = None
+        _Empty.apply(x).backward()
+
+    def run_shell() -> None:
+        x.grad = None
+        v = _CvGap.apply(x, shell, True)
+        v.backward()
+        float(v.detach())
+
+    fns = {"empty": run_empty, "shell": run_shell}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(20):
+        for fn in fns.values():
+            fn()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def bench_vs_ott(configs: list[tuple[int, int, float]], dtype: torch.dtype, repeats: int, cell_seconds: float,
                  mem_cap_mib: float, d: int = 32, emit: Callable[[str], None] = print) -> list[dict]:
     """The side-by-side table, one markdown row per configuration as it is measured."""
@@ -401,6 +457,11 @@ def _vs_ott_tables(ns: argparse.Namespace, cpu: int | None) -> int:
         print(f"target ours <= 1.0x ott at every configuration: {'met' if worst['ratio'] <= 1.0 else 'NOT MET'} "
               f"(largest ratio {worst['ratio']:.2f}x at k={worst['k']}, n={worst['n']}, eps={worst['eps']}); "
               f"largest relative value difference {agree:.1e}; same sweep counts: {'yes' if same else 'NO'}")
+        small = min(rows, key=lambda r: r["t_ott"])
+        floor = eager_floor(small["k"], small["n"], ns.dim, dtype)
+        print(f"eager-PyTorch floor at k={small['k']}, n={small['n']} (no solve): an autograd node that does nothing "
+              f"{floor['empty'] * 1e3:.2f} ms, the fast path's shell (normalisation, Gram matrix, Danskin backward) "
+              f"{floor['shell'] * 1e3:.2f} ms; ott's whole call there: {small['t_ott'] * 1e3:.2f} ms")
     return 0
 
 

@@ -62,12 +62,14 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
+from fusebench.objectives import sinkhorn
 from fusebench.objectives.sinkhorn import (check_ot_hparams, dense_sinkhorn, gap_stats, gap_with_danskin_gradient,
                                               scaling_sinkhorn)
 
@@ -157,8 +159,9 @@ class M3G(MultiViewObjective):
     def forward(self, views: Tensor, mask: Tensor | None = None) -> Tensor:
         if self.solver != "auto" or self.cost != "cv":
             return super().forward(views, mask)
-        # the fast path: normalisation, Gram matrix, solve and Danskin gradient in one autograd node
-        self.check_views(views)
+        # the fast path: normalisation, Gram matrix, solve and Danskin gradient in one autograd node; NaN / Inf
+        # in the views are caught there (a non-finite Gram matrix), without a separate scan of the views
+        self.check_views(views, finite=False)
         self.check_mask(mask, views)
         self.stats = {}
         return _CvGap.apply(views.to(self.compute_dtype(views)), self, True).to(views.dtype)
@@ -175,58 +178,119 @@ class M3G(MultiViewObjective):
         ``D_lm = 2 - 2 G_lm`` and ``<J - P*, C(z)> = sum_{l<m} <J_lm - Pi_lm, D_lm> / k^2 = <-2 W, G>`` plus
         a constant, ``W`` = ``(J_lm - Pi_lm) / k^2`` in the blocks l < m (0 elsewhere).  The gap is
         ``<J, C> - eps log n - D`` (dual value ``D = eps sum_l mean(g_l) - eps (mass - 1)``), computed in
-        float64 from the solver's output; its Danskin gradient with respect to ``Z`` is ``-2 (W + W^T) Z``."""
+        float64 from the solver's output; its Danskin gradient with respect to ``Z`` is ``-2 (W + W^T) Z``.
+        Raises :class:`_NonFinite` when the Gram matrix is not finite (NaN / Inf in ``z``).
+
+        Small CPU problems do their elementwise work and reductions through numpy on the same memory
+        (a fraction of torch's per-call cost; no BLAS call moves to numpy, see ``sinkhorn.NUMPY_MAX_ENTRIES``)."""
         k, n, d = z.shape
         eps, kn = self.eps, k * n
         zf = z.reshape(kn, d)
-        sq = torch.mm(zf, zf.T).mul_(-2.0).add_(2.0)  # 2 - 2 G: D_lm in block (l, m)
+        sq = torch.mm(zf, zf.T)
+        small = _small(sq)
+        if small:  # 2 - 2 G: D_lm in block (l, m)
+            sq_np = sq.numpy()
+            np.multiply(sq_np, -2.0, out=sq_np)
+            np.add(sq_np, 2.0, out=sq_np)
+            sq_max = float(sq_np.max())
+        else:
+            sq_max = float(sq.mul_(-2.0).add_(2.0).max())
+        if not math.isfinite(sq_max):
+            raise _NonFinite
         # every sum over the pairs l < m of log-kernels is >= -(k (k - 1) / 2) max D / (k^2 eps)
-        floor = -(k - 1) / (2 * k * eps) * float(sq.max())
+        floor = -(k - 1) / (2 * k * eps) * sq_max
         res = scaling_sinkhorn(sq.view(k, n, k, n).transpose(1, 2) * (-1.0 / (k**2 * eps)), self.tol,
                                self.max_iter, floor=floor, gram=True)
         pm = res.pair_marginals  # [kn, kn]: Pi_lm in block (l, m), l < m
         j_w = _diagonal_weights(k, n, z.dtype, z.device)  # J / k^2 in the blocks l < m
-        cost_j, cost_p, sum_g = torch.stack([torch.vdot(j_w.view(-1), sq.view(-1)),
-                                             torch.vdot(pm.view(-1), sq.view(-1)), res.log_u.sum()]).tolist()
+        if small:  # the same sums, accumulated in float64
+            pm_np, jw_np = pm.numpy(), j_w.numpy()
+            cost_j = float(np.add.reduce(np.multiply(jw_np, sq_np).ravel(), dtype=np.float64))
+            cost_p = float(np.add.reduce(np.multiply(pm_np, sq_np).ravel(), dtype=np.float64))
+            sum_g = float(np.add.reduce(res.log_u.numpy().ravel(), dtype=np.float64))
+        else:
+            cost_j, cost_p, sum_g = torch.stack([torch.vdot(j_w.view(-1), sq.view(-1)),
+                                                 torch.vdot(pm.view(-1), sq.view(-1)), res.log_u.sum()]).tolist()
         cost_p /= k**2
         dual = eps * sum_g / n - eps * (res.mass - 1.0)
         gap = cost_j - eps * math.log(n) - dual
         self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=7)
         self.stats["reference_solver"] = 0.0
         self.stats.update(res.info)
-        return gap, pm.mul_(-1.0 / k**2).add_(j_w)  # W (pm is the solver's fresh tensor)
+        if small:  # W (pm is the solver's fresh tensor)
+            np.multiply(pm_np, -1.0 / k**2, out=pm_np)
+            np.add(pm_np, jw_np, out=pm_np)
+            return gap, pm
+        return gap, pm.mul_(-1.0 / k**2).add_(j_w)
 
 
 #: the ``eps`` of :func:`torch.nn.functional.normalize` (norms are clamped from below at it)
 NORM_EPS = 1e-12
 
 
+class _NonFinite(Exception):
+    """The Gram matrix of the views is not finite (raised inside :meth:`M3G._cv_gap`)."""
+
+
+def _small(t: Tensor) -> bool:
+    """Whether elementwise work on ``t`` goes through numpy (a small CPU tensor)."""
+    return t.device.type == "cpu" and t.numel() <= sinkhorn.NUMPY_MAX_ENTRIES
+
+
 class _CvGap(torch.autograd.Function):
     """``M3G`` with ``cost="cv"``, ``solver="auto"`` as one autograd node: forward = the gap (of
     ``x / max(||x||, NORM_EPS)`` when ``normalise``), backward = its Danskin gradient ``-2 (W + W^T) Z``
     (:meth:`M3G._cv_gap`) taken through the normalisation, ``(I - z z^T) g / ||x||`` (``g / NORM_EPS`` where
-    the norm was clamped), as :func:`torch.nn.functional.normalize`'s autograd would."""
+    the norm was clamped), as :func:`torch.nn.functional.normalize`'s autograd would. The gradient is
+    formed in the forward (when the input needs one), so that the backward is one multiplication."""
 
     @staticmethod
     def forward(ctx, x: Tensor, module: "M3G", normalise: bool) -> Tensor:
-        norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) if normalise else x.new_empty(0)
+        norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) if normalise else None
         z = x / norms.clamp_min(NORM_EPS) if normalise else x
-        gap, w = module._cv_gap(z)
-        ctx.save_for_backward(z, w, norms)
-        ctx.normalise = normalise
+        try:
+            gap, w = module._cv_gap(z)
+        except _NonFinite:
+            module.check_views(x)  # names the NaN / Inf
+            raise ValueError(f"{module.name}: the Gram matrix of the views is not finite") from None
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(_danskin_grad(z, w, norms))
         return x.new_tensor(gap)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor):
-        z, w, norms = ctx.saved_tensors
-        k, n, d = z.shape
-        zf = z.view(k * n, d)
-        gz = torch.mm(torch.add(w, w.T), zf).mul_(grad * -2.0).view(k, n, d)  # d gap / d z
-        if not ctx.normalise:
-            return gz, None, None
-        radial = (z * gz).sum(dim=-1, keepdim=True).mul_(norms > NORM_EPS)
-        return gz.sub_(z * radial).div_(norms.clamp_min(NORM_EPS)), None, None
+        (gx,) = ctx.saved_tensors
+        return gx * grad, None, None
+
+
+def _danskin_grad(z: Tensor, w: Tensor, norms: Tensor | None) -> Tensor:
+    """``d gap / d x`` for unit ``z`` [k, n, d] (``x = z`` when ``norms`` is None, else ``z = x / ||x||``)."""
+    k, n, d = z.shape
+    zf = z.detach().reshape(k * n, d)
+    small = _small(w)
+    if small:
+        w_np = w.numpy()
+        sym = torch.from_numpy(np.add(w_np, w_np.T))
+    else:
+        sym = torch.add(w, w.T)
+    gz = torch.mm(sym, zf)  # -(d gap / d z) / 2, [kn, d]
+    if small:
+        g, zn = gz.numpy(), zf.numpy()
+        np.multiply(g, -2.0, out=g)
+        if norms is not None:
+            nrm = norms.reshape(k * n, 1).numpy()
+            radial = np.add.reduce(zn * g, axis=1, keepdims=True)
+            radial *= nrm > NORM_EPS
+            g -= zn * radial
+            g /= np.maximum(nrm, NORM_EPS)
+        return gz.view(k, n, d)
+    gz.mul_(-2.0)
+    if norms is None:
+        return gz.view(k, n, d)
+    nrm = norms.reshape(k * n, 1)
+    radial = (zf * gz).sum(dim=-1, keepdim=True).mul_(nrm > NORM_EPS)
+    return gz.sub_(zf * radial).div_(nrm.clamp_min(NORM_EPS)).view(k, n, d)
 
 
 _DIAGONAL_WEIGHTS: dict[tuple, Tensor] = {}

@@ -81,6 +81,7 @@ Example (k = 3 views of n = 4 points: every marginal of the coupling is 1/n at c
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import warnings
@@ -458,7 +459,8 @@ _Op = Callable[[], object]
 NUMPY_MAX_ENTRIES = 2**16
 #: Only elementwise calls move to numpy: matrix products stay torch calls (numpy's BLAS keeps its own
 #: thread pool, which would compete with torch's threads for the same cores)
-_NUMPY_EQUIVALENT = {torch.mul: np.multiply, torch.reciprocal: np.reciprocal, torch.maximum: np.maximum}
+_NUMPY_EQUIVALENT = {torch.mul: np.multiply, torch.reciprocal: np.reciprocal, torch.maximum: np.maximum,
+                     torch.exp: np.exp}
 
 
 def _np_outer(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -476,6 +478,11 @@ def _numpy_program(ops: list[_Op], strict: bool = True) -> list[_Op]:
     equivalent raise (``strict``) or stay torch calls on the same memory."""
     out: list[_Op] = []
     for op in ops:
+        if not isinstance(op, partial):  # a function of its own (e.g. a dense kernel's fill): kept as it is
+            if strict:
+                raise TypeError(f"scaling plan: no numpy equivalent of {op!r}")
+            out.append(op)
+            continue
         func, args, kw = op.func, op.args, dict(op.keywords)
         target = getattr(func, "__self__", None)
         if isinstance(target, Tensor) and func.__name__ in ("copy_", "mul_"):
@@ -695,6 +702,7 @@ class _ScalingPlan:
         self.err_value: Callable[[], float] = self.err.item
         if self.numpy:  # the same calls on numpy views of the same buffers: a third of torch's per-call cost
             self.head, self.body = _numpy_program(self.head), _numpy_program(self.body)
+            self.setup = _numpy_program(self.setup, strict=False)
             first.marginal_ops = _numpy_program(first.marginal_ops, strict=False)
             work_np, err_np = work.view(-1).numpy(), self.err.numpy()
             self.test = [partial(np.multiply, self.u.view(-1).numpy(), self.s.view(-1).numpy(), out=work_np),
@@ -710,7 +718,11 @@ class _ScalingPlan:
         """``(Pi, mass)`` at the current scalings, after :attr:`head` (a fresh tensor)."""
         for op in self.stages[0].marginal_ops:
             op()
-        mass = float(torch.dot(self.u[0], self.s[0])) / self.n  # sum_i m_0(P)_i, s from the head
+        if self.numpy:
+            u0, s0 = self.u[0].numpy(), self.s[0].numpy()
+            mass = float(np.add.reduce(u0 * s0, dtype=np.float64)) / self.n  # sum_i m_0(P)_i, s from the head
+            return torch.from_numpy(np.multiply(self.pm.numpy(), 1.0 / self.n)), mass
+        mass = float(torch.dot(self.u[0], self.s[0])) / self.n
         return torch.mul(self.pm, 1.0 / self.n), mass
 
     def _buffers(self) -> list[Tensor]:
@@ -720,6 +732,13 @@ class _ScalingPlan:
         return out
 
     def start(self, log_kernels: Tensor) -> None:
+        if self.numpy and log_kernels.device.type == "cpu":
+            np.copyto(self.logk.numpy(), log_kernels.detach().numpy())
+            for op in self.setup:
+                op()
+            self.us.numpy().fill(1.0)
+            self.run_max.numpy().fill(1.0)
+            return
         self.logk.copy_(log_kernels)
         for op in self.setup:
             op()
@@ -727,7 +746,8 @@ class _ScalingPlan:
         self.run_max.fill_(1.0)
 
     def range_ok(self, floor: float) -> bool:
-        hi, s_hi = self.run_max.amax(dim=2).tolist()
+        extrema = self.run_max.numpy().max(axis=2) if self.numpy else self.run_max.amax(dim=2)
+        hi, s_hi = extrema.tolist()
         return scaling_range_ok(floor, [1.0 / x if x > 0 else math.inf for x in s_hi], hi, self.k, self.n, self.u.dtype)
 
 
@@ -760,7 +780,7 @@ def kernel_floor(log_kernels: Tensor) -> float:
 def scaling_range_ok(floor: float, lo: list[float], hi: list[float], k: int, n: int, dtype: torch.dtype) -> bool:
     """The exactness guard of :func:`scaling_sinkhorn`: ``lo[v]`` / ``hi[v]`` are the smallest / largest
     scaling ``u_v`` used (not logs); ``floor = -lambda`` (:func:`kernel_floor`)."""
-    finfo = torch.finfo(dtype)
+    log_tiny, log_max = _log_range(dtype)
     p_lo = p_hi = 1.0
     for x in lo:
         p_lo *= min(1.0, x) if x == x else 0.0  # NaN: fail
@@ -768,10 +788,18 @@ def scaling_range_ok(floor: float, lo: list[float], hi: list[float], k: int, n: 
         p_hi *= max(1.0, x) if x == x else math.inf
     if not (p_lo > 0.0 and p_hi < math.inf):
         return False
-    return (floor + math.log(p_lo) >= math.log(finfo.tiny) + LOG_MARGIN
-            and math.log(p_hi) + k * math.log(n) <= math.log(finfo.max) - LOG_MARGIN)
+    return (floor + math.log(p_lo) >= log_tiny + LOG_MARGIN
+            and math.log(p_hi) + k * math.log(n) <= log_max - LOG_MARGIN)
 
 
+@functools.lru_cache(maxsize=None)
+def _log_range(dtype: torch.dtype) -> tuple[float, float]:
+    """``(log smallest normal, log largest finite)`` of a floating dtype."""
+    finfo = torch.finfo(dtype)
+    return math.log(finfo.tiny), math.log(finfo.max)
+
+
+@functools.lru_cache(maxsize=256)
 def choose_strategy(k: int, n: int, budget: int = 2**24) -> tuple[int, bool]:
     """(eliminated views per stage, dense) for :func:`scaling_sinkhorn`: the materialised n^k kernel up to
     ``DENSE_MAX_ENTRIES``, else the pairwise contractions with the log-domain solver's ``e`` (measured,
@@ -852,7 +880,8 @@ def scaling_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_budg
     if not plan.range_ok(floor):
         return fallback(it)
     pm, mass = plan.marginals()
-    return SinkhornResult(log_u=plan.u.log(), iterations=it, marginal_error=err, mass=mass, converged=err < tol,
+    log_u = torch.from_numpy(np.log(plan.u.numpy())) if plan.numpy else plan.u.log()
+    return SinkhornResult(log_u=log_u, iterations=it, marginal_error=err, mass=mass, converged=err < tol,
                           pair_marginals=pm, info=info)
 
 

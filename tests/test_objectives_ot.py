@@ -513,6 +513,44 @@ def test_bench_vs_ott_without_the_extra_says_how_to_get_it(monkeypatch, capsys):
     assert "pip install -e .[peers]" in capsys.readouterr().out
 
 
+def test_bench_eager_floor_times_the_shell_without_a_solve():
+    from fusebench.objectives import bench
+
+    calls = []
+    real = bench._ShellOnly._cv_gap
+    bench_shell = bench._ShellOnly
+
+    class Counting(bench_shell):
+        def _cv_gap(self, z):
+            calls.append(tuple(z.shape))
+            return real(self, z)
+
+    bench._ShellOnly = Counting
+    try:
+        t = bench.eager_floor(3, 4, 5, torch.float64, rounds=2)
+    finally:
+        bench._ShellOnly = bench_shell
+    assert set(t) == {"empty", "shell"} and all(v > 0 for v in t.values())
+    assert calls and all(c == (3, 4, 5) for c in calls)  # the shell ran _CvGap on the views, 22 times
+    assert len(calls) == 22
+
+
+@pytest.mark.parametrize("bad_value", [float("nan"), float("inf"), -float("inf")])
+def test_m3g_fast_path_refuses_non_finite_views_and_keeps_huge_finite_ones(bad_value):
+    """The fast path finds NaN / Inf through the Gram matrix instead of scanning the views first: the error
+    is the same as every objective's; finite views whose norm overflows still run (as F.normalize: z = 0)."""
+    x = rand_views(3, 5, 4, seed=3).float()
+    bad = x.clone()
+    bad[1, 2, 3] = bad_value
+    with pytest.raises(ValueError, match="m3g: views contains NaN or Inf"):
+        build("m3g", eps=0.3)(bad.requires_grad_())
+    huge = x.clone()
+    huge[0, 1] = 3e38  # finite, its squared norm overflows float32
+    v = build("m3g", eps=0.3)(huge)
+    ref = build("m3g", eps=0.3, solver="reference")(huge)
+    assert math.isfinite(float(v)) and float(v) == pytest.approx(float(ref), rel=1e-5, abs=1e-6)
+
+
 def test_bench_crossover_table():
     from fusebench.objectives.bench import bench_crossover
 
@@ -556,10 +594,16 @@ def test_scaling_solver_numpy_and_torch_bindings_agree(k, n, monkeypatch):
         torch.testing.assert_close(res.log_u, out[0, e, dense].log_u, atol=1e-12, rtol=1e-12)
 
 
-def test_m3g_fast_path_gradient_through_the_normalisation_matches_autograd():
+@pytest.mark.parametrize("numpy_limit", [2**16, 0], ids=["numpy", "torch"])
+def test_m3g_fast_path_gradient_through_the_normalisation_matches_autograd(numpy_limit, monkeypatch):
     """The fast path is one autograd node (normalisation, Gram matrix, Danskin gradient): its gradient
     equals autograd through F.normalize of the generic path, also for a row of zeros (clamped norm)
-    and for a rescaled row, and an upstream gradient is applied."""
+    and for a rescaled row, and an upstream gradient is applied; with its elementwise work in numpy (small
+    CPU problems) and in torch."""
+    import fusebench.objectives.sinkhorn as sk
+
+    monkeypatch.setattr(sk, "NUMPY_MAX_ENTRIES", numpy_limit)
+    monkeypatch.setattr(sk, "_PLANS", threading.local())
     x = rand_views(3, 6, 5, seed=7)
     x[1, 2] *= 1e-14  # norm below 1e-12: F.normalize clamps it (z = x / 1e-12, no projection)
     x[2, 4] *= 1e-3
