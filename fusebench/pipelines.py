@@ -13,7 +13,10 @@ on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what t
   their directions recorded), and the reference rows ``none`` / ``raw`` apply;
 * :meth:`Pipeline.view_counts` and :meth:`Pipeline.objective_problem`: which objectives fit (each view
   count k must be within the objective's view limits);
-* :meth:`Pipeline.dataset_id`: how a record names its data when no adapter was read.
+* :meth:`Pipeline.dataset_id`: how a record names its data when no adapter was read;
+* :attr:`Pipeline.builds_encoder`: the cell builds the spec's registered encoder (``encoder.id``), whose
+  options are then checked when the spec is loaded;
+* :meth:`Pipeline.spec_problems`: what a spec of this pipeline must also say (checked when it is loaded).
 
 Built-ins: ``standard`` (dataset adapter -> encoder -> pretraining -> downstream protocol,
 :mod:`fusebench.training.runner`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
@@ -40,7 +43,7 @@ from fusebench.registry import Registry
 
 def _describe(cls: Any) -> dict[str, Any]:
     """Metadata read off a pipeline class: what it declares to the runner."""
-    return {"reads_dataset": getattr(cls, "reads_dataset", None), "downstream": getattr(cls, "downstream", None)}
+    return {key: getattr(cls, key, None) for key in ("reads_dataset", "downstream", "builds_encoder")}
 
 
 PIPELINES = Registry("pipeline", entry_point_group="fusebench.pipelines", describe=_describe)
@@ -53,6 +56,8 @@ class Pipeline:
     reads_dataset: ClassVar[bool] = True
     #: the downstream protocol scores the spec's (registered) metrics; the 'none' / 'raw' rows apply
     downstream: ClassVar[bool] = True
+    #: the cell builds the spec's registered encoder (``encoder.id``, options in ``encoder.config``)
+    builds_encoder: ClassVar[bool] = False
 
     def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
                  data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
@@ -72,6 +77,11 @@ class Pipeline:
         """The record's dataset id when no adapter was read."""
         return spec.dataset.id or spec.pipeline
 
+    def spec_problems(self, spec: Any) -> list[str]:
+        """What is missing or inconsistent in ``spec`` for this pipeline (empty: nothing); the spec loader
+        reports them as a ConfigError naming the spec file. The base asks for nothing."""
+        return []
+
 
 @PIPELINES.register("standard")
 class StandardPipeline(Pipeline):
@@ -79,6 +89,20 @@ class StandardPipeline(Pipeline):
 
     reads_dataset = True
     downstream = True
+    builds_encoder = True
+
+    def spec_problems(self, spec: Any) -> list[str]:
+        """A dataset id, an encoder id and at least one metric (the selection metric among them)."""
+        out = []
+        if not spec.dataset.id:
+            out.append("dataset.id is required")
+        if not spec.encoder.id:
+            out.append("encoder.id is required")
+        if not spec.metrics:
+            out.append("metrics must list at least one metric id")
+        elif spec.selection_metric and spec.selection_metric not in spec.metrics:
+            out.append(f"selection_metric {spec.selection_metric!r} is not in metrics")
+        return out
 
     def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
                  data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
@@ -103,6 +127,7 @@ class GaussianMIPipeline(Pipeline):
 
     reads_dataset = False
     downstream = False
+    builds_encoder = False
 
     def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
                  data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,

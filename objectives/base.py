@@ -48,6 +48,11 @@ class MultiViewObjective(nn.Module):
     #: (``view_rotation``, off unless its options turn it on); BYOL names ``ema_teacher``,
     #: TupleInfoNCE ``tuple_infonce``. The Pretrainer and the runner know no objective by name.
     pretrain_methods: ClassVar[tuple[str, ...]] = ("view_rotation",)
+    #: the loss averages a two-view loss over view pairs, so the mutual-information bound it gives is
+    #: the two-view one, ``log(2K - 1) - loss`` whatever the multiplicity M (poly-view paper,
+    #: Prop. 2.1; used by the poly-view Gaussian MI experiment); otherwise the poly-view bound
+    #: ``log(K M - M + 1) - loss`` (Theorems 2.2, 2.4) applies
+    pairwise_mi_bound: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -61,6 +61,8 @@ __all__ = ["MultiCrop"]
 class MultiCrop(MultiViewObjective):
     """Average over ordered view pairs of the directional SimCLR loss (poly-view Eq. 1)."""
 
+    pairwise_mi_bound = True  # a two-view loss averaged over view pairs (poly-view paper, Prop. 2.1)
+
     registry_id: ClassVar[str] = "multicrop"
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), Eq. 1 (Sec. 2.2), "
                             "arXiv:2403.05490; SimCLR pair loss (arXiv:2002.05709)")

@@ -33,6 +33,12 @@ def test_bound_constants() -> None:
     # multi-crop and pairwise InfoNCE: the two-view bound with 2K - 1 candidates whatever M
     assert math.isclose(G.bound_constant("multicrop", k, 10), math.log(2 * k - 1))
     assert math.isclose(G.bound_constant("infonce_pwe", k, 4), math.log(2 * k - 1))
+    # which losses declare the two-view bound: the two that average a two-view loss over view pairs
+    from fusebench import objectives
+
+    declared = {name for name in objectives.OBJECTIVES.available()
+                if getattr(objectives.OBJECTIVES.get(name), "pairwise_mi_bound", False)}
+    assert declared == {"multicrop", "infonce_pwe"}
 
 
 def test_sampled_views_have_the_model_covariance() -> None:

@@ -35,8 +35,8 @@ def fresh_pipelines(monkeypatch: pytest.MonkeyPatch):
 
 def test_builtins_and_declared_properties() -> None:
     assert P.available() == ["gaussian_mi", "standard"]
-    assert P.PIPELINES.meta("standard") == {"reads_dataset": True, "downstream": True}
-    assert P.PIPELINES.meta("gaussian_mi") == {"reads_dataset": False, "downstream": False}
+    assert P.PIPELINES.meta("standard") == {"reads_dataset": True, "downstream": True, "builds_encoder": True}
+    assert P.PIPELINES.meta("gaussian_mi") == {"reads_dataset": False, "downstream": False, "builds_encoder": False}
     from fusebench import benchmarks
 
     assert isinstance(P.pipeline_of(benchmarks.load("quickstart")), P.StandardPipeline)
@@ -55,6 +55,33 @@ def test_unknown_pipeline_names_the_valid_ones(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(ConfigError, match=r"pipeline 'gausian_mi' is not registered; valid pipeline ids: "
                                           r"gaussian_mi, standard"):
         benchmarks.load("odd-pipeline")
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["dataset"].pop("id"), "dataset.id is required"),
+    (lambda d: d["encoder"].pop("id"), "encoder.id is required"),
+    (lambda d: d.update(metrics=[]), "metrics must list at least one metric id"),
+    (lambda d: d.update(selection_metric="bacc", metrics=["acc"]), "selection_metric 'bacc' is not in metrics"),
+    (lambda d: (d["dataset"].pop("id"), d.update(metrics=[])),
+     "dataset.id is required; metrics must list at least one metric id"),
+])
+def test_the_pipeline_says_what_a_spec_must_contain(edit, message, tmp_path: Path, monkeypatch) -> None:
+    """The spec loader asks the spec's pipeline what is missing (``Pipeline.spec_problems``) and names the
+    file; the Gaussian MI pipeline reads no dataset and builds no encoder, so it asks for neither."""
+    import yaml
+
+    from fusebench import benchmarks
+    from fusebench.training.config import ConfigError
+
+    spec = yaml.safe_load(benchmarks.path("quickstart").read_text())
+    edit(spec)
+    (tmp_path / "bad-spec.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"bad-spec\.yaml: " + message.replace("(", r"\(")):
+        benchmarks.load("bad-spec")
+    mi = yaml.safe_load(benchmarks.path("polyview-gaussian-mi").read_text())
+    assert not mi.get("encoder", {}).get("id") and not mi.get("dataset", {}).get("id")
+    assert P.pipeline_of(benchmarks.load("polyview-gaussian-mi")).spec_problems(benchmarks.load("polyview-gaussian-mi")) == []
 
 
 def test_duplicate_pipeline_ids_are_errors(fresh_pipelines, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +133,7 @@ def test_plugin_pipeline_runs_through_the_runner(fresh_pipelines, tmp_path: Path
     monkeypatch.setattr(_Constant, "calls", [])
     fresh_pipelines(md.EntryPoint("constant", "fb_fake_pipelines:Constant", "fusebench.pipelines"))
     assert P.available() == ["constant", "gaussian_mi", "standard"]
-    assert P.PIPELINES.meta("constant") == {"reads_dataset": False, "downstream": False}
+    assert P.PIPELINES.meta("constant") == {"reads_dataset": False, "downstream": False, "builds_encoder": False}
 
     specs = tmp_path / "specs"
     specs.mkdir()

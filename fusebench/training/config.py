@@ -335,13 +335,11 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         raise ConfigError(f"{source}: name {spec.name!r} is not a valid benchmark id ({ID_RULE})")
     for s in spec.seeds:
         check_seed(s, f"{source}: seeds")
-    if spec.pipeline == "standard":
-        if not spec.dataset.id or not spec.encoder.id:
-            raise ConfigError(f"{source}: dataset.id and encoder.id are required")
-        if not spec.metrics:
-            raise ConfigError(f"{source}: metrics must list at least one metric id")
-        if spec.selection_metric and spec.selection_metric not in spec.metrics:
-            raise ConfigError(f"{source}: selection_metric {spec.selection_metric!r} is not in metrics")
+    from fusebench.pipelines import pipeline_of
+
+    problems = pipeline_of(spec).spec_problems(spec)
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
     check_component_options(spec, source)
     return spec
 
@@ -357,6 +355,7 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
     from fusebench import datasets as fb_datasets
     from fusebench.datasets.base import DatasetError
     from fusebench.options import OptionsError, check_options
+    from fusebench.pipelines import pipeline_of
     from fusebench.registry import UnknownNameError
     from fusebench.training.methods import check_methods
 
@@ -374,7 +373,8 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
     try:
         # a dataset or encoder id that is not registered here may come from a plugin installed elsewhere:
         # the spec still loads (listing it works) and the run stops at that id with the valid ids
-        if spec.pipeline == "standard" and spec.dataset.id in fb_datasets.DATASETS:
+        pipeline = pipeline_of(spec)
+        if pipeline.reads_dataset and spec.dataset.id in fb_datasets.DATASETS:
             adapter = fb_datasets.DATASETS.get(spec.dataset.id)
             try:
                 check_options(spec.dataset.options, adapter, f"{source}: dataset.options, adapter {spec.dataset.id}")
@@ -387,7 +387,7 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                     TASKS.get(adapter.task).describe_metrics(spec.metrics, spec.downstream.protocol)
                 except ValueError as e:
                     raise ConfigError(f"{source}: metrics: {e}") from None
-        if spec.pipeline == "standard" and spec.encoder.id in encoders.ENCODERS:
+        if pipeline.builds_encoder and spec.encoder.id in encoders.ENCODERS:
             encoder = encoders.ENCODERS.get(spec.encoder.id)
             check_options(spec.encoder.config, encoder, f"{source}: encoder.config ({spec.encoder.id})")
         for name, hp in spec.pretrain.hparams.items():

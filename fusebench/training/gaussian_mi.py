@@ -40,13 +40,13 @@ def c_bm(batch_size: int, m: int) -> float:
     return math.log(batch_size - m + 1)
 
 
-#: objectives that average a two-view loss over view pairs: their bound is the two-view one,
-#: log(2K - 1) - loss = c(2K, 2) - loss, whatever M (Proposition 2.1)
-PAIRWISE = {"multicrop", "infonce_pwe"}
-
-
 def bound_constant(objective: str, k: int, m: int) -> float:
-    return c_bm(2 * k, 2) if objective in PAIRWISE else c_bm(k * m, m)
+    """The constant of the objective's MI bound: objectives that average a two-view loss over view pairs
+    (``pairwise_mi_bound``) give the two-view bound, log(2K - 1) - loss = c(2K, 2) - loss, whatever M
+    (Proposition 2.1); the others c(KM, M) - loss."""
+    from fusebench import objectives
+
+    return c_bm(2 * k, 2) if objectives.OBJECTIVES.get(objective).pairwise_mi_bound else c_bm(k * m, m)
 
 
 def sample_views(k: int, m: int, sigma0: float, sigma: float, generator: torch.Generator) -> torch.Tensor:

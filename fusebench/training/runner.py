@@ -671,10 +671,17 @@ def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
 def make_record(spec, objective, seed, synthetic, device, flags, data, curves, val, test, best_epoch,
                 wall_time, pretrain_time, model, diagnostics, context=None) -> dict[str, Any]:
     directions = {}
-    if pipeline_of(spec).downstream:
-        from fusebench import metrics as M
+    if pipeline_of(spec).downstream:  # the dataset's task says how its metrics read (unit, direction)
+        from fusebench.tasks import TASKS
 
-        directions = {mid: "higher" if M.get(mid).higher_is_better else "lower" for mid in spec.metrics}
+        task = getattr((data or {}).get("train"), "task", None)
+        if task in TASKS:
+            described = TASKS.get(task).describe_metrics(spec.metrics, spec.downstream.protocol)
+            directions = {mid: direction for mid, _unit, direction in described}
+        else:  # a plugin adapter's task that is not registered: the metric metadata alone
+            from fusebench import metrics as M
+
+            directions = {mid: M.metadata(mid)["direction"] for mid in spec.metrics}
     return {
         "metric_directions": directions,
         "schema_version": SCHEMA_VERSION,
