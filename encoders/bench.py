@@ -45,15 +45,9 @@ COLUMNS = ("encoder", "config", "inputs (batch)", "params (M)", "fwd+bwd (ms)", 
 def machine_description(device: str, threads: int) -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from fusebench.bench import cpu_model
+
+    cpu = cpu_model()
     desc = (f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__}, {threads} threads, "
             f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
     if device.startswith("cuda") and torch.cuda.is_available():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import platform
 
 TARGETS = {
     "objectives": "fusebench.objectives.bench",
@@ -14,6 +15,19 @@ TARGETS = {
     "encoders": "fusebench.encoders.bench",
     "leaderboard": "fusebench.leaderboard_bench",
 }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what :mod:`platform` says), for the benches'
+    machine lines."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def main(argv: list[str]) -> int:

@@ -83,15 +83,9 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path | None) -> float:
 
 
 def _machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from fusebench.bench import cpu_model
+
+    model = cpu_model()
     load = ""
     if hasattr(os, "getloadavg"):
         load = "; load average %.2f %.2f %.2f" % os.getloadavg()

@@ -49,14 +49,9 @@ TARGET_RATIO = 50.0
 
 
 def machine_description() -> str:
-    model = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    return (f"CPU: {model}; logical cores: {os.cpu_count()}; torch threads: {torch.get_num_threads()}; "
+    from fusebench.bench import cpu_model
+
+    return (f"CPU: {cpu_model()}; logical cores: {os.cpu_count()}; torch threads: {torch.get_num_threads()}; "
             f"torch {torch.__version__}; Python {platform.python_version()}; {platform.system()} {platform.machine()}")
 
 
