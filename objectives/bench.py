@@ -125,6 +125,8 @@ def time_call(step: Callable[[], float], repeats: int) -> tuple[float, float]:
 
 
 def _fmt_ms(sec: float) -> str:
+    if sec < 1e-3:
+        return f"{sec * 1e3:.2f} ms"
     return f"{sec * 1e3:.1f} ms" if sec < 10 else f"{sec:.1f} s"
 
 
@@ -193,6 +195,7 @@ VS_KS, VS_NS, VS_EPSS = (3, 4, 5, 6), (16, 32, 64, 128), (0.2, 0.05)
 VS_QUICK = [(3, 16), (3, 32), (3, 64), (4, 16)]
 PEERS_HINT = ("ott-jax is not installed: `pip install -e .[peers]` (the `peers` extra: ott-jax>=0.4 and CPU jax) "
               "or `pip install \"ott-jax>=0.4\" \"jax[cpu]>=0.4\"`")
+FAST_HINT = "numba is not installed: `pip install -e .[fast]` (the `fast` extra) or `pip install numba`"
 #: 1 thread for XLA's CPU backend (set before jax is imported)
 XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
@@ -243,7 +246,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def compare_with_ott(k: int, n: int, eps: float, dtype: torch.dtype, d: int = 32, tol: float = 1e-3,
-                     max_iter: int = 1000, repeats: int = 7, cell_seconds: float = 20.0, seed: int = 0) -> dict:
+                     max_iter: int = 1000, repeats: int = 7, cell_seconds: float = 20.0, seed: int = 0,
+                     backend: str = "auto") -> dict:
     """One configuration: identical inputs, our M3G forward+backward and ott's jitted value_and_grad
     alternating (after jit compilation and one untimed call each). Returns a dict of the measurements."""
     jax, jnp, _ = import_ott()
@@ -253,7 +257,7 @@ def compare_with_ott(k: int, n: int, eps: float, dtype: torch.dtype, d: int = 32
     views = make_views(k, n, d, dtype, seed=seed)
     x_ours = views.clone().requires_grad_()
     x_ott = jnp.asarray(views.numpy())
-    m3g = build("m3g", eps=eps, tol=tol, max_iter=max_iter)
+    m3g = build("m3g", eps=eps, tol=tol, max_iter=max_iter, backend=backend)
     f_ott = ott_m3g(k, n, eps, tol, max_iter).lower(x_ott).compile()
 
     def ours() -> float:
@@ -269,6 +273,8 @@ def compare_with_ott(k: int, n: int, eps: float, dtype: torch.dtype, d: int = 32
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        ours()  # first calls: jit / load of compiled code, caches
+        ott()
         t0 = time.perf_counter()
         v_ours = ours()
         v_ott, (sweeps_ott, conv_ott), g_ott = ott()
@@ -295,6 +301,7 @@ def compare_with_ott(k: int, n: int, eps: float, dtype: torch.dtype, d: int = 32
         "sweeps_ours": int(m3g.stats["iterations"]), "sweeps_ott": int(sweeps_ott),
         "converged_ours": bool(m3g.stats["converged"]), "converged_ott": bool(conv_ott),
         "scaling_domain": bool(m3g.stats.get("scaling_domain", 0.0)),
+        "compiled": bool(m3g.stats.get("compiled", 0.0)),
         "rounds": rounds, "t_ours": statistics.median(t_ours), "t_ott": statistics.median(t_ott),
         "ratio": statistics.median(t_ours) / statistics.median(t_ott),
         "ratio_min": min(per_round), "ratio_max": max(per_round),
@@ -308,6 +315,7 @@ class _ShellOnly:
 
     def __init__(self, k: int, n: int, dtype: torch.dtype) -> None:
         self.w = torch.zeros(k * n, k * n, dtype=dtype)
+        self.stats: dict[str, float] = {}
 
     def _cv_gap(self, z: torch.Tensor) -> tuple[float, torch.Tensor]:
         zf = z.reshape(-1, z.shape[-1])
@@ -359,22 +367,24 @@ def eager_floor(k: int, n: int, d: int, dtype: torch.dtype, rounds: int = 400) -
 
 
 def bench_vs_ott(configs: list[tuple[int, int, float]], dtype: torch.dtype, repeats: int, cell_seconds: float,
-                 mem_cap_mib: float, d: int = 32, emit: Callable[[str], None] = print) -> list[dict]:
+                 mem_cap_mib: float, d: int = 32, emit: Callable[[str], None] = print,
+                 backend: str = "auto") -> list[dict]:
     """The side-by-side table, one markdown row per configuration as it is measured."""
     itemsize = torch.finfo(dtype).bits // 8
-    emit("| k | n | eps | sweeps ours / ott | value (ours) | rel. value diff | rel. grad diff "
+    emit("| k | n | eps | ours ran | sweeps ours / ott | value (ours) | rel. value diff | rel. grad diff "
          "| ours fwd+bwd | ott fwd+grad | ratio ours/ott (min-max) | rounds | CPU use ours / ott |")
-    emit("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    emit("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for k, n, eps in configs:
         mib = n**k * itemsize / 2**20
         if mib > mem_cap_mib:
-            emit(f"| {k} | {n} | {eps} | - | - | - | - | - | - | skipped: ott's n^k tensor is {mib:,.0f} MiB "
+            emit(f"| {k} | {n} | {eps} | - | - | - | - | - | - | - | skipped: ott's n^k tensor is {mib:,.0f} MiB "
                  f"(> {mem_cap_mib:,.0f} MiB cap) | - | - |")
             continue
-        r = compare_with_ott(k, n, eps, dtype, d=d, repeats=repeats, cell_seconds=cell_seconds)
+        r = compare_with_ott(k, n, eps, dtype, d=d, repeats=repeats, cell_seconds=cell_seconds, backend=backend)
         rows.append(r)
-        emit(f"| {k} | {n} | {eps} | {r['sweeps_ours']} / {r['sweeps_ott']} | {r['value_ours']:.7f} "
+        ran = "compiled" if r["compiled"] else "eager"
+        emit(f"| {k} | {n} | {eps} | {ran} | {r['sweeps_ours']} / {r['sweeps_ott']} | {r['value_ours']:.7f} "
              f"| {r['value_rel_diff']:.1e} | {r['grad_rel_diff']:.1e} | {_fmt_ms(r['t_ours'])} | {_fmt_ms(r['t_ott'])} "
              f"| **{r['ratio']:.2f}x** ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | {r['rounds']} "
              f"| {r['cpu_ours']:.2f} / {r['cpu_ott']:.2f} |")
@@ -443,7 +453,7 @@ def _vs_ott_tables(ns: argparse.Namespace, cpu: int | None) -> int:
           f"configurations where it exceeds {ns.mem_cap_mib:g} MiB are skipped.")
     print()
     rows = bench_vs_ott(configs, dtype, ns.repeats, ns.cell_seconds, ns.mem_cap_mib, d=ns.dim,
-                        emit=lambda line: print(line, flush=True))
+                        emit=lambda line: print(line, flush=True), backend=ns.backend)
     if rows:
         worst = max(rows, key=lambda r: r["ratio"])
         agree = max(r["value_rel_diff"] for r in rows)
@@ -511,6 +521,51 @@ def bench_crossover(grid: list[tuple[int, int]], sweeps: int = 40, rounds: int =
     return rows
 
 
+BACKEND_GRID = [(2, 64), (2, 128), (2, 256), (3, 16), (3, 24), (3, 32), (3, 40), (3, 48), (4, 8), (4, 12), (4, 16),
+                (4, 20), (5, 6), (5, 8), (5, 10), (6, 4), (6, 5), (6, 6)]
+
+
+def bench_backends(grid: list[tuple[int, int]], eps: float = 0.2, d: int = 32, seconds: float = 2.0,
+                   dtype: torch.dtype = torch.float32, emit: Callable[[str], None] = print) -> list[dict]:
+    """Whole M3G calls (forward + backward) with ``backend="eager"`` and ``backend="compiled"`` on the same
+    views, alternating for ``seconds`` per size; medians, and which one ``backend="auto"`` picks
+    (``m3g.COMPILED_MAX_ENTRIES``). Needs numba."""
+    from fusebench.objectives import build
+    from fusebench.objectives.m3g import COMPILED_MAX_ENTRIES, compiled_module
+
+    if compiled_module() is None:
+        emit(f"(compiled backend not installed: {FAST_HINT})")
+        return []
+    emit("| k | n | n^k | eager | compiled | compiled / eager | auto picks |")
+    emit("|---|---|---|---|---|---|---|")
+    rows = []
+    for k, n in grid:
+        x = make_views(k, n, d, dtype).requires_grad_()
+        losses = {b: build("m3g", eps=eps, backend=b) for b in ("eager", "compiled")}
+
+        def call(m) -> None:
+            x.grad = None
+            v = m(x)
+            v.backward()
+            float(v.detach())
+
+        times: dict[str, list[float]] = {b: [] for b in losses}
+        for m in losses.values():
+            call(m)
+        stop = time.perf_counter() + seconds
+        while time.perf_counter() < stop or not times["eager"]:
+            for b, m in losses.items():
+                t0 = time.perf_counter()
+                call(m)
+                times[b].append(time.perf_counter() - t0)
+        med = {b: statistics.median(t) for b, t in times.items()}
+        picks = "compiled" if n**k <= COMPILED_MAX_ENTRIES else "eager"
+        rows.append({"k": k, "n": n, "median": med, "picks": picks})
+        emit(f"| {k} | {n} | {n**k:,} | {_fmt_ms(med['eager'])} | {_fmt_ms(med['compiled'])} "
+             f"| {med['compiled'] / med['eager']:.2f} | {picks} |")
+    return rows
+
+
 def _run_crossover(ns: argparse.Namespace) -> int:
     grid = CROSSOVER_GRID[::3] if ns.quick else CROSSOVER_GRID
     print("# fusebench bench objectives --crossover")
@@ -523,6 +578,15 @@ def _run_crossover(ns: argparse.Namespace) -> int:
           "eliminates e views per stage by a GEMM on the pairwise kernels.")
     print()
     bench_crossover(grid, emit=lambda line: print(line, flush=True))
+    from fusebench.objectives.m3g import COMPILED_MAX_ENTRIES
+
+    print()
+    print("Whole M3G calls (forward + backward, eps=0.2, d=32, float32): backend='eager' (the strategies above) "
+          "against backend='compiled' (objectives/m3g_compiled.py: the call as one numba function on the "
+          "materialised kernel), alternating for 2 s per size, medians. backend='auto' compiles while "
+          f"n^k <= {COMPILED_MAX_ENTRIES:,} (m3g.COMPILED_MAX_ENTRIES).")
+    print()
+    bench_backends(BACKEND_GRID[::3] if ns.quick else BACKEND_GRID, emit=lambda line: print(line, flush=True))
     return 0
 
 
@@ -651,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     peer.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU (with --threads 1)")
     peer.add_argument("--mem-cap-mib", type=float, default=256.0,
                       help="skip configurations whose n^k tensor (ott) exceeds this (default 256 MiB)")
+    peer.add_argument("--backend", choices=("auto", "eager", "compiled"), default="auto",
+                      help="our M3G's backend (default auto: the compiled call for small CPU problems when numba is "
+                           "installed, see docs/objectives-ot.md)")
     parser.add_argument("--crossover", action="store_true",
                         help="run only the per-sweep timing of the M3G solver's strategies (the crossover rule)")
     step = parser.add_argument_group("--step-time: quickstart training step, M3G / InfoNCE-pwe")

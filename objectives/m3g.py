@@ -60,6 +60,7 @@ Example (the gap is >= 0, and both solvers give the same value)::
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -77,6 +78,14 @@ from fusebench.objectives.sinkhorn import (check_ot_hparams, dense_sinkhorn, gap
 CSD_R2_FLOOR = 1e-6
 #: largest n^k the reference solver may materialise
 MAX_DENSE_ENTRIES = 2**26
+#: ``backend`` of the ``cv`` / ``auto`` fast path: ``"auto"`` runs a small CPU problem (n^k <=
+#: ``COMPILED_MAX_ENTRIES``) as one compiled call (:mod:`fusebench.objectives.m3g_compiled`, needs numba,
+#: extra ``fast``) and everything else eagerly; ``"eager"`` never compiles; ``"compiled"`` always
+#: uses the compiled call (CPU, n^k <= ``MAX_DENSE_ENTRIES``; an error without numba)
+BACKENDS = ("auto", "eager", "compiled")
+#: largest n^k for which ``backend="auto"`` uses the compiled call (measured: ``fusebench bench
+#: objectives --crossover``, docs/benchmarks-objectives.md)
+COMPILED_MAX_ENTRIES = 2**16
 
 
 def pair_sqdists(z: Tensor) -> Tensor:
@@ -123,17 +132,21 @@ class M3G(MultiViewObjective):
     supports_mask = False
 
     def __init__(self, eps: float = 0.2, cost: str = "cv", tol: float = 1e-3, max_iter: int = 1000,
-                 solver: str = "auto") -> None:
+                 solver: str = "auto", backend: str = "auto") -> None:
         super().__init__()
         check_ot_hparams("m3g", eps, tol, max_iter)
         if cost not in ("cv", "csd"):
             raise ValueError(f"m3g: cost must be 'cv' or 'csd', got {cost!r}")
         if solver not in ("auto", "reference"):
             raise ValueError(f"m3g: solver must be 'auto' or 'reference', got {solver!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"m3g: backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
         self.eps, self.cost, self.tol, self.max_iter, self.solver = float(eps), cost, float(tol), max_iter, solver
+        self.backend = backend
 
     def extra_repr(self) -> str:
-        return f"eps={self.eps}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, solver={self.solver!r}"
+        return (f"eps={self.eps}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, solver={self.solver!r}, "
+                f"backend={self.backend!r}")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
@@ -163,12 +176,58 @@ class M3G(MultiViewObjective):
         # in the views are caught there (a non-finite Gram matrix), without a separate scan of the views
         self.check_views(views, finite=False)
         self.check_mask(mask, views)
-        self.stats = {}
-        return _CvGap.apply(views.to(self.compute_dtype(views)), self, True).to(views.dtype)
+        object.__setattr__(self, "stats", {})  # a plain dict (see _cv_gap_compiled)
+        dtype = self.compute_dtype(views)
+        out = _CvGap.apply(views if views.dtype == dtype else views.to(dtype), self, True, self._compiled(views))
+        return out if out.dtype == views.dtype else out.to(views.dtype)
 
     def _loss_pairwise(self, z: Tensor) -> Tensor:
         """``cost="cv"``, ``solver="auto"`` on unit vectors ``z`` (see :class:`_CvGap`)."""
-        return _CvGap.apply(z, self, False)
+        return _CvGap.apply(z, self, False, self._compiled(z))
+
+    def _compiled(self, x: Tensor):
+        """:mod:`~fusebench.objectives.m3g_compiled` when this call runs compiled (see :data:`BACKENDS`), else None."""
+        if self.backend == "eager":
+            return None
+        k, n, _ = x.shape
+        if self.backend == "auto":
+            if n**k > COMPILED_MAX_ENTRIES or x.device.type != "cpu" or x.dtype not in _COMPILED_DTYPES:
+                return None
+            return _COMPILED[0] if _COMPILED else compiled_module()
+        if x.device.type != "cpu" or x.dtype not in _COMPILED_DTYPES:
+            raise ValueError(f"m3g: backend='compiled' takes float16 / bfloat16 / float32 / float64 views on the CPU; "
+                             f"got {x.dtype} on {x.device}")
+        if n**k > MAX_DENSE_ENTRIES:
+            raise ValueError(f"m3g: backend='compiled' materialises n^k = {n}^{k} entries, more than "
+                             f"{MAX_DENSE_ENTRIES}; use backend='auto' or a smaller batch")
+        mod = compiled_module()
+        if mod is None:
+            raise ImportError("m3g: backend='compiled' needs numba: pip install 'fusebench[fast]' (or pip install numba)")
+        return mod
+
+    def _cv_gap_compiled(self, mod, x: Tensor, normalise: bool, need_grad: bool) -> tuple[float, Tensor | None, int]:
+        """``(gap, d gap / d x or None, -1)`` from the compiled call (the gradient only if ``need_grad``), or
+        ``(nan, None, sweep)`` when its range guard handed the solve back after ``sweep`` sweeps (the caller
+        then runs the eager path). Raises :class:`_NonFinite` like :meth:`_cv_gap`. Called inside
+        :meth:`_CvGap.forward` (no autograd there)."""
+        xv = x.detach().numpy()
+        if not xv.flags.c_contiguous:
+            xv = np.ascontiguousarray(xv)
+        status, gap, grad, it, err, mass, cost_j, cost_p, dual, fallback_sweep, sym, z, norms = mod.cv_gap(
+            xv, self.eps, self.tol, self.max_iter, normalise, need_grad, sinkhorn.LOG_MARGIN, sinkhorn.RANGE_CHECK_EVERY)
+        if status == mod.NON_FINITE:
+            raise _NonFinite
+        if status == mod.FALLBACK:
+            return math.nan, None, fallback_sweep
+        res = _Solve(iterations=it, marginal_error=err, mass=mass, converged=err < self.tol)
+        stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, self.eps, self.tol, self.max_iter, stacklevel=7)
+        stats.update(reference_solver=0.0, scaling_domain=1.0, dense_stages=1.0, compiled=1.0)
+        object.__setattr__(self, "stats", stats)  # a plain dict; nn.Module.__setattr__'s checks cost more than a solve
+        if not need_grad:
+            return gap, None, -1
+        gz = torch.mm(torch.from_numpy(sym), torch.from_numpy(z))  # -2 (W + W^T) Z in torch's BLAS (its threads)
+        mod.finish_grad(gz.numpy(), z, norms, normalise, grad)
+        return gap, torch.from_numpy(grad), -1
 
     @torch.no_grad()
     def _cv_gap(self, z: Tensor) -> tuple[float, Tensor]:
@@ -214,7 +273,7 @@ class M3G(MultiViewObjective):
         cost_p /= k**2
         dual = eps * sum_g / n - eps * (res.mass - 1.0)
         gap = cost_j - eps * math.log(n) - dual
-        self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=7)
+        self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=8)
         self.stats["reference_solver"] = 0.0
         self.stats.update(res.info)
         if small:  # W (pm is the solver's fresh tensor)
@@ -245,23 +304,40 @@ class _CvGap(torch.autograd.Function):
     formed in the forward (when the input needs one), so that the backward is one multiplication."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, module: "M3G", normalise: bool) -> Tensor:
-        norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) if normalise else None
-        z = x / norms.clamp_min(NORM_EPS) if normalise else x
+    def forward(ctx, x: Tensor, module: "M3G", normalise: bool, compiled=None) -> Tensor:
+        fallback_sweep = -1
         try:
+            if compiled is not None:  # the whole call compiled (M3G._compiled), unless its range guard hands it back
+                gap, gx, fallback_sweep = module._cv_gap_compiled(compiled, x, normalise, ctx.needs_input_grad[0])
+                if fallback_sweep < 0:
+                    if gx is not None:
+                        ctx.save_for_backward(gx)
+                    return torch.scalar_tensor(gap, dtype=x.dtype)
+            norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) if normalise else None
+            z = x / norms.clamp_min(NORM_EPS) if normalise else x
             gap, w = module._cv_gap(z)
         except _NonFinite:
             module.check_views(x)  # names the NaN / Inf
             raise ValueError(f"{module.name}: the Gram matrix of the views is not finite") from None
+        module.stats["compiled"] = 0.0
+        if fallback_sweep >= 0:
+            module.stats["compiled_fallback_sweep"] = float(fallback_sweep)
         if ctx.needs_input_grad[0]:
             ctx.save_for_backward(_danskin_grad(z, w, norms))
         return x.new_tensor(gap)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad: Tensor):
+        if torch.is_grad_enabled():  # create_graph=True: no second derivative (an error if one is taken)
+            return _backward_once(ctx, grad)
         (gx,) = ctx.saved_tensors
-        return gx * grad, None, None
+        return gx * grad, None, None, None
+
+
+@once_differentiable
+def _backward_once(ctx, grad: Tensor):
+    (gx,) = ctx.saved_tensors
+    return gx * grad, None, None, None
 
 
 def _danskin_grad(z: Tensor, w: Tensor, norms: Tensor | None) -> Tensor:
@@ -291,6 +367,32 @@ def _danskin_grad(z: Tensor, w: Tensor, norms: Tensor | None) -> Tensor:
     nrm = norms.reshape(k * n, 1)
     radial = (zf * gz).sum(dim=-1, keepdim=True).mul_(nrm > NORM_EPS)
     return gz.sub_(zf * radial).div_(nrm.clamp_min(NORM_EPS)).view(k, n, d)
+
+
+@dataclass
+class _Solve:
+    """What :func:`~fusebench.objectives.sinkhorn.gap_stats` reads of a solve (the compiled call's)."""
+
+    iterations: int
+    marginal_error: float
+    mass: float
+    converged: bool
+
+
+_COMPILED: list = []
+#: view dtypes the compiled call takes (half precision is widened to float32 first, as on the eager path)
+_COMPILED_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def compiled_module():
+    """:mod:`fusebench.objectives.m3g_compiled` (imported on first use), or None when numba is not installed."""
+    if not _COMPILED:
+        try:
+            from fusebench.objectives import m3g_compiled
+        except ImportError:
+            m3g_compiled = None
+        _COMPILED.append(m3g_compiled)
+    return _COMPILED[0]
 
 
 _DIAGONAL_WEIGHTS: dict[tuple, Tensor] = {}

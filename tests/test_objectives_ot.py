@@ -7,6 +7,7 @@ differences — never from the solvers under test.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
 import threading
@@ -20,6 +21,9 @@ from fusebench.objectives import build
 from fusebench.objectives.sinkhorn import dense_sinkhorn
 
 DT = torch.float64
+#: the backends of m3g's cv fast path; "compiled" needs numba (the `fast` extra, installed by scripts/setup.sh)
+BACKENDS = ["eager", pytest.param("compiled", marks=pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None, reason="numba is not installed (extra `fast`): no compiled backend"))]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -88,10 +92,12 @@ def rand_views(k: int, n: int, d: int, seed: int, noise: float = 0.7, dtype=DT) 
 
 
 # ------------------------------------------------------------------------------------------ identities
-@pytest.mark.parametrize("solver", ["auto", "reference"])
-def test_m3g_at_k2_is_half_matching_gap_with_double_eps(solver):
+@pytest.mark.parametrize("solver,backend", [("auto", "eager"), ("auto", "compiled"), ("reference", "auto")])
+def test_m3g_at_k2_is_half_matching_gap_with_double_eps(solver, backend):
+    if backend == "compiled":
+        pytest.importorskip("numba", reason="numba is not installed (extra `fast`): no compiled backend")
     x = rand_views(2, 7, 5, seed=0).requires_grad_()
-    m3g = build("m3g", eps=0.3, cost="cv", tol=1e-11, solver=solver)
+    m3g = build("m3g", eps=0.3, cost="cv", tol=1e-11, solver=solver, backend=backend)
     mg = build("matching_gap", eps=0.6, cost="dot", tol=1e-11)
     a = m3g(x)
     (ga,) = torch.autograd.grad(a, x)
@@ -217,7 +223,8 @@ def test_sinkhorn_marginals_and_value_equals_direct_f_gap():
 @pytest.mark.parametrize(
     "name,kw,k",
     [
-        ("m3g", {"cost": "cv", "solver": "auto"}, 3),
+        ("m3g", {"cost": "cv", "solver": "auto", "backend": "eager"}, 3),
+        pytest.param("m3g", {"cost": "cv", "solver": "auto", "backend": "compiled"}, 3, marks=BACKENDS[1].marks),
         ("m3g", {"cost": "cv", "solver": "reference"}, 4),
         ("m3g", {"cost": "csd"}, 3),
         pytest.param("matching_gap", {"cost": "sqeuclid"}, 2, marks=pytest.mark.slow),  # ~6 s: 24 x 2 solves of 444 sweeps
@@ -240,12 +247,13 @@ def test_danskin_gradient_matches_finite_differences(name, kw, k):
 
 
 # ------------------------------------------------------------------------------------------ solvers
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("k,n", [(2, 8), (3, 7), (4, 6), (5, 6)])
-def test_auto_solver_equals_reference(k, n):
+def test_auto_solver_equals_reference(k, n, backend):
     x = rand_views(k, n, 5, seed=10 + k).requires_grad_()
     out = {}
     for solver in ("auto", "reference"):
-        m = build("m3g", eps=0.1, tol=1e-9, solver=solver)
+        m = build("m3g", eps=0.1, tol=1e-9, solver=solver, backend=backend)
         v = m(x)
         (g,) = torch.autograd.grad(v, x)
         out[solver] = (float(v.detach()), g, m.stats["iterations"])
@@ -254,18 +262,23 @@ def test_auto_solver_equals_reference(k, n):
     assert out["auto"][2] == out["reference"][2]  # same iterates, same stopping sweep
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("k,n,eps", [(3, 8, 0.01), (5, 4, 0.01), (3, 6, 0.002)])
-def test_auto_float32_finite_at_small_eps(k, n, eps):
+def test_auto_float32_finite_at_small_eps(k, n, eps, backend):
     x = torch.randn(k, n, 3, generator=torch.Generator().manual_seed(k))
-    m = build("m3g", eps=eps, max_iter=20000)
+    m = build("m3g", eps=eps, max_iter=20000, backend=backend)
     xr = x.clone().requires_grad_()
     v = m(xr)
     v.backward()
     assert v.dtype == torch.float32 and torch.isfinite(v) and torch.isfinite(xr.grad).all()
     ref = float(build("m3g", eps=eps, max_iter=20000, solver="reference")(x.double()))
     assert float(v.detach()) == pytest.approx(ref, abs=1e-4)
-    if eps < 0.005:  # the exact log-sum-exp repair of underflowed products is exercised
+    if eps < 0.005 and backend == "eager":  # the exact log-sum-exp repair of underflowed products is exercised
         assert m.stats.get("underflow_fixes", 0) > 0
+    if backend == "compiled" and eps >= 0.005:  # float64 inside: the scaling domain holds, float32 gets the float64 answer
+        assert m.stats["compiled"] == 1.0 and float(v.detach()) == pytest.approx(ref, abs=1e-6)
+    elif backend == "compiled":  # even float64's range is left at eps = 0.002: handed to the eager path mid-solve
+        assert m.stats["compiled"] == 0.0 and m.stats["compiled_fallback_sweep"] > 0
 
 
 # ------------------------------------------------------------------------------------------ scaling domain
@@ -320,17 +333,19 @@ def test_scaling_solver_every_strategy_equals_log_domain_and_reference(k, n, eps
                                    rtol=1e-12)  # same iterates; BLAS may sum in another order
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("k,n", [(3, 9), (4, 6), (5, 4), (6, 4)])
 @pytest.mark.parametrize("eps", [0.2, 0.03])
-def test_auto_equals_reference_value_and_gradient_k3_to_6(k, n, eps):
+def test_auto_equals_reference_value_and_gradient_k3_to_6(k, n, eps, backend):
     x = rand_views(k, n, 5, seed=30 + k).requires_grad_()
     out = {}
     for solver in ("auto", "reference"):
-        m = build("m3g", eps=eps, tol=1e-9, solver=solver, max_iter=100000)
+        m = build("m3g", eps=eps, tol=1e-9, solver=solver, max_iter=100000, backend=backend)
         v = m(x)
         (g,) = torch.autograd.grad(v, x)
         out[solver] = (float(v.detach()), g, m.stats)
     assert out["auto"][2]["scaling_domain"] == 1.0  # the scaling-domain path ran
+    assert out["auto"][2]["compiled"] == float(backend == "compiled")
     assert out["auto"][0] == pytest.approx(out["reference"][0], abs=1e-6)
     torch.testing.assert_close(out["auto"][1], out["reference"][1], atol=1e-8, rtol=1e-6)
     assert out["auto"][2]["iterations"] == out["reference"][2]["iterations"]
@@ -340,9 +355,11 @@ def test_auto_equals_reference_value_and_gradient_k3_to_6(k, n, eps):
 
 @pytest.mark.parametrize("k,n", [(3, 8), (4, 6), (5, 4), (6, 4)])
 def test_auto_float32_scaling_domain_at_eps_005_and_fallback_at_001(k, n):
+    """The eager path solves float32 views in float32: at eps = 0.01 its range guard hands the solve to the
+    log domain (the compiled backend works in float64 and keeps the scaling domain: tests/test_m3g_compiled.py)."""
     x = torch.randn(k, n, 3, generator=torch.Generator().manual_seed(40 + k))
     for eps, scaling in ((0.05, 1.0), (0.01, 0.0)):
-        m = build("m3g", eps=eps, max_iter=20000)
+        m = build("m3g", eps=eps, max_iter=20000, backend="eager")
         xr = x.clone().requires_grad_()
         v = m(xr)
         v.backward()
@@ -535,18 +552,19 @@ def test_bench_eager_floor_times_the_shell_without_a_solve():
     assert len(calls) == 22
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("bad_value", [float("nan"), float("inf"), -float("inf")])
-def test_m3g_fast_path_refuses_non_finite_views_and_keeps_huge_finite_ones(bad_value):
+def test_m3g_fast_path_refuses_non_finite_views_and_keeps_huge_finite_ones(bad_value, backend):
     """The fast path finds NaN / Inf through the Gram matrix instead of scanning the views first: the error
     is the same as every objective's; finite views whose norm overflows still run (as F.normalize: z = 0)."""
     x = rand_views(3, 5, 4, seed=3).float()
     bad = x.clone()
     bad[1, 2, 3] = bad_value
     with pytest.raises(ValueError, match="m3g: views contains NaN or Inf"):
-        build("m3g", eps=0.3)(bad.requires_grad_())
+        build("m3g", eps=0.3, backend=backend)(bad.requires_grad_())
     huge = x.clone()
     huge[0, 1] = 3e38  # finite, its squared norm overflows float32
-    v = build("m3g", eps=0.3)(huge)
+    v = build("m3g", eps=0.3, backend=backend)(huge)
     ref = build("m3g", eps=0.3, solver="reference")(huge)
     assert math.isfinite(float(v)) and float(v) == pytest.approx(float(ref), rel=1e-5, abs=1e-6)
 
@@ -594,8 +612,9 @@ def test_scaling_solver_numpy_and_torch_bindings_agree(k, n, monkeypatch):
         torch.testing.assert_close(res.log_u, out[0, e, dense].log_u, atol=1e-12, rtol=1e-12)
 
 
-@pytest.mark.parametrize("numpy_limit", [2**16, 0], ids=["numpy", "torch"])
-def test_m3g_fast_path_gradient_through_the_normalisation_matches_autograd(numpy_limit, monkeypatch):
+@pytest.mark.parametrize("numpy_limit,backend", [(2**16, "eager"), (0, "eager"), pytest.param(
+    2**16, "compiled", marks=BACKENDS[1].marks)], ids=["numpy", "torch", "compiled"])
+def test_m3g_fast_path_gradient_through_the_normalisation_matches_autograd(numpy_limit, backend, monkeypatch):
     """The fast path is one autograd node (normalisation, Gram matrix, Danskin gradient): its gradient
     equals autograd through F.normalize of the generic path, also for a row of zeros (clamped norm)
     and for a rescaled row, and an upstream gradient is applied; with its elementwise work in numpy (small
@@ -608,8 +627,9 @@ def test_m3g_fast_path_gradient_through_the_normalisation_matches_autograd(numpy
     x[1, 2] *= 1e-14  # norm below 1e-12: F.normalize clamps it (z = x / 1e-12, no projection)
     x[2, 4] *= 1e-3
     x.requires_grad_()
-    m = build("m3g", eps=0.3, tol=1e-11, max_iter=100000)
+    m = build("m3g", eps=0.3, tol=1e-11, max_iter=100000, backend=backend)
     v = m(x)
+    assert m.stats["compiled"] == float(backend == "compiled")
     (g_fast,) = torch.autograd.grad(3.0 * v, x)
     z = torch.nn.functional.normalize(x, dim=-1)
     v_slow = build("m3g", eps=0.3, tol=1e-11, max_iter=100000, solver="reference").loss(z)
