@@ -38,6 +38,9 @@ the log-domain :func:`~fusebench.objectives.sinkhorn.pairwise_sinkhorn` when the
 the dtype's range (small eps in float32), and falls back to ``"reference"`` for ``csd``.  ``auto``
 works on the Gram matrix ``G = Z Z^T`` of the stacked views: ``||z_l[i] - z_m[j]||^2 = 2 - 2 G``, and
 the Danskin surrogate is the single inner product ``<-2 W, G>``, ``W = (J - Pi) / k^2`` on the pairs.
+``backend`` (``auto`` solver, ``cv`` cost): ``"auto"`` runs small CPU problems (n^k <= 2^16) as one
+compiled call (:mod:`fusebench.objectives.m3g_compiled`, numba, extra ``fast``; the same iterates in
+float64) and the rest eagerly; ``"eager"`` never compiles; ``"compiled"`` always does.
 
 Shape:
     views: ``[k, n, d]`` (k >= 2) -> scalar.  Cost tensor (reference only): ``[n] * k``.
