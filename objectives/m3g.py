@@ -63,6 +63,7 @@ Example (the gap is >= 0, and both solvers give the same value)::
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -216,8 +217,19 @@ class M3G(MultiViewObjective):
         xv = x.detach().numpy()
         if not xv.flags.c_contiguous:
             xv = np.ascontiguousarray(xv)
-        status, gap, grad, it, err, mass, cost_j, cost_p, dual, fallback_sweep, sym, z, norms = mod.cv_gap(
-            xv, self.eps, self.tol, self.max_iter, normalise, need_grad, sinkhorn.LOG_MARGIN, sinkhorn.RANGE_CHECK_EVERY)
+        k, n, d = xv.shape
+        mode = mod.NO_GRAD if not need_grad else mod.GRAD if (k * n) ** 2 * d <= mod.GRAD_MAX_MACS else mod.SYM
+        try:
+            status, gap, grad, it, err, mass, cost_j, cost_p, dual, fallback_sweep, sym, z, norms = mod.cv_gap(
+                xv, self.eps, self.tol, self.max_iter, normalise, mode, sinkhorn.LOG_MARGIN,
+                sinkhorn.RANGE_CHECK_EVERY)
+        except Exception as exc:  # numba could not compile here (a broken installation): auto goes on eagerly
+            if self.backend != "auto":
+                raise
+            warnings.warn(f"m3g: the compiled backend failed ({type(exc).__name__}: {exc}); backend='auto' uses the "
+                          "eager path from now on in this process", RuntimeWarning, stacklevel=6)
+            _COMPILED[:] = [None]
+            return math.nan, None, 0
         if status == mod.NON_FINITE:
             raise _NonFinite
         if status == mod.FALLBACK:
@@ -226,8 +238,8 @@ class M3G(MultiViewObjective):
         stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, self.eps, self.tol, self.max_iter, stacklevel=7)
         stats.update(reference_solver=0.0, scaling_domain=1.0, dense_stages=1.0, compiled=1.0)
         object.__setattr__(self, "stats", stats)  # a plain dict; nn.Module.__setattr__'s checks cost more than a solve
-        if not need_grad:
-            return gap, None, -1
+        if mode != mod.SYM:
+            return gap, (torch.from_numpy(grad) if need_grad else None), -1
         gz = torch.mm(torch.from_numpy(sym), torch.from_numpy(z))  # -2 (W + W^T) Z in torch's BLAS (its threads)
         mod.finish_grad(gz.numpy(), z, norms, normalise, grad)
         return gap, torch.from_numpy(grad), -1

@@ -38,6 +38,10 @@ import numpy as np
 
 #: status codes of :func:`cv_gap`
 OK, NON_FINITE, FALLBACK = 0, 1, 2
+#: its ``grad_mode``: no gradient, the whole gradient, the weights of the gradient's product for the caller
+NO_GRAD, GRAD, SYM = 0, 1, 2
+#: largest ``(k n)^2 d`` for which ``GRAD`` (the product written here) beats ``SYM`` + torch's GEMM (measured)
+GRAD_MAX_MACS = 2**15
 #: the ``eps`` of :func:`torch.nn.functional.normalize`
 NORM_EPS = 1e-12
 _LOG_TINY = math.log(np.finfo(np.float64).tiny)
@@ -130,15 +134,17 @@ def _range_ok(floor, umax, smax, k, n, margin):  # pragma: no cover - compiled
 
 
 @_jit
-def cv_gap(views, eps, tol, max_iter, normalise, need_grad, margin, check_every):  # pragma: no cover - compiled
+def cv_gap(views, eps, tol, max_iter, normalise, grad_mode, margin, check_every):  # pragma: no cover - compiled
     """The M3G gap (cost ``cv``) of ``views`` [k, n, d] (C-contiguous float32 or float64) and its gradient.
 
+    ``grad_mode``: ``NO_GRAD``; ``GRAD``: ``out`` (the shape and dtype of ``views``) is the gradient with
+    respect to the views; ``SYM``: the product ``-2 (W + W^T) Z`` is left to the caller (a BLAS GEMM: for
+    larger problems several times faster than the loops here), ``finish_grad(sym @ z, z, norms,
+    normalise, out)`` then writes the gradient into ``out``.
+
     Returns ``(status, gap, out, iterations, marginal_error, mass, cost_J, cost_P, dual, fallback_sweep,
-    sym, z, norms)``: ``out`` (zeros of the shape and dtype of ``views``) for :func:`finish_grad`, and when
-    ``need_grad`` the float64 ``sym = -2 (W + W^T)`` [k n, k n], unit rows ``z`` [k n, d] and row norms
-    such that the gradient is ``finish_grad(sym @ z, z, norms, normalise, out)`` (the product is left to
-    the caller's BLAS: a GEMM written here would be several times slower). The numbers are only
-    meaningful when ``status == OK``."""
+    sym, z, norms)`` (``sym`` [k n, k n] is filled for ``SYM`` only, ``z`` [k n, d] are the unit rows,
+    float64). The numbers are only meaningful when ``status == OK``."""
     k, n, d = views.shape
     kn = k * n
     x = views.reshape(kn, d)
@@ -284,7 +290,7 @@ def cv_gap(views, eps, tol, max_iter, normalise, need_grad, margin, check_every)
             sum_g += math.log(u[v, i])
     dual = eps * sum_g / n - eps * (mass - 1.0)
     gap = cost_j - eps * log_n - dual
-    if not need_grad:
+    if grad_mode == NO_GRAD:
         return OK, gap, out, it, err, mass, cost_j, cost_p, dual, 0, no_sym, z, nrm
     # Danskin gradient: -2 (W + W^T) Z with W = (J - Pi) / k^2 on the blocks l < m, through the normalisation
     sym = np.zeros((kn, kn))  # -2 (W + W^T), W = (J - Pi) / k^2 on the blocks l < m
@@ -298,7 +304,23 @@ def cv_gap(views, eps, tol, max_iter, normalise, need_grad, margin, check_every)
                     w *= -2.0 / kk
                     sym[l * n + i, m * n + j] = w
                     sym[m * n + j, l * n + i] = w
-    return OK, gap, out, it, err, mass, cost_j, cost_p, dual, 0, sym, z, nrm
+    if grad_mode == SYM:
+        return OK, gap, out, it, err, mass, cost_j, cost_p, dual, 0, sym, z, nrm
+    zt = np.ascontiguousarray(z.T)  # [d, kn]
+    gz = np.empty((kn, d))
+    for l in range(k):  # row r of view l: a sum over the rows of the other views (the block (l, l) is 0)
+        for r in range(l * n, (l + 1) * n):
+            sr = sym[r]
+            for t in range(d):
+                zc = zt[t]
+                acc = 0.0
+                for c in range(0, l * n):
+                    acc += sr[c] * zc[c]
+                for c in range((l + 1) * n, kn):
+                    acc += sr[c] * zc[c]
+                gz[r, t] = acc
+    finish_grad(gz, z, nrm, normalise, out)
+    return OK, gap, out, it, err, mass, cost_j, cost_p, dual, 0, no_sym, z, nrm
 
 
 @_jit

@@ -34,8 +34,12 @@ def value_and_grad(x: torch.Tensor, **kw) -> tuple[float, torch.Tensor, dict]:
     return float(v.detach()), g, m.stats
 
 
+@pytest.mark.parametrize("product", ["in the compiled call", "torch GEMM"])
 @pytest.mark.parametrize("k,n", [(2, 9), (3, 7), (4, 5), (5, 4), (6, 3)])
-def test_compiled_equals_reference_to_convergence(k, n):
+def test_compiled_equals_reference_to_convergence(k, n, product, monkeypatch):
+    from fusebench.objectives import m3g_compiled
+
+    monkeypatch.setattr(m3g_compiled, "GRAD_MAX_MACS", 2**40 if product == "in the compiled call" else 0)
     x = views(k, n, seed=k)
     v, g, st = value_and_grad(x, eps=0.1, tol=1e-10, max_iter=100000, backend="compiled")
     v_ref, g_ref, st_ref = value_and_grad(x, eps=0.1, tol=1e-10, max_iter=100000, solver="reference")
@@ -179,3 +183,24 @@ def test_bench_backends_table():
     rows = bench_backends([(3, 4), (2, 300)], seconds=0.05, emit=lines.append)
     assert len(lines) == 4 and [r["picks"] for r in rows] == ["compiled", "eager"]
     assert all(t > 0 for r in rows for t in r["median"].values())
+
+
+def test_auto_goes_on_eagerly_when_the_compiled_call_fails(monkeypatch):
+    """A numba that cannot compile here (a broken installation): backend='auto' warns once and uses the eager
+    path from then on; backend='compiled' raises."""
+    from fusebench.objectives import m3g_compiled
+
+    def broken(*args):
+        raise RuntimeError("no LLVM here")
+
+    monkeypatch.setattr(m3g_module, "_COMPILED", [m3g_compiled])
+    monkeypatch.setattr(m3g_compiled, "cv_gap", broken)
+    x = views(3, 5, seed=4)
+    with pytest.raises(RuntimeError, match="no LLVM here"):
+        build("m3g", backend="compiled")(x)
+    with pytest.warns(RuntimeWarning, match="compiled backend failed .RuntimeError: no LLVM here.; backend='auto' uses"):
+        v, g, st = value_and_grad(x, eps=0.2, tol=1e-10)
+    v_ref, g_ref, _ = value_and_grad(x, eps=0.2, tol=1e-10, solver="reference")
+    assert st["compiled"] == 0.0 and v == pytest.approx(v_ref, abs=1e-10)
+    torch.testing.assert_close(g, g_ref, atol=1e-10, rtol=1e-8)
+    assert m3g_module.compiled_module() is None  # and no second attempt
