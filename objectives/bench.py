@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
+import importlib.util
 import os
 import platform
 import statistics
@@ -437,7 +439,10 @@ def _vs_ott_tables(ns: argparse.Namespace, cpu: int | None) -> int:
     print("# fusebench bench objectives --vs ott")
     print()
     print(machine_description())
-    print(f"jax {jax.__version__}, ott-jax {ott_pkg.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; "
+    fast = importlib.util.find_spec("numba") is not None
+    numba_version = importlib.metadata.version("numba") if fast else "not installed (no compiled backend)"
+    print(f"jax {jax.__version__}, ott-jax {ott_pkg.__version__}, numba {numba_version}, our backend {ns.backend}, "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; "
           + (f"process pinned to CPU {cpu} (both peers on one core)" if cpu is not None else "process not pinned"))
     print()
     print(f"Our M3G (`m3g`, cost cv, solver auto) against ott-jax's `MMSinkhorn` (ott.experimental.mmsinkhorn) on "
