@@ -211,8 +211,9 @@ class M3G(MultiViewObjective):
 
     def _cv_gap_compiled(self, mod, x: Tensor, normalise: bool, need_grad: bool) -> tuple[float, Tensor | None, int]:
         """``(gap, d gap / d x or None, -1)`` from the compiled call (the gradient only if ``need_grad``), or
-        ``(nan, None, sweep)`` when its range guard handed the solve back after ``sweep`` sweeps (the caller
-        then runs the eager path). Raises :class:`_NonFinite` like :meth:`_cv_gap`. Called inside
+        ``(nan, None, sweep)`` when its range guard handed the solve back after ``sweep`` sweeps, or
+        ``(nan, None, -2)`` when the call failed (``backend="auto"`` only; warned once); in both cases the
+        caller runs the eager path. Raises :class:`_NonFinite` like :meth:`_cv_gap`. Called inside
         :meth:`_CvGap.forward` (no autograd there)."""
         xv = x.detach().numpy()
         if not xv.flags.c_contiguous:
@@ -229,7 +230,7 @@ class M3G(MultiViewObjective):
             warnings.warn(f"m3g: the compiled backend failed ({type(exc).__name__}: {exc}); backend='auto' uses the "
                           "eager path from now on in this process", RuntimeWarning, stacklevel=6)
             _COMPILED[:] = [None]
-            return math.nan, None, 0
+            return math.nan, None, -2
         if status == mod.NON_FINITE:
             raise _NonFinite
         if status == mod.FALLBACK:
@@ -316,7 +317,9 @@ class _CvGap(torch.autograd.Function):
     ``x / max(||x||, NORM_EPS)`` when ``normalise``), backward = its Danskin gradient ``-2 (W + W^T) Z``
     (:meth:`M3G._cv_gap`) taken through the normalisation, ``(I - z z^T) g / ||x||`` (``g / NORM_EPS`` where
     the norm was clamped), as :func:`torch.nn.functional.normalize`'s autograd would. The gradient is
-    formed in the forward (when the input needs one), so that the backward is one multiplication."""
+    formed in the forward (when the input needs one), so that the backward is one multiplication. With
+    ``compiled`` (:meth:`M3G._compiled`) the forward is one call of :mod:`~fusebench.objectives.m3g_compiled`
+    unless that hands the problem back."""
 
     @staticmethod
     def forward(ctx, x: Tensor, module: "M3G", normalise: bool, compiled=None) -> Tensor:
@@ -324,7 +327,7 @@ class _CvGap(torch.autograd.Function):
         try:
             if compiled is not None:  # the whole call compiled (M3G._compiled), unless its range guard hands it back
                 gap, gx, fallback_sweep = module._cv_gap_compiled(compiled, x, normalise, ctx.needs_input_grad[0])
-                if fallback_sweep < 0:
+                if fallback_sweep == -1:
                     if gx is not None:
                         ctx.save_for_backward(gx)
                     return torch.scalar_tensor(gap, dtype=x.dtype)
