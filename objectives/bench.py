@@ -538,7 +538,7 @@ def bench_backends(grid: list[tuple[int, int]], eps: float = 0.2, d: int = 32, s
     views, alternating for ``seconds`` per size; medians, and which one ``backend="auto"`` picks
     (``m3g.COMPILED_MAX_ENTRIES``). Needs numba."""
     from fusebench.objectives import build
-    from fusebench.objectives.m3g import COMPILED_MAX_ENTRIES, compiled_module
+    from fusebench.objectives.m3g import compiled_module
 
     if compiled_module() is None:
         emit(f"(compiled backend not installed: {FAST_HINT})")
@@ -566,7 +566,9 @@ def bench_backends(grid: list[tuple[int, int]], eps: float = 0.2, d: int = 32, s
                 call(m)
                 times[b].append(time.perf_counter() - t0)
         med = {b: statistics.median(t) for b, t in times.items()}
-        picks = "compiled" if n**k <= COMPILED_MAX_ENTRIES else "eager"
+        auto = build("m3g", eps=eps)  # what backend="auto" runs here, read off its stats
+        auto(x.detach())
+        picks = "compiled" if auto.stats["compiled"] else "eager"
         rows.append({"k": k, "n": n, "median": med, "picks": picks})
         emit(f"| {k} | {n} | {n**k:,} | {_fmt_ms(med['eager'])} | {_fmt_ms(med['compiled'])} "
              f"| {med['compiled'] / med['eager']:.2f} | {picks} |")
