@@ -62,6 +62,7 @@ Example (the gap is >= 0, and both solvers give the same value)::
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -206,7 +207,7 @@ class M3G(MultiViewObjective):
                              f"{MAX_DENSE_ENTRIES}; use backend='auto' or a smaller batch")
         mod = compiled_module()
         if mod is None:
-            raise ImportError("m3g: backend='compiled' needs numba: pip install 'fusebench[fast]' (or pip install numba)")
+            raise ImportError("m3g: backend='compiled' needs a working numba: pip install 'fusebench[fast]' (or pip install numba)")
         return mod
 
     def _cv_gap_compiled(self, mod, x: Tensor, normalise: bool, need_grad: bool) -> tuple[float, Tensor | None, int]:
@@ -403,13 +404,18 @@ _COMPILED_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torc
 
 
 def compiled_module():
-    """:mod:`fusebench.objectives.m3g_compiled` (imported on first use), or None when numba is not installed."""
+    """:mod:`fusebench.objectives.m3g_compiled` (imported on first use), or None when numba is not installed or
+    cannot be set up here (e.g. no writable folder for its cache: warned once)."""
     if not _COMPILED:
         try:
-            from fusebench.objectives import m3g_compiled
+            mod = importlib.import_module("fusebench.objectives.m3g_compiled")
         except ImportError:
-            m3g_compiled = None
-        _COMPILED.append(m3g_compiled)
+            mod = None
+        except Exception as exc:  # numba is there but refuses (cache locator, LLVM): the eager path
+            warnings.warn(f"m3g: the compiled backend is unavailable ({type(exc).__name__}: {exc}); using the eager "
+                          "path", RuntimeWarning, stacklevel=2)
+            mod = None
+        _COMPILED.append(mod)
     return _COMPILED[0]
 
 

@@ -204,3 +204,20 @@ def test_auto_goes_on_eagerly_when_the_compiled_call_fails(monkeypatch):
     assert st["compiled"] == 0.0 and "compiled_fallback_sweep" not in st and v == pytest.approx(v_ref, abs=1e-10)
     torch.testing.assert_close(g, g_ref, atol=1e-10, rtol=1e-8)
     assert m3g_module.compiled_module() is None  # and no second attempt
+
+
+def test_numba_that_cannot_be_set_up_means_the_eager_path(monkeypatch):
+    """numba installed but refusing at import (e.g. no writable cache folder): auto warns once and runs eagerly,
+    'compiled' says numba is needed."""
+    def refuse(name):
+        raise RuntimeError("cannot cache function: no locator available")
+
+    monkeypatch.setattr(m3g_module, "_COMPILED", [])
+    monkeypatch.setattr(m3g_module.importlib, "import_module", refuse)
+    with pytest.warns(RuntimeWarning, match="compiled backend is unavailable .RuntimeError: cannot cache"):
+        assert m3g_module.compiled_module() is None
+    m = build("m3g", eps=0.2)
+    m(views(3, 4, seed=1))
+    assert m.stats["compiled"] == 0.0
+    with pytest.raises(ImportError, match="needs a working numba"):
+        build("m3g", backend="compiled")(views(3, 4, seed=1))
