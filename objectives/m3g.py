@@ -150,8 +150,8 @@ class M3G(MultiViewObjective):
         self.backend = backend
 
     def extra_repr(self) -> str:
-        return (f"eps={self.eps}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, solver={self.solver!r}, "
-                f"backend={self.backend!r}")
+        return (f"eps={self.eps}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, "
+                f"solver={self.solver!r}, backend={self.backend!r}")
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
@@ -207,7 +207,8 @@ class M3G(MultiViewObjective):
                              f"{MAX_DENSE_ENTRIES}; use backend='auto' or a smaller batch")
         mod = compiled_module()
         if mod is None:
-            raise ImportError("m3g: backend='compiled' needs a working numba: pip install 'fusebench[fast]' (or pip install numba)")
+            raise ImportError("m3g: backend='compiled' needs a working numba: pip install 'fusebench[fast]' "
+                              "(or pip install numba)")
         return mod
 
     def _cv_gap_compiled(self, mod, x: Tensor, normalise: bool, need_grad: bool) -> tuple[float, Tensor | None, int]:
