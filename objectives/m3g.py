@@ -349,15 +349,18 @@ class _CvGap(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         if torch.is_grad_enabled():  # create_graph=True: no second derivative (an error if one is taken)
-            return _backward_once(ctx, grad)
-        (gx,) = ctx.saved_tensors
-        return gx * grad, None, None, None
+            return _scale_saved_once(ctx, grad)
+        return _scale_saved(ctx, grad)
 
 
-@once_differentiable
-def _backward_once(ctx, grad: Tensor):
+def _scale_saved(ctx, grad: Tensor):
+    """The backward of :class:`_CvGap`: the gradient formed in the forward, times the upstream one."""
     (gx,) = ctx.saved_tensors
     return gx * grad, None, None, None
+
+
+#: :func:`_scale_saved` for ``create_graph=True`` (its wrapper costs more than the rest of a small backward)
+_scale_saved_once = once_differentiable(_scale_saved)
 
 
 def _danskin_grad(z: Tensor, w: Tensor, norms: Tensor | None) -> Tensor:
