@@ -513,6 +513,7 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
                "it includes earlier cells of the same process) or the CUDA allocator peak on GPU (device in run.json)")
     if unknown:
         out.append(f"- direction unknown (never bolded): {', '.join(f'`{m}`' for m in unknown)}")
+    out.append(_precision_line(view))
     protocol: dict[str, str] = {}
     for r in view.recs:
         protocol.update(r.protocol)
@@ -533,6 +534,23 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     for study in view.studies:
         out += ["", f"{h} Study: {study[0]}", "", f"[{study[0]}]({study[1]}) — ![{study[0]}]({study[2]})"]
     return out
+
+
+def _precision_line(view: GroupView) -> str:
+    """The group's precision policy (one per group: it is part of the comparability key) and the
+    devices its runs were made on (``numerics.device_name`` where recorded, else ``device``)."""
+    from fusebench.training.precision import PRECISIONS
+
+    name = view.recs[0].precision
+    devices: dict[str, int] = {}
+    for r in view.recs:
+        numerics = r.raw.get("numerics") if isinstance(r.raw.get("numerics"), dict) else {}
+        dev = str(r.raw.get("device", "?"))
+        label = f"{dev} ({numerics['device_name']})" if numerics.get("device_name") else dev
+        devices[label] = devices.get(label, 0) + 1
+    shown = ", ".join(f"{d} x{n}" for d, n in sorted(devices.items()))
+    return (f"- precision: `{name}` ({PRECISIONS[name].summary}); objectives and metrics compute in float32 or "
+            f"wider whatever the precision (docs/gpu.md); runs on {shown}")
 
 
 def _first_per_objective(view: GroupView) -> list[RunRecord]:

@@ -16,7 +16,9 @@ on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what t
 * :meth:`Pipeline.dataset_id`: how a record names its data when no adapter was read;
 * :attr:`Pipeline.builds_encoder`: the cell builds the spec's registered encoder (``encoder.id``), whose
   options are then checked when the spec is loaded;
-* :meth:`Pipeline.spec_problems`: what a spec of this pipeline must also say (checked when it is loaded).
+* :meth:`Pipeline.spec_problems`: what a spec of this pipeline must also say (checked when it is loaded);
+* :attr:`Pipeline.precisions`: the precision policies (``precision:``, :mod:`fusebench.training.precision`)
+  the pipeline applies; another one is refused when the spec is loaded.
 
 Built-ins: ``standard`` (dataset adapter -> encoder -> pretraining -> downstream protocol,
 :mod:`fusebench.training.runner`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
@@ -43,7 +45,7 @@ from fusebench.registry import Registry
 
 def _describe(cls: Any) -> dict[str, Any]:
     """Metadata read off a pipeline class: what it declares to the runner."""
-    return {key: getattr(cls, key, None) for key in ("reads_dataset", "downstream", "builds_encoder")}
+    return {key: getattr(cls, key, None) for key in ("reads_dataset", "downstream", "builds_encoder", "precisions")}
 
 
 PIPELINES = Registry("pipeline", entry_point_group="fusebench.pipelines", describe=_describe)
@@ -58,6 +60,8 @@ class Pipeline:
     downstream: ClassVar[bool] = True
     #: the cell builds the spec's registered encoder (``encoder.id``, options in ``encoder.config``)
     builds_encoder: ClassVar[bool] = False
+    #: the precision policies the cell applies (fusebench.training.precision); others are refused at spec load
+    precisions: ClassVar[tuple[str, ...]] = ("32",)
 
     def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
                  data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
@@ -90,6 +94,7 @@ class StandardPipeline(Pipeline):
     reads_dataset = True
     downstream = True
     builds_encoder = True
+    precisions = ("32", "tf32", "bf16-mixed", "16-mixed")
 
     def spec_problems(self, spec: Any) -> list[str]:
         """A dataset id, an encoder id and at least one metric (the selection metric among them)."""
@@ -132,9 +137,11 @@ class GaussianMIPipeline(Pipeline):
     def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
                  data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
                  context: dict[str, Any] | None, trackers: Any) -> dict[str, Any]:
+        from fusebench.training import precision
         from fusebench.training.gaussian_mi import run_gaussian_mi
 
-        return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
+        with precision.backend_flags(precision.get(spec.precision)):  # float32: TF32 off on CUDA
+            return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
 
     def view_counts(self, spec: Any) -> list[int]:
         """One count per multiplicity ``options.multiplicities`` (default [2])."""

@@ -19,6 +19,12 @@ Schema versions
   ``dataset: {"id", "synthetic": bool, "manifest_hash": str, "fingerprint": null |
   {"files": [[relpath, size], ...], "sha256": str}}``.
 
+Both versions may carry ``precision`` (the run's precision policy, one of
+:data:`fusebench.training.precision.PRECISIONS`; it must equal ``config.precision``, which a spec at
+the default ``32`` leaves out) and ``numerics`` (a mapping: device name, CUDA / cuDNN versions,
+deterministic settings, TF32 switches; :func:`fusebench.training.precision.numerics`). A record
+without them was made at ``32``: every record before the precision policy was made on the CPU.
+
 Types: ids (``benchmark``, ``objective``, ``dataset.id``) follow the registry id rule
 (:data:`fusebench.registry.ID_RULE`), so they are safe as one path component; ``seed`` is an
 integer (not a string, not a boolean); every metric value is a JSON number (``NaN`` allowed for an
@@ -34,6 +40,7 @@ do not change what one run computes (:data:`CONFIG_KEYS_IGNORED`: the seed list,
 sweep list, the protocol notes, the description, the ``synthetic:`` override block itself, and
 ``options.board``); the suite version; the versions of the metrics in
 ``config.metrics``; and the dataset identity (id, synthetic flag, manifest hash, fingerprint hash).
+A precision other than ``32`` is in ``config``, so runs of different precisions never share a key.
 The objective's version is not in the key (one table compares objectives of different versions);
 the leaderboard requires it to be the same within each objective's row instead.
 """
@@ -137,6 +144,7 @@ class RunRecord:
     curves: dict[str, list[float]] = field(default_factory=dict)
     selection: dict[str, Any] = field(default_factory=dict)
     protocol: dict[str, str] = field(default_factory=dict)
+    precision: str = "32"
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # -- config fields the leaderboard uses ---------------------------------------------------
@@ -253,6 +261,22 @@ def _validate_config(cfg: dict[str, Any], path: str) -> None:
             raise RecordError(path, "config.dataset.synthetic_only", "a boolean", ds["synthetic_only"])
 
 
+def _validate_precision(obj: Mapping[str, Any], cfg: Mapping[str, Any], path: str) -> str:
+    """The record's precision: ``config.precision`` (absent: ``32``), which a top-level ``precision``
+    must repeat; ``numerics``, where present, is a mapping."""
+    from fusebench.training.precision import DEFAULT, PRECISIONS
+
+    configured = cfg.get("precision", DEFAULT)
+    if configured not in PRECISIONS:
+        raise RecordError(path, "config.precision", f"one of {list(PRECISIONS)}", configured)
+    if "precision" in obj and obj["precision"] != configured:
+        raise RecordError(path, "precision", f"{configured!r}, the precision in config (was the record edited?)",
+                          obj["precision"])
+    if obj.get("numerics") is not None:
+        _mapping(obj["numerics"], path, "numerics")
+    return configured
+
+
 def _validate_dataset(ds: Any, path: str, version: int) -> DatasetIdentity:
     ds = _mapping(ds, path, "dataset")
     did = _id(_need(ds, "id", path, "dataset."), path, "dataset.id")
@@ -346,6 +370,7 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     config_hash = obj.get("config_hash")
     if config_hash is not None:
         _str(config_hash, path, "config_hash")
+    precision = _validate_precision(obj, cfg, path)
     if version >= 2:
         versions = _validate_versions(obj, path, suite, cfg)
     else:
@@ -361,7 +386,7 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         seed=seed, config=cfg, dataset=dataset, metrics=metrics, pretrain_time_s=pretrain_time,
         peak_memory_mb=peak, versions=versions, comparability_key=key, config_hash=config_hash,
         metric_directions=dict(directions), curves=curves, selection=dict(selection), protocol=dict(protocol),
-        raw=obj,
+        precision=precision, raw=obj,
     )
 
 

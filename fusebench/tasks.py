@@ -20,6 +20,12 @@ A dataset adapter names its task (``MultimodalDataset.task``); :func:`for_datase
   * ``detection``: per-scene lists of ``{"boxes", "scores", "labels"}`` and ground truths, with the
     dataset's ``num_classes``.
 
+Precision: under a mixed-precision policy (autocast) a head's outputs are bfloat16 / float16. The
+task losses widen them to float32 first (exact; a float32 / float64 output is used as is, so results
+in full precision are unchanged), the regression target is never rounded to the output's dtype, and
+gathered predictions are widened to float32 as they are added, so a metric never reduces in half
+precision (the metrics themselves reduce in float64, :mod:`fusebench.metrics.arrays`).
+
 Tasks are registered like every other component (lowercase ids, entry-point group
 ``fusebench.tasks``), so a new task family is a new entry, not an if-branch in the runner.
 :class:`fusebench.training.model.TaskModel` puts a backbone, its head and the task together.
@@ -34,6 +40,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from fusebench.metrics.arrays import to_numpy, widen
 from fusebench.registry import Registry
 
 TASKS = Registry("task", entry_point_group="fusebench.tasks")
@@ -151,8 +158,10 @@ class Task:
 
     # -- gathering and scoring ------------------------------------------------------------------
     def add(self, pred: Any, target: Any) -> None:
-        self.preds.append(pred.detach().cpu())
-        self.targets.append(target.detach().cpu())
+        """Keep one batch of predictions and targets (detached, on the CPU, half precision widened to
+        float32)."""
+        self.preds.append(widen(pred.detach().cpu()))
+        self.targets.append(widen(target.detach().cpu()))
 
     def score(self, metric_ids: list[str]) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -165,7 +174,7 @@ class FlatTask(Task):
         from fusebench import metrics as M
 
         yp, yt = torch.cat(self.preds).reshape(-1), torch.cat(self.targets).reshape(-1)
-        return {mid: float(M.get(mid)(yp.numpy(), yt.numpy())) for mid in metric_ids}
+        return {mid: float(M.get(mid)(to_numpy(yp), to_numpy(yt))) for mid in metric_ids}
 
 
 @TASKS.register("classification")
@@ -182,7 +191,7 @@ class ClassificationTask(FlatTask):
         if target.dim() != 1 or target.shape[0] != output.shape[0]:
             raise ValueError(f"classification: target must be [n] class ids, got shape {tuple(target.shape)} "
                              f"for {output.shape[0]} samples")
-        return F.cross_entropy(output, target.long())
+        return F.cross_entropy(widen(output), target.long())  # float32 for half-precision logits
 
     def predictions(self, output: Tensor, batch: dict[str, Any] | None) -> Tensor:
         return output.argmax(dim=-1)
@@ -198,6 +207,7 @@ class RegressionTask(FlatTask):
         return ConcatLinearHead(backbone.num_features * len(backbone.modalities), 1, squeeze=True)
 
     def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
+        output = widen(output)  # half precision -> float32; the target is cast to that, never to bf16
         target = torch.as_tensor(batch["target"], device=output.device).to(output.dtype).reshape(-1)
         if target.shape != output.shape:
             raise ValueError(f"regression: target must be [n] = {tuple(output.shape)} scores, "
@@ -205,7 +215,7 @@ class RegressionTask(FlatTask):
         return F.l1_loss(output, target)
 
     def predictions(self, output: Tensor, batch: dict[str, Any] | None) -> Tensor:
-        return output.detach().reshape(-1)
+        return widen(output.detach()).reshape(-1)
 
 
 @TASKS.register("segmentation")
@@ -221,12 +231,15 @@ class SegmentationTask(Task):
         if target.dim() != 3 or target.shape[0] != output.shape[0]:
             raise ValueError(f"segmentation: target must be [n, H, W] label maps (-1 = void), got shape "
                              f"{tuple(target.shape)} for logits {tuple(output.shape)}")
+        output = widen(output)  # upsample and score half-precision logits in float32
         if output.shape[-2:] != target.shape[-2:]:
             output = F.interpolate(output, size=target.shape[-2:], mode="bilinear", align_corners=False)
         return F.cross_entropy(output, target.long(), ignore_index=-1)
 
     def predictions(self, output: Tensor, batch: dict[str, Any] | None) -> Tensor:
-        """Label maps ``[n, H', W']`` at the target's resolution when a target is given."""
+        """Label maps ``[n, H', W']`` at the target's resolution when a target is given (half-precision
+        logits are upsampled in float32)."""
+        output = widen(output)
         if batch is not None and isinstance(batch.get("target"), Tensor) and batch["target"].dim() == 3 \
                 and output.shape[-2:] != batch["target"].shape[-2:]:
             output = F.interpolate(output, size=batch["target"].shape[-2:], mode="bilinear", align_corners=False)
@@ -237,7 +250,7 @@ class SegmentationTask(Task):
 
         yp = torch.cat([p.reshape(-1) for p in self.preds])
         yt = torch.cat([t.reshape(-1) for t in self.targets])
-        return {mid: float(M.get(mid)(yp.numpy(), yt.numpy(), num_classes=self.num_classes, ignore_index=-1))
+        return {mid: float(M.get(mid)(to_numpy(yp), to_numpy(yt), num_classes=self.num_classes, ignore_index=-1))
                 for mid in metric_ids}
 
 
@@ -249,8 +262,8 @@ class DetectionTask(Task):
     id: ClassVar[str] = "detection"
 
     def add(self, pred: Any, target: Any) -> None:
-        self.preds.extend({k: v.detach().cpu() for k, v in d.items()} for d in pred)
-        self.targets.extend({k: v.detach().cpu() for k, v in t.items()} for t in target)
+        self.preds.extend({k: widen(v.detach().cpu()) for k, v in d.items()} for d in pred)
+        self.targets.extend({k: widen(v.detach().cpu()) for k, v in t.items()} for t in target)
 
     def score(self, metric_ids: list[str]) -> dict[str, float]:
         from fusebench import metrics as M

@@ -2,9 +2,18 @@
 
 Contract (see README, "Objectives"): an objective is an ``nn.Module`` called on ``views`` of shape
 ``[k, n, d]`` (k views, n samples, d dims; ``views[l, i]`` is sample ``i`` seen in view ``l``) and an
-optional ``mask: BoolTensor[k, n]`` (True = present). It returns a scalar tensor in the input's dtype,
-differentiable w.r.t. ``views``; inputs are L2-normalised inside the loss; per-call diagnostics go to
-``self.stats``.
+optional ``mask: BoolTensor[k, n]`` (True = present). It returns a scalar tensor in the compute dtype:
+float32 for half-precision inputs, otherwise the input dtype; differentiable w.r.t. ``views``; inputs
+are L2-normalised inside the loss; per-call diagnostics go to ``self.stats``.
+
+Objectives always compute in float32 or better, whatever the caller's autocast: ``forward`` of this
+class and of every subclass (including one that overrides ``forward`` with other arguments, and
+third-party objectives registered through the entry points) runs with ``torch.autocast`` disabled for
+every device type where it is on (the CPU, the devices of its tensor arguments, the usual accelerators),
+and with every bfloat16 / float16 tensor argument (positional or keyword) upcast to float32 first; their
+gradients flow back through the cast in their own dtype. Other arguments (bool masks, float32 / float64
+tensors, non-tensors) are passed unchanged. Forward pre-hooks see the caller's tensors (before the
+upcast); forward hooks see the loss in the compute dtype.
 
 Every loss module's docstring names its paper (authors, title, venue, year and an arXiv id or URL) and,
 where a ``variant`` follows the authors' released code, the repository and file; the class attribute
@@ -13,11 +22,60 @@ where a ``variant`` follows the authors' released code, the repository and file;
 
 from __future__ import annotations
 
-from typing import ClassVar
+import functools
+from contextlib import ExitStack
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+#: floating dtypes an objective never computes in: tensor arguments in them are upcast to float32
+HALF_DTYPES = frozenset({torch.float16, torch.bfloat16})
+#: device types whose autocast is turned off around every objective call (besides the arguments' devices)
+AUTOCAST_DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "maia", "xla")
+#: whether autocast is on for any device type (one cheap call: most objective calls run without autocast)
+_any_autocast_enabled: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type without autocast (e.g. "meta")
+        return False
+
+
+def _upcast(a: Any) -> Any:
+    return a.float() if isinstance(a, Tensor) and a.dtype in HALF_DTYPES else a
+
+
+def compute_in_float32(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap an objective's ``forward``: autocast off (for every device type where it is on: the tensor
+    arguments' devices, the CPU and :data:`AUTOCAST_DEVICE_TYPES`) and bfloat16 / float16 tensor arguments,
+    positional or keyword, upcast to float32 (differentiably: gradients reach the half-precision tensors).
+    Applied to every subclass's own ``forward`` by :meth:`MultiViewObjective.__init_subclass__`; idempotent."""
+    if getattr(forward, "_fusebench_compute_in_float32", False):
+        return forward
+
+    @functools.wraps(forward)
+    def guarded(self, *args: Any, **kwargs: Any) -> Any:
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, Tensor) and a.dtype in HALF_DTYPES:
+                args = tuple(_upcast(b) for b in args)
+                kwargs = {key: _upcast(b) for key, b in kwargs.items()}
+                break
+        if not _any_autocast_enabled():
+            return forward(self, *args, **kwargs)
+        device_types = {a.device.type for a in (*args, *kwargs.values()) if isinstance(a, Tensor)}
+        device_types.update(AUTOCAST_DEVICE_TYPES)
+        with ExitStack() as stack:
+            for t in sorted(device_types):
+                if _autocast_enabled(t):
+                    stack.enter_context(torch.autocast(device_type=t, enabled=False))
+            return forward(self, *args, **kwargs)
+
+    guarded._fusebench_compute_in_float32 = True  # type: ignore[attr-defined]
+    return guarded
 
 
 class MultiViewObjective(nn.Module):
@@ -53,6 +111,13 @@ class MultiViewObjective(nn.Module):
     #: Prop. 2.1; used by the poly-view Gaussian MI experiment); otherwise the poly-view bound
     #: ``log(K M - M + 1) - loss`` (Theorems 2.2, 2.4) applies
     pairwise_mi_bound: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every subclass's own ``forward`` computes in float32 or better (:func:`compute_in_float32`)."""
+        super().__init_subclass__(**kwargs)
+        forward = cls.__dict__.get("forward")
+        if callable(forward) and not isinstance(forward, (staticmethod, classmethod)):
+            cls.forward = compute_in_float32(forward)
 
     def __init__(self) -> None:
         super().__init__()
@@ -112,13 +177,13 @@ class MultiViewObjective(nn.Module):
     def normalise(self, views: Tensor) -> Tensor:
         return F.normalize(views.to(self.compute_dtype(views)), dim=-1)
 
+    @compute_in_float32
     def forward(self, views: Tensor, mask: Tensor | None = None) -> Tensor:
         self.check_views(views)
         mask = self.check_mask(mask, views)
         self.stats = {}
         z = self.normalise(views)
-        out = self.loss(z, mask) if self.supports_mask else self.loss(z)
-        return out.to(views.dtype)
+        return self.loss(z, mask) if self.supports_mask else self.loss(z)
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -71,7 +71,7 @@ class _BYOLBase(MultiViewObjective):
         self.stats = {}
         p = self.normalise(predictions)
         t = self.normalise(targets.detach())
-        return self.byol(p, t).to(predictions.dtype)
+        return self.byol(p, t)  # in the compute dtype (objectives/base.py)
 
     def byol(self, p: Tensor, t: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -183,8 +183,9 @@ class M3G(MultiViewObjective):
         self.check_mask(mask, views)
         object.__setattr__(self, "stats", {})  # a plain dict (see _cv_gap_compiled)
         dtype = self.compute_dtype(views)
-        out = _CvGap.apply(views if views.dtype == dtype else views.to(dtype), self, True, self._compiled(views))
-        return out if out.dtype == views.dtype else out.to(views.dtype)
+        # (the base class's wrapper has already upcast half precision and turned autocast off; the loss is
+        # returned in the compute dtype)
+        return _CvGap.apply(views if views.dtype == dtype else views.to(dtype), self, True, self._compiled(views))
 
     def _loss_pairwise(self, z: Tensor) -> Tensor:
         """``cost="cv"``, ``solver="auto"`` on unit vectors ``z`` (see :class:`_CvGap`)."""
@@ -230,7 +231,7 @@ class M3G(MultiViewObjective):
             if self.backend != "auto":
                 raise
             warnings.warn(f"m3g: the compiled backend failed ({type(exc).__name__}: {exc}); backend='auto' uses the "
-                          "eager path from now on in this process", RuntimeWarning, stacklevel=6)
+                          "eager path from now on in this process", RuntimeWarning, stacklevel=7)
             _COMPILED[:] = [None]
             return math.nan, None, -2
         if status == mod.NON_FINITE:
@@ -238,7 +239,7 @@ class M3G(MultiViewObjective):
         if status == mod.FALLBACK:
             return math.nan, None, fallback_sweep
         res = _Solve(iterations=it, marginal_error=err, mass=mass, converged=err < self.tol)
-        stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, self.eps, self.tol, self.max_iter, stacklevel=7)
+        stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, self.eps, self.tol, self.max_iter, stacklevel=8)
         stats.update(reference_solver=0.0, scaling_domain=1.0, dense_stages=1.0, compiled=1.0)
         object.__setattr__(self, "stats", stats)  # a plain dict; nn.Module.__setattr__'s checks cost more than a solve
         if mode != mod.SYM:
@@ -291,7 +292,7 @@ class M3G(MultiViewObjective):
         cost_p /= k**2
         dual = eps * sum_g / n - eps * (res.mass - 1.0)
         gap = cost_j - eps * math.log(n) - dual
-        self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=8)
+        self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=9)
         self.stats["reference_solver"] = 0.0
         self.stats.update(res.info)
         if small:  # W (pm is the solver's fresh tensor)

@@ -15,7 +15,8 @@ problem of this size spends its time on; docs/benchmarks-objectives.md)::
     d gap / d z = -2 (W + W^T) Z,  W = (J - Pi) / k^2 on the pairs l < m              (Danskin, Prop. 3.2)
     d gap / d x_r = (g_r - z_r <z_r, g_r>) / ||x_r||   (g_r / 1e-12 where the norm was clamped)
 
-Everything is computed in float64 whatever the input dtype (the result is cast back), so the range
+Everything is computed in float64 whatever the input dtype (the result is cast back to the views' dtype,
+float32 for half-precision inputs, which the objective base class upcasts), so the range
 guard below is that of float64 and float32 inputs keep the scaling domain at eps where the eager
 float32 solve has to hand over to the log domain. The guard is the eager one
 (:func:`fusebench.objectives.sinkhorn.scaling_range_ok`): every product the solve forms must stay

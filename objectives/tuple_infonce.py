@@ -308,4 +308,4 @@ class TupleInfoNCE(MultiViewObjective):
             s_w = s
         lse = torch.logaddexp(pos, s_w.logsumexp(-1))
         self.stats = {"pos_cos": float(pos.detach().mean() * self.tau), "neg_cos": float(s.detach().mean() * self.tau)}
-        return (lse - pos).mean().to(anchor.dtype)
+        return (lse - pos).mean()  # in the compute dtype (objectives/base.py)

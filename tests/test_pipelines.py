@@ -35,8 +35,10 @@ def fresh_pipelines(monkeypatch: pytest.MonkeyPatch):
 
 def test_builtins_and_declared_properties() -> None:
     assert P.available() == ["gaussian_mi", "standard"]
-    assert P.PIPELINES.meta("standard") == {"reads_dataset": True, "downstream": True, "builds_encoder": True}
-    assert P.PIPELINES.meta("gaussian_mi") == {"reads_dataset": False, "downstream": False, "builds_encoder": False}
+    assert P.PIPELINES.meta("standard") == {"reads_dataset": True, "downstream": True, "builds_encoder": True,
+                                            "precisions": ("32", "tf32", "bf16-mixed", "16-mixed")}
+    assert P.PIPELINES.meta("gaussian_mi") == {"reads_dataset": False, "downstream": False, "builds_encoder": False,
+                                               "precisions": ("32",)}
     from fusebench import benchmarks
 
     assert isinstance(P.pipeline_of(benchmarks.load("quickstart")), P.StandardPipeline)
@@ -133,7 +135,8 @@ def test_plugin_pipeline_runs_through_the_runner(fresh_pipelines, tmp_path: Path
     monkeypatch.setattr(_Constant, "calls", [])
     fresh_pipelines(md.EntryPoint("constant", "fb_fake_pipelines:Constant", "fusebench.pipelines"))
     assert P.available() == ["constant", "gaussian_mi", "standard"]
-    assert P.PIPELINES.meta("constant") == {"reads_dataset": False, "downstream": False, "builds_encoder": False}
+    assert P.PIPELINES.meta("constant") == {"reads_dataset": False, "downstream": False, "builds_encoder": False,
+                                            "precisions": ("32",)}
 
     specs = tmp_path / "specs"
     specs.mkdir()

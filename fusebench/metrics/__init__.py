@@ -10,6 +10,10 @@ when a metric's definition changes, so runs scored with different definitions ar
 * segmentation: ``get(id)(pred, target, num_classes, ignore_index=-1) -> float``;
 * detection: ``get(id)(detections, ground_truths, num_classes=10) -> float``.
 
+Inputs may be of any dtype, half precision included (bfloat16 / float16 outputs of a mixed-precision
+model): :func:`fusebench.metrics.arrays.to_numpy` widens them exactly, and every metric reduces in
+float64 (counts in exact integers), whatever the caller's autocast.
+
 ``metadata(id)`` gives a metric's task, direction, unit and version without importing the metric
 modules (numpy, scipy, torch) when the id is built in: the table in :mod:`fusebench.metrics.catalog`,
 which every built-in ``register`` call is checked against.

@@ -42,13 +42,12 @@ import torch
 from fusebench.datasets.sunrgbd.classes import CLASSES as SUNRGBD_CLASSES
 from fusebench.geometry3d import rotated_iou_3d
 from fusebench.metrics import register
+from fusebench.metrics.arrays import to_numpy
 
 
 def _np(x: Any, name: str, dtype: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy()
     try:
-        return np.asarray(x, dtype=dtype)
+        return to_numpy(x, dtype)  # half-precision boxes / scores widened exactly, then float64
     except (TypeError, ValueError) as e:
         raise ValueError(f"detection metric: {name} is not numeric: {e}") from None
 

@@ -31,12 +31,13 @@ import torch
 from einops import rearrange
 
 from fusebench.metrics import get as get_metric
+from fusebench.metrics.arrays import to_numpy
 
 SHOTS = (10, 50, 100, 1000)
 
 
 def _emb(x: Any, name: str) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(x.detach().cpu()) if hasattr(x, "detach") else np.asarray(x))
+    t = torch.as_tensor(to_numpy(x))  # half precision widened exactly; float64 below
     if t.dim() == 3:
         t = rearrange(t, "k n d -> n (k d)")
     if t.dim() != 2 or t.shape[0] == 0:
@@ -48,7 +49,7 @@ def _emb(x: Any, name: str) -> torch.Tensor:
 
 
 def _labels(y: Any, n: int, name: str) -> np.ndarray:
-    a = np.asarray(y.detach().cpu() if hasattr(y, "detach") else y)
+    a = to_numpy(y)
     if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer) or (a < 0).any():
         raise ValueError(f"fewshot: {name} must be [n={n}] non-negative integer class ids, got {a.dtype} {a.shape}")
     return a.astype(np.int64)
@@ -59,7 +60,7 @@ def sample_per_class(y: Any, s: int, seed: int, classes: Sequence[int] | None = 
 
     Raises ValueError naming the class when it has fewer than ``s`` samples.
     """
-    y = np.asarray(y.detach().cpu() if hasattr(y, "detach") else y)
+    y = to_numpy(y)
     if s < 1:
         raise ValueError(f"fewshot: s (labelled samples per class) must be >= 1, got {s}")
     rng = np.random.default_rng(seed)

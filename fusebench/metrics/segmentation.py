@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 
 from fusebench.metrics import register
+from fusebench.metrics.arrays import to_numpy
 
 
 def _array(x: Any, name: str, metric: str) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    a = np.asarray(x)
+    a = to_numpy(x)  # half-precision class ids widened exactly (numpy has no bfloat16)
     if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
         raise ValueError(f"{metric}: {name} must hold integer class ids, got dtype {a.dtype}")
     if np.issubdtype(a.dtype, np.floating):

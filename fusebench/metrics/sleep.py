@@ -26,15 +26,16 @@ from typing import Any
 import numpy as np
 
 from fusebench.metrics import register
+from fusebench.metrics.arrays import to_numpy
 
 STAGES = ("w", "n1", "n2", "n3", "rem")
 
 
 def as_1d(x: Any, name: str, metric: str) -> np.ndarray:
-    """``x`` (numpy / torch / sequence) as a 1-D numpy array; ValueError for other ranks or empty input."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    a = np.asarray(x)
+    """``x`` (numpy / torch / sequence, any dtype: half precision is widened exactly, see
+    :func:`fusebench.metrics.arrays.to_numpy`) as a 1-D numpy array; ValueError for other ranks or
+    empty input."""
+    a = to_numpy(x)
     if a.ndim != 1:
         raise ValueError(f"{metric}: {name} must be a 1-D array, got shape {a.shape}")
     if a.size == 0:

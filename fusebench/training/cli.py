@@ -10,6 +10,7 @@ EXAMPLES = """examples:
   fusebench run quickstart
   fusebench run nyuv2-seg --objective m3g infonce_pwe --seeds 0 1 2 --data-root /data/nyuv2
   fusebench run mosi-sentiment --synthetic --set pretrain.epochs=2 --out runs/
+  fusebench run nyuv2-seg --data-root /data/nyuv2 --device cuda --precision bf16-mixed   # docs/gpu.md
   torchrun --nproc-per-node 2 -m fusebench run quickstart --objective m3g   # DistributedDataParallel
   OMP_NUM_THREADS=1 fusebench run mv-ngs --data-root DIR --workers 2        # two cells at a time
   fusebench run quickstart --logger tensorboard csv                        # then: tensorboard --logdir runs/
@@ -46,7 +47,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the benchmark's)")
     p.add_argument("--data-root", default=None, help="folder with the dataset's official files")
     p.add_argument("--synthetic", action="store_true", help="run on the dataset's synthetic twin at tiny size")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | mps")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    p.add_argument("--precision", default=None, metavar="P",
+                   help="precision of encoders and heads: 32 (default: float32, TF32 off) | tf32 (TF32 matrix "
+                        "units on CUDA) | bf16-mixed | 16-mixed (autocast; 16-mixed with a gradient scaler). "
+                        "Objectives and metrics always compute in float32 or wider. Same as --set precision=P; "
+                        "part of the config hash when not 32 (docs/gpu.md)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec value by dotted key, e.g. pretrain.epochs=3 (repeatable)")
     p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
@@ -84,10 +90,12 @@ def main(argv: list[str]) -> int:
                          help="slurm / submitit_local: submit the jobs and return (then: fusebench status, "
                               "fusebench leaderboard)")
     bars = p.add_mutually_exclusive_group()
-    bars.add_argument("--progress", dest="progress", action="store_true", default=None,
-                      help="progress bars even when stderr is not a terminal")
-    bars.add_argument("--no-progress", dest="progress", action="store_false",
-                      help="no progress bars (the default when stderr is not a terminal, e.g. a log file)")
+    bars.add_argument("--progress", dest="progress", action="store_true", default=True,
+                      help="show progress (the default): bars on a terminal, else (a log file, a SLURM job, CI) a "
+                           "line per cell start and end and one per phase every $FUSEBENCH_LOG_EVERY seconds "
+                           "(default 30; 0: every step)")
+    bars.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
+                      help="no progress output at all")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from fusebench.datasets.base import DatasetNotFoundError
@@ -96,11 +104,15 @@ def main(argv: list[str]) -> int:
 
     try:
         overrides = dict(parse_override(o) for o in ns.overrides)
+        if ns.precision is not None:
+            if "precision" in overrides and str(overrides["precision"]) != ns.precision:
+                raise ConfigError(f"--precision {ns.precision} and --set precision={overrides['precision']} disagree")
+            overrides["precision"] = ns.precision
         launcher_options = _launcher_options(ns)
         with distributed.maybe_init(ns.device):
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
-                          progress=sys.stderr.isatty() if ns.progress is None else ns.progress, leaderboard=ns.leaderboard,
+                          progress=ns.progress, leaderboard=ns.leaderboard,
                           workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
                           launcher=ns.launcher, launcher_options=launcher_options)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:

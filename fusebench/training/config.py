@@ -97,6 +97,9 @@ class BenchmarkSpec:
     objectives: list[str] = field(default_factory=list)  # the sweep run by default
     seeds: list[int] = field(default_factory=lambda: [0])
     checkpoint_every: int = 50  # steps between last.pt writes
+    # the precision policy of encoders and heads: 32 | tf32 | bf16-mixed | 16-mixed
+    # (fusebench/training/precision.py); objectives and metrics compute in float32 or wider whatever it is
+    precision: str | int = "32"
     protocol_notes: dict[str, str] = field(default_factory=dict)  # leaderboard footer lines
     options: dict[str, Any] = field(default_factory=dict)  # pipeline-specific settings
     synthetic: dict[str, Any] = field(default_factory=dict)  # dotted overrides for --synthetic
@@ -110,6 +113,11 @@ class BenchmarkSpec:
         stores as ``config`` and what :meth:`hash` is computed from (see :func:`canonical_pretrain`)."""
         out = dataclasses.asdict(self)
         out["pretrain"] = canonical_pretrain(self.pretrain)
+        from fusebench.training.precision import DEFAULT, check
+
+        out["precision"] = check(out["precision"])
+        if out["precision"] == DEFAULT:  # hash schema 1: the default precision is not written out
+            del out["precision"]
         return out
 
     def hash(self) -> str:
@@ -123,7 +131,8 @@ class BenchmarkSpec:
 #: before methods had options (``tuple_*``, ``embedding_noise``, ``ema_teacher``, ``ema_momentum``,
 #: ``m3g_view_rotation``; the methods' ``legacy_keys``), every one written out, defaults included;
 #: any other method option enters as ``pretrain.methods.<id>.<name>`` only when it differs from its
-#: default (so a new option leaves every existing hash as it was). The version is not part of the
+#: default (so a new option leaves every existing hash as it was); ``precision`` likewise appears only
+#: when it is not the default ``32``. The version is not part of the
 #: hashed bytes; docs/benchmarks.md ("The config hash") has the rules.
 HASH_SCHEMA_VERSION = 1
 
@@ -170,7 +179,17 @@ def spec_from_dict(canonical: dict[str, Any], source: str = "config") -> Benchma
     from fusebench.training.methods import check_methods
 
     spec.pretrain.methods = check_methods(spec.pretrain.methods)
+    spec.precision = _check_precision(spec.precision, source)
     return spec
+
+
+def _check_precision(value: Any, source: str) -> str:
+    from fusebench.training.precision import check
+
+    try:
+        return check(value)
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def _move_legacy_keys(pretrain: dict[str, Any], source: str, warn: bool = True) -> None:
@@ -335,9 +354,13 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         raise ConfigError(f"{source}: name {spec.name!r} is not a valid benchmark id ({ID_RULE})")
     for s in spec.seeds:
         check_seed(s, f"{source}: seeds")
+    spec.precision = _check_precision(spec.precision, source)
     from fusebench.pipelines import pipeline_of
 
     problems = pipeline_of(spec).spec_problems(spec)
+    if spec.precision not in pipeline_of(spec).precisions:
+        problems = [*problems, f"precision {spec.precision!r}: the {spec.pipeline!r} pipeline applies only "
+                               f"{', '.join(pipeline_of(spec).precisions)}"]
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     check_component_options(spec, source)

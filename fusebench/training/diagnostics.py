@@ -7,6 +7,10 @@
 * effective rank (Roy & Vetterli 2007): exp of the entropy of the normalised singular values of the
   centred embedding matrix, averaged over views.
 
+Precision: every diagnostic widens the views to float64 first (exact for bfloat16 / float16
+embeddings) and reduces in float64; autocast never casts float64 tensors, so the result does not
+depend on the caller's autocast.
+
 Shape: views [k, n, d].
 """
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from fusebench.training import utils
 from fusebench.training.config import BenchmarkSpec
+from fusebench.training.progress import progress_bar
 
 
 def true_one_vs_rest_mi(m: int, sigma0: float, sigma: float) -> float:
@@ -57,8 +58,6 @@ def sample_views(k: int, m: int, sigma0: float, sigma: float, generator: torch.G
 
 def run_gaussian_mi(spec: BenchmarkSpec, objective: str, seed: int, cell: Path, device: str = "auto",
                     progress: bool = True) -> dict[str, Any]:
-    from tqdm.auto import tqdm
-
     from fusebench import objectives
     from fusebench.training.runner import make_record, write_record
 
@@ -83,13 +82,18 @@ def run_gaussian_mi(spec: BenchmarkSpec, objective: str, seed: int, cell: Path, 
         loss_fn = objectives.build(objective, **hp)
         opt = torch.optim.AdamW(net.parameters(), lr=spec.pretrain.lr, weight_decay=spec.pretrain.weight_decay)
         g = torch.Generator().manual_seed(seed * 7919 + m)
-        for _ in tqdm(range(steps), desc=f"{spec.name}/{objective}/seed{seed} M={m}", disable=not progress, leave=False):
+        bar = progress_bar(steps, 0, f"{spec.name}/{objective}/seed{seed} M={m}", enabled=progress)
+        for _ in range(steps):
             x = sample_views(k, m, sigma0, sigma, g).to(dev)
             loss = loss_fn(net(x))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            curves.setdefault(f"loss_M{m}", []).append(float(loss.detach()))
+            value = float(loss.detach())
+            curves.setdefault(f"loss_M{m}", []).append(value)
+            bar.set_postfix(refresh=False, loss=f"{value:.4f}")
+            bar.update(1)
+        bar.close()
         ge = torch.Generator().manual_seed(10**6 + seed * 31 + m)  # fresh evaluation batches
         with torch.no_grad():
             losses = [float(loss_fn(net(sample_views(k, m, sigma0, sigma, ge).to(dev)))) for _ in range(eval_batches)]

@@ -62,7 +62,8 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
               objectives: tuple[str, ...] = OBJECTIVES, seeds: tuple[int, ...] = (0, 1, 2),
               ks: tuple[int, ...] | None = None, subsets: int = 1, subset_seed: int = 0,
               progress: bool = False) -> list[dict[str, Any]]:
-    """Run every (k, subset, objective, seed) cell (cells with a run.json are kept)."""
+    """Run every (k, subset, objective, seed) cell (cells with a run.json are kept); ``progress``:
+    announce the cells and their phases (:mod:`fusebench.training.progress`)."""
     import fusebench
     from fusebench import benchmarks
     from fusebench.training import runner
@@ -180,11 +181,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--k", nargs="+", type=int, default=None)
     p.add_argument("--subsets", type=int, default=1, help="view subsets per k")
     p.add_argument("--render-only", action="store_true", help="only regenerate the markdown and the plot")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress output (default: bars on a terminal, else a log line per cell start and end "
+                        "and every $FUSEBENCH_LOG_EVERY seconds per phase, default 30)")
     ns = p.parse_args(argv)
     try:
         if not ns.render_only:
             run_study(ns.benchmark, ns.data_root, ns.out, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None,
-                      ns.subsets)
+                      ns.subsets, progress=ns.progress)
         md, png = render(ns.out, ns.board, ns.benchmark)
     except ValueError as e:  # includes ConfigError, DatasetError, RecordError
         print(f"fusebench study kviews: {e}", file=sys.stderr)

@@ -131,8 +131,8 @@ class CellCall:
         print(f"fusebench cell {where} on {status.hostname()}" + (f" (slurm job {job})" if job else ""), flush=True)
         if (cell / "last.pt").exists() and not (cell / "run.json").exists():
             print(f"resuming {where} from {cell / 'last.pt'} ({_checkpoint_position(cell / 'last.pt')})", flush=True)
-        # a job's output is a log file, not a terminal: no progress bars
-        record = sweep_cell(self.objective, self.seed, **{**self.kwargs, "progress": False})
+        # a job's output is a log file, not a terminal: progress comes as lines (fusebench.training.progress)
+        record = sweep_cell(self.objective, self.seed, **self.kwargs)
         print(f"cell {where}: {record.get('status', 'done')}", flush=True)
         return record
 

@@ -4,9 +4,10 @@ A phase (:class:`Phase`) owns its counters (step, epoch, step within the epoch),
 modules whose state goes into ``last.pt``; :func:`run_phase` walks its epochs and steps and does what
 every phase needs, in this order per step: move the batch to the device, compute the loss (under
 ``autocast``), stop on a non-finite loss (checkpoint kept), optimise, count, record the loss curve,
-update the progress bar, checkpoint every ``every`` steps, and honour the step budget. What differs
-between phases (how the loss is computed and optimised, what happens at an epoch's start and end, the
-extra state saved with a checkpoint) comes in as :class:`PhaseHooks`.
+update the progress bar (a tqdm bar or log lines: :mod:`fusebench.training.progress`), checkpoint
+every ``every`` steps, and honour the step budget. What differs between phases (how the loss is
+computed and optimised, what happens at an epoch's start and end, the extra state saved with a
+checkpoint) comes in as :class:`PhaseHooks`.
 
 Resuming restores a phase from ``last.pt`` (:meth:`Phase.restore`, RNG state included) and
 :func:`run_phase` continues at the saved step: the loader skips the batches already seen in the
@@ -89,7 +90,8 @@ class PhaseHooks:
     ``skip``; ``on_epoch_start`` / ``on_epoch_end``: called before the first batch and after the last
     one of every epoch (before the epoch counter moves); ``extra()``: state saved with every
     checkpoint besides the phase's modules; ``diverged(value)``: the message of the
-    :class:`RunError` raised on a non-finite loss; ``postfix(value)``: progress-bar fields."""
+    :class:`RunError` raised on a non-finite loss; ``postfix(value)``: progress-bar fields (also the
+    fields of the progress lines written when stderr is not a terminal)."""
 
     loss: Callable[[Any], torch.Tensor]
     optimise: Callable[[torch.Tensor], None]
@@ -136,8 +138,8 @@ def run_phase(phase: Phase, epochs: int, hooks: PhaseHooks, device: torch.device
             phase.curves.setdefault(curve, []).append(value)
             if on_step is not None:
                 on_step(phase, value, batch_size(batch))
+            bar.set_postfix(refresh=False, **hooks.postfix(value))  # then shown (or written) by update
             bar.update(1)
-            bar.set_postfix(**hooks.postfix(value))
             if phase.step % phase.every == 0:
                 phase.save(hooks.extra())
             if budget.spend():

@@ -57,17 +57,24 @@ class Pretrainer(nn.Module):
     def project(self, emb: Tensor, heads: nn.ModuleDict) -> Tensor:
         return torch.stack([heads[m](emb[l]) for l, m in enumerate(self.model.modalities)])
 
-    def optimise(self, loss: Tensor, optimizer: torch.optim.Optimizer, all_reduce: bool = True) -> None:
+    def optimise(self, loss: Tensor, optimizer: torch.optim.Optimizer, all_reduce: bool = True,
+                 scaler: torch.amp.GradScaler | None = None) -> None:
         """One optimisation step on ``loss``: backward, gradient all-reduce across ranks (distributed
         runs, unless DistributedDataParallel already reduced them: ``all_reduce=False``), optimizer
-        step. Shared by the training loop and the TupleInfoNCE candidate updates."""
+        step. Shared by the training loop and the TupleInfoNCE candidate updates. With a gradient
+        ``scaler`` (precision ``16-mixed``) the loss is scaled before backward and the step is the
+        scaler's (skipped when a gradient overflowed)."""
         from fusebench.training import distributed
 
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
         if all_reduce:
             distributed.average_gradients(self.student_parameters())
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
 
     def after_step(self, step: int) -> None:
         """What the methods do after optimisation step ``step`` (e.g. the EMA teacher's update)."""

@@ -40,9 +40,11 @@ from torch.utils.data import DataLoader
 import fusebench
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
-from fusebench.training import distributed, utils
+from fusebench.training import distributed, precision, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 from fusebench.training.loop import Phase, PhaseHooks, RunError, StepBudget, run_phase
+from fusebench.training.progress import cell as progress_cell
+from fusebench.training.progress import progress_bar, say
 from fusebench.training.status import lock_payload, read_lock
 from fusebench.training.trackers import Trackers, build_trackers, check_trackers, default_mlflow_uri
 
@@ -290,25 +292,54 @@ def run_one(
     holds what the sweep measured once for every cell (``git``: the checkout's state before any
     output was written; ``fingerprint``: the data files read), computed here when absent.
     ``loggers``: experiment tracker ids (:mod:`fusebench.training.trackers`), built for this cell.
+    ``progress``: announce the cell (start / done / failed lines on stderr) and show its phases'
+    progress, as bars on a terminal, else as log lines (:mod:`fusebench.training.progress`).
 
     A cell is only ever continued or returned for the configuration that made it: an existing
     ``run.json`` or ``last.pt`` with another config hash is a :class:`RunError`, never mixed."""
     check_compatible(spec, objective)
     cell = cell_dir(out, spec.name, objective, seed)
     run_json = cell / "run.json"
+    where = f"{spec.name}/{objective}/seed{seed}"
+
+    def reused() -> dict[str, Any]:
+        rec = _existing_record(run_json, spec)
+        if progress:
+            say(f"reused record {where} ({run_json})")
+        return rec
+
     if run_json.exists():
-        return _existing_record(run_json, spec)
+        return reused()
     cell.mkdir(parents=True, exist_ok=True)
     with _CellLock(cell):
         if run_json.exists():  # another process finished the cell while we waited for nothing
-            return _existing_record(run_json, spec)
-        with build_trackers(loggers if distributed.rank() == 0 else None, out, cell, mlflow_uri) as trk:
-            trk.start(f"{spec.name}/{objective}/seed{seed}", spec.to_dict())
-            record = pipeline_of(spec).run_cell(spec, objective, seed, cell, synthetic=synthetic, data_root=data_root,
-                                                device=device, resume=resume, progress=progress, max_steps=max_steps,
-                                                context=context, trackers=trk)
-            trk.log_record(record, run_json)  # final metrics, run.json as an artifact
-            return record
+            return reused()
+        t0 = time.monotonic()
+        if progress:
+            try:
+                dev = str(utils.resolve_device(device))
+            except ValueError:  # the pipeline says why
+                dev = device
+            say(f"start {where} device={dev} precision={spec.precision}")
+        try:
+            with build_trackers(loggers if distributed.rank() == 0 else None, out, cell, mlflow_uri) as trk, \
+                    progress_cell(where, progress):
+                trk.start(where, spec.to_dict())
+                record = pipeline_of(spec).run_cell(spec, objective, seed, cell, synthetic=synthetic,
+                                                    data_root=data_root, device=device, resume=resume,
+                                                    progress=progress, max_steps=max_steps, context=context,
+                                                    trackers=trk)
+                trk.log_record(record, run_json)  # final metrics, run.json as an artifact
+        except BaseException as e:
+            if progress:
+                what = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+                say(f"{what} {where} after {time.monotonic() - t0:.1f}s ({type(e).__name__})")
+            raise
+        if progress:
+            score = (record.get("metrics") or {}).get(spec.primary_metric)
+            shown = f" ({spec.primary_metric} {score:.4f})" if isinstance(score, (int, float)) else ""
+            say(f"done {where} in {time.monotonic() - t0:.1f}s{shown}")
+        return record
 
 
 def _existing_record(run_json: Path, spec: BenchmarkSpec) -> dict[str, Any]:
@@ -364,8 +395,16 @@ class _CellLock:
 
 def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps, context,
               trk: Trackers | None = None):
-    from tqdm.auto import tqdm
+    """One cell of the standard pipeline under its precision policy (:mod:`fusebench.training.precision`):
+    the TF32 switches are set for the cell and restored after it."""
+    policy = precision.get(spec.precision)
+    with precision.backend_flags(policy):
+        return _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps,
+                              context, trk, policy)
 
+
+def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, resume, progress, max_steps, context,
+                   trk: Trackers | None, policy: precision.Precision):
     from fusebench import objectives
     from fusebench.training.diagnostics import representation_diagnostics
     from fusebench.training.pretrain import Pretrainer
@@ -375,7 +414,8 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     flags = utils.seed_everything(seed)
     data = _datasets(spec, synthetic, data_root, seed)
     model = build_model(spec, data["train"]).to(dev)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
+    flags["numerics"] = precision.numerics(policy, dev)  # what decides the numbers on this device (run.json)
+    autocast = precision.autocast(policy, dev)  # encoders and heads only: objectives run in float32 (objectives/base.py)
     budget = StepBudget(max_steps)
     track = {"on_step": trk.on_step, "on_epoch_start": trk.on_epoch_start} if trk else {}  # loss, samples/s per step
     ckpt = None
@@ -402,6 +442,9 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
             step_fn = DDP(pre, device_ids=[dev.index] if dev.type == "cuda" else None, find_unused_parameters=True)
         sched = _scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
         phase = Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
+        pre_scaler = precision.grad_scaler(policy, dev)  # 16-mixed: its state goes into last.pt with the phase's
+        if pre_scaler is not None:
+            phase.mods["grad_scaler"] = pre_scaler
         phase.config_hash = spec.hash()
         extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
         for ext_cls, opts in pretrain_extensions(pre):
@@ -412,12 +455,12 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
             phase.restore(ckpt)
         skip_pretrain = ckpt is not None and ckpt["phase"] == "downstream"  # restored below
         tp, start_step = time.time(), phase.step
-        bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} pretrain",
-                   disable=not progress or skip_pretrain, leave=False)
+        bar = progress_bar(total, phase.step, f"{spec.name}/{objective}/seed{seed} pretrain",
+                           enabled=progress and not skip_pretrain)
 
         def pre_optimise(loss: torch.Tensor) -> None:
-            pre.optimise(loss, opt, all_reduce=step_fn is pre)
-            sched.step()
+            pre.optimise(loss, opt, all_reduce=step_fn is pre, scaler=pre_scaler)
+            precision.step_scheduler(sched, pre_scaler)
             pre.after_step(phase.step)
 
         def pre_epoch_end() -> None:
@@ -468,6 +511,9 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
     total = per_epoch * ds_cfg.epochs
     sched = _scheduler(opt, "cosine", total, 0)
     phase = Phase("downstream", cell, spec.checkpoint_every, {"model": model, "optimizer": opt, "scheduler": sched})
+    scaler = precision.grad_scaler(policy, dev)
+    if scaler is not None:
+        phase.mods["grad_scaler"] = scaler
     phase.config_hash = spec.hash()
     best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
     if ckpt is not None and ckpt["phase"] == "downstream":
@@ -484,9 +530,14 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
 
     def ds_optimise(loss: torch.Tensor) -> None:
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
+        if scaler is not None:  # 16-mixed
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        precision.step_scheduler(sched, scaler)
 
     def ds_epoch_start() -> None:
         model.train()
@@ -505,8 +556,7 @@ def _run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume,
             best = {"epoch": phase.epoch, "val": val, "score": score}
             utils.atomic_torch_save({"model": model.state_dict(), "epoch": phase.epoch, "val": val}, cell / "best.pt")
 
-    bar = tqdm(total=total, initial=phase.step, desc=f"{spec.name}/{objective}/seed{seed} {ds_cfg.protocol}",
-               disable=not progress, leave=False)
+    bar = progress_bar(total, phase.step, f"{spec.name}/{objective}/seed{seed} {ds_cfg.protocol}", enabled=progress)
     hooks = PhaseHooks(
         loss=lambda batch: model.task_loss(model(batch), batch),
         optimise=ds_optimise,
@@ -582,6 +632,9 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, synthetic: bo
     for i, combo in enumerate(combos):
         trial = f"trial{i}-" + "-".join(f"{k}{v}" for k, v in combo.items())
         ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
+        if progress:
+            shown = " ".join(f"{k}={v}" for k, v in combo.items())
+            say(f"selection {spec.name}/{objective} trial {i + 1}/{len(combos)} {shown}")
         rec = run_one(spec, objective, spec.pretrain.selection_seed, folder / trial, synthetic=synthetic,
                       data_root=data_root, device=device, progress=progress, context=ctx)
         scores.append({"hparams": combo, "val": rec["selection"]["val_metrics"][primary]})
@@ -697,7 +750,10 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
                  "cpu_count": os.cpu_count(), "world_size": distributed.world_size()},
         "seeds": {"python": seed, "numpy": seed, "torch": seed},
-        "determinism": flags,
+        "determinism": {k: v for k, v in flags.items() if k != "numerics"},
+        # the precision policy and what decided the numbers on this device (fusebench/training/precision.py)
+        "precision": precision.check(spec.precision),
+        "numerics": flags.get("numerics") or precision.numerics(precision.get(spec.precision), torch.device(device)),
         "curves": curves,
         "selection": {"rule": f"best validation {spec.primary_metric} over downstream epochs "
                               f"(split {spec.dataset.val_split!r}); test scored once with the selected weights",
@@ -818,6 +874,7 @@ def run(
     mlflow_uri: str | None = None,
     launcher: str = "local",
     launcher_options: dict[str, Any] | None = None,
+    precision: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
     ``{"status": "failed", ...}``). All names are validated before any training starts.
@@ -829,7 +886,9 @@ def run(
     ``launcher``: where the cells run, ``local`` (default), ``slurm`` (one SLURM job per cell) or
     ``submitit_local``, with ``launcher_options`` (:mod:`fusebench.training.launchers`,
     docs/cluster.md); with ``launcher_options={"wait": False}`` the submitted cells come back as
-    ``{"status": "submitted", "job_id": ...}`` and the leaderboard is left for later."""
+    ``{"status": "submitted", "job_id": ...}`` and the leaderboard is left for later.
+    ``precision``: the precision policy of encoders and heads (``32``, ``tf32``, ``bf16-mixed``,
+    ``16-mixed``; :mod:`fusebench.training.precision`), the same as the override ``precision``."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
     from fusebench.training import launchers
@@ -840,6 +899,8 @@ def run(
 
     if isinstance(overrides, list):
         overrides = dict(parse_override(o) for o in overrides)
+    if precision is not None:
+        overrides = {**(overrides or {}), "precision": str(precision)}
     spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
     resolve_views(spec, synthetic, data_root)
     objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])

@@ -93,8 +93,13 @@ class TupleInfoNCEMethod(PretrainMethod):
         p_drop = float(self.options.dropout)
 
         def augment(e: Tensor) -> Tensor:  # e: [k, N, F]; modality l gets noise of std beta_l
-            e = e + beta.to(e.dtype) * torch.randn_like(e)
-            return nn.functional.dropout(e, p=p_drop, training=pre.training)
+            # noise and dropout mask drawn in float32 from the CPU generator, then moved: the same draws on
+            # every device and under every autocast (on the CPU in float32 they equal randn_like / F.dropout)
+            e = e + beta.to(e.dtype) * cpu_draw(torch.randn, e)
+            if p_drop > 0.0 and pre.training:
+                e = e * cpu_draw(lambda shape, dtype: torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p_drop)
+                                 .div_(1.0 - p_drop), e)
+            return e
 
         anchor = fuse(pre, augment(emb))  # [N, P]
         positive = fuse(pre, augment(emb))
@@ -109,6 +114,13 @@ class TupleInfoNCEMethod(PretrainMethod):
                 disturbed.append(fuse(pre, augment(torch.stack(disturbed_negatives(list(emb), l)))))
         negatives, weights = assemble_negatives(positive, disturbed, alpha)
         return pre.objective(anchor, positive, negatives, weights=weights)
+
+
+def cpu_draw(draw, like: Tensor) -> Tensor:
+    """``draw(shape, dtype=torch.float32)`` on the CPU's generator, moved to ``like``'s device and dtype:
+    a random draw that does not depend on the device the run is on (CUDA has its own generator)."""
+    out = draw(like.shape, dtype=torch.float32)
+    return out.to(like.device, like.dtype) if (out.device, out.dtype) != (like.device, like.dtype) else out
 
 
 def fuse(pre: nn.Module, emb: Tensor) -> Tensor:

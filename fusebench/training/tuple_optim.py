@@ -52,7 +52,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fusebench.training import distributed, utils
+from fusebench.training import distributed, progress, utils
 
 __all__ = [
     "relaxed_to_alpha",
@@ -65,6 +65,15 @@ __all__ = [
     "discrimination_accuracies",
     "TupleSampleOptimiser",
 ]
+
+
+def _steps(batches: Iterable[Any], limit: int) -> int | None:
+    """The training steps of one candidate: ``limit`` batches (0: all of them), None when unknown."""
+    try:
+        n = len(batches)  # type: ignore[arg-type]
+    except TypeError:
+        return limit or None
+    return min(n, limit) if limit else n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,13 +327,20 @@ class TupleSampleOptimiser:
         rewards: list[float] = []
         details: list[dict[str, Any]] = []
         best: tuple[float, dict, dict] | None = None
+        bar = None  # progress over the candidates' training steps (a bar, or log lines off a terminal)
         for b in range(bsz):
             pre.load_state_dict(start_model)
             opt.load_state_dict(copy.deepcopy(start_opt))  # load_state_dict may alias the tensors
             utils.set_rng_state(start_rng)  # common random numbers across candidates
             pre.tuple_alpha = relaxed_to_alpha(samples[b]) if which == "alpha" else base_alpha
             pre.tuple_beta = clamp_beta(samples[b], opts.beta_max) if which == "beta" else base_beta
-            self._train(opt, train_batches(), epoch, b, autocast)
+            batches = train_batches()
+            if bar is None:
+                per = _steps(batches, opts.candidate_steps)
+                bar = progress.cell_bar(bsz * per if per else None, f"tuple candidates (epoch {epoch}, {which})")
+            bar.set_postfix(refresh=False, candidate=f"{b + 1}/{bsz}",
+                            **({"best_reward": f"{max(rewards):.4f}"} if rewards else {}))
+            self._train(opt, batches, epoch, b, autocast, bar)
             beta = torch.tensor(pre.tuple_beta, dtype=torch.float64)
             if which == "alpha":  # Eq. 5 with zeta = beta
                 acc = discrimination_accuracies(pre, val_batch, beta.view(1, k), reward_seed, opts.dropout)[0]
@@ -341,8 +357,10 @@ class TupleSampleOptimiser:
             details.append({"alpha": list(pre.tuple_alpha), "beta": list(pre.tuple_beta), "reward": r, **info})
             if best is None or r > best[0]:  # ties: the lowest index
                 best = (r, copy.deepcopy(pre.state_dict()), copy.deepcopy(opt.state_dict()))
-        if best is None:  # pragma: no cover - bsz >= 1 is checked in __init__
+        if best is None or bar is None:  # pragma: no cover - bsz >= 1 is checked in __init__
             raise RuntimeError("tuple sample optimisation: no candidate was trained")
+        bar.set_postfix(refresh=False, candidate=f"{bsz}/{bsz}", best_reward=f"{max(rewards):.4f}")
+        bar.close()
         pre.load_state_dict(best[1])
         opt.load_state_dict(best[2])
         new_mu = reinforce_update(mu, samples, torch.tensor(rewards), sigma, opts.policy_lr, opts.policy_baseline)
@@ -363,12 +381,17 @@ class TupleSampleOptimiser:
         return {"epoch": epoch, "updated": which, "samples": samples.tolist(), "rewards": rewards,
                 "best": rewards.index(max(rewards)), "candidates": details, "mu": new_mu.tolist()}
 
-    def _train(self, opt: torch.optim.Optimizer, batches: Iterable[dict[str, Any]], epoch: int, cand: int, autocast: Any) -> None:
-        """Train the Pretrainer in place for ``candidate_steps`` steps (0: all the batches)."""
+    def _train(self, opt: torch.optim.Optimizer, batches: Iterable[dict[str, Any]], epoch: int, cand: int, autocast: Any,
+               bar: Any = None) -> None:
+        """Train the Pretrainer in place for ``candidate_steps`` steps (0: all the batches); ``bar``
+        (:mod:`fusebench.training.progress`) counts the steps."""
         pre = self.pre
         pre.train()
         dev = next(pre.parameters()).device
         limit = self.options.candidate_steps
+        from fusebench.training.precision import scaler_for
+
+        scaler = scaler_for(autocast)  # precision 16-mixed: scaled losses, as in the main loop
         for step, batch in enumerate(batches):
             if limit and step >= limit:
                 break
@@ -381,4 +404,6 @@ class TupleSampleOptimiser:
             if not torch.isfinite(loss):
                 raise RuntimeError(f"tuple_infonce sample optimisation: loss {float(loss.detach())} at candidate {cand} "
                                    f"step {step} (epoch {epoch}, alpha={pre.tuple_alpha}, beta={pre.tuple_beta})")
-            pre.optimise(loss, opt)
+            pre.optimise(loss, opt, scaler=scaler)
+            if bar is not None:
+                bar.update(1)

@@ -1,0 +1,98 @@
+"""Device parity: at precision ``32`` a cell gives the committed CPU record's metrics on every device.
+
+The references are the committed run records under ``leaderboards/runs/`` (made on a 2-core CPU):
+the quickstart cells of seed 0 (every objective of its sweep, ``tuple_infonce`` with its disturbed
+negatives, noise and dropout included) and two cells of the real multi-view board ``mv-hw2sources``
+(read from ``../shared/fixtures/multiview``, with the hyper-parameters the record says were chosen).
+Each cell is rerun from its spec on the CPU and, where CUDA is available, on CUDA, and must give the
+record's test metrics to 1e-4 (the 4th decimal) and its final pretraining loss to a relative 1e-3.
+
+On a machine without CUDA (our CI) the CUDA half is skipped; run it on a GPU machine with
+``pytest tests/test_device_parity.py`` (docs/gpu.md has the figures of the last such run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fusebench import benchmarks
+from fusebench.training import runner
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "leaderboards" / "runs"
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device on this machine: the GPU half of the parity check "
+                                          "runs on a GPU machine (pytest tests/test_device_parity.py)"))]
+QUICKSTART = ["none", "infonce_pwe", "mv_dhel", "m3g", "tuple_infonce"]
+MULTIVIEW = ["m3g", "infonce_pwe"]
+
+
+def _rerun(benchmark: str, objective: str, device: str, out: Path, data_root: str | None) -> tuple[dict, dict]:
+    committed = json.loads((RUNS / benchmark / objective / "seed0" / "run.json").read_text())
+    spec = benchmarks.load(benchmark)
+    runner.resolve_views(spec, False, data_root)
+    assert spec.hash() == committed["config_hash"], "the spec no longer hashes as its committed run"
+    context = runner.sweep_context(spec, False, data_root)
+    if committed.get("hparam_selection"):  # the choice the sweep made on the validation split
+        context["hparams"] = {objective: committed["hparam_selection"]["choice"]}
+        context["hparam_selection"] = {objective: committed["hparam_selection"]}
+    rec = runner.run_one(spec, objective, 0, out, data_root=data_root, device=device, progress=False, context=context)
+    return committed, rec
+
+
+def _check(committed: dict, rec: dict, device: str) -> None:
+    assert rec["config_hash"] == committed["config_hash"] and rec["precision"] == "32"
+    num = rec["numerics"]
+    assert num["device_type"] == torch.device(device).type
+    assert num["cuda_tf32_matmul"] is False and num["cuda_tf32_conv"] is False and num["autocast_dtype"] is None
+    assert set(rec["metrics"]) == set(committed["metrics"])
+    for name, want in committed["metrics"].items():
+        assert rec["metrics"][name] == pytest.approx(want, abs=1e-4), name
+    pre_ref, pre = committed["curves"].get("pretrain_loss"), rec["curves"].get("pretrain_loss")
+    assert (pre_ref is None) == (pre is None)
+    if pre_ref:
+        assert len(pre) == len(pre_ref)
+        assert pre[-1] == pytest.approx(pre_ref[-1], rel=1e-3)
+
+
+@pytest.mark.slow  # five quickstart cells, ~30 s on one CPU thread
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("objective", QUICKSTART)
+def test_quickstart_cell_gives_the_committed_cpu_record(objective: str, device: str, tmp_path: Path) -> None:
+    committed, rec = _rerun("quickstart", objective, device, tmp_path, None)
+    _check(committed, rec, device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("objective", MULTIVIEW)
+def test_multiview_cell_gives_the_committed_cpu_record(objective: str, device: str, tmp_path: Path,
+                                                       fixtures_dir: Path) -> None:
+    committed, rec = _rerun("mv-hw2sources", objective, device, tmp_path, str(fixtures_dir / "multiview"))
+    _check(committed, rec, device)
+
+
+TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epochs": 2, "pretrain.batch_size": 32,
+        "downstream.epochs": 2, "downstream.batch_size": 64}
+
+
+def _compatible() -> list[str]:
+    return runner.compatible_objectives(benchmarks.load("quickstart", overrides=TINY))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine: every objective's "
+                    "CPU-vs-CUDA cell runs on a GPU machine (the CPU halves above run everywhere)")
+@pytest.mark.parametrize("objective", _compatible())
+def test_every_objective_gives_the_cpu_numbers_on_cuda(objective: str, tmp_path: Path) -> None:
+    """Every registered objective that fits the quickstart, in a tiny cell: CUDA = CPU."""
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    cpu = runner.run_one(spec, objective, 0, tmp_path / "cpu", device="cpu", progress=False)
+    gpu = runner.run_one(spec, objective, 0, tmp_path / "cuda", device="cuda", progress=False)
+    for name, want in cpu["metrics"].items():
+        assert gpu["metrics"][name] == pytest.approx(want, abs=1e-4), name
+    assert gpu["curves"]["pretrain_loss"] == pytest.approx(cpu["curves"]["pretrain_loss"], rel=1e-3, abs=1e-5)

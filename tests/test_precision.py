@@ -1,0 +1,165 @@
+"""The precision policy (fusebench/training/precision.py): names, spec and CLI, hashing and the
+comparability key, what a record says, what a board shows, and runs under each policy on the CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.records import comparability_key, validate_record, RecordError
+from fusebench.training import precision, runner
+from fusebench.training.config import ConfigError
+
+TINY = {
+    "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
+    "pretrain.epochs": 2,
+    "pretrain.batch_size": 32,
+    "downstream.epochs": 2,
+    "downstream.batch_size": 64,
+    "checkpoint_every": 1,
+}
+
+
+def test_names_and_errors() -> None:
+    assert list(precision.PRECISIONS) == ["32", "tf32", "bf16-mixed", "16-mixed"]
+    assert precision.check(32) == "32" and precision.check("bf16-mixed") == "bf16-mixed"
+    for bad in ("bf16", "16", 16, True, None, "fp32"):
+        with pytest.raises(ValueError, match=r"unknown precision .*valid: 32, tf32, bf16-mixed, 16-mixed"):
+            precision.check(bad)
+
+
+def test_spec_precision_default_leaves_the_hash_alone_and_others_change_it() -> None:
+    base = benchmarks.load("quickstart")
+    assert base.precision == "32" and "precision" not in base.to_dict()
+    explicit = benchmarks.load("quickstart", overrides={"precision": 32})  # YAML reads `precision: 32` as an int
+    assert explicit.precision == "32" and explicit.hash() == base.hash()
+    hashes = {base.hash()}
+    for name in ("tf32", "bf16-mixed", "16-mixed"):
+        spec = benchmarks.load("quickstart", overrides={"precision": name})
+        assert spec.to_dict()["precision"] == name
+        hashes.add(spec.hash())
+    assert len(hashes) == 4
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: precision: unknown precision 'bf16'"):
+        benchmarks.load("quickstart", overrides={"precision": "bf16"})
+
+
+def test_a_pipeline_refuses_a_precision_it_does_not_apply() -> None:
+    with pytest.raises(ConfigError, match="the 'gaussian_mi' pipeline applies only 32"):
+        benchmarks.load("polyview-gaussian-mi", overrides={"precision": "bf16-mixed"})
+
+
+def test_cli_flag_and_set_must_agree(tmp_path: Path, capsys) -> None:
+    from fusebench.cli import main
+
+    rc = main(["run", "quickstart", "--precision", "bf16-mixed", "--set", "precision=16-mixed", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "--precision bf16-mixed and --set precision=16-mixed disagree" in capsys.readouterr().err
+    rc = main(["run", "quickstart", "--precision", "fp8", "--out", str(tmp_path)])
+    assert rc == 2 and "unknown precision 'fp8'" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any cell
+
+
+def test_backend_flags_are_set_for_the_cell_and_restored() -> None:
+    before = precision.tf32_enabled()
+    with precision.backend_flags(precision.get("tf32")):
+        assert precision.tf32_enabled() == {"matmul": True, "conv": True}
+    with precision.backend_flags(precision.get("32")):  # PyTorch's default leaves cuDNN convolutions on TF32
+        assert precision.tf32_enabled() == {"matmul": False, "conv": False}
+    assert precision.tf32_enabled() == before
+
+
+def _capture_objective_inputs(monkeypatch) -> list[torch.dtype]:
+    """The dtypes of the embeddings handed to the objective (a forward pre-hook sees them before the
+    objective upcasts them), and the autocast state around each call."""
+    seen: list[torch.dtype] = []
+    build = fusebench.objectives.build
+
+    def hooked(name, **hp):
+        module = build(name, **hp)
+        module.register_forward_pre_hook(lambda mod, args: seen.append(args[0].dtype))
+        return module
+
+    monkeypatch.setattr(fusebench.objectives, "build", hooked)
+    return seen
+
+
+@pytest.mark.parametrize("name, dtype", [("32", torch.float32), ("bf16-mixed", torch.bfloat16),
+                                         ("16-mixed", torch.float16)])
+def test_autocast_reaches_the_encoders_and_the_record_says_so(name, dtype, tmp_path: Path, monkeypatch) -> None:
+    seen = _capture_objective_inputs(monkeypatch)
+    spec = benchmarks.load("quickstart", overrides={**TINY, "precision": name})
+    rec = runner.run_one(spec, "m3g", 0, tmp_path, progress=False)
+    assert seen and set(seen) == {dtype}  # the encoders' (projection heads') outputs in the policy's dtype
+    assert rec["precision"] == name
+    num = rec["numerics"]
+    assert num["precision"] == name and num["device_type"] == "cpu" and num["cuda_version"] is None
+    assert num["autocast_dtype"] == (None if name == "32" else str(dtype).removeprefix("torch."))
+    assert num["grad_scaler"] is (name == "16-mixed")
+    assert num["deterministic_algorithms"] is True and num["cudnn_benchmark"] is False
+    assert num["cuda_tf32_matmul"] is False and num["cuda_tf32_conv"] is False
+    assert all(torch.isfinite(torch.tensor(rec["curves"]["pretrain_loss"])))
+    validated = validate_record(json.loads((tmp_path / "quickstart" / "m3g" / "seed0" / "run.json").read_text()))
+    assert validated.precision == name
+    # m3g converged at every step under autocast: no Sinkhorn max_iter warning was turned into a failure,
+    # and the loss moved (a bf16 solve used to stall at max_iter with an approximate gradient)
+    assert rec["curves"]["pretrain_loss"][0] != rec["curves"]["pretrain_loss"][-1]
+
+
+def test_tf32_on_the_cpu_is_the_float32_computation(tmp_path: Path) -> None:
+    a = runner.run_one(benchmarks.load("quickstart", overrides=TINY), "infonce_pwe", 0, tmp_path / "a", progress=False)
+    b = runner.run_one(benchmarks.load("quickstart", overrides={**TINY, "precision": "tf32"}), "infonce_pwe", 0,
+                       tmp_path / "b", progress=False)
+    assert b["metrics"] == a["metrics"]
+    assert b["curves"]["pretrain_loss"] == pytest.approx(a["curves"]["pretrain_loss"], rel=1e-6)
+    assert a["config_hash"] != b["config_hash"] and a["comparability_key"] != b["comparability_key"]
+    assert b["numerics"]["cuda_tf32_matmul"] is True and b["numerics"]["fp32_precision"]["cuda.matmul"] == "tf32"
+
+
+def test_16_mixed_resume_restores_the_gradient_scaler(tmp_path: Path) -> None:
+    spec = benchmarks.load("quickstart", overrides={**TINY, "precision": "16-mixed"})
+    ref = runner.run_one(spec, "infonce_pwe", 0, tmp_path / "a", progress=False)
+    with pytest.raises(KeyboardInterrupt):  # stop inside pretraining
+        runner.run_one(spec, "infonce_pwe", 0, tmp_path / "b", progress=False, max_steps=5)
+    ckpt = torch.load(tmp_path / "b" / "quickstart" / "infonce_pwe" / "seed0" / "last.pt", weights_only=True)
+    assert ckpt["phase"] == "pretrain" and "grad_scaler" in ckpt and ckpt["grad_scaler"]["scale"] > 0
+    resumed = runner.run_one(spec, "infonce_pwe", 0, tmp_path / "b", resume=True, progress=False)
+    assert resumed["metrics"] == ref["metrics"]
+    assert resumed["curves"]["pretrain_loss"] == pytest.approx(ref["curves"]["pretrain_loss"], rel=1e-6)
+
+
+def _record_pair(tmp_path: Path) -> tuple[dict, dict]:
+    spec = benchmarks.load("quickstart", overrides={**TINY, "pretrain.epochs": 0, "downstream.epochs": 1})
+    a = runner.run_one(spec, "none", 0, tmp_path / "runs", progress=False)
+    spec_b = benchmarks.load("quickstart", overrides={**TINY, "pretrain.epochs": 0, "downstream.epochs": 1,
+                                                      "precision": "bf16-mixed"})
+    b = runner.run_one(spec_b, "none", 1, tmp_path / "runs", progress=False)
+    return a, b
+
+
+def test_runs_of_different_precisions_are_never_one_group(tmp_path: Path) -> None:
+    from fusebench.leaderboard import write_leaderboards
+
+    a, b = _record_pair(tmp_path)
+    assert comparability_key(a) != comparability_key(b)
+    with pytest.raises(ValueError, match=r"mixes runs that must not be compared: 2 comparability groups.*config\.precision"):
+        write_leaderboards(tmp_path / "runs", tmp_path / "board")
+    write_leaderboards(tmp_path / "runs", tmp_path / "board", split=True, plots=False)
+    md = (tmp_path / "board" / "quickstart.md").read_text()
+    assert "- precision: `32` (float32 everywhere; TF32 off on CUDA)" in md
+    assert "- precision: `bf16-mixed` (bfloat16 autocast for encoders and heads)" in md
+    assert "runs on cpu (" in md
+
+
+def test_an_edited_precision_is_refused(tmp_path: Path) -> None:
+    a, _ = _record_pair(tmp_path)
+    edited = {**a, "precision": "bf16-mixed"}
+    with pytest.raises(RecordError, match=r"field 'precision': expected '32', the precision in config"):
+        validate_record(edited, "run.json")
+    bad_cfg = {**a, "config": {**a["config"], "precision": "fp8"}}
+    with pytest.raises(RecordError, match=r"config\.precision"):
+        validate_record(bad_cfg, "run.json")
