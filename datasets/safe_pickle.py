@@ -33,6 +33,7 @@ import importlib
 import io
 import os
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +108,25 @@ class SafeUnpickler(pickle.Unpickler):
         raise DatasetError(f"{self.source}: refused a persistent id {pid!r}: dataset pickles may not use them")
 
 
+#: what unpickling damaged bytes raises: the pickle machine's own errors (UnpicklingError, EOFError on a
+#: truncated stream, OverflowError for a FRAME or length field beyond the maximum, MemoryError for a
+#: huge one, IndexError/KeyError for a bad memo or stack reference, UnicodeDecodeError for damaged
+#: text), and the errors of the allowlisted numpy constructors called with damaged arguments
+#: (ValueError, TypeError, AttributeError, SystemError), or ImportError, RecursionError, struct.error
+_DAMAGED = (pickle.UnpicklingError, EOFError, OverflowError, ValueError, TypeError, AttributeError, IndexError,
+            KeyError, LookupError, ImportError, UnicodeDecodeError, MemoryError, RecursionError, SystemError,
+            struct.error)
+
+
 def loads(data: bytes, source: str = "<bytes>") -> Any:
     """Unpickle ``data`` through :class:`SafeUnpickler`; ``source`` names it in error messages."""
     try:
         return SafeUnpickler(io.BytesIO(data), source=source).load()
-    except DatasetError:
+    except DatasetError:  # the refusal of a forbidden global or persistent id: its own message
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-            KeyError, ImportError, UnicodeDecodeError, MemoryError) as e:
-        raise DatasetError(f"{source}: not a readable pickle ({type(e).__name__}: {e})") from e
+    except _DAMAGED as e:
+        raise DatasetError(f"{source}: not a readable pickle: the file is damaged, truncated or not a pickle "
+                           f"({type(e).__name__}: {e})") from e
 
 
 def load(path: str | os.PathLike) -> Any:

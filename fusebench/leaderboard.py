@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, load_record
+from fusebench.records import (RecordError, RunRecord, board_kind, differing_fields, find_records, load_record,
+                               new_file_mode)
 from fusebench.registry import ID_RULE, valid_id
 
 BOARD_META = "fusebench-board"
@@ -60,14 +61,11 @@ KIND_TITLES = {"real": "real data", "study": "synthetic study", "pipeline_check"
 def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
     """Every run.json under ``runs_dir``, validated, grouped by benchmark, in a deterministic order.
     Raises :class:`fusebench.records.RecordError` (a ValueError) for the first invalid file. Hidden
-    folders (``.selection/``: the hyper-parameter trials on the validation split) are not read."""
+    folders (``.selection/``: the hyper-parameter trials on the validation split) are not read; what
+    counts as a record file (a regular file, never through a symbolic link) is
+    :func:`fusebench.records.find_records`'s rule, which ``fusebench status`` shares."""
     out: dict[str, list[RunRecord]] = defaultdict(list)
-    found = []
-    for folder, dirs, files in os.walk(runs_dir):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]  # never walk into hidden folders
-        if "run.json" in files:
-            found.append(Path(folder) / "run.json")
-    for path in sorted(found):
+    for path in find_records(runs_dir):
         rec = load_record(path)
         out[rec.benchmark].append(rec)
     for recs in out.values():
@@ -164,11 +162,15 @@ def _fmt_value(unit: str, v: float) -> str:
     return f"{100 * v:.2f}" if unit == "fraction" else f"{v:.4f}"
 
 
-def _fmt(unit: str, values: list[float]) -> str:
+def _fmt(unit: str, values: list[float], undefined: int = 0) -> str:
+    """``mean ± std (n)`` of the defined values; ``undefined`` runs whose value is NaN (a metric
+    undefined for that run) are counted as ``(n; k undefined)``, never silently dropped."""
     n = len(values)
+    if n == 0:
+        return f"— ({undefined} undefined)"
     mean = sum(values) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return f"{_fmt_value(unit, mean)} ± {_fmt_value(unit, std)} ({n})"
+    return f"{_fmt_value(unit, mean)} ± {_fmt_value(unit, std)} ({n}{f'; {undefined} undefined' if undefined else ''})"
 
 
 def student_t_two_sided(t: float, df: int) -> float:
@@ -330,6 +332,7 @@ class GroupView:
     best: dict[str, str | None]
     values: dict[tuple[str, str], dict[int, float]]  # (objective, metric) -> seed -> value
     studies: list[tuple[str, str, str]] = field(default_factory=list)  # (title, markdown, plot) beside the board
+    undefined: dict[tuple[str, str], int] = field(default_factory=dict)  # (objective, metric) -> runs with NaN
 
     @property
     def objectives(self) -> list[str]:
@@ -365,11 +368,14 @@ def make_view(name: str, recs: list[RunRecord], extra_metrics: list[str] = ()) -
         primary = ids[0] if seen else ""
     kind = _group_kind(recs)
     values: dict[tuple[str, str], dict[int, float]] = {}
+    undefined: dict[tuple[str, str], int] = {}
     for r in recs:
         for m, v in r.metrics.items():
             if math.isfinite(v):
                 values.setdefault((r.objective, m), {})[r.seed] = v
-    view = GroupView(name, recs, kind, infos, primary, {}, values)
+            else:  # NaN (validation refuses infinities): undefined for this run, counted in the cell
+                undefined[(r.objective, m)] = undefined.get((r.objective, m), 0) + 1
+    view = GroupView(name, recs, kind, infos, primary, {}, values, undefined=undefined)
     for info in infos:
         view.best[info.id] = None
         if not view.ranked or info.direction is None:
@@ -399,16 +405,20 @@ def best_line(view: GroupView) -> str | None:
     if info.direction is None:
         return f"— ({p}: direction unknown)"
     o = view.best.get(p)
+
+    def cell(q: str) -> str:  # with the count of runs where the metric is undefined, like the table's cell
+        return _fmt(info.unit, per[q], view.undefined.get((q, p), 0))
+
     if o is None:
-        return f"all tied ({p} {_fmt(info.unit, next(iter(per.values())))})" if len(per) > 1 else \
-            f"`{next(iter(per))}` ({p} {_fmt(info.unit, next(iter(per.values())))})"
-    text = f"`{o}` ({p} {_fmt(info.unit, per[o])})"
+        only = next(iter(per))
+        return f"all tied ({p} {cell(only)})" if len(per) > 1 else f"`{only}` ({p} {cell(only)})"
+    text = f"`{o}` ({p} {cell(o)})"
     if o in REFERENCE_ROWS:  # say which pretraining objective comes closest
         pre = {q: v for q, v in per.items() if q not in REFERENCE_ROWS}
         if pre:
             sign = 1.0 if info.direction == "higher" else -1.0
             q = max(sorted(pre), key=lambda q: sign * sum(pre[q]) / len(pre[q]))
-            text += f"; best pretrained `{q}` ({_fmt(info.unit, pre[q])})"
+            text += f"; best pretrained `{q}` ({cell(q)})"
     return text
 
 
@@ -425,11 +435,12 @@ def _table(view: GroupView, reported: list[Reported]) -> list[str]:
         row = [f"`{o}`"]
         for m in view.metrics:
             v = view.values.get((o, m.id))
-            if not v:
+            undefined = view.undefined.get((o, m.id), 0)
+            if not v and not undefined:
                 row.append("—")
                 continue
-            text = _fmt(m.unit, list(v.values()))
-            row.append(f"**{text}**" if view.best[m.id] == o else text)
+            text = _fmt(m.unit, list((v or {}).values()), undefined)
+            row.append(f"**{text}**" if v and view.best[m.id] == o else text)
         times = [r.pretrain_time_s for r in by_obj[o]]
         mems = [r.peak_memory_mb for r in by_obj[o]]
         row.append(f"{sum(times) / len(times):.1f}")
@@ -493,9 +504,12 @@ def _data_line(view: GroupView) -> str:
 def group_section(view: GroupView, reported: list[Reported], plot_name: str | None, level: int = 2) -> list[str]:
     """Table, notes, protocol and curves of one group (headings at ``level``)."""
     h = "#" * level
-    out = [_data_line(view), "",
-           "Cells are mean ± std (n seeds), sample std; metrics marked (%) are fractions shown x100; "
-           "arrows give the direction of better.", ""]
+    cells = ("Cells are mean ± std (n seeds), sample std; metrics marked (%) are fractions shown x100; "
+             "arrows give the direction of better.")
+    if view.undefined:  # only boards with NaN metrics carry the note
+        cells += (" `k undefined`: runs whose value of the metric is undefined (NaN in their run.json, e.g. a "
+                  "correlation of constant predictions), left out of the mean, std, best and tests.")
+    out = [_data_line(view), "", cells, ""]
     out += _table(view, reported)
     out += _reported_notes(view, reported)
     unknown = [m.id for m in view.metrics if m.direction is None]
@@ -764,12 +778,18 @@ def plot_curves(view: GroupView, path: Path) -> bool:
     fig.suptitle(f"{view.name}: {what}; line = mean over seeds, band = ± 1 std", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
+    # a temporary name of its own (two regenerations into one folder draw the same plot at once)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        fig.savefig(tmp, format="png", metadata={"Software": None, PLOT_KEY: inputs_key})
+        os.fchmod(fd, new_file_mode())
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", metadata={"Software": None, PLOT_KEY: inputs_key})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     finally:
         plt.close(fig)
-    tmp.replace(path)
     return True
 
 
@@ -850,9 +870,10 @@ def _inside(out_dir: Path, filename: str) -> Path:
 
 
 def write_if_changed(path: Path, text: str) -> bool:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder and an atomic
-    rename, unless the file already holds exactly that: an unchanged file keeps its mtime. Returns
-    whether it wrote."""
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder (a unique name:
+    concurrent regenerations into one folder both succeed, the last rename wins) and an atomic
+    rename, unless the file already holds exactly that: an unchanged file keeps its mtime. The file
+    gets mode ``0o666 & ~umask`` (:func:`fusebench.records.new_file_mode`). Returns whether it wrote."""
     try:
         if path.read_bytes() == text.encode():
             return False
@@ -861,6 +882,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -921,6 +943,16 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     write_if_changed(index, index_md)
     written.append(index)
     return written
+
+
+def repository_boards() -> Path | None:
+    """The repository's ``leaderboards/`` folder when this fusebench runs from a checkout (the folder
+    holding the package also holds ``pyproject.toml`` and ``leaderboards/``), else None (an installed
+    wheel). The default of the commands that read the committed boards from any current folder
+    (``fusebench bench leaderboard``, ``fusebench study kviews``)."""
+    root = Path(__file__).resolve().parents[1]
+    boards = root / "leaderboards"
+    return boards if (root / "pyproject.toml").is_file() and boards.is_dir() else None
 
 
 def main(argv: list[str]) -> int:

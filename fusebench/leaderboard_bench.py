@@ -1,6 +1,7 @@
 """``fusebench bench leaderboard``: how long regenerating the committed leaderboards takes.
 
-Copies the committed board folder (``--boards``, default ``leaderboards``: its markdown, the
+Copies the committed board folder (``--boards``, default: the repository's ``leaderboards/``, found
+beside the package, so the command works from any current folder; its markdown, the
 ``reported.yaml``, the study boards and their plots, but **not** the ``*-curves.png`` plots) into a
 temporary folder, then times three ``fusebench leaderboard`` commands there, each a fresh process
 (interpreter start and imports included, as a user runs it), reading the runs in place (``--runs``,
@@ -52,11 +53,9 @@ def _copy_boards(boards: Path, runs: Path, dest: Path) -> None:
 
 def _count_runs(runs: Path) -> int:
     """run.json files the leaderboard reads (hidden folders, e.g. ``.selection/``, are not read)."""
-    n = 0
-    for _, dirs, files in os.walk(runs):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        n += "run.json" in files
-    return n
+    from fusebench.records import find_records
+
+    return len(find_records(runs))
 
 
 def _pngs(folder: Path) -> dict[str, tuple[int, int, int]]:
@@ -95,7 +94,8 @@ def _machine() -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fusebench bench leaderboard", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--boards", default="leaderboards", help="the committed board folder (copied, never written)")
+    p.add_argument("--boards", default=None,
+                   help="the committed board folder (copied, never written; default: the repository's leaderboards/)")
     p.add_argument("--runs", default=None, help="run records (default: <boards>/runs; read only)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs of the warm and markdown-only commands")
     p.add_argument("--skip-cold", action="store_true",
@@ -104,11 +104,20 @@ def main(argv: list[str]) -> int:
                    help="time the fusebench of this checkout (put first on PYTHONPATH of the timed commands)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder and print where it is")
     ns = p.parse_args(argv)
-    boards = Path(ns.boards)
-    runs = Path(ns.runs) if ns.runs else boards / "runs"
-    if not boards.is_dir() or not runs.is_dir():
-        print(f"fusebench bench leaderboard: {boards} or {runs} is not a folder", file=sys.stderr)
+    from fusebench.leaderboard import repository_boards
+
+    boards = Path(ns.boards) if ns.boards else repository_boards()
+    if boards is None:
+        print("fusebench bench leaderboard: no --boards given and this fusebench does not run from a repository "
+              "checkout (no leaderboards/ beside the package); pass --boards DIR (a folder of committed boards) and "
+              "--runs DIR if its run records are not in DIR/runs", file=sys.stderr)
         return 2
+    runs = Path(ns.runs) if ns.runs else boards / "runs"
+    for flag, folder in (("--boards", boards), ("--runs", runs)):
+        if not folder.is_dir():
+            default = " (the default: <boards>/runs)" if flag == "--runs" and not ns.runs else ""
+            print(f"fusebench bench leaderboard: {flag} {folder}{default} is not a folder", file=sys.stderr)
+            return 2
     if ns.repeat < 1:
         print("fusebench bench leaderboard: --repeat must be >= 1", file=sys.stderr)
         return 2

@@ -27,9 +27,20 @@ without them was made at ``32``: every record before the precision policy was ma
 
 Types: ids (``benchmark``, ``objective``, ``dataset.id``) follow the registry id rule
 (:data:`fusebench.registry.ID_RULE`), so they are safe as one path component; ``seed`` is an
-integer (not a string, not a boolean); every metric value is a JSON number (``NaN`` allowed for an
-undefined metric; ``null``, strings and lists are refused); curves are lists of numbers; metric
-and curve names are ``[A-Za-z0-9][A-Za-z0-9_.@-]*``.
+integer (not a string, not a boolean); every metric value is a finite JSON number or ``NaN`` (a
+metric undefined for the run, e.g. a correlation of constant predictions, Cohen's kappa when chance
+agreement is 1, the F1 of a class absent from the split; the leaderboard counts these in the cell);
+``Infinity``, ``null``, strings and lists are refused (a run that failed has ``failed.json``, not a
+``run.json``); curves are lists of numbers; metric and curve names are ``[A-Za-z0-9][A-Za-z0-9_.@-]*``.
+
+What counts as a record file (:func:`find_records`, :func:`check_record_file`; the leaderboard and
+``fusebench status`` share the rule): a regular file named ``run.json`` reached from the runs folder
+through real folders. A ``run.json`` that is a folder, a symbolic link or a special file, a symbolic
+link to a folder anywhere under the runs folder (hidden folders aside), and a folder that cannot be
+listed are errors naming the path, never skipped: a record is never counted from outside the runs
+folder, nor silently left out. The runs folder itself may be a link.
+
+Files written for records and boards get mode ``0o666 & ~umask`` (:func:`new_file_mode`).
 
 Comparability
 -------------
@@ -51,7 +62,9 @@ import copy
 import hashlib
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -87,6 +100,8 @@ def _describe(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
+    if isinstance(value, int) and abs(value) >= 10 ** 30:
+        return f"an integer of {len(str(abs(value)))} digits"
     if isinstance(value, (int, float)):
         return f"number {value!r}"
     if isinstance(value, str):
@@ -194,24 +209,45 @@ def _int(value: Any, path: str, name: str) -> int:
     return value
 
 
-def _number(value: Any, path: str, name: str, allow_nan: bool = False, nonneg: bool = False) -> float:
+#: what a metric value must be (the message of a refused one)
+METRIC_EXPECTED = ("a finite number or NaN (NaN: the metric is undefined for this run; a failed run has "
+                   "failed.json, not run.json)")
+
+
+def _number(value: Any, path: str, name: str, allow_nan: bool = False, nonneg: bool = False,
+            allow_inf: bool = False, expected: str = "a finite number") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(path, name, "a number", value)
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer beyond the float range: infinite in effect
+        x = math.inf if value > 0 else -math.inf
     if math.isnan(x):
         if allow_nan:
             return x
-        raise RecordError(path, name, "a finite number", value)
-    if not math.isfinite(x) and not allow_nan:
-        raise RecordError(path, name, "a finite number", value)
+        raise RecordError(path, name, expected, value)
+    if math.isinf(x) and not allow_inf:
+        raise RecordError(path, name, expected, value)
     if nonneg and x < 0:
         raise RecordError(path, name, "a number >= 0", value)
     return x
 
 
-#: the exact types ``json.loads`` gives numbers (bool, an int subclass, is not one of them): any value
-#: of these types passes ``_number(..., allow_nan=True)``, so the per-element check can be skipped
+#: the exact types ``json.loads`` gives numbers (bool, an int subclass, is not one of them): a finite
+#: value of these types passes ``_number``, so the per-element check can be skipped
 _JSON_NUMBER = frozenset((int, float))
+
+
+def _fast_float(value: Any) -> float | None:
+    """``float(value)`` for a JSON number that converts to a finite float or NaN, else None (the slow
+    path, :func:`_number`, then says what is wrong)."""
+    if type(value) not in _JSON_NUMBER:
+        return None
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return None if math.isinf(x) else x
 
 
 def _mapping(value: Any, path: str, name: str) -> dict[str, Any]:
@@ -343,7 +379,9 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     metrics: dict[str, float] = {}
     for k, v in raw_metrics.items():
         _name(k, path, "metrics key")
-        metrics[k] = float(v) if type(v) in _JSON_NUMBER else _number(v, path, f"metrics.{k}", allow_nan=True)
+        x = _fast_float(v)
+        metrics[k] = x if x is not None else _number(v, path, f"metrics.{k}", allow_nan=True,
+                                                     expected=METRIC_EXPECTED)
     pretrain_time = _number(_need(obj, "pretrain_time_s", path), path, "pretrain_time_s", nonneg=True)
     peak = _number(_need(obj, "peak_memory_mb", path), path, "peak_memory_mb", nonneg=True)
     directions = _mapping(obj.get("metric_directions") or {}, path, "metric_directions")
@@ -357,10 +395,16 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         _name(k, path, "curves key")
         if not isinstance(c, list):
             raise RecordError(path, f"curves.{k}", "a list of numbers", c)
+        fast = None
         if all(type(x) in _JSON_NUMBER for x in c):  # the common case, checked in one pass
-            curves[k] = [float(x) for x in c]
-        else:  # the slow path names the first bad element
-            curves[k] = [_number(x, path, f"curves.{k}[{i}]", allow_nan=True) for i, x in enumerate(c)]
+            try:
+                fast = [float(x) for x in c]
+            except OverflowError:  # an integer beyond the float range: the slow path makes it infinite
+                pass
+        # the slow path names the first bad element; curves may hold NaN and infinities (a plot skips them)
+        curves[k] = fast if fast is not None else [
+            _number(x, path, f"curves.{k}[{i}]", allow_nan=True, allow_inf=True, expected="a number")
+            for i, x in enumerate(c)]
     selection = _mapping(obj.get("selection") or {}, path, "selection")
     if "rule" in selection:
         _str(selection["rule"], path, "selection.rule")
@@ -395,9 +439,120 @@ def load_record(path: str | Path) -> RunRecord:
     path = Path(path)
     try:
         obj = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: JSONDecodeError, a too long integer
         raise RecordError(path, "(file)", f"a readable JSON file ({e})") from None
-    return validate_record(obj, path)
+    except RecursionError:
+        raise RecordError(path, "(file)", "a run record, found JSON nested too deeply to read") from None
+    try:
+        return validate_record(obj, path)
+    except RecursionError:  # e.g. hashing a config nested nearly as deep as the parser allows
+        raise RecordError(path, "(file)", "a run record, found JSON nested too deeply to check") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# what counts as a record file
+# ---------------------------------------------------------------------------------------------
+RECORD_FILE = "run.json"
+
+
+def _link_text(path: Path) -> str:
+    try:
+        return f" (to {os.readlink(path)})"
+    except OSError:
+        return ""
+
+
+def check_record_file(path: str | Path, root: str | Path) -> bool:
+    """Whether a run record is at ``path`` (``<root>/.../run.json``, ``root`` the runs folder), by the
+    one rule of what counts as a record, shared by the leaderboard (:func:`find_records`) and
+    ``fusebench status``: True for a regular file reached from ``root`` through real folders, False
+    when nothing is there. Anything else raises :class:`RecordError` naming the path: a folder on
+    the way that is a symbolic link (records are never read from outside the runs folder), a
+    ``run.json`` that is a symbolic link, a folder or a special file. ``root`` itself may be a link."""
+    path, root = Path(path), Path(root)
+    folder = root
+    for part in path.relative_to(root).parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            raise RecordError(folder, "(folder)", f"a folder, found a symbolic link{_link_text(folder)}; run records "
+                              f"are read only from inside the runs folder {root}, never through a link: copy the "
+                              "records in instead")
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise RecordError(path, "(file)", f"a readable file ({e.strerror})") from None
+    if stat.S_ISREG(mode):
+        return True
+    if stat.S_ISLNK(mode):
+        found = f"a symbolic link{_link_text(path)}; run records are read only from inside the runs folder {root}, " \
+                "never through a link: copy the record in instead"
+    elif stat.S_ISDIR(mode):
+        found = "a folder"
+    else:
+        found = "a special file (FIFO, socket or device)"
+    raise RecordError(path, "(file)", f"a regular file, found {found}")
+
+
+def find_records(root: str | Path) -> list[Path]:
+    """Every run record file under the runs folder ``root``, sorted; hidden folders (``.selection/``:
+    hyper-parameter trials, ``.submitit/``) are not entered. Each ``run.json`` and each symbolic link
+    to a folder found is judged by :func:`check_record_file`, so an entry that breaks the rule is a
+    :class:`RecordError`, never skipped; so is a folder that cannot be listed."""
+    root = Path(root)
+    found = []
+
+    def unlistable(e: OSError) -> None:
+        raise RecordError(e.filename, "(folder)", f"a readable folder ({e.strerror})")
+
+    for folder, dirs, files in os.walk(root, onerror=unlistable):  # never follows a link below root
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        here = Path(folder)
+        for d in dirs:  # links to folders are listed here (os.walk does not enter them); so is a run.json folder
+            if d == RECORD_FILE:
+                check_record_file(here / d, root)
+            elif (here / d).is_symlink():
+                check_record_file(here / d / RECORD_FILE, root)
+        if RECORD_FILE in files and check_record_file(here / RECORD_FILE, root):
+            found.append(here / RECORD_FILE)
+    return sorted(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# file modes
+# ---------------------------------------------------------------------------------------------
+def _umask_from_proc() -> int | None:
+    """The process's umask from ``/proc/self/status`` (Linux >= 4.7), without changing it."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _umask_at_import() -> int:
+    found = _umask_from_proc()
+    if found is None:  # no /proc: set and restore, once, while the package is imported
+        found = os.umask(0o022)
+        os.umask(found)
+    return found
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def new_file_mode() -> int:
+    """The mode of a newly created file, ``0o666 & ~umask``: what ``open(path, "w")`` gives. The
+    atomic writers (a temporary file made by ``tempfile.mkstemp``, mode 0600, then renamed) set it
+    so that records and boards are as readable as any other file the user writes. The umask is read
+    from ``/proc/self/status`` at each call (it never changes the process-wide umask, which other
+    threads may be using); without ``/proc``, the umask when fusebench was imported."""
+    umask = _umask_from_proc()
+    return 0o666 & ~(umask if umask is not None else _UMASK_AT_IMPORT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,12 +634,17 @@ def versions_block(objective: str, metric_ids: list[str]) -> dict[str, Any]:
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict) and obj:
-        out: dict[str, Any] = {}
-        for k in sorted(obj):
-            out.update(_flatten(obj[k], f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: obj}
+    """``{dotted key: leaf}`` of nested mappings, without recursion: a config nested nearly as deep as
+    the JSON reader allows must not overflow the stack when two groups' configs are compared."""
+    out: dict[str, Any] = {}
+    stack = [(prefix, obj)]
+    while stack:
+        key, node = stack.pop()
+        if isinstance(node, dict) and node:
+            stack.extend((f"{key}.{k}" if key else str(k), node[k]) for k in sorted(node, reverse=True))
+        else:
+            out[key] = node
+    return out
 
 
 def differing_fields(records: list[RunRecord]) -> list[str]:
@@ -553,6 +713,7 @@ def board_kind(record: RunRecord) -> str:
 
 
 __all__ = ["BOARD_KINDS", "CONFIG_KEYS_IGNORED", "CURRENT_SCHEMA_VERSION", "DatasetIdentity", "Fingerprint",
-           "RecordError", "RunRecord", "SCHEMA_VERSIONS", "Versions", "board_kind", "comparability_fields",
-           "comparability_key", "comparable_config", "differing_fields", "load_record", "synthetic_overrides_applied",
-           "validate_record", "versions_block"]
+           "METRIC_EXPECTED", "RECORD_FILE", "RecordError", "RunRecord", "SCHEMA_VERSIONS", "Versions", "board_kind",
+           "check_record_file", "comparability_fields", "comparability_key", "comparable_config", "differing_fields",
+           "find_records", "load_record", "new_file_mode", "synthetic_overrides_applied", "validate_record",
+           "versions_block"]

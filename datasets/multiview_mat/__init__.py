@@ -12,7 +12,12 @@ references into ``#refs#`` and every matrix is stored transposed; sparse matrice
 ``data``/``ir``/``jc``) are accepted. Orientation: a view's sample axis is the one whose length equals
 len(Y); when both axes do (square view) rows are taken as samples with a warning (option
 ``sample_axis`` decides explicitly). Labels: the sorted unique values map to 0..C-1 (so 0- and 1-based
-files give the same classes). Sparse views are densified (standardisation makes them dense anyway).
+files give the same classes); non-integer values are refused (``allow_fractional_labels``), and so
+are classes with fewer samples than the split fractions need to put one in every split
+(:func:`.splits.min_class_size`, 5 at 0.6/0.2/0.2; ``allow_small_classes``). Sparse views are
+densified (standardisation makes them dense anyway). A view with 0 features, constant on the train
+split, or overflowing when standardised is refused, naming its index and name
+(:func:`.splits.view_problem`).
 
 Every view is a modality of kind ``vector`` named ``view{v}`` (v = its index in the file) unless
 ``view_names`` names them. There is no official split: seeded stratified train/val/test splits are
@@ -32,7 +37,8 @@ Options: ``file``, ``x_key`` ("X"), ``y_key`` ("Y"), ``views`` (list of view ind
 wanted), ``view_names``, ``sample_axis`` ("auto", 0 = rows are samples, 1 = columns are samples; one
 value for every view or a list with one per view of the file),
 ``split_fractions`` ([train, val, test] or a dict), ``split_seed`` (int or "run"), ``standardize``
-(True), ``verify_sha256`` (True), ``sha256`` (expected digest for any file).
+(True), ``verify_sha256`` (True), ``sha256`` (expected digest for any file),
+``allow_fractional_labels`` (False), ``allow_small_classes`` (False).
 
 Shape (one sample):
     modalities[view name]  [d_v] float32 (z-scored with train statistics unless standardize=False)
@@ -76,7 +82,15 @@ from .formats import (
     sha256_of,
 )
 from .layouts import labels_to_ids, log, orient
-from .splits import DEFAULT_FRACTIONS, SPLIT_NAMES, parse_fractions, stratified_split, zscore_stats
+from .splits import (
+    DEFAULT_FRACTIONS,
+    SPLIT_NAMES,
+    min_class_size,
+    parse_fractions,
+    stratified_split,
+    view_problem,
+    zscore_stats,
+)
 
 __all__ = ["MultiviewMat", "MvHandwritten", "MvHw2sources", "MvLeaves100", "MvNgs", "labels_to_ids", "orient",
            "parse_fractions", "read_mat", "sha256_of", "stratified_split", "zscore_stats"]

@@ -20,7 +20,7 @@ from .. import DATASETS
 from ..base import BASE_OPTIONS, DataFile, DatasetError, Modality, MultimodalDataset, SyntheticSpec
 from .formats import _file_sha256, read_mat
 from .layouts import _FileLocation, labels_to_ids, log, orient
-from .splits import SPLIT_NAMES, parse_fractions, stratified_split, zscore_stats
+from .splits import SPLIT_NAMES, min_class_size, parse_fractions, stratified_split, view_problem, zscore_stats
 from .synthetic import _SyntheticTwin
 
 # the public names stay fusebench.datasets.multiview_mat:<Class> (recorded as "adapter" in
@@ -29,7 +29,8 @@ from .synthetic import _SyntheticTwin
 _MODULE = "fusebench.datasets.multiview_mat"
 
 OPTIONS = frozenset({"file", "x_key", "y_key", "views", "view_names", "sample_axis", "split_fractions",
-                     "split_seed", "standardize", "verify_sha256", "sha256"})
+                     "split_seed", "standardize", "verify_sha256", "sha256", "allow_fractional_labels",
+                     "allow_small_classes"})
 
 _SYN_DIMS = (8, 12, 16)
 
@@ -47,7 +48,7 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     MODALITIES: ClassVar[tuple[Modality, ...]] = tuple(
         Modality(f"view{i}", "vector", d, description=f"view {i} ({d}-d)") for i, d in enumerate(_SYN_DIMS))
     FILES = (DataFile("*.mat", "X: 1-by-V cell of (N, d_v) or (d_v, N) view matrices (dense or sparse); "
-                               "Y: N labels (any numeric values)"),)
+                               "Y: N labels (integral numeric values)"),)
     INFO = ("Any .mat file of the multi-view learning convention (X = cell array of views, Y = labels), MATLAB "
             "v5/v7 or v7.3. Pass the file itself as the data root (--data-root path/to/data.mat) or its folder "
             "with the option file=NAME.mat. Splits are seeded and stratified (split_fractions, split_seed); "
@@ -61,7 +62,8 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     OPTIONS: ClassVar[frozenset[str]] = OPTIONS
     OPTION_TYPES: ClassVar[dict[str, Any]] = {"file": str, "x_key": str, "y_key": str, "views": list,
                                               "view_names": list, "split_seed": int, "standardize": bool,
-                                              "verify_sha256": bool, "sha256": str}
+                                              "verify_sha256": bool, "sha256": str,
+                                              "allow_fractional_labels": bool, "allow_small_classes": bool}
 
     def __init__(self, root: str | os.PathLike | None = None, split: str = "train",
                  modalities: list[str] | tuple[str, ...] | None = None, synthetic: bool = False, **opts: Any) -> None:
@@ -97,7 +99,8 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         n_views = len(raw["views"])
         if n_views < 2:
             raise DatasetError(f"{path}: {x_key} holds {n_views} view(s); a multi-view dataset needs at least 2")
-        y, self.label_values = labels_to_ids(raw["y"], path, y_key)
+        y, self.label_values = labels_to_ids(raw["y"], path, y_key,
+                                             allow_fractional=bool(o.get("allow_fractional_labels", False)))
         n = y.size
         sel = o.get("views")
         if sel is None:
@@ -150,7 +153,13 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         empty = [s for s in SPLIT_NAMES if parts[s].size == 0]
         if empty:
             raise DatasetError(f"{path}: split_fractions {list(fractions)} leave split(s) {empty} empty with {n} samples")
+        self._check_class_sizes(y, fractions, path, y_key, bool(o.get("allow_small_classes", False)))
         standardize = bool(o.get("standardize", True))
+        for v, name, x in zip(sel, names, views):
+            problem = view_problem(x, parts["train"], standardize)
+            if problem:
+                raise DatasetError(f"{path}: view {v} ({name}) {problem}. Fix or rescale it, or leave it out with the "
+                                   f"option views=[...] (the indices of the views to keep)")
         self.stats = []
         for x in views:
             if standardize:
@@ -168,6 +177,28 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         self.num_classes = num_classes
         self._parts, self._y_all, self._views_all, self._sel = parts, y, views, sel
         self._layouts, self._fractions, self._split_seed, self._standardize = layouts, fractions, split_seed, standardize
+
+    def _check_class_sizes(self, y: np.ndarray, fractions: tuple[float, float, float], path: Path, y_key: str,
+                           allow: bool) -> None:
+        """Every class needs :func:`.splits.min_class_size` samples to appear in train, val and test; a
+        class missing from train cannot be learnt and one missing from val/test cannot be scored."""
+        need = min_class_size(fractions)
+        counts = np.bincount(y, minlength=self.label_values.size)
+        small = np.flatnonzero(counts < need)
+        if not small.size:
+            return
+        listed = ", ".join(f"{self.label_values[c].item():g}: {int(counts[c])}" for c in small[:10])
+        more = f", ... ({small.size - 10} more)" if small.size > 10 else ""
+        text = (f"{path}: {small.size} of {counts.size} classes of {y_key} have fewer than {need} samples, the fewest "
+                f"split_fractions {list(fractions)} need so that every class appears in train, val and test "
+                f"(floor(fraction x class size) >= 1 for each split); class (label value): samples = "
+                f"{{{listed}{more}}}")
+        if not allow:
+            raise DatasetError(text + ". A class missing from train cannot be learnt and one missing from val or test "
+                               "cannot be scored (accuracy and clustering scores become meaningless). Merge or drop "
+                               "these classes, change split_fractions, or pass the option allow_small_classes=True "
+                               "(--set dataset.options.allow_small_classes=true) to run anyway")
+        log.warning("%s; allow_small_classes=True: running anyway", text)
 
     def _index(self) -> list[Any]:
         rows = self._parts[self.split]

@@ -87,9 +87,54 @@ def _require_keys(path: Path, names: list[str], x_key: str, y_key: str) -> None:
                            f"convention is X = cell array of views, Y = labels (options x_key / y_key rename them)")
 
 
+_MI_COMPRESSED, _MI_MATRIX = 15, 14
+
+
+def _check_v5_complete(path: Path) -> None:
+    """Raise :class:`DatasetError` when a MATLAB v5/v7 file is shorter than its own structure says.
+
+    A v5 file is a 128-byte header (text, then version and the endian indicator ``IM`` / ``MI`` at
+    bytes 124..127) followed by top-level data elements, each an 8-byte tag (uint32 data type, uint32
+    byte count) and that many bytes (``scipy.io`` reads the next element right after them). A file
+    cut short (an interrupted download or copy) ends inside an element: ``scipy.io.whosmat`` then
+    lists only the variables before the cut, and ``loadmat`` fails or returns them alone, which
+    would be reported as "no variable Y". Files without a v5 header (v4) are left to scipy.
+    """
+    import struct
+
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(128)
+        if head.startswith(b"MATLAB") and len(head) < 128:
+            raise DatasetError(f"{path}: truncated or damaged MATLAB .mat file: {size} bytes, shorter than the "
+                               "128-byte MATLAB v5 header; re-download or re-export it")
+        endian = {b"IM": "<", b"MI": ">"}.get(head[126:128])
+        if endian is None or 0 in head[:4]:
+            return  # not a v5 header (a v4 file, or not a .mat at all): scipy reports what it is
+        pos, index = 128, 0
+        while pos < size:
+            fh.seek(pos)
+            tag = fh.read(8)
+            if len(tag) < 8:
+                raise DatasetError(f"{path}: truncated or damaged MATLAB v5 .mat file: it ends {size - pos} byte(s) "
+                                   f"into the 8-byte tag of data element {index + 1} at byte {pos}; re-download or "
+                                   "re-export it")
+            mdtype, nbytes = struct.unpack(endian + "II", tag)
+            if mdtype not in (_MI_COMPRESSED, _MI_MATRIX):
+                return  # not a variable: a damaged file, which scipy reports
+            end = pos + 8 + nbytes
+            if end > size:
+                raise DatasetError(f"{path}: truncated MATLAB v5 .mat file: variable {index + 1} (data element at byte "
+                                   f"{pos}) declares {nbytes} bytes, but the file ends after {size} bytes "
+                                   f"({end - size} byte(s) missing; that variable and any after it are lost); "
+                                   "re-download or re-export it")
+            pos, index = end, index + 1
+
+
 def _read_v5(path: Path, x_key: str, y_key: str) -> tuple[list[Any], Any, tuple[int, ...]]:
     import scipy.io
 
+    _check_v5_complete(path)
     try:
         names = sorted(name for name, _, _ in scipy.io.whosmat(str(path)))
         _require_keys(path, names, x_key, y_key)
@@ -99,6 +144,10 @@ def _read_v5(path: Path, x_key: str, y_key: str) -> tuple[list[Any], Any, tuple[
     except Exception as e:  # scipy raises ValueError / TypeError / struct errors on non-.mat bytes
         raise DatasetError(f"{path}: not a readable MATLAB .mat file (v4/v5/v7 or v7.3): "
                            f"{type(e).__name__}: {e}") from None
+    for key in (x_key, y_key):  # scipy warns and returns "Read error: ..." for a variable it cannot decode
+        if isinstance(m[key], str) and m[key].startswith("Read error"):
+            raise DatasetError(f"{path}: variable {key!r} is damaged and cannot be read ({m[key]}); re-download "
+                               "or re-export the file")
     x, y = m[x_key], m[y_key]
     if not (isinstance(x, np.ndarray) and x.dtype == object):
         what = f"a {type(x).__name__}" if not isinstance(x, np.ndarray) else f"a {x.dtype} array of shape {x.shape}"

@@ -1,6 +1,6 @@
 """Multi-view ``.mat`` layouts: where the file is (the root itself, a folder plus ``file=``, a folder
 holding one ``.mat`` file, or this adapter's synthetic-twin folder), how the labels are stored
-(:func:`labels_to_ids`: N-by-1 or 1-by-N, any values, mapped to 0..C-1) and how each view is stored
+(:func:`labels_to_ids`: N-by-1 or 1-by-N, integral values, mapped to 0..C-1) and how each view is stored
 (:func:`orient`: (N, d) or (d, N), decided by which axis matches the labels or by ``sample_axis``).
 
 :class:`_FileLocation` is the mixin of the ``multiview_mat`` adapters that locates the file.
@@ -20,8 +20,14 @@ from ..base import DatasetError, DatasetNotFoundError
 log = logging.getLogger(__package__)  # the logger of fusebench.datasets.multiview_mat, as before the split
 
 
-def labels_to_ids(y: Any, path: Path, y_key: str = "Y") -> tuple[np.ndarray, np.ndarray]:
-    """(class ids 0..C-1 [N] int64, the original label values [C]) from a MATLAB label array."""
+def labels_to_ids(y: Any, path: Path, y_key: str = "Y",
+                  allow_fractional: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(class ids 0..C-1 [N] int64, the original label values [C]) from a MATLAB label array.
+
+    Class labels must be integral values: integer classes, or floats such as 1.0, 2.0 (MATLAB stores
+    labels as double). Non-integer values (0.5, 1.7) are refused unless ``allow_fractional``: they
+    are a regression target or a feature, and every distinct value would become a class.
+    """
     if sp.issparse(y):
         y = y.toarray()
     y = np.asarray(y)
@@ -34,6 +40,17 @@ def labels_to_ids(y: Any, path: Path, y_key: str = "Y") -> tuple[np.ndarray, np.
         raise DatasetError(f"{path}: {y_key} is empty")
     if np.issubdtype(y.dtype, np.floating) and not np.isfinite(y).all():
         raise DatasetError(f"{path}: {y_key} has {int((~np.isfinite(y)).sum())} NaN/Inf labels")
+    if np.issubdtype(y.dtype, np.floating) and not allow_fractional:
+        frac = np.unique(y[y != np.round(y)])
+        if frac.size:
+            shown = ", ".join(f"{v:g}" for v in frac[:5]) + (", ..." if frac.size > 5 else "")
+            raise DatasetError(
+                f"{path}: {y_key} holds {frac.size} distinct non-integer label value(s) ({shown}; "
+                f"{int((y != np.round(y)).sum())} of {y.size} samples); class labels must be integers (integral "
+                f"floats such as 1.0, 2.0, as MATLAB stores them, are fine). {y_key} looks like a regression target "
+                "or a feature, not classes: every distinct value would become a class. Pass the option "
+                "allow_fractional_labels=True (--set dataset.options.allow_fractional_labels=true) to treat each "
+                "distinct value as a class anyway")
     values, ids = np.unique(y, return_inverse=True)
     if values.size < 2:
         raise DatasetError(f"{path}: {y_key} holds a single class ({values[0]!r}) for all {y.size} samples; "

@@ -1,7 +1,9 @@
 """Multi-view splits and standardisation: there is no official split, so seeded stratified
 train/val/test splits are drawn (:func:`stratified_split`, fractions from :func:`parse_fractions`,
 default 0.6/0.2/0.2), and each view is z-scored with the train split's statistics
-(:func:`zscore_stats`). Pure functions, tested on their own.
+(:func:`zscore_stats`). :func:`min_class_size` is the class size every split is sure to receive a
+sample from, :func:`view_problem` why a view cannot be used (empty, constant on train, overflowing).
+Pure functions, tested on their own.
 """
 
 from __future__ import annotations
@@ -65,6 +67,61 @@ def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed:
             parts[s].append(members[start : start + counts[s]])
             start += counts[s]
     return {name: np.sort(np.concatenate(parts[s])) for s, name in enumerate(SPLIT_NAMES)}
+
+
+def min_class_size(fractions: tuple[float, float, float]) -> int:
+    """The fewest samples a class needs so that :func:`stratified_split` puts at least one of them in
+    every split whatever the other classes are: floor(f_s n_c) >= 1 for each fraction f_s (the
+    leftover samples follow the other classes' deficits, so below this a class may miss a split).
+    0.6/0.2/0.2 -> 5; 0.5/0.25/0.25 -> 4; 0.8/0.1/0.1 -> 10."""
+    f = np.asarray(fractions, dtype=np.float64)
+
+    def enough(n: int) -> bool:
+        return bool(np.all(np.floor(f * n + 1e-9) >= 1))
+
+    n = max(1, int(np.ceil(1.0 / f.min() - 1e-6)))
+    while not enough(n):
+        n += 1
+    while n > 1 and enough(n - 1):
+        n -= 1
+    return n
+
+
+def view_problem(x: np.ndarray, train: np.ndarray, standardize: bool = True) -> str | None:
+    """Why the view ``x`` [N, d] cannot be used, or None: it has no feature; it is constant on the
+    ``train`` rows (every feature takes one value there, so z-scoring makes it all zeros and it carries
+    nothing); its train mean or standard deviation overflows (e.g. values near 1e300, which z-score to
+    zeros or NaN); or its values (standardised with the train statistics when ``standardize``) do not
+    fit in float32, the dtype of the samples."""
+    n, d = x.shape
+    if d == 0:
+        return f"has 0 features (shape {n} x 0); every view needs at least one feature"
+    xt = x[train]
+    big = float(np.finfo(np.float32).max)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lo_t, hi_t = xt.min(axis=0), xt.max(axis=0)
+        constant = lo_t == hi_t
+        if constant.all():
+            return (f"is constant on the train split: each of its {d} feature(s) takes a single value over the "
+                    f"{xt.shape[0]} train samples, so it carries no information (standardised it is all zeros)")
+        lo, hi = x.min(axis=0), x.max(axis=0)
+        absmax = float(np.maximum(np.abs(lo), np.abs(hi)).max())
+        if not standardize:
+            if absmax > big:
+                return (f"has values up to {absmax:.3g} in magnitude, beyond the float32 range (+-{big:.3g}) of the "
+                        "samples (standardize=False)")
+            return None
+        mean, std = xt.mean(axis=0), xt.std(axis=0)
+        bad = ~constant & ~(np.isfinite(mean) & np.isfinite(std))
+        if bad.any():
+            return (f"overflows when standardised: the train mean or standard deviation of {int(bad.sum())} of its "
+                    f"{d} feature(s) is not finite (values up to {absmax:.3g} in magnitude)")
+        live = ~constant & (std > 0)
+        z = np.maximum(np.abs(hi - mean), np.abs(lo - mean))[live] / std[live]
+        if z.size and not (np.all(np.isfinite(z)) and z.max() <= big):
+            return (f"is not finite after standardisation: a feature's values lie {z.max():.3g} train standard "
+                    "deviations from its train mean, beyond float32")
+    return None
 
 
 def zscore_stats(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -244,8 +244,11 @@ class _FrameReaders:
             arr = np.load(path, allow_pickle=False)
         except FileNotFoundError as e:
             raise DatasetNotFoundError(f"nyuv2: missing {path}") from e
+        except EOFError as e:  # numpy: "No data left in file" for a 0-byte file
+            raise DatasetError(f"nyuv2: {path} is empty (0 bytes): a truncated or unfinished copy, not a .npy "
+                               "array; re-download or re-extract it") from e
         except (OSError, ValueError) as e:
-            raise DatasetError(f"nyuv2: cannot read {path} as a .npy array: {e}") from e
+            raise DatasetError(f"nyuv2: cannot read {path} as a .npy array (truncated or damaged file?): {e}") from e
         if arr.ndim != 2 + len(shape_tail) or tuple(arr.shape[2:]) != shape_tail:
             want = "[H, W" + "".join(f", {s}" for s in shape_tail) + "]"
             raise DatasetError(f"nyuv2: {path} has shape {arr.shape}; expected {want}")

@@ -50,7 +50,7 @@ class _NormalCache:
                     arr = np.load(p)
                     if arr.shape == (3, *depth.shape):
                         return arr.astype(np.float32)
-                except (OSError, ValueError):
+                except (OSError, ValueError, EOFError):  # EOFError: an empty (0-byte) file
                     log.warning("nyuv2: ignoring unreadable normal cache file %s", p)
         h, w = depth.shape
         n = estimate_normals(depth, self.normal_method, scaled_intrinsics(h, w),

@@ -14,8 +14,10 @@ k = 6 views).
   annotations are shifted by the start-time difference of the two headers, expanded into 30-s
   epochs on the PSG's grid (an epoch takes a stage only when one annotation covers it entirely),
   and clipped to the signal (annotations past the end are ignored). Movement time, ``?`` and
-  unscored epochs are dropped. Wake cropping (``crop_wake_min``, default 30): keep the epochs from
-  30 min before the first to 30 min after the last sleep epoch; a recording without any sleep epoch
+  unscored epochs are dropped; any other description is an error naming the hypnogram and the text
+  unless ``unknown_stages="skip"`` (then its epochs are dropped with a warning). Wake cropping
+  (``crop_wake_min``, default 30): keep the epochs from 30 min before the first to 30 min after the
+  last sleep epoch; a recording without any sleep epoch
   (e.g. the 5-minute fixture) is left intact; ``None`` disables cropping. Every EDF and the
   hypnogram's TAL syntax are checked first (:mod:`.edf`, :mod:`.annotations`), since mne silently
   reads truncated files and skips malformed annotations.

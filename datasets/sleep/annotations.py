@@ -10,7 +10,8 @@ merged into N3).
   (:func:`read_hypnogram`), since mne skips malformed annotations. The annotations are expanded
   into 30-s epochs on the PSG's grid (an epoch takes a stage only when one annotation covers it
   entirely) and clipped to the signal (annotations past the end are ignored), see
-  :func:`stage_epochs`. Movement time, ``?`` and unscored epochs are dropped. Wake cropping
+  :func:`stage_epochs`. Movement time, ``?`` and unscored epochs are dropped; any other description
+  is an error unless ``unknown_stages="skip"`` (then its epochs are dropped too). Wake cropping
   (:func:`crop_wake`): keep the epochs from ``crop_wake_min`` minutes before the first to
   ``crop_wake_min`` after the last sleep epoch; a recording without any sleep epoch (e.g. the
   5-minute fixture) is left intact; ``None`` disables cropping.
@@ -155,26 +156,45 @@ def read_hypnogram(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return np.asarray(ann.onset, float), np.asarray(ann.duration, float), [str(d) for d in ann.description]
 
 
+UNKNOWN_STAGES = ("error", "skip")
+
+
 def stage_epochs(onsets: np.ndarray, durations: np.ndarray, descriptions: Sequence[str], n_epochs: int,
-                 epoch_s: float = EPOCH_S, source: str = "") -> np.ndarray:
+                 epoch_s: float = EPOCH_S, source: str = "", unknown_stages: str = "error") -> np.ndarray:
     """Per-epoch stage ids on the grid [k * epoch_s, (k + 1) * epoch_s), k < n_epochs.
 
     An epoch takes an annotation's stage when the annotation covers it entirely; epochs covered by
-    none (or by a dropped description) are -1. Annotations beyond the grid are clipped away.
+    none (or by a dropped description: ``Movement time``, ``Sleep stage ?``) are -1. Annotations
+    beyond the grid are clipped away. A description outside :data:`STAGE_MAP` (e.g. a damaged
+    ``Sleep stafe W``) raises :class:`DatasetError` naming ``source`` and the text, wherever it lies
+    in the night; ``unknown_stages="skip"`` drops its epochs with a warning instead.
     Shape: -> [n_epochs] int64.
     """
+    if unknown_stages not in UNKNOWN_STAGES:
+        raise DatasetError(f"unknown_stages={unknown_stages!r} must be one of {list(UNKNOWN_STAGES)}")
+    unknown: dict[str, list[float]] = {}
+    for onset, desc in zip(onsets, descriptions):
+        if desc not in STAGE_MAP:
+            unknown.setdefault(desc, []).append(float(onset))
+    if unknown and unknown_stages == "error":
+        found = "; ".join(f"{d!r} ({len(o)} annotation(s), first at onset {o[0]:g} s)"
+                          for d, o in sorted(unknown.items()))
+        raise DatasetError(
+            f"{source or 'hypnogram'}: unknown hypnogram description(s) {found}; the known descriptions are "
+            f"{sorted(STAGE_MAP)} ('Movement time' and 'Sleep stage ?' epochs are dropped, the others are stages). "
+            "The file may be damaged or not a Sleep-EDF hypnogram; pass the option unknown_stages='skip' "
+            "(--set dataset.options.unknown_stages=skip) to drop the epochs of unknown descriptions instead")
     labels = np.full(n_epochs, -1, dtype=np.int64)
-    unknown = set()
     for onset, dur, desc in zip(onsets, durations, descriptions):
         if desc not in STAGE_MAP:
-            unknown.add(desc)
             continue
         k0 = max(0, int(math.ceil(onset / epoch_s - 1e-6)))
         k1 = min(n_epochs, int(math.floor((onset + dur) / epoch_s + 1e-6)))
         if k1 > k0:
             labels[k0:k1] = STAGE_MAP[desc]
     if unknown:
-        log.warning("%s: ignored hypnogram descriptions %s", source, sorted(unknown))
+        log.warning("%s: unknown_stages='skip': dropped the epochs of unknown hypnogram descriptions %s", source,
+                    sorted(unknown))
     return labels
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import DATASETS
 from ..base import DataFile, DatasetError, Modality, SyntheticSpec
-from .annotations import EPOCH_S, read_hypnogram, stage_epochs
+from .annotations import EPOCH_S, UNKNOWN_STAGES, read_hypnogram, stage_epochs
 from .dataset import _SleepDataset
 from .edf import _edf_start, read_edf_channels, write_edf
 from .layouts import _NAME_RE
@@ -39,6 +39,9 @@ class SleepEDF(_SleepDataset):
         Modality("pz_oz", "signal", 1, description="EEG Pz-Oz, µV"),
     )
     DEFAULT_CROP_WAKE_MIN = 30.0
+    #: + unknown_stages ("error" | "skip"): what a hypnogram description outside STAGE_MAP does
+    OPTIONS = _SleepDataset.OPTIONS | {"unknown_stages"}
+    OPTION_TYPES = {**_SleepDataset.OPTION_TYPES, "unknown_stages": str}
     FILES = (
         DataFile("**/*-PSG.edf", "polysomnograms (EDF), e.g. sleep-cassette/SC4001E0-PSG.edf"),
         DataFile("**/*-Hypnogram.edf", "hypnograms (EDF+), e.g. sleep-cassette/SC4001EC-Hypnogram.edf"),
@@ -49,7 +52,15 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
 (sleep-cassette/SC4ssNE0-PSG.edf with SC4ssN?-Hypnogram.edf; sleep-telemetry/ST7ssN...).
 """
 
+    def _unknown_stages(self) -> str:
+        value = self._opts_rest.get("unknown_stages", "error")
+        if value not in UNKNOWN_STAGES:
+            raise DatasetError(f"{self.id}: unknown_stages={value!r} must be one of {list(UNKNOWN_STAGES)} "
+                               "(what a hypnogram description that is not a Sleep-EDF stage does)")
+        return value
+
     def _find_recordings(self) -> list[dict[str, Any]]:
+        self._unknown_stages()  # a bad value is reported before any file is read
         pairs = self._opts_rest.get("pairs")
         if pairs is None and (self.root / "pairs.tsv").is_file():
             pairs = [line.split("\t") for line in (self.root / "pairs.tsv").read_text().splitlines() if line.strip()]
@@ -85,7 +96,7 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
         n_epochs = int(raw.n_times / raw.info["sfreq"] // EPOCH_S)
         onset, dur, desc = read_hypnogram(rec["hyp"])
         onset = onset + (start_hyp - start_psg).total_seconds()
-        return stage_epochs(onset, dur, desc, n_epochs, source=str(rec["hyp"]))
+        return stage_epochs(onset, dur, desc, n_epochs, source=str(rec["hyp"]), unknown_stages=self._unknown_stages())
 
     def _read_signals(self, rec: dict[str, Any]) -> np.ndarray:
         return read_edf_channels(rec["psg"], self._labels, self.sfreq_hz)[0]

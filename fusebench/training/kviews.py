@@ -17,7 +17,12 @@ views, for k = 2..V:
   of test accuracy and clustering accuracy per objective and k) and a PNG with one curve per
   objective and error bars (std over seeds x subsets).
 
-``fusebench study kviews --data-root DIR --out RUNS --board leaderboards`` runs and renders.
+``fusebench study kviews --data-root DIR`` runs and renders: the run records go to ``--out``
+(default: the repository's ``leaderboards/runs-kviews``, found beside the package, so the command
+works from any current folder), the table and plot to ``--board`` (default: the repository's
+``leaderboards/``); cells that already have a run record are reused, and the command says how many
+were reused, how many run and where the board was written (on stderr; stdout keeps one JSON line
+``{"markdown": ..., "plot": ...}`` for scripts).
 """
 
 from __future__ import annotations
@@ -61,12 +66,17 @@ def study_overrides(k: int, views: list[int], benchmark: str, j: int) -> dict[st
 def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, out: str | Path = "runs-kviews",
               objectives: tuple[str, ...] = OBJECTIVES, seeds: tuple[int, ...] = (0, 1, 2),
               ks: tuple[int, ...] | None = None, subsets: int = 1, subset_seed: int = 0,
-              progress: bool = False) -> list[dict[str, Any]]:
+              progress: bool = False, counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Run every (k, subset, objective, seed) cell (cells with a run.json are kept); ``progress``:
-    announce the cells and their phases (:mod:`fusebench.training.progress`)."""
+    announce the cells and their phases (:mod:`fusebench.training.progress`); ``counts``, when given,
+    receives how many cells were ``reused`` (their record existed), ``run`` and ``failed`` (failed or
+    skipped: the sweep's entries without a record)."""
     import fusebench
     from fusebench import benchmarks
     from fusebench.training import runner
+
+    if counts is not None:
+        counts.update(reused=0, run=0, failed=0)
 
     spec = benchmarks.load(benchmark)
     runner.resolve_views(spec, False, data_root)
@@ -79,18 +89,33 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
         for j, views in enumerate(view_subsets(num_views, k, subsets, subset_seed)):
             objs = [o for o in objectives if o in ("raw", "none") or o in runner.compatible_objectives(
                 benchmarks.load(benchmark, overrides={"dataset.modalities": [f"view{v}" for v in views]}))]
-            records += fusebench.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,
-                                     overrides=study_overrides(k, views, benchmark, j), progress=progress)
+            overrides = study_overrides(k, views, benchmark, j)
+            existed = {(o, s) for o in objs for s in seeds
+                       if (runner.cell_dir(Path(out), overrides["name"], o, s) / "run.json").exists()}
+            got = fusebench.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,
+                                overrides=overrides, progress=progress)
+            if counts is not None:
+                for r in got:
+                    what = ("failed" if r.get("status") in ("failed", "skipped") else
+                            "reused" if (r.get("objective"), r.get("seed")) in existed else "run")
+                    counts[what] += 1
+            records += got
     return records
 
 
 def collect(runs: Path, benchmark: str) -> dict[str, dict[int, dict[str, list[float]]]]:
     """objective -> k -> metric -> values (one per seed and subset), from ``<runs>/<benchmark>-k*``."""
-    from fusebench.records import load_record
+    from fusebench.records import find_records, load_record
 
     table: dict[str, dict[int, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     prefix = f"{benchmark}-k"
-    for path in sorted(Path(runs).glob(f"{benchmark}-k*/*/seed*/run.json")):
+    runs = Path(runs)
+    if not runs.is_dir():
+        return table
+    for path in find_records(runs):  # the leaderboard's rule of what counts as a record file
+        parts = path.relative_to(runs).parts
+        if len(parts) != 4 or not parts[0].startswith(prefix) or not parts[2].startswith("seed"):
+            continue
         rec = load_record(path)
         if not rec.benchmark.startswith(prefix):
             continue
@@ -174,8 +199,10 @@ def main(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--benchmark", default="mv-handwritten")
     p.add_argument("--data-root", default=None)
-    p.add_argument("--out", default="leaderboards/runs-kviews", help="folder of the study's run records")
-    p.add_argument("--board", default="leaderboards", help="where the markdown and the PNG go")
+    p.add_argument("--out", default=None,
+                   help="folder of the study's run records (default: the repository's leaderboards/runs-kviews)")
+    p.add_argument("--board", default=None,
+                   help="where the markdown and the PNG go (default: the repository's leaderboards/)")
     p.add_argument("--objective", nargs="+", default=list(OBJECTIVES))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--k", nargs="+", type=int, default=None)
@@ -185,14 +212,33 @@ def main(argv: list[str]) -> int:
                    help="no progress output (default: bars on a terminal, else a log line per cell start and end "
                         "and every $FUSEBENCH_LOG_EVERY seconds per phase, default 30)")
     ns = p.parse_args(argv)
+    from fusebench.leaderboard import repository_boards
+
+    repo = repository_boards()
+    if repo is None and (ns.out is None or ns.board is None):
+        print("fusebench study kviews: this fusebench does not run from a repository checkout (no leaderboards/ "
+              "beside the package), so there is no default folder; pass --out RUNS (the study's run records) and "
+              "--board DIR (where the table and plot go)", file=sys.stderr)
+        return 2
+    out = Path(ns.out) if ns.out is not None else repo / "runs-kviews"
+    board = Path(ns.board) if ns.board is not None else repo
+    counts: dict[str, int] = {}
     try:
         if not ns.render_only:
-            run_study(ns.benchmark, ns.data_root, ns.out, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None,
-                      ns.subsets, progress=ns.progress)
-        md, png = render(ns.out, ns.board, ns.benchmark)
+            run_study(ns.benchmark, ns.data_root, out, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None,
+                      ns.subsets, progress=ns.progress, counts=counts)
+        md, png = render(out, board, ns.benchmark)
     except ValueError as e:  # includes ConfigError, DatasetError, RecordError
         print(f"fusebench study kviews: {e}", file=sys.stderr)
         return 2
+    if ns.render_only:
+        done = f"no cell run (--render-only); rendered from the run records in {out}"
+    else:
+        cells = sum(counts.values())
+        failed = f", {counts['failed']} failed or skipped (see above)" if counts["failed"] else ""
+        done = (f"{cells} cell(s) of {ns.benchmark}: {counts['reused']} reused from existing run records, "
+                f"{counts['run']} run now{failed}; records in {out}")
+    print(f"fusebench study kviews: {done}; board written to {md} and {png}", file=sys.stderr)
     print(json.dumps({"markdown": str(md), "plot": str(png)}))
     return 0
 

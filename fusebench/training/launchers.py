@@ -255,8 +255,17 @@ class SubmititLauncher(Launcher):
             folder = Path(self.opts.folder) if self.opts.folder else out / ".submitit" / spec.name
             ex = self.executor(folder, f"fusebench-{spec.name}")
             calls = [CellCall(cells[i][0], cells[i][1], kwargs) for i in todo]
-            with ex.batch():
-                jobs = [ex.submit(c) for c in calls]
+            try:
+                with ex.batch():
+                    jobs = [ex.submit(c) for c in calls]
+            except Exception as e:  # submitit's FailedJobError: sbatch refused (no controller, bad option, ...)
+                from fusebench.training.loop import RunError
+
+                said = " ".join(str(e).split())[:600]
+                hint = ("; is the SLURM controller running and reachable from here? (`scontrol ping`, `sinfo`)"
+                        if self.name == "slurm" else "")
+                raise RunError(f"--launcher {self.name}: the {len(calls)} job(s) could not be submitted "
+                               f"({type(e).__name__}: {said}){hint}; nothing was submitted") from None
             now = time.time()
             for i, job in zip(todo, jobs):
                 o, s = cells[i]

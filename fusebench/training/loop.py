@@ -16,6 +16,7 @@ interrupted epoch, so a resumed run equals an uninterrupted one.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -44,8 +45,26 @@ class StepBudget:
         return self.max_steps is not None and self.done >= self.max_steps
 
 
+class Clock:
+    """Time spent in segments: the durations of earlier processes' segments (from a checkpoint) plus
+    the running one, which started when the clock was made. A resumed run's time is the sum, so a
+    kill and ``--resume`` report the time of the work kept, not that of the last process only."""
+
+    def __init__(self, before: Iterable[float] = ()) -> None:
+        self.before = [float(t) for t in before]
+        self.t0 = time.monotonic()
+
+    def segments(self) -> list[float]:
+        return [*self.before, time.monotonic() - self.t0]
+
+    def total(self) -> float:
+        return sum(self.segments())
+
+
 class Phase:
-    """A training phase (pretrain or downstream) with step-level checkpointing and resume."""
+    """A training phase (pretrain or downstream) with step-level checkpointing and resume.
+    ``config_hash`` and ``data_fingerprint`` are saved with every checkpoint (a resume on another
+    configuration or other data is refused); ``clock`` times the phase across resumed segments."""
 
     def __init__(self, name: str, cell: Path, every: int, state_modules: dict[str, Any]) -> None:
         self.name, self.cell, self.every, self.mods = name, cell, every, state_modules
@@ -54,25 +73,28 @@ class Phase:
         self.step_in_epoch = 0
         self.curves: dict[str, list[float]] = {}
         self.config_hash: str | None = None
+        self.data_fingerprint: str | None = None
+        self.clock = Clock()
 
     def state(self) -> dict[str, Any]:
         return {
             "phase": self.name, "step": self.step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-            "curves": self.curves, "rng": utils.rng_state(),
+            "curves": self.curves, "rng": utils.rng_state(), "time_segments_s": self.clock.segments(),
             **{k: m.state_dict() for k, m in self.mods.items()},
         }
 
     def save(self, extra: dict[str, Any] | None = None) -> None:
         if distributed.rank() != 0:  # one writer
             return
-        utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash, **(extra or {})},
-                                self.cell / "last.pt")
+        utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash,
+                                 "data_fingerprint": self.data_fingerprint, **(extra or {})}, self.cell / "last.pt")
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         for k, m in self.mods.items():
             m.load_state_dict(ckpt[k])
         self.step, self.epoch, self.step_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["step_in_epoch"]
         self.curves = ckpt["curves"]
+        self.clock = Clock(ckpt.get("time_segments_s", ()))  # the segments of the processes before this one
         utils.set_rng_state(ckpt["rng"])
 
 

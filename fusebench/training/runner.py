@@ -42,7 +42,7 @@ from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
 from fusebench.training import distributed, precision, utils
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
-from fusebench.training.loop import Phase, PhaseHooks, RunError, StepBudget, run_phase
+from fusebench.training.loop import Clock, Phase, PhaseHooks, RunError, StepBudget, run_phase
 from fusebench.training.progress import cell as progress_cell
 from fusebench.training.progress import progress_bar, say
 from fusebench.training.status import lock_payload, read_lock
@@ -301,14 +301,16 @@ def run_one(
     cell = cell_dir(out, spec.name, objective, seed)
     run_json = cell / "run.json"
     where = f"{spec.name}/{objective}/seed{seed}"
+    if context is None:  # what the data files are decides whether a record may be reused
+        context = sweep_context(spec, synthetic, data_root)
 
     def reused() -> dict[str, Any]:
-        rec = _existing_record(run_json, spec)
+        rec = _existing_record(run_json, spec, context)
         if progress:
             say(f"reused record {where} ({run_json})")
         return rec
 
-    if run_json.exists():
+    if _record_there(run_json, out):
         return reused()
     cell.mkdir(parents=True, exist_ok=True)
     with _CellLock(cell):
@@ -342,25 +344,63 @@ def run_one(
         return record
 
 
-def _existing_record(run_json: Path, spec: BenchmarkSpec) -> dict[str, Any]:
-    """The finished cell's record, if it was made with ``spec``'s configuration."""
+def _record_there(run_json: Path, out: Path) -> bool:
+    """Whether the cell has a record, by the one rule the leaderboard and ``status`` apply
+    (:func:`fusebench.records.check_record_file`): a regular ``run.json`` reached from ``out`` through
+    real folders; a link, a folder or a special file there is a RunError naming it."""
+    from fusebench.records import RecordError, check_record_file
+
+    try:
+        return check_record_file(run_json, out)
+    except RecordError as e:
+        raise RunError(f"{e}; move it away to rerun the cell") from None
+
+
+def data_fingerprint(context: dict[str, Any] | None) -> str | None:
+    """The sha256 of the data files a sweep reads (its context's fingerprint; None for synthetic data)."""
+    fp = (context or {}).get("fingerprint")
+    return fp.get("sha256") if isinstance(fp, dict) else None
+
+
+def _existing_record(run_json: Path, spec: BenchmarkSpec, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The finished cell's record, if it was made with ``spec``'s configuration and, when ``context``
+    is given, from the same data (the fingerprint of the files read: a rerun on another file of the
+    same shapes must not return the first file's record)."""
     try:
         rec = json.loads(run_json.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise RunError(f"{run_json} is unreadable ({e}); move it away to rerun the cell") from None
+    except (OSError, json.JSONDecodeError, RecursionError) as e:
+        raise RunError(f"{run_json} is unreadable ({type(e).__name__}: {str(e)[:200]}); move it away to rerun the "
+                       "cell") from None
+    if not isinstance(rec, dict):
+        raise RunError(f"{run_json} is not a run record (a JSON object expected); move it away to rerun the cell")
     if rec.get("config_hash") != spec.hash():
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
                        f"!= {spec.hash()} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
+    if context is not None:
+        ds = rec.get("dataset") if isinstance(rec.get("dataset"), dict) else {}
+        fp = ds.get("fingerprint")
+        made_from = fp.get("sha256") if isinstance(fp, dict) else None
+        if made_from != data_fingerprint(context):
+            raise ConfigMismatchError(
+                f"{run_json} was made from other data (fingerprint {made_from or 'none (synthetic data)'} of "
+                f"{ds.get('root') or 'the synthetic generator'}, now {data_fingerprint(context) or 'none (synthetic data)'}"
+                f"); records are immutable: write to another --out, or move that cell's folder away to rerun it")
     return rec
 
 
-def _check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec) -> dict[str, Any]:
+def _check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec,
+                             context: dict[str, Any] | None = None) -> dict[str, Any]:
     if ckpt.get("config_hash") != spec.hash():
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
             f"!= {spec.hash()} of the current spec and --set values); rerun with the same settings, or move the cell "
             "folder away to start over")
+    if context is not None and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
+        raise ConfigMismatchError(
+            f"cannot resume {path}: it was written while reading other data (fingerprint "
+            f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}, now {data_fingerprint(context) or 'none (synthetic data)'}); "
+            "resume with the same --data-root, or move the cell folder away to start over")
     return ckpt
 
 
@@ -409,7 +449,7 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     from fusebench.training.diagnostics import representation_diagnostics
     from fusebench.training.pretrain import Pretrainer
 
-    t0 = time.time()
+    wall = Clock()  # the cell's time; a resumed cell adds the segments of the processes before
     dev = utils.resolve_device(device)
     flags = utils.seed_everything(seed)
     data = _datasets(spec, synthetic, data_root, seed)
@@ -420,12 +460,15 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     track = {"on_step": trk.on_step, "on_epoch_start": trk.on_epoch_start} if trk else {}  # loss, samples/s per step
     ckpt = None
     if resume and (cell / "last.pt").exists():
-        ckpt = _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec)
+        ckpt = _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec, context)
+        wall.before = [float(t) for t in ckpt.get("wall_segments_s", ())]
+    fingerprint = data_fingerprint(context)
 
     # ---- pretraining ------------------------------------------------------------------------
     pt = spec.pretrain
     pre_curves: dict[str, list[float]] = {}
     pretrain_time = 0.0
+    pre_segments: list[float] = []
     batch_size = pretrain_batch_size(spec, objective)
     epochs = int(pt.objective_epochs.get(objective, pt.epochs))
     if objective not in REFERENCES and epochs > 0:
@@ -445,7 +488,7 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
         pre_scaler = precision.grad_scaler(policy, dev)  # 16-mixed: its state goes into last.pt with the phase's
         if pre_scaler is not None:
             phase.mods["grad_scaler"] = pre_scaler
-        phase.config_hash = spec.hash()
+        phase.config_hash, phase.data_fingerprint = spec.hash(), fingerprint
         extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
         for ext_cls, opts in pretrain_extensions(pre):
             if ext_cls.enabled(opts):
@@ -474,6 +517,7 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
             loader=lambda epoch, skip: _loader(data["train"], batch_size, True, seed, epoch, skip=skip, shard=True)[0],
             on_epoch_start=pre.train,
             on_epoch_end=pre_epoch_end,
+            extra=lambda: {"wall_segments_s": wall.segments()},
             diverged=lambda v: (f"{spec.name}: loss of objective {objective!r} is {v} at pretraining step {phase.step} "
                                 f"(epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}"),
             postfix=lambda v: {"loss": f"{v:.4f}",
@@ -482,7 +526,8 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
         if not skip_pretrain:
             run_phase(phase, epochs, hooks, dev, autocast, "pretrain_loss", bar, budget, **track)
         bar.close()
-        pretrain_time = time.time() - tp
+        pre_segments = phase.clock.segments()  # this process's and, when resumed, the earlier ones'
+        pretrain_time = sum(pre_segments)
         pre_curves = phase.curves
         del pre, opt, sched, hooks
     if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
@@ -490,13 +535,15 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     pretrained_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if ckpt is not None and ckpt["phase"] == "downstream":
         pre_curves, pretrain_time = ckpt["pretrain_curves"], ckpt["pretrain_time"]
+        pre_segments = list(ckpt.get("pretrain_time_segments_s", [pretrain_time]))
         pretrained_state = ckpt["pretrained_state"]
+    timing = {"resumed": ckpt is not None, "segments": {"wall": wall, "pretrain": pre_segments}}
 
     # ---- downstream ---------------------------------------------------------------------------
     ds_cfg = spec.downstream
     if ds_cfg.protocol == "embedding_eval":
         record = _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, model, pre_curves,
-                                        pretrain_time, t0, context)
+                                        pretrain_time, wall, context, timing)
         write_record(cell, record)
         return record
     if ds_cfg.shots:
@@ -514,7 +561,7 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     scaler = precision.grad_scaler(policy, dev)
     if scaler is not None:
         phase.mods["grad_scaler"] = scaler
-    phase.config_hash = spec.hash()
+    phase.config_hash, phase.data_fingerprint = spec.hash(), fingerprint
     best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
     if ckpt is not None and ckpt["phase"] == "downstream":
         phase.restore(ckpt)
@@ -526,6 +573,7 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
 
     def extra() -> dict[str, Any]:
         return {"best": best, "pretrain_curves": pre_curves, "pretrain_time": pretrain_time,
+                "pretrain_time_segments_s": pre_segments, "wall_segments_s": wall.segments(),
                 "pretrained_state": pretrained_state}
 
     def ds_optimise(loss: torch.Tensor) -> None:
@@ -584,10 +632,57 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     record = make_record(
         spec, objective, seed, synthetic, dev, flags, data,
         curves={**pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],
-        wall_time=time.time() - t0, pretrain_time=pretrain_time, model=model, diagnostics=diag, context=context,
+        wall_time=wall.total(), pretrain_time=pretrain_time, model=model, diagnostics=diag, context=context,
+        timing=timing,
     )
     write_record(cell, record)
     return record
+
+
+def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
+    """Before any work: the spec's dataset and encoder ids are registered (a plugin's id that is not
+    installed here would fail in every cell), and every objective can be built with its
+    hyper-parameters and with every combination of its selection grid (value checks such as
+    ``eps > 0`` live in the objectives' constructors). One ConfigError naming the key."""
+    import itertools
+
+    from fusebench import datasets, encoders, objectives
+    from fusebench.registry import UnknownNameError
+
+    pipeline = pipeline_of(spec)
+    try:
+        if pipeline.reads_dataset:
+            datasets.get(spec.dataset.id)
+        if pipeline.builds_encoder:
+            encoders.ENCODERS.get(spec.encoder.id)
+    except UnknownNameError as e:
+        key = "dataset.id" if pipeline.reads_dataset and spec.dataset.id not in datasets.DATASETS else "encoder.id"
+        raise ConfigError(f"{spec.name}: {key}: {e}") from None
+    for o in objs:
+        if o in REFERENCES:
+            continue
+        grid = spec.pretrain.grid.get(o) or {}
+        names = sorted(grid)
+        for combo in itertools.product(*(grid[n] for n in names)):
+            hp = {**spec.pretrain.hparams.get(o, {}), **dict(zip(names, combo))}
+            try:
+                objectives.build(o, **hp)
+            except (ValueError, TypeError) as e:
+                where = f"pretrain.hparams.{o}" + (f" / pretrain.grid.{o} {dict(zip(names, combo))}" if names else "")
+                raise ConfigError(f"{spec.name}: {where}: objective {o!r} refuses {hp}: {e}") from None
+
+
+def check_out(out: Path) -> Path:
+    """``--out``: a folder that exists or can be made, and that this process can write to."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a folder; name a folder for the run records")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot create the folder ({e.strerror or e}); name a writable folder") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: the folder is not writable by this user; name a writable folder")
+    return out
 
 
 def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -> dict[str, Any]:
@@ -678,7 +773,7 @@ def features(model: nn.Module | None, ds, spec: BenchmarkSpec, device: torch.dev
 
 
 def _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, model, pre_curves, pretrain_time,
-                           t0, context) -> dict[str, Any]:
+                           wall: Clock, context, timing: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``embedding_eval`` protocol: frozen embeddings of every split -> linear probe (L2 chosen on
     val) + k-means (:func:`fusebench.training.embedding_eval.probe_and_cluster`)."""
     from fusebench.training.diagnostics import representation_diagnostics
@@ -695,7 +790,7 @@ def _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, m
     test = {m: res[f"test_{names[m]}"] if m in names else res[m] for m in spec.metrics}
     diag = {} if enc is None else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
     record = make_record(spec, objective, seed, synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
-                         best_epoch=-1, wall_time=time.time() - t0, pretrain_time=pretrain_time,
+                         best_epoch=-1, wall_time=wall.total(), pretrain_time=pretrain_time, timing=timing,
                          model=enc, diagnostics=diag, context=context)
     record["selection"]["rule"] = ("linear probe: L2 weight chosen on the validation split (highest val accuracy); "
                                    "k-means needs no selection; test scored once")
@@ -722,7 +817,14 @@ def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
 
 
 def make_record(spec, objective, seed, synthetic, device, flags, data, curves, val, test, best_epoch,
-                wall_time, pretrain_time, model, diagnostics, context=None) -> dict[str, Any]:
+                wall_time, pretrain_time, model, diagnostics, context=None,
+                timing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run record. ``timing`` (resumed cells): ``{"resumed": bool, "segments": {"wall": Clock | [s],
+    "pretrain": [s]}}``; ``wall_time`` and ``pretrain_time`` are then the sums of the segments (the
+    time of the work kept across processes), and the segments are recorded beside them."""
+    segments = _segments(timing, wall_time, pretrain_time)
+    if timing:
+        wall_time = sum(segments["wall"])  # read once: the total is the sum of the recorded segments
     directions = {}
     if pipeline_of(spec).downstream:  # the dataset's task says how its metrics read (unit, direction)
         from fusebench.tasks import TASKS
@@ -761,6 +863,8 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "metrics": test,
         "wall_time_s": wall_time,
         "pretrain_time_s": pretrain_time,
+        "resumed": bool((timing or {}).get("resumed", False)),
+        "time_segments_s": segments,
         "peak_memory_mb": utils.peak_memory_mb(device),
         "parameters": sum(p.numel() for p in model.parameters()) if model is not None else 0,
         "diagnostics": diagnostics,
@@ -768,6 +872,14 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "hparams": objective_hparams(spec, objective, context) if objective not in REFERENCES else {},
         "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
     }
+
+
+def _segments(timing: dict[str, Any] | None, wall_time: float, pretrain_time: float) -> dict[str, list[float]]:
+    """Per-process time segments of a record (one each for a cell run in one go)."""
+    seg = (timing or {}).get("segments") or {}
+    wall = seg.get("wall")
+    return {"wall": wall.segments() if isinstance(wall, Clock) else list(wall or [wall_time]),
+            "pretrain": list(seg.get("pretrain") or [pretrain_time])}
 
 
 def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -> None:
@@ -847,11 +959,14 @@ def sweep_cell(o: str, s: int, spec: BenchmarkSpec, out: Path, synthetic: bool, 
         return {"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)}
     except Exception as e:  # record the failed cell, go on with the sweep
         if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
-            return _existing_record(cell / "run.json", spec)
-        cell.mkdir(parents=True, exist_ok=True)
+            return _existing_record(cell / "run.json", spec, context)
         failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
                    "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-        utils.atomic_write_json(cell / "failed.json", failure)
+        try:
+            cell.mkdir(parents=True, exist_ok=True)
+            utils.atomic_write_json(cell / "failed.json", failure)
+        except OSError as w:  # e.g. the disk that made the cell fail is full: say so, do not hide the failure
+            print(f"(could not write {cell / 'failed.json'}: {w.strerror or w})", file=sys.stderr)
         log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
         print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
         return failure
@@ -907,6 +1022,9 @@ def run(
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)
     seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
+    # the device where the cells run here (a scheduler's nodes are not this machine: the name only)
+    utils.check_device_name(device) if launcher == "slurm" else utils.resolve_device(device)
+    check_components(spec, objs)
     pipeline = pipeline_of(spec)
     if pipeline.downstream:
         from fusebench import metrics as M
@@ -921,17 +1039,17 @@ def run(
         if data_root is None or not Path(data_root).exists():
             where = "no --data-root given" if data_root is None else f"--data-root {data_root} does not exist"
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
-    out = Path(out)
+    out = check_out(Path(out))
     mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
-    for o in objs:  # a cell made with another configuration stops the sweep before any training
+    context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
+    for o in objs:  # a cell made with another configuration or other data stops the sweep before any training
         for s in seeds:
             cell = cell_dir(out, spec.name, o, s)
-            if (cell / "run.json").exists():
-                _existing_record(cell / "run.json", spec)
+            if _record_there(cell / "run.json", out):
+                _existing_record(cell / "run.json", spec, context)
             elif (cell / "last.pt").exists():
-                _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec)
+                _check_checkpoint_config(cell / "last.pt", _load_checkpoint(cell / "last.pt"), spec, context)
     pending = [(o, s) for o in objs for s in seeds if not (cell_dir(out, spec.name, o, s) / "run.json").exists()]
-    context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
         check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
     def select(o: str) -> None:  # hyper-parameters chosen on val before the objective's cells

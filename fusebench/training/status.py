@@ -2,13 +2,17 @@
 
 Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
 
-* ``done``: ``run.json`` exists (the record is final);
+* ``done``: ``run.json`` exists, a regular file (the record is final);
 * ``running``: a ``.lock`` held by a live process (``fusebench run`` is on it now), or the cell's
   SLURM job is running and has not taken the lock yet (it is starting);
 * ``failed``: ``failed.json`` exists and no ``run.json`` (rerunning the sweep retries it);
 * ``interrupted``: a ``last.pt`` checkpoint and no live lock (rerunning resumes it where it stopped);
 * ``pending``: nothing yet; with ``--benchmark``, every cell of the benchmark's default sweep
-  (objectives x seeds of its spec) without a folder counts as pending too.
+  (objectives x seeds of its spec) without a folder counts as pending too;
+* ``unreadable``: the cell breaks the rule of what counts as a record file, which the leaderboard
+  shares (:func:`fusebench.records.check_record_file`): its ``run.json`` is a folder, a symbolic
+  link or a special file, or the cell folder (or a folder above it, below ``--out``) is a symbolic
+  link. The leaderboard refuses such a cell; the detail says why. Shown only when there is one.
 
 The lock (``.lock``) holds JSON: the owner's pid, host and, inside a SLURM job, the job id. Whether
 its owner still lives is judged by the pid only on the host that wrote it; a lock written on another
@@ -36,7 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusebench.records import RecordError, check_record_file
+
 STATES = ("done", "running", "failed", "interrupted", "pending")
+UNREADABLE = "unreadable"  # a cell the leaderboard refuses (see the module docstring); listed only when present
 _SEED = re.compile(r"^seed(\d+)$")
 
 
@@ -174,7 +181,7 @@ def read_lock(path: Path, queue: SlurmQueue | None = None) -> LockHolder | None:
     try:
         data = json.loads(text) if text.startswith("{") else {"pid": int(text or 0)}  # a bare pid: older locks
         pid = int(data.get("pid") or 0)
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return None
     host, job, job_id = data.get("host"), data.get("slurm_job"), data.get("slurm_job_id")
     local = host is None or same_host(host, hostname())
@@ -194,7 +201,7 @@ def read_marker(cell: Path) -> dict[str, Any] | None:
     """The cell's ``.launcher.json`` (its scheduler job), or None."""
     try:
         data = json.loads((cell / MARKER).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("job_id") else None
 
@@ -220,10 +227,15 @@ def busy(cell: Path, queue: SlurmQueue | None = None) -> tuple[str, str | None] 
     return None
 
 
-def cell_state(cell: Path, queue: SlurmQueue | None = None) -> tuple[str, str]:
-    """(state, detail) of one cell folder."""
-    if (cell / "run.json").is_file():
-        return "done", ""
+def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = None) -> tuple[str, str]:
+    """(state, detail) of one cell folder; ``root``: the runs folder it lies in (``--out``), whose
+    folders down to the cell must not be symbolic links (default: only the cell's own run.json is
+    judged)."""
+    try:
+        if check_record_file(cell / "run.json", root if root is not None else cell):
+            return "done", ""
+    except RecordError as e:  # the leaderboard refuses it for the same reason
+        return UNREADABLE, str(e)
     holder = read_lock(cell / LOCK, queue)
     if holder is not None and holder.alive:
         return "running", holder.detail
@@ -242,7 +254,7 @@ def cell_state(cell: Path, queue: SlurmQueue | None = None) -> tuple[str, str]:
     if (cell / "failed.json").is_file():
         try:
             error = str(json.loads((cell / "failed.json").read_text()).get("error", ""))
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             error = "failed.json unreadable"
         return "failed", error.splitlines()[0] if error else ""
     if (cell / "last.pt").is_file():
@@ -262,7 +274,7 @@ def slurm_jobs(cells: list[Path]) -> list[str]:
         try:
             text = (cell / LOCK).read_text().strip()
             data = json.loads(text) if text.startswith("{") else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             data = {}
         if isinstance(data, dict) and data.get("slurm_job") and not same_host(data.get("host"), hostname()):
             ids.append(str(data["slurm_job"]))
@@ -292,7 +304,7 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
                         folders[(obj_dir.name, int(m.group(1)))] = seed_dir
             queue.prefetch(slurm_jobs(list(folders.values())))
             for key, seed_dir in folders.items():
-                cells[key] = cell_state(seed_dir, queue)
+                cells[key] = cell_state(seed_dir, queue, root=out)
         if benchmarks:  # the default sweep of the spec: cells without a folder are pending
             from fusebench import benchmarks as B
 
@@ -307,16 +319,17 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
 def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]]) -> str:
     lines = []
     for bench, cells in found.items():
-        totals = {st: sum(1 for v in cells.values() if v[0] == st) for st in STATES}
-        lines.append(f"{bench}: " + ", ".join(f"{totals[st]} {st}" for st in STATES) + f" ({len(cells)} cells)")
+        states = STATES + ((UNREADABLE,) if any(v[0] == UNREADABLE for v in cells.values()) else ())
+        totals = {st: sum(1 for v in cells.values() if v[0] == st) for st in states}
+        lines.append(f"{bench}: " + ", ".join(f"{totals[st]} {st}" for st in states) + f" ({len(cells)} cells)")
         objs = sorted({o for o, _ in cells})
         width = max([len(o) for o in objs] + [9])
-        lines.append(f"  {'objective':<{width}}  " + "  ".join(f"{st:>11}" for st in STATES))
+        lines.append(f"  {'objective':<{width}}  " + "  ".join(f"{st:>11}" for st in states))
         for o in objs:
-            counts = [sum(1 for (oo, _), v in cells.items() if oo == o and v[0] == st) for st in STATES]
+            counts = [sum(1 for (oo, _), v in cells.items() if oo == o and v[0] == st) for st in states]
             lines.append(f"  {o:<{width}}  " + "  ".join(f"{c:>11}" for c in counts))
         for (o, s), (st, detail) in sorted(cells.items()):
-            if st in ("running", "failed", "interrupted"):
+            if st in ("running", "failed", "interrupted", UNREADABLE):
                 lines.append(f"  {st}: {o}/seed{s}" + (f": {detail}" if detail else ""))
     return "\n".join(lines) if lines else "no cells"
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import resource
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,18 +61,36 @@ def resolve_device(name: str = "auto") -> torch.device:
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    if name not in ("cpu", "cuda", "mps") and not name.startswith("cuda:"):
-        raise ValueError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps")
+    check_device_name(name)
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {name}: CUDA is not available on this machine")
+    if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
+        raise ValueError(f"--device {name}: this machine has {n} CUDA device(s) (cuda:0..cuda:{n - 1})")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise ValueError("--device mps: Apple's MPS backend is not available on this machine")
     return torch.device(name)
 
 
+def check_device_name(name: str) -> str:
+    """``name`` if it is a device this suite runs on (auto, cpu, cuda, cuda:N, mps), else ValueError;
+    whether this machine has it is :func:`resolve_device`'s question."""
+    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda", "mps")
+                                         or (name.startswith("cuda:") and name[5:].isdigit())):
+        raise ValueError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps")
+    return name
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and an atomic rename."""
+    """Write ``text`` to ``path`` via a temporary file in the same folder (a unique name) and an atomic
+    rename. The file gets mode ``0o666 & ~umask``, like any file the user writes
+    (:func:`fusebench.records.new_file_mode`; ``mkstemp`` alone would leave 0600)."""
+    from fusebench.records import new_file_mode
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -96,15 +116,36 @@ def _json_default(obj: Any) -> Any:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to ``path`` via a temporary file and an atomic rename; mode ``0o666 & ~umask``."""
+    from fusebench.records import new_file_mode
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
     try:
+        try:
+            os.fchmod(fd, new_file_mode())
+        finally:
+            os.close(fd)
         torch.save(obj, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        full = isinstance(e, (OSError, RuntimeError)) and _disk_full(e, path.parent)
         Path(tmp).unlink(missing_ok=True)
+        if full:  # torch reports a full disk as "[enforce fail at inline_container.cc] ... unexpected pos"
+            raise OSError(errno.ENOSPC, f"cannot write {path}: no space left on device (the partial file was "
+                                        f"removed; the previous {path.name}, if any, is kept)") from None
         raise
+
+
+def _disk_full(error: BaseException, folder: Path) -> bool:
+    """Whether ``error`` (from writing into ``folder``) comes from a full disk: ENOSPC, or a write error
+    of torch's zip writer while less than 1 MiB is free there."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return shutil.disk_usage(folder).free < 2**20
+    except OSError:
+        return False
 
 
 #: tracked paths that runs and leaderboard regeneration write to; they never make a checkout "dirty"

@@ -1,0 +1,427 @@
+"""Hardening of run records, leaderboard regeneration and ``fusebench status`` (outside tester's report):
+non-finite metrics (item 4), what counts as a record file (5), deeply nested JSON (8), concurrent
+regenerations into one folder (10), file modes under the umask (11), defaults that work from any
+folder (13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import fusebench.leaderboard as lb
+from fusebench.leaderboard import load_runs, write_leaderboards
+from fusebench.records import RecordError, validate_record
+from fusebench.training import status
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "leaderboards"
+
+
+def _record(obj: str, seed: int, metrics: dict, bench: str = "toy") -> dict:
+    return {
+        "schema_version": 1, "suite_version": "0.1.0", "benchmark": bench, "objective": obj, "seed": seed,
+        "metrics": metrics, "metric_directions": {"acc": "higher", "corr": "higher"},
+        "config": {"metrics": ["acc", "corr"], "selection_metric": "acc", "seeds": [0, 1, 2],
+                   "options": {"board": "study"}, "dataset": {"id": bench}},
+        "dataset": {"id": bench, "synthetic": True, "manifest_hash": "synthetic"},
+        "selection": {"rule": "best validation acc"}, "pretrain_time_s": 1.0, "peak_memory_mb": 10.0,
+        "curves": {"pretrain_loss": [2.0, 1.5 - 0.1 * seed, 1.0], "val_acc": [0.3, 0.4 + 0.01 * seed]},
+    }
+
+
+def _write(runs: Path, rec: dict, text: str | None = None) -> Path:
+    d = runs / rec["benchmark"] / rec["objective"] / f"seed{rec['seed']}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "run.json").write_text(text if text is not None else json.dumps(rec))
+    return d / "run.json"
+
+
+def _cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fusebench", *args], cwd=cwd or ROOT, capture_output=True,
+                          text=True, **kw)
+
+
+def _one_error_line(r: subprocess.CompletedProcess) -> str:
+    """The command failed with exit status 2 and exactly one line on stderr (no traceback)."""
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def quickstart(tmp_path: Path) -> Path:
+    """A copy of the committed quickstart records (15 run.json files, 5 objectives x 3 seeds)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(COMMITTED / "runs" / "quickstart", runs / "quickstart")
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# item 4: non-finite metrics
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "1e999", "1" + "0" * 400],
+                         ids=["inf", "-inf", "1e999", "400-digit-int"])
+def test_an_infinite_metric_is_refused_naming_file_and_metric(tmp_path: Path, literal: str) -> None:
+    runs = tmp_path / "runs"
+    for s in range(2):
+        _write(runs, _record("alpha", s, {"acc": 0.5 + 0.1 * s, "corr": 0.1}))
+    text = json.dumps(_record("beta", 0, {"acc": 0.25, "corr": 0.1})).replace('"acc": 0.25', f'"acc": {literal}')
+    bad = _write(runs, _record("beta", 0, {}), text)
+    with pytest.raises(RecordError, match=re.escape(f"{bad}: field 'metrics.acc': expected a finite number or NaN")
+                       + ".*a failed run has failed.json"):
+        load_runs(runs)
+    line = _one_error_line(_cli("leaderboard", "--runs", str(runs), "--out", str(tmp_path / "out"), "--no-plots"))
+    assert str(bad) in line and "metrics.acc" in line
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_validate_record_refuses_infinity_but_keeps_nan() -> None:
+    with pytest.raises(RecordError, match=r"field 'metrics.corr': expected a finite number or NaN.*got number inf"):
+        validate_record(_record("alpha", 0, {"acc": 0.5, "corr": float("inf")}), "x/run.json")
+    rec = validate_record(_record("alpha", 0, {"acc": 0.5, "corr": float("nan")}), "x/run.json")
+    assert rec.metrics["corr"] != rec.metrics["corr"]  # NaN: a metric undefined for this run
+
+
+def test_nan_metric_is_counted_in_the_cell_not_silently_dropped(quickstart: Path, tmp_path: Path) -> None:
+    """The tester's case: m3g seed 0 with acc NaN. The cell says how many runs are undefined, so the
+    counts in the cells add up to the footer's run count."""
+    path = quickstart / "quickstart" / "m3g" / "seed0" / "run.json"
+    path.write_text(path.read_text().replace('"acc": 0.435546875', '"acc": NaN'))
+    assert '"acc": NaN' in path.read_text()
+    md = lb.benchmark_table("quickstart", load_runs(quickstart)["quickstart"])
+    row = next(line for line in md.splitlines() if line.startswith("| `m3g` |"))
+    assert row.split(" | ")[1] == "63.18 ± 1.24 (2; 1 undefined)"
+    assert "- runs: 15 run.json file(s)" in md
+    assert "`k undefined`" in md  # the note explaining it, only on boards that have undefined values
+    plain = lb.benchmark_table("quickstart", load_runs(COMMITTED / "runs")["quickstart"])
+    assert "undefined" not in plain
+
+
+def test_a_metric_undefined_in_every_run_shows_the_count(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for s in range(3):
+        _write(runs, _record("alpha", s, {"acc": 0.5 + 0.1 * s, "corr": float("nan")}))
+        _write(runs, _record("beta", s, {"acc": 0.4, "corr": 0.2 + 0.1 * s}))
+    md = lb.benchmark_table("toy", load_runs(runs)["toy"])
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in md.splitlines() if line.startswith("| `")}
+    assert rows["| `alpha`"][2] == "— (3 undefined)"
+    assert rows["| `beta`"][2] == "0.3000 ± 0.1000 (3)"  # corr is a registered "raw" metric
+
+
+# ---------------------------------------------------------------------------------------------
+# item 5: what counts as a record file (one rule for the leaderboard and status)
+# ---------------------------------------------------------------------------------------------
+def _valid(runs: Path, obj: str = "alpha", seed: int = 0) -> Path:
+    return _write(runs, _record(obj, seed, {"acc": 0.5, "corr": 0.1}))
+
+
+def test_run_json_that_is_a_folder_is_refused_and_unreadable_in_status(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _valid(runs)
+    odd = runs / "toy" / "beta" / "seed0" / "run.json"
+    odd.mkdir(parents=True)
+    with pytest.raises(RecordError, match=re.escape(f"{odd}: field '(file)': expected a regular file, found a folder")):
+        load_runs(runs)
+    line = _one_error_line(_cli("leaderboard", "--runs", str(runs), "--out", str(tmp_path / "out")))
+    assert f"{odd}: field '(file)': expected a regular file, found a folder" in line
+    state, detail = status.collect(runs)["toy"][("beta", 0)]
+    assert state == "unreadable" and "found a folder" in detail
+    assert status.collect(runs)["toy"][("alpha", 0)] == ("done", "")
+
+
+def test_symlinked_cell_folder_is_refused_by_both(tmp_path: Path) -> None:
+    runs, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    _valid(runs)
+    outside = _valid(elsewhere, "beta")  # a valid record outside the runs folder
+    (runs / "toy" / "beta").mkdir(parents=True)
+    link = runs / "toy" / "beta" / "seed0"
+    link.symlink_to(outside.parent, target_is_directory=True)
+    with pytest.raises(RecordError, match=re.escape(f"{link}: field '(folder)': expected a folder, found a symbolic "
+                                                    f"link (to {outside.parent})")):
+        load_runs(runs)
+    state, detail = status.collect(runs)["toy"][("beta", 0)]
+    assert state == "unreadable" and str(link) in detail and "symbolic link" in detail
+    r = _cli("status", "--out", str(runs))
+    assert r.returncode == 0, r.stderr
+    assert "toy: 1 done, 0 running, 0 failed, 0 interrupted, 0 pending, 1 unreadable (2 cells)" in r.stdout
+    assert "unreadable: beta/seed0: " in r.stdout
+
+
+def test_symlinked_run_json_and_benchmark_folder_are_refused_by_both(tmp_path: Path) -> None:
+    runs, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    _valid(runs)
+    outside = _valid(elsewhere, "beta")
+    cell = runs / "toy" / "beta" / "seed0"
+    cell.mkdir(parents=True)
+    (cell / "run.json").symlink_to(outside)
+    with pytest.raises(RecordError, match=re.escape(f"{cell / 'run.json'}: field '(file)': expected a regular file, "
+                                                    "found a symbolic link")):
+        load_runs(runs)
+    assert status.collect(runs)["toy"][("beta", 0)][0] == "unreadable"
+    (cell / "run.json").unlink()
+    cell.rmdir()
+    (runs / "toy" / "beta").rmdir()
+    (runs / "other").symlink_to(elsewhere / "toy", target_is_directory=True)  # a whole benchmark through a link
+    with pytest.raises(RecordError, match=re.escape(f"{runs / 'other'}: field '(folder)'")):
+        load_runs(runs)
+    found = status.collect(runs)["other"]
+    assert list(found) == [("beta", 0)] and found[("beta", 0)][0] == "unreadable"
+
+
+def test_the_runs_folder_itself_may_be_a_link_and_hidden_links_are_ignored(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    _valid(real)
+    (real / "toy" / ".submitit").symlink_to(tmp_path, target_is_directory=True)  # hidden: not a cell, not read
+    runs = tmp_path / "runs"
+    runs.symlink_to(real, target_is_directory=True)
+    assert [r.objective for r in load_runs(runs)["toy"]] == ["alpha"]
+    assert status.collect(runs) == {"toy": {("alpha", 0): ("done", "")}}
+
+
+def test_an_unreadable_folder_is_an_error_not_skipped(tmp_path: Path, monkeypatch) -> None:
+    runs = tmp_path / "runs"
+    _valid(runs)
+    locked = runs / "toy" / "beta"
+    locked.mkdir()
+    scandir = os.scandir
+
+    def denied(path=".", *a, **k):  # what a folder without read permission gives (the tests may run as root)
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path, *a, **k)
+
+    monkeypatch.setattr(os, "scandir", denied)
+    with pytest.raises(RecordError, match=re.escape(f"{locked}: field '(folder)': expected a readable folder "
+                                                    "(Permission denied)")):
+        load_runs(runs)
+
+
+# ---------------------------------------------------------------------------------------------
+# item 8: deeply nested JSON
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["lists", "mappings"])
+def test_deeply_nested_run_json_is_one_record_error(tmp_path: Path, kind: str) -> None:
+    deep = ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}" if kind == "lists"
+            else '{"config": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001)
+    runs = tmp_path / "runs"
+    _valid(runs)
+    bad = _write(runs, _record("beta", 0, {}), deep)
+    with pytest.raises(RecordError, match=re.escape(f"{bad}: field '(file)': ") + ".*nested too deeply"):
+        load_runs(runs)
+    line = _one_error_line(_cli("leaderboard", "--runs", str(runs), "--out", str(tmp_path / "out")))
+    assert str(bad) in line and "nested too deeply" in line
+
+
+def test_config_nested_near_the_parsers_limit_is_no_recursion_error(tmp_path: Path) -> None:
+    """Configs nested 900 to 1000 levels deep: the deepest ones the JSON reader parses ran out of stack
+    in the comparability hash, or in flattening the configs of two comparability groups. Each is now
+    a board or one RecordError, never a RecursionError."""
+    other = _record("alpha", 1, {"acc": 0.6, "corr": 0.1})
+    other["config"]["pretrain"] = {"epochs": 2}  # a second comparability group: differing_fields flattens configs
+    template = json.dumps(_record("alpha", 0, {"acc": 0.5, "corr": 0.1})).replace('"config": {', '"config": {"extra": @, ')
+    outcomes = set()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # Python's default, what a user's `fusebench leaderboard` has (pytest raises it)
+    try:
+        for depth in range(850, 1001):
+            runs = tmp_path / f"d{depth}"
+            _write(runs, _record("alpha", 0, {}), template.replace("@", '{"a": ' * depth + "{}" + "}" * depth))
+            _write(runs, other)
+            try:
+                lb.group_runs("toy", load_runs(runs)["toy"])
+            except RecordError as e:
+                assert "nested too deeply" in str(e)
+                outcomes.add("refused")
+            except ValueError as e:
+                assert "mixes runs that must not be compared" in str(e)
+                outcomes.add("compared")
+            shutil.rmtree(runs)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert outcomes == {"compared", "refused"}
+
+
+def test_status_survives_deeply_nested_failed_json(tmp_path: Path) -> None:
+    cell = tmp_path / "runs" / "toy" / "alpha" / "seed0"
+    cell.mkdir(parents=True)
+    (cell / "failed.json").write_text("[" * 100_000 + "]" * 100_000)
+    (cell / ".lock").write_text("[" * 100_000 + "]" * 100_000)
+    (cell / ".launcher.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert status.collect(tmp_path / "runs") == {"toy": {("alpha", 0): ("failed", "failed.json unreadable")}}
+
+
+# ---------------------------------------------------------------------------------------------
+# item 10: concurrent regenerations into one folder
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    runs = tmp_path_factory.mktemp("small") / "runs"
+    for obj in ("none", "m3g"):
+        for s in (0, 1):
+            src = COMMITTED / "runs" / "quickstart" / obj / f"seed{s}" / "run.json"
+            dst = runs / "quickstart" / obj / f"seed{s}" / "run.json"
+            dst.parent.mkdir(parents=True)
+            shutil.copy(src, dst)
+    return runs
+
+
+def test_plot_temporary_name_is_unique(small_runs: Path, tmp_path: Path) -> None:
+    """The PNG used to be drawn to the fixed name ``.quickstart-curves.png.tmp.png``: a second process
+    drawing the same plot truncated or renamed it away. Something in the way at that name now does
+    not matter."""
+    out = tmp_path / "out"
+    (out / ".quickstart-curves.png.tmp.png").mkdir(parents=True)
+    write_leaderboards(small_runs, out)
+    assert (out / "quickstart-curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in out.iterdir()) == [".quickstart-curves.png.tmp.png", "README.md",
+                                                     "quickstart-curves.png", "quickstart.md"]
+
+
+def test_two_concurrent_regenerations_into_one_folder_both_succeed(small_runs: Path, tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    write_leaderboards(small_runs, reference)
+    for trial in range(4):
+        out = tmp_path / f"out{trial}"  # a fresh folder: both processes draw the plot
+        cmd = [sys.executable, "-m", "fusebench", "leaderboard", "--runs", str(small_runs), "--out", str(out)]
+        procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+        for p in procs:
+            p.stdout.close()
+            p.stderr.close()
+        assert all(rc == 0 for rc, _ in results), f"trial {trial}: {results}"
+        assert sorted(p.name for p in out.iterdir()) == ["README.md", "quickstart-curves.png", "quickstart.md"]
+        for name in ("README.md", "quickstart.md"):
+            assert (out / name).read_bytes() == (reference / name).read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# item 11: file modes follow the umask
+# ---------------------------------------------------------------------------------------------
+_MODES_SCRIPT = textwrap.dedent("""
+    import json, os, shutil, sys
+    from pathlib import Path
+    from fusebench.leaderboard import write_leaderboards
+    from fusebench.training import utils
+    from fusebench.training.runner import write_record
+
+    work, runs = Path(sys.argv[1]), Path(sys.argv[2])
+    utils.atomic_write_text(work / "a.txt", "x")
+    utils.atomic_write_json(work / "b.json", {"x": 1})
+    utils.atomic_torch_save({"x": 1}, work / "c.pt")
+    rec = json.loads((runs / "quickstart" / "none" / "seed0" / "run.json").read_text())
+    (work / "cell").mkdir()
+    write_record(work / "cell", rec)
+    write_leaderboards(runs, work / "boards")
+    files = [work / "a.txt", work / "b.json", work / "c.pt", work / "cell" / "run.json",
+             *sorted((work / "boards").iterdir())]
+    print(json.dumps({str(p.relative_to(work)): oct(p.stat().st_mode & 0o777) for p in files}))
+""")
+
+
+def test_written_files_follow_the_umask(small_runs: Path, tmp_path: Path) -> None:
+    procs = {}
+    for umask in ("022", "077"):
+        work = tmp_path / umask
+        work.mkdir()
+        procs[umask] = subprocess.Popen(
+            ["sh", "-c", f'umask {umask} && exec "$0" -c "$1" "$2" "$3"', sys.executable, _MODES_SCRIPT,
+             str(work), str(small_runs)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for umask, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        modes = json.loads(out.strip().splitlines()[-1])
+        expected = {"022": "0o644", "077": "0o600"}[umask]
+        assert set(modes) >= {"a.txt", "b.json", "c.pt", "cell/run.json", "boards/quickstart.md",
+                              "boards/README.md", "boards/quickstart-curves.png"}
+        assert modes == {name: expected for name in modes}, (umask, modes)
+
+
+def test_file_mode_follows_a_changed_umask() -> None:
+    from fusebench.records import new_file_mode
+
+    old = os.umask(0o027)
+    try:
+        assert new_file_mode() == 0o640
+    finally:
+        os.umask(old)
+    assert new_file_mode() == 0o666 & ~old
+
+
+# ---------------------------------------------------------------------------------------------
+# item 13: defaults that work from any folder
+# ---------------------------------------------------------------------------------------------
+def test_bench_leaderboard_defaults_work_from_another_folder(tmp_path: Path) -> None:
+    r = _cli("bench", "leaderboard", "--skip-cold", "--repeat", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"run.json files read from {COMMITTED / 'runs'}" in r.stdout
+    assert "markdown identical to the committed boards: yes" in r.stdout
+
+
+def test_bench_leaderboard_without_a_repository_says_what_to_pass(monkeypatch, capsys, tmp_path: Path) -> None:
+    from fusebench import leaderboard_bench
+
+    monkeypatch.setattr(lb, "repository_boards", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    assert leaderboard_bench.main(["--repeat", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --boards DIR" in err[0]
+    assert leaderboard_bench.main(["--boards", str(tmp_path / "absent")]) == 2
+    assert f"--boards {tmp_path / 'absent'} is not a folder" in capsys.readouterr().err
+
+
+def test_study_kviews_renders_from_another_folder_and_says_what_it_did(tmp_path: Path) -> None:
+    board = tmp_path / "board"
+    r = _cli("study", "kviews", "--render-only", "--board", str(board), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (board / "mv-handwritten-kviews.md").read_bytes() == (COMMITTED / "mv-handwritten-kviews.md").read_bytes()
+    assert f"from the run records in {COMMITTED / 'runs-kviews'}" in r.stderr
+    md, png = board / "mv-handwritten-kviews.md", board / "mv-handwritten-kviews.png"
+    assert f"board written to {md} and {png}" in r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"markdown": str(board / "mv-handwritten-kviews.md"),
+                                                            "plot": str(board / "mv-handwritten-kviews.png")}
+
+
+def test_study_kviews_without_a_repository_says_what_to_pass(monkeypatch, capsys, tmp_path: Path) -> None:
+    from fusebench.training import kviews
+
+    monkeypatch.setattr(lb, "repository_boards", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    assert kviews.main(["--render-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --out" in err[0] and "--board" in err[0]
+
+
+def test_study_kviews_says_how_many_cells_were_reused(tmp_path: Path, capsys) -> None:
+    import numpy as np
+    import scipy.io as sio
+
+    from fusebench.training import kviews
+
+    rng = np.random.default_rng(0)
+    n, classes = 60, 3
+    y = np.repeat(np.arange(classes), n // classes)
+    cell = np.empty((1, 3), dtype=object)
+    for v, d in enumerate((4, 3, 5)):
+        cell[0, v] = rng.normal(size=(classes, d))[y] * 2 + rng.normal(size=(n, d))
+    mat = tmp_path / "three.mat"
+    sio.savemat(mat, {"X": cell, "Y": (y + 1).reshape(-1, 1)})
+    args = ["--benchmark", "multiview", "--data-root", str(mat), "--out", str(tmp_path / "runs"), "--board",
+            str(tmp_path / "board"), "--objective", "raw", "--seeds", "0", "1", "--k", "2", "--no-progress"]
+    assert kviews.main(args) == 0
+    err = capsys.readouterr().err
+    assert "2 cell(s) of multiview: 0 reused from existing run records, 2 run now" in err
+    assert kviews.main(args) == 0
+    err = capsys.readouterr().err
+    assert "2 cell(s) of multiview: 2 reused from existing run records, 0 run now" in err
+    assert f"board written to {tmp_path / 'board' / 'multiview-kviews.md'}" in err
