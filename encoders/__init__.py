@@ -26,7 +26,7 @@ def _describe(cls: Any) -> dict[str, Any]:
 
 # one module per encoder; importing a module registers its id (on the first lookup)
 ENCODERS = Registry("encoder", entry_point_group="fusebench.encoders", describe=_describe, modules=tuple(
-    f"{__name__}.{m}" for m in ("esanet", "pointnet2", "votenet", "seq_transformer", "eeg_conv", "mlp")))
+    f"{__name__}.{m}" for m in ("esanet", "pointnet2", "votenet", "seq_transformer", "eeg_conv", "mlp", "identity")))
 
 
 def available(pattern: str | None = None) -> list[str]:

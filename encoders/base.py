@@ -69,6 +69,15 @@ class Backbone(nn.Module):
         return self.parameters()
 
 
+def zero_absent(z: Tensor, batch: dict[str, Any], modalities: list[str]) -> Tensor:
+    """Per-modality embeddings ``z [k, n, f]`` with a modality absent from a sample
+    (``batch["present"] [K, n]``, rows in ``batch["names"]`` order) set to 0; unchanged without it."""
+    if "present" not in batch:
+        return z
+    idx = [batch["names"].index(m) for m in modalities]
+    return z * batch["present"][idx].unsqueeze(-1).to(z.dtype)
+
+
 class MultimodalModel(nn.Module):
     """A backbone with a task head (:class:`fusebench.training.model.TaskModel`): the interface the
     runner's downstream phase uses."""

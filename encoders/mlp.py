@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from fusebench.encoders import ENCODERS
-from fusebench.encoders.base import Backbone
+from fusebench.encoders.base import Backbone, zero_absent
 
 
 @ENCODERS.register("mlp")
@@ -44,10 +44,7 @@ class MLPEncoder(Backbone):
     def embed(self, batch: dict[str, Any]) -> Tensor:
         """Per-modality embeddings [k, n, f]; a modality absent from a sample (``batch["present"]``) is 0."""
         z = torch.stack([self.encoders[m](batch["modalities"][m]) for m in self.modalities])
-        if "present" in batch:
-            idx = [batch["names"].index(m) for m in self.modalities]
-            z = z * batch["present"][idx].unsqueeze(-1).to(z.dtype)
-        return z
+        return zero_absent(z, batch, self.modalities)
 
     @classmethod
     def benchmark_config(cls) -> dict[str, Any]:

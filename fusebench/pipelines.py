@@ -143,6 +143,11 @@ class GaussianMIPipeline(Pipeline):
         with precision.backend_flags(precision.get(spec.precision)):  # float32: TF32 off on CUDA
             return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
 
+    def spec_problems(self, spec: Any) -> list[str]:  # bad study options fail when the spec loads
+        from fusebench.training.gaussian_mi import options_problems
+
+        return [*super().spec_problems(spec), *options_problems(spec.options)]
+
     def view_counts(self, spec: Any) -> list[int]:
         """One count per multiplicity ``options.multiplicities`` (default [2])."""
         return [int(m) for m in spec.options.get("multiplicities", [2])]

@@ -38,6 +38,7 @@ from fusebench.training.config import ConfigError, load_spec
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "none"
 RAW = "raw"
+RAW_KINDS = ("raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
 DIAGNOSTICS = ("alignment", "uniformity", "effective_rank")
 
 #: extra shrinking for benchmarks whose own ``synthetic:`` block is sized for the README run
@@ -105,11 +106,18 @@ def _admits(spec, objective: str) -> bool:
 
 
 def _references(spec) -> list[str]:
-    """Pseudo-objectives: 'none' (no pretraining) on standard benchmarks, and 'raw' (the input views
-    themselves) on those evaluated with the embedding_eval protocol."""
+    """Pseudo-objectives: 'none' (no pretraining) on standard benchmarks; the reference rows computed
+    from the input views (raw, raw_l2, raw_tfidf, raw_balanced, raw_pca) on those evaluated with the
+    embedding_eval protocol; 'raw' (the probe on the input vectors) on linear-probe benchmarks."""
     if spec.pipeline != "standard":
         return []
-    return [BASELINE] + ([RAW] if spec.downstream.protocol == "embedding_eval" else [])
+    if spec.downstream.protocol == "embedding_eval":
+        return [BASELINE, *RAW_KINDS]
+    from fusebench import datasets
+
+    vectors = {m.kind for m in datasets.get(spec.dataset.id).MODALITIES
+               if spec.dataset.modalities is None or m.name in spec.dataset.modalities} == {"vector"}
+    return [BASELINE] + ([RAW] if spec.downstream.protocol == "linear_probe" and vectors else [])
 
 
 def _expected_objectives(spec) -> list[str]:
@@ -117,7 +125,9 @@ def _expected_objectives(spec) -> list[str]:
     return _references(spec) + names
 
 
-CELLS = [(b, o) for b in benchmarks.builtin() for o in _expected_objectives(_spec(b))]
+# tf-idf needs count views; the generator's views are Gaussian (raw_tfidf runs on the real NGs counts in
+# tests/test_reference_features.py)
+CELLS = [(b, o) for b in benchmarks.builtin() for o in _expected_objectives(_spec(b)) if o != "raw_tfidf"]
 
 
 def _finite(x) -> bool:
@@ -136,7 +146,8 @@ def test_every_issue_benchmark_is_shipped():
 def test_compatibility_rules_by_hand():
     """k = 2 admits everything, k >= 3 drops the two-view-only losses, the Gaussian MI experiment (raw
     views, M = 2 and 4) keeps the view objectives without an upper limit; 'raw' is a reference row of
-    the embedding_eval benchmarks only; checked against the runner."""
+    the embedding_eval benchmarks (with its variants) and of linear-probe benchmarks on vector inputs
+    (quickstart); checked against the runner."""
     everything = set(OBJECTIVE_LIMITS)
     two_view_only = {"dhel", "matching_gap"}
     not_raw_views = {"byol_avg", "byol_pwe", "tuple_infonce"}
@@ -144,8 +155,9 @@ def test_compatibility_rules_by_hand():
              "nyuv2-seg": everything - two_view_only | {BASELINE},
              "physionet2018-eeg": everything - two_view_only | {BASELINE},
              "mosi-sentiment": everything - two_view_only | {BASELINE},
-             "mv-hw2sources": everything | {BASELINE, RAW},
-             "mv-handwritten": everything - two_view_only | {BASELINE, RAW},
+             "mv-hw2sources": everything | {BASELINE, *RAW_KINDS},
+             "mv-handwritten": everything - two_view_only | {BASELINE, *RAW_KINDS},
+             "quickstart": everything - two_view_only | {BASELINE, RAW},
              "polyview-gaussian-mi": everything - two_view_only - not_raw_views}
     for name, want in cases.items():
         spec = _spec(name)
@@ -242,17 +254,18 @@ def test_synthetic_cell(name, objective, tmp_path):
         curves = on_disk["curves"]
         if spec.downstream.protocol == "embedding_eval":  # probe + k-means: no downstream training loop
             # the probe is scored on val (its L2 is chosen there); k-means needs no validation
-            assert set(on_disk["selection"]["val_metrics"]) == {"acc", "mf1"} & set(spec.metrics)
+            val_metrics = set(on_disk["selection"]["val_metrics"])
+            assert {"acc", "mf1"} & set(spec.metrics) <= val_metrics <= set(spec.metrics)
             assert on_disk["selection"]["probe"]["l2"] in on_disk["selection"]["probe"]["l2_grid"]
             assert on_disk["clustering"]["k"] == len(set(on_disk["dataset"]["splits"]["label_values"])) \
                 if "splits" in on_disk["dataset"] else on_disk["clustering"]["k"] >= 2
         else:
             assert set(spec.metrics) <= set(on_disk["selection"]["val_metrics"])
             assert curves.get("downstream_loss") and all(map(_finite, curves["downstream_loss"]))
-        if objective != "raw":  # 'raw' has no encoder: no embedding diagnostics
+        if objective not in RAW_KINDS:  # the input views have no encoder: no embedding diagnostics
             assert set(DIAGNOSTICS) <= set(on_disk["diagnostics"])
             assert all(_finite(on_disk["diagnostics"][d]) for d in DIAGNOSTICS), on_disk["diagnostics"]
-        if objective not in (BASELINE, "raw"):  # the reference rows are not pretrained
+        if objective not in (BASELINE, *RAW_KINDS):  # the reference rows are not pretrained
             assert curves.get("pretrain_loss") and all(map(_finite, curves["pretrain_loss"]))
         else:
             assert "pretrain_loss" not in curves

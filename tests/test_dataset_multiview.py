@@ -397,3 +397,141 @@ def test_stratified_split_helper_by_hand():
     for s, f in zip(SPLITS, (0.6, 0.2, 0.2)):
         assert abs(len(parts[s]) - f * 12) < 1
         assert np.all(np.abs(np.bincount(y[parts[s]], minlength=4) - f * 3) < 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# view_copies: k augmented copies of the same base view(s) (the k-views study's control arm)
+# ---------------------------------------------------------------------------------------------
+def expected_copies(raw_views, train_rows, copies, noise, mask, seed, standardized=True):
+    """The copies by the formula of datasets/multiview_mat/copies.py, written out here with numpy:
+    base = the (train-)standardised base views side by side; copy c = mu + keep * (base - mu + noise * s * eps)
+    with eps, then the uniforms of keep, drawn from default_rng([seed, c])."""
+    cols = []
+    for x in raw_views:
+        tr = x[train_rows]
+        if standardized:
+            sd = tr.std(axis=0)
+            const = tr.max(axis=0) == tr.min(axis=0)
+            cols.append(np.where(const, 0.0, (x - tr.mean(axis=0)) / np.where(const, 1.0, sd)))
+        else:
+            cols.append(x)
+    base = np.hstack(cols)
+    tr = base[train_rows]
+    const = tr.max(axis=0) == tr.min(axis=0)
+    mu = np.zeros(base.shape[1]) if standardized else np.where(const, tr[0], tr.mean(axis=0))
+    s = np.where(const, 0.0, 1.0 if standardized else tr.std(axis=0))
+    out = []
+    for c in range(copies):
+        g = np.random.default_rng([seed, c])
+        eps = g.standard_normal(base.shape)
+        keep = g.random(base.shape) >= mask
+        out.append(np.where(keep, base + noise * s * eps, mu))
+    return out
+
+
+def test_view_copies_on_the_real_file_match_numpy(mv_dir):
+    m = scipy.io.loadmat(str(mv_dir / "handwritten.mat"))
+    raw = [np.asarray(m["X"][0, v], dtype=np.float64) for v in (1, 3)]  # 76 Fourier + 47 Zernike features
+    opt = {"base": [1, 3], "copies": 3, "noise": 0.4, "mask": 0.25, "seed": 7}
+    dss = build_all("mv_handwritten", mv_dir, view_copies=opt)
+    assert dss["train"].modalities == ["copy0", "copy1", "copy2"]
+    assert [mm.channels for mm in dss["train"].MODALITIES] == [123, 123, 123]
+    train_rows = stack(dss["train"])[0]
+    want = expected_copies(raw, train_rows, 3, 0.4, 0.25, 7)
+    for s in SPLITS:
+        rows, views, _ = stack(dss[s])
+        for c in range(3):
+            np.testing.assert_allclose(views[f"copy{c}"], want[c][rows], rtol=1e-5, atol=1e-5)
+    # masking: a fraction ~ p of the entries is exactly the train mean (0); 246k entries, std of the fraction 0.001
+    _, views, _ = stack(dss["train"])
+    assert abs(float((views["copy1"] == 0).mean()) - 0.25) < 0.01
+    # noise: the unmasked entries differ from the standardised base by sigma x N(0, 1)
+    z = expected_copies(raw, train_rows, 1, 0.0, 0.0, 0)[0][train_rows]
+    kept = views["copy2"] != 0
+    resid = (views["copy2"][kept] - z[kept]) / 0.4
+    assert abs(resid.mean()) < 0.01 and abs(resid.std() - 1) < 0.01
+    info = dss["val"].split_info()
+    assert info["view_copies"] == opt and info["views"] == [1, 3] and info["view_names"] == ["copy0", "copy1", "copy2"]
+
+
+def test_view_copies_are_fixed_nested_and_seeded_apart_from_the_run_seed(mv_dir):
+    def copies(split="test", **kw):
+        opt = {"base": 4, "copies": 2, "noise": 0.5, "mask": 0.3, "seed": 0}
+        opt.update(kw.pop("vc", {}))
+        return stack(datasets.build("mv_handwritten", root=mv_dir, split=split, use_cache=False, view_copies=opt, **kw))
+
+    rows, a, _ = copies()
+    _, same, _ = copies(seed=5)  # the run seed does not move the augmentation ...
+    _, three, _ = copies(vc={"copies": 3})  # ... copies 0 and 1 do not depend on how many copies there are ...
+    _, other, _ = copies(vc={"seed": 1})  # ... the augmentation seed does
+    for c in ("copy0", "copy1"):
+        np.testing.assert_array_equal(a[c], same[c])
+        np.testing.assert_array_equal(a[c], three[c])
+        assert not np.array_equal(a[c], other[c])
+    assert not np.array_equal(a["copy0"], a["copy1"])  # each copy its own draw
+    # noise 0, mask 0: every copy is the standardised base view
+    rows, plain, _ = copies(vc={"noise": 0.0, "mask": 0.0})
+    ref = stack(datasets.build("mv_handwritten", root=mv_dir, split="test", use_cache=False, views=[4]))[1]["view4"]
+    np.testing.assert_array_equal(plain["copy0"], ref)
+    np.testing.assert_array_equal(plain["copy1"], ref)
+    named = datasets.build("mv_handwritten", root=mv_dir, split="test", use_cache=False, view_names=["a", "b"],
+                           view_copies={"base": [4], "copies": 2})
+    assert named.modalities == ["a", "b"]
+
+
+def test_view_copies_without_standardisation_scale_noise_by_the_train_std(tmp_path):
+    rng = np.random.default_rng(11)
+    n = 60
+    y = np.arange(n) % 3 + 1
+    v0 = rng.standard_normal((n, 4)) * np.array([1.0, 10.0, 100.0, 0.1]) + 5.0
+    v0[:, 2] = 3.0  # constant: never noised, masked to its value
+    path = write_v5(tmp_path / "u.mat", [v0, rng.standard_normal((n, 2))], y)
+    opt = {"base": [0], "copies": 2, "noise": 0.3, "mask": 0.2, "seed": 3}
+    dss = build_all("multiview_mat", path, standardize=False, view_copies=opt)
+    train_rows = stack(dss["train"])[0]
+    want = expected_copies([v0], train_rows, 2, 0.3, 0.2, 3, standardized=False)
+    for s in SPLITS:
+        rows, views, _ = stack(dss[s])
+        for c in range(2):
+            np.testing.assert_allclose(views[f"copy{c}"], want[c][rows], rtol=1e-5)
+        assert np.all(views["copy0"][:, 2] == 3.0)
+
+
+def test_view_copies_option_is_typed_checked_and_in_the_spec_hash(tmp_path):
+    from fusebench import benchmarks
+    from fusebench.options import OptionsError, check_options, options_of
+
+    assert "view_copies: dict" in [str(o) for o in options_of(datasets.get("multiview_mat"))]
+    with pytest.raises(OptionsError, match="dataset.options.view_copies: expected dict, got list"):
+        check_options({"view_copies": [0, 2]}, datasets.get("multiview_mat"), "dataset.options")
+    opt = {"base": [0], "copies": 3, "noise": 0.5, "mask": 0.1, "seed": 0}
+    plain = benchmarks.load("multiview").hash()
+    one = benchmarks.load("multiview", overrides={"dataset.options.view_copies": opt}).hash()
+    again = benchmarks.load("multiview", overrides={"dataset.options.view_copies": dict(opt)}).hash()
+    other = benchmarks.load("multiview", overrides={"dataset.options.view_copies": {**opt, "noise": 0.6}}).hash()
+    assert one == again and len({plain, one, other}) == 3
+
+    views, y = random_views(9, n=30)
+    path = write_v5(tmp_path / "ok.mat", views, y)
+    good = {"base": [0], "copies": 2}
+    for bad, match in [
+        ([0], r"view_copies=\[0\] must be a mapping"),
+        ({**good, "sigma": 1}, r"view_copies has unknown key\(s\) \['sigma'\]; valid keys"),
+        ({"copies": 2}, r"view_copies needs the key\(s\) \['base'\]"),
+        ({**good, "base": [3]}, r"view_copies.base=\[3\] must be .* in 0..2"),
+        ({**good, "base": [1, 1]}, r"view_copies.base=\[1, 1\] must be .*distinct"),
+        ({**good, "base": []}, r"view_copies.base=\[\]"),
+        ({**good, "copies": 1}, r"view_copies.copies=1 must be an integer >= 2"),
+        ({**good, "copies": True}, r"view_copies.copies=True must be an integer >= 2"),
+        ({**good, "noise": -0.1}, r"view_copies.noise=-0.1 must be a finite number >= 0"),
+        ({**good, "noise": float("nan")}, r"view_copies.noise=nan must be a finite number"),
+        ({**good, "mask": 1.0}, r"view_copies.mask=1.0 must be a number in \[0, 1\)"),
+        ({**good, "seed": -1}, r"view_copies.seed=-1 must be an integer >= 0"),
+        ({**good, "seed": 1.5}, r"view_copies.seed=1.5 must be an integer >= 0"),
+    ]:
+        err(path, match, view_copies=bad)
+    err(path, "views=.* and view_copies are exclusive", views=[0, 1], view_copies=good)
+    err(path, r"view_names=\['a'\] must be 2 distinct non-empty names, one per copy", view_names=["a"], view_copies=good)
+    flat = write_v5(tmp_path / "flat.mat", [views[0], np.ones((30, 2))], y)
+    err(flat, r"view 1 \(view1\) is constant on the train split.*choose another view_copies.base",
+        view_copies={"base": [1], "copies": 2})

@@ -2,7 +2,7 @@
 
 The references are the committed run records under ``leaderboards/runs/`` (made on a 2-core CPU):
 the quickstart cells of seed 0 (every objective of its sweep, ``tuple_infonce`` with its disturbed
-negatives, noise and dropout included) and two cells of the real multi-view board ``mv-hw2sources``
+negatives, noise and dropout included) and two cells of the real multi-view board ``mv-ngs``
 (read from ``../shared/fixtures/multiview``, with the hyper-parameters the record says were chosen).
 Each cell is rerun from its spec on the CPU and, where CUDA is available, on CUDA, and must give the
 record's test metrics to 1e-4 (the 4th decimal) and its final pretraining loss to a relative 1e-3.
@@ -73,7 +73,7 @@ def test_quickstart_cell_gives_the_committed_cpu_record(objective: str, device: 
 @pytest.mark.parametrize("objective", MULTIVIEW)
 def test_multiview_cell_gives_the_committed_cpu_record(objective: str, device: str, tmp_path: Path,
                                                        fixtures_dir: Path) -> None:
-    committed, rec = _rerun("mv-hw2sources", objective, device, tmp_path, str(fixtures_dir / "multiview"))
+    committed, rec = _rerun("mv-ngs", objective, device, tmp_path, str(fixtures_dir / "multiview"))
     _check(committed, rec, device)
 
 

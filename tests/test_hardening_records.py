@@ -101,7 +101,7 @@ def test_nan_metric_is_counted_in_the_cell_not_silently_dropped(quickstart: Path
     md = lb.benchmark_table("quickstart", load_runs(quickstart)["quickstart"])
     row = next(line for line in md.splitlines() if line.startswith("| `m3g` |"))
     assert row.split(" | ")[1] == "63.18 ± 1.24 (2; 1 undefined)"
-    assert "- runs: 15 run.json file(s)" in md
+    assert "- runs: 18 run.json file(s)" in md
     assert "`k undefined`" in md  # the note explaining it, only on boards that have undefined values
     plain = lb.benchmark_table("quickstart", load_runs(COMMITTED / "runs")["quickstart"])
     assert "undefined" not in plain
@@ -417,11 +417,12 @@ def test_study_kviews_says_how_many_cells_were_reused(tmp_path: Path, capsys) ->
     mat = tmp_path / "three.mat"
     sio.savemat(mat, {"X": cell, "Y": (y + 1).reshape(-1, 1)})
     args = ["--benchmark", "multiview", "--data-root", str(mat), "--out", str(tmp_path / "runs"), "--board",
-            str(tmp_path / "board"), "--objective", "raw", "--seeds", "0", "1", "--k", "2", "--no-progress"]
+            str(tmp_path / "board"), "--objective", "raw", "none", "infonce_pwe", "--seeds", "0", "--k", "2",
+            "--subsets", "1", "--arms", "views", "--epochs", "1", "--batch-size", "8", "--no-progress"]
     assert kviews.main(args) == 0
     err = capsys.readouterr().err
-    assert "2 cell(s) of multiview: 0 reused from existing run records, 2 run now" in err
+    assert "3 cell(s) of multiview: 0 reused from existing run records, 3 run now" in err
     assert kviews.main(args) == 0
     err = capsys.readouterr().err
-    assert "2 cell(s) of multiview: 2 reused from existing run records, 0 run now" in err
+    assert "3 cell(s) of multiview: 3 reused from existing run records, 0 run now" in err
     assert f"board written to {tmp_path / 'board' / 'multiview-kviews.md'}" in err

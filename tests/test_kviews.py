@@ -1,9 +1,10 @@
-"""The k-views study (issue #8 item 4): seeded view subsets, per-k runs, table and plot."""
+"""The k-views study (issue #22): nested seeded view subsets, the information-fixed copies arm, matched
+budgets, paired gaps to the none / raw rows, the board (tables, summary, plot) read back from the records."""
 
 from __future__ import annotations
 
-import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,50 +13,211 @@ import scipy.io as sio
 
 from fusebench.training import kviews
 
+ROOT = Path(__file__).resolve().parents[1]
 
-def test_view_subsets_are_seeded_distinct_and_of_size_k() -> None:
+
+# ---------------------------------------------------------------------------------------------
+# the cells
+# ---------------------------------------------------------------------------------------------
+def test_permutations_are_seeded_and_subsets_nested_and_distinct() -> None:
+    for j in range(4):
+        perm = kviews.view_permutation(6, j, subset_seed=2)
+        assert sorted(perm) == list(range(6)) and perm == kviews.view_permutation(6, j, 2)
+    assert kviews.view_permutation(6, 0, 0) != kviews.view_permutation(6, 1, 0)
+    assert kviews.view_permutation(6, 0, 0) != kviews.view_permutation(6, 0, 1)
+
+    cells = kviews.study_cells("toy", 6, [2, 3, 4, 5, 6], subsets=5, subset_seed=0, arms=("views",))
+    by = {(c.k, c.draw): c for c in cells}
+    # independently: draw j's k-subset is the set of its first k views; a set an earlier draw had at k is left out
     for k in range(2, 7):
-        got = kviews.view_subsets(6, k, 3, subset_seed=0)
-        assert got == kviews.view_subsets(6, k, 3, subset_seed=0)  # fixed choice
-        assert len(got) == min(3, len(list(itertools.combinations(range(6), k))))
-        assert all(len(s) == k and s == sorted(set(s)) and set(s) <= set(range(6)) for s in got)
-        assert len({tuple(s) for s in got}) == len(got)
-    assert kviews.view_subsets(6, 6, 3, 0) == [[0, 1, 2, 3, 4, 5]]
+        seen = []
+        for j in range(5):
+            perm = kviews.view_permutation(6, j, 0)
+            subset = sorted(perm[:k])
+            if subset in seen:
+                assert (k, j) not in by
+                continue
+            seen.append(subset)
+            cell = by[(k, j)]
+            assert cell.views == subset and cell.permutation == perm and cell.name == f"toy-kv-views-k{k}d{j}"
+        assert len(seen) == len({tuple(s) for s in seen}) == sum(1 for c in cells if c.k == k)
+    assert [c.views for c in cells if c.k == 6] == [[0, 1, 2, 3, 4, 5]]  # the full set once
+    for j in range(5):  # nested: a draw's k-1 subset is inside its k subset (when both were run)
+        for k in range(3, 7):
+            if (k - 1, j) in by and (k, j) in by:
+                assert set(by[(k - 1, j)].views) < set(by[(k, j)].views)
+    assert len({c.name for c in cells}) == len(cells)
 
 
-def test_study_runs_each_k_and_renders_mean_std(tmp_path: Path) -> None:
+def test_copies_cells_keep_the_base_and_seed_each_draw() -> None:
+    cells = kviews.study_cells("mv-handwritten", 6, [2, 4], subsets=2, subset_seed=5, arms=("copies",))
+    assert [(c.k, c.draw) for c in cells] == [(2, 0), (2, 1), (4, 0), (4, 1)]
+    for c in cells:
+        assert c.copies == {"base": [1], "copies": c.k, "noise": 0.5, "mask": 0.3, "seed": 5 + c.draw}
+        assert c.dataset_override() == ("dataset.options.view_copies", c.copies)
+    other = kviews.study_cells("other", 3, [3], 1, 0, ("copies",), noise=0.1, mask=0.0)
+    assert other[0].copies == {"base": [0], "copies": 3, "noise": 0.1, "mask": 0.0, "seed": 0}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"ks": [1]}, r"k = 1 is outside 2..6"),
+    ({"ks": [7]}, r"k = 7 is outside 2..6"),
+    ({"subsets": 0}, r"subsets=0 must be an integer >= 1"),
+    ({"arms": ("view",)}, r"arms=\['view'\] must be a non-empty subset of \['views', 'copies'\]"),
+    ({"copies_base": [6]}, r"copies_base=\[6\] must be distinct view indices in 0..5"),
+])
+def test_bad_study_arguments_are_one_clear_error(kwargs, match) -> None:
+    args = {"benchmark": "toy", "num_views": 6, "ks": [2], "subsets": 1, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        kviews.study_cells(**args)
+
+
+def test_overrides_give_every_objective_and_k_the_same_budget() -> None:
+    from fusebench import benchmarks
+    from fusebench.training import runner
+
+    ev = kviews.BUDGET["real"]["eval"]
+    for cell in kviews.study_cells("multiview", 3, [2, 3], 1, 0):
+        ov = kviews.study_overrides(cell, list(kviews.OBJECTIVES), 64, 7, 8, ev, 0, {"data": "d"})
+        spec = benchmarks.load("multiview", overrides=ov)
+        pt = spec.pretrain
+        assert spec.name == cell.name and pt.grid == {} and pt.epochs == 7
+        assert {runner.pretrain_batch_size(spec, o) for o in kviews.OBJECTIVES} == {64}
+        assert pt.objective_epochs == {} and pt.objective_micro_batch == {"m3g": 8}
+        note = json.loads(spec.protocol_notes["kviews"])
+        assert spec.protocol_notes["data"] == "d" and note["arm"] == cell.arm and note["k"] == cell.k
+        if cell.arm == "views":
+            assert spec.dataset.options["views"] == cell.views and note["permutation"] == cell.permutation
+        else:
+            assert spec.dataset.options["view_copies"] == cell.copies == note["view_copies"]
+
+
+def test_run_study_refuses_rows_without_the_references(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="must include the reference rows 'none' and 'raw'"):
+        kviews.run_study("multiview", str(tmp_path), tmp_path, objectives=("raw", "mv_infonce"))
+    with pytest.raises(ValueError, match="at least one pretrained objective"):
+        kviews.run_study("multiview", str(tmp_path), tmp_path, objectives=("raw", "none"))
+    with pytest.raises(ValueError, match="mv_infonse"):
+        kviews.run_study("multiview", str(tmp_path), tmp_path, objectives=("raw", "none", "mv_infonse"))
+
+
+# ---------------------------------------------------------------------------------------------
+# a tiny study end to end
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("kviews")
     rng = np.random.default_rng(0)
     n, classes = 90, 3
     y = np.repeat(np.arange(classes), n // classes)
     cell = np.empty((1, 4), dtype=object)
     for v, d in enumerate((5, 4, 6, 3)):
         cell[0, v] = rng.normal(size=(classes, d))[y] * 2 + rng.normal(size=(n, d))
-    mat = tmp_path / "four.mat"
+    mat = tmp / "four.mat"
     sio.savemat(mat, {"X": cell, "Y": (y + 1).reshape(-1, 1)})
-    runs = tmp_path / "runs"
+    runs = tmp / "runs"
+    counts: dict[str, int] = {}
+    args = dict(objectives=("raw", "none", "mv_infonce", "m3g"), seeds=(0, 1), ks=(2, 3), subsets=2, batch_size=16,
+                epochs=1, m3g_micro_batch=4, eval_options={"l2_grid": [1.0], "cluster_on": "all", "n_init": 2,
+                                                           "fewshot_shots": [], "knn_grid": []})
+    recs = kviews.run_study("multiview", str(mat), runs, counts=counts, **args)
+    md, png = kviews.render(runs, tmp / "board", "multiview")
+    return runs, recs, counts, md, png, lambda c: kviews.run_study("multiview", str(mat), runs, counts=c, **args)
 
-    recs = []
-    for k in (2, 4):
-        views = kviews.view_subsets(4, k, 1, 0)[0]
-        import fusebench
 
-        recs += fusebench.run("multiview", objective=["raw", "mv_infonce"], seeds=[0, 1], out=runs,
-                              data_root=str(mat), progress=False,
-                              overrides={**kviews.study_overrides(k, views, "multiview", 0), "pretrain.epochs": 1,
-                                         "pretrain.batch_size": 16,
-                                         "options.embedding_eval": {"l2_grid": [1.0], "n_init": 2}})
-    assert len(recs) == 8 and all(r["config"]["pretrain"]["grid"] == {} for r in recs)
-    md, png = kviews.render(runs, tmp_path / "board", "multiview")
+def _records(runs: Path) -> dict[tuple[str, str, int], dict]:
+    return {(p.parts[-4], p.parts[-3], int(p.parts[-2][4:])): json.loads(p.read_text())
+            for p in runs.glob("multiview-kv-*/*/seed*/run.json")}
+
+
+def _row(text: str, section: str, objective: str, arm: str) -> list[str]:
+    part = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    line = next(l for l in part.splitlines() if l.startswith(f"| `{objective}` | {arm} |"))
+    return [c.strip() for c in line.strip("|").split("|")][2:]
+
+
+def test_tiny_study_runs_nested_cells_with_recorded_permutations(tiny_study) -> None:
+    runs, recs, counts, _, _, _ = tiny_study
+    cells = kviews.study_cells("multiview", 4, [2, 3], 2, 0)
+    assert counts == {"reused": 0, "run": len(cells) * 4 * 2, "failed": 0} and len(recs) == counts["run"]
+    got = _records(runs)
+    assert {name for name, _, _ in got} == {c.name for c in cells}
+    for (name, obj, seed), rec in got.items():
+        note = json.loads(rec["config"]["protocol_notes"]["kviews"])
+        j = int(name.rsplit("d", 1)[1])
+        if "-views-" in name:
+            perm = kviews.view_permutation(4, j, 0)
+            k = int(re.search(r"-k(\d+)d", name)[1])
+            assert note["permutation"] == perm and rec["config"]["dataset"]["options"]["views"] == sorted(perm[:k])
+            assert rec["dataset"]["splits"]["views"] == sorted(perm[:k])
+        else:
+            vc = rec["config"]["dataset"]["options"]["view_copies"]
+            assert vc == note["view_copies"] == rec["dataset"]["splits"]["view_copies"] and vc["seed"] == j
+            assert rec["config"]["dataset"]["modalities"] == [f"copy{c}" for c in range(vc["copies"])]
+    # the same budget for every pretrained run: 54 train samples (60% of 90), batches of 16, the last partial
+    # batch dropped -> 3 steps, 48 samples, one epoch; the reference rows pretrain nothing
+    for (name, obj, seed), rec in got.items():
+        b = rec["budget"]
+        if obj in ("raw", "none"):
+            assert b["optimizer_steps"] == 0
+        else:
+            assert (b["optimizer_steps"], b["samples_seen"], b["batch_size"]) == (3, 48, 16)
+            assert b["micro_batch"] == (4 if obj == "m3g" else None)
+
+
+def test_tiny_study_board_numbers_are_the_paired_gaps_of_the_records(tiny_study) -> None:
+    runs, _, _, md, png, _ = tiny_study
     text = md.read_text()
-    assert png.exists() and png.stat().st_size > 1000
-    # independent mean ± std (sample std) of the records' test accuracy for raw at k = 2
-    vals = [json.loads(p.read_text())["metrics"]["acc"] for p in sorted(runs.glob("multiview-k2s0/raw/seed*/run.json"))]
-    mean, std = float(np.mean(vals)), float(np.std(vals, ddof=1))
-    row = next(line for line in text.splitlines() if line.startswith("| `raw` |"))
-    assert row.split(" | ")[1] == f"{100 * mean:.2f} ± {100 * std:.2f} (2)"
-    assert "| objective | k = 2 | k = 4 |" in text
+    got = _records(runs)
+    assert png.exists() and png.stat().st_size > 5000
+
+    def cells_of(arm: str, k: int) -> list[str]:
+        return sorted({name for name, _, _ in got if name.startswith(f"multiview-kv-{arm}-k{k}d")})
+
+    def stat(vals: list[float], signed: bool) -> str:  # mean ± sample std (n); every cell here has n = 4
+        assert len(vals) == 4
+        mean, std = 100 * float(np.mean(vals)), 100 * float(np.std(vals, ddof=1))
+        return f"{mean:{'+' if signed else ''}.2f} ± {std:.2f} ({len(vals)})"
+
+    for metric, label in (("acc", "test accuracy (linear probe)"), ("cluster_acc", "clustering accuracy (k-means)")):
+        for arm in ("views", "copies"):
+            for ref in ("none", "raw"):
+                for obj in ("mv_infonce", "m3g"):
+                    want = []
+                    for i, k in enumerate((2, 3)):
+                        gaps = [got[(c, obj, s)]["metrics"][metric] - got[(c, ref, s)]["metrics"][metric]
+                                for c in cells_of(arm, k) for s in (0, 1)]
+                        want.append(stat(gaps, True))
+                    assert _row(text, f"{label}: pretrained - `{ref}` (points)", obj, arm) == want
+            values = [stat([got[(c, "raw", s)]["metrics"][metric] for c in cells_of(arm, k) for s in (0, 1)], False)
+                      for k in (2, 3)]
+            assert _row(text, f"{label} (%)", "raw", arm) == values
+    # the summary: `none` at k = 2 -> 3 in the copies arm, and the budget sentence
+    none = [100 * np.mean([got[(c, "none", s)]["metrics"]["acc"] for c in cells_of("copies", k) for s in (0, 1)])
+            for k in (2, 3)]
+    assert f"**copies** arm, k = 2 -> 3: `none` {none[0]:.2f} -> {none[1]:.2f}" in text
+    pretrained = sum(1 for key in got if key[1] in ("mv_infonce", "m3g"))
+    assert (f"all {pretrained} pretrained runs took the same budget: 3 optimiser steps on batches of 16 (1 epoch), "
+            "48 training samples seen") in text
+    assert "`m3g` computed its loss on micro-batches of 4" in text
 
 
-def test_render_without_runs_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no run records of mv-handwritten-k"):
+def test_rerun_reuses_every_cell_and_render_only_cli(tiny_study, tmp_path: Path, capsys) -> None:
+    runs, _, first, md, _, rerun = tiny_study
+    counts: dict[str, int] = {}
+    rerun(counts)
+    assert counts == {"reused": first["run"], "run": 0, "failed": 0}
+    board = tmp_path / "board"
+    assert kviews.main(["--benchmark", "multiview", "--render-only", "--out", str(runs), "--board", str(board),
+                        "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert Path(out["markdown"]).read_text() == md.read_text()  # deterministic from the records
+
+
+def test_render_without_new_records_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no run records of mv-handwritten-kv-<arm>-k<k>d<draw> .*run the study"):
         kviews.render(tmp_path, tmp_path / "b")
+    legacy = ROOT / "leaderboards" / "runs-kviews"
+    if legacy.is_dir() and any(kviews._LEGACY.match(p.name) for p in legacy.iterdir()):
+        with pytest.raises(ValueError, match=r"of the superseded design .* rerun `fusebench study kviews`"):
+            kviews.render(legacy, tmp_path / "b")

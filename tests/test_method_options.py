@@ -36,6 +36,19 @@ V1_LEGACY_DEFAULTS = {
 }
 
 #: quickstart hashes computed with the code before this change (PretrainConfig with flat fields)
+#: the quickstart spec as it was when the hashes below were pinned (before its `raw` row, issue #22): the
+#: pins check that the hash schema has not moved, so they are computed on that spec
+QUICKSTART_AS_PINNED = {
+    "objectives": ["none", "infonce_pwe", "mv_dhel", "m3g", "tuple_infonce"],
+    "protocol_notes": {
+        "generator": "embedded, seeded (, 1024 train / 256 val / 512 test samples); the run tests whether pretraining "
+                     "recovers the weak factor b: a probe without it is capped at 50% accuracy",
+        "splits": "train for pretraining and probe; val for epoch selection; test scored once",
+        "probe": "linear probe on the frozen concatenated per-modality embeddings"},
+}
+#: issue #22: these specs moved to the matched-budget, split-per-seed, few-shot protocol; their committed runs
+#: are of the previous protocol until the boards are re-run (mv-ngs was)
+AWAITING_RERUN = {"mv-handwritten", "mv-hw2sources", "mv-leaves100"}
 QUICKSTART_OLD_HASHES = [
     (None, None, "0160b9f9615cafb0"),
     ("tuple_candidates", 8, "6320a58cc04e8c26"),
@@ -56,9 +69,19 @@ def _records(name: str | None = None) -> list[Path]:
 def _current_schema(config: dict[str, Any]) -> bool:
     """Whether a record's config has the keys the canonical form has now (older records lack fields
     added since, e.g. pretrain.selection_seed: their hashes could not be reproduced before either)."""
+    from fusebench.training.config import OMITTED_WHEN_DEFAULT
+
     now = BenchmarkSpec().to_dict()
-    return set(config) == set(now) and all(set(config[k]) == set(now[k]) for k in now if isinstance(now[k], dict)
-                                           and k not in ("options", "protocol_notes", "synthetic"))
+    optional: dict[str, set[str]] = {}  # fields written only when set (hash schema 1): present or not
+    for path, _default in OMITTED_WHEN_DEFAULT:
+        optional.setdefault(path[0] if len(path) > 1 else "", set()).add(path[-1])
+
+    def keys(d: dict[str, Any], where: str) -> set[str]:
+        return set(d) - optional.get(where, set())
+
+    return keys(config, "") == keys(now, "") and all(
+        keys(config[k], k) == keys(now[k], k) for k in now
+        if isinstance(now[k], dict) and k not in ("options", "protocol_notes", "synthetic"))
 
 
 def _dotted_diff(spec: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
@@ -84,6 +107,9 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
     recs = _records(name)
     if not recs:
         pytest.skip(f"no committed runs of {name}")
+    if name in AWAITING_RERUN:
+        pytest.skip(f"{name}: the spec moved to the issue-#22 protocol; its committed runs are of the previous "
+                    "protocol until the board is re-run")
     rec = json.loads(recs[0].read_text())
     assert {json.loads(p.read_text())["config_hash"] for p in recs} == {rec["config_hash"]}
     if not _current_schema(rec["config"]):
@@ -135,14 +161,15 @@ def test_hash_schema_1_legacy_keys_and_defaults() -> None:
 @pytest.mark.parametrize("flat,value,want", QUICKSTART_OLD_HASHES)
 def test_option_set_old_or_new_way_gives_the_old_hash(flat: str | None, value: Any, want: str) -> None:
     if flat is None:
-        assert benchmarks.load("quickstart").hash() == want
+        assert benchmarks.load("quickstart", overrides=QUICKSTART_AS_PINNED).hash() == want
         return
     mid, opt = M.legacy_map()[flat]
     with pytest.warns(M.DeprecatedKeyWarning, match=f"pretrain.{flat} is deprecated; write pretrain.methods.{mid}.{opt}"):
-        via_alias = benchmarks.load("quickstart", overrides={f"pretrain.{flat}": value})
+        via_alias = benchmarks.load("quickstart", overrides={**QUICKSTART_AS_PINNED, f"pretrain.{flat}": value})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        via_method = benchmarks.load("quickstart", overrides={f"pretrain.methods.{mid}.{opt}": value})
+        via_method = benchmarks.load("quickstart", overrides={**QUICKSTART_AS_PINNED,
+                                                              f"pretrain.methods.{mid}.{opt}": value})
     assert via_alias.hash() == via_method.hash() == want
     assert via_method.to_dict()["pretrain"][flat] == value  # the canonical form has the old flat key
     # the record's config (canonical form) reads back into the same spec

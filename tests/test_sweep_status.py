@@ -64,7 +64,7 @@ def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
         ("none", 1): ("interrupted", "resumable from last.pt"), ("none", 2): ("pending", "")}}
     # with --benchmark, the spec's default sweep (5 objectives x 3 seeds) fills in the pending cells
     full = status.collect(out, ["quickstart"])["quickstart"]
-    assert len(full) == 5 * 3 + 0 and full[("tuple_infonce", 2)] == ("pending", "")
+    assert len(full) == 6 * 3 + 0 and full[("tuple_infonce", 2)] == ("pending", "")
     from fusebench.cli import main
 
     assert main(["status", "--out", str(out)]) == 0

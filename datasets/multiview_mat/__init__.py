@@ -38,7 +38,12 @@ wanted), ``view_names``, ``sample_axis`` ("auto", 0 = rows are samples, 1 = colu
 value for every view or a list with one per view of the file),
 ``split_fractions`` ([train, val, test] or a dict), ``split_seed`` (int or "run"), ``standardize``
 (True), ``verify_sha256`` (True), ``sha256`` (expected digest for any file),
-``allow_fractional_labels`` (False), ``allow_small_classes`` (False).
+``allow_fractional_labels`` (False), ``allow_small_classes`` (False), ``view_copies`` (none; ``{base:
+[view indices], copies: k, noise: sigma, mask: p, seed: s}`` replaces the views by k copies of the base
+view(s), each with its own fixed, seeded per-sample augmentation: Gaussian noise of std sigma x the
+feature's train std and masking with probability p; an information-fixed control for k-views studies,
+:mod:`.copies`; exclusive with ``views``; the copies are named ``copy0..copy{k-1}`` unless
+``view_names`` names them).
 
 Shape (one sample):
     modalities[view name]  [d_v] float32 (z-scored with train statistics unless standardize=False)
@@ -47,12 +52,12 @@ Shape (one sample):
 
 Modules: :mod:`.formats` (the v5 / v7.3 ``.mat`` readers, the per-process file LRU, sha256),
 :mod:`.layouts` (locating the file, label and view orientation), :mod:`.splits` (stratified splits,
-z-score statistics), :mod:`.synthetic` (the synthetic twin), :mod:`.adapter` (the registered
-:class:`MultiviewMat`) and :mod:`.classic` (the registered classic datasets). Every name defined in
-the former single module ``fusebench/datasets/multiview_mat.py`` is re-exported here; the adapters
-keep ``__module__ = "fusebench.datasets.multiview_mat"`` (prepared-cache manifests, registry origin)
-and every module logs to the ``fusebench.datasets.multiview_mat`` logger; importing this package
-registers all five adapters.
+z-score statistics), :mod:`.copies` (the ``view_copies`` option), :mod:`.synthetic` (the synthetic
+twin), :mod:`.adapter` (the registered :class:`MultiviewMat`) and :mod:`.classic` (the registered
+classic datasets). Every name defined in the former single module
+``fusebench/datasets/multiview_mat.py`` is re-exported here; the adapters keep ``__module__ =
+"fusebench.datasets.multiview_mat"`` (prepared-cache manifests, registry origin) and every module logs
+to the ``fusebench.datasets.multiview_mat`` logger; importing this package registers all five adapters.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from ..base import (
 )
 from .adapter import _SYN_DIMS, OPTIONS, MultiviewMat
 from .classic import _LAYOUT, _SOURCE, MvHandwritten, MvHw2sources, MvLeaves100, MvNgs, _registered
+from .copies import augmented_copies, parse_view_copies
 from .formats import (
     _LRU,
     _LRU_SIZE,
@@ -92,5 +98,6 @@ from .splits import (
     zscore_stats,
 )
 
-__all__ = ["MultiviewMat", "MvHandwritten", "MvHw2sources", "MvLeaves100", "MvNgs", "labels_to_ids", "orient",
-           "parse_fractions", "read_mat", "sha256_of", "stratified_split", "zscore_stats"]
+__all__ = ["MultiviewMat", "MvHandwritten", "MvHw2sources", "MvLeaves100", "MvNgs", "augmented_copies",
+           "labels_to_ids", "orient", "parse_fractions", "parse_view_copies", "read_mat", "sha256_of",
+           "stratified_split", "zscore_stats"]

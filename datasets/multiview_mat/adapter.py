@@ -18,6 +18,7 @@ import torch
 
 from .. import DATASETS
 from ..base import BASE_OPTIONS, DataFile, DatasetError, Modality, MultimodalDataset, SyntheticSpec
+from .copies import augmented_copies, parse_view_copies
 from .formats import _file_sha256, read_mat
 from .layouts import _FileLocation, labels_to_ids, log, orient
 from .splits import SPLIT_NAMES, min_class_size, parse_fractions, stratified_split, view_problem, zscore_stats
@@ -30,7 +31,7 @@ _MODULE = "fusebench.datasets.multiview_mat"
 
 OPTIONS = frozenset({"file", "x_key", "y_key", "views", "view_names", "sample_axis", "split_fractions",
                      "split_seed", "standardize", "verify_sha256", "sha256", "allow_fractional_labels",
-                     "allow_small_classes"})
+                     "allow_small_classes", "view_copies"})
 
 _SYN_DIMS = (8, 12, 16)
 
@@ -63,7 +64,9 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     OPTION_TYPES: ClassVar[dict[str, Any]] = {"file": str, "x_key": str, "y_key": str, "views": list,
                                               "view_names": list, "split_seed": int, "standardize": bool,
                                               "verify_sha256": bool, "sha256": str,
-                                              "allow_fractional_labels": bool, "allow_small_classes": bool}
+                                              "allow_fractional_labels": bool, "allow_small_classes": bool,
+                                              # {base, copies, noise, mask, seed}: see datasets/multiview_mat/copies.py
+                                              "view_copies": dict}
 
     def __init__(self, root: str | os.PathLike | None = None, split: str = "train",
                  modalities: list[str] | tuple[str, ...] | None = None, synthetic: bool = False, **opts: Any) -> None:
@@ -102,7 +105,13 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         y, self.label_values = labels_to_ids(raw["y"], path, y_key,
                                              allow_fractional=bool(o.get("allow_fractional_labels", False)))
         n = y.size
-        sel = o.get("views")
+        copies = None
+        if o.get("view_copies") is not None:
+            if o.get("views") is not None:
+                raise DatasetError(f"{self.id}: views={o['views']!r} and view_copies are exclusive: view_copies "
+                                   "replaces the views by copies of view_copies.base; drop views")
+            copies = parse_view_copies(o["view_copies"], n_views, self.id)
+        sel = copies["base"] if copies is not None else o.get("views")
         if sel is None:
             sel = list(range(n_views))
         else:
@@ -115,13 +124,16 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
                 raise DatasetError(f"{self.id}: views={o['views']!r} must be distinct indices in 0..{n_views - 1} "
                                    f"({path} has {n_views} views)")
         names = o.get("view_names")
+        n_out = copies["copies"] if copies is not None else len(sel)  # the views the dataset will have
         if names is None:
-            names = [f"view{v}" for v in sel]
+            names = [f"copy{c}" for c in range(n_out)] if copies is not None else [f"view{v}" for v in sel]
         else:
             names = [str(s) for s in names]
-            if len(names) != len(sel) or len(set(names)) != len(names) or not all(names):
-                raise DatasetError(f"{self.id}: view_names={o['view_names']!r} must be {len(sel)} distinct non-empty "
-                                   "names, one per selected view")
+            if len(names) != n_out or len(set(names)) != len(names) or not all(names):
+                what = "one per copy (view_copies.copies)" if copies is not None else "one per selected view"
+                raise DatasetError(f"{self.id}: view_names={o['view_names']!r} must be {n_out} distinct non-empty "
+                                   f"names, {what}")
+        base_names = [f"view{v}" for v in sel] if copies is not None else names
         sample_axis = o.get("sample_axis", "auto")
         if isinstance(sample_axis, (list, tuple)):
             if len(sample_axis) != n_views:
@@ -137,7 +149,7 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             if np.issubdtype(np.asarray(vals).dtype, np.floating):
                 bad_count = int((~np.isfinite(vals)).sum())
                 if bad_count:
-                    raise DatasetError(f"{path}: view {v} ({names[len(views)]}) has {bad_count} NaN/Inf values")
+                    raise DatasetError(f"{path}: view {v} ({base_names[len(views)]}) has {bad_count} NaN/Inf values")
             x = x.toarray() if sp.issparse(x) else x
             views.append(np.asarray(x, dtype=np.float64))
             layouts.append(layout)
@@ -155,21 +167,35 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             raise DatasetError(f"{path}: split_fractions {list(fractions)} leave split(s) {empty} empty with {n} samples")
         self._check_class_sizes(y, fractions, path, y_key, bool(o.get("allow_small_classes", False)))
         standardize = bool(o.get("standardize", True))
-        for v, name, x in zip(sel, names, views):
+        for v, name, x in zip(sel, base_names, views):
             problem = view_problem(x, parts["train"], standardize)
             if problem:
-                raise DatasetError(f"{path}: view {v} ({name}) {problem}. Fix or rescale it, or leave it out with the "
-                                   f"option views=[...] (the indices of the views to keep)")
+                leave_out = ("choose another view_copies.base" if copies is not None else
+                             "leave it out with the option views=[...] (the indices of the views to keep)")
+                raise DatasetError(f"{path}: view {v} ({name}) {problem}. Fix or rescale it, or {leave_out}")
         self.stats = []
         for x in views:
             if standardize:
                 self.stats.append(zscore_stats(x[parts["train"]]))
         num_classes = int(self.label_values.size)
         declared = {m.name: m.channels for m in type(self).MODALITIES}
-        self.MODALITIES = tuple(
-            Modality(name, "vector", int(x.shape[1]), description=f"view {v} of {path.name} ({x.shape[1]}-d, stored {lay})")
-            for name, v, x, lay in zip(names, sel, views, layouts))
-        if self.FILE and not synthetic and o.get("views") is None and o.get("view_names") is None:
+        if copies is not None:  # the base views (standardised), concatenated, replaced by k augmented copies
+            base = np.concatenate([(x - m) / sc for x, (m, sc) in zip(views, self.stats)] if standardize else views,
+                                  axis=1)
+            views = augmented_copies(base, parts["train"], copies["copies"], copies["noise"], copies["mask"],
+                                     copies["seed"], standardized=standardize)
+            self.stats = []  # already standardised (before the augmentation): _index takes the copies as they are
+            what = (f"copy {{c}} of view(s) {copies['base']} of {path.name} ({base.shape[1]}-d; noise "
+                    f"{copies['noise']:g}, mask {copies['mask']:g}, seed {copies['seed']})")
+            self.MODALITIES = tuple(Modality(name, "vector", int(base.shape[1]), description=what.format(c=c))
+                                    for c, name in enumerate(names))
+        else:
+            self.MODALITIES = tuple(
+                Modality(name, "vector", int(x.shape[1]),
+                         description=f"view {v} of {path.name} ({x.shape[1]}-d, stored {lay})")
+                for name, v, x, lay in zip(names, sel, views, layouts))
+        if (self.FILE and not synthetic and o.get("views") is None and o.get("view_names") is None
+                and copies is None):
             got = {m.name: m.channels for m in self.MODALITIES}
             if got != declared or num_classes != type(self).num_classes:
                 log.warning("%s: %s has views %s and %d classes; the registered dataset declares %s and %d",
@@ -177,6 +203,7 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         self.num_classes = num_classes
         self._parts, self._y_all, self._views_all, self._sel = parts, y, views, sel
         self._layouts, self._fractions, self._split_seed, self._standardize = layouts, fractions, split_seed, standardize
+        self._view_copies = copies
 
     def _check_class_sizes(self, y: np.ndarray, fractions: tuple[float, float, float], path: Path, y_key: str,
                            allow: bool) -> None:
@@ -206,7 +233,7 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         self._x = {}
         for i, (m, x) in enumerate(zip(self.MODALITIES, self._views_all)):
             xs = x[rows]
-            if self._standardize:
+            if self._standardize and self._view_copies is None:
                 mean, scale = self.stats[i]
                 xs = (xs - mean) / scale
             self._x[m.name] = torch.from_numpy(np.ascontiguousarray(xs, dtype=np.float32))
@@ -239,4 +266,5 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             "stratified": True, "standardize": "zscore_train" if self._standardize else "none",
             "counts": {s: int(self._parts[s].size) for s in SPLIT_NAMES},
             "class_counts": {s: np.bincount(y[self._parts[s]], minlength=c).tolist() for s in SPLIT_NAMES},
+            **({"view_copies": dict(self._view_copies)} if self._view_copies is not None else {}),
         }

@@ -62,6 +62,9 @@ def _table() -> dict[str, Declared]:
     # clustering.py
     for m in ("cluster_acc", "nmi", "ari"):
         out[m] = Declared("clustering", True, frac, "1")
+    # clustering.py: the probe accuracies of the frozen-embedding evaluation
+    for m in ("fs1_acc", "fs5_acc", "fs10_acc", "knn_acc"):
+        out[m] = Declared("classification", True, frac, "1")
     return dict(sorted(out.items()))
 
 

@@ -1,4 +1,6 @@
-"""Clustering metrics: ``cluster_acc``, ``nmi``, ``ari`` (the multi-view clustering literature's three).
+"""Frozen-embedding evaluation metrics: the clustering scores ``cluster_acc``, ``nmi``, ``ari`` (the
+multi-view clustering literature's three) and the probe accuracies ``fs1_acc``, ``fs5_acc``,
+``fs10_acc``, ``knn_acc`` of :mod:`fusebench.training.embedding_eval`.
 
 Call form: ``get(id)(y_pred, y_true) -> float`` with 1-D integer arrays (numpy or torch) of the same
 length: ``y_pred`` = cluster ids (arbitrary integers, any number of clusters), ``y_true`` = class ids.
@@ -16,6 +18,20 @@ All three are invariant to renaming the clusters. Definitions on the contingency
   E = sum_i C(a_i, 2) sum_j C(b_j, 2) / C(n, 2) (Hubert and Arabie, "Comparing partitions", Journal
   of Classification 2, 1985), computed with exact integer pair counts; 1.0 when the denominator is 0
   (both labelings all-singletons or both one group).
+
+Probe accuracies (task ``classification``, like ``acc``; higher is better; unit fraction). Call form
+``get(id)(y_pred, y_true) -> float`` = trace(M) / n, the fraction of ``y_pred`` equal to ``y_true``
+(integer class ids), i.e. the accuracy of one set of probe predictions. What each id reports:
+
+* ``fs1_acc``, ``fs5_acc``, ``fs10_acc``: test accuracy of a logistic probe trained on 1 / 5 / 10
+  labelled train samples per class, **averaged over the seeded draws** of those samples (each draw's
+  predictions are scored with this function, then the draws are averaged);
+* ``knn_acc``: test accuracy of the cosine-similarity k-nearest-neighbour classifier (k chosen on the
+  validation split).
+
+The protocols (sampling, standardisation, selection of the L2 weight and of k, tie-breaking) are in
+:mod:`fusebench.training.embedding_eval`. They are registered here, beside the clustering scores,
+because this is the evaluation's metric module that the registry imports.
 
 Shape: ``y_pred`` [n], ``y_true`` [n]; n >= 1 (empty input raises ValueError).
 """
@@ -92,4 +108,33 @@ def ari(y_pred: Any, y_true: Any) -> float:
     return float((s_ij - expected) / denom)
 
 
-__all__ = ["ari", "cluster_acc", "contingency", "nmi"]
+def _probe_accuracy(y_pred: Any, y_true: Any, metric: str) -> float:
+    p, t = pair(y_pred, y_true, metric, integer=True)
+    return float(np.count_nonzero(p == t) / t.size)
+
+
+@register("fs1_acc", higher_is_better=True, task="classification", unit="fraction")
+def fs1_acc(y_pred: Any, y_true: Any) -> float:
+    """Few-shot probe accuracy, 1 labelled sample per class (one draw; the evaluation averages the draws)."""
+    return _probe_accuracy(y_pred, y_true, "fs1_acc")
+
+
+@register("fs5_acc", higher_is_better=True, task="classification", unit="fraction")
+def fs5_acc(y_pred: Any, y_true: Any) -> float:
+    """Few-shot probe accuracy, 5 labelled samples per class (one draw; the evaluation averages the draws)."""
+    return _probe_accuracy(y_pred, y_true, "fs5_acc")
+
+
+@register("fs10_acc", higher_is_better=True, task="classification", unit="fraction")
+def fs10_acc(y_pred: Any, y_true: Any) -> float:
+    """Few-shot probe accuracy, 10 labelled samples per class (one draw; the evaluation averages the draws)."""
+    return _probe_accuracy(y_pred, y_true, "fs10_acc")
+
+
+@register("knn_acc", higher_is_better=True, task="classification", unit="fraction")
+def knn_acc(y_pred: Any, y_true: Any) -> float:
+    """Cosine k-nearest-neighbour probe accuracy (k chosen on the validation split): fraction correct."""
+    return _probe_accuracy(y_pred, y_true, "knn_acc")
+
+
+__all__ = ["ari", "cluster_acc", "contingency", "fs10_acc", "fs1_acc", "fs5_acc", "knn_acc", "nmi"]

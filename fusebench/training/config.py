@@ -33,6 +33,9 @@ class DatasetConfig:
     synthetic_spec: dict[str, Any] = field(default_factory=dict)  # SyntheticSpec fields
     synthetic_only: bool = False  # embedded data (quickstart): always the synthetic generator
     val_split: str = "val"  # the only split used for model selection
+    # each run seed draws its own split: the adapter's ``split_seed`` option is set to the run's seed
+    # (selection runs: the selection seed), so the seeds vary the split as well as the initialisation
+    split_per_seed: bool = False
     test_split: str = "test"
 
 
@@ -50,10 +53,17 @@ class PretrainConfig:
     batch_size: int = 32
     objective_batch_size: dict[str, int] = field(default_factory=dict)  # objective id -> its own batch (M3G at k >= 5)
     objective_epochs: dict[str, int] = field(default_factory=dict)  # objective id -> its own epochs (with its own batch)
+    # objective id -> micro-batch: the loss is the size-weighted mean of the objective over consecutive chunks
+    # of this many samples of each batch (for a loss whose cost cannot fit the common batch, e.g. M3G's n^k
+    # at k = 6): optimiser steps and samples seen stay those of the common batch
+    objective_micro_batch: dict[str, int] = field(default_factory=dict)
     # hyper-parameter search on the validation split: objective id -> {name: [values]}; every combination
     # is pretrained once with ``selection_seed`` and the best validation primary metric wins (runner.select_hparams)
     grid: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     selection_seed: int = 1000  # not one of the evaluation seeds
+    # several selection seeds (none of them an evaluation seed): each grid point is run once per seed and
+    # scored by the mean validation metric; empty = [selection_seed]
+    selection_seeds: list[int] = field(default_factory=list)
     optimizer: str = "adamw"  # adamw | sgd
     lr: float = 1e-3
     weight_decay: float = 1e-4
@@ -103,10 +113,18 @@ class BenchmarkSpec:
     protocol_notes: dict[str, str] = field(default_factory=dict)  # leaderboard footer lines
     options: dict[str, Any] = field(default_factory=dict)  # pipeline-specific settings
     synthetic: dict[str, Any] = field(default_factory=dict)  # dotted overrides for --synthetic
+    # how the board compares the rows: {"reference": objective id the tests are against (e.g. raw),
+    # "primary": the board's primary metric id, "why": one line on the choice}; copied into every record
+    comparison: dict[str, str] = field(default_factory=dict)
 
     @property
     def primary_metric(self) -> str:
         return self.selection_metric or (self.metrics[0] if self.metrics else "")
+
+    @property
+    def selection_seeds(self) -> list[int]:
+        """The seeds of the hyper-parameter search (``pretrain.selection_seeds``, else ``[selection_seed]``)."""
+        return [int(s) for s in (self.pretrain.selection_seeds or [self.pretrain.selection_seed])]
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical form of the spec (hash schema :data:`HASH_SCHEMA_VERSION`): what ``run.json``
@@ -118,6 +136,13 @@ class BenchmarkSpec:
         out["precision"] = check(out["precision"])
         if out["precision"] == DEFAULT:  # hash schema 1: the default precision is not written out
             del out["precision"]
+        for path, default in OMITTED_WHEN_DEFAULT:  # hash schema 1: newer fields only when set
+            *parents, leaf = path
+            node = out
+            for p in parents:
+                node = node[p]
+            if node.get(leaf) == default:
+                del node[leaf]
         return out
 
     def hash(self) -> str:
@@ -135,6 +160,15 @@ class BenchmarkSpec:
 #: when it is not the default ``32``. The version is not part of the
 #: hashed bytes; docs/benchmarks.md ("The config hash") has the rules.
 HASH_SCHEMA_VERSION = 1
+
+#: fields added after hash schema 1 was fixed: written into the canonical form (and so the hash) only when
+#: they differ from their default, so every existing spec and run keeps its hash
+OMITTED_WHEN_DEFAULT: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("dataset", "split_per_seed"), False),
+    (("pretrain", "objective_micro_batch"), {}),
+    (("pretrain", "selection_seeds"), []),
+    (("comparison",), {}),
+)
 
 
 def config_hash(canonical: dict[str, Any]) -> str:
@@ -340,6 +374,18 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
          "pretrain.objective_batch_size values must be integers >= 2"),
         (all(isinstance(e, int) and e >= 0 for e in pt.objective_epochs.values()),
          "pretrain.objective_epochs values must be integers >= 0"),
+        (all(isinstance(b, int) and b >= 2 for b in pt.objective_micro_batch.values()),
+         "pretrain.objective_micro_batch values must be integers >= 2"),
+        (all(isinstance(x, int) and not isinstance(x, bool) for x in pt.selection_seeds)
+         and len(set(pt.selection_seeds)) == len(pt.selection_seeds) and not set(pt.selection_seeds) & set(spec.seeds),
+         "pretrain.selection_seeds must be distinct integers, none of them an evaluation seed (seeds)"),
+        (set(spec.comparison) <= {"reference", "primary", "why"}
+         and all(isinstance(v, str) for v in spec.comparison.values()),
+         "comparison takes the string keys reference, primary, why"),
+        (not spec.comparison.get("primary") or spec.comparison["primary"] in spec.metrics,
+         f"comparison.primary {spec.comparison.get('primary')!r} must be one of metrics {spec.metrics}"),
+        (not spec.comparison.get("reference") or spec.comparison["reference"] in spec.objectives,
+         f"comparison.reference {spec.comparison.get('reference')!r} must be one of objectives {spec.objectives}"),
         (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
         (ds.shots is None or ds.shots >= 1, "downstream.shots must be a positive number of samples per class"),
         (len(spec.seeds) >= 1, "seeds must list at least one seed"),

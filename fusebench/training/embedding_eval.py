@@ -1,27 +1,53 @@
-"""Frozen-embedding evaluation: a linear probe and k-means clustering on the same embeddings.
+"""Frozen-embedding evaluation: a linear probe, few-shot probes, a kNN probe and k-means, on the same embeddings.
 
 ``probe_and_cluster(train_emb, train_y, val_emb, val_y, test_emb, test_y, num_classes, seed)`` returns
-one dict with
+one dict. Every probe sees the embeddings **z-scored with the train split's per-column mean / std**
+(population std; columns constant on train become 0; :func:`standardize`). The keys are
+``"test_<id>"`` (and ``"val_<id>"`` where the split has a value) for every metric id computed, the
+older names kept beside them, and one record per evaluation:
 
-* the **linear probe** (multinomial logistic regression on the embeddings z-scored with the *train*
-  mean/std; features constant on train become 0): weights ``W [d, C]`` and bias ``b [C]`` minimise
-  ``mean_i CE(softmax(x_i W + b), y_i) + l2 / 2 * ||W||_F^2`` (bias not penalised), full batch, float64,
-  L-BFGS (``torch.optim.LBFGS``, strong-Wolfe line search) from zero on one thread, so the result does
-  not depend on a seed or on the thread count. The L2 weight is chosen on the **validation** split
-  only: the grid value with the highest val accuracy, ties to the larger (more regularised) value;
-  the test split is scored once, with that value.
-  Keys: ``val_acc``, ``val_macro_f1``, ``test_acc``, ``test_macro_f1`` (metrics ``acc`` and ``mf1`` of
-  :mod:`fusebench.metrics`: macro F1 over the classes seen in y_true or y_pred) and the record
-  ``probe = {"l2_grid", "l2", "val_acc_by_l2", "selection", "standardize", "optimizer", "max_iter"}``.
-* **k-means** with k = ``num_classes`` on the z-scored embeddings of ``cluster_on`` = ``"all"``
+* the **linear probe** (:func:`fit_logistic`): multinomial logistic regression, weights ``W [d, C]``
+  and bias ``b [C]`` minimising ``mean_i CE(softmax(x_i W + b), y_i) + l2 / 2 * ||W||_F^2`` (bias not
+  penalised), full batch, float64, L-BFGS (``torch.optim.LBFGS``, strong-Wolfe line search) from
+  zero on one thread, so the result depends on neither a seed nor the thread count. The L2 weight is
+  chosen on the **validation** split only: the grid value with the highest val accuracy, ties to the
+  larger (more regularised) value; the test split is scored once, with that value. Keys
+  ``val_acc``, ``test_acc`` (metric ``acc``), ``val_mf1``, ``test_mf1`` (metric ``mf1``: macro F1 over
+  the classes seen in y_true or y_pred), the same two under their older names ``val_macro_f1``,
+  ``test_macro_f1``, and the record ``probe = {"l2_grid", "l2", "val_acc_by_l2", "selection",
+  "standardize", "optimizer", "max_iter"}``.
+* **few-shot probes** (:func:`fewshot_probe`): for each s in ``fewshot_shots`` (labels per class) and
+  each of ``fewshot_draws`` draws, s train samples of every class are drawn without replacement and
+  the same logistic regression is fitted on them alone. Draws: one ``numpy.random.Generator`` per s,
+  ``default_rng(SeedSequence([seed, s]))``; draw j = 0, 1, ... takes, class by class in increasing
+  class id, ``rng.choice(pool_c, size=s, replace=False)`` where ``pool_c`` = the train indices of
+  class c in increasing order (so draw j does not depend on how many draws follow). Features are
+  z-scored with the statistics of **all** train embeddings (no labels are used for that, so it leaks
+  nothing the few-shot learner would not have: the unlabelled train pool). The L2 weight is fixed
+  per s by the validation split: for every value of ``fewshot_l2_grid`` (default: ``l2_grid``) all
+  draws are fitted (:func:`fit_logistic`, batched over the draws); the value with the highest
+  **mean over draws** of the val accuracy is kept (ties to the larger value) and the test
+  accuracies of that value are reported. Keys ``val_fs<s>_acc``, ``test_fs<s>_acc`` =
+  mean over draws (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc`` for the default shots); record
+  ``fewshot`` with per-draw values. A class with fewer than s train samples raises ValueError.
+* the **kNN probe** (:func:`knn_probe`): cosine similarity ``<u, v> / (||u|| ||v||)`` between z-scored
+  embeddings (an all-zero row has similarity 0 to everything), neighbours taken from the train split;
+  the k nearest are the k largest similarities, equal similarities ordered by the lower train index;
+  majority vote; a tied vote goes to the tied class with the larger **summed similarity** of its
+  neighbours among the k, then to the lower class id. k is chosen on the validation split from
+  ``knn_grid`` (values above n_train dropped): highest val accuracy, ties to the larger k. Keys
+  ``val_knn_acc``, ``test_knn_acc``; record ``knn``.
+* **k-means** (:func:`kmeans`) with k = ``num_classes`` on the embeddings of ``cluster_on`` = ``"all"``
   (train + val + test, the default: the multi-view clustering literature clusters every sample and
-  labels are used only for scoring) or ``"test"``; k-means++ seeding (first centre uniform, the next
-  ones drawn with probability proportional to the squared distance to the nearest chosen centre),
-  Lloyd iterations until no assignment changes (at most ``kmeans_max_iter``), an emptied cluster is
-  re-seeded with the point farthest from its centre; ``n_init`` restarts from generators derived
-  from ``seed`` and the lowest inertia wins (ties to the earlier restart). Keys: ``cluster_acc``,
-  ``nmi``, ``ari`` (:mod:`fusebench.metrics.clustering`) and the record ``clustering = {"on",
-  "num_samples", "k", "n_init", "init", "inertia", "seed", "standardize"}``.
+  labels are used only for scoring) or ``"test"``; ``cluster_standardize`` = ``"zscore"`` (z-scored
+  with the mean / std of the clustered samples, the default) or ``"none"`` (clustered as given: for
+  reference features whose scale is part of the design, :mod:`fusebench.training.reference_features`).
+  Greedy k-means++ seeding, Lloyd to convergence, ``n_init`` restarts (default 100), lowest inertia
+  kept; see :func:`kmeans`. Keys ``cluster_acc``, ``nmi``, ``ari`` and the same values as
+  ``test_cluster_acc``, ``test_nmi``, ``test_ari`` (computed on the ``cluster_on`` samples, scored
+  with every label; :mod:`fusebench.metrics.clustering`), record ``clustering = {"on",
+  "num_samples", "k", "n_init", "init", "init_variant", "tol", "inertia", "seed", "standardize"}``.
+  ``fewshot_shots=()`` / ``knn_grid=()`` skip those probes (and their keys).
 
 Precision: embeddings of any float dtype (bfloat16 / float16 from a mixed-precision encoder
 included) are widened to float64 on entry (exact, :func:`fusebench.metrics.arrays.to_numpy`), and
@@ -29,9 +55,13 @@ every reduction runs in float64; autocast never casts float64 tensors, so a call
 nothing.
 
 Deterministic given ``seed`` (torch on CPU, one intra-op thread inside this module, restored
-afterwards; numpy only for element-wise work). Cost: 2000 x 96 embeddings, 10 classes, default
-grid and n_init: about 0.7 s of CPU time on the 2-core development machine (the first torch
-optimizer built in a process also imports torch._dynamo, once).
+afterwards; numpy only for element-wise work and the seeded draws). Cost, measured on the 2-core
+development machine, one core: 10 classes, 1200 train / 400 val / 400 test x 96-d, default grids
+(3 shots x 20 draws x 5 L2 values, the draws of one shot and one L2 value fitted in one batched
+L-BFGS): the few-shot probes about 1 s, the kNN probe about 0.06 s, the full probe about 0.7 s,
+k-means with n_init = 100 on the 2000 samples about 0.8 s (on the 2000 x 649 z-scored handwritten
+views about 6 s, as long as scikit-learn's KMeans with the same n_init). The first torch optimizer
+built in a process also imports torch._dynamo, once.
 
 Shape: ``*_emb`` [n, d], or per-view ``[k, n, d]`` (concatenated to ``[n, k*d]``, as
 :mod:`fusebench.metrics.fewshot` does); numpy or torch, any float dtype. ``*_y`` [n] integer class
@@ -40,6 +70,7 @@ ids in 0..num_classes-1.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -50,6 +81,17 @@ from einops import rearrange
 from fusebench.metrics.arrays import to_numpy
 
 DEFAULT_L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+#: labels per class of the few-shot probes (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc``)
+DEFAULT_SHOTS = (1, 5, 10)
+#: seeded draws per shot count
+DEFAULT_DRAWS = 20
+#: candidate numbers of neighbours of the kNN probe (chosen on val)
+DEFAULT_KNN_GRID = (1, 3, 5, 10, 20, 50)
+#: k-means restarts of the boards
+DEFAULT_N_INIT = 100
+#: k-means convergence: total squared centre shift <= KMEANS_TOL * mean per-feature variance
+KMEANS_TOL = 1e-4
+CLUSTER_STANDARDIZE = ("zscore", "none")
 
 
 def _as_2d(x: Any, name: str) -> np.ndarray:
@@ -75,9 +117,33 @@ def _as_labels(y: Any, n: int, num_classes: int, name: str) -> np.ndarray:
     return a
 
 
+def _positive_ints(values: Sequence[Any], name: str) -> list[int]:
+    """``values`` as a non-empty list of distinct positive ints (order kept), else a ValueError naming ``name``."""
+    try:
+        out = [int(v) for v in values]
+        ok = bool(out) and all(o == v and o >= 1 for o, v in zip(out, values)) and len(set(out)) == len(out)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"probe_and_cluster: {name} = {values!r} must be a non-empty sequence of distinct "
+                         f"positive integers")
+    return out
+
+
+def _l2_values(values: Sequence[Any], name: str) -> list[float]:
+    try:
+        grid = [float(v) for v in values]
+    except (TypeError, ValueError):
+        grid = []
+    if not grid or any(not np.isfinite(v) or v < 0 for v in grid):
+        raise ValueError(f"probe_and_cluster: {name} {list(values) if hasattr(values, '__iter__') else values!r} "
+                         f"must be a non-empty sequence of finite values >= 0")
+    return grid
+
+
 def standardize(fit: np.ndarray, *xs: np.ndarray) -> list[np.ndarray]:
-    """z-score every array in ``xs`` with the per-column mean/std of ``fit``; columns constant on
-    ``fit`` become 0."""
+    """z-score every array in ``xs`` with the per-column mean / population std of ``fit``:
+    ``(x - mean) / std``; columns constant on ``fit`` become 0."""
     mean = fit.mean(axis=0)
     std = fit.std(axis=0)
     constant = fit.max(axis=0) == fit.min(axis=0)
@@ -101,11 +167,21 @@ def single_thread() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 # linear probe
 # ---------------------------------------------------------------------------------------------
-def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, l2: float, max_iter: int = 300
+def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, l2: Any, max_iter: int = 300
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Multinomial logistic regression (mean CE + l2/2 ||W||_F^2, bias free): full-batch L-BFGS
-    (``torch.optim.LBFGS``, strong-Wolfe line search) from zero, float64, one thread.
-    -> (W [d, C], b [C])."""
+    (``torch.optim.LBFGS``, strong-Wolfe line search, stop at max-abs gradient <= 1e-7 or a change
+    <= 1e-12) from zero, float64, one thread. ``x [n, d]``, ``y [n]`` -> ``(W [d, C], b [C])``.
+
+    Batched form: ``x [B, n, d]``, ``y [B, n]``, ``l2`` a number or ``[B]`` -> ``(W [B, d, C],
+    b [B, C])``: B independent problems (each its own mean CE and its own l2) fitted jointly by
+    minimising the **sum** of their objectives. The sum is separable, so its minimiser is the tuple of
+    the per-problem minimisers, and the max-abs gradient test applies to every problem's gradient;
+    the iterates differ from B separate runs only at the solver's tolerance. One joint run costs
+    about what one separate run costs (these problems are small; the time is per-iteration overhead).
+    """
+    if np.ndim(x) == 3:
+        return _fit_logistic_batched(x, y, num_classes, l2, max_iter)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))       # [n, d]
     yt = torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))         # [n]
     w = torch.zeros(x.shape[1], num_classes, dtype=torch.float64, requires_grad=True)
@@ -124,10 +200,175 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, l2: float, max_
     return w.detach().numpy(), b.detach().numpy()
 
 
+def _fit_logistic_batched(x: np.ndarray, y: np.ndarray, num_classes: int, l2: Any, max_iter: int
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))       # [B, n, d]
+    yt = torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))         # [B, n]
+    nb, n, d = xt.shape
+    if tuple(yt.shape) != (nb, n):
+        raise ValueError(f"fit_logistic: batched y must be [B={nb}, n={n}], got {tuple(yt.shape)}")
+    l2t = torch.from_numpy(np.broadcast_to(np.asarray(l2, dtype=np.float64), (nb,)).copy())  # [B]
+    if d > n:
+        return _fit_logistic_batched_span(xt, yt, num_classes, l2t, max_iter)
+    w = torch.zeros(nb, d, num_classes, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(nb, 1, num_classes, dtype=torch.float64, requires_grad=True)
+    with single_thread(), torch.enable_grad():
+        opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-7,
+                                tolerance_change=1e-12, history_size=10, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            logits = torch.bmm(xt, w) + b                                   # [B, n, C]
+            ce = torch.nn.functional.cross_entropy(logits.reshape(nb * n, num_classes), yt.reshape(-1),
+                                                   reduction="sum") / n     # sum over problems of mean CE
+            loss = ce + 0.5 * (l2t * (w * w).sum(dim=(1, 2))).sum()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+    return w.detach().numpy(), b.detach().numpy()[:, 0]
+
+
+def _fit_logistic_batched_span(xt: torch.Tensor, yt: torch.Tensor, num_classes: int, l2t: torch.Tensor,
+                               max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+    """The batched fit when features outnumber samples (d > n: few-shot probes of wide features), in the
+    row space of x. With the reduced QR factorisation ``x^T = Q R`` (``Q [d, n]`` orthonormal columns),
+    every gradient of the objective, ``x^T G + l2 W``, and so every L-BFGS iterate started from W = 0,
+    lies in the span of Q: ``W = Q V``. Because ``Q`` is an isometry (``||Q V|| = ||V||``, inner
+    products preserved), minimising over ``V [n, C]`` with the features ``x Q = R^T [n, n]`` is the
+    same problem with the same L-BFGS trajectory (up to rounding) at O(n^2 C) per iteration instead of
+    O(n d C). Returns ``W = Q V`` and ``b``."""
+    q, r = torch.linalg.qr(xt.transpose(1, 2), mode="reduced")               # [B, d, n], [B, n, n]
+    v, b = _fit_logistic_batched(r.transpose(1, 2).numpy(), yt.numpy(), num_classes, l2t.numpy(), max_iter)
+    w = torch.bmm(q, torch.from_numpy(v))                                    # [B, d, C]
+    return w.numpy(), b
+
+
 def _predict(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmax of ``x W + b``: ``x [n, d]`` with ``W [d, C]`` -> ``[n]``, or with ``W [B, d, C]``,
+    ``b [B, C]`` -> ``[B, n]`` (ties to the lower class id)."""
     with single_thread():
-        logits = torch.from_numpy(np.ascontiguousarray(x)) @ torch.from_numpy(np.ascontiguousarray(w))
-        return (logits + torch.from_numpy(b)).argmax(dim=1).numpy()
+        xt, wt, bt = (torch.from_numpy(np.ascontiguousarray(a)) for a in (x, w, b))
+        if wt.dim() == 3:
+            return (torch.matmul(xt, wt) + bt[:, None, :]).argmax(dim=2).numpy()
+        return (xt @ wt + bt).argmax(dim=1).numpy()
+
+
+def _accuracy(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Fraction correct along the last axis (``pred [..., n]``, ``y [n]``)."""
+    return (pred == y).mean(axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# few-shot probes
+# ---------------------------------------------------------------------------------------------
+def fewshot_indices(y: np.ndarray, s: int, draws: int, seed: int, num_classes: int) -> np.ndarray:
+    """The few-shot training sets: ``[draws, num_classes * s]`` train indices, class-major (the s
+    indices of class 0, then class 1, ...). Generator ``default_rng(SeedSequence([seed, s]))``; draw
+    j takes, for c = 0..C-1, ``rng.choice(flatnonzero(y == c), size=s, replace=False)``. ValueError when
+    a class has fewer than s samples."""
+    pools = [np.flatnonzero(y == c) for c in range(num_classes)]
+    short = [(c, p.size) for c, p in enumerate(pools) if p.size < s]
+    if short:
+        c, have = short[0]
+        raise ValueError(f"probe_and_cluster: fewshot_shots asks for s = {s} train samples per class, but class "
+                         f"{c} has only {have} (classes short of samples: {[c for c, _ in short]})")
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(s)]))
+    out = np.empty((draws, num_classes * s), dtype=np.int64)
+    for j in range(draws):
+        out[j] = np.concatenate([rng.choice(p, size=s, replace=False) for p in pools])
+    return out
+
+
+def fewshot_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.ndarray, zte: np.ndarray,
+                  yte: np.ndarray, num_classes: int, seed: int, shots: Sequence[int] = DEFAULT_SHOTS,
+                  draws: int = DEFAULT_DRAWS, l2_grid: Sequence[float] = DEFAULT_L2_GRID,
+                  max_iter: int = 300) -> dict[str, Any]:
+    """Few-shot logistic probes on already z-scored features (see the module doc for the protocol).
+
+    -> ``{"shots", "draws", "l2_grid", "sampling", "standardize", "selection", "per_shot": {str(s):
+    {"l2", "val_acc_by_l2", "val_acc", "test_acc", "test_acc_std", "val_acc_per_draw",
+    "test_acc_per_draw"}}}``; ``val_acc`` / ``test_acc`` are means over draws of the chosen l2,
+    ``test_acc_std`` the population std over draws.
+    """
+    per_shot: dict[str, Any] = {}
+    for s in shots:
+        idx = fewshot_indices(ytr, s, draws, seed, num_classes)                   # [draws, C*s]
+        xb, yb = ztr[idx], ytr[idx]                                               # [draws, C*s, d], [draws, C*s]
+        val_by, test_by = {}, {}
+        for l2 in l2_grid:
+            w, b = fit_logistic(xb, yb, num_classes, l2, max_iter)
+            val_by[l2] = _accuracy(_predict(zva, w, b), yva)                      # [draws]
+            test_by[l2] = _accuracy(_predict(zte, w, b), yte)
+        chosen = max(l2_grid, key=lambda v: (float(val_by[v].mean()), v))
+        per_shot[str(s)] = {
+            "l2": chosen,
+            "val_acc_by_l2": {repr(v): float(val_by[v].mean()) for v in l2_grid},
+            "val_acc": float(val_by[chosen].mean()),
+            "test_acc": float(test_by[chosen].mean()),
+            "test_acc_std": float(test_by[chosen].std()),
+            "val_acc_per_draw": [float(a) for a in val_by[chosen]],
+            "test_acc_per_draw": [float(a) for a in test_by[chosen]],
+        }
+    return {
+        "shots": [int(s) for s in shots], "draws": int(draws), "l2_grid": [float(v) for v in l2_grid],
+        "sampling": "per shot s: default_rng(SeedSequence([seed, s])); per draw, per class c ascending: "
+                    "choice(train indices of c, s, replace=False)",
+        "standardize": "zscore_train (mean/std of all train embeddings, no labels used)",
+        "selection": "per shot: l2 with the highest mean val accuracy over draws, ties to the larger l2",
+        "optimizer": "lbfgs_strong_wolfe_float64 (draws of one shot and l2 fitted jointly, separable sum)",
+        "max_iter": int(max_iter), "per_shot": per_shot,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# kNN probe
+# ---------------------------------------------------------------------------------------------
+def _unit_rows(z: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(z, axis=1, keepdims=True)
+    return np.divide(z, norm, out=np.zeros_like(z), where=norm > 0)
+
+
+def knn_predict(ztr: np.ndarray, ytr: np.ndarray, query: np.ndarray, ks: Sequence[int], num_classes: int
+                ) -> dict[int, np.ndarray]:
+    """Cosine-similarity kNN predictions of ``query [m, d]`` from ``ztr [n, d]`` for every k in ``ks``
+    (each <= n) -> ``{k: [m]}``. Neighbours: the k largest similarities, equal similarities ordered by
+    the lower train index; vote: most neighbours, ties to the larger summed similarity, then to the
+    lower class id."""
+    with single_thread():  # one thread: the reduction order (and so exact similarity ties) is fixed
+        sim = (torch.from_numpy(_unit_rows(query)) @ torch.from_numpy(_unit_rows(ztr)).T).numpy()  # [m, n]
+    order = np.argsort(-sim, axis=1, kind="stable")[:, :max(ks)]                  # [m, kmax]
+    near_sim = np.take_along_axis(sim, order, axis=1)                             # [m, kmax]
+    near_y = ytr[order]                                                           # [m, kmax]
+    onehot = near_y[:, :, None] == np.arange(num_classes)                         # [m, kmax, C]
+    counts = np.cumsum(onehot, axis=1)                                            # votes after j+1 neighbours
+    sums = np.cumsum(onehot * near_sim[:, :, None], axis=1)
+    out = {}
+    for k in ks:
+        c, s = counts[:, k - 1], sums[:, k - 1]                                   # [m, C]
+        tied = c == c.max(axis=1, keepdims=True)
+        out[k] = np.where(tied, s, -np.inf).argmax(axis=1)                        # first = lowest class id
+    return out
+
+
+def knn_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.ndarray, zte: np.ndarray,
+              yte: np.ndarray, num_classes: int, grid: Sequence[int] = DEFAULT_KNN_GRID) -> dict[str, Any]:
+    """kNN probe on already z-scored features, k chosen on val (see the module doc).
+    -> ``{"grid", "k", "val_acc_by_k", "val_acc", "test_acc", "similarity", "selection", "tie_break"}``."""
+    ks = [k for k in grid if k <= ztr.shape[0]]
+    if not ks:
+        raise ValueError(f"probe_and_cluster: knn_grid {list(grid)} has no k <= n_train = {ztr.shape[0]}")
+    val_by = {k: float(_accuracy(p, yva)) for k, p in knn_predict(ztr, ytr, zva, ks, num_classes).items()}
+    chosen = max(ks, key=lambda k: (val_by[k], k))
+    pred = knn_predict(ztr, ytr, zte, [chosen], num_classes)[chosen]
+    return {
+        "grid": ks, "k": int(chosen), "val_acc_by_k": {str(k): v for k, v in val_by.items()},
+        "val_acc": val_by[chosen], "test_acc": float(_accuracy(pred, yte)),
+        "similarity": "cosine on zscore_train embeddings (zero rows: similarity 0)",
+        "selection": "highest val accuracy, ties to the larger k",
+        "tie_break": "equal similarities: lower train index first; tied vote: larger summed similarity, "
+                     "then lower class id",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,52 +379,102 @@ def _sq_dists(x: torch.Tensor, x_sq: torch.Tensor, c: torch.Tensor) -> torch.Ten
     return (x_sq[:, None] - 2.0 * (x @ c.T) + (c * c).sum(dim=1)[None, :]).clamp_min(0.0)
 
 
-def _kmeanspp(x: torch.Tensor, x_sq: torch.Tensor, k: int, rng: np.random.Generator) -> torch.Tensor:
+def kmeans_plusplus(x: torch.Tensor, x_sq: torch.Tensor, k: int, rng: np.random.Generator,
+                    n_local_trials: int | None = None) -> np.ndarray:
+    """Greedy k-means++ seeding -> indices [k] of the rows chosen as initial centres.
+
+    The first centre is a uniformly drawn row. Each next centre: with D(i) = squared distance of row i
+    to its nearest chosen centre and potential phi = sum_i D(i), draw ``n_local_trials`` candidates
+    (default ``2 + floor(ln k)``, the rule of scikit-learn's implementation of Arthur and
+    Vassilvitskii's "k-means++: the advantages of careful seeding", SODA 2007), each with probability
+    D(i) / phi (inverse CDF: the first i with cumsum(D)[i] > u * phi, u ~ U[0, 1)), and keep the one
+    giving the lowest potential sum_i min(D(i), ||x_i - candidate||^2) (ties to the first drawn).
+    If phi = 0 (fewer distinct rows than k) the candidates are drawn uniformly.
+    """
     n = x.shape[0]
-    centres = [x[int(rng.integers(n))]]
-    closest = _sq_dists(x, x_sq, centres[0][None])[:, 0].numpy()
+    trials = 2 + int(math.log(k)) if n_local_trials is None else int(n_local_trials)
+    chosen = [int(rng.integers(n))]
+    closest = _sq_dists(x, x_sq, x[chosen]).numpy()[:, 0]                         # [n]
+    potential = float(closest.sum())
     for _ in range(1, k):
-        total = closest.sum()
-        if total <= 0:  # fewer distinct points than k: any point
-            i = int(rng.integers(n))
+        if potential > 0:
+            cand = np.searchsorted(np.cumsum(closest), rng.random(trials) * potential, side="right")
+            cand = np.minimum(cand, n - 1)
         else:
-            i = min(int(np.searchsorted(np.cumsum(closest), rng.random() * total, side="right")), n - 1)
-        centres.append(x[i])
-        closest = np.minimum(closest, _sq_dists(x, x_sq, x[i][None])[:, 0].numpy())
-    return torch.stack(centres)
+            cand = rng.integers(n, size=trials)
+        trial = np.minimum(closest[:, None], _sq_dists(x, x_sq, x[torch.from_numpy(cand)]).numpy())  # [n, L]
+        pots = trial.sum(axis=0)
+        best = int(np.argmin(pots))
+        chosen.append(int(cand[best]))
+        closest, potential = trial[:, best], float(pots[best])
+    return np.asarray(chosen, dtype=np.int64)
 
 
-def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = 10, max_iter: int = 300
-           ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Seeded k-means (k-means++ init, Lloyd). -> (labels [n], centres [k, d], inertia)."""
+def _lloyd(xt: torch.Tensor, x_sq: torch.Tensor, c: torch.Tensor, max_iter: int, tol_abs: float
+           ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Lloyd iterations from centres ``c [k, d]`` -> (final centres, labels of the rows assigned to
+    them, sum of the rows' squared distances to their centres in the expanded form)."""
+    n, k = xt.shape[0], c.shape[0]
+    rows = torch.arange(n)
+    previous = None
+    for _ in range(max_iter):
+        d = _sq_dists(xt, x_sq, c)                                                # [n, k]
+        labels = d.argmin(dim=1)
+        if previous is not None and torch.equal(labels, previous):
+            return c, labels, float(d[rows, labels].sum())  # a fixed point: the means are c already
+        for j in np.flatnonzero(torch.bincount(labels, minlength=k).numpy() == 0):
+            far = int(d[rows, labels].argmax())  # re-seed an emptied cluster with the worst-fit point
+            labels[far] = int(j)
+            d[far] = 0.0
+        sums = torch.zeros_like(c).index_add_(0, labels, xt)
+        new = sums / torch.bincount(labels, minlength=k).to(xt.dtype)[:, None]
+        shift = float(((new - c) ** 2).sum())
+        c = new
+        previous = labels
+        if shift <= tol_abs:
+            break
+    d = _sq_dists(xt, x_sq, c)  # stopped on the shift or max_iter: assign the rows to the final centres
+    labels = d.argmin(dim=1)
+    return c, labels, float(d[rows, labels].sum())
+
+
+def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = DEFAULT_N_INIT, max_iter: int = 300,
+           tol: float = KMEANS_TOL) -> tuple[np.ndarray, np.ndarray, float]:
+    """Seeded k-means -> (labels [n], centres [k, d], inertia = sum_i ||x_i - c_{label_i}||^2).
+
+    ``n_init`` restarts, restart r using ``default_rng(SeedSequence(seed).spawn(n_init)[r])`` (so the
+    first r restarts do not depend on ``n_init``): greedy k-means++ seeding (:func:`kmeans_plusplus`),
+    then Lloyd iterations (assign every row to its nearest centre, ties to the lower centre index;
+    move each centre to the mean of its rows; a cluster left empty gets the row farthest from its
+    centre) until the partition stops changing, or the total squared centre shift is <= ``tol`` times
+    the mean per-column variance of ``x`` (scikit-learn's rule), or ``max_iter`` iterations (the
+    rows are then assigned to the final centres). Squared distances are computed as
+    ``||x||^2 - 2 x.c + ||c||^2`` (clipped at 0); the restart of lowest inertia in that form is kept
+    (ties to the earlier restart), and its reported inertia is recomputed directly as
+    ``sum_i ||x_i - c_{label_i}||^2``.
+    """
+    x = np.asarray(x, dtype=np.float64)
     n = x.shape[0]
     if not 1 <= k <= n:
         raise ValueError(f"kmeans: k = {k} must be in 1..{n} (the number of samples)")
+    if int(n_init) < 1:
+        raise ValueError(f"kmeans: n_init = {n_init} must be >= 1")
+    if not (np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"kmeans: tol = {tol} must be finite and >= 0")
+    tol_abs = float(tol) * float(x.var(axis=0).mean())
     with single_thread():
-        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))  # [n, d]
+        xt = torch.from_numpy(np.ascontiguousarray(x))                           # [n, d]
         x_sq = (xt * xt).sum(dim=1)
-        rows = torch.arange(n)
-        best: tuple[np.ndarray, np.ndarray, float] | None = None
-        for rng in (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n_init)):
-            c = _kmeanspp(xt, x_sq, k, rng)                                  # [k, d]
-            labels = torch.full((n,), -1, dtype=torch.int64)
-            for _ in range(max_iter):
-                d = _sq_dists(xt, x_sq, c)                                   # [n, k]
-                new = d.argmin(dim=1)
-                if torch.equal(new, labels):
-                    break
-                labels = new
-                for j in np.flatnonzero(torch.bincount(labels, minlength=k).numpy() == 0):
-                    far = int(d[rows, labels].argmax())  # re-seed an emptied cluster with the worst-fit point
-                    labels[far] = int(j)
-                    d[far] = 0.0
-                onehot = torch.nn.functional.one_hot(labels, k).double()     # [n, k]
-                c = (onehot.T @ xt) / onehot.sum(dim=0)[:, None]
-            inertia = float(_sq_dists(xt, x_sq, c)[rows, labels].sum())
+        best: tuple[torch.Tensor, torch.Tensor, float] | None = None
+        for rng in (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(int(n_init))):
+            start = kmeans_plusplus(xt, x_sq, k, rng)
+            c, labels, inertia = _lloyd(xt, x_sq, xt[torch.from_numpy(start)].clone(), int(max_iter), tol_abs)
             if best is None or inertia < best[2]:
-                best = (labels.numpy().copy(), c.numpy().copy(), inertia)
-    assert best is not None
-    return best
+                best = (labels, c, inertia)
+        assert best is not None
+        labels, c, _ = best
+        inertia = float(((xt - c[labels]) ** 2).sum())
+    return labels.numpy().copy(), c.numpy().copy(), inertia
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,9 +484,14 @@ def probe_and_cluster(
     train_emb: Any, train_y: Any, val_emb: Any, val_y: Any, test_emb: Any, test_y: Any,
     num_classes: int, seed: int, *,
     l2_grid: Sequence[float] = DEFAULT_L2_GRID, probe_max_iter: int = 300,
-    cluster_on: str = "all", n_init: int = 10, kmeans_max_iter: int = 300,
+    cluster_on: str = "all", n_init: int = DEFAULT_N_INIT, kmeans_max_iter: int = 300,
+    fewshot_shots: Sequence[int] = DEFAULT_SHOTS, fewshot_draws: int = DEFAULT_DRAWS,
+    fewshot_l2_grid: Sequence[float] | None = None, knn_grid: Sequence[int] = DEFAULT_KNN_GRID,
+    cluster_standardize: str = "zscore",
 ) -> dict[str, Any]:
-    """Linear-probe accuracy / macro-F1 (L2 chosen on val) and k-means ACC / NMI / ARI; see the module doc."""
+    """Linear probe (L2 chosen on val), few-shot probes, kNN probe and k-means ACC / NMI / ARI; see the
+    module doc. ``fewshot_l2_grid`` defaults to ``l2_grid``; ``fewshot_shots=()`` skips the few-shot
+    probes and ``knn_grid=()`` the kNN probe."""
     from fusebench import metrics as M
 
     num_classes = int(num_classes)
@@ -203,9 +499,14 @@ def probe_and_cluster(
         raise ValueError(f"probe_and_cluster: num_classes = {num_classes}, need at least 2")
     if cluster_on not in ("all", "test"):
         raise ValueError(f"probe_and_cluster: cluster_on={cluster_on!r} must be 'all' or 'test'")
-    grid = [float(v) for v in l2_grid]
-    if not grid or any(not np.isfinite(v) or v < 0 for v in grid):
-        raise ValueError(f"probe_and_cluster: l2_grid {list(l2_grid)} must be non-empty, finite, >= 0")
+    if cluster_standardize not in CLUSTER_STANDARDIZE:
+        raise ValueError(f"probe_and_cluster: cluster_standardize={cluster_standardize!r} must be one of "
+                         f"{list(CLUSTER_STANDARDIZE)}")
+    grid = _l2_values(l2_grid, "l2_grid")
+    fs_grid = grid if fewshot_l2_grid is None else _l2_values(fewshot_l2_grid, "fewshot_l2_grid")
+    shots = _positive_ints(fewshot_shots, "fewshot_shots") if len(fewshot_shots) else []
+    draws = _positive_ints([fewshot_draws], "fewshot_draws")[0] if shots else 0
+    ks = _positive_ints(knn_grid, "knn_grid") if len(knn_grid) else []
     xs = {s: _as_2d(e, f"{s}_emb") for s, e in (("train", train_emb), ("val", val_emb), ("test", test_emb))}
     dims = {x.shape[1] for x in xs.values()}
     if len(dims) != 1:
@@ -234,25 +535,42 @@ def probe_and_cluster(
             "optimizer": "lbfgs_strong_wolfe_float64", "max_iter": int(probe_max_iter),
         },
     }
+    out["val_mf1"], out["test_mf1"] = out["val_macro_f1"], out["test_macro_f1"]
 
-    # (b) k-means on the standardised embeddings
+    # (b) few-shot probes, L2 per shot count chosen on val (mean over draws)
+    if shots:
+        fs = fewshot_probe(ztr, ys["train"], zva, ys["val"], zte, ys["test"], num_classes, seed, shots, draws,
+                           fs_grid, probe_max_iter)
+        for s in shots:
+            out[f"val_fs{s}_acc"] = fs["per_shot"][str(s)]["val_acc"]
+            out[f"test_fs{s}_acc"] = fs["per_shot"][str(s)]["test_acc"]
+        out["fewshot"] = fs
+
+    # (c) kNN probe, k chosen on val
+    if ks:
+        knn = knn_probe(ztr, ys["train"], zva, ys["val"], zte, ys["test"], num_classes, ks)
+        out["val_knn_acc"], out["test_knn_acc"] = knn["val_acc"], knn["test_acc"]
+        out["knn"] = knn
+
+    # (d) k-means
     if cluster_on == "all":
         xc = np.concatenate([xs["train"], xs["val"], xs["test"]])
         yc = np.concatenate([ys["train"], ys["val"], ys["test"]])
     else:
         xc, yc = xs["test"], ys["test"]
-    (zc,) = standardize(xc, xc)
+    zc = standardize(xc, xc)[0] if cluster_standardize == "zscore" else xc
     labels, _, inertia = kmeans(zc, num_classes, seed, n_init=n_init, max_iter=kmeans_max_iter)
-    out.update({
-        "cluster_acc": float(M.get("cluster_acc")(labels, yc)),
-        "nmi": float(M.get("nmi")(labels, yc)),
-        "ari": float(M.get("ari")(labels, yc)),
-        "clustering": {
-            "on": cluster_on, "num_samples": int(yc.size), "k": num_classes, "n_init": int(n_init),
-            "init": "k-means++", "inertia": inertia, "seed": int(seed), "standardize": "zscore_clustered_samples",
-        },
-    })
+    for mid in ("cluster_acc", "nmi", "ari"):
+        out[mid] = out[f"test_{mid}"] = float(M.get(mid)(labels, yc))
+    out["clustering"] = {
+        "on": cluster_on, "num_samples": int(yc.size), "k": num_classes, "n_init": int(n_init),
+        "init": "k-means++", "init_variant": "greedy, 2 + floor(ln k) candidates per centre",
+        "tol": KMEANS_TOL, "inertia": inertia, "seed": int(seed),
+        "standardize": "zscore_clustered_samples" if cluster_standardize == "zscore" else "none",
+    }
     return out
 
 
-__all__ = ["DEFAULT_L2_GRID", "fit_logistic", "kmeans", "probe_and_cluster", "standardize"]
+__all__ = ["CLUSTER_STANDARDIZE", "DEFAULT_DRAWS", "DEFAULT_KNN_GRID", "DEFAULT_L2_GRID", "DEFAULT_N_INIT",
+           "DEFAULT_SHOTS", "KMEANS_TOL", "fewshot_indices", "fewshot_probe", "fit_logistic", "kmeans",
+           "kmeans_plusplus", "knn_predict", "knn_probe", "probe_and_cluster", "standardize"]

@@ -1,128 +1,346 @@
-"""The k-views study: do more views help, and which objective uses them best?
+"""The k-views study: do pretrained multi-view objectives gain from more views, beyond what the views add?
 
-The source papers' central claim (M3G Sec. 5, the MV-InfoNCE / MV-DHEL paper, poly-view
-contrastive learning) is that objectives built for k >= 3 views gain from each added view. The
-study reruns a multi-view benchmark (default ``mv-handwritten``, 6 real views) with only k of its
-views, for k = 2..V:
+The poly-view papers (M3G Sec. 5, MV-InfoNCE / MV-DHEL, poly-view contrastive learning) claim that
+objectives built for k >= 3 views gain from each added view. Rerunning a benchmark with k of its views
+cannot show that by itself: every added view also adds input information, so the random-init ``none``
+row and the ``raw`` row (the standardised views concatenated) rise too. The study therefore reports
+**paired gaps** to those rows, in two arms (docs/kviews.md has the design and its reasons):
 
-* the view subsets are a fixed, seeded choice: for each k, ``subsets`` subsets of size k drawn
-  without repetition by ``numpy.random.default_rng(subset_seed + k)`` from all C(V, k) subsets
-  (k = V: the full set), the same for every objective and seed;
-* each (k, subset) is the benchmark with ``name=<benchmark>-k<k>s<j>`` and
-  ``dataset.options.views=[...]``; everything else as in the benchmark, except that the
-  pretraining hyper-parameters are the spec's defaults (no validation grid per k: recorded as
-  ``pretrain.grid = {}``) and M3G uses batch 8 for 1 epoch at k >= 5 (its n^k cost) and batch 32
-  at k <= 4;
-* ``render`` reads the run records and writes a markdown table (mean ± std over seeds and subsets
-  of test accuracy and clustering accuracy per objective and k) and a PNG with one curve per
-  objective and error bars (std over seeds x subsets).
+* arm ``views`` (more views = more information): for each draw j = 0..``subsets``-1 one seeded
+  permutation ``pi_j = numpy.random.default_rng([subset_seed, j]).permutation(V)`` of the V views;
+  the subset for k is ``sorted(pi_j[:k])``, so the subsets of one draw are nested (k's contains
+  k-1's). A draw whose k-subset equals an earlier draw's is not run again (its cells would be the
+  same runs): the statistics count distinct view sets x seeds (``n`` in the tables);
+* arm ``copies`` (the information-fixed control of the poly-view claim itself): k augmented copies
+  of the same base view(s) (dataset option ``view_copies``, datasets/multiview_mat/copies.py: per
+  copy and sample a fixed Gaussian noise of std ``noise`` x the feature's train std and feature
+  masking with probability ``mask``); draw j uses the augmentation seed ``subset_seed + j`` and the
+  same base for every k, so the copies are nested in k as well.
 
-``fusebench study kviews --data-root DIR`` runs and renders: the run records go to ``--out``
-(default: the repository's ``leaderboards/runs-kviews``, found beside the package, so the command
-works from any current folder), the table and plot to ``--board`` (default: the repository's
-``leaderboards/``); cells that already have a run record are reused, and the command says how many
-were reused, how many run and where the board was written (on stderr; stdout keeps one JSON line
-``{"markdown": ..., "plot": ...}`` for scripts).
+Every (arm, k, draw) is the benchmark with ``name = <benchmark>-kv-<arm>-k<k>d<j>``, run for the same
+rows (``raw``, ``none`` and the pretrained objectives) and seeds, and a **matched budget**: one batch
+size and number of epochs for every pretrained objective and every k (``pretrain.batch_size``,
+``pretrain.epochs``; the spec's per-objective batch / epoch exceptions are cleared), so every
+pretrained cell takes the same optimiser steps and sees the same samples; M3G, whose loss costs n^k,
+computes it on micro-batches of ``m3g_micro_batch`` samples accumulated over the common batch
+(``pretrain.objective_micro_batch``) at every k, so its curve has no change of chunk size in it. No
+hyper-parameter search (``pretrain.grid = {}``: the spec's default tau / eps at every k). The cell's
+draw, its permutation (arm ``views``) or base and augmentation (arm ``copies``) are recorded as JSON
+in ``config.protocol_notes.kviews`` of each run record, besides ``dataset.options``.
+
+For an objective o, a metric m, an arm, k and a reference row r in {``none``, ``raw``}, the gap of
+one pair (cell c = a view set or a draw of copies, seed s) is ``m(o, c, s) - m(r, c, s)``: both runs
+share the data, the split and the seed. The tables give mean ± sample std (n - 1) over the pairs and
+n; the values themselves likewise over the cells x seeds. :func:`render` writes
+``<benchmark>-kviews.md`` (the design and budget read back from the records, a summary whose every
+number is computed from the runs, the gap tables, the value tables, the cells) and
+``<benchmark>-kviews.png`` (the gaps vs k, both arms, both references, both metrics).
+
+``fusebench study kviews --data-root DIR`` runs and renders: the run records go to ``--out`` (default:
+the repository's ``leaderboards/runs-kviews``, found beside the package), the table and plot to
+``--board`` (default: the repository's ``leaderboards/``); cells that already have a run record are
+reused; the command says how many were reused, run and failed and where the board was written (on
+stderr; stdout keeps one JSON line ``{"markdown": ..., "plot": ...}`` for scripts).
+
+Compute (measured on the 2-core development machine, docs/kviews.md): the default study on
+``mv-handwritten`` (13 view sets + 15 copies cells, x 7 rows x 3 seeds = 588 runs) is estimated at
+about 20 minutes run alone in one process (two measured samples of 70 runs, one seed x one draw x
+k = 2..6 x both arms: 146 s and 141 s of CPU time, about 2 s per run); on a machine shared with other
+jobs the wall time grows with their load (the same 70 runs took 281 s and 247 s at a load average of
+3-4 on 2 cores, i.e. about 35-40 minutes for the default study). ``--workers 2`` did not help under
+that load (each (arm, k, draw) starts its own worker processes).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
+import re
 import sys
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 OBJECTIVES = ("raw", "none", "infonce_pwe", "mv_infonce", "mv_dhel", "pvc_geometric", "m3g")
+REFERENCES = ("none", "raw")
+ARMS = ("views", "copies")
+ARM_TEXT = {"views": "real views (more views = more information)",
+            "copies": "augmented copies of one base (information fixed)"}
 METRICS = (("acc", "test accuracy (linear probe)"), ("cluster_acc", "clustering accuracy (k-means)"))
+#: the study's default budget on the real data and on a synthetic twin (``synthetic=True``)
+#: (few-shot and kNN probes off: the study reads the full probe and k-means only)
+_NO_EXTRA_PROBES = {"fewshot_shots": [], "knn_grid": []}
+BUDGET = {"real": {"batch_size": 128, "epochs": 10,
+                   "eval": {"l2_grid": [0.0001, 0.001, 0.01, 0.1, 1.0], "cluster_on": "all", "n_init": 10,
+                            **_NO_EXTRA_PROBES}},
+          "synthetic": {"batch_size": 8, "epochs": 1,
+                        "eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 2, **_NO_EXTRA_PROBES}}}
+#: the base view(s) of the copies arm per benchmark (other benchmarks: view 0); mv-handwritten's view 1 is
+#: the 76 Fourier coefficients, a mid-strength view (a linear probe on it alone is far from saturated)
+COPIES_BASE = {"mv-handwritten": [1]}
+COPIES_NOISE, COPIES_MASK = 0.5, 0.3
+_NAME = re.compile(r"^(?P<bench>.+)-kv-(?P<arm>views|copies)-k(?P<k>\d+)d(?P<draw>\d+)$")
+_LEGACY = re.compile(r"^.+-k\d+s\d+$")  # the superseded design's cells (one subset per k, not nested)
 
 
-def view_subsets(num_views: int, k: int, subsets: int, subset_seed: int) -> list[list[int]]:
-    """``subsets`` distinct size-k subsets of range(num_views), seeded by ``subset_seed + k``, sorted."""
-    combos = [list(c) for c in itertools.combinations(range(num_views), k)]
-    if len(combos) <= subsets:
-        return combos
-    rng = np.random.default_rng(subset_seed + k)
-    pick = sorted(rng.choice(len(combos), size=subsets, replace=False).tolist())
-    return [combos[i] for i in pick]
+# ---------------------------------------------------------------------------------------------
+# the cells
+# ---------------------------------------------------------------------------------------------
+def view_permutation(num_views: int, draw: int, subset_seed: int = 0) -> list[int]:
+    """The view order of draw ``draw``: ``numpy.random.default_rng([subset_seed, draw]).permutation(num_views)``."""
+    if num_views < 2:
+        raise ValueError(f"kviews: num_views={num_views} must be >= 2")
+    if draw < 0 or subset_seed < 0:
+        raise ValueError(f"kviews: draw={draw} and subset_seed={subset_seed} must be >= 0")
+    return [int(v) for v in np.random.default_rng([int(subset_seed), int(draw)]).permutation(int(num_views))]
 
 
-def study_overrides(k: int, views: list[int], benchmark: str, j: int) -> dict[str, Any]:
-    big = k >= 5
+@dataclass(frozen=True)
+class Cell:
+    """One (arm, k, draw) of the study: its run name and what it reads. ``views``: the sorted view
+    subset (arm ``views``) or the base view(s) (arm ``copies``); ``permutation``: the draw's view
+    order (arm ``views``); ``copies``: the ``view_copies`` option (arm ``copies``)."""
+
+    arm: str
+    k: int
+    draw: int
+    name: str
+    views: list[int]
+    permutation: list[int] = field(default_factory=list)
+    copies: dict[str, Any] = field(default_factory=dict)
+
+    def dataset_override(self) -> tuple[str, Any]:
+        if self.arm == "views":
+            return "dataset.options.views", list(self.views)
+        return "dataset.options.view_copies", dict(self.copies)
+
+    def note(self, subset_seed: int) -> str:
+        """The cell's provenance as one JSON line (``protocol_notes.kviews`` of its records)."""
+        if self.arm == "views":
+            what = {"arm": "views", "k": self.k, "draw": self.draw, "subset_seed": subset_seed,
+                    "permutation": self.permutation, "views": self.views,
+                    "rule": "views = sorted(permutation[:k]); permutation = numpy.random.default_rng("
+                            "[subset_seed, draw]).permutation(V)"}
+        else:
+            what = {"arm": "copies", "k": self.k, "draw": self.draw, "view_copies": self.copies,
+                    "rule": "k augmented copies of the base view(s); augmentation seed = subset_seed + draw"}
+        return json.dumps(what, sort_keys=True)
+
+
+def study_cells(benchmark: str, num_views: int, ks: list[int], subsets: int, subset_seed: int = 0,
+                arms: tuple[str, ...] = ARMS, copies_base: list[int] | None = None, noise: float = COPIES_NOISE,
+                mask: float = COPIES_MASK) -> list[Cell]:
+    """Every cell of the study, in run order (arm, k, draw). Arm ``views``: draw j's k-subset is
+    ``sorted(view_permutation(num_views, j, subset_seed)[:k])``; a subset already drawn at this k by an
+    earlier draw is left out. Arm ``copies``: ``view_copies = {base: copies_base, copies: k, noise,
+    mask, seed: subset_seed + j}`` for every draw j."""
+    if not isinstance(subsets, int) or isinstance(subsets, bool) or subsets < 1:
+        raise ValueError(f"kviews: subsets={subsets!r} must be an integer >= 1 (draws per k)")
+    bad = [a for a in arms if a not in ARMS]
+    if bad or not arms:
+        raise ValueError(f"kviews: arms={list(arms)!r} must be a non-empty subset of {list(ARMS)}")
+    for k in ks:
+        if not isinstance(k, int) or isinstance(k, bool) or not 2 <= k <= num_views:
+            raise ValueError(f"kviews: k = {k!r} is outside 2..{num_views} (the views of {benchmark})")
+    ks = sorted(set(ks))
+    base = list(copies_base) if copies_base is not None else list(COPIES_BASE.get(benchmark, [0]))
+    if not base or not all(isinstance(v, int) and 0 <= v < num_views for v in base) or len(set(base)) != len(base):
+        raise ValueError(f"kviews: copies_base={base!r} must be distinct view indices in 0..{num_views - 1}")
+    perms = [view_permutation(num_views, j, subset_seed) for j in range(subsets)]
+    cells = []
+    for arm in ARMS:
+        if arm not in arms:
+            continue
+        for k in ks:
+            seen: set[tuple[int, ...]] = set()
+            for j in range(subsets):
+                name = f"{benchmark}-kv-{arm}-k{k}d{j}"
+                if arm == "views":
+                    views = sorted(perms[j][:k])
+                    if tuple(views) in seen:
+                        continue
+                    seen.add(tuple(views))
+                    cells.append(Cell(arm, k, j, name, views, permutation=perms[j]))
+                else:
+                    cells.append(Cell(arm, k, j, name, list(base), copies={
+                        "base": list(base), "copies": k, "noise": float(noise), "mask": float(mask),
+                        "seed": int(subset_seed) + j}))
+    return cells
+
+
+def study_overrides(cell: Cell, objectives: list[str], batch_size: int, epochs: int, m3g_micro_batch: int,
+                    eval_options: dict[str, Any], subset_seed: int = 0,
+                    notes: dict[str, str] | None = None) -> dict[str, Any]:
+    """The spec overrides of one cell: its name and data (``dataset.options.views`` or
+    ``dataset.options.view_copies``), the matched budget (every objective: ``batch_size`` x ``epochs``;
+    per-objective batch / epoch exceptions cleared; M3G's loss on micro-batches of ``m3g_micro_batch``),
+    no hyper-parameter grid, the probe / k-means settings ``eval_options``, the metrics the study reads,
+    and the protocol notes (``notes`` from the spec, e.g. its data and split lines, plus the study's)."""
+    key, value = cell.dataset_override()
+    grid = ", ".join(f"{v:g}" for v in eval_options.get("l2_grid", []))
+    own = {
+        "budget": (f"every pretrained row and every k: batch {batch_size}, {epochs} epochs of the training split (the "
+                   f"same optimiser steps and samples seen); M3G computes its loss on micro-batches of "
+                   f"{m3g_micro_batch} accumulated over the batch of {batch_size} (its n^k cost), at every k"),
+        "hparams": "no per-k search: the spec's default hyper-parameters (pretrain.hparams) at every k",
+        "probe": (f"multinomial logistic regression on the frozen concatenated per-view embeddings (z-scored on "
+                  f"train), L2 weight chosen on val from [{grid}], test scored once"),
+        "clustering": (f"k-means++ ({eval_options.get('n_init')} restarts) on the z-scored embeddings of "
+                       f"{eval_options.get('cluster_on', 'all')} samples; clustering accuracy by Hungarian matching"),
+        "kviews": cell.note(subset_seed),
+    }
     return {
-        "name": f"{benchmark}-k{k}s{j}",
-        "dataset.options.views": views,
+        "name": cell.name,
+        key: value,
+        "objectives": list(objectives),
         "pretrain.grid": {},
-        "pretrain.objective_batch_size": {"m3g": 8 if big else 32},
-        "pretrain.objective_epochs": {"m3g": 1} if big else {},
+        "pretrain.selection_seeds": [],
+        "pretrain.batch_size": int(batch_size),
+        "pretrain.epochs": int(epochs),
+        "pretrain.objective_batch_size": {},
+        "pretrain.objective_epochs": {},
+        "pretrain.objective_micro_batch": {"m3g": int(m3g_micro_batch)},
+        "metrics": ["acc", "mf1", "cluster_acc", "nmi", "ari"],
+        "selection_metric": "acc",
+        "comparison": {"reference": "none", "primary": "acc",
+                       "why": "k-views study: paired gaps to the none and raw rows per k (docs/kviews.md)"},
+        "options.embedding_eval": dict(eval_options),
+        "protocol_notes": {**(notes or {}), **own},
     }
 
 
 def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, out: str | Path = "runs-kviews",
               objectives: tuple[str, ...] = OBJECTIVES, seeds: tuple[int, ...] = (0, 1, 2),
-              ks: tuple[int, ...] | None = None, subsets: int = 1, subset_seed: int = 0,
-              progress: bool = False, counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """Run every (k, subset, objective, seed) cell (cells with a run.json are kept); ``progress``:
-    announce the cells and their phases (:mod:`fusebench.training.progress`); ``counts``, when given,
-    receives how many cells were ``reused`` (their record existed), ``run`` and ``failed`` (failed or
-    skipped: the sweep's entries without a record)."""
+              ks: tuple[int, ...] | None = None, subsets: int = 3, subset_seed: int = 0,
+              arms: tuple[str, ...] = ARMS, copies_base: list[int] | None = None, noise: float = COPIES_NOISE,
+              mask: float = COPIES_MASK, batch_size: int | None = None, epochs: int | None = None,
+              m3g_micro_batch: int = 8, eval_options: dict[str, Any] | None = None, synthetic: bool = False,
+              workers: int = 1, progress: bool = False, counts: dict[str, int] | None = None,
+              extra_overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Run every (arm, k, draw, objective, seed) cell (cells with a run.json are kept); returns the
+    run records. ``batch_size`` / ``epochs`` / ``eval_options`` default to :data:`BUDGET` (``real``,
+    or ``synthetic`` with ``synthetic=True``); ``extra_overrides`` are applied last (e.g. a test's
+    smaller grid). ``progress``: announce the cells and their phases; ``counts``, when given, receives
+    how many cells were ``reused`` (their record existed), ``run`` and ``failed`` (failed or skipped)."""
     import fusebench
     from fusebench import benchmarks
     from fusebench.training import runner
 
     if counts is not None:
         counts.update(reused=0, run=0, failed=0)
+    budget = BUDGET["synthetic" if synthetic else "real"]
+    batch_size = int(batch_size if batch_size is not None else budget["batch_size"])
+    epochs = int(epochs if epochs is not None else budget["epochs"])
+    eval_options = dict(eval_options if eval_options is not None else budget["eval"])
+    from fusebench import objectives as registry
 
-    spec = benchmarks.load(benchmark)
-    runner.resolve_views(spec, False, data_root)
+    objectives = tuple(objectives)
+    if not {"none", "raw"} <= set(objectives) or not [o for o in objectives if o not in runner.REFERENCES]:
+        raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
+                         "(the gaps are paired with them) and at least one pretrained objective")
+    for o in objectives:
+        if o not in runner.REFERENCES:
+            registry.OBJECTIVES.get(o)  # an unknown id: one error with the closest match, before any run
+
+    spec = benchmarks.load(benchmark, synthetic=synthetic)
+    runner.resolve_views(spec, synthetic, data_root)
     num_views = len(spec.dataset.modalities or [])
-    ks = tuple(ks or range(2, num_views + 1))
+    notes = {k: v for k, v in spec.protocol_notes.items() if k in ("data", "splits")}
+    ks = list(ks or range(2, num_views + 1))
     records = []
-    for k in ks:
-        if not 2 <= k <= num_views:
-            raise ValueError(f"kviews: k = {k} is outside 2..{num_views} (the views of {benchmark})")
-        for j, views in enumerate(view_subsets(num_views, k, subsets, subset_seed)):
-            objs = [o for o in objectives if o in ("raw", "none") or o in runner.compatible_objectives(
-                benchmarks.load(benchmark, overrides={"dataset.modalities": [f"view{v}" for v in views]}))]
-            overrides = study_overrides(k, views, benchmark, j)
-            existed = {(o, s) for o in objs for s in seeds
-                       if (runner.cell_dir(Path(out), overrides["name"], o, s) / "run.json").exists()}
-            got = fusebench.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,
-                                overrides=overrides, progress=progress)
-            if counts is not None:
-                for r in got:
-                    what = ("failed" if r.get("status") in ("failed", "skipped") else
-                            "reused" if (r.get("objective"), r.get("seed")) in existed else "run")
-                    counts[what] += 1
-            records += got
+    for cell in study_cells(benchmark, num_views, ks, subsets, subset_seed, arms, copies_base, noise, mask):
+        overrides = {**study_overrides(cell, list(objectives), batch_size, epochs, m3g_micro_batch, eval_options,
+                                       subset_seed, notes), **(extra_overrides or {})}
+        cell_spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
+        runner.resolve_views(cell_spec, synthetic, data_root)
+        compatible = set(runner.compatible_objectives(cell_spec))
+        objs = [o for o in objectives if o in REFERENCES or o in compatible]
+        existed = {(o, s) for o in objs for s in seeds
+                   if (runner.cell_dir(Path(out), cell.name, o, s) / "run.json").exists()}
+        got = fusebench.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,
+                            overrides=overrides, progress=progress, synthetic=synthetic, workers=workers)
+        if counts is not None:
+            for r in got:
+                what = ("failed" if r.get("status") in ("failed", "skipped") else
+                        "reused" if (r.get("objective"), r.get("seed")) in existed else "run")
+                counts[what] += 1
+        records += got
     return records
 
 
-def collect(runs: Path, benchmark: str) -> dict[str, dict[int, dict[str, list[float]]]]:
-    """objective -> k -> metric -> values (one per seed and subset), from ``<runs>/<benchmark>-k*``."""
+# ---------------------------------------------------------------------------------------------
+# reading the records back
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StudyRuns:
+    """The study's records, indexed: ``values[arm][k][cell name][objective][seed] = {metric: value}``;
+    ``budgets``: one (objective, steps, samples seen, batch, micro-batch, epochs) per pretrained run;
+    ``cells[arm][k]``: cell name -> its parsed ``protocol_notes.kviews`` (or the view set)."""
+
+    values: dict[str, dict[int, dict[str, dict[str, dict[int, dict[str, float]]]]]]
+    budgets: list[tuple[str, int, int, int | None, int | None, int]]
+    cells: dict[str, dict[int, dict[str, dict[str, Any]]]]
+    records: int = 0
+
+    def objectives(self) -> list[str]:
+        seen = {o for arm in self.values.values() for k in arm.values() for c in k.values() for o in c}
+        return [o for o in OBJECTIVES if o in seen] + sorted(seen - set(OBJECTIVES))
+
+    def ks(self) -> list[int]:
+        return sorted({k for arm in self.values.values() for k in arm})
+
+    def arms(self) -> list[str]:
+        return [a for a in ARMS if self.values.get(a)]
+
+    def seeds(self) -> list[int]:
+        return sorted({s for arm in self.values.values() for k in arm.values() for c in k.values()
+                       for o in c.values() for s in o})
+
+
+def collect(runs: str | Path, benchmark: str) -> StudyRuns:
+    """The records of ``<runs>/<benchmark>-kv-<arm>-k<k>d<j>/<objective>/seed<s>/run.json``.
+    Raises ValueError when there is none (naming the superseded design's cells when only those exist)."""
     from fusebench.records import find_records, load_record
 
-    table: dict[str, dict[int, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    prefix = f"{benchmark}-k"
     runs = Path(runs)
-    if not runs.is_dir():
-        return table
-    for path in find_records(runs):  # the leaderboard's rule of what counts as a record file
+    values: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(dict))))
+    cells: dict = defaultdict(lambda: defaultdict(dict))
+    budgets = []
+    legacy = 0
+    count = 0
+    for path in (find_records(runs) if runs.is_dir() else []):  # the leaderboard's rule of what a record file is
         parts = path.relative_to(runs).parts
-        if len(parts) != 4 or not parts[0].startswith(prefix) or not parts[2].startswith("seed"):
+        if len(parts) != 4 or not parts[2].startswith("seed"):
+            continue
+        m = _NAME.match(parts[0])
+        if m is None or m["bench"] != benchmark:
+            legacy += bool(parts[0].startswith(f"{benchmark}-k") and _LEGACY.match(parts[0]))
             continue
         rec = load_record(path)
-        if not rec.benchmark.startswith(prefix):
+        if rec.benchmark != parts[0]:
             continue
-        k = len(rec.config["dataset"]["options"]["views"])
-        for m, _ in METRICS:
-            table[rec.objective][k][m].append(float(rec.metrics[m]))
-    return table
+        arm, k = m["arm"], int(m["k"])
+        values[arm][k][rec.benchmark][rec.objective][rec.seed] = {mid: float(rec.metrics[mid])
+                                                                 for mid, _ in METRICS if mid in rec.metrics}
+        note = rec.config.get("protocol_notes", {}).get("kviews")
+        try:
+            cells[arm][k][rec.benchmark] = json.loads(note) if note else {}
+        except ValueError:
+            cells[arm][k][rec.benchmark] = {}
+        b = rec.raw.get("budget") or {}
+        if b.get("batch_size") is not None:  # a pretrained run (none / raw kinds pretrain nothing)
+            budgets.append((rec.objective, int(b.get("optimizer_steps", -1)), int(b.get("samples_seen", -1)),
+                            b.get("batch_size"), b.get("micro_batch"), int(b.get("epochs", -1))))
+        count += 1
+    if not count:
+        old = (f"; {legacy} record(s) of the superseded design (one subset per k, {benchmark}-k<k>s<j>) are there: "
+               "rerun `fusebench study kviews`" if legacy else "; run the study first")
+        raise ValueError(f"kviews: no run records of {benchmark}-kv-<arm>-k<k>d<draw> under {runs}{old}")
+    return StudyRuns(values, budgets, cells, count)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -131,82 +349,225 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean, (math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0)
 
 
+def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | None, metric: str) -> list[float]:
+    """The paired gaps ``m(objective, c, s) - m(reference, c, s)`` over the cells c and seeds s of (arm,
+    k) where both runs exist, in (cell, seed) order; ``reference=None``: the values themselves."""
+    out = []
+    for name in sorted(study.values.get(arm, {}).get(k, {})):
+        rows = study.values[arm][k][name]
+        for s in sorted(rows.get(objective, {})):
+            v = rows[objective][s].get(metric)
+            if v is None:
+                continue
+            if reference is None:
+                out.append(v)
+                continue
+            r = rows.get(reference, {}).get(s, {}).get(metric)
+            if r is not None:
+                out.append(v - r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the board
+# ---------------------------------------------------------------------------------------------
+def _fmt(values: list[float], signed: bool) -> str:
+    if not values:
+        return "—"
+    mean, std = _mean_std(values)
+    value = f"{100 * mean:{'+' if signed else ''}.2f}"
+    return f"{value} ± {100 * std:.2f} ({len(values)})" if len(values) > 1 else f"{value} (1)"  # no spread of one
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.2f}"
+
+
+def _budget_text(study: StudyRuns) -> str:
+    kinds = defaultdict(int)
+    for _, steps, samples, batch, micro, ep in study.budgets:
+        kinds[(steps, samples, batch, ep)] += 1
+    micro = sorted({(o, m) for o, *_, m, _ in study.budgets if m})
+    mtext = "; ".join(f"`{o}` computed its loss on micro-batches of {m} accumulated over that batch" for o, m in micro)
+    if len(kinds) == 1:
+        (steps, samples, batch, ep), n = next(iter(kinds.items()))
+        text = (f"all {n} pretrained runs took the same budget: {steps} optimiser steps on batches of {batch} "
+                f"({ep} epoch{'' if ep == 1 else 's'}), {samples} training samples seen")
+    else:
+        listed = "; ".join(f"{n} runs: {s} steps, {sm} samples, batch {b}, {e} epochs"
+                           for (s, sm, b, e), n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        text = f"the pretrained runs did NOT all take the same budget ({listed})"
+    return text + (f" ({mtext})" if mtext else "")
+
+
+def _cells_text(study: StudyRuns, arm: str, k: int) -> str:
+    parts = []
+    for name in sorted(study.cells.get(arm, {}).get(k, {}), key=lambda n: int(_NAME.match(n)["draw"])):
+        info = study.cells[arm][k][name]
+        draw = _NAME.match(name)["draw"]
+        if arm == "views":
+            views = info.get("views", [])
+            parts.append(f"d{draw}: {{{', '.join(map(str, views))}}} of {info.get('permutation', '?')}")
+        else:
+            vc = info.get("view_copies", {})
+            parts.append(f"d{draw}: base {vc.get('base')}, noise {vc.get('noise')}, mask {vc.get('mask')}, "
+                         f"seed {vc.get('seed')}")
+    return "; ".join(parts) or "—"
+
+
+def _summary(study: StudyRuns, pretrained: list[str]) -> list[str]:
+    """Sentences whose every number is computed from the runs (linear-probe accuracy)."""
+    out = []
+    ks = study.ks()
+    for arm in study.arms():
+        arm_ks = [k for k in ks if k in study.values[arm]]
+        if not arm_ks:
+            continue
+        lo, hi = arm_ks[0], arm_ks[-1]
+        refs = []
+        for r in REFERENCES:
+            a, b = pairs(study, arm, lo, r, None, "acc"), pairs(study, arm, hi, r, None, "acc")
+            if a and b:
+                refs.append(f"`{r}` {100 * _mean_std(a)[0]:.2f} -> {100 * _mean_std(b)[0]:.2f}")
+        line = f"- **{arm}** arm, k = {lo} -> {hi}: " + ", ".join(refs) if refs else f"- **{arm}** arm"
+        for r in REFERENCES:
+            means = {k: [_mean_std(g)[0] for o in pretrained if (g := pairs(study, arm, k, o, r, "acc"))]
+                     for k in (lo, hi)}
+            if means[lo] and means[hi]:
+                line += (f"; pretrained - `{r}` (mean over the {len(means[lo])} pretrained rows) "
+                         f"{_pts(sum(means[lo]) / len(means[lo]))} -> {_pts(sum(means[hi]) / len(means[hi]))} points")
+        wins = [(o, k) for o in pretrained for k in arm_ks if (g := pairs(study, arm, k, o, "raw", "acc"))
+                and _mean_std(g)[0] > 0]
+        total = sum(1 for o in pretrained for k in arm_ks if pairs(study, arm, k, o, "raw", "acc"))
+        line += f"; a pretrained row beats `raw` on average in {len(wins)} of {total} (objective, k) entries."
+        out.append(line)
+    return out
+
+
 def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten") -> tuple[Path, Path]:
     """Write ``<board>/<benchmark>-kviews.md`` and ``-kviews.png`` from the study's run records."""
     from fusebench.training.utils import atomic_write_text
 
-    table = collect(Path(runs), benchmark)
-    if not table:
-        raise ValueError(f"kviews: no run records of {benchmark}-k* under {runs}; run the study first")
+    study = collect(Path(runs), benchmark)
     board = Path(board)
     board.mkdir(parents=True, exist_ok=True)
-    order = [o for o in OBJECTIVES if o in table] + sorted(o for o in table if o not in OBJECTIVES)
-    ks = sorted({k for o in table.values() for k in o})
+    order = study.objectives()
+    pretrained = [o for o in order if o not in REFERENCES]
+    ks, arms = study.ks(), study.arms()
+    head = "| objective | arm | " + " | ".join(f"k = {k}" for k in ks) + " |"
+    rule = "|---|---|" + "---|" * len(ks)
     md = [f"# k-views study: {benchmark}", "",
-          "Test accuracy (linear probe) and clustering accuracy (k-means) with only k of the views, mean ± std "
-          "over seeds x view subsets (n). View subsets: a fixed seeded choice per k (`fusebench.training.kviews`); "
-          "pretraining hyper-parameters are the spec's defaults (no per-k grid); M3G uses batch 8 for 1 epoch at "
-          "k >= 5. `raw` = the standardised views concatenated; `none` = random-init encoders.", ""]
-    for m, label in METRICS:
-        md += [f"## {label}", "", "| objective | " + " | ".join(f"k = {k}" for k in ks) + " |",
-               "|---|" + "---|" * len(ks)]
-        for o in order:
-            cells = []
-            for k in ks:
-                vals = table[o].get(k, {}).get(m, [])
-                if vals:
-                    mean, std = _mean_std(vals)
-                    cells.append(f"{100 * mean:.2f} ± {100 * std:.2f} ({len(vals)})")
-                else:
-                    cells.append("—")
-            md.append(f"| `{o}` | " + " | ".join(cells) + " |")
-        md.append("")
+          "Does a multi-view objective gain from more views beyond what the views themselves add? Two arms, the "
+          "same rows, seeds and k: **views** (the first k views of seeded random view orders, nested in k) and "
+          "**copies** (k augmented copies of the same base view, the information-fixed control of the poly-view "
+          "claim). The quantity is the paired gap of each pretrained row to the random-init `none` row and to the "
+          "`raw` row (the standardised input views concatenated), in points, mean ± std over seeds x cells (n); "
+          "design and reasons: docs/kviews.md (`fusebench.training.kviews`).", "",
+          f"Read from {study.records} run records: seeds {study.seeds()}; k = {', '.join(map(str, ks))}; "
+          f"{_budget_text(study)}.", "",
+          "## Summary (linear-probe test accuracy, computed from the runs)", "", *_summary(study, pretrained), ""]
     png = board / f"{benchmark}-kviews.png"
-    md += [f"![k-views study]({png.name})", ""]
+    for m, label in METRICS:
+        for r in REFERENCES:
+            md += [f"## {label}: pretrained - `{r}` (points)", "", head, rule]
+            rows = pretrained + (["none"] if r == "raw" and "none" in order else [])
+            for o in rows:
+                for arm in arms:
+                    md.append(f"| `{o}` | {arm} | " + " | ".join(_fmt(pairs(study, arm, k, o, r, m), True)
+                                                                 for k in ks) + " |")
+            md.append("")
+    for m, label in METRICS:
+        md += [f"## {label} (%)", "", head, rule]
+        for o in order:
+            for arm in arms:
+                md.append(f"| `{o}` | {arm} | " + " | ".join(_fmt(pairs(study, arm, k, o, None, m), False)
+                                                             for k in ks) + " |")
+        md.append("")
+    md += ["## Cells", "", "Arm views: d<j>: the view set {...} = the first k of draw j's permutation [...], sorted "
+           "(a draw whose set repeats an earlier draw's at that k is not run again); arm copies: the "
+           "`view_copies` option of draw j.", "", "| arm | k | cells |", "|---|---|---|"]
+    for arm in arms:
+        for k in ks:
+            if k in study.values[arm]:
+                md.append(f"| {arm} | {k} | {_cells_text(study, arm, k)} |")
+    md += ["", f"![k-views study: gaps vs k]({png.name})", ""]
     mdp = board / f"{benchmark}-kviews.md"
     atomic_write_text(mdp, "\n".join(md))
-    _plot(table, order, ks, png, benchmark)
+    _plot(study, pretrained, ks, png, benchmark)
     return mdp, png
 
 
-def _plot(table, order, ks, path: Path, benchmark: str) -> None:
+def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, benchmark: str) -> None:
+    """Rows: metrics; columns: (arm, reference); one line per pretrained objective (error bars: std over
+    the pairs), the `none` row's gap to `raw` dashed in grey."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(6 * len(METRICS), 4.2))
-    for ax, (m, label) in zip(axes, METRICS):
-        for i, o in enumerate(order):
-            xs = [k for k in ks if table[o].get(k, {}).get(m)]
-            stats = [_mean_std(table[o][k][m]) for k in xs]
-            ax.errorbar([x + 0.03 * (i - len(order) / 2) for x in xs], [100 * s[0] for s in stats],
-                        yerr=[100 * s[1] for s in stats], marker="o", capsize=3, label=o,
-                        linestyle="--" if o in ("raw", "none") else "-")
-        ax.set_xlabel("number of views k")
-        ax.set_ylabel(f"{label} (%)")
-        ax.set_xticks(ks)
-        ax.set_title(f"{benchmark}: {label}")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    panels = [(arm, r) for arm in study.arms() for r in REFERENCES]
+    fig, axes = plt.subplots(len(METRICS), len(panels), figsize=(4.2 * len(panels), 3.6 * len(METRICS)),
+                             squeeze=False, sharey="row")
+    colors = plt.get_cmap("tab10")
+    for i, (m, label) in enumerate(METRICS):
+        for j, (arm, r) in enumerate(panels):
+            ax = axes[i][j]
+            rows = pretrained + (["none"] if r == "raw" else [])
+            for n, o in enumerate(rows):
+                xs = [k for k in ks if pairs(study, arm, k, o, r, m)]
+                stats = [_mean_std(pairs(study, arm, k, o, r, m)) for k in xs]
+                if not xs:
+                    continue
+                ax.errorbar([x + 0.04 * (n - len(rows) / 2) for x in xs], [100 * s[0] for s in stats],
+                            yerr=[100 * s[1] for s in stats], marker="o", capsize=2, label=o,
+                            color="grey" if o == "none" else colors(n), linestyle="--" if o == "none" else "-")
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_xticks(ks)
+            ax.set_xlabel("number of views k")
+            ax.set_title(f"{arm}: pretrained - {r}", fontsize=10)
+            if j == 0:
+                ax.set_ylabel(f"{label}\ngap (points)", fontsize=9)
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"{benchmark}: k-views study (mean ± std over seeds x cells)", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
 
 
+# ---------------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------------
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fusebench study kviews", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--benchmark", default="mv-handwritten")
     p.add_argument("--data-root", default=None)
+    p.add_argument("--synthetic", action="store_true", help="the benchmark's synthetic twin (a smoke run)")
     p.add_argument("--out", default=None,
                    help="folder of the study's run records (default: the repository's leaderboards/runs-kviews)")
     p.add_argument("--board", default=None,
                    help="where the markdown and the PNG go (default: the repository's leaderboards/)")
-    p.add_argument("--objective", nargs="+", default=list(OBJECTIVES))
+    p.add_argument("--objective", nargs="+", default=list(OBJECTIVES),
+                   help="the rows; must include none and raw (default: %(default)s)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--k", nargs="+", type=int, default=None)
-    p.add_argument("--subsets", type=int, default=1, help="view subsets per k")
+    p.add_argument("--k", nargs="+", type=int, default=None, help="numbers of views (default: 2..V)")
+    p.add_argument("--subsets", type=int, default=3, help="draws per k: view orders (views arm), augmentation "
+                                                            "seeds (copies arm); default %(default)s")
+    p.add_argument("--subset-seed", type=int, default=0)
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--copies-base", nargs="+", type=int, default=None,
+                   help=f"base view(s) of the copies arm (default: {COPIES_BASE} else [0])")
+    p.add_argument("--copies-noise", type=float, default=COPIES_NOISE, help="noise std x train std (%(default)s)")
+    p.add_argument("--copies-mask", type=float, default=COPIES_MASK, help="feature masking probability (%(default)s)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"every objective's batch (default {BUDGET['real']['batch_size']}; synthetic "
+                        f"{BUDGET['synthetic']['batch_size']})")
+    p.add_argument("--epochs", type=int, default=None,
+                   help=f"every objective's epochs (default {BUDGET['real']['epochs']}; synthetic "
+                        f"{BUDGET['synthetic']['epochs']})")
+    p.add_argument("--m3g-micro-batch", type=int, default=8, help="M3G's loss chunk (%(default)s)")
+    p.add_argument("--workers", type=int, default=1, help="cells run at a time (local processes)")
     p.add_argument("--render-only", action="store_true", help="only regenerate the markdown and the plot")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress output (default: bars on a terminal, else a log line per cell start and end "
@@ -226,7 +587,9 @@ def main(argv: list[str]) -> int:
     try:
         if not ns.render_only:
             run_study(ns.benchmark, ns.data_root, out, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None,
-                      ns.subsets, progress=ns.progress, counts=counts)
+                      ns.subsets, ns.subset_seed, tuple(ns.arms), ns.copies_base, ns.copies_noise, ns.copies_mask,
+                      ns.batch_size, ns.epochs, ns.m3g_micro_batch, synthetic=ns.synthetic, workers=ns.workers,
+                      progress=ns.progress, counts=counts)
         md, png = render(out, board, ns.benchmark)
     except ValueError as e:  # includes ConfigError, DatasetError, RecordError
         print(f"fusebench study kviews: {e}", file=sys.stderr)
@@ -251,4 +614,5 @@ def study_main(argv: list[str]) -> int:
     return main(argv[1:])
 
 
-__all__ = ["OBJECTIVES", "collect", "render", "run_study", "view_subsets"]
+__all__ = ["ARMS", "OBJECTIVES", "Cell", "StudyRuns", "collect", "pairs", "render", "run_study", "study_cells",
+           "study_overrides", "view_permutation"]

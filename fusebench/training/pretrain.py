@@ -30,9 +30,17 @@ from fusebench.training.config import PretrainConfig
 
 class Pretrainer(nn.Module):
     """Encoder + heads + objective; ``forward(batch)`` is the pretraining loss of one batch.
-    ``total_steps`` sets the EMA teacher's cosine momentum schedule."""
+    ``total_steps`` sets the EMA teacher's cosine momentum schedule.
 
-    def __init__(self, model: nn.Module, objective: nn.Module, cfg: PretrainConfig, total_steps: int = 1) -> None:
+    ``micro_batch`` (``pretrain.objective_micro_batch``): the view loss of a batch of n samples is the
+    size-weighted mean of the objective over consecutive chunks of ``micro_batch`` samples,
+    ``L = sum_c (n_c / n) * objective(z[:, chunk_c])``: the encoder sees the whole batch and one optimiser
+    step is taken per batch, so steps and samples seen equal those of the common batch while the loss's
+    own cost (M3G's n^k) is that of the chunk. Only for objectives whose loss the plain view path computes
+    (not one owned by a pretraining method: TupleInfoNCE, BYOL, the view rotation)."""
+
+    def __init__(self, model: nn.Module, objective: nn.Module, cfg: PretrainConfig, total_steps: int = 1,
+                 micro_batch: int | None = None) -> None:
         super().__init__()
         from fusebench.training import methods
 
@@ -49,6 +57,12 @@ class Pretrainer(nn.Module):
         for method in methods.attach(objective, cfg):
             method.build(self)
             self.methods[method.id] = method
+        if micro_batch is not None and (int(micro_batch) < 2 or self.kind != "views"
+                                        or any(type(m).loss is not methods.PretrainMethod.loss
+                                               for m in self.methods.values())):
+            raise ValueError(f"micro_batch={micro_batch}: needs an integer >= 2 and an objective whose loss is the "
+                             f"plain view loss (input kind {self.kind!r}, methods {sorted(self.methods) or 'none'})")
+        self.micro_batch = int(micro_batch) if micro_batch else None
 
     # -- pieces -------------------------------------------------------------------------------
     def student_parameters(self) -> list[nn.Parameter]:
@@ -100,7 +114,18 @@ class Pretrainer(nn.Module):
             if loss is not None:
                 return loss
         if self.kind == "views":
-            kw = {"mask": gather(mask.unsqueeze(-1)).squeeze(-1)} if mask is not None else {}
-            return self.objective(gather(z), **kw)
+            z = gather(z)
+            mask = gather(mask.unsqueeze(-1)).squeeze(-1) if mask is not None else None
+            n = z.shape[1]
+            if self.micro_batch is None or n <= self.micro_batch:
+                return self.objective(z, **({"mask": mask} if mask is not None else {}))
+            total = z.new_zeros((), dtype=torch.float32)
+            for lo in range(0, n, self.micro_batch):  # a last chunk of one sample joins the one before
+                hi = n if n - (lo + self.micro_batch) < 2 else lo + self.micro_batch
+                kw = {"mask": mask[:, lo:hi]} if mask is not None else {}
+                total = total + self.objective(z[:, lo:hi], **kw).float() * ((hi - lo) / n)
+                if hi == n:
+                    break
+            return total
         raise ValueError(f"objective input kind {self.kind!r}: no pretraining method computes its loss "
                          f"(attached: {sorted(self.methods) or 'none'}); name one in the objective's pretrain_methods")

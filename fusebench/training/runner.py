@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -52,7 +53,12 @@ log = logging.getLogger(__name__)
 
 BASELINE = "none"  # pseudo-objective: no pretraining (random-init encoder), the reference row
 RAW = "raw"  # pseudo-objective of the embedding_eval protocol: the standardised input views, concatenated
-REFERENCES = (BASELINE, RAW)
+#: the reference rows of the embedding_eval protocol computed from the input views without training
+#: (fusebench/training/reference_features.py): concatenated (z-scored by the evaluation), per-view L2,
+#: tf-idf (count views), view-balanced z-scoring, PCA to the embedding width
+from fusebench.training.reference_features import REFERENCE_KINDS as RAW_KINDS  # noqa: E402 (numpy only)
+
+REFERENCES = (BASELINE, *RAW_KINDS)
 
 
 class ConfigMismatchError(RunError):
@@ -84,9 +90,19 @@ def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
         if not pipeline.downstream:
             return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
         return None
-    if objective == RAW:
+    if objective == RAW and pipeline.downstream and spec.downstream.protocol == "linear_probe":
+        from fusebench import datasets
+
+        kinds = {m.kind for m in datasets.get(spec.dataset.id).MODALITIES
+                 if spec.dataset.modalities is None or m.name in spec.dataset.modalities}
+        if kinds != {"vector"}:
+            return (f"{spec.name}: the '{RAW}' row of a linear-probe benchmark trains the probe on the input "
+                    f"vectors; this dataset's modalities are {sorted(kinds)}")
+        return None  # the probe trained on the input vectors (the `identity` encoder)
+    if objective in RAW_KINDS:
         if not pipeline.downstream or spec.downstream.protocol != "embedding_eval":
-            return f"{spec.name}: the '{RAW}' reference row applies to the embedding_eval protocol only"
+            return (f"{spec.name}: the '{objective}' reference row applies to the embedding_eval protocol"
+                    + (" and (raw only) to the linear_probe protocol" if objective == RAW else " only"))
         return None
     from fusebench import objectives
 
@@ -114,12 +130,14 @@ def compatible_objectives(spec: BenchmarkSpec) -> list[str]:
 # data and model
 # ---------------------------------------------------------------------------------------------
 def _datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
-              roles: tuple[str, ...] = ("train", "val", "test")):
+              roles: tuple[str, ...] = ("train", "val", "test"), extra_options: dict[str, Any] | None = None):
     from fusebench import datasets
 
     ds_cfg = spec.dataset
     synthetic = synthetic or ds_cfg.synthetic_only
-    common = dict(modalities=ds_cfg.modalities, synthetic=synthetic, **ds_cfg.options)
+    common = dict(modalities=ds_cfg.modalities, synthetic=synthetic, **ds_cfg.options, **(extra_options or {}))
+    if ds_cfg.split_per_seed and not synthetic:  # each seed its own stratified split
+        common["split_seed"] = int(seed)
     if synthetic:
         common["synthetic_spec"] = dict(ds_cfg.synthetic_spec)
     out = {}
@@ -194,12 +212,18 @@ def _input_dims(ds) -> dict[str, int]:
     return {m.name: m.channels for m in ds.MODALITIES if m.name in ds.modalities}
 
 
-def build_model(spec: BenchmarkSpec, train_ds) -> nn.Module:
+def build_model(spec: BenchmarkSpec, train_ds, objective: str | None = None) -> nn.Module:
     """The encoder (a backbone) with the head its dataset's task builds on it, right after it
-    (:class:`fusebench.training.model.TaskModel`)."""
+    (:class:`fusebench.training.model.TaskModel`). The ``raw`` row of a linear-probe benchmark gets the
+    ``identity`` encoder instead (the probe is trained on the input vectors)."""
     from fusebench import encoders, tasks
     from fusebench.training.model import build as with_task_head
 
+    if objective == RAW and spec.downstream.protocol == "linear_probe":
+        cfg = {"modalities": _input_dims(train_ds)}
+        if train_ds.num_classes is not None:
+            cfg["num_classes"] = train_ds.num_classes
+        return with_task_head(encoders.build("identity", **cfg), tasks.for_dataset(train_ds))
     cfg = dict(spec.encoder.config)
     cfg.setdefault("modalities", _input_dims(train_ds))
     if train_ds.num_classes is not None and "num_classes" not in cfg and train_ds.task in ("classification", "segmentation"):
@@ -453,7 +477,7 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     dev = utils.resolve_device(device)
     flags = utils.seed_everything(seed)
     data = _datasets(spec, synthetic, data_root, seed)
-    model = build_model(spec, data["train"]).to(dev)
+    model = build_model(spec, data["train"], objective).to(dev)
     flags["numerics"] = precision.numerics(policy, dev)  # what decides the numbers on this device (run.json)
     autocast = precision.autocast(policy, dev)  # encoders and heads only: objectives run in float32 (objectives/base.py)
     budget = StepBudget(max_steps)
@@ -470,12 +494,15 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     pretrain_time = 0.0
     pre_segments: list[float] = []
     batch_size = pretrain_batch_size(spec, objective)
+    budget_record: dict[str, Any] = {"optimizer_steps": 0, "samples_seen": 0, "batch_size": None,
+                                     "micro_batch": None, "epochs": 0}
     epochs = int(pt.objective_epochs.get(objective, pt.epochs))
     if objective not in REFERENCES and epochs > 0:
         obj = objectives.build(objective, **objective_hparams(spec, objective, context)).to(dev)
         _, per_epoch = _loader(data["train"], batch_size, True, seed, 0)
         total = per_epoch * epochs
-        pre = Pretrainer(model, obj, pt, total_steps=total).to(dev)
+        micro = pt.objective_micro_batch.get(objective)
+        pre = Pretrainer(model, obj, pt, total_steps=total, micro_batch=micro).to(dev)
         opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
         step_fn = pre
         if distributed.is_distributed():  # DDP: rank 0's weights, averaged gradients
@@ -527,6 +554,8 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
             run_phase(phase, epochs, hooks, dev, autocast, "pretrain_loss", bar, budget, **track)
         bar.close()
         pre_segments = phase.clock.segments()  # this process's and, when resumed, the earlier ones'
+        budget_record = {"optimizer_steps": int(phase.step), "samples_seen": int(phase.step) * batch_size,
+                         "batch_size": batch_size, "micro_batch": int(micro) if micro else None, "epochs": epochs}
         pretrain_time = sum(pre_segments)
         pre_curves = phase.curves
         del pre, opt, sched, hooks
@@ -537,11 +566,16 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
         pre_curves, pretrain_time = ckpt["pretrain_curves"], ckpt["pretrain_time"]
         pre_segments = list(ckpt.get("pretrain_time_segments_s", [pretrain_time]))
         pretrained_state = ckpt["pretrained_state"]
-    timing = {"resumed": ckpt is not None, "segments": {"wall": wall, "pretrain": pre_segments}}
+    if ckpt is not None and ckpt["phase"] == "downstream" and "pretrain_budget" in ckpt:
+        budget_record = ckpt["pretrain_budget"]
+    timing = {"resumed": ckpt is not None, "segments": {"wall": wall, "pretrain": pre_segments},
+              "budget": budget_record}
 
     # ---- downstream ---------------------------------------------------------------------------
     ds_cfg = spec.downstream
     if ds_cfg.protocol == "embedding_eval":
+        if objective in RAW_KINDS and objective != RAW:  # computed from the unstandardised input views
+            data["inputs"] = _datasets(spec, synthetic, data_root, seed, extra_options={"standardize": False})
         record = _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, model, pre_curves,
                                         pretrain_time, wall, context, timing)
         write_record(cell, record)
@@ -573,6 +607,7 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
 
     def extra() -> dict[str, Any]:
         return {"best": best, "pretrain_curves": pre_curves, "pretrain_time": pretrain_time,
+                "pretrain_budget": budget_record,
                 "pretrain_time_segments_s": pre_segments, "wall_segments_s": wall.segments(),
                 "pretrained_state": pretrained_state}
 
@@ -706,11 +741,13 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, synthetic: bo
                    device: str, progress: bool, context: dict[str, Any]) -> dict[str, Any] | None:
     """Choose ``objective``'s hyper-parameters from ``pretrain.grid[objective]`` on the validation split.
 
-    Every combination is run once (pretraining + downstream protocol) with ``pretrain.selection_seed``;
-    the combination with the best *validation* primary metric wins (ties: the first in grid order).
-    Trial records go to ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (a hidden folder the
-    leaderboard does not read); the outcome ``{"grid", "seed", "metric", "scores", "choice"}`` is
-    stored beside them in ``selection.json`` and in every run record of the objective."""
+    Every combination is run (pretraining + downstream protocol) once per selection seed
+    (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation seed); the
+    combination with the best *mean validation* primary metric over those seeds wins (ties: the first
+    in grid order). Trial records go to ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one
+    seed) or ``<trial>/seed<S>/`` (several) -- a hidden folder the leaderboard does not read; the
+    outcome ``{"grid", "seed", "seeds", "metric", "scores", "choice"}`` (each score with its per-seed
+    values) is stored beside them in ``selection.json`` and in every run record of the objective."""
     import itertools
 
     from fusebench import metrics as M
@@ -723,19 +760,28 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, synthetic: bo
     combos = [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
     primary = spec.primary_metric
     sign = 1.0 if M.get(primary).higher_is_better else -1.0
+    seeds = spec.selection_seeds
     scores = []
     for i, combo in enumerate(combos):
         trial = f"trial{i}-" + "-".join(f"{k}{v}" for k, v in combo.items())
         ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
         if progress:
             shown = " ".join(f"{k}={v}" for k, v in combo.items())
-            say(f"selection {spec.name}/{objective} trial {i + 1}/{len(combos)} {shown}")
-        rec = run_one(spec, objective, spec.pretrain.selection_seed, folder / trial, synthetic=synthetic,
-                      data_root=data_root, device=device, progress=progress, context=ctx)
-        scores.append({"hparams": combo, "val": rec["selection"]["val_metrics"][primary]})
+            say(f"selection {spec.name}/{objective} trial {i + 1}/{len(combos)} {shown} "
+                f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
+        per_seed = {}
+        for s in seeds:
+            where = folder / trial if len(seeds) == 1 else folder / trial / f"seed{s}"
+            rec = run_one(spec, objective, s, where, synthetic=synthetic, data_root=data_root, device=device,
+                          progress=progress, context=ctx)
+            per_seed[str(s)] = rec["selection"]["val_metrics"][primary]
+        mean = sum(per_seed.values()) / len(per_seed)
+        scores.append({"hparams": combo, "val": mean, **({"val_by_seed": per_seed} if len(seeds) > 1 else {})})
     best = max(range(len(combos)), key=lambda i: (sign * scores[i]["val"], -i))
-    outcome = {"grid": {n: list(grid[n]) for n in names}, "seed": spec.pretrain.selection_seed,
-               "metric": f"validation {primary}", "scores": scores, "choice": combos[best]}
+    outcome = {"grid": {n: list(grid[n]) for n in names}, "seed": seeds[0],
+               **({"seeds": seeds} if len(seeds) > 1 else {}),
+               "metric": f"validation {primary}" + (f" (mean over {len(seeds)} selection seeds)" if len(seeds) > 1 else ""),
+               "scores": scores, "choice": combos[best]}
     utils.atomic_write_json(folder / "selection.json", outcome)
     return outcome
 
@@ -772,30 +818,68 @@ def features(model: nn.Module | None, ds, spec: BenchmarkSpec, device: torch.dev
     return torch.cat(xs), torch.cat(ys)
 
 
+@torch.no_grad()
+def input_views(ds, spec: BenchmarkSpec, seed: int) -> list[np.ndarray]:
+    """The input views of all of ``ds`` as float64 arrays, one [n, d_v] per modality (in order)."""
+    loader, _ = _loader(ds, spec.downstream.batch_size, False, seed, 0)
+    parts: list[list[torch.Tensor]] = [[] for _ in ds.modalities]
+    for batch in loader:
+        n = len(batch["target"])
+        for l, m in enumerate(ds.modalities):
+            parts[l].append(batch["modalities"][m].reshape(n, -1).double())
+    return [torch.cat(p).numpy() for p in parts]
+
+
+#: the probe/clustering options of ``options.embedding_eval`` passed on to probe_and_cluster as given
+EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "fewshot_draws", "fewshot_l2_grid", "knn_grid")
+
+
 def _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, model, pre_curves, pretrain_time,
                            wall: Clock, context, timing: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``embedding_eval`` protocol: frozen embeddings of every split -> linear probe (L2 chosen on
-    val) + k-means (:func:`fusebench.training.embedding_eval.probe_and_cluster`)."""
+    """The ``embedding_eval`` protocol: frozen embeddings (or a reference row's features) of every split ->
+    linear probe (L2 chosen on val), few-shot and kNN probes, k-means
+    (:func:`fusebench.training.embedding_eval.probe_and_cluster`)."""
     from fusebench.training.diagnostics import representation_diagnostics
-    from fusebench.training.embedding_eval import DEFAULT_L2_GRID, probe_and_cluster
+    from fusebench.training.embedding_eval import probe_and_cluster
 
-    enc = None if objective == RAW else model
-    (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in ("train", "val", "test"))
-    opts = spec.options.get("embedding_eval", {})
-    res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed,
-                            l2_grid=opts.get("l2_grid", DEFAULT_L2_GRID), cluster_on=opts.get("cluster_on", "all"),
-                            n_init=int(opts.get("n_init", 10)))
-    names = {"acc": "acc", "mf1": "macro_f1"}
-    val = {m: res[f"val_{names[m]}"] for m in spec.metrics if m in names}
-    test = {m: res[f"test_{names[m]}"] if m in names else res[m] for m in spec.metrics}
+    roles = ("train", "val", "test")
+    enc = None if objective in RAW_KINDS else model
+    (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in roles)
+    opts = dict(spec.options.get("embedding_eval", {}))
+    kwargs = {k: opts[k] for k in EMBEDDING_EVAL_OPTIONS if k in opts}
+    # the probes the spec's metrics ask for, unless the options name them
+    kwargs.setdefault("fewshot_shots", [s for s in (1, 5, 10) if f"fs{s}_acc" in spec.metrics])
+    if "knn_acc" not in spec.metrics:
+        kwargs.setdefault("knn_grid", ())
+    reference = None
+    if objective in RAW_KINDS and objective != RAW:
+        from fusebench.training.reference_features import reference_features
+
+        views = {r: input_views(data["inputs"][r], spec, seed) for r in roles}
+        # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
+        width = min(len(views["train"]) * int(model.num_features), len(ytr) - 1, sum(v.shape[1] for v in views["train"]))
+        feats, reference, cluster_standardize = reference_features(objective, views, width=width)
+        xtr, xva, xte = (feats[r] for r in roles)
+        kwargs["cluster_standardize"] = cluster_standardize
+    res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed, **kwargs)
+    names = {"mf1": "macro_f1"}
+    val = {m: res[f"val_{names.get(m, m)}"] for m in spec.metrics if f"val_{names.get(m, m)}" in res}
+    test = {m: res.get(f"test_{names.get(m, m)}", res.get(m)) for m in spec.metrics}
+    missing = [m for m, v in test.items() if v is None]
+    if missing:
+        raise RunError(f"{spec.name}: the embedding_eval protocol does not compute metric(s) {missing}")
     diag = {} if enc is None else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
     record = make_record(spec, objective, seed, synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
                          best_epoch=-1, wall_time=wall.total(), pretrain_time=pretrain_time, timing=timing,
                          model=enc, diagnostics=diag, context=context)
     record["selection"]["rule"] = ("linear probe: L2 weight chosen on the validation split (highest val accuracy); "
-                                   "k-means needs no selection; test scored once")
-    record["selection"]["probe"] = res["probe"]
+                                   "kNN: k chosen on the validation split; k-means needs no selection; test scored once")
+    for key in ("probe", "fewshot", "knn"):
+        if key in res:
+            record["selection"][key] = res[key]
     record["clustering"] = res["clustering"]
+    if reference is not None:
+        record["reference_features"] = reference
     return record
 
 
@@ -871,7 +955,23 @@ def make_record(spec, objective, seed, synthetic, device, flags, data, curves, v
         "protocol": spec.protocol_notes,
         "hparams": objective_hparams(spec, objective, context) if objective not in REFERENCES else {},
         "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
+        # the pretraining budget this row got: optimiser steps, samples seen, batch, micro-batch, epochs
+        "budget": (timing or {}).get("budget") or {"optimizer_steps": 0, "samples_seen": 0, "batch_size": None,
+                                                   "micro_batch": None, "epochs": 0},
+        "comparison": comparison_of(spec),
     }
+
+
+def comparison_of(spec: BenchmarkSpec) -> dict[str, str]:
+    """How the board compares the rows (``spec.comparison`` with its defaults): the fixed reference row of
+    the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why it was chosen."""
+    out = {k: v for k, v in spec.comparison.items() if v}
+    if "reference" not in out:
+        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
+        if ref:
+            out["reference"] = ref
+    out.setdefault("primary", spec.primary_metric)
+    return out
 
 
 def _segments(timing: dict[str, Any] | None, wall_time: float, pretrain_time: float) -> dict[str, list[float]]:
