@@ -1352,8 +1352,9 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
            "## Real data", "",
            "Runs on real data files (each run record carries the dataset's manifest hash or a fingerprint of the "
            "files read); rows rank the objectives on that data. Reference rows: `none` = random-init encoders, "
-           "`raw` = the standardised input views; when one of them is best, the best pretrained objective "
-           "follows.", ""]
+           "`raw` = the standardised input views, `raw_*` = other features of the input views (per-view L2, "
+           "tf-idf, view-balanced, PCA; docs/benchmarks.md); when one of them is best, the best pretrained "
+           "objective follows.", ""]
     out += [head] + rows["real"] if rows["real"] else ["No real-data runs yet."]
     out += [""] + _ranking_section(ranking, cd_plot)
     out += ["", "## Synthetic studies", "",
