@@ -148,3 +148,40 @@ def test_one_list_of_reference_rows() -> None:
     from fusebench.training.reference_features import REFERENCE_KINDS
 
     assert tuple(leaderboard.REFERENCE_ROWS) == tuple(runner.REFERENCES) == ("none", *REFERENCE_KINDS)
+
+
+def test_a_grid_over_a_method_option_reaches_the_method(tmp_path: Path, fixtures_dir: Path) -> None:
+    """BYOL has no objective argument to search; `methods.<id>.<option>` grid keys search the option of
+    its pretraining method (here the EMA teacher's momentum) on the validation split."""
+    from fusebench.training import methods as M
+
+    spec = load_spec(benchmarks.path("mv-ngs"), overrides=FAST)
+    kwargs, meth = M.split_method_keys({"tau": 0.1, "methods.ema_teacher.momentum": 0.9})
+    assert kwargs == {"tau": 0.1} and meth == {"ema_teacher": {"momentum": 0.9}}
+    cfg = M.with_method_options(spec.pretrain, meth)
+    assert M.options_of(cfg, "ema_teacher").momentum == 0.9
+    assert M.options_of(spec.pretrain, "ema_teacher").momentum == 0.99  # the spec itself is unchanged
+    over = {**FAST, "pretrain.grid": {"byol_pwe": {"methods.ema_teacher.momentum": [0.5, 0.99]}},
+            "pretrain.selection_seeds": []}  # one selection seed: trial folders hold the run directly
+    rec = fusebench.run("mv-ngs", objective="byol_pwe", seeds=[0], out=tmp_path,
+                        data_root=str(fixtures_dir / "multiview" / "NGs.mat"), overrides=over, progress=False)[0]
+    sel = rec["hparam_selection"]
+    assert [s["hparams"] for s in sel["scores"]] == [{"methods.ema_teacher.momentum": 0.5},
+                                                     {"methods.ema_teacher.momentum": 0.99}]
+    assert rec["hparams"] == sel["choice"]
+    # the option reached the teacher: the two trials trained differently
+    folder = tmp_path / ".selection" / "mv-ngs" / "byol_pwe"
+    curves = [json.loads(next(folder.glob(f"trial{i}-*")).joinpath("mv-ngs", "byol_pwe", "seed1000", "run.json")
+                         .read_text())["curves"]["pretrain_loss"] for i in (0, 1)]
+    assert curves[0] != curves[1]
+
+
+@pytest.mark.parametrize("grid, msg", [
+    ({"methods.nope.x": [1]}, "methods.nope"),
+    ({"methods.ema_teacher.nope": [1]}, "nope"),
+    ({"methods.ema_teacher": [1]}, "must read methods.<method id>.<option>"),
+    ({"methods.ema_teacher.momentum": ["fast"]}, "momentum"),
+])
+def test_bad_method_grid_keys_are_refused_at_load(grid, msg) -> None:
+    with pytest.raises(ConfigError, match=msg):
+        load_spec(benchmarks.path("mv-ngs"), overrides={"pretrain.grid": {"byol_pwe": grid}})

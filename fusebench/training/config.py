@@ -466,10 +466,16 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
             if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
                 raise ConfigError(f"{source}: pretrain.grid.{name}: expected a mapping of option names to non-empty "
                                   f"lists of values, got {grid!r}")
-            check_options(grid, obj, f"{source}: pretrain.grid.{name}", values=False)
+            from fusebench.training.methods import split_method_keys, with_method_options
+
+            where = f"{source}: pretrain.grid.{name}"
+            own, _ = split_method_keys(grid, where)  # methods.<id>.<option> keys search a method's option
+            check_options(own, obj, where, values=False)
             for key, vals in grid.items():
                 for v in vals:
-                    check_options({key: v}, obj, f"{source}: pretrain.grid.{name}")
+                    kw, meth = split_method_keys({key: v}, where)
+                    check_options(kw, obj, where)
+                    with_method_options(spec.pretrain, meth, where)
     except OptionsError as e:
         raise ConfigError(str(e)) from None
 

@@ -235,6 +235,50 @@ def option_values(options: Any) -> dict[str, Any]:
     return dataclasses.asdict(options)
 
 
+#: prefix of a hyper-parameter that sets a pretraining method's option instead of an objective's
+#: argument: ``methods.<method id>.<option>`` (e.g. ``pretrain.grid.byol_pwe: {methods.ema_teacher.momentum:
+#: [0.99, 0.996]}`` searches BYOL's EMA momentum on the validation split)
+METHOD_KEY_PREFIX = "methods."
+
+
+def split_method_keys(hparams: Mapping[str, Any], where: str = "hparams") -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``hparams`` -> (the objective's keyword arguments, ``{method id: {option: value}}`` from the
+    ``methods.<id>.<option>`` keys). A malformed method key is a ConfigError naming ``where``."""
+    from fusebench.training.config import ConfigError
+
+    kwargs: dict[str, Any] = {}
+    methods: dict[str, dict[str, Any]] = {}
+    for key, value in hparams.items():
+        if isinstance(key, str) and key.startswith(METHOD_KEY_PREFIX):
+            parts = key.split(".")
+            if len(parts) != 3 or not all(parts):
+                raise ConfigError(f"{where}: {key!r} must read methods.<method id>.<option>")
+            methods.setdefault(parts[1], {})[parts[2]] = value
+        else:
+            kwargs[key] = value
+    return kwargs, methods
+
+
+def with_method_options(cfg: Any, overrides: Mapping[str, Mapping[str, Any]], where: str = "hparams") -> Any:
+    """PretrainConfig ``cfg`` with the options of ``overrides`` (method id -> {option: value}) set on its
+    methods (checked: unknown ids, names and wrong types are ConfigErrors naming ``where``); ``cfg``
+    itself when there is nothing to set."""
+    if not overrides:
+        return cfg
+    from fusebench.registry import UnknownNameError
+    from fusebench.training.config import ConfigError
+
+    merged = dict(getattr(cfg, "methods", None) or {})
+    for mid, opts in overrides.items():
+        try:
+            cls = METHODS.get(mid)
+        except UnknownNameError as e:
+            raise ConfigError(f"{where}: methods.{mid}: {e}") from None
+        values = {**option_values(options_of(cfg, mid)), **dict(opts)}
+        merged[mid] = make_options(cls, values, f"{where}: methods.{mid}")
+    return dataclasses.replace(cfg, methods=merged)
+
+
 # ---------------------------------------------------------------------------------------------
 # joining a run
 # ---------------------------------------------------------------------------------------------

@@ -498,11 +498,16 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
                                      "micro_batch": None, "epochs": 0}
     epochs = int(pt.objective_epochs.get(objective, pt.epochs))
     if objective not in REFERENCES and epochs > 0:
-        obj = objectives.build(objective, **objective_hparams(spec, objective, context)).to(dev)
+        from fusebench.training.methods import split_method_keys, with_method_options
+
+        kwargs, method_options = split_method_keys(objective_hparams(spec, objective, context))
+        obj = objectives.build(objective, **kwargs).to(dev)
         _, per_epoch = _loader(data["train"], batch_size, True, seed, 0)
         total = per_epoch * epochs
         micro = pt.objective_micro_batch.get(objective)
-        pre = Pretrainer(model, obj, pt, total_steps=total, micro_batch=micro).to(dev)
+        # a grid over a method's option (methods.<id>.<option>, e.g. BYOL's EMA momentum) sets it for this cell
+        pre = Pretrainer(model, obj, with_method_options(pt, method_options), total_steps=total,
+                         micro_batch=micro).to(dev)
         opt = _optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
         step_fn = pre
         if distributed.is_distributed():  # DDP: rank 0's weights, averaged gradients
@@ -683,6 +688,7 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
 
     from fusebench import datasets, encoders, objectives
     from fusebench.registry import UnknownNameError
+    from fusebench.training.methods import split_method_keys, with_method_options
 
     pipeline = pipeline_of(spec)
     try:
@@ -701,7 +707,9 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
         for combo in itertools.product(*(grid[n] for n in names)):
             hp = {**spec.pretrain.hparams.get(o, {}), **dict(zip(names, combo))}
             try:
-                objectives.build(o, **hp)
+                kwargs, method_options = split_method_keys(hp, f"{spec.name}: pretrain.grid.{o}")
+                objectives.build(o, **kwargs)
+                with_method_options(spec.pretrain, method_options, f"{spec.name}: pretrain.grid.{o}")
             except (ValueError, TypeError) as e:
                 where = f"pretrain.hparams.{o}" + (f" / pretrain.grid.{o} {dict(zip(names, combo))}" if names else "")
                 raise ConfigError(f"{spec.name}: {where}: objective {o!r} refuses {hp}: {e}") from None
