@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fusebench.training.reference_features import REFERENCE_KINDS
 from fusebench.records import (RecordError, RunRecord, board_kind, differing_fields, find_records, load_record,
                                new_file_mode)
 from fusebench.registry import ID_RULE, valid_id
@@ -278,9 +279,9 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
 # one comparability group
 # ---------------------------------------------------------------------------------------------
 # rows that are not pretraining objectives: random-init encoders, and the reference features of the
-# embedding_eval protocol computed from the input views (fusebench.training.runner.REFERENCES, repeated
-# here because the runner imports torch)
-REFERENCE_ROWS = ("none", "raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
+# embedding_eval protocol computed from the input views (the runner's REFERENCES; this module imports
+# numpy-only reference_features, not the runner, which imports torch)
+REFERENCE_ROWS = ("none", *REFERENCE_KINDS)
 REFERENCE_TEXT = {"raw": "the standardised input views", "none": "random-init encoders"}
 CI_LEVEL, CI_RESAMPLES, CI_SEED = 0.95, 10000, 0  # the bootstrap interval of every board
 
@@ -373,21 +374,20 @@ def equivalence_groups(objectives: list[str], k: int | None,
     hyper-parameters (:func:`fusebench.objectives.equivalence.same_hparams` of ``hparams[id]``, a
     record's ``hparams``; None = unknown or differing between seeds, never merged). Each returned
     group has at least two ids; its first is the one displayed. ``[]`` when ``k`` is unknown or the
-    module is not there (no merging). Asking imports the objective classes (torch)."""
+    module is not there (no merging). The built-in objectives are answered from the equivalence
+    module's own table, without importing the objective classes (torch)."""
     if k is None or k < 2 or len(objectives) < 2:
         return []
     try:
-        from fusebench.objectives import available
         from fusebench.objectives.equivalence import groups, same_hparams
     except ImportError:
         return []
-    known = set(available())
-    candidates = [o for o in objectives if o in known and o not in REFERENCE_ROWS]
+    candidates = [o for o in objectives if o not in REFERENCE_ROWS]
     if len(candidates) < 2:
         return []
     hparams = hparams or {}
     out = []
-    for g in groups(candidates, k):
+    for g in groups(candidates, k, unknown="alone"):  # ids the registry does not know stay alone
         rows: list[list[str]] = []  # split by hyper-parameters: an alias joins the first row it matches
         for o in g:
             h = hparams.get(o, {})

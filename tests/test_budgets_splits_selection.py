@@ -99,7 +99,7 @@ def test_split_per_seed_draws_a_split_per_seed_and_keeps_hashes(tmp_path: Path, 
 
     spec = load_spec(benchmarks.path("mv-ngs"), overrides=FAST)
     tests = [runner.input_views(datasets.build("mv_ngs", root=root, split="test", seed=0, split_seed=s,
-                                               split_fractions=[0.6, 0.2, 0.2], standardize=False), spec, 0)[0]
+                                               split_fractions=[0.6, 0.2, 0.2], standardize=False), spec, 0)[0][0]
              for s in (0, 1)]
     rows = [{r.tobytes() for r in t} for t in tests]
     assert len(rows[0] ^ rows[1]) > 0 and len(rows[0]) == len(rows[1]) == 100

@@ -742,12 +742,14 @@ def _fake_equivalence(monkeypatch, same: list[set], known: list[str]) -> list:
 
     calls = []
 
-    def groups(ids, k, *, references=()):
+    def groups(ids, k, *, references=(), unknown="error"):
         calls.append((list(ids), k))
+        if unknown != "alone" and set(ids) - set(known):
+            raise ValueError(f"unknown objective ids {sorted(set(ids) - set(known))}")
         out: list[list[str]] = []
         for o in ids:
             for g in out:
-                if k == 3 and any(o in s and g[0] in s for s in same):
+                if k == 3 and o in known and any(o in s and g[0] in s for s in same):
                     g.append(o)
                     break
             else:

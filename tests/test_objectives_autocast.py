@@ -31,7 +31,15 @@ import torch.nn.functional as F
 from fusebench import objectives
 from fusebench.objectives.base import MultiViewObjective
 
-torch.set_num_threads(1)
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread inside this module (a fixed reduction order for the float64 references),
+    restored afterwards so the modules collected later run with the session's thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 NAMES = objectives.available()
 K, N, D = 3, 64, 128

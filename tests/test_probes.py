@@ -121,6 +121,20 @@ def test_kmeans_restarts_are_nested_and_deterministic():
     assert inertias[0] >= inertias[1] >= inertias[2]  # restart r does not depend on n_init
     a, b = E.kmeans(x, 4, 3, n_init=20), E.kmeans(x, 4, 3, n_init=20)
     assert np.array_equal(a[0], b[0]) and a[2] == b[2]
+    # the documented contract, restart by restart: restart r seeds from SeedSequence(3).spawn(n)[r]
+    # (the same child for every n >= r + 1), and the restart of lowest inertia is kept (ties: earlier)
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
+    x_sq = (xt * xt).sum(dim=1)
+    tol_abs = E.KMEANS_TOL * float(x.var(axis=0).mean())
+    runs = []
+    for child in np.random.SeedSequence(3).spawn(20):
+        start = E.kmeans_plusplus(xt, x_sq, 4, np.random.default_rng(child))
+        c, labels, inertia = E._lloyd(xt, x_sq, xt[torch.from_numpy(start)].clone(), 300, tol_abs)
+        runs.append((labels.numpy(), inertia))
+    assert len({round(r[1], 6) for r in runs}) > 1  # the restarts really disagree here
+    for n in (1, 5, 20):
+        best = min(range(n), key=lambda r: (runs[r][1], r))
+        assert np.array_equal(E.kmeans(x, 4, 3, n_init=n)[0], runs[best][0]), n
     with pytest.raises(ValueError, match="n_init = 0"):
         E.kmeans(x, 4, 0, n_init=0)
 

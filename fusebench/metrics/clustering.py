@@ -45,7 +45,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from fusebench.metrics import register
-from fusebench.metrics.sleep import pair
+from fusebench.metrics.sleep import acc, pair
 
 
 def contingency(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
@@ -108,33 +108,16 @@ def ari(y_pred: Any, y_true: Any) -> float:
     return float((s_ij - expected) / denom)
 
 
-def _probe_accuracy(y_pred: Any, y_true: Any, metric: str) -> float:
-    p, t = pair(y_pred, y_true, metric, integer=True)
-    return float(np.count_nonzero(p == t) / t.size)
+#: the probe accuracies of :mod:`fusebench.training.embedding_eval`: each scores one set of probe
+#: predictions as plain accuracy (:func:`fusebench.metrics.sleep.acc`); the evaluation averages the draws
+PROBE_ACCURACIES = {
+    "fs1_acc": "Few-shot probe accuracy, 1 labelled sample per class (one draw; the evaluation averages the draws).",
+    "fs5_acc": "Few-shot probe accuracy, 5 labelled samples per class (one draw; the evaluation averages the draws).",
+    "fs10_acc": "Few-shot probe accuracy, 10 labelled samples per class (one draw; the evaluation averages the draws).",
+    "knn_acc": "Cosine k-nearest-neighbour probe accuracy (k chosen on the validation split): fraction correct.",
+}
+for _id, _doc in PROBE_ACCURACIES.items():
+    register(_id, higher_is_better=True, task="classification", unit="fraction", description=_doc)(acc)
 
 
-@register("fs1_acc", higher_is_better=True, task="classification", unit="fraction")
-def fs1_acc(y_pred: Any, y_true: Any) -> float:
-    """Few-shot probe accuracy, 1 labelled sample per class (one draw; the evaluation averages the draws)."""
-    return _probe_accuracy(y_pred, y_true, "fs1_acc")
-
-
-@register("fs5_acc", higher_is_better=True, task="classification", unit="fraction")
-def fs5_acc(y_pred: Any, y_true: Any) -> float:
-    """Few-shot probe accuracy, 5 labelled samples per class (one draw; the evaluation averages the draws)."""
-    return _probe_accuracy(y_pred, y_true, "fs5_acc")
-
-
-@register("fs10_acc", higher_is_better=True, task="classification", unit="fraction")
-def fs10_acc(y_pred: Any, y_true: Any) -> float:
-    """Few-shot probe accuracy, 10 labelled samples per class (one draw; the evaluation averages the draws)."""
-    return _probe_accuracy(y_pred, y_true, "fs10_acc")
-
-
-@register("knn_acc", higher_is_better=True, task="classification", unit="fraction")
-def knn_acc(y_pred: Any, y_true: Any) -> float:
-    """Cosine k-nearest-neighbour probe accuracy (k chosen on the validation split): fraction correct."""
-    return _probe_accuracy(y_pred, y_true, "knn_acc")
-
-
-__all__ = ["ari", "cluster_acc", "contingency", "fs10_acc", "fs1_acc", "fs5_acc", "knn_acc", "nmi"]
+__all__ = ["PROBE_ACCURACIES", "ari", "cluster_acc", "contingency", "nmi"]

@@ -79,6 +79,7 @@ import torch
 from einops import rearrange
 
 from fusebench.metrics.arrays import to_numpy
+from fusebench.training.reference_features import unit_rows, zscore_stats
 
 DEFAULT_L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 #: labels per class of the few-shot probes (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc``)
@@ -144,11 +145,7 @@ def _l2_values(values: Sequence[Any], name: str) -> list[float]:
 def standardize(fit: np.ndarray, *xs: np.ndarray) -> list[np.ndarray]:
     """z-score every array in ``xs`` with the per-column mean / population std of ``fit``:
     ``(x - mean) / std``; columns constant on ``fit`` become 0."""
-    mean = fit.mean(axis=0)
-    std = fit.std(axis=0)
-    constant = fit.max(axis=0) == fit.min(axis=0)
-    scale = np.where(constant | (std == 0), np.inf, std)
-    mean = np.where(constant, 0.0, mean)
+    mean, scale, _ = zscore_stats(fit)
     return [(x - mean) / scale for x in xs]
 
 
@@ -324,11 +321,6 @@ def fewshot_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.nda
 # ---------------------------------------------------------------------------------------------
 # kNN probe
 # ---------------------------------------------------------------------------------------------
-def _unit_rows(z: np.ndarray) -> np.ndarray:
-    norm = np.linalg.norm(z, axis=1, keepdims=True)
-    return np.divide(z, norm, out=np.zeros_like(z), where=norm > 0)
-
-
 def knn_predict(ztr: np.ndarray, ytr: np.ndarray, query: np.ndarray, ks: Sequence[int], num_classes: int
                 ) -> dict[int, np.ndarray]:
     """Cosine-similarity kNN predictions of ``query [m, d]`` from ``ztr [n, d]`` for every k in ``ks``
@@ -336,7 +328,7 @@ def knn_predict(ztr: np.ndarray, ytr: np.ndarray, query: np.ndarray, ks: Sequenc
     the lower train index; vote: most neighbours, ties to the larger summed similarity, then to the
     lower class id."""
     with single_thread():  # one thread: the reduction order (and so exact similarity ties) is fixed
-        sim = (torch.from_numpy(_unit_rows(query)) @ torch.from_numpy(_unit_rows(ztr)).T).numpy()  # [m, n]
+        sim = (torch.from_numpy(unit_rows(query)) @ torch.from_numpy(unit_rows(ztr)).T).numpy()  # [m, n]
     order = np.argsort(-sim, axis=1, kind="stable")[:, :max(ks)]                  # [m, kmax]
     near_sim = np.take_along_axis(sim, order, axis=1)                             # [m, kmax]
     near_y = ytr[order]                                                           # [m, kmax]

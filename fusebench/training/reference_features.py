@@ -103,12 +103,13 @@ def _check_views(views: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarra
     return out
 
 
-def _row_l2(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of ``x`` scaled to unit Euclidean norm; an all-zero row stays zero."""
     norm = np.linalg.norm(x, axis=1, keepdims=True)
     return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)
 
 
-def _zscore_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def zscore_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean, scale, constant mask) of the columns of ``x``: ``(x - mean) / scale`` is the z-score,
     0 for columns constant on ``x`` (scale = inf there)."""
     constant = x.max(axis=0) == x.min(axis=0)
@@ -131,7 +132,7 @@ def _tfidf(vs: dict[str, np.ndarray], view: int) -> tuple[dict[str, np.ndarray],
     for split, x in vs.items():
         total = x.sum(axis=1, keepdims=True)
         tf = np.divide(x, total, out=np.zeros_like(x), where=total > 0)
-        out[split] = _row_l2(tf * idf)
+        out[split] = unit_rows(tf * idf)
     return out, idf
 
 
@@ -165,7 +166,7 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     if kind == "raw":
         feats = {s: np.concatenate(vs[s], axis=1) for s in splits}
     elif kind == "raw_l2":
-        feats = {s: np.concatenate([_row_l2(a) for a in vs[s]], axis=1) for s in splits}
+        feats = {s: np.concatenate([unit_rows(a) for a in vs[s]], axis=1) for s in splits}
     elif kind == "raw_tfidf":
         per_view = [_tfidf({s: vs[s][v] for s in splits}, v)[0] for v in range(num_views)]
         feats = {s: np.concatenate([pv[s] for pv in per_view], axis=1) for s in splits}
@@ -173,7 +174,7 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
         parts: dict[str, list[np.ndarray]] = {s: [] for s in splits}
         scales = []
         for v in range(num_views):
-            mean, scale, constant = _zscore_stats(vs["train"][v])
+            mean, scale, constant = zscore_stats(vs["train"][v])
             kept = int((~constant).sum())
             root = math.sqrt(kept if kept else widths[v])
             scales.append(root)
@@ -183,7 +184,7 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
         record["view_scale"] = scales
     else:  # raw_pca
         concat = {s: np.concatenate(vs[s], axis=1) for s in splits}
-        mean, scale, _ = _zscore_stats(concat["train"])
+        mean, scale, _ = zscore_stats(concat["train"])
         z = {s: (concat[s] - mean) / scale for s in splits}
         _, sing, vt = np.linalg.svd(z["train"], full_matrices=False)                  # vt [r, D]
         comps = vt[: int(width)]                                                      # [width, D]

@@ -476,7 +476,9 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     wall = Clock()  # the cell's time; a resumed cell adds the segments of the processes before
     dev = utils.resolve_device(device)
     flags = utils.seed_everything(seed)
-    data = _datasets(spec, synthetic, data_root, seed)
+    # the reference rows other than raw are computed from the unstandardised input views
+    from_inputs = spec.downstream.protocol == "embedding_eval" and objective in RAW_KINDS and objective != RAW
+    data = _datasets(spec, synthetic, data_root, seed, extra_options={"standardize": False} if from_inputs else None)
     model = build_model(spec, data["train"], objective).to(dev)
     flags["numerics"] = precision.numerics(policy, dev)  # what decides the numbers on this device (run.json)
     autocast = precision.autocast(policy, dev)  # encoders and heads only: objectives run in float32 (objectives/base.py)
@@ -579,8 +581,6 @@ def _run_cell_body(spec, objective, seed, cell, synthetic, data_root, device, re
     # ---- downstream ---------------------------------------------------------------------------
     ds_cfg = spec.downstream
     if ds_cfg.protocol == "embedding_eval":
-        if objective in RAW_KINDS and objective != RAW:  # computed from the unstandardised input views
-            data["inputs"] = _datasets(spec, synthetic, data_root, seed, extra_options={"standardize": False})
         record = _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, model, pre_curves,
                                         pretrain_time, wall, context, timing)
         write_record(cell, record)
@@ -811,31 +811,32 @@ def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:
 def features(model: nn.Module | None, ds, spec: BenchmarkSpec, device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """All of ``ds`` as frozen features [n, k * f] and labels [n]: the concatenated per-view
     embeddings of ``model``, or with ``model=None`` the adapter's (standardised) input views."""
-    if model is not None:
-        model.eval()
+    if model is None:
+        views, y = input_views(ds, spec, seed)
+        return torch.from_numpy(np.concatenate(views, axis=1)).float(), y
+    model.eval()
     loader, _ = _loader(ds, spec.downstream.batch_size, False, seed, 0)
     xs, ys = [], []
     for batch in loader:
-        if model is None:
-            x = torch.cat([batch["modalities"][m].reshape(len(batch["target"]), -1).float() for m in ds.modalities], 1)
-        else:
-            z = model.embed(utils.to_device(batch, device)).float().cpu()  # [k, n, f]
-            x = z.permute(1, 0, 2).reshape(z.shape[1], -1)
-        xs.append(x)
+        z = model.embed(utils.to_device(batch, device)).float().cpu()  # [k, n, f]
+        xs.append(z.permute(1, 0, 2).reshape(z.shape[1], -1))
         ys.append(batch["target"].reshape(-1).cpu())
     return torch.cat(xs), torch.cat(ys)
 
 
 @torch.no_grad()
-def input_views(ds, spec: BenchmarkSpec, seed: int) -> list[np.ndarray]:
-    """The input views of all of ``ds`` as float64 arrays, one [n, d_v] per modality (in order)."""
+def input_views(ds, spec: BenchmarkSpec, seed: int) -> tuple[list[np.ndarray], torch.Tensor]:
+    """The input views of all of ``ds`` as float64 arrays, one [n, d_v] per modality (in order), and
+    the labels [n]."""
     loader, _ = _loader(ds, spec.downstream.batch_size, False, seed, 0)
     parts: list[list[torch.Tensor]] = [[] for _ in ds.modalities]
+    ys = []
     for batch in loader:
         n = len(batch["target"])
         for l, m in enumerate(ds.modalities):
             parts[l].append(batch["modalities"][m].reshape(n, -1).double())
-    return [torch.cat(p).numpy() for p in parts]
+        ys.append(batch["target"].reshape(-1).cpu())
+    return [torch.cat(p).numpy() for p in parts], torch.cat(ys)
 
 
 #: the probe/clustering options of ``options.embedding_eval`` passed on to probe_and_cluster as given
@@ -852,7 +853,14 @@ def _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, m
 
     roles = ("train", "val", "test")
     enc = None if objective in RAW_KINDS else model
-    (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in roles)
+    from_inputs = objective in RAW_KINDS and objective != RAW  # data was built without standardisation
+    if from_inputs:
+        views, labels = {}, {}
+        for r in roles:
+            views[r], labels[r] = input_views(data[r], spec, seed)
+        ytr, yva, yte = (labels[r] for r in roles)
+    else:
+        (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in roles)
     opts = dict(spec.options.get("embedding_eval", {}))
     kwargs = {k: opts[k] for k in EMBEDDING_EVAL_OPTIONS if k in opts}
     # the probes the spec's metrics ask for, unless the options name them
@@ -860,10 +868,9 @@ def _embedding_eval_record(spec, objective, seed, synthetic, dev, flags, data, m
     if "knn_acc" not in spec.metrics:
         kwargs.setdefault("knn_grid", ())
     reference = None
-    if objective in RAW_KINDS and objective != RAW:
+    if from_inputs:
         from fusebench.training.reference_features import reference_features
 
-        views = {r: input_views(data["inputs"][r], spec, seed) for r in roles}
         # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
         width = min(len(views["train"]) * int(model.num_features), len(ytr) - 1, sum(v.shape[1] for v in views["train"]))
         feats, reference, cluster_standardize = reference_features(objective, views, width=width)
