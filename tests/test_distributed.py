@@ -3,6 +3,7 @@ global batch (losses see the global batch through the differentiable all-gather)
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,17 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str,
             average_gradients(pre.student_parameters())
         grads = {n: p.grad.clone() for n, p in pre.named_parameters() if p.grad is not None}
         torch.save({"loss": loss.detach(), "grads": grads}, Path(out_dir) / f"rank{rank}.pt")
-        # both ranks done before either tears the group down: a rank that destroyed its gloo group while
-        # the other still had DDP's reduction in flight aborted ("terminate called without an active
-        # exception", about 1 run in 4 of the m3g / ddp case)
+        # Tear down in a fixed order, as the runner does (its DDP wrapper dies with the cell, before
+        # maybe_init destroys the group): first everything that holds the process group (DDP's reducer,
+        # the autograd graph of the loss), then a barrier so neither rank destroys its gloo group while
+        # the other still has work in flight, then the group. With the DDP wrapper still alive at
+        # destroy_process_group the group outlived it and was freed during the worker's exit, which
+        # aborted now and then ("terminate called without an active exception": 1 run in 4 of m3g/ddp
+        # before the barrier, still seen once in CI's infonce_pwe/ddp with it).
+        del loss, pre, grads
+        if wrapper == "ddp":
+            del ddp
+        gc.collect()
         dist.barrier()
     finally:
         dist.destroy_process_group()

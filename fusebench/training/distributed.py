@@ -110,5 +110,6 @@ def maybe_init(device: str = "auto") -> Iterator[None]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     try:
         yield
+        dist.barrier()  # no rank frees its group while another still has a collective in flight
     finally:
         dist.destroy_process_group()
