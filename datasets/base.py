@@ -18,8 +18,6 @@ per kind; the objectives' views are the adapter's modalities in declaration orde
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -28,6 +26,8 @@ from typing import Any, ClassVar
 
 import torch
 from torch.utils.data import Dataset
+
+from fusebench.io import canonical_json, sha256_file, sha256_hex
 
 log = logging.getLogger(__name__)
 
@@ -271,8 +271,6 @@ class MultimodalDataset(Dataset):
     def check_files(cls, root: str | os.PathLike) -> list[tuple[str, str]]:
         """``(path, verdict)`` for every ``FILES`` entry that declares a sha256: ``ok``, ``missing`` or
         ``sha256 X, expected Y`` (the file found first in ``FILE_DIRS`` under ``root``)."""
-        import hashlib
-
         out = []
         for f in cls.FILES:
             if not f.sha256:
@@ -281,23 +279,16 @@ class MultimodalDataset(Dataset):
             if found is None:
                 out.append((f.path, "missing"))
                 continue
-            h = hashlib.sha256()
-            with open(found, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            digest = h.hexdigest()
+            digest = sha256_file(found)
             out.append((str(found), "ok" if digest == f.sha256 else f"sha256 {digest}, expected {f.sha256}"))
         return out
 
     @classmethod
     def synthetic_root(cls, spec: SyntheticSpec, base: str | os.PathLike | None = None) -> Path:
         """Generate (once) and return the folder holding the synthetic twin for ``spec``."""
-        key = json.dumps(
-            {"id": cls.id, "n": spec.num_samples, "seed": spec.seed, "inf": spec.informativeness,
-             "opt": spec.options, "v": cls.SYNTHETIC_VERSION},
-            sort_keys=True, default=str,
-        )
-        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        key = canonical_json({"id": cls.id, "n": spec.num_samples, "seed": spec.seed, "inf": spec.informativeness,
+                              "opt": spec.options, "v": cls.SYNTHETIC_VERSION}, compact=False)
+        digest = sha256_hex(key, 12)
         base = Path(base) if base is not None else cache_home() / "synthetic"
         out = base / f"{cls.id}-{digest}"
         if (out / ".complete").exists():

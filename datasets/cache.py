@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from fusebench.datasets.base import DatasetError, MultimodalDataset, cache_home
+from fusebench.io import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -154,17 +155,6 @@ def source_files(dataset: MultimodalDataset) -> list[Path]:
     if missing:
         raise DatasetError(f"{dataset.id}: source files listed by the adapter do not exist: {missing[:5]}")
     return sorted(set(files))
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -716,5 +706,5 @@ def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
 __all__ = [
     "CacheReader", "CacheWriteError", "cache_dir", "cache_key", "check", "find_cache", "list_caches", "open_cache",
     "prepare",
-    "prepared_bases", "read_manifest", "sha256_file", "source_files",
+    "prepared_bases", "read_manifest", "source_files",
 ]

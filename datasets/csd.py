@@ -37,6 +37,8 @@ from typing import Any, Mapping
 import h5py
 import numpy as np
 
+from fusebench.io import atomic_write
+
 from .base import DatasetError
 
 __all__ = ["ComputationalSequence", "read_csd", "write_csd", "slice_segment", "align_to_reference"]
@@ -134,25 +136,27 @@ def write_csd(path: str | os.PathLike, name: str, features: Mapping[str, np.ndar
               intervals: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None) -> None:
     """Write a computational sequence in the SDK layout (metadata JSON-encoded vlen strings).
 
-    The file is written to ``path + '.tmp'`` and renamed, so a crash leaves no half-written file.
+    The file is written whole or not at all (:func:`fusebench.io.atomic_write`).
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     meta = {"root name": name, "computational sequence version": "1.0", "alignment compatible": True,
             "md5": None}
     meta.update(metadata or {})
     str_dt = h5py.string_dtype("utf-8")
-    with h5py.File(tmp, "w") as f:
-        root = f.create_group(name)
-        data = root.create_group("data")
-        for vid in features:
-            g = data.create_group(vid)
-            g.create_dataset("features", data=np.asarray(features[vid]))
-            g.create_dataset("intervals", data=np.asarray(intervals[vid], dtype=np.float32))
-        md = root.create_group("metadata")
-        for key, value in meta.items():
-            md.create_dataset(key, (1,), dtype=str_dt, data=[json.dumps(value)])
-    os.replace(tmp, path)
+
+    def write(tmp: str) -> None:
+        with h5py.File(tmp, "w") as f:
+            root = f.create_group(name)
+            data = root.create_group("data")
+            for vid in features:
+                g = data.create_group(vid)
+                g.create_dataset("features", data=np.asarray(features[vid]))
+                g.create_dataset("intervals", data=np.asarray(intervals[vid], dtype=np.float32))
+            md = root.create_group("metadata")
+            for key, value in meta.items():
+                md.create_dataset(key, (1,), dtype=str_dt, data=[json.dumps(value)])
+
+    atomic_write(path, write, by_name=True)
 
 
 def slice_segment(features: np.ndarray, intervals: np.ndarray, start: float, end: float) -> np.ndarray:

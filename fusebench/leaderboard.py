@@ -45,18 +45,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fusebench.training.reference_features import REFERENCE_KINDS
-from fusebench.records import (RecordError, RunRecord, board_kind, differing_fields, find_records, load_record,
-                               new_file_mode)
+from fusebench.io import atomic_write, canonical_json, sha256_hex, write_if_changed
+from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
 from fusebench.registry import ID_RULE, valid_id
 
 BOARD_META = "fusebench-board"
@@ -1101,14 +1099,11 @@ def png_text(path: Path) -> dict[str, str]:
 def plot_key(view: GroupView, loss: dict, val: dict) -> str:
     """A hash of everything a board's plot is drawn from (curves, seeds, metric, unit, plot version):
     an unchanged key means the PNG on disk is already the plot of these runs."""
-    import hashlib
-
     seeds = {o: sorted({r.seed for r in view.recs if r.objective == o}) for o in view.objectives}
     unit = view.info(view.primary).unit if view.primary else "raw"
-    blob = json.dumps({"v": PLOT_VERSION, "name": view.name, "primary": view.primary, "unit": unit,
-                       "objectives": list(view.objectives), "seeds": seeds, "loss": loss, "val": val},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return sha256_hex(canonical_json({"v": PLOT_VERSION, "name": view.name, "primary": view.primary, "unit": unit,
+                                      "objectives": list(view.objectives), "seeds": seeds, "loss": loss, "val": val},
+                                     compact=False))
 
 
 def plot_curves(view: GroupView, path: Path) -> bool:
@@ -1185,17 +1180,8 @@ def plot_curves(view: GroupView, path: Path) -> bool:
     what = "pretraining loss" + (f" and validation {view.primary}" if has_val else "")
     fig.suptitle(f"{view.name}: {what}; line = mean over seeds, band = ± 1 std", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a temporary name of its own (two regenerations into one folder draw the same plot at once)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", metadata={"Software": None, PLOT_KEY: inputs_key})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    try:  # a temporary name of its own (two regenerations into one folder draw the same plot at once)
+        atomic_write(path, lambda f: fig.savefig(f, format="png", metadata={"Software": None, PLOT_KEY: inputs_key}))
     finally:
         plt.close(fig)
     return True
@@ -1373,11 +1359,9 @@ def draw_cd_diagram(ranking: dict[str, Any], path: Path) -> bool:
     draws nothing) when there is no ranking."""
     if "cd" not in ranking:
         return False
-    import hashlib
-
     title = _cd_title(ranking)
-    key = hashlib.sha256(json.dumps({"v": CD_PLOT_VERSION, "avg": ranking["avg"], "cd": ranking["cd"],
-                                     "title": title}, sort_keys=True).encode()).hexdigest()
+    key = sha256_hex(canonical_json({"v": CD_PLOT_VERSION, "avg": ranking["avg"], "cd": ranking["cd"], "title": title},
+                                    compact=False, default=None))
     if png_text(path).get(PLOT_KEY) == key:
         return True
     from fusebench import stats
@@ -1395,29 +1379,6 @@ def _inside(out_dir: Path, filename: str) -> Path:
     if Path(filename).name != filename or path.parent.resolve() != out_dir.resolve():
         raise ValueError(f"refusing to write {path}: not a file directly inside {out_dir}")
     return path
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder (a unique name:
-    concurrent regenerations into one folder both succeed, the last rename wins) and an atomic
-    rename, unless the file already holds exactly that: an unchanged file keeps its mtime. The file
-    gets mode ``0o666 & ~umask`` (:func:`fusebench.records.new_file_mode`). Returns whether it wrote."""
-    try:
-        if path.read_bytes() == text.encode():
-            return False
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
 
 
 def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split: bool = False,

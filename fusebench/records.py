@@ -40,7 +40,7 @@ link to a folder anywhere under the runs folder (hidden folders aside), and a fo
 listed are errors naming the path, never skipped: a record is never counted from outside the runs
 folder, nor silently left out. The runs folder itself may be a link.
 
-Files written for records and boards get mode ``0o666 & ~umask`` (:func:`new_file_mode`).
+Files written for records and boards get mode ``0o666 & ~umask`` (:func:`fusebench.io.new_file_mode`).
 
 Comparability
 -------------
@@ -59,7 +59,6 @@ the leaderboard requires it to be the same within each objective's row instead.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 import os
@@ -69,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from fusebench.io import canonical_json, sha256_hex
 from fusebench.registry import ID_RULE, valid_id
 
 SCHEMA_VERSIONS = (1, 2)
@@ -520,48 +520,8 @@ def find_records(root: str | Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------
-# file modes
-# ---------------------------------------------------------------------------------------------
-def _umask_from_proc() -> int | None:
-    """The process's umask from ``/proc/self/status`` (Linux >= 4.7), without changing it."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _umask_at_import() -> int:
-    found = _umask_from_proc()
-    if found is None:  # no /proc: set and restore, once, while the package is imported
-        found = os.umask(0o022)
-        os.umask(found)
-    return found
-
-
-_UMASK_AT_IMPORT = _umask_at_import()
-
-
-def new_file_mode() -> int:
-    """The mode of a newly created file, ``0o666 & ~umask``: what ``open(path, "w")`` gives. The
-    atomic writers (a temporary file made by ``tempfile.mkstemp``, mode 0600, then renamed) set it
-    so that records and boards are as readable as any other file the user writes. The umask is read
-    from ``/proc/self/status`` at each call (it never changes the process-wide umask, which other
-    threads may be using); without ``/proc``, the umask when fusebench was imported."""
-    umask = _umask_from_proc()
-    return 0o666 & ~(umask if umask is not None else _UMASK_AT_IMPORT)
-
-
-# ---------------------------------------------------------------------------------------------
 # comparability
 # ---------------------------------------------------------------------------------------------
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def _comparable_view(config: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`comparable_config` without the deep copy: only the top level and ``options`` are new
     mappings, every other value is shared with ``config``. For reading only (hashing, flattening);
@@ -596,7 +556,7 @@ def comparability_fields(record: Mapping[str, Any] | RunRecord) -> dict[str, Any
     fp = ds.get("fingerprint")
     return {
         "benchmark": raw.get("benchmark"),
-        "config": hashlib.sha256(_canonical(_comparable_view(cfg)).encode()).hexdigest()[:16],
+        "config": sha256_hex(canonical_json(_comparable_view(cfg)), 16),
         "suite_version": raw.get("suite_version"),
         "metric_versions": dict(sorted(metric_versions.items())),
         "dataset": {"id": ds.get("id"), "synthetic": ds.get("synthetic"), "manifest_hash": ds.get("manifest_hash"),
@@ -609,7 +569,7 @@ def comparability_key(record: Mapping[str, Any] | RunRecord) -> str:
 
     The runner writes it into every schema-2 record as ``comparability_key`` (computed on the record
     it is about to write; the ``comparability_key`` field itself is not an input)."""
-    return hashlib.sha256(_canonical(comparability_fields(record)).encode()).hexdigest()[:16]
+    return sha256_hex(canonical_json(comparability_fields(record)), 16)
 
 
 def versions_block(objective: str, metric_ids: list[str]) -> dict[str, Any]:
@@ -655,10 +615,10 @@ def differing_fields(records: list[RunRecord]) -> list[str]:
     for k in sorted(set().union(*flat)):
         if k == "config":
             continue
-        if len({_canonical(f.get(k)) for f in flat}) > 1:
+        if len({canonical_json(f.get(k)) for f in flat}) > 1:
             out.append(k)
     for k in sorted(set().union(*cfgs)):
-        if len({_canonical(c.get(k, "<absent>")) for c in cfgs}) > 1:
+        if len({canonical_json(c.get(k, "<absent>")) for c in cfgs}) > 1:
             out.append(f"config.{k}")
     return out
 
@@ -715,5 +675,5 @@ def board_kind(record: RunRecord) -> str:
 __all__ = ["BOARD_KINDS", "CONFIG_KEYS_IGNORED", "CURRENT_SCHEMA_VERSION", "DatasetIdentity", "Fingerprint",
            "METRIC_EXPECTED", "RECORD_FILE", "RecordError", "RunRecord", "SCHEMA_VERSIONS", "Versions", "board_kind",
            "check_record_file", "comparability_fields", "comparability_key", "comparable_config", "differing_fields",
-           "find_records", "load_record", "new_file_mode", "synthetic_overrides_applied", "validate_record",
+           "find_records", "load_record", "synthetic_overrides_applied", "validate_record",
            "versions_block"]

@@ -28,7 +28,6 @@ import functools
 import math
 import numbers
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -435,19 +434,8 @@ def cd_diagram(avg_ranks: Mapping[str, float], cd: float, path: str | os.PathLik
         ax.plot([r, r, hi_axis + 0.15], [0, y, y], color="black", linewidth=0.8)
         ax.text(hi_axis + 0.2, y, f"({r:.2f}) {name}", ha="left", va="center", fontsize=8)
     ax.text((lo_axis + hi_axis) / 2, top + 0.02, title, ha="center", va="top", fontsize=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from fusebench.records import new_file_mode
+    from fusebench.io import atomic_write
 
     meta: dict[str, Any] = {"Software": None}
     meta.update(dict(metadata or {}))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", metadata=meta)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda f: fig.savefig(f, format="png", metadata=meta))

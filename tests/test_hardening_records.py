@@ -311,12 +311,13 @@ def test_two_concurrent_regenerations_into_one_folder_both_succeed(small_runs: P
 _MODES_SCRIPT = textwrap.dedent("""
     import json, os, shutil, sys
     from pathlib import Path
+    from fusebench import io
     from fusebench.leaderboard import write_leaderboards
     from fusebench.training import utils
     from fusebench.training.runner import write_record
 
     work, runs = Path(sys.argv[1]), Path(sys.argv[2])
-    utils.atomic_write_text(work / "a.txt", "x")
+    io.atomic_write_text(work / "a.txt", "x")
     utils.atomic_write_json(work / "b.json", {"x": 1})
     utils.atomic_torch_save({"x": 1}, work / "c.pt")
     rec = json.loads((runs / "quickstart" / "none" / "seed0" / "run.json").read_text())
@@ -348,7 +349,7 @@ def test_written_files_follow_the_umask(small_runs: Path, tmp_path: Path) -> Non
 
 
 def test_file_mode_follows_a_changed_umask() -> None:
-    from fusebench.records import new_file_mode
+    from fusebench.io import new_file_mode
 
     old = os.umask(0o027)
     try:

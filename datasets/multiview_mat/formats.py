@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..base import DatasetError, DatasetNotFoundError
-from ..cache import sha256_file
+from fusebench.io import sha256_file
 
 _LRU_SIZE = 4
 _LRU: OrderedDict[tuple, dict[str, Any]] = OrderedDict()

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import json
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -19,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fusebench.io import canonical_json, sha256_hex
 
 
 class ConfigError(ValueError):
@@ -173,8 +173,7 @@ OMITTED_WHEN_DEFAULT: tuple[tuple[tuple[str, ...], Any], ...] = (
 
 def config_hash(canonical: dict[str, Any]) -> str:
     """sha256 (16 hex digits) of a canonical spec dict (``BenchmarkSpec.to_dict()``, a record's ``config``)."""
-    blob = json.dumps(canonical, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+    return sha256_hex(canonical_json(canonical, compact=False), 16)  # hash schema 1: json.dumps's separators
 
 
 def canonical_pretrain(pt: PretrainConfig) -> dict[str, Any]:

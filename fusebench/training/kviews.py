@@ -446,7 +446,7 @@ def _summary(study: StudyRuns, pretrained: list[str]) -> list[str]:
 
 def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten") -> tuple[Path, Path]:
     """Write ``<board>/<benchmark>-kviews.md`` and ``-kviews.png`` from the study's run records."""
-    from fusebench.training.utils import atomic_write_text
+    from fusebench.io import atomic_write_text
 
     study = collect(Path(runs), benchmark)
     board = Path(board)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import random
 import resource
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from fusebench import io
 
 
 def seed_everything(seed: int, deterministic: bool = True) -> dict[str, Any]:
@@ -81,26 +79,9 @@ def check_device_name(name: str) -> str:
     return name
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder (a unique name) and an atomic
-    rename. The file gets mode ``0o666 & ~umask``, like any file the user writes
-    (:func:`fusebench.records.new_file_mode`; ``mkstemp`` alone would leave 0600)."""
-    from fusebench.records import new_file_mode
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+    """:func:`fusebench.io.atomic_write_json`, numpy scalars / arrays, tensors and paths converted."""
+    io.atomic_write_json(path, data, default=_json_default)
 
 
 def _json_default(obj: Any) -> Any:
@@ -116,36 +97,8 @@ def _json_default(obj: Any) -> Any:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to ``path`` via a temporary file and an atomic rename; mode ``0o666 & ~umask``."""
-    from fusebench.records import new_file_mode
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        try:
-            os.fchmod(fd, new_file_mode())
-        finally:
-            os.close(fd)
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException as e:
-        full = isinstance(e, (OSError, RuntimeError)) and _disk_full(e, path.parent)
-        Path(tmp).unlink(missing_ok=True)
-        if full:  # torch reports a full disk as "[enforce fail at inline_container.cc] ... unexpected pos"
-            raise OSError(errno.ENOSPC, f"cannot write {path}: no space left on device (the partial file was "
-                                        f"removed; the previous {path.name}, if any, is kept)") from None
-        raise
-
-
-def _disk_full(error: BaseException, folder: Path) -> bool:
-    """Whether ``error`` (from writing into ``folder``) comes from a full disk: ENOSPC, or a write error
-    of torch's zip writer while less than 1 MiB is free there."""
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    try:
-        return shutil.disk_usage(folder).free < 2**20
-    except OSError:
-        return False
+    """``torch.save`` to ``path`` whole or not at all (:func:`fusebench.io.atomic_write`)."""
+    io.atomic_write(path, lambda name: torch.save(obj, name), by_name=True)
 
 
 #: tracked paths that runs and leaderboard regeneration write to; they never make a checkout "dirty"

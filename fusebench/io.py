@@ -1,0 +1,155 @@
+"""Files, written whole or not at all; content hashes; canonical JSON. One of each for the package.
+
+Layer 0 (imports nothing of fusebench): every module that writes a record, a board, a plot, a
+checkpoint or a cache file goes through :func:`atomic_write`, every file digest through
+:func:`sha256_file`, every hash of a JSON-able value through :func:`canonical_json`.
+
+- :func:`atomic_write` hands the writer a temporary file in the destination folder (a unique name,
+  so two processes writing one path both succeed and the last rename wins), gives it the mode a plain
+  ``open(path, "w")`` would (``0o666 & ~umask``: ``mkstemp`` alone leaves 0600), and renames it over
+  ``path``. On any error the temporary file is removed and the previous ``path``, if any, is kept.
+- :func:`canonical_json` is sorted-key JSON. Its two separator styles are both in use by hashes that
+  committed records carry, so both are kept and named: ``compact`` (``","`` / ``":"``, the
+  comparability key) and the ``json.dumps`` default (``", "`` / ``": "``, the config hash of hash
+  schema 1). Changing either would change every committed hash.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Callable
+
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "canonical_json",
+           "new_file_mode", "sha256_file", "sha256_hex", "write_if_changed"]
+
+
+# -- file modes ----------------------------------------------------------------------------------
+def _umask_from_proc() -> int | None:
+    """The process's umask from ``/proc/self/status`` (Linux >= 4.7), without changing it."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _umask_at_import() -> int:
+    found = _umask_from_proc()
+    if found is None:  # no /proc: set and restore, once, while the package is imported
+        found = os.umask(0o022)
+        os.umask(found)
+    return found
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def new_file_mode() -> int:
+    """The mode of a newly created file, ``0o666 & ~umask``: what ``open(path, "w")`` gives. The
+    umask is read from ``/proc/self/status`` at each call (it never changes the process-wide umask,
+    which other threads may be using); without ``/proc``, the umask when fusebench was imported."""
+    umask = _umask_from_proc()
+    return 0o666 & ~(umask if umask is not None else _UMASK_AT_IMPORT)
+
+
+# -- atomic writes -------------------------------------------------------------------------------
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Callable[[str], Any], *,
+                 by_name: bool = False) -> Path:
+    """Create ``path`` whole or not at all: ``write`` fills a temporary file in the same folder, which
+    is then renamed over ``path``. ``write`` gets the open binary file, or with ``by_name=True`` the
+    temporary file's name (for writers that open it themselves: ``torch.save``, h5py). A full disk is
+    reported as one ``OSError(ENOSPC)`` naming ``path`` (torch reports it as a zip-writer error)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        try:
+            os.fchmod(fd, new_file_mode())
+            if not by_name:
+                with os.fdopen(fd, "wb") as f:
+                    fd = -1
+                    write(f)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        if by_name:
+            write(tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        full = isinstance(e, (OSError, RuntimeError)) and _disk_full(e, path.parent)
+        Path(tmp).unlink(missing_ok=True)
+        if full:
+            raise OSError(errno.ENOSPC, f"cannot write {path}: no space left on device (the partial file was "
+                                        f"removed; the previous {path.name}, if any, is kept)") from None
+        raise
+    return path
+
+
+def _disk_full(error: BaseException, folder: Path) -> bool:
+    """Whether ``error`` (from writing into ``folder``) comes from a full disk: ENOSPC / EDQUOT, or a
+    write error while less than 1 MiB is free there."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return shutil.disk_usage(folder).free < 2**20
+    except OSError:
+        return False
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """``text`` as UTF-8, written atomically (:func:`atomic_write`)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any, default: Callable[[Any], Any] | None = None) -> Path:
+    """``data`` as indented, sorted-key JSON with a final newline (the layout of every run record)."""
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=default) + "\n")
+
+
+def write_if_changed(path: str | os.PathLike, text: str) -> bool:
+    """:func:`atomic_write_text` unless the file already holds exactly ``text``: an unchanged file keeps
+    its mtime (regenerating boards touches only what changed). Returns whether it wrote."""
+    path = Path(path)
+    try:
+        if path.read_bytes() == text.encode("utf-8"):
+            return False
+    except OSError:
+        pass
+    atomic_write_text(path, text)
+    return True
+
+
+# -- hashes --------------------------------------------------------------------------------------
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes, read in ``chunk``-byte pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_hex(data: str | bytes, length: int | None = None) -> str:
+    """Hex sha256 of ``data`` (a str is hashed as UTF-8), cut to ``length`` digits when given."""
+    digest = hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
+    return digest if length is None else digest[:length]
+
+
+def canonical_json(obj: Any, *, compact: bool = True, default: Callable[[Any], Any] | None = str) -> str:
+    """Sorted-key JSON of ``obj``, the form that is hashed. ``compact``: ``","`` / ``":"`` separators;
+    ``compact=False``: ``json.dumps``'s default ``", "`` / ``": "`` (hash schema 1's config hash).
+    Values JSON cannot hold go through ``default`` (``str``)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":") if compact else None, default=default)
