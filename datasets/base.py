@@ -135,7 +135,7 @@ class MultimodalDataset(Dataset):
     SYNTHETIC_VERSION: ClassVar[int] = 1
     #: overrides of the conformance suite's defaults (datasets/conformance.py ``DEFAULT_SPEC``)
     CONFORMANCE_SPEC: ClassVar[dict[str, Any] | None] = None
-    #: overrides of ``fusebench bench data``'s defaults (datasets/bench.py ``DEFAULT_SPEC``)
+    #: overrides of ``fusebench bench data``'s defaults (fusebench/perf/data.py ``DEFAULT_SPEC``)
     BENCH_SPEC: ClassVar[dict[str, Any] | None] = None
     #: True when the views (count, names, widths) are only known after opening the data (multiview .mat)
     VIEWS_FROM_DATA: ClassVar[bool] = False

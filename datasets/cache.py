@@ -33,6 +33,10 @@ error.
 ``cache_home() / "prepared"``; ``<key>`` is a hash of (id, resolved root, split, options minus
 ``use_cache``/``augment``, preprocessing version, synthetic flag).
 
+The identity a run records (``dataset.manifest_hash``) is :func:`content_identity`: the manifest's
+content without where, when and by which module the cache was made (``adapter``, ``root``, ``key``,
+``created``, the inputs' mtimes), so it depends only on the files and the options.
+
 Opening a cache is cheap: the manifest is parsed, each output's size is compared with the manifest
 (a truncated file raises :class:`DatasetError` naming it) and each input's size and mtime are compared
 with the manifest (a changed input makes the cache stale: ignored with a warning). Full hashes are
@@ -55,13 +59,13 @@ import shutil
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
 
 from fusebench.datasets.base import DatasetError, MultimodalDataset, cache_home
-from fusebench.io import sha256_file
+from fusebench.io import canonical_json, sha256_file, sha256_hex
 
 log = logging.getLogger(__name__)
 
@@ -495,6 +499,23 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
     return m
 
 
+#: manifest fields that say where, when and by which code path a cache was made, not what it holds:
+#: left out of :func:`content_identity` (so re-preparing, moving the data, or moving an adapter class
+#: to another module leaves the identity, and a leaderboard's comparability groups, as they were)
+NOT_CONTENT = ("adapter", "root", "key", "created")
+
+
+def content_identity(manifest: Mapping[str, Any]) -> str:
+    """sha256 (hex) of what a prepared cache holds: the canonical JSON of its manifest without
+    :data:`NOT_CONTENT` and without the inputs' modification times -- the dataset id, split, options,
+    preprocessing version, field layouts, counts, and the path (relative to the root), size and
+    sha256 of every input and output file. Two preparations of the same files with the same options
+    have the same identity wherever and whenever they were made."""
+    content = {k: v for k, v in manifest.items() if k not in NOT_CONTENT}
+    content["inputs"] = [{k: v for k, v in rec.items() if k != "mtime_ns"} for rec in manifest.get("inputs", [])]
+    return sha256_hex(canonical_json(content))
+
+
 def _stale_reason(manifest: dict[str, Any], root: Path) -> str | None:
     """Why the recorded inputs no longer match the files (size/mtime), or None."""
     for rec in manifest.get("inputs", []):
@@ -589,8 +610,8 @@ class CacheReader:
 
     @property
     def manifest_hash(self) -> str:
-        """sha256 of this cache's manifest.json: the dataset identity recorded in run.json."""
-        return sha256_file(self.folder / MANIFEST)
+        """The dataset identity recorded in run.json: :func:`content_identity` of this cache's manifest."""
+        return content_identity(read_manifest(self.folder))
 
     def __len__(self) -> int:
         return self.n
@@ -706,5 +727,5 @@ def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
 __all__ = [
     "CacheReader", "CacheWriteError", "cache_dir", "cache_key", "check", "find_cache", "list_caches", "open_cache",
     "prepare",
-    "prepared_bases", "read_manifest", "source_files",
+    "content_identity", "prepared_bases", "read_manifest", "source_files",
 ]

@@ -23,7 +23,7 @@ import sys
 # subcommand -> (module, function taking argv list and returning an exit code, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "list": ("fusebench.listing", "main", "list registered benchmarks|objectives|datasets|encoders|metrics"),
-    "bench": ("fusebench.bench", "main", "speed/memory benchmarks: objectives|data|encoders|leaderboard"),
+    "bench": ("fusebench.perf", "main", "speed/memory benchmarks: objectives|data|encoders|leaderboard"),
     "data": ("fusebench.datasets.cli", "main", "prepare|check|info a dataset"),
     "run": ("fusebench.training.cli", "main", "run a benchmark by name (pretrain -> downstream -> run.json)"),
     "leaderboard": ("fusebench.leaderboard", "main", "regenerate leaderboard markdown from run.json files"),

@@ -21,7 +21,7 @@ on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what t
   the pipeline applies; another one is refused when the spec is loaded.
 
 Built-ins: ``standard`` (dataset adapter -> encoder -> pretraining -> downstream protocol,
-:mod:`fusebench.training.runner`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
+:mod:`fusebench.training.standard`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
 closed-form synthetic views, :mod:`fusebench.training.gaussian_mi`). Pipelines are registered like
 every other component (lowercase ids, duplicate ids an error); plugins come through the entry-point
 group ``fusebench.pipelines`` (value ``"package.module:PipelineClass"``, a :class:`Pipeline` subclass).
@@ -37,7 +37,6 @@ Example::
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 from fusebench.registry import Registry
@@ -63,10 +62,12 @@ class Pipeline:
     #: the precision policies the cell applies (fusebench.training.precision); others are refused at spec load
     precisions: ClassVar[tuple[str, ...]] = ("32",)
 
-    def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
-                 data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
-                 context: dict[str, Any] | None, trackers: Any) -> dict[str, Any]:  # pragma: no cover - abstract
-        """Run the cell in the folder ``cell``, write its ``run.json`` and return the record."""
+    def run_cell(self, request: Any, options: Any, context: dict[str, Any],
+                 trackers: Any) -> dict[str, Any]:  # pragma: no cover - abstract
+        """Run the cell ``request`` (a :class:`fusebench.training.request.CellRequest`; its folder is
+        ``request.cell``) as ``options`` (:class:`~fusebench.training.request.RunOptions`) say, write its
+        ``run.json`` and return the record. ``context``: what the sweep measured once (git state, data
+        fingerprint, the hyper-parameters chosen on validation); ``trackers``: the cell's experiment trackers."""
         raise NotImplementedError
 
     def view_counts(self, spec: Any) -> list[int]:  # pragma: no cover - abstract
@@ -109,14 +110,10 @@ class StandardPipeline(Pipeline):
             out.append(f"selection_metric {spec.selection_metric!r} is not in metrics")
         return out
 
-    def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
-                 data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
-                 context: dict[str, Any] | None, trackers: Any) -> dict[str, Any]:
-        from fusebench.training import runner
+    def run_cell(self, request: Any, options: Any, context: dict[str, Any], trackers: Any) -> dict[str, Any]:
+        from fusebench.training.standard import run_standard_cell
 
-        context = context if context is not None else runner.sweep_context(spec, synthetic, data_root)
-        return runner._run_cell(spec, objective, seed, cell, synthetic, data_root, device, resume, progress,
-                                max_steps, context, trackers)
+        return run_standard_cell(request, options, context, trackers)
 
     def view_counts(self, spec: Any) -> list[int]:
         if spec.dataset.modalities:
@@ -134,14 +131,12 @@ class GaussianMIPipeline(Pipeline):
     downstream = False
     builds_encoder = False
 
-    def run_cell(self, spec: Any, objective: str, seed: int, cell: Path, *, synthetic: bool,
-                 data_root: str | None, device: str, resume: bool, progress: bool, max_steps: int | None,
-                 context: dict[str, Any] | None, trackers: Any) -> dict[str, Any]:
+    def run_cell(self, request: Any, options: Any, context: dict[str, Any], trackers: Any) -> dict[str, Any]:
         from fusebench.training import precision
         from fusebench.training.gaussian_mi import run_gaussian_mi
 
-        with precision.backend_flags(precision.get(spec.precision)):  # float32: TF32 off on CUDA
-            return run_gaussian_mi(spec, objective, seed, cell, device=device, progress=progress)
+        with precision.backend_flags(precision.get(request.spec.precision)):  # float32: TF32 off on CUDA
+            return run_gaussian_mi(request, device=options.device, progress=options.progress, context=context)
 
     def spec_problems(self, spec: Any) -> list[str]:  # bad study options fail when the spec loads
         from fusebench.training.gaussian_mi import options_problems

@@ -1,5 +1,5 @@
 """One registry style for every kind of component (objectives, datasets, encoders, metrics, tasks,
-benchmarks).
+benchmarks, pipelines, pretraining methods, launchers, trackers).
 
 Ids are lowercase strings. A registry is declared once with the built-in modules that fill it
 (``modules=``); they are imported on the first lookup, where each registers its entries with the

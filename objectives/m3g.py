@@ -32,7 +32,7 @@ so that its value is the gap.  No back-propagation through Sinkhorn iterations.
 
 Solvers (same iterates, same answer): ``"reference"`` materialises the n^k cost tensor and runs
 Algorithm 1 literally; ``"auto"`` (default) for ``cv`` runs it on the scalings ``exp(f_l / eps)``
-through contractions of the pairwise kernels (:func:`~fusebench.objectives.sinkhorn.scaling_sinkhorn`:
+through contractions of the pairwise kernels (:func:`~fusebench.objectives.sinkhorn_scaling.scaling_sinkhorn`:
 a kernel of n^k entries only when n^k <= 2^14, never the cost tensor with gradients), handing over to
 the log-domain :func:`~fusebench.objectives.sinkhorn.pairwise_sinkhorn` when the scalings could leave
 the dtype's range (small eps in float32), and falls back to ``"reference"`` for ``csd``.  ``auto``
@@ -75,9 +75,9 @@ from torch.autograd.function import once_differentiable
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
-from fusebench.objectives import sinkhorn
-from fusebench.objectives.sinkhorn import (check_ot_hparams, dense_sinkhorn, gap_stats, gap_with_danskin_gradient,
-                                              scaling_sinkhorn)
+from fusebench.objectives import sinkhorn_scaling
+from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, gap_stats, gap_with_danskin_gradient
+from fusebench.objectives.sinkhorn_scaling import scaling_sinkhorn
 
 #: R^2 floor of the csd cost (documented above)
 CSD_R2_FLOOR = 1e-6
@@ -225,8 +225,8 @@ class M3G(MultiViewObjective):
         mode = mod.NO_GRAD if not need_grad else mod.GRAD if (k * n) ** 2 * d <= mod.GRAD_MAX_MACS else mod.SYM
         try:
             status, gap, grad, it, err, mass, cost_j, cost_p, dual, fallback_sweep, sym, z, norms = mod.cv_gap(
-                xv, self.eps, self.tol, self.max_iter, normalise, mode, sinkhorn.LOG_MARGIN,
-                sinkhorn.RANGE_CHECK_EVERY)
+                xv, self.eps, self.tol, self.max_iter, normalise, mode, sinkhorn_scaling.LOG_MARGIN,
+                sinkhorn_scaling.RANGE_CHECK_EVERY)
         except Exception as exc:  # numba could not compile here (a broken installation): auto goes on eagerly
             if self.backend != "auto":
                 raise
@@ -260,7 +260,8 @@ class M3G(MultiViewObjective):
         Raises :class:`_NonFinite` when the Gram matrix is not finite (NaN / Inf in ``z``).
 
         Small CPU problems do their elementwise work and reductions through numpy on the same memory
-        (a fraction of torch's per-call cost; no BLAS call moves to numpy, see ``sinkhorn.NUMPY_MAX_ENTRIES``)."""
+        (a fraction of torch's per-call cost; no BLAS call moves to numpy, see
+        ``sinkhorn_scaling.NUMPY_MAX_ENTRIES``)."""
         k, n, d = z.shape
         eps, kn = self.eps, k * n
         zf = z.reshape(kn, d)
@@ -312,7 +313,7 @@ class _NonFinite(Exception):
 
 def _small(t: Tensor) -> bool:
     """Whether elementwise work on ``t`` goes through numpy (a small CPU tensor)."""
-    return t.device.type == "cpu" and t.numel() <= sinkhorn.NUMPY_MAX_ENTRIES
+    return t.device.type == "cpu" and t.numel() <= sinkhorn_scaling.NUMPY_MAX_ENTRIES
 
 
 class _CvGap(torch.autograd.Function):

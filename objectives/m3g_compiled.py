@@ -19,7 +19,7 @@ Everything is computed in float64 whatever the input dtype (the result is cast b
 float32 for half-precision inputs, which the objective base class upcasts), so the range
 guard below is that of float64 and float32 inputs keep the scaling domain at eps where the eager
 float32 solve has to hand over to the log domain. The guard is the eager one
-(:func:`fusebench.objectives.sinkhorn.scaling_range_ok`): every product the solve forms must stay
+(:func:`fusebench.objectives.sinkhorn_scaling.scaling_range_ok`): every product the solve forms must stay
 ``exp(LOG_MARGIN)`` inside float64's normal range, judged from the running maxima of the scalings
 before the first sweep, every ``RANGE_CHECK_EVERY`` sweeps, on a non-finite error and at the end. When
 it fails the function returns ``FALLBACK`` and the caller solves the problem on the eager path (log
@@ -115,7 +115,7 @@ def _contract(kern, u, v, k, n, left, right, out):  # pragma: no cover - compile
 
 @_jit
 def _range_ok(floor, umax, smax, k, n, margin):  # pragma: no cover - compiled
-    """:func:`fusebench.objectives.sinkhorn.scaling_range_ok` in float64: ``lo[v] = 1 / max(n S_v)``,
+    """:func:`fusebench.objectives.sinkhorn_scaling.scaling_range_ok` in float64: ``lo[v] = 1 / max(n S_v)``,
     ``hi[v] = max u_v`` over the solve."""
     log_lo = 0.0
     log_hi = 0.0

@@ -34,6 +34,7 @@ from fusebench.datasets.base import DatasetNotFoundError
 from fusebench.registry import UnknownNameError
 from fusebench.training import runner
 from fusebench.training.config import ConfigError, load_spec
+from fusebench.training.standard import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "none"
@@ -213,7 +214,7 @@ def test_real_data_config_is_accepted(name):
                         synthetic_spec=syn.dataset.synthetic_spec, seed=0, **real.dataset.options)
     want = real.dataset.modalities or [m.name for m in datasets.get(real.dataset.id).MODALITIES]  # None: from the file
     assert list(ds.modalities) == want
-    model = runner.build_model(real, ds)
+    model = build_model(real, ds)
     assert list(model.modalities) == want
     # full size, not the tiny test width: the width the real spec asks for, else the encoder's full default
     want_width = real.encoder.config.get("num_features")

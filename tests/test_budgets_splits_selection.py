@@ -15,6 +15,9 @@ from fusebench import benchmarks, objectives
 from fusebench.training import runner
 from fusebench.training.config import ConfigError, load_spec
 from fusebench.training.pretrain import Pretrainer
+from fusebench.training.data import build_datasets, input_views
+from fusebench.training.reference_features import REFERENCES
+from fusebench.training.standard import build_model
 
 FAST = {"pretrain.epochs": 1, "pretrain.grid": {}, "pretrain.batch_size": 32,
         "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 2},
@@ -65,7 +68,7 @@ def test_micro_batch_loss_is_the_size_weighted_mean_over_chunks(n, micro, sizes)
 
 def test_micro_batch_is_refused_where_a_method_owns_the_loss() -> None:
     spec = load_spec(benchmarks.path("quickstart"))
-    model = runner.build_model(spec, runner._datasets(spec, True, None, 0)["train"])
+    model = build_model(spec, build_datasets(spec, True, None, 0)["train"])
     with pytest.raises(ValueError, match="micro_batch=8: needs .*plain view loss"):
         Pretrainer(model, objectives.build("byol_pwe"), spec.pretrain, micro_batch=8)
 
@@ -98,7 +101,7 @@ def test_split_per_seed_draws_a_split_per_seed_and_keeps_hashes(tmp_path: Path, 
     from fusebench import datasets
 
     spec = load_spec(benchmarks.path("mv-ngs"), overrides=FAST)
-    tests = [runner.input_views(datasets.build("mv_ngs", root=root, split="test", seed=0, split_seed=s,
+    tests = [input_views(datasets.build("mv_ngs", root=root, split="test", seed=0, split_seed=s,
                                                split_fractions=[0.6, 0.2, 0.2], standardize=False), spec, 0)[0][0]
              for s in (0, 1)]
     rows = [{r.tobytes() for r in t} for t in tests]
@@ -147,7 +150,7 @@ def test_one_list_of_reference_rows() -> None:
     from fusebench import leaderboard
     from fusebench.training.reference_features import REFERENCE_KINDS
 
-    assert tuple(leaderboard.REFERENCE_ROWS) == tuple(runner.REFERENCES) == ("none", *REFERENCE_KINDS)
+    assert tuple(leaderboard.REFERENCE_ROWS) == tuple(REFERENCES) == ("none", *REFERENCE_KINDS)
 
 
 def test_a_grid_over_a_method_option_reaches_the_method(tmp_path: Path, fixtures_dir: Path) -> None:

@@ -273,17 +273,38 @@ def test_cli_missing_dataset_is_a_message_not_a_traceback(tmp_path, capsys):
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
-def test_manifest_hash_identifies_the_prepared_cache(tmp_path) -> None:
-    import hashlib
+def test_manifest_hash_is_the_content_of_the_prepared_cache(tmp_path, fixtures_dir) -> None:
+    """The identity a record carries depends on the files and options only: preparing the same data
+    again later, from another folder, into another base gives the same identity; other data does not."""
+    import json
+    import shutil
 
     from fusebench import datasets
     from fusebench.datasets import cache
 
-    ds = datasets.build("quickstart", synthetic=True, synthetic_spec={"num_samples": 16, "seed": 0}, use_cache=False)
-    folder = cache.prepare(ds, tmp_path / "prep", progress=False)
-    reader = cache.CacheReader(folder)
-    expected = hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
-    assert reader.manifest_hash == expected
+    def prepared(root: Path, base: Path, **opts) -> cache.CacheReader:
+        ds = datasets.build("mv_handwritten", root=str(root), split="train", seed=0, use_cache=False, **opts)
+        return cache.CacheReader(cache.prepare(ds, base, progress=False))
+
+    src = fixtures_dir / "multiview" / "handwritten.mat"
+    a, b = tmp_path / "a", tmp_path / "elsewhere" / "b"
+    for d in (a, b):
+        d.mkdir(parents=True)
+        shutil.copy2(src, d / src.name)
+    first = prepared(a, tmp_path / "prep1")
+    manifest = json.loads((first.folder / "manifest.json").read_text())
+    # the identity, worked out by hand from the manifest: sorted-key compact JSON, the where/when/who
+    # fields and the inputs' mtimes dropped
+    content = {k: v for k, v in manifest.items() if k not in ("adapter", "root", "key", "created")}
+    content["inputs"] = [{k: v for k, v in r.items() if k != "mtime_ns"} for r in manifest["inputs"]]
+    expected = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert first.manifest_hash == expected
+    second = prepared(b, tmp_path / "prep2")  # other folder, other base, later
+    assert json.loads((second.folder / "manifest.json").read_text())["root"] != manifest["root"]
+    assert second.manifest_hash == first.manifest_hash
+    assert prepared(a, tmp_path / "prep3", verify_sha256=False).manifest_hash != first.manifest_hash  # other options
+    # other bytes are another identity: each input's sha256 is part of the hashed content (above)
+    assert all("sha256" in r for r in content["inputs"]) and content["inputs"]
 
 
 # -- relative roots (issue #12 item 9) ---------------------------------------------------------

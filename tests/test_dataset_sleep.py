@@ -366,7 +366,7 @@ def test_tal_reader_matches_mne_on_the_fixture(fixtures_dir):
     (78, (54, 8, 16)),  # Sleep-EDF SC: round(15.6) = 16 test, round(7.8) = 8 val
 ])
 def test_split_counts(n, want):
-    from fusebench.datasets.sleep import _split_counts
+    from fusebench.datasets.sleep.layouts import _split_counts
 
     c = _split_counts(n, 0.1, 0.2)
     assert (c["train"], c["val"], c["test"]) == want

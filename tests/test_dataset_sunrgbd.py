@@ -17,7 +17,7 @@ import pytest
 import scipy.io
 import torch
 
-from fusebench.datasets import DatasetError, DatasetNotFoundError, build
+from fusebench.datasets import DatasetError, DatasetNotFoundError, SyntheticSpec, build
 from fusebench.datasets import pointcloud as pc
 from fusebench.datasets import safe_pickle, sunrgbd
 from fusebench.datasets.collate import collate
@@ -312,7 +312,7 @@ def test_synthetic_twin_roundtrip(tmp_path: Path) -> None:
                val_fraction=0.0, use_cache=False, augment=False, num_points=2000)
     assert len(ds) == 3 and len(build("sunrgbd", root=tmp_path, synthetic=True, synthetic_spec=SPEC,
                                        split="test", use_cache=False)) == 1
-    spec = sunrgbd.SyntheticSpec(**SPEC)
+    spec = SyntheticSpec(**SPEC)
     for i in range(len(ds)):
         s = ds[i]
         cloud, objects, floor_z = sunrgbd.synthetic_scene(i + 1, spec)
@@ -342,7 +342,7 @@ def test_synthetic_informativeness(tmp_path: Path) -> None:
     spec = dict(SPEC, informativeness={"color": 0.0, "height": 0.0})
     s = build("sunrgbd", root=tmp_path, synthetic=True, synthetic_spec=spec, split="train", val_fraction=0.0,
               use_cache=False, augment=False, num_points=None)[0]
-    _, objects, floor_z = sunrgbd.synthetic_scene(1, sunrgbd.SyntheticSpec(**spec))
+    _, objects, floor_z = sunrgbd.synthetic_scene(1, SyntheticSpec(**spec))
     name, box = next((n, b) for n, b in objects if n in VOTENET)
     xyz, col = s["modalities"]["points"].numpy(), s["modalities"]["color"].numpy()
     inside = np.array([_inside_loop(p, box) for p in xyz])

@@ -21,6 +21,8 @@ import torch
 
 from fusebench import benchmarks
 from fusebench.training import runner
+from fusebench.training.execute import run_cell, sweep_context
+from fusebench.training.request import CellRequest, RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "leaderboards" / "runs"
@@ -37,11 +39,11 @@ def _rerun(benchmark: str, objective: str, device: str, out: Path, data_root: st
     spec = benchmarks.load(benchmark)
     runner.resolve_views(spec, False, data_root)
     assert spec.hash() == committed["config_hash"], "the spec no longer hashes as its committed run"
-    context = runner.sweep_context(spec, False, data_root)
+    context = sweep_context(spec, False, data_root)
     if committed.get("hparam_selection"):  # the choice the sweep made on the validation split
         context["hparams"] = {objective: committed["hparam_selection"]["choice"]}
         context["hparam_selection"] = {objective: committed["hparam_selection"]}
-    rec = runner.run_one(spec, objective, 0, out, data_root=data_root, device=device, progress=False, context=context)
+    rec = run_cell(CellRequest(spec, objective, 0, out), RunOptions(data_root=data_root, device=device, progress=False), context)
     return committed, rec
 
 
@@ -91,8 +93,8 @@ def _compatible() -> list[str]:
 def test_every_objective_gives_the_cpu_numbers_on_cuda(objective: str, tmp_path: Path) -> None:
     """Every registered objective that fits the quickstart, in a tiny cell: CUDA = CPU."""
     spec = benchmarks.load("quickstart", overrides=TINY)
-    cpu = runner.run_one(spec, objective, 0, tmp_path / "cpu", device="cpu", progress=False)
-    gpu = runner.run_one(spec, objective, 0, tmp_path / "cuda", device="cuda", progress=False)
+    cpu = run_cell(CellRequest(spec, objective, 0, tmp_path / "cpu"), RunOptions(device="cpu", progress=False))
+    gpu = run_cell(CellRequest(spec, objective, 0, tmp_path / "cuda"), RunOptions(device="cuda", progress=False))
     for name, want in cpu["metrics"].items():
         assert gpu["metrics"][name] == pytest.approx(want, abs=1e-4), name
     assert gpu["curves"]["pretrain_loss"] == pytest.approx(cpu["curves"]["pretrain_loss"], rel=1e-3, abs=1e-5)

@@ -486,7 +486,7 @@ def test_hubert_and_clip_extractors_tiny(tmp_path):
 
 # -- bench --------------------------------------------------------------------------------------
 def test_bench_encoders_eeg(capsys):
-    from fusebench.encoders import bench
+    from fusebench.perf import encoders as bench
 
     assert bench.main(["--names", "eeg_conv", "--in-process", "--repeats", "1", "--warmup", "0",
                        "--batch-size", "1"]) == 0

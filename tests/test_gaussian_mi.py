@@ -18,6 +18,7 @@ from scipy import stats
 
 from fusebench import benchmarks, objectives
 from fusebench.training import gaussian_mi as G
+from fusebench.training.request import CellRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "leaderboards" / "runs" / "polyview-gaussian-mi"
@@ -238,8 +239,8 @@ def test_bad_options_are_refused_before_training(tmp_path: Path) -> None:
     spec = benchmarks.load("polyview-gaussian-mi")
     spec.options = {**spec.options, "eval_batches": 1}  # a spec changed after loading: refused before training
     with pytest.raises(ValueError, match=r"options.eval_batches: expected an integer >= 2, got 1"):
-        G.run_gaussian_mi(spec, "suff_stats", 0, tmp_path, device="cpu", progress=False)
-    assert not (tmp_path / "run.json").exists()
+        G.run_gaussian_mi(CellRequest(spec, "suff_stats", 0, tmp_path), device="cpu", progress=False)
+    assert not list(tmp_path.rglob("run.json"))
     assert G.options_problems({"multiplicities": [2, 1], "sigma": 0.0, "validity_alpha": 0}) == [
         "options.multiplicities: expected a non-empty list of integers >= 2, got [2, 1]",
         "options.sigma: expected a positive number, got 0.0",
@@ -251,8 +252,9 @@ def test_a_tiny_run_records_its_checks(tmp_path: Path) -> None:
     spec = benchmarks.load("polyview-gaussian-mi", overrides={
         "pretrain.epochs": 3, "options.samples_per_batch": 16, "options.multiplicities": [2, 3],
         "options.eval_batches": 5, "metrics": ["mi_gap_M2", "mi_gap_M3"], "selection_metric": "mi_gap_M3"})
-    rec = G.run_gaussian_mi(spec, "suff_stats", 0, tmp_path, device="cpu", progress=False)
-    assert json.loads((tmp_path / "run.json").read_text())["validity"] == rec["validity"]
+    request = CellRequest(spec, "suff_stats", 0, tmp_path)
+    rec = G.run_gaussian_mi(request, device="cpu", progress=False)
+    assert json.loads((request.cell / "run.json").read_text())["validity"] == rec["validity"]
     for m in (2, 3):
         c = rec["mi_bound_checks"][f"M{m}"]
         e = np.array(c["batch_bounds"])

@@ -314,7 +314,7 @@ _MODES_SCRIPT = textwrap.dedent("""
     from fusebench import io
     from fusebench.leaderboard import write_leaderboards
     from fusebench.training import utils
-    from fusebench.training.runner import write_record
+    from fusebench.training.cell import write_record
 
     work, runs = Path(sys.argv[1]), Path(sys.argv[2])
     io.atomic_write_text(work / "a.txt", "x")
@@ -370,14 +370,14 @@ def test_bench_leaderboard_defaults_work_from_another_folder(tmp_path: Path) -> 
 
 
 def test_bench_leaderboard_without_a_repository_says_what_to_pass(monkeypatch, capsys, tmp_path: Path) -> None:
-    from fusebench import leaderboard_bench
+    from fusebench.perf import leaderboard as perf_leaderboard
 
     monkeypatch.setattr(lb, "repository_boards", lambda: None)
     monkeypatch.chdir(tmp_path)
-    assert leaderboard_bench.main(["--repeat", "1"]) == 2
+    assert perf_leaderboard.main(["--repeat", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass --boards DIR" in err[0]
-    assert leaderboard_bench.main(["--boards", str(tmp_path / "absent")]) == 2
+    assert perf_leaderboard.main(["--boards", str(tmp_path / "absent")]) == 2
     assert f"--boards {tmp_path / 'absent'} is not a folder" in capsys.readouterr().err
 
 

@@ -19,7 +19,10 @@ import fusebench
 from fusebench import benchmarks
 from fusebench.training import runner
 from fusebench.training.config import ConfigError
-from fusebench.training.runner import ConfigMismatchError
+from fusebench.training.cell import ConfigMismatchError
+from fusebench.training.execute import run_cell
+from fusebench.training.loop import RunError
+from fusebench.training.request import CellRequest, RunOptions
 
 FAST = {"pretrain.epochs": 1, "pretrain.grid": {}, "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all",
                                                                                "n_init": 2}}
@@ -69,10 +72,10 @@ def test_resume_and_selection_trials_on_other_data_are_refused(two_files, tmp_pa
     spec = benchmarks.load("multiview", overrides=FAST)
     runner.resolve_views(spec, False, str(a))
     with pytest.raises(KeyboardInterrupt):  # a killed pretraining: last.pt holds the data's fingerprint
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path, data_root=str(a), progress=False, max_steps=1)
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(data_root=str(a), progress=False, max_steps=1))
     ckpt_path = tmp_path / "multiview" / "infonce_pwe" / "seed0" / "last.pt"
     with pytest.raises(ConfigMismatchError, match="cannot resume .*last.pt: it was written while reading other data"):
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path, data_root=str(b), resume=True, progress=False)
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(data_root=str(b), resume=True, progress=False))
     assert ckpt_path.exists()  # kept: nothing is thrown away
 
     grid = {**FAST, "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}}
@@ -87,12 +90,12 @@ def test_resume_and_selection_trials_on_other_data_are_refused(two_files, tmp_pa
 
 def test_a_resumed_cell_records_its_segments_and_their_sum(tmp_path: Path) -> None:
     spec = benchmarks.load("quickstart", overrides=TINY)
-    ref = runner.run_one(spec, "infonce_pwe", 0, tmp_path / "a", progress=False)
+    ref = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "a"), RunOptions(progress=False))
     assert ref["resumed"] is False and len(ref["time_segments_s"]["pretrain"]) == 1
     assert ref["pretrain_time_s"] == ref["time_segments_s"]["pretrain"][0]
     with pytest.raises(KeyboardInterrupt):  # killed after 5 pretraining steps (checkpoint every step)
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path / "b", progress=False, max_steps=5)
-    rec = runner.run_one(spec, "infonce_pwe", 0, tmp_path / "b", resume=True, progress=False)
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "b"), RunOptions(progress=False, max_steps=5))
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "b"), RunOptions(resume=True, progress=False))
     seg = rec["time_segments_s"]
     assert rec["resumed"] is True and rec["metrics"] == ref["metrics"]
     assert len(seg["pretrain"]) == 2 and len(seg["wall"]) == 2 and all(t > 0 for t in seg["pretrain"] + seg["wall"])
@@ -103,8 +106,8 @@ def test_a_resumed_cell_records_its_segments_and_their_sum(tmp_path: Path) -> No
     # killed in the downstream phase: the pretraining segments travel through the checkpoint
     pre_steps = len(ref["curves"]["pretrain_loss"])
     with pytest.raises(KeyboardInterrupt):
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path / "c", progress=False, max_steps=pre_steps + 1)
-    rec = runner.run_one(spec, "infonce_pwe", 0, tmp_path / "c", resume=True, progress=False)
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "c"), RunOptions(progress=False, max_steps=pre_steps + 1))
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "c"), RunOptions(resume=True, progress=False))
     assert rec["resumed"] is True and len(rec["time_segments_s"]["pretrain"]) == 1
     assert len(rec["time_segments_s"]["wall"]) == 2 and rec["metrics"] == ref["metrics"]
 
@@ -192,9 +195,9 @@ def test_run_applies_the_leaderboards_rule_of_what_is_a_record(tmp_path: Path) -
     out = tmp_path / "runs"
     (out / "quickstart" / "none").mkdir(parents=True)
     (out / "quickstart" / "none" / "seed0").symlink_to(tmp_path / "elsewhere" / "quickstart" / "none" / "seed0")
-    with pytest.raises(runner.RunError, match=r"seed0: field '\(folder\)': expected a folder, found a symbolic link"):
+    with pytest.raises(RunError, match=r"seed0: field '\(folder\)': expected a folder, found a symbolic link"):
         fusebench.run("quickstart", out=out, **kw)
     out2 = tmp_path / "runs2"
     (out2 / "quickstart" / "none" / "seed0" / "run.json").mkdir(parents=True)
-    with pytest.raises(runner.RunError, match=r"run.json: field '\(file\)': expected a regular file, found a folder"):
+    with pytest.raises(RunError, match=r"run.json: field '\(file\)': expected a regular file, found a folder"):
         fusebench.run("quickstart", out=out2, **kw)

@@ -12,6 +12,7 @@ import pytest
 import scipy.io as sio
 
 from fusebench.training import kviews
+from fusebench.training.data import pretrain_batch_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +83,7 @@ def test_overrides_give_every_objective_and_k_the_same_budget() -> None:
         spec = benchmarks.load("multiview", overrides=ov)
         pt = spec.pretrain
         assert spec.name == cell.name and pt.grid == {} and pt.epochs == 7
-        assert {runner.pretrain_batch_size(spec, o) for o in kviews.OBJECTIVES} == {64}
+        assert {pretrain_batch_size(spec, o) for o in kviews.OBJECTIVES} == {64}
         assert pt.objective_epochs == {} and pt.objective_micro_batch == {"m3g": 8}
         note = json.loads(spec.protocol_notes["kviews"])
         assert spec.protocol_notes["data"] == "d" and note["arm"] == cell.arm and note["k"] == cell.k

@@ -10,14 +10,17 @@ import pickle
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import fusebench
 from fusebench.training import launchers, status
 from fusebench.training.config import ConfigError
-from fusebench.training.runner import CellBusyError, _CellLock
+from fusebench.training.request import CellRequest, RunOptions
+from fusebench.training.cell import CellBusyError, CellLock
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
@@ -31,6 +34,44 @@ def test_registry_names_the_launchers() -> None:
     assert launchers.available() == ["local", "slurm", "submitit_local"]
     with pytest.raises(ConfigError, match="unknown launcher 'pbs'; known: local, slurm, submitit_local"):
         launchers.build("pbs")
+
+
+def _fresh_plugins(monkeypatch: pytest.MonkeyPatch, registry: Any, eps: list[Any]) -> None:
+    """``registry`` reads its entry-point plugins again, from ``eps`` (restored after the test)."""
+    from fusebench import registry as R
+
+    for attr in ("_entries", "_meta", "_lazy", "_origin"):
+        monkeypatch.setattr(registry, attr, dict(getattr(registry, attr)))
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setattr(registry, "_plugin_names", None)
+    monkeypatch.setattr(R, "entry_points", lambda group: [e for e in eps if e.group == group])
+
+
+def test_launchers_are_a_registry_with_an_entry_point_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata as md
+
+    from fusebench.registry import DuplicateIdError, Registry
+
+    assert isinstance(launchers.LAUNCHERS, Registry) and launchers.LAUNCHERS.entry_point_group == "fusebench.launchers"
+    assert type(launchers.build("LOCAL")) is launchers.LocalLauncher  # ids are lowercase, as in every registry
+    with pytest.raises(DuplicateIdError, match="launcher id 'local' is registered twice"):
+        launchers.register("local")(type("Again", (launchers.LocalLauncher,), {}))
+    assert launchers.LocalLauncher.name == "local"
+
+    plugin = types.ModuleType("fb_fake_launcher")
+
+    class PbsLauncher(launchers.LocalLauncher):
+        name = "pbs"
+
+    plugin.PbsLauncher = PbsLauncher
+    monkeypatch.setitem(sys.modules, "fb_fake_launcher", plugin)
+    _fresh_plugins(monkeypatch, launchers.LAUNCHERS,
+                   [md.EntryPoint("pbs", "fb_fake_launcher:PbsLauncher", "fusebench.launchers")])
+    assert launchers.available() == ["local", "pbs", "slurm", "submitit_local"]
+    got = launchers.build("pbs", workers=1)
+    assert type(got) is PbsLauncher and got.name == "pbs"
+    with pytest.raises(ConfigError, match="unknown launcher 'sge'; known: local, pbs, slurm, submitit_local"):
+        launchers.build("sge")
 
 
 def test_submitit_local_sweep_gives_the_records_of_a_local_sweep(tmp_path: Path) -> None:
@@ -61,12 +102,13 @@ def test_cell_call_checkpoint_resubmits_the_same_cell(tmp_path: Path) -> None:
     from fusebench import benchmarks
 
     spec = benchmarks.load("quickstart")
-    call = launchers.CellCall("m3g", 3, {"spec": spec, "out": tmp_path, "resume": False, "progress": True})
+    call = launchers.CellCall(CellRequest(spec, "m3g", 3, tmp_path), RunOptions(resume=False, progress=True), {"git": None})
     delayed = call.checkpoint()
     assert isinstance(delayed, submitit.helpers.DelayedSubmission)
     again = delayed.function
-    assert isinstance(again, launchers.CellCall) and (again.objective, again.seed) == ("m3g", 3)
-    assert again.kwargs == {**call.kwargs, "resume": True}
+    assert isinstance(again, launchers.CellCall) and (again.request.objective, again.request.seed) == ("m3g", 3)
+    assert again.request == call.request and again.context == call.context
+    assert again.options == RunOptions(resume=True, progress=True)
     assert pickle.loads(pickle.dumps(call)) == call  # what submitit writes to its submitted pickle
 
 
@@ -75,7 +117,7 @@ def test_slurm_options_become_sbatch_lines(tmp_path: Path) -> None:
     if shutil.which("srun") is None:  # submitit writes srun's path into the script it makes
         pytest.skip("srun is not installed (SLURM's client commands: apt-get install slurm-client; "
                     "scripts/setup.sh does as root)")
-    launcher = launchers.LAUNCHERS["slurm"](partition="gpu", gpus_per_job=2, time_min=90, account="proj7",
+    launcher = launchers.LAUNCHERS.get("slurm")(partition="gpu", gpus_per_job=2, time_min=90, account="proj7",
                                             cpus_per_job=8, sbatch={"qos": "high", "exclusive": True},
                                             array_parallelism=4)
     script = launcher.executor(tmp_path, "fusebench-quickstart")._make_submission_file_text("CMD", "uid")
@@ -87,15 +129,15 @@ def test_slurm_options_become_sbatch_lines(tmp_path: Path) -> None:
 def test_launcher_options_are_checked(monkeypatch) -> None:
     pytest.importorskip("submitit")
     with pytest.raises(ConfigError, match="--workers applies to --launcher local only"):
-        launchers.LAUNCHERS["slurm"](workers=2)
+        launchers.LAUNCHERS.get("slurm")(workers=2)
     with pytest.raises(ConfigError, match="unknown option"):
-        launchers.LAUNCHERS["slurm"](queue="x")
+        launchers.LAUNCHERS.get("slurm")(queue="x")
     with pytest.raises(ConfigError, match="--time-min: expected a positive number of minutes"):
-        launchers.LAUNCHERS["slurm"](time_min=0)
+        launchers.LAUNCHERS.get("slurm")(time_min=0)
     with pytest.raises(ConfigError, match="--gpus-per-job: expected a non-negative integer"):
-        launchers.LAUNCHERS["slurm"](gpus_per_job=-1)
+        launchers.LAUNCHERS.get("slurm")(gpus_per_job=-1)
     with pytest.raises(ConfigError, match="--partition: SLURM options, not used by --launcher submitit_local"):
-        launchers.LAUNCHERS["submitit_local"](partition="gpu")
+        launchers.LAUNCHERS.get("submitit_local")(partition="gpu")
     with pytest.raises(ConfigError, match="takes none of: partition"):
         launchers.build("local", options={"partition": "gpu"})
     monkeypatch.setattr("shutil.which", lambda name: None)
@@ -138,7 +180,7 @@ def test_a_lock_is_written_with_host_and_slurm_job(tmp_path: Path, monkeypatch) 
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4240")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
-    with _CellLock(tmp_path):
+    with CellLock(tmp_path):
         data = json.loads((tmp_path / ".lock").read_text())
         assert data == {"pid": os.getpid(), "host": status.hostname(), "slurm_job": "4240_2", "slurm_job_id": "4242"}
         assert status.cell_state(tmp_path) == ("running", f"running on {status.hostname()} (slurm job 4240_2)")
@@ -154,7 +196,7 @@ def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch
     _lock(plain, pid=dead, host="node-elsewhere")
     assert status.cell_state(plain) == ("running", f"running on node-elsewhere (pid {dead}; another host, not checked from {status.hostname()})")
     with pytest.raises(CellBusyError, match=f"being run by process {dead} on node-elsewhere"):
-        _CellLock(plain).__enter__()
+        CellLock(plain).__enter__()
     # a SLURM job: squeue decides
     job = tmp_path / "job"
     _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
@@ -162,18 +204,18 @@ def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch
     assert status.cell_state(job, running) == ("running", "running on node7 (slurm job 77_1)")
     monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "node7")})
     with pytest.raises(CellBusyError, match="being run by slurm job 77_1 on node7"):
-        _CellLock(job).__enter__()
+        CellLock(job).__enter__()
     # the job left the queue (cancelled, killed): the lock is stale and the cell can be taken over
     (job / "last.pt").write_bytes(b"x")
     assert status.cell_state(job, FakeQueue({})) == ("interrupted", "resumable from last.pt")
     monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {})
-    with _CellLock(job):
+    with CellLock(job):
         assert json.loads((job / ".lock").read_text())["pid"] == os.getpid()
     # our own job, requeued onto this host: its earlier run's lock (from node7) is stale
     _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
     monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "here")})
     monkeypatch.setenv("SLURM_JOB_ID", "78")
-    with _CellLock(job):
+    with CellLock(job):
         pass
     # squeue cannot be asked: a job's lock on another host counts as held
     monkeypatch.delenv("SLURM_JOB_ID")
@@ -220,7 +262,7 @@ def test_a_job_that_ends_without_a_result_is_interrupted(tmp_path: Path, capsys)
     class Spec:
         name = "quickstart"
 
-    launcher = launchers.SubmititLauncher.__new__(launchers.LAUNCHERS["slurm"])
+    launcher = launchers.SubmititLauncher.__new__(launchers.LAUNCHERS.get("slurm"))
     launcher.opts = launchers.SubmititOptions(poll_s=0)
     launcher._queue = lambda: FakeQueue({})  # type: ignore[method-assign]
     records = [None]

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 import fusebench.leaderboard as lb
-from fusebench.leaderboard import benchmark_table, load_runs, main, write_leaderboards
+from fusebench.leaderboard import benchmark_table, load_runs, main, plots, write_leaderboards
+from fusebench.leaderboard import index as index_page
+from fusebench.leaderboard.reported import PUBLISHED_TITLE
+from fusebench.leaderboard.writer import _inside
 from fusebench.records import RecordError, comparability_key, validate_record
 
 
@@ -53,7 +56,7 @@ def _rows(md: str) -> dict[str, list[str]]:
 
 def _published(md: str) -> dict[str, list[str]]:
     """The rows of the board's published-results table, by first cell."""
-    section = md.split("## " + lb.PUBLISHED_TITLE)[1].split("\n## ")[0]
+    section = md.split("## " + PUBLISHED_TITLE)[1].split("\n## ")[0]
     out = {}
     for line in section.splitlines()[5:]:
         if line.startswith("| "):
@@ -133,8 +136,8 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
     its committed runs give, byte for byte; boards of an older format are reported (they are remade
     when their runs are redone), and regenerating twice gives the same bytes."""
     root = Path(__file__).resolve().parents[1] / "leaderboards"
-    monkeypatch.setattr(lb, "plot_curves", lambda view, path: True)  # markdown only (plots are slow)
-    monkeypatch.setattr(lb, "draw_cd_diagram", lambda ranking, path: True)
+    monkeypatch.setattr(plots, "plot_curves", lambda view, path: True)  # markdown only (plots are slow)
+    monkeypatch.setattr(index_page, "draw_cd_diagram", lambda ranking, path: True)
     studies = {p.name for p in root.glob("*-kviews.md")}  # written by `fusebench study kviews`, checked below
     for out in (tmp_path / "a", tmp_path / "b"):
         out.mkdir()
@@ -191,10 +194,10 @@ def test_path_escape_writes_nothing_outside_out(tmp_path: Path) -> None:
 
 def test_output_paths_are_checked_inside_out(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a file directly inside"):
-        lb._inside(tmp_path, "../x.md")
+        _inside(tmp_path, "../x.md")
     with pytest.raises(ValueError, match="not a file directly inside"):
-        lb._inside(tmp_path, "sub/x.md")
-    assert lb._inside(tmp_path, "x.md") == tmp_path / "x.md"
+        _inside(tmp_path, "sub/x.md")
+    assert _inside(tmp_path, "x.md") == tmp_path / "x.md"
 
 
 # -- malformed records ------------------------------------------------------------------------
@@ -472,7 +475,7 @@ def test_reported_rows_rendered_not_ranked(runs: Path, tmp_path: Path) -> None:
     # the published rows are out of the run table, in a section of their own before the protocol
     table = md.split("## ")[0]
     assert "Big model" not in table and "Small" not in table
-    assert md.index("## " + lb.PUBLISHED_TITLE) < md.index("## Protocol")
+    assert md.index("## " + PUBLISHED_TITLE) < md.index("## Protocol")
     published = _published(md)
     # only the metrics reported get a column; 95.00 and 0.0500 beat every run, yet are not bold and do not
     # change the best row
@@ -499,7 +502,7 @@ def test_bad_reported_file(runs: Path, tmp_path: Path) -> None:
 
 # -- curves -----------------------------------------------------------------------------------
 def test_mean_band_by_hand() -> None:
-    mean, lo, hi = lb._mean_band([[1.0, 2.0, 5.0], [3.0, 2.0], [2.0, 2.0, 9.0]])
+    mean, lo, hi = plots._mean_band([[1.0, 2.0, 5.0], [3.0, 2.0], [2.0, 2.0, 9.0]])
     assert len(mean) == 2  # truncated to the shortest seed
     assert mean == [2.0, 2.0] and lo == [1.0, 2.0] and hi == [3.0, 2.0]  # std of (1, 3, 2) = 1
 
@@ -516,7 +519,7 @@ def test_plot_has_loss_and_validation_panels(runs: Path, tmp_path: Path, monkeyp
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
     view = lb.make_view("toy", load_runs(runs)["toy"])
-    assert lb.plot_curves(view, tmp_path / "c.png")
+    assert plots.plot_curves(view, tmp_path / "c.png")
     assert ("alpha (n=3): pretraining loss", "pretraining step", "loss") in seen["axes"]
     assert ("alpha (n=3): validation acc", "downstream epoch", "acc (%)") in seen["axes"]
 
@@ -560,10 +563,10 @@ def test_png_text_reads_chunks_written_by_pillow(tmp_path: Path) -> None:
     info.add_text("fusebench-inputs", "abc123")
     info.add_text("Other", "x y")
     Image.new("RGB", (3, 2)).save(tmp_path / "a.png", pnginfo=info)
-    assert lb.png_text(tmp_path / "a.png") == {"fusebench-inputs": "abc123", "Other": "x y"}
-    assert lb.png_text(tmp_path / "missing.png") == {}
+    assert plots.png_text(tmp_path / "a.png") == {"fusebench-inputs": "abc123", "Other": "x y"}
+    assert plots.png_text(tmp_path / "missing.png") == {}
     (tmp_path / "b.png").write_text("not a png")
-    assert lb.png_text(tmp_path / "b.png") == {}
+    assert plots.png_text(tmp_path / "b.png") == {}
 
 
 def test_unchanged_runs_are_not_replotted(runs: Path, tmp_path: Path, monkeypatch) -> None:
@@ -573,7 +576,7 @@ def test_unchanged_runs_are_not_replotted(runs: Path, tmp_path: Path, monkeypatc
     write_leaderboards(runs, out)  # draws the plot once
     png = out / "toy-curves.png"
     first = png.read_bytes()
-    assert "fusebench-inputs" in lb.png_text(png)
+    assert "fusebench-inputs" in plots.png_text(png)
 
     def _no_drawing(*a, **k):
         raise AssertionError("plot redrawn although its runs did not change")
@@ -589,7 +592,7 @@ def test_unchanged_runs_are_not_replotted(runs: Path, tmp_path: Path, monkeypatc
     rec_path.write_text(json.dumps(rec))
     write_leaderboards(runs, out)
     assert png.read_bytes() != first
-    assert len(lb.png_text(png)["fusebench-inputs"]) == 64  # a sha256 hex digest
+    assert len(plots.png_text(png)["fusebench-inputs"]) == 64  # a sha256 hex digest
 
 
 # -- the fixed reference row and Holm-adjusted tests -------------------------------------------
@@ -877,7 +880,7 @@ def test_cd_diagram_written_and_linked_from_the_index(tmp_path: Path) -> None:
     index = (out / "README.md").read_text()
     assert "![critical difference diagram](cd-diagram.png)" in index
     png = out / "cd-diagram.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and len(lb.png_text(png)[lb.PLOT_KEY]) == 64
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and len(plots.png_text(png)[plots.PLOT_KEY]) == 64
     # --no-plots: no link (an existing diagram is left alone)
     write_leaderboards(runs, tmp_path / "md", plots=False)
     assert "cd-diagram" not in (tmp_path / "md" / "README.md").read_text()

@@ -17,7 +17,7 @@ pytest.importorskip("numba", reason="numba is not installed (extra `fast`): no c
 
 from fusebench.objectives import build  # noqa: E402
 from fusebench.objectives import m3g as m3g_module  # noqa: E402
-from fusebench.objectives import sinkhorn  # noqa: E402
+from fusebench.objectives import sinkhorn_scaling  # noqa: E402
 
 
 def views(k: int, n: int, d: int = 5, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
@@ -80,7 +80,7 @@ def test_compiled_float32_keeps_the_scaling_domain_and_returns_float32(eps):
 def test_range_guard_before_the_first_sweep_hands_the_solve_back(monkeypatch):
     """A margin no problem can meet: the compiled call refuses before sweeping and the eager path (log
     domain, since its own guard fails as well) gives the reference answer."""
-    monkeypatch.setattr(sinkhorn, "LOG_MARGIN", 1e4)
+    monkeypatch.setattr(sinkhorn_scaling, "LOG_MARGIN", 1e4)
     x = views(3, 6, seed=5)
     v, g, st = value_and_grad(x, eps=0.2, tol=1e-10, max_iter=100000)
     v_ref, g_ref, _ = value_and_grad(x, eps=0.2, tol=1e-10, max_iter=100000, solver="reference")
@@ -98,8 +98,8 @@ def test_range_guard_in_the_middle_of_a_solve_hands_it_back(monkeypatch):
     dist = 2.0 - 2.0 * torch.einsum("lid,mjd->lmij", z, z)
     floor = -sum(float(dist[l, m].max()) for l in range(k) for m in range(l + 1, k)) / (k * k * eps)
     log_tiny = math.log(np.finfo(np.float64).tiny)
-    monkeypatch.setattr(sinkhorn, "LOG_MARGIN", floor - log_tiny - 1e-6)
-    monkeypatch.setattr(sinkhorn, "RANGE_CHECK_EVERY", 1)
+    monkeypatch.setattr(sinkhorn_scaling, "LOG_MARGIN", floor - log_tiny - 1e-6)
+    monkeypatch.setattr(sinkhorn_scaling, "RANGE_CHECK_EVERY", 1)
     v, g, st = value_and_grad(x, eps=eps, tol=1e-10, max_iter=100000)
     monkeypatch.undo()
     v_ref, g_ref, st_ref = value_and_grad(x, eps=eps, tol=1e-10, max_iter=100000, solver="reference")
@@ -180,7 +180,7 @@ def test_compiled_nan_is_named_like_every_objective():
 
 
 def test_bench_backends_table():
-    from fusebench.objectives.bench import bench_backends
+    from fusebench.perf.crossover import bench_backends
 
     lines: list[str] = []
     rows = bench_backends([(3, 4), (2, 300)], seconds=0.05, emit=lines.append)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import tokenize
 import warnings
 from pathlib import Path
@@ -260,6 +262,22 @@ def test_old_flat_keys_in_a_spec_file_and_in_set_are_mapped_with_a_warning(tmp_p
         d = load_spec(syn, synthetic=True)
     assert d.pretrain.method_options("tuple_infonce").candidates == 2
     assert d.to_dict()["synthetic"] == {"pretrain.tuple_candidates": 2}
+
+
+def test_importing_methods_leaves_the_warning_filters_as_they_were() -> None:
+    """A fresh interpreter: importing the module changes no process-wide warning filter, and an old
+    flat key is still shown under Python's default filters (a FutureWarning needs none of its own)."""
+    code = ("import sys, warnings\n"
+            "import torch, fusebench.registry  # what the module imports (torch adds filters of its own)\n"
+            "assert 'fusebench.training.methods' not in sys.modules\n"
+            "before = list(warnings.filters)\n"
+            "import fusebench.training.methods\n"
+            "assert list(warnings.filters) == before, (before, warnings.filters)\n"
+            "from fusebench import benchmarks\n"
+            "benchmarks.load('quickstart', overrides={'pretrain.tuple_candidates': 8})\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "DeprecatedKeyWarning: --set: pretrain.tuple_candidates is deprecated" in done.stderr, done.stderr
 
 
 def test_builtin_specs_use_no_deprecated_key() -> None:

@@ -3,7 +3,10 @@ the comments), plus the few-shot linear-probe protocol. Detection metrics are te
 
 from __future__ import annotations
 
+import ast
+import importlib
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +31,63 @@ def test_registered_with_direction_and_task():
         assert metrics.get(name).higher_is_better is True
     assert metrics.get("miou").task == "segmentation"
     assert metrics.get("kappa").task == "classification" and metrics.get("acc7").task == "regression"
+
+
+# -- metadata: written once ------------------------------------------------------------------
+METADATA_FIELDS = {"higher_is_better", "task", "unit", "version"}
+
+
+def _register_keywords(path: Path) -> list[tuple[int, set[str]]]:
+    """(line, keyword names) of every ``register(...)`` call in the module at ``path``."""
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "register":
+            calls.append((node.lineno, {k.arg for k in node.keywords if k.arg}))
+    return calls
+
+
+def test_every_registered_metric_has_one_source_of_its_metadata() -> None:
+    from fusebench.metrics.catalog import CATALOG
+
+    builtin = set()
+    for i in metrics.available():
+        m = metrics.get(i)
+        if m.fn.__module__ in metrics.METRICS.modules:  # built in: the catalog's row, field for field
+            builtin.add(i)
+            assert (m.task, m.higher_is_better, m.unit, m.version) == tuple(CATALOG[i]), i
+        else:  # a plugin states its own, and never under an id of the catalog
+            assert i not in CATALOG, i
+        assert metrics.metadata(i) == {"task": m.task, "direction": m.direction, "unit": m.unit, "version": m.version}
+    assert builtin == set(CATALOG)
+    # and the built-in modules' register(...) calls state none of it again
+    for module in metrics.METRICS.modules:
+        path = Path(importlib.import_module(module).__file__)
+        calls = _register_keywords(path)
+        assert calls, module
+        for line, keywords in calls:
+            assert not keywords & METADATA_FIELDS, f"{path.name}:{line} states {sorted(keywords & METADATA_FIELDS)}"
+
+
+def test_register_takes_a_builtin_metrics_metadata_from_the_catalog_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fn(y_pred, y_true):
+        """A test metric."""
+        return 0.0
+
+    monkeypatch.setattr(metrics.METRICS, "_entries", dict(metrics.METRICS._entries))
+    monkeypatch.setattr(metrics.METRICS, "_meta", dict(metrics.METRICS._meta))
+    monkeypatch.setattr(metrics.METRICS, "_origin", dict(metrics.METRICS._origin))
+    fn.__module__ = "fusebench.metrics.sleep"  # as if defined in a built-in module
+    with pytest.raises(ValueError, match=r"states higher_is_better, unit.*catalog.py holds"):
+        metrics.register("acc", higher_is_better=True, unit="fraction")(fn)
+    with pytest.raises(ValueError, match="not declared in fusebench/metrics/catalog.py"):
+        metrics.register("acc_new")(fn)
+    fn.__module__ = "my_plugin.metrics"  # a plugin states its metadata, and must state direction and task
+    with pytest.raises(TypeError, match="states higher_is_better and task"):
+        metrics.register("zz_plugin_metric")(fn)
+    metrics.register("zz_plugin_metric", higher_is_better=False, task="regression", version="2")(fn)
+    got = metrics.get("zz_plugin_metric")
+    assert (got.higher_is_better, got.task, got.unit, got.version, got.description) == \
+        (False, "regression", "raw", "2", "A test metric.")
 
 
 # -- segmentation ------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.training import runner
+from fusebench.training.data import build_datasets
+from fusebench.training.evaluate import features
 
 FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "options.embedding_eval": {"l2_grid": [0.01, 1.0], "n_init": 2}}
 
@@ -68,13 +70,13 @@ def test_raw_reference_features_are_the_train_standardised_views(tmp_path: Path)
     views, y = _write_mat(path, (4, 3), n=90)
     spec = benchmarks.load("multiview", overrides=FAST)
     runner.resolve_views(spec, False, str(path))
-    data = runner._datasets(spec, False, str(path), 0)
+    data = build_datasets(spec, False, str(path), 0)
     rows = {role: np.asarray(ds._rows) for role, ds in data.items()}  # which file rows each split holds
     assert sorted(np.concatenate(list(rows.values())).tolist()) == list(range(90))
     # independent: z-score each raw view with the mean / population std of the train rows, concatenate
     raw = np.concatenate(views, axis=1)
     mu, sd = raw[rows["train"]].mean(0), raw[rows["train"]].std(0)
     for role in ("train", "test"):
-        x, t = runner.features(None, data[role], spec, torch.device("cpu"), 0)
+        x, t = features(None, data[role], spec, torch.device("cpu"), 0)
         np.testing.assert_allclose(x.numpy(), (raw[rows[role]] - mu) / sd, rtol=1e-4, atol=1e-5)
         assert t.tolist() == y[rows[role]].tolist()

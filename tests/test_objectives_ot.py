@@ -311,7 +311,8 @@ def _strategies(k: int) -> list[tuple[int, bool]]:
 def test_scaling_solver_every_strategy_equals_log_domain_and_reference(k, n, eps, tol, max_iter):
     """Same iterates as the literal dense reference and the log-domain solver: to convergence at eps=0.1,
     and after exactly 300 sweeps at eps=0.01 (where these tiny problems need 10^5 sweeps to converge)."""
-    from fusebench.objectives.sinkhorn import dual_value, pairwise_sinkhorn, scaling_sinkhorn
+    from fusebench.objectives.sinkhorn import dual_value, pairwise_sinkhorn
+    from fusebench.objectives.sinkhorn_scaling import scaling_sinkhorn
 
     lk = _log_kernels(k, n, eps, seed=20 + k)
     ref, ref_pairs = _dense_reference(lk, tol, max_iter)
@@ -376,7 +377,8 @@ def test_auto_float32_scaling_domain_at_eps_005_and_fallback_at_001(k, n):
 
 def test_scaling_fallback_in_the_middle_of_a_solve(monkeypatch):
     """Force the range guard to fail after a few sweeps: the answer is then the log-domain solver's."""
-    from fusebench.objectives import sinkhorn as sk
+    from fusebench.objectives import sinkhorn_scaling as sk
+    from fusebench.objectives.sinkhorn import pairwise_sinkhorn
 
     lk = _log_kernels(3, 6, 0.05, seed=3)
     floor = sk.kernel_floor(lk)
@@ -384,7 +386,7 @@ def test_scaling_fallback_in_the_middle_of_a_solve(monkeypatch):
     monkeypatch.setattr(sk, "LOG_MARGIN", floor - math.log(torch.finfo(DT).tiny) - 1e-3)
     monkeypatch.setattr(sk, "RANGE_CHECK_EVERY", 1)
     res = sk.scaling_sinkhorn(lk, 1e-10, 100000, floor=floor)
-    log = sk.pairwise_sinkhorn(lk, 1e-10, 100000)
+    log = pairwise_sinkhorn(lk, 1e-10, 100000)
     assert res.info["scaling_domain"] == 0.0 and res.info["scaling_fallback_sweep"] >= 1
     assert res.iterations == log.iterations
     torch.testing.assert_close(res.pair_marginals, log.pair_marginals, atol=0, rtol=0)
@@ -395,7 +397,7 @@ def test_scaling_fallback_in_the_middle_of_a_solve(monkeypatch):
 
 
 def test_scaling_range_guard():
-    from fusebench.objectives.sinkhorn import LOG_MARGIN, scaling_range_ok
+    from fusebench.objectives.sinkhorn_scaling import LOG_MARGIN, scaling_range_ok
 
     f32 = torch.float32
     log_tiny, log_max = math.log(torch.finfo(f32).tiny), math.log(torch.finfo(f32).max)
@@ -416,7 +418,7 @@ def test_scaling_range_guard():
 def test_scaling_plans_are_reused_without_aliasing_results():
     """Small plans (buffers, pre-bound calls) are kept between solves: results must not alias them and
     solves of other shapes / dtypes in between must not change an answer."""
-    from fusebench.objectives.sinkhorn import scaling_sinkhorn
+    from fusebench.objectives.sinkhorn_scaling import scaling_sinkhorn
 
     a = _log_kernels(3, 6, 0.1, seed=1)
     b = _log_kernels(4, 5, 0.1, seed=2)
@@ -511,7 +513,7 @@ def test_reference_solver_refuses_huge_tensor():
 
 # ------------------------------------------------------------------------------------------ bench command
 def test_bench_command_prints_table(capsys):
-    from fusebench.bench import main
+    from fusebench.perf import main
 
     assert main(["objectives", "--quick", "--only", "matching_gap", "--skip-m3g", "--threads", "1"]) == 0
     out = capsys.readouterr().out
@@ -522,31 +524,30 @@ def test_bench_command_prints_table(capsys):
 
 
 def test_bench_vs_ott_without_the_extra_says_how_to_get_it(monkeypatch, capsys):
-    from fusebench.bench import main
-    from fusebench.objectives import bench
+    from fusebench.perf import main, vs_ott
 
-    monkeypatch.setattr(bench, "import_ott", lambda threads=1: None)
+    monkeypatch.setattr(vs_ott, "import_ott", lambda threads=1: None)
     assert main(["objectives", "--vs", "ott", "--quick"]) == 1
     assert "pip install -e .[peers]" in capsys.readouterr().out
 
 
 def test_bench_eager_floor_times_the_shell_without_a_solve():
-    from fusebench.objectives import bench
+    from fusebench.perf import vs_ott
 
     calls = []
-    real = bench._ShellOnly._cv_gap
-    bench_shell = bench._ShellOnly
+    real = vs_ott._ShellOnly._cv_gap
+    shell_only = vs_ott._ShellOnly
 
-    class Counting(bench_shell):
+    class Counting(shell_only):
         def _cv_gap(self, z):
             calls.append(tuple(z.shape))
             return real(self, z)
 
-    bench._ShellOnly = Counting
+    vs_ott._ShellOnly = Counting
     try:
-        t = bench.eager_floor(3, 4, 5, torch.float64, rounds=2)
+        t = vs_ott.eager_floor(3, 4, 5, torch.float64, rounds=2)
     finally:
-        bench._ShellOnly = bench_shell
+        vs_ott._ShellOnly = shell_only
     assert set(t) == {"empty", "shell"} and all(v > 0 for v in t.values())
     assert calls and all(c == (3, 4, 5) for c in calls)  # the shell ran _CvGap on the views, 22 times
     assert len(calls) == 22
@@ -570,7 +571,7 @@ def test_m3g_fast_path_refuses_non_finite_views_and_keeps_huge_finite_ones(bad_v
 
 
 def test_bench_crossover_table():
-    from fusebench.objectives.bench import bench_crossover
+    from fusebench.perf.crossover import bench_crossover
 
     lines: list[str] = []
     rows = bench_crossover([(3, 4), (4, 3)], sweeps=3, rounds=1, emit=lines.append)
@@ -581,7 +582,7 @@ def test_bench_crossover_table():
 
 
 def test_bench_step_time_ratio():
-    from fusebench.objectives.bench import bench_step_time
+    from fusebench.perf.step_time import bench_step_time
 
     r = bench_step_time(rounds=2, warmup=1)
     assert set(r["median"]) == {"m3g", "infonce_pwe"} and r["ratio"] > 0
@@ -591,7 +592,7 @@ def test_bench_step_time_ratio():
 def test_scaling_solver_numpy_and_torch_bindings_agree(k, n, monkeypatch):
     """Small CPU plans run their calls through numpy on the same buffers; larger ones through torch. Both
     are the same iterates (compared with the literal dense reference's pair marginals)."""
-    import fusebench.objectives.sinkhorn as sk
+    import fusebench.objectives.sinkhorn_scaling as sk
 
     lk = _log_kernels(k, n, 0.1, seed=40 + k)
     ref, ref_pairs = _dense_reference(lk, 1e-10)
@@ -619,7 +620,7 @@ def test_m3g_fast_path_gradient_through_the_normalisation_matches_autograd(numpy
     equals autograd through F.normalize of the generic path, also for a row of zeros (clamped norm)
     and for a rescaled row, and an upstream gradient is applied; with its elementwise work in numpy (small
     CPU problems) and in torch."""
-    import fusebench.objectives.sinkhorn as sk
+    import fusebench.objectives.sinkhorn_scaling as sk
 
     monkeypatch.setattr(sk, "NUMPY_MAX_ENTRIES", numpy_limit)
     monkeypatch.setattr(sk, "_PLANS", threading.local())

@@ -110,20 +110,21 @@ class _Constant(P.Pipeline):
     def view_counts(self, spec):
         return [int(k) for k in spec.options.get("views", [2])]
 
-    def run_cell(self, spec, objective, seed, cell, *, synthetic, data_root, device, resume, progress, max_steps,
-                 context, trackers):
+    def run_cell(self, request, options, context, trackers):
         import torch
 
-        from fusebench.training.runner import make_record, write_record
+        from fusebench.training.cell import write_record
+        from fusebench.training.record_builder import build_record
 
-        type(self).calls.append((objective, seed, data_root, context is not None))
+        spec, objective, seed = request.spec, request.objective, request.seed
+        type(self).calls.append((objective, seed, options.data_root, context is not None))
         metrics = {f"constant_k{k}": float(k + seed) for k in self.view_counts(spec)}
-        record = make_record(spec, objective, seed, True, torch.device("cpu"), {}, None, curves={}, val=None, test=metrics,
-                             best_epoch=-1, wall_time=0.0, pretrain_time=0.0, model=None, diagnostics={},
-                             context=context)
-        record["metric_directions"] = {m: "higher" for m in metrics}
-        record["selection"] = {"rule": "none", "metric": None, "best_epoch": -1, "val_metrics": None}
-        write_record(cell, record)
+        record = build_record(request, True, torch.device("cpu"), {}, None, curves={}, val=None, test=metrics,
+                              best_epoch=-1, wall_time=0.0, pretrain_time=0.0, model=None, diagnostics={},
+                              context=context,
+                              fields={"metric_directions": {m: "higher" for m in metrics},
+                                      "selection": {"rule": "none", "metric": None, "best_epoch": -1, "val_metrics": None}})
+        write_record(request.cell, record)
         return record
 
 

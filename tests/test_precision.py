@@ -14,6 +14,8 @@ from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record, RecordError
 from fusebench.training import precision, runner
 from fusebench.training.config import ConfigError
+from fusebench.training.execute import run_cell
+from fusebench.training.request import CellRequest, RunOptions
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
@@ -93,7 +95,7 @@ def _capture_objective_inputs(monkeypatch) -> list[torch.dtype]:
 def test_autocast_reaches_the_encoders_and_the_record_says_so(name, dtype, tmp_path: Path, monkeypatch) -> None:
     seen = _capture_objective_inputs(monkeypatch)
     spec = benchmarks.load("quickstart", overrides={**TINY, "precision": name})
-    rec = runner.run_one(spec, "m3g", 0, tmp_path, progress=False)
+    rec = run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(progress=False))
     assert seen and set(seen) == {dtype}  # the encoders' (projection heads') outputs in the policy's dtype
     assert rec["precision"] == name
     num = rec["numerics"]
@@ -111,9 +113,8 @@ def test_autocast_reaches_the_encoders_and_the_record_says_so(name, dtype, tmp_p
 
 
 def test_tf32_on_the_cpu_is_the_float32_computation(tmp_path: Path) -> None:
-    a = runner.run_one(benchmarks.load("quickstart", overrides=TINY), "infonce_pwe", 0, tmp_path / "a", progress=False)
-    b = runner.run_one(benchmarks.load("quickstart", overrides={**TINY, "precision": "tf32"}), "infonce_pwe", 0,
-                       tmp_path / "b", progress=False)
+    a = run_cell(CellRequest(benchmarks.load("quickstart", overrides=TINY), "infonce_pwe", 0, tmp_path / "a"), RunOptions(progress=False))
+    b = run_cell(CellRequest(benchmarks.load("quickstart", overrides={**TINY, "precision": "tf32"}), "infonce_pwe", 0, tmp_path / "b"), RunOptions(progress=False))
     assert b["metrics"] == a["metrics"]
     assert b["curves"]["pretrain_loss"] == pytest.approx(a["curves"]["pretrain_loss"], rel=1e-6)
     assert a["config_hash"] != b["config_hash"] and a["comparability_key"] != b["comparability_key"]
@@ -122,22 +123,22 @@ def test_tf32_on_the_cpu_is_the_float32_computation(tmp_path: Path) -> None:
 
 def test_16_mixed_resume_restores_the_gradient_scaler(tmp_path: Path) -> None:
     spec = benchmarks.load("quickstart", overrides={**TINY, "precision": "16-mixed"})
-    ref = runner.run_one(spec, "infonce_pwe", 0, tmp_path / "a", progress=False)
+    ref = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "a"), RunOptions(progress=False))
     with pytest.raises(KeyboardInterrupt):  # stop inside pretraining
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path / "b", progress=False, max_steps=5)
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "b"), RunOptions(progress=False, max_steps=5))
     ckpt = torch.load(tmp_path / "b" / "quickstart" / "infonce_pwe" / "seed0" / "last.pt", weights_only=True)
     assert ckpt["phase"] == "pretrain" and "grad_scaler" in ckpt and ckpt["grad_scaler"]["scale"] > 0
-    resumed = runner.run_one(spec, "infonce_pwe", 0, tmp_path / "b", resume=True, progress=False)
+    resumed = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "b"), RunOptions(resume=True, progress=False))
     assert resumed["metrics"] == ref["metrics"]
     assert resumed["curves"]["pretrain_loss"] == pytest.approx(ref["curves"]["pretrain_loss"], rel=1e-6)
 
 
 def _record_pair(tmp_path: Path) -> tuple[dict, dict]:
     spec = benchmarks.load("quickstart", overrides={**TINY, "pretrain.epochs": 0, "downstream.epochs": 1})
-    a = runner.run_one(spec, "none", 0, tmp_path / "runs", progress=False)
+    a = run_cell(CellRequest(spec, "none", 0, tmp_path / "runs"), RunOptions(progress=False))
     spec_b = benchmarks.load("quickstart", overrides={**TINY, "pretrain.epochs": 0, "downstream.epochs": 1,
                                                       "precision": "bf16-mixed"})
-    b = runner.run_one(spec_b, "none", 1, tmp_path / "runs", progress=False)
+    b = run_cell(CellRequest(spec_b, "none", 1, tmp_path / "runs"), RunOptions(progress=False))
     return a, b
 
 

@@ -124,11 +124,12 @@ def test_cell_bar_follows_the_cell_it_runs_in(monkeypatch) -> None:
 def test_gaussian_mi_phase_speaks(tmp_path, monkeypatch, capsys) -> None:
     from fusebench import benchmarks
     from fusebench.training.gaussian_mi import run_gaussian_mi
+    from fusebench.training.request import CellRequest
 
     monkeypatch.setenv("FUSEBENCH_LOG_EVERY", "0")
     spec = benchmarks.load("polyview-gaussian-mi", overrides={"pretrain.epochs": 2, "options.multiplicities": [2]},
                            synthetic=True)
-    run_gaussian_mi(spec, "pvc_geometric", 0, tmp_path, device="cpu", progress=True)
+    run_gaussian_mi(CellRequest(spec, "pvc_geometric", 0, tmp_path), device="cpu", progress=True)
     err = capsys.readouterr().err
     assert "polyview-gaussian-mi/pvc_geometric/seed0 M=2: step 1/2 (50%) loss " in err
     assert "polyview-gaussian-mi/pvc_geometric/seed0 M=2: step 2/2 (100%) loss " in err

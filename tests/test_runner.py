@@ -16,7 +16,11 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.training import runner
-from fusebench.training.runner import RunError
+from fusebench.training.loop import RunError
+from fusebench.training.cell import write_record
+from fusebench.training.data import few_shot_subset
+from fusebench.training.execute import run_cell
+from fusebench.training.request import CellRequest, RunOptions
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
@@ -66,13 +70,13 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path: Path) -> None:
 
 def test_resume_from_simulated_kill_in_downstream(tmp_path: Path) -> None:
     spec = benchmarks.load("quickstart", overrides=TINY)
-    ref = runner.run_one(spec, "mv_dhel", 0, tmp_path / "a", progress=False)
+    ref = run_cell(CellRequest(spec, "mv_dhel", 0, tmp_path / "a"), RunOptions(progress=False))
     pre_steps = len(ref["curves"]["pretrain_loss"])
     with pytest.raises(KeyboardInterrupt):  # stop two steps into the downstream phase
-        runner.run_one(spec, "mv_dhel", 0, tmp_path / "b", progress=False, max_steps=pre_steps + 2)
+        run_cell(CellRequest(spec, "mv_dhel", 0, tmp_path / "b"), RunOptions(progress=False, max_steps=pre_steps + 2))
     ckpt = torch.load(tmp_path / "b" / "quickstart" / "mv_dhel" / "seed0" / "last.pt", weights_only=True)
     assert ckpt["phase"] == "downstream" and ckpt["step"] == 2
-    resumed = runner.run_one(spec, "mv_dhel", 0, tmp_path / "b", resume=True, progress=False)
+    resumed = run_cell(CellRequest(spec, "mv_dhel", 0, tmp_path / "b"), RunOptions(resume=True, progress=False))
     assert resumed["metrics"] == ref["metrics"]
     assert resumed["diagnostics"] == pytest.approx(ref["diagnostics"])
 
@@ -83,7 +87,7 @@ def test_corrupt_checkpoint_is_reported_and_left_intact(tmp_path: Path) -> None:
     (cell / "last.pt").write_bytes(b"not a checkpoint")
     spec = benchmarks.load("quickstart", overrides=TINY)
     with pytest.raises(RunError, match="last.pt is unreadable"):
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path, resume=True, progress=False)
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(resume=True, progress=False))
     assert (cell / "last.pt").read_bytes() == b"not a checkpoint"
 
 
@@ -101,7 +105,7 @@ def test_nan_loss_stops_with_step_and_objective(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(pretrain.Pretrainer, "forward", sometimes_nan)
     spec = benchmarks.load("quickstart", overrides=TINY)
     with pytest.raises(RunError, match=r"objective 'm3g' is nan at pretraining step 2"):
-        runner.run_one(spec, "m3g", 0, tmp_path, progress=False)
+        run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(progress=False))
     assert (tmp_path / "quickstart" / "m3g" / "seed0" / "last.pt").exists()
 
 
@@ -110,7 +114,7 @@ def test_records_are_immutable_and_sweeps_skip_finished_cells(tmp_path: Path) ->
     path = tmp_path / "quickstart" / "none" / "seed0" / "run.json"
     before = path.read_bytes()
     with pytest.raises(RunError, match="immutable"):
-        runner.write_record(path.parent, {"x": 1})
+        write_record(path.parent, {"x": 1})
     again = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert again == recs and path.read_bytes() == before
     rec = recs[0]
@@ -154,11 +158,11 @@ def test_few_shot_subset_takes_s_per_class(tmp_path: Path) -> None:
 
     ds = datasets.build("quickstart", synthetic=True, synthetic_spec={"num_samples": 64, "seed": 0}, use_cache=False)
     labels = [int(ds[i]["target"]) for i in range(len(ds))]
-    sub = runner.few_shot_subset(ds, 3, seed=0)
+    sub = few_shot_subset(ds, 3, seed=0)
     got = [int(sub[i]["target"]) for i in range(len(sub))]
     assert sorted(got) == sorted([c for c in set(labels) for _ in range(min(3, labels.count(c)))])
-    assert sub.indices == runner.few_shot_subset(ds, 3, seed=0).indices
-    assert sub.indices != runner.few_shot_subset(ds, 3, seed=1).indices
+    assert sub.indices == few_shot_subset(ds, 3, seed=0).indices
+    assert sub.indices != few_shot_subset(ds, 3, seed=1).indices
     rec = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path,
                         overrides={**TINY, "downstream.shots": 2}, progress=False)[0]
     assert rec["config"]["downstream"]["shots"] == 2 and "acc" in rec["metrics"]

@@ -14,9 +14,13 @@ import pytest
 import fusebench
 from fusebench import benchmarks
 from fusebench.datasets.base import DatasetError
-from fusebench.training import runner, utils
+from fusebench.training import runner, standard, utils
 from fusebench.training.config import ConfigError
-from fusebench.training.runner import CellBusyError, RunError
+from fusebench.training.cell import CellBusyError
+from fusebench.training.loop import RunError
+from fusebench.training.data import Subset, build_datasets
+from fusebench.training.execute import run_cell
+from fusebench.training.request import CellRequest, RunOptions, cell_dir
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
@@ -75,39 +79,39 @@ def test_batch_larger_than_train_split_is_an_error_not_a_silent_clamp(tmp_path: 
 def test_resume_with_another_config_is_refused(tmp_path: Path) -> None:
     spec = benchmarks.load("quickstart", overrides=TINY)
     with pytest.raises(KeyboardInterrupt):  # a killed run: last.pt written, no run.json
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path, progress=False, max_steps=2)
-    cell = runner.cell_dir(tmp_path, "quickstart", "infonce_pwe", 0)
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, max_steps=2))
+    cell = cell_dir(tmp_path, "quickstart", "infonce_pwe", 0)
     assert (cell / "last.pt").exists() and not (cell / "run.json").exists()
     other = benchmarks.load("quickstart", overrides={**TINY, "pretrain.lr": 0.05})
     with pytest.raises(RunError, match="written with another configuration"):
-        runner.run_one(other, "infonce_pwe", 0, tmp_path, progress=False, resume=True)
+        run_cell(CellRequest(other, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True))
     with pytest.raises(RunError, match="another configuration"):  # the sweep does not record it as failed
         fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=tmp_path, progress=False,
                       overrides={**TINY, "pretrain.lr": 0.05})
     assert not (cell / "run.json").exists()
     # the same config resumes and finishes
-    rec = runner.run_one(spec, "infonce_pwe", 0, tmp_path, progress=False, resume=True)
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True))
     assert rec["config_hash"] == spec.hash() and rec["config"]["pretrain"]["lr"] == spec.pretrain.lr
 
 
 def test_existing_record_of_another_config_is_not_returned(tmp_path: Path) -> None:
     spec = benchmarks.load("quickstart", overrides=TINY)
-    rec = runner.run_one(spec, "none", 0, tmp_path, progress=False)
-    assert runner.run_one(spec, "none", 0, tmp_path, progress=False) == rec  # same config: the record
+    rec = run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
+    assert run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False)) == rec  # same config: the record
     other = benchmarks.load("quickstart", overrides={**TINY, "downstream.lr": 0.5})
     with pytest.raises(RunError, match="made with another configuration"):
-        runner.run_one(other, "none", 0, tmp_path, progress=False)
+        run_cell(CellRequest(other, "none", 0, tmp_path), RunOptions(progress=False))
 
 
 def test_cell_lock_refuses_a_live_owner_and_takes_over_a_dead_ones(tmp_path: Path) -> None:
     spec = benchmarks.load("quickstart", overrides=TINY)
-    cell = runner.cell_dir(tmp_path, "quickstart", "none", 0)
+    cell = cell_dir(tmp_path, "quickstart", "none", 0)
     cell.mkdir(parents=True)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (cell / ".lock").write_text(str(sleeper.pid))
         with pytest.raises(CellBusyError, match=f"being run by process {sleeper.pid}"):
-            runner.run_one(spec, "none", 0, tmp_path, progress=False)
+            run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
         recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
         assert recs[0]["status"] == "skipped"
         assert not (cell / "failed.json").exists() and not (cell / "run.json").exists()
@@ -115,21 +119,21 @@ def test_cell_lock_refuses_a_live_owner_and_takes_over_a_dead_ones(tmp_path: Pat
         sleeper.kill()
         sleeper.wait()
     # the owner is gone: its stale lock is taken over, the cell runs, the lock is removed
-    rec = runner.run_one(spec, "none", 0, tmp_path, progress=False)
+    rec = run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
     assert rec["objective"] == "none" and not (cell / ".lock").exists()
 
 
 def test_losing_a_race_leaves_no_failed_json_beside_the_winner(tmp_path: Path, monkeypatch) -> None:
     spec = benchmarks.load("quickstart", overrides=TINY)
-    winner = runner.run_one(spec, "none", 0, tmp_path / "w", progress=False)
-    cell = runner.cell_dir(tmp_path, "quickstart", "none", 0)
+    winner = run_cell(CellRequest(spec, "none", 0, tmp_path / "w"), RunOptions(progress=False))
+    cell = cell_dir(tmp_path, "quickstart", "none", 0)
 
     def loser(*args, **kwargs):  # the other process writes run.json just before this one tries to
         cell.mkdir(parents=True, exist_ok=True)
         (cell / "run.json").write_text(json.dumps(winner))
         raise RunError(f"{cell / 'run.json'} exists already; run records are immutable")
 
-    monkeypatch.setattr(runner, "run_one", loser)
+    monkeypatch.setattr(runner, "run_cell", loser)
     recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert recs == [winner]
     assert not (cell / "failed.json").exists()
@@ -148,16 +152,16 @@ def test_missing_data_is_reported_once_before_any_cell(tmp_path: Path, capsys) -
 
 
 def test_empty_validation_split_is_named_before_training(tmp_path: Path, monkeypatch) -> None:
-    real = runner._datasets
+    real = build_datasets
 
-    def no_val(spec, synthetic, data_root, seed):
-        data = real(spec, synthetic, data_root, seed)
-        data["val"] = runner._Subset(data["val"], [])
+    def no_val(spec, synthetic, data_root, seed, **kwargs):
+        data = real(spec, synthetic, data_root, seed, **kwargs)
+        data["val"] = Subset(data["val"], [])
         return data
 
-    monkeypatch.setattr(runner, "_datasets", no_val)
+    monkeypatch.setattr(runner, "build_datasets", no_val)
     trained = []
-    monkeypatch.setattr(runner, "_run_cell", lambda *a, **k: trained.append(a))
+    monkeypatch.setattr(standard, "run_standard_cell", lambda *a, **k: trained.append(a))
     with pytest.raises(DatasetError, match=r"the val split \('quickstart' split 'val'.*has no samples; the benchmark needs it for model selection"):
         fusebench.run("quickstart", objective="m3g", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert trained == []

@@ -1,4 +1,4 @@
-"""fusebench.stats: values worked out by hand, by exact enumeration, or by scipy's own routines."""
+"""fusebench.leaderboard.stats: values worked out by hand, by exact enumeration, or by scipy's own routines."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.stats as st
 
-from fusebench import stats
+from fusebench.leaderboard import plots, stats
 
 
 # -- bootstrap_ci ------------------------------------------------------------------------------
@@ -296,8 +296,8 @@ def test_cd_groups_by_hand() -> None:
 
 def test_cd_diagram_writes_a_deterministic_png(tmp_path) -> None:
     ranks = {"raw": 1.25, "m3g": 2.5, "suff_stats": 3.0, "none": 3.25}
-    a = stats.cd_diagram(ranks, 1.5, tmp_path / "a.png", "title", metadata={"fusebench-inputs": "k1"})
-    b = stats.cd_diagram(dict(reversed(list(ranks.items()))), 1.5, tmp_path / "sub" / "b.png", "title",
+    a = plots.cd_diagram(ranks, 1.5, tmp_path / "a.png", "title", metadata={"fusebench-inputs": "k1"})
+    b = plots.cd_diagram(dict(reversed(list(ranks.items()))), 1.5, tmp_path / "sub" / "b.png", "title",
                          metadata={"fusebench-inputs": "k1"})
     data = a.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data == b.read_bytes()
@@ -308,4 +308,4 @@ def test_cd_diagram_writes_a_deterministic_png(tmp_path) -> None:
     assert chunks.get("fusebench-inputs") == "k1" and "Software" not in chunks
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".")]  # no temporary file left
     with pytest.raises(ValueError, match=r"avg_ranks must map methods to finite numbers; 'x' has nan"):
-        stats.cd_diagram({"x": float("nan"), "y": 1.0}, 1.0, tmp_path / "c.png", "t")
+        plots.cd_diagram({"x": float("nan"), "y": 1.0}, 1.0, tmp_path / "c.png", "t")

@@ -21,6 +21,8 @@ from fusebench.encoders.seq_transformer import LateFusionHead
 from fusebench.encoders.votenet import VoteNetHead
 from fusebench.training.model import TaskModel, for_backbone
 from fusebench.training.model import build as with_task_head
+from fusebench.training.data import build_datasets
+from fusebench.training.standard import build_model
 
 
 def _vector_batch(n: int = 6, seed: int = 0, num_classes: int = 3) -> dict:
@@ -137,9 +139,9 @@ def test_build_model_is_the_backbone_with_its_tasks_head():
     from fusebench.training import runner
 
     spec = benchmarks.load("quickstart")
-    ds = runner._datasets(spec, True, None, 0, roles=("train",))["train"]
+    ds = build_datasets(spec, True, None, 0, roles=("train",))["train"]
     torch.manual_seed(3)
-    model = runner.build_model(spec, ds)
+    model = build_model(spec, ds)
     assert isinstance(model, TaskModel) and model.task.id == "classification" and model.task.num_classes == 4
     assert model.modalities == ["strong1", "strong2", "weak"] and model.num_features == 4
     # the head is drawn right after the backbone: the same weights as building the two by hand

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ import pytest
 import fusebench
 from fusebench.training import trackers
 from fusebench.training.trackers import TrackerError
+from fusebench.training.execute import run_cell
+from fusebench.training.request import CellRequest, RunOptions
 
 TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
         "downstream.epochs": 2}
@@ -142,6 +145,35 @@ def test_unknown_logger_is_one_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "quickstart").exists()  # refused before any training
 
 
+def test_trackers_are_a_registry_with_an_entry_point_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata as md
+
+    from fusebench import registry as R
+
+    assert isinstance(trackers.TRACKERS, R.Registry) and trackers.TRACKERS.entry_point_group == "fusebench.trackers"
+    assert trackers.TRACKERS.meta("mlflow")["requires"] == "mlflow" and "requires" not in trackers.TRACKERS.meta("csv")
+    with pytest.raises(R.DuplicateIdError, match="tracker id 'csv' is registered twice"):
+        trackers.TRACKERS.register("csv")(lambda cell, out, mlflow_uri: trackers.CsvTracker(cell))
+
+    class Mine(trackers.Tracker):
+        def __init__(self, cell: Path, out: Path, uri: str | None) -> None:
+            self.where = (cell, out, uri)
+
+    plugin = types.ModuleType("fb_fake_tracker")
+    plugin.Mine = Mine
+    monkeypatch.setitem(sys.modules, "fb_fake_tracker", plugin)
+    for attr in ("_entries", "_meta", "_lazy", "_origin"):  # read the plugins again, restored afterwards
+        monkeypatch.setattr(trackers.TRACKERS, attr, dict(getattr(trackers.TRACKERS, attr)))
+    monkeypatch.setattr(trackers.TRACKERS, "_plugins_loaded", False)
+    eps = [md.EntryPoint("mine", "fb_fake_tracker:Mine", "fusebench.trackers")]
+    monkeypatch.setattr(R, "entry_points", lambda group: [e for e in eps if e.group == group])
+    assert trackers.check_trackers(["mine", "csv", "mine"]) == ["mine", "csv"]
+    built = trackers.build_trackers(["mine"], tmp_path, tmp_path / "c", "sqlite:///x.db")
+    assert [type(t) for t in built.trackers] == [Mine] and built.trackers[0].where == (tmp_path / "c", tmp_path, "sqlite:///x.db")
+    with pytest.raises(TrackerError, match=r"unknown logger\(s\) 'wandb'; valid: csv, mine, mlflow, tensorboard"):
+        trackers.check_trackers(["wandb"])
+
+
 def test_missing_package_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mlflow", None)  # import mlflow -> ImportError
     with pytest.raises(TrackerError, match=r"pip install -e \.\[trackers\]"):
@@ -165,8 +197,8 @@ def test_resumed_run_appends_to_its_csv(tmp_path: Path, reference: dict) -> None
 
     spec = benchmarks.load("quickstart", overrides=TINY)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_one(spec, "infonce_pwe", 0, tmp_path, progress=False, max_steps=2, loggers=["csv"])
-    rec = runner.run_one(spec, "infonce_pwe", 0, tmp_path, progress=False, resume=True, loggers=["csv"])
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, max_steps=2, loggers=["csv"]))
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True, loggers=["csv"]))
     with open(_cell(tmp_path) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))  # one header: the resumed run appended
     assert [float(r["value"]) for r in rows if r["phase"] == "pretrain" and r["name"] == "loss"] == \

@@ -20,6 +20,8 @@ from fusebench.training import tuple_optim as T
 from fusebench.training.config import PretrainConfig
 from fusebench.training.pretrain import Pretrainer
 from fusebench.training.tuple_method import TupleInfoNCEOptions
+from fusebench.training.execute import run_cell
+from fusebench.training.request import CellRequest, RunOptions
 
 MODS = ["a", "b", "c"]
 
@@ -231,10 +233,10 @@ def test_resume_reproduces_policy(tmp_path: Path) -> None:
     over = {**TINY, "pretrain.epochs": 3, "pretrain.batch_size": 32, "checkpoint_every": 1,
             "pretrain.methods.tuple_infonce.candidates": 2, "pretrain.methods.tuple_infonce.candidate_steps": 2}
     spec = benchmarks.load("quickstart", overrides=over)
-    ref = runner.run_one(spec, "tuple_infonce", 0, tmp_path / "a", progress=False)
+    ref = run_cell(CellRequest(spec, "tuple_infonce", 0, tmp_path / "a"), RunOptions(progress=False))
     with pytest.raises(KeyboardInterrupt):  # killed inside epoch 1, after the first policy update
-        runner.run_one(spec, "tuple_infonce", 0, tmp_path / "b", progress=False, max_steps=6)
-    resumed = runner.run_one(spec, "tuple_infonce", 0, tmp_path / "b", resume=True, progress=False)
+        run_cell(CellRequest(spec, "tuple_infonce", 0, tmp_path / "b"), RunOptions(progress=False, max_steps=6))
+    resumed = run_cell(CellRequest(spec, "tuple_infonce", 0, tmp_path / "b"), RunOptions(resume=True, progress=False))
     for key, curve in ref["curves"].items():
         if key.startswith(("tuple_", "pretrain_loss")):
             assert resumed["curves"][key] == curve, key

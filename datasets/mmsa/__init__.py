@@ -47,26 +47,14 @@ Shape (one sample):
 Modules: :mod:`.layouts` (layout detection, the pickle path, the ``csd`` layout and its
 deterministic video split), :mod:`.formats` (MMSA pickle and feature-file reading and validation),
 :mod:`.synthetic` (the synthetic twins: MMSA pickle or computational sequences) and :mod:`.adapter`
-(the registered :class:`MOSI`, :class:`MOSEI`, :class:`CHSIMS`). Every name defined in the former
-single module ``fusebench/datasets/mmsa.py`` is re-exported here; the adapters keep
+(the registered :class:`MOSI`, :class:`MOSEI`, :class:`CHSIMS`). The package exports the three adapter
+classes; every other name is imported from the module that defines it. The adapters keep
 ``__module__ = "fusebench.datasets.mmsa"`` (prepared-cache manifests, registry origin); importing this
 package registers the three adapters.
 """
 
 from __future__ import annotations
 
-import logging
+from .adapter import CHSIMS, MOSEI, MOSI
 
-from .. import DATASETS
-from ..base import DataFile, DatasetError, Modality, MultimodalDataset, SyntheticSpec
-from ..csd import align_to_reference, read_csd, slice_segment, write_csd
-from ..safe_pickle import load as safe_load
-from .adapter import _MOSEI_DIMS, _SENTIMENT_MODALITIES, CHSIMS, MOSEI, MOSI, _SentimentDataset
-from .layouts import _CSD_PATTERNS, _MODS, _SPLIT_KEYS, _video_split
-
-log = logging.getLogger(__name__)  # "fusebench.datasets.mmsa", as before the split
-
-__all__ = [
-    "CHSIMS", "DATASETS", "DataFile", "DatasetError", "MOSEI", "MOSI", "Modality", "MultimodalDataset",
-    "SyntheticSpec", "align_to_reference", "log", "read_csd", "safe_load", "slice_segment", "write_csd",
-]
+__all__ = ["CHSIMS", "MOSEI", "MOSI"]

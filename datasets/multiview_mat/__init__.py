@@ -54,49 +54,20 @@ Modules: :mod:`.formats` (the v5 / v7.3 ``.mat`` readers, the per-process file L
 :mod:`.layouts` (locating the file, label and view orientation), :mod:`.splits` (stratified splits,
 z-score statistics), :mod:`.copies` (the ``view_copies`` option), :mod:`.synthetic` (the synthetic
 twin), :mod:`.adapter` (the registered :class:`MultiviewMat`) and :mod:`.classic` (the registered
-classic datasets). Every name defined in the former single module
-``fusebench/datasets/multiview_mat.py`` is re-exported here; the adapters keep ``__module__ =
+classic datasets). The package exports the adapter classes and the public helpers in ``__all__``;
+every other name is imported from the module that defines it. The adapters keep ``__module__ =
 "fusebench.datasets.multiview_mat"`` (prepared-cache manifests, registry origin) and every module logs
 to the ``fusebench.datasets.multiview_mat`` logger; importing this package registers all five adapters.
 """
 
 from __future__ import annotations
 
-from .. import DATASETS
-from ..base import (
-    BASE_OPTIONS,
-    DataFile,
-    DatasetError,
-    DatasetNotFoundError,
-    Modality,
-    MultimodalDataset,
-    SyntheticSpec,
-)
-from .adapter import _SYN_DIMS, OPTIONS, MultiviewMat
-from .classic import _LAYOUT, _SOURCE, MvHandwritten, MvHw2sources, MvLeaves100, MvNgs, _registered
+from .adapter import MultiviewMat
+from .classic import MvHandwritten, MvHw2sources, MvLeaves100, MvNgs
 from .copies import augmented_copies, parse_view_copies
-from .formats import (
-    _LRU,
-    _LRU_SIZE,
-    _SHA,
-    _file_sha256,
-    _h5_matrix,
-    _read_v5,
-    _read_v73,
-    _require_keys,
-    read_mat,
-    sha256_of,
-)
-from .layouts import labels_to_ids, log, orient
-from .splits import (
-    DEFAULT_FRACTIONS,
-    SPLIT_NAMES,
-    min_class_size,
-    parse_fractions,
-    stratified_split,
-    view_problem,
-    zscore_stats,
-)
+from .formats import read_mat, sha256_of
+from .layouts import labels_to_ids, orient
+from .splits import parse_fractions, stratified_split, zscore_stats
 
 __all__ = ["MultiviewMat", "MvHandwritten", "MvHw2sources", "MvLeaves100", "MvNgs", "augmented_copies",
            "labels_to_ids", "orient", "parse_fractions", "parse_view_copies", "read_mat", "sha256_of",

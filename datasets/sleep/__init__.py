@@ -31,7 +31,7 @@ Signals are read in microvolts, resampled to ``sfreq_hz`` (default 100) with a p
 (scipy.signal.resample_poly), cut into epochs and held as one contiguous array per recording so a
 sample is a slice. Subject-wise splits: subjects ordered by sha256 of their id, ``test_fraction``
 (0.2) then ``val_fraction`` (0.1) of them (rounded half up, at least one each when enough subjects
-remain, see :func:`_split_counts`) go to test and val, the rest (>= 1) to train;
+remain, see :func:`.layouts._split_counts`) go to test and val, the rest (>= 1) to train;
 ``split_subjects={"train": [...], ...}`` overrides. An empty split raises :class:`DatasetError`
 naming the subjects found, the rule and the fixes.
 
@@ -54,25 +54,19 @@ Shape (one sample):
 :mod:`.wfdb_records` (WFDB record reading, file-size checks, writer), :mod:`.layouts` (channel and
 file names, subject-wise split rule), :mod:`.synthetic` (synthetic EEG and hypnograms),
 :mod:`.dataset` (the shared adapter base), :mod:`.sleep_edf` (:class:`SleepEDF`) and
-:mod:`.physionet2018` (:class:`PhysioNet2018`). Every name defined in the former single module
-``fusebench/datasets/sleep.py`` is re-exported here; importing this package registers both adapters.
+:mod:`.physionet2018` (:class:`PhysioNet2018`). The package exports the adapter classes and the
+public readers, writers and tables in ``__all__``; every other name is imported from the module that
+defines it. The modules log to the ``fusebench.datasets.sleep`` logger; importing this package
+registers both adapters.
 """
 
 from __future__ import annotations
 
-import logging
-
-from .. import DATASETS
-from ..base import DataFile, DatasetError, Modality, MultimodalDataset, SyntheticSpec
 from .annotations import (
     EPOCH_S,
     PHYSIONET_STAGE_KEYS,
     STAGE_MAP,
     STAGES,
-    _TAL_DURATION,
-    _TAL_ONSET,
-    _parse_tal_block,
-    _tal_error,
     crop_wake,
     physionet_epoch_stages,
     read_arousal_stages,
@@ -81,30 +75,16 @@ from .annotations import (
     stage_epochs,
     write_arousal_mat,
 )
-from .dataset import _SleepDataset
-from .edf import (
-    _EDF_SIGNAL_FIELDS,
-    _edf_start,
-    _field,
-    _num,
-    _resample,
-    read_edf_channels,
-    read_edf_header,
-    write_edf,
-)
-from .layouts import PHYSIONET_CHANNELS, _NAME_RE, _split_counts, _subject_split, channel_modality_name
-from .physionet2018 import _PN_MODALITIES, PhysioNet2018
+from .edf import read_edf_channels, read_edf_header, write_edf
+from .layouts import PHYSIONET_CHANNELS, channel_modality_name
+from .physionet2018 import PhysioNet2018
 from .sleep_edf import SleepEDF
-from .synthetic import _BANDS, _stage_profile, synth_eeg, synth_hypnogram
-from .wfdb_records import _WFDB_SAMPLE_BYTES, check_wfdb_files, read_wfdb_channels, write_wfdb_mat_record
-
-log = logging.getLogger(__name__)  # "fusebench.datasets.sleep": the submodules log through it
+from .synthetic import synth_eeg, synth_hypnogram
+from .wfdb_records import check_wfdb_files, read_wfdb_channels, write_wfdb_mat_record
 
 __all__ = [
-    "DATASETS", "DataFile", "DatasetError", "EPOCH_S", "Modality", "MultimodalDataset", "PHYSIONET_CHANNELS",
-    "PHYSIONET_STAGE_KEYS", "PhysioNet2018", "STAGES", "STAGE_MAP", "SleepEDF", "SyntheticSpec",
-    "channel_modality_name", "check_wfdb_files", "crop_wake", "log", "physionet_epoch_stages",
-    "read_arousal_stages", "read_edf_annotations", "read_edf_channels", "read_edf_header", "read_hypnogram",
-    "read_wfdb_channels", "stage_epochs", "synth_eeg", "synth_hypnogram", "write_arousal_mat", "write_edf",
-    "write_wfdb_mat_record",
+    "EPOCH_S", "PHYSIONET_CHANNELS", "PHYSIONET_STAGE_KEYS", "PhysioNet2018", "STAGES", "STAGE_MAP", "SleepEDF",
+    "channel_modality_name", "check_wfdb_files", "crop_wake", "physionet_epoch_stages", "read_arousal_stages",
+    "read_edf_annotations", "read_edf_channels", "read_edf_header", "read_hypnogram", "read_wfdb_channels",
+    "stage_epochs", "synth_eeg", "synth_hypnogram", "write_arousal_mat", "write_edf", "write_wfdb_mat_record",
 ]

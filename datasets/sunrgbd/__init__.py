@@ -83,30 +83,17 @@ the height feature scaled). The drawn values are recorded in ``meta["augmentatio
 **Modules.** :mod:`.classes` (:data:`CLASSES`, :data:`CLASS_TO_ID`), :mod:`.formats` (readers of
 label / calib / ``*_data_idx.txt`` / ``_bbox.npy`` files), :mod:`.layouts` (layout discovery, frame
 listings, info pickles), :mod:`.transforms` (train augmentation), :mod:`.synthetic` (synthetic twin),
-:mod:`.adapter` (the registered :class:`SUNRGBD`). Every name of the former single module
-``fusebench/datasets/sunrgbd.py`` is re-exported here.
+:mod:`.adapter` (the registered :class:`SUNRGBD`; importing this package registers it). The package
+exports the adapter and the public tables, readers and writers in ``__all__``; every other name is
+imported from the module that defines it.
 """
 
 from __future__ import annotations
 
-# the former module's incidental imports, still importable from here
-import logging  # noqa: F401
-import math  # noqa: F401
-from dataclasses import dataclass  # noqa: F401
-from pathlib import Path  # noqa: F401
-from typing import Any  # noqa: F401
-
-import numpy as np  # noqa: F401
-import torch  # noqa: F401
-
-from fusebench.datasets import DATASETS
-
-from .. import pointcloud as pc
-from ..base import DataFile, DatasetError, DatasetNotFoundError, Modality, MultimodalDataset, SyntheticSpec
-from .adapter import OPTIONS, SUNRGBD, log
+from .adapter import OPTIONS, SUNRGBD
 from .classes import CLASS_TO_ID, CLASSES
-from .formats import BBOX_FIELDS, LABEL_FIELDS, _filter_classes, parse_label_file, read_calib, read_index_file, read_votenet_bbox
-from .layouts import LAYOUTS, POINT_SOURCES, VOTES_DIR, SunRGBDLayouts, _Frame, _require
+from .formats import BBOX_FIELDS, LABEL_FIELDS, parse_label_file, read_calib, read_index_file, read_votenet_bbox
+from .layouts import LAYOUTS, POINT_SOURCES, VOTES_DIR, SunRGBDLayouts
 from .synthetic import (
     CLASS_SIZES,
     IMAGE_H,
@@ -116,9 +103,6 @@ from .synthetic import (
     ROOM_Y,
     SUN_K,
     WALL_H,
-    _colors,
-    _project_box_2d,
-    _surface_points,
     format_label_line,
     synthetic_scene,
     write_synthetic_scenes,
@@ -126,10 +110,8 @@ from .synthetic import (
 from .transforms import FLIP_P, ROT_RANGE_RAD, SCALE_RANGE, augment_scene
 
 __all__ = [
-    "BBOX_FIELDS", "CLASSES", "CLASS_SIZES", "CLASS_TO_ID", "DATASETS", "DataFile", "DatasetError",
-    "DatasetNotFoundError", "FLIP_P", "IMAGE_H", "IMAGE_W", "LABEL_FIELDS", "LAYOUTS", "Modality",
-    "MultimodalDataset", "OPTIONS", "PALETTE", "POINT_SOURCES", "ROOM_X", "ROOM_Y", "ROT_RANGE_RAD",
-    "SCALE_RANGE", "SUNRGBD", "SUN_K", "SunRGBDLayouts", "SyntheticSpec", "VOTES_DIR", "WALL_H",
-    "augment_scene", "format_label_line", "log", "parse_label_file", "pc", "read_calib", "read_index_file",
-    "read_votenet_bbox", "synthetic_scene", "write_synthetic_scenes",
+    "BBOX_FIELDS", "CLASSES", "CLASS_SIZES", "CLASS_TO_ID", "FLIP_P", "IMAGE_H", "IMAGE_W", "LABEL_FIELDS", "LAYOUTS",
+    "OPTIONS", "PALETTE", "POINT_SOURCES", "ROOM_X", "ROOM_Y", "ROT_RANGE_RAD", "SCALE_RANGE", "SUNRGBD", "SUN_K",
+    "SunRGBDLayouts", "VOTES_DIR", "WALL_H", "augment_scene", "format_label_line", "parse_label_file", "read_calib",
+    "read_index_file", "read_votenet_bbox", "synthetic_scene", "write_synthetic_scenes",
 ]

@@ -14,9 +14,10 @@ Inputs may be of any dtype, half precision included (bfloat16 / float16 outputs 
 model): :func:`fusebench.metrics.arrays.to_numpy` widens them exactly, and every metric reduces in
 float64 (counts in exact integers), whatever the caller's autocast.
 
-``metadata(id)`` gives a metric's task, direction, unit and version without importing the metric
-modules (numpy, scipy, torch) when the id is built in: the table in :mod:`fusebench.metrics.catalog`,
-which every built-in ``register`` call is checked against.
+A built-in metric's task, direction, unit and version are written once, in the table of
+:mod:`fusebench.metrics.catalog`; its ``register`` call names the id and takes them from there (stating
+any of them again is an error). ``metadata(id)`` reads that table without importing the metric modules
+(numpy, scipy, torch) when the id is built in. A plugin metric states them in its ``register`` call.
 """
 
 from __future__ import annotations
@@ -68,31 +69,44 @@ class Metric:
         return self.fn(*args, **kwargs)
 
 
-def register(id: str, *, higher_is_better: bool, task: str, description: str = "", unit: str = "raw",
-             version: str = "1"):
-    """Decorator: register ``fn`` as metric ``id`` (``unit``: "fraction" or "raw"; see the module doc)."""
+def register(id: str, *, higher_is_better: bool | None = None, task: str | None = None, description: str = "",
+             unit: str | None = None, version: str | None = None):
+    """Decorator: register ``fn`` as metric ``id``.
+
+    A metric's task, direction, unit and version are written in one place. For a built-in metric (``fn``
+    defined in a module of :data:`METRICS`' ``modules``) that place is :mod:`fusebench.metrics.catalog`:
+    its ``register`` call names the id (and optionally a ``description``) and states none of them. Any
+    other metric (a plugin, one registered at run time) states them here: ``higher_is_better`` and
+    ``task`` (required), ``unit`` ("fraction" or "raw", default "raw") and ``version`` (default "1")."""
+    stated = {"higher_is_better": higher_is_better, "task": task, "unit": unit, "version": version}
 
     def deco(fn: Callable[..., float]) -> Callable[..., float]:
-        metric = Metric(id, fn, higher_is_better, task, description or (fn.__doc__ or "").strip(), unit, version)
-        if getattr(fn, "__module__", None) in METRICS.modules:
-            _check_catalog(metric)
+        fields = _metadata_of(id, fn, {k: v for k, v in stated.items() if v is not None})
+        metric = Metric(id, fn, description=description or (fn.__doc__ or "").strip(), **fields)
         METRICS.add(id, metric)
         return fn
 
     return deco
 
 
-def _check_catalog(metric: Metric) -> None:
-    """A built-in registration must match its entry in :data:`fusebench.metrics.catalog.CATALOG`."""
-    declared = CATALOG.get(metric.id)
-    if declared is None:
-        raise ValueError(f"built-in metric {metric.id!r} ({metric.fn.__module__}) is not declared in "
-                         f"fusebench/metrics/catalog.py; add it there (task, direction, unit, version)")
-    stated = (metric.task, metric.higher_is_better, metric.unit, metric.version)
-    if tuple(declared) != stated:
-        raise ValueError(f"built-in metric {metric.id!r}: register(...) in {metric.fn.__module__} says "
-                         f"(task, higher_is_better, unit, version) = {stated} but fusebench/metrics/catalog.py "
-                         f"says {tuple(declared)}; change both")
+def _metadata_of(id: str, fn: Callable[..., float], stated: dict[str, Any]) -> dict[str, Any]:
+    """The metadata fields of a new :class:`Metric`: a built-in one's from the catalog (and none stated at
+    its ``register``), any other's as stated (``higher_is_better`` and ``task`` required)."""
+    module = getattr(fn, "__module__", None)
+    if module in METRICS.modules:
+        declared = CATALOG.get(id)
+        if declared is None:
+            raise ValueError(f"built-in metric {id!r} ({module}) is not declared in fusebench/metrics/catalog.py; "
+                             "add it there (task, direction, unit, version)")
+        if stated:
+            raise ValueError(f"built-in metric {id!r}: register(...) in {module} states {', '.join(sorted(stated))}, "
+                             "which fusebench/metrics/catalog.py holds; state them only there")
+        return declared._asdict()
+    missing = [k for k in ("higher_is_better", "task") if k not in stated]
+    if missing:
+        raise TypeError(f"register({id!r}): a metric that is not built in states {' and '.join(missing)} "
+                        "(and optionally unit, version)")
+    return {"unit": "raw", "version": "1", **stated}
 
 
 def metadata(id: str) -> dict[str, str]:

@@ -1,13 +1,14 @@
 """What every built-in metric is, without its code: task, direction, unit and version per id.
 
-Importing this module imports nothing else (no numpy, scipy or torch), so the leaderboard reads the
-units and directions of its columns from here (:func:`fusebench.metrics.metadata`) without loading
-the metric functions. The metric modules still state the same metadata in their ``register(...)``
-calls; ``register`` checks every built-in registration against this table when the module is
-imported (an id missing here or a different field is an error), and ``tests/test_metrics.py`` checks
-that the table lists no id the built-in modules do not register. So adding a built-in metric, or
-bumping a version, means editing both places; a plugin metric (entry point ``fusebench.metrics``) is
-never listed here.
+This table is the one place the built-in metrics' metadata is written. The metric modules register
+their functions by id only (``register("miou")``), and :func:`fusebench.metrics.register` takes the
+metadata from here: a built-in id missing from the table, or a built-in ``register`` call stating any
+of these fields again, is an error when the module is imported; ``tests/test_metrics.py`` checks that
+the table lists exactly the ids the built-in modules register. Importing this module imports nothing
+else (no numpy, scipy or torch), so the leaderboard reads the units and directions of its columns
+from here (:func:`fusebench.metrics.metadata`) without loading the metric functions. A plugin metric
+(entry point ``fusebench.metrics``) states its metadata in its own ``register`` call and is never
+listed here.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Declared(NamedTuple):
 
 
 #: the SUN RGB-D classes in label order (``fusebench.datasets.sunrgbd.classes.CLASSES``, which imports
-#: the dataset package; the detection module registers one AP per class and the check above compares)
+#: the dataset package; the detection module registers one AP per class, each declared here)
 SUNRGBD_CLASSES = ("bed", "table", "sofa", "chair", "toilet", "desk", "dresser", "night_stand", "bookshelf", "bathtub")
 #: the sleep stages of ``fusebench.metrics.sleep.STAGES`` (one F1 per stage)
 SLEEP_STAGES = ("w", "n1", "n2", "n3", "rem")

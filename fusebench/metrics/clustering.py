@@ -57,7 +57,7 @@ def contingency(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
     return m
 
 
-@register("cluster_acc", higher_is_better=True, task="clustering", unit="fraction")
+@register("cluster_acc")
 def cluster_acc(y_pred: Any, y_true: Any) -> float:
     """Clustering accuracy: best one-to-one cluster->class matching (Hungarian), fraction correct."""
     p, t = pair(y_pred, y_true, "cluster_acc", integer=True)
@@ -71,7 +71,7 @@ def _entropy(counts: np.ndarray, n: int) -> float:
     return float(-(q * np.log(q)).sum())
 
 
-@register("nmi", higher_is_better=True, task="clustering", unit="fraction")
+@register("nmi")
 def nmi(y_pred: Any, y_true: Any) -> float:
     """Normalized mutual information, arithmetic-mean normalisation: I / ((H_true + H_pred) / 2)."""
     p, t = pair(y_pred, y_true, "nmi", integer=True)
@@ -91,7 +91,7 @@ def _pairs(x: np.ndarray) -> int:
     return sum(int(v) * (int(v) - 1) // 2 for v in x.ravel())
 
 
-@register("ari", higher_is_better=True, task="clustering", unit="fraction")
+@register("ari")
 def ari(y_pred: Any, y_true: Any) -> float:
     """Adjusted Rand index (Hubert-Arabie): pair-counting agreement corrected for chance, 1 = identical."""
     p, t = pair(y_pred, y_true, "ari", integer=True)
@@ -117,7 +117,7 @@ PROBE_ACCURACIES = {
     "knn_acc": "Cosine k-nearest-neighbour probe accuracy (k chosen on the validation split): fraction correct.",
 }
 for _id, _doc in PROBE_ACCURACIES.items():
-    register(_id, higher_is_better=True, task="classification", unit="fraction", description=_doc)(acc)
+    register(_id, description=_doc)(acc)
 
 
 __all__ = ["PROBE_ACCURACIES", "ari", "cluster_acc", "contingency", "nmi"]

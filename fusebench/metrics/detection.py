@@ -179,17 +179,15 @@ def _register() -> None:
         def m_ar(detections, ground_truths, num_classes: int = 10, _t: float = t) -> float:
             return mean_recall(detections, ground_truths, _t, num_classes)
 
-        register(f"map_{tag}", higher_is_better=True, unit="fraction", task="detection",
-                 description=f"mean AP over ground-truth classes, rotated 3D IoU > {t}, VOC area mode")(m_ap)
-        register(f"mar_{tag}", higher_is_better=True, unit="fraction", task="detection",
-                 description=f"mean final recall over ground-truth classes, rotated 3D IoU > {t}")(m_ar)
+        register(f"map_{tag}", description=f"mean AP over ground-truth classes, rotated 3D IoU > {t}, VOC area mode")(m_ap)
+        register(f"mar_{tag}", description=f"mean final recall over ground-truth classes, rotated 3D IoU > {t}")(m_ar)
         for c, name in enumerate(SUNRGBD_CLASSES):
             def ap_c(detections, ground_truths, num_classes: int = 10, _t: float = t, _c: int = c) -> float:
                 if num_classes <= _c:
                     raise ValueError(f"ap_{_t:.2f}_{SUNRGBD_CLASSES[_c]}: needs num_classes > {_c}, got {num_classes}")
                 return float(per_class_ap(detections, ground_truths, _t, num_classes)[_c])
 
-            register(f"ap_{tag}_{name}", higher_is_better=True, unit="fraction", task="detection",
+            register(f"ap_{tag}_{name}",
                      description=f"AP of SUN RGB-D class {name} (label {c}), rotated 3D IoU > {t}; NaN without GT")(ap_c)
 
 

@@ -83,19 +83,19 @@ def miou_nanmean_from(m: np.ndarray) -> float:
     return float(np.nanmean(iou_per_class(m)))
 
 
-@register("miou", higher_is_better=True, unit="fraction", task="segmentation")
+@register("miou")
 def miou(pred: Any, target: Any, num_classes: int, ignore_index: int = -1) -> float:
     """Mean IoU over classes present in the ground truth (ESANet convention)."""
     return miou_from(confusion_matrix(pred, target, num_classes, ignore_index, "miou"))
 
 
-@register("miou_nanmean", higher_is_better=True, unit="fraction", task="segmentation")
+@register("miou_nanmean")
 def miou_nanmean(pred: Any, target: Any, num_classes: int, ignore_index: int = -1) -> float:
     """Mean IoU, mmseg nanmean convention (a predicted class absent from the ground truth counts 0)."""
     return miou_nanmean_from(confusion_matrix(pred, target, num_classes, ignore_index, "miou_nanmean"))
 
 
-@register("pixel_acc", higher_is_better=True, unit="fraction", task="segmentation")
+@register("pixel_acc")
 def pixel_acc(pred: Any, target: Any, num_classes: int, ignore_index: int = -1) -> float:
     """Pixel accuracy over the non-ignored pixels."""
     m = confusion_matrix(pred, target, num_classes, ignore_index, "pixel_acc")

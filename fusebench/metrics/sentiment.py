@@ -42,14 +42,14 @@ def _pearson(p: np.ndarray, t: np.ndarray) -> float:
     return float("nan") if denom == 0 else float((dp * dt).sum() / denom)
 
 
-@register("mae", higher_is_better=False, task="regression")
+@register("mae")
 def mae(y_pred: Any, y_true: Any) -> float:
     """Mean absolute error (no clipping)."""
     p, t = pair(y_pred, y_true, "mae")
     return float(np.abs(p - t).mean())
 
 
-@register("corr", higher_is_better=True, task="regression")
+@register("corr")
 def corr(y_pred: Any, y_true: Any) -> float:
     """Pearson correlation between predictions and labels (NaN if either is constant)."""
     p, t = pair(y_pred, y_true, "corr")
@@ -62,26 +62,26 @@ def _acc_rounded(y_pred: Any, y_true: Any, bound: float, metric: str) -> float:
     return float((np.round(np.clip(p, -bound, bound)) == np.round(np.clip(t, -bound, bound))).mean())
 
 
-@register("acc7", higher_is_better=True, unit="fraction", task="regression")
+@register("acc7")
 def acc7(y_pred: Any, y_true: Any) -> float:
     """7-class accuracy: clip to [-3, 3], round half to even, exact match."""
     return _acc_rounded(y_pred, y_true, 3.0, "acc7")
 
 
-@register("acc5", higher_is_better=True, unit="fraction", task="regression")
+@register("acc5")
 def acc5(y_pred: Any, y_true: Any) -> float:
     """5-class accuracy: clip to [-2, 2], round half to even, exact match."""
     return _acc_rounded(y_pred, y_true, 2.0, "acc5")
 
 
-@register("acc2_has0", higher_is_better=True, unit="fraction", task="regression")
+@register("acc2_has0")
 def acc2_has0(y_pred: Any, y_true: Any) -> float:
     """Binary accuracy, negative vs non-negative (>= 0), over all samples."""
     p, t = pair(y_pred, y_true, "acc2_has0")
     return float(((p >= 0) == (t >= 0)).mean())
 
 
-@register("f1_has0", higher_is_better=True, unit="fraction", task="regression")
+@register("f1_has0")
 def f1_has0(y_pred: Any, y_true: Any) -> float:
     """Weighted F1(y_true >= 0, y_pred >= 0) over all samples."""
     p, t = pair(y_pred, y_true, "f1_has0")
@@ -96,21 +96,21 @@ def _non0(y_pred: Any, y_true: Any, metric: str) -> tuple[np.ndarray, np.ndarray
     return p[keep] > 0, t[keep] > 0
 
 
-@register("acc2_non0", higher_is_better=True, unit="fraction", task="regression")
+@register("acc2_non0")
 def acc2_non0(y_pred: Any, y_true: Any) -> float:
     """Binary accuracy, negative vs positive (> 0), samples with y_true == 0 dropped."""
     p, t = _non0(y_pred, y_true, "acc2_non0")
     return float((p == t).mean())
 
 
-@register("f1_non0", higher_is_better=True, unit="fraction", task="regression")
+@register("f1_non0")
 def f1_non0(y_pred: Any, y_true: Any) -> float:
     """Weighted F1(y_true > 0, y_pred > 0) with samples whose y_true == 0 dropped."""
     p, t = _non0(y_pred, y_true, "f1_non0")
     return weighted_f1(t, p)
 
 
-@register("acc2_nonpos", higher_is_better=True, unit="fraction", task="regression")
+@register("acc2_nonpos")
 def acc2_nonpos(y_pred: Any, y_true: Any) -> float:
     """Binary accuracy, non-positive vs positive (> 0), over all samples."""
     p, t = pair(y_pred, y_true, "acc2_nonpos")
@@ -134,39 +134,39 @@ def _sims_acc(y_pred: Any, y_true: Any, classes: int) -> float:
     return float((sims_bins(p, classes) == sims_bins(t, classes)).mean())
 
 
-@register("sims_acc2", higher_is_better=True, unit="fraction", task="regression")
+@register("sims_acc2")
 def sims_acc2(y_pred: Any, y_true: Any) -> float:
     """CH-SIMS 2-class accuracy on the bins (-1.01, 0], (0, 1.01] after clipping to [-1, 1]."""
     return _sims_acc(y_pred, y_true, 2)
 
 
-@register("sims_acc3", higher_is_better=True, unit="fraction", task="regression")
+@register("sims_acc3")
 def sims_acc3(y_pred: Any, y_true: Any) -> float:
     """CH-SIMS 3-class accuracy, cuts at -0.1 and 0.1 (bins closed on the right)."""
     return _sims_acc(y_pred, y_true, 3)
 
 
-@register("sims_acc5", higher_is_better=True, unit="fraction", task="regression")
+@register("sims_acc5")
 def sims_acc5(y_pred: Any, y_true: Any) -> float:
     """CH-SIMS 5-class accuracy, cuts at -0.7, -0.1, 0.1, 0.7 (bins closed on the right)."""
     return _sims_acc(y_pred, y_true, 5)
 
 
-@register("sims_f1", higher_is_better=True, unit="fraction", task="regression")
+@register("sims_f1")
 def sims_f1(y_pred: Any, y_true: Any) -> float:
     """CH-SIMS weighted F1(y_true, y_pred) on the 2-class bins."""
     p, t = _sims(y_pred, y_true, "sims_f1")
     return weighted_f1(sims_bins(t, 2), sims_bins(p, 2))
 
 
-@register("sims_mae", higher_is_better=False, task="regression")
+@register("sims_mae")
 def sims_mae(y_pred: Any, y_true: Any) -> float:
     """CH-SIMS mean absolute error on values clipped to [-1, 1]."""
     p, t = _sims(y_pred, y_true, "sims_mae")
     return float(np.abs(p - t).mean())
 
 
-@register("sims_corr", higher_is_better=True, task="regression")
+@register("sims_corr")
 def sims_corr(y_pred: Any, y_true: Any) -> float:
     """CH-SIMS Pearson correlation on values clipped to [-1, 1]."""
     p, t = _sims(y_pred, y_true, "sims_corr")

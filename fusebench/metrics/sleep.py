@@ -87,14 +87,14 @@ def weighted_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float((f1_from_confusion(m) * support).sum() / support.sum())
 
 
-@register("acc", higher_is_better=True, unit="fraction", task="classification")
+@register("acc")
 def acc(y_pred: Any, y_true: Any) -> float:
     """Accuracy: fraction of samples whose predicted class equals the true class."""
     p, t = pair(y_pred, y_true, "acc", integer=True)
     return float((p == t).mean())
 
 
-@register("bacc", higher_is_better=True, unit="fraction", task="classification")
+@register("bacc")
 def bacc(y_pred: Any, y_true: Any) -> float:
     """Balanced accuracy: mean recall over the classes present in y_true."""
     p, t = pair(y_pred, y_true, "bacc", integer=True)
@@ -104,14 +104,14 @@ def bacc(y_pred: Any, y_true: Any) -> float:
     return float((np.diag(m)[has] / support[has]).mean())
 
 
-@register("mf1", higher_is_better=True, unit="fraction", task="classification")
+@register("mf1")
 def mf1(y_pred: Any, y_true: Any) -> float:
     """Macro F1: unweighted mean of per-class F1 over the classes seen in y_true or y_pred."""
     p, t = pair(y_pred, y_true, "mf1", integer=True)
     return float(f1_from_confusion(confusion(t, p)[1]).mean())
 
 
-@register("kappa", higher_is_better=True, task="classification")
+@register("kappa")
 def kappa(y_pred: Any, y_true: Any) -> float:
     """Cohen's kappa (unweighted): (p_o - p_e) / (1 - p_e)."""
     p, t = pair(y_pred, y_true, "kappa", integer=True)
@@ -138,7 +138,7 @@ def _make_stage_f1(stage: int, name: str) -> None:
 
     fn.__name__ = f"f1_{name}"
     fn.__doc__ = f"F1 of sleep stage {name.upper()} (class {stage}) one-vs-rest; NaN if absent from both."
-    register(f"f1_{name}", higher_is_better=True, unit="fraction", task="classification")(fn)
+    register(f"f1_{name}")(fn)
     globals()[fn.__name__] = fn
 
 

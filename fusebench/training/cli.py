@@ -100,7 +100,8 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from fusebench.datasets.base import DatasetNotFoundError
     from fusebench.training import distributed
-    from fusebench.training.runner import RunError, run
+    from fusebench.training.loop import RunError
+    from fusebench.training.runner import run
 
     try:
         overrides = dict(parse_override(o) for o in ns.overrides)

@@ -58,7 +58,7 @@ class PretrainConfig:
     # at k = 6): optimiser steps and samples seen stay those of the common batch
     objective_micro_batch: dict[str, int] = field(default_factory=dict)
     # hyper-parameter search on the validation split: objective id -> {name: [values]}; every combination
-    # is pretrained once with ``selection_seed`` and the best validation primary metric wins (runner.select_hparams)
+    # is pretrained once with ``selection_seed`` and the best validation primary metric wins (selection.select_hparams)
     grid: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     selection_seed: int = 1000  # not one of the evaluation seeds
     # several selection seeds (none of them an evaluation seed): each grid point is run once per seed and

@@ -47,15 +47,14 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from fusebench.training import utils
-from fusebench.training.config import BenchmarkSpec
 from fusebench.training.progress import progress_bar
+from fusebench.training.request import CellRequest
 
 #: objectives whose number in this experiment is a proven One-vs-Rest MI lower bound, and where
 PROVEN_BOUNDS: dict[str, str] = {
@@ -195,11 +194,14 @@ def options_problems(options: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def run_gaussian_mi(spec: BenchmarkSpec, objective: str, seed: int, cell: Path, device: str = "auto",
-                    progress: bool = True) -> dict[str, Any]:
+def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool = True,
+                    context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Train and evaluate one (objective, seed) cell for every M; write and return its run record."""
     from fusebench import objectives
-    from fusebench.training.runner import make_record, write_record
+    from fusebench.training.cell import write_record
+    from fusebench.training.record_builder import build_record
+
+    spec, objective, seed = request.spec, request.objective, request.seed
 
     opt_cfg = spec.options
     problems = options_problems(opt_cfg)
@@ -254,18 +256,21 @@ def run_gaussian_mi(spec: BenchmarkSpec, objective: str, seed: int, cell: Path, 
         metrics[f"true_mi_M{m}"] = true
         metrics[f"mi_gap_M{m}"] = true - check["bound"]
         directions.update({f"mi_bound_M{m}": "higher", f"true_mi_M{m}": "higher", f"mi_gap_M{m}": "lower"})
-    record = make_record(spec, objective, seed, True, dev, flags, None, curves=curves, val=None, test=metrics,
-                         best_epoch=-1, wall_time=time.time() - t0, pretrain_time=time.time() - t0, model=None,
-                         diagnostics={}, )
-    record["parameters"] = n_params
-    # the pretraining budget of the cell: one network per M, each trained for `steps` steps of K samples
-    # (M views each)
-    record["budget"] = {"optimizer_steps": steps * len(ms), "samples_seen": steps * len(ms) * k, "batch_size": k,
-                        "micro_batch": None, "epochs": int(spec.pretrain.epochs)}
-    record["metric_directions"] = directions
-    record["selection"] = {"rule": "none: no model selection (closed-form target, fresh evaluation batches)",
-                           "metric": None, "best_epoch": -1, "val_metrics": None}
-    record["validity"] = bound_validity(objective, hp, checks)
-    record["mi_bound_checks"] = {f"M{m}": c for m, c in checks.items()}
-    write_record(cell, record)
+    elapsed = time.time() - t0
+    record = build_record(
+        request, True, dev, flags, None, curves=curves, val=None, test=metrics, best_epoch=-1, wall_time=elapsed,
+        pretrain_time=elapsed, model=None, diagnostics={}, context=context,
+        fields={
+            "parameters": n_params,
+            # the pretraining budget of the cell: one network per M, each trained for `steps` steps of K
+            # samples (M views each)
+            "budget": {"optimizer_steps": steps * len(ms), "samples_seen": steps * len(ms) * k, "batch_size": k,
+                       "micro_batch": None, "epochs": int(spec.pretrain.epochs)},
+            "metric_directions": directions,
+            "selection": {"rule": "none: no model selection (closed-form target, fresh evaluation batches)",
+                          "metric": None, "best_epoch": -1, "val_metrics": None},
+            "validity": bound_validity(objective, hp, checks),
+            "mi_bound_checks": {f"M{m}": c for m, c in checks.items()},
+        })
+    write_record(request.cell, record)
     return record

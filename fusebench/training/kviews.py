@@ -65,8 +65,12 @@ from typing import Any
 
 import numpy as np
 
-OBJECTIVES = ("raw", "none", "infonce_pwe", "mv_infonce", "mv_dhel", "pvc_geometric", "m3g")
-REFERENCES = ("none", "raw")
+from fusebench.training.reference_features import BASELINE, RAW
+from fusebench.training.reference_features import REFERENCES as REFERENCE_ROWS
+
+OBJECTIVES = (RAW, BASELINE, "infonce_pwe", "mv_infonce", "mv_dhel", "pvc_geometric", "m3g")
+#: the reference rows the study's gaps are paired with
+REFERENCES = (BASELINE, RAW)
 ARMS = ("views", "copies")
 ARM_TEXT = {"views": "real views (more views = more information)",
             "copies": "augmented copies of one base (information fixed)"}
@@ -229,6 +233,7 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
     import fusebench
     from fusebench import benchmarks
     from fusebench.training import runner
+    from fusebench.training.request import cell_dir
 
     if counts is not None:
         counts.update(reused=0, run=0, failed=0)
@@ -239,11 +244,11 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
     from fusebench import objectives as registry
 
     objectives = tuple(objectives)
-    if not {"none", "raw"} <= set(objectives) or not [o for o in objectives if o not in runner.REFERENCES]:
+    if not set(REFERENCES) <= set(objectives) or not [o for o in objectives if o not in REFERENCE_ROWS]:
         raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
                          "(the gaps are paired with them) and at least one pretrained objective")
     for o in objectives:
-        if o not in runner.REFERENCES:
+        if o not in REFERENCE_ROWS:
             registry.OBJECTIVES.get(o)  # an unknown id: one error with the closest match, before any run
 
     spec = benchmarks.load(benchmark, synthetic=synthetic)
@@ -258,9 +263,9 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
         cell_spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
         runner.resolve_views(cell_spec, synthetic, data_root)
         compatible = set(runner.compatible_objectives(cell_spec))
-        objs = [o for o in objectives if o in REFERENCES or o in compatible]
+        objs = [o for o in objectives if o in REFERENCE_ROWS or o in compatible]
         existed = {(o, s) for o in objs for s in seeds
-                   if (runner.cell_dir(Path(out), cell.name, o, s) / "run.json").exists()}
+                   if (cell_dir(Path(out), cell.name, o, s) / "run.json").exists()}
         got = fusebench.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,
                             overrides=overrides, progress=progress, synthetic=synthetic, workers=workers)
         if counts is not None:

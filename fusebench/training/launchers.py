@@ -7,64 +7,67 @@
 * ``submitit_local``: the same path through submitit's ``LocalExecutor`` (each cell a local
   process managed by submitit), to try the scheduler path on a machine without SLURM.
 
-Whatever runs a cell, it is the same call (:func:`fusebench.training.runner.sweep_cell`), so every
+Whatever runs a cell, it is the same call (:func:`fusebench.training.runner.sweep_cell` on a
+:class:`~fusebench.training.request.CellRequest` with the sweep's options and context), so every
 cell keeps its guarantees: the exclusive per-cell lock, one immutable ``run.json``, ``failed.json``
 for a failed cell, and resume from ``last.pt``. A submitted cell is a :class:`CellCall`, whose
 ``checkpoint()`` is submitit's preemption / time-out hook: it returns a resubmission of the same
 call, and the requeued job resumes from ``last.pt``. Hyper-parameter selection (``pretrain.grid``)
 runs in the submitting process before any cell is submitted. docs/cluster.md has the details.
+
+The launchers are a :class:`~fusebench.registry.Registry` (:data:`LAUNCHERS`, lowercase ids) like every
+other component: a built-in registers with :func:`register`, a third-party launcher through the
+entry-point group ``fusebench.launchers``; an unknown id is a ConfigError listing the known ones.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from fusebench.registry import Registry, UnknownNameError
 from fusebench.training import status
 from fusebench.training.config import ConfigError
+from fusebench.training.request import CellRequest, RunOptions, SweepCells, cell_dir
 
-LAUNCHERS: dict[str, type["Launcher"]] = {}
+#: launcher id -> :class:`Launcher` subclass (built-ins below; plugins through the entry-point group
+#: ``fusebench.launchers``, value ``"package.module:LauncherClass"``, a class whose ``name`` is its id)
+LAUNCHERS = Registry("launcher", entry_point_group="fusebench.launchers")
 
 
 def register(name: str) -> Callable[[type["Launcher"]], type["Launcher"]]:
+    """Decorator: register a :class:`Launcher` subclass under the lowercase id ``name`` (also set as
+    its ``name``, which its messages and the cells' records use)."""
+
     def deco(cls: type["Launcher"]) -> type["Launcher"]:
-        if name in LAUNCHERS:
-            raise ValueError(f"launcher {name!r} is registered twice")
+        LAUNCHERS.add(name, cls)
         cls.name = name
-        LAUNCHERS[name] = cls
         return cls
 
     return deco
 
 
 def available() -> list[str]:
-    return sorted(LAUNCHERS)
+    """The launcher ids, sorted (built-ins and plugins)."""
+    return LAUNCHERS.available()
 
 
 def build(name: str, workers: int = 1, options: dict[str, Any] | None = None) -> "Launcher":
-    """The launcher ``name`` with its options; a ConfigError for an unknown name, an option it does
-    not take, or a missing requirement (submitit, sbatch) — before anything runs."""
-    if name not in LAUNCHERS:
-        raise ConfigError(f"--launcher: unknown launcher {name!r}; known: {', '.join(available())}")
-    launcher = LAUNCHERS[name](workers=workers, **(options or {}))
+    """The launcher ``name`` with its options; a ConfigError for an unknown name (listing the known
+    ones), an option it does not take, or a missing requirement (submitit, sbatch) — before anything runs."""
+    try:
+        cls = LAUNCHERS.get(name)
+    except UnknownNameError:
+        raise ConfigError(f"--launcher: unknown launcher {name!r}; known: {', '.join(available())}") from None
+    launcher = cls(workers=workers, **(options or {}))
     launcher.check()
     return launcher
-
-
-def _cell_kwargs(objective: str, seed: int, args: tuple) -> dict[str, Any]:
-    """sweep_cell's arguments after objective and seed, by name (the runner passes them
-    positionally)."""
-    from fusebench.training.runner import sweep_cell
-
-    bound = inspect.signature(sweep_cell).bind(objective, seed, *args).arguments
-    return dict(list(bound.items())[2:])
 
 
 class Launcher:
@@ -80,7 +83,11 @@ class Launcher:
     def check(self) -> None:
         """Raise ConfigError when the launcher cannot work here."""
 
-    def launch(self, objs: list[str], seeds: list[int], select: Callable[[str], None], args: tuple) -> list[dict[str, Any]]:
+    def launch(self, objs: list[str], seeds: list[int], select: Callable[[str], None],
+               cells: SweepCells) -> list[dict[str, Any]]:
+        """Run ``select(o)`` (hyper-parameter selection) for every objective before its cells, then every
+        cell ``sweep_cell(cells.request(o, s), cells.options, cells.context)``; one entry per cell, in
+        sweep order (objectives outer, seeds inner)."""
         raise NotImplementedError
 
 
@@ -89,14 +96,14 @@ class LocalLauncher(Launcher):
     """This process (``workers`` = 1: each objective's selection, then its cells) or a pool of
     ``workers`` spawned local processes (every selection first, then the cells)."""
 
-    def launch(self, objs, seeds, select, args):
+    def launch(self, objs, seeds, select, cells):
         from fusebench.training.runner import sweep_cell
 
         if self.workers <= 1:
             records = []
             for o in objs:
                 select(o)
-                records += [sweep_cell(o, s, *args) for s in seeds]
+                records += [sweep_cell(cells.request(o, s), cells.options, cells.context) for s in seeds]
             return records
         import concurrent.futures as cf
         import multiprocessing as mp
@@ -104,48 +111,46 @@ class LocalLauncher(Launcher):
         for o in objs:
             select(o)
         with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(sweep_cell, o, s, *args) for o in objs for s in seeds]
+            futures = [pool.submit(sweep_cell, cells.request(o, s), cells.options, cells.context)
+                       for o in objs for s in seeds]
             return [f.result() for f in futures]  # in sweep order
 
 
 class CellCall:
     """One cell as a picklable, checkpointable call (what a submitted job runs).
 
-    Calling it runs :func:`~fusebench.training.runner.sweep_cell` with ``kwargs`` (its arguments
-    after objective and seed), which resumes from the cell's ``last.pt`` when there is one.
-    ``checkpoint()`` follows ``submitit.helpers.Checkpointable``: submitit calls it when the job is
-    preempted or about to time out, and requeues the job with the submission it returns: the same
-    cell call (with ``resume``), so the requeued job continues from ``last.pt`` (steps since the
-    last checkpoint are redone; resume is exact, so the record equals an uninterrupted run's)."""
+    Calling it runs :func:`~fusebench.training.runner.sweep_cell` on ``request`` with ``options`` and
+    ``context``; it resumes from the cell's ``last.pt`` when there is one. ``checkpoint()`` follows
+    ``submitit.helpers.Checkpointable``: submitit calls it when the job is preempted or about to time
+    out, and requeues the job with the submission it returns: the same cell call (with ``resume``), so
+    the requeued job continues from ``last.pt`` (steps since the last checkpoint are redone; resume is
+    exact, so the record equals an uninterrupted run's)."""
 
-    def __init__(self, objective: str, seed: int, kwargs: dict[str, Any]) -> None:
-        self.objective, self.seed, self.kwargs = objective, seed, dict(kwargs)
+    def __init__(self, request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> None:
+        self.request, self.options, self.context = request, options, dict(context)
 
     def __call__(self) -> dict[str, Any]:
-        from fusebench.training.runner import cell_dir, sweep_cell
+        from fusebench.training.runner import sweep_cell
 
-        spec = self.kwargs["spec"]
-        cell = cell_dir(self.kwargs["out"], spec.name, self.objective, self.seed)
-        where = f"{spec.name}/{self.objective}/seed{self.seed}"
+        cell, where = self.request.cell, self.request.where
         job = status.current_slurm_job().get("slurm_job")
         print(f"fusebench cell {where} on {status.hostname()}" + (f" (slurm job {job})" if job else ""), flush=True)
         if (cell / "last.pt").exists() and not (cell / "run.json").exists():
             print(f"resuming {where} from {cell / 'last.pt'} ({_checkpoint_position(cell / 'last.pt')})", flush=True)
         # a job's output is a log file, not a terminal: progress comes as lines (fusebench.training.progress)
-        record = sweep_cell(self.objective, self.seed, **self.kwargs)
+        record = sweep_cell(self.request, self.options, self.context)
         print(f"cell {where}: {record.get('status', 'done')}", flush=True)
         return record
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
 
-        print(f"checkpoint: requeueing {self.kwargs['spec'].name}/{self.objective}/seed{self.seed}; "
-              "it resumes from last.pt", flush=True)
-        return submitit.helpers.DelayedSubmission(CellCall(self.objective, self.seed, {**self.kwargs, "resume": True}))
+        print(f"checkpoint: requeueing {self.request.where}; it resumes from last.pt", flush=True)
+        return submitit.helpers.DelayedSubmission(CellCall(self.request, self.options.but(resume=True), self.context))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CellCall) and \
-            (self.objective, self.seed, self.kwargs) == (other.objective, other.seed, other.kwargs)
+            (self.request, self.options, self.context) == (other.request, other.options, other.context)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -220,15 +225,14 @@ class SubmititLauncher(Launcher):
     def _queue(self) -> status.SlurmQueue | None:
         return None
 
-    def launch(self, objs, seeds, select, args):
+    def launch(self, objs, seeds, select, sweep):
         from fusebench.training import utils
-        from fusebench.training.runner import cell_dir, sweep_cell
+        from fusebench.training.runner import sweep_cell
 
         for o in objs:  # hyper-parameter selection here, before any job (the jobs read the choice)
             select(o)
-        kwargs = _cell_kwargs(objs[0], seeds[0], args)
-        spec, out = kwargs["spec"], Path(kwargs["out"]).resolve()
-        kwargs["out"] = out  # a job may start in another folder
+        sweep = sweep.moved_to(Path(sweep.out).resolve())  # a job may start in another folder
+        spec, out = sweep.spec, sweep.out
         cells = [(o, s) for o in objs for s in seeds]
         records: list[dict[str, Any] | None] = [None] * len(cells)
         queue = self._queue()
@@ -238,7 +242,7 @@ class SubmititLauncher(Launcher):
         for i, (o, s) in enumerate(cells):
             cell = cell_dir(out, spec.name, o, s)
             if (cell / "run.json").exists():
-                records[i] = sweep_cell(o, s, **kwargs)  # its record, read back
+                records[i] = sweep_cell(sweep.request(o, s), sweep.options, sweep.context)  # its record, read back
                 continue
             held = status.busy(cell, queue)
             if held is None:
@@ -254,7 +258,7 @@ class SubmititLauncher(Launcher):
         if todo:
             folder = Path(self.opts.folder) if self.opts.folder else out / ".submitit" / spec.name
             ex = self.executor(folder, f"fusebench-{spec.name}")
-            calls = [CellCall(cells[i][0], cells[i][1], kwargs) for i in todo]
+            calls = [CellCall(sweep.request(*cells[i]), sweep.options, sweep.context) for i in todo]
             try:
                 with ex.batch():
                     jobs = [ex.submit(c) for c in calls]
@@ -313,11 +317,11 @@ class SubmititLauncher(Launcher):
                 time.sleep(self.opts.poll_s)
 
     def _adopted_outcome(self, job: "_Adopted", cell_id: tuple[str, int], spec) -> dict[str, Any]:
-        from fusebench.training.runner import _existing_record
+        from fusebench.training.cell import existing_record
 
         o, s = cell_id
         if (job.cell / "run.json").exists():
-            return _existing_record(job.cell / "run.json", spec)
+            return existing_record(job.cell / "run.json", spec)
         base = {"benchmark": spec.name, "objective": o, "seed": s, "job_id": job.job_id}
         if (job.cell / "failed.json").exists():
             try:
@@ -334,7 +338,7 @@ class SubmititLauncher(Launcher):
         ``interrupted`` when the job ended without a result (cancelled, killed, out of time), or a
         failure the job raised outside the cell (written to failed.json)."""
         from fusebench.training import utils
-        from fusebench.training.runner import _existing_record, cell_dir
+        from fusebench.training.cell import existing_record
 
         o, s = cell_id
         cell = cell_dir(out, spec.name, o, s)
@@ -349,7 +353,7 @@ class SubmititLauncher(Launcher):
         else:
             error, interrupted = f"{self.name} job {job.job_id} ended without a result (cancelled, killed or out of time)", True
         if (cell / "run.json").exists():
-            return _existing_record(cell / "run.json", spec)
+            return existing_record(cell / "run.json", spec)
         if interrupted:
             how = "resumes from last.pt" if (cell / "last.pt").exists() else "starts it again"
             print(f"INTERRUPTED {spec.name}/{o}/seed{s}: {error.splitlines()[0]}; rerunning the sweep {how} "
@@ -423,4 +427,4 @@ class SubmititLocalLauncher(SubmititLauncher):
         return ex
 
 
-__all__ = ["CellCall", "LAUNCHERS", "Launcher", "available", "build"]
+__all__ = ["CellCall", "LAUNCHERS", "Launcher", "available", "build", "register"]

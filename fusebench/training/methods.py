@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
@@ -64,26 +63,12 @@ from torch import Tensor, nn
 from fusebench.registry import Registry
 
 
-class DeprecatedKeyWarning(DeprecationWarning):
+class DeprecatedKeyWarning(FutureWarning):
     """An old flat ``pretrain.*`` key (e.g. ``pretrain.tuple_candidates``) was given; it is mapped onto
-    its method's option (``pretrain.methods.tuple_infonce.candidates``). Shown by default."""
-
-
-def _show_by_default() -> None:
-    """Show :class:`DeprecatedKeyWarning` where Python's default filters hide a DeprecationWarning
-    raised outside ``__main__`` (so ``fusebench run --set pretrain.tuple_candidates=8`` prints it):
-    one ``default`` entry just before the standard ``ignore::DeprecationWarning`` entry, below every
-    filter a user or ``-W`` set (those still decide). No standard entry (``-W``, dev mode): no change."""
-    for i, f in enumerate(warnings.filters):
-        if f[0] == "ignore" and f[1] is None and f[2] is DeprecationWarning and f[3] is None:
-            warnings.filters.insert(i, ("default", None, DeprecatedKeyWarning, None, 0))
-            mutated = getattr(warnings, "_filters_mutated", None)  # invalidates the warning registries' caches
-            if callable(mutated):
-                mutated()
-            return
-
-
-_show_by_default()
+    its method's option (``pretrain.methods.tuple_infonce.candidates``). A :class:`FutureWarning`, the
+    category Python shows by default for deprecations aimed at the users of a program (so ``fusebench
+    run --set pretrain.tuple_candidates=8`` prints it) without any change to ``warnings.filters``:
+    ``-W`` options and a user's filters decide, as for any warning."""
 
 
 @dataclass

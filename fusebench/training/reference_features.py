@@ -56,6 +56,12 @@ from fusebench.metrics.arrays import to_numpy
 
 #: the reference kinds, in the order the boards list them
 REFERENCE_KINDS = ("raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
+#: the reference rows, declared once: ``none`` (no pretraining: the random-init encoder through the
+#: benchmark's protocol) and the input-feature rows above (``raw`` also for a linear probe, through the
+#: ``identity`` encoder). Nothing is pretrained for them; every other objective id is a pretrained row.
+BASELINE = "none"
+RAW = "raw"
+REFERENCES = (BASELINE, *REFERENCE_KINDS)
 
 _FORMULAS = {
     "raw": "concat(x_v); z-scored (train statistics) by the evaluation",
@@ -198,4 +204,4 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     return feats, record, _CLUSTER_STANDARDIZE[kind]
 
 
-__all__ = ["REFERENCE_KINDS", "reference_features"]
+__all__ = ["BASELINE", "RAW", "REFERENCES", "REFERENCE_KINDS", "reference_features"]

@@ -47,7 +47,7 @@ UNREADABLE = "unreadable"  # a cell the leaderboard refuses (see the module docs
 _SEED = re.compile(r"^seed(\d+)$")
 
 
-LOCK = ".lock"  # the per-cell lock (runner._CellLock)
+LOCK = ".lock"  # the per-cell lock (cell.CellLock)
 MARKER = ".launcher.json"  # written when a cell is submitted to a scheduler (fusebench.training.launchers)
 
 # squeue job states in which the job's processes exist (the lock's owner may be alive)
@@ -58,7 +58,7 @@ UNKNOWN = "UNKNOWN"  # squeue is not available or failed: nothing can be said
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (used for cell locks; see runner._CellLock)."""
+    """Whether process ``pid`` exists on this host (used for cell locks; see cell.CellLock)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

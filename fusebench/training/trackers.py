@@ -13,7 +13,9 @@ a run's results are the same with or without trackers. TensorBoard and MLflow ar
 :class:`TrackerError` naming the extra to install.
 
 Trackers travel through the runner as a list of ids (picklable for the ``--workers`` processes) and
-are built per cell with :func:`build_trackers`.
+are built per cell with :func:`build_trackers`. The ids are a :class:`~fusebench.registry.Registry`
+(:data:`TRACKERS`, lowercase ids, factories registered with ``@TRACKERS.register(id)``) like every
+other component; third-party trackers come through the entry-point group ``fusebench.trackers``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from fusebench.registry import Registry
 from fusebench.training.config import ConfigError
 
 INSTALL_HINT = "pip install -e .[trackers]"
@@ -278,12 +281,26 @@ def default_mlflow_uri(out: str | Path, uri: str | None = None) -> str:
 # ---------------------------------------------------------------------------------------------
 # registry, group, factory
 # ---------------------------------------------------------------------------------------------
-TRACKERS: dict[str, Callable[..., Tracker]] = {
-    "csv": lambda cell, out, mlflow_uri: CsvTracker(cell),
-    "tensorboard": lambda cell, out, mlflow_uri: TensorBoardTracker(cell),
-    "mlflow": lambda cell, out, mlflow_uri: MLflowTracker(default_mlflow_uri(out, mlflow_uri), cell),
-}
-_PACKAGES = {"tensorboard": ("tensorboard", "torch.utils.tensorboard"), "mlflow": ("mlflow", "mlflow")}
+#: tracker id -> factory ``(cell, out, mlflow_uri) -> Tracker`` (``cell``: the cell folder, ``out``: the
+#: sweep's output folder, ``mlflow_uri``: ``--mlflow-uri`` or None); metadata ``requires``: the module an
+#: optional tracker imports, checked before any training. Plugins: entry-point group ``fusebench.trackers``,
+#: value ``"package.module:factory"``.
+TRACKERS = Registry("tracker", entry_point_group="fusebench.trackers")
+
+
+@TRACKERS.register("csv")
+def _csv(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
+    return CsvTracker(cell)
+
+
+@TRACKERS.register("tensorboard", requires="torch.utils.tensorboard")
+def _tensorboard(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
+    return TensorBoardTracker(cell)
+
+
+@TRACKERS.register("mlflow", requires="mlflow")
+def _mlflow(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
+    return MLflowTracker(default_mlflow_uri(out, mlflow_uri), cell)
 
 
 def _require(name: str, load: Callable[[], Any]) -> Any:
@@ -298,12 +315,13 @@ def check_trackers(ids: list[str] | None) -> list[str]:
     """Validate ``ids`` before any training: unknown ids and missing packages raise one
     :class:`TrackerError`. Returns the ids without duplicates, in order."""
     ids = list(dict.fromkeys(ids or []))
-    unknown = [i for i in ids if i not in TRACKERS]
+    valid = TRACKERS.available()
+    unknown = [i for i in ids if i not in valid]
     if unknown:
-        raise TrackerError(f"unknown logger(s) {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(TRACKERS))}")
+        raise TrackerError(f"unknown logger(s) {', '.join(map(repr, unknown))}; valid: {', '.join(valid)}")
     for i in ids:
-        if i in _PACKAGES:
-            module = _PACKAGES[i][1]
+        module = TRACKERS.meta(i).get("requires")
+        if module:
             _require(i, lambda: importlib.import_module(module))
     return ids
 
@@ -394,7 +412,7 @@ def _is_number(v: Any) -> bool:
 def build_trackers(ids: list[str] | None, out: str | Path, cell: str | Path, mlflow_uri: str | None = None) -> Trackers:
     """The trackers ``ids`` for the cell folder ``cell`` of a sweep writing to ``out`` (an empty
     :class:`Trackers` for no ids; nothing optional is imported then)."""
-    return Trackers([TRACKERS[i](Path(cell), Path(out), mlflow_uri) for i in check_trackers(ids)])
+    return Trackers([TRACKERS.get(i)(Path(cell), Path(out), mlflow_uri) for i in check_trackers(ids)])
 
 
 __all__ = ["CsvTracker", "MLflowTracker", "TRACKERS", "TensorBoardTracker", "Tracker", "TrackerError", "Trackers",

@@ -11,7 +11,7 @@ which each encoder class declares through two classmethods (the convention every
 One step is ``loss = model.task_loss(model(batch), batch); loss.backward()`` in training mode, for
 the backbone with the head of its ``default_task`` (:func:`fusebench.training.model.for_backbone`; a
 backbone without one, ``pointnet2``, is timed on ``embed(batch).sum().backward()``). Each
-encoder runs in a fresh subprocess (``python -m fusebench.encoders.bench --worker NAME``) so that
+encoder runs in a fresh subprocess (``python -m fusebench.perf.encoders --worker NAME``) so that
 memory figures are not polluted by the others: on CPU, *peak RSS* is the process's maximum resident
 set size (``getrusage``) after the timed steps and *Δ RSS* its increase over the resident size just
 before the first step (activations, gradients, optimiser-free); on CUDA, peak memory is
@@ -45,7 +45,7 @@ COLUMNS = ("encoder", "config", "inputs (batch)", "params (M)", "fwd+bwd (ms)", 
 def machine_description(device: str, threads: int) -> str:
     import torch
 
-    from fusebench.bench import cpu_model
+    from fusebench.perf import cpu_model
 
     cpu = cpu_model()
     desc = (f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__}, {threads} threads, "
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # noqa: BLE001 - reported in the table
                 rows.append({"encoder": name, "error": f"{type(e).__name__}: {e}"})
             continue
-        cmd = [sys.executable, "-m", "fusebench.encoders.bench", "--worker", name, "--warmup", str(ns.warmup),
+        cmd = [sys.executable, "-m", "fusebench.perf.encoders", "--worker", name, "--warmup", str(ns.warmup),
                "--repeats", str(ns.repeats), "--device", ns.device, "--threads", str(ns.threads)]
         if ns.batch_size is not None:
             cmd += ["--batch-size", str(ns.batch_size)]

@@ -1,6 +1,9 @@
 """``fusebench bench objectives|data|encoders|leaderboard``: speed and memory figures printed as tables.
 
-Each target lives with its package (``fusebench.objectives.bench`` ...); this only dispatches.
+Every speed / memory benchmark lives in this package, one module per target: ``objectives`` (its
+``--vs ott``, ``--crossover`` and ``--step-time`` runs in ``vs_ott``, ``crossover`` and ``step_time``,
+helpers shared by them in ``timing``), ``data``, ``encoders`` and ``leaderboard``. This module only
+dispatches, and holds :func:`cpu_model` (the CPU's name for the benches' machine lines and run records).
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ import importlib
 import platform
 
 TARGETS = {
-    "objectives": "fusebench.objectives.bench",
-    "data": "fusebench.datasets.bench",
-    "encoders": "fusebench.encoders.bench",
-    "leaderboard": "fusebench.leaderboard_bench",
+    "objectives": "fusebench.perf.objectives",
+    "data": "fusebench.perf.data",
+    "encoders": "fusebench.perf.encoders",
+    "leaderboard": "fusebench.perf.leaderboard",
 }
 
 
@@ -31,7 +34,7 @@ def cpu_model() -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fusebench bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="fusebench bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("target", choices=sorted(TARGETS))
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)

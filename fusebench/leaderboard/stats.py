@@ -1,9 +1,10 @@
 """Statistics for the leaderboards: confidence intervals over seeds, paired tests against a fixed
 reference row with Holm's correction, and the Friedman / Nemenyi comparison of methods over several
-datasets with its critical-difference (CD) diagram.
+datasets with the groups of its critical-difference (CD) diagram (drawn by
+:func:`fusebench.leaderboard.plots.cd_diagram`).
 
-Everything here uses numpy and scipy only (matplotlib for the diagram, imported when one is drawn);
-nothing imports torch. Inputs are checked: a bad argument raises one ``ValueError`` naming it and
+Everything here uses numpy and scipy only (scipy imported by the functions that need it); nothing
+imports torch. Inputs are checked: a bad argument raises one ``ValueError`` naming it and
 what was expected.
 
 Conventions:
@@ -27,14 +28,12 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import os
-from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["FriedmanResult", "bootstrap_ci", "cd_diagram", "cd_groups", "friedman", "holm", "nemenyi_cd",
-           "nemenyi_q", "paired_vs_reference"]
+__all__ = ["FriedmanResult", "average_ranks", "bootstrap_ci", "cd_groups", "friedman", "holm", "nemenyi_cd",
+           "nemenyi_q", "paired_vs_reference", "ranked_methods"]
 
 #: differences whose spread is below this fraction of their largest magnitude are treated as constant
 #: (what remains is floating-point rounding of equal differences, e.g. 0.7 - 0.6 vs 0.6 - 0.5)
@@ -159,7 +158,7 @@ def paired_vs_reference(rows: Mapping[str, Mapping[int, float]], reference: str)
     d_s = row[s] - reference[s]:
 
         mean_diff = (1/n) sum_s d_s,   sd = sqrt(sum_s (d_s - mean_diff)^2 / (n - 1)),
-        t = mean_diff / (sd / sqrt(n)),   p = 2 P(T_{n-1} >= |t|)
+        t = mean_diff / (sd / sqrt(n)),   p = 2 P(T_{n-1} >= |t|)  (``scipy.stats.t.sf``)
 
     (Student's t with n - 1 degrees of freedom: the statistic and p-value of
     ``scipy.stats.ttest_rel(row, reference)``). When the differences do not vary (their spread is
@@ -182,7 +181,7 @@ def paired_vs_reference(rows: Mapping[str, Mapping[int, float]], reference: str)
         raise ValueError(f"reference must name one of the rows {sorted(map(str, rows))}, got {reference!r}")
     clean = {name: _row(values, f"rows[{name!r}]") for name, values in rows.items()}
     ref = clean[reference]
-    from scipy import special
+    from scipy.stats import t as student_t
 
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(clean, key=str):
@@ -210,7 +209,7 @@ def paired_vs_reference(rows: Mapping[str, Mapping[int, float]], reference: str)
             else:
                 sd = math.sqrt(math.fsum((v - mean) ** 2 for v in d) / (n - 1))
                 t = mean / (sd / math.sqrt(n))
-                p = float(2.0 * special.stdtr(n - 1, -abs(t)))
+                p = float(2.0 * student_t.sf(abs(t), n - 1))
                 res.update(t=t, p=min(1.0, max(0.0, p)))
         out[name] = res
     adjusted = holm({k: v["p"] for k, v in out.items() if v["p"] is not None})
@@ -334,7 +333,9 @@ def nemenyi_cd(num_methods: int, num_datasets: int, alpha: float = 0.05) -> floa
     return nemenyi_q(k, alpha) * math.sqrt(k * (k + 1.0) / (6.0 * n))
 
 
-def _ranked(avg_ranks: Mapping[str, float]) -> list[tuple[str, float]]:
+def ranked_methods(avg_ranks: Mapping[str, float]) -> list[tuple[str, float]]:
+    """``avg_ranks`` as (method, average rank) pairs sorted by rank, ties by name; the order of a CD
+    diagram. Raises ``ValueError`` for fewer than 2 methods or a rank that is not a finite number."""
     if not isinstance(avg_ranks, Mapping) or len(avg_ranks) < 2:
         raise ValueError("avg_ranks must be a mapping method -> average rank with at least 2 methods")
     for name, r in avg_ranks.items():
@@ -354,7 +355,7 @@ def cd_groups(avg_ranks: Mapping[str, float], cd: float) -> list[list[str]]:
     ties by name) whose first and last ranks differ by less than ``cd``, i.e. groups not
     significantly different; runs of a single method and runs inside a longer one are left out.
     Each group lists its methods best first; groups are ordered by their best method."""
-    order = _ranked(avg_ranks)
+    order = ranked_methods(avg_ranks)
     cd = _check_cd(cd)
     out: list[list[str]] = []
     last_end = -1
@@ -366,76 +367,3 @@ def cd_groups(avg_ranks: Mapping[str, float], cd: float) -> list[list[str]]:
             out.append([name for name, _ in order[i:j + 1]])
             last_end = j
     return out
-
-
-def cd_diagram(avg_ranks: Mapping[str, float], cd: float, path: str | os.PathLike, title: str,
-               metadata: Mapping[str, str] | None = None) -> Path:
-    """Draw a critical-difference diagram (Demšar 2006, Fig. 1 layout) to the PNG file ``path``.
-
-    A rank axis from 1 (best, left) to k on top; each method hangs from its average rank by a line
-    to its label, the better half labelled on the left, the other half on the right; thick bars
-    join the groups of :func:`cd_groups` (consecutive methods whose ranks differ by less than
-    ``cd``: not significantly different); a segment of length ``cd`` above the axis shows the
-    critical difference. The file is deterministic: the same inputs give the same bytes (no
-    timestamp or software version is written; ``metadata`` adds PNG text chunks). It is written
-    through a temporary file in the same folder and renamed into place, with mode
-    ``0o666 & ~umask``. Returns ``path``.
-
-    Raises ``ValueError`` for fewer than 2 methods, non-finite ranks, or ``cd`` <= 0."""
-    order = _ranked(avg_ranks)
-    cd = _check_cd(cd)
-    groups = cd_groups(avg_ranks, cd)
-    from matplotlib.figure import Figure
-
-    k = len(order)
-    lo_axis, hi_axis = 1.0, float(max(k, math.ceil(max(r for _, r in order))))
-    half = (k + 1) // 2
-    left, right = order[:half], order[half:]
-    rows = max(len(left), len(right))
-    height = 1.55 + 0.28 * rows + 0.12 * len(groups)
-    # label space beside the axis from the longest label (8 pt text, ~0.075 in per character)
-    label_in = max(1.2, 0.075 * max(len(name) + 8 for name, _ in order) + 0.3)
-    axis_in = max(3.5, 0.45 * (hi_axis - lo_axis))
-    fig = Figure(figsize=(2 * label_in + axis_in, height), dpi=100)
-    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-    ax.set_axis_off()
-    # data coordinates: x = rank, y grows downward from the axis at y = 0
-    margin = label_in * (hi_axis - lo_axis) / axis_in
-    ax.set_xlim(lo_axis - margin, hi_axis + margin)
-    top = -1.15
-    bottom = 0.45 + 0.12 * len(groups) + 0.28 * rows + 0.25
-    ax.set_ylim(bottom, top)
-    ax.plot([lo_axis, hi_axis], [0, 0], color="black", linewidth=1.0)
-    for tick in range(1, int(hi_axis) + 1):
-        ax.plot([tick, tick], [0, -0.08], color="black", linewidth=0.8)
-        ax.text(tick, -0.12, str(tick), ha="center", va="bottom", fontsize=8)
-    for minor in np.arange(1.5, hi_axis, 1.0):
-        ax.plot([minor, minor], [0, -0.04], color="black", linewidth=0.5)
-    # the critical difference, above the axis on the left
-    ax.plot([lo_axis, lo_axis + cd], [-0.55, -0.55], color="black", linewidth=1.0)
-    for x in (lo_axis, lo_axis + cd):
-        ax.plot([x, x], [-0.5, -0.6], color="black", linewidth=1.0)
-    ax.text(lo_axis + cd / 2, -0.6, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8)
-    # group bars, just below the axis
-    bar_y = {}
-    for g, members in enumerate(groups):
-        ranks = [r for name, r in order if name in members]
-        y = 0.2 + 0.12 * g
-        ax.plot([min(ranks) - 0.03, max(ranks) + 0.03], [y, y], color="black", linewidth=3.0,
-                solid_capstyle="butt")
-        bar_y[g] = y
-    first_label = 0.45 + 0.12 * len(groups)
-    for i, (name, r) in enumerate(left):
-        y = first_label + 0.28 * i
-        ax.plot([r, r, lo_axis - 0.15], [0, y, y], color="black", linewidth=0.8)
-        ax.text(lo_axis - 0.2, y, f"{name} ({r:.2f})", ha="right", va="center", fontsize=8)
-    for i, (name, r) in enumerate(reversed(right)):
-        y = first_label + 0.28 * i
-        ax.plot([r, r, hi_axis + 0.15], [0, y, y], color="black", linewidth=0.8)
-        ax.text(hi_axis + 0.2, y, f"({r:.2f}) {name}", ha="left", va="center", fontsize=8)
-    ax.text((lo_axis + hi_axis) / 2, top + 0.02, title, ha="center", va="top", fontsize=9)
-    from fusebench.io import atomic_write
-
-    meta: dict[str, Any] = {"Software": None}
-    meta.update(dict(metadata or {}))
-    return atomic_write(path, lambda f: fig.savefig(f, format="png", metadata=meta))

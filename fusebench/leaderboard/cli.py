@@ -1,0 +1,79 @@
+"""``fusebench leaderboard``: markdown leaderboards generated from run.json files alone.
+
+``write_leaderboards(runs_dir, out_dir)`` reads every ``run.json`` under ``runs_dir``, validates it
+(:func:`fusebench.records.validate_record`), and writes for each benchmark it found runs of
+``<out_dir>/<benchmark>.md`` and a curves plot ``<out_dir>/<benchmark>-curves.png``; then it rebuilds
+the index ``<out_dir>/README.md`` from the metadata comment at the end of *every* board file in
+``out_dir``, so regenerating from a runs folder holding only some benchmarks keeps the other boards
+listed. The output is a pure function of the inputs: rerunning gives byte-identical files (records
+are sorted, numbers formatted at fixed precision, no timestamps).
+
+Grouping: runs share a table only when their comparability key (``fusebench.records``: benchmark,
+config hash, suite / objective / metric versions, dataset identity) is equal. A benchmark whose runs
+fall into several groups is refused, naming the files and the fields that differ, unless
+``--split`` is given (one table per group). Two run files for the same (group, objective, seed) are
+refused, naming both.
+
+Table: one row per distinct loss (objectives that compute the same loss at the group's number of
+views, :func:`fusebench.objectives.equivalence.groups`, share one row shown as ``a (≡ b)``), one
+column per metric (arrow = direction and percent display from the metric registry,
+``fusebench.metrics``; the record's ``metric_directions`` for metrics outside the registry; no arrow
+and no bold when the direction is unknown), cells ``mean ± std (n)`` over seeds (sample std, ddof =
+1; 0 when n = 1), the best mean in bold, a dash where missing; then, for the primary metric, a
+percentile-bootstrap 95% CI of the mean over seeds and "Δ vs <reference> (Holm p)": the mean paired
+difference to a FIXED reference row (``record["comparison"]["reference"]``, else ``raw``, else
+``none``) with the p-value of a two-sided paired t-test over the shared seeds, Holm-adjusted over
+the rows tested (:mod:`fusebench.leaderboard.stats`); the pretraining budget (optimiser steps, samples seen,
+from ``record["budget"]``) and cost columns (mean pretraining time, mean peak memory). Under each
+table: whether the pretraining budgets are equal, aliases whose numbers differ, rows flagged invalid
+(``record["validity"]``; never ranked best). Pipeline-check boards (tiny synthetic twins) show the
+numbers without bold, best row, interval or tests. Numbers printed in the source papers come from
+``reported.yaml`` (default ``<out_dir>/reported.yaml``, optional) and are shown in their own section,
+"Published results (not comparable to the runs above)": never ranked, bolded or tested.
+
+The index ranks the objectives over the real-data boards of the ``embedding_eval`` protocol
+(average ranks, Friedman test, Nemenyi critical difference, a CD diagram ``cd-diagram.png``;
+Demšar 2006). See docs/leaderboards.md.
+
+Speed: regenerating on unchanged runs imports neither torch nor matplotlib (metric metadata from
+:mod:`fusebench.metrics.catalog`, matplotlib only to redraw a plot, Pillow to read a plot's input
+hash; numpy and scipy for the statistics) and rewrites no file whose content is unchanged;
+``fusebench bench leaderboard`` times it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fusebench.leaderboard.writer import write_leaderboards
+
+
+def main(argv: list[str]) -> int:
+    """``fusebench leaderboard [--runs DIR] [--out DIR] [--no-plots] [--split] [--reported FILE]``; returns
+    the exit status (2, with the error on stderr, for a missing folder, an invalid record or a refused group)."""
+    p = argparse.ArgumentParser(prog="fusebench leaderboard", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="leaderboards/runs", help="folder searched for run.json files")
+    p.add_argument("--out", default="leaderboards", help="output folder for the markdown")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--split", action="store_true",
+                   help="one table per comparability group instead of refusing a benchmark whose runs mix groups")
+    p.add_argument("--reported", default=None,
+                   help="YAML file of numbers reported in the papers (default: <out>/reported.yaml, optional)")
+    ns = p.parse_args(argv)
+    if not Path(ns.runs).is_dir():
+        print(f"fusebench leaderboard: runs folder {ns.runs} does not exist", file=sys.stderr)
+        return 2
+    if ns.reported is not None and not Path(ns.reported).is_file():
+        print(f"fusebench leaderboard: --reported {ns.reported} does not exist", file=sys.stderr)
+        return 2
+    try:
+        for path in write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,
+                                       reported=Path(ns.reported) if ns.reported else None):
+            print(path)
+    except (ValueError, OSError) as e:
+        print(f"fusebench leaderboard: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,83 @@
+"""Metric columns of a board: a metric's unit, direction and header (:class:`MetricInfo`, from the
+metric registry or the records), and how numbers print in a cell (mean ± std, differences, p-values,
+markdown-safe text). Shared by the table, the published rows, the index and the plots."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from fusebench.records import RecordError, RunRecord
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    id: str
+    unit: str  # "fraction" | "raw"
+    direction: str | None  # "higher" | "lower" | None (unknown)
+
+    @property
+    def header(self) -> str:
+        arrow = {"higher": " ↑", "lower": " ↓"}.get(self.direction or "", " (direction unknown)")
+        return f"{self.id}{' (%)' if self.unit == 'fraction' else ''}{arrow}"
+
+
+def metric_info(metric: str, recs: list[RunRecord]) -> MetricInfo:
+    """Unit and direction of ``metric``: from the metric registry when registered (a record whose
+    ``metric_directions`` disagrees is refused), else from the records (unit "raw")."""
+    from fusebench import metrics as M  # light: built-in metadata comes from fusebench.metrics.catalog
+    from fusebench.registry import UnknownNameError
+
+    stated = {r.path: r.metric_directions[metric] for r in recs if metric in r.metric_directions}
+    try:
+        reg = M.metadata(metric)
+    except (UnknownNameError, KeyError):
+        reg = None
+    if reg is not None:
+        for path, d in sorted(stated.items()):
+            if d != reg["direction"]:
+                raise RecordError(path, f"metric_directions.{metric}",
+                                  f"{reg['direction']!r} (the metric registry's direction)", d)
+        return MetricInfo(metric, reg["unit"], reg["direction"])
+    if len(set(stated.values())) > 1:
+        first = {d: p for p, d in sorted(stated.items(), reverse=True)}
+        raise ValueError(f"metric {metric!r} has direction 'higher' in {first['higher']} but 'lower' in "
+                         f"{first['lower']}")
+    return MetricInfo(metric, "raw", next(iter(stated.values()), None))
+
+
+def natural_key(name: str) -> list:
+    """Sort key putting 'M2' before 'M10'."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def fmt_value(unit: str, v: float) -> str:
+    """A value in the column's display units: fractions x100 with 2 decimals, others with 4."""
+    return f"{100 * v:.2f}" if unit == "fraction" else f"{v:.4f}"
+
+
+def fmt_cell(unit: str, values: list[float], undefined: int = 0) -> str:
+    """``mean ± std (n)`` of the defined values; ``undefined`` runs whose value is NaN (a metric
+    undefined for that run) are counted as ``(n; k undefined)``, never silently dropped."""
+    n = len(values)
+    if n == 0:
+        return f"— ({undefined} undefined)"
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return f"{fmt_value(unit, mean)} ± {fmt_value(unit, std)} ({n}{f'; {undefined} undefined' if undefined else ''})"
+
+
+def fmt_delta(unit: str, v: float) -> str:
+    """A signed difference in the column's display units."""
+    return f"{100 * v:+.2f}" if unit == "fraction" else f"{v:+.4f}"
+
+
+def fmt_p(p: float) -> str:
+    """A p-value as printed: 3 decimals, '< 0.001' below what they show."""
+    return "< 0.001" if 0.0 < p < 0.0005 else f"{p:.3f}"
+
+
+def cell_text(text: str) -> str:
+    """Text safe inside one markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")

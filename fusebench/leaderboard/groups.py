@@ -1,0 +1,367 @@
+"""From run records to what one table shows: the records of a runs folder by benchmark
+(:func:`load_runs`), split into comparability groups (:func:`group_runs`: runs share a table only
+when their comparability key is equal; duplicates and mixed objective versions are refused), and one
+group's :class:`GroupView` (:func:`make_view`): metric columns, per-(objective, metric) values over
+seeds, rows with the objectives that compute the same loss merged into one (alias rows,
+:func:`equivalence_groups`), rows flagged invalid, the best row per metric, the fixed reference row,
+the bootstrap intervals and the paired tests (:mod:`fusebench.leaderboard.stats`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fusebench.leaderboard.columns import MetricInfo, metric_info, natural_key
+from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
+from fusebench.training.reference_features import REFERENCE_KINDS
+
+# rows that are not pretraining objectives: random-init encoders, and the reference features of the
+# embedding_eval protocol computed from the input views (the runner's REFERENCES; this module imports
+# numpy-only reference_features, not the runner, which imports torch)
+REFERENCE_ROWS = ("none", *REFERENCE_KINDS)
+REFERENCE_TEXT = {"raw": "the standardised input views", "none": "random-init encoders"}
+CI_LEVEL, CI_RESAMPLES, CI_SEED = 0.95, 10000, 0  # the bootstrap interval of every board
+
+
+def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
+    """Every run.json under ``runs_dir``, validated, grouped by benchmark, in a deterministic order.
+    Raises :class:`fusebench.records.RecordError` (a ValueError) for the first invalid file. Hidden
+    folders (``.selection/``: the hyper-parameter trials on the validation split) are not read; what
+    counts as a record file (a regular file, never through a symbolic link) is
+    :func:`fusebench.records.find_records`'s rule, which ``fusebench status`` shares."""
+    out: dict[str, list[RunRecord]] = defaultdict(list)
+    for path in find_records(runs_dir):
+        rec = load_record(path)
+        out[rec.benchmark].append(rec)
+    for recs in out.values():
+        recs.sort(key=lambda r: (r.objective, r.seed, r.path))
+    return dict(sorted(out.items()))
+
+
+def _files(recs: list[RunRecord], limit: int = 6) -> str:
+    paths = sorted(r.path for r in recs)
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[list[RunRecord]]:
+    """Split ``recs`` (one benchmark) by comparability key; refuse duplicates and, unless ``split``,
+    a benchmark with more than one group. Groups are ordered largest first, then by key."""
+    by_key: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in recs:
+        by_key[r.comparability_key].append(r)
+    for key, group in by_key.items():
+        seen: dict[tuple[str, int], RunRecord] = {}
+        for r in group:
+            other = seen.get((r.objective, r.seed))
+            if other is not None:
+                raise ValueError(
+                    f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
+                    f"{other.path} and {r.path} (a table counts each (objective, seed) once; remove one)")
+            seen[(r.objective, r.seed)] = r
+        by_version: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
+        for r in group:  # one row = one objective version: a loss whose definition changed is not averaged
+            by_version[r.objective][r.versions.objective].append(r)
+        for objective, versions in sorted(by_version.items()):
+            if len(versions) > 1:
+                listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))
+                raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs of different objective "
+                                 f"versions (the loss changed between them): {listing}. Move the old runs away.")
+    groups = sorted(by_key.values(), key=lambda g: (-len(g), g[0].comparability_key))
+    if len(groups) > 1 and not split:
+        fields = differing_fields([g[0] for g in groups])
+        lines = [f"benchmark {name!r} mixes runs that must not be compared: {len(groups)} comparability groups "
+                 f"differing in {', '.join(fields) or 'their comparability key'}:"]
+        for g in groups:
+            lines.append(f"  group {g[0].comparability_key} ({len(g)} run(s)): {_files(g)}")
+        lines.append("Move the odd runs to another runs folder, or pass --split for one table per group.")
+        raise ValueError("\n".join(lines))
+    return groups
+
+
+@dataclass
+class GroupView:
+    """Everything rendered for one comparability group of one benchmark."""
+
+    name: str
+    recs: list[RunRecord]
+    kind: str
+    metrics: list[MetricInfo]
+    primary: str
+    best: dict[str, str | None]
+    values: dict[tuple[str, str], dict[int, float]]  # (objective, metric) -> seed -> value
+    studies: list[tuple[str, str, str]] = field(default_factory=list)  # (title, markdown, plot) beside the board
+    undefined: dict[tuple[str, str], int] = field(default_factory=dict)  # (objective, metric) -> runs with NaN
+    rows: list[str] = field(default_factory=list)  # displayed ids (one per distinct loss), sorted
+    aliases: dict[str, list[str]] = field(default_factory=dict)  # displayed id -> ids merged into its row
+    num_views: int | None = None  # k, the number of views the objectives saw (None: not found in the records)
+    invalid: dict[str, str] = field(default_factory=dict)  # row -> why (record["validity"])
+    reference: str | None = None  # the fixed reference row of the tests
+    reference_text: str = ""  # where the reference comes from, or why there is none
+    why: str = ""  # why the primary metric (record["comparison"]["why"])
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
+
+    @property
+    def objectives(self) -> list[str]:
+        """Every objective with runs in the group (merged aliases included)."""
+        return sorted({r.objective for r in self.recs})
+
+    @property
+    def ranked(self) -> bool:
+        return self.kind != "pipeline_check"
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({r.seed for r in self.recs})
+
+    @property
+    def valid_rows(self) -> list[str]:
+        """Rows that may be ranked: not flagged invalid."""
+        return [o for o in self.rows if o not in self.invalid]
+
+    def info(self, metric: str) -> MetricInfo:
+        return next(m for m in self.metrics if m.id == metric)
+
+    def mean(self, row: str, metric: str) -> float | None:
+        v = self.values.get((row, metric))
+        return sum(v.values()) / len(v) if v else None
+
+
+def _group_kind(recs: list[RunRecord]) -> str:
+    kinds = sorted({board_kind(r) for r in recs})
+    if len(kinds) > 1:  # same comparability key implies the same dataset and config; defensive
+        raise ValueError(f"runs {_files(recs)} mix board kinds {kinds}")
+    return kinds[0]
+
+
+def _record_views(r: RunRecord) -> int | None:
+    """k, the number of views a record's objective saw: the views of the split actually read
+    (``dataset.splits.views``, the multi-view ``.mat`` adapter), else the configured modalities
+    (``config.dataset.modalities``), else the configured view subset (``config.dataset.options.views``);
+    None when the record names none of them (e.g. embedded data whose modalities are fixed in code)."""
+    ds = r.raw.get("dataset")
+    splits = ds.get("splits") if isinstance(ds, dict) else None
+    if isinstance(splits, dict) and isinstance(splits.get("views"), list) and splits["views"]:
+        return len(splits["views"])
+    cfg = r.config.get("dataset")
+    if isinstance(cfg, dict):
+        if isinstance(cfg.get("modalities"), list) and cfg["modalities"]:
+            return len(cfg["modalities"])
+        opts = cfg.get("options")
+        if isinstance(opts, dict) and isinstance(opts.get("views"), list) and opts["views"]:
+            return len(opts["views"])
+    return None
+
+
+def _num_views(recs: list[RunRecord]) -> int | None:
+    found = {_record_views(r) for r in recs}
+    return found.pop() if len(found) == 1 else None
+
+
+def equivalence_groups(objectives: list[str], k: int | None,
+                       hparams: dict[str, dict[str, Any] | None] | None = None) -> list[list[str]]:
+    """Objectives of ``objectives`` (in order of display preference) merged into one row: those that
+    compute the same loss at ``k`` views (:func:`fusebench.objectives.equivalence.groups`, reference
+    rows and ids the objective registry does not know stay alone) **and** ran with the same
+    hyper-parameters (:func:`fusebench.objectives.equivalence.same_hparams` of ``hparams[id]``, a
+    record's ``hparams``; None = unknown or differing between seeds, never merged). Each returned
+    group has at least two ids; its first is the one displayed. ``[]`` when ``k`` is unknown or the
+    module is not there (no merging). The built-in objectives are answered from the equivalence
+    module's own table, without importing the objective classes (torch)."""
+    if k is None or k < 2 or len(objectives) < 2:
+        return []
+    try:
+        from fusebench.objectives.equivalence import groups, same_hparams
+    except ImportError:
+        return []
+    candidates = [o for o in objectives if o not in REFERENCE_ROWS]
+    if len(candidates) < 2:
+        return []
+    hparams = hparams or {}
+    out = []
+    for g in groups(candidates, k, unknown="alone"):  # ids the registry does not know stay alone
+        rows: list[list[str]] = []  # split by hyper-parameters: an alias joins the first row it matches
+        for o in g:
+            h = hparams.get(o, {})
+            for row in rows:
+                d = hparams.get(row[0], {})
+                if h is not None and d is not None and same_hparams(d, h, row[0], o):
+                    row.append(o)
+                    break
+            else:
+                rows.append([o])
+        out += [row for row in rows if len(row) > 1]
+    return out
+
+
+def _hparams(recs: list[RunRecord]) -> dict[str, dict[str, Any] | None]:
+    """Per objective, the ``hparams`` its runs recorded (None when its seeds disagree or it is not a
+    mapping); objectives whose records carry none get ``{}`` (the defaults)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for r in recs:
+        h = r.raw.get("hparams", {})
+        h = h if isinstance(h, dict) else None
+        if r.objective not in out:
+            out[r.objective] = h
+        elif out[r.objective] is not None and h != out[r.objective]:
+            out[r.objective] = None
+    return out
+
+
+def _display_order(recs: list[RunRecord]) -> list[str]:
+    """The group's objectives in order of display preference: the benchmark's ``objectives`` list, then
+    the others sorted."""
+    present = {r.objective for r in recs}
+    listed = recs[0].config.get("objectives")
+    listed = [o for o in listed if isinstance(o, str)] if isinstance(listed, list) else []
+    first = [o for i, o in enumerate(listed) if o in present and o not in listed[:i]]
+    return first + sorted(present - set(first))
+
+
+def _comparison(recs: list[RunRecord]) -> dict[str, str]:
+    """The group's ``record["comparison"]`` ({} when the records carry none); every record must agree."""
+    seen: dict[str, str] = {}
+    for r in recs:
+        c = r.raw.get("comparison")
+        if c is None:
+            continue
+        if not isinstance(c, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in c.items()):
+            raise RecordError(r.path, "comparison", 'a mapping {"reference": id, "primary": metric, "why": text}', c)
+        text = json.dumps(c, sort_keys=True)
+        seen.setdefault(text, r.path)
+    if len(seen) > 1:
+        (a, pa), (b, pb) = list(seen.items())[:2]
+        raise ValueError(f"runs of one table disagree on how to compare the rows: {pa} has comparison {a}, "
+                         f"{pb} has {b}")
+    return json.loads(next(iter(seen))) if seen else {}
+
+
+def _validity(r: RunRecord) -> str | None:
+    """None for a valid record, else the reason it is not (``record["validity"]``)."""
+    v = r.raw.get("validity")
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not isinstance(v.get("valid"), bool) or not isinstance(v.get("why", ""), str):
+        raise RecordError(r.path, "validity", 'a mapping {"valid": true|false, "why": text}', v)
+    return None if v["valid"] else (" ".join(v.get("why", "").split()) or "no reason given")
+
+
+def record_budget(r: RunRecord) -> dict[str, Any] | None:
+    """``record["budget"]`` checked (None when absent)."""
+    b = r.raw.get("budget")
+    if b is None:
+        return None
+    if not isinstance(b, dict):
+        raise RecordError(r.path, "budget", "a mapping {optimizer_steps, samples_seen, batch_size, micro_batch, "
+                                            "epochs}", b)
+    for key in ("optimizer_steps", "samples_seen"):
+        v = b.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise RecordError(r.path, f"budget.{key}", "an integer >= 0", v)
+    for key in ("batch_size", "micro_batch", "epochs"):
+        v = b.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise RecordError(r.path, f"budget.{key}", "an integer >= 0 or null", v)
+    return b
+
+
+def make_view(name: str, recs: list[RunRecord], extra_metrics: list[str] = ()) -> GroupView:
+    """Everything one comparability group's table shows: metric columns (``extra_metrics``: more
+    columns, e.g. metrics no run has), the primary metric, per-(objective, metric) values, the rows
+    (merged aliases, invalid rows), the best row per metric, and for ranked groups the fixed
+    reference row, the bootstrap intervals and the paired tests. Malformed ``comparison``,
+    ``validity`` or ``budget`` fields raise :class:`fusebench.records.RecordError`."""
+    order = recs[0].metric_order
+    seen = sorted({m for r in recs for m in r.metrics}, key=natural_key)
+    ids = [m for m in order if m in seen] + [m for m in seen if m not in order]
+    ids += [m for m in extra_metrics if m not in ids]
+    infos = [metric_info(m, recs) for m in ids]
+    comparison = _comparison(recs)
+    primary = comparison.get("primary") or recs[0].primary_metric
+    if primary not in seen:
+        primary = ids[0] if seen else ""
+    kind = _group_kind(recs)
+    values: dict[tuple[str, str], dict[int, float]] = {}
+    undefined: dict[tuple[str, str], int] = {}
+    invalid_by_obj: dict[str, list[str]] = defaultdict(list)
+    for r in recs:
+        for m, v in r.metrics.items():
+            if math.isfinite(v):
+                values.setdefault((r.objective, m), {})[r.seed] = v
+            else:  # NaN (validation refuses infinities): undefined for this run, counted in the cell
+                undefined[(r.objective, m)] = undefined.get((r.objective, m), 0) + 1
+        why = _validity(r)
+        if why is not None and why not in invalid_by_obj[r.objective]:
+            invalid_by_obj[r.objective].append(why)
+        record_budget(r)
+    objectives = sorted({r.objective for r in recs})
+    k = _num_views(recs)
+    aliases: dict[str, list[str]] = {}
+    merged: set[str] = set()
+    for g in equivalence_groups(_display_order(recs), k, _hparams(recs)):
+        g = [o for o in g if o not in merged and o not in aliases]
+        if len(g) > 1:
+            aliases[g[0]] = g[1:]
+            merged.update(g[1:])
+    rows = [o for o in objectives if o not in merged]
+    view = GroupView(name, recs, kind, infos, primary, {}, values, undefined=undefined, rows=rows,
+                     aliases=aliases, num_views=k, why=" ".join(comparison.get("why", "").split()))
+    view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
+    for info in infos:
+        view.best[info.id] = None
+        if not view.ranked or info.direction is None:
+            continue
+        means = {o: m for o in view.valid_rows if (m := view.mean(o, info.id)) is not None}
+        if means and len(set(means.values())) > 1:  # no bold where every row ties
+            target = max(means.values()) if info.direction == "higher" else min(means.values())
+            view.best[info.id] = sorted(o for o in means if means[o] == target)[0]
+    if view.ranked:
+        _set_reference(view, comparison)
+        _run_statistics(view)
+    return view
+
+
+def _set_reference(view: GroupView, comparison: dict[str, str]) -> None:
+    """The fixed reference row: ``comparison["reference"]`` (mapped to its displayed row when it is a
+    merged alias), else ``raw`` when the group has it, else ``none``."""
+    named = comparison.get("reference")
+    shown = {a: d for d, al in view.aliases.items() for a in al}
+    if named:
+        row = shown.get(named, named)
+        if row in view.rows:
+            view.reference = row
+            view.reference_text = f"`{named}`, set by the benchmark" + (f" (shown as `{row}`)" if row != named else "")
+        else:
+            view.reference_text = f"the runs name `{named}` as the reference row, but it has no runs in this table"
+        return
+    for row in ("raw", "none"):
+        if row in view.rows:
+            view.reference = row
+            view.reference_text = f"`{row}` ({REFERENCE_TEXT[row]}; the default reference)"
+            return
+    view.reference_text = "no reference row (`raw` or `none`) in this table"
+
+
+def _run_statistics(view: GroupView) -> None:
+    """Bootstrap CIs of every row's primary mean and the paired tests against the reference."""
+    p = view.primary
+    if not p:
+        return
+    from fusebench.leaderboard import stats
+
+    for o in view.rows:
+        v = view.values.get((o, p))
+        if v:
+            view.ci[o] = stats.bootstrap_ci([v[s] for s in sorted(v)], level=CI_LEVEL, n_boot=CI_RESAMPLES,
+                                            seed=CI_SEED)
+    ref = view.reference
+    if ref is None or not view.values.get((ref, p)):
+        return
+    family = {o: view.values[(o, p)] for o in view.valid_rows if view.values.get((o, p))}
+    family[ref] = view.values[(ref, p)]
+    view.tests = stats.paired_vs_reference(family, ref)

@@ -1,0 +1,171 @@
+"""The index ``README.md`` of a leaderboards folder (:func:`build_index`): every board in the folder
+(from the metadata comments, :mod:`fusebench.leaderboard.meta`) by kind, real data, synthetic
+studies, pipeline checks; and the cross-dataset ranking of the objectives over the real-data boards
+of the ``embedding_eval`` protocol (:func:`cross_dataset_ranking`: average ranks, Friedman test,
+Nemenyi critical difference; Demšar 2006) with its CD diagram (:func:`draw_cd_diagram`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from fusebench.io import canonical_json, sha256_hex
+from fusebench.leaderboard.columns import fmt_p
+from fusebench.leaderboard.plots import PLOT_KEY, cd_diagram, png_text
+
+CD_PLOT = "cd-diagram.png"  # the index's critical-difference diagram
+CD_PLOT_VERSION = 1  # bump when the diagram is drawn differently
+CD_ALPHA = 0.05
+
+
+def _seeds_text(seeds: list[Any]) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
+def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Average ranks of the objectives over the real-data boards of the ``embedding_eval`` protocol.
+
+    From each board's metadata (first group: the largest when split) of kind ``real`` with protocol
+    ``embedding_eval``: the per-row means of its primary metric (valid rows, displayed ids). The
+    objectives present on every such board are ranked within each (rank 1 = best in the metric's
+    direction, ties share the average rank) and the ranks averaged; Friedman's test
+    (:func:`fusebench.leaderboard.stats.friedman`) and the Nemenyi critical difference at ``CD_ALPHA``
+    (:func:`fusebench.leaderboard.stats.nemenyi_cd`) follow (Demšar 2006). Returns a dict with ``boards``
+    (names used), ``skipped`` ({name: why}), ``methods``, ``ranks`` ({method: {board: rank}}),
+    ``avg`` ({method: average rank}), ``primary`` ({board: metric}), and when at least 2 boards and
+    2 common objectives exist, ``friedman`` and ``cd``; otherwise ``problem`` says what is missing."""
+    used: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    for name in sorted(boards):
+        groups = boards[name]["groups"]
+        g = groups[0] if groups else None
+        if g is None or g.get("kind") != "real":
+            continue
+        if "means" not in g or "protocol" not in g:
+            skipped[name] = "board written by an older fusebench without per-row means: regenerate it"
+            continue
+        if g.get("protocol") != "embedding_eval":
+            continue
+        if g.get("direction") not in ("higher", "lower"):
+            skipped[name] = f"primary metric `{g.get('primary')}` has no known direction"
+            continue
+        if not isinstance(g.get("means"), dict) or not g["means"]:
+            skipped[name] = "no row has a value of the primary metric"
+            continue
+        used[name] = g
+    out: dict[str, Any] = {"boards": list(used), "skipped": skipped, "methods": [], "ranks": {}, "avg": {},
+                           "primary": {n: g["primary"] for n, g in used.items()}}
+    common = sorted(set.intersection(*(set(g["means"]) for g in used.values()))) if used else []
+    out["methods"] = common
+    if len(used) < 2 or len(common) < 2:
+        out["problem"] = (f"needs at least 2 real-data boards of the `embedding_eval` protocol and 2 objectives "
+                          f"run on all of them; here {len(used)} board(s) and {len(common)} common objective(s)")
+        return out
+    from fusebench.leaderboard import stats
+
+    scores = [[(1.0 if used[n]["direction"] == "higher" else -1.0) * float(used[n]["means"][m]) for m in common]
+              for n in used]
+    ranks = stats.average_ranks(scores, higher_is_better=True)
+    out["ranks"] = {m: {n: float(ranks[i, j]) for i, n in enumerate(used)} for j, m in enumerate(common)}
+    res = stats.friedman(scores, higher_is_better=True)
+    out["avg"] = dict(zip(common, res.avg_ranks))
+    out["friedman"] = res
+    out["cd"] = stats.nemenyi_cd(len(common), len(used), CD_ALPHA)
+    out["q"] = stats.nemenyi_q(len(common), CD_ALPHA)
+    return out
+
+
+def _cd_title(ranking: dict[str, Any]) -> str:
+    return (f"Average rank over {len(ranking['boards'])} real-data boards (1 = best); "
+            f"Nemenyi CD at alpha = {CD_ALPHA} = {ranking['cd']:.2f}")
+
+
+def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
+    out = ["## Cross-dataset ranking", ""]
+    boards = ranking["boards"]
+    skipped = "".join(f" Not included: [{n}]({n}.md) ({why})." for n, why in sorted(ranking["skipped"].items()))
+    if "problem" in ranking:
+        return out + [f"No cross-dataset ranking: it {ranking['problem']}.{skipped}"]
+    k, n = len(ranking["methods"]), len(boards)
+    res = ranking["friedman"]
+    out += [f"The {k} objectives run on every real-data board of the `embedding_eval` protocol ({n} boards), ranked "
+            f"on each board by the mean over seeds of its primary metric (rank 1 = best; ties share the average "
+            f"rank), then averaged over the boards (Demšar 2006, JMLR 7:1-30). Rows flagged invalid are left out; "
+            f"merged aliases count once, under their displayed id.{skipped}", ""]
+    head = ["objective", "average rank"] + [f"[{b}]({b}.md) (`{ranking['primary'][b]}`)" for b in boards]
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in sorted(ranking["methods"], key=lambda m: (ranking["avg"][m], m)):
+        out.append("| " + " | ".join([f"`{m}`", f"{ranking['avg'][m]:.2f}"]
+                                     + [f"{ranking['ranks'][m][b]:.1f}" for b in boards]) + " |")
+    f_line = (f"Iman-Davenport F_F = {res.iman_davenport:.3f} ({k - 1}, {(k - 1) * (n - 1)} df), "
+              f"p = {fmt_p(res.iman_davenport_p)}" if math.isfinite(res.iman_davenport)
+              else "Iman-Davenport F_F infinite (every board ranks the objectives alike), p = 0")
+    out += ["", f"Friedman test (tie-corrected chi-square, {k - 1} df): chi2_F = {res.statistic:.3f}, "
+                f"p = {fmt_p(res.pvalue)}; {f_line}. Nemenyi critical difference at alpha = {CD_ALPHA}: "
+                f"CD = q_alpha sqrt(k (k + 1) / (6 N)) = {ranking['q']:.3f} x sqrt({k} x {k + 1} / (6 x {n})) = "
+                f"{ranking['cd']:.2f}; two objectives whose average ranks differ by less than CD are not "
+                f"significantly different (joined by a bar in the diagram). With {n} datasets the test has little "
+                f"power: read the ranks as a summary, not a verdict."]
+    if cd_plot:
+        out += ["", f"![critical difference diagram]({cd_plot})"]
+    return out
+
+
+def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
+                ranking: dict[str, Any] | None = None) -> str:
+    """The index markdown from ``{benchmark: board metadata}``: real data, the cross-dataset ranking of
+    the real-data boards (``cd_plot``: the CD diagram's file name to link, None for none), synthetic
+    studies, then the pipeline checks (which rank nothing). ``ranking`` is
+    :func:`cross_dataset_ranking` of ``boards`` (computed when not given)."""
+    rows: dict[str, list[str]] = {"real": [], "study": [], "pipeline_check": []}
+    for name in sorted(boards):
+        for g in boards[name]["groups"]:
+            link = f"[{name}]({name}.md)" + (f" ({g['title']})" if g.get("title") else "")
+            seeds = _seeds_text(g.get("seeds", []))
+            if g["kind"] == "pipeline_check":
+                data = "synthetic" if g.get("synthetic", True) else "real"
+                rows["pipeline_check"].append(
+                    f"- {link}: dataset `{g.get('dataset')}` ({data}), {g.get('objectives')} objectives, "
+                    f"seeds {seeds} ({g.get('runs')} runs)")
+            else:
+                rows[g["kind"]].append(f"| {link} | `{g.get('dataset')}` | {g.get('objectives')} | {seeds} | "
+                                       f"{g.get('runs')} | {g.get('best') or '—'} |")
+    if ranking is None:
+        ranking = cross_dataset_ranking(boards)
+    head = "| benchmark | dataset | objectives | seeds | runs | best on primary metric |\n|---|---|---|---|---|---|"
+    out = ["# fusebench leaderboards", "",
+           "Generated by `fusebench leaderboard` from run.json files; do not edit by hand. This index lists every "
+           "board in this folder (each board ends with a metadata comment), so regenerating boards from a runs "
+           "folder holding only some benchmarks keeps the others. Format and rules: docs/leaderboards.md.", "",
+           "## Real data", "",
+           "Runs on real data files (each run record carries the dataset's manifest hash or a fingerprint of the "
+           "files read); rows rank the objectives on that data. Reference rows: `none` = random-init encoders, "
+           "`raw` = the standardised input views, `raw_*` = other features of the input views (per-view L2, "
+           "tf-idf, view-balanced, PCA; docs/benchmarks.md); when one of them is best, the best pretrained "
+           "objective follows.", ""]
+    out += [head] + rows["real"] if rows["real"] else ["No real-data runs yet."]
+    out += [""] + _ranking_section(ranking, cd_plot)
+    out += ["", "## Synthetic studies", "",
+            "Reproducible studies on data that is synthetic by design; rankings hold for that data only.", ""]
+    out += [head] + rows["study"] if rows["study"] else ["None."]
+    out += ["", "## Pipeline checks", "",
+            "Tiny smoke runs, mostly synthetic twins of the real-data benchmarks. They check the pipeline end to "
+            "end and **rank nothing**: no best row, no tests.", ""]
+    out += rows["pipeline_check"] if rows["pipeline_check"] else ["None."]
+    return "\n".join(out) + "\n"
+
+
+def draw_cd_diagram(ranking: dict[str, Any], path: Path) -> bool:
+    """Draw the index's CD diagram of ``ranking`` to ``path`` unless the PNG there was already drawn
+    from the same inputs (its ``fusebench-inputs`` text chunk holds their hash). Returns False (and
+    draws nothing) when there is no ranking."""
+    if "cd" not in ranking:
+        return False
+    title = _cd_title(ranking)
+    key = sha256_hex(canonical_json({"v": CD_PLOT_VERSION, "avg": ranking["avg"], "cd": ranking["cd"], "title": title},
+                                    compact=False, default=None))
+    if png_text(path).get(PLOT_KEY) == key:
+        return True
+    cd_diagram(ranking["avg"], ranking["cd"], path, title, metadata={PLOT_KEY: key})
+    return True

@@ -1,0 +1,103 @@
+"""What a board tells the index: the metadata comment at the end of every board file (one entry per
+comparability group: kind, dataset, seeds, runs, the "best on primary metric" line, and for ranked
+groups the per-row means of the primary metric that the cross-dataset ranking uses), written by
+:func:`meta_comment` and read back by :func:`read_board_meta`, so the index lists boards regenerated
+from other runs folders too."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fusebench.leaderboard.columns import fmt_cell
+from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView
+
+BOARD_META = "fusebench-board"
+# version of what a board shows; 2: fixed-reference tests, CIs, budgets, published section, per-row means
+BOARD_FORMAT = 2
+META_RE = re.compile(r"<!-- " + BOARD_META + r" (\{.*\}) -->\s*\Z", re.S)
+KIND_TITLES = {"real": "real data", "study": "synthetic study", "pipeline_check": "pipeline check"}
+
+
+def best_line(view: GroupView) -> str | None:
+    """The index's "best on primary metric" text; None for pipeline checks."""
+    if not view.ranked:
+        return None
+    p = view.primary
+    if not p:
+        return "—"
+    info = view.info(p)
+    per = {o: list(v.values()) for o in view.valid_rows if (v := view.values.get((o, p)))}
+    if not per:
+        return "—"
+    if info.direction is None:
+        return f"— ({p}: direction unknown)"
+    o = view.best.get(p)
+
+    def cell(q: str) -> str:  # with the count of runs where the metric is undefined, like the table's cell
+        return fmt_cell(info.unit, per[q], view.undefined.get((q, p), 0))
+
+    if o is None:
+        only = next(iter(per))
+        return f"all tied ({p} {cell(only)})" if len(per) > 1 else f"`{only}` ({p} {cell(only)})"
+    text = f"`{o}` ({p} {cell(o)})"
+    if o in REFERENCE_ROWS:  # say which pretraining objective comes closest
+        pre = {q: v for q, v in per.items() if q not in REFERENCE_ROWS}
+        if pre:
+            sign = 1.0 if info.direction == "higher" else -1.0
+            q = max(sorted(pre), key=lambda q: sign * sum(pre[q]) / len(pre[q]))
+            text += f"; best pretrained `{q}` ({cell(q)})"
+    return text
+
+
+def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
+    """A group's entry in the board's metadata comment, read back by the index: the index line, and
+    for ranked groups the per-row means of the primary metric (valid rows, displayed ids) that the
+    cross-dataset ranking uses."""
+    downstream = view.recs[0].config.get("downstream")
+    protocol = downstream.get("protocol") if isinstance(downstream, dict) else None
+    meta = {"kind": view.kind, "dataset": view.recs[0].dataset.id, "synthetic": view.recs[0].dataset.synthetic,
+            "objectives": len(view.objectives),
+            "seeds": view.seeds, "runs": len(view.recs), "best": best_line(view), "title": title,
+            "key": view.recs[0].comparability_key, "protocol": protocol, "primary": view.primary or None,
+            "reference": view.reference}
+    if view.ranked and view.primary:
+        meta["direction"] = view.info(view.primary).direction
+        # rounded to 12 decimals: means equal but for the order of summation rank as ties
+        meta["means"] = {o: round(m, 12) for o in view.valid_rows if (m := view.mean(o, view.primary)) is not None}
+    return meta
+
+
+def read_board_meta(path: Path) -> dict[str, Any] | None:
+    """The metadata comment of a board file (None for a markdown file that is not a board)."""
+    text = path.read_text()
+    if not text.startswith("# Leaderboard: "):
+        return None
+    m = META_RE.search(text)
+    if not m:
+        raise ValueError(f"{path}: a board without the '{BOARD_META}' metadata comment (written by an older "
+                         f"fusebench?); regenerate it from its runs or delete it")
+    try:
+        meta = json.loads(m.group(1))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: board metadata is not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or meta.get("benchmark") != path.stem or not isinstance(meta.get("groups"), list):
+        raise ValueError(f"{path}: board metadata must name benchmark {path.stem!r} and list its groups")
+    for g in meta["groups"]:
+        if not isinstance(g, dict) or g.get("kind") not in KIND_TITLES:
+            raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind")
+    return meta
+
+
+def meta_comment(name: str, groups: list[dict[str, Any]]) -> str:
+    """The last line of the board of benchmark ``name``: its metadata comment (``groups``: one
+    :func:`board_meta` per comparability group)."""
+    meta = {"benchmark": name, "format": BOARD_FORMAT, "groups": groups}
+    return f"<!-- {BOARD_META} {json.dumps(meta, sort_keys=True, ensure_ascii=True)} -->"
+
+
+def rendered_meta(markdown: str) -> dict[str, Any]:
+    """The metadata of a board this package has just rendered (its comment is there and valid)."""
+    return json.loads(META_RE.search(markdown).group(1))  # type: ignore[union-attr]

@@ -1,0 +1,188 @@
+"""The board markdown of one benchmark (:func:`render_board`): title and description, then per
+comparability group its data line, what it compares (primary metric, reference row), how to read the
+cells, the table and its notes (:mod:`fusebench.leaderboard.table`), the published rows
+(:mod:`fusebench.leaderboard.reported`), the protocol (selection, tests, views, cost, precision,
+chosen hyper-parameters, compute), the curves plot and studies beside the board; the metadata
+comment for the index last (:mod:`fusebench.leaderboard.meta`)."""
+
+from __future__ import annotations
+
+from fusebench.leaderboard.groups import CI_RESAMPLES, CI_SEED, GroupView, group_runs, make_view
+from fusebench.leaderboard.meta import KIND_TITLES, board_meta, meta_comment
+from fusebench.leaderboard.reported import Reported, published_section
+from fusebench.leaderboard.table import notes_lines, table_lines
+from fusebench.records import RunRecord, differing_fields
+
+
+def _data_line(view: GroupView) -> str:
+    ds = view.recs[0].dataset
+    if view.kind == "real":
+        fp = f", data fingerprint `{ds.fingerprint.sha256[:12]}`" if ds.fingerprint else ""
+        return (f"Data: **real** (dataset `{ds.id}`, manifest `{ds.manifest_hash[:16]}`{fp}); "
+                f"seeds {', '.join(map(str, view.seeds))}.")
+    if view.kind == "pipeline_check":
+        data = "synthetic** twin of dataset" if ds.synthetic else "real** dataset"
+        return (f"Data: **{data} `{ds.id}`. **Pipeline check**: a tiny smoke run that checks the pipeline end to "
+                f"end; its numbers rank nothing (no best row, no tests).")
+    return (f"Data: **synthetic** (dataset `{ds.id}`, synthetic by design); a reproducible study whose ranking "
+            f"holds for this data only.")
+
+
+def _comparison_lines(view: GroupView) -> list[str]:
+    """What the table compares: the primary metric (and why) and the reference row of the tests."""
+    p = view.primary
+    if not p:
+        return []
+    why = view.why.rstrip(".")
+    line = f"Primary metric: `{p}`" + (f" (chosen because {why[0].lower() + why[1:]})" if why else "") + "."
+    if view.ranked:
+        if view.reference:
+            line += f" Reference row of the tests: {view.reference_text}."
+        else:
+            line += f" No tests: {view.reference_text}."
+    return [line, ""]
+
+
+def _cells_text(view: GroupView) -> str:
+    text = ("Cells are mean ± std (n seeds), sample std; metrics marked (%) are fractions shown x100; "
+            "arrows give the direction of better.")
+    p = view.primary
+    if view.ranked and p:
+        text += (f" {p} 95% CI: percentile bootstrap of the mean over seeds ({CI_RESAMPLES:,} resamples, "
+                 f"fixed seed; with few seeds it describes the seeds and is too narrow to be a calibrated interval).")
+        if view.reference:
+            n = sum(1 for r in view.tests.values() if r["p"] is not None)
+            text += (f" Δ: mean over the seeds shared with `{view.reference}` of (row − `{view.reference}`) on "
+                     f"`{p}`, in the column's units; in brackets the p-value of a two-sided paired t-test over "
+                     f"those seeds, Holm-adjusted over the {n} row(s) tested.")
+    text += " Steps / samples seen: the pretraining budget of the row (0 for reference rows; — where not recorded)."
+    if view.undefined:  # only boards with NaN metrics carry the note
+        text += (" `k undefined`: runs whose value of the metric is undefined (NaN in their run.json, e.g. a "
+                 "correlation of constant predictions), left out of the mean, std, best and tests.")
+    return text
+
+
+def group_section(view: GroupView, reported: list[Reported], plot_name: str | None, level: int = 2) -> list[str]:
+    """Table, notes, published rows (when given), protocol and curves of one group (headings at ``level``)."""
+    h = "#" * level
+    out = [_data_line(view), ""] + _comparison_lines(view) + [_cells_text(view), ""]
+    out += table_lines(view)
+    out += notes_lines(view)
+    if reported:
+        out += [""] + published_section([view], reported, level)
+    unknown = [m.id for m in view.metrics if m.direction is None]
+    first = view.recs[0]
+    suites = sorted({r.suite_version for r in view.recs})
+    out += ["", f"{h} Protocol", "",
+            f"- data: {KIND_TITLES[view.kind]} (dataset `{first.dataset.id}`)",
+            f"- model selection: {' '.join(str(first.selection.get('rule', '')).split())}"]
+    if view.ranked:
+        ref = f"the fixed reference row `{view.reference}`" if view.reference else "no reference row: no tests"
+        out.append(f"- primary metric: `{view.primary}`; paired test: two-sided paired t-test over shared seeds "
+                   f"(scipy.stats.ttest_rel) against {ref}, Holm-adjusted over the rows tested; 95% CI: "
+                   f"percentile bootstrap of the mean ({CI_RESAMPLES:,} resamples, seed {CI_SEED})")
+    else:
+        out.append(f"- primary metric: `{view.primary}`; pipeline check: no best row and no tests")
+    if view.num_views:
+        out.append(f"- views: k = {view.num_views}")
+    out.append("- cost: mean pretraining wall time; peak memory = the process's peak resident set on CPU (in a sweep "
+               "it includes earlier cells of the same process) or the CUDA allocator peak on GPU (device in run.json)")
+    if unknown:
+        out.append(f"- direction unknown (never bolded): {', '.join(f'`{m}`' for m in unknown)}")
+    out.append(_precision_line(view))
+    protocol: dict[str, str] = {}
+    for r in view.recs:
+        protocol.update(r.protocol)
+    for key in sorted(protocol):
+        out.append(f"- {key}: {' '.join(protocol[key].split())}")
+    out.append(f"- runs: {len(view.recs)} run.json file(s), seeds {', '.join(map(str, view.seeds))}, "
+               f"fusebench {', '.join(suites)}, comparability key `{first.comparability_key}`")
+    chosen = _chosen_hparams(view)
+    if chosen:
+        out.append(f"- hyper-parameters chosen on the validation split: {chosen}")
+    wall = sum(float(r.raw.get("wall_time_s") or 0.0) for r in view.recs)
+    # one run per grid point and selection seed (records of several selection seeds list the seeds)
+    trials = sum(len((r.raw.get("hparam_selection") or {}).get("scores", []))
+                 * max(1, len((r.raw.get("hparam_selection") or {}).get("seeds") or []))
+                 for r in _first_per_objective(view))
+    out.append(f"- compute: {wall / 60:.1f} min in all, the sum of the {len(view.recs)} runs' wall times "
+               f"(device {first.raw.get('device', '?')}, {(first.raw.get('host') or {}).get('cpu_count', '?')} CPUs)"
+               + (f", plus {trials} selection run(s) on the validation split" if trials else ""))
+    if plot_name:
+        out += ["", f"{h} Training curves", "", f"![training curves]({plot_name})"]
+    for study in view.studies:
+        out += ["", f"{h} Study: {study[0]}", "", f"[{study[0]}]({study[1]}) — ![{study[0]}]({study[2]})"]
+    return out
+
+
+def _precision_line(view: GroupView) -> str:
+    """The group's precision policy (one per group: it is part of the comparability key) and the
+    devices its runs were made on (``numerics.device_name`` where recorded, else ``device``)."""
+    from fusebench.training.precision import PRECISIONS
+
+    name = view.recs[0].precision
+    devices: dict[str, int] = {}
+    for r in view.recs:
+        numerics = r.raw.get("numerics") if isinstance(r.raw.get("numerics"), dict) else {}
+        dev = str(r.raw.get("device", "?"))
+        label = f"{dev} ({numerics['device_name']})" if numerics.get("device_name") else dev
+        devices[label] = devices.get(label, 0) + 1
+    shown = ", ".join(f"{d} x{n}" for d, n in sorted(devices.items()))
+    return (f"- precision: `{name}` ({PRECISIONS[name].summary}); objectives and metrics compute in float32 or "
+            f"wider whatever the precision (docs/gpu.md); runs on {shown}")
+
+
+def _first_per_objective(view: GroupView) -> list[RunRecord]:
+    seen: dict[str, RunRecord] = {}
+    for r in view.recs:
+        seen.setdefault(r.objective, r)
+    return [seen[o] for o in sorted(seen)]
+
+
+def _chosen_hparams(view: GroupView) -> str:
+    """``obj`` name=value (grid) per objective whose records carry a validation-split selection."""
+    parts = []
+    for r in _first_per_objective(view):
+        sel = r.raw.get("hparam_selection")
+        if not isinstance(sel, dict) or not isinstance(sel.get("choice"), dict):
+            continue
+        grid = sel.get("grid") or {}
+        choice = ", ".join(f"{k}={v} of {grid.get(k)}" for k, v in sorted(sel["choice"].items()))
+        parts.append(f"`{r.objective}` {choice}")
+    return "; ".join(parts)
+
+
+def render_board(name: str, views: list[GroupView], reported: list[Reported],
+                 plot_names: list[str | None]) -> str:
+    """The whole board markdown of one benchmark (one section per group when split; the published
+    rows once, in a section of their own)."""
+    out = [f"# Leaderboard: {name}", ""]
+    desc = views[0].recs[0].description
+    if desc:
+        out += [" ".join(desc.split()), ""]
+    metas = []
+    if len(views) == 1:
+        out += group_section(views[0], reported, plot_names[0], level=2)
+        metas.append(board_meta(views[0], None))
+    else:
+        fields = differing_fields([v.recs[0] for v in views])
+        out += [f"The runs of this benchmark fall into {len(views)} comparability groups (runs that must not be "
+                f"compared), one table each; they differ in {', '.join(fields)}.", ""]
+        for i, (view, plot) in enumerate(zip(views, plot_names), 1):
+            title = f"group {i} of {len(views)}"
+            out += [f"## Group {i} of {len(views)}: key `{view.recs[0].comparability_key}`", ""]
+            out += group_section(view, [], plot, level=3)
+            out.append("")
+            metas.append(board_meta(view, title))
+        out = out[:-1]
+        if reported:
+            out += [""] + published_section(views, reported, level=2)
+    out += ["", meta_comment(name, metas)]
+    return "\n".join(out) + "\n"
+
+
+def benchmark_table(name: str, recs: list[RunRecord], plot_name: str | None = None,
+                    reported: list[Reported] = ()) -> str:
+    """The board of one benchmark whose runs form one comparability group."""
+    (group,) = group_runs(name, recs)
+    return render_board(name, [make_view(name, group)], list(reported), [plot_name])

@@ -1,0 +1,93 @@
+"""Writing a leaderboards folder (:func:`write_leaderboards`): every board of the benchmarks with runs,
+their curves plots, the index and its CD diagram. Everything is validated and rendered before the
+first file is written, files are written only inside the output folder, and a file whose content is
+unchanged (or a plot whose inputs are) is left untouched. Also where the committed boards of a
+repository checkout are (:func:`repository_boards`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import fusebench.leaderboard.index as index_page
+import fusebench.leaderboard.plots as plotting
+from fusebench.io import write_if_changed
+from fusebench.leaderboard.groups import GroupView, group_runs, load_runs, make_view
+from fusebench.leaderboard.meta import read_board_meta, rendered_meta
+from fusebench.leaderboard.render import render_board
+from fusebench.leaderboard.reported import load_reported
+from fusebench.registry import ID_RULE, valid_id
+
+
+def _inside(out_dir: Path, filename: str) -> Path:
+    """``out_dir / filename`` after checking that it names a file directly inside ``out_dir``."""
+    path = out_dir / filename
+    if Path(filename).name != filename or path.parent.resolve() != out_dir.resolve():
+        raise ValueError(f"refusing to write {path}: not a file directly inside {out_dir}")
+    return path
+
+
+def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split: bool = False,
+                       reported: Path | None = None) -> list[Path]:
+    """Regenerate the boards of the benchmarks with runs under ``runs_dir`` and the index; returns the
+    markdown paths of those boards and the index (a file whose text did not change is left untouched,
+    like a plot whose inputs did not). Everything is validated before the first file is written."""
+    runs = load_runs(Path(runs_dir))
+    out_dir = Path(out_dir)
+    reported_map = load_reported(Path(reported) if reported is not None else out_dir / "reported.yaml")
+    boards: list[tuple[str, list[GroupView], list[str]]] = []
+    for name, recs in runs.items():
+        if not valid_id(name):  # validated by the record schema already; never build paths from anything else
+            raise ValueError(f"benchmark id {name!r} is not an id ({ID_RULE})")
+        groups = group_runs(name, recs, split=split)
+        views = [make_view(name, g) for g in groups]
+        if (out_dir / f"{name}-kviews.md").exists():  # written by `fusebench study kviews`
+            for v in views:
+                v.studies.append(("k-views study", f"{name}-kviews.md", f"{name}-kviews.png"))
+        plot_names = [f"{name}-curves.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-curves.png"
+                      for v in views]
+        for p in plot_names + [f"{name}.md"]:
+            _inside(out_dir, p)
+        boards.append((name, views, plot_names))
+    # the index: every board already in out_dir, with the regenerated ones replaced
+    metas: dict[str, dict[str, Any]] = {}
+    if out_dir.is_dir():
+        for path in sorted(out_dir.glob("*.md")):
+            if path.name != "README.md" and valid_id(path.stem) and path.stem not in runs:
+                meta = read_board_meta(path)
+                if meta is not None:
+                    metas[path.stem] = meta
+    written = []
+    rendered = []  # every markdown text is made before the first file is written
+    for name, views, plot_names in boards:
+        shown = [plot if plots and plotting.has_curves(view) else None for view, plot in zip(views, plot_names)]
+        md = render_board(name, views, reported_map.get(name, []), shown)
+        metas[name] = rendered_meta(md)
+        rendered.append((name, views, shown, md))
+    ranking = index_page.cross_dataset_ranking(metas)
+    cd_plot = index_page.CD_PLOT if plots and "cd" in ranking else None
+    index_md = index_page.build_index(metas, cd_plot, ranking)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, views, shown, md in rendered:
+        for view, plot in zip(views, shown):
+            if plot:
+                plotting.plot_curves(view, _inside(out_dir, plot))
+        path = _inside(out_dir, f"{name}.md")
+        write_if_changed(path, md)
+        written.append(path)
+    if cd_plot:
+        index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot))
+    index_path = _inside(out_dir, "README.md")
+    write_if_changed(index_path, index_md)
+    written.append(index_path)
+    return written
+
+
+def repository_boards() -> Path | None:
+    """The repository's ``leaderboards/`` folder when this fusebench runs from a checkout (the folder
+    holding the package also holds ``pyproject.toml`` and ``leaderboards/``), else None (an installed
+    wheel). The default of the commands that read the committed boards from any current folder
+    (``fusebench bench leaderboard``, ``fusebench study kviews``)."""
+    root = Path(__file__).resolve().parents[2]  # fusebench/leaderboard/writer.py
+    boards = root / "leaderboards"
+    return boards if (root / "pyproject.toml").is_file() and boards.is_dir() else None

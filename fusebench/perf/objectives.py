@@ -1,0 +1,219 @@
+"""``fusebench bench objectives``: forward+backward time and peak memory of every registered objective.
+
+Three tables, printed as markdown:
+
+1. every objective in ``fusebench.objectives.available()`` (default hyperparameters, float32) at
+   (k, n, d) in {(2, 256, 128), (4, 64, 256), (6, 16, 256)}: median forward+backward wall time over
+   ``--repeats`` timed calls (after one untimed warm-up call) and peak memory.  ``input_kind``
+   decides the call: ``views`` -> ``module(views[k, n, d])``; ``pairs`` -> ``module(pred[k, n, d],
+   target[k, n, d])``; ``tuple`` -> ``module(anchor[n, d], positive[n, d], negatives[n, n, d])``.  A
+   shape the objective refuses (ValueError, e.g. ``matching_gap`` at k != 2) is shown as ``-``.
+2. M3G ``solver="auto"`` vs ``solver="reference"`` in the same run at k = 4, n = 64, d = 256,
+   eps = 0.2, float64: both times, their ratio and the absolute difference of the values.
+3. M3G auto alone at (k, n) = (4, 128) and (6, 32), d = 256, eps = 0.2, float64 and float32.
+
+Peak memory is measured with the torch profiler (``profile_memory=True``): the largest running sum
+of the CPU allocator's allocations minus frees during one forward+backward call, i.e. memory
+allocated on top of the inputs (tracemalloc cannot see torch's allocator).  Inputs: a rank-8 shared
+per-sample signal plus independent view noise (so that views of a sample agree more than views of
+different samples and Sinkhorn needs a few iterations); the seed is fixed.
+
+Shape:
+    views / predictions / targets: ``[k, n, d]``; anchor, positive: ``[n, d]``; negatives: ``[n, n, d]``.
+
+Example::
+
+    fusebench bench objectives --repeats 5
+    fusebench bench objectives --quick --only 'm3g*'
+
+``--vs ott``, ``--crossover`` and ``--step-time`` are separate runs of the same command, each in its own
+module (:mod:`fusebench.perf.vs_ott`, :mod:`fusebench.perf.crossover`, :mod:`fusebench.perf.step_time`);
+this module holds the three tables above and the command line of all four.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from typing import Callable
+
+import torch
+
+from fusebench.perf import crossover, step_time, vs_ott
+from fusebench.perf.timing import fmt_mib, fmt_ms, make_views, machine_description, peak_bytes, time_call
+
+SHAPES = [(2, 256, 128), (4, 64, 256), (6, 16, 256)]
+AUTO_ONLY = [(4, 128), (6, 32)]
+TARGET_S = 2.0
+TARGET_RATIO = 50.0
+
+
+def _call_factory(module: torch.nn.Module, k: int, n: int, d: int, dtype: torch.dtype) -> Callable[[], float]:
+    kind = getattr(module, "input_kind", "views")
+    if kind == "pairs":
+        pred = make_views(k, n, d, dtype, seed=1).requires_grad_()
+        target = make_views(k, n, d, dtype, seed=2)
+        args = (pred, target)
+    elif kind == "tuple":
+        g = torch.Generator().manual_seed(3)
+        args = tuple(torch.randn(*s, generator=g, dtype=dtype).requires_grad_() for s in ((n, d), (n, d), (n, n, d)))
+    else:
+        args = (make_views(k, n, d, dtype).requires_grad_(),)
+
+    def step() -> float:
+        for a in args:
+            a.grad = None
+        out = module(*args)
+        out.backward()
+        return float(out.detach())
+
+    return step
+
+
+def bench_all(names: list[str], repeats: int, dtype: torch.dtype) -> list[str]:
+    from fusebench.objectives import build
+
+    head = "| objective | " + " | ".join(f"k={k}, n={n}, d={d}" for k, n, d in SHAPES) + " |"
+    lines = [head, "|" + "---|" * (len(SHAPES) + 1)]
+    for name in names:
+        cells = []
+        for k, n, d in SHAPES:
+            try:
+                module = build(name)
+                step = _call_factory(module, k, n, d, dtype)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    sec, _ = time_call(step, repeats)
+                    mem = peak_bytes(step)
+                cells.append(f"{fmt_ms(sec)} / {fmt_mib(mem)}")
+            except ValueError:
+                cells.append("-")
+            except Exception as exc:  # noqa: BLE001 - a broken objective must not hide the others
+                cells.append(f"error: {type(exc).__name__}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def bench_m3g(repeats: int, ref_repeats: int) -> tuple[list[str], bool]:
+    from fusebench.objectives import build
+
+    ok = True
+    k, n, d, eps = 4, 64, 256, 0.2
+    lines = ["| k | n | d | eps | dtype | auto | reference | ratio ref/auto | abs(value diff) | iterations |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    auto = build("m3g", eps=eps, solver="auto")
+    ref = build("m3g", eps=eps, solver="reference")
+    t_auto, v_auto = time_call(_call_factory(auto, k, n, d, torch.float64), repeats)
+    t_ref, v_ref = time_call(_call_factory(ref, k, n, d, torch.float64), ref_repeats)
+    ratio, diff = t_ref / t_auto, abs(v_auto - v_ref)
+    ok &= ratio >= TARGET_RATIO and diff <= 1e-6
+    lines.append(f"| {k} | {n} | {d} | {eps} | float64 | {fmt_ms(t_auto)} | {fmt_ms(t_ref)} | {ratio:.0f}x "
+                 f"| {diff:.1e} | {int(auto.stats['iterations'])} / {int(ref.stats['iterations'])} |")
+    lines += ["", "| solver | k | n | d | eps | dtype | forward+backward | peak memory | iterations | value | < 2 s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for kk, nn in AUTO_ONLY:
+        for dtype in (torch.float64, torch.float32):
+            m = build("m3g", eps=eps, solver="auto")
+            step = _call_factory(m, kk, nn, d, dtype)
+            sec, val = time_call(step, repeats)
+            mem = peak_bytes(step)
+            ok &= sec < TARGET_S
+            dname = str(dtype).replace("torch.", "")
+            lines.append(f"| auto | {kk} | {nn} | {d} | {eps} | {dname} | {fmt_ms(sec)} "
+                         f"| {fmt_mib(mem)} | {int(m.stats['iterations'])} | {val:.6f} | {'yes' if sec < TARGET_S else 'NO'} |")
+    return lines, ok
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="fusebench bench objectives",
+        description="Forward+backward time and peak memory of every registered objective, and M3G solver checks.",
+        epilog="Examples: fusebench bench objectives --repeats 5 --threads 2; fusebench bench objectives --vs ott "
+               "--quick; fusebench bench objectives --step-time",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per cell (median reported; default 5)")
+    parser.add_argument("--quick", action="store_true", help="1 timed call per cell, 1 for the reference solver")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default 2; 1 with --vs and --step-time)")
+    parser.add_argument("--only", default=None, help="glob over objective ids for the first table (e.g. 'm3g*')")
+    parser.add_argument("--skip-m3g", action="store_true", help="only the per-objective table")
+    peer = parser.add_argument_group("--vs ott: our M3G against ott-jax's MMSinkhorn (needs the peers extra)")
+    peer.add_argument("--vs", choices=["ott"], default=None, help="run only the side-by-side table against a peer")
+    peer.add_argument("--k", type=int, nargs="+", default=None, help="views (default 3 4 5 6; --quick: a subset)")
+    peer.add_argument("--n", type=int, nargs="+", default=None, help="batch sizes (default 16 32 64 128)")
+    peer.add_argument("--eps", type=float, nargs="+", default=None, help="entropic regularisations (default 0.2 0.05)")
+    peer.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="(default float32)")
+    peer.add_argument("--dim", type=int, default=32, help="embedding dimension d (default 32, the quickstart's)")
+    peer.add_argument("--cell-seconds", type=float, default=20.0,
+                      help="time budget of the timed rounds per configuration (default 20; at least 1 round)")
+    peer.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU (with --threads 1)")
+    peer.add_argument("--mem-cap-mib", type=float, default=256.0,
+                      help="skip configurations whose n^k tensor (ott) exceeds this (default 256 MiB)")
+    peer.add_argument("--backend", choices=("auto", "eager", "compiled"), default="auto",
+                      help="our M3G's backend (default auto: the compiled call for small CPU problems when numba is "
+                           "installed, see docs/objectives-ot.md)")
+    parser.add_argument("--crossover", action="store_true",
+                        help="run only the per-sweep timing of the M3G solver's strategies (the crossover rule)")
+    step = parser.add_argument_group("--step-time: quickstart training step, M3G / InfoNCE-pwe")
+    step.add_argument("--step-time", action="store_true", help="run only the step-time comparison")
+    step.add_argument("--rounds", type=int, default=100, help="alternating rounds (default 100; --quick: 30)")
+    step.add_argument("--profile", action="store_true", help="also print a torch.profiler table of M3G steps")
+    ns = parser.parse_args(argv)
+    special = [name for name, on in (("--vs", ns.vs), ("--step-time", ns.step_time), ("--crossover", ns.crossover)) if on]
+    if ns.threads is None:
+        ns.threads = 1 if special else 2
+    if ns.repeats < 1 or ns.threads < 1 or ns.rounds < 1:
+        parser.error("--repeats, --threads and --rounds must be >= 1")
+    if len(special) > 1:
+        parser.error(f"{' and '.join(special)} are separate runs; pick one")
+    if special:
+        previous_threads = torch.get_num_threads()
+        torch.set_num_threads(ns.threads)
+        try:
+            if ns.vs:
+                return vs_ott.run(ns)
+            return step_time.run(ns) if ns.step_time else crossover.run(ns)
+        finally:
+            torch.set_num_threads(previous_threads)
+    from fusebench.objectives import available
+
+    names = available(ns.only)
+    if not names:
+        parser.error(f"no registered objective matches {ns.only!r}; valid ids: {', '.join(available())}")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(ns.threads)
+    try:
+        return _run(ns, names)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(ns: argparse.Namespace, names: list[str]) -> int:
+    repeats = 1 if ns.quick else ns.repeats
+    ref_repeats = 1 if ns.quick else min(3, ns.repeats)
+    print("# fusebench bench objectives")
+    print()
+    print(machine_description())
+    print()
+    print(f"Forward+backward, median of {repeats} (after 1 warm-up), float32, default hyperparameters; "
+          "cell = time / peak memory (torch profiler, CPU allocations during one call).")
+    print()
+    print("\n".join(bench_all(names, repeats, torch.float32)))
+    if ns.skip_m3g:
+        return 0
+    print()
+    print(f"M3G auto vs reference (median of {repeats} / {ref_repeats}); targets: ratio >= {TARGET_RATIO:.0f}x, "
+          f"values equal to 1e-6, auto under {TARGET_S:.0f} s.")
+    print()
+    lines, ok = bench_m3g(repeats, ref_repeats)
+    print("\n".join(lines))
+    print()
+    print("targets met" if ok else "TARGETS NOT MET")
+    return 0
+
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

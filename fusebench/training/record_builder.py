@@ -1,0 +1,132 @@
+"""The run record, built in one place (records layer): :func:`build_record` turns what a cell ran and
+measured into the ``run.json`` mapping that :func:`fusebench.records.validate_record` accepts; nothing
+patches a record after it is built."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any, Mapping
+
+import torch
+
+import fusebench
+from fusebench.pipelines import pipeline_of
+from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
+from fusebench.training import distributed, precision, utils
+from fusebench.training.config import BenchmarkSpec
+from fusebench.training.loop import Clock
+from fusebench.training.reference_features import BASELINE, RAW, REFERENCES
+from fusebench.training.request import CellRequest, objective_hparams
+
+
+def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
+                     fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the run read: adapter id, synthetic or real; for real data the prepared cache's manifest
+    hash (or "unprepared") and the fingerprint of the files under the data root."""
+    if synthetic or spec.dataset.synthetic_only:
+        return {"id": spec.dataset.id, "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None}
+    hashes = {role: getattr(ds, "manifest_hash", None) or "unprepared"
+              for role, ds in data.items()}
+    ident = {"id": spec.dataset.id, "manifest_hash": hashes["train"], "manifest_hashes": hashes,
+             "synthetic": False, "root": str(getattr(data["train"], "root", "")), "fingerprint": fingerprint,
+             "sizes": {role: len(ds) for role, ds in data.items()}}
+    split_info = getattr(data["train"], "split_info", None)
+    if callable(split_info):
+        ident["splits"] = split_info()
+    return ident
+
+
+def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapping[str, Any], data: Mapping[str, Any] | None,
+                 *, curves: Mapping[str, Any], val: Mapping[str, Any] | None, test: Mapping[str, Any], best_epoch: int,
+                 wall_time: float, pretrain_time: float, model: Any, diagnostics: Mapping[str, Any],
+                 context: Mapping[str, Any] | None = None, timing: Mapping[str, Any] | None = None,
+                 selection: Mapping[str, Any] | None = None, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run record of ``request``, in one piece: what every pipeline records (identity, config and hash,
+    data identity, host, seeds, determinism, precision, curves, selection, metrics, times, budget, hyper-
+    parameters), with ``selection`` merged into the selection block (a protocol's selection rule and the
+    choices it made) and ``fields`` the protocol's own fields (e.g. ``clustering``, ``validity``; a field
+    named here replaces the common one, e.g. a pipeline that counts its own ``budget``).
+
+    ``timing`` (resumed cells): ``{"resumed": bool, "segments": {"wall": Clock | [s], "pretrain": [s]},
+    "budget": {...}}``; ``wall_time`` and ``pretrain_time`` are then the sums of the segments (the time of
+    the work kept across processes), and the segments are recorded beside them."""
+    spec, objective, seed = request.spec, request.objective, request.seed
+    segments = time_segments(timing, wall_time, pretrain_time)
+    if timing:
+        wall_time = sum(segments["wall"])  # read once: the total is the sum of the recorded segments
+    directions = {}
+    if pipeline_of(spec).downstream:  # the dataset's task says how its metrics read (unit, direction)
+        from fusebench.tasks import TASKS
+
+        task = getattr((data or {}).get("train"), "task", None)
+        if task in TASKS:
+            described = TASKS.get(task).describe_metrics(spec.metrics, spec.downstream.protocol)
+            directions = {mid: direction for mid, _unit, direction in described}
+        else:  # a plugin adapter's task that is not registered: the metric metadata alone
+            from fusebench import metrics as M
+
+            directions = {mid: M.metadata(mid)["direction"] for mid in spec.metrics}
+    record = {
+        "metric_directions": directions,
+        "schema_version": SCHEMA_VERSION,
+        "suite_version": fusebench.__version__,
+        "git": (context or {}).get("git") or utils.git_info(),
+        "benchmark": spec.name,
+        "objective": objective,
+        "seed": seed,
+        "config": spec.to_dict(),
+        "config_hash": spec.hash(),
+        "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": pipeline_of(spec).dataset_id(spec), "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None},
+        "device": str(device),
+        "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
+                 "cpu_count": os.cpu_count(), "world_size": distributed.world_size()},
+        "seeds": {"python": seed, "numpy": seed, "torch": seed},
+        "determinism": {k: v for k, v in flags.items() if k != "numerics"},
+        # the precision policy and what decided the numbers on this device (fusebench/training/precision.py)
+        "precision": precision.check(spec.precision),
+        "numerics": flags.get("numerics") or precision.numerics(precision.get(spec.precision), torch.device(device)),
+        "curves": curves,
+        "selection": {"rule": f"best validation {spec.primary_metric} over downstream epochs "
+                              f"(split {spec.dataset.val_split!r}); test scored once with the selected weights",
+                      "metric": spec.primary_metric, "best_epoch": best_epoch, "val_metrics": val},
+        "metrics": test,
+        "wall_time_s": wall_time,
+        "pretrain_time_s": pretrain_time,
+        "resumed": bool((timing or {}).get("resumed", False)),
+        "time_segments_s": segments,
+        "peak_memory_mb": utils.peak_memory_mb(device),
+        "parameters": sum(p.numel() for p in model.parameters()) if model is not None else 0,
+        "diagnostics": diagnostics,
+        "protocol": spec.protocol_notes,
+        "hparams": objective_hparams(spec, objective, context) if objective not in REFERENCES else {},
+        "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
+        # the pretraining budget this row got: optimiser steps, samples seen, batch, micro-batch, epochs
+        "budget": (timing or {}).get("budget") or {"optimizer_steps": 0, "samples_seen": 0, "batch_size": None,
+                                                   "micro_batch": None, "epochs": 0},
+        "comparison": comparison_of(spec),
+    }
+    record["selection"].update(selection or {})
+    record.update(fields or {})
+    return record
+
+
+def comparison_of(spec: BenchmarkSpec) -> dict[str, str]:
+    """How the board compares the rows (``spec.comparison`` with its defaults): the fixed reference row of
+    the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why it was chosen."""
+    out = {k: v for k, v in spec.comparison.items() if v}
+    if "reference" not in out:
+        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
+        if ref:
+            out["reference"] = ref
+    out.setdefault("primary", spec.primary_metric)
+    return out
+
+
+def time_segments(timing: dict[str, Any] | None, wall_time: float, pretrain_time: float) -> dict[str, list[float]]:
+    """Per-process time segments of a record (one each for a cell run in one go)."""
+    seg = (timing or {}).get("segments") or {}
+    wall = seg.get("wall")
+    return {"wall": wall.segments() if isinstance(wall, Clock) else list(wall or [wall_time]),
+            "pretrain": list(seg.get("pretrain") or [pretrain_time])}

@@ -1,0 +1,94 @@
+"""What is asked of a cell, as two frozen, picklable objects (spec layer).
+
+* :class:`CellRequest`: *which* cell -- the resolved benchmark spec, the objective, the seed, and the
+  sweep's output folder. Its :attr:`~CellRequest.cell` is the folder the cell writes.
+* :class:`RunOptions`: *how* to run it -- synthetic data or a data root, the device, resume, progress
+  output, a step limit (tests of killed runs), experiment trackers. None of these enter the config
+  hash; they never change a result (the device decides only the ``numerics`` a record reports).
+
+The sweep's ``context`` (measured once per sweep: the checkout's git state, the data fingerprint, the
+hyper-parameters chosen on validation) travels beside them as a plain mapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from fusebench.training.config import BenchmarkSpec
+
+
+def cell_dir(out: str | Path, benchmark: str, objective: str, seed: int) -> Path:
+    """``<out>/<benchmark>/<objective>/seed<seed>``: the folder of a cell (its record, lock, checkpoints)."""
+    return Path(out) / benchmark / objective / f"seed{seed}"
+
+
+@dataclass(frozen=True)
+class CellRequest:
+    """One (benchmark, objective, seed) cell of a sweep writing under ``out``."""
+
+    spec: BenchmarkSpec
+    objective: str
+    seed: int
+    out: Path
+
+    @property
+    def cell(self) -> Path:
+        """``<out>/<benchmark>/<objective>/seed<seed>``: the cell's folder."""
+        return cell_dir(self.out, self.spec.name, self.objective, self.seed)
+
+    @property
+    def where(self) -> str:
+        """``<benchmark>/<objective>/seed<seed>``, the cell's name in progress lines and messages."""
+        return f"{self.spec.name}/{self.objective}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How cells run; nothing here changes a result."""
+
+    synthetic: bool = False
+    data_root: str | None = None
+    device: str = "auto"
+    resume: bool = False
+    progress: bool = True
+    max_steps: int | None = None  # stop after this many optimisation steps in all (tests of killed runs)
+    loggers: tuple[str, ...] = ()  # experiment tracker ids (fusebench.training.trackers)
+    mlflow_uri: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "loggers", tuple(self.loggers or ()))
+
+    def but(self, **changes: Any) -> "RunOptions":
+        """A copy with ``changes`` (e.g. ``resume=True`` for a requeued job)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class SweepCells:
+    """The cells of one sweep, as a launcher receives them: the resolved spec, the output folder, the
+    run options and the sweep's context (filled by hyper-parameter selection before the cells run).
+    :meth:`request` names one cell; every launcher runs it as
+    ``fusebench.training.runner.sweep_cell(cells.request(o, s), cells.options, cells.context)``."""
+
+    spec: BenchmarkSpec
+    out: Path
+    options: RunOptions
+    context: Mapping[str, Any]
+
+    def request(self, objective: str, seed: int) -> CellRequest:
+        return CellRequest(self.spec, objective, seed, self.out)
+
+    def moved_to(self, out: Path) -> "SweepCells":
+        """The same cells under ``out`` (e.g. the resolved folder: a job may start in another one)."""
+        return replace(self, out=Path(out))
+
+
+def objective_hparams(spec: BenchmarkSpec, objective: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The objective's hyper-parameters: ``pretrain.hparams[objective]`` updated with the values the
+    validation search chose (``context["hparams"]``, see :func:`fusebench.training.selection.select_hparams`)."""
+    return {**spec.pretrain.hparams.get(objective, {}), **((context or {}).get("hparams", {}).get(objective, {}))}
+
+
+__all__ = ["CellRequest", "RunOptions", "SweepCells", "cell_dir", "objective_hparams"]
