@@ -27,6 +27,8 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
+from fusebench.datasets.cache import cache_home, open_cache
+from fusebench.datasets.errors import DatasetError, DatasetNotFoundError
 from fusebench.io import canonical_json, sha256_file, sha256_hex
 
 log = logging.getLogger(__name__)
@@ -71,14 +73,6 @@ class DataFile:
     required: bool = True
 
 
-class DatasetError(ValueError):
-    """Bad or missing data: the message names the file and the problem."""
-
-
-class DatasetNotFoundError(DatasetError, FileNotFoundError):
-    """The dataset's files are missing; the message is the adapter's ``data info`` text."""
-
-
 @dataclass
 class SyntheticSpec:
     """Controls of a synthetic twin: size and per-modality informativeness in [0, 1]."""
@@ -93,12 +87,6 @@ class SyntheticSpec:
 BASE_OPTION_TYPES: dict[str, Any] = {"seed": int, "augment": bool, "synthetic_spec": dict, "use_cache": bool,
                                      "allow_empty": bool}
 BASE_OPTIONS = frozenset(BASE_OPTION_TYPES)
-
-
-def cache_home() -> Path:
-    """Where fusebench caches prepared data and synthetic twins (``$FUSEBENCH_CACHE`` overrides)."""
-    env = os.environ.get("FUSEBENCH_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "fusebench"
 
 
 class MultimodalDataset(Dataset):
@@ -188,9 +176,7 @@ class MultimodalDataset(Dataset):
             raise DatasetError(self._empty_split_message())
         self._cache = None
         if opts.get("use_cache", True):
-            from fusebench.datasets import cache as _cache  # local import: optional machinery
-
-            self._cache = _cache.open_cache(self)
+            self._cache = open_cache(self)
 
     def attach_cache(self, cache: Any) -> None:
         """Read the samples from ``cache`` instead of the official files: a reader returned by

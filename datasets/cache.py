@@ -44,6 +44,10 @@ recomputed only by :func:`check` (``fusebench data check``).
 
 Shape: a loaded sample has exactly the tensors (shapes, dtypes) the raw reader returned; ``meta``
 goes through JSON (tuples come back as lists, numpy scalars as Python numbers).
+
+This module is longer than ~450 lines because it is one file format: the writer (:func:`prepare`), the
+reader (:class:`CacheReader`), the manifest and its identity, and the integrity check (:func:`check`)
+share the layout above, and a change to one is a change to all of them.
 """
 
 from __future__ import annotations
@@ -59,13 +63,16 @@ import shutil
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 import torch
 
-from fusebench.datasets.base import DatasetError, MultimodalDataset, cache_home
+from fusebench.datasets.errors import DatasetError
 from fusebench.io import canonical_json, sha256_file, sha256_hex
+
+if TYPE_CHECKING:  # annotations only: the adapters' base class imports this module
+    from fusebench.datasets.base import MultimodalDataset
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +87,12 @@ _SCHEMA_KEYS = ("modalities", "target", "extra_targets", "meta")
 
 
 # -- locations and keys ------------------------------------------------------------------------
+def cache_home() -> Path:
+    """Where fusebench caches prepared data and synthetic twins (``$FUSEBENCH_CACHE`` overrides)."""
+    env = os.environ.get("FUSEBENCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "fusebench"
+
+
 def prepared_bases() -> list[Path]:
     """Folders searched for prepared caches, in order (``$FUSEBENCH_PREPARED`` first)."""
     out = []

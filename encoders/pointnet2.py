@@ -53,6 +53,9 @@ Example::
     ...                         "height": torch.rand(2, 256, 1)}}
     >>> enc.embed(batch).shape
     torch.Size([3, 2, 64])
+
+This module is longer than ~450 lines because it is one architecture: sampling, grouping, the set
+abstraction and feature propagation layers and the backbone built from them.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("fusebench.training.cli", "main", "run a benchmark by name (pretrain -> downstream -> run.json)"),
     "leaderboard": ("fusebench.leaderboard", "main", "regenerate leaderboard markdown from run.json files"),
     "status": ("fusebench.training.status", "main", "cells of a sweep: done / running / failed / interrupted / pending"),
-    "study": ("fusebench.training.kviews", "study_main", "studies across benchmark variants: kviews (accuracy vs number of views)"),
+    "study": ("fusebench.training.kviews_cli", "study_main", "studies across benchmark variants: kviews (accuracy vs number of views)"),
 }
 
 

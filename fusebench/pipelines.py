@@ -37,7 +37,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import math
+from typing import Any, ClassVar, Mapping
 
 from fusebench.registry import Registry
 
@@ -48,6 +49,11 @@ def _describe(cls: Any) -> dict[str, Any]:
 
 
 PIPELINES = Registry("pipeline", entry_point_group="fusebench.pipelines", describe=_describe)
+
+#: the functions that run a built-in pipeline's cell, ``fn(request, options, context, trackers) -> record``,
+#: registered by the modules that implement them (imported on the first lookup): the declarations here
+#: import nothing of the training code, which sits above them
+CELLS = Registry("pipeline cell", modules=("fusebench.training.standard", "fusebench.training.gaussian_mi"))
 
 
 class Pipeline:
@@ -62,13 +68,19 @@ class Pipeline:
     #: the precision policies the cell applies (fusebench.training.precision); others are refused at spec load
     precisions: ClassVar[tuple[str, ...]] = ("32",)
 
-    def run_cell(self, request: Any, options: Any, context: dict[str, Any],
-                 trackers: Any) -> dict[str, Any]:  # pragma: no cover - abstract
+    #: the id of the built-in function in :data:`CELLS` that runs this pipeline's cell (None: the
+    #: subclass implements :meth:`run_cell` itself, as a plugin does)
+    cell: ClassVar[str | None] = None
+
+    def run_cell(self, request: Any, options: Any, context: dict[str, Any], trackers: Any) -> dict[str, Any]:
         """Run the cell ``request`` (a :class:`fusebench.training.request.CellRequest`; its folder is
         ``request.cell``) as ``options`` (:class:`~fusebench.training.request.RunOptions`) say, write its
         ``run.json`` and return the record. ``context``: what the sweep measured once (git state, data
-        fingerprint, the hyper-parameters chosen on validation); ``trackers``: the cell's experiment trackers."""
-        raise NotImplementedError
+        fingerprint, the hyper-parameters chosen on validation); ``trackers``: the cell's experiment trackers.
+        The base runs :data:`CELLS`[``cell``]; a plugin overrides it."""
+        if self.cell is None:  # pragma: no cover - abstract
+            raise NotImplementedError(f"{type(self).__name__} names no built-in cell and does not implement run_cell")
+        return CELLS.get(self.cell)(request, options, context, trackers)
 
     def view_counts(self, spec: Any) -> list[int]:  # pragma: no cover - abstract
         """The view counts k an objective must accept to run on ``spec``."""
@@ -96,6 +108,7 @@ class StandardPipeline(Pipeline):
     downstream = True
     builds_encoder = True
     precisions = ("32", "tf32", "bf16-mixed", "16-mixed")
+    cell = "standard"  # fusebench/training/standard.py
 
     def spec_problems(self, spec: Any) -> list[str]:
         """A dataset id, an encoder id and at least one metric (the selection metric among them)."""
@@ -109,11 +122,6 @@ class StandardPipeline(Pipeline):
         elif spec.selection_metric and spec.selection_metric not in spec.metrics:
             out.append(f"selection_metric {spec.selection_metric!r} is not in metrics")
         return out
-
-    def run_cell(self, request: Any, options: Any, context: dict[str, Any], trackers: Any) -> dict[str, Any]:
-        from fusebench.training.standard import run_standard_cell
-
-        return run_standard_cell(request, options, context, trackers)
 
     def view_counts(self, spec: Any) -> list[int]:
         if spec.dataset.modalities:
@@ -130,18 +138,10 @@ class GaussianMIPipeline(Pipeline):
     reads_dataset = False
     downstream = False
     builds_encoder = False
-
-    def run_cell(self, request: Any, options: Any, context: dict[str, Any], trackers: Any) -> dict[str, Any]:
-        from fusebench.training import precision
-        from fusebench.training.gaussian_mi import run_gaussian_mi
-
-        with precision.backend_flags(precision.get(request.spec.precision)):  # float32: TF32 off on CUDA
-            return run_gaussian_mi(request, device=options.device, progress=options.progress, context=context)
+    cell = "gaussian_mi"  # fusebench/training/gaussian_mi.py
 
     def spec_problems(self, spec: Any) -> list[str]:  # bad study options fail when the spec loads
-        from fusebench.training.gaussian_mi import options_problems
-
-        return [*super().spec_problems(spec), *options_problems(spec.options)]
+        return [*super().spec_problems(spec), *gaussian_mi_options_problems(spec.options)]
 
     def view_counts(self, spec: Any) -> list[int]:
         """One count per multiplicity ``options.multiplicities`` (default [2])."""
@@ -163,4 +163,36 @@ def available(pattern: str | None = None) -> list[str]:
     return PIPELINES.available(pattern)
 
 
-__all__ = ["PIPELINES", "GaussianMIPipeline", "Pipeline", "StandardPipeline", "available", "pipeline_of"]
+#: the level of the one-sided test that flags a Gaussian-MI bound above the true MI (fusebench/training/gaussian_mi.py)
+DEFAULT_VALIDITY_ALPHA = 0.01
+
+
+def gaussian_mi_options_problems(options: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the experiment's ``options`` (empty: nothing); each names the key and what it
+    expects."""
+    out = []
+
+    def integer(key: str, default: int, low: int) -> None:
+        v = options.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            out.append(f"options.{key}: expected an integer >= {low}, got {v!r}")
+
+    integer("samples_per_batch", 1024, 2)
+    integer("steps_per_epoch", 10, 1)
+    integer("eval_batches", 8, 2)
+    ms = options.get("multiplicities", [2, 4, 8, 10])
+    if (not isinstance(ms, (list, tuple)) or not ms
+            or any(isinstance(m, bool) or not isinstance(m, int) or m < 2 for m in ms)):
+        out.append(f"options.multiplicities: expected a non-empty list of integers >= 2, got {ms!r}")
+    for key, default in (("sigma0", 1.0), ("sigma", 0.5)):
+        v = options.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            out.append(f"options.{key}: expected a positive number, got {v!r}")
+    a = options.get("validity_alpha", DEFAULT_VALIDITY_ALPHA)
+    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < a < 1.0:
+        out.append(f"options.validity_alpha: expected a level in (0, 1), got {a!r}")
+    return out
+
+
+__all__ = ["CELLS", "DEFAULT_VALIDITY_ALPHA", "PIPELINES", "GaussianMIPipeline", "Pipeline", "StandardPipeline",
+           "available", "gaussian_mi_options_problems", "pipeline_of"]

@@ -94,6 +94,10 @@ Example::
     True
     >>> same_hparams({"tau": 0.1}, {"tau": 0.1, "variant": "reference_code"}, "infonce_pwe", "pvc_arithmetic")
     False
+
+This module is longer than ~450 lines because the table of declared equivalences and the rules that
+group rows by it (which k, which hyper-parameters) are one unit: a row of the table is only meaningful
+with the grouping code that reads it.
 """
 
 from __future__ import annotations

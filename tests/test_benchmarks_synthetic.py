@@ -6,7 +6,7 @@ config (and its hash), finite values for every metric of the spec, ``dataset.syn
 the representation diagnostics. The objectives a benchmark admits are worked out here from a literal
 table of each objective's input kind and view limits (written from the papers, not read from the
 classes) and the number of views of the benchmark, and compared with
-``runner.compatible_objectives``.
+``compat.compatible_objectives``.
 
 Also covered: an incompatible objective (a k = 2 loss on a k >= 3 benchmark) fails with ValueError
 before anything is written; unknown benchmark / objective names list the valid ids with the closest
@@ -32,7 +32,7 @@ import fusebench
 from fusebench import benchmarks, objectives
 from fusebench.datasets.base import DatasetNotFoundError
 from fusebench.registry import UnknownNameError
-from fusebench.training import runner
+from fusebench.training import compat, runner
 from fusebench.training.config import ConfigError, load_spec
 from fusebench.training.standard import build_model
 
@@ -163,7 +163,7 @@ def test_compatibility_rules_by_hand():
     for name, want in cases.items():
         spec = _spec(name)
         assert set(_expected_objectives(spec)) == want, name
-        assert set(runner.compatible_objectives(spec)) | set(_references(spec)) == want, name
+        assert set(compat.compatible_objectives(spec)) | set(_references(spec)) == want, name
 
 
 def test_table_covers_every_registered_objective():
@@ -173,7 +173,7 @@ def test_table_covers_every_registered_objective():
 @pytest.mark.parametrize("name", benchmarks.builtin())
 def test_runner_agrees_on_compatible_objectives(name):
     spec = _spec(name)
-    got = runner.compatible_objectives(spec) + _references(spec)
+    got = compat.compatible_objectives(spec) + _references(spec)
     assert sorted(got) == sorted(_expected_objectives(spec))
 
 

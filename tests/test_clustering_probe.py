@@ -12,7 +12,9 @@ import torch
 
 from fusebench import metrics
 from fusebench.training import embedding_eval as E
-from fusebench.training.embedding_eval import kmeans, probe_and_cluster
+from fusebench.training.embedding_eval import probe_and_cluster
+from fusebench.training.utils import single_thread
+from fusebench.training.kmeans import kmeans
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +227,7 @@ def test_probe_and_cluster_validates_inputs_and_restores_threads():
     with pytest.raises(ValueError, match="NaN"):
         probe_and_cluster(np.full_like(xtr, np.nan), ytr, xva, yva, xte, yte, 3, seed=0)
     before = torch.get_num_threads()
-    with E.single_thread():
+    with single_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
 

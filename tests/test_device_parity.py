@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from fusebench import benchmarks
-from fusebench.training import runner
+from fusebench.training import compat, runner
 from fusebench.training.execute import run_cell, sweep_context
 from fusebench.training.request import CellRequest, RunOptions
 
@@ -84,7 +84,7 @@ TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epo
 
 
 def _compatible() -> list[str]:
-    return runner.compatible_objectives(benchmarks.load("quickstart", overrides=TINY))
+    return compat.compatible_objectives(benchmarks.load("quickstart", overrides=TINY))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine: every objective's "

@@ -18,6 +18,7 @@ from scipy import stats
 
 from fusebench import benchmarks, objectives
 from fusebench.training import gaussian_mi as G
+from fusebench.pipelines import gaussian_mi_options_problems
 from fusebench.training.request import CellRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,11 +242,11 @@ def test_bad_options_are_refused_before_training(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"options.eval_batches: expected an integer >= 2, got 1"):
         G.run_gaussian_mi(CellRequest(spec, "suff_stats", 0, tmp_path), device="cpu", progress=False)
     assert not list(tmp_path.rglob("run.json"))
-    assert G.options_problems({"multiplicities": [2, 1], "sigma": 0.0, "validity_alpha": 0}) == [
+    assert gaussian_mi_options_problems({"multiplicities": [2, 1], "sigma": 0.0, "validity_alpha": 0}) == [
         "options.multiplicities: expected a non-empty list of integers >= 2, got [2, 1]",
         "options.sigma: expected a positive number, got 0.0",
         "options.validity_alpha: expected a level in (0, 1), got 0"]
-    assert G.options_problems(benchmarks.load("polyview-gaussian-mi").options) == []
+    assert gaussian_mi_options_problems(benchmarks.load("polyview-gaussian-mi").options) == []
 
 
 def test_a_tiny_run_records_its_checks(tmp_path: Path) -> None:

@@ -394,11 +394,11 @@ def test_study_kviews_renders_from_another_folder_and_says_what_it_did(tmp_path:
 
 
 def test_study_kviews_without_a_repository_says_what_to_pass(monkeypatch, capsys, tmp_path: Path) -> None:
-    from fusebench.training import kviews
+    from fusebench.training import kviews_cli
 
     monkeypatch.setattr(lb, "repository_boards", lambda: None)
     monkeypatch.chdir(tmp_path)
-    assert kviews.main(["--render-only"]) == 2
+    assert kviews_cli.main(["--render-only"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pass --out" in err[0] and "--board" in err[0]
 
@@ -407,7 +407,7 @@ def test_study_kviews_says_how_many_cells_were_reused(tmp_path: Path, capsys) ->
     import numpy as np
     import scipy.io as sio
 
-    from fusebench.training import kviews
+    from fusebench.training import kviews_cli
 
     rng = np.random.default_rng(0)
     n, classes = 60, 3
@@ -420,10 +420,10 @@ def test_study_kviews_says_how_many_cells_were_reused(tmp_path: Path, capsys) ->
     args = ["--benchmark", "multiview", "--data-root", str(mat), "--out", str(tmp_path / "runs"), "--board",
             str(tmp_path / "board"), "--objective", "raw", "none", "infonce_pwe", "--seeds", "0", "--k", "2",
             "--subsets", "1", "--arms", "views", "--epochs", "1", "--batch-size", "8", "--no-progress"]
-    assert kviews.main(args) == 0
+    assert kviews_cli.main(args) == 0
     err = capsys.readouterr().err
     assert "3 cell(s) of multiview: 0 reused from existing run records, 3 run now" in err
-    assert kviews.main(args) == 0
+    assert kviews_cli.main(args) == 0
     err = capsys.readouterr().err
     assert "3 cell(s) of multiview: 3 reused from existing run records, 0 run now" in err
     assert f"board written to {tmp_path / 'board' / 'multiview-kviews.md'}" in err

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.io as sio
 
-from fusebench.training import kviews
+from fusebench.training import kviews, kviews_board, kviews_cli
 from fusebench.training.data import pretrain_batch_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,6 @@ def test_bad_study_arguments_are_one_clear_error(kwargs, match) -> None:
 
 def test_overrides_give_every_objective_and_k_the_same_budget() -> None:
     from fusebench import benchmarks
-    from fusebench.training import runner
 
     ev = kviews.BUDGET["real"]["eval"]
     for cell in kviews.study_cells("multiview", 3, [2, 3], 1, 0):
@@ -122,7 +121,7 @@ def tiny_study(tmp_path_factory: pytest.TempPathFactory):
                 epochs=1, m3g_micro_batch=4, eval_options={"l2_grid": [1.0], "cluster_on": "all", "n_init": 2,
                                                            "fewshot_shots": [], "knn_grid": []})
     recs = kviews.run_study("multiview", str(mat), runs, counts=counts, **args)
-    md, png = kviews.render(runs, tmp / "board", "multiview")
+    md, png = kviews_board.render(runs, tmp / "board", "multiview")
     return runs, recs, counts, md, png, lambda c: kviews.run_study("multiview", str(mat), runs, counts=c, **args)
 
 
@@ -209,7 +208,7 @@ def test_rerun_reuses_every_cell_and_render_only_cli(tiny_study, tmp_path: Path,
     rerun(counts)
     assert counts == {"reused": first["run"], "run": 0, "failed": 0}
     board = tmp_path / "board"
-    assert kviews.main(["--benchmark", "multiview", "--render-only", "--out", str(runs), "--board", str(board),
+    assert kviews_cli.main(["--benchmark", "multiview", "--render-only", "--out", str(runs), "--board", str(board),
                         "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert Path(out["markdown"]).read_text() == md.read_text()  # deterministic from the records
@@ -217,8 +216,8 @@ def test_rerun_reuses_every_cell_and_render_only_cli(tiny_study, tmp_path: Path,
 
 def test_render_without_new_records_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no run records of mv-handwritten-kv-<arm>-k<k>d<draw> .*run the study"):
-        kviews.render(tmp_path, tmp_path / "b")
+        kviews_board.render(tmp_path, tmp_path / "b")
     legacy = ROOT / "leaderboards" / "runs-kviews"
     if legacy.is_dir() and any(kviews._LEGACY.match(p.name) for p in legacy.iterdir()):
         with pytest.raises(ValueError, match=r"of the superseded design .* rerun `fusebench study kviews`"):
-            kviews.render(legacy, tmp_path / "b")
+            kviews_board.render(legacy, tmp_path / "b")

@@ -166,14 +166,14 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
 
 
 def test_committed_kviews_study_regenerates_byte_identically(tmp_path: Path, monkeypatch) -> None:
-    from fusebench.training import kviews
+    from fusebench.training import kviews_board
 
     root = Path(__file__).resolve().parents[1] / "leaderboards"
-    monkeypatch.setattr(kviews, "_plot", lambda *a, **k: None)  # markdown only
+    monkeypatch.setattr(kviews_board, "_plot", lambda *a, **k: None)  # markdown only
     for committed in root.glob("*-kviews.md"):
         bench = committed.name[: -len("-kviews.md")]
         try:
-            md, _ = kviews.render(root / "runs-kviews", tmp_path, bench)
+            md, _ = kviews_board.render(root / "runs-kviews", tmp_path, bench)
         except ValueError as e:  # the study's design changed and its committed records await a rerun
             if "superseded design" in str(e):
                 pytest.skip(str(e))

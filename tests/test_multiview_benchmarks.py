@@ -13,7 +13,7 @@ import torch
 
 import fusebench
 from fusebench import benchmarks
-from fusebench.training import runner
+from fusebench.training import compat, runner
 from fusebench.training.data import build_datasets
 from fusebench.training.evaluate import features
 
@@ -42,8 +42,8 @@ def test_generic_benchmark_reads_views_from_an_unseen_file(tmp_path: Path) -> No
     assert spec2.dataset.modalities == ["view0", "view1"]
     assert spec4.dataset.modalities == ["view0", "view1", "view2", "view3"]
     # the 2-view-only objectives apply to the 2-view file, not to the 4-view one
-    assert "matching_gap" in runner.compatible_objectives(spec2)
-    assert "matching_gap" not in runner.compatible_objectives(spec4)
+    assert "matching_gap" in compat.compatible_objectives(spec2)
+    assert "matching_gap" not in compat.compatible_objectives(spec4)
     with pytest.raises(ValueError, match="matching_gap"):
         fusebench.run("multiview", objective="matching_gap", data_root=str(four), out=tmp_path / "R", overrides=FAST,
                       progress=False)

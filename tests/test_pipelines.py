@@ -147,13 +147,13 @@ def test_plugin_pipeline_runs_through_the_runner(fresh_pipelines, tmp_path: Path
     monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(specs))
     import fusebench
     from fusebench import benchmarks
-    from fusebench.training import runner
+    from fusebench.training import compat
 
     spec = benchmarks.load("plugin-constant")
-    assert runner.num_views(spec) == 3
+    assert compat.num_views(spec) == 3
     # the reference rows need a downstream protocol; a 2-view objective does not fit k = 3
-    assert "baseline applies to standard benchmarks only" in runner._incompatibility(spec, "none")
-    assert "takes exactly 2 views" in runner._incompatibility(spec, "matching_gap")
+    assert "baseline applies to standard benchmarks only" in compat._incompatibility(spec, "none")
+    assert "takes exactly 2 views" in compat._incompatibility(spec, "matching_gap")
     # no --data-root and no --synthetic: fine, the pipeline reads no dataset
     records = fusebench.run("plugin-constant", out=tmp_path / "runs", progress=False)
     assert [r["metrics"] for r in records] == [{"constant_k2": 2.0, "constant_k3": 3.0},

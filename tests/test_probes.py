@@ -21,6 +21,7 @@ from sklearn.preprocessing import StandardScaler
 
 from fusebench import metrics
 from fusebench.training import embedding_eval as E
+from fusebench.training import kmeans as K
 
 
 def _blobs(seed, sizes, d=6, sep=25.0, std=1.0):
@@ -50,7 +51,7 @@ def _same_partition(a, b):
 def test_kmeans_matches_sklearn_on_separated_blobs(seed):
     x, y = _blobs(seed, sizes=[40, 25, 60, 10, 35, 30][: 3 + seed])
     k = int(y.max()) + 1
-    labels, centres, inertia = E.kmeans(x, k, seed, n_init=10)
+    labels, centres, inertia = K.kmeans(x, k, seed, n_init=10)
     ref = KMeans(k, n_init=10, random_state=seed).fit(x)
     assert _same_partition(labels, ref.labels_) and _same_partition(labels, y)
     assert inertia == pytest.approx(ref.inertia_, rel=1e-9)
@@ -67,7 +68,7 @@ def test_kmeans_on_real_handwritten_views_is_as_good_as_sklearn(fixtures_dir):
     x = np.hstack([np.asarray(v, dtype=np.float64) for v in m["X"][0]])
     y = m["Y"].ravel().astype(np.int64)
     z = StandardScaler().fit_transform(x)  # z-scored (population std; constant columns -> 0)
-    labels, centres, inertia = E.kmeans(z, 10, seed=0, n_init=100)
+    labels, centres, inertia = K.kmeans(z, 10, seed=0, n_init=100)
     ref = KMeans(10, n_init=100, random_state=0).fit(z)
     assert inertia <= ref.inertia_ * (1 + 1e-3)
     # the reported inertia is that of the returned partition and centres
@@ -110,33 +111,33 @@ def _slow_kmeanspp(x, k, rng):
 def test_kmeans_plusplus_follows_the_documented_greedy_rule(k):
     x, _ = _blobs(k, sizes=[30, 30, 30], sep=3.0)
     xt = torch.from_numpy(x)
-    got = E.kmeans_plusplus(xt, (xt * xt).sum(1), k, np.random.default_rng(k))
+    got = K.kmeans_plusplus(xt, (xt * xt).sum(1), k, np.random.default_rng(k))
     assert got.tolist() == _slow_kmeanspp(x, k, np.random.default_rng(k))
     assert len(set(got.tolist())) == k
 
 
 def test_kmeans_restarts_are_nested_and_deterministic():
     x, _ = _blobs(1, sizes=[50, 50, 50, 50], sep=1.0, std=1.0)  # overlapping: restarts disagree
-    inertias = [E.kmeans(x, 4, 3, n_init=n)[2] for n in (1, 5, 20)]
+    inertias = [K.kmeans(x, 4, 3, n_init=n)[2] for n in (1, 5, 20)]
     assert inertias[0] >= inertias[1] >= inertias[2]  # restart r does not depend on n_init
-    a, b = E.kmeans(x, 4, 3, n_init=20), E.kmeans(x, 4, 3, n_init=20)
+    a, b = K.kmeans(x, 4, 3, n_init=20), K.kmeans(x, 4, 3, n_init=20)
     assert np.array_equal(a[0], b[0]) and a[2] == b[2]
     # the documented contract, restart by restart: restart r seeds from SeedSequence(3).spawn(n)[r]
     # (the same child for every n >= r + 1), and the restart of lowest inertia is kept (ties: earlier)
     xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
     x_sq = (xt * xt).sum(dim=1)
-    tol_abs = E.KMEANS_TOL * float(x.var(axis=0).mean())
+    tol_abs = K.KMEANS_TOL * float(x.var(axis=0).mean())
     runs = []
     for child in np.random.SeedSequence(3).spawn(20):
-        start = E.kmeans_plusplus(xt, x_sq, 4, np.random.default_rng(child))
-        c, labels, inertia = E._lloyd(xt, x_sq, xt[torch.from_numpy(start)].clone(), 300, tol_abs)
+        start = K.kmeans_plusplus(xt, x_sq, 4, np.random.default_rng(child))
+        c, labels, inertia = K._lloyd(xt, x_sq, xt[torch.from_numpy(start)].clone(), 300, tol_abs)
         runs.append((labels.numpy(), inertia))
     assert len({round(r[1], 6) for r in runs}) > 1  # the restarts really disagree here
     for n in (1, 5, 20):
         best = min(range(n), key=lambda r: (runs[r][1], r))
-        assert np.array_equal(E.kmeans(x, 4, 3, n_init=n)[0], runs[best][0]), n
+        assert np.array_equal(K.kmeans(x, 4, 3, n_init=n)[0], runs[best][0]), n
     with pytest.raises(ValueError, match="n_init = 0"):
-        E.kmeans(x, 4, 0, n_init=0)
+        K.kmeans(x, 4, 0, n_init=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,9 +292,9 @@ def test_probe_and_cluster_keys_and_cluster_standardize():
     raw = E.probe_and_cluster(xtr, ytr, xva, yva, xte, yte, 4, seed=1, n_init=5, fewshot_draws=3,
                               cluster_standardize="none")
     assert raw["clustering"]["standardize"] == "none"
-    assert raw["clustering"]["inertia"] == pytest.approx(E.kmeans(allx, 4, 1, n_init=5)[2], rel=1e-12)
+    assert raw["clustering"]["inertia"] == pytest.approx(K.kmeans(allx, 4, 1, n_init=5)[2], rel=1e-12)
     z = StandardScaler().fit_transform(allx)
-    assert r["clustering"]["inertia"] == pytest.approx(E.kmeans(z, 4, 1, n_init=5)[2], rel=1e-9)
+    assert r["clustering"]["inertia"] == pytest.approx(K.kmeans(z, 4, 1, n_init=5)[2], rel=1e-9)
     # the probes do not depend on the clustering option
     assert all(raw[k] == r[k] for k in ("test_acc", "test_fs5_acc", "test_knn_acc", "fewshot", "knn"))
     assert E.probe_and_cluster(xtr, ytr, xva, yva, xte, yte, 4, seed=1, n_init=5, fewshot_draws=3) == r

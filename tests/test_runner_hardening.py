@@ -14,7 +14,7 @@ import pytest
 import fusebench
 from fusebench import benchmarks
 from fusebench.datasets.base import DatasetError
-from fusebench.training import runner, standard, utils
+from fusebench.training import execute, runner, standard, utils
 from fusebench.training.config import ConfigError
 from fusebench.training.cell import CellBusyError
 from fusebench.training.loop import RunError
@@ -133,7 +133,7 @@ def test_losing_a_race_leaves_no_failed_json_beside_the_winner(tmp_path: Path, m
         (cell / "run.json").write_text(json.dumps(winner))
         raise RunError(f"{cell / 'run.json'} exists already; run records are immutable")
 
-    monkeypatch.setattr(runner, "run_cell", loser)
+    monkeypatch.setattr(execute, "run_cell", loser)
     recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert recs == [winner]
     assert not (cell / "failed.json").exists()

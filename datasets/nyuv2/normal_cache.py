@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fusebench.datasets.base import cache_home
+from fusebench.datasets.cache import cache_home
 from fusebench.datasets.normals import default_radius_px, estimate_normals, scaled_intrinsics
 
 if TYPE_CHECKING:

@@ -4,21 +4,28 @@ made with the same configuration and data, else locks the cell, runs the spec's 
 (:mod:`fusebench.pipelines`) under the requested experiment trackers and returns the record it wrote.
 
 Every caller -- a sequential sweep, a local worker, a SLURM job, hyper-parameter selection, a test --
-runs a cell through this function."""
+runs a cell through this function; a sweep's launcher calls it through :func:`sweep_cell`, which turns
+a failure into a ``failed.json`` entry and lets the sweep go on."""
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
+import traceback
 from typing import Any, Mapping
 
 from fusebench.pipelines import pipeline_of
 from fusebench.training import distributed, utils
-from fusebench.training.cell import CellLock, existing_record, record_there
-from fusebench.training.config import BenchmarkSpec
+from fusebench.training.cell import CellBusyError, CellLock, ConfigMismatchError, existing_record, record_there
+from fusebench.training.compat import check_compatible
+from fusebench.training.config import BenchmarkSpec, ConfigError
 from fusebench.training.progress import cell as progress_cell
 from fusebench.training.progress import say
 from fusebench.training.request import CellRequest, RunOptions
 from fusebench.training.trackers import build_trackers
+
+log = logging.getLogger(__name__)
 
 
 def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
@@ -34,8 +41,6 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
     A cell is only ever continued or returned for the configuration that made it: an existing
     ``run.json`` or ``last.pt`` with another config hash or data fingerprint is a
     :class:`~fusebench.training.cell.ConfigMismatchError`, never mixed."""
-    from fusebench.training.runner import check_compatible
-
     spec, progress = request.spec, options.progress
     check_compatible(spec, request.objective)
     cell = request.cell
@@ -92,4 +97,32 @@ def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
     return ctx
 
 
-__all__ = ["run_cell", "sweep_context"]
+def sweep_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
+    """One cell of a sweep: its record, or a ``failed`` / ``skipped`` entry (a failure is written to
+    the cell's ``failed.json``); run in the sweep's process, in a local worker process or as a job.
+    A cell with a checkpoint continues from it."""
+    spec, o, s = request.spec, request.objective, request.seed
+    cell = request.cell
+    try:
+        return run_cell(request, options.but(resume=True) if (cell / "last.pt").exists() else options, context)
+    except (KeyboardInterrupt, ConfigError, ConfigMismatchError):
+        raise
+    except CellBusyError as e:  # another process runs it: its record will be the cell's
+        print(f"SKIPPED {spec.name}/{o}/seed{s}: {e}", file=sys.stderr)
+        return {"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)}
+    except Exception as e:  # record the failed cell, go on with the sweep
+        if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
+            return existing_record(cell / "run.json", spec, context)
+        failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
+                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        try:
+            cell.mkdir(parents=True, exist_ok=True)
+            utils.atomic_write_json(cell / "failed.json", failure)
+        except OSError as w:  # e.g. the disk that made the cell fail is full: say so, do not hide the failure
+            print(f"(could not write {cell / 'failed.json'}: {w.strerror or w})", file=sys.stderr)
+        log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
+        print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
+        return failure
+
+
+__all__ = ["run_cell", "sweep_cell", "sweep_context"]

@@ -53,6 +53,8 @@ import torch
 from torch import nn
 
 from fusebench.training import utils
+from fusebench.pipelines import CELLS, DEFAULT_VALIDITY_ALPHA, gaussian_mi_options_problems
+from fusebench.training import precision
 from fusebench.training.progress import progress_bar
 from fusebench.training.request import CellRequest
 
@@ -66,7 +68,6 @@ PROVEN_BOUNDS: dict[str, str] = {
 }
 
 #: default one-sided level of the validity test (``options.validity_alpha``)
-DEFAULT_VALIDITY_ALPHA = 0.01
 
 
 def true_one_vs_rest_mi(m: int, sigma0: float, sigma: float) -> float:
@@ -167,31 +168,12 @@ def bound_validity(objective: str, hparams: Mapping[str, Any] | None,
                                   f"{c['tolerance']:.4f})"}
 
 
-def options_problems(options: Mapping[str, Any]) -> list[str]:
-    """What is wrong with the experiment's ``options`` (empty: nothing); each names the key and what it
-    expects."""
-    out = []
-
-    def integer(key: str, default: int, low: int) -> None:
-        v = options.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            out.append(f"options.{key}: expected an integer >= {low}, got {v!r}")
-
-    integer("samples_per_batch", 1024, 2)
-    integer("steps_per_epoch", 10, 1)
-    integer("eval_batches", 8, 2)
-    ms = options.get("multiplicities", [2, 4, 8, 10])
-    if (not isinstance(ms, (list, tuple)) or not ms
-            or any(isinstance(m, bool) or not isinstance(m, int) or m < 2 for m in ms)):
-        out.append(f"options.multiplicities: expected a non-empty list of integers >= 2, got {ms!r}")
-    for key, default in (("sigma0", 1.0), ("sigma", 0.5)):
-        v = options.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            out.append(f"options.{key}: expected a positive number, got {v!r}")
-    a = options.get("validity_alpha", DEFAULT_VALIDITY_ALPHA)
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < a < 1.0:
-        out.append(f"options.validity_alpha: expected a level in (0, 1), got {a!r}")
-    return out
+@CELLS.register("gaussian_mi")
+def run_cell(request: CellRequest, options: Any, context: Mapping[str, Any], trackers: Any = None) -> dict[str, Any]:
+    """The ``gaussian_mi`` pipeline's cell (:class:`fusebench.pipelines.GaussianMIPipeline`): float32 with
+    TF32 off on CUDA (its precision policy), then :func:`run_gaussian_mi`."""
+    with precision.backend_flags(precision.get(request.spec.precision)):
+        return run_gaussian_mi(request, device=options.device, progress=options.progress, context=context)
 
 
 def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool = True,
@@ -204,7 +186,7 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
     spec, objective, seed = request.spec, request.objective, request.seed
 
     opt_cfg = spec.options
-    problems = options_problems(opt_cfg)
+    problems = gaussian_mi_options_problems(opt_cfg)
     if problems:
         raise ValueError(f"{spec.name}: " + "; ".join(problems))
     t0 = time.time()

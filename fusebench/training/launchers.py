@@ -7,7 +7,7 @@
 * ``submitit_local``: the same path through submitit's ``LocalExecutor`` (each cell a local
   process managed by submitit), to try the scheduler path on a machine without SLURM.
 
-Whatever runs a cell, it is the same call (:func:`fusebench.training.runner.sweep_cell` on a
+Whatever runs a cell, it is the same call (:func:`fusebench.training.execute.sweep_cell` on a
 :class:`~fusebench.training.request.CellRequest` with the sweep's options and context), so every
 cell keeps its guarantees: the exclusive per-cell lock, one immutable ``run.json``, ``failed.json``
 for a failed cell, and resume from ``last.pt``. A submitted cell is a :class:`CellCall`, whose
@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 from fusebench.registry import Registry, UnknownNameError
 from fusebench.training import status
 from fusebench.training.config import ConfigError
+from fusebench.training.execute import sweep_cell
 from fusebench.training.request import CellRequest, RunOptions, SweepCells, cell_dir
 
 #: launcher id -> :class:`Launcher` subclass (built-ins below; plugins through the entry-point group
@@ -97,8 +98,6 @@ class LocalLauncher(Launcher):
     ``workers`` spawned local processes (every selection first, then the cells)."""
 
     def launch(self, objs, seeds, select, cells):
-        from fusebench.training.runner import sweep_cell
-
         if self.workers <= 1:
             records = []
             for o in objs:
@@ -119,7 +118,7 @@ class LocalLauncher(Launcher):
 class CellCall:
     """One cell as a picklable, checkpointable call (what a submitted job runs).
 
-    Calling it runs :func:`~fusebench.training.runner.sweep_cell` on ``request`` with ``options`` and
+    Calling it runs :func:`~fusebench.training.execute.sweep_cell` on ``request`` with ``options`` and
     ``context``; it resumes from the cell's ``last.pt`` when there is one. ``checkpoint()`` follows
     ``submitit.helpers.Checkpointable``: submitit calls it when the job is preempted or about to time
     out, and requeues the job with the submission it returns: the same cell call (with ``resume``), so
@@ -130,8 +129,6 @@ class CellCall:
         self.request, self.options, self.context = request, options, dict(context)
 
     def __call__(self) -> dict[str, Any]:
-        from fusebench.training.runner import sweep_cell
-
         cell, where = self.request.cell, self.request.where
         job = status.current_slurm_job().get("slurm_job")
         print(f"fusebench cell {where} on {status.hostname()}" + (f" (slurm job {job})" if job else ""), flush=True)
@@ -227,8 +224,6 @@ class SubmititLauncher(Launcher):
 
     def launch(self, objs, seeds, select, sweep):
         from fusebench.training import utils
-        from fusebench.training.runner import sweep_cell
-
         for o in objs:  # hyper-parameter selection here, before any job (the jobs read the choice)
             select(o)
         sweep = sweep.moved_to(Path(sweep.out).resolve())  # a job may start in another folder

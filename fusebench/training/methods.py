@@ -48,7 +48,7 @@ and ``--set`` with a :class:`DeprecatedKeyWarning`.
 >>> options_of(PretrainConfig(methods={"tuple_infonce": {"candidate": 8}}), "tuple_infonce")
 Traceback (most recent call last):
 ...
-fusebench.training.config.ConfigError: pretrain.methods.tuple_infonce: unknown options ['candidate'] (did you mean 'candidate' -> 'candidates'?); valid options: disturbed, alpha, embedding_noise, dropout, sample_optimisation, candidates, candidate_steps, policy_lr, policy_sigma, beta_sigma, beta_max, beta_lambda, zeta_grid, val_size, policy_baseline
+fusebench.typed.ConfigError: pretrain.methods.tuple_infonce: unknown options ['candidate'] (did you mean 'candidate' -> 'candidates'?); valid options: disturbed, alpha, embedding_noise, dropout, sample_optimisation, candidates, candidate_steps, policy_lr, policy_sigma, beta_sigma, beta_max, beta_lambda, zeta_grid, val_size, policy_baseline
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from typing import Any, ClassVar, Mapping
 from torch import Tensor, nn
 
 from fusebench.registry import Registry
+from fusebench.typed import ConfigError, from_dict
 
 
 class DeprecatedKeyWarning(FutureWarning):
@@ -168,10 +169,9 @@ def legacy_map() -> dict[str, tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------
 def make_options(cls: type, given: Any, where: str) -> Any:
     """``given`` (a mapping, an ``Options`` instance or None) -> a checked ``cls.Options`` instance.
-    Unknown names and wrong types raise :class:`fusebench.training.config.ConfigError` naming
+    Unknown names and wrong types raise :class:`fusebench.typed.ConfigError` naming
     ``where``, the valid options and the closest match."""
     from fusebench.options import OptionsError, check_options
-    from fusebench.training.config import ConfigError, from_dict
 
     if given is None:
         return cls.Options()
@@ -195,7 +195,6 @@ def check_methods(methods: Any, where: str = "pretrain.methods") -> dict[str, An
     """Check a spec's ``pretrain.methods`` block (method id -> options) and return it with every
     entry turned into its typed ``Options`` (the spec loader's step)."""
     from fusebench.registry import UnknownNameError
-    from fusebench.training.config import ConfigError
 
     if not isinstance(methods, Mapping):
         raise ConfigError(f"{where}: expected a mapping of method ids to their options, got {methods!r}")
@@ -229,7 +228,6 @@ METHOD_KEY_PREFIX = "methods."
 def split_method_keys(hparams: Mapping[str, Any], where: str = "hparams") -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """``hparams`` -> (the objective's keyword arguments, ``{method id: {option: value}}`` from the
     ``methods.<id>.<option>`` keys). A malformed method key is a ConfigError naming ``where``."""
-    from fusebench.training.config import ConfigError
 
     kwargs: dict[str, Any] = {}
     methods: dict[str, dict[str, Any]] = {}
@@ -251,7 +249,6 @@ def with_method_options(cfg: Any, overrides: Mapping[str, Mapping[str, Any]], wh
     if not overrides:
         return cfg
     from fusebench.registry import UnknownNameError
-    from fusebench.training.config import ConfigError
 
     merged = dict(getattr(cfg, "methods", None) or {})
     for mid, opts in overrides.items():

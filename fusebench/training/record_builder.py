@@ -11,7 +11,6 @@ from typing import Any, Mapping
 
 import torch
 
-import fusebench
 from fusebench.pipelines import pipeline_of
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
 from fusebench.training import distributed, precision, utils
@@ -19,6 +18,7 @@ from fusebench.training.config import BenchmarkSpec
 from fusebench.training.loop import Clock
 from fusebench.training.reference_features import BASELINE, RAW, REFERENCES
 from fusebench.training.request import CellRequest, objective_hparams
+from fusebench.version import __version__
 
 
 def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
@@ -71,7 +71,7 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
     record = {
         "metric_directions": directions,
         "schema_version": SCHEMA_VERSION,
-        "suite_version": fusebench.__version__,
+        "suite_version": __version__,
         "git": (context or {}).get("git") or utils.git_info(),
         "benchmark": spec.name,
         "objective": objective,

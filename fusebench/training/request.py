@@ -70,7 +70,7 @@ class SweepCells:
     """The cells of one sweep, as a launcher receives them: the resolved spec, the output folder, the
     run options and the sweep's context (filled by hyper-parameter selection before the cells run).
     :meth:`request` names one cell; every launcher runs it as
-    ``fusebench.training.runner.sweep_cell(cells.request(o, s), cells.options, cells.context)``."""
+    ``fusebench.training.execute.sweep_cell(cells.request(o, s), cells.options, cells.context)``."""
 
     spec: BenchmarkSpec
     out: Path

@@ -2,11 +2,11 @@
 
 ``run("quickstart", objective=["m3g", "infonce_pwe"], seeds=[0, 1])`` runs the sweep objectives x
 seeds. Before any training it checks everything once: the objectives fit the benchmark's views
-(:func:`check_compatible`), the spec's components exist and accept its hyper-parameters
+(:func:`fusebench.training.compat.check_compatible`), the spec's components exist and accept its hyper-parameters
 (:func:`check_components`), the data is there and usable (:func:`check_data`), no existing cell was made
 with another configuration or other data. Then, per objective, the hyper-parameters are chosen on the
 validation split (:mod:`fusebench.training.selection`) and the launcher (:mod:`fusebench.training.launchers`)
-runs every cell as :func:`sweep_cell`: a cell whose ``run.json`` exists is reused, a failed cell is
+runs every cell as :func:`fusebench.training.execute.sweep_cell`: a cell whose ``run.json`` exists is reused, a failed cell is
 recorded in ``<out>/<benchmark>/<objective>/seed<k>/failed.json`` and the sweep goes on.
 
 One cell is :func:`fusebench.training.execute.run_cell`; the standard pipeline's cell is
@@ -18,80 +18,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import traceback
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.training import utils
-from fusebench.training.cell import (CellBusyError, ConfigMismatchError, check_checkpoint_config, existing_record,
-                                     load_checkpoint, record_there)
+from fusebench.training.cell import check_checkpoint_config, existing_record, load_checkpoint, record_there
+from fusebench.training.compat import check_compatible
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 from fusebench.training.data import build_datasets, pretrain_batch_size
-from fusebench.training.execute import run_cell, sweep_context
-from fusebench.training.loop import RunError
-from fusebench.training.reference_features import BASELINE, RAW, REFERENCE_KINDS, REFERENCES
+from fusebench.training.execute import sweep_context
+from fusebench.training.reference_features import REFERENCES
 from fusebench.training.request import CellRequest, RunOptions, SweepCells
 from fusebench.training.trackers import check_trackers, default_mlflow_uri
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------------------------
-# compatibility
-# ---------------------------------------------------------------------------------------------
-def num_views(spec: BenchmarkSpec) -> int:
-    return max(pipeline_of(spec).view_counts(spec))
-
-
-def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
-    """Raise ValueError before any training when ``objective`` cannot run on ``spec``."""
-    problem = _incompatibility(spec, objective)
-    if problem:
-        raise ValueError(f"{problem}; compatible objectives: {', '.join(compatible_objectives(spec))}")
-
-
-def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
-    """Why ``objective`` cannot run on ``spec`` (None when it can)."""
-    pipeline = pipeline_of(spec)
-    if objective == BASELINE:
-        if not pipeline.downstream:
-            return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
-        return None
-    if objective == RAW and pipeline.downstream and spec.downstream.protocol == "linear_probe":
-        from fusebench import datasets
-
-        kinds = {m.kind for m in datasets.get(spec.dataset.id).MODALITIES
-                 if spec.dataset.modalities is None or m.name in spec.dataset.modalities}
-        if kinds != {"vector"}:
-            return (f"{spec.name}: the '{RAW}' row of a linear-probe benchmark trains the probe on the input "
-                    f"vectors; this dataset's modalities are {sorted(kinds)}")
-        return None  # the probe trained on the input vectors (the `identity` encoder)
-    if objective in REFERENCE_KINDS:
-        if not pipeline.downstream or spec.downstream.protocol != "embedding_eval":
-            return (f"{spec.name}: the '{objective}' reference row applies to the embedding_eval protocol"
-                    + (" and (raw only) to the linear_probe protocol" if objective == RAW else " only"))
-        return None
-    from fusebench import objectives
-
-    cls = objectives.OBJECTIVES.get(objective)  # unknown id -> list + closest match
-    kind = getattr(cls, "input_kind", "views")
-    problem = pipeline.objective_problem(spec, objective, cls)
-    if problem:
-        return problem
-    for k in pipeline.view_counts(spec):
-        lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
-        if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):
-            want = f"exactly {lo}" if hi == lo else f"{lo}..{hi}" if hi else f">= {lo}"
-            return f"objective {objective!r} takes {want} views but benchmark {spec.name!r} has k = {k}"
-    return None
-
-
-def compatible_objectives(spec: BenchmarkSpec) -> list[str]:
-    """Registered objectives that can run on ``spec`` (the 'none' baseline not included)."""
-    from fusebench import objectives
-
-    return [name for name in objectives.available() if _incompatibility(spec, name) is None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,34 +123,6 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
 # ---------------------------------------------------------------------------------------------
 # sweep
 # ---------------------------------------------------------------------------------------------
-def sweep_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
-    """One cell of a sweep: its record, or a ``failed`` / ``skipped`` entry (a failure is written to
-    the cell's ``failed.json``); run in the sweep's process, in a local worker process or as a job.
-    A cell with a checkpoint continues from it."""
-    spec, o, s = request.spec, request.objective, request.seed
-    cell = request.cell
-    try:
-        return run_cell(request, options.but(resume=True) if (cell / "last.pt").exists() else options, context)
-    except (KeyboardInterrupt, ConfigError, ConfigMismatchError):
-        raise
-    except CellBusyError as e:  # another process runs it: its record will be the cell's
-        print(f"SKIPPED {spec.name}/{o}/seed{s}: {e}", file=sys.stderr)
-        return {"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)}
-    except Exception as e:  # record the failed cell, go on with the sweep
-        if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
-            return existing_record(cell / "run.json", spec, context)
-        failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
-                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-        try:
-            cell.mkdir(parents=True, exist_ok=True)
-            utils.atomic_write_json(cell / "failed.json", failure)
-        except OSError as w:  # e.g. the disk that made the cell fail is full: say so, do not hide the failure
-            print(f"(could not write {cell / 'failed.json'}: {w.strerror or w})", file=sys.stderr)
-        log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
-        print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
-        return failure
-
-
 def run(
     benchmark: str,
     objective: str | list[str] | None = None,
@@ -302,7 +215,7 @@ def run(
                 context.setdefault("hparam_selection", {})[o] = chosen
 
     cells = SweepCells(spec, out, options, context)
-    # the launcher runs every cell as sweep_cell(cells.request(o, s), options, context): here, in local
+    # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local
     # workers, or as scheduler jobs
     records = launch.launch(objs, seeds, select, cells)
     if leaderboard is not None and any(r.get("status") == "submitted" for r in records):
@@ -315,4 +228,4 @@ def run(
     return records
 
 
-__all__ = ["RunError", "check_compatible", "compatible_objectives", "run", "sweep_cell"]
+__all__ = ["check_components", "check_data", "check_out", "resolve_views", "run"]

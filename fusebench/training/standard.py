@@ -26,6 +26,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from fusebench.pipelines import CELLS
 from fusebench.training import distributed, precision, utils
 from fusebench.training.cell import check_checkpoint_config, data_fingerprint, load_checkpoint, write_record
 from fusebench.training.config import BenchmarkSpec
@@ -70,6 +71,7 @@ def pretrain_extensions(pre: nn.Module) -> list[tuple[type, Any]]:
     return extensions(list(pre.methods.values()))
 
 
+@CELLS.register("standard")
 def run_standard_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any],
                       trackers: Trackers | None = None) -> dict[str, Any]:
     """One cell of the standard pipeline under its precision policy (:mod:`fusebench.training.precision`):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import contextmanager
 import resource
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -141,3 +142,15 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, list):
         return [to_device(v, device) for v in batch]
     return batch
+
+
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch ops on one intra-op thread (restored afterwards): these matrices are small, so threads
+    only add overhead (and contention on a busy machine), and one thread fixes the reduction order."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

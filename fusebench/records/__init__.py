@@ -1,0 +1,71 @@
+"""Typed schema of run records (the ``run.json`` a run writes) and their comparability key.
+
+:func:`validate_record` turns the parsed JSON of one ``run.json`` into a :class:`RunRecord`, or
+raises :class:`RecordError` (a ``ValueError``) naming the file, the field and what was expected.
+The leaderboard reads records only through it; the runner validates what it is about to write.
+
+Schema versions
+---------------
+
+* **1** — the records committed under ``leaderboards/runs/``. Required: ``schema_version``,
+  ``suite_version``, ``benchmark``, ``objective``, ``seed``, ``config``, ``dataset`` (``id``,
+  ``synthetic``, ``manifest_hash``), ``metrics``, ``pretrain_time_s``, ``peak_memory_mb``.
+  Optional: ``metric_directions``, ``curves``, ``selection``, ``protocol``, ``config_hash`` and the
+  provenance fields (``git``, ``host``, ``device``, ...), which are kept in :attr:`RunRecord.raw`.
+  Versions default to ``"1"`` (versions did not exist yet) and the dataset has no fingerprint.
+* **2** — version 1 plus ``versions: {"suite": str, "objective": str, "metrics": {id: str}}``
+  (``suite`` equals ``suite_version``; ``metrics`` covers every id in ``config.metrics``),
+  ``comparability_key: str`` (:func:`comparability_key` of the record) and a dataset identity
+  ``dataset: {"id", "synthetic": bool, "manifest_hash": str, "fingerprint": null |
+  {"files": [[relpath, size], ...], "sha256": str}}``.
+
+Both versions may carry ``precision`` (the run's precision policy, one of
+:data:`fusebench.training.precision.PRECISIONS`; it must equal ``config.precision``, which a spec at
+the default ``32`` leaves out) and ``numerics`` (a mapping: device name, CUDA / cuDNN versions,
+deterministic settings, TF32 switches; :func:`fusebench.training.precision.numerics`). A record
+without them was made at ``32``: every record before the precision policy was made on the CPU.
+
+Types: ids (``benchmark``, ``objective``, ``dataset.id``) follow the registry id rule
+(:data:`fusebench.registry.ID_RULE`), so they are safe as one path component; ``seed`` is an
+integer (not a string, not a boolean); every metric value is a finite JSON number or ``NaN`` (a
+metric undefined for the run, e.g. a correlation of constant predictions, Cohen's kappa when chance
+agreement is 1, the F1 of a class absent from the split; the leaderboard counts these in the cell);
+``Infinity``, ``null``, strings and lists are refused (a run that failed has ``failed.json``, not a
+``run.json``); curves are lists of numbers; metric and curve names are ``[A-Za-z0-9][A-Za-z0-9_.@-]*``.
+
+What counts as a record file (:func:`find_records`, :func:`check_record_file`; the leaderboard and
+``fusebench status`` share the rule): a regular file named ``run.json`` reached from the runs folder
+through real folders. A ``run.json`` that is a folder, a symbolic link or a special file, a symbolic
+link to a folder anywhere under the runs folder (hidden folders aside), and a folder that cannot be
+listed are errors naming the path, never skipped: a record is never counted from outside the runs
+folder, nor silently left out. The runs folder itself may be a link.
+
+Files written for records and boards get mode ``0o666 & ~umask`` (:func:`fusebench.io.new_file_mode`).
+
+Comparability
+-------------
+
+Two runs may share a leaderboard row / table only if their :func:`comparability_key` is equal. The
+key hashes :func:`comparability_fields`: the benchmark id; a hash of ``config`` without the keys that
+do not change what one run computes (:data:`CONFIG_KEYS_IGNORED`: the seed list, the objective
+sweep list, the protocol notes, the description, the ``synthetic:`` override block itself, and
+``options.board``); the suite version; the versions of the metrics in
+``config.metrics``; and the dataset identity (id, synthetic flag, manifest hash, fingerprint hash).
+A precision other than ``32`` is in ``config``, so runs of different precisions never share a key.
+The objective's version is not in the key (one table compares objectives of different versions);
+the leaderboard requires it to be the same within each objective's row instead.
+"""
+
+from fusebench.records.comparability import (CONFIG_KEYS_IGNORED, board_kind, comparability_fields, comparability_key,
+                                             comparable_config, differing_fields, synthetic_overrides_applied,
+                                             versions_block)
+from fusebench.records.schema import (BOARD_KINDS, CURRENT_SCHEMA_VERSION, METRIC_EXPECTED,
+                                      SCHEMA_VERSIONS, DatasetIdentity, Fingerprint, RecordError, RunRecord, Versions,
+                                      load_record, validate_record)
+from fusebench.records.store import RECORD_FILE, check_record_file, find_records
+
+__all__ = ["BOARD_KINDS", "CONFIG_KEYS_IGNORED", "CURRENT_SCHEMA_VERSION", "DatasetIdentity", "Fingerprint",
+           "METRIC_EXPECTED", "RECORD_FILE", "RecordError", "RunRecord", "SCHEMA_VERSIONS", "Versions", "board_kind",
+           "check_record_file", "comparability_fields", "comparability_key", "comparable_config", "differing_fields",
+           "find_records", "load_record", "synthetic_overrides_applied", "validate_record",
+           "versions_block"]

@@ -1,0 +1,66 @@
+"""Which objectives fit a benchmark (spec layer, checked against the components): an objective must
+accept the benchmark's view count(s) k and anything else its pipeline asks; the reference rows apply to
+the protocols that offer them (:mod:`fusebench.training.reference_features`). Checked before any training."""
+
+from __future__ import annotations
+
+from fusebench.pipelines import pipeline_of
+from fusebench.training.config import BenchmarkSpec
+from fusebench.training.reference_features import BASELINE, RAW, REFERENCE_KINDS
+
+
+def num_views(spec: BenchmarkSpec) -> int:
+    return max(pipeline_of(spec).view_counts(spec))
+
+
+def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
+    """Raise ValueError before any training when ``objective`` cannot run on ``spec``."""
+    problem = _incompatibility(spec, objective)
+    if problem:
+        raise ValueError(f"{problem}; compatible objectives: {', '.join(compatible_objectives(spec))}")
+
+
+def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
+    """Why ``objective`` cannot run on ``spec`` (None when it can)."""
+    pipeline = pipeline_of(spec)
+    if objective == BASELINE:
+        if not pipeline.downstream:
+            return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
+        return None
+    if objective == RAW and pipeline.downstream and spec.downstream.protocol == "linear_probe":
+        from fusebench import datasets
+
+        kinds = {m.kind for m in datasets.get(spec.dataset.id).MODALITIES
+                 if spec.dataset.modalities is None or m.name in spec.dataset.modalities}
+        if kinds != {"vector"}:
+            return (f"{spec.name}: the '{RAW}' row of a linear-probe benchmark trains the probe on the input "
+                    f"vectors; this dataset's modalities are {sorted(kinds)}")
+        return None  # the probe trained on the input vectors (the `identity` encoder)
+    if objective in REFERENCE_KINDS:
+        if not pipeline.downstream or spec.downstream.protocol != "embedding_eval":
+            return (f"{spec.name}: the '{objective}' reference row applies to the embedding_eval protocol"
+                    + (" and (raw only) to the linear_probe protocol" if objective == RAW else " only"))
+        return None
+    from fusebench import objectives
+
+    cls = objectives.OBJECTIVES.get(objective)  # unknown id -> list + closest match
+    kind = getattr(cls, "input_kind", "views")
+    problem = pipeline.objective_problem(spec, objective, cls)
+    if problem:
+        return problem
+    for k in pipeline.view_counts(spec):
+        lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
+        if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):
+            want = f"exactly {lo}" if hi == lo else f"{lo}..{hi}" if hi else f">= {lo}"
+            return f"objective {objective!r} takes {want} views but benchmark {spec.name!r} has k = {k}"
+    return None
+
+
+def compatible_objectives(spec: BenchmarkSpec) -> list[str]:
+    """Registered objectives that can run on ``spec`` (the 'none' baseline not included)."""
+    from fusebench import objectives
+
+    return [name for name in objectives.available() if _incompatibility(spec, name) is None]
+
+
+__all__ = ["check_compatible", "compatible_objectives", "num_views"]

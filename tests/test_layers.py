@@ -1,0 +1,163 @@
+"""The package's structure, checked from the source: no import cycle (function-level imports counted:
+a cycle may not hide behind one), no module far over ~450 lines without saying why, one version.
+
+The import graph is read with ``ast`` from every module of the ``fusebench`` namespace (``fusebench/``
+and the folders mapped into it: ``objectives/``, ``encoders/``, ``datasets/``, ``benchmarks/``). Every
+``import`` / ``from ... import`` statement counts, wherever it sits (module level, inside a function or
+a class), except those under ``if TYPE_CHECKING:`` (annotations only: never executed). An import of
+``a.b.c`` is an edge to the innermost module of the package that exists (``from a.b import c`` to
+``a.b.c`` when ``c`` is a module, else to ``a.b``). Lookups by name through a registry's module list or
+an entry point (``importlib.import_module``) are not import statements and are not edges: that is how
+a lower layer finds the components registered above it."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"fusebench": ROOT / "fusebench", "fusebench.objectives": ROOT / "objectives",
+            "fusebench.encoders": ROOT / "encoders", "fusebench.datasets": ROOT / "datasets",
+            "fusebench.benchmarks": ROOT / "benchmarks"}
+MAPPED = {name.rpartition(".")[2] for name in PACKAGES if name != "fusebench"}
+#: a module longer than this must say in its docstring why it is one module (a paragraph with "longer than")
+MAX_LINES = 450
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg, root in PACKAGES.items():
+        for f in sorted(root.rglob("*.py")):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            if pkg == "fusebench" and parts and parts[0] in MAPPED:
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = f
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Every import statement of ``tree`` outside ``if TYPE_CHECKING:`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    here = m.split(".") if is_pkg else m.split(".")[:-1]
+                    here = here[: len(here) - (node.level - 1)]
+                    base = ".".join(here + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for t in targets:
+                t = owner(t)
+                if t is not None and t != m:
+                    graph[m].add(t)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    sys.setrecursionlimit(max(10_000, sys.getrecursionlimit()))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_cycle_through_a_function_level_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    tree = ast.parse("import x\nif TYPE_CHECKING:\n    import y\ndef f():\n    from z import w\n")
+    assert sorted(n.names[0].name if isinstance(n, ast.Import) else n.module for n in _imports(tree)) == ["x", "z"]
+
+
+def test_the_graph_sees_the_package() -> None:
+    graph = import_graph()
+    assert "fusebench.training.standard" in graph and "fusebench.objectives.m3g" in graph
+    # a function-level import is an edge: the standard cell imports the objectives inside StandardCell.pretrain
+    assert "fusebench.objectives" in graph["fusebench.training.standard"]
+    assert "fusebench.training.config" in graph["fusebench.training.runner"]
+
+
+def test_no_import_cycle() -> None:
+    found = cycles(import_graph())
+    assert not found, "import cycles (every import statement counts, function-level ones too):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_long_modules_say_why() -> None:
+    long = []
+    for name, path in _modules().items():
+        n = len(path.read_text().splitlines())
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if n > MAX_LINES and "longer than" not in " ".join(doc.split()):
+            long.append(f"{path.relative_to(ROOT)} ({n} lines)")
+    assert not long, f"modules over {MAX_LINES} lines whose docstring does not say why (\"longer than ...\"): {long}"
+
+
+def test_one_version() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from fusebench import __version__
+    from fusebench.version import __version__ as recorded
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert __version__ == recorded == declared
