@@ -81,7 +81,7 @@ def path(name: str) -> Path:
 
 
 def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = False):
-    from fusebench.training.config import load_spec
+    from fusebench.training.spec_check import load_spec
 
     return load_spec(path(name), overrides=overrides, synthetic=synthetic)
 

@@ -30,6 +30,7 @@ from torch.utils.data import Dataset
 from fusebench.datasets.cache import cache_home, open_cache
 from fusebench.datasets.errors import DatasetError, DatasetNotFoundError
 from fusebench.io import canonical_json, sha256_file, sha256_hex
+from fusebench.options import SUPPLIED, Option, from_signature
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,18 @@ class MultimodalDataset(Dataset):
 
     def _augment(self, sample: dict[str, Any], rng: torch.Generator) -> dict[str, Any]:
         return sample
+
+    @classmethod
+    def declared_options(cls) -> list[Option] | None:
+        """The adapter's options table for :func:`fusebench.options.options_of`: the names in ``OPTIONS``
+        plus those every adapter takes (:data:`BASE_OPTION_TYPES`), each with its type (``OPTION_TYPES``,
+        else the ``__init__`` annotation) and default; None when ``OPTIONS`` is None (open-ended)."""
+        names = getattr(cls, "OPTIONS", None)
+        if names is None:
+            return None
+        sig = {o.name: o for o in from_signature(cls.__init__, SUPPLIED["adapter"]) or []}
+        types = {**BASE_OPTION_TYPES, **getattr(cls, "OPTION_TYPES", {})}
+        return [sig.get(n, Option(n, types.get(n, Any))) for n in sorted(set(names) | set(BASE_OPTION_TYPES))]
 
     @classmethod
     def write_synthetic(cls, root: Path, spec: SyntheticSpec) -> None:

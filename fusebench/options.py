@@ -35,7 +35,7 @@ from typing import Any, Mapping
 REQUIRED = inspect.Parameter.empty
 
 # constructor arguments that the runner supplies itself; they are not spec options
-_SUPPLIED = {
+SUPPLIED = {
     "adapter": ("root", "split", "modalities", "synthetic"),
     "encoder": ("modalities",),
 }
@@ -75,7 +75,7 @@ def _from_dataclass(cls: type) -> list[Option]:
     return out
 
 
-def _from_signature(fn: Any, skip: tuple[str, ...]) -> list[Option] | None:
+def from_signature(fn: Any, skip: tuple[str, ...]) -> list[Option] | None:
     """Options from a callable's signature; None when it takes ``**kwargs`` (open-ended)."""
     try:
         sig = inspect.signature(fn)
@@ -98,17 +98,11 @@ def options_of(obj: Any) -> list[Option] | None:
     declared = getattr(obj, "Options", None)
     if isinstance(declared, type) and dataclasses.is_dataclass(declared):
         return _from_dataclass(declared)
-    from fusebench.datasets.base import BASE_OPTION_TYPES, MultimodalDataset
-
-    if isinstance(obj, type) and issubclass(obj, MultimodalDataset):
-        names = getattr(obj, "OPTIONS", None)
-        if names is None:
-            return None
-        sig = {o.name: o for o in _from_signature(obj.__init__, _SUPPLIED["adapter"]) or []}
-        types = {**BASE_OPTION_TYPES, **getattr(obj, "OPTION_TYPES", {})}
-        return [sig.get(n, Option(n, types.get(n, Any))) for n in sorted(set(names) | set(BASE_OPTION_TYPES))]
+    table = getattr(obj, "declared_options", None)  # a dataset adapter's table (datasets/base.py)
+    if isinstance(obj, type) and callable(table):
+        return table()
     target = obj.__init__ if isinstance(obj, type) else obj
-    return _from_signature(target, _SUPPLIED["encoder"])
+    return from_signature(target, SUPPLIED["encoder"])
 
 
 def _type_ok(value: Any, t: Any) -> bool:

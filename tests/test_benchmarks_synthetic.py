@@ -33,7 +33,8 @@ from fusebench import benchmarks, objectives
 from fusebench.datasets.base import DatasetNotFoundError
 from fusebench.registry import UnknownNameError
 from fusebench.training import compat, runner
-from fusebench.training.config import ConfigError, load_spec
+from fusebench.training.config import ConfigError
+from fusebench.training.spec_check import load_spec
 from fusebench.training.standard import build_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ import torch
 
 import fusebench
 from fusebench import benchmarks, objectives
-from fusebench.training import runner
-from fusebench.training.config import ConfigError, load_spec
+from fusebench.training.config import ConfigError
+from fusebench.training.spec_check import load_spec
 from fusebench.training.pretrain import Pretrainer
 from fusebench.training.data import build_datasets, input_views
 from fusebench.training.reference_features import REFERENCES

@@ -20,9 +20,9 @@ import torch
 from fusebench import benchmarks, objectives
 from fusebench.encoders.mlp import MLPEncoder
 from fusebench.training import methods as M
-from fusebench.training.config import (BenchmarkSpec, ConfigError, PretrainConfig, config_hash, load_spec,
-                                       spec_from_dict)
+from fusebench.training.config import BenchmarkSpec, ConfigError, PretrainConfig, config_hash, spec_from_dict
 from fusebench.training.pretrain import Pretrainer
+from fusebench.training.spec_check import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "leaderboards" / "runs"

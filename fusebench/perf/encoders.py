@@ -45,7 +45,7 @@ COLUMNS = ("encoder", "config", "inputs (batch)", "params (M)", "fwd+bwd (ms)", 
 def machine_description(device: str, threads: int) -> str:
     import torch
 
-    from fusebench.perf import cpu_model
+    from fusebench.machine import cpu_model
 
     cpu = cpu_model()
     desc = (f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__}, {threads} threads, "

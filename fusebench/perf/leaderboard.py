@@ -82,7 +82,7 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path | None) -> float:
 
 
 def _machine() -> str:
-    from fusebench.perf import cpu_model
+    from fusebench.machine import cpu_model
 
     model = cpu_model()
     load = ""

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from fusebench.perf import cpu_model
+from fusebench.machine import cpu_model
 
 
 def machine_description() -> str:

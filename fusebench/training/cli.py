@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 EXAMPLES = """examples:
   fusebench run quickstart
@@ -113,9 +114,10 @@ def main(argv: list[str]) -> int:
         with distributed.maybe_init(ns.device):
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
-                          progress=ns.progress, leaderboard=ns.leaderboard,
-                          workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
+                          progress=ns.progress, workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
                           launcher=ns.launcher, launcher_options=launcher_options)
+            if ns.leaderboard is not None:
+                _regenerate_boards(records, ns.out, ns.leaderboard)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:
         print(f"fusebench run: {e}", file=sys.stderr)
         return 2
@@ -153,3 +155,15 @@ def _launcher_options(ns: argparse.Namespace) -> dict[str, object]:
         flags = ", ".join("--no-wait" if k == "wait" else f"--{k.replace('_', '-')}" for k in given)
         raise ConfigError(f"{flags}: options of --launcher slurm / submitit_local, not of the local launcher")
     return given
+
+
+def _regenerate_boards(records: list[dict], out: str, board: str) -> None:
+    """``--leaderboard DIR``: the boards of ``out`` regenerated into ``DIR`` after the sweep; when cells were
+    submitted and not waited for, the command that does it once they are done."""
+    if any(r.get("status") == "submitted" for r in records):
+        print(f"jobs submitted, not waited for: when they are done, run\n  fusebench leaderboard --runs {out} "
+              f"--out {board}\n(fusebench status --out {out} shows where the cells stand)", file=sys.stderr)
+        return
+    from fusebench.leaderboard import write_leaderboards
+
+    write_leaderboards(Path(out), Path(board))

@@ -305,12 +305,10 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str
 
 
 def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
-    from fusebench.pipelines import PIPELINES
-
+    """The checks a spec passes on its own (ranges, consistency between its fields, valid ids); what it
+    names is checked against the registered components by :mod:`fusebench.training.spec_check`."""
     pt, ds = spec.pretrain, spec.downstream
     checks = [
-        (spec.pipeline in PIPELINES, f"pipeline {spec.pipeline!r} is not registered; valid pipeline ids: "
-                                     f"{', '.join(PIPELINES.available())}"),
         (pt.epochs >= 0, "pretrain.epochs must be >= 0"),
         (pt.batch_size >= 2, "pretrain.batch_size must be >= 2 (contrastive losses need negatives)"),
         (pt.lr > 0, "pretrain.lr must be > 0"),
@@ -349,83 +347,7 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
     for s in spec.seeds:
         check_seed(s, f"{source}: seeds")
     spec.precision = _check_precision(spec.precision, source)
-    from fusebench.pipelines import pipeline_of
-
-    problems = pipeline_of(spec).spec_problems(spec)
-    if spec.precision not in pipeline_of(spec).precisions:
-        problems = [*problems, f"precision {spec.precision!r}: the {spec.pipeline!r} pipeline applies only "
-                               f"{', '.join(pipeline_of(spec).precisions)}"]
-    if problems:
-        raise ConfigError(f"{source}: " + "; ".join(problems))
-    check_component_options(spec, source)
     return spec
-
-
-def check_component_options(spec: BenchmarkSpec, source: str) -> None:
-    """Check ``dataset.options``, ``encoder.config``, ``pretrain.hparams``, ``pretrain.grid`` and
-    ``pretrain.methods`` (whose entries become each method's typed ``Options``) against the options
-    each component declares (:mod:`fusebench.options`), before any data is read: a
-    :class:`ConfigError` (a :class:`~fusebench.datasets.base.DatasetError` for ``dataset.options``)
-    naming the spec, the key, the valid options and the closest match. An unknown objective id in
-    ``pretrain.hparams`` / ``pretrain.grid`` is an error too (its settings would be silently unused)."""
-    from fusebench import encoders, objectives
-    from fusebench import datasets as fb_datasets
-    from fusebench.datasets.base import DatasetError
-    from fusebench.options import OptionsError, check_options
-    from fusebench.pipelines import pipeline_of
-    from fusebench.registry import UnknownNameError
-    from fusebench.training.methods import check_methods
-
-    try:
-        spec.pretrain.methods = check_methods(spec.pretrain.methods)
-    except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
-
-    def _get(registry, name: str, key: str):
-        try:
-            return registry.get(name)
-        except UnknownNameError as e:
-            raise ConfigError(f"{source}: {key}: {e}") from None
-
-    try:
-        # a dataset or encoder id that is not registered here may come from a plugin installed elsewhere:
-        # the spec still loads (listing it works) and the run stops at that id with the valid ids
-        pipeline = pipeline_of(spec)
-        if pipeline.reads_dataset and spec.dataset.id in fb_datasets.DATASETS:
-            adapter = fb_datasets.DATASETS.get(spec.dataset.id)
-            try:
-                check_options(spec.dataset.options, adapter, f"{source}: dataset.options, adapter {spec.dataset.id}")
-            except OptionsError as e:  # the error the adapter itself would raise, only earlier
-                raise DatasetError(str(e)) from None
-            from fusebench.tasks import TASKS
-
-            if adapter.task in TASKS:  # the dataset's task says which metrics it can report
-                try:
-                    TASKS.get(adapter.task).describe_metrics(spec.metrics, spec.downstream.protocol)
-                except ValueError as e:
-                    raise ConfigError(f"{source}: metrics: {e}") from None
-        if pipeline.builds_encoder and spec.encoder.id in encoders.ENCODERS:
-            encoder = encoders.ENCODERS.get(spec.encoder.id)
-            check_options(spec.encoder.config, encoder, f"{source}: encoder.config ({spec.encoder.id})")
-        for name, hp in spec.pretrain.hparams.items():
-            check_options(hp, _get(objectives.OBJECTIVES, name, "pretrain.hparams"), f"{source}: pretrain.hparams.{name}")
-        for name, grid in spec.pretrain.grid.items():
-            obj = _get(objectives.OBJECTIVES, name, "pretrain.grid")
-            if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
-                raise ConfigError(f"{source}: pretrain.grid.{name}: expected a mapping of option names to non-empty "
-                                  f"lists of values, got {grid!r}")
-            from fusebench.training.methods import split_method_keys, with_method_options
-
-            where = f"{source}: pretrain.grid.{name}"
-            own, _ = split_method_keys(grid, where)  # methods.<id>.<option> keys search a method's option
-            check_options(own, obj, where, values=False)
-            for key, vals in grid.items():
-                for v in vals:
-                    kw, meth = split_method_keys({key: v}, where)
-                    check_options(kw, obj, where)
-                    with_method_options(spec.pretrain, meth, where)
-    except OptionsError as e:
-        raise ConfigError(str(e)) from None
 
 
 MAX_SEED = 2**32 - 1  # numpy's seed range
@@ -438,8 +360,10 @@ def check_seed(seed: Any, where: str = "--seeds") -> int:
     return seed
 
 
-def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
-    """Load and validate a YAML spec; apply the synthetic overrides (if ``synthetic``) then ``overrides``."""
+def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
+    """Read a YAML spec, apply the synthetic overrides (if ``synthetic``) then ``overrides``, and check it on
+    its own (keys, types, ranges: :func:`validate`). Checked against the registered components by
+    :func:`fusebench.training.spec_check.load_spec`, which is what loads a benchmark."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())

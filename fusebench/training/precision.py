@@ -168,7 +168,7 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     if device.type == "cpu":
-        from fusebench.perf import cpu_model
+        from fusebench.machine import cpu_model
 
         return cpu_model()
     return device.type

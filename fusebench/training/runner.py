@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +133,6 @@ def run(
     overrides: dict[str, Any] | list[str] | None = None,
     resume: bool = False,
     progress: bool = True,
-    leaderboard: str | Path | None = None,
     workers: int = 1,
     loggers: str | list[str] | None = None,
     mlflow_uri: str | None = None,
@@ -152,7 +150,8 @@ def run(
     ``launcher``: where the cells run, ``local`` (default), ``slurm`` (one SLURM job per cell) or
     ``submitit_local``, with ``launcher_options`` (:mod:`fusebench.training.launchers`,
     docs/cluster.md); with ``launcher_options={"wait": False}`` the submitted cells come back as
-    ``{"status": "submitted", "job_id": ...}`` and the leaderboard is left for later.
+    ``{"status": "submitted", "job_id": ...}``. The boards are regenerated afterwards
+    (:func:`fusebench.leaderboard.write_leaderboards`; ``fusebench run --leaderboard DIR`` does it).
     ``precision``: the precision policy of encoders and heads (``32``, ``tf32``, ``bf16-mixed``,
     ``16-mixed``; :mod:`fusebench.training.precision`), the same as the override ``precision``."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -218,13 +217,6 @@ def run(
     # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local
     # workers, or as scheduler jobs
     records = launch.launch(objs, seeds, select, cells)
-    if leaderboard is not None and any(r.get("status") == "submitted" for r in records):
-        print(f"jobs submitted, not waited for: when they are done, run\n  fusebench leaderboard --runs {out} "
-              f"--out {leaderboard}\n(fusebench status --out {out} shows where the cells stand)", file=sys.stderr)
-    elif leaderboard is not None:
-        from fusebench.leaderboard import write_leaderboards
-
-        write_leaderboards(out, Path(leaderboard))
     return records
 
 
