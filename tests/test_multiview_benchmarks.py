@@ -80,3 +80,35 @@ def test_raw_reference_features_are_the_train_standardised_views(tmp_path: Path)
         x, t = features(None, data[role], spec, torch.device("cpu"), 0)
         np.testing.assert_allclose(x.numpy(), (raw[rows[role]] - mu) / sd, rtol=1e-4, atol=1e-5)
         assert t.tolist() == y[rows[role]].tolist()
+
+
+def test_generic_benchmark_caps_its_batch_at_a_tiny_file(tmp_path: Path, fixtures_dir: Path, capsys) -> None:
+    """Issue #23: `multiview` on a public file of a few dozen samples runs (its batch of 128 capped at the
+    train split, recorded and said once); on one of a few thousand nothing changes. The tiny file is 45
+    real samples (15 per class of 3) of the handwritten digits file, written in the same convention."""
+    real = sio.loadmat(str(fixtures_dir / "multiview" / "handwritten.mat"))
+    y = np.asarray(real["Y"]).reshape(-1)
+    keep = np.concatenate([np.flatnonzero(y == c)[:15] for c in np.unique(y)[:3]])
+    cell = np.empty((1, real["X"].shape[1]), dtype=object)
+    for v in range(real["X"].shape[1]):
+        cell[0, v] = np.asarray(real["X"][0, v])[keep]
+    tiny = tmp_path / "tiny.mat"
+    sio.savemat(tiny, {"X": cell, "Y": y[keep].reshape(-1, 1)})
+    fast = {"pretrain.epochs": 1, "options.embedding_eval": {"l2_grid": [1.0], "n_init": 2}}
+    recs = fusebench.run("multiview", objective=["none", "infonce_pwe"], seeds=[0], data_root=str(tiny),
+                         out=tmp_path / "R", overrides=fast, progress=False)
+    n_train = len(build_datasets(benchmarks.load("multiview"), False, str(tiny), 0, roles=("train",))["train"])
+    assert n_train < 128  # the spec's batch does not fit: 60% of 45
+    err = capsys.readouterr().err
+    line = f"multiview: pretrain.batch_size 128 capped at {n_train}, the size of the train split of {tiny}"
+    assert err.count(line) == 1, err
+    assert all("status" not in r for r in recs)
+    pre = next(r for r in recs if r["objective"] == "infonce_pwe")
+    assert pre["config"]["pretrain"]["batch_size"] == n_train and pre["budget"]["batch_size"] == n_train
+    assert pre["config"]["pretrain"]["objective_batch_size"] == {"m3g": 16}  # below the split: as written
+    # a file of a few thousand samples: the batch fits, nothing is capped or said
+    big = fixtures_dir / "multiview" / "handwritten.mat"
+    recs = fusebench.run("multiview", objective=["none"], seeds=[0], data_root=str(big), out=tmp_path / "B",
+                         overrides=fast, progress=False)
+    assert "capped" not in capsys.readouterr().err
+    assert recs[0]["config"]["pretrain"]["batch_size"] == 128

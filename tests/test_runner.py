@@ -126,6 +126,17 @@ def test_records_are_immutable_and_sweeps_skip_finished_cells(tmp_path: Path) ->
     assert not list(path.parent.glob(".run.json*"))
 
 
+def test_a_sweep_says_which_cells_it_skipped(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A rerun into the same --out says, before anything else, how many cells it did not run (issue #23)."""
+    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=True)
+    assert "already have run.json" not in capsys.readouterr().err
+    fusebench.run("quickstart", objective=["none"], seeds=[0, 1], out=tmp_path, overrides=TINY, progress=True)
+    err = capsys.readouterr().err
+    line = f"1 of 2 cell(s) of quickstart already have run.json under {tmp_path}: skipped, their records reused"
+    assert line in err
+    assert err.index(line) < err.index("start quickstart/none/seed1")  # said before the cell that does run
+
+
 def test_failed_cell_is_recorded_and_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fusebench.training import pretrain
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,33 @@ def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
         return
     ds = build_datasets(spec, synthetic, data_root, 0, roles=("train",))["train"]
     spec.dataset.modalities = list(ds.modalities)
+
+
+def cap_batch_sizes(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int) -> list[str]:
+    """On data defined by the file alone (adapters with ``VIEWS_FROM_DATA``: any multi-view ``.mat`` of the
+    convention, whose size nobody chose), a pretraining batch size larger than the train split is capped
+    at the split's size, in the spec (so the recorded config and its hash say what ran) and said once on
+    stderr. Returns what was capped (empty: nothing). Curated benchmarks are left as written: a batch
+    larger than their split stays an error (:func:`check_data`)."""
+    from fusebench import datasets
+
+    if not pipeline_of(spec).reads_dataset or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
+        return []
+    n = len(build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"])
+    if n < 2:  # no batch fits: check_data names the split
+        return []
+    pt, capped = spec.pretrain, []
+    if pt.batch_size > n:
+        capped.append(f"pretrain.batch_size {pt.batch_size}")
+        pt.batch_size = n
+    for o, b in sorted(pt.objective_batch_size.items()):
+        if b > n:
+            capped.append(f"pretrain.objective_batch_size.{o} {b}")
+            pt.objective_batch_size[o] = n
+    if capped:
+        print(f"{spec.name}: {', '.join(capped)} capped at {n}, the size of the train split of "
+              f"{data_root or 'the synthetic twin'} (recorded in the run config)", file=sys.stderr)
+    return capped
 
 
 def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int, objs: list[str]) -> None:
@@ -189,6 +217,8 @@ def run(
         if data_root is None or not Path(data_root).exists():
             where = "no --data-root given" if data_root is None else f"--data-root {data_root} does not exist"
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
+    if pipeline.reads_dataset:
+        cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0)
     out = check_out(Path(out))
     mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
@@ -204,6 +234,11 @@ def run(
     pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
     if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
         check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
+    skipped = len(objs) * len(seeds) - len(pending)
+    if skipped and progress:  # said before anything runs: their records are reused, not recomputed
+        print(f"{skipped} of {len(objs) * len(seeds)} cell(s) of {spec.name} already have run.json under {out}: "
+              f"skipped, their records reused (another --out runs them afresh)", file=sys.stderr)
+
     def select(o: str) -> None:  # hyper-parameters chosen on val before the objective's cells
         if any(oo == o for oo, _ in pending):
             from fusebench.training.selection import select_hparams
@@ -220,4 +255,4 @@ def run(
     return records
 
 
-__all__ = ["check_components", "check_data", "check_out", "resolve_views", "run"]
+__all__ = ["cap_batch_sizes", "check_components", "check_data", "check_out", "resolve_views", "run"]
