@@ -162,7 +162,7 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
         assert p.read_bytes() == committed.read_bytes(), f"{p.name} differs from the committed one"
     if len(stale) == len(written):
         pytest.skip(f"the committed boards predate board format {lb.BOARD_FORMAT}; regenerate them "
-                    f"(fusebench leaderboard --runs leaderboards/runs --out leaderboards) when their runs are redone")
+                    f"(fusebench leaderboard --runs leaderboards/runs --out leaderboards --format md csv json) when their runs are redone")
 
 
 def test_committed_kviews_study_regenerates_byte_identically(tmp_path: Path, monkeypatch) -> None:

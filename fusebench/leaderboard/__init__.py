@@ -1,5 +1,6 @@
-"""Markdown leaderboards generated from run.json files alone (``fusebench leaderboard``; what the
-command does, table by table: :mod:`fusebench.leaderboard.cli` and docs/leaderboards.md).
+"""Markdown leaderboards (and their results as CSV / JSON) generated from run.json files alone
+(``fusebench leaderboard``; what the command does, table by table: :mod:`fusebench.leaderboard.cli` and
+docs/leaderboards.md).
 
 One concept per module, each importing only those above it:
 
@@ -11,6 +12,7 @@ One concept per module, each importing only those above it:
 - :mod:`~fusebench.leaderboard.table`: one group's table and the notes under it;
 - :mod:`~fusebench.leaderboard.reported`: numbers printed in the papers (``reported.yaml``) and their section;
 - :mod:`~fusebench.leaderboard.render`: the board markdown of one benchmark;
+- :mod:`~fusebench.leaderboard.export`: the same board's results as data (CSV, JSON);
 - :mod:`~fusebench.leaderboard.plots`: training curves, the CD diagram, the PNGs' input hash;
 - :mod:`~fusebench.leaderboard.index`: the index README and the cross-dataset ranking;
 - :mod:`~fusebench.leaderboard.writer`: writing a leaderboards folder; the repository's boards;

@@ -35,6 +35,14 @@ The index ranks the objectives over the real-data boards of the ``embedding_eval
 (average ranks, Friedman test, Nemenyi critical difference, a CD diagram ``cd-diagram.png``;
 Demšar 2006). See docs/leaderboards.md.
 
+Results as data: ``--format md csv json`` (any of them; ``md`` alone by default) also writes
+``<out_dir>/<benchmark>.csv`` and ``<out_dir>/<benchmark>.json`` beside each regenerated board: one
+row per (comparability group, displayed objective) with every metric's mean, sample std and n, the
+primary metric's CI, Δ vs the reference and Holm p, the budget and cost columns and the comparability
+key, as plain numbers (fractions, not percent; floats to 12 significant digits), byte-identical on
+regeneration (:mod:`fusebench.leaderboard.export`; columns and JSON schema in docs/leaderboards.md).
+Without ``md`` the markdown boards, plots and index are left as they are.
+
 Speed: regenerating on unchanged runs imports neither torch nor matplotlib (metric metadata from
 :mod:`fusebench.metrics.catalog`, matplotlib only to redraw a plot, Pillow to read a plot's input
 hash; numpy and scipy for the statistics) and rewrites no file whose content is unchanged;
@@ -47,12 +55,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from fusebench.leaderboard.export import FORMATS
 from fusebench.leaderboard.writer import write_leaderboards
 
 
 def main(argv: list[str]) -> int:
-    """``fusebench leaderboard [--runs DIR] [--out DIR] [--no-plots] [--split] [--reported FILE]``; returns
-    the exit status (2, with the error on stderr, for a missing folder, an invalid record or a refused group)."""
+    """``fusebench leaderboard [--runs DIR] [--out DIR] [--no-plots] [--split] [--reported FILE]
+    [--format md csv json]``; returns the exit status (2, with the error on stderr, for a missing folder,
+    an invalid record or a refused group; argparse's 2 for an unknown format)."""
     p = argparse.ArgumentParser(prog="fusebench leaderboard", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default="leaderboards/runs", help="folder searched for run.json files")
@@ -62,6 +72,9 @@ def main(argv: list[str]) -> int:
                    help="one table per comparability group instead of refusing a benchmark whose runs mix groups")
     p.add_argument("--reported", default=None,
                    help="YAML file of numbers reported in the papers (default: <out>/reported.yaml, optional)")
+    p.add_argument("--format", dest="formats", nargs="+", choices=FORMATS, default=["md"], metavar="FORMAT",
+                   help="what to write per board: md (the markdown board, its plots and the index), csv, json "
+                        "(results as data beside the board); default: md")
     ns = p.parse_args(argv)
     if not Path(ns.runs).is_dir():
         print(f"fusebench leaderboard: runs folder {ns.runs} does not exist", file=sys.stderr)
@@ -71,7 +84,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         for path in write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,
-                                       reported=Path(ns.reported) if ns.reported else None):
+                                       reported=Path(ns.reported) if ns.reported else None, formats=ns.formats):
             print(path)
     except (ValueError, OSError) as e:
         print(f"fusebench leaderboard: {e}", file=sys.stderr)

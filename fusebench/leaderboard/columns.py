@@ -57,15 +57,28 @@ def fmt_value(unit: str, v: float) -> str:
     return f"{100 * v:.2f}" if unit == "fraction" else f"{v:.4f}"
 
 
-def fmt_cell(unit: str, values: list[float], undefined: int = 0) -> str:
-    """``mean ± std (n)`` of the defined values; ``undefined`` runs whose value is NaN (a metric
-    undefined for that run) are counted as ``(n; k undefined)``, never silently dropped."""
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof 1; 0 for one value) of a non-empty list of values: the
+    numbers of every board cell and of the CSV / JSON exports (:mod:`fusebench.leaderboard.export`)."""
     n = len(values)
-    if n == 0:
-        return f"— ({undefined} undefined)"
     mean = sum(values) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return mean, std
+
+
+def fmt_stats(unit: str, mean: float | None, std: float | None, n: int, undefined: int = 0) -> str:
+    """A cell ``mean ± std (n)``; ``undefined`` runs whose value is NaN (a metric undefined for that
+    run) are counted as ``(n; k undefined)``, never silently dropped; ``— (k undefined)`` when n = 0."""
+    if n == 0 or mean is None or std is None:
+        return f"— ({undefined} undefined)"
     return f"{fmt_value(unit, mean)} ± {fmt_value(unit, std)} ({n}{f'; {undefined} undefined' if undefined else ''})"
+
+
+def fmt_cell(unit: str, values: list[float], undefined: int = 0) -> str:
+    """``mean ± std (n)`` of the defined values (:func:`mean_std`, :func:`fmt_stats`)."""
+    if not values:
+        return fmt_stats(unit, None, None, 0, undefined)
+    return fmt_stats(unit, *mean_std(values), len(values), undefined)
 
 
 def fmt_delta(unit: str, v: float) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fusebench.leaderboard.columns import MetricInfo, metric_info, natural_key
+from fusebench.leaderboard.columns import MetricInfo, mean_std, metric_info, natural_key
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
 from fusebench.training.reference_features import REFERENCE_KINDS
 
@@ -127,9 +127,30 @@ class GroupView:
     def info(self, metric: str) -> MetricInfo:
         return next(m for m in self.metrics if m.id == metric)
 
-    def mean(self, row: str, metric: str) -> float | None:
+    def summary(self, row: str, metric: str) -> tuple[float, float, int] | None:
+        """(mean, sample std, n) of a row's defined values of ``metric`` over seeds (None when it has
+        none): the numbers of the table's cell and of the CSV / JSON exports."""
         v = self.values.get((row, metric))
-        return sum(v.values()) / len(v) if v else None
+        return (*mean_std(list(v.values())), len(v)) if v else None
+
+    def mean(self, row: str, metric: str) -> float | None:
+        s = self.summary(row, metric)
+        return s[0] if s else None
+
+    def budget(self, row: str) -> dict[str, tuple[int, int]] | None:
+        """The row's pretraining budget over its runs (``record["budget"]``): ``{"optimizer_steps": (min,
+        max), "samples_seen": (min, max)}``, min = max when every seed agrees; None when not recorded."""
+        budgets = [b for r in self.recs if r.objective == row and (b := record_budget(r)) is not None]
+        if not budgets:
+            return None
+        return {key: (min(b[key] for b in budgets), max(b[key] for b in budgets))
+                for key in ("optimizer_steps", "samples_seen")}
+
+    def cost(self, row: str) -> tuple[float, float]:
+        """(mean pretraining time in s, mean peak memory in MiB) over the row's runs."""
+        times = [r.pretrain_time_s for r in self.recs if r.objective == row]
+        mems = [r.peak_memory_mb for r in self.recs if r.objective == row]
+        return sum(times) / len(times), sum(mems) / len(mems)
 
 
 def _group_kind(recs: list[RunRecord]) -> str:

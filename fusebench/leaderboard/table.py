@@ -10,9 +10,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from fusebench.leaderboard.columns import cell_text, fmt_cell, fmt_delta, fmt_p, fmt_value
+from fusebench.leaderboard.columns import cell_text, fmt_delta, fmt_p, fmt_stats, fmt_value
 from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView, record_budget
-from fusebench.records import RunRecord
 
 
 def _row_label(view: GroupView, o: str) -> str:
@@ -26,13 +25,13 @@ def _row_label(view: GroupView, o: str) -> str:
 
 def _row_budget(view: GroupView, o: str) -> tuple[str, str]:
     """The (steps, samples seen) cells of a row: the value when every seed agrees, 'min–max' otherwise."""
-    budgets = [b for r in view.recs if r.objective == o and (b := record_budget(r)) is not None]
-    if not budgets:
+    budget = view.budget(o)
+    if budget is None:
         return "—", "—"
     cells = []
     for key in ("optimizer_steps", "samples_seen"):
-        vals = sorted({b[key] for b in budgets})
-        cells.append(f"{vals[0]:,}" if len(vals) == 1 else f"{vals[0]:,}–{vals[-1]:,}")
+        lo, hi = budget[key]
+        cells.append(f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}")
     return cells[0], cells[1]
 
 
@@ -66,19 +65,16 @@ def table_lines(view: GroupView) -> list[str]:
             header.append(f"Δ {p} vs `{view.reference}` (Holm p)")
     header += ["steps", "samples seen", "pretrain time (s) ↓", "peak memory (MiB) ↓"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    by_obj: dict[str, list[RunRecord]] = defaultdict(list)
-    for r in view.recs:
-        by_obj[r.objective].append(r)
     for o in view.rows:
         row = [_row_label(view, o)]
         for m in view.metrics:
-            v = view.values.get((o, m.id))
+            summary = view.summary(o, m.id)
             undefined = view.undefined.get((o, m.id), 0)
-            if not v and not undefined:
+            if summary is None and not undefined:
                 row.append("—")
                 continue
-            text = fmt_cell(m.unit, list((v or {}).values()), undefined)
-            row.append(f"**{text}**" if v and view.best[m.id] == o else text)
+            text = fmt_stats(m.unit, *(summary or (None, None, 0)), undefined)
+            row.append(f"**{text}**" if summary and view.best[m.id] == o else text)
         if stats_cols:
             ci = view.ci.get(o)
             unit = view.info(p).unit
@@ -86,10 +82,9 @@ def table_lines(view: GroupView) -> list[str]:
             if view.reference:
                 row.append(_delta_cell(view, o))
         row += list(_row_budget(view, o))
-        times = [r.pretrain_time_s for r in by_obj[o]]
-        mems = [r.peak_memory_mb for r in by_obj[o]]
-        row.append(f"{sum(times) / len(times):.1f}")
-        row.append(f"{sum(mems) / len(mems):.0f}")
+        time_s, memory_mb = view.cost(o)
+        row.append(f"{time_s:.1f}")
+        row.append(f"{memory_mb:.0f}")
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

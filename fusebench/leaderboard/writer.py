@@ -1,5 +1,6 @@
 """Writing a leaderboards folder (:func:`write_leaderboards`): every board of the benchmarks with runs,
-their curves plots, the index and its CD diagram. Everything is validated and rendered before the
+their curves plots, the index and its CD diagram, and on request each board's results as data (CSV,
+JSON: :mod:`fusebench.leaderboard.export`). Everything is validated and rendered before the
 first file is written, files are written only inside the output folder, and a file whose content is
 unchanged (or a plot whose inputs are) is left untouched. Also where the committed boards of a
 repository checkout are (:func:`repository_boards`)."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import fusebench.leaderboard.export as export
 import fusebench.leaderboard.index as index_page
 import fusebench.leaderboard.plots as plotting
 from fusebench.io import write_if_changed
@@ -28,10 +30,13 @@ def _inside(out_dir: Path, filename: str) -> Path:
 
 
 def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split: bool = False,
-                       reported: Path | None = None) -> list[Path]:
+                       reported: Path | None = None, formats: tuple[str, ...] | list[str] = ("md",)) -> list[Path]:
     """Regenerate the boards of the benchmarks with runs under ``runs_dir`` and the index; returns the
-    markdown paths of those boards and the index (a file whose text did not change is left untouched,
-    like a plot whose inputs did not). Everything is validated before the first file is written."""
+    paths of those boards (per board its ``formats``: ``md`` the markdown, ``csv`` / ``json`` the
+    results as data, :mod:`fusebench.leaderboard.export`) and, with ``md``, the index. A file whose
+    text did not change is left untouched, like a plot whose inputs did not. Without ``md`` no
+    markdown, plot or index is written. Everything is validated before the first file is written."""
+    formats = export.check_formats(formats)
     runs = load_runs(Path(runs_dir))
     out_dir = Path(out_dir)
     reported_map = load_reported(Path(reported) if reported is not None else out_dir / "reported.yaml")
@@ -46,40 +51,48 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
                 v.studies.append(("k-views study", f"{name}-kviews.md", f"{name}-kviews.png"))
         plot_names = [f"{name}-curves.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-curves.png"
                       for v in views]
-        for p in plot_names + [f"{name}.md"]:
+        for p in plot_names + [f"{name}.{fmt}" for fmt in formats]:
             _inside(out_dir, p)
         boards.append((name, views, plot_names))
+    md = "md" in formats
     # the index: every board already in out_dir, with the regenerated ones replaced
     metas: dict[str, dict[str, Any]] = {}
-    if out_dir.is_dir():
+    if md and out_dir.is_dir():
         for path in sorted(out_dir.glob("*.md")):
             if path.name != "README.md" and valid_id(path.stem) and path.stem not in runs:
                 meta = read_board_meta(path)
                 if meta is not None:
                     metas[path.stem] = meta
     written = []
-    rendered = []  # every markdown text is made before the first file is written
+    rendered = []  # every file's text is made before the first file is written
     for name, views, plot_names in boards:
         shown = [plot if plots and plotting.has_curves(view) else None for view, plot in zip(views, plot_names)]
-        md = render_board(name, views, reported_map.get(name, []), shown)
-        metas[name] = rendered_meta(md)
-        rendered.append((name, views, shown, md))
-    ranking = index_page.cross_dataset_ranking(metas)
-    cd_plot = index_page.CD_PLOT if plots and "cd" in ranking else None
-    index_md = index_page.build_index(metas, cd_plot, ranking)
+        texts = {fmt: export.RENDERERS[fmt](name, views) for fmt in formats if fmt != "md"}
+        if md:
+            texts["md"] = render_board(name, views, reported_map.get(name, []), shown)
+            metas[name] = rendered_meta(texts["md"])
+        rendered.append((name, views, shown, texts))
+    if md:
+        ranking = index_page.cross_dataset_ranking(metas)
+        cd_plot = index_page.CD_PLOT if plots and "cd" in ranking else None
+        index_md = index_page.build_index(metas, cd_plot, ranking)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, views, shown, md in rendered:
-        for view, plot in zip(views, shown):
-            if plot:
-                plotting.plot_curves(view, _inside(out_dir, plot))
-        path = _inside(out_dir, f"{name}.md")
-        write_if_changed(path, md)
-        written.append(path)
-    if cd_plot:
-        index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot))
-    index_path = _inside(out_dir, "README.md")
-    write_if_changed(index_path, index_md)
-    written.append(index_path)
+    for name, views, shown, texts in rendered:
+        if md:
+            for view, plot in zip(views, shown):
+                if plot:
+                    plotting.plot_curves(view, _inside(out_dir, plot))
+        for fmt in export.FORMATS:
+            if fmt in texts:
+                path = _inside(out_dir, f"{name}.{fmt}")
+                write_if_changed(path, texts[fmt])
+                written.append(path)
+    if md:
+        if cd_plot:
+            index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot))
+        index_path = _inside(out_dir, "README.md")
+        write_if_changed(index_path, index_md)
+        written.append(index_path)
     return written
 
 

@@ -166,4 +166,4 @@ def _regenerate_boards(records: list[dict], out: str, board: str) -> None:
         return
     from fusebench.leaderboard import write_leaderboards
 
-    write_leaderboards(Path(out), Path(board))
+    write_leaderboards(Path(out), Path(board), formats=("md", "csv", "json"))  # the committed boards' formats

@@ -1,0 +1,160 @@
+"""A board's results as data: ``<benchmark>.csv`` and ``<benchmark>.json`` beside ``<benchmark>.md``
+(``fusebench leaderboard --format md csv json``), one row per (comparability group, displayed
+objective), from the same :class:`~fusebench.leaderboard.groups.GroupView` the markdown is rendered
+from: every number is read from the view (:meth:`GroupView.summary`, ``ci``, ``tests``,
+:meth:`GroupView.budget`, :meth:`GroupView.cost`), never computed a second way.
+
+Numbers are plain values in the records' units (fractions as stored, never x100; seconds; MiB).
+Every float is rounded to :data:`SIGNIFICANT` significant digits and written as Python's ``repr`` of
+that float (the shortest text that reads back as it): the same text in both files, byte-identical on
+every regeneration, and blind to differences in the last bits of a p-value or an interval between
+library versions. Integers are written as integers; a missing value is an empty CSV cell or JSON
+``null``. The columns and the JSON schema: docs/leaderboards.md, "Results as data (CSV / JSON)".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from fusebench.leaderboard.groups import GroupView
+
+FORMATS = ("md", "csv", "json")  # what `fusebench leaderboard --format` writes
+EXPORT_FORMAT = 1  # version of the JSON schema (its "format" field); bump when a field changes meaning
+SIGNIFICANT = 12  # significant digits of every float in the CSV and JSON files
+
+
+def check_formats(formats: Any) -> tuple[str, ...]:
+    """``formats`` as a tuple of distinct names of :data:`FORMATS` (in the order given), or a ValueError."""
+    if isinstance(formats, str) or not formats:
+        raise ValueError(f"formats must be a non-empty list of {', '.join(FORMATS)}, got {formats!r}")
+    out: list[str] = []
+    for f in formats:
+        if f not in FORMATS:
+            raise ValueError(f"unknown leaderboard format {f!r}: choose from {', '.join(FORMATS)}")
+        if f not in out:
+            out.append(f)
+    return tuple(out)
+
+
+def number(x: float | int | None) -> float | int | None:
+    """A value as exported: None stays None, an int stays an int, a float is rounded to
+    :data:`SIGNIFICANT` significant digits (-0.0 written as 0.0). Non-finite values are refused."""
+    if x is None or (isinstance(x, int) and not isinstance(x, bool)):
+        return x
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"cannot export the non-finite value {x!r}")
+    return float(f"{x + 0.0:.{SIGNIFICANT}g}") + 0.0
+
+
+def _metric_entry(view: GroupView, row: str, metric: str) -> dict[str, Any]:
+    summary = view.summary(row, metric)
+    mean, std, n = summary if summary else (None, None, 0)
+    return {"mean": number(mean), "std": number(std), "n": n, "undefined": view.undefined.get((row, metric), 0)}
+
+
+def _row(view: GroupView, row: str) -> dict[str, Any]:
+    """One row of a group: the numbers the markdown row shows, unrounded (see the module docstring)."""
+    ci = view.ci.get(row)
+    test = view.tests.get(row)  # None for the reference row, invalid and untested rows, pipeline checks
+    budget = view.budget(row)
+    time_s, memory_mb = view.cost(row)
+    return {
+        "objective": row,
+        "aliases": list(view.aliases.get(row, [])),
+        "invalid": view.invalid.get(row),
+        "metrics": {m.id: _metric_entry(view, row, m.id) for m in view.metrics},
+        "ci": [number(ci[0]), number(ci[1])] if ci else None,
+        "delta": number(test["mean_diff"]) if test else None,
+        "p_holm": number(test["p_holm"]) if test else None,
+        "budget": {"steps": list(budget["optimizer_steps"]), "samples_seen": list(budget["samples_seen"])}
+        if budget else None,
+        "cost": {"pretrain_time_s": number(time_s), "peak_memory_mb": number(memory_mb)},
+    }
+
+
+def group_data(view: GroupView) -> dict[str, Any]:
+    """One comparability group as the JSON file holds it."""
+    first = view.recs[0]
+    return {
+        "key": first.comparability_key,
+        "kind": view.kind,
+        "dataset": first.dataset.id,
+        "synthetic": first.dataset.synthetic,
+        "seeds": view.seeds,
+        "primary": view.primary or None,
+        "reference": view.reference,
+        "metrics": [{"id": m.id, "unit": m.unit, "direction": m.direction} for m in view.metrics],
+        "rows": [_row(view, o) for o in view.rows],
+    }
+
+
+def board_data(name: str, views: list[GroupView]) -> dict[str, Any]:
+    """The JSON document of one benchmark's board."""
+    return {"format": EXPORT_FORMAT, "benchmark": name, "groups": [group_data(v) for v in views]}
+
+
+def render_json(name: str, views: list[GroupView]) -> str:
+    """``<benchmark>.json``: :func:`board_data` with sorted keys, indent 1, ASCII, a final newline."""
+    return json.dumps(board_data(name, views), indent=1, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"
+
+
+def csv_columns(views: list[GroupView]) -> list[str]:
+    """The CSV header: the fixed columns, three per metric (every metric of every group, in the order
+    of first appearance), then the statistics, budget and cost columns."""
+    metrics: list[str] = []
+    for v in views:
+        metrics += [m.id for m in v.metrics if m.id not in metrics]
+    head = ["benchmark", "key", "kind", "dataset", "synthetic", "primary", "reference", "objective", "aliases",
+            "invalid"]
+    per_metric = [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")]
+    tail = ["ci_low", "ci_high", "delta", "p_holm", "steps_min", "steps_max", "samples_seen_min",
+            "samples_seen_max", "pretrain_time_s", "peak_memory_mb"]
+    return head + per_metric + tail
+
+
+def _cell(x: Any) -> str:
+    """A CSV cell: "" for None, true / false, integers as such, floats as the repr of :func:`number`."""
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return repr(number(x))
+    return str(x)
+
+
+def render_csv(name: str, views: list[GroupView]) -> str:
+    """``<benchmark>.csv``: a header line, then one line per (group, displayed objective); ``\\n`` line
+    ends, cells quoted only where they need it (``csv.QUOTE_MINIMAL``)."""
+    columns = csv_columns(views)
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(columns)
+    for view in views:
+        group = group_data(view)
+        for row in group["rows"]:
+            cells: dict[str, Any] = {
+                "benchmark": name, "key": group["key"], "kind": group["kind"], "dataset": group["dataset"],
+                "synthetic": group["synthetic"], "primary": group["primary"], "reference": group["reference"],
+                "objective": row["objective"], "aliases": ";".join(row["aliases"]), "invalid": row["invalid"],
+                "delta": row["delta"], "p_holm": row["p_holm"],
+                "pretrain_time_s": row["cost"]["pretrain_time_s"], "peak_memory_mb": row["cost"]["peak_memory_mb"]}
+            for metric, entry in row["metrics"].items():
+                cells.update({f"{metric}_{s}": entry[s] for s in ("mean", "std", "n")})
+            if row["ci"]:
+                cells["ci_low"], cells["ci_high"] = row["ci"]
+            if row["budget"]:
+                cells["steps_min"], cells["steps_max"] = row["budget"]["steps"]
+                cells["samples_seen_min"], cells["samples_seen_max"] = row["budget"]["samples_seen"]
+            out.writerow([_cell(cells.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+RENDERERS = {"csv": render_csv, "json": render_json}
