@@ -47,6 +47,8 @@ DIAGNOSTICS = ("alignment", "uniformity", "effective_rank")
 SHRINK = {
     "quickstart": {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1,
                    "downstream.epochs": 1},
+    "quickstart-compute": {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1,
+                           "pretrain.objective_epochs": {}, "downstream.epochs": 1},
 }
 
 
