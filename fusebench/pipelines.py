@@ -3,7 +3,9 @@
 A benchmark spec names its pipeline (``pipeline:``, default ``standard``). The runner never branches
 on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what the entry declares:
 
-* :meth:`Pipeline.run_cell`: run one (benchmark, objective, seed) cell and write its ``run.json``;
+* :meth:`Pipeline.run_cell` ``(request, options, context, trackers)``: run one (benchmark, objective,
+  seed) cell and write its ``run.json``; a built-in pipeline names its cell function in :data:`CELLS`,
+  where the module implementing it registers it (this module imports no training code);
 * :attr:`Pipeline.reads_dataset`: the cell reads a dataset adapter (``dataset.id``), so the data path
   applies: ``--data-root`` is required unless ``--synthetic``, the data is checked once before the
   first cell, its files are fingerprinted into the records, and views known only from the file
@@ -22,7 +24,8 @@ on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what t
 
 Built-ins: ``standard`` (dataset adapter -> encoder -> pretraining -> downstream protocol,
 :mod:`fusebench.training.standard`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
-closed-form synthetic views, :mod:`fusebench.training.gaussian_mi`). Pipelines are registered like
+closed-form synthetic views, :mod:`fusebench.training.gaussian_mi`; its option checks,
+:func:`gaussian_mi_options_problems`, are here). Pipelines are registered like
 every other component (lowercase ids, duplicate ids an error); plugins come through the entry-point
 group ``fusebench.pipelines`` (value ``"package.module:PipelineClass"``, a :class:`Pipeline` subclass).
 
