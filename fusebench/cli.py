@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the command (COMMAND --help)")
     ns = parser.parse_args(argv)
     if ns.version:
-        from fusebench import __version__
+        from fusebench.version import __version__
 
         print(__version__)
         return 0

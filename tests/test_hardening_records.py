@@ -314,7 +314,7 @@ _MODES_SCRIPT = textwrap.dedent("""
     from fusebench import io
     from fusebench.leaderboard import write_leaderboards
     from fusebench.training import utils
-    from fusebench.training.cell import write_record
+    from fusebench.training.record_store import write_record
 
     work, runs = Path(sys.argv[1]), Path(sys.argv[2])
     io.atomic_write_text(work / "a.txt", "x")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import fusebench
-from fusebench.training import launchers, status
+from fusebench.training import launchers, locks, status
 from fusebench.training.config import ConfigError
 from fusebench.training.request import CellRequest, RunOptions
 from fusebench.training.cell import CellBusyError, CellLock
@@ -161,7 +161,7 @@ def test_cli_refuses_scheduler_flags_without_a_scheduler(capsys) -> None:
 # ------------------------------------------------------------------------------------------------
 # locks and status for cells run elsewhere
 # ------------------------------------------------------------------------------------------------
-class FakeQueue(status.SlurmQueue):
+class FakeQueue(locks.SlurmQueue):
     def __init__(self, states: dict[str, tuple[str, str]]) -> None:
         super().__init__()
         self.states, self.asked = states, []
@@ -182,8 +182,8 @@ def test_a_lock_is_written_with_host_and_slurm_job(tmp_path: Path, monkeypatch) 
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
     with CellLock(tmp_path):
         data = json.loads((tmp_path / ".lock").read_text())
-        assert data == {"pid": os.getpid(), "host": status.hostname(), "slurm_job": "4240_2", "slurm_job_id": "4242"}
-        assert status.cell_state(tmp_path) == ("running", f"running on {status.hostname()} (slurm job 4240_2)")
+        assert data == {"pid": os.getpid(), "host": locks.hostname(), "slurm_job": "4240_2", "slurm_job_id": "4242"}
+        assert status.cell_state(tmp_path) == ("running", f"running on {locks.hostname()} (slurm job 4240_2)")
     assert not (tmp_path / ".lock").exists()
 
 
@@ -194,7 +194,7 @@ def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch
     # outside SLURM: nothing to ask, so it stays held
     plain = tmp_path / "plain"
     _lock(plain, pid=dead, host="node-elsewhere")
-    assert status.cell_state(plain) == ("running", f"running on node-elsewhere (pid {dead}; another host, not checked from {status.hostname()})")
+    assert status.cell_state(plain) == ("running", f"running on node-elsewhere (pid {dead}; another host, not checked from {locks.hostname()})")
     with pytest.raises(CellBusyError, match=f"being run by process {dead} on node-elsewhere"):
         CellLock(plain).__enter__()
     # a SLURM job: squeue decides
@@ -202,25 +202,25 @@ def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch
     _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
     running = FakeQueue({"77_1": ("RUNNING", "node7")})
     assert status.cell_state(job, running) == ("running", "running on node7 (slurm job 77_1)")
-    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "node7")})
+    monkeypatch.setattr(locks.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "node7")})
     with pytest.raises(CellBusyError, match="being run by slurm job 77_1 on node7"):
         CellLock(job).__enter__()
     # the job left the queue (cancelled, killed): the lock is stale and the cell can be taken over
     (job / "last.pt").write_bytes(b"x")
     assert status.cell_state(job, FakeQueue({})) == ("interrupted", "resumable from last.pt")
-    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {})
+    monkeypatch.setattr(locks.SlurmQueue, "_squeue", lambda self, ids: {})
     with CellLock(job):
         assert json.loads((job / ".lock").read_text())["pid"] == os.getpid()
     # our own job, requeued onto this host: its earlier run's lock (from node7) is stale
     _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
-    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "here")})
+    monkeypatch.setattr(locks.SlurmQueue, "_squeue", lambda self, ids: {"77_1": ("RUNNING", "here")})
     monkeypatch.setenv("SLURM_JOB_ID", "78")
     with CellLock(job):
         pass
     # squeue cannot be asked: a job's lock on another host counts as held
     monkeypatch.delenv("SLURM_JOB_ID")
     _lock(job, pid=dead, host="node7", slurm_job="77_1", slurm_job_id="78")
-    monkeypatch.setattr(status.SlurmQueue, "_squeue", lambda self, ids: None)
+    monkeypatch.setattr(locks.SlurmQueue, "_squeue", lambda self, ids: None)
     assert status.cell_state(job)[0] == "running"
 
 
@@ -246,9 +246,9 @@ def test_status_names_the_slurm_job_of_a_submitted_cell(tmp_path: Path) -> None:
         2: ("interrupted", "resumable from last.pt; queued: slurm job 9_2 (PENDING)"),  # requeued
         3: ("pending", "slurm job 9_3 ended without a record (log: /logs/9_3_0_log.err)"),
     }
-    assert status.busy(out / "quickstart" / "m3g" / "seed0", queue) == ("slurm job 9_0 is on it (PENDING)", "9_0")
-    assert status.busy(out / "quickstart" / "m3g" / "seed3", queue) is None
-    assert status.slurm_jobs(sorted((out / "quickstart" / "m3g").iterdir())) == ["9_0", "9_1", "9_2", "9_3"]
+    assert locks.busy(out / "quickstart" / "m3g" / "seed0", queue) == ("slurm job 9_0 is on it (PENDING)", "9_0")
+    assert locks.busy(out / "quickstart" / "m3g" / "seed3", queue) is None
+    assert locks.slurm_jobs(sorted((out / "quickstart" / "m3g").iterdir())) == ["9_0", "9_1", "9_2", "9_3"]
 
 
 def test_a_job_that_ends_without_a_result_is_interrupted(tmp_path: Path, capsys) -> None:

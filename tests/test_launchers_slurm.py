@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import fusebench
-from fusebench.training import status
+from fusebench.training import locks, status
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
@@ -86,7 +86,7 @@ def _stop(pids: list[int | None]) -> None:
         except ProcessLookupError:
             pass
     for _ in range(50):
-        if not any(status.pid_alive(p) for p in pids):
+        if not any(locks.pid_alive(p) for p in pids):
             return
         time.sleep(0.1)
     for pid in pids:
@@ -123,7 +123,7 @@ class Cluster:
         return res
 
     def job_state(self, job: str) -> str:
-        return status.SlurmQueue().state(job)[0]
+        return locks.SlurmQueue().state(job)[0]
 
     def logs(self) -> str:
         parts = []
@@ -285,7 +285,7 @@ def test_slurm_sweep_survives_scancel_and_preemption(slurm_cluster: Cluster, tmp
     # seed 0: cancelled; seed 1: preempted (USR2 -> CellCall.checkpoint() -> scontrol requeue)
     cluster.run("scancel", jobs[0])
     cluster.run("scancel", "--signal=USR2", jobs[1])
-    _wait_for("the cancelled job to leave the queue", lambda: cluster.job_state(jobs[0]) == status.GONE, cluster)
+    _wait_for("the cancelled job to leave the queue", lambda: cluster.job_state(jobs[0]) == locks.GONE, cluster)
     _wait_for("the preempted job to be requeued",
               lambda: cluster.job_state(jobs[1]) == "PENDING" and _states(out)[1][0] == "interrupted", cluster)
     states = _states(out)

@@ -1,5 +1,6 @@
-"""The package's structure, checked from the source: no import cycle (function-level imports counted:
-a cycle may not hide behind one), no module far over ~450 lines without saying why, one version.
+"""The package's structure, checked from the source: every module in a layer and imports only downward,
+no import cycle (function-level imports counted: a cycle may not hide behind one), no module over ~450
+lines without saying why, one version.
 
 The import graph is read with ``ast`` from every module of the ``fusebench`` namespace (``fusebench/``
 and the folders mapped into it: ``objectives/``, ``encoders/``, ``datasets/``, ``benchmarks/``). Every
@@ -13,6 +14,7 @@ a lower layer finds the components registered above it."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -142,6 +144,41 @@ def test_no_import_cycle() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles (every import statement counts, function-level ones too):\n" + \
         "\n".join(" <-> ".join(c) for c in found)
+
+
+#: the layers of docs/architecture.md ("Layers"), lowest first; a module may import from its own layer and
+#: the ones below, never from a higher one. The first matching pattern decides.
+LAYERS: list[tuple[str, int]] = [
+    (r"fusebench", 8),  # the package root: the fusebench.run facade over the sweep
+    (r"fusebench\.(registry|io|typed|version|machine|options|geometry3d)", 0),
+    (r"fusebench\.datasets\.errors", 0),
+    (r"fusebench\.training(\.(distributed|utils|progress))?", 0),
+    (r"fusebench\.training\.(config|methods|precision|request)", 1),
+    (r"fusebench\.(objectives|datasets|encoders|metrics|benchmarks)(\..+)?", 2),
+    (r"fusebench\.(tasks|pipelines)", 2),
+    (r"fusebench\.training\.(compat|reference_features|spec_check|teacher|tuple_method|tuple_optim|model|"
+     r"diagnostics)", 2),
+    (r"fusebench\.training\.(data|optim|evaluate|pretrain|loop|trackers|cell|locks|embedding_eval|kmeans)", 3),
+    (r"fusebench\.records(\..+)?", 4),
+    (r"fusebench\.training\.(record_builder|record_store)", 4),
+    (r"fusebench\.training\.(standard|embedding_protocol|gaussian_mi|execute)", 5),
+    (r"fusebench\.training\.(runner|selection|launchers|status|kviews)", 6),
+    (r"fusebench\.(leaderboard|perf)(\..+)?", 7),
+    (r"fusebench\.(cli|listing|__main__)", 7),
+    (r"fusebench\.training\.(cli|kviews_board|kviews_cli)", 7),
+]
+
+
+def layer_of(module: str) -> int | None:
+    return next((n for pattern, n in LAYERS if re.fullmatch(pattern, module)), None)
+
+
+def test_every_module_has_a_layer_and_imports_only_downward() -> None:
+    graph = import_graph()
+    assert not [m for m in graph if layer_of(m) is None], "modules without a layer in LAYERS (add them)"
+    upward = sorted(f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
+                    for m, deps in graph.items() for t in deps if layer_of(t) > layer_of(m))
+    assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
 
 
 def test_long_modules_say_why() -> None:

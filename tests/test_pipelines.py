@@ -113,7 +113,7 @@ class _Constant(P.Pipeline):
     def run_cell(self, request, options, context, trackers):
         import torch
 
-        from fusebench.training.cell import write_record
+        from fusebench.training.record_store import write_record
         from fusebench.training.record_builder import build_record
 
         spec, objective, seed = request.spec, request.objective, request.seed

@@ -15,9 +15,8 @@ import torch
 
 import fusebench
 from fusebench import benchmarks
-from fusebench.training import runner
 from fusebench.training.loop import RunError
-from fusebench.training.cell import write_record
+from fusebench.training.record_store import write_record
 from fusebench.training.data import few_shot_subset
 from fusebench.training.execute import run_cell
 from fusebench.training.request import CellRequest, RunOptions

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 from fusebench.pipelines import pipeline_of
 from fusebench.training import distributed, utils
-from fusebench.training.cell import CellBusyError, CellLock, ConfigMismatchError, existing_record, record_there
+from fusebench.training.cell import CellBusyError, CellLock, ConfigMismatchError
+from fusebench.training.record_store import existing_record, record_there
 from fusebench.training.compat import check_compatible
 from fusebench.training.config import BenchmarkSpec, ConfigError
 from fusebench.training.progress import cell as progress_cell

@@ -180,7 +180,7 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
                     context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Train and evaluate one (objective, seed) cell for every M; write and return its run record."""
     from fusebench import objectives
-    from fusebench.training.cell import write_record
+    from fusebench.training.record_store import write_record
     from fusebench.training.record_builder import build_record
 
     spec, objective, seed = request.spec, request.objective, request.seed

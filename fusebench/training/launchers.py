@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from fusebench.registry import Registry, UnknownNameError
-from fusebench.training import status
+from fusebench.training import locks
 from fusebench.training.config import ConfigError
 from fusebench.training.execute import sweep_cell
 from fusebench.training.request import CellRequest, RunOptions, SweepCells, cell_dir
@@ -130,8 +130,8 @@ class CellCall:
 
     def __call__(self) -> dict[str, Any]:
         cell, where = self.request.cell, self.request.where
-        job = status.current_slurm_job().get("slurm_job")
-        print(f"fusebench cell {where} on {status.hostname()}" + (f" (slurm job {job})" if job else ""), flush=True)
+        job = locks.current_slurm_job().get("slurm_job")
+        print(f"fusebench cell {where} on {locks.hostname()}" + (f" (slurm job {job})" if job else ""), flush=True)
         if (cell / "last.pt").exists() and not (cell / "run.json").exists():
             print(f"resuming {where} from {cell / 'last.pt'} ({_checkpoint_position(cell / 'last.pt')})", flush=True)
         # a job's output is a log file, not a terminal: progress comes as lines (fusebench.training.progress)
@@ -219,7 +219,7 @@ class SubmititLauncher(Launcher):
     def executor(self, folder: Path, job_name: str) -> Any:
         raise NotImplementedError
 
-    def _queue(self) -> status.SlurmQueue | None:
+    def _queue(self) -> locks.SlurmQueue | None:
         return None
 
     def launch(self, objs, seeds, select, sweep):
@@ -232,14 +232,14 @@ class SubmititLauncher(Launcher):
         records: list[dict[str, Any] | None] = [None] * len(cells)
         queue = self._queue()
         if queue is not None:
-            queue.prefetch(status.slurm_jobs([cell_dir(out, spec.name, o, s) for o, s in cells]))
+            queue.prefetch(locks.slurm_jobs([cell_dir(out, spec.name, o, s) for o, s in cells]))
         todo, waiting = [], {}
         for i, (o, s) in enumerate(cells):
             cell = cell_dir(out, spec.name, o, s)
             if (cell / "run.json").exists():
                 records[i] = sweep_cell(sweep.request(o, s), sweep.options, sweep.context)  # its record, read back
                 continue
-            held = status.busy(cell, queue)
+            held = locks.busy(cell, queue)
             if held is None:
                 todo.append(i)
             elif held[1] is not None and queue is not None:  # a SLURM job of an earlier submission: wait for it
@@ -270,8 +270,8 @@ class SubmititLauncher(Launcher):
                 o, s = cells[i]
                 cell = cell_dir(out, spec.name, o, s)
                 cell.mkdir(parents=True, exist_ok=True)
-                utils.atomic_write_json(cell / status.MARKER, {
-                    "launcher": self.name, "job_id": str(job.job_id), "submitted": now, "host": status.hostname(),
+                utils.atomic_write_json(cell / locks.MARKER, {
+                    "launcher": self.name, "job_id": str(job.job_id), "submitted": now, "host": locks.hostname(),
                     "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)})
                 logs = str(job.paths.stdout)[: -len(".out")]
                 print(f"submitted {spec.name}/{o}/seed{s}: {self.name} job {job.job_id} (logs {logs}.out|.err)",
@@ -292,7 +292,7 @@ class SubmititLauncher(Launcher):
                 queue.prefetch([str(j.job_id) for j in waiting.values()])
             for i, job in list(waiting.items()):
                 if isinstance(job, _Adopted):  # a job we did not submit: its cell's files tell the outcome
-                    if (job.cell / "run.json").exists() or queue.state(job.job_id)[0] == status.GONE:
+                    if (job.cell / "run.json").exists() or queue.state(job.job_id)[0] == locks.GONE:
                         gone[i] = gone.get(i, 0) + 1
                         if (job.cell / "run.json").exists() or gone[i] >= 3:
                             records[i] = self._adopted_outcome(job, cells[i], spec)
@@ -301,7 +301,7 @@ class SubmititLauncher(Launcher):
                 if job.paths.result_pickle.exists() or (queue is None and job.done()):
                     records[i] = self._outcome(job, cells[i], spec, out)
                     del waiting[i]
-                elif queue is not None and queue.state(str(job.job_id))[0] == status.GONE:
+                elif queue is not None and queue.state(str(job.job_id))[0] == locks.GONE:
                     gone[i] = gone.get(i, 0) + 1
                     if gone[i] >= 3:  # out of the queue for a while and still no result (shared file systems lag)
                         records[i] = self._outcome(job, cells[i], spec, out)
@@ -312,7 +312,7 @@ class SubmititLauncher(Launcher):
                 time.sleep(self.opts.poll_s)
 
     def _adopted_outcome(self, job: "_Adopted", cell_id: tuple[str, int], spec) -> dict[str, Any]:
-        from fusebench.training.cell import existing_record
+        from fusebench.training.record_store import existing_record
 
         o, s = cell_id
         if (job.cell / "run.json").exists():
@@ -333,7 +333,7 @@ class SubmititLauncher(Launcher):
         ``interrupted`` when the job ended without a result (cancelled, killed, out of time), or a
         failure the job raised outside the cell (written to failed.json)."""
         from fusebench.training import utils
-        from fusebench.training.cell import existing_record
+        from fusebench.training.record_store import existing_record
 
         o, s = cell_id
         cell = cell_dir(out, spec.name, o, s)
@@ -398,8 +398,8 @@ class SlurmLauncher(SubmititLauncher):
         ex.update_parameters(**self.parameters(job_name))
         return ex
 
-    def _queue(self) -> status.SlurmQueue:
-        return status.SlurmQueue()
+    def _queue(self) -> locks.SlurmQueue:
+        return locks.SlurmQueue()
 
 
 @register("submitit_local")

@@ -23,11 +23,12 @@ from typing import Any
 
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.training import utils
-from fusebench.training.cell import check_checkpoint_config, existing_record, load_checkpoint, record_there
+from fusebench.training.cell import check_checkpoint_config, load_checkpoint
 from fusebench.training.compat import check_compatible
 from fusebench.training.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 from fusebench.training.data import build_datasets, pretrain_batch_size
 from fusebench.training.execute import sweep_context
+from fusebench.training.record_store import existing_record, record_there
 from fusebench.training.reference_features import REFERENCES
 from fusebench.training.request import CellRequest, RunOptions, SweepCells
 from fusebench.training.trackers import check_trackers, default_mlflow_uri

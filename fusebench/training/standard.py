@@ -14,7 +14,7 @@ method:
    or ``embedding_eval`` (:mod:`fusebench.training.embedding_protocol`).
 
 The record is built by :func:`fusebench.training.record_builder.build_record` and written once by
-:func:`fusebench.training.cell.write_record`.
+:func:`fusebench.training.record_store.write_record`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import nn
 
 from fusebench.pipelines import CELLS
 from fusebench.training import distributed, precision, utils
-from fusebench.training.cell import check_checkpoint_config, data_fingerprint, load_checkpoint, write_record
+from fusebench.training.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
 from fusebench.training.config import BenchmarkSpec
 from fusebench.training.data import build_datasets, few_shot_subset, input_dims, make_loader, pretrain_batch_size
 from fusebench.training.evaluate import embeddings, evaluate
@@ -36,6 +36,7 @@ from fusebench.training.loop import Clock, Phase, PhaseHooks, StepBudget, run_ph
 from fusebench.training.optim import build_optimizer, build_scheduler
 from fusebench.training.progress import progress_bar
 from fusebench.training.record_builder import build_record
+from fusebench.training.record_store import write_record
 from fusebench.training.reference_features import RAW, REFERENCE_KINDS, REFERENCES
 from fusebench.training.request import CellRequest, RunOptions, objective_hparams
 from fusebench.training.trackers import Trackers
