@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fusebench.pipelines import pipeline_of
 from fusebench.training.config import BenchmarkSpec
+from fusebench.training.protocols import PROTOCOLS, protocol_of
 from fusebench.training.reference_features import BASELINE, RAW, REFERENCE_KINDS
 
 
@@ -27,7 +28,8 @@ def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
         if not pipeline.downstream:
             return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
         return None
-    if objective == RAW and pipeline.downstream and spec.downstream.protocol == "linear_probe":
+    offered = protocol_of(spec).reference_rows if pipeline.downstream and spec.downstream.protocol in PROTOCOLS else ()
+    if objective == RAW and RAW in offered and not protocol_of(spec).frozen_features:
         from fusebench import datasets
 
         kinds = {m.kind for m in datasets.get(spec.dataset.id).MODALITIES
@@ -37,9 +39,10 @@ def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
                     f"vectors; this dataset's modalities are {sorted(kinds)}")
         return None  # the probe trained on the input vectors (the `identity` encoder)
     if objective in REFERENCE_KINDS:
-        if not pipeline.downstream or spec.downstream.protocol != "embedding_eval":
-            return (f"{spec.name}: the '{objective}' reference row applies to the embedding_eval protocol"
-                    + (" and (raw only) to the linear_probe protocol" if objective == RAW else " only"))
+        if objective not in offered:
+            offering = [p for p in PROTOCOLS.available() if objective in PROTOCOLS.get(p).reference_rows]
+            return (f"{spec.name}: the '{objective}' reference row applies to the {' and '.join(offering)} "
+                    f"protocol{'s' if len(offering) > 1 else ''} only")
         return None
     from fusebench import objectives
 

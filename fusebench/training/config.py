@@ -85,7 +85,7 @@ class PretrainConfig:
 
 @dataclass
 class DownstreamConfig:
-    protocol: str = "linear_probe"  # linear_probe | finetune | embedding_eval (probe + k-means on frozen embeddings)
+    protocol: str = "linear_probe"  # a registered protocol (fusebench/training/protocols.py): linear_probe | finetune | embedding_eval
     shots: int | None = None  # few-shot: s labelled training samples per class (M3G paper's EEG probe)
     epochs: int = 1
     batch_size: int = 32
@@ -314,8 +314,6 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (pt.lr > 0, "pretrain.lr must be > 0"),
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
         (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
-        (ds.protocol in ("linear_probe", "finetune", "embedding_eval"),
-         "downstream.protocol must be 'linear_probe', 'finetune' or 'embedding_eval'"),
         (all(isinstance(b, int) and b >= 2 for b in pt.objective_batch_size.values()),
          "pretrain.objective_batch_size values must be integers >= 2"),
         (all(isinstance(e, int) and e >= 0 for e in pt.objective_epochs.values()),

@@ -2,7 +2,8 @@
 computed from the input views -- of every split, then a linear probe (L2 weight chosen on the
 validation split), few-shot and kNN probes and k-means (:func:`fusebench.training.embedding_eval.probe_and_cluster`).
 
-Its options (``options.embedding_eval`` of a spec) are :data:`EMBEDDING_EVAL_OPTIONS`; its reference rows
+Its declaration (options ``options.embedding_eval``, reference rows) is the ``embedding_eval`` entry of
+:mod:`fusebench.training.protocols`; its reference rows
 are ``none`` and the input-feature rows of :mod:`fusebench.training.reference_features`."""
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import torch
 from fusebench.training.evaluate import embeddings, features
 from fusebench.training.data import input_views
 from fusebench.training.loop import Clock, RunError
+from fusebench.training.protocols import EmbeddingEval
 from fusebench.training.record_builder import build_record
 from fusebench.training.reference_features import RAW, REFERENCE_KINDS
 from fusebench.training.request import CellRequest, RunOptions
-
-#: the probe/clustering options of ``options.embedding_eval`` passed on to probe_and_cluster as given
-EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "fewshot_draws", "fewshot_l2_grid", "knn_grid")
 
 #: the selection rule this protocol records
 SELECTION_RULE = ("linear probe: L2 weight chosen on the validation split (highest val accuracy); "
@@ -45,8 +44,8 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
         ytr, yva, yte = (labels[r] for r in roles)
     else:
         (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in roles)
-    opts = dict(spec.options.get("embedding_eval", {}))
-    kwargs = {k: opts[k] for k in EMBEDDING_EVAL_OPTIONS if k in opts}
+    opts = dict(spec.options.get(EmbeddingEval.options_key) or {})
+    kwargs = {k: opts[k] for k in EmbeddingEval.options if k in opts}
     # the probes the spec's metrics ask for, unless the options name them
     kwargs.setdefault("fewshot_shots", [s for s in (1, 5, 10) if f"fs{s}_acc" in spec.metrics])
     if "knn_acc" not in spec.metrics:
@@ -78,4 +77,4 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
                         fields=fields)
 
 
-__all__ = ["EMBEDDING_EVAL_OPTIONS", "SELECTION_RULE", "embedding_eval_record"]
+__all__ = ["SELECTION_RULE", "embedding_eval_record"]

@@ -18,6 +18,7 @@ from fusebench.registry import UnknownNameError
 from fusebench.tasks import TASKS
 from fusebench.training.config import BenchmarkSpec, ConfigError, read_spec
 from fusebench.training.methods import check_methods, split_method_keys, with_method_options
+from fusebench.training.protocols import PROTOCOLS, protocol_of
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
@@ -35,12 +36,31 @@ def check_against_components(spec: BenchmarkSpec, source: str) -> None:
                           f"{', '.join(PIPELINES.available())}")
     pipeline = pipeline_of(spec)
     problems = pipeline.spec_problems(spec)
+    if pipeline.downstream:
+        problems += protocol_problems(spec)
     if spec.precision not in pipeline.precisions:
         problems = [*problems, f"precision {spec.precision!r}: the {spec.pipeline!r} pipeline applies only "
                                f"{', '.join(pipeline.precisions)}"]
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     check_component_options(spec, source)
+
+
+def protocol_problems(spec: BenchmarkSpec) -> list[str]:
+    """``downstream.protocol`` is a registered protocol, and the options it reads from the spec
+    (``options.<options_key>``) are ones it declares."""
+    if spec.downstream.protocol not in PROTOCOLS:
+        return [f"downstream.protocol {spec.downstream.protocol!r} is not a registered protocol; valid: "
+                f"{', '.join(PROTOCOLS.available())}"]
+    protocol = protocol_of(spec)
+    given = spec.options.get(protocol.options_key) if protocol.options_key else None
+    if given is None:
+        return []
+    if not isinstance(given, dict):
+        return [f"options.{protocol.options_key}: expected a mapping of option names to values, got {given!r}"]
+    unknown = sorted(set(given) - set(protocol.options))
+    return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} protocol "
+            f"takes {', '.join(protocol.options)}"] if unknown else []
 
 
 def check_component_options(spec: BenchmarkSpec, source: str) -> None:
@@ -98,4 +118,4 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
         raise ConfigError(str(e)) from None
 
 
-__all__ = ["check_against_components", "check_component_options", "load_spec"]
+__all__ = ["check_against_components", "check_component_options", "load_spec", "protocol_problems"]

@@ -35,6 +35,7 @@ from fusebench.training.evaluate import embeddings, evaluate
 from fusebench.training.loop import Clock, Phase, PhaseHooks, StepBudget, run_phase
 from fusebench.training.optim import build_optimizer, build_scheduler
 from fusebench.training.progress import progress_bar
+from fusebench.training.protocols import protocol_of
 from fusebench.training.record_builder import build_record
 from fusebench.training.record_store import write_record
 from fusebench.training.reference_features import RAW, REFERENCE_KINDS, REFERENCES
@@ -53,7 +54,7 @@ def build_model(spec: BenchmarkSpec, train_ds, objective: str | None = None) -> 
     from fusebench import encoders, tasks
     from fusebench.training.model import build as with_task_head
 
-    if objective == RAW and spec.downstream.protocol == "linear_probe":
+    if objective == RAW and not protocol_of(spec).frozen_features:  # raw through a task head: the inputs as they are
         cfg = {"modalities": input_dims(train_ds)}
         if train_ds.num_classes is not None:
             cfg["num_classes"] = train_ds.num_classes
@@ -95,7 +96,7 @@ class StandardCell:
         self.dev = utils.resolve_device(options.device)
         self.flags = utils.seed_everything(seed)
         # the reference rows other than raw are computed from the unstandardised input views
-        from_inputs = spec.downstream.protocol == "embedding_eval" and objective in REFERENCE_KINDS and objective != RAW
+        from_inputs = protocol_of(spec).frozen_features and objective in REFERENCE_KINDS and objective != RAW
         self.data = build_datasets(spec, options.synthetic, options.data_root, seed,
                                    extra_options={"standardize": False} if from_inputs else None)
         self.model = build_model(spec, self.data["train"], objective).to(self.dev)
@@ -221,14 +222,15 @@ class StandardCell:
         timing = {"resumed": self.ckpt is not None, "segments": {"wall": self.wall, "pretrain": self.pre_segments},
                   "budget": self.budget_record}
         ds_cfg = spec.downstream
-        if ds_cfg.protocol == "embedding_eval":
+        protocol = protocol_of(spec)
+        if protocol.frozen_features:
             from fusebench.training.embedding_protocol import embedding_eval_record
 
             return embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
                                          self.pretrain_time, self.wall, self.context, timing, dev)
         if ds_cfg.shots:
             data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
-        probe = ds_cfg.protocol == "linear_probe"
+        probe = not protocol.trains_encoder
         if probe:
             for p in model.encoder_parameters():
                 p.requires_grad_(False)
