@@ -188,3 +188,11 @@ def test_a_grid_over_a_method_option_reaches_the_method(tmp_path: Path, fixtures
 def test_bad_method_grid_keys_are_refused_at_load(grid, msg) -> None:
     with pytest.raises(ConfigError, match=msg):
         load_spec(benchmarks.path("mv-ngs"), overrides={"pretrain.grid": {"byol_pwe": grid}})
+
+
+def test_a_trial_folder_is_one_path_component_whatever_the_grid_value() -> None:
+    from fusebench.training.selection import trial_name
+
+    assert trial_name(0, {"tau": 0.1}) == "trial0-tau0.1"  # the committed trials' names
+    assert trial_name(1, {"methods.byol_pwe.momentum": 0.99}) == "trial1-methods.byol_pwe.momentum0.99"
+    assert trial_name(2, {"x": "../../etc", "z": [1, 2]}) == "trial2-x.._.._etc-z_1__2_"

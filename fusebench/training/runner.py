@@ -88,29 +88,33 @@ def check_out(out: Path) -> Path:
     return out
 
 
-def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -> None:
+def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int = 0) -> Any:
     """Adapters whose views are known only from the file (``VIEWS_FROM_DATA``, e.g. any multi-view
     ``.mat``) are opened once to fill ``dataset.modalities``, so the view count k that decides the
-    compatible objectives, and the recorded config, are those of the data actually read."""
+    compatible objectives, and the recorded config, are those of the data actually read. Returns the
+    train split it opened (None when it opened nothing), for :func:`cap_batch_sizes` to reuse."""
     from fusebench import datasets
 
     if not pipeline_of(spec).reads_dataset or spec.dataset.modalities or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
-        return
-    ds = build_datasets(spec, synthetic, data_root, 0, roles=("train",))["train"]
+        return None
+    ds = build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"]
     spec.dataset.modalities = list(ds.modalities)
+    return ds
 
 
-def cap_batch_sizes(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int) -> list[str]:
+def cap_batch_sizes(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
+                    train: Any = None) -> list[str]:
     """On data defined by the file alone (adapters with ``VIEWS_FROM_DATA``: any multi-view ``.mat`` of the
     convention, whose size nobody chose), a pretraining batch size larger than the train split is capped
     at the split's size, in the spec (so the recorded config and its hash say what ran) and said once on
     stderr. Returns what was capped (empty: nothing). Curated benchmarks are left as written: a batch
-    larger than their split stays an error (:func:`check_data`)."""
+    larger than their split stays an error (:func:`check_data`). ``train``: the split of ``seed`` when the
+    caller has it open already (:func:`resolve_views`), else it is opened here."""
     from fusebench import datasets
 
     if not pipeline_of(spec).reads_dataset or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
         return []
-    n = len(build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"])
+    n = len(train if train is not None else build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"])
     if n < 2:  # no batch fits: check_data names the split
         return []
     pt, capped = spec.pretrain, []
@@ -196,11 +200,11 @@ def run(
     if precision is not None:
         overrides = {**(overrides or {}), "precision": str(precision)}
     spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
-    resolve_views(spec, synthetic, data_root)
+    seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
+    train = resolve_views(spec, synthetic, data_root, seeds[0] if seeds else 0)  # the file opened once for both
     objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)
-    seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
     # the device where the cells run here (a scheduler's nodes are not this machine: the name only)
     utils.check_device_name(device) if launcher == "slurm" else utils.resolve_device(device)
     check_components(spec, objs)
@@ -219,7 +223,7 @@ def run(
             where = "no --data-root given" if data_root is None else f"--data-root {data_root} does not exist"
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     if pipeline.reads_dataset:
-        cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0)
+        cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
     out = check_out(Path(out))
     mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written

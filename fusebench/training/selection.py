@@ -5,6 +5,7 @@ validation primary metric wins, and the outcome goes into every record of the ob
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,13 @@ from fusebench.training.execute import run_cell
 from fusebench.training.progress import say
 from fusebench.training.reference_features import REFERENCES
 from fusebench.training.request import CellRequest, RunOptions
+
+
+def trial_name(index: int, combo: dict[str, Any]) -> str:
+    """The folder of trial ``index`` of a grid: ``trial<i>-<key><value>-...`` (e.g. ``trial0-tau0.1``), with
+    every character other than letters, digits, ``.``, ``_`` and ``-`` replaced by ``_``: grid values come
+    from a spec (e.g. a method option that is a string or a list) and must stay one path component."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"trial{index}-" + "-".join(f"{k}{v}" for k, v in combo.items()))
 
 
 def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
@@ -41,7 +49,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     progress = options.progress
     scores = []
     for i, combo in enumerate(combos):
-        trial = f"trial{i}-" + "-".join(f"{k}{v}" for k, v in combo.items())
+        trial = trial_name(i, combo)
         ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
         if progress:
             shown = " ".join(f"{k}={v}" for k, v in combo.items())
@@ -63,4 +71,4 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     return outcome
 
 
-__all__ = ["select_hparams"]
+__all__ = ["select_hparams", "trial_name"]
