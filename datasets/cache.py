@@ -525,8 +525,16 @@ def content_identity(manifest: Mapping[str, Any]) -> str:
     sha256 of every input and output file. Two preparations of the same files with the same options
     have the same identity wherever and whenever they were made."""
     content = {k: v for k, v in manifest.items() if k not in NOT_CONTENT}
-    content["inputs"] = [{k: v for k, v in rec.items() if k != "mtime_ns"} for rec in manifest.get("inputs", [])]
+    content["inputs"] = [{**{k: v for k, v in rec.items() if k not in ("mtime_ns", "path")},
+                          "path": _portable(rec.get("path", ""))} for rec in manifest.get("inputs", [])]
     return sha256_hex(canonical_json(content))
+
+
+def _portable(path: str) -> str:
+    """An input's path as the identity sees it: relative to the root with ``/`` separators; an input outside
+    the root (recorded absolute) by its file name only, since its size and sha256 name its content."""
+    p = Path(path)
+    return p.name if p.is_absolute() else p.as_posix()
 
 
 def _stale_reason(manifest: dict[str, Any], root: Path) -> str | None:
@@ -624,7 +632,7 @@ class CacheReader:
     @property
     def manifest_hash(self) -> str:
         """The dataset identity recorded in run.json: :func:`content_identity` of this cache's manifest."""
-        return content_identity(read_manifest(self.folder))
+        return content_identity(self.manifest)
 
     def __len__(self) -> int:
         return self.n

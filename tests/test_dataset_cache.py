@@ -305,6 +305,19 @@ def test_manifest_hash_is_the_content_of_the_prepared_cache(tmp_path, fixtures_d
     assert prepared(a, tmp_path / "prep3", verify_sha256=False).manifest_hash != first.manifest_hash  # other options
     # other bytes are another identity: each input's sha256 is part of the hashed content (above)
     assert all("sha256" in r for r in content["inputs"]) and content["inputs"]
+    # ... shown on two files of the same shapes that differ in one value of one view
+    import scipy.io as sio
+
+    real = sio.loadmat(str(src))
+    for name, bump in (("same", 0.0), ("other", 1.0)):
+        (tmp_path / name).mkdir()
+        x = real["X"].copy()
+        x[0, 0] = np.array(x[0, 0], dtype=np.float64)
+        x[0, 0][0, 0] += bump
+        sio.savemat(str(tmp_path / name / src.name), {"X": x, "Y": real["Y"]})
+    same = prepared(tmp_path / "same", tmp_path / "prep6", verify_sha256=False).manifest_hash
+    other = prepared(tmp_path / "other", tmp_path / "prep7", verify_sha256=False).manifest_hash
+    assert same != other
 
 
 # -- relative roots (issue #12 item 9) ---------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 import fusebench
 from fusebench import benchmarks
 from fusebench.datasets.base import DatasetError
-from fusebench.training import execute, runner, standard, utils
+from fusebench.training import execute, runner, utils
 from fusebench.training.config import ConfigError
 from fusebench.training.cell import CellBusyError
 from fusebench.training.loop import RunError
@@ -161,7 +161,7 @@ def test_empty_validation_split_is_named_before_training(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(runner, "build_datasets", no_val)
     trained = []
-    monkeypatch.setattr(standard, "run_standard_cell", lambda *a, **k: trained.append(a))
+    monkeypatch.setattr(execute, "run_cell", lambda *a, **k: trained.append(a))  # what every launcher calls
     with pytest.raises(DatasetError, match=r"the val split \('quickstart' split 'val'.*has no samples; the benchmark needs it for model selection"):
         fusebench.run("quickstart", objective="m3g", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert trained == []

@@ -291,16 +291,14 @@ def record_budget(r: RunRecord) -> dict[str, Any] | None:
     return b
 
 
-def make_view(name: str, recs: list[RunRecord], extra_metrics: list[str] = ()) -> GroupView:
-    """Everything one comparability group's table shows: metric columns (``extra_metrics``: more
-    columns, e.g. metrics no run has), the primary metric, per-(objective, metric) values, the rows
+def make_view(name: str, recs: list[RunRecord]) -> GroupView:
+    """Everything one comparability group's table shows: metric columns, the primary metric, per-(objective, metric) values, the rows
     (merged aliases, invalid rows), the best row per metric, and for ranked groups the fixed
     reference row, the bootstrap intervals and the paired tests. Malformed ``comparison``,
     ``validity`` or ``budget`` fields raise :class:`fusebench.records.RecordError`."""
     order = recs[0].metric_order
     seen = sorted({m for r in recs for m in r.metrics}, key=natural_key)
     ids = [m for m in order if m in seen] + [m for m in seen if m not in order]
-    ids += [m for m in extra_metrics if m not in ids]
     infos = [metric_info(m, recs) for m in ids]
     comparison = _comparison(recs)
     primary = comparison.get("primary") or recs[0].primary_metric

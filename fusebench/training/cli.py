@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
     p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
-                   help="regenerate the leaderboard markdown into DIR after the sweep")
+                   help="regenerate the boards into DIR after the sweep (markdown, CSV and JSON)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run the cells in N local processes (default 1: one after another); set "
                         "OMP_NUM_THREADS so that N x threads fits the machine")
@@ -116,8 +117,9 @@ def main(argv: list[str]) -> int:
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
                           progress=ns.progress, workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
                           launcher=ns.launcher, launcher_options=launcher_options)
-            if ns.leaderboard is not None:
-                _regenerate_boards(records, ns.out, ns.leaderboard)
+        # after maybe_init's barrier: every rank is done; one process writes the boards
+        if ns.leaderboard is not None and int(os.environ.get("RANK", "0")) == 0:
+            _regenerate_boards(records, ns.out, ns.leaderboard)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:
         print(f"fusebench run: {e}", file=sys.stderr)
         return 2
@@ -162,7 +164,7 @@ def _regenerate_boards(records: list[dict], out: str, board: str) -> None:
     submitted and not waited for, the command that does it once they are done."""
     if any(r.get("status") == "submitted" for r in records):
         print(f"jobs submitted, not waited for: when they are done, run\n  fusebench leaderboard --runs {out} "
-              f"--out {board}\n(fusebench status --out {out} shows where the cells stand)", file=sys.stderr)
+              f"--out {board} --format md csv json\n(fusebench status --out {out} shows where the cells stand)", file=sys.stderr)
         return
     from fusebench.leaderboard import write_leaderboards
 

@@ -24,11 +24,13 @@ def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
 def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
     """Why ``objective`` cannot run on ``spec`` (None when it can)."""
     pipeline = pipeline_of(spec)
+    offered = protocol_of(spec).reference_rows if pipeline.downstream and spec.downstream.protocol in PROTOCOLS else ()
     if objective == BASELINE:
         if not pipeline.downstream:
             return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
+        if BASELINE not in offered:
+            return f"{spec.name}: the {spec.downstream.protocol} protocol offers no '{BASELINE}' row"
         return None
-    offered = protocol_of(spec).reference_rows if pipeline.downstream and spec.downstream.protocol in PROTOCOLS else ()
     if objective == RAW and RAW in offered and not protocol_of(spec).frozen_features:
         from fusebench import datasets
 

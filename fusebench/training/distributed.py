@@ -109,7 +109,6 @@ def maybe_init(device: str = "auto") -> Iterator[None]:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     try:
-        yield
-        dist.barrier()  # no rank frees its group while another still has a collective in flight
+        yield  # no barrier here: a rank that failed would leave the others waiting in it until the timeout
     finally:
         dist.destroy_process_group()

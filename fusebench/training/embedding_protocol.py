@@ -17,7 +17,7 @@ from fusebench.training.data import input_views
 from fusebench.training.loop import Clock, RunError
 from fusebench.training.protocols import EmbeddingEval
 from fusebench.training.record_builder import build_record
-from fusebench.training.reference_features import RAW, REFERENCE_KINDS
+from fusebench.training.reference_features import REFERENCE_KINDS
 from fusebench.training.request import CellRequest, RunOptions
 
 #: the selection rule this protocol records
@@ -28,15 +28,15 @@ SELECTION_RULE = ("linear probe: L2 weight chosen on the validation split (highe
 def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapping[str, Any], data: dict[str, Any],
                           model: Any, pre_curves: Mapping[str, Any], pretrain_time: float, wall: Clock,
                           context: Mapping[str, Any] | None, timing: Mapping[str, Any] | None,
-                          dev: torch.device) -> dict[str, Any]:
-    """Score the cell's (pretrained or random) encoder, or its reference row, and return its record."""
+                          dev: torch.device, from_inputs: bool) -> dict[str, Any]:
+    """Score the cell's (pretrained or random) encoder, or its reference row, and return its record.
+    ``from_inputs``: an input-feature row other than ``raw``, whose ``data`` was built unstandardised."""
     from fusebench.training.diagnostics import representation_diagnostics
     from fusebench.training.embedding_eval import probe_and_cluster
 
     spec, objective, seed = request.spec, request.objective, request.seed
     roles = ("train", "val", "test")
     enc = None if objective in REFERENCE_KINDS else model
-    from_inputs = objective in REFERENCE_KINDS and objective != RAW  # data was built without standardisation
     if from_inputs:
         views, labels = {}, {}
         for r in roles:

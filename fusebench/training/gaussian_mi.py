@@ -67,7 +67,6 @@ PROVEN_BOUNDS: dict[str, str] = {
     "infonce_pwe": "Proposition 2.1, two-view bound",
 }
 
-#: default one-sided level of the validity test (``options.validity_alpha``)
 
 
 def true_one_vs_rest_mi(m: int, sigma0: float, sigma: float) -> float:
@@ -214,9 +213,11 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
         bar = progress_bar(steps, 0, f"{spec.name}/{objective}/seed{seed} M={m}", enabled=progress)
         losses = []  # kept on the device: one host sync per multiplicity, not per step
         shown = max(1, steps // 20)  # the bar's loss is read (a sync) every `shown` steps only
+        # every batch drawn on the CPU generator (device-independent numbers), then one copy to the device:
+        # a pageable host-to-device copy per step would wait for the GPU at every step
+        batches = torch.stack([sample_views(k, m, sigma0, sigma, g) for _ in range(steps)]).to(dev) if steps else None
         for step in range(steps):
-            x = sample_views(k, m, sigma0, sigma, g).to(dev)
-            loss = loss_fn(net(x))
+            loss = loss_fn(net(batches[step]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -229,7 +230,8 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
         ge = torch.Generator().manual_seed(10**6 + seed * 31 + m)  # fresh evaluation batches
         const = bound_constant(objective, k, m)
         with torch.no_grad():
-            evals = torch.stack([loss_fn(net(sample_views(k, m, sigma0, sigma, ge).to(dev))) for _ in range(eval_batches)])
+            held_out = torch.stack([sample_views(k, m, sigma0, sigma, ge) for _ in range(eval_batches)]).to(dev)
+            evals = torch.stack([loss_fn(net(x)) for x in held_out])
         batch_bounds = [const - v for v in evals.tolist()]
         true = true_one_vs_rest_mi(m, sigma0, sigma)
         check = bound_excess_test(batch_bounds, true, alpha)

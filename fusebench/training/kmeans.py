@@ -121,9 +121,4 @@ def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = DEFAULT_N_INIT, max_i
     return labels.numpy().copy(), c.numpy().copy(), inertia
 
 
-# ---------------------------------------------------------------------------------------------
-# the entry point
-# ---------------------------------------------------------------------------------------------
-
-
 __all__ = ["DEFAULT_N_INIT", "KMEANS_TOL", "kmeans", "kmeans_plusplus"]

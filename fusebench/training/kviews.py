@@ -68,8 +68,6 @@ OBJECTIVES = (RAW, BASELINE, "infonce_pwe", "mv_infonce", "mv_dhel", "pvc_geomet
 #: the reference rows the study's gaps are paired with
 REFERENCES = (BASELINE, RAW)
 ARMS = ("views", "copies")
-ARM_TEXT = {"views": "real views (more views = more information)",
-            "copies": "augmented copies of one base (information fixed)"}
 METRICS = (("acc", "test accuracy (linear probe)"), ("cluster_acc", "clustering accuracy (k-means)"))
 #: the study's default budget on the real data and on a synthetic twin (``synthetic=True``)
 #: (few-shot and kNN probes off: the study reads the full probe and k-means only)

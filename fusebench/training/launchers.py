@@ -67,6 +67,7 @@ def build(name: str, workers: int = 1, options: dict[str, Any] | None = None) ->
     except UnknownNameError:
         raise ConfigError(f"--launcher: unknown launcher {name!r}; known: {', '.join(available())}") from None
     launcher = cls(workers=workers, **(options or {}))
+    launcher.name = name.lower()  # the id it was found by (a plugin from an entry point never passed register())
     launcher.check()
     return launcher
 

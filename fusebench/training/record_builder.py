@@ -21,6 +21,11 @@ from fusebench.training.request import CellRequest, objective_hparams
 from fusebench.version import __version__
 
 
+#: the pretraining budget of a row that is not pretrained (a reference row, zero epochs)
+NO_BUDGET: dict[str, Any] = {"optimizer_steps": 0, "samples_seen": 0, "batch_size": None, "micro_batch": None,
+                             "epochs": 0}
+
+
 def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
                      fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the run read: adapter id, synthetic or real; for real data the prepared cache's manifest
@@ -103,8 +108,7 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "hparams": objective_hparams(spec, objective, context) if objective not in REFERENCES else {},
         "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
         # the pretraining budget this row got: optimiser steps, samples seen, batch, micro-batch, epochs
-        "budget": (timing or {}).get("budget") or {"optimizer_steps": 0, "samples_seen": 0, "batch_size": None,
-                                                   "micro_batch": None, "epochs": 0},
+        "budget": (timing or {}).get("budget") or dict(NO_BUDGET),
         "comparison": comparison_of(spec),
     }
     record["selection"].update(selection or {})

@@ -15,7 +15,6 @@ One cell is :func:`fusebench.training.execute.run_cell`; the standard pipeline's
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from pathlib import Path
@@ -32,9 +31,6 @@ from fusebench.training.record_store import existing_record, record_there
 from fusebench.training.reference_features import REFERENCES
 from fusebench.training.request import CellRequest, RunOptions, SweepCells
 from fusebench.training.trackers import check_trackers, default_mlflow_uri
-
-log = logging.getLogger(__name__)
-
 
 # ---------------------------------------------------------------------------------------------
 # checks before any training

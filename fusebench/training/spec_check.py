@@ -18,7 +18,7 @@ from fusebench.registry import UnknownNameError
 from fusebench.tasks import TASKS
 from fusebench.training.config import BenchmarkSpec, ConfigError, read_spec
 from fusebench.training.methods import check_methods, split_method_keys, with_method_options
-from fusebench.training.protocols import PROTOCOLS, protocol_of
+from fusebench.training.protocols import PROTOCOLS, EmbeddingEval, protocol_of
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
@@ -53,6 +53,9 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
         return [f"downstream.protocol {spec.downstream.protocol!r} is not a registered protocol; valid: "
                 f"{', '.join(PROTOCOLS.available())}"]
     protocol = protocol_of(spec)
+    if protocol.frozen_features and protocol is not EmbeddingEval and spec.pipeline == "standard":
+        return [f"downstream.protocol {spec.downstream.protocol!r} scores frozen features, which the standard "
+                f"pipeline does only with embedding_eval's probes; give the protocol its own pipeline"]
     given = spec.options.get(protocol.options_key) if protocol.options_key else None
     if given is None:
         return []

@@ -36,16 +36,11 @@ from fusebench.training.loop import Clock, Phase, PhaseHooks, StepBudget, run_ph
 from fusebench.training.optim import build_optimizer, build_scheduler
 from fusebench.training.progress import progress_bar
 from fusebench.training.protocols import protocol_of
-from fusebench.training.record_builder import build_record
+from fusebench.training.record_builder import NO_BUDGET, build_record
 from fusebench.training.record_store import write_record
 from fusebench.training.reference_features import RAW, REFERENCE_KINDS, REFERENCES
 from fusebench.training.request import CellRequest, RunOptions, objective_hparams
 from fusebench.training.trackers import Trackers
-
-#: the budget of a row that is not pretrained
-NO_BUDGET: dict[str, Any] = {"optimizer_steps": 0, "samples_seen": 0, "batch_size": None, "micro_batch": None,
-                             "epochs": 0}
-
 
 def build_model(spec: BenchmarkSpec, train_ds, objective: str | None = None) -> nn.Module:
     """The encoder (a backbone) with the head its dataset's task builds on it, right after it
@@ -96,9 +91,9 @@ class StandardCell:
         self.dev = utils.resolve_device(options.device)
         self.flags = utils.seed_everything(seed)
         # the reference rows other than raw are computed from the unstandardised input views
-        from_inputs = protocol_of(spec).frozen_features and objective in REFERENCE_KINDS and objective != RAW
+        self.from_inputs = protocol_of(spec).frozen_features and objective in REFERENCE_KINDS and objective != RAW
         self.data = build_datasets(spec, options.synthetic, options.data_root, seed,
-                                   extra_options={"standardize": False} if from_inputs else None)
+                                   extra_options={"standardize": False} if self.from_inputs else None)
         self.model = build_model(spec, self.data["train"], objective).to(self.dev)
         self.flags["numerics"] = precision.numerics(policy, self.dev)  # what decides the numbers here (run.json)
         self.autocast = precision.autocast(policy, self.dev)  # encoders and heads only: objectives in float32
@@ -227,7 +222,7 @@ class StandardCell:
             from fusebench.training.embedding_protocol import embedding_eval_record
 
             return embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
-                                         self.pretrain_time, self.wall, self.context, timing, dev)
+                                         self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs)
         if ds_cfg.shots:
             data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
         probe = not protocol.trains_encoder
