@@ -54,14 +54,25 @@ Example::
     >>> enc.embed(batch).shape
     torch.Size([3, 2, 64])
 
+Backends: on CUDA tensors the sampling, ball query, 3-NN and gathering run as the Triton kernels of
+:mod:`fusebench.encoders.pointnet2_triton` when ``triton`` is importable (one launch per op instead of one
+PyTorch step per sampled centroid); elsewhere, and on every CPU tensor, the PyTorch code below runs. The
+choice is ``backend="auto"`` (that rule), ``"torch"`` or ``"triton"``: per call (the ``backend`` argument of
+the four functions), per process (:func:`set_backend`, :func:`use_backend`) or from the environment
+(``FUSEBENCH_POINTNET2_BACKEND``), in that order of precedence. The first CUDA call logs which one runs,
+and why PyTorch does when Triton cannot. See docs/gpu.md, "Point-cloud kernels".
+
 This module is longer than ~450 lines because it is one architecture: sampling, grouping, the set
 abstraction and feature propagation layers and the backbone built from them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from einops import rearrange, repeat
@@ -81,21 +92,99 @@ def _check_xyz(xyz: Tensor, arg: str) -> None:
         raise ValueError(f"pointnet2: {arg} must be a float tensor [B, N, 3], got {shape}")
 
 
-def gather_points(x: Tensor, idx: Tensor) -> Tensor:
+# --------------------------------------------------------------------------------------------
+# backend: the Triton kernels on CUDA, this module's PyTorch code elsewhere
+# --------------------------------------------------------------------------------------------
+
+log = logging.getLogger(__name__)
+BACKENDS = ("auto", "torch", "triton")
+BACKEND_ENV = "FUSEBENCH_POINTNET2_BACKEND"
+_backend: str | None = None  # set_backend(); None: the environment, else "auto"
+_logged: set[str] = set()
+
+
+def _valid_backend(name: Any, where: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"pointnet2: {where} must be one of {list(BACKENDS)}, got {name!r}")
+    return name
+
+
+def get_backend() -> str:
+    """The process-wide backend: :func:`set_backend`'s, else ``$FUSEBENCH_POINTNET2_BACKEND``, else ``auto``."""
+    if _backend is not None:
+        return _backend
+    return _valid_backend(os.environ.get(BACKEND_ENV, "auto") or "auto", f"${BACKEND_ENV}")
+
+
+def set_backend(name: str | None) -> str | None:
+    """Set the process-wide backend (``None``: back to the environment / ``auto``); returns the previous one."""
+    global _backend
+    previous = _backend
+    _backend = None if name is None else _valid_backend(name, "backend")
+    return previous
+
+
+@contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """``with use_backend("triton"): ...``: the backend inside the block (restored after it)."""
+    previous = set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(previous)
+
+
+def _log_once(message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        log.info(message)
+
+
+def _triton_for(t: Tensor, backend: str | None) -> bool:
+    """Whether an op on ``t`` runs the Triton kernels: ``torch`` never, ``triton`` always (or an error
+    saying why it cannot), ``auto`` on CUDA tensors when Triton can run them (the first call logs which)."""
+    choice = get_backend() if backend is None else _valid_backend(backend, "backend")
+    if choice == "torch" or not isinstance(t, Tensor) or (choice == "auto" and t.device.type != "cuda"):
+        return False  # (not a tensor: the PyTorch code raises its error)
+    from fusebench.encoders import pointnet2_triton
+
+    reason = pointnet2_triton.unavailable(t.device)
+    if choice == "triton":
+        if reason is not None:
+            raise RuntimeError(f"pointnet2: backend 'triton' was asked for but {reason}")
+        return True
+    if reason is None:
+        _log_once(f"pointnet2: point-cloud ops on {t.device.type} run the Triton kernels (pointnet2_triton)")
+    else:
+        _log_once(f"pointnet2: point-cloud ops on {t.device.type} run the PyTorch code: {reason}")
+    return reason is None
+
+
+def _kernels() -> Any:
+    from fusebench.encoders import pointnet2_triton
+
+    return pointnet2_triton
+
+
+def gather_points(x: Tensor, idx: Tensor, backend: str | None = None) -> Tensor:
     """``x [B, N, C]`` indexed by ``idx [B, ...]`` -> ``[B, ..., C]``."""
+    if _triton_for(x, backend):
+        return _kernels().gather_points(x, idx)
     b = x.shape[0]
     flat = idx.reshape(b, -1)
     out = torch.gather(x, 1, repeat(flat, "b m -> b m c", c=x.shape[-1]))
     return out.reshape(*idx.shape, x.shape[-1])
 
 
-def farthest_point_sample(xyz: Tensor, npoint: int) -> Tensor:
+def farthest_point_sample(xyz: Tensor, npoint: int, backend: str | None = None) -> Tensor:
     """Farthest point sampling, starting from point 0 (as does the CUDA kernel of VoteNet's code,
     https://github.com/facebookresearch/votenet, ``pointnet2/_ext_src/src/sampling_gpu.cu``)."""
     _check_xyz(xyz, "xyz")
     b, n, _ = xyz.shape
     if not 0 < npoint <= n:
         raise ValueError(f"farthest_point_sample: npoint must be in [1, N={n}], got {npoint}")
+    if _triton_for(xyz, backend):
+        return _kernels().farthest_point_sample(xyz, npoint)
     idx = torch.zeros(b, npoint, dtype=torch.long, device=xyz.device)
     with torch.no_grad():
         xyz = xyz.detach()
@@ -117,11 +206,14 @@ def farthest_point_sample(xyz: Tensor, npoint: int) -> Tensor:
     return idx
 
 
-def ball_query(xyz: Tensor, new_xyz: Tensor, radius: float, nsample: int, chunk: int = 256) -> Tensor:
+def ball_query(xyz: Tensor, new_xyz: Tensor, radius: float, nsample: int, chunk: int = 256,
+               backend: str | None = None) -> Tensor:
     """Indices of the first ``nsample`` points within ``radius`` of each centroid (index order),
     padded with the first one found (index 0 where a ball is empty)."""
     _check_xyz(xyz, "xyz")
     _check_xyz(new_xyz, "new_xyz")
+    if _triton_for(xyz, backend):
+        return _kernels().ball_query(xyz, new_xyz, radius, nsample)
     b, n, _ = xyz.shape
     out = []
     ar = torch.arange(n, device=xyz.device)
@@ -139,16 +231,22 @@ def ball_query(xyz: Tensor, new_xyz: Tensor, radius: float, nsample: int, chunk:
     return torch.cat(out, dim=1)
 
 
-def three_nn_interpolate(unknown: Tensor, known: Tensor, known_feats: Tensor) -> Tensor:
+def three_nn_interpolate(unknown: Tensor, known: Tensor, known_feats: Tensor, backend: str | None = None) -> Tensor:
     """Inverse-distance weighted average of the features of the 3 nearest known points."""
     _check_xyz(unknown, "unknown")
     _check_xyz(known, "known")
-    k = min(3, known.shape[1])
-    d = torch.cdist(unknown, known)  # [B, n, m] Euclidean
-    dist, idx = torch.topk(d, k, dim=-1, largest=False)
+    triton = _triton_for(unknown, backend)
+    if triton:  # the 3 nearest by squared distance from coordinate differences, ties to the lower index
+        idx = _kernels().three_nn(unknown, known)[1]
+    else:  # exact distances too (not |x|^2 + |y|^2 - 2 x.y, which puts a point up to millimetres from itself)
+        d = torch.cdist(unknown.detach(), known.detach(), compute_mode="donot_use_mm_for_euclid_dist")  # [B, n, m]
+        idx = torch.topk(d, min(3, known.shape[1]), dim=-1, largest=False).indices
+    # the weights, on either backend, from the chosen neighbours' coordinates (differentiable; 0 at 0)
+    near = gather_points(known, idx, backend="triton" if triton else "torch")  # [B, n, k, 3]
+    dist = torch.linalg.vector_norm(near - unknown[:, :, None, :], dim=-1)
     w = 1.0 / (dist + 1e-8)
     w = w / w.sum(-1, keepdim=True)  # [B, n, k]
-    feats = gather_points(rearrange(known_feats, "b c m -> b m c"), idx)  # [B, n, k, C]
+    feats = gather_points(rearrange(known_feats, "b c m -> b m c"), idx, backend="triton" if triton else "torch")
     return torch.einsum("bnkc,bnk->bcn", feats, w)
 
 
@@ -451,7 +549,10 @@ __all__ = [
     "ball_query",
     "farthest_point_sample",
     "gather_points",
+    "get_backend",
     "modality_inputs",
+    "set_backend",
     "synthetic_scenes",
     "three_nn_interpolate",
+    "use_backend",
 ]

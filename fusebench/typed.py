@@ -6,6 +6,7 @@ pretraining methods' options (:mod:`fusebench.training.methods`) are parsed with
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from typing import Any
 
@@ -22,7 +23,7 @@ def check_type(value: Any, tp: Any, where: str) -> Any:
     args = typing.get_args(tp)
     if tp is Any:
         return value
-    if origin is typing.Union or str(origin) == "types.UnionType":
+    if origin is typing.Union or origin is types.UnionType:  # Optional[X] and X | None
         if value is None and type(None) in args:
             return None
         errors = []

@@ -77,7 +77,7 @@ from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives import sinkhorn_scaling
 from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, gap_stats, gap_with_danskin_gradient
-from fusebench.objectives.sinkhorn_scaling import scaling_sinkhorn
+from fusebench.objectives.sinkhorn_scaling import NonFiniteKernels, scaling_sinkhorn
 
 #: R^2 floor of the csd cost (documented above)
 CSD_R2_FLOOR = 1e-6
@@ -261,7 +261,7 @@ class M3G(MultiViewObjective):
 
         Small CPU problems do their elementwise work and reductions through numpy on the same memory
         (a fraction of torch's per-call cost; no BLAS call moves to numpy, see
-        ``sinkhorn_scaling.NUMPY_MAX_ENTRIES``)."""
+        ``sinkhorn_scaling.NUMPY_MAX_ENTRIES``). On CUDA the floor stays on the device (read with the first block)."""
         k, n, d = z.shape
         eps, kn = self.eps, k * n
         zf = z.reshape(kn, d)
@@ -272,12 +272,14 @@ class M3G(MultiViewObjective):
             np.multiply(sq_np, -2.0, out=sq_np)
             np.add(sq_np, 2.0, out=sq_np)
             sq_max = float(sq_np.max())
+        elif sinkhorn_scaling.blocked_by_default(sq.device):  # no synchronisation before the solve
+            sq_max = sq.mul_(-2.0).add_(2.0).max()
         else:
             sq_max = float(sq.mul_(-2.0).add_(2.0).max())
-        if not math.isfinite(sq_max):
+        if not isinstance(sq_max, Tensor) and not math.isfinite(sq_max):
             raise _NonFinite
-        # every sum over the pairs l < m of log-kernels is >= -(k (k - 1) / 2) max D / (k^2 eps)
-        floor = -(k - 1) / (2 * k * eps) * sq_max
+        # every sum over the pairs l < m of log-kernels is >= -(k (k - 1) / 2) max D / (k^2 eps) (a float64 product)
+        floor = (sq_max.double() if isinstance(sq_max, Tensor) else sq_max) * (-(k - 1) / (2 * k * eps))
         res = scaling_sinkhorn(sq.view(k, n, k, n).transpose(1, 2) * (-1.0 / (k**2 * eps)), self.tol,
                                self.max_iter, floor=floor, gram=True)
         pm = res.pair_marginals  # [kn, kn]: Pi_lm in block (l, m), l < m
@@ -338,7 +340,7 @@ class _CvGap(torch.autograd.Function):
             norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) if normalise else None
             z = x / norms.clamp_min(NORM_EPS) if normalise else x
             gap, w = module._cv_gap(z)
-        except _NonFinite:
+        except (_NonFinite, NonFiniteKernels):  # the latter: the floor read on CUDA with the solver's first block
             module.check_views(x)  # names the NaN / Inf
             raise ValueError(f"{module.name}: the Gram matrix of the views is not finite") from None
         module.stats["compiled"] = 0.0
@@ -346,7 +348,7 @@ class _CvGap(torch.autograd.Function):
             module.stats["compiled_fallback_sweep"] = float(fallback_sweep)
         if ctx.needs_input_grad[0]:
             ctx.save_for_backward(_danskin_grad(z, w, norms))
-        return x.new_tensor(gap)
+        return x.new_tensor(gap) if x.device.type == "cpu" else torch.full((), gap, dtype=x.dtype, device=x.device)
 
     @staticmethod
     def backward(ctx, grad: Tensor):

@@ -39,7 +39,9 @@ Three solvers, one sequence of iterates:
   Each stage is either one matrix-vector product with the materialised n^k kernel (``dense``, for
   ``n^k <= DENSE_MAX_ENTRIES``) or the GEMM below.  A range guard (products of kernels and scalings
   must stay inside the dtype's normal range, checked on running extrema of the scalings) decides
-  whether the solve is exact; if not, :func:`pairwise_sinkhorn` solves the problem instead.
+  whether the solve is exact; if not, :func:`pairwise_sinkhorn` solves the problem instead.  On CUDA
+  its sweeps run in blocks that read the stopping errors once per block instead of once per sweep, as
+  CUDA graphs, stopping at the same sweep (:mod:`fusebench.objectives.sinkhorn_blocked`).
 * :func:`pairwise_sinkhorn` (log domain; the fallback of the former) is for pairwise-separable costs
   ``C = sum_{l<m} C_lm(i_l, i_m)`` (the circular variance c_cv): ``P`` is the outer product of the
   scalings times the k(k-1)/2 kernels ``K_lm = exp(-C_lm / eps)``, so each marginal is a tensor

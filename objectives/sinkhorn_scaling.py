@@ -14,7 +14,7 @@ instead, so the answer is that of Algorithm 1 either way.
 What it holds:
 
 * the plan compiler: :class:`_ScalingStage` / :class:`_ScalingPlan` turn (k, n, strategy, dtype,
-  device) into buffers and the pre-bound calls of a sweep (``head``, ``test``, ``body``) and of the
+  device, block) into buffers and the pre-bound calls of a sweep (``head``, ``test``, ``body``) and of the
   pair marginals;
 * the torch-to-numpy call translator (:func:`_numpy_program`): small CPU plans
   (``NUMPY_MAX_ENTRIES``) run the same calls through numpy on the same memory;
@@ -22,7 +22,10 @@ What it holds:
   rule (:func:`choose_strategy`) and the dtype ranges;
 * the exactness guard (:func:`kernel_floor`, :func:`scaling_range_ok`, ``LOG_MARGIN``,
   ``RANGE_CHECK_EVERY``; the compiled backend of ``m3g`` reads the last two from here);
-* the solver itself, :func:`scaling_sinkhorn`.
+* the solver itself, :func:`scaling_sinkhorn`: the per-sweep loop (one stopping error read per sweep; the CPU's
+  default), or, on CUDA by default (:func:`blocked_by_default`) or with ``blocked=True``, the blocked solve of
+  :mod:`~fusebench.objectives.sinkhorn_blocked` over a plan built with ``block > 0`` (the same sweeps and answer,
+  the errors read once per block, the calls replayed as CUDA graphs).
 
 It is longer than ~450 lines because the compiler, the translator and the solver form one unit: the
 translator rewrites exactly the calls the compiler binds, and the solver runs them.
@@ -60,10 +63,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fusebench.objectives import sinkhorn_blocked
 from fusebench.objectives.sinkhorn import (SinkhornResult, _Block, _choose_elim, _pair_sum, _side, _stages,
                                            pairwise_sinkhorn)
+from fusebench.objectives.sinkhorn_blocked import NonFiniteKernels
 
-__all__ = ["scaling_sinkhorn", "choose_strategy", "kernel_floor", "scaling_range_ok"]
+__all__ = ["scaling_sinkhorn", "choose_strategy", "kernel_floor", "scaling_range_ok", "blocked_by_default",
+           "NonFiniteKernels"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,18 +295,21 @@ class _ScalingStage:
 class _ScalingPlan:
     """Everything a scaling-domain solve of one (k, n, e, strategy, dtype, device) needs: buffers and
     the pre-bound calls of a sweep (``head``: the first block at the current potentials; ``test``: the
-    stopping error; ``body``: the rest of the sweep), so that a sweep is a flat list of calls."""
+    stopping error; ``body``: the rest of the sweep), so that a sweep is a flat list of calls. With
+    ``block > 0`` also the calls of a blocked solve (``program``, :mod:`~fusebench.objectives.sinkhorn_blocked`;
+    torch calls only, no numpy bindings)."""
 
     def __init__(self, k: int, n: int, e: int, dense: bool, gram: bool, dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, block: int = 0) -> None:
         self.k, self.n, self.e, self.dense, self.gram = k, n, e, dense, gram
         kw = {"dtype": dtype, "device": device}
         self.logk = torch.empty(k, k, n, n, **kw)
         self.kern = torch.empty(k, k, n, n, **kw)
-        # u and n s side by side (u_v = 1 / (n s_v) at its update), and their elementwise maxima over the solve
-        self.us = torch.ones(2, k, n, **kw)
+        # u and n s side by side (u_v = 1 / (n s_v) at its update), and their elementwise maxima over the solve:
+        # one buffer, the whole state of a solve between two sweeps
+        self.state = torch.ones(4, k, n, **kw)
+        self.us, self.run_max = self.state[:2], self.state[2:]
         self.u, self.s = self.us.unbind(0)
-        self.run_max = torch.ones(2, k, n, **kw)
         self.urows, self.srows = list(self.u.unbind(0)), list(self.s.unbind(0))
         self.setup: list[_Op] = [] if dense else [partial(torch.exp, self.logk, out=self.kern)]
         # n Pi_lm (l < m) at the end of a solve: [k, k, n, n], or the Gram layout [kn, kn] (block (l, m))
@@ -330,7 +339,7 @@ class _ScalingPlan:
         self.body.append(partial(torch.maximum, self.run_max, self.us, out=self.run_max))
         self.body += [op for v in tail for op in last.contract[v]]  # the last block's other views, for the test
         self.entries = sum(t.numel() for t in self._buffers())
-        self.numpy = device.type == "cpu" and self.entries <= NUMPY_MAX_ENTRIES
+        self.numpy = device.type == "cpu" and self.entries <= NUMPY_MAX_ENTRIES and not block
         self.err_value: Callable[[], float] = self.err.item
         if self.numpy:  # the same calls on numpy views of the same buffers: a third of torch's per-call cost
             self.head, self.body = _numpy_program(self.head), _numpy_program(self.body)
@@ -341,6 +350,7 @@ class _ScalingPlan:
                          partial(np.subtract, ones.view(-1).numpy(), work_np, out=work_np),
                          partial(np.abs, work_np, out=work_np), partial(np.add.reduce, work_np, out=err_np)]
             self.err_value = err_np.item
+        self.program = sinkhorn_blocked.BlockProgram(self, block) if block else None
 
     def pm_block(self, l: int, m: int) -> Tensor:
         n = self.n
@@ -380,22 +390,28 @@ class _ScalingPlan:
     def range_ok(self, floor: float) -> bool:
         extrema = self.run_max.numpy().max(axis=2) if self.numpy else self.run_max.amax(dim=2)
         hi, s_hi = extrema.tolist()
+        return self.guard(floor, hi, s_hi)
+
+    def guard(self, floor: float, hi: list[float], s_hi: list[float]) -> bool:
+        """The range guard from the largest ``u_v`` (``hi``) and the largest ``n s_v`` (``s_hi``) of each view."""
         return scaling_range_ok(floor, [1.0 / x if x > 0 else math.inf for x in s_hi], hi, self.k, self.n, self.u.dtype)
 
 
 _PLANS = threading.local()
 
 
-def _plan(k: int, n: int, e: int, dense: bool, gram: bool, dtype: torch.dtype, device: torch.device) -> _ScalingPlan:
-    """A plan from this thread's cache (small plans only), else a new one."""
+def _plan(k: int, n: int, e: int, dense: bool, gram: bool, dtype: torch.dtype, device: torch.device,
+          block: int = 0) -> _ScalingPlan:
+    """A plan from this thread's cache (small plans only), else a new one (``block``: sweeps per block of a
+    blocked solve, 0 for the per-sweep loop)."""
     cache: OrderedDict = getattr(_PLANS, "cache", None) or OrderedDict()
     _PLANS.cache = cache
-    key = (k, n, e, dense, gram, dtype, device)
+    key = (k, n, e, dense, gram, dtype, device, block)
     plan = cache.get(key)
     if plan is not None:
         cache.move_to_end(key)
         return plan
-    plan = _ScalingPlan(k, n, e, dense, gram, dtype, device)
+    plan = _ScalingPlan(k, n, e, dense, gram, dtype, device, block)
     if plan.entries <= PLAN_CACHE_MAX_ENTRIES:
         cache[key] = plan
         while len(cache) > PLAN_CACHE_SIZE:
@@ -405,8 +421,13 @@ def _plan(k: int, n: int, e: int, dense: bool, gram: bool, dtype: torch.dtype, d
 
 def kernel_floor(log_kernels: Tensor) -> float:
     """``-lambda = sum_{l<m} min log K_lm``: every product of pairwise kernel entries is >= exp(-lambda)."""
+    return float(_kernel_floor_tensor(log_kernels))
+
+
+def _kernel_floor_tensor(log_kernels: Tensor) -> Tensor:
+    """:func:`kernel_floor` as a 0-dim tensor on the kernels' device (no synchronisation)."""
     mins = log_kernels.amin(dim=(2, 3))  # [k, k], symmetric
-    return float((mins.sum() - mins.diagonal().sum()) / 2)
+    return (mins.sum() - mins.diagonal().sum()) / 2
 
 
 def scaling_range_ok(floor: float, lo: list[float], hi: list[float], k: int, n: int, dtype: torch.dtype) -> bool:
@@ -440,10 +461,31 @@ def choose_strategy(k: int, n: int, budget: int = 2**24) -> tuple[int, bool]:
     return e, n**k <= DENSE_MAX_ENTRIES
 
 
+def blocked_by_default(device: torch.device) -> bool:
+    """Whether :func:`scaling_sinkhorn` runs blocked (no host synchronisation per sweep) on ``device`` unless told:
+    on CUDA yes, elsewhere no (the CPU keeps the per-sweep loop and its numpy bindings)."""
+    return device.type == "cuda"
+
+
+def _block_sweeps(device: torch.device, blocked: bool | None, block: int | None, graphs: bool | None) -> int:
+    """Sweeps per block of this solve (0: the per-sweep loop), the arguments checked."""
+    if blocked is not None and not isinstance(blocked, bool):
+        raise ValueError(f"scaling_sinkhorn: blocked must be True, False or None, got {blocked!r}")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
+        raise ValueError(f"scaling_sinkhorn: block must be an integer >= 1 (sweeps per block), got {block!r}")
+    if graphs and device.type != "cuda":
+        raise ValueError(f"scaling_sinkhorn: graphs=True needs log_kernels on a CUDA device, got {device}")
+    on = blocked_by_default(device) if blocked is None else blocked
+    if graphs and not on:
+        raise ValueError("scaling_sinkhorn: graphs=True needs the blocked solve (blocked=True or None)")
+    return (sinkhorn_blocked.BLOCK_SWEEPS if block is None else block) if on else 0
+
+
 @torch.no_grad()
 def scaling_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_budget: int = 2**24,
-                     elim: int | None = None, dense: bool | None = None, floor: float | None = None,
-                     gram: bool = False) -> SinkhornResult:
+                     elim: int | None = None, dense: bool | None = None, floor: float | Tensor | None = None,
+                     gram: bool = False, blocked: bool | None = None, block: int | None = None,
+                     graphs: bool | None = None) -> SinkhornResult:
     """Algorithm 1 for pairwise-separable costs on the scalings ``u_l = exp(g_l)``: the iterates of
     :func:`pairwise_sinkhorn`, which it hands the solve to (log domain, from the start) when the scalings
     could have left the dtype's normal range.
@@ -470,14 +512,29 @@ def scaling_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_budg
     ``info["scaling_fallback_sweep"]`` = the sweep count when it failed), so the answer is that of
     Algorithm 1 either way.
 
+    Blocked solve (``blocked``; default on CUDA, :func:`blocked_by_default`): the same sweeps with the stopping
+    errors recorded on the device and read once per ``block`` sweeps (default ``sinkhorn_blocked.BLOCK_SWEEPS``),
+    the state of every sweep of a block kept so that the solve returns exactly where the per-sweep loop stops
+    (:mod:`~fusebench.objectives.sinkhorn_blocked`); on CUDA its calls are replayed as CUDA graphs (``graphs``,
+    default ``sinkhorn_blocked.CUDA_GRAPHS``). ``info["block_sweeps"]``, ``info["cuda_graphs"]`` and
+    ``info["host_reads"]`` (device-to-host reads of the errors) say how it ran.
+
     ``elim`` / ``dense``: the strategy (default :func:`choose_strategy`); ``floor``: a lower bound of
-    ``sum_{l<m} min log K_lm`` known to the caller (default: computed).
+    ``sum_{l<m} min log K_lm`` known to the caller (default: computed), or a 0-dim tensor holding it, which a
+    blocked solve reads with its first block instead of synchronising for it (:class:`NonFiniteKernels` when it
+    is NaN or infinite).
     """
     k, _, n, _ = log_kernels.shape
+    block = _block_sweeps(log_kernels.device, blocked, block, graphs)
     e_auto, dense_auto = choose_strategy(k, n, memory_budget)
     e = e_auto if elim is None else elim
     dense = dense_auto if dense is None else dense
-    floor = kernel_floor(log_kernels) if floor is None else floor
+    if isinstance(floor, Tensor) and not block:
+        floor = float(floor)
+        if not math.isfinite(floor):
+            raise NonFiniteKernels(f"scaling_sinkhorn: the lower bound of the log-kernels is {floor}")
+    if floor is None:
+        floor = _kernel_floor_tensor(log_kernels) if block else kernel_floor(log_kernels)
     info = {"elim_views": float(e), "stages": 0.0, "scaling_domain": 1.0, "dense_stages": float(dense)}
 
     def fallback(sweep: int) -> SinkhornResult:
@@ -487,10 +544,20 @@ def scaling_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_budg
             res.pair_marginals = res.pair_marginals.transpose(1, 2).reshape(k * n, k * n)
         return res
 
-    if not scaling_range_ok(floor, [1.0] * k, [1.0] * k, k, n, log_kernels.dtype):
+    if not isinstance(floor, Tensor) and not scaling_range_ok(floor, [1.0] * k, [1.0] * k, k, n, log_kernels.dtype):
         return fallback(0)
-    plan = _plan(k, n, e, dense, gram, log_kernels.dtype, log_kernels.device)
+    plan = _plan(k, n, e, dense, gram, log_kernels.dtype, log_kernels.device, block)
     info["stages"] = float(len(plan.stages))
+    if block:
+        graphs = (sinkhorn_blocked.CUDA_GRAPHS if graphs is None else graphs) and log_kernels.device.type == "cuda"
+        out = sinkhorn_blocked.solve(plan.program, log_kernels, floor, tol, max_iter, RANGE_CHECK_EVERY, plan.guard,
+                                     graphs)
+        if out.fallback_sweep >= 0:
+            return fallback(out.fallback_sweep)
+        info.update(block_sweeps=float(block), cuda_graphs=float(out.graphs), host_reads=float(out.reads))
+        return SinkhornResult(log_u=out.log_u, iterations=out.iterations, marginal_error=out.marginal_error,
+                              mass=out.mass, converged=out.marginal_error < tol, pair_marginals=out.pair_marginals,
+                              info=info)
     plan.start(log_kernels)
     head, test, body = plan.head, plan.test, plan.body
     it = 0

@@ -247,7 +247,7 @@ def test_synthetic_cell(name, objective, tmp_path):
     assert on_disk["benchmark"] == name and on_disk["objective"] == objective and on_disk["seed"] == 0
     runner.resolve_views(spec, True, None)  # views read from the (synthetic) file, as the runner does
     assert on_disk["config"] == json.loads(json.dumps(spec.to_dict()))
-    assert on_disk["config_hash"] == spec.hash()
+    assert on_disk["config_hash"] == spec.hash(objective)
     assert on_disk["dataset"]["synthetic"] is True and on_disk["dataset"]["manifest_hash"] == "synthetic"
     metrics = on_disk["metrics"]
     if spec.pipeline == "standard":

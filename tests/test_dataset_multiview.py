@@ -505,10 +505,10 @@ def test_view_copies_option_is_typed_checked_and_in_the_spec_hash(tmp_path):
     with pytest.raises(OptionsError, match="dataset.options.view_copies: expected dict, got list"):
         check_options({"view_copies": [0, 2]}, datasets.get("multiview_mat"), "dataset.options")
     opt = {"base": [0], "copies": 3, "noise": 0.5, "mask": 0.1, "seed": 0}
-    plain = benchmarks.load("multiview").hash()
-    one = benchmarks.load("multiview", overrides={"dataset.options.view_copies": opt}).hash()
-    again = benchmarks.load("multiview", overrides={"dataset.options.view_copies": dict(opt)}).hash()
-    other = benchmarks.load("multiview", overrides={"dataset.options.view_copies": {**opt, "noise": 0.6}}).hash()
+    plain = benchmarks.load("multiview").hash("m3g")
+    one = benchmarks.load("multiview", overrides={"dataset.options.view_copies": opt}).hash("m3g")
+    again = benchmarks.load("multiview", overrides={"dataset.options.view_copies": dict(opt)}).hash("m3g")
+    other = benchmarks.load("multiview", overrides={"dataset.options.view_copies": {**opt, "noise": 0.6}}).hash("m3g")
     assert one == again and len({plain, one, other}) == 3
 
     views, y = random_views(9, n=30)

@@ -158,7 +158,8 @@ LAYERS: list[tuple[str, int]] = [
     (r"fusebench\.(tasks|pipelines)", 2),
     (r"fusebench\.training\.(compat|reference_features|protocols|spec_check|teacher|tuple_method|tuple_optim|"
      r"model|diagnostics)", 2),
-    (r"fusebench\.training\.(data|optim|evaluate|pretrain|loop|trackers|cell|locks|embedding_eval|kmeans)", 3),
+    (r"fusebench\.training\.(data|optim|evaluate|pretrain|loop|trackers|cell|locks|embedding_eval|kmeans|speed|"
+     r"missing_views)", 3),
     (r"fusebench\.records(\..+)?", 4),
     (r"fusebench\.training\.(record_builder|record_store)", 4),
     (r"fusebench\.training\.(standard|embedding_protocol|gaussian_mi|execute)", 5),

@@ -226,7 +226,7 @@ def test_quickstart_with_sample_optimisation(tmp_path: Path) -> None:
         assert len(c[key]) == 2 and all(math.isfinite(v) for v in c[key])
     assert c["tuple_updated_alpha"] == [0.0, 1.0]  # Algorithm 1: t = 1 beta, t = 2 alpha
     assert c["tuple_beta_mu_weak"][0] != 0.1  # the beta epoch moved the policy off its start
-    assert rec["config"]["pretrain"]["tuple_sample_optimisation"] is True
+    assert rec["config"]["pretrain"]["methods"]["tuple_infonce"]["sample_optimisation"] is True
 
 
 def test_resume_reproduces_policy(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 from fusebench.leaderboard.groups import GroupView
+from fusebench.leaderboard.robustness import export_entries
 
 FORMATS = ("md", "csv", "json")  # what `fusebench leaderboard --format` writes
 EXPORT_FORMAT = 1  # version of the JSON schema (its "format" field); bump when a field changes meaning
@@ -63,7 +64,11 @@ def _row(view: GroupView, row: str) -> dict[str, Any]:
     test = view.tests.get(row)  # None for the reference row, invalid and untested rows, pipeline checks
     budget = view.budget(row)
     time_s, memory_mb = view.cost(row)
+    missing = export_entries(view, row)  # only groups whose runs have missing-view metrics carry the key
+    extra = {} if missing is None else {"missing_views": {
+        mid: {"mean": number(m), "std": number(sd), "n": n} for mid, (m, sd, n) in missing.items()}}
     return {
+        **extra,
         "objective": row,
         "aliases": list(view.aliases.get(row, [])),
         "invalid": view.invalid.get(row),
@@ -114,7 +119,11 @@ def csv_columns(views: list[GroupView]) -> list[str]:
     per_metric = [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")]
     tail = ["ci_low", "ci_high", "delta", "p_holm", "steps_min", "steps_max", "samples_seen_min",
             "samples_seen_max", "pretrain_time_s", "peak_memory_mb"]
-    return head + per_metric + tail
+    missing: list[str] = []  # missing-view metrics (issue #23), last: only boards whose runs have them
+    for v in views:
+        for row in v.rows:
+            missing += [m for m in export_entries(v, row) or {} if m not in missing]
+    return head + per_metric + tail + [f"{m}_{s}" for m in missing for s in ("mean", "std", "n")]
 
 
 def _cell(x: Any) -> str:
@@ -146,7 +155,7 @@ def render_csv(name: str, views: list[GroupView]) -> str:
                 "objective": row["objective"], "aliases": ";".join(row["aliases"]), "invalid": row["invalid"],
                 "delta": row["delta"], "p_holm": row["p_holm"],
                 "pretrain_time_s": row["cost"]["pretrain_time_s"], "peak_memory_mb": row["cost"]["peak_memory_mb"]}
-            for metric, entry in row["metrics"].items():
+            for metric, entry in [*row["metrics"].items(), *row.get("missing_views", {}).items()]:
                 cells.update({f"{metric}_{s}": entry[s] for s in ("mean", "std", "n")})
             if row["ci"]:
                 cells["ci_low"], cells["ci_high"] = row["ci"]

@@ -234,11 +234,19 @@ def _hparams(recs: list[RunRecord]) -> dict[str, dict[str, Any] | None]:
     return out
 
 
+def oldest_first(recs: list[RunRecord]) -> list[RunRecord]:
+    """``recs`` by the time they were written (``finished_at``; records written before the field existed
+    first, in their given order). The board's text (description, protocol notes, the objectives' display
+    order) is the newest record's: re-running some rows of a board under an amended spec (e.g. one row's
+    new grid, hash schema 2 keeps the other rows' records) brings the spec's amended text with it."""
+    return sorted(recs, key=lambda r: r.raw.get("finished_at") or "")
+
+
 def _display_order(recs: list[RunRecord]) -> list[str]:
-    """The group's objectives in order of display preference: the benchmark's ``objectives`` list, then
-    the others sorted."""
+    """The group's objectives in order of display preference: the benchmark's ``objectives`` list (of the
+    newest record), then the others sorted."""
     present = {r.objective for r in recs}
-    listed = recs[0].config.get("objectives")
+    listed = oldest_first(recs)[-1].config.get("objectives")
     listed = [o for o in listed if isinstance(o, str)] if isinstance(listed, list) else []
     first = [o for i, o in enumerate(listed) if o in present and o not in listed[:i]]
     return first + sorted(present - set(first))

@@ -7,9 +7,10 @@ comment for the index last (:mod:`fusebench.leaderboard.meta`)."""
 
 from __future__ import annotations
 
-from fusebench.leaderboard.groups import CI_RESAMPLES, CI_SEED, GroupView, group_runs, make_view
+from fusebench.leaderboard.groups import CI_RESAMPLES, CI_SEED, GroupView, group_runs, make_view, oldest_first
 from fusebench.leaderboard.meta import KIND_TITLES, board_meta, meta_comment
 from fusebench.leaderboard.reported import Reported, published_section
+from fusebench.leaderboard.robustness import section_lines as robustness_lines
 from fusebench.leaderboard.table import notes_lines, table_lines
 from fusebench.records import RunRecord, differing_fields
 
@@ -62,14 +63,17 @@ def _cells_text(view: GroupView) -> str:
     return text
 
 
-def group_section(view: GroupView, reported: list[Reported], plot_name: str | None, level: int = 2) -> list[str]:
-    """Table, notes, published rows (when given), protocol and curves of one group (headings at ``level``)."""
+def group_section(view: GroupView, reported: list[Reported], plot_name: str | None, level: int = 2,
+                  missing_plot: str | None = None) -> list[str]:
+    """Table, notes, published rows (when given), missing-view robustness (when the runs have it), protocol
+    and curves of one group (headings at ``level``)."""
     h = "#" * level
     out = [_data_line(view), ""] + _comparison_lines(view) + [_cells_text(view), ""]
     out += table_lines(view)
     out += notes_lines(view)
     if reported:
         out += [""] + published_section([view], reported, level)
+    out += robustness_lines(view, missing_plot, level)  # nothing for runs without missing-view metrics
     unknown = [m.id for m in view.metrics if m.direction is None]
     first = view.recs[0]
     suites = sorted({r.suite_version for r in view.recs})
@@ -91,7 +95,7 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
         out.append(f"- direction unknown (never bolded): {', '.join(f'`{m}`' for m in unknown)}")
     out.append(_precision_line(view))
     protocol: dict[str, str] = {}
-    for r in view.recs:
+    for r in oldest_first(view.recs):  # the newest record's text of a note wins
         protocol.update(r.protocol)
     for key in sorted(protocol):
         out.append(f"- {key}: {' '.join(protocol[key].split())}")
@@ -153,25 +157,27 @@ def _chosen_hparams(view: GroupView) -> str:
 
 
 def render_board(name: str, views: list[GroupView], reported: list[Reported],
-                 plot_names: list[str | None]) -> str:
+                 plot_names: list[str | None], missing_plots: list[str | None] | None = None) -> str:
     """The whole board markdown of one benchmark (one section per group when split; the published
-    rows once, in a section of their own)."""
+    rows once, in a section of their own). ``missing_plots``: per group, the missing-view plot's file
+    name (None: no plot)."""
+    missing_plots = list(missing_plots) if missing_plots is not None else [None] * len(views)
     out = [f"# Leaderboard: {name}", ""]
-    desc = views[0].recs[0].description
+    desc = oldest_first(views[0].recs)[-1].description
     if desc:
         out += [" ".join(desc.split()), ""]
     metas = []
     if len(views) == 1:
-        out += group_section(views[0], reported, plot_names[0], level=2)
+        out += group_section(views[0], reported, plot_names[0], level=2, missing_plot=missing_plots[0])
         metas.append(board_meta(views[0], None))
     else:
         fields = differing_fields([v.recs[0] for v in views])
         out += [f"The runs of this benchmark fall into {len(views)} comparability groups (runs that must not be "
                 f"compared), one table each; they differ in {', '.join(fields)}.", ""]
-        for i, (view, plot) in enumerate(zip(views, plot_names), 1):
+        for i, (view, plot, missing) in enumerate(zip(views, plot_names, missing_plots), 1):
             title = f"group {i} of {len(views)}"
             out += [f"## Group {i} of {len(views)}: key `{view.recs[0].comparability_key}`", ""]
-            out += group_section(view, [], plot, level=3)
+            out += group_section(view, [], plot, level=3, missing_plot=missing)
             out.append("")
             metas.append(board_meta(view, title))
         out = out[:-1]

@@ -1,5 +1,5 @@
 """Writing a leaderboards folder (:func:`write_leaderboards`): every board of the benchmarks with runs,
-their curves plots, the index and its CD diagram, and on request each board's results as data (CSV,
+their curves plots (and missing-view plots, :mod:`fusebench.leaderboard.robustness`), the index and its CD diagram, and on request each board's results as data (CSV,
 JSON: :mod:`fusebench.leaderboard.export`). Everything is validated and rendered before the
 first file is written, files are written only inside the output folder, and a file whose content is
 unchanged (or a plot whose inputs are) is left untouched. Also where the committed boards of a
@@ -13,6 +13,7 @@ from typing import Any
 import fusebench.leaderboard.export as export
 import fusebench.leaderboard.index as index_page
 import fusebench.leaderboard.plots as plotting
+import fusebench.leaderboard.robustness as robustness
 from fusebench.io import write_if_changed
 from fusebench.leaderboard.groups import GroupView, group_runs, load_runs, make_view
 from fusebench.leaderboard.meta import read_board_meta, rendered_meta
@@ -51,9 +52,11 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
                 v.studies.append(("k-views study", f"{name}-kviews.md", f"{name}-kviews.png"))
         plot_names = [f"{name}-curves.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-curves.png"
                       for v in views]
-        for p in plot_names + [f"{name}.{fmt}" for fmt in formats]:
+        missing_names = [f"{name}-missing.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-missing.png"
+                         for v in views]  # drawn only for groups with missing-view metrics
+        for p in plot_names + missing_names + [f"{name}.{fmt}" for fmt in formats]:
             _inside(out_dir, p)
-        boards.append((name, views, plot_names))
+        boards.append((name, views, plot_names, missing_names))
     md = "md" in formats
     # the index: every board already in out_dir, with the regenerated ones replaced
     metas: dict[str, dict[str, Any]] = {}
@@ -65,23 +68,27 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
                     metas[path.stem] = meta
     written = []
     rendered = []  # every file's text is made before the first file is written
-    for name, views, plot_names in boards:
+    for name, views, plot_names, missing_names in boards:
         shown = [plot if plots and plotting.has_curves(view) else None for view, plot in zip(views, plot_names)]
+        missing = [plot if plots and robustness.has_plot(view) else None for view, plot in zip(views, missing_names)]
         texts = {fmt: export.RENDERERS[fmt](name, views) for fmt in formats if fmt != "md"}
         if md:
-            texts["md"] = render_board(name, views, reported_map.get(name, []), shown)
+            texts["md"] = render_board(name, views, reported_map.get(name, []), shown, missing)
             metas[name] = rendered_meta(texts["md"])
-        rendered.append((name, views, shown, texts))
+        rendered.append((name, views, shown, missing, texts))
     if md:
         ranking = index_page.cross_dataset_ranking(metas)
         cd_plot = index_page.CD_PLOT if plots and "cd" in ranking else None
         index_md = index_page.build_index(metas, cd_plot, ranking)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, views, shown, texts in rendered:
+    for name, views, shown, missing, texts in rendered:
         if md:
             for view, plot in zip(views, shown):
                 if plot:
                     plotting.plot_curves(view, _inside(out_dir, plot))
+            for view, plot in zip(views, missing):
+                if plot:
+                    robustness.plot_missing(view, _inside(out_dir, plot))
         for fmt in export.FORMATS:
             if fmt in texts:
                 path = _inside(out_dir, f"{name}.{fmt}")

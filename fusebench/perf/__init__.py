@@ -1,9 +1,9 @@
-"""``fusebench bench objectives|data|encoders|leaderboard``: speed and memory figures printed as tables.
+"""``fusebench bench objectives|data|encoders|leaderboard|gpu``: speed and memory figures printed as tables.
 
 Every speed / memory benchmark lives in this package, one module per target: ``objectives`` (its
 ``--vs ott``, ``--crossover`` and ``--step-time`` runs in ``vs_ott``, ``crossover`` and ``step_time``,
-helpers shared by them in ``timing``), ``data``, ``encoders`` and ``leaderboard``. This module only
-dispatches.
+helpers shared by them in ``timing``), ``data``, ``encoders``, ``leaderboard`` and ``gpu`` (its ``--cell``
+busy fraction in ``gpu_cell``). This module only dispatches.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ TARGETS = {
     "data": "fusebench.perf.data",
     "encoders": "fusebench.perf.encoders",
     "leaderboard": "fusebench.perf.leaderboard",
+    "gpu": "fusebench.perf.gpu",
 }
 
 

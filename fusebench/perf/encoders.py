@@ -18,11 +18,17 @@ before the first step (activations, gradients, optimiser-free); on CUDA, peak me
 ``torch.cuda.max_memory_allocated``. Time is the median over ``--repeats`` steps after ``--warmup``
 steps. An encoder that cannot be imported or lacks the two classmethods is listed with the reason.
 
+``--pointnet-ops`` times PointNet++'s point-cloud ops instead (farthest point sampling, ball query, grouping
+forward+backward, 3-NN interpolation forward+backward, at the sizes of a ``pointnet2`` config's first
+levels, ``votenet`` by default) with each backend of :mod:`fusebench.encoders.pointnet2` on ``--device``:
+the PyTorch code and, where Triton can run there, the Triton kernels, with whether their results agree.
+
 Usage::
 
     fusebench bench encoders                       # all encoders, 2 threads, CPU
     fusebench bench encoders --names eeg_conv seq_transformer --repeats 5
     fusebench bench encoders --batch-size 4 --device cuda
+    fusebench bench encoders --pointnet-ops --device cuda   # torch vs Triton, per op
 """
 
 from __future__ import annotations
@@ -139,6 +145,94 @@ def _to_device(batch: dict, device: str) -> dict:
     return out
 
 
+POINTNET_COLUMNS = ("op", "sizes", "torch (ms)", "triton (ms)", "torch / triton", "results")
+
+
+def pointnet_ops(device: str, batch_size: int, warmup: int, repeats: int, threads: int, config: str) -> list[dict]:
+    """Median time of each PointNet++ op per backend at the sizes of ``config``'s first levels."""
+    import torch
+
+    from fusebench.encoders import pointnet2 as P
+    from fusebench.encoders import pointnet2_triton
+
+    torch.set_num_threads(threads)
+    cfg = P.get_config(config)
+    b, n = batch_size, cfg.num_points
+    (s1, s2, s3), (r1, k2) = cfg.npoints[:3], (cfg.radii[0], cfg.nsamples[1])
+    g = torch.Generator().manual_seed(0)
+    xyz = P.synthetic_scenes(b, n, seed=0, names=("points",))["modalities"]["points"]
+    pick = [torch.randperm(n, generator=g)[:s1].sort().values for _ in range(b)]  # stand-in centroids
+    lvl1 = torch.stack([xyz[i, pick[i]] for i in range(b)])
+    c1 = cfg.sa_mlps[0][-1]
+    group_x = torch.randn(b, s1, c1, generator=g)
+    group_idx = torch.randint(0, s1, (b, s2, k2), generator=g)
+    fp_c = cfg.sa_mlps[2][-1]
+    fp_feats = torch.randn(b, fp_c, s3, generator=g)
+    xyz, lvl1, group_x, group_idx, fp_feats = (t.to(device) for t in (xyz, lvl1, group_x, group_idx, fp_feats))
+    cuda = device.startswith("cuda")
+
+    def group(backend: str) -> Any:
+        x = group_x.clone().requires_grad_()
+        out = P.gather_points(x, group_idx, backend=backend)
+        out.sum().backward()
+        return out.detach()
+
+    def interpolate(backend: str) -> Any:
+        f = fp_feats.clone().requires_grad_()
+        out = P.three_nn_interpolate(lvl1[:, :s2], lvl1[:, :s3], f, backend=backend)
+        out.sum().backward()
+        return out.detach()
+
+    ops = [
+        ("fps", f"{b}x{n} -> {s1}", lambda bk: P.farthest_point_sample(xyz, s1, backend=bk)),
+        ("ball_query", f"{b}x{n}, {s1} centroids, r={r1}, k={cfg.nsamples[0]}",
+         lambda bk: P.ball_query(xyz, lvl1, r1, cfg.nsamples[0], backend=bk)),
+        ("group fwd+bwd", f"{b}x{s1}x{c1} by {b}x{s2}x{k2}", group),
+        ("3-NN interpolate fwd+bwd", f"{s2} from {s3} points, {fp_c} channels, batch {b}", interpolate),
+    ]
+    reason = pointnet2_triton.unavailable(device)
+
+    def timed(fn: Any, backend: str) -> tuple[float, Any]:
+        for _ in range(warmup):
+            fn(backend)
+        times, out = [], None
+        for _ in range(repeats):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = fn(backend)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1000)
+        return statistics.median(times), out
+
+    rows = []
+    for name, sizes, fn in ops:
+        row: dict[str, Any] = {"op": name, "sizes": sizes}
+        row["torch_ms"], ref = timed(fn, "torch")
+        if reason is not None:
+            row["triton_error"] = reason
+        else:
+            row["triton_ms"], got = timed(fn, "triton")
+            if ref.is_floating_point():
+                row["results"] = f"max |diff| {float((ref - got).abs().max()):.2e}"
+            else:
+                row["results"] = "identical" if torch.equal(ref, got) else f"{int((ref != got).sum())} indices differ"
+        rows.append(row)
+    return rows
+
+
+def format_pointnet_table(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(POINTNET_COLUMNS) + " |", "|" + "|".join("---" for _ in POINTNET_COLUMNS) + "|"]
+    for r in rows:
+        if "triton_ms" in r:
+            rest = f"{r['triton_ms']:.2f} | {r['torch_ms'] / r['triton_ms']:.1f}x | {r['results']}"
+        else:
+            rest = f"n/a | | {r.get('triton_error', '')}"
+        lines.append(f"| {r['op']} | {r['sizes']} | {r['torch_ms']:.2f} | {rest} |")
+    return "\n".join(lines)
+
+
 def format_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     for r in rows:
@@ -161,10 +255,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--in-process", action="store_true", help="no subprocess per encoder (memory figures mix)")
     parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument("--pointnet-ops", action="store_true",
+                        help="time PointNet++'s point-cloud ops, PyTorch code vs Triton kernels, instead of encoders")
+    parser.add_argument("--pointnet-config", default="votenet",
+                        help="with --pointnet-ops: the pointnet2 config whose sizes are used (votenet, tiny)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.repeats < 1 or ns.warmup < 0 or ns.threads < 1 or (ns.batch_size is not None and ns.batch_size < 1):
         parser.error("--repeats and --threads must be >= 1, --warmup >= 0, --batch-size >= 1")
+
+    if ns.pointnet_ops:
+        from fusebench.encoders.pointnet2 import CONFIGS
+
+        if ns.pointnet_config not in CONFIGS:
+            parser.error(f"--pointnet-config must be one of {sorted(CONFIGS)}, got {ns.pointnet_config!r}")
+        print(f"# fusebench bench encoders --pointnet-ops — {machine_description(ns.device, ns.threads)}")
+        print(f"# device {ns.device}; config {ns.pointnet_config}; median of {ns.repeats} calls after {ns.warmup} "
+              "warm-up (Triton compiles in the first)")
+        rows = pointnet_ops(ns.device, ns.batch_size or 2, ns.warmup, ns.repeats, ns.threads, ns.pointnet_config)
+        print(format_pointnet_table(rows))
+        if ns.json:
+            with open(ns.json, "w", encoding="utf-8") as f:
+                json.dump(rows, f, indent=2)
+        return 0
 
     if ns.worker:
         row = run_one(ns.worker, ns.batch_size, ns.warmup, ns.repeats, ns.device, ns.threads)

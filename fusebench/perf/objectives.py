@@ -25,6 +25,7 @@ Example::
 
     fusebench bench objectives --repeats 5
     fusebench bench objectives --quick --only 'm3g*'
+    fusebench bench objectives --vs ott --device cuda   # our M3G on the GPU against ott-jax on jax's GPU backend
 
 ``--vs ott``, ``--crossover`` and ``--step-time`` are separate runs of the same command, each in its own
 module (:mod:`fusebench.perf.vs_ott`, :mod:`fusebench.perf.crossover`, :mod:`fusebench.perf.step_time`);
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="fusebench bench objectives",
         description="Forward+backward time and peak memory of every registered objective, and M3G solver checks.",
         epilog="Examples: fusebench bench objectives --repeats 5 --threads 2; fusebench bench objectives --vs ott "
-               "--quick; fusebench bench objectives --step-time",
+               "--quick; fusebench bench objectives --vs ott --device cuda; fusebench bench objectives --step-time",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per cell (median reported; default 5)")
     parser.add_argument("--quick", action="store_true", help="1 timed call per cell, 1 for the reference solver")
@@ -149,8 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     peer.add_argument("--cell-seconds", type=float, default=20.0,
                       help="time budget of the timed rounds per configuration (default 20; at least 1 round)")
     peer.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU (with --threads 1)")
-    peer.add_argument("--mem-cap-mib", type=float, default=256.0,
-                      help="skip configurations whose n^k tensor (ott) exceeds this (default 256 MiB)")
+    peer.add_argument("--mem-cap-mib", type=float, default=None,
+                      help="skip configurations whose n^k tensor (ott) exceeds this (default 256 MiB on the CPU, "
+                           "1024 MiB with --device cuda)")
+    peer.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                      help="where both sides run (default cpu: one pinned core each; cuda: our M3G on the GPU, ott on "
+                           "jax's GPU backend; default batch sizes 8 16 32 64 128 256)")
+    peer.add_argument("--block-sweeps", type=int, default=None,
+                      help="sweeps per read of the stopping errors of our GPU solver (default "
+                           "sinkhorn_blocked.BLOCK_SWEEPS, 8; see docs/gpu.md)")
+    peer.add_argument("--no-graphs", action="store_true",
+                      help="launch our GPU solver's calls eagerly instead of replaying CUDA graphs")
     peer.add_argument("--backend", choices=("auto", "eager", "compiled"), default="auto",
                       help="our M3G's backend (default auto: the compiled call for small CPU problems when numba is "
                            "installed, see docs/objectives-ot.md)")
@@ -166,6 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         ns.threads = 1 if special else 2
     if ns.repeats < 1 or ns.threads < 1 or ns.rounds < 1:
         parser.error("--repeats, --threads and --rounds must be >= 1")
+    gpu_options = [name for name, on in (("--device", ns.device), ("--block-sweeps", ns.block_sweeps is not None),
+                                         ("--no-graphs", ns.no_graphs)) if on]
+    if gpu_options and not ns.vs:
+        parser.error(f"{', '.join(gpu_options)} {'applies' if len(gpu_options) == 1 else 'apply'} to --vs ott only")
+    if ns.block_sweeps is not None and ns.block_sweeps < 1:
+        parser.error(f"--block-sweeps must be an integer >= 1, got {ns.block_sweeps}")
+    if ns.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
     if len(special) > 1:
         parser.error(f"{' and '.join(special)} are separate runs; pick one")
     if special:

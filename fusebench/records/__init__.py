@@ -19,9 +19,12 @@ Schema versions
   ``dataset: {"id", "synthetic": bool, "manifest_hash": str, "fingerprint": null |
   {"files": [[relpath, size], ...], "sha256": str}}``.
 
-Both versions may carry ``precision`` (the run's precision policy, one of
-:data:`fusebench.training.precision.PRECISIONS`; it must equal ``config.precision``, which a spec at
-the default ``32`` leaves out) and ``numerics`` (a mapping: device name, CUDA / cuDNN versions,
+Both versions may carry ``hash_schema`` (``2``: ``config_hash`` is
+:func:`fusebench.training.config.config_hash` of the record's ``config`` and ``objective``, checked
+here; every committed record was migrated to it), ``finished_at`` (UTC ISO 8601 time the record was
+written; the board's text is the newest record's), ``precision`` (the run's precision policy, one of
+:data:`fusebench.training.precision.PRECISIONS`; it must equal ``config.precision``; records of hash
+schema 1 left it out at the default ``32``) and ``numerics`` (a mapping: device name, CUDA / cuDNN versions,
 deterministic settings, TF32 switches; :func:`fusebench.training.precision.numerics`). A record
 without them was made at ``32``: every record before the precision policy was made on the CPU.
 
@@ -48,10 +51,12 @@ Comparability
 Two runs may share a leaderboard row / table only if their :func:`comparability_key` is equal. The
 key hashes :func:`comparability_fields`: the benchmark id; a hash of ``config`` without the keys that
 do not change what one run computes (:data:`CONFIG_KEYS_IGNORED`: the seed list, the objective
-sweep list, the protocol notes, the description, the ``synthetic:`` override block itself, and
-``options.board``); the suite version; the versions of the metrics in
+sweep list, the protocol notes, the description, the ``synthetic:`` override block itself, the
+checkpoint spacing, how the board compares rows, and ``options.board``) and without what is each row's
+own (the per-objective tables of ``pretrain``: hyper-parameters, grid, batch, epochs, micro-batch; the
+budget each row got is printed on the board); the suite version; the versions of the metrics in
 ``config.metrics``; and the dataset identity (id, synthetic flag, manifest hash, fingerprint hash).
-A precision other than ``32`` is in ``config``, so runs of different precisions never share a key.
+The precision is in ``config``, so runs of different precisions never share a key.
 The objective's version is not in the key (one table compares objectives of different versions);
 the leaderboard requires it to be the same within each objective's row instead.
 """

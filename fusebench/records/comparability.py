@@ -7,13 +7,15 @@ import copy
 from typing import TYPE_CHECKING, Any, Mapping
 
 from fusebench.io import canonical_json, sha256_hex
+from fusebench.training.config import NOT_IDENTITY, PER_OBJECTIVE
 from fusebench.version import __version__
 
 if TYPE_CHECKING:  # annotations only: the schema module imports this one
     from fusebench.records.schema import RunRecord
 
-#: config keys left out of the comparability hash (they do not change what one run computes)
-CONFIG_KEYS_IGNORED = ("seeds", "objectives", "protocol_notes", "description", "synthetic")
+#: config keys left out of the comparability hash: those that do not change what a cell computes (the
+#: config hash's :data:`~fusebench.training.config.NOT_IDENTITY`)
+CONFIG_KEYS_IGNORED = NOT_IDENTITY
 
 
 # ---------------------------------------------------------------------------------------------
@@ -26,11 +28,15 @@ def _comparable_view(config: Mapping[str, Any]) -> dict[str, Any]:
     cfg = {k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED}
     if isinstance(cfg.get("options"), dict):
         cfg["options"] = {k: v for k, v in cfg["options"].items() if k != "board"}
+    if isinstance(cfg.get("pretrain"), dict):  # each row's own settings (hash schema 2): not the board's
+        cfg["pretrain"] = {k: v for k, v in cfg["pretrain"].items() if k not in PER_OBJECTIVE and k != "objective"}
     return cfg
 
 
 def comparable_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` without :data:`CONFIG_KEYS_IGNORED` and ``options.board`` (a deep copy)."""
+    """``config`` without :data:`CONFIG_KEYS_IGNORED`, ``options.board`` and what is each row's own: the
+    per-objective tables of ``pretrain`` (hyper-parameters, grid, batch, epochs, micro-batch; the budget each
+    row got is a column of the board) and the default objective (a deep copy)."""
     return copy.deepcopy(_comparable_view(config))
 
 

@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fusebench.records.comparability import board_kind, comparability_key
+from fusebench.training.config import HASH_SCHEMA_VERSION
+from fusebench.training.config import config_hash as cell_config_hash
 from fusebench.registry import ID_RULE, valid_id
 
 SCHEMA_VERSIONS = (1, 2)
+#: ``hash_schema`` values a record may state (records without the field predate the migration to schema 2)
+HASH_SCHEMAS = (HASH_SCHEMA_VERSION,)
 #: what a run writes today (the runner sets its SCHEMA_VERSION to this)
 CURRENT_SCHEMA_VERSION = 2
 #: leaderboard section of a board (``config.options.board``); see docs/leaderboards.md
@@ -355,6 +359,16 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     config_hash = obj.get("config_hash")
     if config_hash is not None:
         _str(config_hash, path, "config_hash")
+    if obj.get("finished_at") is not None:
+        _str(obj["finished_at"], path, "finished_at")
+    hash_schema = obj.get("hash_schema")
+    if hash_schema is not None:
+        if type(hash_schema) is not int or hash_schema not in HASH_SCHEMAS:
+            raise RecordError(path, "hash_schema", f"one of {list(HASH_SCHEMAS)}", hash_schema)
+        want = cell_config_hash(cfg, objective)  # the hash is reproduced from the record's own config
+        if config_hash != want:
+            raise RecordError(path, "config_hash", f"{want!r}, the hash schema {hash_schema} hash of the record's "
+                              "config (was the record edited?)", config_hash)
     precision = _validate_precision(obj, cfg, path)
     if version >= 2:
         versions = _validate_versions(obj, path, suite, cfg)

@@ -39,12 +39,12 @@ def data_fingerprint(context: dict[str, Any] | None) -> str | None:
     return fp.get("sha256") if isinstance(fp, dict) else None
 
 
-def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec,
+def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec, objective: str,
                              context: dict[str, Any] | None = None) -> dict[str, Any]:
-    if ckpt.get("config_hash") != spec.hash():
+    if ckpt.get("config_hash") != spec.hash(objective):
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
-            f"!= {spec.hash()} of the current spec and --set values); rerun with the same settings, or move the cell "
+            f"!= {spec.hash(objective)} of the current spec and --set values); rerun with the same settings, or move the cell "
             "folder away to start over")
     if context is not None and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
         raise ConfigMismatchError(

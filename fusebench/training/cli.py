@@ -13,6 +13,7 @@ EXAMPLES = """examples:
   fusebench run nyuv2-seg --objective m3g infonce_pwe --seeds 0 1 2 --data-root /data/nyuv2
   fusebench run mosi-sentiment --synthetic --set pretrain.epochs=2 --out runs/
   fusebench run nyuv2-seg --data-root /data/nyuv2 --device cuda --precision bf16-mixed   # docs/gpu.md
+  fusebench run nyuv2-seg --data-root /data/nyuv2 --device cuda --num-workers 8   # batches fetched by 8 processes
   torchrun --nproc-per-node 2 -m fusebench run quickstart --objective m3g   # DistributedDataParallel
   OMP_NUM_THREADS=1 fusebench run mv-ngs --data-root DIR --workers 2        # two cells at a time
   fusebench run quickstart --logger tensorboard csv                        # then: tensorboard --logdir runs/
@@ -35,6 +36,17 @@ def _sbatch_option(text: str) -> tuple[str, object]:
     if not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE (an sbatch option without its dashes), got {text!r}")
     return key, (value if eq else True)
+
+
+def _workers_count(text: str) -> int:
+    """``--num-workers N``: an integer >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (DataLoader worker processes per cell), got {text!r}")
+    return n
 
 
 def main(argv: list[str]) -> int:
@@ -64,6 +76,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run the cells in N local processes (default 1: one after another); set "
                         "OMP_NUM_THREADS so that N x threads fits the machine")
+    p.add_argument("--num-workers", type=_workers_count, default=None, metavar="N",
+                   help="DataLoader worker processes fetching each cell's batches (not --workers, which runs "
+                        "cells side by side); default: the spec's loader.num_workers, else min(4, cores - 1) on "
+                        "CUDA and 0 (this process) on the CPU. The batches are the same whatever N is, so it is "
+                        "not part of the config hash (docs/gpu.md)")
     p.add_argument("--logger", dest="loggers", nargs="+", default=None, choices=sorted(TRACKERS),
                    help="experiment trackers for every cell, one or more of csv | tensorboard | mlflow "
                         "(docs/trackers.md; tensorboard and mlflow need: pip install -e .[trackers])")
@@ -116,7 +133,7 @@ def main(argv: list[str]) -> int:
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
                           progress=ns.progress, workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
-                          launcher=ns.launcher, launcher_options=launcher_options)
+                          launcher=ns.launcher, launcher_options=launcher_options, num_workers=ns.num_workers)
         # after maybe_init's barrier: every rank is done; one process writes the boards
         if ns.leaderboard is not None and int(os.environ.get("RANK", "0")) == 0:
             _regenerate_boards(records, ns.out, ns.leaderboard)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fusebench.pipelines import pipeline_of
 from fusebench.training.config import BenchmarkSpec
-from fusebench.training.protocols import PROTOCOLS, protocol_of
-from fusebench.training.reference_features import BASELINE, RAW, REFERENCE_KINDS
+from fusebench.training.protocols import PROTOCOLS, missing_view_problems, protocol_of
+from fusebench.training.reference_features import BASELINE, RAW, REFERENCE_KINDS, REFERENCES
 
 
 def num_views(spec: BenchmarkSpec) -> int:
@@ -16,9 +16,22 @@ def num_views(spec: BenchmarkSpec) -> int:
 
 def check_compatible(spec: BenchmarkSpec, objective: str) -> None:
     """Raise ValueError before any training when ``objective`` cannot run on ``spec``."""
+    if pipeline_of(spec).downstream and _asks_missing_views(spec):  # the rates against the data's k (every row)
+        rates = missing_view_problems(spec, num_views(spec))
+        if rates:
+            raise ValueError(f"{spec.name}: " + "; ".join(rates))
     problem = _incompatibility(spec, objective)
     if problem:
         raise ValueError(f"{problem}; compatible objectives: {', '.join(compatible_objectives(spec))}")
+
+
+def _asks_missing_views(spec: BenchmarkSpec) -> bool:
+    """Whether the spec sets a missing-view rate (``pretrain.missing_rate``, the protocol's ``missing_rates``)."""
+    if getattr(spec.pretrain, "missing_rate", 0.0):
+        return True
+    key = protocol_of(spec).options_key if spec.downstream.protocol in PROTOCOLS else None
+    given = spec.options.get(key) if key else None
+    return isinstance(given, dict) and bool(given.get("missing_rates"))
 
 
 def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
@@ -53,6 +66,17 @@ def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
     problem = pipeline.objective_problem(spec, objective, cls)
     if problem:
         return problem
+    rate = getattr(spec.pretrain, "missing_rate", 0.0)
+    if pipeline.downstream and rate > 0 and objective not in REFERENCES:
+        if kind != "views" or not getattr(cls, "supports_mask", False):
+            return (f"{spec.name}: pretrain.missing_rate = {rate:g} hands every pretraining batch a presence mask, "
+                    f"but objective {objective!r} does not honour masks (supports_mask is false)")
+        from fusebench.training.methods import options_of
+
+        owners = [m for m in ("ema_teacher", "view_rotation") if options_of(spec.pretrain, m).enabled]
+        if owners:
+            return (f"{spec.name}: pretrain.missing_rate = {rate:g}: the pretraining method(s) {owners} compute the "
+                    f"loss without the presence mask; switch them off or set pretrain.missing_rate to 0")
     for k in pipeline.view_counts(spec):
         lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
         if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):

@@ -71,6 +71,9 @@ class PretrainConfig:
     warmup_epochs: int = 0
     projection_dim: int = 64
     projection_hidden: int = 128
+    # missing views in pretraining: this fraction of every batch's (sample, view) entries is absent (each sample
+    # keeps >= 1 view; fusebench/training/missing_views.py), the objective gets the presence mask; 0 = complete
+    missing_rate: float = 0.0
     # the settings of the pretraining methods the objectives build on (fusebench.training.methods):
     # method id -> its typed options, e.g. tuple_infonce: {disturbed: true, sample_optimisation: false};
     # checked on load (unknown ids / options are errors) and held as each method's Options dataclass
@@ -91,6 +94,33 @@ class DownstreamConfig:
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.0
+
+
+@dataclass
+class LoaderConfig:
+    """How batches are fetched (fusebench/training/data.py), never what they hold: the batches are the same
+    whatever these are, so they do not change a result (docs/gpu.md, "Feeding the GPU and speed options")."""
+
+    num_workers: int | None = None  # DataLoader worker processes; None: auto (min(4, cores - 1) on CUDA, 0 elsewhere)
+    pin_memory: bool | None = None  # page-locked batches for asynchronous copies; None: auto (on for CUDA)
+    persistent_workers: bool = True  # keep the workers across the epochs of a cell
+    prefetch_factor: int = 2  # batches each worker prepares ahead
+
+
+OPTIMIZER_IMPLS = ("default", "foreach", "fused")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass
+class SpeedConfig:
+    """Speed options of the standard cell (fusebench/training/speed.py); each may change the last bits of the
+    numbers, so each enters the config hash when it is not its default."""
+
+    channels_last: bool = False  # channels-last memory format for encoders with 2-D convolutions (and 4-D inputs)
+    cudnn_benchmark: bool = False  # cuDNN picks its fastest algorithms: deterministic algorithms switched off
+    optimizer_impl: str = "default"  # default | foreach | fused: the torch.optim implementation of AdamW / SGD
+    compile: bool = False  # torch.compile the encoder (falls back to eager, logged and recorded, if it fails)
+    compile_mode: str = "default"  # torch.compile's mode: default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
 
 
 @dataclass
@@ -116,6 +146,8 @@ class BenchmarkSpec:
     # how the board compares the rows: {"reference": objective id the tests are against (e.g. raw),
     # "primary": the board's primary metric id, "why": one line on the choice}; copied into every record
     comparison: dict[str, str] = field(default_factory=dict)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)  # how batches are fetched (no effect on results)
+    speed: SpeedConfig = field(default_factory=SpeedConfig)  # speed options (hashed when not their defaults)
 
     @property
     def primary_metric(self) -> str:
@@ -128,15 +160,13 @@ class BenchmarkSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical form of the spec (hash schema :data:`HASH_SCHEMA_VERSION`): what ``run.json``
-        stores as ``config`` and what :meth:`hash` is computed from (see :func:`canonical_pretrain`)."""
+        stores as ``config``; a cell's config hash is computed from its projection (:func:`cell_identity`)."""
         out = dataclasses.asdict(self)
         out["pretrain"] = canonical_pretrain(self.pretrain)
-        from fusebench.training.precision import DEFAULT, check
+        from fusebench.training.precision import check
 
         out["precision"] = check(out["precision"])
-        if out["precision"] == DEFAULT:  # hash schema 1: the default precision is not written out
-            del out["precision"]
-        for path, default in OMITTED_WHEN_DEFAULT:  # hash schema 1: newer fields only when set
+        for path, default in OMITTED_WHEN_DEFAULT:  # fields added after schema 2: written only when set
             *parents, leaf = path
             node = out
             for p in parents:
@@ -145,59 +175,87 @@ class BenchmarkSpec:
                 del node[leaf]
         return out
 
-    def hash(self) -> str:
-        """The config hash: sha256 of the canonical form as sorted-key JSON, first 16 hex digits."""
-        return config_hash(self.to_dict())
+    def hash(self, objective: str) -> str:
+        """The config hash of ``objective``'s cells: sha256 of :func:`cell_identity` of the canonical form
+        as sorted-key compact JSON, first 16 hex digits. What another objective's cells are given (its
+        hyper-parameters, grid, budget) does not enter it."""
+        return config_hash(self.to_dict(), objective)
 
 
-#: The config hash's schema: the layout of the canonical form that is hashed (BenchmarkSpec.to_dict).
-#: Version 1 is the layout every committed run was hashed with: ``dataclasses.asdict`` of the spec
-#: with the settings of the built-in pretraining methods as the flat ``pretrain`` keys they were
-#: before methods had options (``tuple_*``, ``embedding_noise``, ``ema_teacher``, ``ema_momentum``,
-#: ``m3g_view_rotation``; the methods' ``legacy_keys``), every one written out, defaults included;
-#: any other method option enters as ``pretrain.methods.<id>.<name>`` only when it differs from its
-#: default (so a new option leaves every existing hash as it was); ``precision`` likewise appears only
-#: when it is not the default ``32``. The version is not part of the
-#: hashed bytes; docs/benchmarks.md ("The config hash") has the rules.
-HASH_SCHEMA_VERSION = 1
+#: The config hash's schema. Version 2 (this one; every committed record was migrated to it once by
+#: ``scripts/migrate_hash_schema_2.py``): the canonical form is ``dataclasses.asdict`` of the spec with
+#: ``pretrain.methods`` holding, per method, only the options that differ from their defaults (absent
+#: when none does) and ``precision`` always written; fields added after version 2 (``OMITTED_WHEN_DEFAULT``)
+#: are written only when they differ from their default, so adding a field leaves every hash as it was. The
+#: hash of a cell is that of :func:`cell_identity`: the canonical form without what does not change what
+#: the cell computes (:data:`NOT_IDENTITY`, ``pretrain.objective``) and with the per-objective tables of
+#: ``pretrain`` (:data:`PER_OBJECTIVE`) cut to the cell's objective. docs/benchmarks.md ("The config hash").
+HASH_SCHEMA_VERSION = 2
 
-#: fields added after hash schema 1 was fixed: written into the canonical form (and so the hash) only when
+#: top-level spec keys that do not change what a cell computes: the board's text, the sweep's lists, the
+#: synthetic override block (applied or not, the resulting values are in the form), checkpoint spacing
+#: (resume is exact), how the board compares rows, how batches are fetched (the same batches for any loader
+#: setting: tests/test_loader_workers.py)
+NOT_IDENTITY: tuple[str, ...] = ("description", "protocol_notes", "objectives", "seeds", "synthetic",
+                                 "checkpoint_every", "comparison", "loader")
+
+#: ``pretrain`` tables keyed by objective id: a cell's identity holds only its own objective's entry
+PER_OBJECTIVE: tuple[str, ...] = ("hparams", "grid", "objective_batch_size", "objective_epochs",
+                                  "objective_micro_batch")
+
+#: fields added after hash schema 2 was fixed: written into the canonical form (and so the hash) only when
 #: they differ from their default, so every existing spec and run keeps its hash
 OMITTED_WHEN_DEFAULT: tuple[tuple[tuple[str, ...], Any], ...] = (
-    (("dataset", "split_per_seed"), False),
-    (("pretrain", "objective_micro_batch"), {}),
-    (("pretrain", "selection_seeds"), []),
-    (("comparison",), {}),
+    # loader and speed (issue #21): each key only when set, then the block only when a key is left
+    (("loader", "num_workers"), None), (("loader", "pin_memory"), None), (("loader", "persistent_workers"), True),
+    (("loader", "prefetch_factor"), 2), (("loader",), {}),
+    (("speed", "channels_last"), False), (("speed", "cudnn_benchmark"), False), (("speed", "optimizer_impl"), "default"),
+    (("speed", "compile"), False), (("speed", "compile_mode"), "default"), (("speed",), {}),
+    (("pretrain", "missing_rate"), 0.0),  # missing views in pretraining (issue #23)
 )
 
 
-def config_hash(canonical: dict[str, Any]) -> str:
-    """sha256 (16 hex digits) of a canonical spec dict (``BenchmarkSpec.to_dict()``, a record's ``config``)."""
-    return sha256_hex(canonical_json(canonical, compact=False), 16)  # hash schema 1: json.dumps's separators
+def cell_identity(canonical: dict[str, Any], objective: str) -> dict[str, Any]:
+    """What determines the cells of ``objective`` in a canonical spec (``BenchmarkSpec.to_dict()``, a
+    record's ``config``): the form without :data:`NOT_IDENTITY` and ``pretrain.objective`` (the default
+    objective of a run that names none), the :data:`PER_OBJECTIVE` tables cut to ``objective``'s entry,
+    and ``objective`` itself. Read-only view: nested values are shared with ``canonical``."""
+    out = {k: v for k, v in canonical.items() if k not in NOT_IDENTITY}
+    pre = canonical.get("pretrain")
+    if isinstance(pre, dict):
+        pre = {k: v for k, v in pre.items() if k != "objective"}
+        for key in PER_OBJECTIVE:
+            table = pre.get(key)
+            if isinstance(table, dict):
+                pre[key] = {objective: table[objective]} if objective in table else {}
+        out["pretrain"] = pre
+    out["objective"] = objective
+    return out
+
+
+def config_hash(canonical: dict[str, Any], objective: str) -> str:
+    """sha256 (16 hex digits) of :func:`cell_identity` of a canonical spec dict (``BenchmarkSpec.to_dict()``,
+    a record's ``config``) for ``objective``'s cells."""
+    return sha256_hex(canonical_json(cell_identity(canonical, objective)), 16)
 
 
 def canonical_pretrain(pt: PretrainConfig) -> dict[str, Any]:
-    """``pretrain`` in hash schema 1: the generic fields, then every built-in method's legacy flat keys
-    (its option values, defaults included), then ``methods`` holding only the other options that differ
-    from their defaults (absent when there are none)."""
+    """``pretrain`` in hash schema 2: the generic fields, then ``methods`` holding, per method, only the
+    options that differ from their defaults (absent when there are none)."""
     from fusebench.training import methods as M
 
     out = {f.name: copy.deepcopy(getattr(pt, f.name)) for f in dataclasses.fields(pt) if f.name != "methods"}
     given = dict(pt.methods or {})
-    for cls in M.builtin():
-        values = M.option_values(M.make_options(cls, given.get(cls.id), f"pretrain.methods.{cls.id}"))
-        for opt, flat in cls.legacy_keys.items():
-            out[flat] = values[opt]
-    extra: dict[str, dict[str, Any]] = {}
+    changed_by_method: dict[str, dict[str, Any]] = {}
     for mid in sorted(given):
         cls = M.METHODS.get(mid)
         values = M.option_values(M.make_options(cls, given[mid], f"pretrain.methods.{mid}"))
         defaults = M.option_values(cls.Options())
-        changed = {k: v for k, v in values.items() if k not in cls.legacy_keys and v != defaults[k]}
+        changed = {k: v for k, v in values.items() if v != defaults[k]}
         if changed:
-            extra[mid] = changed
-    if extra:
-        out["methods"] = extra
+            changed_by_method[mid] = changed
+    if changed_by_method:
+        out["methods"] = changed_by_method
     return out
 
 
@@ -225,15 +283,27 @@ def _check_precision(value: Any, source: str) -> str:
         raise ConfigError(f"{source}: {e}") from None
 
 
+#: the flat ``pretrain`` keys the built-in methods' options had before methods had options (and before hash
+#: schema 2): old key -> (method id, option). Still read from specs and ``--set`` with a
+#: :class:`~fusebench.training.methods.DeprecatedKeyWarning`; a method author never meets them.
+RENAMED_PRETRAIN_KEYS: dict[str, tuple[str, str]] = {
+    "ema_teacher": ("ema_teacher", "enabled"), "ema_momentum": ("ema_teacher", "momentum"),
+    "m3g_view_rotation": ("view_rotation", "enabled"),
+    **{f"tuple_{o}": ("tuple_infonce", o) for o in (
+        "disturbed", "alpha", "sample_optimisation", "candidates", "candidate_steps", "policy_lr", "policy_sigma",
+        "beta_sigma", "beta_max", "beta_lambda", "zeta_grid", "val_size", "policy_baseline")},
+    "embedding_noise": ("tuple_infonce", "embedding_noise"),
+}
+
+
 def _move_legacy_keys(pretrain: dict[str, Any], source: str, warn: bool = True) -> None:
     """Move the old flat keys of ``pretrain`` (a raw spec mapping, changed in place) onto
     ``methods.<id>.<option>``, type-checked under the key as written; warn (``DeprecatedKeyWarning``)
     unless ``warn`` is false. The same option given both ways with two values is an error."""
     from fusebench.training import methods as M
 
-    table = M.legacy_map()
-    for flat in [k for k in pretrain if k in table]:
-        mid, opt = table[flat]
+    for flat in [k for k in pretrain if k in RENAMED_PRETRAIN_KEYS]:
+        mid, opt = RENAMED_PRETRAIN_KEYS[flat]
         new = f"pretrain.methods.{mid}.{opt}"
         value = pretrain.pop(flat)
         cls = M.METHODS.get(mid)
@@ -264,7 +334,7 @@ def _legacy_override(key: str, source: str) -> str:
         return key
     from fusebench.training import methods as M
 
-    hit = M.legacy_map().get(parts[1])
+    hit = RENAMED_PRETRAIN_KEYS.get(parts[1])
     if hit is None:
         return key
     new = f"pretrain.methods.{hit[0]}.{hit[1]}"
@@ -312,6 +382,8 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (pt.epochs >= 0, "pretrain.epochs must be >= 0"),
         (pt.batch_size >= 2, "pretrain.batch_size must be >= 2 (contrastive losses need negatives)"),
         (pt.lr > 0, "pretrain.lr must be > 0"),
+        (0.0 <= pt.missing_rate < 1.0, "pretrain.missing_rate must be in [0, 1) (the fraction of (sample, view) "
+                                      "entries absent from every pretraining batch)"),
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
         (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
         (all(isinstance(b, int) and b >= 2 for b in pt.objective_batch_size.values()),
@@ -334,6 +406,16 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (ds.shots is None or ds.shots >= 1, "downstream.shots must be a positive number of samples per class"),
         (len(spec.seeds) >= 1, "seeds must list at least one seed"),
         (spec.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
+        (spec.loader.num_workers is None or (type(spec.loader.num_workers) is int and spec.loader.num_workers >= 0),
+         f"loader.num_workers must be null (auto) or an integer >= 0, got {spec.loader.num_workers!r}"),
+        (spec.loader.pin_memory is None or isinstance(spec.loader.pin_memory, bool),
+         f"loader.pin_memory must be null (auto: on for CUDA) or a boolean, got {spec.loader.pin_memory!r}"),
+        (spec.loader.prefetch_factor >= 1,
+         f"loader.prefetch_factor must be an integer >= 1, got {spec.loader.prefetch_factor!r}"),
+        (spec.speed.optimizer_impl in OPTIMIZER_IMPLS,
+         f"speed.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, got {spec.speed.optimizer_impl!r}"),
+        (spec.speed.compile_mode in COMPILE_MODES,
+         f"speed.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {spec.speed.compile_mode!r}"),
     ]
     for ok, msg in checks:
         if not ok:

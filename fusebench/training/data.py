@@ -1,17 +1,33 @@
 """The data of one cell (engine layer): the spec's dataset splits, deterministic loaders, few-shot subsets,
 the input views as arrays. Loaders depend only on (seed, epoch), so a resumed run sees the batches an
-uninterrupted one would."""
+uninterrupted one would.
+
+How batches are fetched is a :class:`Feed` (``loader:`` in a spec, ``fusebench run --num-workers``): in this
+process (the default), or in DataLoader worker processes, with page-locked (pinned) memory for asynchronous
+copies to a GPU, workers kept across epochs. The batches are the same whatever the feed: an epoch's batches
+are index lists fixed before it starts (a permutation drawn from (seed, epoch)), each one is fetched as the
+item ``(epoch, indices)``, and the worker fetching it first sets the epoch on its own copy of the dataset
+(``set_epoch``), so seeded augmentations derived from (seed, epoch, index) are those of the main process. The
+workers' global RNGs are seeded from (seed, epoch, worker id) when they start; a dataset must not draw its
+augmentations from them (which worker fetches a batch is not fixed), but from a generator of its own.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import contextlib
+import contextvars
+import os
+import random
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from fusebench.training import distributed
-from fusebench.training.config import BenchmarkSpec
+from fusebench.training.config import BenchmarkSpec, LoaderConfig
 
 def build_datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
               roles: tuple[str, ...] = ("train", "val", "test"), extra_options: dict[str, Any] | None = None):
@@ -32,11 +48,12 @@ def build_datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, 
     return out
 
 
-def make_loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip: int = 0, shard: bool = False) -> Iterable:
+def make_loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip: int = 0, shard: bool = False,
+                feed: Feed | None = None) -> tuple[Iterable, int]:
     """A deterministic loader: the epoch's order depends only on (seed, epoch); ``skip`` batches are
-    dropped from the front (used when resuming inside an epoch)."""
-    from fusebench.datasets.collate import collate
-
+    dropped from the front (used when resuming inside an epoch). Returns the loader and the epoch's
+    number of batches. ``feed``: how the batches are fetched (default: the feed of the enclosing
+    :func:`feeding`, else in this process); it never changes them."""
     names = list(ds.modalities)
     if hasattr(ds, "set_epoch"):
         ds.set_epoch(epoch)
@@ -53,10 +70,208 @@ def make_loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip:
     batches = [b for b in batches if not shuffle or len(b) >= 2]
     if shard and distributed.is_distributed():  # each rank takes its contiguous shard of every global batch
         batches = [distributed.shard(b) for b in batches]
-    # an own generator: building the iterator must not draw from the global RNG (resume exactness)
-    loader = DataLoader(batches[skip:], batch_size=None, shuffle=False, generator=torch.Generator(),
-                        collate_fn=lambda idx: collate([ds[i] for i in idx], names))
-    return loader, len(batches)
+    keys = [(epoch, tuple(b)) for b in batches[skip:]]  # what each fetch gets: the epoch travels with the indices
+    pool = _POOL.get()
+    feed = feed or (pool.feed if pool is not None else Feed())
+    fetch = _BatchFetch(ds, names)
+    if feed.num_workers == 0:
+        return _loader(fetch, keys, feed, None), len(batches)
+    entry = pool.entry(ds, fetch, seed, epoch) if pool is not None and feed is pool.feed and feed.persistent_workers else None
+    return _EpochLoader(keys, fetch, feed, partial(_seed_worker, seed=int(seed), epoch=int(epoch)), entry), len(batches)
+
+
+# ---------------------------------------------------------------------------------------------
+# how batches are fetched
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Feed:
+    """How a cell's batches are fetched (never what they hold): ``num_workers`` DataLoader worker
+    processes (0: in this process), ``pin_memory`` (page-locked batches, so the copy to a GPU is
+    asynchronous), ``persistent_workers`` (kept across the epochs of a cell, inside :func:`feeding`),
+    ``prefetch_factor`` (batches each worker prepares ahead). ``num_workers_from`` says where the
+    worker count came from (``auto``, ``spec`` or ``--num-workers``), for the record."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int = 2
+    num_workers_from: str = "default"
+
+    def record(self) -> dict[str, Any]:
+        """The effective settings, for ``run.json`` (``numerics.speed``)."""
+        workers = self.num_workers > 0
+        return {"num_workers": self.num_workers, "num_workers_from": self.num_workers_from,
+                "pin_memory": self.pin_memory, "persistent_workers": self.persistent_workers and workers,
+                "prefetch_factor": self.prefetch_factor if workers else None}
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask: a SLURM allocation, ``taskset``), shared
+    between the processes of a ``torchrun`` on this node (``LOCAL_WORLD_SIZE``)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, cores // local)
+
+
+def auto_num_workers(device: torch.device) -> int:
+    """The worker count when none is given: ``min(4, cores - 1)`` on CUDA (one core stays with the training
+    process), 0 elsewhere (on the CPU the workers would take the cores the training computes on, and the
+    small CPU runs spend little time fetching)."""
+    return max(0, min(4, usable_cores() - 1)) if torch.device(device).type == "cuda" else 0
+
+
+def resolve_feed(cfg: LoaderConfig, num_workers: int | None, device: torch.device) -> Feed:
+    """The feed of a cell on ``device``: the spec's ``loader`` section with ``num_workers`` (``fusebench run
+    --num-workers``) over its count where given; ``None`` values are worked out here (workers:
+    :func:`auto_num_workers`; pinned memory: on for CUDA)."""
+    cuda = torch.device(device).type == "cuda"
+    if num_workers is not None:
+        workers, source = int(num_workers), "--num-workers"
+    elif cfg.num_workers is not None:
+        workers, source = int(cfg.num_workers), "spec"
+    else:
+        workers, source = auto_num_workers(device), "auto"
+    pin = cuda if cfg.pin_memory is None else bool(cfg.pin_memory) and cuda  # pinning is for copies to a GPU
+    return Feed(num_workers=workers, pin_memory=pin, persistent_workers=bool(cfg.persistent_workers),
+                prefetch_factor=int(cfg.prefetch_factor), num_workers_from=source)
+
+
+class _Pool:
+    """The persistent DataLoaders of one :func:`feeding` context, one per dataset (keyed by its identity,
+    which the entry keeps alive); their workers are shut down when the context ends."""
+
+    def __init__(self, feed: Feed) -> None:
+        self.feed = feed
+        self.entries: dict[int, _Pooled] = {}
+
+    def entry(self, ds: Any, fetch: _BatchFetch, seed: int, epoch: int) -> _Pooled:
+        got = self.entries.get(id(ds))
+        if got is None or got.ds is not ds:
+            got = self.entries[id(ds)] = _Pooled(ds, fetch, self.feed, partial(_seed_worker, seed=int(seed), epoch=int(epoch)))
+        return got
+
+    def close(self) -> None:
+        for entry in self.entries.values():
+            entry.shutdown()
+        self.entries.clear()
+
+
+_POOL: contextvars.ContextVar[_Pool | None] = contextvars.ContextVar("fusebench_feed_pool", default=None)
+
+
+@contextlib.contextmanager
+def feeding(feed: Feed) -> Iterator[Feed]:
+    """Fetch the batches of every :func:`make_loader` inside with ``feed``; with persistent workers, each
+    dataset keeps one set of workers across its epochs (and across its loaders: train, validation...),
+    shut down when the context ends."""
+    pool = _Pool(feed)
+    token = _POOL.set(pool)
+    try:
+        yield feed
+    finally:
+        _POOL.reset(token)
+        pool.close()
+
+
+class _BatchFetch(Dataset):
+    """The item ``(epoch, indices)``: the collated samples ``indices`` of ``ds`` at ``epoch`` (set on the copy
+    of ``ds`` in the process that fetches it: a worker's copy does not see the main process's ``set_epoch``)."""
+
+    def __init__(self, ds: Any, names: list[str]) -> None:
+        self.ds, self.names = ds, names
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, key: tuple[int, tuple[int, ...]]) -> dict[str, Any]:
+        from fusebench.datasets.collate import collate
+
+        epoch, indices = key
+        if hasattr(self.ds, "set_epoch"):
+            self.ds.set_epoch(epoch)
+        return collate([self.ds[i] for i in indices], self.names)
+
+
+class _Keys(Sampler):
+    """The items of the epoch being read from a persistent loader (set before each pass)."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[int, tuple[int, ...]]] = []
+
+    def __iter__(self) -> Iterator[tuple[int, tuple[int, ...]]]:
+        return iter(list(self.keys))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def _as_is(batch: Any) -> Any:
+    return batch
+
+
+def _seed_worker(worker_id: int, seed: int, epoch: int) -> None:
+    """A worker's global RNGs (python, numpy, torch) seeded from (seed, epoch, worker id), never from the
+    main process's state."""
+    state = np.random.SeedSequence([int(seed), int(epoch), int(worker_id)]).generate_state(2, dtype=np.uint32)
+    s = int(state[0]) | (int(state[1]) << 32)
+    random.seed(s)
+    np.random.seed(int(state[0]))
+    torch.manual_seed(s)
+
+
+def _loader(fetch: _BatchFetch, sampler: Any, feed: Feed, worker_init: Any, persistent: bool = False) -> DataLoader:
+    # an own generator: starting the iterator (and its workers' base seed) must not draw from the global RNG
+    # (resume exactness, and the same training numbers whatever the feed)
+    kw: dict[str, Any] = {}
+    if feed.num_workers > 0:
+        kw = dict(num_workers=feed.num_workers, worker_init_fn=worker_init, prefetch_factor=feed.prefetch_factor,
+                  persistent_workers=persistent)
+    return DataLoader(fetch, batch_size=None, sampler=sampler, collate_fn=_as_is, generator=torch.Generator(),
+                      pin_memory=feed.pin_memory, **kw)
+
+
+class _Pooled:
+    """A dataset's persistent DataLoader; ``busy`` while a pass over it is under way."""
+
+    def __init__(self, ds: Any, fetch: _BatchFetch, feed: Feed, worker_init: Any) -> None:
+        self.ds, self.sampler = ds, _Keys()
+        self.loader = _loader(fetch, self.sampler, feed, worker_init, persistent=True)
+        self.busy = False
+
+    def shutdown(self) -> None:
+        iterator = getattr(self.loader, "_iterator", None)  # the persistent workers, once started
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        self.loader = None
+
+
+class _EpochLoader:
+    """One epoch's batches fetched by worker processes: through the dataset's persistent loader where there is
+    one and no other pass over it is under way, else through a loader of its own."""
+
+    def __init__(self, keys: list, fetch: _BatchFetch, feed: Feed, worker_init: Any, entry: _Pooled | None) -> None:
+        self.keys, self.fetch, self.feed, self.worker_init, self.entry = keys, fetch, feed, worker_init, entry
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[Any]:
+        entry = self.entry
+        if entry is None or entry.busy or entry.loader is None:
+            yield from _loader(self.fetch, self.keys, self.feed, self.worker_init)
+            return
+        entry.sampler.keys = self.keys
+        entry.busy = True
+        try:
+            yield from entry.loader
+        finally:  # also when the pass is left early (the rest is drained when the loader is next reset)
+            entry.busy = False
 
 
 class Subset(torch.utils.data.Dataset):

@@ -4,7 +4,9 @@ validation split), few-shot and kNN probes and k-means (:func:`fusebench.trainin
 
 Its declaration (options ``options.embedding_eval``, reference rows) is the ``embedding_eval`` entry of
 :mod:`fusebench.training.protocols`; its reference rows
-are ``none`` and the input-feature rows of :mod:`fusebench.training.reference_features`."""
+are ``none`` and the input-feature rows of :mod:`fusebench.training.reference_features`. With the options
+``missing_rates`` / ``single_view`` the same probe and clustering also score the data with views absent
+(:mod:`fusebench.training.missing_views`; record field ``missing_views``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import torch
 from fusebench.training.evaluate import embeddings, features
 from fusebench.training.data import input_views
 from fusebench.training.loop import Clock, RunError
-from fusebench.training.protocols import EmbeddingEval
+from fusebench.training.protocols import EMBEDDING_EVAL_OPTIONS, EmbeddingEval
 from fusebench.training.record_builder import build_record
 from fusebench.training.reference_features import REFERENCE_KINDS
 from fusebench.training.request import CellRequest, RunOptions
@@ -45,7 +47,7 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     else:
         (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in roles)
     opts = dict(spec.options.get(EmbeddingEval.options_key) or {})
-    kwargs = {k: opts[k] for k in EmbeddingEval.options if k in opts}
+    kwargs = {k: opts[k] for k in EMBEDDING_EVAL_OPTIONS if k in opts}  # the missing-view options: below
     # the probes the spec's metrics ask for, unless the options name them
     kwargs.setdefault("fewshot_shots", [s for s in (1, 5, 10) if f"fs{s}_acc" in spec.metrics])
     if "knn_acc" not in spec.metrics:
@@ -70,11 +72,54 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     fields: dict[str, Any] = {"clustering": res["clustering"]}
     if reference is not None:
         fields["reference_features"] = reference
+    rates, single = (opts.get("missing_rates") or []), bool(opts.get("single_view", False))
+    # the same probe and clustering on the test data with views absent (not in a hyper-parameter trial, which
+    # is scored by its validation metric alone)
+    if (rates or single) and not options.selection_trial:
+        from fusebench.training.missing_views import embedding_missing_views
+
+        inputs = (views, width) if from_inputs else (None, None)  # an input-feature row's views and PCA width
+        source = _feature_source(objective, enc, data, spec, dev, seed, *inputs)
+        fields["missing_views"] = embedding_missing_views(
+            source, {"train": xtr, "val": xva, "test": xte}, {"train": ytr, "val": yva, "test": yte},
+            data["train"].num_classes, seed, res, [float(r) for r in rates], single, n_init=opts.get("missing_n_init"))
     return build_record(request, options.synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
                         best_epoch=-1, wall_time=wall.total(), pretrain_time=pretrain_time, timing=timing,
                         model=enc, diagnostics=diag, context=context,
                         selection={"rule": SELECTION_RULE, **{k: res[k] for k in ("probe", "fewshot", "knn") if k in res}},
                         fields=fields)
+
+
+def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, dev: torch.device, seed: int,
+                    views: dict[str, list[Any]] | None, width: int | None) -> Any:
+    """How the row's features are computed with views absent (:class:`fusebench.training.missing_views.FeatureSource`):
+    the encoder's embeddings of the masked batches; the input views' columns (``raw``, and the per-view
+    reference rows of ``views``); ``raw_pca`` projected from the masked inputs, the absent blocks of the
+    z-scored input set to 0 (the train mean of the concatenation)."""
+    import numpy as np
+
+    from fusebench.training.missing_views import FeatureSource, masked_features
+    from fusebench.training.reference_features import reference_features, zscore_stats
+
+    if enc is not None:
+        return FeatureSource(list(enc.modalities), [int(enc.num_features)] * len(enc.modalities),
+                             lambda split, mask: masked_features(enc, data[split], spec, dev, seed, mask))
+    names = list(data["train"].modalities)
+    if views is None:  # raw: the adapter's standardised input views, concatenated
+        return FeatureSource(names, [int(v.shape[1]) for v in input_views(data["test"], spec, seed)[0]])
+    widths = [int(v.shape[1]) for v in views["train"]]
+    if objective != "raw_pca":
+        return FeatureSource(names, widths)
+    train = [np.asarray(v, dtype=np.float64) for v in views["train"]]
+    mean = zscore_stats(np.concatenate(train, axis=1))[0]  # the statistics raw_pca z-scores with
+    bounds = np.cumsum([0, *widths])
+
+    def masked(split: str, mask: np.ndarray) -> np.ndarray:
+        imputed = [np.where(mask[:, j:j + 1], np.asarray(v, dtype=np.float64), mean[bounds[j]:bounds[j + 1]])
+                   for j, v in enumerate(views[split])]
+        return reference_features("raw_pca", {"train": train, "masked": imputed}, width=width)[0]["masked"]
+
+    return FeatureSource(names, None, masked)
 
 
 __all__ = ["SELECTION_RULE", "embedding_eval_record"]

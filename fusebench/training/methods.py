@@ -33,18 +33,16 @@ objective id, for
 * per-epoch steps (``extensions``: ``"module:Class"`` names, see :func:`extensions`), which the runner
   attaches to the pretraining phase with their state in ``last.pt``.
 
-Settings that were ``PretrainConfig`` fields before methods had their own options (``tuple_*``,
-``embedding_noise``, ``ema_teacher``, ``ema_momentum``, ``m3g_view_rotation``) are declared by the
-built-in methods in ``legacy_keys``: the config hash is computed from the flat layout they had
-(``fusebench.training.config``, hash schema 1), and the old flat keys are still accepted in specs
-and ``--set`` with a :class:`DeprecatedKeyWarning`.
+A method's options enter the config hash as ``pretrain.methods.<id>.<name>`` only where they differ from
+their defaults (hash schema 2, ``fusebench.training.config``): a new option with a default leaves every
+hash as it was. The flat keys some options had before methods had options (``tuple_*``,
+``embedding_noise``, ``ema_teacher``, ``ema_momentum``, ``m3g_view_rotation``) are still read from specs
+and ``--set`` with a :class:`DeprecatedKeyWarning` (``config.RENAMED_PRETRAIN_KEYS``).
 
 >>> from fusebench.training.config import PretrainConfig
 >>> opts = options_of(PretrainConfig(methods={"tuple_infonce": {"candidates": 8}}), "tuple_infonce")
 >>> opts.candidates, opts.sample_optimisation, opts.dropout
 (8, False, 0.1)
->>> legacy_map()["tuple_candidates"]
-('tuple_infonce', 'candidates')
 >>> options_of(PretrainConfig(methods={"tuple_infonce": {"candidate": 8}}), "tuple_infonce")
 Traceback (most recent call last):
 ...
@@ -85,9 +83,6 @@ class PretrainMethod:
     id: ClassVar[str] = ""
     #: the typed settings (a dataclass: name, type, default per field)
     Options: ClassVar[type] = NoOptions
-    #: option name -> the flat ``PretrainConfig`` key it had before hash schema 1 (built-in methods
-    #: only; a new method never has one: its options enter the hash under ``pretrain.methods``)
-    legacy_keys: ClassVar[dict[str, str]] = {}
     #: methods attached whenever this one is (e.g. the view rotation needs the EMA teacher)
     requires: ClassVar[tuple[str, ...]] = ()
     #: lower builds first (a teacher copying the student is built after every student head)
@@ -129,39 +124,16 @@ class PretrainMethod:
 #: every pretraining method, by id
 METHODS = Registry("pretrain method", entry_point_group="fusebench.methods",
                    modules=("fusebench.training.teacher", "fusebench.training.tuple_method"))
-_BUILTIN: list[type] = []  # the methods registered by METHODS.modules, in registration order
 
 
 def register(cls: type) -> type:
-    """Class decorator: register a :class:`PretrainMethod` subclass under ``cls.id``. Only the
-    built-in modules may declare ``legacy_keys``."""
+    """Class decorator: register a :class:`PretrainMethod` subclass under ``cls.id``."""
     if not (isinstance(cls, type) and issubclass(cls, PretrainMethod)):
         raise TypeError(f"{cls!r} is not a PretrainMethod subclass")
     if not (isinstance(cls.Options, type) and dataclasses.is_dataclass(cls.Options)):
         raise TypeError(f"pretrain method {cls.id!r}: Options must be a dataclass")
-    names = {f.name for f in dataclasses.fields(cls.Options)}
-    builtin = cls.__module__ in METHODS.modules
-    if cls.legacy_keys and not builtin:
-        raise ValueError(f"pretrain method {cls.id!r}: legacy_keys are reserved for the built-in methods "
-                         "(their old PretrainConfig fields); a new method's options are hashed as they are")
-    if set(cls.legacy_keys) - names:
-        raise ValueError(f"pretrain method {cls.id!r}: legacy_keys name unknown options {sorted(set(cls.legacy_keys) - names)}")
     METHODS.add(cls.id, cls)
-    if builtin:
-        _BUILTIN.append(cls)
     return cls
-
-
-def builtin() -> list[type]:
-    """The built-in method classes, in the order of ``METHODS.modules`` (then of registration)."""
-    METHODS.available()
-    return sorted(_BUILTIN, key=lambda cls: METHODS.modules.index(cls.__module__))
-
-
-def legacy_map() -> dict[str, tuple[str, str]]:
-    """Old flat ``pretrain`` key -> (method id, option name), e.g. ``tuple_candidates`` ->
-    ``("tuple_infonce", "candidates")``; in the order of the old ``PretrainConfig`` fields."""
-    return {flat: (cls.id, opt) for cls in builtin() for opt, flat in cls.legacy_keys.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,5 +267,5 @@ def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
     return out
 
 
-__all__ = ["METHODS", "DeprecatedKeyWarning", "NoOptions", "PretrainMethod", "attach", "builtin", "check_methods",
-           "extensions", "legacy_map", "make_options", "option_values", "options_of", "register"]
+__all__ = ["METHODS", "DeprecatedKeyWarning", "NoOptions", "PretrainMethod", "attach", "check_methods",
+           "extensions", "make_options", "option_values", "options_of", "register"]

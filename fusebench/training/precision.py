@@ -97,6 +97,18 @@ def scaler_for(autocast_ctx: Any) -> torch.amp.GradScaler | None:
     return None
 
 
+def backward_step(loss: Any, optimizer: Any, scaler: Any) -> None:
+    """``loss.backward()`` then ``optimizer.step()``; at ``16-mixed`` through the gradient ``scaler`` (scaled
+    backward, a step skipped when the gradients overflowed, the scale updated)."""
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def step_scheduler(scheduler: Any, scaler: Any) -> None:
     """``scheduler.step()``; with a gradient scaler, without PyTorch's warning that the optimiser did
     not step first (the scaler skips the steps whose gradients overflowed, the first ones among them
@@ -220,5 +232,5 @@ def _fp32_precision_settings() -> dict[str, Any]:
     return out
 
 
-__all__ = ["DEFAULT", "PRECISIONS", "Precision", "autocast", "backend_flags", "check", "get", "grad_scaler", "scaler_for", "step_scheduler",
+__all__ = ["DEFAULT", "PRECISIONS", "Precision", "autocast", "backend_flags", "backward_step", "check", "get", "grad_scaler", "scaler_for", "step_scheduler",
            "numerics", "tf32_enabled"]

@@ -4,6 +4,7 @@ patches a record after it is built."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import sys
@@ -14,7 +15,7 @@ import torch
 from fusebench.pipelines import pipeline_of
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
 from fusebench.training import distributed, precision, utils
-from fusebench.training.config import BenchmarkSpec
+from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec
 from fusebench.training.loop import Clock
 from fusebench.training.reference_features import BASELINE, RAW, REFERENCES
 from fusebench.training.request import CellRequest, objective_hparams
@@ -82,7 +83,8 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "objective": objective,
         "seed": seed,
         "config": spec.to_dict(),
-        "config_hash": spec.hash(),
+        "config_hash": spec.hash(objective),
+        "hash_schema": HASH_SCHEMA_VERSION,
         "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": pipeline_of(spec).dataset_id(spec), "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None},
         "device": str(device),
         "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
@@ -98,6 +100,8 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
                       "metric": spec.primary_metric, "best_epoch": best_epoch, "val_metrics": val},
         "metrics": test,
         "wall_time_s": wall_time,
+        # when the record was written (UTC, ISO 8601): the board's text is the newest record's
+        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "pretrain_time_s": pretrain_time,
         "resumed": bool((timing or {}).get("resumed", False)),
         "time_segments_s": segments,

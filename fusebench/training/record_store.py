@@ -27,8 +27,9 @@ def record_there(run_json: Path, out: Path) -> bool:
         raise RunError(f"{e}; move it away to rerun the cell") from None
 
 
-def existing_record(run_json: Path, spec: BenchmarkSpec, context: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The finished cell's record, if it was made with ``spec``'s configuration and, when ``context``
+def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
+                    context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The finished cell's record, if it was made with ``spec``'s configuration for ``objective`` and, when ``context``
     is given, from the same data (the fingerprint of the files read: a rerun on another file of the
     same shapes must not return the first file's record)."""
     try:
@@ -38,9 +39,9 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, context: dict[str, Any]
                        "cell") from None
     if not isinstance(rec, dict):
         raise RunError(f"{run_json} is not a run record (a JSON object expected); move it away to rerun the cell")
-    if rec.get("config_hash") != spec.hash():
+    if rec.get("config_hash") != spec.hash(objective):
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
-                       f"!= {spec.hash()} of the current spec and --set values); records are immutable: "
+                       f"!= {spec.hash(objective)} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
     if context is not None:
         ds = rec.get("dataset") if isinstance(rec.get("dataset"), dict) else {}

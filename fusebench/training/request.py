@@ -3,7 +3,7 @@
 * :class:`CellRequest`: *which* cell -- the resolved benchmark spec, the objective, the seed, and the
   sweep's output folder. Its :attr:`~CellRequest.cell` is the folder the cell writes.
 * :class:`RunOptions`: *how* to run it -- synthetic data or a data root, the device, resume, progress
-  output, a step limit (tests of killed runs), experiment trackers. None of these enter the config
+  output, a step limit (tests of killed runs), experiment trackers, DataLoader workers. None of these enter the config
   hash; they never change a result (the device decides only the ``numerics`` a record reports).
 
 The sweep's ``context`` (measured once per sweep: the checkout's git state, the data fingerprint, the
@@ -56,9 +56,18 @@ class RunOptions:
     max_steps: int | None = None  # stop after this many optimisation steps in all (tests of killed runs)
     loggers: tuple[str, ...] = ()  # experiment tracker ids (fusebench.training.trackers)
     mlflow_uri: str | None = None
+    # DataLoader worker processes of each cell (fusebench run --num-workers), over the spec's loader.num_workers;
+    # None: the spec's, else auto. The batches are the same whatever it is (fusebench/training/data.py)
+    num_workers: int | None = None
+    # a hyper-parameter selection trial (fusebench.training.selection): scored by its validation metric alone,
+    # so the evaluations only the board reads (missing-view robustness) are skipped
+    selection_trial: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loggers", tuple(self.loggers or ()))
+        if self.num_workers is not None and (type(self.num_workers) is not int or self.num_workers < 0):
+            raise ValueError(f"--num-workers: expected an integer >= 0 (DataLoader worker processes per cell), "
+                             f"got {self.num_workers!r}")
 
     def but(self, **changes: Any) -> "RunOptions":
         """A copy with ``changes`` (e.g. ``resume=True`` for a requeued job)."""

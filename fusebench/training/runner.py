@@ -168,6 +168,7 @@ def run(
     launcher: str = "local",
     launcher_options: dict[str, Any] | None = None,
     precision: str | None = None,
+    num_workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
     ``{"status": "failed", ...}``). All names are validated before any training starts.
@@ -182,7 +183,9 @@ def run(
     ``{"status": "submitted", "job_id": ...}``. The boards are regenerated afterwards
     (:func:`fusebench.leaderboard.write_leaderboards`; ``fusebench run --leaderboard DIR`` does it).
     ``precision``: the precision policy of encoders and heads (``32``, ``tf32``, ``bf16-mixed``,
-    ``16-mixed``; :mod:`fusebench.training.precision`), the same as the override ``precision``."""
+    ``16-mixed``; :mod:`fusebench.training.precision`), the same as the override ``precision``.
+    ``num_workers``: DataLoader worker processes of each cell, over the spec's ``loader.num_workers`` (the
+    batches, and so the results, are the same whatever it is; :mod:`fusebench.training.data`)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
     from fusebench.training import launchers
@@ -224,14 +227,14 @@ def run(
     mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     options = RunOptions(synthetic=synthetic, data_root=data_root, device=device, resume=resume, progress=progress,
-                         loggers=tuple(loggers), mlflow_uri=mlflow_uri)
+                         loggers=tuple(loggers), mlflow_uri=mlflow_uri, num_workers=num_workers)
     for o in objs:  # a cell made with another configuration or other data stops the sweep before any training
         for s in seeds:
             cell = CellRequest(spec, o, s, out).cell
             if record_there(cell / "run.json", out):
-                existing_record(cell / "run.json", spec, context)
+                existing_record(cell / "run.json", spec, o, context)
             elif (cell / "last.pt").exists():
-                check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt"), spec, context)
+                check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt"), spec, o, context)
     pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
     if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
         check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])

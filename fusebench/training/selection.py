@@ -45,7 +45,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     primary = spec.primary_metric
     sign = 1.0 if M.get(primary).higher_is_better else -1.0
     seeds = spec.selection_seeds
-    trial_options = options.but(resume=False, max_steps=None, loggers=())  # trials are not tracked
+    trial_options = options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
     progress = options.progress
     scores = []
     for i, combo in enumerate(combos):

@@ -18,7 +18,7 @@ from fusebench.registry import UnknownNameError
 from fusebench.tasks import TASKS
 from fusebench.training.config import BenchmarkSpec, ConfigError, read_spec
 from fusebench.training.methods import check_methods, split_method_keys, with_method_options
-from fusebench.training.protocols import PROTOCOLS, EmbeddingEval, protocol_of
+from fusebench.training.protocols import PROTOCOLS, EmbeddingEval, missing_view_problems, protocol_of
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
@@ -58,12 +58,26 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
                 f"pipeline does only with embedding_eval's probes; give the protocol its own pipeline"]
     given = spec.options.get(protocol.options_key) if protocol.options_key else None
     if given is None:
-        return []
+        return missing_view_problems(spec, _views_known_now(spec))
     if not isinstance(given, dict):
         return [f"options.{protocol.options_key}: expected a mapping of option names to values, got {given!r}"]
     unknown = sorted(set(given) - set(protocol.options))
-    return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} protocol "
-            f"takes {', '.join(protocol.options)}"] if unknown else []
+    if unknown:
+        return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} "
+                f"protocol takes {', '.join(protocol.options)}"]
+    return missing_view_problems(spec, _views_known_now(spec))
+
+
+def _views_known_now(spec: BenchmarkSpec) -> int | None:
+    """The view count k when the spec alone says it (``dataset.modalities``, or an adapter whose views are
+    not read from its file); None otherwise: the runner checks the missing-view rates once the data says k
+    (:func:`fusebench.training.compat.check_compatible`)."""
+    if spec.dataset.modalities:
+        return len(spec.dataset.modalities)
+    if spec.dataset.id not in fb_datasets.DATASETS:
+        return None
+    adapter = fb_datasets.DATASETS.get(spec.dataset.id)
+    return None if getattr(adapter, "VIEWS_FROM_DATA", False) else len(adapter.MODALITIES)
 
 
 def check_component_options(spec: BenchmarkSpec, source: str) -> None:

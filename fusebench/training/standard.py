@@ -27,10 +27,11 @@ import torch
 from torch import nn
 
 from fusebench.pipelines import CELLS
-from fusebench.training import distributed, precision, utils
+from fusebench.training import distributed, precision, speed, utils
 from fusebench.training.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
 from fusebench.training.config import BenchmarkSpec
-from fusebench.training.data import build_datasets, few_shot_subset, input_dims, make_loader, pretrain_batch_size
+from fusebench.training.data import (build_datasets, feeding, few_shot_subset, input_dims, make_loader,
+                                     pretrain_batch_size, resolve_feed)
 from fusebench.training.evaluate import embeddings, evaluate
 from fusebench.training.loop import Clock, Phase, PhaseHooks, StepBudget, run_phase
 from fusebench.training.optim import build_optimizer, build_scheduler
@@ -72,10 +73,11 @@ def pretrain_extensions(pre: nn.Module) -> list[tuple[type, Any]]:
 def run_standard_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any],
                       trackers: Trackers | None = None) -> dict[str, Any]:
     """One cell of the standard pipeline under its precision policy (:mod:`fusebench.training.precision`):
-    the TF32 switches are set for the cell and restored after it. Returns the record it wrote (on a
+    the TF32 switches are set for the cell and restored after it, as are the cuDNN switches of
+    ``speed.cudnn_benchmark`` (:mod:`fusebench.training.speed`). Returns the record it wrote (on a
     rank other than 0 of a distributed run, ``{"status": "worker", ...}``: rank 0 writes the record)."""
     policy = precision.get(request.spec.precision)
-    with precision.backend_flags(policy):
+    with precision.backend_flags(policy), speed.backend_scope(request.spec.speed):
         return StandardCell(request, options, context, trackers, policy).run()
 
 
@@ -95,14 +97,21 @@ class StandardCell:
         self.data = build_datasets(spec, options.synthetic, options.data_root, seed,
                                    extra_options={"standardize": False} if self.from_inputs else None)
         self.model = build_model(spec, self.data["train"], objective).to(self.dev)
+        # the speed options (fusebench/training/speed.py; all off by default) and how batches are fetched
+        speed.apply_backend(spec.speed, self.flags)
+        self.channels_last = speed.to_channels_last(self.model, spec.speed)
+        self.inputs = speed.input_format(self.channels_last)  # what a training step does to its batch first
+        self.compiled = speed.compile_encoder(self.model, spec.speed)
+        self.feed = resolve_feed(spec.loader, options.num_workers, self.dev)
         self.flags["numerics"] = precision.numerics(policy, self.dev)  # what decides the numbers here (run.json)
+        self.flags["numerics"]["speed"] = self.speed_record()
         self.autocast = precision.autocast(policy, self.dev)  # encoders and heads only: objectives in float32
         self.budget = StepBudget(options.max_steps)
         self.track = {"on_step": trackers.on_step, "on_epoch_start": trackers.on_epoch_start} if trackers else {}
         self.ckpt = None
         if options.resume and (self.cell / "last.pt").exists():
             self.ckpt = check_checkpoint_config(self.cell / "last.pt", load_checkpoint(self.cell / "last.pt"), spec,
-                                                context)
+                                                objective, context)
             self.wall.before = [float(t) for t in self.ckpt.get("wall_segments_s", ())]
         self.fingerprint = data_fingerprint(context)
         # what pretraining leaves for the downstream step (restored from last.pt when resumed there)
@@ -115,11 +124,16 @@ class StandardCell:
     def resumed_downstream(self) -> bool:
         return self.ckpt is not None and self.ckpt["phase"] == "downstream"
 
+    def speed_record(self) -> dict[str, Any]:
+        """``numerics.speed`` of the record: the feed and the speed options in force (compilation included)."""
+        return speed.record(self.spec.speed, self.feed.record(), self.channels_last, self.compiled)
+
     def run(self) -> dict[str, Any]:
-        self.pretrain()
-        if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
-            return {"status": "worker", "benchmark": self.spec.name, "objective": self.objective, "seed": self.seed}
-        record = self.downstream()
+        with feeding(self.feed):  # the cell's loaders; persistent workers are shut down at its end
+            self.pretrain()
+            if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
+                return {"status": "worker", "benchmark": self.spec.name, "objective": self.objective, "seed": self.seed}
+            record = self.downstream()
         write_record(self.cell, record)
         return record
 
@@ -128,6 +142,7 @@ class StandardCell:
         """Train the encoders with the objective (nothing for a reference row or zero epochs)."""
         from fusebench import objectives
         from fusebench.training.methods import split_method_keys, with_method_options
+        from fusebench.training.missing_views import with_missing_views
         from fusebench.training.pretrain import Pretrainer
 
         spec, objective, seed, data, dev, cell = self.spec, self.objective, self.seed, self.data, self.dev, self.cell
@@ -144,7 +159,7 @@ class StandardCell:
         # a grid over a method's option (methods.<id>.<option>, e.g. BYOL's EMA momentum) sets it for this cell
         pre = Pretrainer(self.model, obj, with_method_options(pt, method_options), total_steps=total,
                          micro_batch=micro).to(dev)
-        opt = build_optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay)
+        opt = build_optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay, spec.speed.optimizer_impl)
         step_fn = pre
         if distributed.is_distributed():  # DDP: rank 0's weights, averaged gradients
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -156,7 +171,7 @@ class StandardCell:
         scaler = precision.grad_scaler(self.policy, dev)  # 16-mixed: its state goes into last.pt with the phase's
         if scaler is not None:
             phase.mods["grad_scaler"] = scaler
-        phase.config_hash, phase.data_fingerprint = spec.hash(), self.fingerprint
+        phase.config_hash, phase.data_fingerprint = spec.hash(self.objective), self.fingerprint
         extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
         for ext_cls, opts in pretrain_extensions(pre):
             if ext_cls.enabled(opts):
@@ -181,9 +196,11 @@ class StandardCell:
                                  phase.curves, self.autocast)
 
         hooks = PhaseHooks(
-            loss=lambda batch: step_fn(batch, gather=distributed.gather_with_grad),
+            loss=lambda batch: step_fn(self.inputs(batch), gather=distributed.gather_with_grad),
             optimise=optimise,
-            loader=lambda epoch, skip: make_loader(data["train"], batch_size, True, seed, epoch, skip=skip, shard=True)[0],
+            loader=lambda epoch, skip: with_missing_views(  # pretrain.missing_rate > 0: views taken out, seeded
+                make_loader(data["train"], batch_size, True, seed, epoch, skip=skip, shard=True)[0], pt.missing_rate,
+                seed, epoch, skip),
             on_epoch_start=pre.train,
             on_epoch_end=epoch_end,
             extra=lambda: {"wall_segments_s": self.wall.segments()},
@@ -221,8 +238,10 @@ class StandardCell:
         if protocol.frozen_features:
             from fusebench.training.embedding_protocol import embedding_eval_record
 
-            return embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
-                                         self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs)
+            record = embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
+                                           self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs)
+            record["numerics"] = {**record["numerics"], "speed": self.speed_record()}  # compilation's outcome is known now
+            return record
         if ds_cfg.shots:
             data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
         probe = not protocol.trains_encoder
@@ -230,7 +249,7 @@ class StandardCell:
             for p in model.encoder_parameters():
                 p.requires_grad_(False)
         params = list(model.head_parameters()) if probe else list(model.parameters())
-        opt = build_optimizer(params, "adamw", ds_cfg.lr, ds_cfg.weight_decay)
+        opt = build_optimizer(params, "adamw", ds_cfg.lr, ds_cfg.weight_decay, spec.speed.optimizer_impl)
         _, per_epoch = make_loader(data["train"], ds_cfg.batch_size, True, seed + 1, 0)
         total = per_epoch * ds_cfg.epochs
         sched = build_scheduler(opt, "cosine", total, 0)
@@ -238,7 +257,7 @@ class StandardCell:
         scaler = precision.grad_scaler(self.policy, dev)
         if scaler is not None:
             phase.mods["grad_scaler"] = scaler
-        phase.config_hash, phase.data_fingerprint = spec.hash(), self.fingerprint
+        phase.config_hash, phase.data_fingerprint = spec.hash(self.objective), self.fingerprint
         best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
         if ckpt is not None:
             phase.restore(ckpt)
@@ -256,14 +275,11 @@ class StandardCell:
 
         def optimise(loss: torch.Tensor) -> None:
             opt.zero_grad(set_to_none=True)
-            if scaler is not None:  # 16-mixed
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
+            precision.backward_step(loss, opt, scaler)
             precision.step_scheduler(sched, scaler)
+
+        def task_loss(batch: dict[str, Any]) -> torch.Tensor:
+            return model.task_loss(model(batch), batch)
 
         def epoch_start() -> None:
             model.train()
@@ -284,7 +300,7 @@ class StandardCell:
 
         bar = progress_bar(total, phase.step, f"{self.request.where} {ds_cfg.protocol}", enabled=self.options.progress)
         hooks = PhaseHooks(
-            loss=lambda batch: model.task_loss(model(batch), batch),
+            loss=lambda batch: task_loss(self.inputs(batch)),
             optimise=optimise,
             loader=lambda epoch, skip: make_loader(data["train"], ds_cfg.batch_size, True, seed + 1, epoch, skip=skip)[0],
             on_epoch_start=epoch_start,
@@ -301,6 +317,7 @@ class StandardCell:
         else:  # zero downstream epochs: score the model as it is
             best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
         test = evaluate(model, data["test"], spec, dev, seed)
+        fields = self.missing_view_fields(model)  # the protocol's missing_rates / single_view, when asked
 
         # diagnostics of the pretrained embeddings, then the record
         from fusebench.training.diagnostics import representation_diagnostics
@@ -309,12 +326,26 @@ class StandardCell:
         model.load_state_dict(pretrained_state)
         diag = representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
         model.load_state_dict(final_state)
+        self.flags["numerics"]["speed"] = self.speed_record()  # compilation's outcome is known now
         return build_record(
             self.request, self.options.synthetic, dev, self.flags, data,
             curves={**self.pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],
             wall_time=self.wall.total(), pretrain_time=self.pretrain_time, model=model, diagnostics=diag,
-            context=self.context, timing=timing,
+            context=self.context, timing=timing, fields=fields,
         )
+
+    def missing_view_fields(self, model: nn.Module) -> dict[str, Any] | None:
+        """``{"missing_views": ...}``: the selected model scoring the test split with missing views
+        (:func:`fusebench.training.missing_views.head_missing_views`) when the protocol's options ask
+        (``missing_rates``, ``single_view``); None otherwise."""
+        from fusebench.training.missing_views import head_missing_views, requested
+
+        rates, single = requested(self.spec)
+        if (not rates and not single) or self.options.selection_trial:  # a trial is scored on validation alone
+            return None
+        shown = [self.spec.comparison.get("primary") or self.spec.primary_metric]
+        return {"missing_views": head_missing_views(model, self.data["test"], self.spec, self.dev, self.seed, rates,
+                                                    single, shown)}
 
 
 __all__ = ["StandardCell", "build_model", "pretrain_extensions", "run_standard_cell"]

@@ -29,10 +29,11 @@ from fusebench.encoders.heads import EMATeacher, Predictor
 from fusebench.training.methods import PretrainMethod, options_of, register
 
 
-def _add_predictor(pre: nn.Module) -> None:
-    """One predictor per modality on the Pretrainer (``pre.predictor``), shared by the methods here."""
+def _add_predictor(pre: nn.Module, hidden: int | None = None) -> None:
+    """One predictor per modality on the Pretrainer (``pre.predictor``), shared by the methods here; its
+    hidden width is ``hidden`` (default: ``pretrain.projection_hidden``)."""
     if getattr(pre, "predictor", None) is None:
-        p, h = pre.cfg.projection_dim, pre.cfg.projection_hidden
+        p, h = pre.cfg.projection_dim, hidden or pre.cfg.projection_hidden
         pre.predictor = nn.ModuleDict({m: Predictor(p, h) for m in pre.model.modalities})
 
 
@@ -46,6 +47,9 @@ def _teacher_projections(pre: nn.Module, batch: dict[str, Any]) -> Tensor:
 class EMATeacherOptions:
     enabled: bool = False  # attach the teacher to objectives that do not name it (views: the view rotation)
     momentum: float = 0.99  # base momentum of the cosine schedule (M3G paper: 0.99), in [0, 1)
+    # BYOL's predictor: hidden width of its two-layer MLP (None: pretrain.projection_hidden, the width it had
+    # before this option existed); a grid key of byol_* as methods.ema_teacher.predictor_hidden
+    predictor_hidden: int | None = None
 
 
 @register
@@ -54,7 +58,6 @@ class EMATeacherMethod(PretrainMethod):
 
     id: ClassVar[str] = "ema_teacher"
     Options: ClassVar[type] = EMATeacherOptions
-    legacy_keys: ClassVar[dict[str, str]] = {"enabled": "ema_teacher", "momentum": "ema_momentum"}
     build_order: ClassVar[int] = 10  # after every student head: the copy is of the student as built
 
     @classmethod
@@ -64,7 +67,10 @@ class EMATeacherMethod(PretrainMethod):
 
     @classmethod
     def check(cls, options: Any) -> list[str]:
-        return [] if 0.0 <= options.momentum < 1.0 else [f"momentum must be in [0, 1), got {options.momentum!r}"]
+        problems = [] if 0.0 <= options.momentum < 1.0 else [f"momentum must be in [0, 1), got {options.momentum!r}"]
+        if options.predictor_hidden is not None and options.predictor_hidden < 1:
+            problems.append(f"predictor_hidden must be a positive width (or null), got {options.predictor_hidden!r}")
+        return problems
 
     def __init__(self, options: Any) -> None:
         super().__init__(options)
@@ -73,7 +79,7 @@ class EMATeacherMethod(PretrainMethod):
     def build(self, pre: nn.Module) -> None:
         self.pairs = pre.kind == "pairs"  # BYOL: this method computes the loss
         if self.pairs:
-            _add_predictor(pre)
+            _add_predictor(pre, self.options.predictor_hidden)
         student = nn.ModuleDict({"model": pre.model, "proj": pre.proj})
         pre.teacher = EMATeacher(student, self.options.momentum, max(1, pre.total_steps))
 
@@ -100,7 +106,6 @@ class ViewRotation(PretrainMethod):
 
     id: ClassVar[str] = "view_rotation"
     Options: ClassVar[type] = ViewRotationOptions
-    legacy_keys: ClassVar[dict[str, str]] = {"enabled": "m3g_view_rotation"}
     requires: ClassVar[tuple[str, ...]] = ("ema_teacher",)
 
     @classmethod

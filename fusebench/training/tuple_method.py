@@ -55,13 +55,6 @@ class TupleInfoNCEMethod(PretrainMethod):
 
     id: ClassVar[str] = "tuple_infonce"
     Options: ClassVar[type] = TupleInfoNCEOptions
-    legacy_keys: ClassVar[dict[str, str]] = {
-        "disturbed": "tuple_disturbed", "alpha": "tuple_alpha", "sample_optimisation": "tuple_sample_optimisation",
-        "candidates": "tuple_candidates", "candidate_steps": "tuple_candidate_steps", "policy_lr": "tuple_policy_lr",
-        "policy_sigma": "tuple_policy_sigma", "beta_sigma": "tuple_beta_sigma", "beta_max": "tuple_beta_max",
-        "beta_lambda": "tuple_beta_lambda", "zeta_grid": "tuple_zeta_grid", "val_size": "tuple_val_size",
-        "policy_baseline": "tuple_policy_baseline", "embedding_noise": "embedding_noise",
-    }  # dropout was the constant 0.1: not in hash schema 1's flat layout
     extensions: ClassVar[tuple[str, ...]] = ("fusebench.training.tuple_optim:TupleSampleOptimiser",)
 
     @classmethod

@@ -1,0 +1,136 @@
+"""Migrate run records to hash schema 2, once (issue #20): ``python scripts/migrate_hash_schema_2.py DIR...``.
+
+Hash schema 1 hashed the whole spec, with the built-in methods' options as the flat ``pretrain`` keys
+they had before methods had options (``tuple_*``, ``embedding_noise``, ``ema_teacher``, ``ema_momentum``,
+``m3g_view_rotation``), fields added later written only when set, and a precision of ``32`` left out.
+Hash schema 2 (``fusebench/training/config.py``) stores the spec with ``pretrain.methods.<id>`` holding
+the options that differ from their defaults, every field written, and hashes per cell what determines
+the cell (``cell_identity``: no board text, sweep lists or checkpoint spacing; the per-objective tables
+of ``pretrain`` cut to the cell's objective).
+
+For every ``run.json`` under the given folders (hidden ``.selection`` trial folders included) this
+rewrites exactly these fields and nothing else:
+
+* ``config``: the record's configuration in the schema-2 canonical form: read back into a spec
+  (``spec_from_dict``, which maps the flat method keys onto the method options) and written out again.
+  The script checks that the rewrite changes no setting: every value of the old form is found in the
+  new one at its path, or, for a flat method key, at ``pretrain.methods.<id>.<option>`` (absent there
+  when it is the option's default); what the new form adds is a default (a field the spec gained after
+  the run: the behaviour it names was the default's) or ``precision: "32"``.
+* ``config_hash``: :func:`fusebench.training.config.config_hash` of the new config and the objective.
+* ``hash_schema``: ``2``.
+* ``comparability_key``: recomputed from the new config (schema-2 records).
+
+Each file is rewritten atomically; a record already at hash schema 2 is left alone (the script may be
+run again). Nothing is written until every record of every folder has been converted and checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fusebench.io import atomic_write_json
+from fusebench.records import comparability_key, validate_record
+from fusebench.training import methods as M
+from fusebench.training.config import (HASH_SCHEMA_VERSION, RENAMED_PRETRAIN_KEYS, BenchmarkSpec, config_hash,
+                                       spec_from_dict)
+
+_ABSENT = object()
+
+
+def _get(node: Any, path: list[str]) -> Any:
+    for p in path:
+        if not isinstance(node, dict) or p not in node:
+            return _ABSENT
+        node = node[p]
+    return node
+
+
+def _leaves(node: Any, prefix: list[str]) -> list[tuple[list[str], Any]]:
+    if isinstance(node, dict) and node:
+        out = []
+        for k in node:
+            out += _leaves(node[k], prefix + [k])
+        return out
+    return [(prefix, node)]
+
+
+def _defaults() -> dict[str, Any]:
+    return BenchmarkSpec().to_dict()
+
+
+def check_same_settings(old: dict[str, Any], new: dict[str, Any], where: str) -> None:
+    """Raise ValueError unless ``new`` holds every setting of ``old`` (see the module docstring)."""
+    defaults = _defaults()
+    for path, value in _leaves(old, []):
+        if path[:1] == ["pretrain"] and len(path) == 2 and path[1] in RENAMED_PRETRAIN_KEYS:
+            mid, opt = RENAMED_PRETRAIN_KEYS[path[1]]
+            default = getattr(M.METHODS.get(mid).Options(), opt)
+            got = _get(new, ["pretrain", "methods", mid, opt])
+            if not ((got is _ABSENT and value == default) or got == value):
+                raise ValueError(f"{where}: pretrain.{path[1]} = {value!r} became pretrain.methods.{mid}.{opt} = "
+                                 f"{'(default)' if got is _ABSENT else repr(got)}")
+            continue
+        got = _get(new, path)
+        if got != value or type(got) is not type(value):
+            raise ValueError(f"{where}: {'.'.join(path)} = {value!r} became {got!r}")
+    for path, value in _leaves(new, []):
+        if _get(old, path) is not _ABSENT or (path[:2] == ["pretrain", "methods"]):
+            continue
+        if path == ["precision"] and value == "32":
+            continue
+        if _get(defaults, path) != value:
+            raise ValueError(f"{where}: the new form adds {'.'.join(path)} = {value!r}, which is not its default")
+
+
+def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """The record at hash schema 2 (a new dict), or None when it is there already."""
+    if record.get("hash_schema") == HASH_SCHEMA_VERSION:
+        return None
+    old = record["config"]
+    new = json.loads(json.dumps(spec_from_dict(old, where).to_dict()))  # JSON types, as a record holds them
+    check_same_settings(old, new, where)
+    out = dict(record)
+    out["config"] = new
+    out["config_hash"] = config_hash(new, record["objective"])
+    out["hash_schema"] = HASH_SCHEMA_VERSION
+    if record.get("schema_version", 1) >= 2:
+        out["comparability_key"] = comparability_key(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folders", nargs="+", type=Path, help="runs folders (e.g. leaderboards/runs leaderboards/runs-kviews)")
+    p.add_argument("--check", action="store_true", help="convert and check only; write nothing")
+    args = p.parse_args(argv)
+    todo: list[tuple[Path, dict[str, Any]]] = []
+    seen = 0
+    for folder in args.folders:
+        if not folder.is_dir():
+            print(f"error: {folder} is not a folder", file=sys.stderr)
+            return 2
+        for path in sorted(folder.rglob("run.json")):
+            seen += 1
+            rec = json.loads(path.read_text())
+            try:
+                new = migrate(rec, str(path))
+            except (ValueError, KeyError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            if new is not None:
+                validate_record(new, path)
+                todo.append((path, new))
+    print(f"{seen} record(s): {len(todo)} to migrate, {seen - len(todo)} at hash schema {HASH_SCHEMA_VERSION} already")
+    if not args.check:
+        for path, new in todo:
+            atomic_write_json(path, new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The config hash, schema 2 (fusebench.training.config): what enters a cell's hash and what does not,
+an independent computation of it, every committed record at schema 2 with its hash reproduced from its
+own config and from its benchmark's spec, and the one-time migration from schema 1
+(scripts/migrate_hash_schema_2.py) on a schema-1 record rebuilt by hand."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fusebench import benchmarks
+from fusebench.records import comparability_key, validate_record
+from fusebench.training import methods as M
+from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash, spec_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_FOLDERS = [ROOT / "leaderboards" / "runs", ROOT / "leaderboards" / "runs-kviews"]
+
+#: the flat keys of hash schema 1 (before methods had options) -> (method, option), written out here
+#: independently of the code's table
+V1_FLAT = {
+    "ema_teacher": ("ema_teacher", "enabled"), "ema_momentum": ("ema_teacher", "momentum"),
+    "m3g_view_rotation": ("view_rotation", "enabled"), "tuple_disturbed": ("tuple_infonce", "disturbed"),
+    "tuple_alpha": ("tuple_infonce", "alpha"), "tuple_sample_optimisation": ("tuple_infonce", "sample_optimisation"),
+    "tuple_candidates": ("tuple_infonce", "candidates"), "tuple_candidate_steps": ("tuple_infonce", "candidate_steps"),
+    "tuple_policy_lr": ("tuple_infonce", "policy_lr"), "tuple_policy_sigma": ("tuple_infonce", "policy_sigma"),
+    "tuple_beta_sigma": ("tuple_infonce", "beta_sigma"), "tuple_beta_max": ("tuple_infonce", "beta_max"),
+    "tuple_beta_lambda": ("tuple_infonce", "beta_lambda"), "tuple_zeta_grid": ("tuple_infonce", "zeta_grid"),
+    "tuple_val_size": ("tuple_infonce", "val_size"), "tuple_policy_baseline": ("tuple_infonce", "policy_baseline"),
+    "embedding_noise": ("tuple_infonce", "embedding_noise"),
+}
+
+
+def _json(x: Any) -> Any:
+    return json.loads(json.dumps(x, default=str))
+
+
+def _records() -> list[Path]:
+    return [p for f in RUN_FOLDERS for p in sorted(f.rglob("run.json"))]
+
+
+def _by_hand(canonical: dict[str, Any], objective: str) -> str:
+    """The schema-2 hash as docs/benchmarks.md states it, written out step by step."""
+    ident = copy.deepcopy(canonical)
+    for key in ("description", "protocol_notes", "objectives", "seeds", "synthetic", "checkpoint_every", "comparison"):
+        ident.pop(key, None)
+    del ident["pretrain"]["objective"]
+    for table in ("hparams", "grid", "objective_batch_size", "objective_epochs", "objective_micro_batch"):
+        mine = ident["pretrain"][table].get(objective)
+        ident["pretrain"][table] = {} if mine is None else {objective: mine}
+    ident["objective"] = objective
+    text = json.dumps(ident, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# what enters a cell's hash
+# ---------------------------------------------------------------------------------------------
+def test_the_hash_is_the_documented_identity_computed_independently() -> None:
+    spec = benchmarks.load("mv-ngs")
+    for objective in ("m3g", "byol_pwe", "raw", "infonce_pwe"):
+        assert spec.hash(objective) == _by_hand(_json(spec.to_dict()), objective)
+    # pinned: the schema does not move silently (a change of the canonical form changes these)
+    quick = benchmarks.load("quickstart")
+    assert (quick.hash("infonce_pwe"), quick.hash("m3g"), quick.hash("none")) == (
+        "037271e1a2055c5e", "9d4d4d794305ba64", "190df945937e8dce")
+
+
+def _hashes(overrides: dict[str, Any]) -> dict[str, str]:
+    spec = benchmarks.load("mv-ngs", overrides=overrides)
+    return {o: spec.hash(o) for o in ("infonce_pwe", "byol_pwe", "m3g", "raw")}
+
+
+@pytest.mark.parametrize("overrides,changed", [
+    ({"description": "another text"}, set()),
+    ({"protocol_notes.hparams": "another note"}, set()),
+    ({"objectives": ["raw", "m3g"]}, set()),
+    ({"seeds": [0, 1]}, set()),
+    ({"checkpoint_every": 7}, set()),
+    ({"comparison.why": "another reason"}, set()),
+    ({"pretrain.objective": "m3g"}, set()),  # the default objective of a run that names none
+    ({"pretrain.grid.byol_pwe": {"methods.ema_teacher.momentum": [0.99, 0.996]}}, {"byol_pwe"}),
+    ({"pretrain.hparams.m3g": {"eps": 0.3}}, {"m3g"}),
+    ({"pretrain.objective_batch_size": {"m3g": 16}}, {"m3g"}),
+    ({"pretrain.objective_epochs": {"infonce_pwe": 3}}, {"infonce_pwe"}),
+    ({"pretrain.lr": 0.002}, {"infonce_pwe", "byol_pwe", "m3g", "raw"}),
+    ({"pretrain.methods.ema_teacher.momentum": 0.9}, {"infonce_pwe", "byol_pwe", "m3g", "raw"}),
+    ({"precision": "tf32"}, {"infonce_pwe", "byol_pwe", "m3g", "raw"}),
+])
+def test_a_cell_hash_holds_what_the_cell_computes_and_nothing_else(overrides: dict[str, Any], changed: set[str]) -> None:
+    base, other = _hashes({}), _hashes(overrides)
+    assert {o for o in base if base[o] != other[o]} == changed
+
+
+def test_method_options_enter_only_when_they_differ_from_their_default() -> None:
+    base = benchmarks.load("quickstart")
+    same = benchmarks.load("quickstart", overrides={"pretrain.methods.tuple_infonce.dropout": 0.1})
+    other = benchmarks.load("quickstart", overrides={"pretrain.methods.tuple_infonce.dropout": 0.2})
+    assert same.hash("tuple_infonce") == base.hash("tuple_infonce") and "methods" not in same.to_dict()["pretrain"]
+    assert other.hash("tuple_infonce") != base.hash("tuple_infonce")
+    assert other.to_dict()["pretrain"]["methods"] == {"tuple_infonce": {"dropout": 0.2}}
+    back = spec_from_dict(_json(other.to_dict()))
+    assert back.hash("tuple_infonce") == other.hash("tuple_infonce")
+    assert back.pretrain.method_options("tuple_infonce").dropout == 0.2
+    assert benchmarks.load("quickstart", overrides={"pretrain.methods": {"tuple_infonce": {}}}).hash("m3g") == base.hash("m3g")
+    assert BenchmarkSpec().to_dict()["precision"] == "32"  # written out in schema 2
+
+
+@pytest.mark.parametrize("flat", ["tuple_candidates", "ema_momentum", "m3g_view_rotation", "embedding_noise"])
+def test_an_old_flat_key_gives_the_hash_of_its_method_option(flat: str) -> None:
+    mid, opt = V1_FLAT[flat]
+    value = {"tuple_candidates": 8, "ema_momentum": 0.9, "m3g_view_rotation": True, "embedding_noise": 0.3}[flat]
+    with pytest.warns(M.DeprecatedKeyWarning, match=f"pretrain.{flat} is deprecated; write pretrain.methods.{mid}.{opt}"):
+        via_alias = benchmarks.load("quickstart", overrides={f"pretrain.{flat}": value})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        via_method = benchmarks.load("quickstart", overrides={f"pretrain.methods.{mid}.{opt}": value})
+    assert via_alias.hash("m3g") == via_method.hash("m3g") != benchmarks.load("quickstart").hash("m3g")
+    assert via_method.to_dict()["pretrain"]["methods"] == {mid: {opt: value}}
+    assert flat not in via_method.to_dict()["pretrain"]
+
+
+def test_no_method_declares_legacy_keys() -> None:
+    for mid in M.METHODS.available():
+        assert not hasattr(M.METHODS.get(mid), "legacy_keys"), mid
+
+
+# ---------------------------------------------------------------------------------------------
+# every committed record
+# ---------------------------------------------------------------------------------------------
+def test_every_committed_record_is_at_schema_2_and_its_hash_is_reproduced_from_its_config() -> None:
+    paths = _records()
+    assert len(paths) > 1500
+    for p in paths:
+        rec = json.loads(p.read_text())
+        assert rec.get("hash_schema") == HASH_SCHEMA_VERSION, p
+        assert rec["config_hash"] == _by_hand(rec["config"], rec["objective"]), p
+        assert not set(V1_FLAT) & set(rec["config"]["pretrain"]), p
+        assert _json(spec_from_dict(rec["config"], str(p)).to_dict()) == rec["config"], p  # the canonical form
+
+
+def _dotted_diff(spec: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """Overrides (dotted keys, depth <= 2) turning the spec's canonical form into the record's config."""
+    out = {}
+    for key, value in rec.items():
+        if value == spec.get(key):
+            continue
+        if isinstance(value, dict) and isinstance(spec.get(key), dict) and key not in ("synthetic",):
+            for sub, v in value.items():
+                if spec[key].get(sub, object()) != v:
+                    out[f"{key}.{sub}"] = v
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("name", benchmarks.builtin())
+def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
+    """Each committed run's hash is its benchmark's spec's hash for the run's objective; what may differ is
+    what the run was made with: dataset.modalities filled from the data, the synthetic overrides, or the
+    rows of a board re-run under an amended spec (then the spec of the newest run)."""
+    paths = sorted((RUN_FOLDERS[0] / name).glob("*/seed*/run.json"))
+    if not paths:
+        pytest.skip(f"no committed runs of {name}")
+    cache: dict[str, Any] = {}
+    for p in paths:
+        rec = json.loads(p.read_text())
+        syn = bool(rec["dataset"].get("synthetic"))
+        spec = benchmarks.load(name, synthetic=syn)
+        diff = _dotted_diff(_json(spec.to_dict()), rec["config"])
+        assert not any(k.startswith("pretrain.methods") for k in diff), (p, diff)  # never a method's setting
+        key = json.dumps([syn, diff], sort_keys=True, default=str)
+        if key not in cache:
+            cache[key] = benchmarks.load(name, synthetic=syn, overrides=diff) if diff else spec
+        assert cache[key].hash(rec["objective"]) == rec["config_hash"], p
+
+
+def test_every_committed_record_validates_with_its_hash_checked() -> None:
+    paths = _records()
+    rec = json.loads(paths[0].read_text())
+    validate_record(rec, paths[0])
+    bad = copy.deepcopy(rec)
+    bad["config"]["pretrain"]["lr"] = 123.0  # an edited config: the stored hash no longer matches
+    bad["comparability_key"] = comparability_key(bad)
+    with pytest.raises(ValueError, match="config_hash"):
+        validate_record(bad, paths[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the migration from schema 1
+# ---------------------------------------------------------------------------------------------
+def _schema_1(config: dict[str, Any]) -> dict[str, Any]:
+    """A schema-2 config written back in the schema-1 layout, by hand: every flat method key with its value
+    (defaults included), no ``methods`` block, no ``precision`` at 32."""
+    old = copy.deepcopy(config)
+    methods = old["pretrain"].pop("methods", {})
+    for flat, (mid, opt) in V1_FLAT.items():
+        default = getattr(M.METHODS.get(mid).Options(), opt)
+        old["pretrain"][flat] = methods.get(mid, {}).get(opt, default)
+    if old.get("precision") == "32":
+        del old["precision"]
+    return old
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("migrate_hash_schema_2", ROOT / "scripts" / "migrate_hash_schema_2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_migration_turns_a_schema_1_record_into_the_committed_one(tmp_path: Path) -> None:
+    script = _load_script()
+    src = RUN_FOLDERS[0] / "quickstart" / "tuple_infonce" / "seed0" / "run.json"
+    now = json.loads(src.read_text())
+    old = copy.deepcopy(now)
+    old["config"] = _schema_1(now["config"])
+    del old["hash_schema"]
+    old["config_hash"] = hashlib.sha256(json.dumps(old["config"], sort_keys=True).encode()).hexdigest()[:16]
+    old["comparability_key"] = "0" * 16
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "run.json").write_text(json.dumps(old))
+    assert script.main([str(tmp_path / "runs")]) == 0
+    got = json.loads((tmp_path / "runs" / "a" / "run.json").read_text())
+    assert got == now
+    assert script.main([str(tmp_path / "runs")]) == 0  # again: nothing to do, nothing changed
+    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == now
+
+
+def test_the_migration_refuses_a_record_whose_settings_would_change(tmp_path: Path) -> None:
+    script = _load_script()
+    rec = json.loads((RUN_FOLDERS[0] / "quickstart" / "m3g" / "seed0" / "run.json").read_text())
+    rec["config"] = _schema_1(rec["config"])
+    del rec["hash_schema"]
+    rec["config"]["pretrain"]["tuple_candidates"] = "four"  # not a value the option can hold
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.json").write_text(json.dumps(rec))
+    before = (tmp_path / "r" / "run.json").read_bytes()
+    assert script.main([str(tmp_path)]) == 1
+    assert (tmp_path / "r" / "run.json").read_bytes() == before  # nothing written

@@ -1,0 +1,311 @@
+"""The speed options (fusebench/training/speed.py, optim.py; the spec's ``speed`` section) on the CPU:
+channels-last gives the loss of the default layout within float tolerance, the foreach / fused optimisers
+the default one's steps, a failing ``torch.compile`` falls back to eager with the reason logged and recorded,
+cuDNN autotuning switches determinism off for the cell only, and each option enters the config hash when on.
+
+References: the same model in the default layout, PyTorch's default (per-parameter loop) optimiser, the
+eager encoder; ``torch.compile`` is replaced by stand-ins (a real compilation takes minutes on a loaded CPU).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from fusebench import benchmarks
+from fusebench.encoders import build
+from fusebench.encoders.esanet import ESANet
+from fusebench.training import speed
+from fusebench.training.config import ConfigError, SpeedConfig
+from fusebench.training.execute import run_cell
+from fusebench.training.model import for_backbone
+from fusebench.training.optim import build_optimizer
+from fusebench.training.request import CellRequest, RunOptions
+
+
+def esanet_case() -> tuple[nn.Module, dict]:
+    torch.manual_seed(0)
+    model = for_backbone(ESANet(modalities=["rgb", "depth"], size="tiny", num_classes=4))
+    batch = ESANet.example_batch({"size": "tiny", "modalities": ["rgb", "depth"], "num_classes": 4}, batch_size=3,
+                                 height=32, width=32)
+    return model, batch
+
+
+def train_losses(model: nn.Module, batch: dict, steps: int, impl: str = "default", name: str = "adamw") -> list[float]:
+    opt = build_optimizer(model.parameters(), name, 1e-3, 1e-4, impl)
+    model.train()
+    out = []
+    for _ in range(steps):
+        loss = model.task_loss(model(batch), batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        out.append(float(loss.detach()))
+    return out
+
+
+# ---- channels last --------------------------------------------------------------------------
+def test_channels_last_esanet_gives_the_same_loss_and_gradients() -> None:
+    ref_model, batch = esanet_case()
+    model = copy.deepcopy(ref_model)
+    assert speed.to_channels_last(model, SpeedConfig(channels_last=True)) is True
+    conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d) and m.weight.shape[-1] > 1)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
+    converted = speed.channels_last_inputs(batch)
+    rgb = converted["modalities"]["rgb"]
+    assert rgb.is_contiguous(memory_format=torch.channels_last) and torch.equal(rgb, batch["modalities"]["rgb"])
+    assert converted["target"] is batch["target"] and batch["modalities"]["rgb"].is_contiguous()  # batch untouched
+    assert speed.input_format(False)(batch) is batch
+    ref_model.train()
+    model.train()
+    ref = ref_model.task_loss(ref_model(batch), batch)
+    got = model.task_loss(model(converted), converted)
+    assert float(got.detach()) == pytest.approx(float(ref.detach()), rel=1e-5)
+    ref.backward()
+    got.backward()
+    g_ref = torch.cat([p.grad.flatten() for p in ref_model.parameters()])
+    g_got = torch.cat([p.grad.flatten() for p in model.parameters()])
+    # float32 convolutions summed in another order: the gradient agrees to float tolerance as a whole (single
+    # entries may not: the biases before a batch norm have a gradient of zero up to rounding)
+    assert float((g_got - g_ref).norm() / g_ref.norm()) < 1e-3
+
+
+def test_channels_last_leaves_models_without_2d_convolutions_alone() -> None:
+    mlp = for_backbone(build("mlp", modalities={"a": 5, "b": 4}, num_classes=3))
+    assert not speed.has_conv2d(mlp)
+    assert speed.to_channels_last(mlp, SpeedConfig(channels_last=True)) is False
+    assert speed.to_channels_last(esanet_case()[0], SpeedConfig()) is False  # off by default
+
+
+# ---- optimiser implementations ----------------------------------------------------------------
+@pytest.mark.parametrize("name", ["adamw", "sgd"])
+def test_foreach_optimiser_takes_the_default_steps(name: str) -> None:
+    ref_model, batch = esanet_case()
+    model = copy.deepcopy(ref_model)
+    ref = train_losses(ref_model, batch, 4, "default", name)
+    got = train_losses(model, batch, 4, "foreach", name)
+    assert got == pytest.approx(ref, rel=0, abs=1e-6)
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6)
+    assert build_optimizer(model.parameters(), name, 1e-3, 0.0, "foreach").defaults["foreach"] is True
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd"])
+def test_fused_optimiser_takes_the_default_step(name: str) -> None:
+    """One step (PyTorch has fused AdamW / SGD on the CPU too): the parameters agree to 1e-6 (lr 1e-3). Over
+    several steps the tiny ESANet drifts apart (Adam divides near-zero gradients by their own size)."""
+    ref_model, batch = esanet_case()
+    model = copy.deepcopy(ref_model)
+    assert train_losses(model, batch, 1, "fused", name) == train_losses(ref_model, batch, 1, "default", name)
+    moved = 0.0
+    for p, q, p0 in zip(model.parameters(), ref_model.parameters(), esanet_case()[0].parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6)
+        moved = max(moved, float((q - p0).detach().abs().max()))
+    assert moved > 1e-4  # the step did move the parameters
+    assert build_optimizer(model.parameters(), name, 1e-3, 0.0, "fused").defaults["fused"] is True
+
+
+def test_optimizer_impl_errors(monkeypatch) -> None:
+    params = [nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match="speed.optimizer_impl: expected default, foreach or fused, got 'turbo'"):
+        build_optimizer(params, "adamw", 1e-3, 0.0, "turbo")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+
+    monkeypatch.setattr(torch.optim, "AdamW", refuse)
+    with pytest.raises(ValueError, match=r"speed.optimizer_impl=fused: PyTorch .* refuses it .*devices \['cpu'\]"):
+        build_optimizer(params, "adamw", 1e-3, 0.0, "fused")
+
+
+# ---- torch.compile --------------------------------------------------------------------------
+def test_compile_falls_back_to_eager_when_compiling_raises(monkeypatch, caplog) -> None:
+    model, batch = esanet_case()
+    model.eval()
+    with torch.no_grad():
+        want_embed, want_out = model.embed(batch), model(batch)
+    keys = list(model.state_dict())
+
+    def no_compiler(fn, **kwargs):
+        raise RuntimeError("no C++ compiler found\nmore detail")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    status = speed.compile_encoder(model, SpeedConfig(compile=True))
+    assert list(model.state_dict()) == keys  # checkpoints keep their keys
+    with caplog.at_level(logging.WARNING, logger="fusebench.training.speed"), torch.no_grad():
+        got_embed, got_out = model.embed(batch), model(batch)
+    assert torch.equal(got_embed, want_embed) and torch.equal(got_out, want_out)
+    assert status.fallback == "ESANet.embed: RuntimeError: no C++ compiler found" and not status.ran_compiled
+    assert "runs eagerly" in caplog.text and "no C++ compiler found" in caplog.text
+    rec = speed.record(SpeedConfig(compile=True), {}, False, status)
+    assert rec["compile"] is True and rec["compiled"] is False and rec["compile_fallback"] == status.fallback
+
+
+def test_compile_falls_back_when_the_first_compiled_call_fails(monkeypatch) -> None:
+    model, batch = esanet_case()
+    model.eval()
+    calls = []
+
+    def lazy_failure(fn, **kwargs):  # torch.compile compiles at the first call: its errors come from there
+        def compiled(*args, **kw):
+            calls.append(fn)
+            raise RuntimeError("BackendCompilerFailed: inductor raised")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", lazy_failure)
+    status = speed.compile_encoder(model, SpeedConfig(compile=True, compile_mode="max-autotune"))
+    with torch.no_grad():
+        first = model.embed(batch)
+        second = model.embed(batch)
+    assert torch.equal(first, second) and len(calls) == 1  # after the failure, no further compilation is tried
+    assert status.fallback.startswith("ESANet.embed: RuntimeError: BackendCompilerFailed")
+
+
+def test_compiled_encoder_runs_compiled_and_copies_compile_their_own(monkeypatch) -> None:
+    model, batch = esanet_case()
+    model.eval()
+    compiled_for, modes = [], []
+
+    def stand_in(fn, mode=None):  # a "compiler" that returns the function as it is, and says what it was given
+        compiled_for.append(fn)
+        modes.append(mode)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", stand_in)
+    status = speed.compile_encoder(model, SpeedConfig(compile=True))
+    with torch.no_grad():
+        want = type(model.backbone).embed(model.backbone, batch)
+        assert torch.equal(model.embed(batch), want)
+        model(batch)  # features
+    assert status.ran_compiled and status.fallback is None and modes == [None, None]
+    assert [f.__self__ for f in compiled_for] == [model.backbone, model.backbone]
+    # an EMA teacher's deep copy: its wrappers call the copy's own methods
+    teacher = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(0.5)
+        got = teacher.embed(batch)
+        assert torch.equal(got, type(teacher.backbone).embed(teacher.backbone, batch))
+        assert not torch.equal(got, want)
+    assert compiled_for[-1].__self__ is teacher.backbone
+    # inside another function being compiled, the wrapper runs the eager method (the tracer follows it)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    other = for_backbone(ESANet(modalities=["rgb", "depth"], size="tiny", num_classes=4))
+    speed.compile_encoder(other, SpeedConfig(compile=True))
+    n = len(compiled_for)
+    with torch.no_grad():
+        other.embed(batch)
+    assert len(compiled_for) == n
+    assert speed.compile_encoder(other, SpeedConfig()) is None
+
+
+# ---- cells ------------------------------------------------------------------------------------
+TINY = {"dataset.synthetic_spec": {"num_samples": 96, "seed": 0}, "pretrain.epochs": 2, "pretrain.batch_size": 16,
+        "downstream.epochs": 2, "downstream.batch_size": 32}
+
+
+def cell(tmp_path: Path, name: str, over: dict, objective: str = "infonce_pwe", bench: str = "quickstart",
+         synthetic: bool = False) -> dict:
+    spec = benchmarks.load(bench, overrides={**(TINY if bench == "quickstart" else {}), **over}, synthetic=synthetic)
+    rec = run_cell(CellRequest(spec, objective, 0, tmp_path / name), RunOptions(progress=False, synthetic=synthetic))
+    written = json.loads((tmp_path / name / bench / objective / "seed0" / "run.json").read_text())
+    assert written["numerics"] == rec["numerics"]
+    return rec
+
+
+def test_default_cell_records_the_speed_block(tmp_path: Path) -> None:
+    rec = cell(tmp_path, "plain", {})
+    assert rec["numerics"]["speed"] == {
+        "num_workers": 0, "num_workers_from": "auto", "pin_memory": False, "persistent_workers": False,
+        "prefetch_factor": None, "channels_last": False, "cudnn_benchmark": False, "optimizer_impl": "default",
+        "compile": False, "compile_mode": None, "compiled": False, "compile_fallback": None}
+    assert "speed" not in rec["config"] and "loader" not in rec["config"]
+
+
+def test_compile_fallback_in_a_cell_is_recorded_and_computes_the_eager_numbers(tmp_path: Path, monkeypatch) -> None:
+    plain = cell(tmp_path, "plain", {})
+
+    def no_compiler(fn, **kwargs):
+        raise RuntimeError("torch.compile is not supported here")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    rec = cell(tmp_path, "compiled", {"speed.compile": True})
+    sp = rec["numerics"]["speed"]
+    assert sp["compile"] is True and sp["compile_mode"] == "default" and sp["compiled"] is False
+    assert sp["compile_fallback"] == "MLPEncoder.embed: RuntimeError: torch.compile is not supported here"
+    assert rec["metrics"] == plain["metrics"] and rec["curves"] == plain["curves"]
+    assert rec["config"]["speed"] == {"compile": True}
+    assert rec["config_hash"] != plain["config_hash"] and rec["comparability_key"] != plain["comparability_key"]
+
+
+def test_compile_fallback_is_recorded_by_the_embedding_protocol_too(tmp_path: Path, monkeypatch) -> None:
+    def no_compiler(fn, **kwargs):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    rec = cell(tmp_path, "mv", {"speed.compile": True}, objective="none", bench="mv-ngs", synthetic=True)
+    assert rec["numerics"]["speed"]["compile_fallback"] == "MLPEncoder.embed: RuntimeError: no compiler"
+
+
+def test_foreach_cell_matches_the_default_cell(tmp_path: Path) -> None:
+    plain = cell(tmp_path, "plain", {})
+    rec = cell(tmp_path, "foreach", {"speed.optimizer_impl": "foreach"})
+    assert rec["numerics"]["speed"]["optimizer_impl"] == "foreach"
+    for key in ("pretrain_loss", "downstream_loss"):
+        assert rec["curves"][key] == pytest.approx(plain["curves"][key], rel=0, abs=1e-6)
+    assert rec["config_hash"] != plain["config_hash"]
+
+
+def test_cudnn_benchmark_turns_determinism_off_for_the_cell_only(tmp_path: Path) -> None:
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    before = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+              torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    rec = cell(tmp_path, "bench", {"speed.cudnn_benchmark": True})
+    num = rec["numerics"]
+    assert num["cudnn_benchmark"] is True and num["speed"]["cudnn_benchmark"] is True
+    assert num["deterministic_algorithms"] is False and num["cudnn_deterministic"] is False
+    assert rec["determinism"]["deterministic_algorithms"] is False and rec["determinism"]["cudnn_benchmark"] is True
+    after = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+             torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    assert after == before
+
+
+def test_channels_last_cell_on_a_convolutional_encoder(tmp_path: Path) -> None:
+    plain = cell(tmp_path, "plain", {}, bench="nyuv2-seg", synthetic=True)
+    rec = cell(tmp_path, "cl", {"speed.channels_last": True}, bench="nyuv2-seg", synthetic=True)
+    assert plain["numerics"]["speed"]["channels_last"] is False and rec["numerics"]["speed"]["channels_last"] is True
+    for key in ("pretrain_loss", "downstream_loss"):
+        assert rec["curves"][key] == pytest.approx(plain["curves"][key], rel=1e-3, abs=1e-4)
+    # an encoder without 2-D convolutions is left as it is, and the record says so
+    mlp = cell(tmp_path, "mlp", {"speed.channels_last": True})
+    assert mlp["numerics"]["speed"]["channels_last"] is False
+
+
+# ---- the spec ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("over, key", [
+    ({"speed.optimizer_impl": "turbo"}, r"speed.optimizer_impl must be one of default, foreach, fused, got 'turbo'"),
+    ({"speed.compile_mode": "fast"}, "speed.compile_mode"),
+    ({"speed.channels_last": "yes"}, "speed.channels_last"),
+    ({"speed.compile": 1}, "speed.compile"),
+    ({"speed.cudnn": True}, "cudnn"),
+])
+def test_bad_speed_settings_name_the_key(over: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        benchmarks.load("quickstart", overrides=over)
+
+
+@pytest.mark.parametrize("over", [{"speed.channels_last": True}, {"speed.cudnn_benchmark": True},
+                                  {"speed.optimizer_impl": "foreach"}, {"speed.optimizer_impl": "fused"},
+                                  {"speed.compile": True}, {"speed.compile_mode": "max-autotune"}])
+def test_each_speed_option_is_written_into_the_spec_form_only_when_set(over: dict) -> None:
+    base = benchmarks.load("quickstart").to_dict()
+    form = benchmarks.load("quickstart", overrides=over).to_dict()
+    (key, value), = over.items()
+    assert form["speed"] == {key.split(".")[1]: value}
+    assert {k: v for k, v in form.items() if k != "speed"} == base
