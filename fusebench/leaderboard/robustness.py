@@ -44,6 +44,7 @@ class Robustness:
     undefined: dict[tuple[str, str], int] = field(default_factory=dict)  # (row, id) -> runs whose value is NaN
     pretrain_rates: list[float] = field(default_factory=list)  # pretrain.missing_rate of the runs
     protocol: str = ""
+    restarts: list[int] = field(default_factory=list)  # k-means restarts of the incomplete data's clusterings
 
     def columns(self, metric: str) -> list[tuple[str, str]]:
         """(header, metric id) of every column of ``metric``'s table: r = 0, the rates, the views alone."""
@@ -96,6 +97,8 @@ def robustness_of(view: GroupView) -> Robustness | None:
             else:  # undefined for this run (e.g. a correlation of constant predictions), counted in the cell
                 out.undefined[(r.objective, mid)] = out.undefined.get((r.objective, mid), 0) + 1
     out.pretrain_rates = sorted({float((r.config.get("pretrain") or {}).get("missing_rate", 0.0) or 0.0) for r in recs})
+    out.restarts = sorted({int(mv["clustering"]["n_init"]) for mv in fields.values()
+                           if isinstance(mv.get("clustering"), dict) and isinstance(mv["clustering"].get("n_init"), int)})
     return out
 
 
@@ -105,10 +108,13 @@ def _intro(rb: Robustness) -> str:
     if rb.protocol == "embedding_eval":
         text += ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an absent "
                  "view's standardised features set to 0, the train mean); k-means clusters the incomplete samples "
-                 "(each column standardised over the samples where its view is present, absent entries 0). ")
+                 "(each column standardised over the samples where its view is present, absent entries 0")
+        if rb.restarts:
+            text += f"; {' / '.join(map(str, rb.restarts))} k-means++ restarts, lowest inertia kept"
+        text += "). "
     else:
         text += "The model selected on the complete validation split scores the incomplete test split. "
-    text += ("r = 0: the table above; `v` alone: every other view absent. Cells are mean ± std (n) over seeds "
+    text += ("r = 0: the table above (its own clustering settings); `v` alone: every other view absent. Cells are mean ± std (n) over seeds "
              "(sample std); metrics marked (%) are fractions shown x100.")
     pre = [r for r in rb.pretrain_rates if r > 0]
     text += (f" Pretraining saw missing views too (`pretrain.missing_rate` = {', '.join(f'{r:g}' for r in pre)})."
