@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fusebench.io import sha256_file
+
 MAX_LISTED = 200
 MAX_BYTES = 2 * 2**30
 
@@ -40,14 +42,6 @@ def _files(root: Path) -> list[tuple[str, Path]]:
     return sorted(out)
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def fingerprint(root: str | os.PathLike, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """The fingerprint of every (non-hidden) file under ``root`` (see the module docstring)."""
     root = Path(root)
@@ -58,7 +52,7 @@ def fingerprint(root: str | os.PathLike, max_bytes: int = MAX_BYTES) -> dict[str
     hashed = total <= max_bytes
     h = hashlib.sha256()
     for rel, p, size in files:
-        h.update(f"{rel}\t{size}\t{_digest(p) if hashed else '-'}\n".encode())
+        h.update(f"{rel}\t{size}\t{sha256_file(p) if hashed else '-'}\n".encode())
     return {
         "files": [[rel, size] for rel, _, size in files[:MAX_LISTED]],
         "num_files": len(files),

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusebench.leaderboard.columns import mean_std
 from fusebench.training.kviews import ARMS, METRICS, OBJECTIVES, REFERENCES, _LEGACY, _NAME
 
 
@@ -84,12 +84,6 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
     return StudyRuns(values, budgets, cells, count)
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    n = len(values)
-    mean = sum(values) / n
-    return mean, (math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0)
-
-
 def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | None, metric: str) -> list[float]:
     """The paired gaps ``m(objective, c, s) - m(reference, c, s)`` over the cells c and seeds s of (arm,
     k) where both runs exist, in (cell, seed) order; ``reference=None``: the values themselves."""
@@ -115,7 +109,7 @@ def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | N
 def _fmt(values: list[float], signed: bool) -> str:
     if not values:
         return "—"
-    mean, std = _mean_std(values)
+    mean, std = mean_std(values)
     value = f"{100 * mean:{'+' if signed else ''}.2f}"
     return f"{value} ± {100 * std:.2f} ({len(values)})" if len(values) > 1 else f"{value} (1)"  # no spread of one
 
@@ -169,16 +163,16 @@ def _summary(study: StudyRuns, pretrained: list[str]) -> list[str]:
         for r in REFERENCES:
             a, b = pairs(study, arm, lo, r, None, "acc"), pairs(study, arm, hi, r, None, "acc")
             if a and b:
-                refs.append(f"`{r}` {100 * _mean_std(a)[0]:.2f} -> {100 * _mean_std(b)[0]:.2f}")
+                refs.append(f"`{r}` {100 * mean_std(a)[0]:.2f} -> {100 * mean_std(b)[0]:.2f}")
         line = f"- **{arm}** arm, k = {lo} -> {hi}: " + ", ".join(refs) if refs else f"- **{arm}** arm"
         for r in REFERENCES:
-            means = {k: [_mean_std(g)[0] for o in pretrained if (g := pairs(study, arm, k, o, r, "acc"))]
+            means = {k: [mean_std(g)[0] for o in pretrained if (g := pairs(study, arm, k, o, r, "acc"))]
                      for k in (lo, hi)}
             if means[lo] and means[hi]:
                 line += (f"; pretrained - `{r}` (mean over the {len(means[lo])} pretrained rows) "
                          f"{_pts(sum(means[lo]) / len(means[lo]))} -> {_pts(sum(means[hi]) / len(means[hi]))} points")
         wins = [(o, k) for o in pretrained for k in arm_ks if (g := pairs(study, arm, k, o, "raw", "acc"))
-                and _mean_std(g)[0] > 0]
+                and mean_std(g)[0] > 0]
         total = sum(1 for o in pretrained for k in arm_ks if pairs(study, arm, k, o, "raw", "acc"))
         line += f"; a pretrained row beats `raw` on average in {len(wins)} of {total} (objective, k) entries."
         out.append(line)
@@ -256,7 +250,7 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
             rows = pretrained + (["none"] if r == "raw" else [])
             for n, o in enumerate(rows):
                 xs = [k for k in ks if pairs(study, arm, k, o, r, m)]
-                stats = [_mean_std(pairs(study, arm, k, o, r, m)) for k in xs]
+                stats = [mean_std(pairs(study, arm, k, o, r, m)) for k in xs]
                 if not xs:
                     continue
                 ax.errorbar([x + 0.04 * (n - len(rows) / 2) for x in xs], [100 * s[0] for s in stats],
