@@ -144,7 +144,12 @@ class GaussianMIPipeline(Pipeline):
     cell = "gaussian_mi"  # fusebench/training/gaussian_mi.py
 
     def spec_problems(self, spec: Any) -> list[str]:  # bad study options fail when the spec loads
-        return [*super().spec_problems(spec), *gaussian_mi_options_problems(spec.options)]
+        out = [*super().spec_problems(spec), *gaussian_mi_options_problems(spec.options)]
+        speed = getattr(spec, "speed", None)  # the standard cell's speed options: this cell applies none of them
+        if speed is not None and speed != type(speed)():
+            out.append("speed: the gaussian_mi pipeline applies no speed option (they are the standard cell's); "
+                       "leave the section at its defaults")
+        return out
 
     def view_counts(self, spec: Any) -> list[int]:
         """One count per multiplicity ``options.multiplicities`` (default [2])."""

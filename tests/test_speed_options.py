@@ -309,3 +309,10 @@ def test_each_speed_option_is_written_into_the_spec_form_only_when_set(over: dic
     (key, value), = over.items()
     assert form["speed"] == {key.split(".")[1]: value}
     assert {k: v for k, v in form.items() if k != "speed"} == base
+
+
+def test_the_gaussian_mi_pipeline_refuses_speed_options() -> None:
+    """Its cell applies none of them: a set option is refused at spec load, not silently ignored."""
+    with pytest.raises(ConfigError, match="speed: the gaussian_mi pipeline applies no speed option"):
+        benchmarks.load("polyview-gaussian-mi", overrides={"speed.optimizer_impl": "foreach"})
+    benchmarks.load("polyview-gaussian-mi")  # defaults: fine
