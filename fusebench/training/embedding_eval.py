@@ -219,9 +219,11 @@ def _fit_logistic_batched_span(xt: torch.Tensor, yt: torch.Tensor, num_classes: 
     products preserved), minimising over ``V [n, C]`` with the features ``x Q = R^T [n, n]`` is the
     same problem with the same L-BFGS trajectory (up to rounding) at O(n^2 C) per iteration instead of
     O(n d C). Returns ``W = Q V`` and ``b``."""
-    q, r = torch.linalg.qr(xt.transpose(1, 2), mode="reduced")               # [B, d, n], [B, n, n]
+    with single_thread():  # like every other step of the probes: the same bits whatever the thread count
+        q, r = torch.linalg.qr(xt.transpose(1, 2), mode="reduced")           # [B, d, n], [B, n, n]
     v, b = _fit_logistic_batched(r.transpose(1, 2).numpy(), yt.numpy(), num_classes, l2t.numpy(), max_iter)
-    w = torch.bmm(q, torch.from_numpy(v))                                    # [B, d, C]
+    with single_thread():
+        w = torch.bmm(q, torch.from_numpy(v))                                # [B, d, C]
     return w.numpy(), b
 
 
