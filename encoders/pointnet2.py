@@ -146,9 +146,7 @@ def _triton_for(t: Tensor, backend: str | None) -> bool:
     choice = get_backend() if backend is None else _valid_backend(backend, "backend")
     if choice == "torch" or not isinstance(t, Tensor) or (choice == "auto" and t.device.type != "cuda"):
         return False  # (not a tensor: the PyTorch code raises its error)
-    from fusebench.encoders import pointnet2_triton
-
-    reason = pointnet2_triton.unavailable(t.device)
+    reason = _kernels().unavailable(t.device)
     if choice == "triton":
         if reason is not None:
             raise RuntimeError(f"pointnet2: backend 'triton' was asked for but {reason}")

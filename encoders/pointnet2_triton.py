@@ -61,6 +61,19 @@ def _jit(fn: Any) -> Any:
 
 
 @_jit
+def _sq_dist(x, y, z, cx, cy, cz):
+    """``(x - cx)^2 + (y - cy)^2 + (z - cz)^2`` summed in PyTorch's order (``dx^2``, ``+ dy^2``, ``+ dz^2``), for
+    the three kernels below (which side is subtracted does not matter: ``a - b`` is exactly ``-(b - a)``); the
+    operands broadcast (a ``[S, 1]`` column of centres against a ``[1, N]`` row of points in the tiled kernels)."""
+    dx = x - cx
+    d = dx * dx
+    dy = y - cy
+    d = d + dy * dy
+    dz = z - cz
+    return d + dz * dz
+
+
+@_jit
 def _fps_kernel(xyz_ptr, dist_ptr, out_ptr, N, npoint, s_b, s_c, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     base = xyz_ptr + pid.to(tl.int64) * s_b
@@ -77,12 +90,8 @@ def _fps_kernel(xyz_ptr, dist_ptr, out_ptr, N, npoint, s_b, s_c, BLOCK: tl.const
         for start in range(0, N, BLOCK):
             offs = start + lanes
             ok = offs < N
-            dx = tl.load(base + offs, mask=ok, other=0.0) - cx
-            d = dx * dx
-            dy = tl.load(base + s_c + offs, mask=ok, other=0.0) - cy
-            d = d + dy * dy
-            dz = tl.load(base + 2 * s_c + offs, mask=ok, other=0.0) - cz
-            d = d + dz * dz
+            d = _sq_dist(tl.load(base + offs, mask=ok, other=0.0), tl.load(base + s_c + offs, mask=ok, other=0.0),
+                         tl.load(base + 2 * s_c + offs, mask=ok, other=0.0), cx, cy, cz)
             nd = tl.minimum(tl.load(drow + offs, mask=ok, other=0.0), d)
             tl.store(drow + offs, nd, mask=ok)
             nd = tl.where(ok, nd, float("-inf"))
@@ -114,12 +123,9 @@ def _ball_query_kernel(xyz_ptr, ctr_ptr, r2_ptr, out_ptr, N, S, K, sx_b, sx_c, s
     while (start < N) & (tl.min(cnt, 0) < K):
         offs = start + lanes
         ok = offs < N
-        dx = cx[:, None] - tl.load(xbase + offs, mask=ok, other=0.0)[None, :]
-        d2 = dx * dx
-        dy = cy[:, None] - tl.load(xbase + sx_c + offs, mask=ok, other=0.0)[None, :]
-        d2 = d2 + dy * dy
-        dz = cz[:, None] - tl.load(xbase + 2 * sx_c + offs, mask=ok, other=0.0)[None, :]
-        d2 = d2 + dz * dz
+        d2 = _sq_dist(cx[:, None], cy[:, None], cz[:, None], tl.load(xbase + offs, mask=ok, other=0.0)[None, :],
+                      tl.load(xbase + sx_c + offs, mask=ok, other=0.0)[None, :],
+                      tl.load(xbase + 2 * sx_c + offs, mask=ok, other=0.0)[None, :])
         hit = (d2 < r2) & ok[None, :] & row_ok[:, None]
         hits = hit.to(tl.int32)
         pos = cnt[:, None] + tl.cumsum(hits, 1) - 1  # where each hit goes in its row
@@ -154,12 +160,9 @@ def _three_nn_kernel(unk_ptr, kn_ptr, d_ptr, i_ptr, n, m, su_b, su_c, sk_b, sk_c
     for start in range(0, m, BLOCK_M):
         offs = start + lanes
         ok = offs < m
-        dx = ux[:, None] - tl.load(kbase + offs, mask=ok, other=0.0)[None, :]
-        d = dx * dx
-        dy = uy[:, None] - tl.load(kbase + sk_c + offs, mask=ok, other=0.0)[None, :]
-        d = d + dy * dy
-        dz = uz[:, None] - tl.load(kbase + 2 * sk_c + offs, mask=ok, other=0.0)[None, :]
-        d = d + dz * dz
+        d = _sq_dist(ux[:, None], uy[:, None], uz[:, None], tl.load(kbase + offs, mask=ok, other=0.0)[None, :],
+                     tl.load(kbase + sk_c + offs, mask=ok, other=0.0)[None, :],
+                     tl.load(kbase + 2 * sk_c + offs, mask=ok, other=0.0)[None, :])
         d = tl.where(ok[None, :], d, float("inf"))
         for _ in tl.static_range(3):  # the block's 3 nearest, in order, each merged into the running 3
             v = tl.min(d, 1)

@@ -9,9 +9,10 @@ checkpoint or a cache file goes through :func:`atomic_write`, every file digest 
   ``open(path, "w")`` would (``0o666 & ~umask``: ``mkstemp`` alone leaves 0600), and renames it over
   ``path``. On any error the temporary file is removed and the previous ``path``, if any, is kept.
 - :func:`canonical_json` is sorted-key JSON. Its two separator styles are both in use by hashes that
-  committed records carry, so both are kept and named: ``compact`` (``","`` / ``":"``, the
-  comparability key) and the ``json.dumps`` default (``", "`` / ``": "``, the config hash of hash
-  schema 1). Changing either would change every committed hash.
+  committed files carry, so both are kept and named: ``compact`` (``","`` / ``":"``, the config hash
+  and the comparability key of every record) and the ``json.dumps`` default (``", "`` / ``": "``, the
+  input hashes of the committed plots and the synthetic datasets' cache keys). Changing either would
+  change committed hashes.
 """
 
 from __future__ import annotations
@@ -150,6 +151,6 @@ def sha256_hex(data: str | bytes, length: int | None = None) -> str:
 
 def canonical_json(obj: Any, *, compact: bool = True, default: Callable[[Any], Any] | None = str) -> str:
     """Sorted-key JSON of ``obj``, the form that is hashed. ``compact``: ``","`` / ``":"`` separators;
-    ``compact=False``: ``json.dumps``'s default ``", "`` / ``": "`` (hash schema 1's config hash).
+    ``compact=False``: ``json.dumps``'s default ``", "`` / ``": "`` (plot input hashes, synthetic cache keys).
     Values JSON cannot hold go through ``default`` (``str``)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":") if compact else None, default=default)

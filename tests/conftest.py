@@ -36,3 +36,17 @@ def fixtures_dir() -> Path:
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Synthetic twins and prepared caches go to a per-session temp folder, not ~/.cache."""
     os.environ["FUSEBENCH_CACHE"] = str(tmp_path_factory.mktemp("fusebench-cache"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch intra-op thread for a module's tests, restored after the module. A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``. Its problems are tiny: one thread is as fast,
+    and on a shared, loaded 2-core machine two threads spin-waiting for a busy core made single solves tens of
+    times slower."""
+    import torch  # here, not at the top: OMP_NUM_THREADS above is set before torch is first imported
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

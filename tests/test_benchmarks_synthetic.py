@@ -26,7 +26,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 
 import fusebench
 from fusebench import benchmarks, objectives
@@ -52,12 +51,7 @@ SHRINK = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def _spec(name: str):

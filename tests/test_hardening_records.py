@@ -178,6 +178,17 @@ def test_symlinked_run_json_and_benchmark_folder_are_refused_by_both(tmp_path: P
     assert list(found) == [("beta", 0)] and found[("beta", 0)][0] == "unreadable"
 
 
+def test_status_benchmark_names_are_ids_never_paths(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _valid(tmp_path / "outside")  # a benchmark folder 'toy' beside the runs folder, reachable as ../outside/toy
+    runs.mkdir()
+    for name in ("../outside/toy", "/", "Toy"):
+        with pytest.raises(ValueError, match=re.escape(f"--benchmark {name!r} is not a benchmark id")):
+            status.collect(runs, [name])
+    line = _one_error_line(_cli("status", "--out", str(runs), "--benchmark", "../outside/toy"))
+    assert line.startswith("fusebench status: --benchmark '../outside/toy' is not a benchmark id")
+
+
 def test_the_runs_folder_itself_may_be_a_link_and_hidden_links_are_ignored(tmp_path: Path) -> None:
     real = tmp_path / "real"
     _valid(real)

@@ -217,6 +217,10 @@ def test_rerun_reuses_every_cell_and_render_only_cli(tiny_study, tmp_path: Path,
 def test_render_without_new_records_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no run records of mv-handwritten-kv-<arm>-k<k>d<draw> .*run the study"):
         kviews_board.render(tmp_path, tmp_path / "b")
+    for bad in ("../x", "a/b", ".hidden"):  # the benchmark names the files written: an id only, nothing written
+        with pytest.raises(ValueError, match="is not an id"):
+            kviews_board.render(tmp_path, tmp_path / "b", bad)
+    assert not (tmp_path / "b").exists()
     legacy = ROOT / "leaderboards" / "runs-kviews"
     if legacy.is_dir() and any(kviews._LEGACY.match(p.name) for p in legacy.iterdir()):
         with pytest.raises(ValueError, match=r"of the superseded design .* rerun `fusebench study kviews`"):

@@ -6,6 +6,8 @@ seeded and the main process's RNG is not drawn from; a real cell gives the same 
 The expected batches are worked out here without the loader: each sample is read straight from the dataset
 (``set_epoch(e)`` then ``ds[i]`` in this process) and each epoch's batches must hold every index once. Worker
 processes are started with the platform's default start method; the datasets are a few dozen tiny samples.
+Every loader with workers gets a timeout here (:func:`worker_timeout`): a worker that stops answering (a
+deadlock after ``fork``, a machine under heavy load) fails the test instead of hanging the suite.
 """
 
 from __future__ import annotations
@@ -27,6 +29,22 @@ from fusebench.training.execute import run_cell
 from fusebench.training.request import CellRequest, RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
+#: seconds a loader waits for one batch from its workers before it raises (generous: a loaded machine is slow)
+WORKER_TIMEOUT_S = 120
+
+
+@pytest.fixture(autouse=True)
+def worker_timeout(monkeypatch):
+    """The DataLoaders that data.py builds with worker processes raise after WORKER_TIMEOUT_S seconds without
+    a batch (DataLoader's ``timeout``) instead of waiting forever."""
+    real = D.DataLoader
+
+    def with_timeout(*args, **kwargs):
+        if kwargs.get("num_workers", 0) > 0:
+            kwargs.setdefault("timeout", WORKER_TIMEOUT_S)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(D, "DataLoader", with_timeout)
 
 
 class AugmentedToy(torch.utils.data.Dataset):
@@ -128,6 +146,7 @@ def test_persistent_workers_see_each_epoch(workers: int) -> None:
             ds.set_epoch(99)  # the main process's copy moved on: the workers must not care
         pooled = D._POOL.get().entries[id(ds)]
         assert pooled.loader.persistent_workers and pooled.loader.num_workers == workers
+        assert pooled.loader.timeout == WORKER_TIMEOUT_S  # built through the fixture's timeout
         # one pass left early (next(iter(...))) and a validation loader over the same data in between
         first = next(iter(D.make_loader(ds, 5, False, 7, 0)[0]))
         assert [m["index"] for m in first["meta"]] == [0, 1, 2, 3, 4]

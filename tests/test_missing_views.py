@@ -397,3 +397,31 @@ def test_a_task_head_scores_the_incomplete_test_split(tmp_path) -> None:
                                   for m in rec["metrics"]}
     n_test, _ = _split_sizes("quickstart")
     assert mv["absent"]["miss30"]["test"] == math.floor(0.3 * n_test * 3 + 0.5)
+
+
+def test_masked_scoring_of_a_task_model_against_its_complete_scoring() -> None:
+    """The masked paths against the plain ones (fusebench.training.evaluate): an all-present mask scores
+    exactly what ``evaluate`` scores; under a rate's mask each view's feature block is the complete block
+    where the view is present and 0 where it is absent (the per-view MLP embeds each view on its own and
+    gives an absent view a zero embedding)."""
+    from fusebench.training.data import build_datasets
+    from fusebench.training.evaluate import evaluate, features
+    from fusebench.training.missing_views import masked_evaluate, masked_features
+    from fusebench.training.standard import build_model
+
+    spec = benchmarks.load("quickstart", synthetic=True)
+    ds = build_datasets(spec, True, None, 0, roles=("test",))["test"]
+    torch.manual_seed(0)
+    model = build_model(spec, ds)
+    dev = torch.device("cpu")
+    n, k = len(ds), len(model.modalities)
+    assert masked_evaluate(model, ds, spec, dev, 0, np.ones((n, k), dtype=bool)) == evaluate(model, ds, spec, dev, 0)
+    full, _ = features(model, ds, spec, dev, 0)
+    mask = presence_mask(n, k, 0.5, (0, PROBE_STREAM))
+    got = masked_features(model, ds, spec, dev, 0, mask)
+    assert got.shape == full.shape and (~mask).any(axis=0).all()  # every view is absent somewhere
+    width = full.shape[1] // k
+    for j in range(k):
+        cols, here = slice(j * width, (j + 1) * width), torch.from_numpy(mask[:, j])
+        assert torch.equal(got[here, cols], full[here, cols])
+        assert got[~here, cols].eq(0).all() and full[~here, cols].ne(0).any()

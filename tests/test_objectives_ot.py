@@ -26,15 +26,7 @@ BACKENDS = ["eager", pytest.param("compiled", marks=pytest.mark.skipif(
     importlib.util.find_spec("numba") is None, reason="numba is not installed (extra `fast`): no compiled backend"))]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These problems are tiny (at most a few thousand entries): one intra-op thread is as fast, and on
-    a shared, loaded 2-core machine two threads spin-waiting for a busy core made single solves tens
-    of times slower (the finite-difference test took minutes instead of seconds)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def unit(x: torch.Tensor) -> torch.Tensor:

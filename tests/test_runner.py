@@ -163,6 +163,20 @@ def test_unknown_names_list_the_valid_ones(tmp_path: Path) -> None:
         fusebench.run("quickstart", objective="infonce_pw", out=tmp_path)
 
 
+def test_cell_names_that_are_not_ids_are_refused_before_any_output(tmp_path: Path) -> None:
+    from fusebench.training.config import ConfigError
+    from fusebench.training.request import cell_dir
+
+    # objectives are looked up case-insensitively: 'INFONCE_PWE' used to train the cell, then fail at run.json
+    with pytest.raises(ConfigError, match=r"objective 'INFONCE_PWE' is not an id.*did you mean 'infonce_pwe'"):
+        fusebench.run("quickstart", objective="INFONCE_PWE", out=tmp_path, overrides=TINY, progress=False)
+    assert not any(tmp_path.iterdir())
+    for bench, obj in (("quickstart", "../x"), ("quickstart", "/"), ("../x", "m3g"), ("", "m3g"), ("quickstart", ".")):
+        with pytest.raises(ConfigError, match="is not an id"):
+            cell_dir(tmp_path, bench, obj, 0)
+    assert cell_dir(tmp_path, "quickstart", "m3g", 2) == tmp_path / "quickstart" / "m3g" / "seed2"
+
+
 def test_few_shot_subset_takes_s_per_class(tmp_path: Path) -> None:
     from fusebench import datasets
 

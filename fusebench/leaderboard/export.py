@@ -103,26 +103,27 @@ def board_data(name: str, views: list[GroupView]) -> dict[str, Any]:
     return {"format": EXPORT_FORMAT, "benchmark": name, "groups": [group_data(v) for v in views]}
 
 
-def render_json(name: str, views: list[GroupView]) -> str:
-    """``<benchmark>.json``: :func:`board_data` with sorted keys, indent 1, ASCII, a final newline."""
-    return json.dumps(board_data(name, views), indent=1, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"
+def render_json(data: dict[str, Any]) -> str:
+    """``<benchmark>.json``: ``data`` (:func:`board_data`) with sorted keys, indent 1, ASCII, a final newline."""
+    return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"
 
 
-def csv_columns(views: list[GroupView]) -> list[str]:
-    """The CSV header: the fixed columns, three per metric (every metric of every group, in the order
-    of first appearance), then the statistics, budget and cost columns."""
+def csv_columns(groups: list[dict[str, Any]]) -> list[str]:
+    """The CSV header of a board's ``groups`` (:func:`group_data`): the fixed columns, three per metric
+    (every metric of every group, in the order of first appearance), then the statistics, budget and
+    cost columns, then those of the missing-view metrics."""
     metrics: list[str] = []
-    for v in views:
-        metrics += [m.id for m in v.metrics if m.id not in metrics]
+    for g in groups:
+        metrics += [m["id"] for m in g["metrics"] if m["id"] not in metrics]
     head = ["benchmark", "key", "kind", "dataset", "synthetic", "primary", "reference", "objective", "aliases",
             "invalid"]
     per_metric = [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")]
     tail = ["ci_low", "ci_high", "delta", "p_holm", "steps_min", "steps_max", "samples_seen_min",
             "samples_seen_max", "pretrain_time_s", "peak_memory_mb"]
     missing: list[str] = []  # missing-view metrics (issue #23), last: only boards whose runs have them
-    for v in views:
-        for row in v.rows:
-            missing += [m for m in export_entries(v, row) or {} if m not in missing]
+    for g in groups:
+        for row in g["rows"]:
+            missing += [m for m in row.get("missing_views", {}) if m not in missing]
     return head + per_metric + tail + [f"{m}_{s}" for m in missing for s in ("mean", "std", "n")]
 
 
@@ -139,18 +140,17 @@ def _cell(x: Any) -> str:
     return str(x)
 
 
-def render_csv(name: str, views: list[GroupView]) -> str:
-    """``<benchmark>.csv``: a header line, then one line per (group, displayed objective); ``\\n`` line
-    ends, cells quoted only where they need it (``csv.QUOTE_MINIMAL``)."""
-    columns = csv_columns(views)
+def render_csv(data: dict[str, Any]) -> str:
+    """``<benchmark>.csv`` of ``data`` (:func:`board_data`): a header line, then one line per (group,
+    displayed objective); ``\\n`` line ends, cells quoted only where they need it (``csv.QUOTE_MINIMAL``)."""
+    columns = csv_columns(data["groups"])
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(columns)
-    for view in views:
-        group = group_data(view)
+    for group in data["groups"]:
         for row in group["rows"]:
             cells: dict[str, Any] = {
-                "benchmark": name, "key": group["key"], "kind": group["kind"], "dataset": group["dataset"],
+                "benchmark": data["benchmark"], "key": group["key"], "kind": group["kind"], "dataset": group["dataset"],
                 "synthetic": group["synthetic"], "primary": group["primary"], "reference": group["reference"],
                 "objective": row["objective"], "aliases": ";".join(row["aliases"]), "invalid": row["invalid"],
                 "delta": row["delta"], "p_holm": row["p_holm"],
@@ -166,4 +166,5 @@ def render_csv(name: str, views: list[GroupView]) -> str:
     return buf.getvalue()
 
 
+#: per format, its text from :func:`board_data` (computed once per board for both files)
 RENDERERS = {"csv": render_csv, "json": render_json}

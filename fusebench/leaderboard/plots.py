@@ -217,13 +217,11 @@ def cd_diagram(avg_ranks: Mapping[str, float], cd: float, path: str | os.PathLik
         ax.plot([x, x], [-0.5, -0.6], color="black", linewidth=1.0)
     ax.text(lo_axis + cd / 2, -0.6, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8)
     # group bars, just below the axis
-    bar_y = {}
     for g, members in enumerate(groups):
         ranks = [r for name, r in order if name in members]
         y = 0.2 + 0.12 * g
         ax.plot([min(ranks) - 0.03, max(ranks) + 0.03], [y, y], color="black", linewidth=3.0,
                 solid_capstyle="butt")
-        bar_y[g] = y
     first_label = 0.45 + 0.12 * len(groups)
     for i, (name, r) in enumerate(left):
         y = first_label + 0.28 * i

@@ -41,7 +41,7 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     runs = load_runs(Path(runs_dir))
     out_dir = Path(out_dir)
     reported_map = load_reported(Path(reported) if reported is not None else out_dir / "reported.yaml")
-    boards: list[tuple[str, list[GroupView], list[str]]] = []
+    boards: list[tuple[str, list[GroupView], list[str], list[str]]] = []  # name, views, curves / missing plots
     for name, recs in runs.items():
         if not valid_id(name):  # validated by the record schema already; never build paths from anything else
             raise ValueError(f"benchmark id {name!r} is not an id ({ID_RULE})")
@@ -71,7 +71,8 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     for name, views, plot_names, missing_names in boards:
         shown = [plot if plots and plotting.has_curves(view) else None for view, plot in zip(views, plot_names)]
         missing = [plot if plots and robustness.has_plot(view) else None for view, plot in zip(views, missing_names)]
-        texts = {fmt: export.RENDERERS[fmt](name, views) for fmt in formats if fmt != "md"}
+        data = export.board_data(name, views) if set(formats) - {"md"} else None  # once for CSV and JSON
+        texts = {fmt: export.RENDERERS[fmt](data) for fmt in formats if fmt != "md"}
         if md:
             texts["md"] = render_board(name, views, reported_map.get(name, []), shown, missing)
             metas[name] = rendered_meta(texts["md"])

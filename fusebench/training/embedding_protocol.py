@@ -72,17 +72,17 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     fields: dict[str, Any] = {"clustering": res["clustering"]}
     if reference is not None:
         fields["reference_features"] = reference
-    rates, single = (opts.get("missing_rates") or []), bool(opts.get("single_view", False))
+    from fusebench.training.missing_views import embedding_missing_views, requested
+
+    rates, single = requested(spec)
     # the same probe and clustering on the test data with views absent (not in a hyper-parameter trial, which
     # is scored by its validation metric alone)
     if (rates or single) and not options.selection_trial:
-        from fusebench.training.missing_views import embedding_missing_views
-
         inputs = (views, width) if from_inputs else (None, None)  # an input-feature row's views and PCA width
         source = _feature_source(objective, enc, data, spec, dev, seed, *inputs)
         fields["missing_views"] = embedding_missing_views(
             source, {"train": xtr, "val": xva, "test": xte}, {"train": ytr, "val": yva, "test": yte},
-            data["train"].num_classes, seed, res, [float(r) for r in rates], single, n_init=opts.get("missing_n_init"))
+            data["train"].num_classes, seed, res, rates, single, n_init=opts.get("missing_n_init"))
     return build_record(request, options.synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
                         best_epoch=-1, wall_time=wall.total(), pretrain_time=pretrain_time, timing=timing,
                         model=enc, diagnostics=diag, context=context,

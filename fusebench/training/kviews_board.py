@@ -182,7 +182,10 @@ def _summary(study: StudyRuns, pretrained: list[str]) -> list[str]:
 def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten") -> tuple[Path, Path]:
     """Write ``<board>/<benchmark>-kviews.md`` and ``-kviews.png`` from the study's run records."""
     from fusebench.io import atomic_write_text
+    from fusebench.registry import ID_RULE, valid_id
 
+    if not valid_id(benchmark):  # it names the files written under ``board``
+        raise ValueError(f"kviews: benchmark {benchmark!r} is not an id ({ID_RULE})")
     study = collect(Path(runs), benchmark)
     board = Path(board)
     board.mkdir(parents=True, exist_ok=True)
@@ -240,6 +243,8 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from fusebench.io import atomic_write
+
     panels = [(arm, r) for arm in study.arms() for r in REFERENCES]
     fig, axes = plt.subplots(len(METRICS), len(panels), figsize=(4.2 * len(panels), 3.6 * len(METRICS)),
                              squeeze=False, sharey="row")
@@ -249,10 +254,10 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
             ax = axes[i][j]
             rows = pretrained + (["none"] if r == "raw" else [])
             for n, o in enumerate(rows):
-                xs = [k for k in ks if pairs(study, arm, k, o, r, m)]
-                stats = [mean_std(pairs(study, arm, k, o, r, m)) for k in xs]
-                if not xs:
+                gaps = {k: g for k in ks if (g := pairs(study, arm, k, o, r, m))}
+                if not gaps:
                     continue
+                xs, stats = list(gaps), [mean_std(g) for g in gaps.values()]
                 ax.errorbar([x + 0.04 * (n - len(rows) / 2) for x in xs], [100 * s[0] for s in stats],
                             yerr=[100 * s[1] for s in stats], marker="o", capsize=2, label=o,
                             color="grey" if o == "none" else colors(n), linestyle="--" if o == "none" else "-")
@@ -266,8 +271,10 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"{benchmark}: k-views study (mean ± std over seeds x cells)", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    try:  # whole or not at all, like the board's markdown and the leaderboard plots
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100, metadata={"Software": None}))
+    finally:
+        plt.close(fig)
 
 
 __all__ = ["StudyRuns", "collect", "pairs", "render"]

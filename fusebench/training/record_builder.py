@@ -15,7 +15,7 @@ import torch
 from fusebench.pipelines import pipeline_of
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
 from fusebench.training import distributed, precision, utils
-from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec
+from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash
 from fusebench.training.loop import Clock
 from fusebench.training.reference_features import BASELINE, RAW, REFERENCES
 from fusebench.training.request import CellRequest, objective_hparams
@@ -59,6 +59,7 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
     "budget": {...}}``; ``wall_time`` and ``pretrain_time`` are then the sums of the segments (the time of
     the work kept across processes), and the segments are recorded beside them."""
     spec, objective, seed = request.spec, request.objective, request.seed
+    config = spec.to_dict()  # once: the record's config, and its hash is that of this form
     segments = time_segments(timing, wall_time, pretrain_time)
     if timing:
         wall_time = sum(segments["wall"])  # read once: the total is the sum of the recorded segments
@@ -82,8 +83,8 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "benchmark": spec.name,
         "objective": objective,
         "seed": seed,
-        "config": spec.to_dict(),
-        "config_hash": spec.hash(objective),
+        "config": config,
+        "config_hash": config_hash(config, objective),
         "hash_schema": HASH_SCHEMA_VERSION,
         "dataset": dataset_identity(spec, synthetic, data, (context or {}).get("fingerprint")) if data else {"id": pipeline_of(spec).dataset_id(spec), "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None},
         "device": str(device),

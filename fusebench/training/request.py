@@ -16,11 +16,25 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from fusebench.training.config import BenchmarkSpec
+from fusebench.registry import ID_RULE, valid_id
+from fusebench.training.config import BenchmarkSpec, ConfigError
+
+
+def check_cell_ids(benchmark: str, objective: str) -> None:
+    """A ConfigError unless the benchmark name and the objective id are ids (:data:`~fusebench.registry.ID_RULE`):
+    they become folders of the cell (no path escapes) and fields of its record, which the record schema
+    checks the same way. Objectives are looked up case-insensitively, so ``M3G`` would otherwise train
+    the whole cell and then be refused when its record is written."""
+    for what, value in (("benchmark name", benchmark), ("objective", objective)):
+        if not valid_id(value):
+            hint = f" (did you mean {value.lower()!r}?)" if isinstance(value, str) and valid_id(value.lower()) else ""
+            raise ConfigError(f"{what} {value!r} is not an id ({ID_RULE}){hint}")
 
 
 def cell_dir(out: str | Path, benchmark: str, objective: str, seed: int) -> Path:
-    """``<out>/<benchmark>/<objective>/seed<seed>``: the folder of a cell (its record, lock, checkpoints)."""
+    """``<out>/<benchmark>/<objective>/seed<seed>``: the folder of a cell (its record, lock, checkpoints);
+    the names are checked first (:func:`check_cell_ids`)."""
+    check_cell_ids(benchmark, objective)
     return Path(out) / benchmark / objective / f"seed{seed}"
 
 
@@ -100,4 +114,4 @@ def objective_hparams(spec: BenchmarkSpec, objective: str, context: Mapping[str,
     return {**spec.pretrain.hparams.get(objective, {}), **((context or {}).get("hparams", {}).get(objective, {}))}
 
 
-__all__ = ["CellRequest", "RunOptions", "SweepCells", "cell_dir", "objective_hparams"]
+__all__ = ["CellRequest", "RunOptions", "SweepCells", "cell_dir", "check_cell_ids", "objective_hparams"]

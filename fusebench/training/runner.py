@@ -29,7 +29,7 @@ from fusebench.training.data import build_datasets, pretrain_batch_size
 from fusebench.training.execute import sweep_context
 from fusebench.training.record_store import existing_record, record_there
 from fusebench.training.reference_features import REFERENCES
-from fusebench.training.request import CellRequest, RunOptions, SweepCells
+from fusebench.training.request import CellRequest, RunOptions, SweepCells, check_cell_ids
 from fusebench.training.trackers import check_trackers, default_mlflow_uri
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +203,8 @@ def run(
     train = resolve_views(spec, synthetic, data_root, seeds[0] if seeds else 0)  # the file opened once for both
     objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
     for o in objs:  # validate every requested name first
-        check_compatible(spec, o)
+        check_compatible(spec, o)  # an unknown id: the known ones, the closest first
+        check_cell_ids(spec.name, o)  # each becomes a folder: an id (the lookup above ignores case), never '../x'
     # the device where the cells run here (a scheduler's nodes are not this machine: the name only)
     utils.check_device_name(device) if launcher == "slurm" else utils.resolve_device(device)
     check_components(spec, objs)

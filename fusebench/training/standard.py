@@ -103,8 +103,8 @@ class StandardCell:
         self.inputs = speed.input_format(self.channels_last)  # what a training step does to its batch first
         self.compiled = speed.compile_encoder(self.model, spec.speed)
         self.feed = resolve_feed(spec.loader, options.num_workers, self.dev)
-        self.flags["numerics"] = precision.numerics(policy, self.dev)  # what decides the numbers here (run.json)
-        self.flags["numerics"]["speed"] = self.speed_record()
+        # what decides the numbers here (run.json); its "speed" block is added when the record is done (run)
+        self.flags["numerics"] = precision.numerics(policy, self.dev)
         self.autocast = precision.autocast(policy, self.dev)  # encoders and heads only: objectives in float32
         self.budget = StepBudget(options.max_steps)
         self.track = {"on_step": trackers.on_step, "on_epoch_start": trackers.on_epoch_start} if trackers else {}
@@ -134,6 +134,8 @@ class StandardCell:
             if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
                 return {"status": "worker", "benchmark": self.spec.name, "objective": self.objective, "seed": self.seed}
             record = self.downstream()
+        # numerics.speed: the feed and speed options in force, written once compilation's outcome is known
+        record["numerics"] = {**record["numerics"], "speed": self.speed_record()}
         write_record(self.cell, record)
         return record
 
@@ -220,7 +222,8 @@ class StandardCell:
 
     # ---- downstream -----------------------------------------------------------------------------
     def downstream(self) -> dict[str, Any]:
-        """The downstream protocol on the pretrained encoders; returns the record (not yet written)."""
+        """The downstream protocol on the pretrained encoders; returns the record (not yet written; :meth:`run`
+        adds ``numerics.speed``)."""
         spec, objective, seed, data, dev, cell, model = (self.spec, self.objective, self.seed, self.data, self.dev,
                                                         self.cell, self.model)
         pretrained_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -238,10 +241,8 @@ class StandardCell:
         if protocol.frozen_features:
             from fusebench.training.embedding_protocol import embedding_eval_record
 
-            record = embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
-                                           self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs)
-            record["numerics"] = {**record["numerics"], "speed": self.speed_record()}  # compilation's outcome is known now
-            return record
+            return embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
+                                         self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs)
         if ds_cfg.shots:
             data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
         probe = not protocol.trains_encoder
@@ -326,7 +327,6 @@ class StandardCell:
         model.load_state_dict(pretrained_state)
         diag = representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
         model.load_state_dict(final_state)
-        self.flags["numerics"]["speed"] = self.speed_record()  # compilation's outcome is known now
         return build_record(
             self.request, self.options.synthetic, dev, self.flags, data,
             curves={**self.pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.records import RecordError, check_record_file
+from fusebench.registry import ID_RULE, valid_id
 from fusebench.training.locks import (GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, read_lock,
                                       slurm_jobs)
 
@@ -86,6 +87,9 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
     queue = SlurmQueue()
     if benchmarks:
         names = list(benchmarks)
+        bad = [b for b in names if not valid_id(b)]  # each is a folder under ``out``: no path escapes
+        if bad:
+            raise ValueError(f"--benchmark {bad[0]!r} is not a benchmark id ({ID_RULE})")
     elif out.is_dir():
         names = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
     else:
