@@ -31,14 +31,8 @@ import torch.nn.functional as F
 from fusebench import objectives
 from fusebench.objectives.base import MultiViewObjective
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread inside this module (a fixed reduction order for the float64 references),
-    restored afterwards so the modules collected later run with the session's thread count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one intra-op thread (conftest): a fixed reduction order for the float64 references
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 NAMES = objectives.available()

@@ -24,14 +24,8 @@ from fusebench.training.model import for_backbone
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny point clouds: one intra-op thread is as fast, and on a shared, loaded 2-core machine two
-    threads spin-waiting for a busy core are many times slower. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# one intra-op thread (conftest): tiny point clouds, as fast, and no spin-waiting on a loaded machine
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ------------------------------------------------------------------------------------------
