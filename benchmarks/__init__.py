@@ -4,6 +4,13 @@
 :class:`fusebench.training.config.BenchmarkSpec`. Extra spec folders can be added through the
 ``FUSEBENCH_BENCHMARKS`` environment variable (``os.pathsep``-separated) or the entry-point group
 ``fusebench.benchmarks`` (value: a folder path or a ``module:attribute`` naming one).
+
+A benchmark's id is its file's stem. A spec file whose stem is not an id (``My Bench.yaml``), a folder
+that does not exist and an entry point that cannot be imported are each named in one
+:class:`~fusebench.registry.PluginWarning` and left out: the other specs still load. Two files with one
+stem, or a spec whose ``name:`` key claims another file's id, are a :class:`DuplicateIdError` naming both
+files (a ``name:`` that differs from the stem is refused when the spec is read:
+:func:`fusebench.training.config.read_spec`).
 """
 
 from __future__ import annotations
@@ -13,11 +20,13 @@ if __name__ != "fusebench.benchmarks":  # this folder is mapped to fusebench.ben
 
 import importlib
 import os
+import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from fusebench.registry import DuplicateIdError, Registry, UnknownNameError, closest
+from fusebench.registry import (ID_RULE, DuplicateIdError, PluginWarning, Registry, UnknownNameError, closest,
+                                describe_entry_point, valid_id)
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,7 +39,13 @@ def _folders() -> list[Path]:
         value = ep.value
         if ":" in value:
             mod, _, attr = value.partition(":")
-            value = str(getattr(importlib.import_module(mod), attr))
+            try:
+                value = str(getattr(importlib.import_module(mod), attr))
+            except Exception as e:  # noqa: BLE001 - a broken plugin must not block the other benchmarks
+                warnings.warn(f"benchmark plugin left out: {describe_entry_point(ep)}: {type(e).__name__}: "
+                              f"{' '.join(str(e).split())}; expected a folder path or 'module:attribute' naming "
+                              f"one", PluginWarning, stacklevel=3)
+                continue
         folders.append(Path(value))
     return folders
 
@@ -45,8 +60,17 @@ def registry() -> Registry:
         if folder.resolve() in seen:
             continue
         seen.add(folder.resolve())
+        if not folder.is_dir():
+            warnings.warn(f"benchmark folder left out: {folder} is not a folder (FUSEBENCH_BENCHMARKS or a "
+                          f"fusebench.benchmarks entry point); expected a folder of <id>.yaml spec files",
+                          PluginWarning, stacklevel=2)
+            continue
         for f in sorted(folder.glob("*.yaml")):
-            reg.add(f.stem.lower(), f, origin=str(f))
+            if not valid_id(f.stem):  # the id is the stem as written: 'My Bench', 'Quickstart' are not ids
+                warnings.warn(f"benchmark spec left out: {f}: its file name {f.stem!r} is not a benchmark id "
+                              f"({ID_RULE}); rename the file", PluginWarning, stacklevel=2)
+                continue
+            reg.add(f.stem, f, origin=str(f))
     return reg
 
 
@@ -66,7 +90,7 @@ def builtin() -> list[str]:
     """The benchmarks shipped with fusebench (this folder only: no FUSEBENCH_BENCHMARKS folder, no
     entry-point plugin). fusebench's own tests iterate these, so an installed plugin spec never
     makes them fail."""
-    return sorted(f.stem.lower() for f in HERE.glob("*.yaml"))
+    return sorted(f.stem for f in HERE.glob("*.yaml") if valid_id(f.stem))
 
 
 def path(name: str) -> Path:
@@ -81,9 +105,19 @@ def path(name: str) -> Path:
 
 
 def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = False):
+    from fusebench.training.config import SpecNameError
     from fusebench.training.spec_check import load_spec
 
-    return load_spec(path(name), overrides=overrides, synthetic=synthetic)
+    spec_path = path(name)
+    try:
+        return load_spec(spec_path, overrides=overrides, synthetic=synthetic)
+    except SpecNameError as e:  # its name: key claims another benchmark's id: name both files
+        other = _index().get(e.claimed)
+        if other is None or other == spec_path:
+            raise
+        raise DuplicateIdError(f"benchmark id {e.claimed!r} is claimed twice: by {other} (its file name) and by "
+                               f"{spec_path} (its name: key); a benchmark's id is its file name: drop the name: "
+                               f"key or rename the file") from None
 
 
 __all__ = ["DuplicateIdError", "available", "builtin", "load", "path", "registry"]

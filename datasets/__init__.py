@@ -35,8 +35,15 @@ def _describe(cls: Any) -> dict[str, Any]:
             "info": getattr(cls, "INFO", "")}
 
 
+def _home(name: str) -> str:
+    """The adapter module that registers dataset ``name`` (looking one id up imports that module only)."""
+    family = "multiview_mat" if name.startswith("mv_") else {"mosi": "mmsa", "mosei": "mmsa", "chsims": "mmsa",
+                                                             "physionet2018": "sleep", "sleep_edf": "sleep"}.get(name, name)
+    return f"{__name__}.{family}"
+
+
 # one module per adapter family; importing a module registers its ids (on the first lookup)
-DATASETS = Registry("dataset", entry_point_group="fusebench.datasets", describe=_describe, modules=tuple(
+DATASETS = Registry("dataset", entry_point_group="fusebench.datasets", describe=_describe, home=_home, modules=tuple(
     f"{__name__}.{m}" for m in ("nyuv2", "sunrgbd", "mmsa", "sleep", "quickstart", "multiview_mat")))
 
 

@@ -195,10 +195,24 @@ class MultimodalDataset(Dataset):
         return getattr(self._cache, "manifest_hash", None) if self._cache is not None else None
 
     # -- adapter hooks ------------------------------------------------------------------------
+    @classmethod
+    def files_read(cls, root: str | os.PathLike, options: dict[str, Any]) -> list[Path] | None:
+        """The data files a run on ``root`` with these dataset options reads, found without opening them:
+        the record's data fingerprint covers these (:func:`.fingerprint.fingerprint`). None (the default):
+        every file under the root. Override it when the root may hold files the adapter does not read."""
+        return None
+
     def source_files(self) -> list[Path] | None:
         """The input files a prepared cache depends on (absolute, or relative to ``root``); None (the
         default) means every file under the root. Override it when the root holds more than the
         adapter reads."""
+        return None
+
+    def sample_keys(self) -> list[str] | None:
+        """One id per sample of this split, the same for the same sample in every split (e.g.
+        ``<recording>:<epoch>``), found without reading the samples: a run whose splits share ids is a
+        pipeline check, never ranked (``dataset.data_check`` of its record). None (the default): the
+        adapter cannot say."""
         return None
 
     def _index(self) -> list[Any]:
@@ -329,3 +343,35 @@ class MultimodalDataset(Dataset):
             )
             sample = self._augment(sample, g)
         return sample
+
+    # -- batches sliced at once -----------------------------------------------------------------
+    def _in_memory(self) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+        """The split's samples as tensors, when the adapter holds them in memory and :meth:`_load_raw`
+        returns row ``index`` of each (cloned) and nothing else but ``meta``: ``({modality: [n, ...]},
+        targets [n, ...])``. None (the default): samples are loaded one by one."""
+        return None
+
+    def _meta(self, index: int) -> dict[str, Any]:
+        """``meta`` of sample ``index`` (what :meth:`_load_raw` puts there), for :meth:`fetch_batch`."""
+        raise NotImplementedError
+
+    def fetch_batch(self, indices: list[int], names: list[str]) -> dict[str, Any] | None:
+        """The samples ``indices`` batched exactly as ``collate([self[i] for i in indices], names)`` batches
+        them (same tensors, dtypes, order, meta), sliced at once from the in-memory tensors of
+        :meth:`_in_memory`: no sample-by-sample loading and stacking. None where that does not hold (no
+        in-memory tensors, a prepared cache attached, an augmentation of the adapter's own, a modality not
+        held, an index out of range): the caller then loads and collates the samples one by one."""
+        held = self._in_memory()
+        n = len(self)
+        if (held is None or self._cache is not None or not indices or
+                (self.augment and type(self)._augment is not MultimodalDataset._augment)):
+            return None
+        xs, y = held
+        if any(name not in xs or name not in self.modalities for name in names):
+            return None
+        if any(not 0 <= i < n for i in indices):
+            return None
+        rows = torch.tensor(indices, dtype=torch.long)
+        return {"names": list(names), "modalities": {name: xs[name].index_select(0, rows) for name in names},
+                "masks": {}, "present": torch.ones(len(names), len(indices), dtype=torch.bool),
+                "target": y.index_select(0, rows), "extra_targets": {}, "meta": [self._meta(i) for i in indices]}

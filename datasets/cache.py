@@ -288,13 +288,13 @@ def _json_meta(meta: Any, index: int) -> Any:
 
 
 def _collect_inputs(dataset: MultimodalDataset, memo: dict[Path, dict[str, Any]] | None, progress: bool) -> list[dict]:
-    from tqdm.auto import tqdm
+    from fusebench.training.progress import track
 
     root = Path(dataset.root).resolve()
     memo = {} if memo is None else memo
     out = []
     files = source_files(dataset)
-    for p in tqdm(files, desc=f"hash {dataset.id} inputs", unit="file", disable=not progress, leave=False):
+    for p in track(files, len(files), f"hash {dataset.id} inputs", progress):
         rp = p.resolve()
         try:
             st = rp.stat()
@@ -324,7 +324,7 @@ def prepare(
     written (disk full, read-only or unwritable ``base``: any ``OSError`` while writing); on any
     exception (Ctrl-C included) nothing is left behind.
     """
-    from tqdm.auto import tqdm
+    from fusebench.training.progress import track
 
     out = cache_dir(dataset, base)
     n = len(dataset)
@@ -361,7 +361,7 @@ def prepare(
                 w = writers[(group, name)] = _FieldWriter(path, f"{group}[{name!r}]" if name else group)
             return w
 
-        for i in tqdm(range(n), desc=f"prepare {dataset.id}/{dataset.split}", unit="sample", disable=not progress):
+        for i in track(range(n), n, f"prepare {dataset.id}/{dataset.split}", progress):
             try:
                 s = dataset._load_raw(i)
             except DatasetError:
@@ -716,7 +716,7 @@ def list_caches(dataset_id: str, root: str | os.PathLike | None = None, base: st
 
 def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
     """Recompute every hash recorded in ``folder``'s manifest; return the problems found ([] = valid)."""
-    from tqdm.auto import tqdm
+    from fusebench.training.progress import track
 
     folder = Path(folder)
     try:
@@ -727,7 +727,7 @@ def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
     root = Path(m["root"])
     recs = [("output", folder / r["path"], r) for r in m["outputs"]]
     recs += [("input", Path(r["path"]) if Path(r["path"]).is_absolute() else root / r["path"], r) for r in m["inputs"]]
-    for role, p, rec in tqdm(recs, desc=f"check {m['dataset']}/{m['split']}", disable=not progress, leave=False):
+    for role, p, rec in track(recs, len(recs), f"check {m['dataset']}/{m['split']}", progress):
         if not p.is_file():
             problems.append(f"{role} file {p} is missing")
             continue

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from fusebench.typed import load_yaml
+
 
 def _parse_opts(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -33,7 +35,10 @@ def _parse_opts(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--opt expects KEY=VALUE, got {item!r}")
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = load_yaml(value, f"--opt {key}")  # within the YAML limits of a spec (depth, aliases)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--opt {item!r}: the value is not valid YAML ({' '.join(str(e).split())})") from None
     return out
 
 

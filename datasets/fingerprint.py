@@ -13,6 +13,11 @@ multi-view .mat files, the sentiment pickles, the sample EDFs); above it only na
 the hash (``content_hashed: false``), which still separates copies that differ in any file's size
 or name. Hidden files and folders (``.tmp-*``, ``.complete``) are skipped. A root that is a single
 file (e.g. ``--data-root handwritten.mat``) is fingerprinted as that one file.
+
+Only the files the run reads are fingerprinted when its dataset adapter says which they are (the
+``files_read`` hook, e.g. the one ``.mat`` file of a ``multiview_mat`` dataset: ``--data-root multiview/``
+with ``mv_ngs`` fingerprints ``NGs.mat`` alone, as ``--data-root multiview/NGs.mat`` does), so another file
+added to the data folder leaves the records made from it comparable.
 """
 
 from __future__ import annotations
@@ -42,12 +47,32 @@ def _files(root: Path) -> list[tuple[str, Path]]:
     return sorted(out)
 
 
-def fingerprint(root: str | os.PathLike, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
-    """The fingerprint of every (non-hidden) file under ``root`` (see the module docstring)."""
+def _listed(root: Path, paths: list[str | os.PathLike]) -> list[tuple[str, Path]]:
+    """The given files, each named by its path relative to a folder root (its name for a file root, or for a
+    file outside the root)."""
+    out = []
+    for p in paths:
+        p = Path(p)
+        if not p.is_absolute() and not p.exists():
+            p = root / p
+        if not p.is_file():
+            raise FileNotFoundError(f"data file {p} does not exist")
+        try:
+            rel = p.resolve().relative_to(root.resolve()).as_posix() if root.is_dir() else p.name
+        except ValueError:
+            rel = p.name
+        out.append((rel, p))
+    return sorted(set(out))
+
+
+def fingerprint(root: str | os.PathLike, max_bytes: int = MAX_BYTES,
+                files: list[str | os.PathLike] | None = None) -> dict[str, Any]:
+    """The fingerprint of every (non-hidden) file under ``root``, or of ``files`` only (the files the
+    dataset adapter reads: its ``files_read`` hook) when given (see the module docstring)."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"data root {root} does not exist")
-    files = [(rel, p, p.stat().st_size) for rel, p in _files(root)]
+    files = [(rel, p, p.stat().st_size) for rel, p in (_files(root) if files is None else _listed(root, files))]
     total = sum(size for _, _, size in files)
     hashed = total <= max_bytes
     h = hashlib.sha256()

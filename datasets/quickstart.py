@@ -74,8 +74,14 @@ class Quickstart(MultimodalDataset):
         return {
             "modalities": {name: self._x[name][index].clone() for name in NAMES},
             "target": self._y[index].clone(),
-            "meta": {"id": f"{self.split}-{index}"},
+            "meta": self._meta(index),
         }
+
+    def _in_memory(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        return self._x, self._y
+
+    def _meta(self, index: int) -> dict[str, Any]:
+        return {"id": f"{self.split}-{index}"}
 
     @classmethod
     def write_synthetic(cls, root: Path, spec: SyntheticSpec) -> None:

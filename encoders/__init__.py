@@ -18,14 +18,17 @@ from fusebench.registry import Registry, UnknownNameError
 
 
 def _describe(cls: Any) -> dict[str, Any]:
-    """Metadata read off an encoder class: its typed options (``encoder.config``)."""
+    """Metadata read off an encoder class: its typed options (``encoder.config``) and the modality kinds it
+    reads (``input_kinds``; None: not declared)."""
     from fusebench.options import options_of
 
-    return {"options": options_of(cls)}
+    kinds = getattr(cls, "input_kinds", None)
+    return {"options": options_of(cls), "input_kinds": list(kinds) if kinds is not None else None}
 
 
 # one module per encoder; importing a module registers its id (on the first lookup)
-ENCODERS = Registry("encoder", entry_point_group="fusebench.encoders", describe=_describe, modules=tuple(
+ENCODERS = Registry("encoder", entry_point_group="fusebench.encoders", describe=_describe,
+                    home=lambda name: f"{__name__}.{name}", modules=tuple(  # looking one id up imports its module only
     f"{__name__}.{m}" for m in ("esanet", "pointnet2", "votenet", "seq_transformer", "eeg_conv", "mlp", "identity")))
 
 

@@ -5,6 +5,9 @@ A backbone built by ``fusebench.encoders.build(name, **cfg)`` consumes the colla
 :mod:`fusebench.datasets.collate` and offers:
 
 * ``modalities: list[str]`` — the modalities it encodes, in view order;
+* ``input_kinds`` (class attribute) — the modality kinds it reads (``vector``, ``signal``, ...);
+* ``large_model`` (class attribute) — True where intra-op threads pay on the CPU (ESANet, PointNet++,
+  VoteNet); a cell of any other encoder computes with one thread (:mod:`fusebench.training.threads`);
 * ``num_features: int`` — width of each per-modality pooled embedding;
 * ``embed(batch) -> Tensor[k, n, num_features]`` — one pooled embedding per modality: the views fed
   (through a projection head owned by the trainer) to the pretraining objectives;
@@ -46,6 +49,12 @@ class Backbone(nn.Module):
     num_features: int
     #: the task family of the encoder's own head and of its ``example_batch`` (benches, tests); None: no head
     default_task: ClassVar[str | None] = None
+    #: the modality kinds (``fusebench.datasets.base.MODALITY_KINDS``) it reads; a spec pairing it with a dataset
+    #: of another kind is refused when the spec is loaded, naming both. None: not declared (not checked)
+    input_kinds: ClassVar[tuple[str, ...] | None] = None
+    #: heavy enough per sample (convolutions on images, point sets) that a CPU cell computes with its share of the
+    #: CPUs; False: one intra-op thread, which small models are fastest with (fusebench/training/threads.py)
+    large_model: ClassVar[bool] = False
 
     def embed(self, batch: dict[str, Any]) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError

@@ -114,6 +114,8 @@ class EEGConvEncoder(Backbone):
         channels, out_dim: override the size's widths.
     """
 
+    input_kinds = ("signal",)  # the modality kinds it reads (encoders/base.py)
+
     default_task = "classification"
 
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "default",

@@ -283,6 +283,9 @@ class ESANet(Backbone):
         context_bins: pyramid-pooling bins.
     """
 
+    input_kinds = ("image", "depth", "normal")  # the modality kinds it reads (encoders/base.py)
+    large_model = True  # convolutions on images / point sets: intra-op threads pay (training/threads.py)
+
     default_task = "segmentation"
 
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "resnet34",

@@ -26,6 +26,8 @@ from fusebench.encoders.base import Backbone, zero_absent
 class IdentityEncoder(Backbone):
     """The vector inputs, zero-padded to the widest modality (no parameters)."""
 
+    input_kinds = ("vector",)  # the modality kinds it reads (encoders/base.py)
+
     default_task = "classification"
 
     def __init__(self, modalities: dict[str, int], num_classes: int = 4) -> None:

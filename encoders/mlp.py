@@ -28,6 +28,7 @@ class MLPEncoder(Backbone):
     does not say (tests, benches)."""
 
     default_task = "classification"
+    input_kinds = ("vector",)  # [n, d_m] per modality
 
     def __init__(self, modalities: dict[str, int], num_features: int = 32, hidden: int = 64, num_classes: int = 4) -> None:
         super().__init__()

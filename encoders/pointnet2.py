@@ -460,6 +460,9 @@ class PointNet2Encoder(Backbone):
     top of it.
     """
 
+    input_kinds = ("points", "point_features")  # the modality kinds it reads (encoders/base.py)
+    large_model = True  # convolutions on images / point sets: intra-op threads pay (training/threads.py)
+
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"),
                  config: str | BackboneConfig = "votenet") -> None:
         super().__init__()

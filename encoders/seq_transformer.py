@@ -132,6 +132,8 @@ class SeqTransformer(Backbone):
         dropout: dropout in the transformer layers and the fusion MLP.
     """
 
+    input_kinds = ("sequence", "vector")  # the modality kinds it reads (encoders/base.py)
+
     default_task = "regression"
 
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "default",

@@ -76,6 +76,7 @@ from fusebench.encoders.pointnet2 import (
     synthetic_scenes,
 )
 from fusebench.geometry3d import nms_3d, points_in_boxes
+from fusebench.training.utils import value_checks
 
 #: VoteNet sunrgbd_utils.type_mean_size, in SUNRGBD_CLASSES order: full sizes (dx, dy, dz) in metres
 SUNRGBD_MEAN_SIZES = (
@@ -151,7 +152,8 @@ class VoteNetHead(nn.Module):
         nh, ns, nc = config.num_heading_bins, num_classes, num_classes
         self.proposal = nn.Sequential(*_conv_bn_relu(p, p), *_conv_bn_relu(p, p),
                                       nn.Conv1d(p, 2 + 3 + 2 * nh + 4 * ns + nc, 1))
-        self.loss_terms: dict[str, float] = {}
+        #: the terms of the last loss, 0-dim tensors (detached; read only by whoever wants them)
+        self.loss_terms: dict[str, Tensor] = {}
 
     # ---------------------------------------------------------------------------------------
     def forward(self, seeds: dict[str, Any], batch: Any = None) -> dict[str, Tensor]:
@@ -186,8 +188,26 @@ class VoteNetHead(nn.Module):
         }
 
     # ---------------------------------------------------------------------------------------
+    def check_batch(self, batch: Any) -> Any:
+        """The class labels of ``batch``'s targets checked (in ``[0, num_classes)``), on the host before the
+        batch's copy to the device (the training loop's ``host`` hook), where the check reads no device;
+        returns ``batch``. Inside the loop's steps :meth:`loss` leaves the check to this."""
+        tgt = batch.get("target") if isinstance(batch, dict) else None
+        if isinstance(tgt, (list, tuple)):
+            for i, t in enumerate(tgt):
+                if isinstance(t, dict) and "labels" in t:
+                    lb = t["labels"]
+                    self._check_labels(i, lb.long().reshape(-1) if isinstance(lb, Tensor) else
+                                       torch.as_tensor(np.asarray(lb)).long().reshape(-1))
+        return batch
+
+    def _check_labels(self, i: int, lb: Tensor) -> None:
+        if len(lb) and (int(lb.min()) < 0 or int(lb.max()) >= self.num_classes):
+            raise ValueError(f"votenet: target {i} labels must be in [0, {self.num_classes}), got {lb.tolist()}")
+
     def _targets(self, batch: dict[str, Any], b: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-        """Padded ``boxes [B, G, 7]``, ``labels [B, G]``, ``valid [B, G]`` (G >= 1)."""
+        """Padded ``boxes [B, G, 7]``, ``labels [B, G]``, ``valid [B, G]`` (G >= 1); the labels' bounds are
+        checked here unless the caller checked them on the host (:meth:`check_batch`, the training loop)."""
         tgt = batch.get("target") if isinstance(batch, dict) else None
         if not isinstance(tgt, (list, tuple)) or len(tgt) != b:
             raise ValueError(f"votenet: batch['target'] must be a list of {b} dicts {{'boxes': [G, 7], 'labels': [G]}}")
@@ -205,8 +225,8 @@ class VoteNetHead(nn.Module):
                 t["labels"], Tensor) else t["labels"].long().reshape(-1)
             if len(lb) != len(bx):
                 raise ValueError(f"votenet: target {i} has {len(bx)} boxes but {len(lb)} labels")
-            if len(lb) and (int(lb.min()) < 0 or int(lb.max()) >= self.num_classes):
-                raise ValueError(f"votenet: target {i} labels must be in [0, {self.num_classes}), got {lb.tolist()}")
+            if value_checks():
+                self._check_labels(i, lb)
             n = len(lb)
             boxes[i, :n], labels[i, :n], valid[i, :n] = bx.to(device), lb.to(device), True
         return boxes, labels, valid
@@ -259,7 +279,7 @@ class VoteNetHead(nn.Module):
         sem_loss = wmean(F.cross_entropy(rearrange(output["sem_logits"], "b k c -> b c k"), alab, reduction="none"))
         box_loss = center_loss + 0.1 * hcls_loss + hres_loss + 0.1 * scls_loss + sres_loss
         loss = 10.0 * (vote_loss + 0.5 * obj_loss + box_loss + 0.1 * sem_loss)
-        self.loss_terms = {k: float(v.detach()) for k, v in {
+        self.loss_terms = {k: v.detach() for k, v in {
             "vote": vote_loss, "objectness": obj_loss, "center": center_loss, "heading_cls": hcls_loss,
             "heading_reg": hres_loss, "size_cls": scls_loss, "size_reg": sres_loss, "sem_cls": sem_loss,
             "positive_ratio": pos.mean(), "total": loss}.items()}
@@ -306,6 +326,9 @@ class VoteNet(Backbone):
 
     ``config``: "votenet" (paper) or "tiny" (tests); ``num_classes``, ``mean_sizes``, ``nms_iou``,
     ``per_class_proposal`` and ``conf_thresh`` configure the head."""
+
+    input_kinds = ("points", "point_features")  # the modality kinds it reads (encoders/base.py)
+    large_model = True  # convolutions on images / point sets: intra-op threads pay (training/threads.py)
 
     default_task = "detection"
 

@@ -23,7 +23,7 @@ import sys
 # subcommand -> (module, function taking argv list and returning an exit code, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "list": ("fusebench.listing", "main", "list registered benchmarks|objectives|datasets|encoders|metrics"),
-    "bench": ("fusebench.perf", "main", "speed/memory benchmarks: objectives|data|encoders|leaderboard"),
+    "bench": ("fusebench.perf", "main", "speed/memory benchmarks: objectives|data|encoders|leaderboard|gpu|cells|threads"),
     "data": ("fusebench.datasets.cli", "main", "prepare|check|info a dataset"),
     "run": ("fusebench.training.cli", "main", "run a benchmark by name (pretrain -> downstream -> run.json)"),
     "leaderboard": ("fusebench.leaderboard", "main", "regenerate leaderboard markdown from run.json files"),
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     module, func, _ = SUBCOMMANDS[ns.command]
+    _plugin_warnings_on_one_line()
     fn = getattr(importlib.import_module(module), func)
     try:
         return int(fn(ns.args) or 0)
@@ -65,6 +66,25 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _plugin_warnings_on_one_line() -> None:
+    """A plugin or spec file left out (:class:`fusebench.registry.PluginWarning`) is printed as one line,
+    ``warning: <message>``, without the source line Python adds to a warning."""
+    import warnings
+
+    from fusebench.registry import PluginWarning
+
+    default = warnings.formatwarning
+
+    def fmt(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, PluginWarning):
+            return f"warning: {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    if not getattr(default, "_fusebench_one_line", False):
+        fmt._fusebench_one_line = True  # type: ignore[attr-defined]
+        warnings.formatwarning = fmt
 
 
 if __name__ == "__main__":  # pragma: no cover

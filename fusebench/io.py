@@ -13,6 +13,10 @@ checkpoint or a cache file goes through :func:`atomic_write`, every file digest 
   and the comparability key of every record) and the ``json.dumps`` default (``", "`` / ``": "``, the
   input hashes of the committed plots and the synthetic datasets' cache keys). Changing either would
   change committed hashes.
+- JSON is strict everywhere (:func:`strict_json`): a non-finite float (NaN, an infinity) is written
+  as ``null``, never as the bare ``NaN`` / ``Infinity`` that strict parsers refuse, by
+  :func:`atomic_write_json` and :func:`canonical_json` alike (so a hash of a value holding NaN is the
+  hash of what the file holds).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -27,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "canonical_json",
-           "new_file_mode", "sha256_file", "sha256_hex", "write_if_changed"]
+           "finite_json", "new_file_mode", "sha256_file", "sha256_hex", "strict_json", "write_if_changed"]
 
 
 # -- file modes ----------------------------------------------------------------------------------
@@ -116,8 +121,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any, default: Callable[[Any], Any] | None = None) -> Path:
-    """``data`` as indented, sorted-key JSON with a final newline (the layout of every run record)."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=default) + "\n")
+    """``data`` as indented, sorted-key strict JSON (:func:`strict_json`: NaN and infinities written as
+    ``null``) with a final newline (the layout of every run record)."""
+    return atomic_write_text(path, strict_json(data, indent=2, sort_keys=True, default=default) + "\n")
 
 
 def write_if_changed(path: str | os.PathLike, text: str) -> bool:
@@ -150,7 +156,33 @@ def sha256_hex(data: str | bytes, length: int | None = None) -> str:
 
 
 def canonical_json(obj: Any, *, compact: bool = True, default: Callable[[Any], Any] | None = str) -> str:
-    """Sorted-key JSON of ``obj``, the form that is hashed. ``compact``: ``","`` / ``":"`` separators;
-    ``compact=False``: ``json.dumps``'s default ``", "`` / ``": "`` (plot input hashes, synthetic cache keys).
-    Values JSON cannot hold go through ``default`` (``str``)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":") if compact else None, default=default)
+    """Sorted-key strict JSON of ``obj`` (:func:`strict_json`: NaN and infinities as ``null``), the form
+    that is hashed. ``compact``: ``","`` / ``":"`` separators; ``compact=False``: ``json.dumps``'s default
+    ``", "`` / ``": "`` (plot input hashes, synthetic cache keys). Values JSON cannot hold go through
+    ``default`` (``str``)."""
+    return strict_json(obj, sort_keys=True, separators=(",", ":") if compact else None, default=default)
+
+
+# -- strict JSON ---------------------------------------------------------------------------------
+def finite_json(obj: Any, default: Callable[[Any], Any] | None = None) -> Any:
+    """``obj`` with every non-finite float (NaN, +-inf; numpy floats too) replaced by None, in mappings,
+    lists and tuples at any depth; other values JSON cannot hold go through ``default`` first (left as
+    they are without one, for ``json.dumps`` to refuse)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (str, int)):
+        return obj
+    if isinstance(obj, dict):
+        return {k: finite_json(v, default) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v, default) for v in obj]
+    return obj if default is None else finite_json(default(obj), default)
+
+
+def strict_json(obj: Any, default: Callable[[Any], Any] | None = None, **kw: Any) -> str:
+    """``json.dumps(obj, allow_nan=False, **kw)`` after :func:`finite_json`: NaN and infinities are
+    written as ``null``, never as the bare ``NaN`` / ``Infinity`` that strict JSON parsers refuse."""
+    try:  # the common case (every float finite) in one C pass
+        return json.dumps(obj, allow_nan=False, default=default, **kw)
+    except ValueError:  # "Out of range float values are not JSON compliant" (a circular value re-raises below)
+        return json.dumps(finite_json(obj, default), allow_nan=False, default=default, **kw)

@@ -1,13 +1,19 @@
 """``fusebench list benchmarks|objectives|datasets|encoders|metrics|pipelines [PATTERN] [--details]``.
 
 One block per registered id; ``--details`` adds the typed options (:mod:`fusebench.options`: name,
-type, default) that a spec may set for the component, and the registry metadata."""
+type, default) that a spec may set for the component, and the registry metadata.
+
+A plugin left out of its registry (:class:`~fusebench.registry.PluginWarning`), a plugin that cannot be
+imported or described, and a benchmark spec that does not load are each one ``warning:`` line on stderr
+naming the plugin's distribution and entry point (or the spec file); the other ids are still listed."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import inspect
+import sys
+import warnings
 from typing import Any
 
 KINDS = {
@@ -18,6 +24,9 @@ KINDS = {
     "benchmarks": "fusebench.benchmarks",
     "pipelines": "fusebench.pipelines",
 }
+#: the registry of each kind whose entries may come from entry-point plugins
+REGISTRIES = {"objectives": "OBJECTIVES", "datasets": "DATASETS", "encoders": "ENCODERS", "metrics": "METRICS",
+              "pipelines": "PIPELINES"}
 
 
 def _first_line(obj: Any) -> str:
@@ -130,7 +139,35 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--details", action="store_true",
                         help="also print each component's typed options (name: type = default) and metadata")
     ns = parser.parse_args(argv)
+    from fusebench.registry import DuplicateIdError, PluginError, PluginWarning
+
     pkg = importlib.import_module(KINDS[ns.kind])
-    for name in pkg.available(ns.pattern):
-        print("\n".join(describe(ns.kind, name, ns.details)))
+    registry = getattr(pkg, REGISTRIES.get(ns.kind, ""), None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PluginWarning)
+        try:
+            names = pkg.available(ns.pattern)
+        except DuplicateIdError as e:  # two built-ins, or two benchmark spec files, with one id
+            print(f"fusebench list: {e}", file=sys.stderr)
+            return 2
+        for name in names:
+            try:
+                print("\n".join(describe(ns.kind, name, ns.details)))
+            except Exception as e:  # noqa: BLE001 - a plugin or a spec file; a built-in's error is a bug: raised
+                where = registry.plugin(name) if registry is not None else None
+                if isinstance(e, PluginError) or (ns.kind == "benchmarks" and isinstance(e, ValueError)):
+                    why = str(e)  # names the plugin's distribution and entry point, or the spec file
+                elif where is not None:
+                    why = f"{where}: {type(e).__name__}: {e}"
+                else:
+                    raise
+                print(f"warning: {ns.kind[:-1]} {name!r} left out: {' '.join(why.split())}", file=sys.stderr)
+    shown = set()
+    for w in caught:
+        if issubclass(w.category, PluginWarning):
+            if str(w.message) not in shown:  # the spec folders are read at every lookup: once each
+                shown.add(str(w.message))
+                print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return 0

@@ -56,7 +56,8 @@ PIPELINES = Registry("pipeline", entry_point_group="fusebench.pipelines", descri
 #: the functions that run a built-in pipeline's cell, ``fn(request, options, context, trackers) -> record``,
 #: registered by the modules that implement them (imported on the first lookup): the declarations here
 #: import nothing of the training code, which sits above them
-CELLS = Registry("pipeline cell", modules=("fusebench.training.standard", "fusebench.training.gaussian_mi"))
+CELLS = Registry("pipeline cell", modules=("fusebench.training.standard", "fusebench.training.gaussian_mi"),
+                 home=lambda name: f"fusebench.training.{name}")
 
 
 class Pipeline:
@@ -70,6 +71,14 @@ class Pipeline:
     builds_encoder: ClassVar[bool] = False
     #: the precision policies the cell applies (fusebench.training.precision); others are refused at spec load
     precisions: ClassVar[tuple[str, ...]] = ("32",)
+    #: the keys of the spec's top-level ``options`` the cell reads; any other key (besides ``board`` and the
+    #: downstream protocol's ``options_key``) is refused at spec load, naming the closest
+    options: ClassVar[tuple[str, ...]] = ()
+    #: the spec fields the cell applies (dotted: a section such as ``options``, or one field such as
+    #: ``pretrain.lr``) besides :data:`SHARED_FIELDS`; None: every field. A field outside them is refused at
+    #: spec load unless it is at its default (:func:`unapplied_settings`), and is no part of a cell's
+    #: identity (its config hash: :func:`applied_form`, read by ``fusebench.training.config.cell_identity``)
+    applies: ClassVar[tuple[str, ...] | None] = None
 
     #: the id of the built-in function in :data:`CELLS` that runs this pipeline's cell (None: the
     #: subclass implements :meth:`run_cell` itself, as a plugin does)
@@ -142,14 +151,16 @@ class GaussianMIPipeline(Pipeline):
     downstream = False
     builds_encoder = False
     cell = "gaussian_mi"  # fusebench/training/gaussian_mi.py
+    options = ("samples_per_batch", "multiplicities", "sigma0", "sigma", "steps_per_epoch", "eval_batches",
+               "validity_alpha")  # checked by gaussian_mi_options_problems
+
+    # the cell trains an MLP with AdamW (lr, weight decay) for epochs x options.steps_per_epoch steps on
+    # batches of options.samples_per_batch: no dataset, encoder, downstream protocol, pretraining method,
+    # loader, speed option, missing views, grid search, schedule or projection head
+    applies = ("precision", "options", "pretrain.hparams", "pretrain.epochs", "pretrain.lr", "pretrain.weight_decay")
 
     def spec_problems(self, spec: Any) -> list[str]:  # bad study options fail when the spec loads
-        out = [*super().spec_problems(spec), *gaussian_mi_options_problems(spec.options)]
-        speed = getattr(spec, "speed", None)  # the standard cell's speed options: this cell applies none of them
-        if speed is not None and speed != type(speed)():
-            out.append("speed: the gaussian_mi pipeline applies no speed option (they are the standard cell's); "
-                       "leave the section at its defaults")
-        return out
+        return [*super().spec_problems(spec), *gaussian_mi_options_problems(spec.options)]
 
     def view_counts(self, spec: Any) -> list[int]:
         """One count per multiplicity ``options.multiplicities`` (default [2])."""
@@ -160,6 +171,73 @@ class GaussianMIPipeline(Pipeline):
         if kind != "views":
             return f"{spec.name}: objective {objective!r} ({kind} inputs) does not fit the Gaussian MI experiment"
         return None
+
+
+#: the spec fields of every pipeline: the board's text and columns, the sweep's lists, the override block
+#: for ``--synthetic``, how the board compares the rows, the default objective of a run that names none
+SHARED_FIELDS: tuple[str, ...] = ("name", "description", "pipeline", "objectives", "seeds", "metrics",
+                                  "selection_metric", "selection_metric_why", "protocol_notes", "synthetic",
+                                  "comparison", "pretrain.objective")
+
+
+def _split_applied(node: Mapping[str, Any], applies: tuple[str, ...], prefix: str = "") -> tuple[dict, dict]:
+    """(the fields of ``node`` covered by ``applies`` + :data:`SHARED_FIELDS`, the others), recursing into a
+    section of which only some fields are applied."""
+    keys = (*SHARED_FIELDS, *applies)
+    kept: dict[str, Any] = {}
+    left: dict[str, Any] = {}
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if any(path == k or path.startswith(k + ".") for k in keys):
+            kept[key] = value
+        elif isinstance(value, Mapping) and any(k.startswith(path + ".") for k in keys):
+            kept[key], rest = _split_applied(value, applies, path + ".")
+            if rest:
+                left[key] = rest
+        else:
+            left[key] = value
+    return kept, left
+
+
+def applied_form(form: Mapping[str, Any], pipeline: str) -> dict[str, Any]:
+    """A spec's canonical form (``BenchmarkSpec.to_dict()``, a record's ``config``) with only the fields the
+    pipeline ``pipeline`` applies (:attr:`Pipeline.applies`); ``form`` itself for a pipeline that applies
+    every field or that is not registered here (a plugin not installed: nothing is left out)."""
+    if not isinstance(pipeline, str) or pipeline not in PIPELINES:
+        return dict(form)
+    applies = PIPELINES.get(pipeline).applies
+    return dict(form) if applies is None else _split_applied(form, tuple(applies))[0]
+
+
+def _leaves(node: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(node, Mapping) and node:
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: node}
+
+
+def unapplied_settings(pipeline: Pipeline, spec: Any) -> list[str]:
+    """The fields of ``spec`` that ``pipeline``'s cell does not apply (:attr:`Pipeline.applies`) and that are
+    not at their default, each as one problem naming the dotted key (empty: none). Such a value would be
+    recorded and silently not used."""
+    applies = type(pipeline).applies
+    if applies is None:
+        return []
+    given = _leaves(_split_applied(spec.to_dict(), tuple(applies))[1], "")
+    default = _leaves(_split_applied(type(spec)().to_dict(), tuple(applies))[1], "")
+    name = getattr(spec, "pipeline", type(pipeline).__name__)
+    differ = {k for k in set(given) | set(default) if given.get(k, _ABSENT) != default.get(k, _ABSENT)}
+    out = []
+    for key in sorted(k for k in differ if not any(d.startswith(k + ".") for d in differ)):  # {} vs its entries
+        fix = "leave it at its default" + (f" {default[key]!r}" if key in default else "")
+        out.append(f"{key} = {given.get(key)!r}: the {name} pipeline does not apply it (of the pipeline-specific "
+                   f"fields its cell reads only {', '.join(applies)}); {fix}")
+    return out
+
+
+_ABSENT = object()
 
 
 def pipeline_of(spec: Any) -> Pipeline:
@@ -202,5 +280,6 @@ def gaussian_mi_options_problems(options: Mapping[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["CELLS", "DEFAULT_VALIDITY_ALPHA", "PIPELINES", "GaussianMIPipeline", "Pipeline", "StandardPipeline",
-           "available", "gaussian_mi_options_problems", "pipeline_of"]
+__all__ = ["CELLS", "DEFAULT_VALIDITY_ALPHA", "PIPELINES", "SHARED_FIELDS", "GaussianMIPipeline", "Pipeline",
+           "StandardPipeline", "applied_form", "available", "gaussian_mi_options_problems", "pipeline_of",
+           "unapplied_settings"]

@@ -1,14 +1,24 @@
 """Typed parsing of settings (layer 0): a mapping read from YAML or ``--set`` becomes a dataclass, with
 every key and type checked, and one :class:`ConfigError` naming the key (``where``) and what was
 expected when something is wrong. The benchmark spec (:mod:`fusebench.training.config`) and the
-pretraining methods' options (:mod:`fusebench.training.methods`) are parsed with it."""
+pretraining methods' options (:mod:`fusebench.training.methods`) are parsed with it.
+
+YAML settings are read with :func:`load_yaml`: PyYAML's safe loader (plain data only) within two limits,
+checked while the document is composed, before any Python object is built: nesting depth
+(:data:`YAML_MAX_DEPTH`) and the document's size once its aliases are expanded (:data:`YAML_MAX_EXPANDED`,
+nodes plus scalar characters, so an alias bomb is refused however small its file). A document over
+either limit, or with an alias inside its own anchor, is one :class:`ConfigError` naming the file and
+the limit (never a ``RecursionError``, never a run that serialises the expansion)."""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from typing import Any
+
+import yaml
 
 
 class ConfigError(ValueError):
@@ -62,11 +72,95 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
         raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - fields)
+    unknown = sorted(set(data) - fields, key=repr)
     if unknown:
-        raise ConfigError(f"{where or cls.__name__}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
+        hint = difflib.get_close_matches(str(unknown[0]), sorted(fields), n=1, cutoff=0.6)
+        raise ConfigError(f"{where or cls.__name__}: unknown key(s) {unknown}"
+                          + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; valid keys: {sorted(fields)}")
     kwargs = {k: check_type(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
     return cls(**kwargs)
 
 
-__all__ = ["ConfigError", "check_type", "from_dict"]
+#: the deepest nesting of mappings / lists a YAML settings document may have (the specs use under 10)
+YAML_MAX_DEPTH = 50
+#: the largest size a YAML settings document may have once its aliases are expanded: nodes plus scalar
+#: characters (the largest shipped spec is under 10,000)
+YAML_MAX_EXPANDED = 1_000_000
+
+
+class _Limit(Exception):
+    """A YAML document over a limit of :func:`load_yaml` (turned into a ConfigError naming the source)."""
+
+
+class BoundedSafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses, while composing, a document nested deeper than
+    :data:`YAML_MAX_DEPTH` or larger than :data:`YAML_MAX_EXPANDED` once its aliases are expanded
+    (an alias is the same node object as its anchor: sizes are counted once per node, in linear time)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._level = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._level += 1
+        try:
+            if self._level > YAML_MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                raise _Limit(f"nested deeper than {YAML_MAX_DEPTH} levels (line {line}), the limit of a settings "
+                             f"document")
+            return super().compose_node(parent, index)
+        finally:
+            self._level -= 1
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _expanded(node, 1, {}, set())
+        return node
+
+
+def _expanded(node: yaml.Node, level: int, memo: dict[int, tuple[int, int]], active: set[int]) -> tuple[int, int]:
+    """(size, depth) of ``node`` with every alias expanded: size = nodes + scalar characters, depth = levels
+    below and including it; :class:`_Limit` as soon as ``level`` + depth or the size passes a limit."""
+    key = id(node)
+    if key in memo:
+        size, depth = memo[key]
+    elif key in active:
+        raise _Limit("an alias used inside its own anchor (a recursive document)")
+    elif level > YAML_MAX_DEPTH:
+        raise _Limit(f"nested deeper than {YAML_MAX_DEPTH} levels once its aliases are expanded, the limit of a "
+                     f"settings document")
+    else:
+        active.add(key)
+        if isinstance(node, yaml.ScalarNode):
+            children: list[yaml.Node] = []
+            size, depth = 1 + len(node.value), 1
+        else:
+            children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+            size, depth = 1, 1
+        for child in children:
+            s, d = _expanded(child, level + 1, memo, active)
+            size, depth = size + s, max(depth, d + 1)
+            if size > YAML_MAX_EXPANDED:
+                raise _Limit(f"larger than {YAML_MAX_EXPANDED:,} nodes and scalar characters once its aliases are "
+                             f"expanded, the limit of a settings document (an alias bomb?)")
+        active.discard(key)
+        memo[key] = (size, depth)
+    if level - 1 + depth > YAML_MAX_DEPTH:
+        raise _Limit(f"nested deeper than {YAML_MAX_DEPTH} levels once its aliases are expanded, the limit of a "
+                     f"settings document")
+    return size, depth
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """``text`` parsed as YAML by :class:`BoundedSafeLoader`; a document over its limits is a
+    :class:`ConfigError` ``"<source>: ..."``; invalid YAML raises ``yaml.YAMLError`` as ``yaml.safe_load`` does."""
+    try:
+        return yaml.load(text, Loader=BoundedSafeLoader)  # noqa: S506 - a SafeLoader subclass
+    except _Limit as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except RecursionError:  # a limit above should come first; never a traceback for a settings file
+        raise ConfigError(f"{source}: nested too deeply to read (limit {YAML_MAX_DEPTH} levels)") from None
+
+
+__all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "check_type", "from_dict",
+           "load_yaml"]

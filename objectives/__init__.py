@@ -2,6 +2,13 @@
 
 ``build(name, **hparams)`` returns an ``nn.Module``; ``available()`` lists the registered ids.
 Third-party objectives register through the entry-point group ``fusebench.objectives``.
+
+Every objective ``build`` returns checks what each call returns (a forward hook,
+:func:`check_loss_output`): a scalar (0-d) float32 / float64 tensor, carrying a gradient whenever grad
+mode is on and an input requires one. Anything else is one :class:`ObjectiveOutputError` naming the
+objective id and where it comes from (a plugin's distribution and entry point), instead of PyTorch's
+message from ``backward``. The check reads tensor metadata only (type, ``dim``, ``dtype``,
+``requires_grad``), never a value: no device synchronisation.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ if __name__ != "fusebench.objectives":  # this folder is mapped to fusebench.obj
 
 from typing import Any
 
-from fusebench.registry import Registry, UnknownNameError
+from fusebench.registry import PluginError, Registry, UnknownNameError
 
 
 def _describe(cls: Any) -> dict[str, Any]:
@@ -26,8 +33,17 @@ def _describe(cls: Any) -> dict[str, Any]:
     return meta
 
 
+_FAMILY = {"infonce_avg": "infonce", "infonce_pwe": "infonce", "byol_avg": "byol", "byol_pwe": "byol", "dhel": "mv_infonce",
+           "mv_dhel": "mv_infonce", "pvc_arithmetic": "polyview", "pvc_geometric": "polyview", "suff_stats": "polyview"}
+
+
+def _home(name: str) -> str:
+    """The loss module that registers objective ``name`` (looking one id up imports that module only)."""
+    return f"{__name__}.{_FAMILY.get(name, name)}"
+
+
 # one module per loss family; importing a module registers its ids (on the first lookup)
-OBJECTIVES = Registry("objective", entry_point_group="fusebench.objectives", describe=_describe, modules=tuple(
+OBJECTIVES = Registry("objective", entry_point_group="fusebench.objectives", describe=_describe, home=_home, modules=tuple(
     f"{__name__}.{m}" for m in ("infonce", "multicrop", "polyview", "mv_infonce", "byol", "tuple_infonce",
                                 "matching_gap", "m3g")))
 
@@ -37,12 +53,57 @@ def available(pattern: str | None = None) -> list[str]:
     return OBJECTIVES.available(pattern)
 
 
+class ObjectiveOutputError(TypeError):
+    """An objective returned something other than a scalar float tensor with a gradient (one line: the
+    objective id, its origin, what it returned, what was expected)."""
+
+
+#: the dtypes a loss may have: float32, or float64 for float64 views (never half: losses compute in float32)
+LOSS_DTYPES = ("torch.float32", "torch.float64")
+
+
+def origin(name: str) -> str:
+    """Where objective ``name`` comes from, for messages: its plugin's distribution and entry point, or
+    ``built-in``."""
+    return OBJECTIVES.plugin(name) or "built-in"
+
+
+def check_loss_output(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+    """Forward hook of every built objective: ``output`` must be a 0-d float32 / float64 tensor that
+    requires grad when grad mode is on and a tensor argument requires grad. Reads metadata only."""
+    import torch  # here, not at the top: the package's light questions (equivalence) import no torch
+
+    problem = None
+    if not isinstance(output, torch.Tensor):
+        problem = f"returned a {type(output).__name__}"
+    elif output.dim() != 0:
+        problem = f"returned a tensor of shape {tuple(output.shape)}, not a scalar"
+    elif str(output.dtype) not in LOSS_DTYPES:
+        problem = f"returned a {output.dtype} tensor (losses compute in float32)"
+    elif (not output.requires_grad and torch.is_grad_enabled()
+          and any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))):
+        problem = "returned a tensor without a gradient (detached, or computed outside autograd) from inputs that require one"
+    if problem is not None:
+        name = getattr(module, "registry_id", type(module).__name__)
+        raise ObjectiveOutputError(f"objective {name!r} ({origin(name)}) {problem}; expected a scalar float32 "
+                                   f"tensor (shape ()) differentiable with respect to the views")
+
+
 def build(name: str, **hparams: Any):
-    """Instantiate objective ``name`` with hyperparameters ``hparams`` (e.g. ``tau=0.1``)."""
+    """Instantiate objective ``name`` with hyperparameters ``hparams`` (e.g. ``tau=0.1``); its calls are
+    checked by :func:`check_loss_output`. A plugin factory that builds no ``nn.Module`` is a
+    :class:`~fusebench.registry.PluginError` naming its distribution and entry point."""
+    from torch import nn
+
     cls = OBJECTIVES.get(name)
     module = cls(**hparams)
+    if not isinstance(module, nn.Module):
+        raise PluginError(f"objective {name!r} ({origin(name)}) built a {type(module).__name__}; expected a "
+                          f"torch.nn.Module called on the views that returns the loss")
     module.registry_id = name.lower()
+    module.register_forward_hook(check_loss_output, with_kwargs=True)
     return module
 
 
-__all__ = ["OBJECTIVES", "UnknownNameError", "available", "build"]
+__all__ = ["LOSS_DTYPES", "OBJECTIVES", "ObjectiveOutputError", "UnknownNameError", "available", "build",
+           "check_loss_output", "origin"]

@@ -13,7 +13,15 @@ every device type where it is on (the CPU, the devices of its tensor arguments, 
 and with every bfloat16 / float16 tensor argument (positional or keyword) upcast to float32 first; their
 gradients flow back through the cast in their own dtype. Other arguments (bool masks, float32 / float64
 tensors, non-tensors) are passed unchanged. Forward pre-hooks see the caller's tensors (before the
-upcast); forward hooks see the loss in the compute dtype.
+upcast); forward hooks see the loss in the compute dtype. The CUDA matrix products and convolutions inside
+run in full float32 too: the TF32 switches (``fp32_precision`` of cuBLAS and cuDNN) are set to ``ieee`` for
+the call and restored after it (:func:`fusebench.training.precision.full_float32`), whatever the precision
+policy of the run.
+
+Inside the training loop's steps (:func:`fusebench.training.utils.deferred_value_checks`) the checks that
+would read the device are left to the loop: the NaN / Inf scan of the views (the loop stops on the
+non-finite loss they give) and the test whether a mask is full (the Pretrainer passes a mask only when its
+host-side check of the batch found a missing view).
 
 Every loss module's docstring names its paper (authors, title, venue, year and an arXiv id or URL) and,
 where a ``variant`` follows the authors' released code, the repository and file; the class attribute
@@ -29,6 +37,9 @@ from typing import Any, Callable, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from fusebench.training.precision import full_float32
+from fusebench.training.utils import value_checks
 
 #: floating dtypes an objective never computes in: tensor arguments in them are upcast to float32
 HALF_DTYPES = frozenset({torch.float16, torch.bfloat16})
@@ -52,30 +63,37 @@ def _upcast(a: Any) -> Any:
 def compute_in_float32(forward: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap an objective's ``forward``: autocast off (for every device type where it is on: the tensor
     arguments' devices, the CPU and :data:`AUTOCAST_DEVICE_TYPES`) and bfloat16 / float16 tensor arguments,
-    positional or keyword, upcast to float32 (differentiably: gradients reach the half-precision tensors).
+    positional or keyword, upcast to float32 (differentiably: gradients reach the half-precision tensors);
+    the TF32 switches off for the call (:func:`fusebench.training.precision.full_float32`).
     Applied to every subclass's own ``forward`` by :meth:`MultiViewObjective.__init_subclass__`; idempotent."""
     if getattr(forward, "_fusebench_compute_in_float32", False):
         return forward
 
     @functools.wraps(forward)
     def guarded(self, *args: Any, **kwargs: Any) -> Any:
-        for a in (*args, *kwargs.values()):
-            if isinstance(a, Tensor) and a.dtype in HALF_DTYPES:
-                args = tuple(_upcast(b) for b in args)
-                kwargs = {key: _upcast(b) for key, b in kwargs.items()}
-                break
-        if not _any_autocast_enabled():
-            return forward(self, *args, **kwargs)
-        device_types = {a.device.type for a in (*args, *kwargs.values()) if isinstance(a, Tensor)}
-        device_types.update(AUTOCAST_DEVICE_TYPES)
-        with ExitStack() as stack:
-            for t in sorted(device_types):
-                if _autocast_enabled(t):
-                    stack.enter_context(torch.autocast(device_type=t, enabled=False))
-            return forward(self, *args, **kwargs)
+        with full_float32():  # no TF32 in the objective's CUDA matrix products, whatever the precision policy
+            return _in_float32(forward, self, args, kwargs)
 
     guarded._fusebench_compute_in_float32 = True  # type: ignore[attr-defined]
     return guarded
+
+
+def _in_float32(forward: Callable[..., Any], self: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """``forward(self, *args, **kwargs)`` with half-precision tensor arguments upcast and autocast off."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Tensor) and a.dtype in HALF_DTYPES:
+            args = tuple(_upcast(b) for b in args)
+            kwargs = {key: _upcast(b) for key, b in kwargs.items()}
+            break
+    if not _any_autocast_enabled():
+        return forward(self, *args, **kwargs)
+    device_types = {a.device.type for a in (*args, *kwargs.values()) if isinstance(a, Tensor)}
+    device_types.update(AUTOCAST_DEVICE_TYPES)
+    with ExitStack() as stack:
+        for t in sorted(device_types):
+            if _autocast_enabled(t):
+                stack.enter_context(torch.autocast(device_type=t, enabled=False))
+        return forward(self, *args, **kwargs)
 
 
 class MultiViewObjective(nn.Module):
@@ -121,7 +139,7 @@ class MultiViewObjective(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stats: dict[str, float] = {}
+        self.stats: dict[str, float | Tensor] = {}  # 0-dim tensors stay on the device until read
 
     @property
     def name(self) -> str:
@@ -150,7 +168,7 @@ class MultiViewObjective(nn.Module):
             raise ValueError(f"{who}: needs n >= 2 samples in {arg} [k, n, d], got n={n}")
         if d < 1:
             raise ValueError(f"{who}: {arg} [k, n, d] has d=0")
-        if finite and not torch.isfinite(views.detach()).all():
+        if finite and value_checks() and not torch.isfinite(views.detach()).all():
             raise ValueError(f"{who}: {arg} contains NaN or Inf values")
 
     def check_mask(self, mask: Tensor | None, views: Tensor) -> Tensor | None:
@@ -161,7 +179,7 @@ class MultiViewObjective(nn.Module):
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (k, n):
             shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
             raise ValueError(f"{self.name}: mask must be a BoolTensor of shape [k, n] = {(k, n)}, got {shape}")
-        if bool(mask.all()):
+        if value_checks() and bool(mask.all()):  # deferred: the caller passes a mask only when one is missing
             return None
         if not self.supports_mask:
             raise ValueError(

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
+from fusebench.objectives.infonce import off_diagonal
 
 __all__ = ["BYOLPairwise", "BYOLAverage"]
 
@@ -86,11 +87,9 @@ class BYOLPairwise(_BYOLBase):
                             "(M3G Eq. 3; Piran et al. 2024, arXiv:2405.19532)")
 
     def byol(self, p: Tensor, t: Tensor) -> Tensor:
-        k = p.shape[0]
         cos = torch.einsum("lid,mid->lm", p, t) / p.shape[1]  # mean cosine of P^l vs T^m
-        off = ~torch.eye(k, dtype=torch.bool, device=p.device)
-        mean_cos = cos[off].mean()
-        self.stats = {"pos_cos": float(mean_cos.detach())}
+        mean_cos = off_diagonal(cos).mean()
+        self.stats = {"pos_cos": mean_cos.detach()}
         return 2 - 2 * mean_cos
 
 
@@ -107,5 +106,5 @@ class BYOLAverage(_BYOLBase):
     def byol(self, p: Tensor, t: Tensor) -> Tensor:
         rest = F.normalize(t.sum(0, keepdim=True) - t, dim=-1)  # [k, n, d]
         mean_cos = torch.einsum("lid,lid->", p, rest) / (p.shape[0] * p.shape[1])
-        self.stats = {"pos_cos": float(mean_cos.detach())}
+        self.stats = {"pos_cos": mean_cos.detach()}
         return 2 - 2 * mean_cos

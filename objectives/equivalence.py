@@ -154,7 +154,7 @@ def parse_condition(text: object, where: str = "condition") -> Condition:
     if isinstance(text, str):
         if text.strip() == ALL:
             return Condition(ALL)
-        m = _CONDITION_RE.match(text)
+        m = _CONDITION_RE.fullmatch(text)
         if m and int(m.group(2)) >= 2:
             return Condition(m.group(1), int(m.group(2)))
     raise ValueError(f"{where}: expected 'all' or 'k == N' / 'k <= N' / 'k >= N' with an integer N >= 2, "

@@ -137,13 +137,45 @@ def ntxent_terms(a: Tensor, b: Tensor, valid: Tensor, tau: float) -> tuple[Tenso
     return terms, keep, pos * tau
 
 
-def pair_stats(pos: Tensor, valid: Tensor, keep: Tensor) -> dict[str, float]:
-    """Diagnostics of the NT-Xent pair losses: mean positive cosine over valid samples, number of terms."""
-    return {"pos_cos": float(((pos * valid).sum() / valid.sum().clamp_min(1)).detach()), "terms": float(keep.sum())}
+def pair_stats(pos: Tensor, valid: Tensor, keep: Tensor) -> dict[str, Tensor]:
+    """Diagnostics of the NT-Xent pair losses: mean positive cosine over valid samples, number of terms (0-dim
+    tensors on the device, read only by whoever wants them: no wait for the device in a training step)."""
+    return {"pos_cos": ((pos * valid).sum() / valid.sum().clamp_min(1)).detach(), "terms": keep.sum().to(pos.dtype)}
 
 
-def masked_mean(terms: Tensor, keep: Tensor, who: str) -> Tensor:
-    count = int(keep.sum())
+def pair_index(k: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The view indices ``(l, m)`` of the k(k-1)/2 pairs l < m (itertools order) as tensors on ``device``,
+    made once per (k, device): a tensor built from a Python list every call is a blocking copy to a GPU."""
+    key = (k, torch.device(device))
+    got = _PAIRS.get(key)
+    if got is None:
+        pairs = list(combinations(range(k), 2))
+        got = _PAIRS[key] = (torch.tensor([p[0] for p in pairs], device=device),
+                             torch.tensor([p[1] for p in pairs], device=device))
+    return got
+
+
+_PAIRS: dict[tuple[int, torch.device], tuple[Tensor, Tensor]] = {}
+_OFF: dict[tuple[int, torch.device], Tensor] = {}
+
+
+def off_diagonal(x: Tensor) -> Tensor:
+    """``x[~torch.eye(k, dtype=torch.bool)]`` for ``x`` [k, k, ...]: the entries (a, b) with a != b in row-major
+    order, as one gather with an index made once per (k, device) instead of a boolean selection (its size is
+    data-dependent, so it waits for the device); the same values and gradients."""
+    k = x.shape[0]
+    key = (k, x.device)
+    idx = _OFF.get(key)
+    if idx is None:
+        idx = _OFF[key] = torch.nonzero(~torch.eye(k, dtype=torch.bool).flatten()).squeeze(1).to(x.device)
+    return x.reshape(k * k, *x.shape[2:])[idx]
+
+
+def masked_mean(terms: Tensor, keep: Tensor, who: str, count: int | None = None) -> Tensor:
+    """The mean of ``terms`` where ``keep``; ``count``: the number of kept terms when the caller knows it
+    (no mask: every term), else it is read from ``keep`` (one wait for the device)."""
+    if count is None:
+        count = int(keep.sum())
     if count == 0:
         raise ValueError(f"{who}: the mask leaves no usable term (every view pair needs >= 2 samples present in both views)")
     return torch.where(keep, terms, torch.zeros_like(terms)).sum() / count
@@ -167,16 +199,14 @@ class InfoNCEPairwise(MultiViewObjective):
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
-        pairs = list(combinations(range(k), 2))
-        li = torch.tensor([p[0] for p in pairs], device=z.device)
-        mi = torch.tensor([p[1] for p in pairs], device=z.device)
+        li, mi = pair_index(k, z.device)
         if mask is None:
-            valid = torch.ones(len(pairs), n, dtype=torch.bool, device=z.device)
+            valid = torch.ones(len(li), n, dtype=torch.bool, device=z.device)
         else:
             valid = mask[li] & mask[mi]
         terms, keep, pos = ntxent_terms(z[li], z[mi], valid, self.tau)
         self.stats = pair_stats(pos, valid, keep)
-        return masked_mean(terms, keep, self.name)
+        return masked_mean(terms, keep, self.name, count=terms.numel() if mask is None else None)
 
 
 @OBJECTIVES.register("infonce_avg")
@@ -221,4 +251,4 @@ class InfoNCEAverage(MultiViewObjective):
         terms, keep, pos = ntxent_terms(z, rest, valid, self.tau)
         cos = pos / rest.norm(dim=-1).clamp_min(torch.finfo(z.dtype).tiny)  # cosine, for the diagnostics
         self.stats = pair_stats(cos, valid, keep)
-        return masked_mean(terms, keep, self.name)
+        return masked_mean(terms, keep, self.name, count=terms.numel() if mask is None else None)

@@ -41,6 +41,8 @@ the Danskin surrogate is the single inner product ``<-2 W, G>``, ``W = (J - Pi) 
 ``backend`` (``auto`` solver, ``cv`` cost): ``"auto"`` runs small CPU problems (n^k <= 2^16) as one
 compiled call (:mod:`fusebench.objectives.m3g_compiled`, numba, extra ``fast``; the same iterates in
 float64) and the rest eagerly; ``"eager"`` never compiles; ``"compiled"`` always does.
+Cost declaration: :meth:`M3G.memory_bytes` (the runner checks it against a memory budget before any cell
+starts); the module is longer than ~450 lines because it keeps that declaration beside the paths it describes.
 
 Shape:
     views: ``[k, n, d]`` (k >= 2) -> scalar.  Cost tensor (reference only): ``[n] * k``.
@@ -152,6 +154,26 @@ class M3G(MultiViewObjective):
     def extra_repr(self) -> str:
         return (f"eps={self.eps}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, "
                 f"solver={self.solver!r}, backend={self.backend!r}")
+
+    def memory_bytes(self, n: int, k: int, dtype: torch.dtype = torch.float32, d: int = 128) -> int:
+        """The cost declaration: peak bytes one loss call (forward and backward) allocates on ``k`` views of
+        ``n`` samples of width ``d`` in ``dtype`` (half precision is computed in float32), from the buffers of
+        the solver path this configuration takes (:mod:`fusebench.objectives.m3g_memory`). Raises the
+        ValueError the call itself would raise when the reference solver would materialise more than
+        ``MAX_DENSE_ENTRIES`` entries. The runner checks it against a memory budget before any cell starts
+        (:mod:`fusebench.training.memory_budget`)."""
+        from fusebench.objectives import m3g_memory
+
+        itemsize = torch.empty((), dtype=torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype).element_size()
+        if self.solver == "reference" or self.cost == "csd":
+            if n**k > MAX_DENSE_ENTRIES:
+                raise ValueError(f"m3g: the reference solver (used for solver='reference' and cost='csd') "
+                                 f"materialises n^k = {n}^{k} entries, more than {MAX_DENSE_ENTRIES}")
+            return m3g_memory.dense_bytes(k, n, d, itemsize, self.cost == "csd")
+        out = itemsize * m3g_memory.auto_entries(k, n, d)
+        if self.backend != "eager" and n**k <= (MAX_DENSE_ENTRIES if self.backend == "compiled" else COMPILED_MAX_ENTRIES):
+            out = max(out, m3g_memory.compiled_bytes(k, n, d))
+        return int(out)
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape

@@ -52,7 +52,7 @@ from torch import Tensor
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
-from fusebench.objectives.infonce import check_tau, masked_logsumexp
+from fusebench.objectives.infonce import check_tau, masked_logsumexp, off_diagonal
 
 __all__ = ["MultiCrop"]
 
@@ -84,7 +84,6 @@ class MultiCrop(MultiViewObjective):
         pos = torch.diagonal(g, dim1=1, dim2=3)  # [a, b, i] = g[a, i, b, i]
         lse = torch.logaddexp(lse_same.unsqueeze(-1), lse_other)  # [a, i, b]
         terms = lse.permute(0, 2, 1) - pos  # [a, b, i]
-        off = ~torch.eye(k, dtype=torch.bool, device=z.device)  # ordered pairs a != b
-        out = terms[off].mean()
-        self.stats = {"pos_cos": float(pos[off].detach().mean() * self.tau)}
+        out = off_diagonal(terms).mean()
+        self.stats = {"pos_cos": off_diagonal(pos).detach().mean() * self.tau}
         return out

@@ -101,9 +101,10 @@ def _alignment(g: Tensor, present: Tensor, unordered: bool) -> Tensor:
     return masked_logsumexp(rearrange(pos, "l m i -> i (l m)"), rearrange(keep, "l m i -> i (l m)"), -1)
 
 
-def _samples(present: Tensor, who: str) -> Tensor:
+def _samples(present: Tensor, who: str, full: bool = False) -> Tensor:
+    """Bool [n]: the samples with >= 2 present views; ``full`` (no mask): all of them, known without a read."""
     valid = present.sum(0) >= 2  # [n]
-    if int(valid.sum()) < 2:
+    if not full and int(valid.sum()) < 2:
         raise ValueError(f"{who}: the mask leaves {int(valid.sum())} sample(s) with >= 2 present views; need >= 2")
     return valid
 
@@ -119,13 +120,19 @@ class _MVBase(MultiViewObjective):
     def _setup(self, z: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         k, n, _ = z.shape
         present = torch.ones(k, n, dtype=torch.bool, device=z.device) if mask is None else mask
-        valid = _samples(present, self.name)
+        valid = _samples(present, self.name, full=mask is None)
         g = torch.einsum("lid,mjd->limj", z, z) / self.tau  # [k, n, k, n]
         off = ~torch.eye(k, dtype=torch.bool, device=z.device)
         cos = torch.diagonal(g, dim1=1, dim2=3) * self.tau  # [l, l', i]
         pk = off.unsqueeze(-1) & present.unsqueeze(1) & present.unsqueeze(0)
-        self.stats = {"pos_cos": float(((cos * pk).sum() / pk.sum().clamp_min(1)).detach())}
+        self.stats = {"pos_cos": ((cos * pk).sum() / pk.sum().clamp_min(1)).detach()}
         return g, present, valid
+
+    @staticmethod
+    def _mean(per: Tensor, valid: Tensor, mask: Tensor | None) -> Tensor:
+        """The mean of ``per`` [n] over the ``valid`` samples; without a mask every sample is valid and the
+        selection (a wait for the device: its size is data-dependent) is skipped (the same numbers)."""
+        return per.mean() if mask is None else per[valid].mean()
 
 
 @OBJECTIVES.register("mv_infonce")
@@ -149,7 +156,7 @@ class MVInfoNCE(_MVBase):
         neg = masked_logsumexp(rearrange(g, "l i m j -> i (l m j)"), rearrange(keep, "l i m j -> i (l m j)"), -1)
         pos = _alignment(g, present, unordered=False)
         per = neg - pos
-        return per[valid].mean()
+        return self._mean(per, valid, mask)
 
 
 @OBJECTIVES.register("mv_dhel")
@@ -171,7 +178,7 @@ class MVDHEL(_MVBase):
         unif = torch.where(has, unif, torch.zeros_like(unif)).sum(0)  # sum over views -> [n]
         pos = _alignment(g, present, unordered=self.variant == "reference_code")
         per = unif - pos
-        return per[valid].mean()
+        return self._mean(per, valid, mask)
 
 
 #: ``variant`` names of ``dhel``: the two of the other losses plus the mean of the one-sided terms
@@ -209,7 +216,7 @@ class DHEL(MultiViewObjective):
         same = torch.einsum("lid,ljd->lij", z, z) / self.tau  # [2, n, n]
         other = ~torch.eye(n, dtype=torch.bool, device=z.device)
         unif = masked_logsumexp(same, other.unsqueeze(0), -1)  # [2, n], U_il
-        self.stats = {"pos_cos": float((pos.detach() * self.tau).mean())}
+        self.stats = {"pos_cos": (pos.detach() * self.tau).mean()}
         if self.variant == "one_sided_mean":  # (L_1 + L_2) / 2, L_l = Eq. 1 with view of interest l
             return (unif - pos.unsqueeze(0)).mean()
         per = unif.sum(0) - pos  # one alignment term, both uniformity terms (Eq. 12 at N = 2)

@@ -75,7 +75,7 @@ from torch import Tensor
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
-from fusebench.objectives.infonce import check_tau, check_variant, masked_logsumexp
+from fusebench.objectives.infonce import check_tau, check_variant, masked_logsumexp, off_diagonal
 
 __all__ = ["PVCGeometric", "PVCArithmetic", "SufficientStatistics", "pvc_log_likelihoods", "PVC_ARITHMETIC_VARIANTS"]
 
@@ -114,8 +114,8 @@ class _PolyView(MultiViewObjective):
         k = z.shape[0]
         ll = pvc_log_likelihoods(z, self.tau)
         off = ~torch.eye(k, dtype=torch.bool, device=z.device)
-        pos_cos = torch.einsum("aid,bid->abi", z, z)[off].mean()
-        self.stats = {"pos_cos": float(pos_cos.detach())}
+        pos_cos = off_diagonal(torch.einsum("aid,bid->abi", z, z)).mean()
+        self.stats = {"pos_cos": pos_cos.detach()}
         return ll, off
 
 
@@ -131,7 +131,7 @@ class PVCGeometric(_PolyView):
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         ll, off = self._loglik(z)
-        return -ll[off].mean()  # mean over a, b != a, i == mean over (i, a) of the 1/(M-1) average
+        return -off_diagonal(ll).mean()  # mean over a, b != a, i == mean over (i, a) of the 1/(M-1) average
 
 
 @OBJECTIVES.register("pvc_arithmetic")
@@ -186,5 +186,5 @@ class SufficientStatistics(MultiViewObjective):
         t = torch.einsum("aid,gjd->aigj", z, q) / self.tau  # [k, n, k, n]
         neg = _other_sample_lse(t)  # [a, i]
         pos = torch.diagonal(torch.diagonal(t, dim1=1, dim2=3), dim1=0, dim2=1).T  # [a, i] = t[a, i, a, i]
-        self.stats = {"pos_cos": float((pos.detach() * self.tau).mean())}
+        self.stats = {"pos_cos": (pos.detach() * self.tau).mean()}
         return (torch.logaddexp(pos, neg) - pos).mean()

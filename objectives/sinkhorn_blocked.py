@@ -84,9 +84,12 @@ def _run(ops: list[_Op]) -> None:
 
 
 def _precision_key() -> tuple:
-    """What a captured float32 matrix product depends on (whether TF32 may be used)."""
-    matmul = torch.backends.cuda.matmul
-    return getattr(matmul, "fp32_precision", None), matmul.allow_tf32, torch.get_float32_matmul_precision()
+    """What a captured float32 matrix product depends on (whether TF32 may be used), read through the API the
+    switches are set with (:func:`fusebench.training.precision.matmul_precision_key`: under ``--precision tf32``
+    PyTorch refuses the legacy getters)."""
+    from fusebench.training.precision import matmul_precision_key
+
+    return matmul_precision_key()
 
 
 class BlockProgram:

@@ -71,6 +71,7 @@ from torch import Tensor
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives.infonce import check_tau, neg_fill
+from fusebench.training.utils import value_checks
 
 __all__ = [
     "TupleInfoNCE",
@@ -141,7 +142,7 @@ def disturbed_negatives(
     n = sizes.pop()
     perm = random_derangement(n, generator)
     out = list(tensors)
-    out[idx] = tensors[idx][perm.to(tensors[idx].device)]
+    out[idx] = tensors[idx][to_device_async(perm, tensors[idx].device)]
     if isinstance(modalities, Mapping):
         result = dict(zip(keys, out))
     else:
@@ -202,11 +203,42 @@ def assemble_negatives(positive: Tensor, disturbed: Sequence[Tensor], alpha: Seq
     for t in disturbed:
         if not isinstance(t, Tensor) or tuple(t.shape) != (n, d):
             raise ValueError(f"assemble_negatives: every disturbed embedding must have shape {(n, d)}")
-    other = ~torch.eye(n, dtype=torch.bool, device=positive.device)
-    plain = positive.unsqueeze(0).expand(n, n, d)[other].reshape(n, n - 1, d)  # [i, j != i, d]
+    # [i, j != i, d]: row i of the [n, n] grid without its diagonal entry, by reshaping (the flat grid from entry
+    # 1 on, in rows of n + 1, is the off-diagonal entries then the next diagonal one), with no boolean selection
+    # (a wait for the device); the values and gradients of positive.expand(n, n, d)[~eye].reshape(n, n - 1, d)
+    grid = positive.unsqueeze(0).expand(n, n, d).reshape(n * n, d)
+    plain = grid[1:].reshape(n - 1, n + 1, d)[:, :n].reshape(n, n - 1, d)
     parts = [plain] + [t.unsqueeze(0).expand(n, n, d) for t in disturbed]
-    weights = mixture_weights(alpha, [n - 1] + [n] * len(disturbed), num_draws=n - 1)
-    return torch.cat(parts, dim=1), weights.to(positive.dtype).to(positive.device)
+    weights = _device_weights(alpha, [n - 1] + [n] * len(disturbed), n - 1, positive.dtype, positive.device)
+    return torch.cat(parts, dim=1), weights
+
+
+def to_device_async(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` (on the CPU) on ``device``: to a GPU through page-locked memory without blocking the host (the
+    caching host allocator keeps the pinned block until the copy is done); the same values."""
+    device = torch.device(device)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+_WEIGHTS: dict[tuple, Tensor] = {}
+
+
+def _device_weights(alpha: Sequence[float] | Tensor, counts: list[int], num_draws: int, dtype: torch.dtype,
+                    device: torch.device) -> Tensor:
+    """:func:`mixture_weights` in ``dtype`` on ``device``, made once per (alpha, counts, dtype, device) when
+    ``alpha`` is a list of numbers (every training step of a run asks for the same weights: made afresh, they
+    cost host reads of the checks and a copy to the device per step)."""
+    if isinstance(alpha, Tensor) or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in alpha):
+        return mixture_weights(alpha, counts, num_draws=num_draws).to(dtype).to(device)
+    key = (tuple(float(a) for a in alpha), tuple(counts), num_draws, dtype, torch.device(device))
+    got = _WEIGHTS.get(key)
+    if got is None:
+        if len(_WEIGHTS) >= 64:
+            _WEIGHTS.clear()
+        got = _WEIGHTS[key] = mixture_weights(list(alpha), counts, num_draws=num_draws).to(dtype).to(device)
+    return got
 
 
 def cross_modal_discrimination_accuracy(single: Tensor, rest: Tensor) -> float:
@@ -275,17 +307,18 @@ class TupleInfoNCE(MultiViewObjective):
         if anchor.shape != positive.shape:
             raise ValueError(f"{who}: anchor {tuple(anchor.shape)} and positive {tuple(positive.shape)} must both be [n, d]")
         self.check_views(torch.stack([anchor.detach(), positive.detach()]), arg="stack(anchor, positive)")
+        scan = value_checks()  # inside the training loop's steps the loop checks the loss instead (no device read)
         n, d = anchor.shape
         if negatives.shape[-1] != d or (negatives.dim() == 3 and negatives.shape[0] != n) or negatives.shape[-2] < 1:
             raise ValueError(f"{who}: negatives must be [n={n}, m, d={d}] or [m, d={d}] with m >= 1, got {tuple(negatives.shape)}")
-        if not torch.isfinite(negatives.detach()).all():
+        if scan and not torch.isfinite(negatives.detach()).all():
             raise ValueError(f"{who}: negatives contain NaN or Inf values")
         if weights is not None:
             m = negatives.shape[-2]
             if not isinstance(weights, Tensor) or tuple(weights.shape) not in ((m,), (n, m)):
                 shape = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
                 raise ValueError(f"{who}: weights must be a tensor [m={m}] or [n={n}, m={m}], got {shape}")
-            if not torch.isfinite(weights.detach()).all() or (weights.detach() < 0).any():
+            if scan and (not torch.isfinite(weights.detach()).all() or (weights.detach() < 0).any()):
                 raise ValueError(f"{who}: weights must be finite and >= 0")
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor, weights: Tensor | None = None) -> Tensor:  # type: ignore[override]
@@ -307,5 +340,5 @@ class TupleInfoNCE(MultiViewObjective):
         else:
             s_w = s
         lse = torch.logaddexp(pos, s_w.logsumexp(-1))
-        self.stats = {"pos_cos": float(pos.detach().mean() * self.tau), "neg_cos": float(s.detach().mean() * self.tau)}
+        self.stats = {"pos_cos": pos.detach().mean() * self.tau, "neg_cos": s.detach().mean() * self.tau}
         return (lse - pos).mean()  # in the compute dtype (objectives/base.py)

@@ -17,8 +17,10 @@ rewrites exactly these fields and nothing else:
   new one at its path, or, for a flat method key, at ``pretrain.methods.<id>.<option>`` (absent there
   when it is the option's default); what the new form adds is a default (a field the spec gained after
   the run: the behaviour it names was the default's) or ``precision: "32"``.
-* ``config_hash``: :func:`fusebench.training.config.config_hash` of the new config and the objective.
+* ``config_hash``: :func:`fusebench.training.config.config_hash` of the new config and the objective, schema 2.
 * ``hash_schema``: ``2``.
+
+Schema 3 came later (``scripts/migrate_hash_schema_3.py``, run after this one): this script writes schema 2.
 * ``comparability_key``: recomputed from the new config (schema-2 records).
 
 Each file is rewritten atomically; a record already at hash schema 2 is left alone (the script may be
@@ -36,8 +38,9 @@ from typing import Any
 from fusebench.io import atomic_write_json
 from fusebench.records import comparability_key, validate_record
 from fusebench.training import methods as M
-from fusebench.training.config import (HASH_SCHEMA_VERSION, RENAMED_PRETRAIN_KEYS, BenchmarkSpec, config_hash,
-                                       spec_from_dict)
+from fusebench.training.config import RENAMED_PRETRAIN_KEYS, BenchmarkSpec, config_hash, spec_from_dict
+
+HASH_SCHEMA_VERSION = 2  # what this script writes (a record at schema 2 or later is left alone)
 
 _ABSENT = object()
 
@@ -89,14 +92,14 @@ def check_same_settings(old: dict[str, Any], new: dict[str, Any], where: str) ->
 
 def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
     """The record at hash schema 2 (a new dict), or None when it is there already."""
-    if record.get("hash_schema") == HASH_SCHEMA_VERSION:
+    if isinstance(record.get("hash_schema"), int) and record["hash_schema"] >= HASH_SCHEMA_VERSION:
         return None
     old = record["config"]
     new = json.loads(json.dumps(spec_from_dict(old, where).to_dict()))  # JSON types, as a record holds them
     check_same_settings(old, new, where)
     out = dict(record)
     out["config"] = new
-    out["config_hash"] = config_hash(new, record["objective"])
+    out["config_hash"] = config_hash(new, record["objective"], HASH_SCHEMA_VERSION)
     out["hash_schema"] = HASH_SCHEMA_VERSION
     if record.get("schema_version", 1) >= 2:
         out["comparability_key"] = comparability_key(out)

@@ -28,6 +28,18 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
   fi
 fi
 
+# headless Chromium for the HTML leaderboard pages' browser tests (tests/test_leaderboard_html.py)
+if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1; } \
+      || apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: chromium missing and not root; the HTML pages' browser tests will be skipped" >&2
+  fi
+fi
+
 # torch 2.14.1 + torchaudio 2.11.0 work together on the CPU here (torch 2.13.0+cpu does not with torchaudio)
 if ! "$PY" -c 'import torch, torchaudio, sys; sys.exit(torch.__version__.split("+")[0] != "2.14.1")' 2>/dev/null; then
   "$PY" -m pip install -q "torch==2.14.1" "torchaudio==2.11.0"

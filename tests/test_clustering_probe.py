@@ -199,7 +199,9 @@ def test_l2_is_chosen_on_val_only():
     r = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, 2, seed=0, l2_grid=[1e-4, 10.0])
     assert r["probe"]["l2_grid"] == [1e-4, 10.0]
     assert r["probe"]["l2"] == 1e-4
-    assert r["probe"]["val_acc_by_l2"] == {"0.0001": 1.0, "10.0": 0.5}
+    # 1e-4 is the grid's lower edge: the search tries 1e-5, which is not better, and stops (issue #30)
+    assert r["probe"]["val_acc_by_l2"] == {"1e-05": 1.0, "0.0001": 1.0, "10.0": 0.5}
+    assert r["probe"]["l2_extended"] == [1e-5] and r["probe"]["l2_edge"] is None
     assert r["val_acc"] == 1.0 and r["test_acc"] == 0.0
     # test would have preferred l2 = 10 ...
     assert probe_and_cluster(xtr, ytr, xva, yva, xte, yte, 2, seed=0, l2_grid=[10.0])["test_acc"] == 1.0
@@ -211,7 +213,8 @@ def test_l2_is_chosen_on_val_only():
 def test_probe_ties_go_to_the_larger_l2():
     (xtr, ytr), (xva, yva), (xte, yte) = _separable(0), _separable(1, 10), _separable(2, 10)
     r = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, 3, seed=0, l2_grid=[1e-3, 1e-1])
-    assert r["probe"]["val_acc_by_l2"] == {"0.001": 1.0, "0.1": 1.0} and r["probe"]["l2"] == 0.1
+    # 0.1 wins the tie and is the grid's upper edge: 1.0 is tried, ties, is not better: 0.1 stays
+    assert r["probe"]["val_acc_by_l2"] == {"0.001": 1.0, "0.1": 1.0, "1.0": 1.0} and r["probe"]["l2"] == 0.1
 
 
 def test_probe_and_cluster_validates_inputs_and_restores_threads():

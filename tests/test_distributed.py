@@ -29,10 +29,15 @@ def _setup(objective: str) -> tuple[Pretrainer, dict]:
     return pre, batch
 
 
-def _shard(batch: dict, rank: int, world: int) -> dict:
+def _shard(batch: dict, rank: int, world: int, sizes: bool = False) -> dict:
     lo, hi = rank * N // world, (rank + 1) * N // world
-    return {"names": batch["names"], "modalities": {m: t[lo:hi] for m, t in batch["modalities"].items()},
-            "present": batch["present"][:, lo:hi]}
+    out = {"names": batch["names"], "modalities": {m: t[lo:hi] for m, t in batch["modalities"].items()},
+           "present": batch["present"][:, lo:hi]}
+    if sizes:  # as the loader's sharded batches carry them
+        from fusebench.training.distributed import shard_sizes
+
+        out["shard_sizes"] = shard_sizes(N, world)
+    return out
 
 
 def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str, wrapper: str) -> None:
@@ -42,9 +47,22 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str,
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    exchanged = []  # the integer tensors gathered: a shard-size exchange
+    real_all_gather = dist.all_gather
+
+    def counting(parts, t, *args, **kwargs):
+        if not t.is_floating_point():
+            exchanged.append(t.numel())
+        return real_all_gather(parts, t, *args, **kwargs)
+
+    dist.all_gather = counting
     try:
         pre, batch = _setup(objective)
-        if wrapper == "ddp":  # what the runner does
+        if wrapper == "sizes":  # the loader's shard sizes: no size exchange
+            loss = pre(_shard(batch, rank, world, sizes=True), gather=gather_with_grad)
+            loss.backward()
+            average_gradients(pre.student_parameters())
+        elif wrapper == "ddp":  # what the runner does
             ddp = DistributedDataParallel(pre, find_unused_parameters=True)
             loss = ddp(_shard(batch, rank, world), gather=gather_with_grad)
             loss.backward()
@@ -53,7 +71,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str,
             loss.backward()
             average_gradients(pre.student_parameters())
         grads = {n: p.grad.clone() for n, p in pre.named_parameters() if p.grad is not None}
-        torch.save({"loss": loss.detach(), "grads": grads}, Path(out_dir) / f"rank{rank}.pt")
+        torch.save({"loss": loss.detach(), "grads": grads, "exchanged": exchanged}, Path(out_dir) / f"rank{rank}.pt")
         # Tear down in a fixed order, as the runner does (its DDP wrapper dies with the cell, before
         # maybe_init destroys the group): first everything that holds the process group (DDP's reducer,
         # the autograd graph of the loss), then a barrier so neither rank destroys its gloo group while
@@ -71,7 +89,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str,
 
 
 @pytest.mark.slow  # 5-11 s each with one thread: two gloo processes
-@pytest.mark.parametrize("wrapper", ["ddp", "allreduce"])
+@pytest.mark.parametrize("wrapper", ["ddp", "allreduce", "sizes"])
 @pytest.mark.parametrize("objective", ["infonce_pwe", "m3g", "tuple_infonce"])
 def test_two_process_gloo_matches_single_process(tmp_path: Path, objective: str, wrapper: str) -> None:
     if objective not in objectives.available():
@@ -85,6 +103,16 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, objective: str,
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         torch.testing.assert_close(got["loss"], loss.detach(), rtol=1e-10, atol=1e-12)
+        assert (got["exchanged"] == []) == (wrapper == "sizes")  # sizes from the host: no exchange
         assert set(got["grads"]) == set(ref)
         for name, g in ref.items():
             torch.testing.assert_close(got["grads"][name], g, rtol=1e-7, atol=1e-10, msg=name)
+
+
+def test_shard_sizes_are_the_shards_sizes() -> None:
+    from fusebench.training.distributed import shard_sizes
+
+    for n, w in ((10, 3), (8, 2), (7, 4), (2, 2)):
+        want = tuple(len(list(range(n))[r * n // w:(r + 1) * n // w]) for r in range(w))  # shard()'s slices
+        assert shard_sizes(n, w) == want and sum(want) == n
+    assert shard_sizes(10, 3) == (3, 3, 4)

@@ -1,7 +1,9 @@
-"""The config hash, schema 2 (fusebench.training.config): what enters a cell's hash and what does not,
-an independent computation of it, every committed record at schema 2 with its hash reproduced from its
-own config and from its benchmark's spec, and the one-time migration from schema 1
-(scripts/migrate_hash_schema_2.py) on a schema-1 record rebuilt by hand."""
+"""The config hash, schema 3 (fusebench.training.config; schema 2 plus issue #29's cuts: no field the
+pipeline does not apply, no unused method's options, no selection_seed beside selection_seeds): what enters a
+cell's hash and what does not, an independent computation of it, every committed record at the current
+schema with its hash reproduced from its own config and from its benchmark's spec, and the one-time
+migrations from schema 1 (scripts/migrate_hash_schema_2.py, then migrate_hash_schema_3.py) on a schema-1
+record rebuilt by hand. tests/test_config_identity.py has the hostile inputs of issue #29."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record
 from fusebench.training import methods as M
 from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash, spec_from_dict
+
+#: what the gaussian_mi cell reads besides the fields of every pipeline, written out here
+GAUSSIAN_MI_READS = {"name", "pipeline", "metrics", "selection_metric", "precision", "options",
+                     "pretrain.hparams", "pretrain.epochs", "pretrain.lr", "pretrain.weight_decay"}
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FOLDERS = [ROOT / "leaderboards" / "runs", ROOT / "leaderboards" / "runs-kviews"]
@@ -47,7 +53,9 @@ def _records() -> list[Path]:
 
 
 def _by_hand(canonical: dict[str, Any], objective: str) -> str:
-    """The schema-2 hash as docs/benchmarks.md states it, written out step by step."""
+    """The schema-3 hash as docs/benchmarks.md states it, written out step by step (for forms without a
+    ``pretrain.methods`` block: the committed records, the specs asked here)."""
+    assert "methods" not in canonical["pretrain"]
     ident = copy.deepcopy(canonical)
     for key in ("description", "protocol_notes", "objectives", "seeds", "synthetic", "checkpoint_every", "comparison"):
         ident.pop(key, None)
@@ -55,6 +63,13 @@ def _by_hand(canonical: dict[str, Any], objective: str) -> str:
     for table in ("hparams", "grid", "objective_batch_size", "objective_epochs", "objective_micro_batch"):
         mine = ident["pretrain"][table].get(objective)
         ident["pretrain"][table] = {} if mine is None else {objective: mine}
+    if ident["pretrain"].get("selection_seeds"):  # schema 3: the one seed is unused beside the list
+        del ident["pretrain"]["selection_seed"]
+    if ident.get("pipeline") == "gaussian_mi":  # schema 3: only what its cell reads
+        ident = {k: v for k, v in ident.items() if k in GAUSSIAN_MI_READS}
+        ident["pretrain"] = {k: v for k, v in canonical["pretrain"].items() if f"pretrain.{k}" in GAUSSIAN_MI_READS}
+        ident["pretrain"]["hparams"] = {objective: canonical["pretrain"]["hparams"][objective]} \
+            if objective in canonical["pretrain"]["hparams"] else {}
     ident["objective"] = objective
     text = json.dumps(ident, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -92,7 +107,9 @@ def _hashes(overrides: dict[str, Any]) -> dict[str, str]:
     ({"pretrain.objective_batch_size": {"m3g": 16}}, {"m3g"}),
     ({"pretrain.objective_epochs": {"infonce_pwe": 3}}, {"infonce_pwe"}),
     ({"pretrain.lr": 0.002}, {"infonce_pwe", "byol_pwe", "m3g", "raw"}),
-    ({"pretrain.methods.ema_teacher.momentum": 0.9}, {"infonce_pwe", "byol_pwe", "m3g", "raw"}),
+    # schema 3: a method's options count only for the objectives it joins (schema 2 changed all four here)
+    ({"pretrain.methods.ema_teacher.momentum": 0.9}, {"byol_pwe"}),
+    ({"pretrain.methods.ema_teacher.enabled": True}, {"infonce_pwe", "byol_pwe", "m3g"}),
     ({"precision": "tf32"}, {"infonce_pwe", "byol_pwe", "m3g", "raw"}),
     ({"loader.num_workers": 2, "loader.prefetch_factor": 4}, set()),  # how batches are fetched, not what they hold
     ({"synthetic": {"pretrain.epochs": 1}}, set()),  # the override block itself (applied: its values are in the form)
@@ -126,7 +143,8 @@ def test_an_old_flat_key_gives_the_hash_of_its_method_option(flat: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         via_method = benchmarks.load("quickstart", overrides={f"pretrain.methods.{mid}.{opt}": value})
-    assert via_alias.hash("m3g") == via_method.hash("m3g") != benchmarks.load("quickstart").hash("m3g")
+    user = {"tuple_infonce": "tuple_infonce", "ema_teacher": "byol_pwe", "view_rotation": "m3g"}[mid]  # joins it
+    assert via_alias.hash(user) == via_method.hash(user) != benchmarks.load("quickstart").hash(user)
     assert via_method.to_dict()["pretrain"]["methods"] == {mid: {opt: value}}
     assert flat not in via_method.to_dict()["pretrain"]
 
@@ -139,7 +157,7 @@ def test_no_method_declares_legacy_keys() -> None:
 # ---------------------------------------------------------------------------------------------
 # every committed record
 # ---------------------------------------------------------------------------------------------
-def test_every_committed_record_is_at_schema_2_and_its_hash_is_reproduced_from_its_config() -> None:
+def test_every_committed_record_is_at_the_current_schema_and_its_hash_is_reproduced_from_its_config() -> None:
     paths = _records()
     assert len(paths) > 1500
     for p in paths:
@@ -165,7 +183,26 @@ def _dotted_diff(spec: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("name", benchmarks.builtin())
+#: boards whose committed runs predate their benchmark's current spec: the spec was moved to the issue-#30
+#: protocol (hyper-parameters selected on the primary metric's validation score, prototype few-shot probe,
+#: one fixed outer test split, wider grids) and the board is to be re-run under it. Their records keep the
+#: hash of their own config (test_every_committed_record_validates_with_its_hash_checked) and must NOT hash
+#: as the current spec: once a board is re-run, this test fails until its entry is removed here.
+PENDING_RERUN = {"mv-handwritten", "mv-hw2sources", "mv-leaves100", "mv-ngs"}
+
+
+@pytest.mark.parametrize("name", sorted(PENDING_RERUN))
+def test_boards_pending_a_rerun_are_of_another_configuration(name: str) -> None:
+    paths = sorted((RUN_FOLDERS[0] / name).glob("*/seed*/run.json"))
+    assert paths, f"no committed runs of {name}: drop it from PENDING_RERUN"
+    spec = benchmarks.load(name)
+    for p in paths:
+        rec = json.loads(p.read_text())
+        assert spec.hash(rec["objective"]) != rec["config_hash"], (
+            f"{p} hashes as the current spec of {name}: the board was re-run, remove it from PENDING_RERUN")
+
+
+@pytest.mark.parametrize("name", [n for n in benchmarks.builtin() if n not in PENDING_RERUN])
 def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
     """Each committed run's hash is its benchmark's spec's hash for the run's objective; what may differ is
     what the run was made with: dataset.modalities filled from the data, the synthetic overrides, or the
@@ -180,6 +217,9 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
         spec = benchmarks.load(name, synthetic=syn)
         diff = _dotted_diff(_json(spec.to_dict()), rec["config"])
         assert not any(k.startswith("pretrain.methods") for k in diff), (p, diff)  # never a method's setting
+        if spec.pipeline == "gaussian_mi":  # a field its cell never read (the records' pretrain.batch_size 1024) is
+            diff = {k: v for k, v in diff.items()  # refused now, and no part of the hash
+                    if not k.startswith("pretrain.") or any(k == r or k.startswith(r + ".") for r in GAUSSIAN_MI_READS)}
         key = json.dumps([syn, diff], sort_keys=True, default=str)
         if key not in cache:
             cache[key] = benchmarks.load(name, synthetic=syn, overrides=diff) if diff else spec
@@ -213,8 +253,8 @@ def _schema_1(config: dict[str, Any]) -> dict[str, Any]:
     return old
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("migrate_hash_schema_2", ROOT / "scripts" / "migrate_hash_schema_2.py")
+def _load_script(name: str = "migrate_hash_schema_2"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -233,9 +273,20 @@ def test_the_migration_turns_a_schema_1_record_into_the_committed_one(tmp_path: 
     (tmp_path / "runs" / "a" / "run.json").write_text(json.dumps(old))
     assert script.main([str(tmp_path / "runs")]) == 0
     got = json.loads((tmp_path / "runs" / "a" / "run.json").read_text())
-    assert got == now
+    assert got == _at_schema(now, 2)
     assert script.main([str(tmp_path / "runs")]) == 0  # again: nothing to do, nothing changed
-    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == now
+    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == _at_schema(now, 2)
+    # then schema 3 (scripts/migrate_hash_schema_3.py): the committed record as it is now
+    assert _load_script("migrate_hash_schema_3").main([str(tmp_path / "runs")]) == 0
+    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == _at_schema(now, HASH_SCHEMA_VERSION)
+
+
+def _at_schema(rec: dict[str, Any], schema: int) -> dict[str, Any]:
+    """A committed record as it reads at hash ``schema`` (its config unchanged: only the hash is recomputed)."""
+    out = copy.deepcopy(rec)
+    out["hash_schema"] = schema
+    out["config_hash"] = config_hash(out["config"], out["objective"], schema)
+    return out
 
 
 def test_the_migration_refuses_a_record_whose_settings_would_change(tmp_path: Path) -> None:

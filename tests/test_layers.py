@@ -152,21 +152,22 @@ LAYERS: list[tuple[str, int]] = [
     (r"fusebench", 8),  # the package root: the fusebench.run facade over the sweep
     (r"fusebench\.(registry|io|typed|version|machine|options|geometry3d)", 0),
     (r"fusebench\.datasets\.errors", 0),
-    (r"fusebench\.training(\.(distributed|utils|progress))?", 0),
+    (r"fusebench\.training(\.(distributed|utils|progress|interrupt))?", 0),
     (r"fusebench\.training\.(config|methods|precision|request)", 1),
     (r"fusebench\.(objectives|datasets|encoders|metrics|benchmarks)(\..+)?", 2),
     (r"fusebench\.(tasks|pipelines)", 2),
-    (r"fusebench\.training\.(compat|reference_features|protocols|spec_check|teacher|tuple_method|tuple_optim|"
-     r"model|diagnostics)", 2),
+    (r"fusebench\.training\.(compat|reference_features|protocols|spec_check|memory_budget|teacher|tuple_method|"
+     r"tuple_optim|model|diagnostics|encoder_weights)", 2),
     (r"fusebench\.training\.(data|optim|evaluate|pretrain|loop|trackers|cell|locks|embedding_eval|kmeans|speed|"
-     r"missing_views)", 3),
+     r"missing_views|threads)", 3),
     (r"fusebench\.records(\..+)?", 4),
     (r"fusebench\.training\.(record_builder|record_store)", 4),
+    (r"fusebench\.results", 5),  # per-seed results as data (read through fusebench.records)
     (r"fusebench\.training\.(standard|embedding_protocol|gaussian_mi|execute)", 5),
     (r"fusebench\.training\.(runner|selection|launchers|status|kviews)", 6),
     (r"fusebench\.(leaderboard|perf)(\..+)?", 7),
     (r"fusebench\.(cli|listing|__main__)", 7),
-    (r"fusebench\.training\.(cli|kviews_board|kviews_cli)", 7),
+    (r"fusebench\.training\.(cli|kviews_board|kviews_cli|run_summary)", 7),
 ]
 
 

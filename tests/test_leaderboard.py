@@ -82,13 +82,14 @@ def runs(tmp_path: Path) -> Path:
 def test_table_cells_by_hand(runs: Path) -> None:
     md = benchmark_table("toy", load_runs(runs)["toy"])
     rows = _rows(md)
-    assert ("| objective | acc (%) ↑ | mae ↓ | acc 95% CI (%) | Δ acc vs `alpha` (Holm p) | steps | samples seen "
-            "| pretrain time (s) ↓ | peak memory (MiB) ↓ |") in md
-    # alpha: mean 0.6, sample std 0.1 -> percent (acc is a "fraction" metric); best acc -> bold
-    assert rows["`alpha`"][0] == "**60.00 ± 10.00 (3)**"
+    assert ("| objective | acc (%) ↑ | mae ↓ | acc 95% CI (%) | Δ acc vs `alpha` (Holm p) | rank [95%] on acc | "
+            "vs best on acc (Holm p) | steps | samples seen | pretrain time (s) ↓ | peak memory (MiB) ↓ |") in md
+    # alpha: mean 0.6, sample std 0.1 -> percent (acc is a "fraction" metric); the best acc, but not bold: beta
+    # (second) is not separable from it (paired t-test, p = 1 - 4 / sqrt(18) = 0.057 > 0.05, below)
+    assert rows["`alpha`"][0] == "60.00 ± 10.00 (3)"
     # beta: mean 0.5333.., std sqrt(((.45-.5333)^2+(.5-.5333)^2+(.65-.5333)^2)/2) = 0.104083
     assert rows["`beta`"][0] == "53.33 ± 10.41 (3)"
-    # mae is lower-is-better and "raw": beta's 0.8 is bold, 4 decimals
+    # mae is lower-is-better and "raw": beta's 0.8 is bold (0.1 below alpha on every seed: p = 0), 4 decimals
     assert rows["`beta`"][1] == "**0.8000 ± 0.0000 (3)**"
     assert rows["`gamma`"][1] == "—"
     # bootstrap 95% CI with 3 seeds: a resample of the minimum only has probability 1/27 > 2.5%, so the
@@ -101,8 +102,12 @@ def test_table_cells_by_hand(runs: Path) -> None:
     assert rows["`beta`"][3] == f"-6.67 ({p:.3f})"
     assert rows["`alpha`"][3] == "reference"
     assert rows["`gamma`"][3] == "-40.00 (n/a: 1 seed)"  # 0.1 - 0.5 on seed 0, untested
+    # rank on acc and against the best row (alpha): beta tied (the test above, Holm over beta alone), gamma
+    # untested (one seed); no rank interval: the rows share one seed (0) only
+    assert rows["`alpha`"][4:6] == ["1", "best"] and rows["`beta`"][4:6] == ["2", f"tied ({p:.3f})"]
+    assert rows["`gamma`"][4:6] == ["3", "n/a: 1 seed"]
     # no budget recorded: dashes; cost columns: mean pretraining time (10 + seed over seeds 0..2) = 11.0
-    assert rows["`alpha`"][4:] == ["—", "—", "11.0", "100"]
+    assert rows["`alpha`"][6:] == ["—", "—", "11.0", "100"]
     assert "Primary metric: `acc` (chosen because accuracy is what the toy task is scored by). Reference row of " \
            "the tests: `alpha`, set by the benchmark." in md
     assert "Holm-adjusted over the 1 row(s) tested" in md
@@ -120,7 +125,7 @@ def test_regeneration_is_byte_identical(runs: Path, tmp_path: Path) -> None:
         assert (out1 / name).read_bytes() == (out2 / name).read_bytes(), name
     assert "![training curves](toy-curves.png)" in (out1 / "toy.md").read_text()
     index = (out1 / "README.md").read_text()
-    assert "[toy](toy.md)" in index and "`alpha` (acc 60.00 ± 10.00 (3))" in index
+    assert "[toy](toy.md)" in index and "`alpha` (acc 60.00 ± 10.00 (3)), tied with `beta` (not separable)" in index
 
 
 def test_bad_run_file(tmp_path: Path) -> None:
@@ -145,8 +150,8 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
     # a snapshot of the committed runs (runs being rewritten meanwhile must not make the two differ)
     runs = tmp_path / "runs"
     shutil.copytree(root / "runs", runs, ignore=shutil.ignore_patterns(".*"))
-    written = write_leaderboards(runs, tmp_path / "a", reported=root / "reported.yaml")
-    again = write_leaderboards(runs, tmp_path / "b", reported=root / "reported.yaml")
+    written = write_leaderboards(runs, tmp_path / "a")  # the published rows shipped with the specs (no --reported)
+    again = write_leaderboards(runs, tmp_path / "b")
     assert [p.name for p in written] == [p.name for p in again]
     for p, q in zip(written, again):
         assert p.read_bytes() == q.read_bytes(), f"{p.name}: two regenerations differ"
@@ -206,7 +211,7 @@ def test_output_paths_are_checked_inside_out(tmp_path: Path) -> None:
     ({"schema_version": 99}, "schema_version", r"one of \[1, 2\], got number 99"),
     ({"seed": "0"}, "seed", "an integer, got string '0'"),
     ({"seed": True}, "seed", "an integer, got boolean true"),
-    ({"metrics": {"acc": None}}, "metrics.acc", "a number, got null"),
+    ({"metrics": {"acc": {"x": 0.5}}}, "metrics.acc", "a number, got a mapping"),  # null: undefined, as NaN
     ({"metrics": {"acc": [0.5]}}, "metrics.acc", "a number, got a list of 1"),
     ({"metrics": {"acc": "0.5"}}, "metrics.acc", "a number, got string '0.5'"),
     ({"objective": 3}, "objective", "an id .*got number 3"),
@@ -361,9 +366,10 @@ def test_percent_and_direction_from_registry(tmp_path: Path) -> None:
     md = benchmark_table("toy", load_runs(runs)["toy"])
     assert "| objective | mae ↓ | kappa ↑ | acc_custom (direction unknown) |" in md
     rows = _rows(md)
-    assert rows["`beta`"][0] == "**0.3000 ± 0.0000 (1)**"  # lower-is-better: the min is bold
+    # one seed: no test can separate the best row from the second, so nothing is bold
+    assert rows["`beta`"][0] == "0.3000 ± 0.0000 (1)"  # lower-is-better (the min is beta's)
     assert rows["`alpha`"][0] == "0.5000 ± 0.0000 (1)"
-    assert rows["`beta`"][1] == "**0.4000 ± 0.0000 (1)**"  # kappa: raw, not x100
+    assert rows["`beta`"][1] == "0.4000 ± 0.0000 (1)"  # kappa: raw, not x100
     # an unregistered metric whose name looks like a percentage stays raw and is never bold
     assert rows["`alpha`"][2] == "0.2500 ± 0.0000 (1)" and rows["`beta`"][2] == "0.7500 ± 0.0000 (1)"
 
@@ -484,11 +490,11 @@ def test_reported_rows_rendered_not_ranked(runs: Path, tmp_path: Path) -> None:
     assert published == {"Big model (Doe et al. 2020) (our `alpha`) [R1]": ["95.00", "0.0500"],
                          "Small \\| model [R2]": ["10.00", "—"]}
     rows = _rows(md)
-    assert rows["`alpha`"][0] == "**60.00 ± 10.00 (3)**" and rows["`beta`"][1] == "**0.8000 ± 0.0000 (3)**"
+    assert rows["`alpha`"][0] == "60.00 ± 10.00 (3)" and rows["`beta`"][1] == "**0.8000 ± 0.0000 (3)**"
     assert "- [R1] doe2020.txt, Table 2: official test split\n- [R2] x.txt, Table 1 (n)\n" in md
     assert "not comparable one to one with the runs above" in md
     assert "on the official dataset; this board's runs are not" in md  # toy runs are synthetic
-    assert "`alpha` (acc 60.00 ± 10.00 (3))" in (out / "README.md").read_text()
+    assert "`alpha` (acc 60.00 ± 10.00 (3)), tied with `beta`" in (out / "README.md").read_text()
 
 
 def test_bad_reported_file(runs: Path, tmp_path: Path) -> None:
@@ -553,8 +559,11 @@ def test_index_names_best_pretrained_when_a_reference_row_wins(tmp_path: Path) -
             _write(runs, _record(obj, s, {"acc": v, "mae": 0.5}, synthetic=False))
     write_leaderboards(runs, out, plots=False)
     index = (out / "README.md").read_text()
-    # worked out by hand: raw 90 ± 0; alpha mean 60, sample std 10 beats beta (53.33) among pretraining rows
-    assert "| `raw` (acc 90.00 ± 0.00 (3)); best pretrained `alpha` (60.00 ± 10.00 (3)) |" in index
+    # worked out by hand: raw 90 ± 0; alpha mean 60, sample std 10 beats beta (53.33) among pretraining rows;
+    # paired t-tests against raw (scipy.stats.ttest_rel): none p = 0.00274, beta 0.0258, alpha 0.0351; Holm:
+    # none 3 x 0.00274 = 0.0082, beta 2 x 0.0258 = 0.0516, alpha max(0.0351, 0.0516): alpha, beta tied with raw
+    assert ("| `raw` (acc 90.00 ± 0.00 (3)), tied with `alpha`, `beta` (not separable); best pretrained `alpha` "
+            "(60.00 ± 10.00 (3)) |") in index
 
 
 def test_png_text_reads_chunks_written_by_pillow(tmp_path: Path) -> None:
@@ -644,12 +653,15 @@ def test_reference_falls_back_to_none_and_a_missing_named_reference_is_said(tmp_
     assert "No tests: the runs name `zeta` as the reference row, but it has no runs in this table." in md
 
 
-def test_records_disagreeing_on_the_comparison_are_refused(tmp_path: Path) -> None:
-    runs = _ref_runs(tmp_path / "runs", {"raw": [0.9], "alpha": [0.5]}, comparison={"reference": "raw"})
-    rec = _record("beta", 0, {"acc": 0.5, "mae": 0.5}, synthetic=False, comparison={"reference": "none"})
+def test_records_disagreeing_on_the_comparison_take_the_newest(tmp_path: Path) -> None:
+    # no spec named toy: the newest record's copy of the comparison (issue #29; the spec's when it is found,
+    # tests/test_config_identity.py)
+    runs = _ref_runs(tmp_path / "runs", {"raw": [0.9], "alpha": [0.5], "none": [0.3]}, comparison={"reference": "raw"},
+                     finished_at="2026-01-01T00:00:00+00:00")
+    rec = _record("beta", 0, {"acc": 0.5, "mae": 0.5}, synthetic=False, comparison={"reference": "none"},
+                  finished_at="2026-01-02T00:00:00+00:00")
     path = _write(runs, rec)
-    with pytest.raises(ValueError, match=r"disagree on how to compare the rows: .* has comparison "):
-        benchmark_table("toy", load_runs(runs)["toy"])
+    assert "Reference row of the tests: `none`, set by the benchmark." in benchmark_table("toy", load_runs(runs)["toy"])
     rec["comparison"] = "raw"
     path.write_text(json.dumps(rec))
     with pytest.raises(RecordError, match=re.escape(f"{path}: field 'comparison': expected a mapping")):
@@ -678,8 +690,8 @@ def test_budget_columns_and_equal_budget_line(tmp_path: Path) -> None:
             _write(runs, _record(obj, s, {"acc": 0.5 + 0.1 * s}, synthetic=False, budget=_budget(230, 29440)))
     md = benchmark_table("toy", load_runs(runs)["toy"])
     rows = _rows(md)
-    # acc | acc 95% CI | Δ acc vs `none` | steps | samples seen
-    assert rows["`alpha`"][3:5] == ["230", "29,440"] and rows["`none`"][3:5] == ["0", "0"]
+    # acc | acc 95% CI | Δ acc vs `none` | rank | vs best | steps | samples seen
+    assert rows["`alpha`"][5:7] == ["230", "29,440"] and rows["`none`"][5:7] == ["0", "0"]
     assert ("Pretraining budget: **equal** across the 2 pretrained row(s): 230 optimizer steps, 29,440 samples "
             "seen (batch 128, 10 epochs) each.") in md
 
@@ -695,8 +707,8 @@ def test_budget_line_names_the_rows_that_differ(tmp_path: Path) -> None:
     _write(runs, _record("eps", 1, {"acc": 0.5}, synthetic=False, budget=_budget(12, 24)))
     md = benchmark_table("toy", load_runs(runs)["toy"])
     rows = _rows(md)
-    # acc | acc 95% CI | steps | samples seen (no reference row: no test column)
-    assert rows["`delta`"][2:4] == ["—", "—"] and rows["`eps`"][2:4] == ["10–12", "20–24"]
+    # acc | acc 95% CI | rank | vs best | steps | samples seen (no reference row: no test column)
+    assert rows["`delta`"][4:6] == ["—", "—"] and rows["`eps`"][4:6] == ["10–12", "20–24"]
     assert ("Pretraining budgets **differ** across the pretrained rows: `eps` varies by seed (10 / 20, 12 / 24); "
             "`m3g` 940 optimizer steps, 30,080 samples seen (batch 32, 10 epochs); the other 2 row(s): 230 "
             "optimizer steps, 29,440 samples seen. Not recorded for `delta`.") in md
@@ -722,11 +734,13 @@ def test_invalid_rows_are_shown_never_best_never_tested(tmp_path: Path) -> None:
     row = rows["`gamma` (invalid: bound above the true MI)"]
     assert row[0] == "99.00 ± 0.00 (3)" and row[1] == "0.1000 ± 0.0000 (3)"  # best values, not bold
     assert row[3] == "— (invalid)"
-    assert rows["`raw`"][0] == "**90.00 ± 0.00 (3)**"  # the best valid row is bold
+    # the best valid row, not bold: alpha and beta are not separable from it (Holm p 0.0516, the index test above)
+    assert rows["`raw`"][0] == "90.00 ± 0.00 (3)"
+    assert row[4:6] == ["— (invalid)", "— (invalid)"]  # no rank, no test against the best
     assert "Holm-adjusted over the 3 row(s) tested" in md  # alpha, beta, none: gamma is not in the family
     assert "- `gamma`: bound above the true MI" in md
     index = (out / "README.md").read_text()
-    assert "`raw` (acc 90.00 ± 0.00 (3)); best pretrained `alpha`" in index
+    assert "`raw` (acc 90.00 ± 0.00 (3)), tied with `alpha`, `beta` (not separable); best pretrained `alpha`" in index
     meta = lb.read_board_meta(out / "toy.md")
     assert "gamma" not in meta["groups"][0]["means"] and meta["groups"][0]["means"]["alpha"] == 0.6
     bad = _record("delta", 0, {"acc": 0.5}, synthetic=False, validity={"valid": "no"})
@@ -846,11 +860,17 @@ def test_cross_dataset_ranking_by_hand() -> None:
     section = index.split("## Cross-dataset ranking")[1].split("## Synthetic studies")[0]
     # ranks (1 = best): b1 raw 1 alpha 2 beta 3 none 4; b2 alpha, beta tie 1.5, raw 3, none 4;
     # b3 (lower is better) raw 1 beta 2 alpha 3 none 4; gamma is not on every board
-    assert "| `raw` | 1.67 | 1.0 | 3.0 | 1.0 |" in section
-    assert "| `alpha` | 2.17 | 2.0 | 1.5 | 3.0 |" in section and "| `beta` | 2.17 | 3.0 | 1.5 | 2.0 |" in section
-    assert "| `none` | 4.00 | 4.0 | 4.0 | 4.0 |" in section and "gamma" not in section
-    assert section.index("`raw`") < section.index("`alpha`") < section.index("`beta`") < section.index("`none`")
-    assert "[b3](b3.md) (`mae`)" in section and "probe" not in section
+    # then the place by average rank (alpha and beta share place 2) with its bootstrap interval over the boards
+    # (tests/test_board_ties.py checks the interval against a loop over resamples)
+    assert re.search(r"\| `raw` \| 1\.67 \| 1 \[1-\d\] \| 1\.0 \| 3\.0 \| 1\.0 \|", section)
+    assert re.search(r"\| `alpha` \| 2\.17 \| 2 \[\d-\d\] \| 2\.0 \| 1\.5 \| 3\.0 \|", section)
+    assert re.search(r"\| `beta` \| 2\.17 \| 2 \[\d-\d\] \| 3\.0 \| 1\.5 \| 2\.0 \|", section)
+    assert "| `none` | 4.00 | 4 [4-4] | 4.0 | 4.0 | 4.0 |" in section and "gamma" not in section
+    table = section.split("| objective |")[1]  # the family line above it names the rows too
+    assert table.index("`raw`") < table.index("`alpha`") < table.index("`beta`") < table.index("`none`")
+    assert ("Family of the tests: 4 rows, each counted once: 2 pretrained objective(s) (`alpha`, `beta`) and 2 "
+            "distinct reference row(s) (`none`, `raw`)") in section
+    assert "[b3](b3.md) (`mae`)" in section and "[probe]" not in section
     assert "Not included: [old](old.md) (board written by an older fusebench" in section
     scores = [[0.9, 0.8, 0.7, 0.5], [0.7, 0.8, 0.8, 0.6], [-0.1, -0.3, -0.2, -0.5]]  # raw alpha beta none
     want = st.friedmanchisquare(*zip(*scores))

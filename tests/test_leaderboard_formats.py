@@ -162,7 +162,8 @@ def test_csv_and_json_values_by_hand(runs: Path, tmp_path: Path) -> None:
     header = (out / "toy.csv").read_text().splitlines()[0].split(",")
     assert header == ["benchmark", "key", "kind", "dataset", "synthetic", "primary", "reference", "objective",
                       "aliases", "invalid", "acc_mean", "acc_std", "acc_n", "mae_mean", "mae_std", "mae_n", "ci_low",
-                      "ci_high", "delta", "p_holm", "steps_min", "steps_max", "samples_seen_min", "samples_seen_max",
+                      "ci_high", "delta", "p_holm", "rank", "rank_low", "rank_high", "delta_best", "p_best_holm",
+                      "tied_with_best", "steps_min", "steps_max", "samples_seen_min", "samples_seen_max",
                       "pretrain_time_s", "peak_memory_mb"]
     assert [c["objective"] for c in table] == list(rows)
     for c in table:
@@ -179,6 +180,10 @@ def test_csv_and_json_values_by_hand(runs: Path, tmp_path: Path) -> None:
                 assert c[f"{m}_{s}"] == text(row["metrics"][m][s]), (c["objective"], m, s)
         assert [c["ci_low"], c["ci_high"]] == [text(v) for v in (row["ci"] or [None, None])]
         assert (c["delta"], c["p_holm"]) == (text(row["delta"]), text(row["p_holm"]))
+        assert [c["rank"], c["rank_low"], c["rank_high"]] == [text(row["rank"])] + \
+            [text(v) for v in (row["rank_interval"] or [None, None])]
+        assert (c["delta_best"], c["p_best_holm"]) == (text(row["delta_best"]), text(row["p_best_holm"]))
+        assert c["tied_with_best"] == ("" if row["tied_with_best"] is None else str(row["tied_with_best"]).lower())
         budget = row["budget"] or {"steps": [None, None], "samples_seen": [None, None]}
         assert [c["steps_min"], c["steps_max"], c["samples_seen_min"], c["samples_seen_max"]] == \
             [text(v) for v in budget["steps"] + budget["samples_seen"]]
@@ -234,9 +239,9 @@ def test_committed_boards_csv_and_json_regenerate_byte_identically(tmp_path: Pat
     out = tmp_path / "boards"
     # a snapshot of the committed folder (runs being rewritten meanwhile must not make two regenerations differ)
     shutil.copytree(root, out, ignore=shutil.ignore_patterns(".*"))
-    write_leaderboards(out / "runs", out, reported=out / "reported.yaml", formats=("md", "csv", "json"))
+    write_leaderboards(out / "runs", out, formats=("md", "csv", "json"))
     first = _state(out)
-    write_leaderboards(out / "runs", out, reported=out / "reported.yaml", formats=("md", "csv", "json"))
+    write_leaderboards(out / "runs", out, formats=("md", "csv", "json"))
     assert _state(out) == first
     boards = [p.stem for p in root.glob("*.md") if p.name != "README.md" and lb.read_board_meta(p) is not None]
     missing = [f"{b}.{ext}" for b in boards for ext in ("csv", "json") if not (root / f"{b}.{ext}").exists()]
@@ -280,10 +285,12 @@ def test_split_board_has_one_line_per_group_and_row(tmp_path: Path) -> None:
 def test_format_option(runs: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "boards"
     assert main(["--runs", str(runs), "--out", str(out), "--no-plots", "--format", "csv", "json"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["toy.csv", "toy.json"]
-    assert capsys.readouterr().out.split() == [str(out / "toy.csv"), str(out / "toy.json")]
+    assert sorted(p.name for p in out.iterdir()) == ["toy-seeds.csv", "toy.csv", "toy.json"]  # + per-seed rows
+    assert capsys.readouterr().out.splitlines() == [f"wrote {out / 'toy.csv'}", f"wrote {out / 'toy.json'}",
+                                                    f"wrote {out / 'toy-seeds.csv'}",
+                                                    f"3 file(s) written, 0 unchanged in {out}"]
     assert main(["--runs", str(runs), "--out", str(out), "--no-plots"]) == 0  # default: md only
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "toy.csv", "toy.json", "toy.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "toy-seeds.csv", "toy.csv", "toy.json", "toy.md"]
     for bad in (["--format", "xml"], ["--format", "md", "pdf"], ["--format"]):
         with pytest.raises(SystemExit) as e:
             main(["--runs", str(runs), "--out", str(out)] + bad)

@@ -275,7 +275,7 @@ def test_feed_resolution(monkeypatch) -> None:
     usable_cores = D.usable_cores
     auto = D.resolve_feed(LoaderConfig(), None, cpu)
     assert (auto.num_workers, auto.pin_memory, auto.num_workers_from) == (0, False, "auto")
-    for cores, want in ((1, 0), (2, 1), (3, 2), (5, 4), (64, 4)):
+    for cores, want in ((1, 0), (2, 1), (3, 2), (5, 4), (16, 15), (64, 63)):  # every usable core but one
         monkeypatch.setattr(D, "usable_cores", lambda cores=cores: cores)
         feed = D.resolve_feed(LoaderConfig(), None, cuda)
         assert (feed.num_workers, feed.pin_memory) == (want, True)
@@ -288,7 +288,28 @@ def test_feed_resolution(monkeypatch) -> None:
     assert D.Feed(num_workers=0, persistent_workers=True).record()["persistent_workers"] is False
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     monkeypatch.setattr(D.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(D, "_cgroup_cpus", lambda: None)
     assert usable_cores() == 4  # 16 cores shared by 4 processes of a torchrun
+    monkeypatch.setattr(D, "_cgroup_cpus", lambda: 6.5)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert usable_cores() == 6  # a container's quota of 6.5 CPUs on a 16-core affinity mask
+
+
+def test_cgroup_cpu_quota_is_read_from_v2_and_v1_files(tmp_path) -> None:
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("600000 100000\n")
+    assert D._cgroup_cpus(str(v2)) == 6.0
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert D._cgroup_cpus(str(v2)) is None  # no quota
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("250000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert D._cgroup_cpus(str(tmp_path / "v1")) == 2.5
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert D._cgroup_cpus(str(tmp_path / "v1")) is None
+    assert D._cgroup_cpus(str(tmp_path / "absent")) is None
 
 
 @pytest.mark.parametrize("over, key", [

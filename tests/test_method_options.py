@@ -79,7 +79,8 @@ def test_old_flat_keys_in_a_spec_file_and_in_set_are_mapped_with_a_warning(tmp_p
         a = load_spec(old)
     assert {str(w.message).split(": ", 1)[1].split(" is")[0] for w in caught} == {
         "pretrain.tuple_candidates", "pretrain.ema_teacher", "pretrain.embedding_noise"}
-    new = tmp_path / "new.yaml"
+    (tmp_path / "new").mkdir()
+    new = tmp_path / "new" / "methods-bench.yaml"  # the same id: a spec's name: key must be its file's stem
     new.write_text(GOOD + "name: methods-bench\npretrain:\n  methods:\n    tuple_infonce: {candidates: 8, embedding_noise: 0.2}\n"
                    "    ema_teacher: {enabled: true}\n")
     b = load_spec(new)

@@ -224,14 +224,16 @@ def test_a_tiny_run_records_the_missing_view_metrics(tiny_run) -> None:
         mv = rec["missing_views"]
         assert mv["rates"] == RATES and mv["views"] == views and mv["shown"] == ["acc", "cluster_acc"]
         ids = {f"{p}_{m}" for p in ["miss10", "miss50", *(f"only_{v}" for v in views)]
-               for m in ("acc", "cluster_acc", "nmi", "ari")}
-        assert set(mv["metrics"]) == ids
+               for m in ("acc", "present_acc", "cluster_acc", "nmi", "ari")}
+        assert set(mv["metrics"]) == ids | {"present_acc"}  # the present-view probe beside mean imputation
+        assert mv["rules"] == ["entry"]
         assert all(0.0 <= v <= 1.0 for k, v in mv["metrics"].items() if not k.endswith("_ari"))
         n_test, n_all = _split_sizes("mv-handwritten")  # the test split; every sample is clustered
         for r in RATES:
             assert mv["absent"][f"miss{round(100 * r)}"] == {"test": math.floor(r * n_test * 6 + 0.5),
                                                             "clustered": math.floor(r * n_all * 6 + 0.5)}
-        assert set(rec["metrics"]) == {"fs1_acc", "knn_acc", "acc", "mf1", "cluster_acc", "nmi", "ari"}
+        assert set(rec["metrics"]) == {"fs1_acc", "fs1_proto_acc", "fs1_best_acc", "knn_acc", "acc", "mf1",
+                                       "cluster_acc", "nmi", "ari"}
 
 
 def _split_sizes(name: str, overrides: dict | None = None) -> tuple[int, int]:

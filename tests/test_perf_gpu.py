@@ -213,3 +213,28 @@ def test_cuda_run_memory_and_busy_fraction(tmp_path) -> None:
         assert r["peak_mib"] > 0 and r["flops"] > 0 and r["step_ms"] > 0
     (cell,) = [c for c in data["cells"] if c["precision"] == "32"]
     assert 0 < cell["busy"] <= cell["busy_incl_copies"] <= 1.0
+
+
+def test_the_bench_runs_with_a_runs_deterministic_settings_and_says_so(capsys, monkeypatch) -> None:
+    """A row's step is timed under the settings of `fusebench run` (deterministic algorithms on), printed in the
+    header; --deterministic off turns them off; the process's own switches are back afterwards."""
+    seen = []
+    real = gpu.training_step
+
+    def spying(*args, **kwargs):
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gpu, "training_step", spying)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic)
+    argv = ["--device", "cpu", "--small", "--encoders", "eeg_conv", "--precision", "32", "--steps", "1",
+            "--warmup", "0", "--threads", "1"]
+    assert gpu.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "# settings: deterministic algorithms on (warn only), cudnn.deterministic on, cudnn.benchmark off" in text
+    assert "as `fusebench run`" in text
+    assert gpu.main(argv + ["--deterministic", "off"]) == 0
+    text = capsys.readouterr().out
+    assert "# settings: deterministic algorithms off, cudnn.deterministic off" in text and "NOT a run's" in text
+    assert seen == [(True, True), (False, False)]
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic) == before

@@ -237,7 +237,7 @@ def test_votenet_gradient_reaches_every_loss_term():
     model, batch = _scene_with_boxes_on_proposals()
     out = model(batch)
     total = model.task_loss(out, batch)
-    terms = dict(model.head.loss_terms)
+    terms = {k: float(v) for k, v in model.head.loss_terms.items()}  # 0-dim tensors: read only when asked
     assert terms["positive_ratio"] > 0 and all(terms[t] > 0 for t in HEAD_OUTPUTS), terms
     # L = 10 (L_vote + 0.5 L_obj + L_box + 0.1 L_sem), L_box = L_center + 0.1 L_hcls + L_hres + 0.1 L_scls + L_sres
     box = terms["center"] + 0.1 * terms["heading_cls"] + terms["heading_reg"] + 0.1 * terms["size_cls"] + terms["size_reg"]
@@ -294,8 +294,8 @@ def test_votenet_descent_on_the_proposal_layer_lowers_the_loss():
         loss.backward()
         opt.step()
         totals.append(loss.item())
-        votes.append(model.head.loss_terms["vote"])
-        positives.append(model.head.loss_terms["positive_ratio"])
+        votes.append(float(model.head.loss_terms["vote"]))
+        positives.append(float(model.head.loss_terms["positive_ratio"]))
     assert len(set(positives)) == 1 and positives[0] > 0  # the same proposals stay positive throughout
     assert max(votes) - min(votes) < 1e-4 * votes[0]  # the votes do not depend on the trained layer
     proposal_part = [t - 10 * v for t, v in zip(totals, votes)]

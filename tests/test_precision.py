@@ -165,3 +165,100 @@ def test_an_edited_precision_is_refused(tmp_path: Path) -> None:
     bad_cfg.pop("hash_schema", None)  # (else the stored hash no longer matching the config is found first)
     with pytest.raises(RecordError, match=r"config\.precision"):
         validate_record(bad_cfg, "run.json")
+
+
+# ---- issue 33: the TF32 switches inside objectives and metrics; the blocked solver's key -------------------------
+def test_the_blocked_solvers_precision_key_reads_under_every_policy() -> None:
+    """The real ``_precision_key`` (no stand-in) under each policy's switches: under ``tf32`` PyTorch refuses the
+    legacy getters once the new API set the switch ("mix of the legacy and new APIs"), which stopped every M3G
+    cell at its first CUDA step. The key tells TF32 from full float32 and nothing else."""
+    from fusebench.objectives import sinkhorn_blocked as sb
+
+    keys = {}
+    for name, policy in precision.PRECISIONS.items():
+        with precision.backend_flags(policy):
+            keys[name] = sb._precision_key()
+    assert keys["32"] == keys["bf16-mixed"] == keys["16-mixed"] != keys["tf32"]
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        assert keys["tf32"][-1] == "tf32" and keys["32"][-1] == "ieee"
+
+
+#: the calls whose CUDA kernels the TF32 switches govern
+MATRIX_OPS = frozenset({"matmul", "mm", "bmm", "einsum", "linear", "addmm", "baddbmm", "__matmul__", "tensordot",
+                        "cdist", "conv1d", "conv2d", "dot", "mv", "inner", "outer"})
+
+
+class _SwitchesAtMatrixProducts(torch.overrides.TorchFunctionMode):
+    """Records the TF32 switches in force at every matrix product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, dict]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in MATRIX_OPS:
+            self.seen.append((name, precision.tf32_enabled()))
+        return func(*args, **(kwargs or {}))
+
+
+#: what every objective calls from inside its forward (patched on the instance to read the switches there)
+INNER = "check_views"
+
+
+def _objective_inputs(module):
+    g = torch.Generator().manual_seed(0)
+    kind = getattr(module, "input_kind", "views")
+    k = 2 if module.max_views == 2 else 3
+    if kind == "tuple":
+        return (torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g), torch.randn(6, 5, 4, generator=g))
+    views = torch.randn(k, 6, 4, generator=g)
+    return (views, torch.randn(k, 6, 4, generator=g)) if kind == "pairs" else (views,)
+
+
+@pytest.mark.parametrize("policy", list(precision.PRECISIONS))
+def test_every_objective_computes_with_full_float32_matrix_products(policy: str) -> None:
+    """Inside every registered objective's forward the TF32 switches are off (``fp32_precision = "ieee"``)
+    whatever the policy, and the policy's switches are back after the call."""
+    from fusebench import objectives
+
+    with precision.backend_flags(precision.get(policy)):
+        outside = precision.tf32_enabled()
+        assert outside == {"matmul": policy == "tf32", "conv": policy == "tf32"}
+        for name in objectives.available():
+            module = objectives.build(name)
+            inputs = _objective_inputs(module)
+            mode = _SwitchesAtMatrixProducts()
+            inner = getattr(module, INNER)
+
+            def reading(*args, inner=inner, mode=mode, **kwargs):  # called from inside forward
+                mode.seen.append(("forward", precision.tf32_enabled()))
+                return inner(*args, **kwargs)
+
+            setattr(module, INNER, reading)
+            with mode:
+                module(*inputs)
+            assert mode.seen and mode.seen[0][0] == "forward", f"{name}: the switches were not read inside forward"
+            on = [(op, s) for op, s in mode.seen if s != {"matmul": False, "conv": False}]
+            assert not on, f"{name} under {policy}: TF32 on at {on[:3]}"
+            assert precision.tf32_enabled() == outside, name
+
+
+def test_metrics_compute_with_full_float32_matrix_products() -> None:
+    from fusebench.metrics import Metric
+
+    seen = []
+    metric = Metric("probe", lambda: seen.append(precision.tf32_enabled()) or 0.0, True, "classification")
+    with precision.backend_flags(precision.get("tf32")):
+        metric()
+        assert precision.tf32_enabled() == {"matmul": True, "conv": True}
+    assert seen == [{"matmul": False, "conv": False}]
+
+
+def test_full_float32_restores_the_switches_it_found() -> None:
+    with precision.backend_flags(precision.get("tf32")):
+        with precision.full_float32():
+            assert precision.tf32_enabled() == {"matmul": False, "conv": False}
+            with precision.full_float32():  # nested: nothing to change
+                assert precision.tf32_enabled() == {"matmul": False, "conv": False}
+        assert precision.tf32_enabled() == {"matmul": True, "conv": True}

@@ -172,7 +172,8 @@ def test_fewshot_probe_matches_sklearn_logistic_regression():
         idx = [np.concatenate([rng.choice(np.flatnonzero(ytr == c), s, replace=False) for c in range(4)])
                for _ in range(draws)]
         val_acc, test_acc = {}, {}
-        for l2 in grid:
+
+        def fit(l2):
             va, te = [], []
             for i in idx:
                 # mean CE + l2/2 ||W||^2 (bias free)  <=>  C * sum CE + 1/2 ||W||^2 with C = 1 / (n l2)
@@ -180,10 +181,21 @@ def test_fewshot_probe_matches_sklearn_logistic_regression():
                 va.append(float((clf.predict(zva) == yva).mean()))
                 te.append(float((clf.predict(zte) == yte).mean()))
             val_acc[l2], test_acc[l2] = va, te
-        per = fs["per_shot"][str(s)]
+
         for l2 in grid:
-            assert per["val_acc_by_l2"][repr(l2)] == pytest.approx(np.mean(val_acc[l2]), abs=1e-12)
+            fit(l2)
         chosen = max(grid, key=lambda v: (np.mean(val_acc[v]), v))
+        # the documented search beyond the grid's edge: a decade further while strictly better
+        while chosen in (min(val_acc), max(val_acc)):
+            nxt = float(f"{chosen / 10:.12g}") if chosen == min(val_acc) else float(f"{chosen * 10:.12g}")
+            fit(nxt)
+            if np.mean(val_acc[nxt]) <= np.mean(val_acc[chosen]):
+                break
+            chosen = nxt
+        per = fs["per_shot"][str(s)]
+        assert per["l2_searched"] == sorted(val_acc)
+        for l2 in val_acc:
+            assert per["val_acc_by_l2"][repr(l2)] == pytest.approx(np.mean(val_acc[l2]), abs=1e-12)
         assert per["l2"] == chosen
         assert per["test_acc_per_draw"] == pytest.approx(test_acc[chosen], abs=1e-12)
         assert per["val_acc_per_draw"] == pytest.approx(val_acc[chosen], abs=1e-12)

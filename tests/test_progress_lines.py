@@ -157,7 +157,7 @@ def _steps(text: str, phase: str) -> list[int]:
 @pytest.mark.parametrize("flags", [["--progress"], []], ids=["progress-flag", "default"])
 def test_run_writes_progress_lines_into_a_file(tmp_path, flags) -> None:
     text = _run(tmp_path, *flags)
-    assert "[fusebench] start quickstart/infonce_pwe/seed0 device=cpu precision=32\n" in text
+    assert re.search(r"\[fusebench\] start quickstart/infonce_pwe/seed0 device=cpu precision=32 threads=\d+\n", text)
     pre, probe = _steps(text, "pretrain"), _steps(text, "linear_probe")
     assert len(pre) >= 2 and pre == sorted(pre) and len(set(pre)) == len(pre)
     assert len(probe) >= 2 and probe == sorted(probe) and len(set(probe)) == len(probe)

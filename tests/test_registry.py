@@ -39,10 +39,12 @@ def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -
     reg = R.Registry("widget", entry_point_group="fusebench.widgets")
     reg.add("beta", "builtin")
     reg.add_lazy("delta", "fb_fake_plugin:Thing")
-    # a plugin cannot take a built-in id: one error naming both
-    with pytest.raises(R.DuplicateIdError, match=r"widget id 'beta' is registered twice: by .* and by the plugin "
-                                                 r"entry point 'fb_fake_plugin:Thing'"):
-        reg.available()
+    # a plugin cannot take a built-in id: left out with one warning naming its entry point and the owner
+    with pytest.warns(R.PluginWarning, match=r"widget plugin left out: entry point 'beta = fb_fake_plugin:Thing' "
+                                             r"\(group fusebench.widgets\) \(distribution unknown\): widget id "
+                                             r"'beta' is taken already \(by \?:str\)"):
+        assert reg.available() == ["beta", "delta", "gamma"]
+    assert reg.get("beta") == "builtin"
     eps.pop()  # without the clash, the plugin is listed and imported on first use
     reg = R.Registry("widget", entry_point_group="fusebench.widgets")
     reg.add("beta", "builtin")

@@ -1,4 +1,4 @@
-"""Published reference rows (``leaderboards/reported.yaml``).
+"""Published reference rows (``benchmarks/published/reported.yaml``, shipped with the benchmark specs).
 
 Checks every entry's schema against the benchmark specs and metric registry, that ``value`` is the
 ``printed`` string in our metric's units (a fraction for percentages), and that every ``printed``
@@ -26,7 +26,7 @@ import fusebench.benchmarks as benchmarks
 import fusebench.metrics as metrics
 from conftest import PAPERS, ROOT
 
-REPORTED = ROOT / "leaderboards" / "reported.yaml"
+REPORTED = ROOT / "benchmarks" / "published" / "reported.yaml"
 FIELDS = {"benchmark", "label", "objective", "metric", "value", "printed", "source", "protocol"}
 # metrics whose values are not percentages (written raw, compared raw); every other metric id in the
 # specs (acc*, f1*, miou, map_*, bacc, sims_acc*, ...) is a fraction printed x100 in papers

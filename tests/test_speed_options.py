@@ -313,6 +313,82 @@ def test_each_speed_option_is_written_into_the_spec_form_only_when_set(over: dic
 
 def test_the_gaussian_mi_pipeline_refuses_speed_options() -> None:
     """Its cell applies none of them: a set option is refused at spec load, not silently ignored."""
-    with pytest.raises(ConfigError, match="speed: the gaussian_mi pipeline applies no speed option"):
+    with pytest.raises(ConfigError, match="speed.optimizer_impl = 'foreach': the gaussian_mi pipeline does not apply it"):
         benchmarks.load("polyview-gaussian-mi", overrides={"speed.optimizer_impl": "foreach"})
     benchmarks.load("polyview-gaussian-mi")  # defaults: fine
+
+
+# ---- issue 33 ---------------------------------------------------------------------------------------------------------
+def test_ema_teacher_update_with_foreach_equals_the_per_parameter_loop() -> None:
+    """The EMA update as multi-tensor kernels gives bit for bit what the loop of the earlier code gave: per
+    parameter ``t.mul_(tau).add_(s, alpha=1 - tau)``, buffers copied."""
+    from fusebench.encoders.heads import EMATeacher
+
+    torch.manual_seed(0)
+    student = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Linear(7, 3))
+    teacher = EMATeacher(student, 0.9, total_steps=10)
+    reference = copy.deepcopy(teacher.module)
+    for step in range(4):
+        with torch.no_grad():  # the student moves (and its batch-norm statistics with it)
+            for p in student.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        student.train()(torch.randn(6, 5))
+        tau = teacher.update(student, step)
+        with torch.no_grad():  # the loop the update replaced
+            for (_, t), (_, s) in zip(reference.named_parameters(), student.named_parameters()):
+                t.mul_(tau).add_(s.detach(), alpha=1.0 - tau)
+            for (_, t), (_, s) in zip(reference.named_buffers(), student.named_buffers()):
+                t.copy_(s)
+        for (name, got), want in zip(teacher.module.state_dict().items(), reference.state_dict().values()):
+            assert torch.equal(got, want), (step, name)
+    assert not torch.equal(teacher.module[0].weight, student[0].weight)  # an average, not a copy
+
+
+def test_compile_falls_back_when_a_later_recompilation_fails(monkeypatch, caplog) -> None:
+    """A compiled call that fails after earlier ones ran compiled (a recompilation for a new input shape) falls
+    back to eager too: that call's result is the eager one, the fallback is recorded once, nothing raises."""
+    model, batch = esanet_case()
+    model.eval()
+    calls = []
+
+    def fails_on_the_third_call(fn, **kwargs):
+        def compiled(*args, **kw):
+            calls.append(len(calls))
+            if len(calls) == 3:
+                raise RuntimeError("BackendCompilerFailed: recompiling for a new shape")
+            return fn(*args, **kw)
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fails_on_the_third_call)
+    status = speed.compile_encoder(model, SpeedConfig(compile=True))
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="fusebench.training.speed"):
+        want = type(model.backbone).embed(model.backbone, batch)
+        outs = [model.embed(batch) for _ in range(5)]
+    assert all(torch.equal(o, want) for o in outs)
+    assert calls == [0, 1, 2]  # compiled twice, failed once, eager from then on
+    assert status.ran_compiled and status.fallback == "ESANet.embed: RuntimeError: BackendCompilerFailed: recompiling for a new shape"
+    assert caplog.text.count("torch.compile failed") == 1
+
+
+def test_a_models_own_error_in_a_compiled_call_is_raised_not_recorded(monkeypatch) -> None:
+    model, batch = esanet_case()
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)  # "compiled" = the method itself
+    status = speed.compile_encoder(model, SpeedConfig(compile=True))
+    with pytest.raises((KeyError, ValueError, RuntimeError)):
+        model.embed({"modalities": {}, "names": []})  # fails compiled and eagerly: the model's own error
+    assert status.fallback is None
+
+
+def test_channels_last_is_applied_to_the_host_batch_before_the_copy() -> None:
+    """The training loop's host hook converts the batch on the CPU (pinned when the feed pins: on CUDA only)."""
+    _, batch = esanet_case()
+    fmt = speed.input_format(True)
+    out = fmt(batch)
+    assert out["modalities"]["rgb"].device.type == "cpu"
+    assert out["modalities"]["rgb"].is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out["modalities"]["rgb"], batch["modalities"]["rgb"])
+    assert fmt(out)["modalities"]["rgb"] is out["modalities"]["rgb"]  # already channels-last: no copy
+    if torch.cuda.is_available():
+        pinned = speed.input_format(True, pin=True)(batch)["modalities"]["rgb"]
+        assert pinned.is_pinned() and pinned.is_contiguous(memory_format=torch.channels_last)

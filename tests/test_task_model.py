@@ -91,7 +91,7 @@ def test_detection_loss_and_predictions_are_the_heads():
     batch = backbone.example_batch(dict(config="tiny"), batch_size=2, num_points=256)
     out = model(batch)
     assert model.task_loss(out, batch).item() == model.head.loss(out, batch).item()
-    assert model.head.loss_terms["total"] == pytest.approx(model.task_loss(out, batch).item())
+    assert float(model.head.loss_terms["total"]) == pytest.approx(model.task_loss(out, batch).item())
     model.eval()
     with torch.no_grad():
         out = model(batch)

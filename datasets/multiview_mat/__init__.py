@@ -1,11 +1,19 @@
-"""``multiview_mat``: any ``.mat`` file of the multi-view learning convention, plus the registered
-classic multi-view datasets ``mv_handwritten``, ``mv_leaves100``, ``mv_ngs`` and ``mv_hw2sources``.
+"""``multiview_mat``: any ``.mat`` file of the multi-view learning family, plus the registered
+multi-view datasets: the classic ``mv_handwritten``, ``mv_leaves100``, ``mv_ngs`` and ``mv_hw2sources``,
+and ``mv_3sources``, ``mv_movies``, ``mv_webkb``, ``mv_reuters1200``, ``mv_prokaryotic``,
+``mv_proteinfold``, ``mv_wikipedia``, ``mv_cora``, ``mv_cub``, ``mv_bbc``, ``mv_scene15`` (each with its
+modality family, ``FAMILIES``).
 
-The convention (zhou572/Multi-view-Datasets and most multi-view clustering code): a MATLAB file with
+The layouts (zhou572/Multi-view-Datasets, ChuanbinZhang/Multi-view-datasets, YilinZhang107/Multi-view-Datasets
+and most multi-view clustering code), found by the variables' names (:func:`.layouts.find_layout`):
 
-* ``X``: a 1-by-V or V-by-1 cell array; cell v is the view matrix, (N, d_v) (one row per sample) or
-  (d_v, N) in some releases, dense or sparse, any numeric class;
-* ``Y``: the N class labels (N-by-1 or 1-by-N), usually 1..C.
+* the views: a 1-by-V or V-by-1 cell array ``X`` / ``data``, or variables ``x1`` .. ``xV``; each view
+  (N, d_v) (one row per sample) or (d_v, N), dense or sparse, any numeric class;
+* the labels: ``Y``, ``y``, ``gt``, ``gnd``, ``truth``, ``label(s)``, ``truelabel`` (N-by-1 or 1-by-N), or a
+  cell holding one identical label vector per view;
+* a shipped split: each of them as ``NAME_train`` / ``NAME_test``; the test block is the test split
+  (``shipped_test_indices``). An ambiguous or unknown layout is one error naming the variables and the
+  options ``x_key`` / ``y_key`` / ``sample_axis``.
 
 Both MATLAB v5/v7 (read with ``scipy.io.loadmat``) and v7.3 (HDF5, read with h5py: cells are object
 references into ``#refs#`` and every matrix is stored transposed; sparse matrices are groups holding
@@ -33,10 +41,13 @@ Root: the ``.mat`` file itself (``--data-root path/to/data.mat``) or a folder pl
 the folder containing their file and check its sha256 (``verify_sha256=False`` skips the check).
 A file is read once per process (LRU keyed by path, mtime and size), not once per split.
 
-Options: ``file``, ``x_key`` ("X"), ``y_key`` ("Y"), ``views`` (list of view indices, in the order
+Options: ``file``, ``x_key`` / ``y_key`` (found by name; a cell or label variable, a list of view
+variables, or the prefix of x1..xV), ``shipped_split`` (True), ``views`` (list of view indices, in the order
 wanted), ``view_names``, ``sample_axis`` ("auto", 0 = rows are samples, 1 = columns are samples; one
 value for every view or a list with one per view of the file),
-``split_fractions`` ([train, val, test] or a dict), ``split_seed`` (int or "run"), ``standardize``
+``split_fractions`` ([train, val, test] or a dict), ``split_seed`` (int or "run"), ``outer_test_seed`` (none;
+an integer fixes the test split, drawn once with that seed, and ``split_seed`` then draws only the train / val
+partition of the other samples: :func:`.splits.outer_split`; the spec key ``dataset.outer_test_seed``), ``standardize``
 (True), ``verify_sha256`` (True), ``sha256`` (expected digest for any file),
 ``allow_fractional_labels`` (False), ``allow_small_classes`` (False), ``view_copies`` (none; ``{base:
 [view indices], copies: k, noise: sigma, mask: p, seed: s}`` replaces the views by k copies of the base
@@ -63,12 +74,15 @@ to the ``fusebench.datasets.multiview_mat`` logger; importing this package regis
 from __future__ import annotations
 
 from .adapter import MultiviewMat
-from .classic import MvHandwritten, MvHw2sources, MvLeaves100, MvNgs
+from .classic import (FAMILIES, Mv3sources, MvBbc, MvCora, MvCub, MvHandwritten, MvHw2sources, MvLeaves100, MvMovies,
+                      MvNgs, MvProkaryotic, MvProteinfold, MvReuters1200, MvScene15, MvWebkb, MvWikipedia)
 from .copies import augmented_copies, parse_view_copies
 from .formats import read_mat, sha256_of
 from .layouts import labels_to_ids, orient
 from .splits import parse_fractions, stratified_split, zscore_stats
 
-__all__ = ["MultiviewMat", "MvHandwritten", "MvHw2sources", "MvLeaves100", "MvNgs", "augmented_copies",
+__all__ = ["FAMILIES", "MultiviewMat", "Mv3sources", "MvBbc", "MvCora", "MvCub", "MvHandwritten", "MvHw2sources",
+           "MvLeaves100", "MvMovies", "MvNgs", "MvProkaryotic", "MvProteinfold", "MvReuters1200", "MvScene15", "MvWebkb",
+           "MvWikipedia", "augmented_copies",
            "labels_to_ids", "orient", "parse_fractions", "parse_view_copies", "read_mat", "sha256_of",
            "stratified_split", "zscore_stats"]

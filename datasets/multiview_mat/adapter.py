@@ -9,6 +9,7 @@ z-scoring) and :mod:`.synthetic` (the synthetic twin writer).
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,8 +21,9 @@ from .. import DATASETS
 from ..base import BASE_OPTIONS, DataFile, DatasetError, Modality, MultimodalDataset, SyntheticSpec
 from .copies import augmented_copies, parse_view_copies
 from .formats import _file_sha256, read_mat
-from .layouts import _FileLocation, labels_to_ids, log, orient
-from .splits import SPLIT_NAMES, min_class_size, parse_fractions, stratified_split, view_problem, zscore_stats
+from .layouts import _FileLocation, label_vector, labels_to_ids, log, orient
+from .splits import (SPLIT_NAMES, min_class_size, outer_split, parse_fractions, stratified_split, view_problem,
+                     zscore_stats)
 from .synthetic import _SyntheticTwin
 
 # the public names stay fusebench.datasets.multiview_mat:<Class> (recorded as "adapter" in
@@ -31,9 +33,13 @@ _MODULE = "fusebench.datasets.multiview_mat"
 
 OPTIONS = frozenset({"file", "x_key", "y_key", "views", "view_names", "sample_axis", "split_fractions",
                      "split_seed", "standardize", "verify_sha256", "sha256", "allow_fractional_labels",
-                     "allow_small_classes", "view_copies"})
+                     "allow_small_classes", "view_copies", "outer_test_seed", "shipped_split"})
 
 _SYN_DIMS = (8, 12, 16)
+
+#: prepared datasets kept per process (:meth:`MultiviewMat._prepare`)
+_PREPARED_SIZE = 2
+_PREPARED: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
 
 
 @DATASETS.register("multiview_mat")
@@ -48,12 +54,19 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     num_classes = 4
     MODALITIES: ClassVar[tuple[Modality, ...]] = tuple(
         Modality(f"view{i}", "vector", d, description=f"view {i} ({d}-d)") for i, d in enumerate(_SYN_DIMS))
-    FILES = (DataFile("*.mat", "X: 1-by-V cell of (N, d_v) or (d_v, N) view matrices (dense or sparse); "
-                               "Y: N labels (integral numeric values)"),)
-    INFO = ("Any .mat file of the multi-view learning convention (X = cell array of views, Y = labels), MATLAB "
+    FILES = (DataFile("*.mat", "views: a 1-by-V or V-by-1 cell X / data, or variables x1..xV, of (N, d_v) or (d_v, "
+                               "N) matrices (dense or sparse); labels: Y, y, gt, gnd, truth, label(s) or a cell of "
+                               "identical label vectors (integral values); optionally *_train / *_test parts (a "
+                               "shipped split)"),)
+    INFO = ("Any .mat file of the multi-view learning family (views as a cell X or data, or variables x1..xV; labels "
+            "Y, y, gt, gnd, truth, label(s) or a label cell; an optional shipped *_train / *_test split; found by "
+            "name, or named with x_key / y_key), MATLAB "
             "v5/v7 or v7.3. Pass the file itself as the data root (--data-root path/to/data.mat) or its folder "
             "with the option file=NAME.mat. Splits are seeded and stratified (split_fractions, split_seed); "
             "views are z-scored with train statistics. See docs/datasets/multiview.md.")
+    #: what the views are, for rankings grouped by family: "image", "text", "image+text" or "other" (None: an
+    #: unregistered file); the registered datasets say theirs (``classic.FAMILIES``)
+    MODALITY_FAMILY: ClassVar[str | None] = None
     #: file name inside a folder root (registered datasets) and its expected sha256
     FILE: ClassVar[str | None] = None
     SHA256: ClassVar[str | None] = None
@@ -61,12 +74,17 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     #: the views (count, names, widths) come from the file: the runner opens it to resolve dataset.modalities
     VIEWS_FROM_DATA: ClassVar[bool] = True
     OPTIONS: ClassVar[frozenset[str]] = OPTIONS
-    OPTION_TYPES: ClassVar[dict[str, Any]] = {"file": str, "x_key": str, "y_key": str, "views": list,
+    OPTION_TYPES: ClassVar[dict[str, Any]] = {"file": str, "x_key": str | list, "y_key": str, "views": list,
                                               "view_names": list, "split_seed": int, "standardize": bool,
                                               "verify_sha256": bool, "sha256": str,
                                               "allow_fractional_labels": bool, "allow_small_classes": bool,
                                               # {base, copies, noise, mask, seed}: see datasets/multiview_mat/copies.py
-                                              "view_copies": dict}
+                                              "view_copies": dict,
+                                              # a fixed outer test split (splits.outer_split): split_seed then
+                                              # draws only the train / val partition of the other samples
+                                              "outer_test_seed": int,
+                                              # use a file's shipped *_train / *_test split (True)
+                                              "shipped_split": bool}
 
     def __init__(self, root: str | os.PathLike | None = None, split: str = "train",
                  modalities: list[str] | tuple[str, ...] | None = None, synthetic: bool = False, **opts: Any) -> None:
@@ -85,9 +103,33 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
 
     # -- reading, validating, splitting, standardising -----------------------------------------
     def _prepare(self, synthetic: bool, run_seed: int) -> None:
+        """:meth:`_prepare_views`, once per (file, adapter, options, split seed) in a process: a run opens its
+        dataset several times (views, batch caps, data checks, the three splits), and on a large file (Cora:
+        2708 x 9553 values) the views' checks and train statistics cost seconds each time. The state is kept
+        for the last :data:`_PREPARED_SIZE` datasets; every instance indexes its own split from it (nothing
+        shared is modified)."""
+        try:
+            st = self.mat_path.stat()
+        except OSError:
+            return self._prepare_views(synthetic, run_seed)  # the reader names the problem
+        fixed = self.options.get("split_seed", 0) != "run"
+        key = (type(self), str(self.mat_path.resolve()), st.st_mtime_ns, st.st_size, bool(synthetic),
+               None if fixed else int(run_seed), repr(sorted(self.options.items())))
+        hit = _PREPARED.get(key)
+        if hit is not None:
+            _PREPARED.move_to_end(key)
+            self.__dict__.update(hit)
+            return
+        before = set(self.__dict__)
+        self._prepare_views(synthetic, run_seed)
+        _PREPARED[key] = {k: v for k, v in self.__dict__.items() if k not in before}
+        while len(_PREPARED) > _PREPARED_SIZE:
+            _PREPARED.popitem(last=False)
+
+    def _prepare_views(self, synthetic: bool, run_seed: int) -> None:
         o = self.options
         path = self.mat_path
-        x_key, y_key = str(o.get("x_key", "X")), str(o.get("y_key", "Y"))
+        x_key, y_key = o.get("x_key"), o.get("y_key")  # None: the layout is found by the variables' names
         expected = o.get("sha256", self.SHA256)
         self.sha256 = _file_sha256(path)
         synthetic = synthetic or self._is_twin(path)
@@ -95,16 +137,27 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             raise DatasetError(f"{self.id}: {path} has sha256 {self.sha256}, expected {expected} (a different "
                                "release or a corrupt copy); pass verify_sha256=False to use it anyway")
         raw = read_mat(path, x_key, y_key)
-        self.file_format = raw["format"]
-        cell = raw["cell_shape"]
-        if len(cell) > 2 or (len(cell) == 2 and min(cell) > 1):
-            raise DatasetError(f"{path}: {x_key} is a {'x'.join(map(str, cell))} cell array; expected 1-by-V or V-by-1")
-        n_views = len(raw["views"])
+        self.file_format, self.layout = raw["format"], raw["layout"]
+        x_key, y_key = self.layout.x_label, self.layout.y_label  # the variables read, as messages name them
+        raw_parts = raw["parts"]
+        n_views = len(raw_parts[0]["views"])
+        for part in raw_parts:
+            cell = part["cell_shape"]
+            if cell is not None and (len(cell) > 2 or (len(cell) == 2 and min(cell) > 1)):
+                raise DatasetError(f"{path}: {x_key} is a {'x'.join(map(str, cell))} cell array; expected 1-by-V or "
+                                   "V-by-1")
+            if len(part["views"]) != n_views:
+                raise DatasetError(f"{path}: the {part['split']} part of {x_key} holds {len(part['views'])} views, the "
+                                   f"{raw_parts[0]['split']} part {n_views}")
         if n_views < 2:
             raise DatasetError(f"{path}: {x_key} holds {n_views} view(s); a multi-view dataset needs at least 2")
-        y, self.label_values = labels_to_ids(raw["y"], path, y_key,
+        part_y = [label_vector(part["y"], path, y_key) for part in raw_parts]
+        y, self.label_values = labels_to_ids(np.concatenate(part_y), path, y_key,
                                              allow_fractional=bool(o.get("allow_fractional_labels", False)))
         n = y.size
+        # a shipped split: the train block's rows, then the test block's (recorded; used as the outer test split)
+        sizes = [v.size for v in part_y]
+        self.shipped_test_indices = (np.arange(sizes[0], n, dtype=np.int64) if self.layout.shipped_split else None)
         copies = None
         if o.get("view_copies") is not None:
             if o.get("views") is not None:
@@ -126,7 +179,11 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         names = o.get("view_names")
         n_out = copies["copies"] if copies is not None else len(sel)  # the views the dataset will have
         if names is None:
-            names = [f"copy{c}" for c in range(n_out)] if copies is not None else [f"view{v}" for v in sel]
+            # a registered file's views keep their registered names (view{v} when the file has other views)
+            declared_names = [m.name for m in type(self).MODALITIES]
+            named = self.FILE is not None and len(declared_names) == n_views
+            names = ([f"copy{c}" for c in range(n_out)] if copies is not None else
+                     [declared_names[v] if named else f"view{v}" for v in sel])
         else:
             names = [str(s) for s in names]
             if len(names) != n_out or len(set(names)) != len(names) or not all(names):
@@ -144,15 +201,21 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             axes = [sample_axis] * n_views
         views, layouts = [], []
         for v in sel:
-            x, layout = orient(raw["views"][v], n, v, path, axes[v])
-            vals = x.data if sp.issparse(x) else x
-            if np.issubdtype(np.asarray(vals).dtype, np.floating):
-                bad_count = int((~np.isfinite(vals)).sum())
-                if bad_count:
-                    raise DatasetError(f"{path}: view {v} ({base_names[len(views)]}) has {bad_count} NaN/Inf values")
-            x = x.toarray() if sp.issparse(x) else x
-            views.append(np.asarray(x, dtype=np.float64))
-            layouts.append(layout)
+            blocks, block_layouts = [], []
+            for part, n_part in zip(raw_parts, sizes):
+                x, layout = orient(part["views"][v], n_part, v, path, axes[v])
+                vals = x.data if sp.issparse(x) else x
+                if np.issubdtype(np.asarray(vals).dtype, np.floating):
+                    bad_count = int((~np.isfinite(vals)).sum())
+                    if bad_count:
+                        raise DatasetError(f"{path}: view {v} ({base_names[len(views)]}) has {bad_count} NaN/Inf values")
+                blocks.append(np.asarray(x.toarray() if sp.issparse(x) else x, dtype=np.float64))
+                block_layouts.append(layout)
+            if len({b.shape[1] for b in blocks}) > 1:
+                raise DatasetError(f"{path}: view {v} has {[b.shape[1] for b in blocks]} features in the "
+                                   f"{[p['split'] for p in raw_parts]} parts; each view needs the same features in both")
+            views.append(blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0))
+            layouts.append(" / ".join(dict.fromkeys(block_layouts)))
         # splits
         fractions = parse_fractions(o.get("split_fractions"))
         split_seed = o.get("split_seed", 0)
@@ -161,11 +224,27 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             split_seed = int(split_seed)
         except (TypeError, ValueError):
             raise DatasetError(f"{self.id}: split_seed={o['split_seed']!r} must be an integer or 'run'") from None
-        parts = stratified_split(y, fractions, split_seed)
+        outer = o.get("outer_test_seed")
+        if outer is not None and (isinstance(outer, bool) or not isinstance(outer, int) or outer < 0):
+            raise DatasetError(f"{self.id}: outer_test_seed={outer!r} must be a non-negative integer")
+        shipped = self.shipped_test_indices if o.get("shipped_split", True) else None
+        if shipped is not None:  # the file's own test block is the (outer) test split; train / val come from the rest
+            parts = outer_split(y, fractions, 0 if outer is None else outer, split_seed, test=shipped)
+        else:
+            parts = (stratified_split(y, fractions, split_seed) if outer is None
+                     else outer_split(y, fractions, outer, split_seed))
+        self._outer_test_seed = outer
         empty = [s for s in SPLIT_NAMES if parts[s].size == 0]
         if empty:
             raise DatasetError(f"{path}: split_fractions {list(fractions)} leave split(s) {empty} empty with {n} samples")
-        self._check_class_sizes(y, fractions, path, y_key, bool(o.get("allow_small_classes", False)))
+        if shipped is not None:  # every class needs enough shipped-train samples for train and val
+            rest = np.setdiff1d(np.arange(n), shipped)
+            f_tv = fractions[0] + fractions[1]
+            self._check_class_sizes(y[rest], (fractions[0] / f_tv, fractions[1] / f_tv), path,
+                                    f"{y_key} (shipped train part)",
+                                    bool(o.get("allow_small_classes", False)))
+        else:
+            self._check_class_sizes(y, fractions, path, y_key, bool(o.get("allow_small_classes", False)))
         standardize = bool(o.get("standardize", True))
         for v, name, x in zip(sel, base_names, views):
             problem = view_problem(x, parts["train"], standardize)
@@ -242,12 +321,18 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         return rows.tolist()
 
     def _load_raw(self, index: int) -> dict[str, Any]:
-        row = int(self._rows[index])
         return {
             "modalities": {name: x[index].clone() for name, x in self._x.items()},
             "target": self._y[index].clone(),
-            "meta": {"id": f"{self.mat_path.stem}-{row}", "index": row},
+            "meta": self._meta(index),
         }
+
+    def _in_memory(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        return self._x, self._y
+
+    def _meta(self, index: int) -> dict[str, Any]:
+        row = int(self._rows[index])
+        return {"id": f"{self.mat_path.stem}-{row}", "index": row}
 
     def source_files(self) -> list[Path]:
         return [self.mat_path.resolve()]
@@ -263,6 +348,14 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             "views": list(self._sel), "view_names": [m.name for m in self.MODALITIES],
             "view_dims": [m.channels for m in self.MODALITIES], "view_layouts": list(self._layouts),
             "fractions": dict(zip(SPLIT_NAMES, self._fractions)), "seed": self._split_seed,
+            "layout": {"views": self.layout.x_label, "labels": self.layout.y_label},
+            # a file's own train / test split: its test block is the test split unless shipped_split=False
+            **({"shipped_split": {"train": int(self._y_all.size - self.shipped_test_indices.size),
+                                  "test": int(self.shipped_test_indices.size),
+                                  "used": bool(self.options.get("shipped_split", True))}}
+               if self.shipped_test_indices is not None else {}),
+            # the fixed outer test split's seed (absent: the test split follows ``seed`` too)
+            **({"outer_test_seed": self._outer_test_seed} if self._outer_test_seed is not None else {}),
             "stratified": True, "standardize": "zscore_train" if self._standardize else "none",
             "counts": {s: int(self._parts[s].size) for s in SPLIT_NAMES},
             "class_counts": {s: np.bincount(y[self._parts[s]], minlength=c).tolist() for s in SPLIT_NAMES},

@@ -3,7 +3,10 @@ read with h5py.
 
 In v7.3 files cells are object references into ``#refs#`` and every matrix is stored transposed
 (:func:`_h5_matrix` turns it back into MATLAB's orientation); sparse matrices are groups holding
-``data`` / ``ir`` / ``jc``. :func:`read_mat` returns the raw views and labels as stored and keeps the
+``data`` / ``ir`` / ``jc``. Both list the file's variables first (``whosmat`` / the HDF5 keys) for
+:func:`.layouts.find_layout`, then read only the variables of the layout found (a label cell is reduced
+to its one label vector, checked identical). :func:`read_mat` returns the raw views and labels as stored
+(one block, or the shipped train and test blocks) and keeps the
 last few files in a per-process LRU keyed by path, mtime and size (one read for the three splits);
 :func:`_file_sha256` memoises the file's sha256 the same way.
 """
@@ -18,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..base import DatasetError, DatasetNotFoundError
+from .layouts import Layout, find_layout, label_cell
 from fusebench.io import sha256_file
 
 _LRU_SIZE = 4
@@ -52,7 +56,31 @@ def _h5_matrix(f: Any, obj: Any, where: str) -> Any:
     return arr.T
 
 
-def _read_v73(path: Path, x_key: str, y_key: str) -> tuple[list[Any], Any, tuple[int, ...]]:
+def _h5_listing(f: Any) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{name: (MATLAB shape, MATLAB class)}`` of the top-level variables of a v7.3 file."""
+    import h5py
+
+    out = {}
+    for k in f.keys():
+        if k.startswith("#"):
+            continue
+        obj = f[k]
+        cls = obj.attrs.get("MATLAB_class", b"")
+        cls = cls.decode() if isinstance(cls, bytes) else str(cls)
+        if isinstance(obj, h5py.Group):
+            if "MATLAB_sparse" in obj.attrs and "jc" in obj:
+                shape = (int(obj.attrs["MATLAB_sparse"]), int(obj["jc"].shape[0]) - 1)
+                out[k] = (shape, "sparse")
+            else:
+                out[k] = ((1, 1), cls or "struct")
+        elif obj.dtype == h5py.ref_dtype:
+            out[k] = (tuple(obj.shape[::-1]), "cell")
+        else:
+            out[k] = (tuple(obj.shape[::-1]), cls or "double")
+    return out
+
+
+def _read_v73(path: Path, x_key: Any, y_key: Any) -> tuple[Layout, dict[str, Any]]:
     import h5py
 
     try:
@@ -60,31 +88,22 @@ def _read_v73(path: Path, x_key: str, y_key: str) -> tuple[list[Any], Any, tuple
     except OSError as e:
         raise DatasetError(f"{path}: not a readable MATLAB v7.3 (HDF5) .mat file ({e})") from None
     with f:
-        names = sorted(k for k in f.keys() if not k.startswith("#"))
-        _require_keys(path, names, x_key, y_key)
-        xobj = f[x_key]
-        if not isinstance(xobj, h5py.Dataset) or xobj.dtype != h5py.ref_dtype:
-            got = ("a struct/group" if not isinstance(xobj, h5py.Dataset)
-                   else f"a numeric array of MATLAB shape {xobj.shape[::-1]}")
-            raise DatasetError(f"{path}: {x_key} must be a cell array of view matrices, got {got}")
-        refs = np.asarray(xobj[()], dtype=object)
-        cell_shape = tuple(refs.shape[::-1])  # MATLAB shape
-        views = [_h5_matrix(f, f[r], f"{path}: {x_key}{{{i + 1}}}") for i, r in enumerate(refs.ravel())]
-        for i, v in enumerate(views):
-            if isinstance(v, np.ndarray) and v.dtype == object:
-                raise DatasetError(f"{path}: {x_key}{{{i + 1}}} is itself a cell array, expected a numeric matrix")
-        yobj = f[y_key]
-        if not isinstance(yobj, h5py.Dataset) or yobj.dtype == h5py.ref_dtype:
-            raise DatasetError(f"{path}: {y_key} must be a numeric label vector (got a cell array or struct)")
-        y = _h5_matrix(f, yobj, f"{path}: {y_key}")
-    return views, y, cell_shape
-
-
-def _require_keys(path: Path, names: list[str], x_key: str, y_key: str) -> None:
-    missing = [k for k in (x_key, y_key) if k not in names]
-    if missing:
-        raise DatasetError(f"{path}: no variable(s) {missing} in the file (it holds {names}); the multi-view "
-                           f"convention is X = cell array of views, Y = labels (options x_key / y_key rename them)")
+        layout = find_layout(path, _h5_listing(f), x_key, y_key)
+        values: dict[str, Any] = {}
+        for name in layout.variables():
+            obj = f[name]
+            if isinstance(obj, h5py.Dataset) and obj.dtype == h5py.ref_dtype:
+                refs = np.asarray(obj[()], dtype=object)
+                cell = np.empty(refs.size, dtype=object)
+                for i, r in enumerate(refs.ravel()):  # h5py's C order of the transposed cell = MATLAB's column-major order
+                    v = _h5_matrix(f, f[r], f"{path}: {name}{{{i + 1}}}")
+                    if isinstance(v, np.ndarray) and v.dtype == object:
+                        raise DatasetError(f"{path}: {name}{{{i + 1}}} is itself a cell array, expected a numeric matrix")
+                    cell[i] = v
+                values[name] = cell.reshape(refs.shape[::-1], order="F")  # MATLAB's shape
+            else:
+                values[name] = _h5_matrix(f, obj, f"{path}: {name}")
+    return layout, values
 
 
 _MI_COMPRESSED, _MI_MATRIX = 15, 14
@@ -131,41 +150,59 @@ def _check_v5_complete(path: Path) -> None:
             pos, index = end, index + 1
 
 
-def _read_v5(path: Path, x_key: str, y_key: str) -> tuple[list[Any], Any, tuple[int, ...]]:
+def _read_v5(path: Path, x_key: Any, y_key: Any) -> tuple[Layout, dict[str, Any]]:
     import scipy.io
 
     _check_v5_complete(path)
     try:
-        names = sorted(name for name, _, _ in scipy.io.whosmat(str(path)))
-        _require_keys(path, names, x_key, y_key)
-        m = scipy.io.loadmat(str(path), variable_names=[x_key, y_key])
+        listing = {name: (tuple(shape), cls) for name, shape, cls in scipy.io.whosmat(str(path))}
+        layout = find_layout(path, listing, x_key, y_key)
+        m = scipy.io.loadmat(str(path), variable_names=layout.variables())
     except DatasetError:
         raise
     except Exception as e:  # scipy raises ValueError / TypeError / struct errors on non-.mat bytes
         raise DatasetError(f"{path}: not a readable MATLAB .mat file (v4/v5/v7 or v7.3): "
                            f"{type(e).__name__}: {e}") from None
-    for key in (x_key, y_key):  # scipy warns and returns "Read error: ..." for a variable it cannot decode
-        if isinstance(m[key], str) and m[key].startswith("Read error"):
+    for key in layout.variables():  # scipy warns and returns "Read error: ..." for a variable it cannot decode
+        if isinstance(m.get(key), str) and m[key].startswith("Read error"):
             raise DatasetError(f"{path}: variable {key!r} is damaged and cannot be read ({m[key]}); re-download "
                                "or re-export the file")
-    x, y = m[x_key], m[y_key]
-    if not (isinstance(x, np.ndarray) and x.dtype == object):
-        what = f"a {type(x).__name__}" if not isinstance(x, np.ndarray) else f"a {x.dtype} array of shape {x.shape}"
-        raise DatasetError(f"{path}: {x_key} must be a cell array of view matrices, got {what}")
-    views = list(x.ravel(order="F"))  # MATLAB's (column-major) cell order
-    return views, y, tuple(x.shape)
+    return layout, {k: m[k] for k in layout.variables()}
 
 
-def read_mat(path: Path, x_key: str = "X", y_key: str = "Y") -> dict[str, Any]:
+def _assemble(path: Path, layout: Layout, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored sample blocks (one, or the shipped train and test blocks): their views (as stored) and labels."""
+    parts = []
+    for suffix in layout.parts:
+        if layout.x_kind == "cell":
+            name = layout.x_names[0] + suffix
+            x = values[name]
+            if not (isinstance(x, np.ndarray) and x.dtype == object):
+                what = f"a {type(x).__name__}" if not isinstance(x, np.ndarray) else f"a {x.dtype} array of shape {x.shape}"
+                raise DatasetError(f"{path}: {name} must be a cell array of view matrices, got {what}")
+            views, cell_shape = list(x.ravel(order="F")), tuple(x.shape)  # MATLAB's (column-major) cell order
+        else:
+            views, cell_shape = [values[b + suffix] for b in layout.x_names], None
+        y = values[layout.y_name + suffix]
+        if layout.y_kind == "cell":
+            y = label_cell(y, path, layout.y_name + suffix)
+        parts.append({"split": suffix.lstrip("_") or None, "views": views, "y": y, "cell_shape": cell_shape})
+    return parts
+
+
+def read_mat(path: Path, x_key: Any = None, y_key: Any = None) -> dict[str, Any]:
     """The raw views (MATLAB orientation, as stored) and labels of a multi-view .mat file, cached.
 
-    Returns ``{"views": [array or sparse], "y": array, "cell_shape": tuple, "format": "v5" | "v7.3"}``.
+    ``x_key`` / ``y_key``: None finds the layout by the variables' names (:func:`.layouts.find_layout`).
+    Returns ``{"layout": Layout, "parts": [{"split": None | "train" | "test", "views": [array or sparse],
+    "y": array, "cell_shape": tuple | None}], "format": "v5" | "v7.3"}``: one part, or the shipped train
+    and test parts.
     """
     try:
         st = path.stat()
     except OSError as e:
         raise DatasetNotFoundError(f"{path}: cannot read ({e})") from None
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size, x_key, y_key)
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size, repr(x_key), repr(y_key))
     hit = _LRU.get(key)
     if hit is not None:
         _LRU.move_to_end(key)
@@ -177,8 +214,8 @@ def read_mat(path: Path, x_key: str = "X", y_key: str = "Y") -> dict[str, Any]:
     if len(head) == 0:
         raise DatasetError(f"{path}: empty file, not a MATLAB .mat file")
     is_h5 = h5py.is_hdf5(str(path))
-    views, y, cell_shape = (_read_v73 if is_h5 else _read_v5)(path, x_key, y_key)
-    entry = {"views": views, "y": y, "cell_shape": cell_shape, "format": "v7.3" if is_h5 else "v5"}
+    layout, values = (_read_v73 if is_h5 else _read_v5)(path, x_key, y_key)
+    entry = {"layout": layout, "parts": _assemble(path, layout, values), "format": "v7.3" if is_h5 else "v5"}
     _LRU[key] = entry
     while len(_LRU) > _LRU_SIZE:
         _LRU.popitem(last=False)

@@ -44,11 +44,18 @@ def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed:
     samples go to the splits with the largest deficit f_s * (samples seen so far) - (given so far),
     ties to the earlier split. Each split's indices are returned in ascending order.
     """
+    return dict(zip(SPLIT_NAMES, stratified_parts(y, fractions, seed)))
+
+
+def stratified_parts(y: np.ndarray, fractions: Any, seed: int) -> list[np.ndarray]:
+    """:func:`stratified_split` for any number of parts (``fractions`` summing to 1): one sorted index array
+    per fraction. With three fractions it is :func:`stratified_split`'s split, draw for draw."""
     rng = np.random.default_rng(seed)
     f = np.asarray(fractions, dtype=np.float64)
-    given = np.zeros(3, dtype=np.int64)
+    k = f.size
+    given = np.zeros(k, dtype=np.int64)
     seen = 0
-    parts: list[list[np.ndarray]] = [[], [], []]
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
     for c in np.unique(y):
         members = np.flatnonzero(y == c)
         members = members[rng.permutation(members.size)]
@@ -57,16 +64,34 @@ def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed:
         seen += n_c
         deficit = f * seen - (given + base)
         extra = n_c - int(base.sum())
-        order = sorted(range(3), key=lambda s: (-deficit[s], s))
+        order = sorted(range(k), key=lambda s: (-deficit[s], s))
         counts = base.copy()
         for s in order[:extra]:
             counts[s] += 1
         given += counts
         start = 0
-        for s in range(3):
+        for s in range(k):
             parts[s].append(members[start : start + counts[s]])
             start += counts[s]
-    return {name: np.sort(np.concatenate(parts[s])) for s, name in enumerate(SPLIT_NAMES)}
+    return [np.sort(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in parts]
+
+
+def outer_split(y: np.ndarray, fractions: tuple[float, float, float], test_seed: int, seed: int,
+                test: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A fixed outer test split and a per-seed train / val partition of the rest.
+
+    The test split is ``test`` when given (a file's shipped test rows), else the ``"test"`` part of
+    :func:`stratified_split` with ``test_seed`` -- the same for every run and selection seed of a dataset.
+    The other samples are split into train and val by :func:`stratified_parts` with ``seed``, in the
+    proportion ``f_train : f_val``. So no seed's train or val split ever holds a test sample, and the
+    hyper-parameter trials (selection seeds) draw their train / val from the same non-test samples as
+    the evaluation seeds. Returns ``{"train", "val", "test"}``, each sorted."""
+    test = np.sort(np.asarray(test if test is not None else stratified_split(y, fractions, test_seed)["test"],
+                              dtype=np.int64))
+    rest = np.setdiff1d(np.arange(y.size), test)
+    f_train, f_val = float(fractions[0]), float(fractions[1])
+    tr, va = stratified_parts(y[rest], (f_train / (f_train + f_val), f_val / (f_train + f_val)), seed)
+    return {"train": rest[tr], "val": rest[va], "test": test}
 
 
 def min_class_size(fractions: tuple[float, float, float]) -> int:

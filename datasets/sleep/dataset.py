@@ -104,6 +104,11 @@ class _SleepDataset(MultimodalDataset):
             f"meaningless). Pass allow_empty=True to build an empty split on purpose."
         )
 
+    def sample_keys(self) -> list[str]:
+        """``<recording>:<epoch>`` of every sample (its ``meta`` id), without reading a signal: splits that
+        list the same subject (the one-subject smoke recipe) share them."""
+        return [f"{self.recordings[ri]['name']}:{int(self.recordings[ri]['epoch_index'][j])}" for ri, j in self.samples]
+
     def source_files(self) -> list[Path]:
         """The files of this split's recordings (hashed by ``fusebench data prepare``)."""
         keys = ("psg", "hyp") if self.id == "sleep_edf" else ("hea", "mat", "arousal")

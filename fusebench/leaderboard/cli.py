@@ -28,8 +28,9 @@ from ``record["budget"]``) and cost columns (mean pretraining time, mean peak me
 table: whether the pretraining budgets are equal, aliases whose numbers differ, rows flagged invalid
 (``record["validity"]``; never ranked best). Pipeline-check boards (tiny synthetic twins) show the
 numbers without bold, best row, interval or tests. Numbers printed in the source papers come from
-``reported.yaml`` (default ``<out_dir>/reported.yaml``, optional) and are shown in their own section,
-"Published results (not comparable to the runs above)": never ranked, bolded or tested.
+``reported.yaml`` (default ``<out_dir>/reported.yaml`` when there is one, else the list shipped with the
+benchmarks) and are shown in their own section, "Published results (not comparable to the runs above)": never
+ranked, bolded or tested.
 
 The index ranks the objectives over the real-data boards of the ``embedding_eval`` protocol
 (average ranks, Friedman test, Nemenyi critical difference, a CD diagram ``cd-diagram.png``;
@@ -41,7 +42,12 @@ row per (comparability group, displayed objective) with every metric's mean, sam
 primary metric's CI, Δ vs the reference and Holm p, the budget and cost columns and the comparability
 key, as plain numbers (fractions, not percent; floats to 12 significant digits), byte-identical on
 regeneration (:mod:`fusebench.leaderboard.export`; columns and JSON schema in docs/leaderboards.md).
-Without ``md`` the markdown boards, plots and index are left as they are.
+Without ``md`` the markdown boards, plots and index are left as they are. With ``csv`` it also writes
+``<out_dir>/<benchmark>-seeds.csv``: one row per run record (benchmark, objective, seed, comparability key,
+every metric, budget, cost, config hash; :mod:`fusebench.results`, whose ``load(runs_dir)`` gives the same
+rows as a pandas DataFrame). ``--format tex`` writes ``<out_dir>/<benchmark>.tex``, a booktabs table per
+comparability group for ``\\input`` (``--tex-columns``; :mod:`fusebench.leaderboard.tex`). The command ends
+with each file it wrote or left unchanged.
 
 Speed: regenerating on unchanged runs imports neither torch nor matplotlib (metric metadata from
 :mod:`fusebench.metrics.catalog`, matplotlib only to redraw a plot, Pillow to read a plot's input
@@ -71,10 +77,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--split", action="store_true",
                    help="one table per comparability group instead of refusing a benchmark whose runs mix groups")
     p.add_argument("--reported", default=None,
-                   help="YAML file of numbers reported in the papers (default: <out>/reported.yaml, optional)")
+                   help="YAML file of numbers reported in the papers (default: <out>/reported.yaml when there is "
+                        "one, else the list shipped with the benchmarks, fusebench/benchmarks/published/reported.yaml)")
     p.add_argument("--format", dest="formats", nargs="+", choices=FORMATS, default=["md"], metavar="FORMAT",
                    help="what to write per board: md (the markdown board, its plots and the index), csv, json "
-                        "(results as data beside the board); default: md")
+                        "(results as data beside the board), html (a self-contained page per board and index.html), "
+                        "tex (a booktabs table per board for \\input); csv also writes <board>-seeds.csv, one row per "
+                        "seed; default: md")
+    p.add_argument("--tex-columns", nargs="+", default=None, metavar="COLUMN",
+                   help="columns of the tex table after the objective: mean (the primary metric's mean ± std), ci, "
+                        "n, steps, samples, delta, p, time, memory, or a metric id (its mean ± std); default: "
+                        "mean ci n steps")
     ns = p.parse_args(argv)
     if not Path(ns.runs).is_dir():
         print(f"fusebench leaderboard: runs folder {ns.runs} does not exist", file=sys.stderr)
@@ -82,10 +95,22 @@ def main(argv: list[str]) -> int:
     if ns.reported is not None and not Path(ns.reported).is_file():
         print(f"fusebench leaderboard: --reported {ns.reported} does not exist", file=sys.stderr)
         return 2
+    from fusebench.leaderboard.outputs import file_lines, snapshot
+    from fusebench.leaderboard.tex import check_columns
+
     try:
-        for path in write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,
-                                       reported=Path(ns.reported) if ns.reported else None, formats=ns.formats):
-            print(path)
+        if ns.tex_columns is not None:
+            if "tex" not in ns.formats:
+                raise ValueError("--tex-columns: the columns of --format tex; add tex to --format")
+            check_columns(ns.tex_columns)  # known names or metric ids (checked per board when rendered)
+        before = snapshot(ns.out)
+        written = write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,
+                                     reported=Path(ns.reported) if ns.reported else None, formats=ns.formats,
+                                     tex_columns=ns.tex_columns)
+        lines = file_lines(written, before)  # each file: wrote / unchanged (issue #32)
+        print("\n".join(lines))
+        changed = sum(line.startswith("wrote ") for line in lines)
+        print(f"{changed} file(s) written, {len(lines) - changed} unchanged in {ns.out}")
     except (ValueError, OSError) as e:
         print(f"fusebench leaderboard: {e}", file=sys.stderr)
         return 2

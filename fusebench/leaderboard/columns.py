@@ -91,6 +91,36 @@ def fmt_p(p: float) -> str:
     return "< 0.001" if 0.0 < p < 0.0005 else f"{p:.3f}"
 
 
-def cell_text(text: str) -> str:
-    """Text safe inside one markdown table cell."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+#: characters of record text that markdown (CommonMark / GFM) could read as markup, with their escapes:
+#: a backslash before inline markers (code spans, emphasis, links and images, table cells, strikethrough,
+#: math); HTML's ``&``, ``<`` and ``>`` as entities, so no tag, comment (``<!--``: the board's metadata
+#: comment, :mod:`fusebench.leaderboard.meta`) or entity ever comes from a record
+_MD_ESCAPES = {c: "\\" + c for c in "\\`*[]|~$"} | {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MD_TABLE = str.maketrans(_MD_ESCAPES)
+#: an underscore that can open or close emphasis: not between two letters or digits (CommonMark: an
+#: intraword ``_``, as in ``tuple_infonce``, never does)
+_MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
+#: a line start that markdown reads as a block (an ATX heading, a list item, a thematic break or a setext
+#: underline, an ordered list's "1." / "1)"): its marker is escaped
+_MD_BLOCK_START = re.compile(r"^(?:([#=+-])(?=[\s#=+-]|$)|(\d{1,9})([.)])(?=\s|$))")
+#: text shown as a code span as it is (ids and names of these characters); anything else is escaped text
+_MD_CODE_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@ -]*")
+
+
+def md_text(text: object) -> str:
+    """Text from a record (or any input file) as markdown that shows it literally and stays on one
+    line: whitespace runs (newlines included) become one space, markdown's inline markers are escaped
+    with a backslash (``_`` where it could delimit emphasis, not inside a word), ``&``, ``<`` and ``>``
+    become HTML entities, and a marker that would start a block at the start of the text (``#``, ``-``,
+    ``+``, ``=`` followed by a space, ``1.``) is escaped; safe inside a table cell (``|`` escaped) and
+    never a heading, a tag or an HTML comment. The one escaping helper of every text a board or the
+    index renders from records."""
+    text = _MD_UNDERSCORE.sub(r"\\_", " ".join(str(text).split()).translate(_MD_TABLE))
+    return _MD_BLOCK_START.sub(lambda m: f"\\{m[1]}" if m[1] else f"{m[2]}\\{m[3]}", text)
+
+
+def md_code(text: object) -> str:
+    """A name from a record as a code span when it is made of letters, digits, ``_ . @ -`` and spaces
+    (shown as it is), else as :func:`md_text` (a code span would show an escape literally)."""
+    text = " ".join(str(text).split())
+    return f"`{text}`" if _MD_CODE_SAFE.fullmatch(text) else md_text(text)

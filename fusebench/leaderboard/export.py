@@ -9,7 +9,10 @@ Every float is rounded to :data:`SIGNIFICANT` significant digits and written as 
 that float (the shortest text that reads back as it): the same text in both files, byte-identical on
 every regeneration, and blind to differences in the last bits of a p-value or an interval between
 library versions. Integers are written as integers; a missing value is an empty CSV cell or JSON
-``null``. The columns and the JSON schema: docs/leaderboards.md, "Results as data (CSV / JSON)".
+``null``. A CSV cell of text (never a number this module formats) that starts with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return is prefixed with ``'`` so that a spreadsheet shows it as text and
+never runs it as a formula (OWASP's CSV injection rule; e.g. a validity reason ``=HYPERLINK(...)``).
+The columns and the JSON schema: docs/leaderboards.md, "Results as data (CSV / JSON)".
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ import json
 import math
 from typing import Any
 
-from fusebench.leaderboard.groups import GroupView
+from fusebench.leaderboard.groups import RANK_RESAMPLES, GroupView
 from fusebench.leaderboard.robustness import export_entries
 
-FORMATS = ("md", "csv", "json")  # what `fusebench leaderboard --format` writes
+FORMATS = ("md", "csv", "json", "html", "tex")  # what `fusebench leaderboard --format` writes (html: leaderboard.html;
+# tex: <board>.tex; csv also writes <board>-seeds.csv: fusebench.leaderboard.outputs)
 EXPORT_FORMAT = 1  # version of the JSON schema (its "format" field); bump when a field changes meaning
 SIGNIFICANT = 12  # significant digits of every float in the CSV and JSON files
 
@@ -67,6 +71,11 @@ def _row(view: GroupView, row: str) -> dict[str, Any]:
     missing = export_entries(view, row)  # only groups whose runs have missing-view metrics carry the key
     extra = {} if missing is None else {"missing_views": {
         mid: {"mean": number(m), "std": number(sd), "n": n} for mid, (m, sd, n) in missing.items()}}
+    if view.reference_aliases.get(row):  # merged reference rows: the metrics that differ by design, per alias
+        extra["alias_metrics"] = {a: {m: _metric_entry(view, a, m) for m in ms}
+                                  for a, ms in view.reference_aliases[row].items()}
+    rank = view.ranks.get(row)
+    vs = view.vs_best.get(row)
     return {
         **extra,
         "objective": row,
@@ -76,6 +85,11 @@ def _row(view: GroupView, row: str) -> dict[str, Any]:
         "ci": [number(ci[0]), number(ci[1])] if ci else None,
         "delta": number(test["mean_diff"]) if test else None,
         "p_holm": number(test["p_holm"]) if test else None,
+        "rank": rank["rank"] if rank else None,
+        "rank_interval": [rank["low"], rank["high"]] if rank and rank["low"] is not None else None,
+        "delta_best": number(vs["mean_diff"]) if vs else None,  # None on the best row itself (the group's "best")
+        "p_best_holm": number(vs["p_holm"]) if vs else None,
+        "tied_with_best": vs["tied"] if vs else None,
         "budget": {"steps": list(budget["optimizer_steps"]), "samples_seen": list(budget["samples_seen"])}
         if budget else None,
         "cost": {"pretrain_time_s": number(time_s), "peak_memory_mb": number(memory_mb)},
@@ -93,6 +107,9 @@ def group_data(view: GroupView) -> dict[str, Any]:
         "seeds": view.seeds,
         "primary": view.primary or None,
         "reference": view.reference,
+        "best": view.best.get(view.primary) if view.ranks else None,
+        "best_separable": view.separable.get(view.primary) if view.ranks else None,
+        "rank_resamples": RANK_RESAMPLES if view.ranks else None,
         "metrics": [{"id": m.id, "unit": m.unit, "direction": m.direction} for m in view.metrics],
         "rows": [_row(view, o) for o in view.rows],
     }
@@ -118,7 +135,8 @@ def csv_columns(groups: list[dict[str, Any]]) -> list[str]:
     head = ["benchmark", "key", "kind", "dataset", "synthetic", "primary", "reference", "objective", "aliases",
             "invalid"]
     per_metric = [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")]
-    tail = ["ci_low", "ci_high", "delta", "p_holm", "steps_min", "steps_max", "samples_seen_min",
+    tail = ["ci_low", "ci_high", "delta", "p_holm", "rank", "rank_low", "rank_high", "delta_best", "p_best_holm",
+            "tied_with_best", "steps_min", "steps_max", "samples_seen_min",
             "samples_seen_max", "pretrain_time_s", "peak_memory_mb"]
     missing: list[str] = []  # missing-view metrics (issue #23), last: only boards whose runs have them
     for g in groups:
@@ -127,8 +145,13 @@ def csv_columns(groups: list[dict[str, Any]]) -> list[str]:
     return head + per_metric + tail + [f"{m}_{s}" for m in missing for s in ("mean", "std", "n")]
 
 
+#: how a CSV text cell may not start (a spreadsheet formula or a DDE payload): OWASP's CSV injection list
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(x: Any) -> str:
-    """A CSV cell: "" for None, true / false, integers as such, floats as the repr of :func:`number`."""
+    """A CSV cell: "" for None, true / false, integers as such, floats as the repr of :func:`number`;
+    text prefixed with ``'`` when it starts with one of :data:`FORMULA_START`."""
     if x is None:
         return ""
     if isinstance(x, bool):
@@ -137,7 +160,8 @@ def _cell(x: Any) -> str:
         return str(x)
     if isinstance(x, float):
         return repr(number(x))
-    return str(x)
+    text = str(x)
+    return "'" + text if text.startswith(FORMULA_START) else text
 
 
 def render_csv(data: dict[str, Any]) -> str:
@@ -153,12 +177,15 @@ def render_csv(data: dict[str, Any]) -> str:
                 "benchmark": data["benchmark"], "key": group["key"], "kind": group["kind"], "dataset": group["dataset"],
                 "synthetic": group["synthetic"], "primary": group["primary"], "reference": group["reference"],
                 "objective": row["objective"], "aliases": ";".join(row["aliases"]), "invalid": row["invalid"],
-                "delta": row["delta"], "p_holm": row["p_holm"],
+                "delta": row["delta"], "p_holm": row["p_holm"], "rank": row["rank"], "delta_best": row["delta_best"],
+                "p_best_holm": row["p_best_holm"], "tied_with_best": row["tied_with_best"],
                 "pretrain_time_s": row["cost"]["pretrain_time_s"], "peak_memory_mb": row["cost"]["peak_memory_mb"]}
             for metric, entry in [*row["metrics"].items(), *row.get("missing_views", {}).items()]:
                 cells.update({f"{metric}_{s}": entry[s] for s in ("mean", "std", "n")})
             if row["ci"]:
                 cells["ci_low"], cells["ci_high"] = row["ci"]
+            if row["rank_interval"]:
+                cells["rank_low"], cells["rank_high"] = row["rank_interval"]
             if row["budget"]:
                 cells["steps_min"], cells["steps_max"] = row["budget"]["steps"]
                 cells["samples_seen_min"], cells["samples_seen_max"] = row["budget"]["samples_seen"]

@@ -8,16 +8,15 @@ the bootstrap intervals and the paired tests (:mod:`fusebench.leaderboard.stats`
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fusebench.leaderboard.columns import MetricInfo, mean_std, metric_info, natural_key
+from fusebench.leaderboard.columns import MetricInfo, md_code, mean_std, metric_info, natural_key
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
-from fusebench.training.reference_features import REFERENCE_KINDS
+from fusebench.training.reference_features import CLUSTER_METRICS, REFERENCE_KINDS, cluster_identical, probe_identical_groups
 
 # rows that are not pretraining objectives: random-init encoders, and the reference features of the
 # embedding_eval protocol computed from the input views (the runner's REFERENCES; this module imports
@@ -25,6 +24,7 @@ from fusebench.training.reference_features import REFERENCE_KINDS
 REFERENCE_ROWS = ("none", *REFERENCE_KINDS)
 REFERENCE_TEXT = {"raw": "the standardised input views", "none": "random-init encoders"}
 CI_LEVEL, CI_RESAMPLES, CI_SEED = 0.95, 10000, 0  # the bootstrap interval of every board
+RANK_RESAMPLES, RANK_SEED = 10000, 0  # the bootstrap of every row's rank interval (resamples of the seeds)
 
 
 def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
@@ -105,6 +105,13 @@ class GroupView:
     why: str = ""  # why the primary metric (record["comparison"]["why"])
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
+    # reference rows merged because they are the same features for every probe (a subset of ``aliases``):
+    # displayed row -> {alias: the metrics whose numbers still differ (clustering), shown for both}
+    reference_aliases: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    vs_best: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.vs_best result (primary)
+    ranks: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.rank_intervals result (primary)
+    bold: dict[str, str | None] = field(default_factory=dict)  # metric -> the row in bold (best, separable) or None
+    separable: dict[str, bool | None] = field(default_factory=dict)  # metric -> best separable from the second
 
     @property
     def objectives(self) -> list[str]:
@@ -252,63 +259,79 @@ def _display_order(recs: list[RunRecord]) -> list[str]:
     return first + sorted(present - set(first))
 
 
-def _comparison(recs: list[RunRecord]) -> dict[str, str]:
-    """The group's ``record["comparison"]`` ({} when the records carry none); every record must agree."""
-    seen: dict[str, str] = {}
-    for r in recs:
-        c = r.raw.get("comparison")
-        if c is None:
-            continue
-        if not isinstance(c, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in c.items()):
-            raise RecordError(r.path, "comparison", 'a mapping {"reference": id, "primary": metric, "why": text}', c)
-        text = json.dumps(c, sort_keys=True)
-        seen.setdefault(text, r.path)
-    if len(seen) > 1:
-        (a, pa), (b, pb) = list(seen.items())[:2]
-        raise ValueError(f"runs of one table disagree on how to compare the rows: {pa} has comparison {a}, "
-                         f"{pb} has {b}")
-    return json.loads(next(iter(seen))) if seen else {}
+def _record_comparison(r: RunRecord) -> dict[str, str] | None:
+    """``record["comparison"]`` checked (None when absent)."""
+    c = r.raw.get("comparison")
+    if c is not None and (not isinstance(c, dict)
+                          or not all(isinstance(k, str) and isinstance(v, str) for k, v in c.items())):
+        raise RecordError(r.path, "comparison", 'a mapping {"reference": id, "primary": metric, "why": text}', c)
+    return c
+
+
+def spec_comparison(name: str, recs: list[RunRecord]) -> dict[str, str] | None:
+    """How the benchmark's current spec compares the rows (:func:`~fusebench.training.reference_features.
+    comparison_of`; ``reference`` only where the spec names it, else the board's default), read from the spec
+    of benchmark ``name`` (with its ``--synthetic`` overrides when the newest record was made with them);
+    None when no spec of that name is found. A spec that is found but does not load is a ValueError."""
+    from fusebench import benchmarks
+    from fusebench.records import synthetic_overrides_applied
+    from fusebench.registry import UnknownNameError
+    from fusebench.training.config import ConfigError, read_spec
+    from fusebench.training.reference_features import comparison_of
+
+    try:
+        path = benchmarks.path(name)
+    except UnknownNameError:
+        return None
+    try:
+        spec = read_spec(path, synthetic=synthetic_overrides_applied(oldest_first(recs)[-1].config))
+    except ConfigError as e:
+        raise ValueError(f"board {name!r} shows the comparison block of its benchmark's spec, which does not "
+                         f"load: {e}") from None
+    if spec.name != name:  # another benchmark's file: not this board's spec
+        return None
+    out = comparison_of(spec)
+    if not spec.comparison.get("reference"):
+        out.pop("reference", None)  # the board's default: raw when the table has it, else none
+    return out
+
+
+def _comparison(name: str, recs: list[RunRecord]) -> tuple[dict[str, str], str]:
+    """(how the group's rows are compared, who says so: ``"the benchmark"`` or ``"the runs"``): the
+    benchmark's current spec when it is found (:func:`spec_comparison`: a changed comparison block reaches
+    the board without re-running a cell), else the copy in the newest record that carries one ({} when none
+    does). Every record's copy is checked."""
+    copies = [(r, c) for r in oldest_first(recs) if (c := _record_comparison(r)) is not None]
+    current = spec_comparison(name, recs)
+    if current is not None:
+        return current, "the benchmark"
+    return (dict(copies[-1][1]) if copies else {}), "the runs"
 
 
 def _validity(r: RunRecord) -> str | None:
-    """None for a valid record, else the reason it is not (``record["validity"]``)."""
+    """None for a valid record, else the reason it is not (``record["validity"]``, typed by
+    :func:`fusebench.records.validate_record`)."""
     v = r.raw.get("validity")
-    if v is None:
+    if v is None or v["valid"]:
         return None
-    if not isinstance(v, dict) or not isinstance(v.get("valid"), bool) or not isinstance(v.get("why", ""), str):
-        raise RecordError(r.path, "validity", 'a mapping {"valid": true|false, "why": text}', v)
-    return None if v["valid"] else (" ".join(v.get("why", "").split()) or "no reason given")
+    return " ".join(v.get("why", "").split()) or "no reason given"
 
 
 def record_budget(r: RunRecord) -> dict[str, Any] | None:
-    """``record["budget"]`` checked (None when absent)."""
-    b = r.raw.get("budget")
-    if b is None:
-        return None
-    if not isinstance(b, dict):
-        raise RecordError(r.path, "budget", "a mapping {optimizer_steps, samples_seen, batch_size, micro_batch, "
-                                            "epochs}", b)
-    for key in ("optimizer_steps", "samples_seen"):
-        v = b.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise RecordError(r.path, f"budget.{key}", "an integer >= 0", v)
-    for key in ("batch_size", "micro_batch", "epochs"):
-        v = b.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise RecordError(r.path, f"budget.{key}", "an integer >= 0 or null", v)
-    return b
+    """``record["budget"]`` (None when absent; typed by :func:`fusebench.records.validate_record`)."""
+    return r.raw.get("budget")
 
 
 def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     """Everything one comparability group's table shows: metric columns, the primary metric, per-(objective, metric) values, the rows
     (merged aliases, invalid rows), the best row per metric, and for ranked groups the fixed
-    reference row, the bootstrap intervals and the paired tests. Malformed ``comparison``,
-    ``validity`` or ``budget`` fields raise :class:`fusebench.records.RecordError`."""
+    reference row, the bootstrap intervals and the paired tests. A malformed ``comparison`` field raises
+    :class:`fusebench.records.RecordError` (``validity`` and ``budget`` are typed when the record is read)."""
     order = recs[0].metric_order
     seen = sorted({m for r in recs for m in r.metrics}, key=natural_key)
     ids = [m for m in order if m in seen] + [m for m in seen if m not in order]
     infos = [metric_info(m, recs) for m in ids]
-    comparison = _comparison(recs)
+    comparison, compared_by = _comparison(name, recs)
     primary = comparison.get("primary") or recs[0].primary_metric
     if primary not in seen:
         primary = ids[0] if seen else ""
@@ -325,7 +348,6 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
         why = _validity(r)
         if why is not None and why not in invalid_by_obj[r.objective]:
             invalid_by_obj[r.objective].append(why)
-        record_budget(r)
     objectives = sorted({r.objective for r in recs})
     k = _num_views(recs)
     aliases: dict[str, list[str]] = {}
@@ -335,9 +357,18 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
         if len(g) > 1:
             aliases[g[0]] = g[1:]
             merged.update(g[1:])
+    reference_aliases: dict[str, dict[str, list[str]]] = {}
+    for g in probe_identical_groups(_display_order(recs)):  # reference rows that are the same features
+        g = [o for o in g if o not in merged and o not in aliases]
+        if len(g) > 1:
+            aliases[g[0]] = g[1:]
+            merged.update(g[1:])
+            reference_aliases[g[0]] = {a: [m for m in ids if m in CLUSTER_METRICS and not cluster_identical(g[0], a)]
+                                       for a in g[1:]}
     rows = [o for o in objectives if o not in merged]
     view = GroupView(name, recs, kind, infos, primary, {}, values, undefined=undefined, rows=rows,
-                     aliases=aliases, num_views=k, why=" ".join(comparison.get("why", "").split()))
+                     aliases=aliases, num_views=k, why=" ".join(comparison.get("why", "").split()),
+                     reference_aliases=reference_aliases)
     view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
     for info in infos:
         view.best[info.id] = None
@@ -348,23 +379,29 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
             target = max(means.values()) if info.direction == "higher" else min(means.values())
             view.best[info.id] = sorted(o for o in means if means[o] == target)[0]
     if view.ranked:
-        _set_reference(view, comparison)
+        _set_reference(view, comparison, compared_by)
         _run_statistics(view)
+        from fusebench.leaderboard.ties import settle_ties
+
+        settle_ties(view, level=CI_LEVEL, n_boot=RANK_RESAMPLES, seed=RANK_SEED)
     return view
 
 
-def _set_reference(view: GroupView, comparison: dict[str, str]) -> None:
+def _set_reference(view: GroupView, comparison: dict[str, str], named_by: str = "the runs") -> None:
     """The fixed reference row: ``comparison["reference"]`` (mapped to its displayed row when it is a
-    merged alias), else ``raw`` when the group has it, else ``none``."""
+    merged alias; ``named_by`` says where the comparison comes from), else ``raw`` when the group has it,
+    else ``none``."""
     named = comparison.get("reference")
     shown = {a: d for d, al in view.aliases.items() for a in al}
     if named:
         row = shown.get(named, named)
         if row in view.rows:
             view.reference = row
-            view.reference_text = f"`{named}`, set by the benchmark" + (f" (shown as `{row}`)" if row != named else "")
+            view.reference_text = (f"{md_code(named)}, set by the benchmark"
+                                   + (f" (shown as `{row}`)" if row != named else ""))
         else:
-            view.reference_text = f"the runs name `{named}` as the reference row, but it has no runs in this table"
+            verb = "names" if named_by == "the benchmark" else "name"
+            view.reference_text = f"{named_by} {verb} {md_code(named)} as the reference row, but it has no runs in this table"
         return
     for row in ("raw", "none"):
         if row in view.rows:
@@ -392,3 +429,4 @@ def _run_statistics(view: GroupView) -> None:
     family = {o: view.values[(o, p)] for o in view.valid_rows if view.values.get((o, p))}
     family[ref] = view.values[(ref, p)]
     view.tests = stats.paired_vs_reference(family, ref)
+

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.io import canonical_json, sha256_hex
-from fusebench.leaderboard.columns import fmt_p
+from fusebench.leaderboard.columns import fmt_p, md_code
 from fusebench.leaderboard.plots import PLOT_KEY, cd_diagram, png_text
 
 CD_PLOT = "cd-diagram.png"  # the index's critical-difference diagram
 CD_PLOT_VERSION = 1  # bump when the diagram is drawn differently
 CD_ALPHA = 0.05
+PLACE_RESAMPLES, PLACE_SEED = 10000, 0  # the bootstrap over boards of each objective's place in the ranking
 
 
 def _seeds_text(seeds: list[Any]) -> str:
@@ -34,7 +35,10 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
     (:func:`fusebench.leaderboard.stats.nemenyi_cd`) follow (Demšar 2006). Returns a dict with ``boards``
     (names used), ``skipped`` ({name: why}), ``methods``, ``ranks`` ({method: {board: rank}}),
     ``avg`` ({method: average rank}), ``primary`` ({board: metric}), and when at least 2 boards and
-    2 common objectives exist, ``friedman`` and ``cd``; otherwise ``problem`` says what is missing."""
+    2 common objectives exist, ``friedman``, ``cd``, ``places`` ({method: {"rank", "low", "high"}}: its place
+    by average rank and a bootstrap interval over the boards, :func:`fusebench.leaderboard.ties.
+    dataset_rank_intervals`) and ``merged_references`` ({row: reference rows merged into it on some board});
+    otherwise ``problem`` says what is missing."""
     used: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
     for name in sorted(boards):
@@ -48,7 +52,7 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if g.get("protocol") != "embedding_eval":
             continue
         if g.get("direction") not in ("higher", "lower"):
-            skipped[name] = f"primary metric `{g.get('primary')}` has no known direction"
+            skipped[name] = f"primary metric {md_code(g.get('primary'))} has no known direction"
             continue
         if not isinstance(g.get("means"), dict) or not g["means"]:
             skipped[name] = "no row has a value of the primary metric"
@@ -73,7 +77,34 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out["friedman"] = res
     out["cd"] = stats.nemenyi_cd(len(common), len(used), CD_ALPHA)
     out["q"] = stats.nemenyi_q(len(common), CD_ALPHA)
+    from fusebench.leaderboard.ties import dataset_rank_intervals
+
+    out["places"] = dataset_rank_intervals(scores, common, n_boot=PLACE_RESAMPLES, seed=PLACE_SEED)
+    merged: dict[str, set[str]] = {}
+    for g in used.values():
+        for o, aliases in (g.get("merged_references") or {}).items():
+            if isinstance(aliases, list):
+                merged.setdefault(str(o), set()).update(map(str, aliases))
+    out["merged_references"] = {o: sorted(a) for o, a in sorted(merged.items()) if o in common}
     return out
+
+
+def _family_label(ranking: dict[str, Any], m: str) -> str:
+    merged = ranking.get("merged_references", {}).get(m)
+    return f"`{m}`" + (f" (≡ {', '.join(f'`{a}`' for a in merged)})" if merged else "")
+
+
+def _family_line(ranking: dict[str, Any]) -> str:
+    """Which rows the ranking compares: the pretrained objectives and the distinct reference rows, each once."""
+    from fusebench.leaderboard.groups import REFERENCE_ROWS
+
+    methods = ranking["methods"]
+    refs = [m for m in methods if m in REFERENCE_ROWS]
+    pre = [m for m in methods if m not in REFERENCE_ROWS]
+    return (f"Family of the tests: {len(methods)} rows, each counted once: {len(pre)} pretrained objective(s) "
+            f"({', '.join(f'`{m}`' for m in pre) or 'none'}) and {len(refs)} distinct reference row(s) "
+            f"({', '.join(_family_label(ranking, m) for m in refs) or 'none'}). Objectives computing the same loss "
+            f"and reference rows that are the same features for every probe are one row (`≡`).")
 
 
 def _cd_title(ranking: dict[str, Any]) -> str:
@@ -93,10 +124,14 @@ def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
             f"on each board by the mean over seeds of its primary metric (rank 1 = best; ties share the average "
             f"rank), then averaged over the boards (Demšar 2006, JMLR 7:1-30). Rows flagged invalid are left out; "
             f"merged aliases count once, under their displayed id.{skipped}", ""]
-    head = ["objective", "average rank"] + [f"[{b}]({b}.md) (`{ranking['primary'][b]}`)" for b in boards]
+    out += [_family_line(ranking), ""]
+    head = ["objective", "average rank", "place [95%]"] + [f"[{b}]({b}.md) ({md_code(ranking['primary'][b])})"
+                                                         for b in boards]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in sorted(ranking["methods"], key=lambda m: (ranking["avg"][m], m)):
-        out.append("| " + " | ".join([f"`{m}`", f"{ranking['avg'][m]:.2f}"]
+        place = ranking["places"][m]
+        out.append("| " + " | ".join([_family_label(ranking, m), f"{ranking['avg'][m]:.2f}",
+                                      f"{place['rank']} [{place['low']}-{place['high']}]"]
                                      + [f"{ranking['ranks'][m][b]:.1f}" for b in boards]) + " |")
     f_line = (f"Iman-Davenport F_F = {res.iman_davenport:.3f} ({k - 1}, {(k - 1) * (n - 1)} df), "
               f"p = {fmt_p(res.iman_davenport_p)}" if math.isfinite(res.iman_davenport)
@@ -106,7 +141,9 @@ def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
                 f"CD = q_alpha sqrt(k (k + 1) / (6 N)) = {ranking['q']:.3f} x sqrt({k} x {k + 1} / (6 x {n})) = "
                 f"{ranking['cd']:.2f}; two objectives whose average ranks differ by less than CD are not "
                 f"significantly different (joined by a bar in the diagram). With {n} datasets the test has little "
-                f"power: read the ranks as a summary, not a verdict."]
+                f"power: read the ranks as a summary, not a verdict. Place [95%]: the objective's place by average "
+                f"rank (1 = best; equal averages share the better place) and the 2.5 / 97.5 percentiles of its place "
+                f"over {PLACE_RESAMPLES:,} bootstrap resamples of the {n} boards (with replacement, fixed seed)."]
     if cd_plot:
         out += ["", f"![critical difference diagram]({cd_plot})"]
     return out
@@ -126,10 +163,10 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
             if g["kind"] == "pipeline_check":
                 data = "synthetic" if g.get("synthetic", True) else "real"
                 rows["pipeline_check"].append(
-                    f"- {link}: dataset `{g.get('dataset')}` ({data}), {g.get('objectives')} objectives, "
+                    f"- {link}: dataset {md_code(g.get('dataset'))} ({data}), {g.get('objectives')} objectives, "
                     f"seeds {seeds} ({g.get('runs')} runs)")
             else:
-                rows[g["kind"]].append(f"| {link} | `{g.get('dataset')}` | {g.get('objectives')} | {seeds} | "
+                rows[g["kind"]].append(f"| {link} | {md_code(g.get('dataset'))} | {g.get('objectives')} | {seeds} | "
                                        f"{g.get('runs')} | {g.get('best') or '—'} |")
     if ranking is None:
         ranking = cross_dataset_ranking(boards)

@@ -2,7 +2,12 @@
 comparability group: kind, dataset, seeds, runs, the "best on primary metric" line, and for ranked
 groups the per-row means of the primary metric that the cross-dataset ranking uses), written by
 :func:`meta_comment` and read back by :func:`read_board_meta`, so the index lists boards regenerated
-from other runs folders too."""
+from other runs folders too.
+
+The comment is the board's last line and is read from there only. Record text can never forge it: the
+board escapes ``<`` in every text from a record (:func:`fusebench.leaderboard.columns.md_text`), so no
+other line holds ``<!--``, and the comment's JSON writes ``<``, ``>`` and ``&`` as ``\\u003c``,
+``\\u003e``, ``\\u0026`` (a string in it never closes the comment)."""
 
 from __future__ import annotations
 
@@ -11,13 +16,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fusebench.io import strict_json
 from fusebench.leaderboard.columns import fmt_cell
 from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView
 
 BOARD_META = "fusebench-board"
 # version of what a board shows; 2: fixed-reference tests, CIs, budgets, published section, per-row means
 BOARD_FORMAT = 2
-META_RE = re.compile(r"<!-- " + BOARD_META + r" (\{.*\}) -->\s*\Z", re.S)
+META_RE = re.compile(r"<!-- " + BOARD_META + r" (\{[^\n]*\}) -->")  # the whole last line of a board
 KIND_TITLES = {"real": "real data", "study": "synthetic study", "pipeline_check": "pipeline check"}
 
 
@@ -43,6 +49,10 @@ def best_line(view: GroupView) -> str | None:
         only = next(iter(per))
         return f"all tied ({p} {cell(only)})" if len(per) > 1 else f"`{only}` ({p} {cell(only)})"
     text = f"`{o}` ({p} {cell(o)})"
+    tied = sorted(q for q, r in view.vs_best.items() if r.get("tied"))
+    if tied:  # not separable from the best (paired t-test, Holm): the best is one of several
+        shown = ", ".join(f"`{q}`" for q in tied[:3]) + (f" and {len(tied) - 3} more" if len(tied) > 3 else "")
+        text += f", tied with {shown} (not separable)"
     if o in REFERENCE_ROWS:  # say which pretraining objective comes closest
         pre = {q: v for q, v in per.items() if q not in REFERENCE_ROWS}
         if pre:
@@ -67,6 +77,8 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
         meta["direction"] = view.info(view.primary).direction
         # rounded to 12 decimals: means equal but for the order of summation rank as ties
         meta["means"] = {o: round(m, 12) for o in view.valid_rows if (m := view.mean(o, view.primary)) is not None}
+        if view.reference_aliases:  # reference rows merged as the same features: the index's family counts them once
+            meta["merged_references"] = {o: sorted(a) for o, a in sorted(view.reference_aliases.items())}
     return meta
 
 
@@ -75,7 +87,7 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
     text = path.read_text()
     if not text.startswith("# Leaderboard: "):
         return None
-    m = META_RE.search(text)
+    m = _last_line_meta(text)
     if not m:
         raise ValueError(f"{path}: a board without the '{BOARD_META}' metadata comment (written by an older "
                          f"fusebench?); regenerate it from its runs or delete it")
@@ -88,16 +100,30 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
     for g in meta["groups"]:
         if not isinstance(g, dict) or g.get("kind") not in KIND_TITLES:
             raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind")
+        means = g.get("means", {})
+        if not isinstance(means, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in means.values()):
+            raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: 'means' must map "
+                             f"objective ids to numbers, got {means!r}"[:400])
     return meta
+
+
+def _last_line_meta(text: str) -> re.Match[str] | None:
+    """The metadata comment of a board's text: its last line (trailing whitespace aside), matched whole."""
+    lines = text.rstrip().rsplit("\n", 1)
+    return META_RE.fullmatch(lines[-1])
 
 
 def meta_comment(name: str, groups: list[dict[str, Any]]) -> str:
     """The last line of the board of benchmark ``name``: its metadata comment (``groups``: one
     :func:`board_meta` per comparability group)."""
     meta = {"benchmark": name, "format": BOARD_FORMAT, "groups": groups}
-    return f"<!-- {BOARD_META} {json.dumps(meta, sort_keys=True, ensure_ascii=True)} -->"
+    text = strict_json(meta, sort_keys=True, ensure_ascii=True)
+    for c, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):  # valid JSON, never '-->'
+        text = text.replace(c, escape)
+    return f"<!-- {BOARD_META} {text} -->"
 
 
 def rendered_meta(markdown: str) -> dict[str, Any]:
     """The metadata of a board this package has just rendered (its comment is there and valid)."""
-    return json.loads(META_RE.search(markdown).group(1))  # type: ignore[union-attr]
+    return json.loads(_last_line_meta(markdown).group(1))  # type: ignore[union-attr]

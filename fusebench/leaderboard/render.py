@@ -7,10 +7,14 @@ comment for the index last (:mod:`fusebench.leaderboard.meta`)."""
 
 from __future__ import annotations
 
-from fusebench.leaderboard.groups import CI_RESAMPLES, CI_SEED, GroupView, group_runs, make_view, oldest_first
+from fusebench.leaderboard.columns import md_code, md_text
+from fusebench.leaderboard.groups import (CI_RESAMPLES, CI_SEED, RANK_RESAMPLES, RANK_SEED, GroupView, group_runs,
+                                          make_view, oldest_first)
 from fusebench.leaderboard.meta import KIND_TITLES, board_meta, meta_comment
 from fusebench.leaderboard.reported import Reported, published_section
 from fusebench.leaderboard.robustness import section_lines as robustness_lines
+from fusebench.leaderboard.sensitivity import section_lines as sensitivity_lines
+from fusebench.leaderboard.ties import ALPHA
 from fusebench.leaderboard.table import notes_lines, table_lines
 from fusebench.records import RunRecord, differing_fields
 
@@ -19,12 +23,16 @@ def _data_line(view: GroupView) -> str:
     ds = view.recs[0].dataset
     if view.kind == "real":
         fp = f", data fingerprint `{ds.fingerprint.sha256[:12]}`" if ds.fingerprint else ""
-        return (f"Data: **real** (dataset `{ds.id}`, manifest `{ds.manifest_hash[:16]}`{fp}); "
+        named = (view.recs[0].raw.get("dataset") or {}).get("data_file")  # the one file read (issue #32)
+        if isinstance(named, dict) and named.get("name"):
+            fp += f", data file {md_code(named['name'])} (sha256 {md_code(str(named.get('sha256'))[:16])})"
+        return (f"Data: **real** (dataset `{ds.id}`, manifest {md_code(ds.manifest_hash[:16])}{fp}); "
                 f"seeds {', '.join(map(str, view.seeds))}.")
     if view.kind == "pipeline_check":
         data = "synthetic** twin of dataset" if ds.synthetic else "real** dataset"
+        why = f" Why: {md_text(ds.data_check)}" if ds.data_check else ""  # its splits share samples
         return (f"Data: **{data} `{ds.id}`. **Pipeline check**: a tiny smoke run that checks the pipeline end to "
-                f"end; its numbers rank nothing (no best row, no tests).")
+                f"end; its numbers rank nothing (no best row, no tests).{why}")
     return (f"Data: **synthetic** (dataset `{ds.id}`, synthetic by design); a reproducible study whose ranking "
             f"holds for this data only.")
 
@@ -35,7 +43,8 @@ def _comparison_lines(view: GroupView) -> list[str]:
     if not p:
         return []
     why = view.why.rstrip(".")
-    line = f"Primary metric: `{p}`" + (f" (chosen because {why[0].lower() + why[1:]})" if why else "") + "."
+    why = md_text(why[0].lower() + why[1:]) if why else ""
+    line = f"Primary metric: `{p}`" + (f" (chosen because {why})" if why else "") + "."
     if view.ranked:
         if view.reference:
             line += f" Reference row of the tests: {view.reference_text}."
@@ -56,6 +65,13 @@ def _cells_text(view: GroupView) -> str:
             text += (f" Δ: mean over the seeds shared with `{view.reference}` of (row − `{view.reference}`) on "
                      f"`{p}`, in the column's units; in brackets the p-value of a two-sided paired t-test over "
                      f"those seeds, Holm-adjusted over the {n} row(s) tested.")
+        if view.ranks:
+            text += (f" Rank [95%]: the row's rank on `{p}` (1 = best; tied means share the better rank) and the "
+                     f"2.5 / 97.5 percentiles of its rank over {RANK_RESAMPLES:,} bootstrap resamples of the seeds "
+                     f"every row has (fixed seed). vs best: two-sided paired t-test against the best row over shared "
+                     f"seeds, Holm-adjusted over the rows; `tied` where not separable (p > {ALPHA}).")
+        text += (f" Bold: the best mean of a column, only when it is separable from the second-best row (paired "
+                 f"t-test over shared seeds, Holm over the rows, p ≤ {ALPHA}); no bold where it is not.")
     text += " Steps / samples seen: the pretraining budget of the row (0 for reference rows; — where not recorded)."
     if view.undefined:  # only boards with NaN metrics carry the note
         text += (" `k undefined`: runs whose value of the metric is undefined (NaN in their run.json, e.g. a "
@@ -64,7 +80,7 @@ def _cells_text(view: GroupView) -> str:
 
 
 def group_section(view: GroupView, reported: list[Reported], plot_name: str | None, level: int = 2,
-                  missing_plot: str | None = None) -> list[str]:
+                  missing_plot: str | None = None, sensitivity_plot: str | None = None) -> list[str]:
     """Table, notes, published rows (when given), missing-view robustness (when the runs have it), protocol
     and curves of one group (headings at ``level``)."""
     h = "#" * level
@@ -74,17 +90,21 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     if reported:
         out += [""] + published_section([view], reported, level)
     out += robustness_lines(view, missing_plot, level)  # nothing for runs without missing-view metrics
+    out += sensitivity_lines(view, sensitivity_plot, level)  # nothing without a tuned objective
     unknown = [m.id for m in view.metrics if m.direction is None]
     first = view.recs[0]
     suites = sorted({r.suite_version for r in view.recs})
     out += ["", f"{h} Protocol", "",
             f"- data: {KIND_TITLES[view.kind]} (dataset `{first.dataset.id}`)",
-            f"- model selection: {' '.join(str(first.selection.get('rule', '')).split())}"]
+            f"- model selection: {md_text(first.selection.get('rule', ''))}"]
     if view.ranked:
         ref = f"the fixed reference row `{view.reference}`" if view.reference else "no reference row: no tests"
         out.append(f"- primary metric: `{view.primary}`; paired test: two-sided paired t-test over shared seeds "
                    f"(scipy.stats.ttest_rel) against {ref}, Holm-adjusted over the rows tested; 95% CI: "
-                   f"percentile bootstrap of the mean ({CI_RESAMPLES:,} resamples, seed {CI_SEED})")
+                   f"percentile bootstrap of the mean ({CI_RESAMPLES:,} resamples, seed {CI_SEED})"
+                   + (f"; ties: paired t-test of every row against the best row, Holm-adjusted, alpha {ALPHA}; rank "
+                      f"interval: bootstrap over seeds ({RANK_RESAMPLES:,} resamples, seed {RANK_SEED})"
+                      if view.ranks else ""))
     else:
         out.append(f"- primary metric: `{view.primary}`; pipeline check: no best row and no tests")
     if view.num_views:
@@ -98,19 +118,20 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     for r in oldest_first(view.recs):  # the newest record's text of a note wins
         protocol.update(r.protocol)
     for key in sorted(protocol):
-        out.append(f"- {key}: {' '.join(protocol[key].split())}")
+        out.append(f"- {md_text(key)}: {md_text(protocol[key])}")
     out.append(f"- runs: {len(view.recs)} run.json file(s), seeds {', '.join(map(str, view.seeds))}, "
-               f"fusebench {', '.join(suites)}, comparability key `{first.comparability_key}`")
+               f"fusebench {md_text(', '.join(suites))}, comparability key `{first.comparability_key}`")
     chosen = _chosen_hparams(view)
     if chosen:
         out.append(f"- hyper-parameters chosen on the validation split: {chosen}")
-    wall = sum(float(r.raw.get("wall_time_s") or 0.0) for r in view.recs)
+    wall = sum(float(r.raw.get("wall_time_s") or 0.0) for r in view.recs)  # fields typed by validate_record
     # one run per grid point and selection seed (records of several selection seeds list the seeds)
     trials = sum(len((r.raw.get("hparam_selection") or {}).get("scores", []))
                  * max(1, len((r.raw.get("hparam_selection") or {}).get("seeds") or []))
                  for r in _first_per_objective(view))
     out.append(f"- compute: {wall / 60:.1f} min in all, the sum of the {len(view.recs)} runs' wall times "
-               f"(device {first.raw.get('device', '?')}, {(first.raw.get('host') or {}).get('cpu_count', '?')} CPUs)"
+               f"(device {md_text(first.raw.get('device') or '?')}, "
+               f"{_or_unknown((first.raw.get('host') or {}).get('cpu_count'))} CPUs)"
                + (f", plus {trials} selection run(s) on the validation split" if trials else ""))
     if plot_name:
         out += ["", f"{h} Training curves", "", f"![training curves]({plot_name})"]
@@ -127,9 +148,9 @@ def _precision_line(view: GroupView) -> str:
     name = view.recs[0].precision
     devices: dict[str, int] = {}
     for r in view.recs:
-        numerics = r.raw.get("numerics") if isinstance(r.raw.get("numerics"), dict) else {}
-        dev = str(r.raw.get("device", "?"))
-        label = f"{dev} ({numerics['device_name']})" if numerics.get("device_name") else dev
+        numerics = r.raw.get("numerics") or {}  # typed by validate_record
+        dev = md_text(r.raw.get("device") or "?")
+        label = f"{dev} ({md_text(numerics['device_name'])})" if numerics.get("device_name") else dev
         devices[label] = devices.get(label, 0) + 1
     shown = ", ".join(f"{d} x{n}" for d, n in sorted(devices.items()))
     return (f"- precision: `{name}` ({PRECISIONS[name].summary}); objectives and metrics compute in float32 or "
@@ -151,33 +172,51 @@ def _chosen_hparams(view: GroupView) -> str:
         if not isinstance(sel, dict) or not isinstance(sel.get("choice"), dict):
             continue
         grid = sel.get("grid") or {}
-        choice = ", ".join(f"{k}={v} of {grid.get(k)}" for k, v in sorted(sel["choice"].items()))
+        edge = sel.get("at_edge") if isinstance(sel.get("at_edge"), list) else []  # issue #30; absent in older records
+        choice = ", ".join(f"{md_text(k)}={_value_text(v)} of {_value_text(grid.get(k))}"
+                           + (" (on the grid's edge)" if k in edge else "")
+                           for k, v in sorted(sel["choice"].items()))
         parts.append(f"`{r.objective}` {choice}")
     return "; ".join(parts)
 
 
+def _or_unknown(v: object) -> object:
+    return "?" if v is None else v
+
+
+def _value_text(v: object) -> str:
+    """A hyper-parameter value from a record as markdown text: a list as ``[a, b]`` (strings quoted, as
+    Python prints a list), anything else as :func:`md_text` of its text."""
+    if isinstance(v, list):
+        return "[" + ", ".join(md_text(repr(x)) if isinstance(x, str) else _value_text(x) for x in v) + "]"
+    return md_text(v)
+
+
 def render_board(name: str, views: list[GroupView], reported: list[Reported],
-                 plot_names: list[str | None], missing_plots: list[str | None] | None = None) -> str:
+                 plot_names: list[str | None], missing_plots: list[str | None] | None = None,
+                 sensitivity_plots: list[str | None] | None = None) -> str:
     """The whole board markdown of one benchmark (one section per group when split; the published
     rows once, in a section of their own). ``missing_plots``: per group, the missing-view plot's file
     name (None: no plot)."""
     missing_plots = list(missing_plots) if missing_plots is not None else [None] * len(views)
+    sensitivity_plots = list(sensitivity_plots) if sensitivity_plots is not None else [None] * len(views)
     out = [f"# Leaderboard: {name}", ""]
     desc = oldest_first(views[0].recs)[-1].description
     if desc:
-        out += [" ".join(desc.split()), ""]
+        out += [md_text(desc), ""]
     metas = []
     if len(views) == 1:
-        out += group_section(views[0], reported, plot_names[0], level=2, missing_plot=missing_plots[0])
+        out += group_section(views[0], reported, plot_names[0], level=2, missing_plot=missing_plots[0],
+                             sensitivity_plot=sensitivity_plots[0])
         metas.append(board_meta(views[0], None))
     else:
         fields = differing_fields([v.recs[0] for v in views])
         out += [f"The runs of this benchmark fall into {len(views)} comparability groups (runs that must not be "
                 f"compared), one table each; they differ in {', '.join(fields)}.", ""]
-        for i, (view, plot, missing) in enumerate(zip(views, plot_names, missing_plots), 1):
+        for i, (view, plot, missing, sens) in enumerate(zip(views, plot_names, missing_plots, sensitivity_plots), 1):
             title = f"group {i} of {len(views)}"
             out += [f"## Group {i} of {len(views)}: key `{view.recs[0].comparability_key}`", ""]
-            out += group_section(view, [], plot, level=3, missing_plot=missing)
+            out += group_section(view, [], plot, level=3, missing_plot=missing, sensitivity_plot=sens)
             out.append("")
             metas.append(board_meta(view, title))
         out = out[:-1]

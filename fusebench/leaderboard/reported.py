@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from fusebench.leaderboard.columns import cell_text, fmt_value, metric_info, natural_key
+from fusebench.leaderboard.columns import fmt_value, md_text, metric_info, natural_key
 from fusebench.leaderboard.groups import GroupView
 from fusebench.registry import ID_RULE, valid_id
 
@@ -38,6 +38,23 @@ class Reported:
 
 _REPORTED_REQUIRED = ("benchmark", "label", "metric", "value", "source")
 _REPORTED_OPTIONAL = ("note", "objective", "printed", "protocol")
+
+
+#: the published numbers shipped with the benchmark definitions (package data of ``fusebench.benchmarks``)
+PACKAGED = "published/reported.yaml"
+
+
+def default_reported(out_dir: Path) -> Path:
+    """The published numbers a board shows when ``--reported`` is not given: ``<out_dir>/reported.yaml`` when
+    there is one (your own list), else the list shipped with the benchmark definitions
+    (``fusebench/benchmarks/published/reported.yaml``), so a board written to a new folder keeps its
+    "Published results" section."""
+    own = Path(out_dir) / "reported.yaml"
+    if own.is_file():
+        return own
+    import fusebench.benchmarks as benchmarks
+
+    return benchmarks.HERE / PACKAGED
 
 
 def load_reported(path: Path | None) -> dict[str, list[Reported]]:
@@ -121,10 +138,10 @@ def published_section(views: list[GroupView], reported: list[Reported], level: i
         objs = sorted({r.objective for r in entries if r.objective})
         cite = "".join(f"[R{n}]" for n in sorted({refs[r.reference] for r in entries}))
         ours = f" (our {', '.join(f'`{o}`' for o in objs)})" if objs else ""
-        row = [f"{cell_text(label)}{ours} {cite}"]
+        row = [f"{md_text(label)}{ours} {cite}"]
         row += [fmt_value(m.unit, vals[m.id]) if m.id in vals else "—" for m in infos]
         out.append("| " + " | ".join(row) + " |")
     out.append("")
     for ref, i in refs.items():
-        out.append(f"- [R{i}] {' '.join(ref.split())}")
+        out.append(f"- [R{i}] {md_text(ref)}")
     return out

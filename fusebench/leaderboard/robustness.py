@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fusebench.io import atomic_write, canonical_json, sha256_hex
-from fusebench.leaderboard.columns import MetricInfo, fmt_cell, mean_std, metric_info
+from fusebench.leaderboard.columns import MetricInfo, fmt_cell, md_code, mean_std, metric_info
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.plots import PLOT_KEY, png_text
-from fusebench.records import RecordError
 from fusebench.training.protocols import rate_id, view_id
 
 PLOT_VERSION = 1  # bump when plot_missing draws differently: every such plot is redrawn once
@@ -50,7 +49,7 @@ class Robustness:
         """(header, metric id) of every column of ``metric``'s table: r = 0, the rates, the views alone."""
         out = [("r = 0", metric)]
         out += [(f"r = {r:g}", f"{rate_id(r)}_{metric}") for r in self.rates]
-        out += [(f"`{v}` alone", f"{view_id(v)}_{metric}") for v in self.views]
+        out += [(f"{md_code(v)} alone", f"{view_id(v)}_{metric}") for v in self.views]
         return out
 
     def summary(self, row: str, mid: str) -> tuple[float, float, int] | None:
@@ -59,15 +58,9 @@ class Robustness:
 
 
 def _field(r) -> dict | None:
-    mv = r.raw.get("missing_views")
-    if mv is None:
-        return None
-    ok = (isinstance(mv, dict) and isinstance(mv.get("metrics"), dict) and isinstance(mv.get("rates", []), list)
-          and isinstance(mv.get("views", []), list) and isinstance(mv.get("shown", []), list))
-    if not ok:
-        raise RecordError(r.path, "missing_views", 'a mapping {"metrics": {id: value}, "rates": [...], "views": '
-                                                   '[...], "shown": [...], ...}', mv)
-    return mv
+    """The record's ``missing_views`` (None when absent); its types were checked by
+    :func:`fusebench.records.validate_record`."""
+    return r.raw.get("missing_views")
 
 
 def robustness_of(view: GroupView) -> Robustness | None:
@@ -89,10 +82,10 @@ def robustness_of(view: GroupView) -> Robustness | None:
     for r in recs:
         mv = fields[id(r)]
         for mid in wanted:
-            v = r.metrics.get(mid) if mid in shown else mv["metrics"].get(mid)
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
+            if mid not in (r.metrics if mid in shown else mv["metrics"]):
                 continue
-            if math.isfinite(v):
+            v = r.metrics[mid] if mid in shown else mv["metrics"][mid]  # a number, or null / NaN: undefined
+            if v is not None and math.isfinite(v):
                 out.values.setdefault((r.objective, mid), {})[r.seed] = float(v)
             else:  # undefined for this run (e.g. a correlation of constant predictions), counted in the cell
                 out.undefined[(r.objective, mid)] = out.undefined.get((r.objective, mid), 0) + 1
@@ -144,6 +137,12 @@ def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> lis
                 cells.append(f"**{text}**" if s and best.get(mid) == o else text)
             label = f"`{o}`" + (f" (≡ {', '.join(f'`{a}`' for a in view.aliases[o])})" if view.aliases.get(o) else "")
             out.append(f"| {label} | " + " | ".join(cells) + " |")
+            for a, distinct in view.reference_aliases.get(o, {}).items():  # same features, other clustering
+                if info.id in distinct:
+                    cells = [fmt_cell(info.unit, list(rb.values.get((a, mid), {}).values()),
+                                      rb.undefined.get((a, mid), 0)) if rb.summary(a, mid) or rb.undefined.get((a, mid))
+                             else "—" for _, mid in cols]
+                    out.append(f"| `{a}` (k-means of the merged row's other features) | " + " | ".join(cells) + " |")
     if plot_name:
         out += ["", f"![missing-view robustness]({plot_name})"]
     return out

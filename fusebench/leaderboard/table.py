@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from fusebench.leaderboard.columns import cell_text, fmt_delta, fmt_p, fmt_stats, fmt_value
+from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_text
 from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView, record_budget
 
 
@@ -19,7 +19,7 @@ def _row_label(view: GroupView, o: str) -> str:
     if view.aliases.get(o):
         label += f" (≡ {', '.join(f'`{a}`' for a in view.aliases[o])})"
     if o in view.invalid:
-        label += f" (invalid: {cell_text(view.invalid[o])})"
+        label += f" (invalid: {md_text(view.invalid[o])})"
     return label
 
 
@@ -33,6 +33,42 @@ def _row_budget(view: GroupView, o: str) -> tuple[str, str]:
         lo, hi = budget[key]
         cells.append(f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}")
     return cells[0], cells[1]
+
+
+def _rank_cell(view: GroupView, o: str) -> str:
+    """``rank [low-high]``: the row's rank on the primary metric and its bootstrap interval over seeds."""
+    r = view.ranks.get(o)
+    if r is None or r["rank"] is None:
+        return "— (invalid)" if o in view.invalid else "—"
+    return f"{r['rank']}" + (f" [{r['low']}-{r['high']}]" if r["low"] is not None else "")
+
+
+def _best_cell(view: GroupView, o: str) -> str:
+    """The row against the best row on the primary metric: ``best``, ``tied (p)`` (not separable, Holm p above
+    alpha), ``worse (p)``, or why it is not tested."""
+    if o == view.best.get(view.primary):
+        return "best"
+    if o in view.invalid:
+        return "— (invalid)"
+    res = view.vs_best.get(o)
+    if res is None:
+        return "—"
+    if res["p_holm"] is None:
+        return f"n/a: {res['n']} seed"
+    return f"{'tied' if res['tied'] else 'worse'} ({fmt_p(res['p_holm'])})"
+
+
+def _alias_cells(view: GroupView, o: str, metric: Any) -> str:
+    """For a row merging reference rows whose ``metric`` differs by design (clustering): the aliases' cells."""
+    out = []
+    for a, metrics in view.reference_aliases.get(o, {}).items():
+        if metric.id in metrics:
+            summary = view.summary(a, metric.id)
+            undefined = view.undefined.get((a, metric.id), 0)
+            if summary is None and not undefined:
+                continue
+            out.append(f"; `{a}`: {fmt_stats(metric.unit, *(summary or (None, None, 0)), undefined)}")
+    return "".join(out)
 
 
 def _delta_cell(view: GroupView, o: str) -> str:
@@ -63,6 +99,8 @@ def table_lines(view: GroupView) -> list[str]:
         header.append(f"{p} 95% CI{pct}")
         if view.reference:
             header.append(f"Δ {p} vs `{view.reference}` (Holm p)")
+        if view.ranks:
+            header += [f"rank [95%] on {p}", f"vs best on {p} (Holm p)"]
     header += ["steps", "samples seen", "pretrain time (s) ↓", "peak memory (MiB) ↓"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for o in view.rows:
@@ -74,13 +112,16 @@ def table_lines(view: GroupView) -> list[str]:
                 row.append("—")
                 continue
             text = fmt_stats(m.unit, *(summary or (None, None, 0)), undefined)
-            row.append(f"**{text}**" if summary and view.best[m.id] == o else text)
+            text = f"**{text}**" if summary and view.bold.get(m.id) == o else text
+            row.append(text + _alias_cells(view, o, m))
         if stats_cols:
             ci = view.ci.get(o)
             unit = view.info(p).unit
             row.append(f"[{fmt_value(unit, ci[0])}, {fmt_value(unit, ci[1])}]" if ci else "—")
             if view.reference:
                 row.append(_delta_cell(view, o))
+            if view.ranks:
+                row += [_rank_cell(view, o), _best_cell(view, o)]
         row += list(_row_budget(view, o))
         time_s, memory_mb = view.cost(o)
         row.append(f"{time_s:.1f}")
@@ -142,13 +183,16 @@ def _rounding_only(x: float, y: float) -> bool:
     return math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
 
 
-def _alias_lines(view: GroupView) -> list[str]:
-    """Merged rows and, where their runs differ, on which seeds and metrics."""
-    out = []
+def _alias_lines(view: GroupView) -> tuple[list[str], list[str]]:
+    """Merged rows and, where their runs differ, on which seeds and metrics: (loss aliases, reference rows)."""
+    out, refs = [], []
     for d in sorted(view.aliases):
         for a in view.aliases[d]:
+            distinct = view.reference_aliases.get(d, {}).get(a)  # None: a loss alias; else metrics shown for both
             seeds, metrics, worst, rounding = set(), [], 0.0, 0.0
             for m in view.metrics:
+                if distinct is not None and m.id in distinct:
+                    continue  # differs by design (clustering of other features): shown beside the row's cell
                 dv, av = view.values.get((d, m.id), {}), view.values.get((a, m.id), {})
                 shared = [s for s in set(dv) & set(av) if dv[s] != av[s]]
                 # the same loss trains the same network; a metric may still differ in its last bits (a
@@ -163,6 +207,10 @@ def _alias_lines(view: GroupView) -> list[str]:
             a_seeds = {r.seed for r in view.recs if r.objective == a}
             only = sorted(a_seeds - d_seeds)
             k = f" at k = {view.num_views} views" if view.num_views else ""
+            if distinct is not None:
+                refs.append(_reference_alias_line(d, a, distinct, seeds, metrics, worst, rounding)
+                            + (f" Seeds run for `{a}` only: {', '.join(map(str, only))}." if only else ""))
+                continue
             if seeds:
                 text = (f"- `{a}` computes the same loss as `{d}`{k} but its numbers **differ** on seed(s) "
                         f"{', '.join(map(str, sorted(seeds)))} ({', '.join(metrics)}; largest difference "
@@ -178,7 +226,30 @@ def _alias_lines(view: GroupView) -> list[str]:
     if out:
         out.insert(0, "Rows merged because the objectives compute the same loss "
                       "(`fusebench.objectives.equivalence`); only the displayed id is tested and ranked:")
-    return out
+    if refs:
+        refs.insert(0, "Reference rows merged because they are the same features for every probe: a per-column "
+                       "affine map of each other, which the probes' per-column z-scoring (train statistics) cancels "
+                       "(`fusebench.training.reference_features.PROBE_BASE`); only the displayed id is tested and "
+                       "ranked:")
+    return out, refs
+
+
+def _reference_alias_line(d: str, a: str, distinct: list[str], seeds: set, metrics: list[str], worst: float,
+                          rounding: float) -> str:
+    """The note of a reference row merged into ``d``: whether the probes' numbers agree, and the clustering."""
+    if seeds:
+        text = (f"- `{a}` gives the same features as `{d}` for every probe; its probe numbers differ on seed(s) "
+                f"{', '.join(map(str, sorted(seeds)))} ({', '.join(metrics)}; largest difference {worst:.4g}: the "
+                f"rounding of the features moves the probes' fits); the row shows `{d}`'s runs.")
+    elif rounding:
+        text = (f"- `{a}` gives the same features as `{d}` for every probe: the same probe numbers on every shared "
+                f"seed (up to float rounding, at most {rounding:.1e}).")
+    else:
+        text = f"- `{a}` gives the same features as `{d}` for every probe: identical probe numbers on every shared seed."
+    if distinct:
+        text += (f" k-means clusters them differently (one z-scored, one as given), so the row shows both "
+                 f"clustering numbers ({', '.join(distinct)}), `{a}`'s after `{d}`'s.")
+    return text
 
 
 def _test_notes(view: GroupView) -> list[str]:
@@ -201,10 +272,11 @@ def notes_lines(view: GroupView) -> list[str]:
         out += ["", budget]
     if view.invalid:
         out += ["", "Rows flagged invalid by their runs (shown, never ranked best, not tested):", ""]
-        out += [f"- `{o}`: {why}" for o, why in sorted(view.invalid.items())]
-    aliases = _alias_lines(view)
-    if aliases:
-        out += [""] + aliases[:1] + [""] + aliases[1:]
+        out += [f"- `{o}`: {md_text(why)}" for o, why in sorted(view.invalid.items())]
+    aliases, refs = _alias_lines(view)
+    for lines in (aliases, refs):
+        if lines:
+            out += [""] + lines[:1] + [""] + lines[1:]
     tests = _test_notes(view)
     if tests:
         out += ["", "Tests:", ""] + tests

@@ -11,14 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import fusebench.leaderboard.export as export
+import fusebench.leaderboard.html as html_page
 import fusebench.leaderboard.index as index_page
+import os
 import fusebench.leaderboard.plots as plotting
+import fusebench.leaderboard.outputs as outputs
 import fusebench.leaderboard.robustness as robustness
+import fusebench.leaderboard.sensitivity as sensitivity
 from fusebench.io import write_if_changed
 from fusebench.leaderboard.groups import GroupView, group_runs, load_runs, make_view
 from fusebench.leaderboard.meta import read_board_meta, rendered_meta
 from fusebench.leaderboard.render import render_board
-from fusebench.leaderboard.reported import load_reported
+from fusebench.leaderboard.reported import default_reported, load_reported
 from fusebench.registry import ID_RULE, valid_id
 
 
@@ -31,17 +35,19 @@ def _inside(out_dir: Path, filename: str) -> Path:
 
 
 def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split: bool = False,
-                       reported: Path | None = None, formats: tuple[str, ...] | list[str] = ("md",)) -> list[Path]:
+                       reported: Path | None = None, formats: tuple[str, ...] | list[str] = ("md",),
+                       tex_columns: tuple[str, ...] | list[str] | None = None) -> list[Path]:
     """Regenerate the boards of the benchmarks with runs under ``runs_dir`` and the index; returns the
     paths of those boards (per board its ``formats``: ``md`` the markdown, ``csv`` / ``json`` the
-    results as data, :mod:`fusebench.leaderboard.export`) and, with ``md``, the index. A file whose
-    text did not change is left untouched, like a plot whose inputs did not. Without ``md`` no
-    markdown, plot or index is written. Everything is validated before the first file is written."""
+    results as data, :mod:`fusebench.leaderboard.export`; ``html`` the page,
+    :mod:`fusebench.leaderboard.html`) and, with ``md``, the index (with ``html``, ``index.html``). A file
+    whose text did not change is left untouched, like a plot whose inputs did not. Without ``md`` no
+    markdown, plot or index README is written. Everything is validated before the first file is written."""
     formats = export.check_formats(formats)
     runs = load_runs(Path(runs_dir))
     out_dir = Path(out_dir)
-    reported_map = load_reported(Path(reported) if reported is not None else out_dir / "reported.yaml")
-    boards: list[tuple[str, list[GroupView], list[str], list[str]]] = []  # name, views, curves / missing plots
+    reported_map = load_reported(Path(reported) if reported is not None else default_reported(out_dir))
+    boards: list[tuple[str, list[GroupView], list[str], list[str], list[str]]] = []  # name, views, plots
     for name, recs in runs.items():
         if not valid_id(name):  # validated by the record schema already; never build paths from anything else
             raise ValueError(f"benchmark id {name!r} is not an id ({ID_RULE})")
@@ -54,35 +60,52 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
                       for v in views]
         missing_names = [f"{name}-missing.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-missing.png"
                          for v in views]  # drawn only for groups with missing-view metrics
-        for p in plot_names + missing_names + [f"{name}.{fmt}" for fmt in formats]:
+        sens_names = [f"{name}-sensitivity.png" if len(views) == 1
+                      else f"{name}-{v.recs[0].comparability_key}-sensitivity.png" for v in views]  # tuned rows only
+        for p in plot_names + missing_names + sens_names + [f"{name}.{fmt}" for fmt in formats] + \
+                outputs.extra_names(name, formats):  # -seeds.csv, .tex (issue #32)
             _inside(out_dir, p)
-        boards.append((name, views, plot_names, missing_names))
+        boards.append((name, views, plot_names, missing_names, sens_names))
+    outputs.check_extras(runs, formats, out_dir, tex_columns)  # -seeds.csv collisions, tex columns
     md = "md" in formats
+    web = "html" in formats  # the pages need the markdown text and the index (made, not written, without md)
     # the index: every board already in out_dir, with the regenerated ones replaced
     metas: dict[str, dict[str, Any]] = {}
-    if md and out_dir.is_dir():
+    if (md or web) and out_dir.is_dir():
         for path in sorted(out_dir.glob("*.md")):
             if path.name != "README.md" and valid_id(path.stem) and path.stem not in runs:
                 meta = read_board_meta(path)
                 if meta is not None:
                     metas[path.stem] = meta
+    # board pages linked from the pages: those written now and those already in out_dir
+    pages = frozenset([*runs, *(m for m in metas if (out_dir / f"{m}.html").is_file())]) if web else frozenset()
+    runs_rel = Path(os.path.relpath(Path(runs_dir).resolve(), out_dir.resolve())).as_posix() if web else ""
     written = []
     rendered = []  # every file's text is made before the first file is written
-    for name, views, plot_names, missing_names in boards:
+    extras: dict[str, str] = {}  # per-seed CSV and LaTeX table files (fusebench.leaderboard.outputs)
+    for name, views, plot_names, missing_names, sens_names in boards:
         shown = [plot if plots and plotting.has_curves(view) else None for view, plot in zip(views, plot_names)]
         missing = [plot if plots and robustness.has_plot(view) else None for view, plot in zip(views, missing_names)]
+        sens = [plot if plots and sensitivity.has_plot(view) else None for view, plot in zip(views, sens_names)]
         data = export.board_data(name, views) if set(formats) - {"md"} else None  # once for CSV and JSON
-        texts = {fmt: export.RENDERERS[fmt](data) for fmt in formats if fmt != "md"}
-        if md:
-            texts["md"] = render_board(name, views, reported_map.get(name, []), shown, missing)
-            metas[name] = rendered_meta(texts["md"])
-        rendered.append((name, views, shown, missing, texts))
-    if md:
+        texts = {fmt: export.RENDERERS[fmt](data) for fmt in formats if fmt in export.RENDERERS}
+        extras.update(outputs.board_extras(name, runs[name], data, formats, tex_columns))
+        if md or web:
+            board_md = render_board(name, views, reported_map.get(name, []), shown, missing, sens)
+            metas[name] = rendered_meta(board_md)
+            if md:
+                texts["md"] = board_md
+            if web:
+                texts["html"] = html_page.render_board_page(name, views, board_md, data, out_dir, runs_rel,
+                                                            pages)
+        rendered.append((name, views, shown, missing, sens, texts))
+    if md or web:
         ranking = index_page.cross_dataset_ranking(metas)
         cd_plot = index_page.CD_PLOT if plots and "cd" in ranking else None
         index_md = index_page.build_index(metas, cd_plot, ranking)
+        index_html = html_page.render_index_page(index_md, ranking, pages) if web else ""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, views, shown, missing, texts in rendered:
+    for name, views, shown, missing, sens, texts in rendered:
         if md:
             for view, plot in zip(views, shown):
                 if plot:
@@ -90,16 +113,26 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
             for view, plot in zip(views, missing):
                 if plot:
                     robustness.plot_missing(view, _inside(out_dir, plot))
+            for view, plot in zip(views, sens):
+                if plot:
+                    sensitivity.plot_sensitivity(view, _inside(out_dir, plot))
         for fmt in export.FORMATS:
             if fmt in texts:
                 path = _inside(out_dir, f"{name}.{fmt}")
                 write_if_changed(path, texts[fmt])
                 written.append(path)
+    for filename, text in extras.items():
+        write_if_changed(_inside(out_dir, filename), text)
+        written.append(out_dir / filename)
     if md:
         if cd_plot:
             index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot))
         index_path = _inside(out_dir, "README.md")
         write_if_changed(index_path, index_md)
+        written.append(index_path)
+    if web:
+        index_path = _inside(out_dir, "index.html")
+        write_if_changed(index_path, index_html)
         written.append(index_path)
     return written
 

@@ -12,7 +12,8 @@ when a metric's definition changes, so runs scored with different definitions ar
 
 Inputs may be of any dtype, half precision included (bfloat16 / float16 outputs of a mixed-precision
 model): :func:`fusebench.metrics.arrays.to_numpy` widens them exactly, and every metric reduces in
-float64 (counts in exact integers), whatever the caller's autocast.
+float64 (counts in exact integers), whatever the caller's autocast; a metric's CUDA matrix products run in
+full float32 (the TF32 switches set to ``ieee`` for the call: :func:`fusebench.training.precision.full_float32`).
 
 A built-in metric's task, direction, unit and version are written once, in the table of
 :mod:`fusebench.metrics.catalog`; its ``register`` call names the id and takes them from there (stating
@@ -37,8 +38,23 @@ def _describe(m: Any) -> dict[str, Any]:
             "description": m.description}
 
 
+_TASK_MODULE = {"segmentation": "segmentation", "regression": "sentiment", "detection": "detection",
+                "clustering": "clustering", "classification": "sleep"}
+
+
+def _home(name: str) -> str | None:
+    """The metric module that registers built-in metric ``name``, from its task in the catalog (the probe
+    metrics ``fs*`` / ``knn*`` of the classification task are the clustering module's); looking one id up
+    imports that module only."""
+    declared = CATALOG.get(name)
+    if declared is None:
+        return None
+    probe = declared.task == "classification" and name.startswith(("fs", "knn"))
+    return f"{__name__}.{'clustering' if probe else _TASK_MODULE.get(declared.task, '')}"
+
+
 # one module per task family; importing a module registers its ids (on the first lookup)
-METRICS = Registry("metric", entry_point_group="fusebench.metrics", describe=_describe, modules=tuple(
+METRICS = Registry("metric", entry_point_group="fusebench.metrics", describe=_describe, home=_home, modules=tuple(
     f"{__name__}.{m}" for m in ("segmentation", "sentiment", "sleep", "detection", "clustering")))
 UNITS = ("fraction", "raw")
 
@@ -66,7 +82,10 @@ class Metric:
         return "higher" if self.higher_is_better else "lower"
 
     def __call__(self, *args: Any, **kwargs: Any) -> float:
-        return self.fn(*args, **kwargs)
+        from fusebench.training.precision import full_float32
+
+        with full_float32():  # CUDA matrix products in full float32 whatever the precision policy (no TF32)
+            return self.fn(*args, **kwargs)
 
 
 def register(id: str, *, higher_is_better: bool | None = None, task: str | None = None, description: str = "",

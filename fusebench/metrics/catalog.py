@@ -63,8 +63,10 @@ def _table() -> dict[str, Declared]:
     # clustering.py
     for m in ("cluster_acc", "nmi", "ari"):
         out[m] = Declared("clustering", True, frac, "1")
-    # clustering.py: the probe accuracies of the frozen-embedding evaluation
-    for m in ("fs1_acc", "fs5_acc", "fs10_acc", "knn_acc"):
+    # clustering.py: the probe accuracies of the frozen-embedding evaluation (few-shot: the logistic probe
+    # fs<s>_acc, the prototype probe fs<s>_proto_acc, and the one chosen on validation, fs<s>_best_acc)
+    for m in ("fs1_acc", "fs5_acc", "fs10_acc", "knn_acc", "fs1_proto_acc", "fs5_proto_acc", "fs10_proto_acc",
+              "fs1_best_acc", "fs5_best_acc", "fs10_best_acc"):
         out[m] = Declared("classification", True, frac, "1")
     return dict(sorted(out.items()))
 

@@ -1,6 +1,6 @@
 """Frozen-embedding evaluation metrics: the clustering scores ``cluster_acc``, ``nmi``, ``ari`` (the
-multi-view clustering literature's three) and the probe accuracies ``fs1_acc``, ``fs5_acc``,
-``fs10_acc``, ``knn_acc`` of :mod:`fusebench.training.embedding_eval`.
+multi-view clustering literature's three) and the probe accuracies ``fs<s>_acc``, ``fs<s>_proto_acc``,
+``fs<s>_best_acc`` (s = 1, 5, 10), ``knn_acc`` of :mod:`fusebench.training.embedding_eval`.
 
 Call form: ``get(id)(y_pred, y_true) -> float`` with 1-D integer arrays (numpy or torch) of the same
 length: ``y_pred`` = cluster ids (arbitrary integers, any number of clusters), ``y_true`` = class ids.
@@ -26,6 +26,10 @@ Probe accuracies (task ``classification``, like ``acc``; higher is better; unit 
 * ``fs1_acc``, ``fs5_acc``, ``fs10_acc``: test accuracy of a logistic probe trained on 1 / 5 / 10
   labelled train samples per class, **averaged over the seeded draws** of those samples (each draw's
   predictions are scored with this function, then the draws are averaged);
+* ``fs1_proto_acc``, ``fs5_proto_acc``, ``fs10_proto_acc``: the same draws scored by the nearest-class-
+  prototype probe (cosine similarity on centred, L2-normalised features; SimpleShot), averaged over the draws;
+* ``fs1_best_acc``, ``fs5_best_acc``, ``fs10_best_acc``: the accuracy of whichever of the two few-shot probes
+  has the higher mean validation accuracy for the run (the row's primary few-shot number);
 * ``knn_acc``: test accuracy of the cosine-similarity k-nearest-neighbour classifier (k chosen on the
   validation split).
 
@@ -115,6 +119,12 @@ PROBE_ACCURACIES = {
     "fs5_acc": "Few-shot probe accuracy, 5 labelled samples per class (one draw; the evaluation averages the draws).",
     "fs10_acc": "Few-shot probe accuracy, 10 labelled samples per class (one draw; the evaluation averages the draws).",
     "knn_acc": "Cosine k-nearest-neighbour probe accuracy (k chosen on the validation split): fraction correct.",
+    **{f"fs{s}_proto_acc": f"Few-shot nearest-prototype probe accuracy (cosine, centred L2-normalised features), "
+                           f"{s} labelled sample{'s' if s > 1 else ''} per class (one draw; the evaluation averages "
+                           f"the draws)." for s in (1, 5, 10)},
+    **{f"fs{s}_best_acc": f"Few-shot accuracy, {s} labelled sample{'s' if s > 1 else ''} per class, of the probe "
+                          f"(logistic or prototype) with the higher validation accuracy for the run (one draw; the "
+                          f"evaluation averages the draws)." for s in (1, 5, 10)},
 }
 for _id, _doc in PROBE_ACCURACIES.items():
     register(_id, description=_doc)(acc)

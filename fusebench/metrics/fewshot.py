@@ -31,6 +31,7 @@ import torch
 from einops import rearrange
 
 from fusebench.metrics import get as get_metric
+from fusebench.training.utils import optimizer_class
 from fusebench.metrics.arrays import to_numpy
 
 SHOTS = (10, 50, 100, 1000)
@@ -84,7 +85,7 @@ def fit_linear_probe(x: Any, y: Any, num_classes: int, l2: float = 1e-2, max_ite
     z = (xt - mean) / std
     w = torch.zeros(z.shape[1], num_classes, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(num_classes, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, tolerance_grad=1e-7, tolerance_change=1e-10,
+    opt = optimizer_class(torch.optim.LBFGS)([w, b], lr=1.0, max_iter=max_iter, tolerance_grad=1e-7, tolerance_change=1e-10,
                             history_size=20, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:

@@ -1,9 +1,10 @@
-"""``fusebench bench objectives|data|encoders|leaderboard|gpu``: speed and memory figures printed as tables.
+"""``fusebench bench objectives|data|encoders|leaderboard|gpu|cells|threads``: speed and memory figures printed as tables.
 
 Every speed / memory benchmark lives in this package, one module per target: ``objectives`` (its
 ``--vs ott``, ``--crossover`` and ``--step-time`` runs in ``vs_ott``, ``crossover`` and ``step_time``,
-helpers shared by them in ``timing``), ``data``, ``encoders``, ``leaderboard`` and ``gpu`` (its ``--cell``
-busy fraction in ``gpu_cell``). This module only dispatches.
+helpers shared by them in ``timing``), ``data``, ``encoders``, ``leaderboard``, ``gpu`` (its ``--cell``
+busy fraction in ``gpu_cell``), ``cells`` (CPU seconds of whole cells, one checkout against another) and ``threads``
+(a quickstart cell at default settings against one thread, beside a busy process). This module only dispatches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ TARGETS = {
     "encoders": "fusebench.perf.encoders",
     "leaderboard": "fusebench.perf.leaderboard",
     "gpu": "fusebench.perf.gpu",
+    "cells": "fusebench.perf.cells",
+    "threads": "fusebench.perf.threads",
 }
 
 

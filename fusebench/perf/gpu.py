@@ -23,6 +23,11 @@ gradient scaler at ``16-mixed``). Per row:
   weights, gradients, optimiser state, the batch and the activations of a step. On the CPU it is
   ``n/a`` (``fusebench bench encoders`` measures process RSS per encoder in a subprocess).
 
+Every row and the cell run with the deterministic settings a ``fusebench run`` uses
+(:func:`fusebench.training.utils.seed_everything`: deterministic algorithms on, warn only; cuDNN
+deterministic, its autotuning off; ``CUBLAS_WORKSPACE_CONFIG=:4096:8``), so a step here is the run's step;
+``--deterministic off`` turns them off to show what they cost. The header prints the settings in force.
+
 ``--cell B`` then measures the busy fraction of the GPU during benchmark B's pretraining
 (:mod:`fusebench.perf.gpu_cell`). Results and the issue's H100 table: docs/gpu.md, "Measuring the GPU".
 
@@ -37,11 +42,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -181,8 +188,38 @@ def time_steps(step: Callable[[], None], n: int, device: torch.device) -> tuple[
     return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)], wall
 
 
+@contextlib.contextmanager
+def deterministic_settings(on: bool) -> Iterator[None]:
+    """The deterministic switches of a run (``on``: as :func:`fusebench.training.utils.seed_everything` sets
+    them) or all off, restored afterwards."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = on, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
+
+
+def settings_line(deterministic: bool) -> str:
+    """What decides the kernels of the timed steps (the header's line), read from the switches in force:
+    call inside :func:`deterministic_settings`."""
+    algorithms = torch.are_deterministic_algorithms_enabled()
+    warn = " (warn only)" if algorithms and torch.is_deterministic_algorithms_warn_only_enabled() else ""
+    return (f"settings: deterministic algorithms {'on' if algorithms else 'off'}{warn}, cudnn.deterministic "
+            f"{'on' if torch.backends.cudnn.deterministic else 'off'}, cudnn.benchmark "
+            f"{'on' if torch.backends.cudnn.benchmark else 'off'}, CUBLAS_WORKSPACE_CONFIG="
+            f"{os.environ.get('CUBLAS_WORKSPACE_CONFIG', 'unset')} — "
+            + ("as `fusebench run` (--deterministic off to compare)" if deterministic
+               else "NOT a run's settings (--deterministic off)"))
+
+
 def bench_row(name: str, batch_size: int, precision_name: str, device: torch.device, steps: int, warmup: int,
-              small: bool = False) -> dict[str, Any]:
+              small: bool = False, deterministic: bool = True) -> dict[str, Any]:
     """One row of the table (see the module docstring); a fresh model, optimiser and batch (seed 0)."""
     from fusebench.training import utils
     from fusebench.training.model import for_backbone
@@ -197,7 +234,7 @@ def bench_row(name: str, batch_size: int, precision_name: str, device: torch.dev
     inputs = ", ".join(f"{k} {'x'.join(map(str, v.shape[1:]))}" for k, v in batch["modalities"].items())
     config = ", ".join(f"{k}={v}" for k, v in cfg.items() if k != "modalities")
     cuda = device.type == "cuda"
-    with precision.backend_flags(policy):
+    with precision.backend_flags(policy), deterministic_settings(deterministic):
         step = training_step(model, batch, headless, policy, device)
         flops = count_flops(step)  # also the first warm-up step
         for _ in range(warmup):
@@ -214,6 +251,7 @@ def bench_row(name: str, batch_size: int, precision_name: str, device: torch.dev
     peak_tflops = peaks[PEAK_KIND[policy.name]] if peaks else None
     return {
         "encoder": name, "config": config, "inputs": inputs, "batch": batch_size, "precision": policy.name,
+        "deterministic": bool(deterministic),
         "step_ms": sec * 1e3, "step_ms_min": min(times) * 1e3, "step_ms_max": max(times) * 1e3,
         "wall_ms_per_step": wall / steps * 1e3, "steps": steps, "warmup": warmup,
         "flops": flops, "tflops": tflops, "peak_tflops": peak_tflops,
@@ -285,6 +323,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a key of the cell's spec, as `fusebench run --set`")
     p.add_argument("--objective", help="the cell's objective (default: the benchmark's pretrain.objective)")
     p.add_argument("--cell-steps", type=int, default=20, help="steps per measured window of the cell (default 20)")
+    p.add_argument("--deterministic", choices=("on", "off"), default="on",
+                   help="the deterministic settings of a run (on, the default: a step here is the run's step) or "
+                        "off (to compare: what determinism costs)")
     p.add_argument("--json", help="also write the rows (and the cell's figures) to this JSON file")
     return p
 
@@ -333,8 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     if ns.threads is not None:
         torch.set_num_threads(ns.threads)
 
+    deterministic = ns.deterministic == "on"
     print(f"# fusebench bench gpu — {machine_line(device)}")
     print(f"# {peak_line(device)}")
+    with deterministic_settings(deterministic):
+        print(f"# {settings_line(deterministic)}")
     print(f"# one step: zero_grad, forward + task loss (autocast per precision), backward, AdamW step; median of "
           f"{ns.steps} after {ns.warmup} warm-up; time: {'CUDA events' if device.type == 'cuda' else 'perf_counter'}; "
           f"FLOPs: FlopCounterMode; memory: {'CUDA max allocated' if device.type == 'cuda' else 'n/a on the CPU'}")
@@ -343,13 +387,14 @@ def main(argv: list[str] | None = None) -> int:
         for bs in batches_for(name, ns.batch, ns.small):
             for prec in precisions:
                 try:
-                    rows.append(bench_row(name, bs, prec, device, ns.steps, ns.warmup, ns.small))
+                    rows.append(bench_row(name, bs, prec, device, ns.steps, ns.warmup, ns.small, deterministic))
                 except Exception as e:  # noqa: BLE001 - reported in the table (e.g. out of memory)
                     rows.append({"encoder": name, "batch": bs, "precision": prec,
                                  "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"})
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-    out: dict[str, Any] = {"machine": machine_line(device), "peaks": device_peaks(device), "rows": rows}
+    out: dict[str, Any] = {"machine": machine_line(device), "peaks": device_peaks(device),
+                           "deterministic": deterministic, "rows": rows}
     if rows:
         print()
         print(format_table(rows))
@@ -360,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.cell:
         cells = [gpu_cell.measure_cell(ns.cell, prec, device, data_root=ns.data_root, synthetic=ns.synthetic,
                                        overrides=overrides, objective=ns.objective, warmup=ns.warmup,
-                                       steps=ns.cell_steps) for prec in precisions]
+                                       steps=ns.cell_steps, deterministic=deterministic) for prec in precisions]
         out["cells"] = cells
         print()
         print(gpu_cell.format_cells(cells))
@@ -370,5 +415,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["COLUMNS", "DEFAULT_BATCHES", "PEAKS", "bench_row", "count_flops", "device_peaks", "format_issue_table",
-           "format_table", "main", "peaks_for_name", "training_step"]
+__all__ = ["COLUMNS", "DEFAULT_BATCHES", "PEAKS", "bench_row", "count_flops", "deterministic_settings", "device_peaks",
+           "format_issue_table", "format_table", "main", "peaks_for_name", "settings_line", "training_step"]

@@ -6,12 +6,14 @@ and its prepared cache exactly as ``fusebench run`` reads it; or ``--synthetic``
 synthetic twin; ``--set`` overrides keys as ``fusebench run --set`` does) and its ``pretrain()`` runs the
 training loop (:func:`fusebench.training.loop.run_phase`: the ``DataLoader`` of
 :func:`fusebench.training.data.make_loader`, which reads and collates the batches in the main process,
-host-to-device copies, the objective, the optimiser and scheduler, the per-step NaN check and loss
-read-back) into a temporary folder, stopped by the loop's step budget (``RunOptions.max_steps``).
+host-to-device copies, the objective, the optimiser and scheduler, the loss read and NaN check every
+``LOSS_READ_EVERY`` steps) into a temporary folder, stopped by the loop's step budget (``RunOptions.max_steps``).
 Nothing is written outside that folder and no record is made.
 
-The loop's per-step tracker callback (``on_step``, called after the step's loss was read back, so the GPU
-has finished the step) marks the windows, each ``--cell-steps`` steps long, after ``--warmup`` steps:
+The loop's step-end callback (``on_step_end``: it asks for no loss value, so the loop reads the device as in
+a run, not for it; the host may run a few steps ahead of the GPU, the reads every ``LOSS_READ_EVERY`` steps
+inside a window bring them together) marks the windows, each ``--cell-steps`` steps long, after
+``--warmup`` steps:
 
 1. *unprofiled*: the wall time of each step (``time.perf_counter`` between callbacks), so the step
    time is not inflated by the profiler;
@@ -72,8 +74,9 @@ def device_intervals(prof: Any) -> tuple[list[tuple[int, int]], list[tuple[int, 
 
 
 class _Windows:
-    """The tracker the cell's loop calls (``on_step``, ``on_epoch_start``): stamps each step's end, starts
-    and stops the profiler at the window edges."""
+    """The tracker the cell's loop calls (``on_step_end``, ``on_epoch_start``): stamps each step's end, starts
+    and stops the profiler at the window edges. It asks for no loss value, so the loop reads the device as in a
+    run (every ``LOSS_READ_EVERY`` steps and at checkpoints), not after every step."""
 
     def __init__(self, warmup: int, steps: int, cuda: bool, checkpoint_every: int) -> None:
         self.warmup, self.steps, self.cuda, self.every = warmup, steps, cuda, checkpoint_every
@@ -86,7 +89,7 @@ class _Windows:
     def on_epoch_start(self, phase: Any) -> None:
         pass
 
-    def on_step(self, phase: Any, value: float, batch_size: int) -> None:
+    def on_step_end(self, phase: Any) -> None:
         from fusebench.perf.timing import quiet_stderr
 
         now = time.perf_counter()
@@ -139,9 +142,10 @@ def _data_line(spec: Any, synthetic: bool, data_root: str | None, train: Any) ->
 
 def measure_cell(benchmark: str, precision_name: str, device: torch.device, data_root: str | None = None,
                  synthetic: bool = False, overrides: dict[str, Any] | None = None, objective: str | None = None,
-                 warmup: int = 3, steps: int = 20, seed: int = 0) -> dict[str, Any]:
+                 warmup: int = 3, steps: int = 20, seed: int = 0, deterministic: bool = True) -> dict[str, Any]:
     """Run benchmark ``benchmark``'s pretraining for ``warmup`` + ``steps`` (+ ``steps`` profiled, on CUDA)
-    steps and measure it (module docstring)."""
+    steps and measure it (module docstring); with the run's deterministic settings, or without them
+    (``deterministic=False``: the cell's switches turned off after it set them)."""
     import statistics
 
     from fusebench.training.data import feeding, pretrain_batch_size
@@ -164,6 +168,9 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
         cell = None
         try:
             cell = StandardCell(request, options, {"git": None, "fingerprint": None}, probe, policy)
+            if not deterministic:  # the cell set a run's switches (utils.seed_everything): off, to compare
+                torch.use_deterministic_algorithms(False)
+                torch.backends.cudnn.deterministic = False
             with feeding(cell.feed):  # batches fetched as a run fetches them (loader workers, pinned memory)
                 cell.pretrain()
         except KeyboardInterrupt:  # the loop's step budget, spent after the last window

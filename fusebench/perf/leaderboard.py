@@ -121,6 +121,15 @@ def main(argv: list[str]) -> int:
     if ns.repeat < 1:
         print("fusebench bench leaderboard: --repeat must be >= 1", file=sys.stderr)
         return 2
+    if ns.source is not None:  # a checkout to time: it must hold the fusebench package (else the installed one is timed)
+        source = Path(ns.source)
+        why = ("does not exist" if not source.exists() else "is not a folder" if not source.is_dir() else
+               "holds no fusebench package (no fusebench/__init__.py in it)"
+               if not (source / "fusebench" / "__init__.py").is_file() else None)
+        if why:
+            print(f"fusebench bench leaderboard: --source {source} {why}; name a checkout of fusebench (e.g. "
+                  f"git archive <commit> | tar -x -C DIR)", file=sys.stderr)
+            return 2
     env = dict(os.environ)
     if ns.source:  # its commands run in the temporary folder, so the current folder does not shadow it
         env["PYTHONPATH"] = os.pathsep.join([str(Path(ns.source).resolve())] + (

@@ -145,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     peer.add_argument("--k", type=int, nargs="+", default=None, help="views (default 3 4 5 6; --quick: a subset)")
     peer.add_argument("--n", type=int, nargs="+", default=None, help="batch sizes (default 16 32 64 128)")
     peer.add_argument("--eps", type=float, nargs="+", default=None, help="entropic regularisations (default 0.2 0.05)")
-    peer.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="(default float32)")
-    peer.add_argument("--dim", type=int, default=32, help="embedding dimension d (default 32, the quickstart's)")
-    peer.add_argument("--cell-seconds", type=float, default=20.0,
+    peer.add_argument("--dtype", choices=["float32", "float64"], default=None, help="(default float32)")
+    peer.add_argument("--dim", type=int, default=None, help="embedding dimension d (default 32, the quickstart's)")
+    peer.add_argument("--cell-seconds", type=float, default=None,
                       help="time budget of the timed rounds per configuration (default 20; at least 1 round)")
     peer.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU (with --threads 1)")
     peer.add_argument("--mem-cap-mib", type=float, default=None,
@@ -161,25 +161,37 @@ def main(argv: list[str] | None = None) -> int:
                            "sinkhorn_blocked.BLOCK_SWEEPS, 8; see docs/gpu.md)")
     peer.add_argument("--no-graphs", action="store_true",
                       help="launch our GPU solver's calls eagerly instead of replaying CUDA graphs")
-    peer.add_argument("--backend", choices=("auto", "eager", "compiled"), default="auto",
+    peer.add_argument("--backend", choices=("auto", "eager", "compiled"), default=None,
                       help="our M3G's backend (default auto: the compiled call for small CPU problems when numba is "
                            "installed, see docs/objectives-ot.md)")
     parser.add_argument("--crossover", action="store_true",
                         help="run only the per-sweep timing of the M3G solver's strategies (the crossover rule)")
     step = parser.add_argument_group("--step-time: quickstart training step, M3G / InfoNCE-pwe")
     step.add_argument("--step-time", action="store_true", help="run only the step-time comparison")
-    step.add_argument("--rounds", type=int, default=100, help="alternating rounds (default 100; --quick: 30)")
+    step.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 100; --quick: 30)")
     step.add_argument("--profile", action="store_true", help="also print a torch.profiler table of M3G steps")
     ns = parser.parse_args(argv)
     special = [name for name, on in (("--vs", ns.vs), ("--step-time", ns.step_time), ("--crossover", ns.crossover)) if on]
     if ns.threads is None:
         ns.threads = 1 if special else 2
-    if ns.repeats < 1 or ns.threads < 1 or ns.rounds < 1:
+    if ns.repeats < 1 or ns.threads < 1 or (ns.rounds is not None and ns.rounds < 1):
         parser.error("--repeats, --threads and --rounds must be >= 1")
-    gpu_options = [name for name, on in (("--device", ns.device), ("--block-sweeps", ns.block_sweeps is not None),
-                                         ("--no-graphs", ns.no_graphs)) if on]
-    if gpu_options and not ns.vs:
-        parser.error(f"{', '.join(gpu_options)} {'applies' if len(gpu_options) == 1 else 'apply'} to --vs ott only")
+    # every option of the --vs ott group is used by that run only: given without it, refused (never ignored)
+    peer_options = [f"--{a.dest.replace('_', '-')}" for a in peer._group_actions
+                    if a.dest != "vs" and getattr(ns, a.dest) not in (None, False)]
+    if peer_options and not ns.vs:
+        parser.error(f"{', '.join(peer_options)} {'applies' if len(peer_options) == 1 else 'apply'} to --vs ott only "
+                     f"(the default tables use fixed shapes; run e.g. fusebench bench objectives --vs ott "
+                     f"{' '.join(peer_options)} ...)")
+    step_options = [name for name, on in (("--rounds", ns.rounds is not None), ("--profile", ns.profile)) if on]
+    if step_options and not ns.step_time:
+        parser.error(f"{', '.join(step_options)} {'applies' if len(step_options) == 1 else 'apply'} to --step-time only")
+    if ns.vs:  # the --vs ott defaults
+        ns.dtype, ns.dim = ns.dtype or "float32", 32 if ns.dim is None else ns.dim
+        ns.cell_seconds = 20.0 if ns.cell_seconds is None else ns.cell_seconds
+        ns.backend = ns.backend or "auto"
+    if ns.rounds is None:  # --step-time's default (--quick: 30); a --rounds given is used as given
+        ns.rounds = 30 if ns.quick else 100
     if ns.block_sweeps is not None and ns.block_sweeps < 1:
         parser.error(f"--block-sweeps must be an integer >= 1, got {ns.block_sweeps}")
     if ns.device == "cuda" and not torch.cuda.is_available():

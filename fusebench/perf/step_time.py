@@ -95,7 +95,7 @@ def profile_step(objective: str = "m3g", steps: int = 50, rows: int = 15, benchm
 
 
 def run(ns: argparse.Namespace) -> int:
-    rounds = 30 if ns.quick else ns.rounds
+    rounds = ns.rounds  # --rounds, else 100 (--quick: 30; fusebench.perf.objectives)
     print("# fusebench bench objectives --step-time")
     print()
     print(machine_description())

@@ -30,11 +30,17 @@ without them was made at ``32``: every record before the precision policy was ma
 
 Types: ids (``benchmark``, ``objective``, ``dataset.id``) follow the registry id rule
 (:data:`fusebench.registry.ID_RULE`), so they are safe as one path component; ``seed`` is an
-integer (not a string, not a boolean); every metric value is a finite JSON number or ``NaN`` (a
-metric undefined for the run, e.g. a correlation of constant predictions, Cohen's kappa when chance
-agreement is 1, the F1 of a class absent from the split; the leaderboard counts these in the cell);
-``Infinity``, ``null``, strings and lists are refused (a run that failed has ``failed.json``, not a
-``run.json``); curves are lists of numbers; metric and curve names are ``[A-Za-z0-9][A-Za-z0-9_.@-]*``.
+integer (not a string, not a boolean); every metric value is a finite JSON number, or ``null`` (what
+strict JSON writes for NaN, :func:`fusebench.io.strict_json`) or ``NaN`` (records written before):
+a metric undefined for the run, e.g. a correlation of constant predictions, Cohen's kappa when chance
+agreement is 1, the F1 of a class absent from the split, read as NaN; the leaderboard counts these in
+the cell; ``Infinity``, strings and lists are refused (a run that failed has ``failed.json``, not a
+``run.json``); curves are lists of numbers (``null``: a non-finite value, read as NaN); metric and
+curve names are ``[A-Za-z0-9][A-Za-z0-9_.@-]*``. The optional fields the leaderboard reads
+(``wall_time_s``, ``device``, ``host``, ``numerics.device_name``, ``hparams``, ``hparam_selection``,
+``missing_views``, ``config.pretrain``, ``config.downstream``, ``config.objectives``) are checked by
+type where present, so a board never meets a field of another type (docs/leaderboards.md, "Run
+record schema").
 
 What counts as a record file (:func:`find_records`, :func:`check_record_file`; the leaderboard and
 ``fusebench status`` share the rule): a regular file named ``run.json`` reached from the runs folder

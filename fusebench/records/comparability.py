@@ -25,7 +25,8 @@ def _comparable_view(config: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`comparable_config` without the deep copy: only the top level and ``options`` are new
     mappings, every other value is shared with ``config``. For reading only (hashing, flattening);
     copying every nested value was most of the cost of validating a record."""
-    cfg = {k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED}
+    # encoder_weights (issue #32): each weights row's own file, like the per-objective tables of pretrain
+    cfg = {k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED and k != "encoder_weights"}
     if isinstance(cfg.get("options"), dict):
         cfg["options"] = {k: v for k, v in cfg["options"].items() if k != "board"}
     if isinstance(cfg.get("pretrain"), dict):  # each row's own settings (hash schema 2): not the board's
@@ -152,7 +153,8 @@ def synthetic_overrides_applied(config: Mapping[str, Any]) -> bool:
 def board_kind(record: RunRecord) -> str:
     """Where the record's board goes in the index: ``"pipeline_check"``, ``"real"`` or ``"study"``.
 
-    1. ``config.options.board`` when set (explicit: ``"study"`` or ``"pipeline_check"``);
+    1. ``config.options.board`` when set (explicit: ``"study"`` or ``"pipeline_check"``); ``"pipeline_check"``
+       too when the run's splits share samples (``dataset.data_check``, e.g. the one-subject smoke recipe);
     2. ``"real"`` when ``dataset.synthetic`` is false;
     3. ``"pipeline_check"`` for a synthetic twin: the spec's ``synthetic:`` override block was applied
        (:func:`synthetic_overrides_applied`) to a benchmark whose dataset is not synthetic-only;
@@ -160,7 +162,7 @@ def board_kind(record: RunRecord) -> str:
     """
     options = record.config.get("options") or {}
     board = options.get("board") if isinstance(options, dict) else None
-    if board == "pipeline_check":
+    if board == "pipeline_check" or record.dataset.data_check:  # or its splits share samples
         return "pipeline_check"
     if not record.dataset.synthetic:
         return "real"

@@ -1,6 +1,10 @@
 """The run record's schema (records layer): the typed view of a ``run.json`` (:class:`RunRecord`) and
 :func:`validate_record`, which checks every field and names the file and the field of the first
-problem (:class:`RecordError`). The fields are listed in the package docstring (:mod:`fusebench.records`)."""
+problem (:class:`RecordError`). The fields are listed in the package docstring (:mod:`fusebench.records`).
+
+This module is longer than ~450 lines because it is the record's one schema: a check per field, the
+optional fields a board reads included (:func:`_validate_board_fields`), read top to bottom beside the
+typed view they build; split, a field's type would live in two places."""
 
 from __future__ import annotations
 
@@ -12,13 +16,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fusebench.records.comparability import board_kind, comparability_key
-from fusebench.training.config import HASH_SCHEMA_VERSION
+from fusebench.training.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
 from fusebench.training.config import config_hash as cell_config_hash
 from fusebench.registry import ID_RULE, valid_id
 
 SCHEMA_VERSIONS = (1, 2)
 #: ``hash_schema`` values a record may state (records without the field predate the migration to schema 2)
-HASH_SCHEMAS = (HASH_SCHEMA_VERSION,)
+HASH_SCHEMAS = _READABLE_HASH_SCHEMAS  # each record's hash is checked under its own schema
 #: what a run writes today (the runner sets its SCHEMA_VERSION to this)
 CURRENT_SCHEMA_VERSION = 2
 #: leaderboard section of a board (``config.options.board``); see docs/leaderboards.md
@@ -73,6 +77,8 @@ class DatasetIdentity:
     synthetic: bool
     manifest_hash: str
     fingerprint: Fingerprint | None = None
+    #: why the run is only a pipeline check (its splits share samples: ``dataset.data_check.reason``), or None
+    data_check: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,8 +161,8 @@ def _int(value: Any, path: str, name: str) -> int:
 
 
 #: what a metric value must be (the message of a refused one)
-METRIC_EXPECTED = ("a finite number or NaN (NaN: the metric is undefined for this run; a failed run has "
-                   "failed.json, not run.json)")
+METRIC_EXPECTED = ("a finite number or NaN / null (NaN or null: the metric is undefined for this run; a failed run "
+                   "has failed.json, not run.json)")
 
 
 def _number(value: Any, path: str, name: str, allow_nan: bool = False, nonneg: bool = False,
@@ -195,10 +201,22 @@ def _fast_float(value: Any) -> float | None:
     return None if math.isinf(x) else x
 
 
-def _mapping(value: Any, path: str, name: str) -> dict[str, Any]:
+def _mapping(value: Any, path: str, name: str, what: str = "a mapping") -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise RecordError(path, name, "a mapping", value)
+        raise RecordError(path, name, what, value)
     return value
+
+
+def _list(value: Any, path: str, name: str, what: str = "a list") -> list[Any]:
+    if not isinstance(value, list):
+        raise RecordError(path, name, what, value)
+    return value
+
+
+def _optional_number(obj: Mapping[str, Any], key: str, path: str, name: str, nonneg: bool = False) -> None:
+    """``obj[key]``, when present and not null, is a finite number (``>= 0`` with ``nonneg``)."""
+    if obj.get(key) is not None:
+        _number(obj[key], path, name, nonneg=nonneg)
 
 
 _GOOD_NAMES: set[str] = set()  # names that passed _NAME (metric and curve names repeat in every record)
@@ -207,7 +225,7 @@ _GOOD_NAMES: set[str] = set()  # names that passed _NAME (metric and curve names
 def _name(value: Any, path: str, name: str) -> str:
     if type(value) is str and value in _GOOD_NAMES:
         return value
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise RecordError(path, name, "a name of letters, digits, '_', '.', '@', '-'", value)
     if len(_GOOD_NAMES) < 4096:
         _GOOD_NAMES.add(value)
@@ -232,14 +250,98 @@ def _validate_config(cfg: dict[str, Any], path: str) -> None:
         board = options.get("board")
         if board is not None and board not in BOARD_KINDS:
             raise RecordError(path, "config.options.board", f"one of {list(BOARD_KINDS)}", board)
-    for key in ("synthetic", "protocol_notes"):
+    for key in ("synthetic", "protocol_notes", "pretrain", "downstream"):
         if cfg.get(key) is not None:
             _mapping(cfg[key], path, f"config.{key}")
+    _optional_number(cfg.get("pretrain") or {}, "missing_rate", path, "config.pretrain.missing_rate", nonneg=True)
+    protocol = (cfg.get("downstream") or {}).get("protocol")
+    if protocol is not None:
+        _str(protocol, path, "config.downstream.protocol")
+    if cfg.get("objectives") is not None:
+        _list(cfg["objectives"], path, "config.objectives", "a list of objective ids")
     ds = cfg.get("dataset")
     if ds is not None:
         _mapping(ds, path, "config.dataset")
         if "synthetic_only" in ds and not isinstance(ds["synthetic_only"], bool):
             raise RecordError(path, "config.dataset.synthetic_only", "a boolean", ds["synthetic_only"])
+
+
+def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
+    """The optional fields the leaderboard reads besides the typed ones (each, where present and not
+    null, of the type it is read as): ``wall_time_s`` (a number >= 0), ``device`` (a string), ``host``
+    (a mapping; ``cpu_count`` an integer), ``hparams`` (a mapping), ``hparam_selection`` (a mapping:
+    ``scores`` a list, ``seeds`` a list, ``choice`` and ``grid`` mappings), ``missing_views``
+    (:func:`_validate_missing_views`), ``validity`` (``{"valid": bool, "why": str}``) and ``budget``
+    (:func:`_validate_budget`)."""
+    _optional_number(obj, "wall_time_s", path, "wall_time_s", nonneg=True)
+    if obj.get("device") is not None:
+        _str(obj["device"], path, "device")
+    if obj.get("host") is not None:
+        host = _mapping(obj["host"], path, "host")
+        if host.get("cpu_count") is not None:
+            _int(host["cpu_count"], path, "host.cpu_count")
+    if obj.get("hparams") is not None:
+        _mapping(obj["hparams"], path, "hparams")
+    if obj.get("hparam_selection") is not None:
+        sel = _mapping(obj["hparam_selection"], path, "hparam_selection",
+                       'a mapping {"scores": [...], "choice": {...}, "grid": {...}, ...}')
+        for key in ("scores", "seeds"):
+            if sel.get(key) is not None:
+                _list(sel[key], path, f"hparam_selection.{key}")
+        for key in ("choice", "grid"):
+            if sel.get(key) is not None:
+                _mapping(sel[key], path, f"hparam_selection.{key}")
+    if obj.get("missing_views") is not None:
+        _validate_missing_views(obj["missing_views"], path)
+    if obj.get("validity") is not None:
+        v = obj["validity"]
+        if not isinstance(v, dict) or not isinstance(v.get("valid"), bool) or not isinstance(v.get("why", ""), str):
+            raise RecordError(path, "validity", 'a mapping {"valid": true|false, "why": text}', v)
+    if obj.get("budget") is not None:
+        _validate_budget(obj["budget"], path)
+
+
+def _validate_budget(b: Any, path: str) -> None:
+    """``budget``: ``optimizer_steps`` and ``samples_seen`` integers >= 0; ``batch_size``, ``micro_batch``,
+    ``epochs`` integers >= 0 or null."""
+    b = _mapping(b, path, "budget", "a mapping {optimizer_steps, samples_seen, batch_size, micro_batch, epochs}")
+    for key in ("optimizer_steps", "samples_seen"):
+        v = b.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise RecordError(path, f"budget.{key}", "an integer >= 0", v)
+    for key in ("batch_size", "micro_batch", "epochs"):
+        v = b.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise RecordError(path, f"budget.{key}", "an integer >= 0 or null", v)
+
+
+def _validate_missing_views(mv: Any, path: str) -> None:
+    """``missing_views`` (:mod:`fusebench.training.missing_views`): ``metrics`` a mapping of metric names
+    to numbers (null / NaN: undefined), ``rates`` a list of numbers in [0, 1), ``views`` a list of
+    strings, ``shown`` a list of metric names, ``single_view`` a boolean, ``protocol`` a string,
+    ``clustering.n_init`` an integer."""
+    mv = _mapping(mv, path, "missing_views", 'a mapping {"metrics": {id: value}, "rates": [...], "views": [...], '
+                                             '"shown": [...], ...}')
+    metrics = _mapping(_need(mv, "metrics", path, "missing_views."), path, "missing_views.metrics")
+    for k, v in metrics.items():
+        _name(k, path, "missing_views.metrics key")
+        if v is not None and _fast_float(v) is None:
+            _number(v, path, f"missing_views.metrics.{k}", allow_nan=True, expected=METRIC_EXPECTED)
+    for i, r in enumerate(_list(mv.get("rates", []), path, "missing_views.rates", "a list of missing rates")):
+        if _number(r, path, f"missing_views.rates[{i}]", nonneg=True) >= 1.0:
+            raise RecordError(path, f"missing_views.rates[{i}]", "a missing rate in [0, 1)", r)
+    for i, v in enumerate(_list(mv.get("views", []), path, "missing_views.views", "a list of view names")):
+        _str(v, path, f"missing_views.views[{i}]", "a view name (a string)")
+    for i, m in enumerate(_list(mv.get("shown", []), path, "missing_views.shown", "a list of metric names")):
+        _name(m, path, f"missing_views.shown[{i}]")
+    if "single_view" in mv and not isinstance(mv["single_view"], bool):
+        raise RecordError(path, "missing_views.single_view", "a boolean", mv["single_view"])
+    if mv.get("protocol") is not None:
+        _str(mv["protocol"], path, "missing_views.protocol")
+    if mv.get("clustering") is not None:
+        clustering = _mapping(mv["clustering"], path, "missing_views.clustering")
+        if clustering.get("n_init") is not None:
+            _int(clustering["n_init"], path, "missing_views.clustering.n_init")
 
 
 def _validate_precision(obj: Mapping[str, Any], cfg: Mapping[str, Any], path: str) -> str:
@@ -254,7 +356,9 @@ def _validate_precision(obj: Mapping[str, Any], cfg: Mapping[str, Any], path: st
         raise RecordError(path, "precision", f"{configured!r}, the precision in config (was the record edited?)",
                           obj["precision"])
     if obj.get("numerics") is not None:
-        _mapping(obj["numerics"], path, "numerics")
+        numerics = _mapping(obj["numerics"], path, "numerics")
+        if numerics.get("device_name") is not None:
+            _str(numerics["device_name"], path, "numerics.device_name")
     return configured
 
 
@@ -284,7 +388,13 @@ def _validate_dataset(ds: Any, path: str, version: int) -> DatasetIdentity:
             if not re.fullmatch(r"[0-9a-f]{64}", sha):
                 raise RecordError(path, "dataset.fingerprint.sha256", "64 lowercase hex digits", sha)
             fp = Fingerprint(tuple(pairs), sha)
-    return DatasetIdentity(did, syn, mh, fp)
+    check = ds.get("data_check")
+    if check is not None:  # written by a run whose splits share samples (record_builder.split_overlap)
+        check = _mapping(check, path, "dataset.data_check")
+        if check.get("kind") != "pipeline_check":
+            raise RecordError(path, "dataset.data_check.kind", "'pipeline_check'", check.get("kind"))
+        check = _str(_need(check, "reason", path, "dataset.data_check."), path, "dataset.data_check.reason")
+    return DatasetIdentity(did, syn, mh, fp, check)
 
 
 def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str, Any]) -> Versions:
@@ -301,6 +411,18 @@ def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str
     if missing:
         raise RecordError(path, "versions.metrics", f"a version for every metric in config.metrics (missing {missing})")
     return Versions(s, o, dict(sorted(ms.items())))
+
+
+def _validate_plugins(plugins: Any, path: str) -> None:
+    """``plugins`` (optional): component kind -> where its entry point came from (distribution, version, module
+    file hash; ``fusebench.registry.plugin_provenance``)."""
+    if plugins is None:
+        return
+    for kind, info in _mapping(plugins, path, "plugins").items():
+        info = _mapping(info, path, f"plugins.{kind}")
+        for key in ("entry_point", "distribution", "version", "module", "module_sha256"):
+            if info.get(key) is not None:
+                _str(info[key], path, f"plugins.{kind}.{key}")
 
 
 def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
@@ -325,8 +447,9 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     for k, v in raw_metrics.items():
         _name(k, path, "metrics key")
         x = _fast_float(v)
-        metrics[k] = x if x is not None else _number(v, path, f"metrics.{k}", allow_nan=True,
-                                                     expected=METRIC_EXPECTED)
+        if x is None:  # null: undefined, as NaN is (strict JSON writes NaN as null)
+            x = math.nan if v is None else _number(v, path, f"metrics.{k}", allow_nan=True, expected=METRIC_EXPECTED)
+        metrics[k] = x
     pretrain_time = _number(_need(obj, "pretrain_time_s", path), path, "pretrain_time_s", nonneg=True)
     peak = _number(_need(obj, "peak_memory_mb", path), path, "peak_memory_mb", nonneg=True)
     directions = _mapping(obj.get("metric_directions") or {}, path, "metric_directions")
@@ -346,9 +469,11 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
                 fast = [float(x) for x in c]
             except OverflowError:  # an integer beyond the float range: the slow path makes it infinite
                 pass
-        # the slow path names the first bad element; curves may hold NaN and infinities (a plot skips them)
+        # the slow path names the first bad element; curves may hold NaN and infinities (a plot skips them),
+        # and null (a non-finite value, as strict JSON writes it): read as NaN
         curves[k] = fast if fast is not None else [
-            _number(x, path, f"curves.{k}[{i}]", allow_nan=True, allow_inf=True, expected="a number")
+            math.nan if x is None else
+            _number(x, path, f"curves.{k}[{i}]", allow_nan=True, allow_inf=True, expected="a number or null")
             for i, x in enumerate(c)]
     selection = _mapping(obj.get("selection") or {}, path, "selection")
     if "rule" in selection:
@@ -365,11 +490,13 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     if hash_schema is not None:
         if type(hash_schema) is not int or hash_schema not in HASH_SCHEMAS:
             raise RecordError(path, "hash_schema", f"one of {list(HASH_SCHEMAS)}", hash_schema)
-        want = cell_config_hash(cfg, objective)  # the hash is reproduced from the record's own config
+        want = cell_config_hash(cfg, objective, hash_schema)  # reproduced from the record's own config
         if config_hash != want:
             raise RecordError(path, "config_hash", f"{want!r}, the hash schema {hash_schema} hash of the record's "
                               "config (was the record edited?)", config_hash)
     precision = _validate_precision(obj, cfg, path)
+    _validate_board_fields(obj, path)
+    _validate_plugins(obj.get("plugins"), path)  # optional (issue #32): old records have none
     if version >= 2:
         versions = _validate_versions(obj, path, suite, cfg)
     else:

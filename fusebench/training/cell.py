@@ -41,6 +41,12 @@ def data_fingerprint(context: dict[str, Any] | None) -> str | None:
 
 def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec, objective: str,
                              context: dict[str, Any] | None = None) -> dict[str, Any]:
+    named = (context or {}).get("data_file")  # one data file read: another file is said first (issue #32)
+    if named and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
+        raise ConfigMismatchError(
+            f"cannot resume {path}: it was written while reading a different data file (fingerprint "
+            f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}), now {named['name']} (sha256 {named['sha256']}); "
+            "resume with the same --data-root, or move the cell folder away to start over")
     if ckpt.get("config_hash") != spec.hash(objective):
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -15,8 +16,10 @@ EXAMPLES = """examples:
   fusebench run nyuv2-seg --data-root /data/nyuv2 --device cuda --precision bf16-mixed   # docs/gpu.md
   fusebench run nyuv2-seg --data-root /data/nyuv2 --device cuda --num-workers 8   # batches fetched by 8 processes
   torchrun --nproc-per-node 2 -m fusebench run quickstart --objective m3g   # DistributedDataParallel
-  OMP_NUM_THREADS=1 fusebench run mv-ngs --data-root DIR --workers 2        # two cells at a time
+  fusebench run mv-ngs --data-root DIR --workers 2        # two cells at a time (each its share of the CPUs)
+  fusebench run quickstart --threads 2                      # 2 torch threads per cell (default: 1 for small models)
   fusebench run quickstart --logger tensorboard csv                        # then: tensorboard --logdir runs/
+  fusebench run quickstart --encoder-weights mine=enc.pt --objective mine  # your encoder as the row 'mine'
   fusebench run mv-ngs --data-root DIR --launcher slurm --partition gpu --gpus-per-job 1 --time-min 120
   fusebench run mv-ngs --data-root DIR --launcher slurm --sbatch qos=normal --sbatch mem=16G --no-wait
 
@@ -49,6 +52,25 @@ def _workers_count(text: str) -> int:
     return n
 
 
+def _positive(text: str) -> int:
+    """``--threads N``: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (torch threads per cell), got {text!r}")
+    return n
+
+
+def _weights_option(text: str) -> tuple[str, str]:
+    """``--encoder-weights NAME=PATH``."""
+    name, eq, path = text.partition("=")
+    if not eq or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH (the row's name and its weights file), got {text!r}")
+    return name.strip(), path.strip()
+
+
 def main(argv: list[str]) -> int:
     from fusebench.registry import UnknownNameError
     from fusebench.training.config import ConfigError, parse_override
@@ -70,12 +92,23 @@ def main(argv: list[str]) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec value by dotted key, e.g. pretrain.epochs=3 (repeatable)")
     p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
+    p.add_argument("--encoder-weights", dest="encoder_weights", action="append", default=[], type=_weights_option,
+                   metavar="NAME=PATH",
+                   help="evaluate pretrained encoder weights (safetensors, or a torch state_dict / a run's best.pt, "
+                        "read with weights_only=True) under the board's downstream protocol as the row NAME, "
+                        "besides the objectives run (--objective NAME: that row alone); the file must fit the "
+                        "benchmark's encoder exactly (repeatable; docs/benchmarks.md)")
     p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
                    help="regenerate the boards into DIR after the sweep (markdown, CSV and JSON)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="run the cells in N local processes (default 1: one after another); set "
-                        "OMP_NUM_THREADS so that N x threads fits the machine")
+                   help="run the cells in N local processes (default 1: one after another); they share the CPUs "
+                        "this process may use (--threads)")
+    p.add_argument("--threads", type=_positive, default=None, metavar="N",
+                   help="torch intra-op threads of each cell (default: $OMP_NUM_THREADS, else 1 for a small model "
+                        "and CPUs allowed // cells at once for a large one: ESANet, PointNet++, VoteNet; the CPUs "
+                        "allowed respect affinity, cgroup quota and SLURM_CPUS_PER_TASK). Results do not depend on "
+                        "it (docs/cluster.md, 'Threads of a cell')")
     p.add_argument("--num-workers", type=_workers_count, default=None, metavar="N",
                    help="DataLoader worker processes fetching each cell's batches (not --workers, which runs "
                         "cells side by side); default: the spec's loader.num_workers, else min(4, cores - 1) on "
@@ -119,9 +152,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from fusebench.datasets.base import DatasetNotFoundError
     from fusebench.training import distributed
+    from fusebench.training.interrupt import Terminated, sigterm_unwinds
     from fusebench.training.loop import RunError
     from fusebench.training.runner import run
 
+    board_lines = None  # the board files written (--leaderboard), said at the end
     try:
         overrides = dict(parse_override(o) for o in ns.overrides)
         if ns.precision is not None:
@@ -129,17 +164,27 @@ def main(argv: list[str]) -> int:
                 raise ConfigError(f"--precision {ns.precision} and --set precision={overrides['precision']} disagree")
             overrides["precision"] = ns.precision
         launcher_options = _launcher_options(ns)
-        with distributed.maybe_init(ns.device):
+        # SIGTERM stops the sweep as Ctrl-C does: locks released, the finished cells' lines printed (below)
+        with sigterm_unwinds(), distributed.maybe_init(ns.device):
             records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
                           data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
                           progress=ns.progress, workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
-                          launcher=ns.launcher, launcher_options=launcher_options, num_workers=ns.num_workers)
+                          launcher=ns.launcher, launcher_options=launcher_options, num_workers=ns.num_workers,
+                          encoder_weights=_weights_rows(ns.encoder_weights), threads=ns.threads)
         # after maybe_init's barrier: every rank is done; one process writes the boards
         if ns.leaderboard is not None and int(os.environ.get("RANK", "0")) == 0:
-            _regenerate_boards(records, ns.out, ns.leaderboard)
+            board_lines = _regenerate_boards(records, ns.out, ns.leaderboard)
     except (UnknownNameError, ConfigError, DatasetNotFoundError, RunError, ValueError) as e:
         print(f"fusebench run: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): the cells that finished, then the exit status
+        done = getattr(e, "finished", [])
+        for r in done:
+            print(_result_line(r), flush=True)
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"fusebench run: {what}; {len(done)} cell(s) have a record under {ns.out}; rerun the same command to "
+              "run the rest (a cell with last.pt resumes from it)", file=sys.stderr, flush=True)
+        return 128 + int(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     failed = [r for r in records if r.get("status") == "failed"]
     interrupted = [r for r in records if r.get("status") == "interrupted"]
     submitted = [r for r in records if r.get("status") == "submitted"]
@@ -148,8 +193,7 @@ def main(argv: list[str]) -> int:
             print(f"{r['benchmark']} {r['objective']} seed{r['seed']}: submitted, {r['launcher']} job {r['job_id']}")
         if r.get("status") in ("failed", "worker", "skipped", "interrupted", "submitted"):
             continue
-        shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(r["metrics"].items()))
-        print(f"{r['benchmark']} {r['objective']} seed{r['seed']}: {shown}")
+        print(_result_line(r))
     if submitted:
         print(f"{len(submitted)} job(s) submitted; follow them with: fusebench status --out {ns.out}", file=sys.stderr)
     if failed:
@@ -157,7 +201,30 @@ def main(argv: list[str]) -> int:
     if interrupted:
         print(f"{len(interrupted)} cell(s) interrupted (their jobs ended without a result); rerun the same "
               "command with --resume to finish them", file=sys.stderr)
+    if int(os.environ.get("RANK", "0")) == 0:  # where and what (issue #32): records, boards, a compact table
+        from fusebench.training.run_summary import closing_lines
+
+        print("\n".join(closing_lines(records, ns.out, board_lines)), flush=True)
     return 1 if failed or interrupted else 0
+
+
+def _weights_rows(given: list[tuple[str, str]]) -> dict[str, str] | None:
+    """``--encoder-weights`` as ``{name: path}``; a name given twice is refused."""
+    from fusebench.training.config import ConfigError
+
+    out: dict[str, str] = {}
+    for name, path in given:
+        if name in out:
+            raise ConfigError(f"--encoder-weights {name}=...: the row {name!r} is given twice")
+        out[name] = path
+    return out or None
+
+
+def _result_line(r: dict) -> str:
+    """``<benchmark> <objective> seed<k>: metric=value, ...`` of a finished cell's record."""
+    shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, (int, float)) else f"{k}={v}"
+                      for k, v in sorted((r.get("metrics") or {}).items()))
+    return f"{r['benchmark']} {r['objective']} seed{r['seed']}: {shown}"
 
 
 def _launcher_options(ns: argparse.Namespace) -> dict[str, object]:
@@ -176,13 +243,17 @@ def _launcher_options(ns: argparse.Namespace) -> dict[str, object]:
     return given
 
 
-def _regenerate_boards(records: list[dict], out: str, board: str) -> None:
-    """``--leaderboard DIR``: the boards of ``out`` regenerated into ``DIR`` after the sweep; when cells were
-    submitted and not waited for, the command that does it once they are done."""
+def _regenerate_boards(records: list[dict], out: str, board: str) -> list[str] | None:
+    """``--leaderboard DIR``: the boards of ``out`` regenerated into ``DIR`` after the sweep; returns a line per
+    file, ``wrote PATH`` or ``unchanged PATH``. When cells were submitted and not waited for, the command that
+    does it once they are done (and None)."""
     if any(r.get("status") == "submitted" for r in records):
         print(f"jobs submitted, not waited for: when they are done, run\n  fusebench leaderboard --runs {out} "
               f"--out {board} --format md csv json\n(fusebench status --out {out} shows where the cells stand)", file=sys.stderr)
-        return
+        return None
     from fusebench.leaderboard import write_leaderboards
+    from fusebench.leaderboard.outputs import file_lines, snapshot
 
-    write_leaderboards(Path(out), Path(board), formats=("md", "csv", "json"))  # the committed boards' formats
+    before = snapshot(board)
+    written = write_leaderboards(Path(out), Path(board), formats=("md", "csv", "json"))  # the committed boards' formats
+    return file_lines(written, before)

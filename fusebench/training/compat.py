@@ -37,6 +37,9 @@ def _asks_missing_views(spec: BenchmarkSpec) -> bool:
 def _incompatibility(spec: BenchmarkSpec, objective: str) -> str | None:
     """Why ``objective`` cannot run on ``spec`` (None when it can)."""
     pipeline = pipeline_of(spec)
+    if objective in (getattr(spec, "encoder_weights", None) or {}):  # a pretrained encoder's row (issue #32)
+        ok = pipeline.builds_encoder and pipeline.downstream
+        return None if ok else f"{spec.name}: the {spec.pipeline} pipeline builds no encoder to load weights into"
     offered = protocol_of(spec).reference_rows if pipeline.downstream and spec.downstream.protocol in PROTOCOLS else ()
     if objective == BASELINE:
         if not pipeline.downstream:

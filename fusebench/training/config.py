@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from fusebench.io import canonical_json, sha256_hex
-from fusebench.typed import ConfigError, check_type, from_dict
+from fusebench.typed import ConfigError, check_type, from_dict, load_yaml
 
 
 @dataclass
@@ -36,6 +36,10 @@ class DatasetConfig:
     # each run seed draws its own split: the adapter's ``split_seed`` option is set to the run's seed
     # (selection runs: the selection seed), so the seeds vary the split as well as the initialisation
     split_per_seed: bool = False
+    # a fixed outer test split (issue #30): the adapter draws the test split once with this seed, the same for
+    # every run and selection seed, and ``split_seed`` (the run seed with split_per_seed) only partitions the
+    # rest into train / val; so no selection trial trains or validates on an evaluation test sample. None: off
+    outer_test_seed: int | None = None
     test_split: str = "test"
 
 
@@ -101,7 +105,7 @@ class LoaderConfig:
     """How batches are fetched (fusebench/training/data.py), never what they hold: the batches are the same
     whatever these are, so they do not change a result (docs/gpu.md, "Feeding the GPU and speed options")."""
 
-    num_workers: int | None = None  # DataLoader worker processes; None: auto (min(4, cores - 1) on CUDA, 0 elsewhere)
+    num_workers: int | None = None  # DataLoader worker processes; None: auto (usable cores - 1 on CUDA, 0 elsewhere)
     pin_memory: bool | None = None  # page-locked batches for asynchronous copies; None: auto (on for CUDA)
     persistent_workers: bool = True  # keep the workers across the epochs of a cell
     prefetch_factor: int = 2  # batches each worker prepares ahead
@@ -133,7 +137,11 @@ class BenchmarkSpec:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     downstream: DownstreamConfig = field(default_factory=DownstreamConfig)
     metrics: list[str] = field(default_factory=list)
-    selection_metric: str = ""  # validation metric that picks the checkpoint (default metrics[0])
+    # the validation metric that selects (the downstream checkpoint and the hyper-parameters of pretrain.grid):
+    # by default the board's primary metric (comparison.primary, else metrics[0]); one that differs from
+    # comparison.primary is refused unless ``selection_metric_why`` says why (issue #30: select on what is ranked)
+    selection_metric: str = ""
+    selection_metric_why: str = ""
     objectives: list[str] = field(default_factory=list)  # the sweep run by default
     seeds: list[int] = field(default_factory=lambda: [0])
     checkpoint_every: int = 50  # steps between last.pt writes
@@ -148,10 +156,17 @@ class BenchmarkSpec:
     comparison: dict[str, str] = field(default_factory=dict)
     loader: LoaderConfig = field(default_factory=LoaderConfig)  # how batches are fetched (no effect on results)
     speed: SpeedConfig = field(default_factory=SpeedConfig)  # speed options (hashed when not their defaults)
+    # ---- issue #32: pretrained encoders as named rows (fusebench.training.encoder_weights) ----
+    # row name -> {"path": the weights file, "sha256": its hash}; given as a path (or {path, sha256}) and resolved
+    # when the spec is loaded. Each row is evaluated under the board's downstream protocol without pretraining;
+    # its cells' identity holds its own entry's sha256 only (the path is recorded, not hashed)
+    encoder_weights: dict[str, Any] = field(default_factory=dict)
 
     @property
     def primary_metric(self) -> str:
-        return self.selection_metric or (self.metrics[0] if self.metrics else "")
+        """The validation metric that selects (checkpoints, hyper-parameters): ``selection_metric``, else the
+        board's primary metric ``comparison.primary``, else ``metrics[0]``."""
+        return self.selection_metric or self.comparison.get("primary") or (self.metrics[0] if self.metrics else "")
 
     @property
     def selection_seeds(self) -> list[int]:
@@ -166,6 +181,9 @@ class BenchmarkSpec:
         from fusebench.training.precision import check
 
         out["precision"] = check(out["precision"])
+        # the selection metric as resolved: ``comparison`` is not identity, but its primary decides what an
+        # unset selection_metric selects on (every committed record names its selection_metric: unchanged)
+        out["selection_metric"] = self.primary_metric
         for path, default in OMITTED_WHEN_DEFAULT:  # fields added after schema 2: written only when set
             *parents, leaf = path
             node = out
@@ -182,22 +200,29 @@ class BenchmarkSpec:
         return config_hash(self.to_dict(), objective)
 
 
-#: The config hash's schema. Version 2 (this one; every committed record was migrated to it once by
-#: ``scripts/migrate_hash_schema_2.py``): the canonical form is ``dataclasses.asdict`` of the spec with
+#: The config hash's schema. Version 2: the canonical form is ``dataclasses.asdict`` of the spec with
 #: ``pretrain.methods`` holding, per method, only the options that differ from their defaults (absent
 #: when none does) and ``precision`` always written; fields added after version 2 (``OMITTED_WHEN_DEFAULT``)
 #: are written only when they differ from their default, so adding a field leaves every hash as it was. The
 #: hash of a cell is that of :func:`cell_identity`: the canonical form without what does not change what
 #: the cell computes (:data:`NOT_IDENTITY`, ``pretrain.objective``) and with the per-objective tables of
-#: ``pretrain`` (:data:`PER_OBJECTIVE`) cut to the cell's objective. docs/benchmarks.md ("The config hash").
-HASH_SCHEMA_VERSION = 2
+#: ``pretrain`` (:data:`PER_OBJECTIVE`) cut to the cell's objective. Version 3 (this one; issue #29, records
+#: migrated once by ``scripts/migrate_hash_schema_3.py``): the same form, and the identity also leaves out
+#: the fields the cell's pipeline does not apply (``fusebench.pipelines.Pipeline.applies``), the options of
+#: the pretraining methods that do not join the objective's runs (``fusebench.training.methods.joining``),
+#: and ``pretrain.selection_seed`` when ``pretrain.selection_seeds`` is set (it is unused then).
+#: docs/benchmarks.md ("The config hash").
+HASH_SCHEMA_VERSION = 3
+#: the hash schemas a record may carry: its hash is checked under its own schema (older records stay
+#: readable; ``fusebench run`` reuses a record only at the current one)
+HASH_SCHEMAS: tuple[int, ...] = (2, 3)
 
 #: top-level spec keys that do not change what a cell computes: the board's text, the sweep's lists, the
 #: synthetic override block (applied or not, the resulting values are in the form), checkpoint spacing
 #: (resume is exact), how the board compares rows, how batches are fetched (the same batches for any loader
 #: setting: tests/test_loader_workers.py)
 NOT_IDENTITY: tuple[str, ...] = ("description", "protocol_notes", "objectives", "seeds", "synthetic",
-                                 "checkpoint_every", "comparison", "loader")
+                                 "checkpoint_every", "comparison", "loader", "selection_metric_why")
 
 #: ``pretrain`` tables keyed by objective id: a cell's identity holds only its own objective's entry
 PER_OBJECTIVE: tuple[str, ...] = ("hparams", "grid", "objective_batch_size", "objective_epochs",
@@ -212,14 +237,19 @@ OMITTED_WHEN_DEFAULT: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("speed", "channels_last"), False), (("speed", "cudnn_benchmark"), False), (("speed", "optimizer_impl"), "default"),
     (("speed", "compile"), False), (("speed", "compile_mode"), "default"), (("speed",), {}),
     (("pretrain", "missing_rate"), 0.0),  # missing views in pretraining (issue #23)
+    (("dataset", "outer_test_seed"), None), (("selection_metric_why",), ""),  # issue #30
+    (("encoder_weights",), {}),  # issue #32: pretrained encoders as rows
 )
 
 
-def cell_identity(canonical: dict[str, Any], objective: str) -> dict[str, Any]:
+def cell_identity(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION) -> dict[str, Any]:
     """What determines the cells of ``objective`` in a canonical spec (``BenchmarkSpec.to_dict()``, a
     record's ``config``): the form without :data:`NOT_IDENTITY` and ``pretrain.objective`` (the default
     objective of a run that names none), the :data:`PER_OBJECTIVE` tables cut to ``objective``'s entry,
-    and ``objective`` itself. Read-only view: nested values are shared with ``canonical``."""
+    and ``objective`` itself; from hash ``schema`` 3 on, also without what the cell does not compute with
+    (:func:`_unused_by_the_cell`). Read-only view: nested values are shared with ``canonical``."""
+    if schema not in HASH_SCHEMAS:
+        raise ValueError(f"hash schema {schema!r} is not one of {list(HASH_SCHEMAS)}")
     out = {k: v for k, v in canonical.items() if k not in NOT_IDENTITY}
     pre = canonical.get("pretrain")
     if isinstance(pre, dict):
@@ -229,14 +259,93 @@ def cell_identity(canonical: dict[str, Any], objective: str) -> dict[str, Any]:
             if isinstance(table, dict):
                 pre[key] = {objective: table[objective]} if objective in table else {}
         out["pretrain"] = pre
+    if schema >= 3:
+        out = _unused_by_the_cell(out, objective)
+    _weights_identity(out, objective)
     out["objective"] = objective
     return out
 
 
-def config_hash(canonical: dict[str, Any], objective: str) -> str:
+def _weights_identity(ident: dict[str, Any], objective: str) -> None:
+    """Issue #32: ``encoder_weights`` cut to ``objective``'s own entry, and that entry to its ``sha256`` (the
+    file's content is the row's identity, not where it lies); absent for every other row, so a sweep naming
+    weights leaves the other rows' hashes as they were."""
+    weights = ident.pop("encoder_weights", None)
+    entry = weights.get(objective) if isinstance(weights, dict) else None
+    if isinstance(entry, dict):
+        ident["encoder_weights"] = {"sha256": entry.get("sha256")}
+
+
+def _registered(module: str, attr: str) -> Any:
+    """A table of a module above this layer, found by name as registries find their built-ins (no import
+    statement: tests/test_layers.py): the objectives, the pipelines, the reference rows."""
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
+
+
+def _unused_by_the_cell(ident: dict[str, Any], objective: str) -> dict[str, Any]:
+    """Hash schema 3: ``ident`` (an identity of schema 2's cuts) without the fields the cell's pipeline does
+    not apply (``fusebench.pipelines.applied_form``), without ``pretrain.selection_seed`` when
+    ``pretrain.selection_seeds`` is set, and with ``pretrain.methods`` cut to the methods that join
+    ``objective``'s runs (:func:`methods_used`)."""
+    ident = _registered("fusebench.pipelines", "applied_form")(ident, ident.get("pipeline", "standard"))
+    pre = ident.get("pretrain")
+    if not isinstance(pre, dict):
+        return ident
+    pre = dict(pre)
+    if pre.get("selection_seeds"):
+        pre.pop("selection_seed", None)
+    methods = pre.get("methods")
+    if isinstance(methods, dict) and methods:  # the canonical form holds only options off their defaults
+        used = methods_used(objective, pre)
+        if used is not None:
+            kept = {m: v for m, v in methods.items() if m in used}
+            if kept:
+                pre["methods"] = kept
+            else:
+                del pre["methods"]
+    ident["pretrain"] = pre
+    return ident
+
+
+def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | None:
+    """The pretraining methods whose options ``objective``'s cells compute with, given a canonical
+    ``pretrain`` (global ``methods`` + the objective's own ``methods.<id>.<option>`` keys in ``hparams`` and
+    ``grid``; a grid's method values each tried): those that join its runs
+    (:func:`fusebench.training.methods.joining`). Empty for a reference row (nothing is pretrained); None
+    (every method counts) for an id not registered here, or options that cannot be read."""
+    import itertools
+    from types import SimpleNamespace
+
+    from fusebench.training import methods as M
+
+    if objective in _registered("fusebench.training.reference_features", "REFERENCES"):
+        return frozenset()
+    registry = _registered("fusebench.objectives", "OBJECTIVES")
+    if objective not in registry.available():
+        return None
+    cls = registry.get(objective)
+    try:
+        base = {m: dict(v) for m, v in (pretrain.get("methods") or {}).items()}
+        _, fixed = M.split_method_keys((pretrain.get("hparams") or {}).get(objective) or {})
+        grid = (pretrain.get("grid") or {}).get(objective) or {}
+        searched = [k for k in grid if isinstance(k, str) and k.startswith(M.METHOD_KEY_PREFIX)]
+        used: set[str] = set()
+        for values in itertools.product(*(grid[k] for k in searched)):
+            _, point = M.split_method_keys(dict(zip(searched, values)))
+            merged = {m: {**base.get(m, {}), **fixed.get(m, {}), **point.get(m, {})}
+                      for m in {*base, *fixed, *point}}
+            used.update(M.joining(cls, SimpleNamespace(methods=merged)))
+    except (ConfigError, ValueError, TypeError, KeyError):
+        return None
+    return frozenset(used)
+
+
+def config_hash(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION) -> str:
     """sha256 (16 hex digits) of :func:`cell_identity` of a canonical spec dict (``BenchmarkSpec.to_dict()``,
-    a record's ``config``) for ``objective``'s cells."""
-    return sha256_hex(canonical_json(cell_identity(canonical, objective)), 16)
+    a record's ``config``) for ``objective``'s cells, under hash ``schema`` (a record's ``hash_schema``)."""
+    return sha256_hex(canonical_json(cell_identity(canonical, objective, schema)), 16)
 
 
 def canonical_pretrain(pt: PretrainConfig) -> dict[str, Any]:
@@ -349,7 +458,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, _, raw = text.partition("=")
     stripped = raw.strip()
     try:
-        value = yaml.safe_load(raw) if stripped else ""
+        value = load_yaml(raw, f"--set {key.strip()}") if stripped else ""
     except yaml.YAMLError as e:
         if stripped[:1] in "[{":
             raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
@@ -400,6 +509,19 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
          "comparison takes the string keys reference, primary, why"),
         (not spec.comparison.get("primary") or spec.comparison["primary"] in spec.metrics,
          f"comparison.primary {spec.comparison.get('primary')!r} must be one of metrics {spec.metrics}"),
+        (not spec.selection_metric or not spec.comparison.get("primary")
+         or spec.selection_metric == spec.comparison["primary"] or spec.selection_metric_why.strip(),
+         f"selection_metric {spec.selection_metric!r} differs from comparison.primary "
+         f"{spec.comparison.get('primary')!r}, the metric the board ranks: the hyper-parameters and checkpoints "
+         f"would be chosen on another metric. Drop selection_metric (it defaults to comparison.primary) or state "
+         f"why in selection_metric_why"),
+        (not spec.selection_metric_why or (spec.selection_metric and spec.comparison.get("primary")
+                                           and spec.selection_metric != spec.comparison["primary"]),
+         "selection_metric_why is read only where selection_metric differs from comparison.primary; drop it"),
+        (spec.dataset.outer_test_seed is None or (type(spec.dataset.outer_test_seed) is int
+                                                  and 0 <= spec.dataset.outer_test_seed <= MAX_SEED),
+         f"dataset.outer_test_seed must be null (off) or an integer seed in 0..{MAX_SEED}, "
+         f"got {spec.dataset.outer_test_seed!r}"),
         (not spec.comparison.get("reference") or spec.comparison["reference"] in spec.objectives,
          f"comparison.reference {spec.comparison.get('reference')!r} must be one of objectives {spec.objectives}"),
         (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
@@ -440,17 +562,33 @@ def check_seed(seed: Any, where: str = "--seeds") -> int:
     return seed
 
 
+class SpecNameError(ConfigError):
+    """A spec file whose ``name:`` key differs from its file's stem (``claimed``: that name): a benchmark's
+    id is its file name, so the records of one file never land in another benchmark's folders."""
+
+    def __init__(self, message: str, claimed: str) -> None:
+        super().__init__(message)
+        self.claimed = claimed
+
+
 def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
     """Read a YAML spec, apply the synthetic overrides (if ``synthetic``) then ``overrides``, and check it on
     its own (keys, types, ranges: :func:`validate`). Checked against the registered components by
-    :func:`fusebench.training.spec_check.load_spec`, which is what loads a benchmark."""
+    :func:`fusebench.training.spec_check.load_spec`, which is what loads a benchmark. The YAML is read within
+    the limits of :func:`fusebench.typed.load_yaml` (nesting depth, size with aliases expanded); a ``name:``
+    key must equal the file's stem (:class:`SpecNameError`; ``--set name=...`` may still rename a run)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(encoding="utf-8"), str(path))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read as a UTF-8 YAML file: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    if isinstance(data.get("name"), str) and data["name"] != path.stem:
+        raise SpecNameError(f"{path}: name {data['name']!r} differs from the file's stem {path.stem!r}: a "
+                            f"benchmark's id is its file name; drop the name: key or rename the file", data["name"])
     data.setdefault("name", path.stem)
     if isinstance(data.get("pretrain"), dict):  # old flat method keys (tuple_*, ema_*, ...): mapped, warned
         data["pretrain"] = dict(data["pretrain"])
@@ -466,4 +604,7 @@ def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
         spec = from_dict(BenchmarkSpec, data, "")
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+    if not synthetic and not spec.dataset.synthetic_only:
+        # the synthetic generator is not used: its settings are neither recorded nor hashed (issue #29)
+        spec.dataset.synthetic_spec = {}
     return validate(spec, str(path))

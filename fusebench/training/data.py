@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from fusebench.training import distributed
+from fusebench.training.progress import cell_track, phase
 from fusebench.training.config import BenchmarkSpec, LoaderConfig
 
 def build_datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
@@ -38,14 +39,30 @@ def build_datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, 
     common = dict(modalities=ds_cfg.modalities, synthetic=synthetic, **ds_cfg.options, **(extra_options or {}))
     if ds_cfg.split_per_seed and not synthetic:  # each seed its own stratified split
         common["split_seed"] = int(seed)
+    if ds_cfg.outer_test_seed is not None:  # one fixed test split; the seed above draws only train / val
+        common["outer_test_seed"] = _outer_test_seed(ds_cfg)
     if synthetic:
         common["synthetic_spec"] = dict(ds_cfg.synthetic_spec)
     out = {}
     for role, split in (("train", "train"), ("val", ds_cfg.val_split), ("test", ds_cfg.test_split)):
         if role not in roles:
             continue
-        out[role] = datasets.build(ds_cfg.id, root=data_root, split=split, seed=seed, **common)
+        with phase(f"reading the {role} split of {ds_cfg.id}"):  # reading, indexing, standardising: said when slow
+            out[role] = datasets.build(ds_cfg.id, root=data_root, split=split, seed=seed, **common)
     return out
+
+
+def _outer_test_seed(ds_cfg: Any) -> int:
+    """``dataset.outer_test_seed``, checked against the adapter: one that draws no outer test split is a
+    ConfigError naming the key (before any training: the runner builds the splits first)."""
+    from fusebench import datasets
+    from fusebench.typed import ConfigError
+
+    cls = datasets.get(ds_cfg.id)
+    if "outer_test_seed" not in getattr(cls, "OPTIONS", ()):
+        raise ConfigError(f"dataset.outer_test_seed: dataset {ds_cfg.id!r} draws no fixed outer test split (the "
+                          "multiview_mat adapters do); drop the key")
+    return int(ds_cfg.outer_test_seed)
 
 
 def make_loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip: int = 0, shard: bool = False,
@@ -68,9 +85,12 @@ def make_loader(ds, batch_size: int, shuffle: bool, seed: int, epoch: int, skip:
     if drop_last and len(batches[-1]) < bs:
         batches.pop()
     batches = [b for b in batches if not shuffle or len(b) >= 2]
-    if shard and distributed.is_distributed():  # each rank takes its contiguous shard of every global batch
-        batches = [distributed.shard(b) for b in batches]
-    keys = [(epoch, tuple(b)) for b in batches[skip:]]  # what each fetch gets: the epoch travels with the indices
+    # what each fetch gets: the epoch travels with the indices; with shard, each rank takes its contiguous shard
+    # of every global batch and the batch says every rank's shard size (gathers need no size exchange)
+    if shard and distributed.is_distributed():
+        keys = [(epoch, tuple(distributed.shard(b)), distributed.shard_sizes(len(b))) for b in batches[skip:]]
+    else:
+        keys = [(epoch, tuple(b)) for b in batches[skip:]]
     pool = _POOL.get()
     feed = feed or (pool.feed if pool is not None else Feed())
     fetch = _BatchFetch(ds, names)
@@ -105,13 +125,40 @@ class Feed:
                 "prefetch_factor": self.prefetch_factor if workers else None}
 
 
+def _cgroup_cpus(root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPU quota of this process's cgroup in cores (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us`` /
+    ``cpu.cfs_period_us`` of v1: a container limited to 6 CPUs of a 64-core host); None without a quota."""
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"),
+                                    ("cpu,cpuacct/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_period_us")):
+        try:
+            text = open(os.path.join(root, quota_file)).read().split()
+            if period_file is None:
+                quota, period = text[0], text[1] if len(text) > 1 else "100000"
+            else:
+                quota, period = text[0], open(os.path.join(root, period_file)).read().split()[0]
+        except (OSError, IndexError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        try:
+            q, p = float(quota), float(period)
+        except ValueError:
+            return None
+        return q / p if q > 0 and p > 0 else None
+    return None
+
+
 def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask: a SLURM allocation, ``taskset``), shared
-    between the processes of a ``torchrun`` on this node (``LOCAL_WORLD_SIZE``)."""
+    """The CPU cores this process may run on: its affinity mask (a SLURM allocation, ``taskset``), capped by
+    its cgroup's CPU quota (a container), shared between the processes of a ``torchrun`` on this node
+    (``LOCAL_WORLD_SIZE``)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         cores = os.cpu_count() or 1
+    quota = _cgroup_cpus()
+    if quota is not None:
+        cores = min(cores, max(1, int(quota)))
     try:
         local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
@@ -120,10 +167,11 @@ def usable_cores() -> int:
 
 
 def auto_num_workers(device: torch.device) -> int:
-    """The worker count when none is given: ``min(4, cores - 1)`` on CUDA (one core stays with the training
-    process), 0 elsewhere (on the CPU the workers would take the cores the training computes on, and the
-    small CPU runs spend little time fetching)."""
-    return max(0, min(4, usable_cores() - 1)) if torch.device(device).type == "cuda" else 0
+    """The worker count when none is given: on CUDA every core this process may use but one
+    (:func:`usable_cores`; that one stays with the training process: a full-resolution image sample costs
+    about 0.15 s of CPU, so a GPU step of a few tens of ms needs many workers), 0 elsewhere (on the CPU the
+    workers would take the cores the training computes on, and the small CPU runs spend little time fetching)."""
+    return max(0, usable_cores() - 1) if torch.device(device).type == "cuda" else 0
 
 
 def resolve_feed(cfg: LoaderConfig, num_workers: int | None, device: torch.device) -> Feed:
@@ -192,10 +240,26 @@ class _BatchFetch(Dataset):
     def __getitem__(self, key: tuple[int, tuple[int, ...]]) -> dict[str, Any]:
         from fusebench.datasets.collate import collate
 
-        epoch, indices = key
+        epoch, indices, *sizes = key
         if hasattr(self.ds, "set_epoch"):
             self.ds.set_epoch(epoch)
-        return collate([self.ds[i] for i in indices], self.names)
+        batch = sliced_batch(self.ds, list(indices), self.names)
+        if batch is None:
+            batch = collate([self.ds[i] for i in indices], self.names)
+        if sizes and isinstance(batch, dict):  # a shard of a global batch: every rank's shard size
+            batch["shard_sizes"] = sizes[0]
+        return batch
+
+
+def sliced_batch(ds: Any, indices: list[int], names: list[str]) -> dict[str, Any] | None:
+    """The samples ``indices`` of ``ds`` as one batch sliced from its in-memory tensors (the adapter's
+    ``fetch_batch``: the batch the collated samples make, without touching them one by one), through a
+    :class:`Subset`'s indices; None where the adapter cannot (the samples are then fetched one by one). Looked
+    up on the class: a wrapper that hands attribute lookups to the dataset it wraps must not hand over this."""
+    if type(ds) is Subset:
+        return sliced_batch(ds.ds, [ds.indices[i] for i in indices], names)
+    fetch = getattr(type(ds), "fetch_batch", None)
+    return fetch(ds, indices, names) if fetch is not None else None
 
 
 class _Keys(Sampler):
@@ -315,10 +379,10 @@ def input_dims(ds) -> dict[str, int]:
 def input_views(ds, spec: BenchmarkSpec, seed: int) -> tuple[list[np.ndarray], torch.Tensor]:
     """The input views of all of ``ds`` as float64 arrays, one [n, d_v] per modality (in order), and
     the labels [n]."""
-    loader, _ = make_loader(ds, spec.downstream.batch_size, False, seed, 0)
+    loader, per_epoch = make_loader(ds, spec.downstream.batch_size, False, seed, 0)
     parts: list[list[torch.Tensor]] = [[] for _ in ds.modalities]
     ys = []
-    for batch in loader:
+    for batch in cell_track(loader, per_epoch, f"input views {getattr(ds, 'split', '')}"):
         n = len(batch["target"])
         for l, m in enumerate(ds.modalities):
             parts[l].append(batch["modalities"][m].reshape(n, -1).double())

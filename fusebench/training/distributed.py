@@ -47,6 +47,12 @@ def shard(indices: list[int]) -> list[int]:
     return indices[lo:hi]
 
 
+def shard_sizes(n: int, w: int | None = None) -> tuple[int, ...]:
+    """The sizes of the ``w`` (default: the world size) shards of a global batch of ``n`` (:func:`shard`'s)."""
+    w = world_size() if w is None else w
+    return tuple((r + 1) * n // w - r * n // w for r in range(w))
+
+
 class _GatherWithGrad(torch.autograd.Function):
     """all_gather along dim 0 (equal sizes). Every rank then computes the *same* loss on the global
     batch, so the gradient w.r.t. the gathered tensor is identical on all ranks, and the sum over the
@@ -67,16 +73,22 @@ class _GatherWithGrad(torch.autograd.Function):
         return grad[ctx.rank * ctx.size : (ctx.rank + 1) * ctx.size] * w
 
 
-def gather_with_grad(t: Tensor, dim: int = 1) -> Tensor:
+def gather_with_grad(t: Tensor, dim: int = 1, sizes: tuple[int, ...] | None = None) -> Tensor:
     """Concatenate every rank's ``t`` along ``dim`` (rank order), differentiably. Identity when not
-    distributed. Shards may differ in size along ``dim`` by at most one."""
+    distributed. Shards may differ in size along ``dim`` by at most one. ``sizes``: every rank's size along
+    ``dim``, known on the host (a sharded batch carries them: ``batch["shard_sizes"]``); without them they are
+    exchanged first (a collective, and a read of the device per rank)."""
     if not is_distributed():
         return t
     w = world_size()
-    size = torch.tensor([t.shape[dim]], device=t.device)
-    sizes = [torch.zeros_like(size) for _ in range(w)]
-    dist.all_gather(sizes, size)
-    sizes = [int(s) for s in sizes]
+    if sizes is None:
+        size = torch.tensor([t.shape[dim]], device=t.device)
+        gathered = [torch.zeros_like(size) for _ in range(w)]
+        dist.all_gather(gathered, size)
+        sizes = tuple(int(s) for s in gathered)
+    elif len(sizes) != w or sizes[rank()] != t.shape[dim]:
+        raise ValueError(f"gather_with_grad: shard sizes {sizes} do not fit {w} ranks with this rank's "
+                         f"{t.shape[dim]} along dim {dim}")
     m = max(sizes)
     if t.shape[dim] < m:  # pad to equal size for all_gather, cut after
         pad_shape = list(t.shape)
@@ -105,9 +117,9 @@ def maybe_init(device: str = "auto") -> Iterator[None]:
         yield
         return
     backend = "nccl" if (device != "cpu" and torch.cuda.is_available()) else "gloo"
-    dist.init_process_group(backend=backend)
-    if backend == "nccl":
+    if backend == "nccl":  # before the process group: NCCL binds each rank to the device current at its start
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend)
     try:
         yield  # no barrier here: a rank that failed would leave the others waiting in it until the timeout
     finally:

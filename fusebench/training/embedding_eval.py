@@ -10,26 +10,54 @@ older names kept beside them, and one record per evaluation:
   and bias ``b [C]`` minimising ``mean_i CE(softmax(x_i W + b), y_i) + l2 / 2 * ||W||_F^2`` (bias not
   penalised), full batch, float64, L-BFGS (``torch.optim.LBFGS``, strong-Wolfe line search) from
   zero on one thread, so the result depends on neither a seed nor the thread count. The L2 weight is
-  chosen on the **validation** split only: the grid value with the highest val accuracy, ties to the
-  larger (more regularised) value; the test split is scored once, with that value. Keys
+  chosen on the **validation** split only (:func:`search_l2`): the searched value with the highest val
+  accuracy, ties to the larger (more regularised) value; the test split is scored once, with that
+  value. **The search**: a grid of two or more values is extended beyond the edge it chose, a decade
+  at a time (``v / 10`` below the smallest value, ``v * 10`` above the largest), while the value
+  beyond the edge has a strictly higher val score, within [:data:`L2_FLOOR`, :data:`L2_CEILING`] =
+  [1e-8, 1e4]; so the chosen value lies inside the searched values unless a bound (or 0) stops the
+  search, and the record says so (``l2_edge``: ``"lower"`` / ``"upper"`` / null, ``l2_searched``,
+  ``l2_extended``). A grid of one value is a fixed weight: nothing is searched. Keys
   ``val_acc``, ``test_acc`` (metric ``acc``), ``val_mf1``, ``test_mf1`` (metric ``mf1``: macro F1 over
   the classes seen in y_true or y_pred), the same two under their older names ``val_macro_f1``,
-  ``test_macro_f1``, and the record ``probe = {"l2_grid", "l2", "val_acc_by_l2", "selection",
-  "standardize", "optimizer", "max_iter"}``.
+  ``test_macro_f1``, and the record ``probe = {"l2_grid", "l2", "val_acc_by_l2", "l2_searched",
+  "l2_extended", "l2_edge", "selection", "standardize", "optimizer", "max_iter"}``.
 * **few-shot probes** (:func:`fewshot_probe`): for each s in ``fewshot_shots`` (labels per class) and
   each of ``fewshot_draws`` draws, s train samples of every class are drawn without replacement and
-  the same logistic regression is fitted on them alone. Draws: one ``numpy.random.Generator`` per s,
+  two probes are fitted on them alone, **on the same draws**. Draws: one ``numpy.random.Generator`` per s,
   ``default_rng(SeedSequence([seed, s]))``; draw j = 0, 1, ... takes, class by class in increasing
   class id, ``rng.choice(pool_c, size=s, replace=False)`` where ``pool_c`` = the train indices of
   class c in increasing order (so draw j does not depend on how many draws follow). Features are
   z-scored with the statistics of **all** train embeddings (no labels are used for that, so it leaks
-  nothing the few-shot learner would not have: the unlabelled train pool). The L2 weight is fixed
-  per s by the validation split: for every value of ``fewshot_l2_grid`` (default: ``l2_grid``) all
-  draws are fitted (:func:`fit_logistic`, batched over the draws); the value with the highest
-  **mean over draws** of the val accuracy is kept (ties to the larger value) and the test
-  accuracies of that value are reported. Keys ``val_fs<s>_acc``, ``test_fs<s>_acc`` =
-  mean over draws (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc`` for the default shots); record
-  ``fewshot`` with per-draw values. A class with fewer than s train samples raises ValueError.
+  nothing the few-shot learner would not have: the unlabelled train pool).
+
+  - the **logistic probe**: the same logistic regression, its L2 weight fixed per s by the validation
+    split: for every searched value (:func:`search_l2`: ``fewshot_l2_grid``, default ``l2_grid``,
+    extended beyond its edges while that helps) all draws are fitted (:func:`fit_logistic`, batched
+    over the draws); the value with the highest **mean over draws** of the val accuracy is kept (ties
+    to the larger value) and the test accuracies of that value are reported. Keys ``val_fs<s>_acc``,
+    ``test_fs<s>_acc`` = mean over draws (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc``).
+  - the **prototype probe** (:func:`prototype_predict`; SimpleShot, Wang et al. 2019, "SimpleShot:
+    Revisiting Nearest-Neighbor Classification for Few-Shot Learning", arXiv:1911.04623, its CL2N
+    features): the features are **centred with the mean of all train-split embeddings** of the run
+    (the unlabelled train pool the support sets are drawn from: the split's own ``train`` role, not
+    val or test; the z-scoring above already subtracts exactly that mean, so the centring is the
+    z-score's and the per-column scaling is the protocol's common standardisation), then every row is
+    L2-normalised (a zero row stays zero); a class prototype is the mean of its s normalised support
+    rows; a query goes to the prototype of **largest cosine similarity** ``<u, p_c> / ||p_c||`` (a
+    zero prototype has similarity 0; ties to the lower class id). Norm-invariant: the scale of a
+    query or of a support row does not matter, unlike the logistic probe's. Nothing is tuned. Keys
+    ``val_fs<s>_proto_acc``, ``test_fs<s>_proto_acc`` (mean over draws; metric ``fs<s>_proto_acc``).
+  - **the row's few-shot number** (metric ``fs<s>_best_acc``; keys ``val_fs<s>_best_acc``,
+    ``test_fs<s>_best_acc``): per run and per s, the probe with the higher mean **validation**
+    accuracy over the draws (ties: the logistic probe), recorded as ``fewshot_probe = {"rule",
+    "per_shot": {str(s): {"chosen", "metric", "val": {"logistic", "prototype"}}}}``; its val and test
+    accuracies are the chosen probe's (:func:`chosen_fewshot_val` reads the validation score back).
+    The logistic probe's val score is the maximum over its L2 search, the prototype probe's is not
+    tuned: the comparison is, if anything, tilted towards the logistic probe.
+
+  Record ``fewshot`` with per-draw values of both probes. A class with fewer than s train samples
+  raises ValueError.
 * the **kNN probe** (:func:`knn_probe`): cosine similarity ``<u, v> / (||u|| ||v||)`` between z-scored
   embeddings (an all-zero row has similarity 0 to everything), neighbours taken from the train split;
   the k nearest are the k largest similarities, equal similarities ordered by the lower train index;
@@ -58,19 +86,23 @@ Deterministic given ``seed`` (torch on CPU, one intra-op thread inside this modu
 afterwards; numpy only for element-wise work and the seeded draws). Cost, measured on the 2-core
 development machine, one core: 10 classes, 1200 train / 400 val / 400 test x 96-d, default grids
 (3 shots x 20 draws x 5 L2 values, the draws of one shot and one L2 value fitted in one batched
-L-BFGS): the few-shot probes about 1 s, the kNN probe about 0.06 s, the full probe about 0.7 s,
-k-means with n_init = 100 on the 2000 samples about 0.8 s (on the 2000 x 649 z-scored handwritten
-views about 6 s, as long as scikit-learn's KMeans with the same n_init). The first torch optimizer
-built in a process also imports torch._dynamo, once.
+L-BFGS; each value the search adds costs one more such fit): the few-shot probes about 1 s (the
+prototype probe a few ms), the kNN probe about 0.06 s, the full probe about 0.7 s,
+k-means with n_init = 100 on the 2000 samples about 0.6 s (on the 2000 x 649 z-scored handwritten
+views about 6 s, as long as scikit-learn's KMeans with the same n_init). The L-BFGS optimisers are
+:func:`fusebench.training.utils.optimizer_class` ones: PyTorch's, without importing torch._dynamo.
 
 Shape: ``*_emb`` [n, d], or per-view ``[k, n, d]`` (concatenated to ``[n, k*d]``, as
 :mod:`fusebench.metrics.fewshot` does); numpy or torch, any float dtype. ``*_y`` [n] integer class
 ids in 0..num_classes-1.
+
+This module is longer than 450 lines: the probes share one standardisation, one logistic fit and one L2
+search, and their protocol is written once, here; split by probe, the pieces would import each other.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -79,7 +111,7 @@ from einops import rearrange
 from fusebench.metrics.arrays import to_numpy
 from fusebench.training.kmeans import DEFAULT_N_INIT, KMEANS_TOL, kmeans
 from fusebench.training.reference_features import unit_rows, zscore_stats
-from fusebench.training.utils import single_thread
+from fusebench.training.utils import optimizer_class, single_thread
 
 DEFAULT_L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 #: labels per class of the few-shot probes (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc``)
@@ -89,6 +121,15 @@ DEFAULT_DRAWS = 20
 #: candidate numbers of neighbours of the kNN probe (chosen on val)
 DEFAULT_KNN_GRID = (1, 3, 5, 10, 20, 50)
 CLUSTER_STANDARDIZE = ("zscore", "none")
+#: the bounds of the L2 search (:func:`search_l2`): a grid is never extended below / above them
+L2_FLOOR, L2_CEILING = 1e-8, 1e4
+#: the few-shot probes, in the order of the tie-break of the row's choice (the first wins a tie)
+FEWSHOT_PROBES = ("logistic", "prototype")
+FEWSHOT_CHOICE_RULE = ("per shot count s: the probe (logistic | prototype) with the higher mean val accuracy over "
+                       "the draws, ties to logistic; fs<s>_best_acc is the chosen probe's val / test accuracy")
+PROTOTYPE_RULE = ("SimpleShot CL2N: features centred with the mean of all train-split embeddings (the z-score's mean) "
+                  "and z-scored, rows L2-normalised; prototype = mean of a class's normalised support rows; "
+                  "prediction = largest cosine similarity to the prototypes, ties to the lower class id")
 
 
 def _as_2d(x: Any, name: str) -> np.ndarray:
@@ -138,6 +179,42 @@ def _l2_values(values: Sequence[Any], name: str) -> list[float]:
     return grid
 
 
+def _decade(v: float) -> float:
+    """``v`` rounded to 12 significant digits (``1e-4 / 10`` is ``1e-05``, not ``1.0000000000000002e-05``)."""
+    return float(f"{v:.12g}")
+
+
+def search_l2(grid: Sequence[float], score: Any) -> dict[str, Any]:
+    """The validation search of an L2 weight (module doc): ``score(l2) -> float`` (the val score, higher is
+    better) is called once per searched value. The grid's best value (ties to the larger); then, for a grid
+    of two or more values, while the chosen value is the smallest (largest) searched value, ``v / 10``
+    (``v * 10``) is scored and taken when its score is strictly higher, within [L2_FLOOR, L2_CEILING].
+    -> ``{"l2", "scores" {l2: score}, "searched" (ascending), "extended" (in search order), "edge"}``,
+    ``edge`` ``"lower"`` / ``"upper"`` when the chosen value is the smallest / largest searched value,
+    else None (a one-value grid: None, nothing searched)."""
+    scores = {float(v): float(score(v)) for v in grid}
+    chosen = max(scores, key=lambda v: (scores[v], v))
+    extended: list[float] = []
+    while len(scores) >= 2:
+        lo, hi = min(scores), max(scores)
+        if chosen == lo and lo > 0 and _decade(lo / 10) >= L2_FLOOR:
+            nxt = _decade(lo / 10)
+        elif chosen == hi and _decade(hi * 10) <= L2_CEILING:
+            nxt = _decade(hi * 10)
+        else:
+            break
+        scores[nxt] = float(score(nxt))
+        extended.append(nxt)
+        if scores[nxt] <= scores[chosen]:
+            break
+        chosen = nxt
+    searched = sorted(scores)
+    edge = None
+    if len(searched) >= 2:
+        edge = "lower" if chosen == searched[0] else "upper" if chosen == searched[-1] else None
+    return {"l2": chosen, "scores": scores, "searched": searched, "extended": extended, "edge": edge}
+
+
 def standardize(fit: np.ndarray, *xs: np.ndarray) -> list[np.ndarray]:
     """z-score every array in ``xs`` with the per-column mean / population std of ``fit``:
     ``(x - mean) / std``; columns constant on ``fit`` become 0."""
@@ -168,11 +245,11 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, l2: Any, max_it
     w = torch.zeros(x.shape[1], num_classes, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(num_classes, dtype=torch.float64, requires_grad=True)
     with single_thread(), torch.enable_grad():
-        opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-7,
+        opt = optimizer_class(torch.optim.LBFGS)([w, b], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-7,
                                 tolerance_change=1e-12, history_size=10, line_search_fn="strong_wolfe")
 
         def closure() -> torch.Tensor:
-            opt.zero_grad()
+            w.grad = b.grad = None  # opt.zero_grad() without its profiler scope (the same: set to None)
             loss = torch.nn.functional.cross_entropy(xt @ w + b, yt) + 0.5 * l2 * (w * w).sum()
             loss.backward()
             return loss
@@ -194,11 +271,11 @@ def _fit_logistic_batched(x: np.ndarray, y: np.ndarray, num_classes: int, l2: An
     w = torch.zeros(nb, d, num_classes, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(nb, 1, num_classes, dtype=torch.float64, requires_grad=True)
     with single_thread(), torch.enable_grad():
-        opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-7,
+        opt = optimizer_class(torch.optim.LBFGS)([w, b], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-7,
                                 tolerance_change=1e-12, history_size=10, line_search_fn="strong_wolfe")
 
         def closure() -> torch.Tensor:
-            opt.zero_grad()
+            w.grad = b.grad = None  # opt.zero_grad() without its profiler scope (the same: set to None)
             logits = torch.bmm(xt, w) + b                                   # [B, n, C]
             ce = torch.nn.functional.cross_entropy(logits.reshape(nb * n, num_classes), yt.reshape(-1),
                                                    reduction="sum") / n     # sum over problems of mean CE
@@ -263,45 +340,113 @@ def fewshot_indices(y: np.ndarray, s: int, draws: int, seed: int, num_classes: i
     return out
 
 
+def prototype_predict(support: np.ndarray, support_y: np.ndarray, query: np.ndarray, num_classes: int
+                      ) -> np.ndarray:
+    """Nearest-prototype predictions by cosine similarity (the module doc's prototype probe) on features
+    that are already centred: ``support [B, n, d]`` with labels ``support_y [B, n]`` (B independent support
+    sets), ``query [m, d]`` -> ``[B, m]`` class ids. Rows are L2-normalised (zero rows stay zero), a
+    prototype is the mean of its class's normalised support rows (a class absent from a support set gets a
+    zero prototype), a query goes to the prototype with the largest ``<u, p_c> / ||p_c||`` (zero
+    prototype: 0), ties to the lower class id."""
+    with single_thread():
+        u = torch.from_numpy(unit_rows(np.asarray(support, dtype=np.float64).reshape(-1, support.shape[-1])))
+        u = u.reshape(support.shape)                                                   # [B, n, d]
+        onehot = torch.nn.functional.one_hot(torch.from_numpy(np.asarray(support_y, dtype=np.int64)),
+                                             num_classes).to(torch.float64)           # [B, n, C]
+        counts = onehot.sum(dim=1)                                                     # [B, C]
+        proto = torch.bmm(onehot.transpose(1, 2), u) / counts.clamp_min(1.0)[:, :, None]  # [B, C, d]
+        norm = proto.norm(dim=2, keepdim=True)
+        proto = torch.where(norm > 0, proto / torch.where(norm > 0, norm, torch.ones_like(norm)), proto)
+        q = torch.from_numpy(unit_rows(np.asarray(query, dtype=np.float64)))           # [m, d]
+        return torch.matmul(q, proto.transpose(1, 2)).argmax(dim=2).numpy()            # [B, m]
+
+
 def fewshot_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.ndarray, zte: np.ndarray,
                   yte: np.ndarray, num_classes: int, seed: int, shots: Sequence[int] = DEFAULT_SHOTS,
                   draws: int = DEFAULT_DRAWS, l2_grid: Sequence[float] = DEFAULT_L2_GRID,
                   max_iter: int = 300) -> dict[str, Any]:
-    """Few-shot logistic probes on already z-scored features (see the module doc for the protocol).
+    """Few-shot logistic and prototype probes on already z-scored features, on the same draws (see the
+    module doc for the protocol).
 
-    -> ``{"shots", "draws", "l2_grid", "sampling", "standardize", "selection", "per_shot": {str(s):
-    {"l2", "val_acc_by_l2", "val_acc", "test_acc", "test_acc_std", "val_acc_per_draw",
-    "test_acc_per_draw"}}}``; ``val_acc`` / ``test_acc`` are means over draws of the chosen l2,
-    ``test_acc_std`` the population std over draws.
+    -> ``{"shots", "draws", "l2_grid", "sampling", "standardize", "selection", "prototype", "choice",
+    "per_shot": {str(s): {"l2", "val_acc_by_l2", "l2_searched", "l2_extended", "l2_edge", "val_acc",
+    "test_acc", "test_acc_std", "val_acc_per_draw", "test_acc_per_draw", "prototype": {"val_acc",
+    "test_acc", "test_acc_std", "val_acc_per_draw", "test_acc_per_draw"}, "chosen", "best_val_acc",
+    "best_test_acc"}}}``; the unprefixed accuracies are the logistic probe's: means over draws of the
+    chosen l2, ``test_acc_std`` the population std over draws.
     """
     per_shot: dict[str, Any] = {}
     for s in shots:
         idx = fewshot_indices(ytr, s, draws, seed, num_classes)                   # [draws, C*s]
         xb, yb = ztr[idx], ytr[idx]                                               # [draws, C*s, d], [draws, C*s]
         val_by, test_by = {}, {}
-        for l2 in l2_grid:
+
+        def score(l2: float) -> float:
             w, b = fit_logistic(xb, yb, num_classes, l2, max_iter)
             val_by[l2] = _accuracy(_predict(zva, w, b), yva)                      # [draws]
             test_by[l2] = _accuracy(_predict(zte, w, b), yte)
-        chosen = max(l2_grid, key=lambda v: (float(val_by[v].mean()), v))
+            return float(val_by[l2].mean())
+
+        search = search_l2(l2_grid, score)
+        chosen = search["l2"]
+        proto_val = _accuracy(prototype_predict(xb, yb, zva, num_classes), yva)  # [draws]
+        proto_test = _accuracy(prototype_predict(xb, yb, zte, num_classes), yte)
+        logistic_val = float(val_by[chosen].mean())
+        probe = "prototype" if float(proto_val.mean()) > logistic_val else "logistic"
         per_shot[str(s)] = {
             "l2": chosen,
-            "val_acc_by_l2": {repr(v): float(val_by[v].mean()) for v in l2_grid},
-            "val_acc": float(val_by[chosen].mean()),
+            "val_acc_by_l2": {repr(v): search["scores"][v] for v in search["searched"]},
+            "l2_searched": search["searched"], "l2_extended": search["extended"], "l2_edge": search["edge"],
+            "val_acc": logistic_val,
             "test_acc": float(test_by[chosen].mean()),
             "test_acc_std": float(test_by[chosen].std()),
             "val_acc_per_draw": [float(a) for a in val_by[chosen]],
             "test_acc_per_draw": [float(a) for a in test_by[chosen]],
+            "prototype": {
+                "val_acc": float(proto_val.mean()), "test_acc": float(proto_test.mean()),
+                "test_acc_std": float(proto_test.std()),
+                "val_acc_per_draw": [float(a) for a in proto_val],
+                "test_acc_per_draw": [float(a) for a in proto_test],
+            },
+            "chosen": probe,
+            "best_val_acc": float(proto_val.mean()) if probe == "prototype" else logistic_val,
+            "best_test_acc": float(proto_test.mean()) if probe == "prototype" else float(test_by[chosen].mean()),
         }
     return {
         "shots": [int(s) for s in shots], "draws": int(draws), "l2_grid": [float(v) for v in l2_grid],
         "sampling": "per shot s: default_rng(SeedSequence([seed, s])); per draw, per class c ascending: "
                     "choice(train indices of c, s, replace=False)",
         "standardize": "zscore_train (mean/std of all train embeddings, no labels used)",
-        "selection": "per shot: l2 with the highest mean val accuracy over draws, ties to the larger l2",
+        "selection": "per shot: l2 with the highest mean val accuracy over draws, ties to the larger l2; a grid of "
+                     f"two or more values extended by decades beyond the chosen edge while strictly better, within "
+                     f"[{L2_FLOOR:g}, {L2_CEILING:g}]",
         "optimizer": "lbfgs_strong_wolfe_float64 (draws of one shot and l2 fitted jointly, separable sum)",
+        "prototype": PROTOTYPE_RULE, "choice": FEWSHOT_CHOICE_RULE,
         "max_iter": int(max_iter), "per_shot": per_shot,
     }
+
+
+def chosen_fewshot_val(source: Mapping[str, Any], shots: int = 1) -> float:
+    """The validation score of the few-shot probe chosen for a run (metric ``fs<shots>_best_acc``): the mean
+    val accuracy over the draws of the probe the run chose (module doc). ``source`` is what
+    :func:`probe_and_cluster` returned or a run record (``run.json`` as a mapping) of the ``embedding_eval``
+    protocol; a record written before the prototype probe existed had only the logistic probe, whose
+    val score is then returned. ValueError when ``source`` has no few-shot probe with ``shots`` labels per
+    class."""
+    s = int(shots)
+    best = f"fs{s}_best_acc"
+    if f"val_{best}" in source:                                            # probe_and_cluster's result
+        return float(source[f"val_{best}"])
+    selection = source.get("selection") if isinstance(source.get("selection"), Mapping) else {}
+    val = selection.get("val_metrics") if isinstance(selection.get("val_metrics"), Mapping) else {}
+    if isinstance(val.get(best), (int, float)):
+        return float(val[best])
+    fewshot = source.get("fewshot") or selection.get("fewshot")            # the probe's own record
+    per = ((fewshot or {}).get("per_shot") or {}).get(str(s)) if isinstance(fewshot, Mapping) else None
+    if isinstance(per, Mapping):
+        return float(per.get("best_val_acc", per["val_acc"]))             # older records: logistic only
+    raise ValueError(f"chosen_fewshot_val: no few-shot probe with {s} label(s) per class in this "
+                     f"{'record' if 'selection' in source else 'result'} (its fewshot_shots do not include {s})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,11 +531,14 @@ def probe_and_cluster(
 
     # (a) linear probe, L2 chosen on val
     ztr, zva, zte = standardize(xs["train"], xs["train"], xs["val"], xs["test"])
-    fits, val_acc_by = {}, {}
-    for l2 in grid:
+    fits = {}
+
+    def score(l2: float) -> float:
         fits[l2] = fit_logistic(ztr, ys["train"], num_classes, l2, probe_max_iter)
-        val_acc_by[l2] = float(M.get("acc")(_predict(zva, *fits[l2]), ys["val"]))
-    chosen = max(grid, key=lambda v: (val_acc_by[v], v))
+        return float(M.get("acc")(_predict(zva, *fits[l2]), ys["val"]))
+
+    search = search_l2(grid, score)
+    chosen = search["l2"]
     w, b = fits[chosen]
     pv, pt = _predict(zva, w, b), _predict(zte, w, b)
     out: dict[str, Any] = {
@@ -399,8 +547,11 @@ def probe_and_cluster(
         "test_acc": float(M.get("acc")(pt, ys["test"])),
         "test_macro_f1": float(M.get("mf1")(pt, ys["test"])),
         "probe": {
-            "l2_grid": grid, "l2": chosen, "val_acc_by_l2": {repr(k): v for k, v in val_acc_by.items()},
-            "selection": "highest val accuracy, ties to the larger l2", "standardize": "zscore_train",
+            "l2_grid": grid, "l2": chosen, "val_acc_by_l2": {repr(k): search["scores"][k] for k in search["searched"]},
+            "l2_searched": search["searched"], "l2_extended": search["extended"], "l2_edge": search["edge"],
+            "selection": "highest val accuracy, ties to the larger l2; a grid of two or more values extended by "
+                         f"decades beyond the chosen edge while strictly better, within [{L2_FLOOR:g}, {L2_CEILING:g}]",
+            "standardize": "zscore_train",
             "optimizer": "lbfgs_strong_wolfe_float64", "max_iter": int(probe_max_iter),
         },
     }
@@ -411,9 +562,19 @@ def probe_and_cluster(
         fs = fewshot_probe(ztr, ys["train"], zva, ys["val"], zte, ys["test"], num_classes, seed, shots, draws,
                            fs_grid, probe_max_iter)
         for s in shots:
-            out[f"val_fs{s}_acc"] = fs["per_shot"][str(s)]["val_acc"]
-            out[f"test_fs{s}_acc"] = fs["per_shot"][str(s)]["test_acc"]
+            per = fs["per_shot"][str(s)]
+            out[f"val_fs{s}_acc"], out[f"test_fs{s}_acc"] = per["val_acc"], per["test_acc"]
+            out[f"val_fs{s}_proto_acc"] = per["prototype"]["val_acc"]
+            out[f"test_fs{s}_proto_acc"] = per["prototype"]["test_acc"]
+            out[f"val_fs{s}_best_acc"], out[f"test_fs{s}_best_acc"] = per["best_val_acc"], per["best_test_acc"]
         out["fewshot"] = fs
+        out["fewshot_probe"] = {
+            "rule": FEWSHOT_CHOICE_RULE,
+            "per_shot": {str(s): {"chosen": fs["per_shot"][str(s)]["chosen"], "metric": f"fs{s}_best_acc",
+                                  "val": {"logistic": fs["per_shot"][str(s)]["val_acc"],
+                                          "prototype": fs["per_shot"][str(s)]["prototype"]["val_acc"]}}
+                         for s in shots},
+        }
 
     # (c) kNN probe, k chosen on val
     if ks:
@@ -441,5 +602,6 @@ def probe_and_cluster(
 
 
 __all__ = ["CLUSTER_STANDARDIZE", "DEFAULT_DRAWS", "DEFAULT_KNN_GRID", "DEFAULT_L2_GRID", "DEFAULT_SHOTS",
+           "FEWSHOT_CHOICE_RULE", "FEWSHOT_PROBES", "L2_CEILING", "L2_FLOOR", "PROTOTYPE_RULE", "chosen_fewshot_val",
            "fewshot_indices", "fewshot_probe", "fit_logistic", "knn_predict", "knn_probe", "probe_and_cluster",
-           "standardize"]
+           "prototype_predict", "search_l2", "standardize"]

@@ -1,6 +1,9 @@
 """The ``embedding_eval`` protocol (pipelines layer): frozen embeddings -- or a reference row's features
 computed from the input views -- of every split, then a linear probe (L2 weight chosen on the
 validation split), few-shot and kNN probes and k-means (:func:`fusebench.training.embedding_eval.probe_and_cluster`).
+A record that reports a few-shot metric ``fs<s>_*`` reports all three of that s (:func:`fewshot_ids`: the logistic
+probe, the prototype probe and the one chosen on validation, test and val) and the choice (field
+``fewshot_probe``); :func:`fewshot_primary_val` reads the chosen probe's validation score back from a record.
 
 Its declaration (options ``options.embedding_eval``, reference rows) is the ``embedding_eval`` entry of
 :mod:`fusebench.training.protocols`; its reference rows
@@ -17,6 +20,7 @@ import torch
 from fusebench.training.evaluate import embeddings, features
 from fusebench.training.data import input_views
 from fusebench.training.loop import Clock, RunError
+from fusebench.training.progress import phase
 from fusebench.training.protocols import EMBEDDING_EVAL_OPTIONS, EmbeddingEval
 from fusebench.training.record_builder import build_record
 from fusebench.training.reference_features import REFERENCE_KINDS
@@ -24,15 +28,38 @@ from fusebench.training.request import CellRequest, RunOptions
 
 #: the selection rule this protocol records
 SELECTION_RULE = ("linear probe: L2 weight chosen on the validation split (highest val accuracy); "
+                  "few-shot: the logistic probe's L2 weight per shot count chosen on the validation split (mean over "
+                  "draws; the grid extended beyond a chosen edge while strictly better), the prototype probe untuned, "
+                  "and the row's few-shot probe (fs<s>_best_acc) the one with the higher mean val accuracy; "
                   "kNN: k chosen on the validation split; k-means needs no selection; test scored once")
+
+
+def fewshot_ids(shots: int) -> tuple[str, str, str]:
+    """The metric ids of the few-shot probes with ``shots`` labels per class: the logistic probe, the
+    prototype probe and the one chosen on validation (``fs<s>_acc``, ``fs<s>_proto_acc``, ``fs<s>_best_acc``).
+    A record that reports one of them reports all three (val and test)."""
+    return f"fs{shots}_acc", f"fs{shots}_proto_acc", f"fs{shots}_best_acc"
+
+
+def fewshot_primary_val(record: Mapping[str, Any], shots: int = 1) -> float:
+    """The validation score of the few-shot probe chosen for the run of ``record`` (metric ``fs<shots>_best_acc``):
+    what hyper-parameter selection on the few-shot accuracy compares (see
+    :func:`fusebench.training.embedding_eval.chosen_fewshot_val`, which it calls)."""
+    from fusebench.training.embedding_eval import chosen_fewshot_val
+
+    return chosen_fewshot_val(record, shots)
 
 
 def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapping[str, Any], data: dict[str, Any],
                           model: Any, pre_curves: Mapping[str, Any], pretrain_time: float, wall: Clock,
                           context: Mapping[str, Any] | None, timing: Mapping[str, Any] | None,
-                          dev: torch.device, from_inputs: bool) -> dict[str, Any]:
+                          dev: torch.device, from_inputs: bool,
+                          extra_fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score the cell's (pretrained or random) encoder, or its reference row, and return its record.
-    ``from_inputs``: an input-feature row other than ``raw``, whose ``data`` was built unstandardised."""
+    ``from_inputs``: an input-feature row other than ``raw``, whose ``data`` was built unstandardised;
+    ``extra_fields``: the cell's own record fields (a weights row's ``encoder_weights``). A row with an encoder
+    keeps it in ``best.pt`` (``{"model": state_dict, "epoch": -1, "val": ...}``, the form the other protocols
+    write), so it can be reloaded and re-probed (``--encoder-weights NAME=<cell>/best.pt``)."""
     from fusebench.training.diagnostics import representation_diagnostics
     from fusebench.training.embedding_eval import probe_and_cluster
 
@@ -49,7 +76,7 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     opts = dict(spec.options.get(EmbeddingEval.options_key) or {})
     kwargs = {k: opts[k] for k in EMBEDDING_EVAL_OPTIONS if k in opts}  # the missing-view options: below
     # the probes the spec's metrics ask for, unless the options name them
-    kwargs.setdefault("fewshot_shots", [s for s in (1, 5, 10) if f"fs{s}_acc" in spec.metrics])
+    kwargs.setdefault("fewshot_shots", [s for s in (1, 5, 10) if set(fewshot_ids(s)) & set(spec.metrics)])
     if "knn_acc" not in spec.metrics:
         kwargs.setdefault("knn_grid", ())
     reference = None
@@ -61,18 +88,31 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
         feats, reference, cluster_standardize = reference_features(objective, views, width=width)
         xtr, xva, xte = (feats[r] for r in roles)
         kwargs["cluster_standardize"] = cluster_standardize
-    res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed, **kwargs)
+    with phase("probes and clustering"):  # said while it runs when it takes more than a few seconds
+        res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed, **kwargs)
     names = {"mf1": "macro_f1"}
     val = {m: res[f"val_{names.get(m, m)}"] for m in spec.metrics if f"val_{names.get(m, m)}" in res}
     test = {m: res.get(f"test_{names.get(m, m)}", res.get(m)) for m in spec.metrics}
     missing = [m for m, v in test.items() if v is None]
     if missing:
         raise RunError(f"{spec.name}: the embedding_eval protocol does not compute metric(s) {missing}")
+    # both few-shot probes and the one chosen on validation, in every record that reports a few-shot number
+    for s in (res.get("fewshot") or {}).get("shots", []):
+        if set(fewshot_ids(s)) & set(spec.metrics):
+            for m in fewshot_ids(s):
+                val.setdefault(m, res[f"val_{m}"])
+                test.setdefault(m, res[f"test_{m}"])
     diag = {} if enc is None else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
-    fields: dict[str, Any] = {"clustering": res["clustering"]}
+    if enc is not None and not options.selection_trial:  # the frozen encoder the probes scored (no epoch: -1)
+        from fusebench.training import utils
+
+        utils.atomic_torch_save({"model": model.state_dict(), "epoch": -1, "val": val}, request.cell / "best.pt")
+    fields: dict[str, Any] = {"clustering": res["clustering"], **(extra_fields or {})}
+    if "fewshot_probe" in res:
+        fields["fewshot_probe"] = res["fewshot_probe"]
     if reference is not None:
         fields["reference_features"] = reference
-    from fusebench.training.missing_views import embedding_missing_views, requested
+    from fusebench.training.missing_views import embedding_missing_views, requested, requested_rules
 
     rates, single = requested(spec)
     # the same probe and clustering on the test data with views absent (not in a hyper-parameter trial, which
@@ -82,7 +122,8 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
         source = _feature_source(objective, enc, data, spec, dev, seed, *inputs)
         fields["missing_views"] = embedding_missing_views(
             source, {"train": xtr, "val": xva, "test": xte}, {"train": ytr, "val": yva, "test": yte},
-            data["train"].num_classes, seed, res, rates, single, n_init=opts.get("missing_n_init"))
+            data["train"].num_classes, seed, res, rates, single, n_init=opts.get("missing_n_init"),
+            rules=requested_rules(spec))
     return build_record(request, options.synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
                         best_epoch=-1, wall_time=wall.total(), pretrain_time=pretrain_time, timing=timing,
                         model=enc, diagnostics=diag, context=context,
@@ -103,7 +144,7 @@ def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, d
 
     if enc is not None:
         return FeatureSource(list(enc.modalities), [int(enc.num_features)] * len(enc.modalities),
-                             lambda split, mask: masked_features(enc, data[split], spec, dev, seed, mask))
+                             lambda split, mask: masked_features(enc, data[split], spec, dev, seed, mask), shared=True)
     names = list(data["train"].modalities)
     if views is None:  # raw: the adapter's standardised input views, concatenated
         return FeatureSource(names, [int(v.shape[1]) for v in input_views(data["test"], spec, seed)[0]])
@@ -122,4 +163,4 @@ def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, d
     return FeatureSource(names, None, masked)
 
 
-__all__ = ["SELECTION_RULE", "embedding_eval_record"]
+__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids", "fewshot_primary_val"]

@@ -10,6 +10,7 @@ from torch import nn
 from fusebench.training import utils
 from fusebench.training.config import BenchmarkSpec
 from fusebench.training.data import input_views, make_loader
+from fusebench.training.progress import cell_track
 
 @torch.no_grad()
 def evaluate(model: nn.Module, ds, spec: BenchmarkSpec, device: torch.device, seed: int) -> dict[str, float]:
@@ -47,9 +48,9 @@ def features(model: nn.Module | None, ds, spec: BenchmarkSpec, device: torch.dev
         views, y = input_views(ds, spec, seed)
         return torch.from_numpy(np.concatenate(views, axis=1)).float(), y
     model.eval()
-    loader, _ = make_loader(ds, spec.downstream.batch_size, False, seed, 0)
+    loader, per_epoch = make_loader(ds, spec.downstream.batch_size, False, seed, 0)
     xs, ys = [], []
-    for batch in loader:
+    for batch in cell_track(loader, per_epoch, f"features {getattr(ds, 'split', '')}"):  # lines when slow
         z = model.embed(utils.to_device(batch, device)).float().cpu()  # [k, n, f]
         xs.append(z.permute(1, 0, 2).reshape(z.shape[1], -1))
         ys.append(batch["target"].reshape(-1).cpu())

@@ -21,9 +21,11 @@ from fusebench.training.cell import CellBusyError, CellLock, ConfigMismatchError
 from fusebench.training.record_store import existing_record, record_there
 from fusebench.training.compat import check_compatible
 from fusebench.training.config import BenchmarkSpec, ConfigError
+from fusebench.training.memory_budget import check_memory_budget
 from fusebench.training.progress import cell as progress_cell
-from fusebench.training.progress import say
+from fusebench.training.progress import phase, say
 from fusebench.training.request import CellRequest, RunOptions
+from fusebench.training.threads import cell_threads, using_threads
 from fusebench.training.trackers import build_trackers
 
 log = logging.getLogger(__name__)
@@ -58,20 +60,27 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
 
     if record_there(run_json, request.out):
         return reused()
+    # a cell to run: its loss must fit the memory of this machine (a SLURM node may have less than the submit host)
+    check_memory_budget(spec, [request.objective], options.device, distributed.world_size())
     cell.mkdir(parents=True, exist_ok=True)
     with CellLock(cell):
         if run_json.exists():  # another process finished the cell while we waited for nothing
             return reused()
         t0 = time.monotonic()
+        # intra-op threads: 1 for a small model, else the cell's share of the CPUs; --threads / OMP_NUM_THREADS win
+        n_threads = cell_threads(spec.encoder.id, options.device, options.threads, options.cells_at_once)[0]
         if progress:
             try:
                 dev = str(utils.resolve_device(options.device))
             except ValueError:  # the pipeline says why
                 dev = options.device
-            say(f"start {where} device={dev} precision={spec.precision}")
+            named = context.get("data_file")  # the one data file read, by name and content
+            shown = f" data={named['name']} (sha256 {named['sha256'][:12]})" if named else ""
+            say(f"start {where} device={dev} precision={spec.precision} threads={n_threads}{shown}")
         try:
-            with build_trackers(list(options.loggers) if distributed.rank() == 0 else None, request.out, cell,
-                                options.mlflow_uri) as trk, progress_cell(where, progress):
+            with using_threads(n_threads), \
+                    build_trackers(list(options.loggers) if distributed.rank() == 0 else None, request.out, cell,
+                                   options.mlflow_uri) as trk, progress_cell(where, progress):
                 trk.start(where, spec.to_dict())
                 record = pipeline_of(spec).run_cell(request, options, context, trk)
                 trk.log_record(record, run_json)  # final metrics, run.json as an artifact
@@ -92,10 +101,33 @@ def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -
     fingerprint of the data files (real data only; :mod:`fusebench.datasets.fingerprint`)."""
     ctx: dict[str, Any] = {"git": utils.git_info(), "fingerprint": None}
     if pipeline_of(spec).reads_dataset and not (synthetic or spec.dataset.synthetic_only) and data_root is not None:
+        from fusebench import datasets
         from fusebench.datasets.fingerprint import fingerprint
 
-        ctx["fingerprint"] = fingerprint(data_root)
+        # the files the adapter reads (None: every file under the root)
+        read = getattr(datasets.get(spec.dataset.id), "files_read", None)
+        files = read(data_root, dict(spec.dataset.options)) if read else None
+        with phase(f"hashing the data files under {data_root}"):  # said when slow (a large file)
+            ctx["fingerprint"] = fingerprint(data_root, files=files)
+            ctx["data_file"] = data_file(data_root, files)
     return ctx
+
+
+def data_file(data_root: str, files: list[Any] | None) -> dict[str, str] | None:
+    """``{"name": basename, "sha256": hex}`` of the one file a sweep reads (the data root itself when it is a
+    file, else the adapter's only ``files_read``), which the record, the cell's start line and the board name
+    (issue #32: any multi-view ``.mat`` given to the generic ``multiview`` benchmark); None when it reads several."""
+    from pathlib import Path
+
+    from fusebench.io import sha256_file
+
+    root = Path(data_root)
+    one = root if root.is_file() else (Path(files[0]) if files and len(files) == 1 else None)
+    if one is not None and not one.is_absolute() and not one.exists():
+        one = root / one
+    if one is None or not one.is_file():
+        return None
+    return {"name": one.name, "sha256": sha256_file(one)}
 
 
 def sweep_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,4 +158,4 @@ def sweep_cell(request: CellRequest, options: RunOptions, context: Mapping[str, 
         return failure
 
 
-__all__ = ["run_cell", "sweep_cell", "sweep_context"]
+__all__ = ["data_file", "run_cell", "sweep_cell", "sweep_context"]

@@ -208,7 +208,7 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
         net = nn.Sequential(nn.Linear(1, 32), nn.GELU(), nn.Linear(32, 32)).to(dev)
         n_params = sum(p.numel() for p in net.parameters())
         loss_fn = objectives.build(objective, **hp)
-        opt = torch.optim.AdamW(net.parameters(), lr=spec.pretrain.lr, weight_decay=spec.pretrain.weight_decay)
+        opt = utils.optimizer_class(torch.optim.AdamW)(net.parameters(), lr=spec.pretrain.lr, weight_decay=spec.pretrain.weight_decay)
         g = torch.Generator().manual_seed(seed * 7919 + m)
         bar = progress_bar(steps, 0, f"{spec.name}/{objective}/seed{seed} M={m}", enabled=progress)
         losses = []  # kept on the device: one host sync per multiplicity, not per step

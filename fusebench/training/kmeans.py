@@ -19,8 +19,10 @@ KMEANS_TOL = 1e-4
 
 
 def _sq_dists(x: torch.Tensor, x_sq: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """Squared distances [n, k] (clipped at 0 against rounding)."""
-    return (x_sq[:, None] - 2.0 * (x @ c.T) + (c * c).sum(dim=1)[None, :]).clamp_min(0.0)
+    """Squared distances [n, k] = ``(||x||^2 - 2 x.c) + ||c||^2`` (clipped at 0 against rounding), computed in
+    place in the product's buffer: ``-2 p + ||x||^2`` is ``||x||^2 - 2 p`` to the bit (scaling by a power of
+    two is exact, one IEEE addition commutes), so the values are those of the expression written out."""
+    return (x @ c.T).mul_(-2.0).add_(x_sq[:, None]).add_((c * c).sum(dim=1)[None, :]).clamp_min_(0.0)
 
 
 def kmeans_plusplus(x: torch.Tensor, x_sq: torch.Tensor, k: int, rng: np.random.Generator,
@@ -66,12 +68,16 @@ def _lloyd(xt: torch.Tensor, x_sq: torch.Tensor, c: torch.Tensor, max_iter: int,
         labels = d.argmin(dim=1)
         if previous is not None and torch.equal(labels, previous):
             return c, labels, float(d[rows, labels].sum())  # a fixed point: the means are c already
-        for j in np.flatnonzero(torch.bincount(labels, minlength=k).numpy() == 0):
+        counts = torch.bincount(labels, minlength=k)
+        empty = np.flatnonzero(counts.numpy() == 0)
+        for j in empty:
             far = int(d[rows, labels].argmax())  # re-seed an emptied cluster with the worst-fit point
             labels[far] = int(j)
             d[far] = 0.0
+        if empty.size:  # the counts after the re-seeding
+            counts = torch.bincount(labels, minlength=k)
         sums = torch.zeros_like(c).index_add_(0, labels, xt)
-        new = sums / torch.bincount(labels, minlength=k).to(xt.dtype)[:, None]
+        new = sums / counts.to(xt.dtype)[:, None]
         shift = float(((new - c) ** 2).sum())
         c = new
         previous = labels
@@ -95,7 +101,9 @@ def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = DEFAULT_N_INIT, max_i
     rows are then assigned to the final centres). Squared distances are computed as
     ``||x||^2 - 2 x.c + ||c||^2`` (clipped at 0); the restart of lowest inertia in that form is kept
     (ties to the earlier restart), and its reported inertia is recomputed directly as
-    ``sum_i ||x_i - c_{label_i}||^2``.
+    ``sum_i ||x_i - c_{label_i}||^2``. A restart whose seeding chose the same rows in the same order as
+    an earlier one is not iterated again: Lloyd's iterations are a function of the starting centres, so it
+    would reach the earlier restart's inertia, and a tie keeps the earlier restart.
     """
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[0]
@@ -110,8 +118,12 @@ def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = DEFAULT_N_INIT, max_i
         xt = torch.from_numpy(np.ascontiguousarray(x))                           # [n, d]
         x_sq = (xt * xt).sum(dim=1)
         best: tuple[torch.Tensor, torch.Tensor, float] | None = None
+        started: set[bytes] = set()
         for rng in (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(int(n_init))):
             start = kmeans_plusplus(xt, x_sq, k, rng)
+            if start.tobytes() in started:  # the same start as an earlier restart: the same result, never kept
+                continue
+            started.add(start.tobytes())
             c, labels, inertia = _lloyd(xt, x_sq, xt[torch.from_numpy(start)].clone(), int(max_iter), tol_abs)
             if best is None or inertia < best[2]:
                 best = (labels, c, inertia)

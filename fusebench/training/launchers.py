@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from fusebench.registry import Registry, UnknownNameError
-from fusebench.training import locks
+from fusebench.training import interrupt, locks
 from fusebench.training.config import ConfigError
 from fusebench.training.execute import sweep_cell
 from fusebench.training.request import CellRequest, RunOptions, SweepCells, cell_dir
@@ -87,7 +87,8 @@ class Launcher:
 
     def launch(self, objs: list[str], seeds: list[int], select: Callable[[str], None],
                cells: SweepCells) -> list[dict[str, Any]]:
-        """Run ``select(o)`` (hyper-parameter selection) for every objective before its cells, then every
+        """Run ``select(o)`` for every objective before its cells (a hook: the sweep has frozen every
+        hyper-parameter selection before it calls ``launch``, :mod:`fusebench.training.selection`), then every
         cell ``sweep_cell(cells.request(o, s), cells.options, cells.context)``; one entry per cell, in
         sweep order (objectives outer, seeds inner)."""
         raise NotImplementedError
@@ -110,10 +111,27 @@ class LocalLauncher(Launcher):
 
         for o in objs:
             select(o)
-        with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(sweep_cell, cells.request(o, s), cells.options, cells.context)
+        # SIGTERM in a worker unwinds its cell like Ctrl-C (lock released); the sweep's own SIGTERM is passed on
+        with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                    initializer=interrupt.install) as pool:
+            futures = [pool.submit(_worker_cell, cells.request(o, s), cells.options, cells.context)
                        for o in objs for s in seeds]
-            return [f.result() for f in futures]  # in sweep order
+            try:
+                return [f.result() for f in futures]  # in sweep order
+            except KeyboardInterrupt:  # no further cell starts; the running ones are interrupted, then the pool ends
+                for f in futures:
+                    f.cancel()
+                for proc in list(getattr(pool, "_processes", {}).values()):
+                    proc.terminate()
+                raise
+
+
+def _worker_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
+    """A local worker's cell: :func:`sweep_cell`, unless the worker has been told to stop (SIGTERM)."""
+    if interrupt.terminating():
+        return {"status": "interrupted", "benchmark": request.spec.name, "objective": request.objective,
+                "seed": request.seed}
+    return sweep_cell(request, options, context)
 
 
 class CellCall:

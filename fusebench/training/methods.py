@@ -123,7 +123,8 @@ class PretrainMethod:
 
 #: every pretraining method, by id
 METHODS = Registry("pretrain method", entry_point_group="fusebench.methods",
-                   modules=("fusebench.training.teacher", "fusebench.training.tuple_method"))
+                   modules=("fusebench.training.teacher", "fusebench.training.tuple_method"),
+                   home=lambda name: "fusebench.training." + ("tuple_method" if name == "tuple_infonce" else "teacher"))
 
 
 def register(cls: type) -> type:
@@ -156,6 +157,20 @@ def make_options(cls: type, given: Any, where: str) -> Any:
     return from_dict(cls.Options, dict(given), where)
 
 
+def method_class(method_id: Any, where: str = "pretrain.methods") -> type:
+    """The registered method ``method_id``, matched exactly (ids are lowercase: ``Tuple_InfoNCE`` is not
+    ``tuple_infonce``, whose options would then be looked up under another key and never read). Anything
+    else is a :class:`ConfigError` naming ``where``, the closest id and the valid ones."""
+    from fusebench.registry import closest
+
+    valid = METHODS.available()
+    if not isinstance(method_id, str) or method_id not in valid:
+        hint = closest(str(method_id), valid)
+        raise ConfigError(f"{where}: unknown pretrain method {method_id!r} (ids are matched exactly)."
+                          + (f" Did you mean {hint!r}?" if hint else "") + f" Valid pretrain method ids: {', '.join(valid)}")
+    return METHODS.get(method_id)
+
+
 def options_of(cfg: Any, method_id: str) -> Any:
     """The typed options of method ``method_id`` in PretrainConfig ``cfg`` (its defaults when the
     spec does not mention it)."""
@@ -166,16 +181,11 @@ def options_of(cfg: Any, method_id: str) -> Any:
 def check_methods(methods: Any, where: str = "pretrain.methods") -> dict[str, Any]:
     """Check a spec's ``pretrain.methods`` block (method id -> options) and return it with every
     entry turned into its typed ``Options`` (the spec loader's step)."""
-    from fusebench.registry import UnknownNameError
-
     if not isinstance(methods, Mapping):
         raise ConfigError(f"{where}: expected a mapping of method ids to their options, got {methods!r}")
     out = {}
     for mid, given in methods.items():
-        try:
-            cls = METHODS.get(str(mid))
-        except UnknownNameError as e:
-            raise ConfigError(f"{where}: {e}") from None
+        cls = method_class(mid, f"{where}.{mid}")
         if given is not None and not isinstance(given, (Mapping, cls.Options)):
             raise ConfigError(f"{where}.{mid}: expected a mapping of option names to values, got {given!r}")
         opts = make_options(cls, given, f"{where}.{mid}")
@@ -220,14 +230,9 @@ def with_method_options(cfg: Any, overrides: Mapping[str, Mapping[str, Any]], wh
     itself when there is nothing to set."""
     if not overrides:
         return cfg
-    from fusebench.registry import UnknownNameError
-
     merged = dict(getattr(cfg, "methods", None) or {})
     for mid, opts in overrides.items():
-        try:
-            cls = METHODS.get(mid)
-        except UnknownNameError as e:
-            raise ConfigError(f"{where}: methods.{mid}: {e}") from None
+        cls = method_class(mid, f"{where}: methods.{mid}")
         values = {**option_values(options_of(cfg, mid)), **dict(opts)}
         merged[mid] = make_options(cls, values, f"{where}: methods.{mid}")
     return dataclasses.replace(cfg, methods=merged)
@@ -236,9 +241,12 @@ def with_method_options(cfg: Any, overrides: Mapping[str, Mapping[str, Any]], wh
 # ---------------------------------------------------------------------------------------------
 # joining a run
 # ---------------------------------------------------------------------------------------------
-def attach(objective: nn.Module, cfg: Any) -> list[PretrainMethod]:
-    """The method instances that join a pretraining run of ``objective`` with PretrainConfig ``cfg``,
-    in build order (not yet built)."""
+def joining(objective: Any, cfg: Any) -> list[str]:
+    """The ids of the methods that join a pretraining run of ``objective`` (an objective, or its class:
+    only class attributes are read) with ``cfg`` (a PretrainConfig, or anything whose ``methods`` maps
+    method ids to options): those the objective names in ``pretrain_methods`` or that join on their own
+    options (:meth:`PretrainMethod.wanted`), then what they require, transitively. What a cell computes
+    with: the config hash holds the options of these methods only (``fusebench.training.config``)."""
     declared = [str(m) for m in getattr(objective, "pretrain_methods", ())]
     for mid in declared:
         METHODS.get(mid)  # an unknown id is an error naming the valid ones
@@ -253,6 +261,13 @@ def attach(objective: nn.Module, cfg: Any) -> list[PretrainMethod]:
             if req not in chosen:
                 chosen.append(req)
         i += 1
+    return chosen
+
+
+def attach(objective: nn.Module, cfg: Any) -> list[PretrainMethod]:
+    """The method instances that join a pretraining run of ``objective`` with PretrainConfig ``cfg``
+    (:func:`joining`), in build order (not yet built)."""
+    chosen = joining(objective, cfg)
     order = sorted(range(len(chosen)), key=lambda j: (METHODS.get(chosen[j]).build_order, j))
     return [METHODS.get(chosen[j])(options_of(cfg, chosen[j])) for j in order]
 
@@ -268,4 +283,4 @@ def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
 
 
 __all__ = ["METHODS", "DeprecatedKeyWarning", "NoOptions", "PretrainMethod", "attach", "check_methods",
-           "extensions", "make_options", "option_values", "options_of", "register"]
+           "extensions", "joining", "make_options", "method_class", "option_values", "options_of", "register"]

@@ -48,6 +48,12 @@ class TaskModel(MultimodalModel):
     def task_loss(self, output: Any, batch: dict[str, Any]) -> Tensor:
         return self.task.loss(output, batch, self.head)
 
+    def check_batch(self, batch: Any) -> Any:
+        """``batch`` checked on the host before its copy to the device by the head's ``check_batch`` where it
+        has one (e.g. VoteNet's label bounds: read there, they cost no wait for the device); returns it."""
+        check = getattr(self.head, "check_batch", None)
+        return check(batch) if callable(check) else batch
+
     def predict(self, output: Any, batch: dict[str, Any] | None = None) -> Any:
         return self.task.predict(output, batch, self.head)
 

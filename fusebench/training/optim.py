@@ -6,6 +6,9 @@ import math
 
 import torch
 
+from fusebench.training.utils import optimizer_class
+
+
 def build_optimizer(params, name: str, lr: float, weight_decay: float, impl: str = "default"):
     """AdamW (``name`` ``adamw``) or SGD with momentum 0.9 (``sgd``) over the parameters that require a
     gradient. ``impl`` (``speed.optimizer_impl``) picks PyTorch's implementation: ``default`` (PyTorch's
@@ -19,8 +22,8 @@ def build_optimizer(params, name: str, lr: float, weight_decay: float, impl: str
     kw = {} if impl == "default" else {impl: True}
     try:
         if name == "sgd":
-            return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay, **kw)
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **kw)
+            return optimizer_class(torch.optim.SGD)(params, lr=lr, momentum=0.9, weight_decay=weight_decay, **kw)
+        return optimizer_class(torch.optim.AdamW)(params, lr=lr, weight_decay=weight_decay, **kw)
     except RuntimeError as e:
         if impl == "default":
             raise

@@ -174,6 +174,42 @@ def backend_flags(policy: Precision) -> Iterator[None]:
         _set_tf32(before)
 
 
+def _new_api() -> bool:
+    import torch
+
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")  # the fp32_precision API (PyTorch >= 2.9)
+
+
+def matmul_precision_key() -> tuple:
+    """What a float32 matrix product on CUDA may compute in now (whether TF32 may be used), read through the
+    API the process sets the switches with: the ``fp32_precision`` settings where PyTorch has them (after a
+    setting through that API, PyTorch refuses to read the legacy getters), else the legacy ones."""
+    import torch
+
+    if _new_api():
+        return ("fp32_precision", torch.backends.fp32_precision, torch.backends.cuda.matmul.fp32_precision)
+    return ("legacy", torch.backends.cuda.matmul.allow_tf32,  # pragma: no cover - older PyTorch
+            torch.get_float32_matmul_precision())
+
+
+@contextlib.contextmanager
+def full_float32() -> Iterator[None]:
+    """Full float32 matrix products and convolutions on CUDA inside (``fp32_precision = "ieee"`` for cuBLAS
+    and cuDNN; the legacy ``allow_tf32`` pair on older PyTorch), the previous switches restored afterwards:
+    objectives and metrics compute in float32 whatever the precision policy (``tf32`` included). Nothing is
+    set when the switches are already off (precision ``32``: the common case costs three reads)."""
+    before = _tf32_state()
+    off = _tf32_for(False)
+    if before == off:
+        yield
+        return
+    _set_tf32(off)
+    try:
+        yield
+    finally:
+        _set_tf32(before)
+
+
 def device_name(device: torch.device) -> str:
     import torch
 
@@ -232,5 +268,5 @@ def _fp32_precision_settings() -> dict[str, Any]:
     return out
 
 
-__all__ = ["DEFAULT", "PRECISIONS", "Precision", "autocast", "backend_flags", "backward_step", "check", "get", "grad_scaler", "scaler_for", "step_scheduler",
-           "numerics", "tf32_enabled"]
+__all__ = ["DEFAULT", "PRECISIONS", "Precision", "autocast", "backend_flags", "backward_step", "check", "full_float32", "get",
+           "grad_scaler", "matmul_precision_key", "scaler_for", "step_scheduler", "numerics", "tf32_enabled"]

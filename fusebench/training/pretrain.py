@@ -19,6 +19,7 @@ Without a method owning the loss, an objective called as ``views`` gets the proj
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -95,16 +96,31 @@ class Pretrainer(nn.Module):
         for method in self.methods.values():
             method.after_step(self, step)
 
+    @staticmethod
+    def host_batch(batch: Any) -> Any:
+        """``batch`` on the host, before its copy to the device, with ``present_all``: whether its presence
+        mask is full (read here, on the CPU, so that the step does not read it back from the device)."""
+        if isinstance(batch, dict) and isinstance(batch.get("present"), Tensor) and "present_all" not in batch:
+            return {**batch, "present_all": bool(batch["present"].all())}
+        return batch
+
     def _mask(self, batch: dict[str, Any]) -> Tensor | None:
         present = batch.get("present")
-        if present is None or bool(present.all()):
+        if present is None:
+            return None
+        full = batch.get("present_all")  # the host's answer (host_batch), else read here
+        if full if full is not None else bool(present.all()):
             return None
         idx = [batch["names"].index(m) for m in self.model.modalities]
         return present[idx]
 
     # -- the loss -------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Any], gather=None) -> Tensor:
-        """Pretraining loss of one batch. ``gather`` (distributed) maps [k, n, d] -> [k, N, d]."""
+        """Pretraining loss of one batch. ``gather`` (distributed) maps [k, n, d] -> [k, N, d]; a sharded batch's
+        ``shard_sizes`` (every rank's shard size, from the loader) go to it, so it exchanges no sizes."""
+        sizes = batch.get("shard_sizes") if isinstance(batch, dict) else None
+        if gather is not None and sizes is not None:
+            gather = functools.partial(gather, sizes=tuple(sizes))
         gather = gather or (lambda t: t)
         emb = self.model.embed(batch)  # [k, n, F]
         z = self.project(emb, self.proj)  # [k, n, P]

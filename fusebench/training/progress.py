@@ -23,7 +23,9 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 PREFIX = "[fusebench]"
 #: seconds between two lines of a phase when stderr is not a terminal (``FUSEBENCH_LOG_EVERY``)
@@ -60,15 +62,8 @@ def _speaks() -> bool:
 
 def say(message: str) -> None:
     """Write ``[fusebench] message`` to stderr now (on a terminal without breaking the bars)."""
-    if not _speaks():
-        return
-    line = f"{PREFIX} {message}"
-    if is_terminal():
-        from tqdm.auto import tqdm
-
-        tqdm.write(line, file=sys.stderr)
-    else:
-        print(line, file=sys.stderr, flush=True)
+    if _speaks():
+        say_line(f"{PREFIX} {message}")
 
 
 def _number(x: float) -> str:
@@ -169,5 +164,93 @@ def cell_bar(total: int | None, desc: str) -> Any:
     return progress_bar(total, 0, f"{label} {desc}".strip(), enabled)
 
 
-__all__ = ["DEFAULT_INTERVAL", "ENV_INTERVAL", "LineReporter", "cell", "cell_bar", "is_terminal", "log_every",
+def track(items: Iterable[T], total: int | None, desc: str, enabled: bool = True) -> Iterator[T]:
+    """``items`` with a :func:`progress_bar` of ``total`` steps (one per item; closed at the end or on an error):
+    tqdm on a terminal, log lines elsewhere (a log file, CI)."""
+    bar = progress_bar(total, 0, desc, enabled)
+    try:
+        for item in items:
+            yield item
+            bar.update()
+    finally:
+        bar.close()
+
+
+def cell_track(items: Iterable[T], total: int | None, desc: str) -> Iterator[T]:
+    """:func:`track` for a part of the current cell (see :func:`cell`); silent outside one."""
+    label, enabled = _CELL.get()
+    return track(items, total, f"{label} {desc}".strip(), enabled)
+
+
+# ---- phases without steps (reading a file, standardising, hashing, fitting the probes) -----------
+#: seconds a phase runs before :func:`phase` first says it (``FUSEBENCH_PHASE_AFTER``); quicker ones stay silent
+DEFAULT_PHASE_AFTER = 5.0
+ENV_PHASE_AFTER = "FUSEBENCH_PHASE_AFTER"
+_PHASES_ON = [True]  # outside a cell: phases speak unless the sweep was started with progress off
+
+
+def phases_enabled(on: bool) -> None:
+    """Whether :func:`phase` speaks outside a cell (the sweep's ``progress``; inside a cell :func:`cell` decides)."""
+    _PHASES_ON[0] = bool(on)
+
+
+def _phase_after() -> float:
+    raw = os.environ.get(ENV_PHASE_AFTER, "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_PHASE_AFTER
+    except ValueError:
+        warnings.warn(f"{ENV_PHASE_AFTER}={raw!r} is not a number of seconds; using {DEFAULT_PHASE_AFTER:g}",
+                      stacklevel=3)
+        return DEFAULT_PHASE_AFTER
+
+
+@contextmanager
+def phase(desc: str, write: Callable[[str], None] | None = None) -> Iterator[None]:
+    """A phase with no steps to count: once it has run ``FUSEBENCH_PHASE_AFTER`` seconds (default 5) a line
+    ``[fusebench] <cell> <desc>: running for 5.0s``, then one every ``FUSEBENCH_LOG_EVERY`` seconds (at least 1),
+    and ``<desc>: done in 12.3s`` when it ends -- nothing at all for a phase quicker than that. Written from a
+    helper thread, so a single long call (``scipy.io.loadmat``, a z-score over a million rows) is reported
+    while it runs. Inside a cell it speaks when the cell does (:func:`cell`); outside, unless
+    :func:`phases_enabled` switched it off (``fusebench run --no-progress``). ``write``: the line writer (tests)."""
+    label, enabled = _CELL.get()
+    if not (enabled if label else _PHASES_ON[0]) or not _speaks():
+        yield
+        return
+    import threading
+
+    what = f"{label} {desc}".strip()
+    out = write or say_line
+    stop, t0, said = threading.Event(), time.monotonic(), []
+    first, every = _phase_after(), max(1.0, log_every())
+
+    def beat() -> None:
+        wait = first
+        while not stop.wait(wait):
+            out(f"{PREFIX} {what}: running for {time.monotonic() - t0:.1f}s")
+            said.append(True)
+            wait = every
+
+    thread = threading.Thread(target=beat, name="fusebench-phase", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        if said:
+            out(f"{PREFIX} {what}: done in {time.monotonic() - t0:.1f}s")
+
+
+def say_line(line: str) -> None:
+    """Write one finished progress line to stderr (on a terminal without breaking the bars)."""
+    if is_terminal():
+        from tqdm.auto import tqdm
+
+        tqdm.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_PHASE_AFTER", "ENV_INTERVAL", "ENV_PHASE_AFTER", "LineReporter", "cell",
+           "cell_bar", "cell_track", "is_terminal", "log_every", "phase", "phases_enabled", "say_line", "track",
            "progress_bar", "say"]

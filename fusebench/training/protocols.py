@@ -14,7 +14,9 @@ representation, each declared once, as a registry entry (``downstream.protocol``
 Every protocol reads the missing-view options :data:`MISSING_VIEW_OPTIONS` (``missing_rates``: the test
 data scored again with a seeded fraction r of its (sample, view) entries absent; ``single_view``: with
 one view alone; ``missing_n_init``: k-means restarts of those clusterings, default the protocol's
-``n_init``; :mod:`fusebench.training.missing_views`) from its own options key: ``options.embedding_eval``,
+``n_init``; ``missing_rules``: how a rate counts, ``entry`` (the default: a fraction r of the (sample, view)
+entries absent) and / or ``instance`` (a fraction r of the samples incomplete);
+:mod:`fusebench.training.missing_views`) from its own options key: ``options.embedding_eval``,
 ``options.linear_probe``, ``options.finetune``. :func:`missing_view_problems` checks them (and
 ``pretrain.missing_rate``) against the view count k: a rate must leave every sample one view,
 ``r <= (k - 1) / k``.
@@ -38,7 +40,11 @@ from fusebench.training.reference_features import BASELINE, RAW, REFERENCE_KINDS
 EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "fewshot_draws", "fewshot_l2_grid",
                           "knn_grid")
 #: the missing-view evaluation options every protocol reads (fusebench.training.missing_views); off by default
-MISSING_VIEW_OPTIONS = ("missing_rates", "single_view", "missing_n_init")
+MISSING_VIEW_OPTIONS = ("missing_rates", "single_view", "missing_n_init", "missing_rules")
+#: how a missing-view rate r counts (option ``missing_rules``, default ``["entry"]``): ``entry`` = a fraction r of
+#: the (sample, view) entries absent (metric prefix ``miss``); ``instance`` = a fraction r of the samples
+#: incomplete, each keeping at least one view and missing at least one (COMPLETER / DCP; prefix ``inst``)
+MISSING_RULES = {"entry": "miss", "instance": "inst"}
 
 
 def _describe(cls: Any) -> dict[str, Any]:
@@ -90,9 +96,10 @@ def protocol_of(spec: Any) -> type[Protocol]:
     return PROTOCOLS.get(spec.downstream.protocol)
 
 
-def rate_id(rate: float) -> str:
-    """The metric-id prefix of a missing-view rate: ``miss<100 r>`` (0.1 -> ``miss10``)."""
-    return f"miss{round(100 * float(rate))}"
+def rate_id(rate: float, rule: str = "entry") -> str:
+    """The metric-id prefix of a missing-view rate under ``rule`` (:data:`MISSING_RULES`): ``miss<100 r>`` for
+    the entry-level rate (0.1 -> ``miss10``), ``inst<100 r>`` for the instance-level rate (0.1 -> ``inst10``)."""
+    return f"{MISSING_RULES[rule]}{round(100 * float(rate))}"
 
 
 def view_id(name: str) -> str:
@@ -114,6 +121,17 @@ def missing_rate_problem(rate: Any, k: int | None, key: str, pairs: bool = False
     if pairs and k is not None and float(rate) > 0 and float(rate) >= (k - 1) / k:
         return (f"{key}: rate {float(rate):g} leaves every sample one view of k = {k}: a multi-view loss needs "
                 f"samples with two, so the rate must be below (k - 1) / k = {(k - 1) / k:.4g}")
+    return None
+
+
+def instance_rate_problem(rate: Any, k: int | None, key: str) -> str | None:
+    """Why ``rate`` cannot be an instance-level missing rate (the fraction of incomplete samples; None when it
+    can): a number in [0, 1), and a sample can be incomplete yet keep a view only with k >= 2 views."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= float(rate) < 1.0:
+        return f"{key}: {rate!r} must be a number in [0, 1) (the fraction of the samples that are incomplete)"
+    if k is not None and float(rate) > 0 and k < 2:
+        return (f"{key}: rate {float(rate):g} needs k >= 2 views (an incomplete sample keeps one and misses one), "
+                f"k = {k}")
     return None
 
 
@@ -140,14 +158,29 @@ def missing_view_problems(spec: Any, k: int | None) -> list[str]:
     if restarts is not None and (type(restarts) is not int or restarts < 1):
         out.append(f"{key}.missing_n_init: expected a number of k-means restarts >= 1 (default: the protocol's "
                    f"n_init), got {restarts!r}")
+    rules = given.get("missing_rules", ["entry"])
+    if (not isinstance(rules, list) or not rules or len(set(map(str, rules))) != len(rules)
+            or any(not isinstance(r, str) or r not in MISSING_RULES for r in rules)):
+        import difflib
+
+        bad = [r for r in rules if not isinstance(r, str) or r not in MISSING_RULES] if isinstance(rules, list) else []
+        close = difflib.get_close_matches(str(bad[0]), list(MISSING_RULES), n=1) if bad else []
+        out.append(f"{key}.missing_rules: expected a non-empty list of distinct rules from {list(MISSING_RULES)} "
+                   f"(entry: a fraction r of the (sample, view) entries absent; instance: a fraction r of the samples "
+                   f"incomplete), got {rules!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+        rules = ["entry"]
     rates = given.get("missing_rates")
+    if "missing_rules" in given and not rates:
+        out.append(f"{key}.missing_rules: set without {key}.missing_rates: there is no rate for the rule to count "
+                   f"(give missing_rates, or remove missing_rules)")
     if rates is None:
         return out
     if not isinstance(rates, list):
         return [*out, f"{key}.missing_rates: expected a list of rates in (0, 1), e.g. [0.1, 0.3, 0.5, 0.7], "
                       f"got {rates!r}"]
     for r in rates:
-        problem = missing_rate_problem(r, k, f"{key}.missing_rates")
+        problem = (missing_rate_problem(r, k, f"{key}.missing_rates") if "entry" in rules
+                   else instance_rate_problem(r, k, f"{key}.missing_rates"))
         if problem is None and (r == 0 or abs(100 * float(r) - round(100 * float(r))) > 1e-9):
             problem = (f"{key}.missing_rates: {r!r} must be in (0, 1) and a multiple of 0.01 (rate 0 is the "
                        f"protocol's own metrics)")
@@ -159,5 +192,6 @@ def missing_view_problems(spec: Any, k: int | None) -> list[str]:
     return out
 
 
-__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_VIEW_OPTIONS", "PROTOCOLS", "EmbeddingEval", "Finetune", "LinearProbe",
-           "Protocol", "missing_rate_problem", "missing_view_problems", "protocol_of", "rate_id", "view_id"]
+__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "PROTOCOLS", "EmbeddingEval", "Finetune",
+           "LinearProbe", "Protocol", "instance_rate_problem", "missing_rate_problem", "missing_view_problems",
+           "protocol_of", "rate_id", "view_id"]

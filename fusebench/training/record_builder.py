@@ -17,7 +17,7 @@ from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the ru
 from fusebench.training import distributed, precision, utils
 from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash
 from fusebench.training.loop import Clock
-from fusebench.training.reference_features import BASELINE, RAW, REFERENCES
+from fusebench.training.reference_features import REFERENCES, comparison_of
 from fusebench.training.request import CellRequest, objective_hparams
 from fusebench.version import __version__
 
@@ -41,7 +41,34 @@ def dataset_identity(spec: BenchmarkSpec, synthetic: bool, data: dict[str, Any],
     split_info = getattr(data["train"], "split_info", None)
     if callable(split_info):
         ident["splits"] = split_info()
+    shared = split_overlap(data)
+    if shared:  # e.g. the one-subject smoke recipe: a pipeline check, never ranked (fusebench.records.board_kind)
+        ident["data_check"] = {"kind": "pipeline_check", "reason": shared}
     return ident
+
+
+def split_overlap(data: Mapping[str, Any]) -> str | None:
+    """Why the splits of ``data`` (role -> dataset, or a ``Subset`` of one) are not disjoint: the samples they
+    share by their adapter's ``sample_keys()`` (None when they are disjoint or an adapter cannot say)."""
+    keys: dict[str, list[str]] = {}
+    for role, ds in data.items():
+        base, idx = (ds.dataset, ds.indices) if hasattr(ds, "indices") and hasattr(ds, "dataset") else (ds, None)
+        fn = getattr(base, "sample_keys", None)
+        ks = fn() if callable(fn) else None
+        if ks is not None:
+            keys[role] = [ks[i] for i in idx] if idx is not None else list(ks)
+    found = []
+    roles = list(keys)
+    for i, a in enumerate(roles):
+        for b in roles[i + 1:]:
+            both = sorted(set(keys[a]) & set(keys[b]))
+            if both:
+                found.append(f"{a} and {b} share {len(both)} sample(s) (of {len(set(keys[a]))} and "
+                             f"{len(set(keys[b]))}; e.g. {both[0]})")
+    if not found:
+        return None
+    return ("the splits are not disjoint: " + "; ".join(found) + ". Its scores are measured on samples it trained "
+            "on: a pipeline check, not a result")
 
 
 def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapping[str, Any], data: Mapping[str, Any] | None,
@@ -112,25 +139,45 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "protocol": spec.protocol_notes,
         "hparams": objective_hparams(spec, objective, context) if objective not in REFERENCES else {},
         "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
+        # sha256 of the frozen selection file the cell's hyper-parameters came from (fusebench.training.selection)
+        **({"hparam_selection_sha256": digest} if (digest := (context or {}).get("hparam_selection_sha256", {})
+                                                   .get(objective)) else {}),
         # the pretraining budget this row got: optimiser steps, samples seen, batch, micro-batch, epochs
         "budget": (timing or {}).get("budget") or dict(NO_BUDGET),
         "comparison": comparison_of(spec),
     }
+    named = (context or {}).get("data_file")
+    if named and not record["dataset"].get("synthetic"):  # the one data file read (issue #32): name and sha256
+        record["dataset"]["data_file"] = dict(named)
+    plugins = plugin_components(spec, objective)
+    if plugins:  # which installed package supplied each plugin component (issue #32); absent when none did
+        record["plugins"] = plugins
     record["selection"].update(selection or {})
     record.update(fields or {})
     return record
 
 
-def comparison_of(spec: BenchmarkSpec) -> dict[str, str]:
-    """How the board compares the rows (``spec.comparison`` with its defaults): the fixed reference row of
-    the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why it was chosen."""
-    out = {k: v for k, v in spec.comparison.items() if v}
-    if "reference" not in out:
-        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
-        if ref:
-            out["reference"] = ref
-    out.setdefault("primary", spec.primary_metric)
-    return out
+def plugin_components(spec: BenchmarkSpec, objective: str) -> dict[str, Any]:
+    """``{kind: provenance}`` of the cell's components that came from an entry point -- its objective, dataset
+    adapter, encoder, downstream protocol and pipeline (:func:`fusebench.registry.plugin_provenance`: the
+    distribution, its version, the module file's sha256, the install's URL / VCS revision); empty when every
+    one is built in."""
+    from fusebench import datasets, encoders, objectives
+    from fusebench.pipelines import PIPELINES
+    from fusebench.registry import plugin_provenance
+    from fusebench.training.protocols import PROTOCOLS
+
+    pipeline = pipeline_of(spec)
+    used = [("pipeline", PIPELINES, spec.pipeline)]
+    if objective not in REFERENCES and objective not in spec.encoder_weights:
+        used.append(("objective", objectives.OBJECTIVES, objective))
+    if pipeline.reads_dataset:
+        used.append(("dataset", datasets.DATASETS, spec.dataset.id))
+    if pipeline.builds_encoder:
+        used.append(("encoder", encoders.ENCODERS, spec.encoder.id))
+    if pipeline.downstream:
+        used.append(("protocol", PROTOCOLS, spec.downstream.protocol))
+    return {kind: found for kind, registry, name in used if (found := plugin_provenance(registry, name))}
 
 
 def time_segments(timing: dict[str, Any] | None, wall_time: float, pretrain_time: float) -> dict[str, list[float]]:

@@ -6,6 +6,7 @@ configuration and data (:func:`existing_record`), and writing it once, validated
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from fusebench.records import RecordError, check_record_file, comparability_key, validate_record, versions_block
 from fusebench.training import utils
 from fusebench.training.cell import ConfigMismatchError, data_fingerprint
-from fusebench.training.config import BenchmarkSpec
+from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec
 from fusebench.training.loop import RunError
 
 
@@ -39,20 +40,49 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
                        "cell") from None
     if not isinstance(rec, dict):
         raise RunError(f"{run_json} is not a run record (a JSON object expected); move it away to rerun the cell")
+    _undefined_as_nan(rec)
+    if context is not None:  # other data first: a different file usually changes the config too (its views)
+        _check_same_data(run_json, rec, context)
+    if rec.get("config_hash") != spec.hash(objective) and rec.get("hash_schema") != HASH_SCHEMA_VERSION:
+        raise ConfigMismatchError(f"{run_json} carries a config hash of schema {rec.get('hash_schema')!r}, not "
+                                  f"{HASH_SCHEMA_VERSION}: migrate the runs folder once (python "
+                                  "scripts/migrate_hash_schema_3.py RUNS_FOLDER), then rerun")
     if rec.get("config_hash") != spec.hash(objective):
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
                        f"!= {spec.hash(objective)} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
-    if context is not None:
-        ds = rec.get("dataset") if isinstance(rec.get("dataset"), dict) else {}
-        fp = ds.get("fingerprint")
-        made_from = fp.get("sha256") if isinstance(fp, dict) else None
-        if made_from != data_fingerprint(context):
-            raise ConfigMismatchError(
-                f"{run_json} was made from other data (fingerprint {made_from or 'none (synthetic data)'} of "
-                f"{ds.get('root') or 'the synthetic generator'}, now {data_fingerprint(context) or 'none (synthetic data)'}"
-                f"); records are immutable: write to another --out, or move that cell's folder away to rerun it")
     return rec
+
+
+def _check_same_data(run_json: Path, rec: dict[str, Any], context: dict[str, Any]) -> None:
+    """The record was made from the data the sweep reads (its fingerprint); else a ConfigMismatchError saying
+    so -- "a different data file", naming both files by name and sha256, where the sweep reads one file."""
+    ds = rec.get("dataset") if isinstance(rec.get("dataset"), dict) else {}
+    fp = ds.get("fingerprint")
+    made_from = fp.get("sha256") if isinstance(fp, dict) else None
+    if made_from == data_fingerprint(context):
+        return
+    now, then = context.get("data_file"), ds.get("data_file") if isinstance(ds.get("data_file"), dict) else None
+    if now:
+        was = (f"{then.get('name')} (sha256 {then.get('sha256')})" if then
+               else f"the data under {ds.get('root') or 'the synthetic generator'} (fingerprint {made_from or 'none'})")
+        raise ConfigMismatchError(
+            f"{run_json} was made from a different data file: {was}, now {now['name']} (sha256 {now['sha256']}); "
+            f"records are immutable: write this file's runs to another --out, or move that cell's folder away")
+    raise ConfigMismatchError(
+        f"{run_json} was made from other data (fingerprint {made_from or 'none (synthetic data)'} of "
+        f"{ds.get('root') or 'the synthetic generator'}, now {data_fingerprint(context) or 'none (synthetic data)'}"
+        f"); records are immutable: write to another --out, or move that cell's folder away to rerun it")
+
+
+def _undefined_as_nan(rec: dict[str, Any]) -> None:
+    """A metric undefined for the run is NaN in memory and ``null`` in run.json (strict JSON,
+    :func:`fusebench.io.strict_json`): read back as NaN in ``metrics`` and ``selection.val_metrics``, the
+    values a reused record is read for (printed, compared in a hyper-parameter selection)."""
+    selection = rec.get("selection")
+    for values in (rec.get("metrics"), selection.get("val_metrics") if isinstance(selection, dict) else None):
+        if isinstance(values, dict):
+            values.update({k: math.nan for k, v in values.items() if v is None})
 
 
 def write_record(cell: Path, record: dict[str, Any]) -> Path:

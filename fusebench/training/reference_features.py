@@ -43,6 +43,24 @@ Errors (ValueError, naming the argument): unknown kind (the valid ones listed), 
 split, views that are not 2-D, mismatched view counts / widths across splits or row counts across
 the views of a split, NaN / Inf, negative values for ``"raw_tfidf"``, ``width`` missing, not an
 integer or out of range for ``"raw_pca"``.
+
+**When two reference rows are the same features** (:func:`probe_identical_groups`, read by the boards, which
+show such rows as one, ``raw (≡ raw_balanced)``, the way objectives computing the same loss are merged). Every
+probe of the protocol (the linear, few-shot logistic, prototype and kNN probes of
+:mod:`fusebench.training.embedding_eval`) first z-scores each column with the train split's mean and
+population std. The rule: two kinds whose features differ only by a **per-column affine map with a positive
+scale fitted on train and applied unchanged to every split**, ``f_b[:, j] = a_j f_a[:, j] + c_j`` (a_j > 0),
+are identical for every such probe: z-scoring column j of ``f_b`` with train statistics gives exactly the
+z-score of column j of ``f_a`` (a column constant on train is 0 in both), up to float rounding. Each kind
+declares, in :data:`PROBE_BASE`, the kind its features are such a map of (itself when none): ``"raw_balanced"``
+is ``(x - mean_train) / std_train / sqrt(d'_v)`` per column of ``"raw"``, so ``PROBE_BASE["raw_balanced"] ==
+"raw"``; ``"raw_l2"`` and ``"raw_tfidf"`` scale rows (not columns) and ``"raw_pca"`` mixes columns, so each is
+its own base. Kinds with the same base are probe-identical. **k-means** (metrics :data:`CLUSTER_METRICS`)
+does not always z-score: it clusters the features as given when ``cluster_standardize`` is ``"none"``, so two
+probe-identical kinds are identical for clustering only when both z-score (:func:`cluster_identical`); where
+they are not (``"raw"`` z-scores, ``"raw_balanced"`` does not), a board keeps both clustering numbers.
+``tests/test_reference_merge.py`` checks on real data that the kinds declared identical give the same
+z-scored features and that every pair kept apart gives different ones.
 """
 
 from __future__ import annotations
@@ -74,6 +92,35 @@ _FORMULAS = {
 }
 _CLUSTER_STANDARDIZE = {"raw": "zscore", "raw_l2": "none", "raw_tfidf": "none", "raw_balanced": "none",
                         "raw_pca": "none"}
+#: per kind, the kind whose features it is a per-column positive affine map of (fitted on train), itself when
+#: none: kinds with the same base give identical features to every probe (the module doc's rule)
+PROBE_BASE = {"raw": "raw", "raw_l2": "raw_l2", "raw_tfidf": "raw_tfidf", "raw_balanced": "raw", "raw_pca": "raw_pca"}
+#: the protocol's k-means metrics: computed on the features as the kind's cluster_standardize leaves them
+CLUSTER_METRICS = ("cluster_acc", "nmi", "ari")
+
+
+def probe_identical_groups(kinds: Sequence[str]) -> list[list[str]]:
+    """The kinds of ``kinds`` (reference kinds; other ids are left out) that give identical features to every
+    probe (same :data:`PROBE_BASE`), in groups of two or more: the base kind first when present, then the
+    others in the order given. ``[]`` when no two are identical."""
+    by_base: dict[str, list[str]] = {}
+    for k in kinds:
+        if k in PROBE_BASE and k not in by_base.get(PROBE_BASE[k], []):
+            by_base.setdefault(PROBE_BASE[k], []).append(k)
+    out = []
+    for base, group in by_base.items():
+        if len(group) > 1:
+            out.append(sorted(group, key=lambda k: k != base))  # stable: the base first, then the given order
+    return out
+
+
+def cluster_identical(a: str, b: str) -> bool:
+    """Whether reference kinds ``a`` and ``b`` give identical clustering numbers: probe-identical and both
+    z-scored before k-means (a per-column affine map is then cancelled there too), or the same kind."""
+    if a == b:
+        return True
+    return (PROBE_BASE.get(a) is not None and PROBE_BASE.get(a) == PROBE_BASE.get(b)
+            and _CLUSTER_STANDARDIZE[a] == _CLUSTER_STANDARDIZE[b] == "zscore")
 
 
 def _check_views(views: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarray]]:
@@ -204,4 +251,19 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     return feats, record, _CLUSTER_STANDARDIZE[kind]
 
 
-__all__ = ["BASELINE", "RAW", "REFERENCES", "REFERENCE_KINDS", "reference_features"]
+def comparison_of(spec: Any) -> dict[str, str]:
+    """How the board compares the rows of benchmark spec ``spec`` (``spec.comparison`` with its defaults): the
+    fixed reference row of the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why
+    it was chosen. Every record carries it; the board takes it from the benchmark's current spec when it is
+    found (``fusebench.leaderboard.groups``), so a changed comparison needs no re-run."""
+    out = {k: v for k, v in spec.comparison.items() if v}
+    if "reference" not in out:
+        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
+        if ref:
+            out["reference"] = ref
+    out.setdefault("primary", spec.primary_metric)
+    return out
+
+
+__all__ = ["BASELINE", "CLUSTER_METRICS", "PROBE_BASE", "RAW", "REFERENCES", "REFERENCE_KINDS", "cluster_identical",
+           "comparison_of", "probe_identical_groups", "reference_features"]

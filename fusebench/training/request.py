@@ -76,9 +76,19 @@ class RunOptions:
     # a hyper-parameter selection trial (fusebench.training.selection): scored by its validation metric alone,
     # so the evaluations only the board reads (missing-view robustness) are skipped
     selection_trial: bool = False
+    # intra-op threads of each cell (fusebench run --threads); None: OMP_NUM_THREADS, else the rule of
+    # fusebench.training.threads (1 for a small model, else the cell's share of the CPUs); results do not depend on it
+    threads: int | None = None
+    # how many cells run at once on this machine (--workers): they share its CPUs (fusebench.training.threads)
+    cells_at_once: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loggers", tuple(self.loggers or ()))
+        for name in ("threads", "cells_at_once"):
+            value = getattr(self, name)
+            if (value is not None or name == "cells_at_once") and (type(value) is not int or value < 1):
+                raise ValueError(f"--{'threads' if name == 'threads' else 'workers'}: expected a positive integer, "
+                                 f"got {value!r}")
         if self.num_workers is not None and (type(self.num_workers) is not int or self.num_workers < 0):
             raise ValueError(f"--num-workers: expected an integer >= 0 (DataLoader worker processes per cell), "
                              f"got {self.num_workers!r}")

@@ -4,9 +4,9 @@
 seeds. Before any training it checks everything once: the objectives fit the benchmark's views
 (:func:`fusebench.training.compat.check_compatible`), the spec's components exist and accept its hyper-parameters
 (:func:`check_components`), the data is there and usable (:func:`check_data`), no existing cell was made
-with another configuration or other data. Then, per objective, the hyper-parameters are chosen on the
-validation split (:mod:`fusebench.training.selection`) and the launcher (:mod:`fusebench.training.launchers`)
-runs every cell as :func:`fusebench.training.execute.sweep_cell`: a cell whose ``run.json`` exists is reused, a failed cell is
+with another configuration or other data. Then, for every objective, the hyper-parameters are chosen on the
+validation split and frozen to a file before any evaluation cell starts (:mod:`fusebench.training.selection`),
+and the launcher (:mod:`fusebench.training.launchers`) runs every cell as :func:`fusebench.training.execute.sweep_cell`: a cell whose ``run.json`` exists is reused, a failed cell is
 recorded in ``<out>/<benchmark>/<objective>/seed<k>/failed.json`` and the sweep goes on.
 
 One cell is :func:`fusebench.training.execute.run_cell`; the standard pipeline's cell is
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
+from fusebench.training import progress as progress_lines
 from fusebench.training import utils
 from fusebench.training.cell import check_checkpoint_config, load_checkpoint
 from fusebench.training.compat import check_compatible
@@ -56,7 +57,7 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
         key = "dataset.id" if pipeline.reads_dataset and spec.dataset.id not in datasets.DATASETS else "encoder.id"
         raise ConfigError(f"{spec.name}: {key}: {e}") from None
     for o in objs:
-        if o in REFERENCES:
+        if o in REFERENCES or o in spec.encoder_weights:  # nothing pretrained (a weights row: issue #32)
             continue
         grid = spec.pretrain.grid.get(o) or {}
         names = sorted(grid)
@@ -127,9 +128,10 @@ def cap_batch_sizes(spec: BenchmarkSpec, synthetic: bool, data_root: str | None,
     return capped
 
 
-def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int, objs: list[str]) -> None:
+def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int, objs: list[str]) -> dict[str, Any]:
     """Build the three splits once and stop before any training with one clear message when the data
-    is unusable: missing files, an empty split, or a pretraining batch larger than the train split."""
+    is unusable: missing files, an empty split, or a pretraining batch larger than the train split.
+    Returns the splits (role -> dataset)."""
     from fusebench.datasets.base import DatasetError
 
     data = build_datasets(spec, synthetic, data_root, seed)
@@ -142,10 +144,12 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
     n = len(data["train"])
     for o in objs:
         bs = pretrain_batch_size(spec, o)
-        if o not in REFERENCES and spec.pretrain.objective_epochs.get(o, spec.pretrain.epochs) > 0 and bs > n:
+        if (o not in REFERENCES and o not in spec.encoder_weights
+                and spec.pretrain.objective_epochs.get(o, spec.pretrain.epochs) > 0 and bs > n):
             key = f"pretrain.objective_batch_size.{o}" if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
             raise ConfigError(f"{key}={bs} exceeds the {n} samples of the train split of {spec.name}; "
                               f"choose a batch size <= {n}")
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,6 +173,8 @@ def run(
     launcher_options: dict[str, Any] | None = None,
     precision: str | None = None,
     num_workers: int | None = None,
+    encoder_weights: dict[str, Any] | None = None,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
     ``{"status": "failed", ...}``). All names are validated before any training starts.
@@ -185,7 +191,13 @@ def run(
     ``precision``: the precision policy of encoders and heads (``32``, ``tf32``, ``bf16-mixed``,
     ``16-mixed``; :mod:`fusebench.training.precision`), the same as the override ``precision``.
     ``num_workers``: DataLoader worker processes of each cell, over the spec's ``loader.num_workers`` (the
-    batches, and so the results, are the same whatever it is; :mod:`fusebench.training.data`)."""
+    batches, and so the results, are the same whatever it is; :mod:`fusebench.training.data`).
+    ``encoder_weights``: ``{row name: weights file}``, pretrained encoders evaluated under the board's
+    downstream protocol as rows of those names, run besides ``objective`` (the spec's own ``encoder_weights``
+    rows join its default sweep; :mod:`fusebench.training.encoder_weights`).
+    ``threads``: intra-op threads of each cell (``--threads``); None: ``OMP_NUM_THREADS``, else 1 for a small
+    model and the cell's share of the CPUs for a large one (:mod:`fusebench.training.threads`; said on stderr
+    before the cells; results do not depend on it)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
     from fusebench.training import launchers
@@ -199,9 +211,16 @@ def run(
     if precision is not None:
         overrides = {**(overrides or {}), "precision": str(precision)}
     spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
+    progress_lines.phases_enabled(progress)  # reading / hashing the data before the cells: said when slow
     seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
     train = resolve_views(spec, synthetic, data_root, seeds[0] if seeds else 0)  # the file opened once for both
     objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
+    if encoder_weights or spec.encoder_weights:  # pretrained encoders as rows (issue #32): hashed, names checked
+        from fusebench.training.encoder_weights import add_rows
+
+        own = list(spec.encoder_weights) if objective is None else []
+        add_rows(spec, encoder_weights, spec.name)
+        objs += [o for o in [*own, *(encoder_weights or {})] if o not in objs]
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)  # an unknown id: the known ones, the closest first
         check_cell_ids(spec.name, o)  # each becomes a folder: an id (the lookup above ignores case), never '../x'
@@ -228,7 +247,7 @@ def run(
     mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     options = RunOptions(synthetic=synthetic, data_root=data_root, device=device, resume=resume, progress=progress,
-                         loggers=tuple(loggers), mlflow_uri=mlflow_uri, num_workers=num_workers)
+                         loggers=tuple(loggers), mlflow_uri=mlflow_uri, num_workers=num_workers, threads=threads)
     for o in objs:  # a cell made with another configuration or other data stops the sweep before any training
         for s in seeds:
             cell = CellRequest(spec, o, s, out).cell
@@ -238,26 +257,78 @@ def run(
                 check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt"), spec, o, context)
     pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
     if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
-        check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
+        data = check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
+        weights = [o for o, _ in pending if o in spec.encoder_weights]
+        if weights:  # each file against the encoder it is loaded into, before any cell (issue #32)
+            from fusebench.training.standard import check_weights_fit
+
+            check_weights_fit(spec, data["train"], list(dict.fromkeys(weights)))
+    from fusebench.training import distributed
+    from fusebench.training.memory_budget import check_memory_budget
+
+    # an objective whose declared cost (M3G: n^k) exceeds the memory budget at its batch: refused before any
+    # cell, after check_data (a batch larger than the train split is named as that, not as a memory estimate)
+    check_memory_budget(spec, list(dict.fromkeys(o for o, _ in pending)), device, distributed.world_size())
     skipped = len(objs) * len(seeds) - len(pending)
+    from fusebench.training.threads import cell_threads
+
+    # the threads of each cell, checked (a bad OMP_NUM_THREADS) and said before any cell starts (a job decides its own)
+    options = options.but(cells_at_once=cells_at_once(launcher, workers, launcher_options, len(pending)))
+    n_threads, why = cell_threads(spec.encoder.id, device, threads, options.cells_at_once)
+    if pending and progress and launcher != "slurm":
+        print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
+              f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
     if skipped and progress:  # said before anything runs: their records are reused, not recomputed
         print(f"{skipped} of {len(objs) * len(seeds)} cell(s) of {spec.name} already have run.json under {out}: "
               f"skipped, their records reused (another --out runs them afresh)", file=sys.stderr)
 
-    def select(o: str) -> None:  # hyper-parameters chosen on val before the objective's cells
-        if any(oo == o for oo, _ in pending):
-            from fusebench.training.selection import select_hparams
+    # hyper-parameters chosen on the validation split for every objective with pending cells, BEFORE any
+    # evaluation cell starts, each frozen to <out>/<benchmark>/_selection/<objective>.json (a resumed sweep reuses
+    # it); the cells get the frozen choice, outcome and file hash as inputs (fusebench.training.selection)
+    from fusebench.training.selection import freeze_selections
 
-            chosen = select_hparams(spec, o, out, options, context)
-            if chosen is not None:
-                context.setdefault("hparams", {})[o] = chosen["choice"]
-                context.setdefault("hparam_selection", {})[o] = chosen
+    context.update(freeze_selections(spec, [o for o in objs if any(oo == o for oo, _ in pending)], out, options,
+                                     context))
+
+    def selected(o: str) -> None:  # the launchers' selection hook: every selection is frozen already
+        return None
 
     cells = SweepCells(spec, out, options, context)
     # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local
     # workers, or as scheduler jobs
-    records = launch.launch(objs, seeds, select, cells)
+    try:
+        records = launch.launch(objs, seeds, selected, cells)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (training.interrupt): what finished, for the caller to say
+        e.finished = finished_records(spec, objs, seeds, out)
+        raise
     return records
 
 
-__all__ = ["cap_batch_sizes", "check_components", "check_data", "check_out", "resolve_views", "run"]
+def cells_at_once(launcher: str, workers: int, launcher_options: dict[str, Any] | None, cells: int) -> int:
+    """How many of ``cells`` cells run side by side on this machine, sharing its CPUs
+    (:mod:`fusebench.training.threads`): ``--workers`` locally, one per SLURM job (a job has its own CPUs), up
+    to ``--array-parallelism`` for submitit's local executor (it runs the jobs side by side)."""
+    if launcher == "slurm":
+        return 1
+    limit = workers if launcher == "local" else (launcher_options or {}).get("array_parallelism") or cells
+    return max(1, min(int(limit), cells))
+
+
+def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path) -> list[dict[str, Any]]:
+    """The records (``run.json``) the cells objs x seeds of ``spec`` have under ``out`` (an interrupted sweep's
+    finished cells, in sweep order); an unreadable one is left out."""
+    import json
+
+    found = []
+    for o in objs:
+        for s in seeds:
+            path = CellRequest(spec, o, s, out).cell / "run.json"
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+__all__ = ["cap_batch_sizes", "cells_at_once", "check_components", "check_data", "check_out", "finished_records", "resolve_views",
+           "run"]

@@ -1,21 +1,39 @@
-"""Hyper-parameter selection on the validation split (sweep layer): every combination of
-``pretrain.grid[objective]`` is run on the selection seeds (never evaluation seeds), the best mean
-validation primary metric wins, and the outcome goes into every record of the objective."""
+"""Hyper-parameter selection on the validation split (sweep layer), frozen before any evaluation cell.
+
+For every objective of a sweep with a grid (``pretrain.grid[objective]``) every combination is run on the
+selection seeds (never evaluation seeds) and scored by the mean over those seeds of its validation value of
+the selection metric (``spec.primary_metric``: ``selection_metric``, by default the board's primary metric
+``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
+once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
+(:func:`selection_path`): the grid, every point's per-seed validation scores, the choice, the grid keys whose
+choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's config hash and
+the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`); every record
+holds the outcome (``hparam_selection``) and the file's sha256 (``hparam_selection_sha256``). A later sweep
+into the same ``--out`` (a resume) reuses the file and runs no trial again; a file made with another
+configuration or other data is a :class:`~fusebench.training.cell.ConfigMismatchError`, never mixed."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from fusebench import metrics as M
 from fusebench.training import utils
+from fusebench.training.cell import ConfigMismatchError
 from fusebench.training.config import BenchmarkSpec
 from fusebench.training.execute import run_cell
+from fusebench.training.loop import RunError
 from fusebench.training.progress import say
 from fusebench.training.reference_features import REFERENCES
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.training.request import CellRequest, RunOptions, check_cell_ids
+
+#: the folder of the frozen selections, ``<out>/<benchmark>/_selection`` (not an id: never a cell's folder)
+SELECTION_DIR = "_selection"
 
 
 def trial_name(index: int, combo: dict[str, Any]) -> str:
@@ -25,33 +43,51 @@ def trial_name(index: int, combo: dict[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"trial{index}-" + "-".join(f"{k}{v}" for k, v in combo.items()))
 
 
-def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
-                   context: dict[str, Any]) -> dict[str, Any] | None:
-    """Choose ``objective``'s hyper-parameters from ``pretrain.grid[objective]`` on the validation split.
+def selection_path(out: str | Path, benchmark: str, objective: str) -> Path:
+    """``<out>/<benchmark>/_selection/<objective>.json``: the frozen selection of ``objective``."""
+    check_cell_ids(benchmark, objective)
+    return Path(out) / benchmark / SELECTION_DIR / f"{objective}.json"
 
-    Every combination is run (pretraining + downstream protocol) once per selection seed
-    (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation seed); the
-    combination with the best *mean validation* primary metric over those seeds wins (ties: the first
-    in grid order). Trial records go to ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one
-    seed) or ``<trial>/seed<S>/`` (several) -- a hidden folder the leaderboard does not read; the
-    outcome ``{"grid", "seed", "seeds", "metric", "scores", "choice"}`` (each score with its per-seed
-    values) is stored beside them in ``selection.json`` and in every run record of the objective."""
+
+def at_edge(grid: Mapping[str, list[Any]], choice: Mapping[str, Any]) -> list[str]:
+    """The grid keys (sorted) whose chosen value is the smallest or the largest of a numeric grid of at least
+    two values: the optimum may lie outside the grid, which the board says. Non-numeric grids have no edge."""
+    out = []
+    for name, values in grid.items():
+        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(set(nums)) < 2 or len(nums) != len(values) or name not in choice:
+            continue
+        if choice[name] in (min(nums), max(nums)):
+            out.append(name)
+    return sorted(out)
+
+
+def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
+                   context: Mapping[str, Any], metric: str | None = None) -> dict[str, Any] | None:
+    """Run ``objective``'s grid and return the outcome (None: no grid, or a reference row); writes nothing
+    but the trials' records.
+
+    Every combination of ``pretrain.grid[objective]`` is run (pretraining + downstream protocol) once per
+    selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
+    seed); the combination with the best mean validation ``metric`` (default ``spec.primary_metric``) over
+    those seeds wins (ties: the first in grid order). Trial records go to
+    ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
+    hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
     grid = spec.pretrain.grid.get(objective)
     if not grid or objective in REFERENCES:
         return None
+    metric = metric or spec.primary_metric
     folder = out / ".selection" / spec.name / objective
     names = sorted(grid)
     combos = [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
-    primary = spec.primary_metric
-    sign = 1.0 if M.get(primary).higher_is_better else -1.0
+    higher = M.get(metric).higher_is_better
     seeds = spec.selection_seeds
     trial_options = options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
-    progress = options.progress
     scores = []
     for i, combo in enumerate(combos):
         trial = trial_name(i, combo)
         ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
-        if progress:
+        if options.progress:
             shown = " ".join(f"{k}={v}" for k, v in combo.items())
             say(f"selection {spec.name}/{objective} trial {i + 1}/{len(combos)} {shown} "
                 f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
@@ -59,16 +95,95 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
         for s in seeds:
             where = folder / trial if len(seeds) == 1 else folder / trial / f"seed{s}"
             rec = run_cell(CellRequest(spec, objective, s, where), trial_options, ctx)
-            per_seed[str(s)] = rec["selection"]["val_metrics"][primary]
-        mean = sum(per_seed.values()) / len(per_seed)
-        scores.append({"hparams": combo, "val": mean, **({"val_by_seed": per_seed} if len(seeds) > 1 else {})})
+            val = (rec.get("selection") or {}).get("val_metrics") or {}
+            if not isinstance(val.get(metric), (int, float)):
+                raise RunError(f"{spec.name}: the selection metric {metric!r} has no validation value in trial "
+                               f"{trial} of {objective!r} (validation values: {sorted(val)}); choose a "
+                               "selection_metric / comparison.primary the protocol scores on the validation split")
+            per_seed[str(s)] = float(val[metric])
+        scores.append({"hparams": combo, "val": sum(per_seed.values()) / len(per_seed), "val_by_seed": per_seed})
+    sign = 1.0 if higher else -1.0
     best = max(range(len(combos)), key=lambda i: (sign * scores[i]["val"], -i))
-    outcome = {"grid": {n: list(grid[n]) for n in names}, "seed": seeds[0],
-               **({"seeds": seeds} if len(seeds) > 1 else {}),
-               "metric": f"validation {primary}" + (f" (mean over {len(seeds)} selection seeds)" if len(seeds) > 1 else ""),
-               "scores": scores, "choice": combos[best]}
-    utils.atomic_write_json(folder / "selection.json", outcome)
-    return outcome
+    return {"benchmark": spec.name, "objective": objective, "metric": metric,
+            "rule": (f"mean validation {metric} over the {len(seeds)} selection seed(s) ({'higher' if higher else 'lower'}"
+                     " is better); ties: the first grid point in grid order"),
+            "grid": {n: list(grid[n]) for n in names}, "seed": seeds[0], "seeds": list(seeds),
+            "scores": scores, "choice": combos[best], "at_edge": at_edge(grid, combos[best])}
 
 
-__all__ = ["select_hparams", "trial_name"]
+def _identity(spec: BenchmarkSpec, objective: str, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
+    """What a frozen selection was made from: the objective's config hash (its grid, selection seeds and
+    metric, dataset and budget) and the data (the fingerprint's sha256; synthetic or not)."""
+    fp = context.get("fingerprint")
+    return {"config_hash": spec.hash(objective), "synthetic": bool(options.synthetic),
+            "data_sha256": fp.get("sha256") if isinstance(fp, dict) else None}
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    data = path.read_bytes()
+    try:
+        outcome = json.loads(data)
+    except ValueError as e:
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection is not valid JSON ({e}); delete it "
+                                  "to select again") from None
+    return outcome, hashlib.sha256(data).hexdigest()
+
+
+def _write_once(path: Path, outcome: dict[str, Any]) -> None:
+    """Write ``path`` unless it exists: a concurrent sweep's file, written first, is kept."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    utils.atomic_write_json(tmp, outcome)
+    try:
+        os.link(tmp, path)  # atomic, and never over an existing file
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links
+        if not path.exists():
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
+                     context: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """The frozen selection of ``objective`` and its file's sha256 (None: nothing to select): read from
+    :func:`selection_path` when it is there (made from the same configuration and data, else a
+    ConfigMismatchError naming the file), else selected now (:func:`select_hparams`) and written once."""
+    if not spec.pretrain.grid.get(objective) or objective in REFERENCES:
+        return None
+    path = selection_path(out, spec.name, objective)
+    ident = _identity(spec, objective, options, context)
+    if not path.exists():
+        outcome = select_hparams(spec, objective, out, options, context)
+        assert outcome is not None
+        _write_once(path, {**ident, **outcome})
+    outcome, digest = _read(path)
+    made = {k: outcome.get(k) for k in ident}
+    if made != ident:
+        diff = ", ".join(f"{k} {made[k]!r} (now {ident[k]!r})" for k in ident if made[k] != ident[k])
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
+                                  f"with another configuration or other data: {diff}; use another --out, or delete "
+                                  "the file (and the cells made with it) to select again")
+    return outcome, digest
+
+
+def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
+                      context: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Freeze the selection of every objective in ``objectives`` (before any evaluation cell runs) and return
+    what the cells receive in their context: ``{"hparams": {objective: choice}, "hparam_selection":
+    {objective: outcome}, "hparam_selection_sha256": {objective: sha256 of the file}}`` (empty: nothing selected)."""
+    ctx: dict[str, dict[str, Any]] = {}
+    for o in objectives:
+        frozen = freeze_selection(spec, o, out, options, context)
+        if frozen is None:
+            continue
+        outcome, digest = frozen
+        ctx.setdefault("hparams", {})[o] = dict(outcome["choice"])
+        ctx.setdefault("hparam_selection", {})[o] = outcome
+        ctx.setdefault("hparam_selection_sha256", {})[o] = digest
+    return ctx
+
+
+__all__ = ["SELECTION_DIR", "at_edge", "freeze_selection", "freeze_selections", "select_hparams", "selection_path",
+           "trial_name"]

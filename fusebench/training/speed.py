@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from fusebench.training.config import SpeedConfig
+from fusebench.training.utils import sync_inductor_determinism, use_deterministic_algorithms
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +45,23 @@ def to_channels_last(model: nn.Module, cfg: SpeedConfig) -> bool:
     return True
 
 
-def channels_last_inputs(batch: Any) -> Any:
+def _channels_last(v: torch.Tensor, pin: bool) -> torch.Tensor:
+    if v.is_contiguous(memory_format=torch.channels_last) and (not pin or v.is_pinned()):
+        return v
+    if not pin:
+        return v.contiguous(memory_format=torch.channels_last)
+    # one copy, straight into page-locked memory (the copy to the GPU stays asynchronous)
+    return torch.empty_like(v, memory_format=torch.channels_last, pin_memory=True).copy_(v)
+
+
+def channels_last_inputs(batch: Any, pin: bool = False) -> Any:
     """``batch`` with its 4-D floating-point modality tensors (images ``[n, c, h, w]``) in the channels-last
-    memory format (same values); everything else as it is."""
+    memory format (same values); everything else as it is. Meant for the batch on the host, before its copy
+    to the device (the training loop's ``host`` hook): with ``pin`` the converted tensors are page-locked."""
     if not isinstance(batch, dict) or not isinstance(batch.get("modalities"), dict):
         return batch
-    mods = {k: v.contiguous(memory_format=torch.channels_last) if isinstance(v, torch.Tensor) and v.dim() == 4
-            and v.is_floating_point() else v for k, v in batch["modalities"].items()}
+    mods = {k: _channels_last(v, pin) if isinstance(v, torch.Tensor) and v.dim() == 4 and v.is_floating_point()
+            else v for k, v in batch["modalities"].items()}
     return {**batch, "modalities": mods}
 
 
@@ -57,10 +69,13 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
-def input_format(applied: bool) -> Callable[[Any], Any]:
-    """What a training step does to its batch before the model sees it: :func:`channels_last_inputs` when
-    the model was put in channels-last format, else nothing."""
-    return channels_last_inputs if applied else _as_is
+def input_format(applied: bool, pin: bool = False) -> Callable[[Any], Any]:
+    """What a training step does to its batch on the host, before the copy to the device:
+    :func:`channels_last_inputs` (into page-locked memory with ``pin``: the feed pins its batches) when the
+    model was put in channels-last format, else nothing."""
+    if not applied:
+        return _as_is
+    return functools.partial(channels_last_inputs, pin=pin) if pin else channels_last_inputs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,7 +99,7 @@ def backend_scope(cfg: SpeedConfig) -> Iterator[None]:
     finally:
         torch.backends.cudnn.benchmark = benchmark
         torch.backends.cudnn.deterministic = deterministic
-        torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+        use_deterministic_algorithms(algorithms, warn_only=warn_only)
 
 
 def apply_backend(cfg: SpeedConfig, flags: dict[str, Any]) -> None:
@@ -97,7 +112,7 @@ def apply_backend(cfg: SpeedConfig, flags: dict[str, Any]) -> None:
         return
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.deterministic = False
-    torch.use_deterministic_algorithms(False)
+    use_deterministic_algorithms(False)
     flags.update(deterministic_algorithms=False, cudnn_deterministic=False, cudnn_benchmark=True)
     log.info("speed.cudnn_benchmark: cuDNN autotuning on, deterministic algorithms off for this cell")
 
@@ -123,7 +138,9 @@ class CompileStatus:
 
 class CompiledOrEager:
     """A method of the encoder run through ``torch.compile`` (compiled at its first call), or eagerly once
-    a compilation has failed anywhere in the cell (``status.fallback``). Called while another compiled
+    a compilation has failed anywhere in the cell (``status.fallback``): at the first call or at any later
+    one (a recompilation for new input shapes or a new mode fails the same way); the failing call's result is
+    the eager method's, and a call that fails eagerly too raises the model's own error. Called while another compiled
     function is being traced, it runs the eager method (which the tracer then follows). A deep copy (an EMA
     teacher's copy of the encoder) wraps the copy's own method, compiled afresh."""
 
@@ -135,15 +152,15 @@ class CompiledOrEager:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.status.fallback is not None or torch.compiler.is_compiling():
             return self.eager(*args, **kwargs)
-        if self.ok:
-            return self.compiled(*args, **kwargs)
-        try:  # the first call compiles: an error here is a compilation error (or the model's own, raised again below)
+        try:  # any call may compile (the first one; a recompilation for new shapes, dtypes or modes later on)
             if self.compiled is None:
+                sync_inductor_determinism()  # the deterministic mode set before inductor was imported
                 self.compiled = torch.compile(self.eager, mode=None if self.status.mode == "default" else self.status.mode)
             out = self.compiled(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - any failure of the compiler falls back to eager
-            self.status.fail(self.where, e)
-            return self.eager(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any failure of the compiler falls back to eager, whenever it comes
+            out = self.eager(*args, **kwargs)  # the model's own error is raised here, as without compilation
+            self.status.fail(self.where, e)  # a compilation error: eager from now on, the first reason recorded
+            return out
         self.ok = True
         self.status.ran_compiled = True
         return out

@@ -55,11 +55,38 @@ def build_model(spec: BenchmarkSpec, train_ds, objective: str | None = None) -> 
         if train_ds.num_classes is not None:
             cfg["num_classes"] = train_ds.num_classes
         return with_task_head(encoders.build("identity", **cfg), tasks.for_dataset(train_ds))
+    return with_task_head(encoders.build(spec.encoder.id, **encoder_config(spec, train_ds)), tasks.for_dataset(train_ds))
+
+
+def encoder_config(spec: BenchmarkSpec, train_ds) -> dict[str, Any]:
+    """The spec's encoder config as the encoder is built with it: ``encoder.config`` with the modalities' input
+    sizes (name -> channels) and, for a classification or segmentation dataset, its class count when the
+    encoder's constructor takes ``num_classes`` (docs/adding-a-modality.md, the encoder contract), where the spec
+    does not set them."""
+    import inspect
+
+    from fusebench import encoders
+
     cfg = dict(spec.encoder.config)
     cfg.setdefault("modalities", input_dims(train_ds))
     if train_ds.num_classes is not None and "num_classes" not in cfg and train_ds.task in ("classification", "segmentation"):
-        cfg["num_classes"] = train_ds.num_classes
-    return with_task_head(encoders.build(spec.encoder.id, **cfg), tasks.for_dataset(train_ds))
+        params = inspect.signature(encoders.ENCODERS.get(spec.encoder.id)).parameters
+        if "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            cfg["num_classes"] = train_ds.num_classes
+    return cfg
+
+
+def check_weights_fit(spec: BenchmarkSpec, train_ds, names: list[str]) -> None:
+    """Before any cell (issue #32): the encoder weights of each row in ``names`` (``spec.encoder_weights``) fit
+    the spec's encoder as it is built for ``train_ds`` -- the strict ``load_state_dict`` as a dry run on a
+    model built here and thrown away; one ConfigError naming the row, the file and the mismatching parameters."""
+    from fusebench import encoders
+    from fusebench.training import encoder_weights as W
+
+    cfg = encoder_config(spec, train_ds)
+    backbone = encoders.build(spec.encoder.id, **cfg)
+    for name in names:
+        W.load_into(backbone, name, spec.encoder_weights[name], spec.encoder.id, cfg)
 
 
 def pretrain_extensions(pre: nn.Module) -> list[tuple[type, Any]]:
@@ -67,6 +94,16 @@ def pretrain_extensions(pre: nn.Module) -> list[tuple[type, Any]]:
     from fusebench.training.methods import extensions
 
     return extensions(list(pre.methods.values()))
+
+
+def _tracking(trackers: Any) -> dict[str, Any]:
+    """The training loop's callbacks for ``trackers``: ``on_step`` (each step's loss: read every step) or, for a
+    tracker that wants no values (``on_step_end``: the GPU bench's timer), a call per step without a read."""
+    if not trackers:
+        return {}
+    if hasattr(trackers, "on_step_end"):
+        return {"on_step_end": trackers.on_step_end, "on_epoch_start": trackers.on_epoch_start}
+    return {"on_step": trackers.on_step, "on_epoch_start": trackers.on_epoch_start}
 
 
 @CELLS.register("standard")
@@ -96,18 +133,21 @@ class StandardCell:
         self.from_inputs = protocol_of(spec).frozen_features and objective in REFERENCE_KINDS and objective != RAW
         self.data = build_datasets(spec, options.synthetic, options.data_root, seed,
                                    extra_options={"standardize": False} if self.from_inputs else None)
-        self.model = build_model(spec, self.data["train"], objective).to(self.dev)
+        self.model = build_model(spec, self.data["train"], objective)
+        self.weights_fields = self.load_encoder_weights()  # a pretrained encoder's row (issue #32): its record fields
+        self.model = self.model.to(self.dev)
         # the speed options (fusebench/training/speed.py; all off by default) and how batches are fetched
         speed.apply_backend(spec.speed, self.flags)
         self.channels_last = speed.to_channels_last(self.model, spec.speed)
-        self.inputs = speed.input_format(self.channels_last)  # what a training step does to its batch first
         self.compiled = speed.compile_encoder(self.model, spec.speed)
         self.feed = resolve_feed(spec.loader, options.num_workers, self.dev)
+        # what a training step does to its batch on the host, before the copy (channels-last, into pinned memory)
+        self.inputs = speed.input_format(self.channels_last, pin=self.feed.pin_memory)
         # what decides the numbers here (run.json); its "speed" block is added when the record is done (run)
         self.flags["numerics"] = precision.numerics(policy, self.dev)
         self.autocast = precision.autocast(policy, self.dev)  # encoders and heads only: objectives in float32
         self.budget = StepBudget(options.max_steps)
-        self.track = {"on_step": trackers.on_step, "on_epoch_start": trackers.on_epoch_start} if trackers else {}
+        self.track = _tracking(trackers)
         self.ckpt = None
         if options.resume and (self.cell / "last.pt").exists():
             self.ckpt = check_checkpoint_config(self.cell / "last.pt", load_checkpoint(self.cell / "last.pt"), spec,
@@ -119,6 +159,24 @@ class StandardCell:
         self.pretrain_time = 0.0
         self.pre_segments: list[float] = []
         self.budget_record: dict[str, Any] = dict(NO_BUDGET)
+
+    def load_encoder_weights(self) -> dict[str, Any]:
+        """For a row of ``encoder_weights`` (:mod:`fusebench.training.encoder_weights`): its file loaded into
+        the encoder, strictly; returns the record's ``encoder_weights`` field and the row's ``versions`` (its
+        objective version is the file's hash, so a board never averages two files under one row name).
+        Empty for every other row."""
+        from fusebench.training import encoder_weights as W
+
+        entry = self.spec.encoder_weights.get(self.objective)
+        if entry is None:
+            return {}
+        from fusebench.records import versions_block
+
+        cfg = encoder_config(self.spec, self.data["train"])
+        W.load_into(self.model.backbone, self.objective, entry, self.spec.encoder.id, cfg)
+        versions = versions_block(self.objective, list(self.spec.metrics))
+        return {"encoder_weights": W.record_field(self.objective, entry, self.spec.encoder.id, cfg),
+                "versions": {**versions, "objective": "sha256:" + entry["sha256"][:16]}}
 
     @property
     def resumed_downstream(self) -> bool:
@@ -151,7 +209,7 @@ class StandardCell:
         pt = spec.pretrain
         batch_size = pretrain_batch_size(spec, objective)
         epochs = int(pt.objective_epochs.get(objective, pt.epochs))
-        if objective in REFERENCES or epochs <= 0:
+        if objective in REFERENCES or objective in spec.encoder_weights or epochs <= 0:  # weights row: issue #32
             return
         kwargs, method_options = split_method_keys(objective_hparams(spec, objective, self.context))
         obj = objectives.build(objective, **kwargs).to(dev)
@@ -198,7 +256,8 @@ class StandardCell:
                                  phase.curves, self.autocast)
 
         hooks = PhaseHooks(
-            loss=lambda batch: step_fn(self.inputs(batch), gather=distributed.gather_with_grad),
+            host=lambda batch: pre.host_batch(self.inputs(batch)),  # mask checked on the host, format set before the copy
+            loss=lambda batch: step_fn(batch, gather=distributed.gather_with_grad),
             optimise=optimise,
             loader=lambda epoch, skip: with_missing_views(  # pretrain.missing_rate > 0: views taken out, seeded
                 make_loader(data["train"], batch_size, True, seed, epoch, skip=skip, shard=True)[0], pt.missing_rate,
@@ -206,8 +265,8 @@ class StandardCell:
             on_epoch_start=pre.train,
             on_epoch_end=epoch_end,
             extra=lambda: {"wall_segments_s": self.wall.segments()},
-            diverged=lambda v: (f"{spec.name}: loss of objective {objective!r} is {v} at pretraining step {phase.step} "
-                                f"(epoch {phase.epoch}); checkpoint kept at {cell / 'last.pt'}"),
+            diverged=lambda v, step, epoch: (f"{spec.name}: loss of objective {objective!r} is {v} at pretraining "
+                                             f"step {step} (epoch {epoch})"),
             postfix=lambda v: {"loss": f"{v:.4f}",
                                "it_s": f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}"},
         )
@@ -242,7 +301,8 @@ class StandardCell:
             from fusebench.training.embedding_protocol import embedding_eval_record
 
             return embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
-                                         self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs)
+                                         self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs,
+                                         extra_fields=self.weights_fields)
         if ds_cfg.shots:
             data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
         probe = not protocol.trains_encoder
@@ -301,14 +361,15 @@ class StandardCell:
 
         bar = progress_bar(total, phase.step, f"{self.request.where} {ds_cfg.protocol}", enabled=self.options.progress)
         hooks = PhaseHooks(
-            loss=lambda batch: task_loss(self.inputs(batch)),
+            host=lambda batch: model.check_batch(self.inputs(batch)),  # labels checked, format set before the copy
+            loss=task_loss,
             optimise=optimise,
             loader=lambda epoch, skip: make_loader(data["train"], ds_cfg.batch_size, True, seed + 1, epoch, skip=skip)[0],
             on_epoch_start=epoch_start,
             on_epoch_end=epoch_end,
             extra=extra,
-            diverged=lambda v: (f"{spec.name}: downstream loss is {v} at step {phase.step} (objective {objective!r}); "
-                                f"checkpoint kept at {cell / 'last.pt'}"),
+            diverged=lambda v, step, epoch: (f"{spec.name}: downstream loss is {v} at step {step} (epoch {epoch}, "
+                                             f"objective {objective!r})"),
         )
         run_phase(phase, ds_cfg.epochs, hooks, dev, self.autocast, "downstream_loss", bar, self.budget,
                   checkpoint_each_epoch=True, **self.track)
@@ -318,7 +379,7 @@ class StandardCell:
         else:  # zero downstream epochs: score the model as it is
             best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
         test = evaluate(model, data["test"], spec, dev, seed)
-        fields = self.missing_view_fields(model)  # the protocol's missing_rates / single_view, when asked
+        fields = {**(self.missing_view_fields(model) or {}), **self.weights_fields}  # missing views, weights row
 
         # diagnostics of the pretrained embeddings, then the record
         from fusebench.training.diagnostics import representation_diagnostics
@@ -348,4 +409,5 @@ class StandardCell:
                                                     single, shown)}
 
 
-__all__ = ["StandardCell", "build_model", "pretrain_extensions", "run_standard_cell"]
+__all__ = ["StandardCell", "build_model", "check_weights_fit", "encoder_config", "pretrain_extensions",
+           "run_standard_cell"]

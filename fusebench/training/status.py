@@ -101,7 +101,7 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
             folders = {}
             for obj_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 for seed_dir in sorted(p for p in obj_dir.iterdir() if p.is_dir()):
-                    m = _SEED.match(seed_dir.name)
+                    m = _SEED.fullmatch(seed_dir.name)
                     if m:
                         folders[(obj_dir.name, int(m.group(1)))] = seed_dir
             queue.prefetch(slurm_jobs(list(folders.values())))

@@ -76,13 +76,14 @@ class TupleInfoNCEMethod(PretrainMethod):
         pre.tuple_beta = [float(o.embedding_noise)] * len(mods)  # [K] noise std per modality
 
     def loss(self, pre, batch, emb, z, mask, gather) -> Tensor:
-        from fusebench.objectives.tuple_infonce import assemble_negatives, disturbed_negatives
+        from fusebench.objectives.tuple_infonce import assemble_negatives, disturbed_negatives, to_device_async
 
         emb = gather(emb)  # [k, N, F]: the global batch
         k = emb.shape[0]
         if len(pre.tuple_beta) != k:
             raise ValueError(f"tuple_infonce: needs k = {k} augmentation strengths beta, got {pre.tuple_beta}")
-        beta = torch.tensor(pre.tuple_beta, device=emb.device).view(k, 1, 1)  # [k, 1, 1]
+        # [k, 1, 1], made on the host and copied without blocking (a tensor built from a list on a GPU waits for it)
+        beta = to_device_async(torch.tensor(pre.tuple_beta), emb.device).view(k, 1, 1)
         p_drop = float(self.options.dropout)
 
         def augment(e: Tensor) -> Tensor:  # e: [k, N, F]; modality l gets noise of std beta_l
@@ -111,9 +112,14 @@ class TupleInfoNCEMethod(PretrainMethod):
 
 def cpu_draw(draw, like: Tensor) -> Tensor:
     """``draw(shape, dtype=torch.float32)`` on the CPU's generator, moved to ``like``'s device and dtype:
-    a random draw that does not depend on the device the run is on (CUDA has its own generator)."""
+    a random draw that does not depend on the device the run is on (CUDA has its own generator). The copy to
+    a GPU goes through page-locked memory without blocking the host (the same values)."""
+    from fusebench.objectives.tuple_infonce import to_device_async
+
     out = draw(like.shape, dtype=torch.float32)
-    return out.to(like.device, like.dtype) if (out.device, out.dtype) != (like.device, like.dtype) else out
+    if out.device != like.device:
+        out = to_device_async(out, like.device)
+    return out.to(like.dtype) if out.dtype != like.dtype else out
 
 
 def fuse(pre: nn.Module, emb: Tensor) -> Tensor:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import random
 from contextlib import contextmanager
+from contextvars import ContextVar
 import resource
 import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -26,11 +28,103 @@ def seed_everything(seed: int, deterministic: bool = True) -> dict[str, Any]:
     flags = {"seed": seed, "deterministic_algorithms": False, "cudnn_benchmark": False}
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
         flags.update(deterministic_algorithms=True, cudnn_deterministic=True)
     return flags
+
+
+#: the deterministic mode set while ``torch._inductor`` was not imported: given to inductor's config by
+#: :func:`sync_inductor_determinism` before anything is compiled
+_INDUCTOR_DETERMINISTIC: list[bool] = []
+
+
+def use_deterministic_algorithms(mode: bool, warn_only: bool = False) -> None:
+    """``torch.use_deterministic_algorithms`` without importing ``torch._inductor`` (and ``torch._dynamo``,
+    sympy, triton: seconds of CPU) when nothing has imported it yet: the switch itself is set in the C core
+    as torch's function sets it, and inductor's own flag (``torch._inductor.config.deterministic``, which
+    torch's function also sets, and which only compiled code reads) is set by
+    :func:`sync_inductor_determinism` when something is compiled."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+        _INDUCTOR_DETERMINISTIC.clear()
+        return
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+    _INDUCTOR_DETERMINISTIC[:] = [bool(mode)]
+
+
+def sync_inductor_determinism() -> None:
+    """Before ``torch.compile``: give inductor the deterministic mode :func:`use_deterministic_algorithms`
+    set while it was not imported (what ``torch.use_deterministic_algorithms`` would have set)."""
+    if _INDUCTOR_DETERMINISTIC:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.deterministic = _INDUCTOR_DETERMINISTIC.pop()
+
+
+class _WithoutDynamo:
+    """Mixin of :func:`optimizer_class`: the methods ``torch.optim.Optimizer`` wraps so that a compiled graph
+    breaks around them (``torch._disable_dynamo``; ``step`` in ``_use_grad_for_differentiable``) import
+    ``torch._dynamo`` at their first call (2 s of CPU, and sympy, triton...) although eager code never needs
+    it. While nothing has imported ``torch._dynamo``, each runs unwrapped here: the same function (followed
+    through ``__wrapped__``), and ``step`` with grad mode off, as its wrappers set it for a non-differentiable
+    optimiser (``_use_grad_for_differentiable``, ``torch.no_grad``), so the parameters it computes are
+    PyTorch's to the last bit (the step hooks run in this class's own ``step``, which PyTorch wraps as it wraps
+    any optimiser's). Once ``torch._dynamo`` is imported (``speed.compile``), for a differentiable optimiser,
+    or where there is nothing to unwrap (another PyTorch), PyTorch's own method runs."""
+
+    def _torch_method(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+        """(PyTorch's method ``name`` as a function, its unwrapped function or None where it is to run as it is).
+        The step hooks' wrapper of a PyTorch class's ``step`` is left out of both: the hooks run in this class's
+        own ``step``, once."""
+        fn = getattr(super(), name).__func__
+        while getattr(fn, "hooked", False) and hasattr(fn, "__wrapped__"):  # Optimizer.profile_hook_step
+            fn = fn.__wrapped__
+        if "torch._dynamo" in sys.modules:
+            return fn, None
+        raw = fn
+        while hasattr(raw, "__wrapped__"):
+            raw = raw.__wrapped__
+        return fn, None if raw is fn else raw
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        fn, raw = self._torch_method("add_param_group")
+        return (raw or fn)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        fn, raw = self._torch_method("zero_grad")
+        return (raw or fn)(self, set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        fn, raw = self._torch_method("state_dict")
+        return (raw or fn)(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        fn, raw = self._torch_method("load_state_dict")
+        return (raw or fn)(self, state_dict)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        fn, raw = self._torch_method("step")
+        if raw is None or self.defaults.get("differentiable", False):
+            return fn(self, closure)
+        with torch.no_grad():
+            return raw(self, closure)
+
+
+_OPTIMIZER_CLASSES: dict[type, type] = {}
+
+
+def optimizer_class(cls: type) -> type:
+    """``cls`` (a ``torch.optim`` optimiser class) with :class:`_WithoutDynamo`'s methods: the same
+    optimiser and numbers, without importing ``torch._dynamo`` in an eager run. Anything else (a factory
+    function) is returned as it is."""
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        return cls
+    got = _OPTIMIZER_CLASSES.get(cls)
+    if got is None:
+        got = _OPTIMIZER_CLASSES[cls] = type(cls.__name__, (_WithoutDynamo, cls), {"__module__": __name__})
+    return got
 
 
 def rng_state() -> dict[str, Any]:
@@ -142,6 +236,29 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, list):
         return [to_device(v, device) for v in batch]
     return batch
+
+
+#: whether the per-step checks that read tensor values on the host are deferred (:func:`deferred_value_checks`)
+_DEFERRED_CHECKS: ContextVar[bool] = ContextVar("fusebench_deferred_value_checks", default=False)
+
+
+@contextmanager
+def deferred_value_checks() -> Iterator[None]:
+    """Inside, the per-step code skips the checks that read tensor values on the host (each one a wait for the
+    device on a GPU): the NaN / Inf scans of an objective's inputs, the test whether a presence mask is full,
+    VoteNet's label bounds. The training loop (:func:`fusebench.training.loop.run_phase`) runs its steps in
+    it: it checks the batch on the host before the copy (masks, labels) and the loss for NaN / Inf itself,
+    every few steps and before every checkpoint. Outside (a direct call) every check runs."""
+    token = _DEFERRED_CHECKS.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED_CHECKS.reset(token)
+
+
+def value_checks() -> bool:
+    """False inside :func:`deferred_value_checks` (the caller checks on the host), True otherwise."""
+    return not _DEFERRED_CHECKS.get()
 
 
 @contextmanager

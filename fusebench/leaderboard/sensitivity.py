@@ -1,0 +1,246 @@
+"""The hyper-parameter sensitivity section of a ranked board (issue #30): for every objective whose runs were
+tuned on the validation split, the validation score of every grid point (the mean over the selection seeds),
+the chosen point marked, as tables (:func:`section_lines`) and a plot (:func:`plot_sensitivity`,
+``<benchmark>-sensitivity.png``).
+
+Read from the records' ``hparam_selection`` (the frozen selection of :mod:`fusebench.training.selection`,
+copied into every record of the objective): ``grid`` ({key: values}), ``scores`` (one entry per grid point:
+``hparams``, ``val`` = the mean over the selection seeds, ``val_by_seed``), ``choice``, ``metric`` (the
+metric id; records written before issue #30 hold a text such as ``"validation acc (mean over 3 selection
+seeds)"``, whose metric id is read from it) and ``at_edge`` (absent in older records: computed here by the
+same rule). Only validation scores are read: a selection run's test score is never shown, even where a
+record carries one."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fusebench.io import atomic_write, canonical_json, sha256_hex
+from fusebench.leaderboard.columns import fmt_value, md_code, md_text
+from fusebench.leaderboard.groups import GroupView, oldest_first
+from fusebench.records import RecordError
+
+SENSITIVITY_PLOT_VERSION = 1  # bump when the plot is drawn differently
+_OLD_METRIC = re.compile(r"validation ([A-Za-z0-9][A-Za-z0-9_.-]*) \(mean over")  # pre-#30 records' "metric" text
+
+
+@dataclass
+class Selection:
+    """One objective's frozen selection as the board shows it."""
+
+    objective: str
+    metric: str | None  # the metric id (None: not recorded in a form the board reads)
+    grid: dict[str, list[Any]]
+    points: list[tuple[dict[str, Any], float, int]]  # (hparams, mean validation score, number of seeds), grid order
+    choice: dict[str, Any]
+    edge: list[str]  # grid keys whose chosen value is on an edge of the grid
+    variants: int = 1  # distinct selections among the objective's runs (1: all runs carry the same)
+    seeds: list[Any] = field(default_factory=list)
+
+
+def edge_keys(grid: dict[str, list[Any]], choice: dict[str, Any]) -> list[str]:
+    """The grid keys (sorted) whose chosen value is the smallest or largest of a numeric grid of at least two
+    distinct values (the rule of :func:`fusebench.training.selection.at_edge`, for records without ``at_edge``)."""
+    out = []
+    for name, values in grid.items():
+        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(set(nums)) < 2 or len(nums) != len(values) or name not in choice:
+            continue
+        if choice[name] in (min(nums), max(nums)):
+            out.append(name)
+    return sorted(out)
+
+
+def _metric_id(text: Any) -> str | None:
+    if not isinstance(text, str):
+        return None
+    m = _OLD_METRIC.match(text)
+    return m.group(1) if m else (text if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text) else None)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _parse(path: str, sel: dict[str, Any], objective: str) -> Selection | None:
+    """A record's ``hparam_selection`` as a :class:`Selection` (None when it holds no scores); a malformed
+    score entry is a RecordError naming it."""
+    scores = sel.get("scores") or []
+    if not scores or not isinstance(sel.get("grid"), dict) or not isinstance(sel.get("choice"), dict):
+        return None
+    points = []
+    for i, e in enumerate(scores):
+        where = f"hparam_selection.scores[{i}]"
+        if not isinstance(e, dict) or not isinstance(e.get("hparams"), dict):
+            raise RecordError(path, where, 'a mapping {"hparams": {...}, "val": number, "val_by_seed": {...}}', e)
+        by_seed = e.get("val_by_seed")
+        if by_seed is not None and (not isinstance(by_seed, dict) or not all(map(_finite, by_seed.values()))):
+            raise RecordError(path, f"{where}.val_by_seed", "a mapping seed -> finite number", by_seed)
+        val = e.get("val")
+        if val is None and by_seed:
+            val = math.fsum(by_seed.values()) / len(by_seed)
+        if not _finite(val):
+            raise RecordError(path, f"{where}.val", "a finite number (the mean validation score)", val)
+        n = len(by_seed) if by_seed else max(1, len(sel.get("seeds") or []))
+        points.append((dict(e["hparams"]), float(val), n))
+    grid = {str(k): list(v) if isinstance(v, list) else [v] for k, v in sel["grid"].items()}
+    edge = sel.get("at_edge")
+    edge = sorted(map(str, edge)) if isinstance(edge, list) else edge_keys(grid, sel["choice"])
+    return Selection(objective, _metric_id(sel.get("metric")), grid, points, dict(sel["choice"]), edge,
+                     seeds=list(sel.get("seeds") or ([sel["seed"]] if "seed" in sel else [])))
+
+
+def selections(view: GroupView) -> list[Selection]:
+    """Per objective of the group (merged aliases included, sorted) whose runs carry a selection: the newest
+    run's, with the number of distinct selections among its runs."""
+    out = []
+    for o in view.objectives:
+        recs = [r for r in oldest_first(view.recs) if r.objective == o and isinstance(r.raw.get("hparam_selection"), dict)]
+        if not recs:
+            continue
+        sel = _parse(recs[-1].path, recs[-1].raw["hparam_selection"], o)
+        if sel is None:
+            continue
+        sel.variants = len({canonical_json(r.raw["hparam_selection"], compact=True, default=None) for r in recs})
+        out.append(sel)
+    return out
+
+
+def _grid_key(sel: Selection) -> str:
+    return canonical_json({"metric": sel.metric, "grid": sel.grid}, compact=True, default=None)
+
+
+def tables(view: GroupView) -> list[tuple[str | None, dict[str, list[Any]], list[Selection]]]:
+    """The selections grouped by (metric, grid), in order of first appearance: one table (and panel) each."""
+    groups: dict[str, tuple[str | None, dict[str, list[Any]], list[Selection]]] = {}
+    for sel in selections(view):
+        groups.setdefault(_grid_key(sel), (sel.metric, sel.grid, []))[2].append(sel)
+    return list(groups.values())
+
+
+def _unit(view: GroupView, metric: str | None) -> str:
+    if metric is None:
+        return "raw"
+    if any(m.id == metric for m in view.metrics):
+        return view.info(metric).unit
+    from fusebench import metrics as M
+    from fusebench.registry import UnknownNameError
+
+    try:
+        return M.metadata(metric)["unit"]
+    except (UnknownNameError, KeyError):
+        return "raw"
+
+
+def _point_label(grid: dict[str, list[Any]], hparams: dict[str, Any]) -> str:
+    return ", ".join(md_text(hparams.get(k)) for k in grid)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return canonical_json(a, compact=True, default=None) == canonical_json(b, compact=True, default=None)
+
+
+def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> list[str]:
+    """The board's sensitivity section ([] for a pipeline check or a group without a tuned objective)."""
+    if not view.ranked:
+        return []
+    found = tables(view)
+    if not found:
+        return []
+    h = "#" * level
+    out = ["", f"{h} Hyper-parameter sensitivity", "",
+           "Validation score of every grid point of each tuned objective: the mean over its selection seeds (runs "
+           "on their own train / val splits, never an evaluation seed), read from the runs' `hparam_selection`; "
+           "**bold ✓** marks the chosen point (the best mean; ties: the first in grid order). Only validation "
+           "scores are shown: no test score of a selection run is read. Metrics marked (%) are fractions shown x100."]
+    any_edge = False
+    for metric, grid, sels in found:
+        edges = []
+        unit = _unit(view, metric)
+        points = [p[0] for p in sels[0].points]
+        seeds = sorted({n for s in sels for _, _, n in s.points})
+        what = md_code(metric) if metric else "the selection metric (not recorded)"
+        out += ["", f"Grid {' × '.join(md_code(k) for k in grid)}; validation {what}"
+                    f"{' (%)' if unit == 'fraction' else ''}, mean over {'/'.join(map(str, seeds))} selection seed(s):", ""]
+        head = ["objective"] + [_point_label(grid, p) for p in points]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for sel in sels:
+            cells = []
+            for p in points:
+                hit = next((v for hp, v, _ in sel.points if _same(hp, p)), None)
+                if hit is None:
+                    cells.append("—")
+                    continue
+                text = fmt_value(unit, hit)
+                cells.append(f"**{text} ✓**" if _same({k: p.get(k) for k in sel.choice}, sel.choice) else text)
+            label = f"`{sel.objective}`" + (f" ({sel.variants} different selections in its runs; the newest shown)"
+                                            if sel.variants > 1 else "")
+            out.append("| " + " | ".join([label] + cells) + " |")
+            for k in sel.edge:
+                values = [v for v in grid.get(k, []) if _finite(v)]
+                side = "smallest" if values and sel.choice.get(k) == min(values) else "largest"
+                edges.append(f"`{sel.objective}` ({md_text(k)} = {md_text(sel.choice.get(k))}, {side})")
+        if edges:
+            any_edge = True
+            out += ["", f"Chosen on an edge of this grid (the optimum may lie outside it): {', '.join(edges)}."]
+    if not any_edge:
+        out += ["", "Every chosen point lies inside its grid."]
+    if plot_name:
+        out += ["", f"![hyper-parameter sensitivity]({plot_name})"]
+    return out
+
+
+def has_plot(view: GroupView) -> bool:
+    """Whether the group's board has a sensitivity plot (a ranked group with a tuned objective)."""
+    return view.ranked and bool(tables(view))
+
+
+def plot_sensitivity(view: GroupView, path: Path) -> bool:
+    """One panel per table of :func:`section_lines`: each objective's mean validation score against the grid
+    points (in grid order), the chosen point a star. Deterministic; the PNG carries a hash of its inputs and
+    is left untouched when that hash is unchanged (like the curves plot); written atomically. Returns False
+    (writing nothing) when there is nothing to plot."""
+    from fusebench.leaderboard.plots import PLOT_KEY, png_text
+
+    found = tables(view) if view.ranked else []
+    if not found:
+        return False
+    data = [{"metric": metric, "unit": _unit(view, metric), "grid": grid,
+             "rows": [{"objective": s.objective, "points": [[hp, v] for hp, v, _ in s.points], "choice": s.choice}
+                      for s in sels]} for metric, grid, sels in found]
+    key = sha256_hex(canonical_json({"v": SENSITIVITY_PLOT_VERSION, "name": view.name, "panels": data},
+                                    compact=False, default=None))
+    if png_text(path).get(PLOT_KEY) == key:
+        return True
+    from matplotlib.figure import Figure
+
+    cols = min(2, len(data))
+    rows = -(-len(data) // cols)
+    fig = Figure(figsize=(5.2 * cols, 3.2 * rows), dpi=90)
+    for i, panel in enumerate(data):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        scale = 100.0 if panel["unit"] == "fraction" else 1.0
+        labels = [", ".join(str(hp.get(k)) for k in panel["grid"]) for hp, _ in panel["rows"][0]["points"]]
+        for j, row in enumerate(panel["rows"]):
+            xs = list(range(len(row["points"])))
+            ys = [scale * v for _, v in row["points"]]
+            ax.plot(xs, ys, color=f"C{j % 10}", linewidth=1.0, marker="o", markersize=3, label=row["objective"])
+            for x, (hp, v) in zip(xs, row["points"]):
+                if all(_same(hp.get(k), c) for k, c in row["choice"].items()):
+                    ax.plot([x], [scale * v], color=f"C{j % 10}", marker="*", markersize=11, linestyle="none")
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, fontsize=6, rotation=30 if len(labels) > 4 else 0)
+        ax.set_xlabel(" x ".join(panel["grid"]), fontsize=7)
+        ax.set_ylabel(f"validation {panel['metric'] or '?'}{' (%)' if panel['unit'] == 'fraction' else ''}",
+                      fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=5, ncol=2, loc="best")
+    fig.suptitle(f"{view.name}: validation score per grid point (mean over selection seeds); star = chosen",
+                 fontsize=9)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", metadata={"Software": None, PLOT_KEY: key}))
+    return True

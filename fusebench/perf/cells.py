@@ -1,0 +1,123 @@
+"""``fusebench bench cells [--old DIR] [--data-root DIR]``: CPU seconds of whole cells, one checkout against another.
+
+Each case is one ``fusebench run`` in a fresh interpreter, imports included, records written to a temporary
+folder: ``quickstart`` (one cell: ``--objective infonce_pwe --seeds 0``) and ``mv-hw2sources`` (the same cell
+with its hyperparameter-selection trials, read from ``--data-root``, the folder of ``HW2sources.mat``; left out
+without it). The figure is the CPU time of the child process (user + system, ``getrusage``), which other
+processes on the machine do not inflate as they inflate wall time; wall time is shown beside it.
+
+``--old DIR`` runs every case in another checkout too, first, in the same invocation (``git worktree add
+/tmp/old <commit>`` makes one): its ``fusebench`` and its ``benchmarks/``, ``datasets/``, ``encoders/``,
+``objectives/`` packages are imported from DIR (an editable install maps those packages to the installed
+checkout whatever ``PYTHONPATH`` says; the child is started through a launcher that maps them to DIR). The
+table gives new / old per case, and whether the two checkouts' records agree on every metric (a
+protocol change between the checkouts, e.g. another hyperparameter grid, shows there and in the trial
+counts). ``--set KEY=VALUE`` is passed to the mv-hw2sources runs of both checkouts (e.g. the same selection
+grid, where the checkouts' specs differ).
+``--threads`` sets ``OMP_NUM_THREADS`` of the children (default 1). docs/speed.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: the package directories an editable install maps (setuptools' finder), relative to a checkout
+MAPPED = {"fusebench": "fusebench", "fusebench.benchmarks": "benchmarks", "fusebench.datasets": "datasets",
+          "fusebench.encoders": "encoders", "fusebench.objectives": "objectives"}
+
+LAUNCHER = """
+import importlib.abc, importlib.util, runpy, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+mapped = {MAPPED!r}
+
+class _Checkout(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name in mapped:
+            init = root / mapped[name] / "__init__.py"
+            return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
+        return None
+
+sys.meta_path.insert(0, _Checkout())
+sys.path.insert(0, str(root))
+sys.argv = ["fusebench"] + sys.argv[2:]
+runpy.run_module("fusebench", run_name="__main__")
+"""
+
+
+def _cases(data_root: str | None, sets: list[str]) -> list[tuple[str, list[str]]]:
+    cases = [("quickstart cell", ["quickstart", "--objective", "infonce_pwe", "--seeds", "0"])]
+    if data_root:
+        cases.append(("mv-hw2sources cell + selection trials",
+                      ["mv-hw2sources", "--objective", "infonce_pwe", "--seeds", "0", "--data-root", data_root]
+                      + [a for s in sets for a in ("--set", s)]))
+    return cases
+
+
+def run_case(root: Path | None, args: list[str], out: Path, threads: int) -> dict[str, Any]:
+    """One ``fusebench run`` of checkout ``root`` (None: this one) in a child process -> ``{"cpu_s", "wall_s",
+    "records": {relative path: metrics}}``."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    cmd = [sys.executable]
+    if root is not None:
+        launcher = out.parent / "launcher.py"
+        launcher.write_text(LAUNCHER.replace("{MAPPED!r}", repr(MAPPED)))
+        cmd += [str(launcher), str(root)]
+    else:
+        cmd += ["-m", "fusebench"]
+    cmd += ["run", *args, "--out", str(out), "--no-progress"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(root or Path.cwd()))
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    records = {str(p.relative_to(out)): json.loads(p.read_text()).get("metrics")
+               for p in sorted(out.rglob("run.json"))}
+    return {"cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), "wall_s": wall,
+            "records": records}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fusebench bench cells", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--old", type=Path, default=None, help="another checkout (e.g. a git worktree of the "
+                        "commit before a change), run first")
+    parser.add_argument("--data-root", default=None, help="folder of HW2sources.mat (without it: quickstart only)")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (default 1)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="spec override for the mv-hw2sources runs of both checkouts (repeatable)")
+    ns = parser.parse_args(argv)
+    trees: list[tuple[str, Path | None]] = ([("old", ns.old.resolve())] if ns.old is not None else []) + [("new", None)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fusebench-bench-cells-") as tmp:
+        for name, args in _cases(str(Path(ns.data_root).resolve()) if ns.data_root else None, ns.sets):
+            got = {}
+            for label, root in trees:
+                folder = Path(tmp) / label / name.split()[0]
+                folder.mkdir(parents=True)
+                got[label] = run_case(root, args, folder / "runs", ns.threads)
+            rows.append((name, got))
+    print(f"CPU seconds (user + system) of one `fusebench run` per case, imports included, OMP_NUM_THREADS="
+          f"{ns.threads}; wall seconds in brackets")
+    head = "| case | " + " | ".join(f"{label} CPU s (wall)" for label, _ in trees) + " | runs |"
+    head += " new / old CPU | same metrics |" if ns.old is not None else ""
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for name, got in rows:
+        cells = [f"{got[label]['cpu_s']:.1f} ({got[label]['wall_s']:.1f})" for label, _ in trees]
+        line = f"| {name} | " + " | ".join(cells) + " | " + " / ".join(str(len(got[label]["records"])) for label, _ in trees) + " |"
+        if ns.old is not None:
+            same = got["old"]["records"] == got["new"]["records"]
+            line += f" {got['new']['cpu_s'] / got['old']['cpu_s']:.2f} | {'yes' if same else 'no'} |"
+        print(line)
+    return 0

@@ -1,0 +1,106 @@
+"""Migrate run records to hash schema 3, once (issue #29): ``python scripts/migrate_hash_schema_3.py DIR...``.
+
+Hash schema 3 (``fusebench/training/config.py``) keeps schema 2's canonical form and hashes per cell only
+what the cell computes with: schema 2's identity without the fields the cell's pipeline does not apply
+(``Pipeline.applies``: for ``gaussian_mi`` e.g. ``pretrain.batch_size``), without the options of the
+pretraining methods that do not join the objective's runs, and without ``pretrain.selection_seed`` when
+``pretrain.selection_seeds`` is set. The spec loader also stops recording ``dataset.synthetic_spec`` for
+runs on real data (the generator is not used).
+
+For every ``run.json`` under the given folders (hidden ``.selection`` trial folders included) at hash
+schema 2 this checks that its stored ``config_hash`` is the schema-2 hash of its own ``config`` (the record
+is intact), then rewrites exactly these fields and nothing else:
+
+* ``config.dataset.synthetic_spec``: ``{}`` when the record was made on real data (``dataset.synthetic``
+  false, the spec not ``synthetic_only``); unchanged otherwise;
+* ``config_hash``: :func:`fusebench.training.config.config_hash` of the config and the objective, schema 3;
+* ``hash_schema``: ``3``;
+* ``comparability_key``: recomputed (schema-2 records; it changes only where the config did).
+
+Each file is rewritten atomically; a record already at hash schema 3 is left alone (the script may be run
+again). Nothing is written until every record of every folder has been converted and validated.
+``--check`` converts and reports only: how many records there are, how many of them get a new hash (the
+old and new hash differ), per benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from fusebench.io import atomic_write_json
+from fusebench.records import comparability_key, validate_record
+from fusebench.training.config import HASH_SCHEMA_VERSION, config_hash
+
+FROM_SCHEMA = 2
+
+
+def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """The record at hash schema 3 (a new dict), or None when it is there already. ValueError for a record
+    that is not at schema 2 or whose stored hash is not the schema-2 hash of its config."""
+    schema = record.get("hash_schema")
+    if schema == HASH_SCHEMA_VERSION:
+        return None
+    if schema != FROM_SCHEMA:
+        raise ValueError(f"{where}: hash_schema {schema!r}: only schema-{FROM_SCHEMA} records are migrated (run "
+                         "scripts/migrate_hash_schema_2.py first)")
+    config, objective = record["config"], record["objective"]
+    if record.get("config_hash") != config_hash(config, objective, FROM_SCHEMA):
+        raise ValueError(f"{where}: config_hash {record.get('config_hash')!r} is not the schema-{FROM_SCHEMA} hash of "
+                         "the record's config (was the record edited?)")
+    out = dict(record)
+    new = copy.deepcopy(config)
+    ds_cfg, ds = new.get("dataset"), record.get("dataset")
+    real = isinstance(ds, dict) and ds.get("synthetic") is False
+    if real and isinstance(ds_cfg, dict) and not ds_cfg.get("synthetic_only") and ds_cfg.get("synthetic_spec"):
+        ds_cfg["synthetic_spec"] = {}  # the generator was not used: not part of what the run computed
+    out["config"] = new
+    out["config_hash"] = config_hash(new, objective, HASH_SCHEMA_VERSION)
+    out["hash_schema"] = HASH_SCHEMA_VERSION
+    if record.get("schema_version", 1) >= 2:
+        out["comparability_key"] = comparability_key(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folders", nargs="+", type=Path, help="runs folders (e.g. leaderboards/runs leaderboards/runs-kviews)")
+    p.add_argument("--check", action="store_true", help="convert and report only; write nothing")
+    args = p.parse_args(argv)
+    todo: list[tuple[Path, dict[str, Any]]] = []
+    seen = 0
+    changed: Counter[str] = Counter()
+    for folder in args.folders:
+        if not folder.is_dir():
+            print(f"error: {folder} is not a folder", file=sys.stderr)
+            return 2
+        for path in sorted(folder.rglob("run.json")):
+            seen += 1
+            rec = json.loads(path.read_text())
+            try:
+                new = migrate(rec, str(path))
+                if new is not None:
+                    validate_record(new, path)
+            except (ValueError, KeyError, TypeError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            if new is not None:
+                todo.append((path, new))
+                if new["config_hash"] != rec["config_hash"]:
+                    changed[str(rec.get("benchmark"))] += 1
+    print(f"{seen} record(s): {len(todo)} to migrate to hash schema {HASH_SCHEMA_VERSION}, {seen - len(todo)} there "
+          f"already; {sum(changed.values())} get a new config_hash"
+          + (" (" + ", ".join(f"{b}: {n}" for b, n in sorted(changed.items())) + ")" if changed else ""))
+    if not args.check:
+        for path, new in todo:
+            atomic_write_json(path, new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

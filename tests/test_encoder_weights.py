@@ -1,0 +1,194 @@
+"""Your own encoder as a named row (issue #32, item 3): ``fusebench run B --encoder-weights NAME=PATH``
+(Python: ``fusebench.run(B, encoder_weights={NAME: PATH})``; spec field ``encoder_weights``).
+
+* Round trip: a run's ``best.pt`` -- which the embedding protocol now writes too, as README promises -- passed
+  back as ``mine=best.pt`` gives that run's metrics and diagnostics exactly, on the embedding protocol and on
+  the linear probe; and they differ from the random-init row ``none`` of the same seed (which is what a row
+  whose weights silently did not load would give: same seed, same initialisation).
+* The record names the file (its sha256, computed here with hashlib, and its path) and the encoder config;
+  the cells' config hash follows the file's content, not its path, and leaves every other row's hash as it was.
+* Refused before any work (no folder written under --out): weights that do not fit, with the missing,
+  unexpected and reshaped parameter names the test itself made; a row name that is an objective or a
+  reference row id, or not an id; a pickle that would run code (it is never run: weights_only=True).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusebench
+from fusebench import benchmarks, encoders
+from fusebench.training.config import ConfigError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
+
+EMB = "mv-hw2sources"  # embedding_eval protocol; its synthetic twin runs in seconds
+LP = "quickstart"  # linear_probe protocol
+LP_SET = {"pretrain.epochs": 1, "downstream.epochs": 2}
+DIMS = {"view0": 784, "view1": 256}  # the views of mv-hw2sources' synthetic twin (the MNIST / USPS image sizes)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _record(out: Path, bench: str, row: str, seed: int = 0) -> dict:
+    return json.loads((out / bench / row / f"seed{seed}" / "run.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def emb_runs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("emb")
+    fusebench.run(EMB, objective=["infonce_pwe", "none"], seeds=[0], out=out, synthetic=True, progress=False)
+    return out
+
+
+def test_embedding_protocol_keeps_best_pt_and_round_trips(emb_runs: Path, tmp_path: Path) -> None:
+    best = emb_runs / EMB / "infonce_pwe" / "seed0" / "best.pt"
+    assert best.is_file(), "the embedding protocol must keep best.pt (README: every run writes last.pt / best.pt)"
+    moved = tmp_path / "my encoder.pt"  # a copy elsewhere: the row names this file
+    shutil.copyfile(best, moved)
+    fusebench.run(EMB, objective=["mine"], seeds=[0], out=emb_runs, synthetic=True, progress=False,
+                  encoder_weights={"mine": str(moved)})
+    mine, src, none = (_record(emb_runs, EMB, r) for r in ("mine", "infonce_pwe", "none"))
+    assert mine["metrics"] == src["metrics"]
+    assert mine["diagnostics"] == src["diagnostics"]
+    assert mine["metrics"] != none["metrics"] and mine["diagnostics"] != none["diagnostics"]
+    w = mine["encoder_weights"]
+    assert w["name"] == "mine" and w["path"] == str(moved.resolve()) and w["sha256"] == _sha(moved)
+    assert w["encoder"]["id"] == "mlp" and w["encoder"]["config"]["num_features"] == 16
+    assert mine["versions"]["objective"] == "sha256:" + _sha(moved)[:16]
+    assert mine["budget"]["optimizer_steps"] == 0
+    # the row's own best.pt holds the same encoder again
+    again = torch.load(emb_runs / EMB / "mine" / "seed0" / "best.pt", weights_only=True)["model"]
+    first = torch.load(best, weights_only=True)["model"]
+    assert all(torch.equal(first[k], again[k]) for k in first if k.startswith("backbone."))
+    # on the board as its own row, ranked beside the others (one comparability group)
+    from fusebench.leaderboard import write_leaderboards
+
+    write_leaderboards(emb_runs, tmp_path / "boards", formats=("md",))
+    assert "| `mine` |" in (tmp_path / "boards" / f"{EMB}.md").read_text()
+
+
+def test_linear_probe_round_trip(tmp_path: Path) -> None:
+    fusebench.run(LP, objective=["infonce_pwe", "none"], seeds=[0], out=tmp_path, overrides=dict(LP_SET),
+                  progress=False)
+    best = tmp_path / LP / "infonce_pwe" / "seed0" / "best.pt"
+    from fusebench.training.cli import main
+
+    assert main([LP, "--objective", "mine", "--seeds", "0", "--out", str(tmp_path), "--no-progress",
+                 "--encoder-weights", f"mine={best}", "--set", "pretrain.epochs=1", "--set", "downstream.epochs=2"]) == 0
+    mine, src, none = (_record(tmp_path, LP, r) for r in ("mine", "infonce_pwe", "none"))
+    # the same encoder and, built right after the same seed, the same initial head: the same probe
+    assert mine["metrics"] == src["metrics"] and mine["metrics"] != none["metrics"]
+    assert mine["encoder_weights"]["sha256"] == _sha(best)
+
+
+def test_hash_follows_the_content_not_the_path(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a.pt", tmp_path / "sub" / "b.pt", tmp_path / "c.pt"
+    b.parent.mkdir()
+    torch.save({"w": torch.zeros(2)}, a)
+    shutil.copyfile(a, b)
+    torch.save({"w": torch.ones(2)}, c)
+    plain = benchmarks.load(LP)
+    at_a = benchmarks.load(LP, overrides={"encoder_weights.mine": str(a)})
+    at_b = benchmarks.load(LP, overrides={"encoder_weights.mine": str(b)})
+    at_c = benchmarks.load(LP, overrides={"encoder_weights.mine": str(c)})
+    assert at_a.encoder_weights["mine"] == {"path": str(a.resolve()), "sha256": _sha(a)}
+    assert at_a.hash("mine") == at_b.hash("mine") != at_c.hash("mine")
+    assert at_a.hash("infonce_pwe") == plain.hash("infonce_pwe")  # the other rows keep their hashes
+
+
+def _mlp_state(hidden: int = 128) -> dict[str, torch.Tensor]:
+    """The state of the encoder mv-hw2sources' synthetic twin builds (views of 784 and 256 dims, 8 classes)."""
+    torch.manual_seed(0)
+    enc = encoders.build("mlp", num_features=16, hidden=hidden, modalities=DIMS, num_classes=8)
+    return {k: v.clone() for k, v in enc.state_dict().items()}
+
+
+def test_the_encoder_built_here_is_the_cells() -> None:  # what _mlp_state builds is what the cell builds
+    from fusebench.training.data import build_datasets
+    from fusebench.training.standard import encoder_config
+
+    spec = benchmarks.load(EMB, synthetic=True)
+    cfg = encoder_config(spec, build_datasets(spec, True, None, 0, roles=("train",))["train"])
+    assert cfg == {"num_features": 16, "hidden": 128, "modalities": DIMS, "num_classes": 8}
+
+
+def test_weights_that_do_not_fit_are_refused_before_any_work(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    state = _mlp_state()
+    names = sorted(state)
+    dropped, reshaped = names[0], names[-1]
+    del state[dropped]
+    state[reshaped] = torch.zeros(*state[reshaped].shape[:-1], state[reshaped].shape[-1] + 1)
+    state["extra.weight"] = torch.zeros(3)
+    path = tmp_path / "bad.safetensors"
+    save_file(state, str(path))
+    out = tmp_path / "runs"
+    with pytest.raises(ConfigError) as e:
+        fusebench.run(EMB, objective=["mine"], seeds=[0], out=out, synthetic=True, progress=False,
+                      encoder_weights={"mine": str(path)})
+    msg = str(e.value)
+    assert f"missing from the file: {dropped}" in msg
+    assert "unexpected (not in the encoder): extra.weight" in msg
+    assert f"shape mismatch: {reshaped} (file" in msg
+    assert not (out / EMB).exists()  # no cell folder, no record: refused before any work
+    # the same file with the right tensors loads (safetensors read back as the encoder's state)
+    save_file(_mlp_state(), str(path))
+    fusebench.run(EMB, objective=["mine"], seeds=[0], out=out, synthetic=True, progress=False,
+                  encoder_weights={"mine": str(path)})
+    assert _record(out, EMB, "mine")["encoder_weights"]["sha256"] == _sha(path)
+
+
+@pytest.mark.parametrize("name,why", [("m3g", "is an objective id"), ("raw", "is a reference row id"),
+                                      ("none", "is a reference row id"), ("Mine", "is not an id"),
+                                      ("../up", "is not an id")])
+def test_row_names_that_collide_are_refused(tmp_path: Path, name: str, why: str) -> None:
+    path = tmp_path / "w.pt"
+    torch.save(_mlp_state(), path)
+    out = tmp_path / "runs"
+    with pytest.raises(ConfigError, match=why):
+        fusebench.run(EMB, seeds=[0], out=out, synthetic=True, progress=False, encoder_weights={name: str(path)})
+    assert not out.exists()
+
+
+class _Evil:
+    """Pickled with a reduce that would create a file when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_pickle_is_never_trusted(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {"layer.weight": torch.zeros(1)}, "payload": _Evil(marker)}, path)
+    with pytest.raises(ConfigError, match="weights_only=True"):
+        fusebench.run(EMB, objective=["mine"], seeds=[0], out=tmp_path / "runs", synthetic=True, progress=False,
+                      encoder_weights={"mine": str(path)})
+    assert not marker.exists()
+    assert not (tmp_path / "runs" / EMB).exists()
+
+
+def test_cli_flag_shape_and_missing_file(tmp_path: Path, capsys) -> None:
+    from fusebench.training.cli import main
+
+    with pytest.raises(SystemExit):
+        main([EMB, "--synthetic", "--encoder-weights", "no-equals-sign"])
+    assert main([EMB, "--synthetic", "--out", str(tmp_path), "--encoder-weights",
+                 f"mine={tmp_path / 'nope.pt'}"]) == 2
+    assert "is not a file" in capsys.readouterr().err
+    assert main([EMB, "--synthetic", "--out", str(tmp_path), "--encoder-weights", f"a={tmp_path}",
+                 "--encoder-weights", f"a={tmp_path}"]) == 2
+    assert "given twice" in capsys.readouterr().err

@@ -1,0 +1,244 @@
+"""Nothing starts that cannot finish (issue 29 item 6, issue 31 item 2): M3G's n^k memory against a budget,
+and progress lines from the long phases of a large file.
+
+The hostile input: M3G on a 10-view file (the multiview benchmark pretrains it at batch 16), which passed
+14.8 GB within a minute on a 24 GB machine; a 1e6-sample file that printed nothing for 400 s."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fusebench import benchmarks
+from fusebench.objectives import build
+from fusebench.training import memory_budget, progress
+from fusebench.training.config import ConfigError
+from fusebench.training.memory_budget import ENV_BUDGET, check_memory_budget, largest_chunk
+
+GIB = 2**30
+
+# one loss call (forward + backward) in a fresh process: the growth of its resident memory (peak RSS minus
+# the RSS just before the call) -- what the OS sees, torch's CPU allocator and the heap's fragmentation included
+_MEASURE = r"""
+import json, resource, sys, warnings
+import torch
+k, n, d, eps, solver, cost, dtype = json.loads(sys.argv[1])
+torch.set_num_threads(1)
+from fusebench.objectives import build
+dt = getattr(torch, dtype)
+m = build("m3g", eps=eps, solver=solver, cost=cost, backend="eager", max_iter=30)
+g = torch.Generator().manual_seed(0)
+x = (torch.randn(1, n, d, generator=g, dtype=dt) + 0.5 * torch.randn(k, n, d, generator=g, dtype=dt)).requires_grad_()
+with open("/proc/self/statm") as f:
+    before = int(f.read().split()[1]) * resource.getpagesize()
+warnings.simplefilter("ignore")
+m(x).backward()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"grown": peak - before, "declared": m.memory_bytes(n, k, dt, d),
+                  "scaling_domain": m.stats.get("scaling_domain")}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="measures resident memory through /proc (Linux)")
+@pytest.mark.parametrize("k,n,eps,solver,cost,dtype", [
+    (6, 32, 0.2, "auto", "cv", "float32"),        # the default path: scaling-domain plan, pairwise stages
+    (10, 8, 0.005, "auto", "cv", "float32"),      # k = 10; small eps: the range guard hands it to the log domain
+    (4, 40, 0.2, "reference", "cv", "float32"),   # the n^k cost tensor and its working copies
+    (5, 20, 0.2, "reference", "csd", "float64"),  # csd: two more n^k tensors kept for backward
+])
+def test_m3g_declared_memory_covers_the_measured_peak(k, n, eps, solver, cost, dtype):
+    out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps([k, n, 32, eps, solver, cost, dtype])],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if eps < 0.01:
+        assert got["scaling_domain"] == 0.0  # the log-domain fallback really ran
+    grown, declared = got["grown"], got["declared"]
+    assert grown > 40 * 2**20, "the problem is too small to measure"
+    assert declared >= grown, f"declared {declared / 2**20:.0f} MiB < measured {grown / 2**20:.0f} MiB"
+    assert declared <= 4 * grown, f"declared {declared / 2**20:.0f} MiB, measured only {grown / 2**20:.0f} MiB"
+
+
+def test_m3g_at_ten_views_declares_what_the_issue_saw():
+    # batch 16 (multiview.yaml's objective_batch_size.m3g), k = 10, float32: the process passed 14.8 GB
+    assert build("m3g", eps=0.2).memory_bytes(16, 10, torch.float32, 32) >= 14.8e9
+    # the reference solver refuses n^k > 2^26 when called; the declaration says so before
+    with pytest.raises(ValueError, match="materialises n\\^k = 16\\^10"):
+        build("m3g", eps=0.2, cost="csd").memory_bytes(16, 10)
+
+
+def test_largest_chunk_follows_the_pretrainer():
+    # Pretrainer: consecutive chunks of `micro`, a last chunk of one sample joins the one before
+    assert largest_chunk(16, None) == 16
+    assert largest_chunk(16, 12) == 12   # 12 + 4
+    assert largest_chunk(13, 4) == 5     # 4 + 4 + 5
+    assert largest_chunk(16, 5) == 6     # 5 + 5 + 6
+    assert largest_chunk(8, 16) == 8
+
+
+def _ten_view_mat(path: Path, n: int = 60, k: int = 10) -> Path:
+    scipy_io = pytest.importorskip("scipy.io")
+    rng = np.random.default_rng(0)
+    y = np.arange(n) % 3
+    views = np.empty((1, k), dtype=object)
+    for v in range(k):
+        views[0, v] = rng.standard_normal((n, 4 + v)) + y[:, None]
+    scipy_io.savemat(str(path), {"X": views, "Y": (y + 1.0)[:, None]})
+    return path
+
+
+def test_ten_view_m3g_sweep_is_refused_before_any_cell(tmp_path, monkeypatch):
+    from fusebench.training import runner, standard
+
+    monkeypatch.setenv(ENV_BUDGET, "4")
+    started = []
+    monkeypatch.setattr(standard.StandardCell, "pretrain", lambda self: started.append(self) or (_ for _ in ()).throw(
+        AssertionError("a cell started")))  # never reached: on the old code this stops the cell before training
+    data = _ten_view_mat(tmp_path / "ten.mat")
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError) as err:
+        runner.run("multiview", objective=["mv_infonce", "m3g"], seeds=[0], data_root=str(data), out=out,
+                   progress=False, device="cpu")
+    msg = str(err.value)
+    assert not started and not list(out.rglob("run.json")) and not list(out.rglob("failed.json"))
+    assert "'m3g' on k = 10 views at batch 16" in msg and "over the memory budget of 4.00 GiB" in msg
+    assert "objective 'mv_infonce'" not in msg  # its cost is not n^k: only m3g is named
+    fits = int(msg.split("largest micro-batch that fits is ")[1].split(":")[0])
+    assert f"--set pretrain.objective_micro_batch.m3g={fits}" in msg
+    # the suggestion fits the budget, one more sample per chunk does not (the declaration at k = 10, d = 32)
+    m3g = build("m3g", eps=0.2)
+    assert m3g.memory_bytes(largest_chunk(16, fits), 10, torch.float32, 32) <= 4 * GIB
+    assert m3g.memory_bytes(largest_chunk(16, fits + 1), 10, torch.float32, 32) > 4 * GIB
+    # with the suggested micro-batch the same sweep passes the check
+    spec = benchmarks.load("multiview", overrides={"pretrain.objective_micro_batch": {"m3g": fits}})
+    spec.dataset.modalities = [f"view{v}" for v in range(10)]
+    check_memory_budget(spec, ["mv_infonce", "m3g"], "cpu")
+
+
+def test_no_micro_batch_fits_says_so(monkeypatch):
+    monkeypatch.setenv(ENV_BUDGET, "0.0001")  # 0.1 MiB: 2 samples of 12 views need 0.11 MiB
+    spec = benchmarks.load("multiview")
+    spec.dataset.modalities = [f"view{v}" for v in range(12)]  # ProteinFold's k = 12
+    with pytest.raises(ConfigError, match="no micro-batch fits .*leave m3g out"):
+        check_memory_budget(spec, ["m3g"], "cpu")
+
+
+def test_budget_from_the_process_memory(monkeypatch):
+    monkeypatch.delenv(ENV_BUDGET, raising=False)
+    monkeypatch.setattr(memory_budget, "_mem_available", lambda: 20 * GIB)
+    monkeypatch.setattr(memory_budget, "_cgroup_room", lambda: 6 * GIB)  # a container limit below MemAvailable
+    budget, source = memory_budget.memory_budget("cpu")
+    assert budget == 3 * GIB and "cgroup" in source and ENV_BUDGET in source
+    monkeypatch.setattr(memory_budget, "_cgroup_room", lambda: None)
+    assert memory_budget.memory_budget("cpu")[0] == 10 * GIB
+    for bad in ("lots", "0", "-2", "nan"):
+        monkeypatch.setenv(ENV_BUDGET, bad)
+        with pytest.raises(ConfigError, match=ENV_BUDGET):
+            memory_budget.memory_budget("cpu")
+    monkeypatch.setenv(ENV_BUDGET, "inf")  # the check switched off
+    assert math.isinf(memory_budget.memory_budget("cpu")[0])
+
+
+# ---- progress of long phases ------------------------------------------------------------------
+def _recorder():
+    """(lines written, an event set at the first line, the writer)."""
+    lines, said = [], threading.Event()
+
+    def write(line):
+        lines.append(line)
+        said.set()
+
+    return lines, said, write
+
+
+def test_a_long_phase_reports_while_it_runs(monkeypatch):
+    monkeypatch.setenv(progress.ENV_PHASE_AFTER, "0")
+    lines, said, write = _recorder()
+    with progress.cell("mv/m3g/seed0", True), progress.phase("standardising", write=write):
+        assert said.wait(60), "nothing said while the phase ran"
+    assert lines[0].startswith("[fusebench] mv/m3g/seed0 standardising: running for")
+    assert lines[-1].startswith("[fusebench] mv/m3g/seed0 standardising: done in")
+    quiet = []
+    with progress.cell("x", False), progress.phase("standardising", write=quiet.append):
+        pass
+    assert quiet == []
+
+
+def test_reading_a_split_reports_while_the_adapter_reads(monkeypatch):
+    """The splits are read (and standardised) inside the adapter's constructor: a slow one is said while it runs."""
+    from fusebench import datasets
+    from fusebench.training.data import build_datasets
+
+    monkeypatch.setenv(progress.ENV_PHASE_AFTER, "0")
+    lines, said, write = _recorder()
+    monkeypatch.setattr(progress, "say_line", write)
+    real_build = datasets.build
+    during = []
+
+    def slow_build(*args, **kwargs):  # a reader that takes long: it returns once a line has been said (or 30 s)
+        during.append(said.wait(30))
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(datasets, "build", slow_build)
+    progress.phases_enabled(True)
+    spec = benchmarks.load("quickstart", synthetic=True)
+    build_datasets(spec, True, None, 0, roles=("train",))
+    assert during == [True]
+    assert any("reading the train split of quickstart: running for" in line for line in lines)
+
+
+def test_cache_building_and_feature_extraction_report_lines(tmp_path, monkeypatch, capsys):
+    from fusebench.datasets import build as build_dataset
+    from fusebench.datasets.cache import prepare
+    from fusebench.training.evaluate import features
+
+    monkeypatch.setenv(progress.ENV_INTERVAL, "0")  # a line per step
+    monkeypatch.setattr(progress, "is_terminal", lambda: False)  # a log file
+    ds = build_dataset("quickstart", split="val", synthetic=True, use_cache=False, synthetic_spec={"num_samples": 64})
+    prepare(ds, base=tmp_path, progress=True)
+    err = capsys.readouterr().err
+    assert f"[fusebench] prepare quickstart/val: step {len(ds)}/{len(ds)} (100%)" in err
+
+    class Embed(torch.nn.Module):
+        def embed(self, batch):
+            n = len(batch["target"])
+            return torch.zeros(3, n, 2)
+
+    spec = benchmarks.load("quickstart", synthetic=True)
+    spec.downstream.batch_size = 16
+    with progress.cell("qs/none/seed0", True):
+        x, y = features(Embed(), ds, spec, torch.device("cpu"), 0)
+    err = capsys.readouterr().err
+    steps = -(-len(ds) // 16)
+    assert x.shape == (len(ds), 6)
+    assert f"[fusebench] qs/none/seed0 features val: step 1/{steps}" in err
+    assert f"[fusebench] qs/none/seed0 features val: step {steps}/{steps} (100%)" in err
+
+
+def test_the_largest_fitting_micro_batch_is_found_by_bisection_as_a_scan_finds_it() -> None:
+    """A batch of 1e8 samples (tests/test_runner_hardening.py's capped batch) once scanned every micro-batch
+    size one by one; the bisection must give what the plain downward scan gives, on a cost that grows as n^k."""
+    from fusebench.training import memory_budget as mb
+
+    class Cubic:
+        def memory_bytes(self, n, k, dtype, d):
+            return float(n) ** k
+
+    inst = [Cubic()]
+    for batch in (7, 10, 33, 64, 101):
+        for budget in (7.0, 8.0, 9.0, 64.0, 100.0, 1000.0, 5000.0, 1e6):
+            scan = next((m for m in range(batch - 1, 1, -1)
+                         if mb._need(inst, mb.largest_chunk(batch, m), 3, 8)[0] <= budget), None)
+            assert mb._largest_fitting_micro(inst, batch, batch - 1, 3, 8, budget) == scan, (batch, budget)
+    big = mb._largest_fitting_micro(inst, 10**8, 10**8 - 1, 3, 8, 1e12)
+    assert big is not None and big**3 <= 1e12 < (big + 2) ** 3

@@ -1,0 +1,205 @@
+"""Issue #30 item 1: hyper-parameters are selected on what the board ranks, before any evaluation cell,
+and the outcome is a frozen, recorded input of the cells.
+
+* a spec whose ``selection_metric`` differs from ``comparison.primary`` is refused unless it says why;
+* the selection metric defaults to the primary metric (the metric id is the spec's: switching the primary
+  switches what selects, no code change);
+* every grid point's score is the mean over the selection seeds of the trial's validation value of that
+  metric (worked out here from the trials' per-draw few-shot accuracies), and a choice on a grid edge is
+  recorded (``at_edge``);
+* ``<out>/<benchmark>/_selection/<objective>.json`` exists before the first evaluation cell starts, its
+  sha256 is in every record, and a later sweep (resume) reuses it without running a trial again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.training import launchers, selection
+from fusebench.training.cell import ConfigMismatchError
+from fusebench.training.config import ConfigError
+from fusebench.training.request import RunOptions
+from fusebench.training.spec_check import load_spec
+
+GRID = [0.1, 0.5, 1.0]
+FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_acc", "knn_acc", "acc"],
+        "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
+                                   "fewshot_draws": 3, "knn_grid": [1, 5]},
+        "pretrain.grid": {"infonce_pwe": {"tau": GRID}}, "pretrain.selection_seeds": [1000, 1001]}
+
+
+def _ngs(fixtures_dir: Path) -> str:
+    return str(fixtures_dir / "multiview" / "NGs.mat")
+
+
+# ---------------------------------------------------------------------------------------------
+# the spec: default and refusal
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["mv-handwritten", "mv-hw2sources", "mv-leaves100", "mv-ngs"])
+def test_the_real_boards_select_on_their_primary_metric_over_wide_grids(name: str) -> None:
+    spec = load_spec(benchmarks.path(name))
+    assert spec.comparison["primary"] == "fs1_acc" and spec.selection_metric == ""
+    assert spec.primary_metric == "fs1_acc"  # the default: what the board ranks
+    assert spec.to_dict()["selection_metric"] == "fs1_acc"  # resolved in the recorded config (and its hash)
+    assert spec.dataset.outer_test_seed is not None  # item 4: one fixed test split
+    for o, grid in spec.pretrain.grid.items():
+        if "tau" in grid:
+            assert grid["tau"] == [0.05, 0.1, 0.2, 0.5, 1.0], o
+        if "eps" in grid:
+            assert grid["eps"] == [0.05, 0.1, 0.2, 0.5], o
+
+
+def test_a_selection_metric_apart_from_the_primary_is_refused_unless_the_spec_says_why() -> None:
+    path = benchmarks.path("mv-ngs")
+    with pytest.raises(ConfigError, match=r"mv-ngs\.yaml: selection_metric 'acc' differs from comparison\.primary "
+                                          r"'fs1_acc'.*selection_metric_why"):
+        load_spec(path, overrides={"selection_metric": "acc"})
+    spec = load_spec(path, overrides={"selection_metric": "acc", "selection_metric_why": "a test of the rule"})
+    assert spec.primary_metric == "acc"
+    # the same metric named explicitly needs no reason; a reason for nothing is refused (never recorded and ignored)
+    assert load_spec(path, overrides={"selection_metric": "fs1_acc"}).primary_metric == "fs1_acc"
+    with pytest.raises(ConfigError, match="selection_metric_why is read only where selection_metric differs"):
+        load_spec(path, overrides={"selection_metric_why": "no divergence"})
+    # switching the primary switches what selects, with no other change
+    assert load_spec(path, overrides={"comparison.primary": "knn_acc"}).primary_metric == "knn_acc"
+
+
+def test_the_reason_is_not_identity_but_the_resolved_selection_metric_is() -> None:
+    base = benchmarks.load("mv-ngs")
+    why = benchmarks.load("mv-ngs", overrides={"selection_metric": "acc", "selection_metric_why": "x"})
+    why2 = benchmarks.load("mv-ngs", overrides={"selection_metric": "acc", "selection_metric_why": "another text"})
+    assert why.hash("m3g") == why2.hash("m3g") != base.hash("m3g")
+    # comparison is not identity, but an unset selection_metric follows its primary: the hash must follow too
+    knn = benchmarks.load("mv-ngs", overrides={"comparison.primary": "knn_acc"})
+    assert knn.hash("m3g") != base.hash("m3g")
+    assert "selection_metric_why" not in base.to_dict()  # old records' canonical form is unchanged
+
+
+@pytest.mark.parametrize("grid, choice, edge", [
+    ({"tau": [0.05, 0.1, 0.2, 0.5, 1.0]}, {"tau": 0.05}, ["tau"]),
+    ({"tau": [0.05, 0.1, 0.2, 0.5, 1.0]}, {"tau": 1.0}, ["tau"]),
+    ({"tau": [0.05, 0.1, 0.2, 0.5, 1.0]}, {"tau": 0.2}, []),
+    ({"tau": [0.5, 0.1, 0.2]}, {"tau": 0.2}, []),  # the edge is the smallest / largest value, not the list's end
+    ({"tau": [0.5, 0.1, 0.2]}, {"tau": 0.5}, ["tau"]),
+    ({"a": [1, 2, 3], "b": [0.9, 0.99]}, {"a": 2, "b": 0.99}, ["b"]),
+    ({"tau": [0.2]}, {"tau": 0.2}, []),  # one value: no search, no edge
+    ({"m": ["x", "y"]}, {"m": "x"}, []),  # not ordered: no edge
+])
+def test_at_edge(grid, choice, edge) -> None:
+    assert selection.at_edge(grid, choice) == edge
+
+
+# ---------------------------------------------------------------------------------------------
+# a sweep
+# ---------------------------------------------------------------------------------------------
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reused_on_resume(
+        tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "runs"
+    path = out / "mv-ngs" / "_selection" / "infonce_pwe.json"
+    seen: list[tuple[str, bool]] = []
+    real_cell = launchers.sweep_cell
+
+    def cell(request, options, context):  # what exists when an evaluation cell starts
+        seen.append((request.where, path.is_file()))
+        return real_cell(request, options, context)
+
+    monkeypatch.setattr(launchers, "sweep_cell", cell)
+    recs = fusebench.run("mv-ngs", objective=["none", "infonce_pwe"], seeds=[0], out=out, data_root=_ngs(fixtures_dir),
+                         overrides=FAST, progress=False)
+    # 'none' comes first in the sweep, yet the selection of infonce_pwe was frozen before it started
+    assert seen == [("mv-ngs/none/seed0", True), ("mv-ngs/infonce_pwe/seed0", True)]
+    frozen = json.loads(path.read_bytes())
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert frozen["metric"] == "fs1_acc" and frozen["seeds"] == [1000, 1001] and frozen["grid"] == {"tau": GRID}
+    # every point's score, by hand: the mean over the selection seeds of the mean over draws of the 1-shot
+    # probe's validation accuracy in that trial's record
+    folder = out / ".selection" / "mv-ngs" / "infonce_pwe"
+    by_hand = []
+    for i, tau in enumerate(GRID):
+        per_seed = {}
+        for s in (1000, 1001):
+            trial = json.loads((folder / f"trial{i}-tau{tau}" / f"seed{s}" / "mv-ngs" / "infonce_pwe" / f"seed{s}"
+                                / "run.json").read_text())
+            draws = trial["selection"]["fewshot"]["per_shot"]["1"]["val_acc_per_draw"]
+            assert len(draws) == 3
+            per_seed[str(s)] = _mean(draws)
+        by_hand.append(per_seed)
+        assert frozen["scores"][i]["hparams"] == {"tau": tau}
+        assert frozen["scores"][i]["val_by_seed"] == pytest.approx(per_seed, abs=1e-12)
+        assert frozen["scores"][i]["val"] == pytest.approx(_mean(list(per_seed.values())), abs=1e-12)
+    means = [_mean(list(p.values())) for p in by_hand]
+    best = max(range(len(GRID)), key=lambda i: (means[i], -i))  # ties: the first in grid order
+    assert frozen["choice"] == {"tau": GRID[best]}
+    assert frozen["at_edge"] == (["tau"] if GRID[best] in (min(GRID), max(GRID)) else [])
+    # the frozen outcome and its hash are inputs of the evaluation record; the reference row has none
+    by = {r["objective"]: r for r in recs}
+    assert by["infonce_pwe"]["hparam_selection"] == frozen
+    assert by["infonce_pwe"]["hparam_selection_sha256"] == digest
+    assert by["infonce_pwe"]["hparams"]["tau"] == GRID[best]
+    assert by["none"]["hparam_selection"] is None and "hparam_selection_sha256" not in by["none"]
+    assert json.loads((out / "mv-ngs" / "infonce_pwe" / "seed0" / "run.json").read_text())[
+        "hparam_selection_sha256"] == digest
+    # the board says when the choice lies on the grid's edge
+    from fusebench.leaderboard import write_leaderboards
+
+    write_leaderboards(out, tmp_path / "boards", plots=False)
+    line = next(x for x in (tmp_path / "boards" / "mv-ngs.md").read_text().splitlines()
+                if x.startswith("- hyper-parameters chosen on the validation split:"))
+    assert (f"tau={GRID[best]} of [0.1, 0.5, 1.0] (on the grid's edge)" in line) == bool(frozen["at_edge"]), line
+    assert f"tau={GRID[best]} of [0.1, 0.5, 1.0]" in line
+
+    # resume: another evaluation seed and a deleted trial record; no trial may run again
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a selection trial ran although the selection is frozen")
+
+    for p in folder.rglob("run.json"):
+        p.unlink()
+    monkeypatch.setattr(selection, "run_cell", no_trial)
+    more = fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0, 1], out=out, data_root=_ngs(fixtures_dir),
+                         overrides=FAST, progress=False)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest  # the file is untouched
+    assert [r["hparam_selection_sha256"] for r in more] == [digest, digest]
+    assert more[1]["hparams"]["tau"] == GRID[best] and more[1]["seed"] == 1
+
+    # a sweep with another grid into the same folder is refused, naming the file; nothing is mixed
+    other = {**FAST, "pretrain.grid": {"infonce_pwe": {"tau": [0.2, 0.5]}}}
+    with pytest.raises(ConfigMismatchError, match=r"_selection/infonce_pwe\.json: the frozen hyper-parameter "
+                                                   r"selection .* another configuration or other data: config_hash"):
+        selection.freeze_selection(benchmarks.load("mv-ngs", overrides=other), "infonce_pwe", out,
+                                   RunOptions(data_root=_ngs(fixtures_dir)), {})
+
+
+def test_the_selection_metric_is_the_spec_s_primary_whatever_its_id(tmp_path: Path, fixtures_dir: Path) -> None:
+    """Switching ``comparison.primary`` (here to the kNN probe) makes it the selection metric, no code change."""
+    over = {**FAST, "comparison": {"reference": "raw", "primary": "knn_acc"}, "pretrain.selection_seeds": [],
+            "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}}
+    rec = fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=tmp_path, data_root=_ngs(fixtures_dir),
+                        overrides=over, progress=False)[0]
+    sel = rec["hparam_selection"]
+    assert sel["metric"] == "knn_acc" and sel["seeds"] == [1000]
+    for i, tau in enumerate((0.1, 0.5)):
+        trial = json.loads((tmp_path / ".selection" / "mv-ngs" / "infonce_pwe" / f"trial{i}-tau{tau}" / "mv-ngs"
+                            / "infonce_pwe" / "seed1000" / "run.json").read_text())
+        knn = trial["selection"]["knn"]
+        assert sel["scores"][i]["val"] == knn["val_acc_by_k"][str(knn["k"])] == knn["val_acc"]
+
+
+def test_a_selection_metric_without_a_validation_value_is_one_clear_error(tmp_path: Path, fixtures_dir: Path) -> None:
+    over = {**FAST, "metrics": ["fs1_acc", "acc", "cluster_acc"], "comparison": {"primary": "cluster_acc"},
+            "pretrain.selection_seeds": [], "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}}
+    from fusebench.training.loop import RunError
+
+    with pytest.raises(RunError, match="selection metric 'cluster_acc' has no validation value"):
+        fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=tmp_path, data_root=_ngs(fixtures_dir),
+                      overrides=over, progress=False)
+    assert not (tmp_path / "mv-ngs" / "_selection" / "infonce_pwe.json").exists()  # nothing half-written
