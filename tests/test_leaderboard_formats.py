@@ -98,7 +98,7 @@ def test_csv_and_json_values_by_hand(runs: Path, tmp_path: Path) -> None:
     pytest.importorskip("fusebench.objectives.equivalence")
     out = tmp_path / "boards"
     written = write_leaderboards(runs, out, plots=False, formats=("md", "csv", "json"))
-    assert [p.name for p in written] == ["toy.md", "toy.csv", "toy.json", "README.md"]
+    assert [p.name for p in written] == ["toy.md", "toy.csv", "toy.json", "toy-seeds.csv", "README.md"]
     data = json.loads((out / "toy.json").read_text())
     assert data["format"] == EXPORT_FORMAT and data["benchmark"] == "toy" and len(data["groups"]) == 1
     (group,) = data["groups"]
@@ -219,7 +219,7 @@ def test_regenerating_twice_is_byte_identical(runs: Path, tmp_path: Path) -> Non
     md_before = {n: first[n] for n in ("toy.md", "README.md")}
     (a / "toy.csv").unlink()
     written = write_leaderboards(runs, a, plots=False, formats=("csv",))
-    assert [p.name for p in written] == ["toy.csv"]
+    assert [p.name for p in written] == ["toy.csv", "toy-seeds.csv"]  # the per-seed rows beside (issue #32)
     after = _state(a)
     assert {n: after[n] for n in md_before} == md_before and after["toy.csv"][0] == first["toy.csv"][0]
     c = tmp_path / "c"

@@ -3,7 +3,7 @@
 Runs one quickstart cell (``--objective``, default ``infonce_pwe``, seed 0, the benchmark's full budget
 unless ``--set`` says otherwise) as ``fusebench run`` in a fresh process, with **default settings** (no
 ``OMP_NUM_THREADS``, no ``--threads``: the thread rule of :mod:`fusebench.training.threads`) and with
-``OMP_NUM_THREADS=1``, alternately ``--repeat`` times each, while another process it starts keeps one core
+``OMP_NUM_THREADS=1``, ``--repeat`` times each in ABBA order, while another process it starts keeps one core
 busy (``--no-busy``: without it). It prints each cell's time (the record's ``wall_time_s``: the cell alone,
 not the interpreter start), the ratio *default / one thread* of the best times and whether the two
 settings gave the same metrics; the exit status is 1 when the ratio exceeds ``--limit`` (default 1.1) or
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--objective", default="infonce_pwe", help="the quickstart objective of the cell (default infonce_pwe)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec value of the cell, as fusebench run --set (repeatable)")
-    p.add_argument("--repeat", type=int, default=1, help="timed cells per setting (best time kept; default 1)")
+    p.add_argument("--repeat", type=int, default=2, help="timed cells per setting (best time kept; default 2)")
     p.add_argument("--limit", type=float, default=1.1, help="the largest ratio default / one thread accepted")
     p.add_argument("--no-busy", dest="busy", action="store_false", help="no busy process beside the cells")
     p.add_argument("--torch-default", action="store_true",
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="fusebench-bench-threads-") as tmp:
             for i in range(ns.repeat):
-                for m in modes:
+                for m in (modes if i % 2 == 0 else modes[::-1]):  # ABBA: a drift in the machine's load cancels
                     t, metrics[m], threads[m] = run_cell(m, Path(tmp) / f"{m}{i}", ns.objective, ns.overrides)
                     times[m].append(t)
     except (RuntimeError, OSError, ValueError, KeyError) as e:

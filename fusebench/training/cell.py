@@ -44,8 +44,9 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
     named = (context or {}).get("data_file")  # one data file read: another file is said first (issue #32)
     if named and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
         raise ConfigMismatchError(
-            f"cannot resume {path}: it was written while reading a different data file (fingerprint "
-            f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}), now {named['name']} (sha256 {named['sha256']}); "
+            f"cannot resume {path}: it was written while reading other data (fingerprint "
+            f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}): a different data file, now {named['name']} "
+            f"(sha256 {named['sha256']}); "
             "resume with the same --data-root, or move the cell folder away to start over")
     if ckpt.get("config_hash") != spec.hash(objective):
         raise ConfigMismatchError(

@@ -120,10 +120,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mlflow-uri", default=None, metavar="URI",
                    help="MLflow tracking URI for --logger mlflow (default: $MLFLOW_TRACKING_URI, else "
                         "file:<out>/.mlruns)")
-    from fusebench.training.launchers import available as launchers
-
+    # no choices= here: the launcher registry imports torch, and --help must not (issue #32); an unknown id is
+    # refused by fusebench.training.launchers.build before anything runs, listing the known ones
     cluster = p.add_argument_group("launchers", "where the cells run (docs/cluster.md)")
-    cluster.add_argument("--launcher", default="local", choices=launchers(),
+    cluster.add_argument("--launcher", default="local", metavar="ID",
                          help="local (default: this process, or --workers N processes) | slurm (one SLURM "
                               "job per cell through submitit) | submitit_local (submitit's local executor)")
     cluster.add_argument("--partition", default=None, help="slurm: the partition")

@@ -123,8 +123,7 @@ class PretrainMethod:
 
 #: every pretraining method, by id
 METHODS = Registry("pretrain method", entry_point_group="fusebench.methods",
-                   modules=("fusebench.training.teacher", "fusebench.training.tuple_method"),
-                   home=lambda name: "fusebench.training." + ("tuple_method" if name == "tuple_infonce" else "teacher"))
+                   modules=("fusebench.training.teacher", "fusebench.training.tuple_method"))  # two small modules: both load
 
 
 def register(cls: type) -> type:

@@ -63,16 +63,14 @@ def _check_same_data(run_json: Path, rec: dict[str, Any], context: dict[str, Any
     if made_from == data_fingerprint(context):
         return
     now, then = context.get("data_file"), ds.get("data_file") if isinstance(ds.get("data_file"), dict) else None
-    if now:
-        was = (f"{then.get('name')} (sha256 {then.get('sha256')})" if then
-               else f"the data under {ds.get('root') or 'the synthetic generator'} (fingerprint {made_from or 'none'})")
-        raise ConfigMismatchError(
-            f"{run_json} was made from a different data file: {was}, now {now['name']} (sha256 {now['sha256']}); "
-            f"records are immutable: write this file's runs to another --out, or move that cell's folder away")
+    named = ""
+    if now:  # the sweep reads one file: say it is another file, naming both
+        was = f"{then.get('name')} (sha256 {then.get('sha256')})" if then else "another file"
+        named = f": a different data file, {was} then, {now['name']} (sha256 {now['sha256']}) now"
     raise ConfigMismatchError(
         f"{run_json} was made from other data (fingerprint {made_from or 'none (synthetic data)'} of "
         f"{ds.get('root') or 'the synthetic generator'}, now {data_fingerprint(context) or 'none (synthetic data)'}"
-        f"); records are immutable: write to another --out, or move that cell's folder away to rerun it")
+        f"){named}; records are immutable: write to another --out, or move that cell's folder away to rerun it")
 
 
 def _undefined_as_nan(rec: dict[str, Any]) -> None:

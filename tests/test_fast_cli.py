@@ -1,0 +1,45 @@
+"""Issue #32, item 7: the small commands answer without importing torch (5 s of a 5.4 s ``fusebench list``).
+Checked by running each command in a fresh interpreter and looking at ``sys.modules`` afterwards, never by
+timing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import sys
+from fusebench.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+print("TORCH-IMPORTED" if "torch" in sys.modules else "no-torch", code, file=sys.stderr)
+"""
+
+FAST = [["--help"], ["--version"], ["run", "--help"], ["leaderboard", "--help"], ["status", "--help"],
+        ["study", "--help"], ["study", "kviews", "--help"], ["bench", "--help"], ["bench", "threads", "--help"],
+        ["bench", "leaderboard", "--help"], ["bench", "encoders", "--help"], ["list", "--help"],
+        ["list", "pipelines"]]
+
+
+@pytest.mark.parametrize("args", FAST, ids=[" ".join(a) for a in FAST])
+def test_small_commands_do_not_import_torch(args: list[str]) -> None:
+    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.split()[0] == "no-torch", r.stderr
+    assert r.stdout.strip() or len(r.stderr.strip().splitlines()) > 1  # it answered
+
+
+def test_run_help_still_names_the_launchers_and_a_bad_one_is_refused(capsys) -> None:
+    from fusebench.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert "--launcher ID" in out and "submitit_local" in out and "--threads N" in out
+    assert main(["run", "quickstart", "--launcher", "slurmm"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown launcher 'slurmm'" in err and "local, slurm, submitit_local" in err
