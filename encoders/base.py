@@ -83,8 +83,9 @@ def zero_absent(z: Tensor, batch: dict[str, Any], modalities: list[str]) -> Tens
     (``batch["present"] [K, n]``, rows in ``batch["names"]`` order) set to 0; unchanged without it."""
     if "present" not in batch:
         return z
-    idx = [batch["names"].index(m) for m in modalities]
-    return z * batch["present"][idx].unsqueeze(-1).to(z.dtype)
+    present = batch["present"]
+    rows = torch.stack([present[batch["names"].index(m)] for m in modalities])  # int indices: no index tensor copied
+    return z * rows.unsqueeze(-1).to(z.dtype)
 
 
 class MultimodalModel(nn.Module):

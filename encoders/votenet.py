@@ -248,8 +248,11 @@ class VoteNetHead(nn.Module):
         dmin, assign = d.min(-1)  # [B, K]
         pos = (dmin < NEAR_THRESHOLD).float()
         obj_mask = ((dmin < NEAR_THRESHOLD) | (dmin > FAR_THRESHOLD)).float()
-        w = output["objectness_logits"].new_tensor(OBJECTNESS_WEIGHTS)
-        ce = F.cross_entropy(rearrange(output["objectness_logits"], "b k c -> b c k"), pos.long(), weight=w, reduction="none")
+        # class-weighted CE, -w[y] log p_y, with the weight picked per element: no weight tensor copied from the
+        # host in each step, and the weights in float32 whatever the autocast dtype
+        w = torch.where(pos > 0, OBJECTNESS_WEIGHTS[1], OBJECTNESS_WEIGHTS[0])
+        ce = F.cross_entropy(rearrange(output["objectness_logits"], "b k c -> b c k").float(), pos.long(),
+                             reduction="none") * w
         obj_loss = (ce * obj_mask).sum() / (obj_mask.sum() + 1e-6)
         # centre: chamfer-like squared distances
         sq = ((output["center"][:, :, None, :] - gt[:, None, :, :3]) ** 2).sum(-1)  # [B, K, G]

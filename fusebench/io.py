@@ -25,6 +25,7 @@ import errno
 import hashlib
 import json
 import math
+import numbers
 import os
 import shutil
 import tempfile
@@ -164,25 +165,53 @@ def canonical_json(obj: Any, *, compact: bool = True, default: Callable[[Any], A
 
 
 # -- strict JSON ---------------------------------------------------------------------------------
-def finite_json(obj: Any, default: Callable[[Any], Any] | None = None) -> Any:
-    """``obj`` with every non-finite float (NaN, +-inf; numpy floats too) replaced by None, in mappings,
-    lists and tuples at any depth; other values JSON cannot hold go through ``default`` first (left as
-    they are without one, for ``json.dumps`` to refuse)."""
+def _number(obj: numbers.Real) -> int | float | None:
+    """A number JSON cannot hold as it is (numpy's, a Fraction...): an integral one as ``int``, another as
+    ``float``, None when that is not finite."""
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    x = float(obj)
+    return x if math.isfinite(x) else None
+
+
+def finite_json(obj: Any, default: Callable[[Any], Any] | None = None, _path: frozenset[int] = frozenset()) -> Any:
+    """``obj`` with every non-finite float (NaN, +-inf) replaced by None, in mappings, lists and tuples at any
+    depth; other numbers (``numbers.Real``: numpy's floats and integers too) become a float (None when not
+    finite) or an int; other values JSON cannot hold go through ``default`` first (left as they are without
+    one, for ``json.dumps`` to refuse). A value that contains itself is a ``ValueError("Circular reference
+    detected")``, as ``json.dumps`` says."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if obj is None or isinstance(obj, (str, int)):
         return obj
-    if isinstance(obj, dict):
-        return {k: finite_json(v, default) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite_json(v, default) for v in obj]
-    return obj if default is None else finite_json(default(obj), default)
+    if isinstance(obj, numbers.Real):
+        return _number(obj)
+    if isinstance(obj, (dict, list, tuple)):
+        if id(obj) in _path:
+            raise ValueError("Circular reference detected")
+        inner = _path | {id(obj)}
+        if isinstance(obj, dict):
+            return {k: finite_json(v, default, inner) for k, v in obj.items()}
+        return [finite_json(v, default, inner) for v in obj]
+    return obj if default is None else finite_json(default(obj), default, _path)
 
 
 def strict_json(obj: Any, default: Callable[[Any], Any] | None = None, **kw: Any) -> str:
     """``json.dumps(obj, allow_nan=False, **kw)`` after :func:`finite_json`: NaN and infinities are
-    written as ``null``, never as the bare ``NaN`` / ``Infinity`` that strict JSON parsers refuse."""
+    written as ``null``, never as the bare ``NaN`` / ``Infinity`` that strict JSON parsers refuse; other
+    numbers (``numbers.Real``, e.g. ``numpy.float32``) as numbers, before ``default`` sees them. A value that
+    contains itself raises json's own ``ValueError`` ("Circular reference detected")."""
+
+    def number_first(o: Any) -> Any:
+        if isinstance(o, numbers.Real):
+            return _number(o)
+        if default is None:
+            raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+        return default(o)
+
     try:  # the common case (every float finite) in one C pass
-        return json.dumps(obj, allow_nan=False, default=default, **kw)
-    except ValueError:  # "Out of range float values are not JSON compliant" (a circular value re-raises below)
-        return json.dumps(finite_json(obj, default), allow_nan=False, default=default, **kw)
+        return json.dumps(obj, allow_nan=False, default=number_first, **kw)
+    except ValueError as e:  # "Out of range float values are not JSON compliant", or a circular value
+        if "Circular reference" in str(e):
+            raise
+        return json.dumps(finite_json(obj, default), allow_nan=False, default=number_first, **kw)

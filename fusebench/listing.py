@@ -122,9 +122,14 @@ def _describe(kind: str, name: str) -> list[str]:
         m = pkg.get(name)
         arrow = "higher is better" if m.higher_is_better else "lower is better"
         return [f"{name}: [{m.task}, {arrow}] {m.description.splitlines()[0] if m.description else ''}"]
-    if kind == "benchmarks":
-        spec = pkg.load(name)
-        return [f"{name}: {spec.description}"]
+    if kind == "benchmarks":  # the file's description only (no torch import); --details checks the whole spec
+        from fusebench.typed import ConfigError, load_yaml
+
+        where = pkg.path(name)
+        raw = load_yaml(where.read_text(encoding="utf-8"), str(where))
+        if not isinstance(raw, dict) or not isinstance(raw.get("description"), str):
+            raise ConfigError(f"{where}: a benchmark spec is a mapping with a 'description' string")
+        return [f"{name}: {raw['description']}"]
     if kind == "pipelines":
         cls = pkg.PIPELINES.get(name)
         return [f"{name}: {_first_line(cls)}", f"    reads a dataset: {'yes' if cls.reads_dataset else 'no'}; "

@@ -13,10 +13,12 @@ every device type where it is on (the CPU, the devices of its tensor arguments, 
 and with every bfloat16 / float16 tensor argument (positional or keyword) upcast to float32 first; their
 gradients flow back through the cast in their own dtype. Other arguments (bool masks, float32 / float64
 tensors, non-tensors) are passed unchanged. Forward pre-hooks see the caller's tensors (before the
-upcast); forward hooks see the loss in the compute dtype. The CUDA matrix products and convolutions inside
-run in full float32 too: the TF32 switches (``fp32_precision`` of cuBLAS and cuDNN) are set to ``ieee`` for
-the call and restored after it (:func:`fusebench.training.precision.full_float32`), whatever the precision
-policy of the run.
+upcast); forward hooks see the loss in the compute dtype. The CUDA matrix products and convolutions of the
+forward run in full float32 too: the TF32 switches (``fp32_precision`` of cuBLAS and cuDNN) are set to
+``ieee`` for the forward call and restored when it returns
+(:func:`fusebench.training.precision.full_float32`), whatever the precision policy of the run, so the loss
+value is full float32. Its backward runs later, with the switches restored: the products of the objective's
+gradient follow the run's policy (TF32 under ``--precision tf32``, like the encoders').
 
 Inside the training loop's steps (:func:`fusebench.training.utils.deferred_value_checks`) the checks that
 would read the device are left to the loop: the NaN / Inf scan of the views (the loop stops on the

@@ -271,7 +271,7 @@ class M3G(MultiViewObjective):
         return gap, torch.from_numpy(grad), -1
 
     @torch.no_grad()
-    def _cv_gap(self, z: Tensor) -> tuple[float, Tensor]:
+    def _cv_gap(self, z: Tensor) -> tuple[float | Tensor, Tensor]:
         """The gap and ``W`` for unit vectors ``z`` [k, n, d]: :func:`scaling_sinkhorn` on the Gram matrix.
 
         With ``G = Z Z^T`` ([kn, kn], ``Z`` the stacked views) the pairwise squared distances are
@@ -311,10 +311,11 @@ class M3G(MultiViewObjective):
             cost_j = float(np.add.reduce(np.multiply(jw_np, sq_np).ravel(), dtype=np.float64))
             cost_p = float(np.add.reduce(np.multiply(pm_np, sq_np).ravel(), dtype=np.float64))
             sum_g = float(np.add.reduce(res.log_u.numpy().ravel(), dtype=np.float64))
-        else:
+        else:  # float64 0-dim tensors on the device, never read here (the arithmetic below is the same IEEE
+            # binary64 arithmetic Python's floats would do); the stats keep them as tensors until read
             cost_j, cost_p, sum_g = torch.stack([torch.vdot(j_w.view(-1), sq.view(-1)),
-                                                 torch.vdot(pm.view(-1), sq.view(-1)), res.log_u.sum()]).tolist()
-        cost_p /= k**2
+                                                 torch.vdot(pm.view(-1), sq.view(-1)), res.log_u.sum()]).double().unbind()
+        cost_p = cost_p / k**2
         dual = eps * sum_g / n - eps * (res.mass - 1.0)
         gap = cost_j - eps * math.log(n) - dual
         self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=9)
@@ -370,6 +371,8 @@ class _CvGap(torch.autograd.Function):
             module.stats["compiled_fallback_sweep"] = float(fallback_sweep)
         if ctx.needs_input_grad[0]:
             ctx.save_for_backward(_danskin_grad(z, w, norms))
+        if isinstance(gap, Tensor):  # computed on the device (float64, 0-dim): no read, no copy
+            return gap.to(x.dtype)
         return torch.full((), gap, dtype=x.dtype, device=x.device)  # no host-to-device copy on CUDA
 
     @staticmethod

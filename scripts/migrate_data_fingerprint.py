@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.io import atomic_write_json
-from fusebench.records import comparability_key, validate_record
+from fusebench.records import comparability_key, read_record_json, validate_record
 
 
 def file_fingerprint(name: str, size: int, sha256: str) -> dict[str, Any]:
@@ -85,11 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         for path in sorted(folder.rglob("run.json")):
             seen += 1
             try:
-                new = migrate(json.loads(path.read_text()), str(path))
+                rec = read_record_json(path)  # a file that is not a JSON object: a RecordError naming it
+                new = migrate(rec, str(path))
                 if new is not None:
                     validate_record(new, path)
-            except (ValueError, KeyError, TypeError) as e:
+            except ValueError as e:  # names the file (RecordError, migrate's errors)
                 print(f"error: {e}", file=sys.stderr)
+                return 1
+            except (KeyError, TypeError) as e:  # a field missing or of another type
+                print(f"error: {path}: {type(e).__name__} {e}", file=sys.stderr)
                 return 1
             if new is not None:
                 todo.append((path, new))

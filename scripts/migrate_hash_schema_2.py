@@ -19,9 +19,9 @@ rewrites exactly these fields and nothing else:
   the run: the behaviour it names was the default's) or ``precision: "32"``.
 * ``config_hash``: :func:`fusebench.training.config.config_hash` of the new config and the objective, schema 2.
 * ``hash_schema``: ``2``.
+* ``comparability_key``: recomputed from the new config (schema-2 records).
 
 Schema 3 came later (``scripts/migrate_hash_schema_3.py``, run after this one): this script writes schema 2.
-* ``comparability_key``: recomputed from the new config (schema-2 records).
 
 Each file is rewritten atomically; a record already at hash schema 2 is left alone (the script may be
 run again). Nothing is written until every record of every folder has been converted and checked.
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.io import atomic_write_json
-from fusebench.records import comparability_key, validate_record
+from fusebench.records import comparability_key, read_record_json, validate_record
 from fusebench.training import methods as M
 from fusebench.training.config import RENAMED_PRETRAIN_KEYS, BenchmarkSpec, config_hash, spec_from_dict
 
@@ -119,14 +119,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for path in sorted(folder.rglob("run.json")):
             seen += 1
-            rec = json.loads(path.read_text())
             try:
+                rec = read_record_json(path)  # a file that is not a JSON object: a RecordError naming it
                 new = migrate(rec, str(path))
-            except (ValueError, KeyError) as e:
+                if new is not None:
+                    validate_record(new, path)
+            except ValueError as e:  # names the file (RecordError, migrate's errors)
                 print(f"error: {e}", file=sys.stderr)
                 return 1
+            except (KeyError, TypeError) as e:  # a field missing or of another type
+                print(f"error: {path}: {type(e).__name__} {e}", file=sys.stderr)
+                return 1
             if new is not None:
-                validate_record(new, path)
                 todo.append((path, new))
     print(f"{seen} record(s): {len(todo)} to migrate, {seen - len(todo)} at hash schema {HASH_SCHEMA_VERSION} already")
     if not args.check:

@@ -17,8 +17,11 @@ is intact), then rewrites exactly these fields and nothing else:
 * ``hash_schema``: ``3``;
 * ``comparability_key``: recomputed (schema-2 records; it changes only where the config did).
 
-Each file is rewritten atomically; a record already at hash schema 3 is left alone (the script may be run
-again). Nothing is written until every record of every folder has been converted and validated.
+Each file is rewritten atomically; a record already at hash schema 3 or later is left alone (the script may be
+run again). Nothing is written until every record of every folder has been converted and validated. The
+target is schema 3 whatever the code's current ``HASH_SCHEMA_VERSION`` (a later schema has its own script).
+A file that is not a JSON object, or a record the script cannot convert, is one line ``error: <file>: <what>``
+(exit status 1), and nothing is written.
 ``--check`` converts and reports only: how many records there are, how many of them get a new hash (the
 old and new hash differ), per benchmark.
 """
@@ -27,24 +30,24 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from fusebench.io import atomic_write_json
-from fusebench.records import comparability_key, validate_record
-from fusebench.training.config import HASH_SCHEMA_VERSION, config_hash
+from fusebench.records import comparability_key, read_record_json, validate_record
+from fusebench.training.config import config_hash
 
 FROM_SCHEMA = 2
+TO_SCHEMA = 3  # what this script writes, whatever fusebench.training.config.HASH_SCHEMA_VERSION is now
 
 
 def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
-    """The record at hash schema 3 (a new dict), or None when it is there already. ValueError for a record
-    that is not at schema 2 or whose stored hash is not the schema-2 hash of its config."""
+    """The record at hash schema 3 (a new dict), or None when it is there (or later) already. ValueError for a
+    record that is not at schema 2 or whose stored hash is not the schema-2 hash of its config."""
     schema = record.get("hash_schema")
-    if schema == HASH_SCHEMA_VERSION:
+    if type(schema) is int and schema >= TO_SCHEMA:
         return None
     if schema != FROM_SCHEMA:
         raise ValueError(f"{where}: hash_schema {schema!r}: only schema-{FROM_SCHEMA} records are migrated (run "
@@ -60,8 +63,8 @@ def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
     if real and isinstance(ds_cfg, dict) and not ds_cfg.get("synthetic_only") and ds_cfg.get("synthetic_spec"):
         ds_cfg["synthetic_spec"] = {}  # the generator was not used: not part of what the run computed
     out["config"] = new
-    out["config_hash"] = config_hash(new, objective, HASH_SCHEMA_VERSION)
-    out["hash_schema"] = HASH_SCHEMA_VERSION
+    out["config_hash"] = config_hash(new, objective, TO_SCHEMA)
+    out["hash_schema"] = TO_SCHEMA
     if record.get("schema_version", 1) >= 2:
         out["comparability_key"] = comparability_key(out)
     return out
@@ -81,19 +84,22 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for path in sorted(folder.rglob("run.json")):
             seen += 1
-            rec = json.loads(path.read_text())
             try:
+                rec = read_record_json(path)  # a file that is not a JSON object: a RecordError naming it
                 new = migrate(rec, str(path))
                 if new is not None:
                     validate_record(new, path)
-            except (ValueError, KeyError, TypeError) as e:
+            except ValueError as e:  # names the file (RecordError, migrate's errors)
                 print(f"error: {e}", file=sys.stderr)
+                return 1
+            except (KeyError, TypeError) as e:  # a field missing or of another type
+                print(f"error: {path}: {type(e).__name__} {e}", file=sys.stderr)
                 return 1
             if new is not None:
                 todo.append((path, new))
                 if new["config_hash"] != rec["config_hash"]:
                     changed[str(rec.get("benchmark"))] += 1
-    print(f"{seen} record(s): {len(todo)} to migrate to hash schema {HASH_SCHEMA_VERSION}, {seen - len(todo)} there "
+    print(f"{seen} record(s): {len(todo)} to migrate to hash schema {TO_SCHEMA}, {seen - len(todo)} there "
           f"already; {sum(changed.values())} get a new config_hash"
           + (" (" + ", ".join(f"{b}: {n}" for b, n in sorted(changed.items())) + ")" if changed else ""))
     if not args.check:

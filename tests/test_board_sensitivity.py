@@ -13,7 +13,7 @@ import pytest
 
 from fusebench.leaderboard import write_leaderboards
 from fusebench.leaderboard.plots import PLOT_KEY, png_text
-from fusebench.leaderboard.sensitivity import edge_keys
+from fusebench.grids import at_edge
 from fusebench.records import RecordError
 
 # the committed records' layout (before issue #30): "metric" is a text, no "at_edge"; a "test" number that the
@@ -125,11 +125,15 @@ def test_malformed_score_is_one_error_and_nothing_is_written(tmp_path: Path) -> 
     assert not out.exists() or not any(out.iterdir())
 
 
-@pytest.mark.parametrize("grid, choice", [
-    ({"tau": [0.05, 0.1, 0.2, 0.5, 1.0]}, {"tau": 0.05}), ({"tau": [0.05, 0.1, 0.2, 0.5, 1.0]}, {"tau": 0.2}),
-    ({"eps": [0.5]}, {"eps": 0.5}), ({"m": ["a", "b"]}, {"m": "a"}),
-    ({"m": [0.99, 0.996], "h": [128, 512]}, {"m": 0.996, "h": 128})])
-def test_edge_rule_agrees_with_the_selection_module(grid: dict, choice: dict) -> None:
-    from fusebench.training.selection import at_edge
+@pytest.mark.parametrize("grid, choice, edge", [
+    ({"tau": [0.05, 0.1, 0.2, 0.5, 1.0]}, {"tau": 0.05}, ["tau"]),
+    ({"tau": [0.05, 0.1, 0.2, 0.5, 1.0]}, {"tau": 0.2}, []),
+    ({"eps": [0.5]}, {"eps": 0.5}, []), ({"m": ["a", "b"]}, {"m": "a"}, []),
+    ({"m": [0.99, 0.996], "h": [128, 512]}, {"m": 0.996, "h": 128}, ["h", "m"]),
+    ({"b": [True, False]}, {"b": True}, []), ({"x": [1, 1]}, {"x": 1}, []), ({"x": [1, 2]}, {}, [])])
+def test_edge_rule_is_one_function_for_the_selection_and_the_board(grid: dict, choice: dict, edge: list) -> None:
+    from fusebench.leaderboard import sensitivity
+    from fusebench.training import selection
 
-    assert edge_keys(grid, choice) == at_edge(grid, choice)
+    assert at_edge(grid, choice) == edge  # worked out by hand
+    assert selection.at_edge is at_edge and sensitivity.at_edge is at_edge  # one rule (fusebench.grids)

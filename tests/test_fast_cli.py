@@ -22,7 +22,7 @@ print("TORCH-IMPORTED" if "torch" in sys.modules else "no-torch", code, file=sys
 FAST = [["--help"], ["--version"], ["run", "--help"], ["leaderboard", "--help"], ["status", "--help"],
         ["study", "--help"], ["study", "kviews", "--help"], ["bench", "--help"], ["bench", "threads", "--help"],
         ["bench", "leaderboard", "--help"], ["bench", "encoders", "--help"], ["list", "--help"],
-        ["list", "pipelines"]]
+        ["list", "pipelines"], ["list", "benchmarks"]]
 
 
 @pytest.mark.parametrize("args", FAST, ids=[" ".join(a) for a in FAST])

@@ -211,7 +211,8 @@ def test_committed_pages_regenerate_byte_identically(tmp_path: Path, monkeypatch
     monkeypatch.setattr(index_page, "draw_cd_diagram", lambda ranking, path: True)
     out = tmp_path / "boards"
     shutil.copytree(root, out, ignore=shutil.ignore_patterns(".*"))
-    write_leaderboards(out / "runs", out, formats=("md", "html"))
+    # the committed boards' formats: each page's footer shows the command that made it
+    write_leaderboards(out / "runs", out, formats=("md", "csv", "json", "html"))
     boards = [p.stem for p in root.glob("*.md") if p.name != "README.md" and (root / f"{p.stem}.json").exists()]
     missing = [f"{b}.html" for b in boards if not (root / f"{b}.html").exists()]
     assert not missing, f"committed boards without their page: {missing}"

@@ -24,6 +24,7 @@ import torch
 
 from fusebench import benchmarks
 from fusebench.training import data as D
+from fusebench.training import threads as T
 from fusebench.training.config import ConfigError, LoaderConfig
 from fusebench.training.execute import run_cell
 from fusebench.training.request import CellRequest, RunOptions
@@ -270,7 +271,7 @@ def test_a_cell_gives_the_same_record_with_0_1_2_workers(tmp_path: Path) -> None
 
 
 # ---- the feed's settings ---------------------------------------------------------------------
-def test_feed_resolution(monkeypatch) -> None:
+def test_feed_resolution(monkeypatch, tmp_path) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     usable_cores = D.usable_cores
     auto = D.resolve_feed(LoaderConfig(), None, cpu)
@@ -287,29 +288,82 @@ def test_feed_resolution(monkeypatch) -> None:
     assert D.resolve_feed(LoaderConfig(pin_memory=True), 0, cpu).pin_memory is False  # pinning is for a GPU
     assert D.Feed(num_workers=0, persistent_workers=True).record()["persistent_workers"] is False
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     monkeypatch.setattr(D.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    monkeypatch.setattr(D, "_cgroup_cpus", lambda: None)
+    monkeypatch.setattr(T, "CGROUP_ROOT", str(tmp_path / "no-cgroup"))
     assert usable_cores() == 4  # 16 cores shared by 4 processes of a torchrun
-    monkeypatch.setattr(D, "_cgroup_cpus", lambda: 6.5)
+    (tmp_path / "cpu.max").write_text("650000 100000\n")
+    monkeypatch.setattr(T, "CGROUP_ROOT", str(tmp_path))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert usable_cores() == 6  # a container's quota of 6.5 CPUs on a 16-core affinity mask
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
+    assert usable_cores() == 3  # a SLURM task's CPUs (the same count as the cell's threads: threads.allowed_cpus)
 
 
-def test_cgroup_cpu_quota_is_read_from_v2_and_v1_files(tmp_path) -> None:
+def test_auto_workers_share_the_cores_between_the_cells_run_at_once(monkeypatch) -> None:
+    """``fusebench run --workers 4`` on a 64-core GPU node: four cells side by side, each with 64 / 4 = 16
+    cores, one of them its training process's: 15 workers each (60 in all), not 63 each (252)."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(D, "usable_cores", lambda: 64)
+    for cells, want in ((1, 63), (2, 31), (3, 20), (4, 15), (32, 1), (64, 0), (100, 0)):  # 64 // cells - 1, >= 0
+        feed = D.resolve_feed(LoaderConfig(), None, cuda, cells_at_once=cells)
+        assert (feed.num_workers, feed.num_workers_from) == (want, "auto"), cells
+    assert D.resolve_feed(LoaderConfig(), None, cpu, cells_at_once=4).num_workers == 0
+    assert D.resolve_feed(LoaderConfig(), 8, cuda, cells_at_once=4).num_workers == 8  # an explicit count is kept
+    assert D.resolve_feed(LoaderConfig(num_workers=8), None, cuda, cells_at_once=4).num_workers == 8
+
+
+def test_in_memory_data_is_sliced_in_the_training_process_on_a_gpu_too(monkeypatch) -> None:
+    """On a 16-core GPU machine the auto count would start 15 worker processes per loader for data that is one
+    tensor slice per batch (the quickstart on an H100 then spent over 150 s on 12 cells): none for such data;
+    an explicit count still wins, and data loaded sample by sample keeps its workers."""
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(D, "usable_cores", lambda: 16)
+    feed = D.resolve_feed(LoaderConfig(), None, cuda, in_memory=True)
+    assert (feed.num_workers, feed.pin_memory) == (0, True) and feed.num_workers_from.startswith("auto: in-memory")
+    assert D.resolve_feed(LoaderConfig(), None, cuda, in_memory=False).num_workers == 15
+    assert D.resolve_feed(LoaderConfig(num_workers=3), None, cuda, in_memory=True).num_workers == 3
+    assert D.resolve_feed(LoaderConfig(), 2, cuda, in_memory=True).num_workers == 2
+    data = D.build_datasets(benchmarks.load("quickstart"), False, None, 0)  # synthetic tensors held in memory
+    assert D.held_in_memory(data["train"]) and D.held_in_memory(D.Subset(data["train"], [3, 1]))
+
+    class OneByOne(torch.utils.data.Dataset):  # no fetch_batch: samples loaded one by one
+        modalities = ["a"]
+
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i):
+            return {"modalities": {"a": torch.zeros(2)}, "target": 0}
+
+    assert not D.held_in_memory(OneByOne())
+
+
+def test_cgroup_cpu_quota_is_read_from_v2_and_v1_files(monkeypatch, tmp_path) -> None:
+    """The workers' cores and the cell's threads read one quota (threads.read_allowance): on a 16-core
+    affinity mask, a v2 ``cpu.max`` of 6 CPUs gives 6 cores, a v1 quota of 2.5 CPUs 2, no quota all 16."""
+    monkeypatch.setattr(D.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+
+    def cores_under(root: Path) -> int:
+        monkeypatch.setattr(T, "CGROUP_ROOT", str(root))
+        return D.usable_cores()
+
     v2 = tmp_path / "v2"
     v2.mkdir()
     (v2 / "cpu.max").write_text("600000 100000\n")
-    assert D._cgroup_cpus(str(v2)) == 6.0
+    assert cores_under(v2) == 6
     (v2 / "cpu.max").write_text("max 100000\n")
-    assert D._cgroup_cpus(str(v2)) is None  # no quota
+    assert cores_under(v2) == 16  # no quota
     v1 = tmp_path / "v1" / "cpu"
     v1.mkdir(parents=True)
     (v1 / "cpu.cfs_quota_us").write_text("250000\n")
     (v1 / "cpu.cfs_period_us").write_text("100000\n")
-    assert D._cgroup_cpus(str(tmp_path / "v1")) == 2.5
+    assert cores_under(tmp_path / "v1") == 2
     (v1 / "cpu.cfs_quota_us").write_text("-1\n")
-    assert D._cgroup_cpus(str(tmp_path / "v1")) is None
-    assert D._cgroup_cpus(str(tmp_path / "absent")) is None
+    assert cores_under(tmp_path / "v1") == 16
+    assert cores_under(tmp_path / "absent") == 16
 
 
 @pytest.mark.parametrize("over, key", [

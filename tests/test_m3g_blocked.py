@@ -352,3 +352,24 @@ def test_bench_device_options_are_checked(capsys):
         with pytest.raises(SystemExit):
             main(["objectives", "--vs", "ott", "--device", "cuda"])
         assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_the_gap_of_the_device_path_is_formed_without_a_host_read() -> None:
+    """Above the numpy size (the path CUDA takes) the dual value and the gap stay 0-dim float64 tensors (the loss is
+    made from them on the device; issue 33's sync count found a read per step there). By hand from the recorded
+    sums: gap = <J, C> - eps log n - D (M3G Eq. 10), and the float32 loss is the gap rounded."""
+    import math
+
+    from fusebench.objectives import build
+    from fusebench.objectives.sinkhorn_scaling import NUMPY_MAX_ENTRIES
+
+    k, n, eps = 3, 128, 0.2
+    assert (k * n) ** 2 > NUMPY_MAX_ENTRIES
+    x = torch.randn(k, n, 32, generator=torch.Generator().manual_seed(0))
+    m = build("m3g", eps=eps, backend="eager")
+    value = m(x)
+    st = m.stats
+    for key in ("gap", "dual_value", "cost_J", "cost_P"):
+        assert isinstance(st[key], torch.Tensor) and st[key].dtype == torch.float64 and st[key].dim() == 0, key
+    assert float(st["gap"]) == float(st["cost_J"]) - eps * math.log(n) - float(st["dual_value"])
+    assert value.dtype == torch.float32 and float(value) == float(torch.tensor(float(st["gap"])).float())

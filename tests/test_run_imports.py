@@ -127,11 +127,32 @@ def test_deterministic_switch_without_inductor() -> None:
             "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),"
             " 'torch._inductor' in sys.modules)\n"
             "sync_inductor_determinism()\nimport torch._inductor.config as c\nprint(c.deterministic)\n")
+    assert _fresh_python(code, unset="TORCHINDUCTOR_DETERMINISTIC").split() == ["True", "True", "False", "True"]
+
+
+def test_the_gpu_bench_sets_a_runs_deterministic_switches_without_the_compiler() -> None:
+    """``fusebench bench``'s switches (perf.gpu.deterministic_settings) are seed_everything's (deterministic
+    algorithms warn-only, cudnn.deterministic, autotuning off, CUBLAS_WORKSPACE_CONFIG :4096:8), set without
+    importing torch._inductor / torch._dynamo; the process's own switches are back afterwards."""
+    code = ("import os, sys, torch\nfrom fusebench.perf.gpu import deterministic_settings\n"
+            "torch.backends.cudnn.benchmark = True\n"
+            "with deterministic_settings(True):\n"
+            "    print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),"
+            " torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, os.environ['CUBLAS_WORKSPACE_CONFIG'])\n"
+            "print(torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,"
+            " torch.backends.cudnn.benchmark)\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('torch._inductor', 'torch._dynamo')))[:3])\n")
+    assert _fresh_python(code, unset="CUBLAS_WORKSPACE_CONFIG").splitlines() == [
+        "True True True False :4096:8", "False False True", "[]"]
+
+
+def _fresh_python(code: str, unset: str) -> str:
+    """The standard output of ``code`` run by a fresh interpreter (one thread, ``unset`` not in its environment)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("TORCHINDUCTOR_DETERMINISTIC", None)
+    env.pop(unset, None)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "False", "True"]
+    return out.stdout
 
 
 # ---------------------------------------------------------------------------------------------

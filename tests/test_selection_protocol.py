@@ -28,7 +28,7 @@ from fusebench.training.request import RunOptions
 from fusebench.training.spec_check import load_spec
 
 GRID = [0.1, 0.5, 1.0]
-FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_acc", "knn_acc", "acc"],
+FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_best_acc", "fs1_acc", "knn_acc", "acc"],
         "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
                                    "fewshot_draws": 3, "knn_grid": [1, 5]},
         "pretrain.grid": {"infonce_pwe": {"tau": GRID}}, "pretrain.selection_seeds": [1000, 1001]}
@@ -44,9 +44,9 @@ def _ngs(fixtures_dir: Path) -> str:
 @pytest.mark.parametrize("name", ["mv-handwritten", "mv-hw2sources", "mv-leaves100", "mv-ngs"])
 def test_the_real_boards_select_on_their_primary_metric_over_wide_grids(name: str) -> None:
     spec = load_spec(benchmarks.path(name))
-    assert spec.comparison["primary"] == "fs1_acc" and spec.selection_metric == ""
-    assert spec.primary_metric == "fs1_acc"  # the default: what the board ranks
-    assert spec.to_dict()["selection_metric"] == "fs1_acc"  # resolved in the recorded config (and its hash)
+    assert spec.comparison["primary"] == "fs1_best_acc" and spec.selection_metric == ""
+    assert spec.primary_metric == "fs1_best_acc"  # the default: what the board ranks
+    assert spec.to_dict()["selection_metric"] == "fs1_best_acc"  # resolved in the recorded config (and its hash)
     assert spec.dataset.outer_test_seed is not None  # item 4: one fixed test split
     for o, grid in spec.pretrain.grid.items():
         if "tau" in grid:
@@ -58,12 +58,12 @@ def test_the_real_boards_select_on_their_primary_metric_over_wide_grids(name: st
 def test_a_selection_metric_apart_from_the_primary_is_refused_unless_the_spec_says_why() -> None:
     path = benchmarks.path("mv-ngs")
     with pytest.raises(ConfigError, match=r"mv-ngs\.yaml: selection_metric 'acc' differs from comparison\.primary "
-                                          r"'fs1_acc'.*selection_metric_why"):
+                                          r"'fs1_best_acc'.*selection_metric_why"):
         load_spec(path, overrides={"selection_metric": "acc"})
     spec = load_spec(path, overrides={"selection_metric": "acc", "selection_metric_why": "a test of the rule"})
     assert spec.primary_metric == "acc"
     # the same metric named explicitly needs no reason; a reason for nothing is refused (never recorded and ignored)
-    assert load_spec(path, overrides={"selection_metric": "fs1_acc"}).primary_metric == "fs1_acc"
+    assert load_spec(path, overrides={"selection_metric": "fs1_best_acc"}).primary_metric == "fs1_best_acc"
     with pytest.raises(ConfigError, match="selection_metric_why is read only where selection_metric differs"):
         load_spec(path, overrides={"selection_metric_why": "no divergence"})
     # switching the primary switches what selects, with no other change
@@ -120,9 +120,9 @@ def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reu
     assert seen == [("mv-ngs/none/seed0", True), ("mv-ngs/infonce_pwe/seed0", True)]
     frozen = json.loads(path.read_bytes())
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert frozen["metric"] == "fs1_acc" and frozen["seeds"] == [1000, 1001] and frozen["grid"] == {"tau": GRID}
-    # every point's score, by hand: the mean over the selection seeds of the mean over draws of the 1-shot
-    # probe's validation accuracy in that trial's record
+    assert frozen["metric"] == "fs1_best_acc" and frozen["seeds"] == [1000, 1001] and frozen["grid"] == {"tau": GRID}
+    # every point's score, by hand: the mean over the selection seeds of the mean over draws of the validation
+    # accuracy of that trial's chosen 1-shot probe (logistic or prototype, the higher mean; ties to logistic)
     folder = out / ".selection" / "mv-ngs" / "infonce_pwe"
     by_hand = []
     for i, tau in enumerate(GRID):
@@ -130,9 +130,10 @@ def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reu
         for s in (1000, 1001):
             trial = json.loads((folder / f"trial{i}-tau{tau}" / f"seed{s}" / "mv-ngs" / "infonce_pwe" / f"seed{s}"
                                 / "run.json").read_text())
-            draws = trial["selection"]["fewshot"]["per_shot"]["1"]["val_acc_per_draw"]
-            assert len(draws) == 3
-            per_seed[str(s)] = _mean(draws)
+            one = trial["selection"]["fewshot"]["per_shot"]["1"]
+            logistic, proto = one["val_acc_per_draw"], one["prototype"]["val_acc_per_draw"]
+            assert len(logistic) == len(proto) == 3
+            per_seed[str(s)] = max(_mean(logistic), _mean(proto))
         by_hand.append(per_seed)
         assert frozen["scores"][i]["hparams"] == {"tau": tau}
         assert frozen["scores"][i]["val_by_seed"] == pytest.approx(per_seed, abs=1e-12)
@@ -203,3 +204,36 @@ def test_a_selection_metric_without_a_validation_value_is_one_clear_error(tmp_pa
         fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=tmp_path, data_root=_ngs(fixtures_dir),
                       overrides=over, progress=False)
     assert not (tmp_path / "mv-ngs" / "_selection" / "infonce_pwe.json").exists()  # nothing half-written
+
+
+def test_a_selection_that_could_see_test_samples_is_refused_before_any_trial(
+        tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """split_per_seed without a fixed test split: selection seed 1000's train / val would hold samples of seed
+    0's test split. Refused naming dataset.outer_test_seed, before a trial trains."""
+    from fusebench.training.loop import RunError
+
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a selection trial ran although its test split is not fixed")
+
+    monkeypatch.setattr(selection, "run_cell", no_trial)
+    spec = benchmarks.load("mv-ngs", overrides={**FAST, "dataset.outer_test_seed": None})
+    with pytest.raises(RunError, match=r"mv-ngs: dataset.split_per_seed .* selection seeds \[1000, 1001\] would train "
+                                       r"and validate on test samples.*dataset.outer_test_seed"):
+        selection.select_hparams(spec, "infonce_pwe", tmp_path, RunOptions(data_root=_ngs(fixtures_dir)), {})
+    # with the fixed test split the same grid starts its trials
+    ok = benchmarks.load("mv-ngs", overrides=FAST)
+    with pytest.raises(AssertionError, match="a selection trial ran"):
+        selection.select_hparams(ok, "infonce_pwe", tmp_path, RunOptions(data_root=_ngs(fixtures_dir)), {})
+
+
+def test_a_trial_without_a_finite_validation_score_stops_the_selection(tmp_path: Path, monkeypatch) -> None:
+    """NaN compared in max() keeps the first grid point: a trial that could not be scored must not win."""
+    from fusebench.training.loop import RunError
+
+    scores = iter([float("nan"), 0.5, 0.7])
+    monkeypatch.setattr(selection, "run_cell", lambda request, options, context: {
+        "selection": {"val_metrics": {"fs1_best_acc": next(scores)}}})
+    spec = benchmarks.load("mv-ngs", overrides={**FAST, "pretrain.selection_seeds": [1000]})
+    with pytest.raises(RunError, match=r"trial trial0-tau0.1 of 'infonce_pwe', selection seed 1000, has no finite "
+                                       r"validation fs1_best_acc \(nan"):
+        selection.select_hparams(spec, "infonce_pwe", tmp_path, RunOptions(synthetic=True), {})

@@ -154,8 +154,10 @@ def test_compile_falls_back_when_the_first_compiled_call_fails(monkeypatch) -> N
 
     def lazy_failure(fn, **kwargs):  # torch.compile compiles at the first call: its errors come from there
         def compiled(*args, **kw):
+            from torch._dynamo import exc as dynamo_exc
+
             calls.append(fn)
-            raise RuntimeError("BackendCompilerFailed: inductor raised")
+            raise dynamo_exc.BackendCompilerFailed(fn, RuntimeError("inductor raised"), None)
         return compiled
 
     monkeypatch.setattr(torch, "compile", lazy_failure)
@@ -164,7 +166,7 @@ def test_compile_falls_back_when_the_first_compiled_call_fails(monkeypatch) -> N
         first = model.embed(batch)
         second = model.embed(batch)
     assert torch.equal(first, second) and len(calls) == 1  # after the failure, no further compilation is tried
-    assert status.fallback.startswith("ESANet.embed: RuntimeError: BackendCompilerFailed")
+    assert status.fallback == "ESANet.embed: BackendCompilerFailed: backend='embed' raised:"
 
 
 def test_compiled_encoder_runs_compiled_and_copies_compile_their_own(monkeypatch) -> None:
@@ -355,7 +357,9 @@ def test_compile_falls_back_when_a_later_recompilation_fails(monkeypatch, caplog
         def compiled(*args, **kw):
             calls.append(len(calls))
             if len(calls) == 3:
-                raise RuntimeError("BackendCompilerFailed: recompiling for a new shape")
+                from torch._dynamo import exc as dynamo_exc
+
+                raise dynamo_exc.InternalTorchDynamoError("recompiling for a new shape")
             return fn(*args, **kw)
         return compiled
 
@@ -366,7 +370,7 @@ def test_compile_falls_back_when_a_later_recompilation_fails(monkeypatch, caplog
         outs = [model.embed(batch) for _ in range(5)]
     assert all(torch.equal(o, want) for o in outs)
     assert calls == [0, 1, 2]  # compiled twice, failed once, eager from then on
-    assert status.ran_compiled and status.fallback == "ESANet.embed: RuntimeError: BackendCompilerFailed: recompiling for a new shape"
+    assert status.ran_compiled and status.fallback == "ESANet.embed: InternalTorchDynamoError: recompiling for a new shape"
     assert caplog.text.count("torch.compile failed") == 1
 
 
@@ -378,6 +382,65 @@ def test_a_models_own_error_in_a_compiled_call_is_raised_not_recorded(monkeypatc
     with pytest.raises((KeyError, ValueError, RuntimeError)):
         model.embed({"modalities": {}, "names": []})  # fails compiled and eagerly: the model's own error
     assert status.fallback is None
+
+
+def _batchnorm_step(bn: nn.BatchNorm1d, ran: list[str]) -> speed.CompiledOrEager:
+    """A training-mode BatchNorm wrapped as a compiled method; ``ran`` lists the runs that updated its statistics."""
+
+    def eager(x: torch.Tensor) -> torch.Tensor:
+        ran.append("eager")
+        return bn(x)
+
+    return speed.CompiledOrEager(eager, "Net.embed", speed.CompileStatus())
+
+
+def test_a_runtime_error_of_a_compiled_call_is_raised_not_rerun_eagerly(monkeypatch) -> None:
+    """A compiled call that ran (BatchNorm statistics updated) and then failed on the device (a CUDA
+    out-of-memory) is not a compilation failure: the error is raised, the step is not repeated eagerly (which
+    would update the statistics twice) and no fallback is recorded."""
+    bn, ran = nn.BatchNorm1d(2), []
+    x = torch.tensor([[1.0, 2.0], [3.0, 6.0]])
+
+    def runs_then_fails(fn, **kwargs):
+        def compiled(*args, **kw):
+            fn(*args, **kw)
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", runs_then_fails)
+    step = _batchnorm_step(bn, ran)
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        step(x)
+    assert ran == ["eager"] and step.status.fallback is None and not step.status.ran_compiled
+    # one update with momentum 0.1 from (0, 0): 0.1 * batch mean (2, 4); a second one would give (0.38, 0.76)
+    assert int(bn.num_batches_tracked) == 1
+    assert torch.allclose(bn.running_mean, torch.tensor([0.2, 0.4]))
+
+
+def test_a_compiler_error_of_a_compiled_call_falls_back_once_and_is_recorded(monkeypatch) -> None:
+    from torch._dynamo import exc as dynamo_exc
+
+    bn, ran = nn.BatchNorm1d(2), []
+    x = torch.tensor([[1.0, 2.0], [3.0, 6.0]])
+    compilations = []
+
+    def fails_to_compile(fn, **kwargs):
+        def compiled(*args, **kw):
+            compilations.append(1)
+            raise dynamo_exc.TorchRuntimeError("fake tensor propagation failed\nmore")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fails_to_compile)
+    step = _batchnorm_step(bn, ran)
+    out = step(x)
+    step(x)
+    assert ran == ["eager", "eager"] and compilations == [1]  # the compiled call is tried once, eager after that
+    assert step.status.fallback == "Net.embed: TorchRuntimeError: fake tensor propagation failed"
+    # eager output of a training-mode BatchNorm: (x - mean) / sqrt(var + eps), biased var: columns (1, 4)
+    eps = bn.eps
+    want = torch.tensor([[-1 / (1 + eps) ** 0.5, -2 / (4 + eps) ** 0.5], [1 / (1 + eps) ** 0.5, 2 / (4 + eps) ** 0.5]])
+    assert torch.allclose(out, want)
+    assert int(bn.num_batches_tracked) == 2  # two calls, one update each
 
 
 def test_channels_last_is_applied_to_the_host_batch_before_the_copy() -> None:

@@ -228,8 +228,12 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         if outer is not None and (isinstance(outer, bool) or not isinstance(outer, int) or outer < 0):
             raise DatasetError(f"{self.id}: outer_test_seed={outer!r} must be a non-negative integer")
         shipped = self.shipped_test_indices if o.get("shipped_split", True) else None
+        if shipped is not None and outer is not None:  # never recorded and ignored
+            raise DatasetError(f"{path}: outer_test_seed={outer} draws a test split, but the file ships its own "
+                               f"({shipped.size} *_test samples), which is used as the test split; drop "
+                               "outer_test_seed, or pass shipped_split=false to draw the test split with it")
         if shipped is not None:  # the file's own test block is the (outer) test split; train / val come from the rest
-            parts = outer_split(y, fractions, 0 if outer is None else outer, split_seed, test=shipped)
+            parts = outer_split(y, fractions, 0, split_seed, test=shipped)
         else:
             parts = (stratified_split(y, fractions, split_seed) if outer is None
                      else outer_split(y, fractions, outer, split_seed))

@@ -1,4 +1,6 @@
-"""Markdown leaderboards (and their results as CSV / JSON) generated from run.json files alone
+"""Markdown leaderboards (and their results as CSV / JSON) generated from run.json files, with how each table
+compares its rows (primary metric, reference row) from the benchmark's current spec where one is installed,
+else from the records' copy (:func:`fusebench.leaderboard.groups.spec_comparison`; the board says which)
 (``fusebench leaderboard``; what the command does, table by table: :mod:`fusebench.leaderboard.cli` and
 docs/leaderboards.md).
 

@@ -1,4 +1,7 @@
-"""``fusebench leaderboard``: markdown leaderboards generated from run.json files alone.
+"""``fusebench leaderboard``: markdown leaderboards generated from run.json files; how a table compares its
+rows (primary metric, reference row, why) comes from the benchmark's current spec where one of that name is
+installed (its ``comparison`` block overrides the records' copy), else from the newest record's copy, and each
+table's Protocol section says which.
 
 ``write_leaderboards(runs_dir, out_dir)`` reads every ``run.json`` under ``runs_dir``, validates it
 (:func:`fusebench.records.validate_record`), and writes for each benchmark it found runs of
@@ -95,13 +98,12 @@ def main(argv: list[str]) -> int:
     if ns.reported is not None and not Path(ns.reported).is_file():
         print(f"fusebench leaderboard: --reported {ns.reported} does not exist", file=sys.stderr)
         return 2
-    from fusebench.leaderboard.outputs import file_lines, snapshot
+    from fusebench.leaderboard.outputs import check_tex_columns, file_lines, snapshot
     from fusebench.leaderboard.tex import check_columns
 
     try:
         if ns.tex_columns is not None:
-            if "tex" not in ns.formats:
-                raise ValueError("--tex-columns: the columns of --format tex; add tex to --format")
+            check_tex_columns(ns.formats, ns.tex_columns)  # write_leaderboards checks it too
             check_columns(ns.tex_columns)  # known names or metric ids (checked per board when rendered)
         before = snapshot(ns.out)
         written = write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,

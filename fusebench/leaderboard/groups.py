@@ -102,6 +102,9 @@ class GroupView:
     invalid: dict[str, str] = field(default_factory=dict)  # row -> why (record["validity"])
     reference: str | None = None  # the fixed reference row of the tests
     reference_text: str = ""  # where the reference comes from, or why there is none
+    # who set the comparison (primary metric, reference): "the benchmark" (its current spec), "the runs" (the
+    # newest record's copy) or "" (neither has one: the records' selection metric, the default reference)
+    compared_by: str = ""
     why: str = ""  # why the primary metric (record["comparison"]["why"])
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
@@ -297,15 +300,15 @@ def spec_comparison(name: str, recs: list[RunRecord]) -> dict[str, str] | None:
 
 
 def _comparison(name: str, recs: list[RunRecord]) -> tuple[dict[str, str], str]:
-    """(how the group's rows are compared, who says so: ``"the benchmark"`` or ``"the runs"``): the
+    """(how the group's rows are compared, who says so: ``"the benchmark"``, ``"the runs"`` or ``""``): the
     benchmark's current spec when it is found (:func:`spec_comparison`: a changed comparison block reaches
-    the board without re-running a cell), else the copy in the newest record that carries one ({} when none
-    does). Every record's copy is checked."""
+    the board without re-running a cell), else the copy in the newest record that carries one, else ({}, "").
+    Every record's copy is checked."""
     copies = [(r, c) for r in oldest_first(recs) if (c := _record_comparison(r)) is not None]
     current = spec_comparison(name, recs)
     if current is not None:
         return current, "the benchmark"
-    return (dict(copies[-1][1]) if copies else {}), "the runs"
+    return (dict(copies[-1][1]), "the runs") if copies else ({}, "")
 
 
 def _validity(r: RunRecord) -> str | None:
@@ -368,7 +371,7 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     rows = [o for o in objectives if o not in merged]
     view = GroupView(name, recs, kind, infos, primary, {}, values, undefined=undefined, rows=rows,
                      aliases=aliases, num_views=k, why=" ".join(comparison.get("why", "").split()),
-                     reference_aliases=reference_aliases)
+                     reference_aliases=reference_aliases, compared_by=compared_by)
     view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
     for info in infos:
         view.best[info.id] = None

@@ -70,7 +70,7 @@ def mean_curve(curves: list[list[float]]) -> list[tuple[int, float]]:
     :data:`CURVE_POINTS`); steps where no value is finite are left out."""
     n = min(len(c) for c in curves)
     out = []
-    for k in range(0, n, max(1, n // CURVE_POINTS)):
+    for k in range(0, n, max(1, math.ceil(n / CURVE_POINTS))):  # ceil: never more than CURVE_POINTS
         vals = [c[k] for c in curves if math.isfinite(c[k])]
         if vals:
             out.append((k, sum(vals) / len(vals)))
@@ -187,13 +187,14 @@ def missing_svg(view: GroupView) -> str:
 def sensitivity_svg(view: GroupView) -> str:
     """The hyper-parameter sensitivity of the group (:mod:`fusebench.leaderboard.sensitivity`): per table,
     each tuned objective's mean validation score at each grid point (in grid order)."""
-    from fusebench.leaderboard.sensitivity import tables
+    from fusebench.leaderboard.sensitivity import tables, unit_of
 
     charts = []
     for metric, grid, sels in (tables(view) if view.ranked else []):
-        unit = next((m.unit for m in view.metrics if m.id == metric), "raw")
+        unit = unit_of(view, metric)  # the catalog's unit where the selection metric is no column of the board
         scale = 100.0 if unit == "fraction" else 1.0
-        series = [(s.objective, [(float(j), scale * v) for j, (_, v, _) in enumerate(s.points)]) for s in sels]
+        series = [(s.objective, [(float(j), scale * v) for j, (_, v, _) in enumerate(s.points) if v is not None])
+                  for s in sels]  # an undefined grid point is left out of its line
         labels = [", ".join(str(hp.get(k)) for k in grid) for hp, _, _ in sels[0].points] if sels else []
         charts.append(line_chart(f"validation {metric or '?'} per grid point of {' x '.join(grid)}", series,
                                  f"grid points: {'; '.join(labels)}"[:90]))

@@ -91,7 +91,7 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _family_label(ranking: dict[str, Any], m: str) -> str:
     merged = ranking.get("merged_references", {}).get(m)
-    return f"`{m}`" + (f" (≡ {', '.join(f'`{a}`' for a in merged)})" if merged else "")
+    return md_code(m) + (f" (≡ {', '.join(md_code(a) for a in merged)})" if merged else "")
 
 
 def _family_line(ranking: dict[str, Any]) -> str:
@@ -102,7 +102,7 @@ def _family_line(ranking: dict[str, Any]) -> str:
     refs = [m for m in methods if m in REFERENCE_ROWS]
     pre = [m for m in methods if m not in REFERENCE_ROWS]
     return (f"Family of the tests: {len(methods)} rows, each counted once: {len(pre)} pretrained objective(s) "
-            f"({', '.join(f'`{m}`' for m in pre) or 'none'}) and {len(refs)} distinct reference row(s) "
+            f"({', '.join(md_code(m) for m in pre) or 'none'}) and {len(refs)} distinct reference row(s) "
             f"({', '.join(_family_label(ranking, m) for m in refs) or 'none'}). Objectives computing the same loss "
             f"and reference rows that are the same features for every probe are one row (`≡`).")
 

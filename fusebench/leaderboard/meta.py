@@ -19,6 +19,7 @@ from typing import Any
 from fusebench.io import strict_json
 from fusebench.leaderboard.columns import fmt_cell
 from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView
+from fusebench.registry import ID_RULE, valid_id
 
 BOARD_META = "fusebench-board"
 # version of what a board shows; 2: fixed-reference tests, CIs, budgets, published section, per-row means
@@ -102,9 +103,14 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
             raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind")
         means = g.get("means", {})
         if not isinstance(means, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in means.values()):
+                valid_id(k) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in means.items()):
             raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: 'means' must map "
-                             f"objective ids to numbers, got {means!r}"[:400])
+                             f"objective ids ({ID_RULE}) to numbers, got {means!r}"[:400])
+        merged = g.get("merged_references", {})
+        if not isinstance(merged, dict) or not all(
+                valid_id(k) and isinstance(v, list) and all(map(valid_id, v)) for k, v in merged.items()):
+            raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: 'merged_references' "
+                             f"must map objective ids ({ID_RULE}) to lists of objective ids, got {merged!r}"[:400])
     return meta
 
 
@@ -114,14 +120,21 @@ def _last_line_meta(text: str) -> re.Match[str] | None:
     return META_RE.fullmatch(lines[-1])
 
 
+def embedded_json(data: Any, **kw: Any) -> str:
+    """``data`` as strict JSON (:func:`fusebench.io.strict_json`: NaN and infinities as null; sorted keys,
+    ASCII; ``kw`` e.g. ``separators``) with ``&``, ``<`` and ``>`` written as ``\\u`` escapes: still the same
+    JSON, and safe inside an HTML comment or a ``<script>`` element (no ``-->``, ``</script>`` or ``<!--``)."""
+    text = strict_json(data, sort_keys=True, ensure_ascii=True, **kw)
+    for c, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
+        text = text.replace(c, escape)
+    return text
+
+
 def meta_comment(name: str, groups: list[dict[str, Any]]) -> str:
     """The last line of the board of benchmark ``name``: its metadata comment (``groups``: one
     :func:`board_meta` per comparability group)."""
     meta = {"benchmark": name, "format": BOARD_FORMAT, "groups": groups}
-    text = strict_json(meta, sort_keys=True, ensure_ascii=True)
-    for c, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):  # valid JSON, never '-->'
-        text = text.replace(c, escape)
-    return f"<!-- {BOARD_META} {text} -->"
+    return f"<!-- {BOARD_META} {embedded_json(meta)} -->"
 
 
 def rendered_meta(markdown: str) -> dict[str, Any]:

@@ -51,16 +51,42 @@ def extra_names(name: str, formats: tuple[str, ...] | list[str]) -> list[str]:
     return ([f"{name}-seeds.csv"] if "csv" in formats else []) + ([f"{name}.tex"] if "tex" in formats else [])
 
 
+#: the first line of a per-seed CSV (:func:`fusebench.results.render_seeds_csv`): how a ``X-seeds.csv`` that
+#: board ``X`` wrote is told from the aggregate CSV of a board named ``X-seeds``
+SEEDS_CSV_HEAD = "benchmark,objective,seed"
+
+
+def check_tex_columns(formats: tuple[str, ...] | list[str], tex_columns: tuple[str, ...] | list[str] | None) -> None:
+    """``tex_columns`` are the columns of ``--format tex``: a ValueError when they are given without it (a
+    setting is used or refused, never ignored)."""
+    if tex_columns is not None and "tex" not in formats:
+        raise ValueError("--tex-columns: the columns of --format tex; add tex to --format")
+
+
+def _is_seeds_csv(path: Path) -> bool:
+    """Whether ``path`` is a per-seed CSV (its first line starts with :data:`SEEDS_CSV_HEAD`)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SEEDS_CSV_HEAD)) == SEEDS_CSV_HEAD.encode()
+    except OSError:
+        return False
+
+
 def check_extras(runs: dict[str, list], formats: tuple[str, ...] | list[str], out_dir: Path,
                  tex_columns: tuple[str, ...] | list[str] | None = None) -> None:
-    """Before anything is written: a ValueError when a board's per-seed CSV would overwrite another board's
-    CSV (a benchmark ``X-seeds`` beside ``X`` in ``runs``, or a board ``X-seeds`` in ``out_dir``), or when a
-    ``tex_columns`` name is neither a column of :mod:`fusebench.leaderboard.tex` nor a metric of any record
-    (a metric some boards lack is a column of dashes there)."""
+    """Before anything is written: a ValueError when ``tex_columns`` are given without ``tex`` in ``formats``
+    (:func:`check_tex_columns`), when a board's per-seed CSV would overwrite another board's file (a benchmark
+    ``X-seeds`` beside ``X`` in ``runs``; in ``out_dir`` a board ``X-seeds``: its ``.md``, ``.json``, ``.html`` or
+    ``.tex``, or an ``X-seeds.csv`` that is not a per-seed CSV, so not board ``X``'s), or when a ``tex_columns``
+    name is neither a column of :mod:`fusebench.leaderboard.tex` nor a metric of any record (a metric some boards
+    lack is a column of dashes there)."""
+    check_tex_columns(formats, tex_columns)
     if "csv" in formats:
         for name in runs:
             other = f"{name}-seeds"
-            if other in runs or any((out_dir / f"{other}.{ext}").is_file() for ext in ("md", "json")):
+            csv = out_dir / f"{other}.csv"
+            if (other in runs or any((out_dir / f"{other}.{ext}").is_file() for ext in ("md", "json", "html", "tex"))
+                    or (csv.is_file() and not _is_seeds_csv(csv))):
                 raise ValueError(f"benchmark {name!r}: its per-seed CSV {name}-seeds.csv would overwrite the CSV of "
                                  f"the board {other!r} in {out_dir}; write the boards of one of them into another "
                                  "--out folder")
@@ -88,4 +114,4 @@ def board_extras(name: str, recs: list, data: dict | None, formats: tuple[str, .
     return out
 
 
-__all__ += ["board_extras", "check_extras", "extra_names"]
+__all__ += ["SEEDS_CSV_HEAD", "board_extras", "check_extras", "check_tex_columns", "extra_names"]

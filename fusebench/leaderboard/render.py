@@ -14,18 +14,28 @@ from fusebench.leaderboard.meta import KIND_TITLES, board_meta, meta_comment
 from fusebench.leaderboard.reported import Reported, published_section
 from fusebench.leaderboard.robustness import section_lines as robustness_lines
 from fusebench.leaderboard.sensitivity import section_lines as sensitivity_lines
-from fusebench.leaderboard.ties import ALPHA
+from fusebench.leaderboard.ties import ALPHA, SEED_SETS_DIFFER
 from fusebench.leaderboard.table import notes_lines, table_lines
 from fusebench.records import RunRecord, differing_fields
+
+
+#: the Protocol line saying who set the comparison (:attr:`GroupView.compared_by`)
+_COMPARED_BY = {
+    "the benchmark": "the `comparison` block of the benchmark's current spec (read when the board is made; it "
+                     "overrides the copy in the run records)",
+    "the runs": "the `comparison` copied into the newest run record (no spec of this benchmark is installed)",
+    "": "neither the benchmark's spec nor the run records have a `comparison`: the records' selection metric and "
+        "the default reference row",
+}
 
 
 def _data_line(view: GroupView) -> str:
     ds = view.recs[0].dataset
     if view.kind == "real":
         fp = f", data fingerprint `{ds.fingerprint.sha256[:12]}`" if ds.fingerprint else ""
-        named = (view.recs[0].raw.get("dataset") or {}).get("data_file")  # the one file read (issue #32)
-        if isinstance(named, dict) and named.get("name"):
-            fp += f", data file {md_code(named['name'])} (sha256 {md_code(str(named.get('sha256'))[:16])})"
+        named = view.recs[0].raw["dataset"].get("data_file")  # the one file read (issue #32), typed by the schema
+        if named is not None:
+            fp += f", data file {md_code(named['name'])} (sha256 {md_code(named['sha256'][:16])})"
         return (f"Data: **real** (dataset `{ds.id}`, manifest {md_code(ds.manifest_hash[:16])}{fp}); "
                 f"seeds {', '.join(map(str, view.seeds))}.")
     if view.kind == "pipeline_check":
@@ -70,12 +80,19 @@ def _cells_text(view: GroupView) -> str:
                      f"2.5 / 97.5 percentiles of its rank over {RANK_RESAMPLES:,} bootstrap resamples of the seeds "
                      f"every row has (fixed seed). vs best: two-sided paired t-test against the best row over shared "
                      f"seeds, Holm-adjusted over the rows; `tied` where not separable (p > {ALPHA}).")
+            why = next((r["why"] for r in view.ranks.values() if r.get("why")), None)
+            if why == SEED_SETS_DIFFER:
+                text += (f" No rank interval here: {why} (a rank comes from each row's mean over all its seeds, which "
+                         f"resamples of the shared seeds alone need not contain), so the rank is shown bare.")
+            elif why:
+                text += f" No rank interval here ({why}): the rank is shown bare."
         text += (f" Bold: the best mean of a column, only when it is separable from the second-best row (paired "
                  f"t-test over shared seeds, Holm over the rows, p ≤ {ALPHA}); no bold where it is not.")
     text += " Steps / samples seen: the pretraining budget of the row (0 for reference rows; — where not recorded)."
     if view.undefined:  # only boards with NaN metrics carry the note
-        text += (" `k undefined`: runs whose value of the metric is undefined (NaN in their run.json, e.g. a "
-                 "correlation of constant predictions), left out of the mean, std, best and tests.")
+        text += (" `k undefined`: runs whose value of the metric is undefined (null in their run.json, NaN in "
+                 "older records; e.g. a correlation of constant predictions), left out of the mean, std, best and "
+                 "tests.")
     return text
 
 
@@ -107,6 +124,7 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
                       if view.ranks else ""))
     else:
         out.append(f"- primary metric: `{view.primary}`; pipeline check: no best row and no tests")
+    out.append(f"- comparison (primary metric, reference row, why): {_COMPARED_BY[view.compared_by]}")
     if view.num_views:
         out.append(f"- views: k = {view.num_views}")
     out.append("- cost: mean pretraining wall time; peak memory = the process's peak resident set on CPU (in a sweep "

@@ -63,10 +63,11 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
         return {}
     import yaml
 
-    try:
-        # libyaml's safe loader when PyYAML has it (the same documents, ~10x faster than the pure-Python one)
-        data = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as e:
+    from fusebench.typed import load_yaml
+
+    try:  # the bounded safe loader of every settings file: an alias bomb or a too deep document is one error
+        data = load_yaml(Path(path).read_text(), str(path))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ValueError(f"{path}: not a readable YAML file ({e})") from None
     if data is None:
         return {}

@@ -8,24 +8,28 @@ copied into every record of the objective): ``grid`` ({key: values}), ``scores``
 ``hparams``, ``val`` = the mean over the selection seeds, ``val_by_seed``), ``choice``, ``metric`` (the
 metric id; records written before issue #30 hold a text such as ``"validation acc (mean over 3 selection
 seeds)"``, whose metric id is read from it) and ``at_edge`` (absent in older records: computed here by the
-same rule). Only validation scores are read: a selection run's test score is never shown, even where a
-record carries one."""
+same rule, :func:`fusebench.grids.at_edge`). A score that is null or NaN is undefined, as a metric value is
+(:func:`fusebench.records.validate_record` accepts both): left out of the mean over seeds, and a grid point
+with no defined score is shown ``— (undefined)``. Only validation scores are read: a selection run's test
+score is never shown, even where a record carries one."""
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusebench.grids import at_edge
 from fusebench.io import atomic_write, canonical_json, sha256_hex
 from fusebench.leaderboard.columns import fmt_value, md_code, md_text
 from fusebench.leaderboard.groups import GroupView, oldest_first
-from fusebench.records import RecordError
 
 SENSITIVITY_PLOT_VERSION = 1  # bump when the plot is drawn differently
-_OLD_METRIC = re.compile(r"validation ([A-Za-z0-9][A-Za-z0-9_.-]*) \(mean over")  # pre-#30 records' "metric" text
+_METRIC_ID = r"[A-Za-z0-9][A-Za-z0-9_.@-]*"  # a metric name as fusebench.records.schema allows it
+_OLD_METRIC = re.compile(rf"validation ({_METRIC_ID}) \(mean over")  # pre-#30 records' "metric" text
+UNDEFINED = "— (undefined)"  # a grid point without a defined validation score
 
 
 @dataclass
@@ -35,63 +39,46 @@ class Selection:
     objective: str
     metric: str | None  # the metric id (None: not recorded in a form the board reads)
     grid: dict[str, list[Any]]
-    points: list[tuple[dict[str, Any], float, int]]  # (hparams, mean validation score, number of seeds), grid order
+    # (hparams, mean validation score or None when undefined, number of seeds with a defined score), grid order
+    points: list[tuple[dict[str, Any], float | None, int]]
     choice: dict[str, Any]
     edge: list[str]  # grid keys whose chosen value is on an edge of the grid
     variants: int = 1  # distinct selections among the objective's runs (1: all runs carry the same)
-    seeds: list[Any] = field(default_factory=list)
-
-
-def edge_keys(grid: dict[str, list[Any]], choice: dict[str, Any]) -> list[str]:
-    """The grid keys (sorted) whose chosen value is the smallest or largest of a numeric grid of at least two
-    distinct values (the rule of :func:`fusebench.training.selection.at_edge`, for records without ``at_edge``)."""
-    out = []
-    for name, values in grid.items():
-        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(set(nums)) < 2 or len(nums) != len(values) or name not in choice:
-            continue
-        if choice[name] in (min(nums), max(nums)):
-            out.append(name)
-    return sorted(out)
 
 
 def _metric_id(text: Any) -> str | None:
     if not isinstance(text, str):
         return None
     m = _OLD_METRIC.match(text)
-    return m.group(1) if m else (text if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text) else None)
+    return m.group(1) if m else (text if re.fullmatch(_METRIC_ID, text) else None)
 
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _parse(path: str, sel: dict[str, Any], objective: str) -> Selection | None:
-    """A record's ``hparam_selection`` as a :class:`Selection` (None when it holds no scores); a malformed
-    score entry is a RecordError naming it."""
+def _parse(sel: dict[str, Any], objective: str) -> Selection | None:
+    """A record's ``hparam_selection`` (typed by :func:`fusebench.records.validate_record`) as a
+    :class:`Selection` (None when it holds no scores). A grid point's score is its recorded ``val`` when that is
+    a finite number, else the mean of its defined ``val_by_seed`` entries (null / NaN ones left out), else
+    undefined (None)."""
     scores = sel.get("scores") or []
     if not scores or not isinstance(sel.get("grid"), dict) or not isinstance(sel.get("choice"), dict):
         return None
     points = []
-    for i, e in enumerate(scores):
-        where = f"hparam_selection.scores[{i}]"
-        if not isinstance(e, dict) or not isinstance(e.get("hparams"), dict):
-            raise RecordError(path, where, 'a mapping {"hparams": {...}, "val": number, "val_by_seed": {...}}', e)
-        by_seed = e.get("val_by_seed")
-        if by_seed is not None and (not isinstance(by_seed, dict) or not all(map(_finite, by_seed.values()))):
-            raise RecordError(path, f"{where}.val_by_seed", "a mapping seed -> finite number", by_seed)
+    for e in scores:
+        by_seed = e.get("val_by_seed") or {}
+        defined = [float(v) for v in by_seed.values() if _finite(v)]
         val = e.get("val")
-        if val is None and by_seed:
-            val = math.fsum(by_seed.values()) / len(by_seed)
-        if not _finite(val):
-            raise RecordError(path, f"{where}.val", "a finite number (the mean validation score)", val)
-        n = len(by_seed) if by_seed else max(1, len(sel.get("seeds") or []))
-        points.append((dict(e["hparams"]), float(val), n))
+        if _finite(val):
+            n = len(defined) if by_seed else max(1, len(sel.get("seeds") or []))
+            points.append((dict(e["hparams"]), float(val), n))
+        else:  # null or NaN: undefined, left out like an undefined metric value
+            points.append((dict(e["hparams"]), math.fsum(defined) / len(defined) if defined else None, len(defined)))
     grid = {str(k): list(v) if isinstance(v, list) else [v] for k, v in sel["grid"].items()}
     edge = sel.get("at_edge")
-    edge = sorted(map(str, edge)) if isinstance(edge, list) else edge_keys(grid, sel["choice"])
-    return Selection(objective, _metric_id(sel.get("metric")), grid, points, dict(sel["choice"]), edge,
-                     seeds=list(sel.get("seeds") or ([sel["seed"]] if "seed" in sel else [])))
+    edge = sorted(map(str, edge)) if isinstance(edge, list) else at_edge(grid, sel["choice"])
+    return Selection(objective, _metric_id(sel.get("metric")), grid, points, dict(sel["choice"]), edge)
 
 
 def selections(view: GroupView) -> list[Selection]:
@@ -102,7 +89,7 @@ def selections(view: GroupView) -> list[Selection]:
         recs = [r for r in oldest_first(view.recs) if r.objective == o and isinstance(r.raw.get("hparam_selection"), dict)]
         if not recs:
             continue
-        sel = _parse(recs[-1].path, recs[-1].raw["hparam_selection"], o)
+        sel = _parse(recs[-1].raw["hparam_selection"], o)
         if sel is None:
             continue
         sel.variants = len({canonical_json(r.raw["hparam_selection"], compact=True, default=None) for r in recs})
@@ -122,7 +109,9 @@ def tables(view: GroupView) -> list[tuple[str | None, dict[str, list[Any]], list
     return list(groups.values())
 
 
-def _unit(view: GroupView, metric: str | None) -> str:
+def unit_of(view: GroupView, metric: str | None) -> str:
+    """The unit of ``metric`` on the board of ``view``: its column's, else the metric catalog's
+    (:func:`fusebench.metrics.metadata`; a selection metric need not be a column), else ``raw``."""
     if metric is None:
         return "raw"
     if any(m.id == metric for m in view.metrics):
@@ -157,25 +146,27 @@ def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> lis
            "on their own train / val splits, never an evaluation seed), read from the runs' `hparam_selection`; "
            "**bold ✓** marks the chosen point (the best mean; ties: the first in grid order). Only validation "
            "scores are shown: no test score of a selection run is read. Metrics marked (%) are fractions shown x100."]
-    any_edge = False
+    any_edge = undefined = False
     for metric, grid, sels in found:
         edges = []
-        unit = _unit(view, metric)
+        unit = unit_of(view, metric)
         points = [p[0] for p in sels[0].points]
-        seeds = sorted({n for s in sels for _, _, n in s.points})
+        seeds = sorted({n for s in sels for _, _, n in s.points if n})
         what = md_code(metric) if metric else "the selection metric (not recorded)"
+        counts = "/".join(map(str, seeds)) or "0"
         out += ["", f"Grid {' × '.join(md_code(k) for k in grid)}; validation {what}"
-                    f"{' (%)' if unit == 'fraction' else ''}, mean over {'/'.join(map(str, seeds))} selection seed(s):", ""]
+                    f"{' (%)' if unit == 'fraction' else ''}, mean over {counts} selection seed(s):", ""]
         head = ["objective"] + [_point_label(grid, p) for p in points]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for sel in sels:
             cells = []
             for p in points:
-                hit = next((v for hp, v, _ in sel.points if _same(hp, p)), None)
-                if hit is None:
+                hit = next(((v,) for hp, v, _ in sel.points if _same(hp, p)), None)
+                if hit is None:  # not a point of this objective's grid
                     cells.append("—")
                     continue
-                text = fmt_value(unit, hit)
+                undefined = undefined or hit[0] is None
+                text = UNDEFINED if hit[0] is None else fmt_value(unit, hit[0])
                 cells.append(f"**{text} ✓**" if _same({k: p.get(k) for k in sel.choice}, sel.choice) else text)
             label = f"`{sel.objective}`" + (f" ({sel.variants} different selections in its runs; the newest shown)"
                                             if sel.variants > 1 else "")
@@ -189,6 +180,9 @@ def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> lis
             out += ["", f"Chosen on an edge of this grid (the optimum may lie outside it): {', '.join(edges)}."]
     if not any_edge:
         out += ["", "Every chosen point lies inside its grid."]
+    if undefined:
+        out += ["", f"{UNDEFINED}: no selection seed gave the grid point a defined validation score (null or NaN in "
+                    "the record); undefined seeds are left out of every mean shown."]
     if plot_name:
         out += ["", f"![hyper-parameter sensitivity]({plot_name})"]
     return out
@@ -209,7 +203,7 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
     found = tables(view) if view.ranked else []
     if not found:
         return False
-    data = [{"metric": metric, "unit": _unit(view, metric), "grid": grid,
+    data = [{"metric": metric, "unit": unit_of(view, metric), "grid": grid,
              "rows": [{"objective": s.objective, "points": [[hp, v] for hp, v, _ in s.points], "choice": s.choice}
                       for s in sels]} for metric, grid, sels in found]
     key = sha256_hex(canonical_json({"v": SENSITIVITY_PLOT_VERSION, "name": view.name, "panels": data},
@@ -227,10 +221,10 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
         labels = [", ".join(str(hp.get(k)) for k in panel["grid"]) for hp, _ in panel["rows"][0]["points"]]
         for j, row in enumerate(panel["rows"]):
             xs = list(range(len(row["points"])))
-            ys = [scale * v for _, v in row["points"]]
+            ys = [math.nan if v is None else scale * v for _, v in row["points"]]  # undefined: a gap
             ax.plot(xs, ys, color=f"C{j % 10}", linewidth=1.0, marker="o", markersize=3, label=row["objective"])
             for x, (hp, v) in zip(xs, row["points"]):
-                if all(_same(hp.get(k), c) for k, c in row["choice"].items()):
+                if v is not None and all(_same(hp.get(k), c) for k, c in row["choice"].items()):
                     ax.plot([x], [scale * v], color=f"C{j % 10}", marker="*", markersize=11, linestyle="none")
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, fontsize=6, rotation=30 if len(labels) > 4 else 0)

@@ -6,7 +6,8 @@ files), one row per displayed objective. The columns are chosen with ``--tex-col
 :data:`DEFAULT_COLUMNS`), each one of :data:`COLUMNS` or a metric id of the records (its mean ± std; dashes on
 a board without that metric, a name that is no metric of any record is refused):
 
-* ``mean``: the primary metric's mean ± sample std over the seeds (the group's best row in bold);
+* ``mean``: the primary metric's mean ± sample std over the seeds (the group's best row in bold, only when
+  it is separable from the second-best row: ``best_separable``, as on the markdown and HTML boards);
 * ``ci``: its percentile-bootstrap 95% interval of the mean;
 * ``n``: the seeds; ``steps`` / ``samples``: the pretraining budget (optimiser steps, samples seen; a
   range when the seeds differ); ``delta`` / ``p``: Δ vs the reference row and its Holm-adjusted p;
@@ -94,7 +95,8 @@ def _number(x: Any, fmt: str = "{:.1f}") -> str:
 def _cell(column: str, group: dict[str, Any], row: dict[str, Any]) -> str:
     primary = group["primary"]
     if column == "mean":
-        return _mean_std(group, row, primary, bold=bool(group.get("best")) and group.get("best") == row["objective"])
+        bold = group.get("best_separable") is True and bool(group.get("best")) and group.get("best") == row["objective"]
+        return _mean_std(group, row, primary, bold=bold)  # a best row tied with the second is not bold
     if column == "ci":
         ci = row.get("ci")
         unit = _unit(group, primary)

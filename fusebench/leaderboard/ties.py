@@ -18,12 +18,14 @@ from fusebench.leaderboard.stats import _int_at_least, _matrix, _open_unit, _row
 if TYPE_CHECKING:
     from fusebench.leaderboard.groups import GroupView
 
-__all__ = ["ALPHA", "dataset_rank_intervals", "order_statistic_interval", "rank_intervals", "settle_ties", "standing",
-           "vs_best"]
+__all__ = ["ALPHA", "SEED_SETS_DIFFER", "dataset_rank_intervals", "order_statistic_interval", "rank_intervals",
+           "settle_ties", "standing", "vs_best"]
 
 #: the level of every test on a board: a row is "tied with the best" when its Holm-adjusted p vs the best row
 #: is above it; the best row is bold only when the second is below it
 ALPHA = 0.05
+#: why a rank has no interval when the rows were not run on the same seeds (:func:`rank_intervals`)
+SEED_SETS_DIFFER = "the rows' seed sets differ"
 
 
 def vs_best(rows: Mapping[str, Mapping[int, float]], best: str, alpha: float = ALPHA) -> dict[str, dict[str, Any]]:
@@ -70,9 +72,12 @@ def rank_intervals(rows: Mapping[str, Mapping[int, float]], higher_is_better: bo
     replacement (row b of ``numpy.random.default_rng(seed).integers(0, n, size=(n_boot, n))``), every row's
     mean over those seeds is taken (each row on the same drawn seeds: the comparison stays paired), the rows
     are ranked (:func:`standing`), and the interval of a row is :func:`order_statistic_interval` of its
-    ``n_boot`` ranks. Returns ``{row: {"rank", "low", "high", "n"}}`` (``n`` = |S|); ``low`` and ``high`` are
-    None when fewer than 2 seeds are shared or there is one row. Raises ``ValueError`` for a value that is not
-    a finite number, ``n_boot`` < 1 or ``level`` outside (0, 1)."""
+    ``n_boot`` ranks. Returns ``{row: {"rank", "low", "high", "n", "why"}}`` (``n`` = |S|); ``low`` and
+    ``high`` are None, and ``why`` says why (else None), when there is one row, when fewer than 2 seeds are
+    shared, or when the rows' seed sets differ: the rank is then a mean over seeds the resamples never draw,
+    so an interval over the shared seeds need not hold it (A = {0, 1, 2: 1.0} and B = {0, 1, 2: 0.9, 3: 2.0,
+    4: 2.0} rank B first, yet B ranks second in every resample of {0, 1, 2}). Raises ``ValueError`` for a
+    value that is not a finite number, ``n_boot`` < 1 or ``level`` outside (0, 1)."""
     if not isinstance(rows, Mapping):
         raise ValueError(f"rows must be a mapping name -> {{seed: value}}, got {type(rows).__name__}")
     clean = {name: _row(values, f"rows[{name!r}]") for name, values in rows.items()}
@@ -81,8 +86,10 @@ def rank_intervals(rows: Mapping[str, Mapping[int, float]], higher_is_better: bo
     names = sorted(clean, key=str)
     point = standing({k: math.fsum(v.values()) / len(v) for k, v in clean.items() if v}, higher_is_better)
     shared = sorted(set.intersection(*(set(v) for v in clean.values()))) if clean else []
-    out = {k: {"rank": point.get(k), "low": None, "high": None, "n": len(shared)} for k in names}
-    if len(shared) < 2 or len(names) < 2:
+    why = (SEED_SETS_DIFFER if any(len(v) != len(shared) for v in clean.values())
+           else "fewer than 2 seeds shared" if len(shared) < 2 else "one row" if len(names) < 2 else None)
+    out = {k: {"rank": point.get(k), "low": None, "high": None, "n": len(shared), "why": why} for k in names}
+    if why is not None:
         return out
     x = np.array([[clean[k][s] for s in shared] for k in names])  # [rows, n]
     idx = np.random.default_rng(int(seed)).integers(0, len(shared), size=(n_boot, len(shared)))

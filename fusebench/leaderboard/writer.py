@@ -44,6 +44,7 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     whose text did not change is left untouched, like a plot whose inputs did not. Without ``md`` no
     markdown, plot or index README is written. Everything is validated before the first file is written."""
     formats = export.check_formats(formats)
+    outputs.check_tex_columns(formats, tex_columns)  # before any record is read
     runs = load_runs(Path(runs_dir))
     out_dir = Path(out_dir)
     reported_map = load_reported(Path(reported) if reported is not None else default_reported(out_dir))
@@ -80,6 +81,7 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     # board pages linked from the pages: those written now and those already in out_dir
     pages = frozenset([*runs, *(m for m in metas if (out_dir / f"{m}.html").is_file())]) if web else frozenset()
     runs_rel = Path(os.path.relpath(Path(runs_dir).resolve(), out_dir.resolve())).as_posix() if web else ""
+    command = html_page.command_line(runs_rel, plots, split, formats, tex_columns) if web else ""  # the pages' footer
     written = []
     rendered = []  # every file's text is made before the first file is written
     extras: dict[str, str] = {}  # per-seed CSV and LaTeX table files (fusebench.leaderboard.outputs)
@@ -97,13 +99,13 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
                 texts["md"] = board_md
             if web:
                 texts["html"] = html_page.render_board_page(name, views, board_md, data, out_dir, runs_rel,
-                                                            pages)
+                                                            pages, command)
         rendered.append((name, views, shown, missing, sens, texts))
     if md or web:
         ranking = index_page.cross_dataset_ranking(metas)
         cd_plot = index_page.CD_PLOT if plots and "cd" in ranking else None
         index_md = index_page.build_index(metas, cd_plot, ranking)
-        index_html = html_page.render_index_page(index_md, ranking, pages) if web else ""
+        index_html = html_page.render_index_page(index_md, ranking, pages, command) if web else ""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, views, shown, missing, sens, texts in rendered:
         if md:

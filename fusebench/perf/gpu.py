@@ -151,13 +151,18 @@ def training_step(model: torch.nn.Module, batch: dict, headless: bool, policy: p
     """One training step of ``model`` on ``batch`` under ``policy`` (see the module docstring)."""
     from fusebench.training.optim import build_optimizer
 
+    from fusebench.training.utils import deferred_value_checks
+
     opt = build_optimizer(model.parameters(), "adamw", 1e-4, 1e-4)
     scaler = precision.grad_scaler(policy, device)
     autocast = precision.autocast(policy, device)
+    check = getattr(model, "check_batch", None)
+    if not headless and callable(check):
+        check(batch)  # once, here, as the training loop checks each batch before its copy (VoteNet's labels)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        with autocast:
+        with autocast, deferred_value_checks():  # as in the loop's steps: no host read of tensor values
             loss = model.embed(batch).float().sum() if headless else model.task_loss(model(batch), batch)
         precision.backward_step(loss, opt, scaler)
 
@@ -191,17 +196,17 @@ def time_steps(step: Callable[[], None], n: int, device: torch.device) -> tuple[
 @contextlib.contextmanager
 def deterministic_settings(on: bool) -> Iterator[None]:
     """The deterministic switches of a run (``on``: as :func:`fusebench.training.utils.seed_everything` sets
-    them) or all off, restored afterwards."""
+    them, :func:`~fusebench.training.utils.set_deterministic`) or all off, restored afterwards; neither
+    imports ``torch._inductor``."""
+    from fusebench.training.utils import set_deterministic, use_deterministic_algorithms
+
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-    if on:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(on, warn_only=True)
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = on, False
+    set_deterministic(on)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
 
 

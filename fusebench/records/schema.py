@@ -270,7 +270,8 @@ def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
     """The optional fields the leaderboard reads besides the typed ones (each, where present and not
     null, of the type it is read as): ``wall_time_s`` (a number >= 0), ``device`` (a string), ``host``
     (a mapping; ``cpu_count`` an integer), ``hparams`` (a mapping), ``hparam_selection`` (a mapping:
-    ``scores`` a list, ``seeds`` a list, ``choice`` and ``grid`` mappings), ``missing_views``
+    ``scores`` a list of :func:`_validate_selection_score` entries, ``seeds`` a list, ``choice`` and ``grid``
+    mappings), ``missing_views``
     (:func:`_validate_missing_views`), ``validity`` (``{"valid": bool, "why": str}``) and ``budget``
     (:func:`_validate_budget`)."""
     _optional_number(obj, "wall_time_s", path, "wall_time_s", nonneg=True)
@@ -291,6 +292,8 @@ def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
         for key in ("choice", "grid"):
             if sel.get(key) is not None:
                 _mapping(sel[key], path, f"hparam_selection.{key}")
+        for i, score in enumerate(sel.get("scores") or []):
+            _validate_selection_score(score, path, f"hparam_selection.scores[{i}]")
     if obj.get("missing_views") is not None:
         _validate_missing_views(obj["missing_views"], path)
     if obj.get("validity") is not None:
@@ -299,6 +302,26 @@ def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
             raise RecordError(path, "validity", 'a mapping {"valid": true|false, "why": text}', v)
     if obj.get("budget") is not None:
         _validate_budget(obj["budget"], path)
+
+
+#: what a grid point's validation score must be (undefined like a metric: null or NaN)
+SCORE_EXPECTED = "a number, or null / NaN (undefined: left out of the board's means)"
+
+
+def _validate_selection_score(e: Any, path: str, where: str) -> None:
+    """One grid point of ``hparam_selection.scores``: a mapping with ``hparams`` (a mapping), ``val`` (the
+    mean validation score over the selection seeds) and ``val_by_seed`` (where present and not null, a
+    mapping seed -> score). A score is a finite number, or null / NaN: undefined, as a metric value is."""
+    if not isinstance(e, dict) or not isinstance(e.get("hparams"), dict):
+        raise RecordError(path, where, 'a mapping {"hparams": {...}, "val": number, "val_by_seed": {...}}', e)
+    if e.get("val") is not None and _fast_float(e["val"]) is None:
+        _number(e["val"], path, f"{where}.val", allow_nan=True, expected=SCORE_EXPECTED)
+    by_seed = e.get("val_by_seed")
+    if by_seed is not None:
+        _mapping(by_seed, path, f"{where}.val_by_seed", f"a mapping seed -> score ({SCORE_EXPECTED})")
+        for seed, v in by_seed.items():
+            if v is not None and _fast_float(v) is None:
+                _number(v, path, f"{where}.val_by_seed.{seed}", allow_nan=True, expected=SCORE_EXPECTED)
 
 
 def _validate_budget(b: Any, path: str) -> None:
@@ -388,6 +411,14 @@ def _validate_dataset(ds: Any, path: str, version: int) -> DatasetIdentity:
             if not re.fullmatch(r"[0-9a-f]{64}", sha):
                 raise RecordError(path, "dataset.fingerprint.sha256", "64 lowercase hex digits", sha)
             fp = Fingerprint(tuple(pairs), sha)
+    named = ds.get("data_file")
+    if named is not None:  # the one data file a run read, by name and content (fusebench.training.execute.data_file)
+        named = _mapping(named, path, "dataset.data_file", 'a mapping {"name": file name, "sha256": hex digest}')
+        if not _str(_need(named, "name", path, "dataset.data_file."), path, "dataset.data_file.name"):
+            raise RecordError(path, "dataset.data_file.name", "a non-empty file name", named["name"])
+        sha = _str(_need(named, "sha256", path, "dataset.data_file."), path, "dataset.data_file.sha256")
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise RecordError(path, "dataset.data_file.sha256", "64 lowercase hex digits", sha)
     check = ds.get("data_check")
     if check is not None:  # written by a run whose splits share samples (record_builder.split_overlap)
         check = _mapping(check, path, "dataset.data_check")
@@ -516,8 +547,9 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     )
 
 
-def load_record(path: str | Path) -> RunRecord:
-    """Read and validate one run.json."""
+def read_record_json(path: str | Path) -> dict[str, Any]:
+    """The parsed JSON object of a run.json, not validated (what a migration script converts); a file that
+    cannot be read, is not JSON or is not a JSON object is a :class:`RecordError` naming it."""
     path = Path(path)
     try:
         obj = json.loads(path.read_text())
@@ -525,6 +557,15 @@ def load_record(path: str | Path) -> RunRecord:
         raise RecordError(path, "(file)", f"a readable JSON file ({e})") from None
     except RecursionError:
         raise RecordError(path, "(file)", "a run record, found JSON nested too deeply to read") from None
+    if not isinstance(obj, dict):
+        raise RecordError(path, "(top level)", "a JSON object", obj)
+    return obj
+
+
+def load_record(path: str | Path) -> RunRecord:
+    """Read and validate one run.json."""
+    path = Path(path)
+    obj = read_record_json(path)
     try:
         return validate_record(obj, path)
     except RecursionError:  # e.g. hashing a config nested nearly as deep as the parser allows

@@ -125,40 +125,13 @@ class Feed:
                 "prefetch_factor": self.prefetch_factor if workers else None}
 
 
-def _cgroup_cpus(root: str = "/sys/fs/cgroup") -> float | None:
-    """The CPU quota of this process's cgroup in cores (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us`` /
-    ``cpu.cfs_period_us`` of v1: a container limited to 6 CPUs of a 64-core host); None without a quota."""
-    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"),
-                                    ("cpu,cpuacct/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_period_us")):
-        try:
-            text = open(os.path.join(root, quota_file)).read().split()
-            if period_file is None:
-                quota, period = text[0], text[1] if len(text) > 1 else "100000"
-            else:
-                quota, period = text[0], open(os.path.join(root, period_file)).read().split()[0]
-        except (OSError, IndexError):
-            continue
-        if quota in ("max", "-1"):
-            return None
-        try:
-            q, p = float(quota), float(period)
-        except ValueError:
-            return None
-        return q / p if q > 0 and p > 0 else None
-    return None
-
-
 def usable_cores() -> int:
-    """The CPU cores this process may run on: its affinity mask (a SLURM allocation, ``taskset``), capped by
-    its cgroup's CPU quota (a container), shared between the processes of a ``torchrun`` on this node
-    (``LOCAL_WORLD_SIZE``)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    quota = _cgroup_cpus()
-    if quota is not None:
-        cores = min(cores, max(1, int(quota)))
+    """The CPU cores this process may run on (:func:`fusebench.training.threads.allowed_cpus` of this process:
+    its affinity mask -- a SLURM allocation, ``taskset`` --, its cgroup's CPU quota -- a container -- and
+    ``SLURM_CPUS_PER_TASK``), shared between the processes of a ``torchrun`` on this node (``LOCAL_WORLD_SIZE``)."""
+    from fusebench.training.threads import allowed_cpus, read_allowance
+
+    cores = allowed_cpus(read_allowance(), os.environ)
     try:
         local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
@@ -166,25 +139,44 @@ def usable_cores() -> int:
     return max(1, cores // local)
 
 
-def auto_num_workers(device: torch.device) -> int:
-    """The worker count when none is given: on CUDA every core this process may use but one
-    (:func:`usable_cores`; that one stays with the training process: a full-resolution image sample costs
-    about 0.15 s of CPU, so a GPU step of a few tens of ms needs many workers), 0 elsewhere (on the CPU the
-    workers would take the cores the training computes on, and the small CPU runs spend little time fetching)."""
-    return max(0, usable_cores() - 1) if torch.device(device).type == "cuda" else 0
+def auto_num_workers(device: torch.device, cells_at_once: int = 1) -> int:
+    """The worker count when none is given: on CUDA every core of the cell's share but one (the share:
+    :func:`usable_cores` divided by the ``cells_at_once`` cells this machine runs side by side, ``fusebench run
+    --workers``; the one core stays with the training process: a full-resolution image sample costs about
+    0.15 s of CPU, so a GPU step of a few tens of ms needs many workers), 0 elsewhere (on the CPU the workers
+    would take the cores the training computes on, and the small CPU runs spend little time fetching)."""
+    if torch.device(device).type != "cuda":
+        return 0
+    return max(0, usable_cores() // max(1, int(cells_at_once)) - 1)
 
 
-def resolve_feed(cfg: LoaderConfig, num_workers: int | None, device: torch.device) -> Feed:
+def held_in_memory(ds: Any) -> bool:
+    """Whether the batches of ``ds`` are sliced from in-memory tensors (:func:`sliced_batch` gives its first
+    sample): then a DataLoader worker only adds a process, its start and a copy between processes."""
+    base = ds
+    while type(base) is Subset:
+        base = base.ds
+    names = list(getattr(base, "modalities", None) or [])
+    return bool(names) and len(ds) > 0 and sliced_batch(ds, [0], names) is not None
+
+
+def resolve_feed(cfg: LoaderConfig, num_workers: int | None, device: torch.device, in_memory: bool = False,
+                 cells_at_once: int = 1) -> Feed:
     """The feed of a cell on ``device``: the spec's ``loader`` section with ``num_workers`` (``fusebench run
     --num-workers``) over its count where given; ``None`` values are worked out here (workers:
-    :func:`auto_num_workers`; pinned memory: on for CUDA)."""
+    :func:`auto_num_workers` for one of ``cells_at_once`` cells side by side; on CUDA none for data
+    ``in_memory`` (:func:`held_in_memory`): a batch is one slice there, and the 15 worker processes a 16-core
+    GPU machine would start per loader cost more than all the batches of a small cell; pinned memory: on for
+    CUDA)."""
     cuda = torch.device(device).type == "cuda"
     if num_workers is not None:
         workers, source = int(num_workers), "--num-workers"
     elif cfg.num_workers is not None:
         workers, source = int(cfg.num_workers), "spec"
+    elif in_memory and cuda:  # (elsewhere the auto count is 0 already)
+        workers, source = 0, "auto: in-memory data, sliced in the training process"
     else:
-        workers, source = auto_num_workers(device), "auto"
+        workers, source = auto_num_workers(device, cells_at_once), "auto"
     pin = cuda if cfg.pin_memory is None else bool(cfg.pin_memory) and cuda  # pinning is for copies to a GPU
     return Feed(num_workers=workers, pin_memory=pin, persistent_workers=bool(cfg.persistent_workers),
                 prefetch_factor=int(cfg.prefetch_factor), num_workers_from=source)

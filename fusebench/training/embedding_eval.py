@@ -123,8 +123,6 @@ DEFAULT_KNN_GRID = (1, 3, 5, 10, 20, 50)
 CLUSTER_STANDARDIZE = ("zscore", "none")
 #: the bounds of the L2 search (:func:`search_l2`): a grid is never extended below / above them
 L2_FLOOR, L2_CEILING = 1e-8, 1e4
-#: the few-shot probes, in the order of the tie-break of the row's choice (the first wins a tie)
-FEWSHOT_PROBES = ("logistic", "prototype")
 FEWSHOT_CHOICE_RULE = ("per shot count s: the probe (logistic | prototype) with the higher mean val accuracy over "
                        "the draws, ties to logistic; fs<s>_best_acc is the chosen probe's val / test accuracy")
 PROTOTYPE_RULE = ("SimpleShot CL2N: features centred with the mean of all train-split embeddings (the z-score's mean) "
@@ -602,6 +600,6 @@ def probe_and_cluster(
 
 
 __all__ = ["CLUSTER_STANDARDIZE", "DEFAULT_DRAWS", "DEFAULT_KNN_GRID", "DEFAULT_L2_GRID", "DEFAULT_SHOTS",
-           "FEWSHOT_CHOICE_RULE", "FEWSHOT_PROBES", "L2_CEILING", "L2_FLOOR", "PROTOTYPE_RULE", "chosen_fewshot_val",
+           "FEWSHOT_CHOICE_RULE", "L2_CEILING", "L2_FLOOR", "PROTOTYPE_RULE", "chosen_fewshot_val",
            "fewshot_indices", "fewshot_probe", "fit_logistic", "knn_predict", "knn_probe", "probe_and_cluster",
            "prototype_predict", "search_l2", "standardize"]

@@ -3,7 +3,8 @@ computed from the input views -- of every split, then a linear probe (L2 weight 
 validation split), few-shot and kNN probes and k-means (:func:`fusebench.training.embedding_eval.probe_and_cluster`).
 A record that reports a few-shot metric ``fs<s>_*`` reports all three of that s (:func:`fewshot_ids`: the logistic
 probe, the prototype probe and the one chosen on validation, test and val) and the choice (field
-``fewshot_probe``); :func:`fewshot_primary_val` reads the chosen probe's validation score back from a record.
+``fewshot_probe``); :func:`fusebench.training.embedding_eval.chosen_fewshot_val` reads the chosen probe's
+validation score back from a record.
 
 Its declaration (options ``options.embedding_eval``, reference rows) is the ``embedding_eval`` entry of
 :mod:`fusebench.training.protocols`; its reference rows
@@ -39,15 +40,6 @@ def fewshot_ids(shots: int) -> tuple[str, str, str]:
     prototype probe and the one chosen on validation (``fs<s>_acc``, ``fs<s>_proto_acc``, ``fs<s>_best_acc``).
     A record that reports one of them reports all three (val and test)."""
     return f"fs{shots}_acc", f"fs{shots}_proto_acc", f"fs{shots}_best_acc"
-
-
-def fewshot_primary_val(record: Mapping[str, Any], shots: int = 1) -> float:
-    """The validation score of the few-shot probe chosen for the run of ``record`` (metric ``fs<shots>_best_acc``):
-    what hyper-parameter selection on the few-shot accuracy compares (see
-    :func:`fusebench.training.embedding_eval.chosen_fewshot_val`, which it calls)."""
-    from fusebench.training.embedding_eval import chosen_fewshot_val
-
-    return chosen_fewshot_val(record, shots)
 
 
 def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapping[str, Any], data: dict[str, Any],
@@ -163,4 +155,4 @@ def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, d
     return FeatureSource(names, None, masked)
 
 
-__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids", "fewshot_primary_val"]
+__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids"]

@@ -18,9 +18,9 @@ file's weights are loaded into it (strictly), nothing is pretrained, and the dow
 * :func:`load_into` checks the file is the one the sweep hashed and loads it into the backbone.
 
 The runner checks every row's file against the built encoder once, before the first cell
-(:func:`check_fits`). The row's record carries ``encoder_weights`` (name, path, sha256, the encoder id and
-its resolved config); its cells' config hash covers the file's sha256 (not its path:
-``fusebench.training.config.cell_identity``).
+(:func:`fusebench.training.standard.check_weights_fit`). The row's record carries ``encoder_weights`` (name,
+path, sha256, the encoder id and its resolved config); its cells' config hash covers the file's sha256 (not its
+path: ``fusebench.training.config.cell_identity``).
 """
 
 from __future__ import annotations
@@ -34,15 +34,6 @@ from fusebench.typed import ConfigError
 
 #: the key of a run's checkpoint (best.pt, last.pt of the downstream phase) holding the model's state
 CHECKPOINT_KEYS = ("model", "state_dict", "encoder")
-
-
-def rows(spec: Any) -> list[str]:
-    """The weights rows of ``spec`` (``encoder_weights``' names), in the spec's order."""
-    return list(getattr(spec, "encoder_weights", None) or {})
-
-
-def is_row(spec: Any, name: str) -> bool:
-    return name in (getattr(spec, "encoder_weights", None) or {})
 
 
 def _taken(spec: Any) -> dict[str, str]:
@@ -181,5 +172,4 @@ def record_field(name: str, entry: Mapping[str, str], encoder_id: str, config: M
             "encoder": {"id": encoder_id, "config": dict(config)}}
 
 
-__all__ = ["CHECKPOINT_KEYS", "add_rows", "is_row", "load_into", "mismatch", "read_state", "record_field", "resolve",
-           "rows"]
+__all__ = ["CHECKPOINT_KEYS", "add_rows", "load_into", "mismatch", "read_state", "record_field", "resolve"]

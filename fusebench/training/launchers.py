@@ -85,32 +85,24 @@ class Launcher:
     def check(self) -> None:
         """Raise ConfigError when the launcher cannot work here."""
 
-    def launch(self, objs: list[str], seeds: list[int], select: Callable[[str], None],
-               cells: SweepCells) -> list[dict[str, Any]]:
-        """Run ``select(o)`` for every objective before its cells (a hook: the sweep has frozen every
-        hyper-parameter selection before it calls ``launch``, :mod:`fusebench.training.selection`), then every
-        cell ``sweep_cell(cells.request(o, s), cells.options, cells.context)``; one entry per cell, in
-        sweep order (objectives outer, seeds inner)."""
+    def launch(self, objs: list[str], seeds: list[int], cells: SweepCells) -> list[dict[str, Any]]:
+        """Run every cell ``sweep_cell(cells.request(o, s), cells.options, cells.context)`` (the sweep has frozen
+        every hyper-parameter selection before it calls ``launch``, :mod:`fusebench.training.selection`); one
+        entry per cell, in sweep order (objectives outer, seeds inner)."""
         raise NotImplementedError
 
 
 @register("local")
 class LocalLauncher(Launcher):
-    """This process (``workers`` = 1: each objective's selection, then its cells) or a pool of
-    ``workers`` spawned local processes (every selection first, then the cells)."""
+    """This process (``workers`` = 1: the cells one after another) or a pool of ``workers`` spawned local
+    processes."""
 
-    def launch(self, objs, seeds, select, cells):
+    def launch(self, objs, seeds, cells):
         if self.workers <= 1:
-            records = []
-            for o in objs:
-                select(o)
-                records += [sweep_cell(cells.request(o, s), cells.options, cells.context) for s in seeds]
-            return records
+            return [sweep_cell(cells.request(o, s), cells.options, cells.context) for o in objs for s in seeds]
         import concurrent.futures as cf
         import multiprocessing as mp
 
-        for o in objs:
-            select(o)
         # SIGTERM in a worker unwinds its cell like Ctrl-C (lock released); the sweep's own SIGTERM is passed on
         with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
                                     initializer=interrupt.install) as pool:
@@ -241,10 +233,8 @@ class SubmititLauncher(Launcher):
     def _queue(self) -> locks.SlurmQueue | None:
         return None
 
-    def launch(self, objs, seeds, select, sweep):
+    def launch(self, objs, seeds, sweep):
         from fusebench.training import utils
-        for o in objs:  # hyper-parameter selection here, before any job (the jobs read the choice)
-            select(o)
         sweep = sweep.moved_to(Path(sweep.out).resolve())  # a job may start in another folder
         spec, out = sweep.spec, sweep.out
         cells = [(o, s) for o in objs for s in seeds]

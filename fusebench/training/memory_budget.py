@@ -33,7 +33,8 @@ ENV_BUDGET = "FUSEBENCH_MEMORY_BUDGET_GB"
 #: share of the available memory one loss call may take (the rest is the cell's own)
 DEFAULT_FRACTION = 0.5
 GIB = 2**30
-#: the reference rows (no pretraining loss) -- kept here to avoid importing the reference features
+
+
 def _read_int(path: str) -> int | None:
     try:
         raw = Path(path).read_text().split()[0]

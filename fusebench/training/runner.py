@@ -290,14 +290,11 @@ def run(
     context.update(freeze_selections(spec, [o for o in objs if any(oo == o for oo, _ in pending)], out, options,
                                      context))
 
-    def selected(o: str) -> None:  # the launchers' selection hook: every selection is frozen already
-        return None
-
     cells = SweepCells(spec, out, options, context)
     # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local
     # workers, or as scheduler jobs
     try:
-        records = launch.launch(objs, seeds, selected, cells)
+        records = launch.launch(objs, seeds, cells)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (training.interrupt): what finished, for the caller to say
         e.finished = finished_records(spec, objs, seeds, out)
         raise

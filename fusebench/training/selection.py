@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from fusebench import metrics as M
+from fusebench.grids import at_edge  # the rule the board reads back (fusebench.grids)
 from fusebench.training import utils
 from fusebench.training.cell import ConfigMismatchError
 from fusebench.training.config import BenchmarkSpec
@@ -49,19 +51,6 @@ def selection_path(out: str | Path, benchmark: str, objective: str) -> Path:
     return Path(out) / benchmark / SELECTION_DIR / f"{objective}.json"
 
 
-def at_edge(grid: Mapping[str, list[Any]], choice: Mapping[str, Any]) -> list[str]:
-    """The grid keys (sorted) whose chosen value is the smallest or the largest of a numeric grid of at least
-    two values: the optimum may lie outside the grid, which the board says. Non-numeric grids have no edge."""
-    out = []
-    for name, values in grid.items():
-        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(set(nums)) < 2 or len(nums) != len(values) or name not in choice:
-            continue
-        if choice[name] in (min(nums), max(nums)):
-            out.append(name)
-    return sorted(out)
-
-
 def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
                    context: Mapping[str, Any], metric: str | None = None) -> dict[str, Any] | None:
     """Run ``objective``'s grid and return the outcome (None: no grid, or a reference row); writes nothing
@@ -82,6 +71,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     combos = [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
     higher = M.get(metric).higher_is_better
     seeds = spec.selection_seeds
+    check_test_split_fixed(spec, options)
     trial_options = options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
     scores = []
     for i, combo in enumerate(combos):
@@ -100,6 +90,10 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
                 raise RunError(f"{spec.name}: the selection metric {metric!r} has no validation value in trial "
                                f"{trial} of {objective!r} (validation values: {sorted(val)}); choose a "
                                "selection_metric / comparison.primary the protocol scores on the validation split")
+            if not math.isfinite(float(val[metric])):  # NaN would win max() from the first grid point
+                raise RunError(f"{spec.name}: trial {trial} of {objective!r}, selection seed {s}, has no finite "
+                               f"validation {metric} ({val[metric]}; record {where}); the grid point cannot be scored, "
+                               "so no choice is made: narrow the grid or fix what makes the metric undefined")
             per_seed[str(s)] = float(val[metric])
         scores.append({"hparams": combo, "val": sum(per_seed.values()) / len(per_seed), "val_by_seed": per_seed})
     sign = 1.0 if higher else -1.0
@@ -109,6 +103,25 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
                      " is better); ties: the first grid point in grid order"),
             "grid": {n: list(grid[n]) for n in names}, "seed": seeds[0], "seeds": list(seeds),
             "scores": scores, "choice": combos[best], "at_edge": at_edge(grid, combos[best])}
+
+
+def check_test_split_fixed(spec: BenchmarkSpec, options: RunOptions) -> None:
+    """Refuse a selection that could see test samples: with ``dataset.split_per_seed`` every seed draws its own
+    split, so a selection seed's train / val would hold samples of the evaluation seeds' test splits, unless
+    the test split is fixed -- by ``dataset.outer_test_seed`` or by the file's own test split (read here from
+    the adapter's split record, before any trial runs). Synthetic twins are smoke runs: not checked."""
+    ds = spec.dataset
+    if not ds.split_per_seed or ds.outer_test_seed is not None or options.synthetic or ds.synthetic_only:
+        return
+    from fusebench.training.data import build_datasets
+
+    test = build_datasets(spec, False, options.data_root, spec.selection_seeds[0], roles=("test",))["test"]
+    info = test.split_info() if callable(getattr(test, "split_info", None)) else {}
+    if not (isinstance(info.get("shipped_split"), Mapping) and info["shipped_split"].get("used")):
+        raise RunError(f"{spec.name}: dataset.split_per_seed draws a split per seed, so the selection seeds "
+                       f"{spec.selection_seeds} would train and validate on test samples of the evaluation seeds; set "
+                       "dataset.outer_test_seed (one fixed test split for every run) or use a file that ships its "
+                       "test split")
 
 
 def _identity(spec: BenchmarkSpec, objective: str, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:

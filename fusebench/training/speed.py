@@ -12,6 +12,7 @@ import contextlib
 import copy
 import functools
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -136,13 +137,35 @@ class CompileStatus:
             log.warning("speed.compile: torch.compile failed (%s); the encoder runs eagerly from here on", self.fallback)
 
 
+def compiler_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions by which ``torch.compile`` says it could not compile a call: dynamo's tracing and backend
+    failures and inductor's lowering and code-generation ones (those inductor raises inside the backend reach
+    the caller as ``BackendCompilerFailed``). Looked up when a compiled call has raised, so that a run without
+    ``speed.compile`` never imports ``torch._dynamo``; inductor's module is read only if it was imported (if it
+    was not, none of its errors can have been raised)."""
+    from torch._dynamo import exc as dynamo
+
+    errors: list[type[BaseException]] = [dynamo.BackendCompilerFailed, dynamo.Unsupported, dynamo.TorchRuntimeError,
+                                         dynamo.InternalTorchDynamoError]
+    inductor = sys.modules.get("torch._inductor.exc")
+    if inductor is not None:
+        for name in ("CppCompileError", "CppWrapperCodegenError", "InvalidCxxCompiler", "OperatorIssue",
+                     "SubgraphLoweringException", "GPUTooOldForTriton", "TritonMissing"):
+            if isinstance(getattr(inductor, name, None), type):
+                errors.append(getattr(inductor, name))
+    return tuple(errors)
+
+
 class CompiledOrEager:
     """A method of the encoder run through ``torch.compile`` (compiled at its first call), or eagerly once
     a compilation has failed anywhere in the cell (``status.fallback``): at the first call or at any later
     one (a recompilation for new input shapes or a new mode fails the same way); the failing call's result is
-    the eager method's, and a call that fails eagerly too raises the model's own error. Called while another compiled
-    function is being traced, it runs the eager method (which the tracer then follows). A deep copy (an EMA
-    teacher's copy of the encoder) wraps the copy's own method, compiled afresh."""
+    the eager method's, and a call that fails eagerly too raises the model's own error. Only the compiler's own
+    errors (:func:`compiler_errors`, or any error of ``torch.compile`` itself) fall back: any other error of a
+    compiled call (a CUDA out-of-memory, a runtime error after part of the step ran and updated, say, BatchNorm
+    statistics) is raised as it is, never re-run eagerly. Called while another compiled function is being
+    traced, it runs the eager method (which the tracer then follows). A deep copy (an EMA teacher's copy of the
+    encoder) wraps the copy's own method, compiled afresh."""
 
     def __init__(self, eager: Callable[..., Any], where: str, status: CompileStatus) -> None:
         self.eager, self.where, self.status = eager, where, status
@@ -152,17 +175,25 @@ class CompiledOrEager:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.status.fallback is not None or torch.compiler.is_compiling():
             return self.eager(*args, **kwargs)
-        try:  # any call may compile (the first one; a recompilation for new shapes, dtypes or modes later on)
-            if self.compiled is None:
+        if self.compiled is None:
+            try:  # nothing has run yet: whatever torch.compile raises is the compiler refusing
                 sync_inductor_determinism()  # the deterministic mode set before inductor was imported
                 self.compiled = torch.compile(self.eager, mode=None if self.status.mode == "default" else self.status.mode)
+            except Exception as e:  # noqa: BLE001
+                return self._fall_back(e, args, kwargs)
+        try:  # any call may compile (the first one; a recompilation for new shapes, dtypes or modes later on)
             out = self.compiled(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - any failure of the compiler falls back to eager, whenever it comes
-            out = self.eager(*args, **kwargs)  # the model's own error is raised here, as without compilation
-            self.status.fail(self.where, e)  # a compilation error: eager from now on, the first reason recorded
-            return out
+        except Exception as e:
+            if not isinstance(e, compiler_errors()):
+                raise  # not the compiler's: an eager re-run would repeat what the failed call already did
+            return self._fall_back(e, args, kwargs)
         self.ok = True
         self.status.ran_compiled = True
+        return out
+
+    def _fall_back(self, error: Exception, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        out = self.eager(*args, **kwargs)  # the model's own error is raised here, as without compilation
+        self.status.fail(self.where, error)  # a compilation error: eager from now on, the first reason recorded
         return out
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledOrEager:
@@ -213,4 +244,4 @@ def record(cfg: SpeedConfig, feed: dict[str, Any], channels_last: bool, status: 
 
 
 __all__ = ["CompileStatus", "CompiledOrEager", "apply_backend", "backend_scope", "channels_last_inputs",
-           "compile_encoder", "has_conv2d", "input_format", "record", "to_channels_last"]
+           "compile_encoder", "compiler_errors", "has_conv2d", "input_format", "record", "to_channels_last"]

@@ -30,8 +30,8 @@ from fusebench.pipelines import CELLS
 from fusebench.training import distributed, precision, speed, utils
 from fusebench.training.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
 from fusebench.training.config import BenchmarkSpec
-from fusebench.training.data import (build_datasets, feeding, few_shot_subset, input_dims, make_loader,
-                                     pretrain_batch_size, resolve_feed)
+from fusebench.training.data import (build_datasets, feeding, few_shot_subset, held_in_memory, input_dims,
+                                     make_loader, pretrain_batch_size, resolve_feed)
 from fusebench.training.evaluate import embeddings, evaluate
 from fusebench.training.loop import Clock, Phase, PhaseHooks, StepBudget, run_phase
 from fusebench.training.optim import build_optimizer, build_scheduler
@@ -140,7 +140,8 @@ class StandardCell:
         speed.apply_backend(spec.speed, self.flags)
         self.channels_last = speed.to_channels_last(self.model, spec.speed)
         self.compiled = speed.compile_encoder(self.model, spec.speed)
-        self.feed = resolve_feed(spec.loader, options.num_workers, self.dev)
+        self.feed = resolve_feed(spec.loader, options.num_workers, self.dev, in_memory=held_in_memory(self.data["train"]),
+                                 cells_at_once=options.cells_at_once)
         # what a training step does to its batch on the host, before the copy (channels-last, into pinned memory)
         self.inputs = speed.input_format(self.channels_last, pin=self.feed.pin_memory)
         # what decides the numbers here (run.json); its "speed" block is added when the record is done (run)

@@ -122,8 +122,10 @@ def threads_for(cpus_allowed: CpuAllowance | int, workers: int, model_kind: str,
     return thread_plan(cpus_allowed, workers, model_kind, env, requested)[0]
 
 
-def read_allowance(root: str = CGROUP_ROOT) -> CpuAllowance:
-    """The live :class:`CpuAllowance` of this process (affinity mask, cgroup v2 or v1 quota)."""
+def read_allowance(root: str | None = None) -> CpuAllowance:
+    """The live :class:`CpuAllowance` of this process (affinity mask, cgroup v2 or v1 quota under ``root``,
+    :data:`CGROUP_ROOT` when None)."""
+    root = CGROUP_ROOT if root is None else root
     try:
         affinity: frozenset[int] | None = frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux

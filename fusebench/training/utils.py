@@ -27,12 +27,20 @@ def seed_everything(seed: int, deterministic: bool = True) -> dict[str, Any]:
         torch.cuda.manual_seed_all(seed)
     flags = {"seed": seed, "deterministic_algorithms": False, "cudnn_benchmark": False}
     if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
+        set_deterministic(True)
         flags.update(deterministic_algorithms=True, cudnn_deterministic=True)
     return flags
+
+
+def set_deterministic(on: bool) -> None:
+    """A run's deterministic switches (``on``: ``CUBLAS_WORKSPACE_CONFIG`` set unless given, deterministic
+    algorithms in warn-only mode, ``cudnn.deterministic``) or those switches off; cuDNN autotuning off either
+    way. Through :func:`use_deterministic_algorithms`: no ``torch._inductor`` import."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    use_deterministic_algorithms(on, warn_only=True)
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = False
 
 
 #: the deterministic mode set while ``torch._inductor`` was not imported: given to inductor's config by

@@ -1,0 +1,28 @@
+"""Hyper-parameter grids (bottom layer, no torch): :func:`at_edge`, the one rule for "the chosen value lies on
+an edge of its grid", used where a selection is made (:mod:`fusebench.training.selection`) and where a board
+reads one back from records written without it (:mod:`fusebench.leaderboard.sensitivity`)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def at_edge(grid: Mapping[str, list[Any]], choice: Mapping[str, Any]) -> list[str]:
+    """The grid keys (sorted) whose chosen value is the smallest or the largest of a numeric grid of at least
+    two distinct values: the optimum may lie outside the grid, which the board says. Non-numeric grids (a
+    boolean is not a number here) have no edge, nor has a key the choice does not name.
+
+    >>> at_edge({"tau": [0.05, 0.1, 0.2], "m": ["a", "b"]}, {"tau": 0.05, "m": "a"})
+    ['tau']
+    """
+    out = []
+    for name, values in grid.items():
+        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(set(nums)) < 2 or len(nums) != len(values) or name not in choice:
+            continue
+        if choice[name] in (min(nums), max(nums)):
+            out.append(name)
+    return sorted(out)
+
+
+__all__ = ["at_edge"]
