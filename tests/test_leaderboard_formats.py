@@ -21,6 +21,7 @@ import fusebench.leaderboard as lb
 from fusebench.leaderboard import index as index_page
 from fusebench.leaderboard import main, plots, write_leaderboards
 from fusebench.leaderboard.export import EXPORT_FORMAT, SIGNIFICANT, check_formats, number
+from fusebench.leaderboard.fingerprint import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "matplotlib", "pandas", "sklearn")
@@ -285,12 +286,12 @@ def test_split_board_has_one_line_per_group_and_row(tmp_path: Path) -> None:
 def test_format_option(runs: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "boards"
     assert main(["--runs", str(runs), "--out", str(out), "--no-plots", "--format", "csv", "json"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["toy-seeds.csv", "toy.csv", "toy.json"]  # + per-seed rows
+    assert sorted(p.name for p in out.iterdir() if p.name != MANIFEST) == ["toy-seeds.csv", "toy.csv", "toy.json"]
     assert capsys.readouterr().out.splitlines() == [f"wrote {out / 'toy.csv'}", f"wrote {out / 'toy.json'}",
                                                     f"wrote {out / 'toy-seeds.csv'}",
                                                     f"3 file(s) written, 0 unchanged in {out}"]
     assert main(["--runs", str(runs), "--out", str(out), "--no-plots"]) == 0  # default: md only
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "toy-seeds.csv", "toy.csv", "toy.json", "toy.md"]
+    assert sorted(p.name for p in out.iterdir() if p.name != MANIFEST) == ["README.md", "toy-seeds.csv", "toy.csv", "toy.json", "toy.md"]
     for bad in (["--format", "xml"], ["--format", "md", "pdf"], ["--format"]):
         with pytest.raises(SystemExit) as e:
             main(["--runs", str(runs), "--out", str(out)] + bad)

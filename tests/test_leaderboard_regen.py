@@ -18,6 +18,7 @@ import pytest
 import fusebench.leaderboard as lb
 from fusebench import metrics as M
 from fusebench.leaderboard import main, write_leaderboards
+from fusebench.leaderboard.fingerprint import MANIFEST
 from fusebench.metrics.catalog import CATALOG, SLEEP_STAGES, SUNRGBD_CLASSES
 from fusebench.records import comparable_config, validate_record
 
@@ -66,7 +67,8 @@ def runs(tmp_path: Path) -> Path:
 
 def _state(folder: Path) -> dict[str, tuple[bytes, int, int]]:
     """name -> (bytes, inode, mtime_ns) of every file in ``folder``."""
-    return {p.name: (p.read_bytes(), p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+    return {p.name: (p.read_bytes(), p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())
+            if p.name != MANIFEST}  # the regeneration manifest: tests/test_leaderboard_fingerprint.py
 
 
 # -- regenerating: identical bytes, untouched files --------------------------------------------
@@ -267,10 +269,14 @@ def test_bench_leaderboard_runs_and_checks(runs: Path, tmp_path: Path) -> None:
     write_leaderboards(runs, boards)  # the "committed" boards of these runs
     # --skip-cold: the committed plots are copied instead of drawn (drawing is what the cold phase times)
     r = subprocess.run([sys.executable, "-m", "fusebench", "bench", "leaderboard", "--boards", str(boards),
-                        "--runs", str(runs), "--repeat", "1", "--skip-cold"], cwd=ROOT, capture_output=True, text=True)
+                        "--runs", str(runs), "--repeat", "1", "--skip-cold", "--format", "md"], cwd=ROOT,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "| cold (every plot drawn) | skipped |" in r.stdout
-    assert "| warm (unchanged runs) |" in r.stdout and "| markdown only (--no-plots) |" in r.stdout
-    assert "markdown identical to the committed boards: yes" in r.stdout
+    assert "| warm (unchanged runs: the manifest matches) |" in r.stdout
+    assert "| warm, full re-render (--force) |" in r.stdout
+    assert "| markdown only, full re-render (--no-plots --format md --force) |" in r.stdout
+    assert "identical to the committed boards (3 files, pages not compared" in r.stdout and ": yes" in r.stdout
+    assert "target <= 1 s (issue #34)" in r.stdout
     assert sorted(p.name for p in boards.iterdir()) == ["README.md", "toy-a-curves.png", "toy-a.md",
                                                         "toy-b-curves.png", "toy-b.md"]  # not written

@@ -18,6 +18,7 @@ One concept per module, each importing only those above it:
 - :mod:`~fusebench.leaderboard.plots`: training curves, the CD diagram, the PNGs' input hash;
 - :mod:`~fusebench.leaderboard.index`: the index README and the cross-dataset ranking;
 - :mod:`~fusebench.leaderboard.writer`: writing a leaderboards folder; the repository's boards;
+- :mod:`~fusebench.leaderboard.fingerprint`: whether a regeneration can change anything (its manifest);
 - :mod:`~fusebench.leaderboard.cli`: the command line.
 
 Nothing here imports torch; matplotlib only to draw a plot.
@@ -25,12 +26,23 @@ Nothing here imports torch; matplotlib only to draw a plot.
 
 from __future__ import annotations
 
-from fusebench.leaderboard.cli import main
-from fusebench.leaderboard.groups import REFERENCE_ROWS, group_runs, load_runs, make_view
-from fusebench.leaderboard.index import build_index
-from fusebench.leaderboard.meta import BOARD_FORMAT, read_board_meta
-from fusebench.leaderboard.render import benchmark_table
-from fusebench.leaderboard.writer import repository_boards, write_leaderboards
+import importlib
+from typing import Any
 
-__all__ = ["BOARD_FORMAT", "REFERENCE_ROWS", "benchmark_table", "build_index", "group_runs", "load_runs", "main",
-           "make_view", "read_board_meta", "repository_boards", "write_leaderboards"]
+#: public name -> the module that defines it, imported on first use (PEP 562): ``fusebench leaderboard`` on
+#: unchanged inputs (:mod:`~fusebench.leaderboard.fingerprint`) must not pay for the statistics and renderers
+_LAZY = {"main": "cli", "REFERENCE_ROWS": "groups", "group_runs": "groups", "load_runs": "groups",
+         "make_view": "groups", "build_index": "index", "BOARD_FORMAT": "meta", "read_board_meta": "meta",
+         "benchmark_table": "render", "repository_boards": "writer", "write_leaderboards": "writer"}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"fusebench.leaderboard.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'fusebench.leaderboard' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -54,8 +54,10 @@ with each file it wrote or left unchanged.
 
 Speed: regenerating on unchanged runs imports neither torch nor matplotlib (metric metadata from
 :mod:`fusebench.metrics.catalog`, matplotlib only to redraw a plot, Pillow to read a plot's input
-hash; numpy and scipy for the statistics) and rewrites no file whose content is unchanged;
-``fusebench bench leaderboard`` times it.
+hash; numpy and scipy for the statistics) and rewrites no file whose content is unchanged. When the inputs
+(records, specs, code, library versions, options) and every file in ``--out`` are byte for byte as the last
+regeneration left them, it reads no record at all: :mod:`fusebench.leaderboard.fingerprint` (the manifest
+``<out>/.fusebench-regen.json``; ``--force`` regenerates anyway). ``fusebench bench leaderboard`` times it.
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from fusebench.leaderboard.export import FORMATS
-from fusebench.leaderboard.writer import write_leaderboards
+#: what ``--format`` accepts (:data:`fusebench.leaderboard.export.FORMATS`, checked equal by a test; written out
+#: here so that a regeneration with nothing to do imports neither the statistics nor the renderers)
+FORMATS = ("md", "csv", "json", "html", "tex")
 
 
 def main(argv: list[str]) -> int:
@@ -91,6 +94,9 @@ def main(argv: list[str]) -> int:
                    help="columns of the tex table after the objective: mean (the primary metric's mean ± std), ci, "
                         "n, steps, samples, delta, p, time, memory, or a metric id (its mean ± std); default: "
                         "mean ci n steps")
+    p.add_argument("--force", action="store_true",
+                   help="regenerate even when the inputs and the files in --out are as the last regeneration left "
+                        "them (see fusebench.leaderboard.fingerprint)")
     ns = p.parse_args(argv)
     if not Path(ns.runs).is_dir():
         print(f"fusebench leaderboard: runs folder {ns.runs} does not exist", file=sys.stderr)
@@ -98,10 +104,26 @@ def main(argv: list[str]) -> int:
     if ns.reported is not None and not Path(ns.reported).is_file():
         print(f"fusebench leaderboard: --reported {ns.reported} does not exist", file=sys.stderr)
         return 2
+    from fusebench.leaderboard import fingerprint
+
+    runs, out = Path(ns.runs), Path(ns.out)
+    options = {"plots": not ns.no_plots, "split": ns.split, "reported": ns.reported, "formats": list(ns.formats),
+               "tex_columns": ns.tex_columns}
+    try:
+        same = None if ns.force else fingerprint.unchanged(runs, out, options)
+    except (ValueError, OSError) as e:  # e.g. a record file that breaks the folder rule: the full run says why
+        same = None
+    if same is not None:
+        print("\n".join(f"unchanged {out / name}" for name in same))
+        print(f"0 file(s) written, {len(same)} unchanged in {ns.out} (records, specs, code, options and every file "
+              f"in {ns.out} as the last regeneration left them: nothing re-read; --force regenerates)")
+        return 0
     from fusebench.leaderboard.outputs import check_tex_columns, file_lines, snapshot
     from fusebench.leaderboard.tex import check_columns
+    from fusebench.leaderboard.writer import write_leaderboards
 
     try:
+        fingerprint.forget(out)
         if ns.tex_columns is not None:
             check_tex_columns(ns.formats, ns.tex_columns)  # write_leaderboards checks it too
             check_columns(ns.tex_columns)  # known names or metric ids (checked per board when rendered)
@@ -113,6 +135,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(lines))
         changed = sum(line.startswith("wrote ") for line in lines)
         print(f"{changed} file(s) written, {len(lines) - changed} unchanged in {ns.out}")
+        fingerprint.save(runs, out, options, written)
     except (ValueError, OSError) as e:
         print(f"fusebench leaderboard: {e}", file=sys.stderr)
         return 2

@@ -409,9 +409,9 @@ def _move_legacy_keys(pretrain: dict[str, Any], source: str, warn: bool = True) 
     """Move the old flat keys of ``pretrain`` (a raw spec mapping, changed in place) onto
     ``methods.<id>.<option>``, type-checked under the key as written; warn (``DeprecatedKeyWarning``)
     unless ``warn`` is false. The same option given both ways with two values is an error."""
-    from fusebench.training import methods as M
-
     for flat in [k for k in pretrain if k in RENAMED_PRETRAIN_KEYS]:
+        from fusebench.training import methods as M  # torch: only where an old key is there to move
+
         mid, opt = RENAMED_PRETRAIN_KEYS[flat]
         new = f"pretrain.methods.{mid}.{opt}"
         value = pretrain.pop(flat)
@@ -441,11 +441,11 @@ def _legacy_override(key: str, source: str) -> str:
     parts = key.split(".")
     if len(parts) != 2 or parts[0] != "pretrain":
         return key
-    from fusebench.training import methods as M
-
     hit = RENAMED_PRETRAIN_KEYS.get(parts[1])
     if hit is None:
         return key
+    from fusebench.training import methods as M  # torch: only for an old key
+
     new = f"pretrain.methods.{hit[0]}.{hit[1]}"
     warnings.warn(f"{source}: {key} is deprecated; write {new}", M.DeprecatedKeyWarning, stacklevel=4)
     return new
