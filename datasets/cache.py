@@ -63,7 +63,7 @@ import shutil
 import struct
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -71,8 +71,21 @@ import torch
 from fusebench.datasets.errors import DatasetError
 from fusebench.io import canonical_json, sha256_file, sha256_hex
 
-if TYPE_CHECKING:  # annotations only: the adapters' base class imports this module
-    from fusebench.datasets.base import MultimodalDataset
+
+class CacheableDataset(Protocol):
+    """What this module reads of a dataset: its id, root and split, its length and its raw reader
+    ``_load_raw(index) -> sample``; optionally (read with ``getattr``, a default where absent)
+    ``opts``, ``seed``, ``synthetic``, ``modalities``, ``PREPROCESS_VERSION`` and the ``source_files()``
+    hook. :class:`fusebench.datasets.base.MultimodalDataset` (which imports this module: the cache sits
+    below the adapters' base class) is one."""
+
+    id: str
+    root: str | os.PathLike
+    split: str
+
+    def __len__(self) -> int: ...
+
+    def _load_raw(self, index: int) -> dict[str, Any]: ...
 
 log = logging.getLogger(__name__)
 
@@ -103,19 +116,19 @@ def prepared_bases() -> list[Path]:
     return out
 
 
-def preprocess_version(dataset: MultimodalDataset | type) -> int:
+def preprocess_version(dataset: CacheableDataset | type) -> int:
     """The adapter's ``PREPROCESS_VERSION`` (bump it when ``_load_raw`` changes output); default 1."""
     return int(getattr(dataset, "PREPROCESS_VERSION", 1))
 
 
-def key_options(dataset: MultimodalDataset) -> dict[str, Any]:
+def key_options(dataset: CacheableDataset) -> dict[str, Any]:
     """The build options that determine the raw samples (JSON-normalised)."""
     opts = {k: v for k, v in dict(getattr(dataset, "opts", {})).items() if k not in _NON_KEY_OPTIONS}
     opts["seed"] = int(getattr(dataset, "seed", 0))
     return json.loads(json.dumps(opts, sort_keys=True, default=str))
 
 
-def cache_key(dataset: MultimodalDataset) -> str:
+def cache_key(dataset: CacheableDataset) -> str:
     """Hash of (id, resolved root, split, options, preprocessing version, synthetic flag)."""
     ident = {
         "id": dataset.id,
@@ -128,7 +141,7 @@ def cache_key(dataset: MultimodalDataset) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_dir(dataset: MultimodalDataset, base: str | os.PathLike | None = None) -> Path:
+def cache_dir(dataset: CacheableDataset, base: str | os.PathLike | None = None) -> Path:
     """Where the cache of ``dataset`` lives under ``base`` (default: the first of :func:`prepared_bases`)."""
     base = Path(base) if base is not None else prepared_bases()[0]
     return base / dataset.id / cache_key(dataset)
@@ -149,7 +162,7 @@ def _source_path(root: Path, p: str | os.PathLike) -> Path:
     return Path(os.path.abspath(p))
 
 
-def source_files(dataset: MultimodalDataset) -> list[Path]:
+def source_files(dataset: CacheableDataset) -> list[Path]:
     """The input files the cache depends on, as absolute paths: the adapter's ``source_files()`` hook
     when it has one (absolute paths, paths built from ``dataset.root``, or paths relative to the
     root), else every file under the root."""
@@ -287,7 +300,7 @@ def _json_meta(meta: Any, index: int) -> Any:
         raise DatasetError(f"prepared cache: {e}") from None
 
 
-def _collect_inputs(dataset: MultimodalDataset, memo: dict[Path, dict[str, Any]] | None, progress: bool) -> list[dict]:
+def _collect_inputs(dataset: CacheableDataset, memo: dict[Path, dict[str, Any]] | None, progress: bool) -> list[dict]:
     from fusebench.training.progress import track
 
     root = Path(dataset.root).resolve()
@@ -310,7 +323,7 @@ def _collect_inputs(dataset: MultimodalDataset, memo: dict[Path, dict[str, Any]]
 
 
 def prepare(
-    dataset: MultimodalDataset,
+    dataset: CacheableDataset,
     base: str | os.PathLike | None = None,
     *,
     progress: bool = True,
@@ -464,7 +477,7 @@ def _discard(writers: Iterable[_FieldWriter], tmp: Path | None, made: list[Path]
             break
 
 
-def _write_error_message(dataset: MultimodalDataset, out: Path, e: OSError) -> str:
+def _write_error_message(dataset: CacheableDataset, out: Path, e: OSError) -> str:
     base = out.parent.parent
     reason = e.strerror or str(e) or type(e).__name__
     code = f" [{errno.errorcode[e.errno]}]" if e.errno in errno.errorcode else ""
@@ -665,7 +678,7 @@ def _flat(meta: Any) -> bool:
     return isinstance(meta, dict) and all(isinstance(v, (str, int, float, bool, type(None))) for v in meta.values())
 
 
-def find_cache(dataset: MultimodalDataset) -> Path | None:
+def find_cache(dataset: CacheableDataset) -> Path | None:
     """The first folder among :func:`prepared_bases` holding a manifest for ``dataset``."""
     for base in prepared_bases():
         d = cache_dir(dataset, base)
@@ -674,7 +687,7 @@ def find_cache(dataset: MultimodalDataset) -> Path | None:
     return None
 
 
-def open_cache(dataset: MultimodalDataset, base: str | os.PathLike | None = None) -> CacheReader | None:
+def open_cache(dataset: CacheableDataset, base: str | os.PathLike | None = None) -> CacheReader | None:
     """A reader for the prepared cache of ``dataset``, or None when there is none (or it is stale).
 
     Raises :class:`DatasetError` naming the file for a corrupt or truncated cache.

@@ -1,5 +1,6 @@
-"""Segmentation, sentiment and sleep metrics on small hand-worked cases (expected values derived in
-the comments), plus the few-shot linear-probe protocol. Detection metrics are tested elsewhere."""
+"""Segmentation, sentiment, classification and sleep metrics on small hand-worked cases (expected values derived in
+the comments). Detection metrics are tested elsewhere; the few-shot probes of frozen embeddings in
+tests/test_probes.py and tests/test_prototype_probe.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import pytest
 import torch
 
 from fusebench import metrics
-from fusebench.metrics.fewshot import fewshot_eval, fit_linear_probe, sample_per_class
 
 M = metrics.get
 
@@ -226,6 +226,48 @@ def test_sentiment_bad_input():
             M(name)(np.zeros((2, 2)), np.zeros((2, 2)))
 
 
+# -- classification ----------------------------------------------------------------------------
+def test_generic_classification_ids_keep_their_metadata_and_are_found_where_registered():
+    from fusebench.metrics import classification, clustering, sleep
+
+    for mid in ("acc", "bacc", "mf1", "kappa"):
+        assert metrics.get(mid).fn is getattr(classification, mid)
+    for stage in sleep.STAGES:
+        assert metrics.get(f"f1_{stage}").fn.__module__ == "fusebench.metrics.sleep"
+    want = {m: {"task": "classification", "direction": "higher", "unit": "fraction", "version": "1"}
+            for m in ("acc", "bacc", "mf1", "f1_w", "f1_n1", "f1_n2", "f1_n3", "f1_rem")}
+    want["kappa"] = {**want["acc"], "unit": "raw"}
+    assert {m: metrics.metadata(m) for m in want} == want
+    # looking an id up imports the module that registers it (the probe ids reuse acc from the clustering module)
+    for mid in metrics.CATALOG:
+        registered_by = "fusebench.metrics.clustering" if mid in clustering.PROBE_ACCURACIES else metrics.get(mid).fn.__module__
+        assert metrics.METRICS.home(mid) == registered_by, mid
+
+
+def _slow_classification(y_pred, y_true):
+    """acc, bacc, mf1, kappa by counting, one class at a time (the classification module's formulas)."""
+    n = len(y_true)
+    labels = sorted(set(y_true) | set(y_pred))
+    tp = {c: sum(1 for p, t in zip(y_pred, y_true) if p == t == c) for c in labels}
+    true_n = {c: y_true.count(c) for c in labels}
+    pred_n = {c: y_pred.count(c) for c in labels}
+    acc = sum(tp.values()) / n
+    recalls = [tp[c] / true_n[c] for c in labels if true_n[c]]
+    f1 = [2 * tp[c] / (true_n[c] + pred_n[c]) for c in labels]
+    pe = sum(true_n[c] * pred_n[c] for c in labels) / n ** 2
+    return {"acc": acc, "bacc": sum(recalls) / len(recalls), "mf1": sum(f1) / len(f1), "kappa": (acc - pe) / (1 - pe)}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_classification_metrics_against_a_slow_count(seed):
+    rng = np.random.default_rng(seed)
+    y_true = rng.integers(0, 5, 60)
+    y_pred = np.where(rng.random(60) < 0.6, y_true, rng.integers(0, 6, 60))  # class 5: predicted, never true
+    slow = _slow_classification(y_pred.tolist(), y_true.tolist())
+    for mid, value in slow.items():
+        assert M(mid)(y_pred, y_true) == pytest.approx(value, rel=1e-12), mid
+
+
 # -- sleep staging -----------------------------------------------------------------------------
 def test_sleep_hand_worked():
     y_true = [0, 0, 0, 1, 2, 2, 3, 4]
@@ -257,63 +299,3 @@ def test_sleep_edge_cases():
             M(name)(np.array([], dtype=int), np.array([], dtype=int))
         with pytest.raises(ValueError, match="integer"):
             M(name)([0.5, 1.0], [0, 1])
-
-
-# -- few-shot linear probe ---------------------------------------------------------------------
-def test_sample_per_class():
-    y = np.array([0] * 5 + [1] * 3 + [2] * 4)
-    idx = sample_per_class(y, 2, seed=0)
-    assert len(idx) == 6 and len(set(idx.tolist())) == 6
-    assert [int((y[idx] == c).sum()) for c in range(3)] == [2, 2, 2]
-    assert np.array_equal(idx, sample_per_class(y, 2, seed=0))
-    assert len({tuple(sample_per_class(y, 2, seed=s)) for s in range(6)}) > 1
-    with pytest.raises(ValueError, match="class 1 has 3"):
-        sample_per_class(y, 4, seed=0)
-
-
-def _blobs(n_per_class, seed, sep=6.0):
-    rng = np.random.default_rng(seed)
-    centres = np.array([[sep, 0, 0, 0], [0, sep, 0, 0], [0, 0, sep, 0]])
-    x = np.concatenate([c + rng.standard_normal((n_per_class, 4)) for c in centres])
-    y = np.repeat(np.arange(3), n_per_class)
-    return x.astype(np.float32), y
-
-
-def test_linear_probe_optimum_and_separable_accuracy():
-    x, y = _blobs(20, seed=1, sep=2.0)
-    l2 = 0.1
-    predict = fit_linear_probe(x, y, 3, l2=l2)
-    # first-order optimality of the regularised cross-entropy, by explicit loops:
-    # dL/dW[j, c] = mean_i z_ij (softmax_ic - [y_i = c]) + l2 W[j, c]
-    z = (x - x.mean(0)) / x.std(0)
-    w, b = predict.weights.numpy(), predict.bias.numpy()
-    grad = l2 * w.copy()
-    for i in range(len(y)):
-        logits = z[i] @ w + b
-        p = np.exp(logits - logits.max())
-        p /= p.sum()
-        for c in range(3):
-            grad[:, c] += z[i] * (p[c] - (y[i] == c)) / len(y)
-    assert np.abs(grad).max() < 1e-5
-    xs, ys = _blobs(30, seed=2)
-    predict = fit_linear_probe(*_blobs(10, seed=3), 3)
-    assert (predict(xs) == ys).mean() == 1.0
-
-
-def test_fewshot_eval_protocol():
-    xtr, ytr = _blobs(12, seed=4)
-    xte, yte = _blobs(10, seed=5)
-    views = torch.tensor(np.stack([xtr, xtr[:, ::-1].copy()]))  # [k=2, n, d] channel embeddings
-    out = fewshot_eval(views, ytr, np.stack([xte, xte[:, ::-1]]), yte, shots=(2, 5), seeds=(0, 1),
-                       metrics=("acc", "kappa"))
-    assert sorted(out) == [2, 5]
-    for s in out:
-        assert len(out[s]["acc"]["per_seed"]) == 2
-        assert out[s]["acc"]["std"] == pytest.approx(np.std(out[s]["acc"]["per_seed"]))
-    # 2 shots per class (6 points) can misplace the boundary; 5 shots of well-separated blobs cannot
-    assert out[2]["acc"]["mean"] > 0.6
-    assert out[5]["acc"]["mean"] == 1.0 and out[5]["kappa"]["mean"] == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="s=13"):
-        fewshot_eval(xtr, ytr, xte, yte, shots=(13,), seeds=(0,))
-    with pytest.raises(ValueError, match="train_emb"):
-        fewshot_eval(np.zeros((0, 4)), ytr[:0], xte, yte, shots=(1,), seeds=(0,))

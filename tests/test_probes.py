@@ -204,6 +204,65 @@ def test_fewshot_probe_matches_sklearn_logistic_regression():
         assert per["test_acc_std"] == pytest.approx(np.std(test_acc[chosen]), abs=1e-12)
 
 
+def test_fewshot_draws_are_seeded_and_do_not_depend_on_the_draw_count():
+    y = np.array([0] * 5 + [1] * 3 + [2] * 4)
+    a = E.fewshot_indices(y, 2, 4, seed=0, num_classes=3)
+    assert np.array_equal(a, E.fewshot_indices(y, 2, 4, seed=0, num_classes=3))      # deterministic
+    assert np.array_equal(a[:2], E.fewshot_indices(y, 2, 2, seed=0, num_classes=3))  # draw j: not the count
+    assert len({tuple(E.fewshot_indices(y, 2, 1, seed=s, num_classes=3)[0]) for s in range(6)}) > 1
+    for row in a:  # class-major, s distinct samples of every class (slow check, one sample at a time)
+        assert [int(y[i]) for i in row] == [0, 0, 1, 1, 2, 2] and len(set(row.tolist())) == len(row)
+
+
+def _slow_logistic_gradient(z, y, w, b, l2):
+    """dL/dW and dL/db of mean_i CE(softmax(z_i W + b), y_i) + l2 / 2 ||W||^2, one sample and class at a time."""
+    gw, gb = [[l2 * w[j][c] for c in range(len(b))] for j in range(len(w))], [0.0] * len(b)
+    for i in range(len(y)):
+        logits = [sum(z[i][j] * w[j][c] for j in range(len(w))) + b[c] for c in range(len(b))]
+        top = max(logits)
+        e = [math.exp(v - top) for v in logits]
+        for c in range(len(b)):
+            r = (e[c] / sum(e) - (1.0 if y[i] == c else 0.0)) / len(y)
+            gb[c] += r
+            for j in range(len(w)):
+                gw[j][c] += z[i][j] * r
+    return np.array(gw), np.array(gb)
+
+
+def test_logistic_fit_is_at_the_optimum_by_a_slow_gradient():
+    (x, y) = _classes(11, 6, num_classes=3, d=4)
+    z = StandardScaler().fit_transform(x)
+    w, b = E.fit_logistic(z, y, 3, 0.1)
+    gw, gb = _slow_logistic_gradient(z.tolist(), y.tolist(), w.tolist(), b.tolist(), 0.1)
+    assert np.abs(gw).max() < 1e-6 and np.abs(gb).max() < 1e-6
+    idx = np.array([[0, 1, 6, 7, 12, 13], [2, 3, 8, 9, 14, 15]])
+    wb, bb = E.fit_logistic(z[idx], y[idx], 3, np.array([0.05, 1.0]))  # batched: each problem at its optimum
+    for j, l2 in enumerate((0.05, 1.0)):
+        gw, gb = _slow_logistic_gradient(z[idx[j]].tolist(), y[idx[j]].tolist(), wb[j].tolist(), bb[j].tolist(), l2)
+        assert np.abs(gw).max() < 1e-6 and np.abs(gb).max() < 1e-6
+
+
+def test_fewshot_probes_on_per_view_embeddings_and_separable_classes():
+    (xtr, ytr), (xva, yva), (xte, yte) = _blobs(4, [12] * 3), _blobs(4, [5] * 3), _blobs(4, [10] * 3)
+    rev = [a[:, ::-1] * 2.0 for a in (xtr, xva, xte)]
+    views = [torch.tensor(np.stack([a, r])) for a, r in zip((xtr, xva, xte), rev)]  # [k=2, n, d]
+    kw = {"fewshot_shots": (2, 5), "fewshot_draws": 3, "fewshot_l2_grid": (1e-2,), "knn_grid": (), "n_init": 1}
+    got = E.probe_and_cluster(views[0], ytr, views[1], yva, views[2], yte, 3, seed=0, **kw)
+    # the views of a sample side by side, written out one value at a time
+    cat = [np.array([[float(v[k, i, j]) for k in range(2) for j in range(v.shape[2])] for i in range(v.shape[1])])
+           for v in views]
+    assert got == E.probe_and_cluster(cat[0], ytr, cat[1], yva, cat[2], yte, 3, seed=0, **kw)
+    for s in ("2", "5"):
+        per = got["fewshot"]["per_shot"][s]
+        draws = per["test_acc_per_draw"]
+        mean = sum(draws) / len(draws)
+        assert per["test_acc_std"] == pytest.approx(math.sqrt(sum((a - mean) ** 2 for a in draws) / len(draws)))
+    # well-separated blobs: five labels per class place both probes' boundaries without an error
+    assert got["test_fs5_acc"] == 1.0 and got["test_fs5_proto_acc"] == 1.0
+    with pytest.raises(ValueError, match="train_emb must be a non-empty"):
+        E.probe_and_cluster(np.zeros((0, 6)), ytr[:0], xva, yva, xte, yte, 3, seed=0, **kw)
+
+
 def test_batched_logistic_fit_equals_separate_fits_and_sklearn_weights():
     (x, y) = _classes(3, 6)
     z = StandardScaler().fit_transform(x)

@@ -23,8 +23,8 @@ from fusebench.datasets.base import (
 )
 from fusebench.datasets.normals import NORMAL_METHODS
 
-from .formats import LABELED_MAT, MAP13_MAT, MAP40_MAT, META_DIRS, SPLITS_MAT, _FrameReaders
-from .layouts import _Frame, _LayoutIndex
+from .formats import LABELED_MAT, MAP13_MAT, MAP40_MAT, META_DIRS, SPLITS_MAT, _Frame, _FrameReaders
+from .layouts import _LayoutIndex
 from .normal_cache import _NormalCache
 from .synthetic import _write_synthetic
 from .transforms import _Flip

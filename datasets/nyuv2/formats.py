@@ -11,24 +11,22 @@
 * The MTAN npy release ``{train,val}/{image,depth,normal,label}/<i>.npy`` (288x384; image HWC
   float64 in [0, 1], depth HWx1 metres with 0 = missing, normal HWx3, label float -1/0..12).
 
-:class:`_FrameReaders` is the mixin of the ``nyuv2`` adapter that reads one frame in either layout
-and builds the raw label -> target lookup table from the class mappings.
+:class:`_FrameReaders` is the mixin of the ``nyuv2`` adapter that reads one frame (a :class:`_Frame`: where
+it is in either layout) and builds the raw label -> target lookup table from the class mappings.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from einops import rearrange
 
 from fusebench.datasets.base import DatasetError, DatasetNotFoundError
 from fusebench.datasets.normals import mtan_to_camera
-
-if TYPE_CHECKING:
-    from .layouts import _Frame
 
 LABELED_MAT = "nyu_depth_v2_labeled.mat"
 SPLITS_MAT = "splits.mat"
@@ -49,6 +47,15 @@ LABELS13 = (12, 5, 6, 1, 4, 9, 10, 12, 13, 6, 8, 6, 13, 10, 6, 13, 6, 7, 7, 5, 7
             7, 6, 7, 7, 7, 7, 7, 7, 6, 7)
 CLASS13_NAMES = ("bed", "books", "ceiling", "chair", "floor", "furniture", "objects", "picture", "sofa",
                  "table", "tv", "wall", "window")
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where one frame is: read by :class:`_FrameReaders`, listed by the layouts (:mod:`.layouts`)."""
+
+    pos: int  # 0-based position in the .mat file (official) or npy file number (mtan)
+    frame: int  # 1-based labeled-set index; -1 when unknown (mtan without splits.mat)
+    folder: str = ""  # mtan: "train" or "val"; official: "train"/"test" (label PNG folder)
 
 
 def read_label_png(path: str | os.PathLike, classes: int) -> np.ndarray:

@@ -18,26 +18,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fusebench.datasets.base import DatasetError, DatasetNotFoundError
 
-from .formats import LABELED_MAT, MAP13_MAT, MAP40_MAT, SPLITS_MAT, _find, _loadmat
+from .formats import LABELED_MAT, MAP13_MAT, MAP40_MAT, SPLITS_MAT, _find, _Frame, _loadmat
 
 log = logging.getLogger(__package__)  # the logger of fusebench.datasets.nyuv2, as before the split
 
 LAYOUTS = ("official", "mtan")
 _MTAN_FOLDERS = ("image", "depth", "normal", "label")
-
-
-@dataclass(frozen=True)
-class _Frame:
-    pos: int  # 0-based position in the .mat file (official) or npy file number (mtan)
-    frame: int  # 1-based labeled-set index; -1 when unknown (mtan without splits.mat)
-    folder: str = ""  # mtan: "train" or "val"; official: "train"/"test" (label PNG folder)
 
 
 def carve_val(frames: list[int], val_fraction: float, split_seed: int) -> tuple[list[int], list[int]]:

@@ -12,15 +12,13 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fusebench.datasets.cache import cache_home
 from fusebench.datasets.normals import default_radius_px, estimate_normals, scaled_intrinsics
 
-if TYPE_CHECKING:
-    from .layouts import _Frame
+from .formats import _Frame
 
 log = logging.getLogger(__package__)  # the logger of fusebench.datasets.nyuv2, as before the split
 

@@ -1,7 +1,7 @@
 """From run records to what one table shows: the records of a runs folder by benchmark
 (:func:`load_runs`), split into comparability groups (:func:`group_runs`: runs share a table only
 when their comparability key is equal; duplicates and mixed objective versions are refused), and one
-group's :class:`GroupView` (:func:`make_view`): metric columns, per-(objective, metric) values over
+group's :class:`~fusebench.leaderboard.view.GroupView` (:func:`make_view`): metric columns, per-(objective, metric) values over
 seeds, rows with the objectives that compute the same loss merged into one (alias rows,
 :func:`equivalence_groups`), rows flagged invalid, the best row per metric, the fixed reference row,
 the bootstrap intervals and the paired tests (:mod:`fusebench.leaderboard.stats`)."""
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fusebench.leaderboard.columns import MetricInfo, md_code, mean_std, metric_info, natural_key
+from fusebench.leaderboard.columns import md_code, metric_info, natural_key
+from fusebench.leaderboard.view import GroupView
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
 from fusebench.training.reference_features import CLUSTER_METRICS, REFERENCE_KINDS, cluster_identical, probe_identical_groups
 
@@ -81,86 +81,6 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
         lines.append("Move the odd runs to another runs folder, or pass --split for one table per group.")
         raise ValueError("\n".join(lines))
     return groups
-
-
-@dataclass
-class GroupView:
-    """Everything rendered for one comparability group of one benchmark."""
-
-    name: str
-    recs: list[RunRecord]
-    kind: str
-    metrics: list[MetricInfo]
-    primary: str
-    best: dict[str, str | None]
-    values: dict[tuple[str, str], dict[int, float]]  # (objective, metric) -> seed -> value
-    studies: list[tuple[str, str, str]] = field(default_factory=list)  # (title, markdown, plot) beside the board
-    undefined: dict[tuple[str, str], int] = field(default_factory=dict)  # (objective, metric) -> runs with NaN
-    rows: list[str] = field(default_factory=list)  # displayed ids (one per distinct loss), sorted
-    aliases: dict[str, list[str]] = field(default_factory=dict)  # displayed id -> ids merged into its row
-    num_views: int | None = None  # k, the number of views the objectives saw (None: not found in the records)
-    invalid: dict[str, str] = field(default_factory=dict)  # row -> why (record["validity"])
-    reference: str | None = None  # the fixed reference row of the tests
-    reference_text: str = ""  # where the reference comes from, or why there is none
-    # who set the comparison (primary metric, reference): "the benchmark" (its current spec), "the runs" (the
-    # newest record's copy) or "" (neither has one: the records' selection metric, the default reference)
-    compared_by: str = ""
-    why: str = ""  # why the primary metric (record["comparison"]["why"])
-    tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
-    ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
-    # reference rows merged because they are the same features for every probe (a subset of ``aliases``):
-    # displayed row -> {alias: the metrics whose numbers still differ (clustering), shown for both}
-    reference_aliases: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    vs_best: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.vs_best result (primary)
-    ranks: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.rank_intervals result (primary)
-    bold: dict[str, str | None] = field(default_factory=dict)  # metric -> the row in bold (best, separable) or None
-    separable: dict[str, bool | None] = field(default_factory=dict)  # metric -> best separable from the second
-
-    @property
-    def objectives(self) -> list[str]:
-        """Every objective with runs in the group (merged aliases included)."""
-        return sorted({r.objective for r in self.recs})
-
-    @property
-    def ranked(self) -> bool:
-        return self.kind != "pipeline_check"
-
-    @property
-    def seeds(self) -> list[int]:
-        return sorted({r.seed for r in self.recs})
-
-    @property
-    def valid_rows(self) -> list[str]:
-        """Rows that may be ranked: not flagged invalid."""
-        return [o for o in self.rows if o not in self.invalid]
-
-    def info(self, metric: str) -> MetricInfo:
-        return next(m for m in self.metrics if m.id == metric)
-
-    def summary(self, row: str, metric: str) -> tuple[float, float, int] | None:
-        """(mean, sample std, n) of a row's defined values of ``metric`` over seeds (None when it has
-        none): the numbers of the table's cell and of the CSV / JSON exports."""
-        v = self.values.get((row, metric))
-        return (*mean_std(list(v.values())), len(v)) if v else None
-
-    def mean(self, row: str, metric: str) -> float | None:
-        s = self.summary(row, metric)
-        return s[0] if s else None
-
-    def budget(self, row: str) -> dict[str, tuple[int, int]] | None:
-        """The row's pretraining budget over its runs (``record["budget"]``): ``{"optimizer_steps": (min,
-        max), "samples_seen": (min, max)}``, min = max when every seed agrees; None when not recorded."""
-        budgets = [b for r in self.recs if r.objective == row and (b := record_budget(r)) is not None]
-        if not budgets:
-            return None
-        return {key: (min(b[key] for b in budgets), max(b[key] for b in budgets))
-                for key in ("optimizer_steps", "samples_seen")}
-
-    def cost(self, row: str) -> tuple[float, float]:
-        """(mean pretraining time in s, mean peak memory in MiB) over the row's runs."""
-        times = [r.pretrain_time_s for r in self.recs if r.objective == row]
-        mems = [r.peak_memory_mb for r in self.recs if r.objective == row]
-        return sum(times) / len(times), sum(mems) / len(mems)
 
 
 def _group_kind(recs: list[RunRecord]) -> str:
@@ -318,11 +238,6 @@ def _validity(r: RunRecord) -> str | None:
     if v is None or v["valid"]:
         return None
     return " ".join(v.get("why", "").split()) or "no reason given"
-
-
-def record_budget(r: RunRecord) -> dict[str, Any] | None:
-    """``record["budget"]`` (None when absent; typed by :func:`fusebench.records.validate_record`)."""
-    return r.raw.get("budget")
 
 
 def make_view(name: str, recs: list[RunRecord]) -> GroupView:

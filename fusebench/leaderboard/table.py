@@ -11,7 +11,8 @@ from collections import defaultdict
 from typing import Any
 
 from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_text
-from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView, record_budget
+from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView
+from fusebench.leaderboard.view import record_budget
 
 
 def _row_label(view: GroupView, o: str) -> str:

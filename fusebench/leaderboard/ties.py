@@ -3,7 +3,7 @@ t-tests over shared seeds, Holm over the rows; "tied" where not separable at :da
 only when the second is separable from it, and each row's rank with a bootstrap interval over the seeds
 (:func:`rank_intervals`); for the index, each objective's place in the cross-dataset ranking with a bootstrap
 interval over the datasets (:func:`dataset_rank_intervals`). :func:`settle_ties` fills a
-:class:`~fusebench.leaderboard.groups.GroupView` with them. numpy and scipy only, like
+:class:`~fusebench.leaderboard.view.GroupView` with them. numpy and scipy only, like
 :mod:`fusebench.leaderboard.stats`, whose tests and conventions these reuse."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 
 from fusebench.leaderboard.stats import _int_at_least, _matrix, _open_unit, _row, average_ranks, paired_vs_reference
 
-if TYPE_CHECKING:
-    from fusebench.leaderboard.groups import GroupView
+if TYPE_CHECKING:  # annotations only: this module needs numpy and scipy, not the records a view holds
+    from fusebench.leaderboard.view import GroupView
 
 __all__ = ["ALPHA", "SEED_SETS_DIFFER", "dataset_rank_intervals", "order_statistic_interval", "rank_intervals",
            "settle_ties", "standing", "vs_best"]

@@ -6,7 +6,7 @@ the leaderboard) or ``"raw"`` (rendered as is: errors, correlations, kappa). ``v
 when a metric's definition changes, so runs scored with different definitions are never compared
 (it is part of a run record's comparability key). Call forms:
 
-* sentiment / sleep: ``get(id)(y_pred, y_true) -> float`` on 1-D arrays (numpy or torch);
+* sentiment / classification / sleep: ``get(id)(y_pred, y_true) -> float`` on 1-D arrays (numpy or torch);
 * segmentation: ``get(id)(pred, target, num_classes, ignore_index=-1) -> float``;
 * detection: ``get(id)(detections, ground_truths, num_classes=10) -> float``.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from fusebench.metrics.catalog import CATALOG
+from fusebench.metrics.catalog import CATALOG, SLEEP_STAGES
 from fusebench.registry import Registry, UnknownNameError, closest
 
 
@@ -39,23 +39,29 @@ def _describe(m: Any) -> dict[str, Any]:
 
 
 _TASK_MODULE = {"segmentation": "segmentation", "regression": "sentiment", "detection": "detection",
-                "clustering": "clustering", "classification": "sleep"}
+                "clustering": "clustering", "classification": "classification"}
+#: the per-stage F1 ids of the sleep module (the other classification ids are the generic module's)
+_SLEEP_IDS = frozenset(f"f1_{s}" for s in SLEEP_STAGES)
 
 
 def _home(name: str) -> str | None:
-    """The metric module that registers built-in metric ``name``, from its task in the catalog (the probe
-    metrics ``fs*`` / ``knn*`` of the classification task are the clustering module's); looking one id up
-    imports that module only."""
+    """The metric module that registers built-in metric ``name``, from its task in the catalog (of the
+    classification task, the probe metrics ``fs*`` / ``knn*`` are the clustering module's and the per-stage
+    F1s ``f1_<stage>`` the sleep module's); looking one id up imports that module only."""
     declared = CATALOG.get(name)
     if declared is None:
         return None
-    probe = declared.task == "classification" and name.startswith(("fs", "knn"))
-    return f"{__name__}.{'clustering' if probe else _TASK_MODULE.get(declared.task, '')}"
+    module = _TASK_MODULE.get(declared.task, "")
+    if declared.task == "classification" and name.startswith(("fs", "knn")):
+        module = "clustering"
+    elif declared.task == "classification" and name in _SLEEP_IDS:
+        module = "sleep"
+    return f"{__name__}.{module}"
 
 
 # one module per task family; importing a module registers its ids (on the first lookup)
 METRICS = Registry("metric", entry_point_group="fusebench.metrics", describe=_describe, home=_home, modules=tuple(
-    f"{__name__}.{m}" for m in ("segmentation", "sentiment", "sleep", "detection", "clustering")))
+    f"{__name__}.{m}" for m in ("segmentation", "sentiment", "classification", "sleep", "detection", "clustering")))
 UNITS = ("fraction", "raw")
 
 

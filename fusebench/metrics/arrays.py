@@ -1,4 +1,4 @@
-"""Array conversion shared by the metrics and by the code that gathers predictions for them.
+"""Array conversion and input checks shared by the metrics and by the code that gathers predictions for them.
 
 Under a mixed-precision policy (``bf16-mixed``, ``16-mixed``) model outputs are bfloat16 / float16
 tensors. Metrics always reduce in float64 (or exact integers for counts), whatever the input dtype and
@@ -42,4 +42,36 @@ def to_numpy(x: Any, dtype: Any = None) -> np.ndarray:
     return a
 
 
-__all__ = ["to_numpy", "widen"]
+def as_1d(x: Any, name: str, metric: str) -> np.ndarray:
+    """``x`` (numpy / torch / sequence, any dtype: half precision is widened exactly, see
+    :func:`to_numpy`) as a 1-D numpy array; ValueError for other ranks or empty input."""
+    a = to_numpy(x)
+    if a.ndim != 1:
+        raise ValueError(f"{metric}: {name} must be a 1-D array, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{metric}: {name} is empty; a metric needs at least one sample")
+    return a
+
+
+def pair(y_pred: Any, y_true: Any, metric: str, integer: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(y_pred, y_true)`` of a metric of 1-D predictions: same length, finite; integer-valued
+    (returned as int64) when ``integer``, else float64."""
+    p = as_1d(y_pred, "y_pred", metric)
+    t = as_1d(y_true, "y_true", metric)
+    if p.shape != t.shape:
+        raise ValueError(f"{metric}: y_pred has {p.size} entries, y_true {t.size}; they must match")
+    for name, a in (("y_pred", p), ("y_true", t)):
+        if a.dtype == bool:
+            continue
+        if not np.issubdtype(a.dtype, np.number):
+            raise ValueError(f"{metric}: {name} must be numeric, got dtype {a.dtype}")
+        if not np.isfinite(a).all():
+            raise ValueError(f"{metric}: {name} contains NaN or Inf")
+        if integer and not np.array_equal(a, np.round(a)):
+            raise ValueError(f"{metric}: {name} must hold integer class ids, got non-integer values")
+    if integer:
+        return p.astype(np.int64), t.astype(np.int64)
+    return p.astype(np.float64), t.astype(np.float64)
+
+
+__all__ = ["as_1d", "pair", "to_numpy", "widen"]

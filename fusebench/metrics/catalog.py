@@ -50,10 +50,13 @@ def _table() -> dict[str, Declared]:
         out[m] = Declared("regression", True, frac, "1")
     out["sims_mae"] = Declared("regression", False, "raw", "1")
     out["sims_corr"] = Declared("regression", True, "raw", "1")
-    # sleep.py
-    for m in ("acc", "bacc", "mf1") + tuple(f"f1_{s}" for s in SLEEP_STAGES):
+    # classification.py
+    for m in ("acc", "bacc", "mf1"):
         out[m] = Declared("classification", True, frac, "1")
     out["kappa"] = Declared("classification", True, "raw", "1")
+    # sleep.py
+    for m in tuple(f"f1_{s}" for s in SLEEP_STAGES):
+        out[m] = Declared("classification", True, frac, "1")
     # detection.py
     for tag in ("0.25", "0.50"):
         out[f"map_{tag}"] = Declared("detection", True, frac, "1")

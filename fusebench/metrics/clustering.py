@@ -49,7 +49,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from fusebench.metrics import register
-from fusebench.metrics.sleep import acc, pair
+from fusebench.metrics.arrays import pair
+from fusebench.metrics.classification import acc
 
 
 def contingency(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
@@ -113,7 +114,7 @@ def ari(y_pred: Any, y_true: Any) -> float:
 
 
 #: the probe accuracies of :mod:`fusebench.training.embedding_eval`: each scores one set of probe
-#: predictions as plain accuracy (:func:`fusebench.metrics.sleep.acc`); the evaluation averages the draws
+#: predictions as plain accuracy (:func:`fusebench.metrics.classification.acc`); the evaluation averages the draws
 PROBE_ACCURACIES = {
     "fs1_acc": "Few-shot probe accuracy, 1 labelled sample per class (one draw; the evaluation averages the draws).",
     "fs5_acc": "Few-shot probe accuracy, 5 labelled samples per class (one draw; the evaluation averages the draws).",

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from fusebench.metrics import register
-from fusebench.metrics.sleep import pair, weighted_f1
+from fusebench.metrics.arrays import pair
+from fusebench.metrics.classification import weighted_f1
 
 SIMS_CUTS = {2: (0.0,), 3: (-0.1, 0.1), 5: (-0.7, -0.1, 0.1, 0.7)}
 

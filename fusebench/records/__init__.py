@@ -67,12 +67,11 @@ The objective's version is not in the key (one table compares objectives of diff
 the leaderboard requires it to be the same within each objective's row instead.
 """
 
-from fusebench.records.comparability import (CONFIG_KEYS_IGNORED, board_kind, comparability_fields, comparability_key,
-                                             comparable_config, differing_fields, synthetic_overrides_applied,
-                                             versions_block)
+from fusebench.records.comparability import (CONFIG_KEYS_IGNORED, comparability_fields, comparability_key,
+                                             comparable_config, synthetic_overrides_applied, versions_block)
 from fusebench.records.schema import (BOARD_KINDS, CURRENT_SCHEMA_VERSION, METRIC_EXPECTED,
                                       SCHEMA_VERSIONS, DatasetIdentity, Fingerprint, RecordError, RunRecord, Versions,
-                                      load_record, read_record_json, validate_record)
+                                      board_kind, differing_fields, load_record, read_record_json, validate_record)
 from fusebench.records.store import RECORD_FILE, check_record_file, find_records
 
 __all__ = ["BOARD_KINDS", "CONFIG_KEYS_IGNORED", "CURRENT_SCHEMA_VERSION", "DatasetIdentity", "Fingerprint",

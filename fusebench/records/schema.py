@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fusebench.records.comparability import board_kind, comparability_key
+from fusebench.io import canonical_json
+from fusebench.records.comparability import (comparability_fields, comparability_key, comparable_view,
+                                             synthetic_overrides_applied)
 from fusebench.training.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
 from fusebench.training.config import config_hash as cell_config_hash
 from fusebench.registry import ID_RULE, valid_id
@@ -131,6 +133,64 @@ class RunRecord:
     def board(self) -> str:
         """'real', 'study' or 'pipeline_check' (see :func:`board_kind`)."""
         return board_kind(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# what needs the typed record: the fields in which records differ, the board a record belongs on
+# ---------------------------------------------------------------------------------------------
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: leaf}`` of nested mappings, without recursion: a config nested nearly as deep as
+    the JSON reader allows must not overflow the stack when two groups' configs are compared."""
+    out: dict[str, Any] = {}
+    stack = [(prefix, obj)]
+    while stack:
+        key, node = stack.pop()
+        if isinstance(node, dict) and node:
+            stack.extend((f"{key}.{k}" if key else str(k), node[k]) for k in sorted(node, reverse=True))
+        else:
+            out[key] = node
+    return out
+
+
+def differing_fields(records: list[RunRecord]) -> list[str]:
+    """Comparability fields (config ones as ``config.<dotted key>``) whose values differ among ``records``."""
+    flat = [_flatten(comparability_fields(r)) for r in records]
+    cfgs = [_flatten(comparable_view(r.config)) for r in records]
+    out = []
+    for k in sorted(set().union(*flat)):
+        if k == "config":
+            continue
+        if len({canonical_json(f.get(k)) for f in flat}) > 1:
+            out.append(k)
+    for k in sorted(set().union(*cfgs)):
+        if len({canonical_json(c.get(k, "<absent>")) for c in cfgs}) > 1:
+            out.append(f"config.{k}")
+    return out
+
+
+def board_kind(record: RunRecord) -> str:
+    """Where the record's board goes in the index: ``"pipeline_check"``, ``"real"`` or ``"study"``.
+
+    1. ``config.options.board`` when set (explicit: ``"study"`` or ``"pipeline_check"``); ``"pipeline_check"``
+       too when the run's splits share samples (``dataset.data_check``, e.g. the one-subject smoke recipe);
+    2. ``"real"`` when ``dataset.synthetic`` is false;
+    3. ``"pipeline_check"`` for a synthetic twin: the spec's ``synthetic:`` override block was applied
+       (:func:`synthetic_overrides_applied`) to a benchmark whose dataset is not synthetic-only;
+    4. otherwise ``"study"`` (data synthetic by design, e.g. quickstart, polyview-gaussian-mi).
+    """
+    options = record.config.get("options") or {}
+    board = options.get("board") if isinstance(options, dict) else None
+    if board == "pipeline_check" or record.dataset.data_check:  # or its splits share samples
+        return "pipeline_check"
+    if not record.dataset.synthetic:
+        return "real"
+    if board == "study":
+        return "study"
+    ds_cfg = record.config.get("dataset") or {}
+    synthetic_only = bool(ds_cfg.get("synthetic_only")) if isinstance(ds_cfg, dict) else False
+    if not synthetic_only and synthetic_overrides_applied(record.config):
+        return "pipeline_check"
+    return "study"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,8 +92,8 @@ k-means with n_init = 100 on the 2000 samples about 0.6 s (on the 2000 x 649 z-s
 views about 6 s, as long as scikit-learn's KMeans with the same n_init). The L-BFGS optimisers are
 :func:`fusebench.training.utils.optimizer_class` ones: PyTorch's, without importing torch._dynamo.
 
-Shape: ``*_emb`` [n, d], or per-view ``[k, n, d]`` (concatenated to ``[n, k*d]``, as
-:mod:`fusebench.metrics.fewshot` does); numpy or torch, any float dtype. ``*_y`` [n] integer class
+Shape: ``*_emb`` [n, d], or per-view ``[k, n, d]`` (the views of a sample concatenated: ``[n, k*d]``);
+numpy or torch, any float dtype. ``*_y`` [n] integer class
 ids in 0..num_classes-1.
 
 This module is longer than 450 lines: the probes share one standardisation, one logistic fit and one L2

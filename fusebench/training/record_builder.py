@@ -1,6 +1,10 @@
 """The run record, built in one place (records layer): :func:`build_record` turns what a cell ran and
-measured into the ``run.json`` mapping that :func:`fusebench.records.validate_record` accepts; nothing
-patches a record after it is built."""
+measured into the ``run.json`` mapping that :func:`fusebench.records.validate_record` accepts. Between
+building and writing, two steps add to it and change nothing else: the standard cell
+(:meth:`fusebench.training.standard.StandardCell.run`) adds ``numerics.speed`` (the feed and speed options in
+force, known once compilation's outcome is), and :func:`fusebench.training.record_store.write_record` fills
+``versions`` where a schema-2 record lacks it and sets ``comparability_key``, then validates the record and
+writes it once; a written ``run.json`` is never changed."""
 
 from __future__ import annotations
 
