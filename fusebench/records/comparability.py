@@ -14,7 +14,6 @@ from fusebench.training.config import NOT_IDENTITY, PER_OBJECTIVE
 from fusebench.version import __version__
 
 
-
 class HasRaw(Protocol):
     """A record read from its file (:class:`fusebench.records.schema.RunRecord`): the parsed JSON as ``raw``."""
 
