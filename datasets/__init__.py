@@ -11,19 +11,39 @@ if __name__ != "fusebench.datasets":  # this folder is mapped to fusebench.datas
     raise ImportError("import this folder as fusebench.datasets; a bare 'datasets' would shadow other packages")
 
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fusebench.registry import Registry, UnknownNameError
 
-from .base import (
-    MODALITY_KINDS,
-    DataFile,
-    DatasetError,
-    DatasetNotFoundError,
-    Modality,
-    MultimodalDataset,
-    SyntheticSpec,
-)
+if TYPE_CHECKING:
+    from .base import (
+        MODALITY_KINDS,
+        DataFile,
+        DatasetError,
+        DatasetNotFoundError,
+        Modality,
+        MultimodalDataset,
+        SyntheticSpec,
+    )
+
+#: the names of :mod:`fusebench.datasets.base` this package exports, imported on first use (``base`` imports
+#: torch; importing the package does not, so that ``fusebench data --help`` answers without it)
+_BASE_NAMES = ("MODALITY_KINDS", "DataFile", "DatasetError", "DatasetNotFoundError", "Modality", "MultimodalDataset",
+               "SyntheticSpec")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BASE_NAMES:
+        from . import base
+
+        value = getattr(base, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_BASE_NAMES))
 
 
 def _describe(cls: Any) -> dict[str, Any]:

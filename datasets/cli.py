@@ -154,11 +154,11 @@ def _info(ns: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
+    ns = _parser().parse_args(argv)  # first: --help imports no torch
     from fusebench.datasets import DatasetError
     from fusebench.datasets.cache import CacheWriteError
     from fusebench.registry import UnknownNameError
 
-    ns = _parser().parse_args(argv)
     try:
         return {"prepare": _prepare, "check": _check, "info": _info}[ns.action](ns)
     except UnknownNameError as e:

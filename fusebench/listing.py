@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 KINDS = {
@@ -27,6 +29,10 @@ KINDS = {
 #: the registry of each kind whose entries may come from entry-point plugins
 REGISTRIES = {"objectives": "OBJECTIVES", "datasets": "DATASETS", "encoders": "ENCODERS", "metrics": "METRICS",
               "pipelines": "PIPELINES"}
+#: the kinds whose built-ins are listed from :data:`BUILTINS_FILE` (their modules import torch)
+TABLED = ("objectives", "datasets", "encoders", "metrics")
+#: kind -> id -> {"lines": what ``fusebench list KIND`` prints, "details": what ``--details`` adds}
+BUILTINS_FILE = Path(__file__).with_name("listing_builtins.json")
 
 
 def _first_line(obj: Any) -> str:
@@ -144,8 +150,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--details", action="store_true",
                         help="also print each component's typed options (name: type = default) and metadata")
     ns = parser.parse_args(argv)
-    from fusebench.registry import DuplicateIdError, PluginError, PluginWarning
+    from fusebench.registry import DuplicateIdError, PluginError, PluginWarning, matching
 
+    table = builtin_text(ns.kind)
+    if table is not None:  # the built-ins only: from the table, without importing them
+        for name in matching(table, ns.pattern):
+            print("\n".join(table[name]["lines"] + (table[name]["details"] if ns.details else [])))
+        return 0
     pkg = importlib.import_module(KINDS[ns.kind])
     registry = getattr(pkg, REGISTRIES.get(ns.kind, ""), None)
     with warnings.catch_warnings(record=True) as caught:
@@ -176,3 +187,59 @@ def main(argv: list[str]) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return 0
+
+
+# ---- the built-ins' text, without importing them (issue #32, item 7) -------------------------------------------
+# (here, not in the module docstring, which is `fusebench list --help`'s description)
+# The built-in objectives, datasets, encoders and metrics are listed from fusebench/listing_builtins.json
+# (BUILTINS_FILE): the lines this module prints for each of them, with and without --details, so that
+# `fusebench list objectives|datasets|encoders|metrics` imports no component module (no torch). The table answers
+# while the kind has no entry-point plugin and nothing else is registered in this process (builtin_text);
+# otherwise the registries answer, as they always did. tests/test_listing_builtins.py rebuilds the file from the
+# live registries and compares; after changing what a built-in's listing shows, regenerate it with
+#     python -c "from fusebench.listing import write_builtins; write_builtins()"
+# (imports every built-in, so torch).
+def builtin_text(kind: str) -> dict[str, dict[str, list[str]]] | None:
+    """id -> ``{"lines", "details"}`` of every built-in of ``kind`` from :data:`BUILTINS_FILE`, where that is
+    the whole answer: ``kind`` is one of :data:`TABLED`, no entry-point plugin is installed for it, and, when its
+    package is imported already, nothing but built-ins is registered in it. None otherwise (the registries
+    answer). Imports no component module."""
+    if kind not in TABLED:
+        return None
+    from fusebench import registry
+
+    if list(registry.entry_points(group=f"fusebench.{kind}")):
+        return None
+    try:
+        table = json.loads(BUILTINS_FILE.read_text(encoding="utf-8"))[kind]
+    except FileNotFoundError:  # an install without the file: the registries answer
+        return None
+    pkg = sys.modules.get(KINDS[kind])
+    live = getattr(pkg, REGISTRIES[kind], None) if pkg is not None else None
+    if live is not None and not live.registered_so_far() <= set(table):
+        return None
+    return table
+
+
+def live_builtin_text() -> dict[str, dict[str, dict[str, list[str]]]]:
+    """What :data:`BUILTINS_FILE` holds, computed from the live registries (imports every built-in: torch):
+    kind -> id -> ``{"lines", "details"}`` for the built-ins (entry-point plugins left out) of :data:`TABLED`."""
+    out: dict[str, dict[str, dict[str, list[str]]]] = {}
+    for kind in TABLED:
+        pkg = importlib.import_module(KINDS[kind])
+        registry = getattr(pkg, REGISTRIES[kind])
+        out[kind] = {}
+        for name in pkg.available():
+            if registry.plugin(name) is None:
+                lines = _describe(kind, name)
+                out[kind][name] = {"lines": lines, "details": describe(kind, name, details=True)[len(lines):]}
+    return out
+
+
+def write_builtins(path: Path | str = BUILTINS_FILE) -> Path:
+    """Write :func:`live_builtin_text` to ``path`` (default :data:`BUILTINS_FILE`): after a change to what
+    ``fusebench list`` shows of a built-in. ``python -c "from fusebench.listing import write_builtins;
+    write_builtins()"``."""
+    path = Path(path)
+    path.write_text(json.dumps(live_builtin_text(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path

@@ -54,6 +54,12 @@ class UnknownNameError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def matching(names: Any, pattern: str | None = None) -> list[str]:
+    """``names`` sorted, filtered by the glob ``pattern`` (case-insensitive: ids are lowercase) when one is given."""
+    names = sorted(names)
+    return [n for n in names if fnmatch.fnmatch(n, pattern.lower())] if pattern else names
+
+
 def closest(name: str, choices: list[str]) -> str | None:
     """The closest registered id to ``name`` (for 'did you mean' hints), or None."""
     hits = difflib.get_close_matches(name.lower(), choices, n=1, cutoff=0.5)
@@ -202,10 +208,13 @@ class Registry:
     def available(self, pattern: str | None = None) -> list[str]:
         """Sorted registered ids, optionally filtered by a glob ``pattern`` (e.g. ``"infonce*"``)."""
         self._load()
-        names = sorted(set(self._entries) | set(self._lazy))
-        if pattern:
-            names = [n for n in names if fnmatch.fnmatch(n, pattern.lower())]
-        return names
+        return matching(set(self._entries) | set(self._lazy), pattern)
+
+    def registered_so_far(self) -> set[str]:
+        """The ids registered in this process so far, **without importing anything**: by the built-in modules
+        imported so far, by :meth:`add`, and the plugin entry points read so far (``fusebench list`` answers
+        from its table of the built-ins only while nothing else is registered)."""
+        return set(self._entries) | set(self._lazy)
 
     def registered(self, name: str) -> bool:
         """Whether ``name`` is registered, found **without importing the built-in modules**: an entry

@@ -22,7 +22,12 @@ print("TORCH-IMPORTED" if "torch" in sys.modules else "no-torch", code, file=sys
 FAST = [["--help"], ["--version"], ["run", "--help"], ["leaderboard", "--help"], ["status", "--help"],
         ["study", "--help"], ["study", "kviews", "--help"], ["bench", "--help"], ["bench", "threads", "--help"],
         ["bench", "leaderboard", "--help"], ["bench", "encoders", "--help"], ["list", "--help"],
-        ["list", "pipelines"], ["list", "benchmarks"]]
+        ["list", "pipelines"], ["list", "benchmarks"],
+        # the built-ins from fusebench/listing_builtins.json (tests/test_listing_builtins.py)
+        *[["list", kind, *extra] for kind in ("objectives", "datasets", "encoders", "metrics")
+          for extra in ([], ["--details"])], ["list", "objectives", "infonce*"], ["list", "objectives", "--help"],
+        ["data", "--help"], ["data", "info", "--help"], ["data", "prepare", "--help"], ["data", "check", "--help"],
+        *[["bench", target, "--help"] for target in ("objectives", "data", "gpu", "cells")]]
 
 
 @pytest.mark.parametrize("args", FAST, ids=[" ".join(a) for a in FAST])

@@ -21,8 +21,6 @@ import tempfile
 import time
 from typing import Any
 
-import torch
-
 DEFAULT_SPEC = {"num_samples": 128}
 #: issue 3 targets by id, used when an adapter does not declare BENCH_TARGET
 TARGETS = {"nyuv2": 500.0, "sleep_edf": 10_000.0, "physionet2018": 10_000.0}
@@ -96,8 +94,6 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from fusebench import datasets
-
     p = argparse.ArgumentParser(prog="fusebench bench data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small twins, short timings (smoke test)")
@@ -105,6 +101,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=None, help="time per measurement (default 2, quick 0.3)")
     p.add_argument("--max-samples", type=int, default=256, help="distinct samples read per measurement")
     ns = p.parse_args(argv)
+    import torch  # after parsing: `fusebench bench data --help` imports no torch
+
+    from fusebench import datasets
+
     seconds = ns.seconds if ns.seconds is not None else (0.3 if ns.quick else 2.0)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     logging.getLogger("fusebench").setLevel(logging.ERROR)

@@ -48,12 +48,13 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Callable, Iterator
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from fusebench.machine import cpu_model
 from fusebench.training import precision
+
+if TYPE_CHECKING:  # imported where used: `fusebench bench gpu --help` imports no torch
+    import torch
 
 #: the encoders of issue #21's table and their benchmark batch sizes
 DEFAULT_BATCHES: dict[str, tuple[int, ...]] = {
@@ -101,11 +102,15 @@ def peaks_for_name(name: str) -> dict[str, float] | None:
 
 
 def device_peaks(device: torch.device) -> dict[str, float] | None:
+    import torch
+
     return peaks_for_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
 
 
 def machine_line(device: torch.device) -> str:
     """The device (GPU name, memory, SMs; CUDA, cuDNN and torch versions), else the CPU and its threads."""
+    import torch
+
     common = f"torch {torch.__version__}, Python {platform.python_version()}, CPU {cpu_model()}"
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
@@ -172,6 +177,8 @@ def training_step(model: torch.nn.Module, batch: dict, headless: bool, policy: p
 def time_steps(step: Callable[[], None], n: int, device: torch.device) -> tuple[list[float], float]:
     """(the seconds of each of ``n`` steps, the wall seconds of all of them). On CUDA: CUDA events around
     each step, synchronised only before the first and after the last."""
+    import torch
+
     if device.type != "cuda":
         times = []
         t_all = time.perf_counter()
@@ -198,6 +205,8 @@ def deterministic_settings(on: bool) -> Iterator[None]:
     """The deterministic switches of a run (``on``: as :func:`fusebench.training.utils.seed_everything` sets
     them, :func:`~fusebench.training.utils.set_deterministic`) or all off, restored afterwards; neither
     imports ``torch._inductor``."""
+    import torch
+
     from fusebench.training.utils import set_deterministic, use_deterministic_algorithms
 
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -213,6 +222,8 @@ def deterministic_settings(on: bool) -> Iterator[None]:
 def settings_line(deterministic: bool) -> str:
     """What decides the kernels of the timed steps (the header's line), read from the switches in force:
     call inside :func:`deterministic_settings`."""
+    import torch
+
     algorithms = torch.are_deterministic_algorithms_enabled()
     warn = " (warn only)" if algorithms and torch.is_deterministic_algorithms_warn_only_enabled() else ""
     return (f"settings: deterministic algorithms {'on' if algorithms else 'off'}{warn}, cudnn.deterministic "
@@ -226,6 +237,8 @@ def settings_line(deterministic: bool) -> str:
 def bench_row(name: str, batch_size: int, precision_name: str, device: torch.device, steps: int, warmup: int,
               small: bool = False, deterministic: bool = True) -> dict[str, Any]:
     """One row of the table (see the module docstring); a fresh model, optimiser and batch (seed 0)."""
+    import torch
+
     from fusebench.training import utils
     from fusebench.training.model import for_backbone
 
@@ -338,6 +351,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     ns = parser.parse_args(argv)
+    import torch  # after parsing: --help imports no torch
+
     if ns.steps < 1 or ns.warmup < 0 or ns.cell_steps < 1:
         parser.error(f"--steps and --cell-steps must be >= 1 and --warmup >= 0, got --steps {ns.steps}, "
                      f"--cell-steps {ns.cell_steps}, --warmup {ns.warmup}")

@@ -37,12 +37,10 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
-
-from fusebench.perf import crossover, step_time, vs_ott
-from fusebench.perf.timing import fmt_mib, fmt_ms, make_views, machine_description, peak_bytes, time_call
+if TYPE_CHECKING:  # imported where used: `fusebench bench objectives --help` imports no torch
+    import torch
 
 SHAPES = [(2, 256, 128), (4, 64, 256), (6, 16, 256)]
 AUTO_ONLY = [(4, 128), (6, 32)]
@@ -51,6 +49,10 @@ TARGET_RATIO = 50.0
 
 
 def _call_factory(module: torch.nn.Module, k: int, n: int, d: int, dtype: torch.dtype) -> Callable[[], float]:
+    import torch
+
+    from fusebench.perf.timing import make_views
+
     kind = getattr(module, "input_kind", "views")
     if kind == "pairs":
         pred = make_views(k, n, d, dtype, seed=1).requires_grad_()
@@ -74,6 +76,7 @@ def _call_factory(module: torch.nn.Module, k: int, n: int, d: int, dtype: torch.
 
 def bench_all(names: list[str], repeats: int, dtype: torch.dtype) -> list[str]:
     from fusebench.objectives import build
+    from fusebench.perf.timing import fmt_mib, fmt_ms, peak_bytes, time_call
 
     head = "| objective | " + " | ".join(f"k={k}, n={n}, d={d}" for k, n, d in SHAPES) + " |"
     lines = [head, "|" + "---|" * (len(SHAPES) + 1)]
@@ -97,7 +100,10 @@ def bench_all(names: list[str], repeats: int, dtype: torch.dtype) -> list[str]:
 
 
 def bench_m3g(repeats: int, ref_repeats: int) -> tuple[list[str], bool]:
+    import torch
+
     from fusebench.objectives import build
+    from fusebench.perf.timing import fmt_mib, fmt_ms, peak_bytes, time_call
 
     ok = True
     k, n, d, eps = 4, 64, 256, 0.2
@@ -171,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     step.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 100; --quick: 30)")
     step.add_argument("--profile", action="store_true", help="also print a torch.profiler table of M3G steps")
     ns = parser.parse_args(argv)
+    import torch
+
+    from fusebench.perf import crossover, step_time, vs_ott
+
     special = [name for name, on in (("--vs", ns.vs), ("--step-time", ns.step_time), ("--crossover", ns.crossover)) if on]
     if ns.threads is None:
         ns.threads = 1 if special else 2
@@ -221,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(ns: argparse.Namespace, names: list[str]) -> int:
+    import torch
+
+    from fusebench.perf.timing import machine_description
+
     repeats = 1 if ns.quick else ns.repeats
     ref_repeats = 1 if ns.quick else min(3, ns.repeats)
     print("# fusebench bench objectives")
