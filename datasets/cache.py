@@ -1,6 +1,6 @@
 """Prepared caches: every sample of one (adapter, root, split, options, version) in memory-mapped npy.
 
-``fusebench data prepare NAME --root PATH`` iterates the adapter's raw reader (``_load_raw``, no
+``fusebench data prepare NAME --data-root DIR`` iterates the adapter's raw reader (``_load_raw``, no
 augmentation) once and stores each field of the sample schema (see :mod:`fusebench.datasets.base`)
 as a NumPy ``.npy`` file that is later opened with ``mmap_mode="r"``; adapters then read the cache
 transparently (:func:`open_cache` is called by ``MultimodalDataset.__init__``).

@@ -3,17 +3,17 @@
 Examples::
 
     fusebench data info nyuv2                              # official sources, licence, expected layout
-    fusebench data prepare nyuv2 --root ~/data/nyuv2       # every split -> memory-mapped cache
-    fusebench data prepare sleep_edf --root D --split train --opt crop_wake_min=60
+    fusebench data prepare nyuv2 --data-root ~/data/nyuv2      # every split -> memory-mapped cache
+    fusebench data prepare sleep_edf --data-root D --split train --opt crop_wake_min=60
     fusebench data prepare nyuv2 --synthetic               # the synthetic twin's cache
-    fusebench data check nyuv2 --root ~/data/nyuv2         # recompute every sha256 in the manifests
+    fusebench data check nyuv2 --data-root ~/data/nyuv2       # recompute every sha256 in the manifests
 
-``--root`` may be relative to the working directory (it is made absolute once). ``--out DIR`` writes
-to ``DIR/<id>/<key>`` instead of ``$FUSEBENCH_CACHE/prepared/<id>/<key>``; set
-``FUSEBENCH_PREPARED=DIR`` so that adapters find it. With ``--root``, ``check`` also compares the fixed official
-files that declare a sha256 (e.g. NYUv2's splits.mat). Exit codes: 0 ok, 1 check found mismatches,
-2 bad input (missing dataset, unknown id, nothing prepared, unreadable file), 3 the cache could not
-be written (disk full, read-only or unwritable folder; the partial cache is removed).
+``--data-root`` (old name ``--root``, still read) may be relative to the working directory (it is made
+absolute once). ``--out DIR`` writes to ``DIR/<id>/<key>`` instead of
+``$FUSEBENCH_CACHE/prepared/<id>/<key>``; set ``FUSEBENCH_PREPARED=DIR`` so that adapters find it. With
+``--data-root``, ``check`` also compares the fixed official files that declare a sha256 (e.g. NYUv2's
+splits.mat). Exit codes: 0 ok, 1 check found mismatches, 2 bad input (missing dataset, unknown id,
+nothing prepared, unreadable file), 3 the cache could not be written (disk full, read-only or unwritable folder; the partial cache is removed).
 """
 
 from __future__ import annotations
@@ -48,17 +48,19 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True)
     pp = sub.add_parser("prepare", help="build the fast cache of a dataset")
     pp.add_argument("name")
-    pp.add_argument("--root", help="folder holding the official files")
+    pp.add_argument("--data-root", "--root", dest="root", metavar="DIR",
+                    help="folder holding the official files (the word fusebench run uses; --root: the old name)")
     pp.add_argument("--split", action="append", help="split to prepare (repeatable; default: all)")
     pp.add_argument("--out", help="base folder of the cache (default: $FUSEBENCH_CACHE/prepared)")
     pp.add_argument("--synthetic", action="store_true", help="prepare the synthetic twin instead")
     pp.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="adapter option (YAML value)")
     pp.add_argument("--force", action="store_true", help="rebuild even when an up-to-date cache exists")
     pp.add_argument("--quiet", action="store_true", help="no progress bars")
-    pc = sub.add_parser("check", help="verify the manifests of prepared caches (recompute hashes); with --root "
+    pc = sub.add_parser("check", help="verify the manifests of prepared caches (recompute hashes); with --data-root "
                         "also the fixed official files that declare a sha256")
     pc.add_argument("name")
-    pc.add_argument("--root", help="only caches built from this root (default: all)")
+    pc.add_argument("--data-root", "--root", dest="root", metavar="DIR",
+                    help="only caches built from this data folder (default: all; --root: the old name)")
     pc.add_argument("--out", help="base folder searched (default: $FUSEBENCH_PREPARED, $FUSEBENCH_CACHE/prepared)")
     pi = sub.add_parser("info", help="where the official files come from and the expected layout")
     pi.add_argument("name")
@@ -72,7 +74,7 @@ def _prepare(ns: argparse.Namespace) -> int:
     cls = datasets.get(ns.name)
     opts = _parse_opts(ns.opt)
     if ns.root is None and not ns.synthetic:
-        raise datasets.DatasetNotFoundError(f"{cls.id}: give --root PATH (or --synthetic).\n{cls.info()}")
+        raise datasets.DatasetNotFoundError(f"{cls.id}: give --data-root DIR (or --synthetic).\n{cls.info()}")
     splits = ns.split or list(cls.SPLITS)
     bad = [s for s in splits if s not in cls.SPLITS]
     if bad:
@@ -116,7 +118,7 @@ def _check(ns: argparse.Namespace) -> int:
         return 1 if bad else 0
     if not folders:
         where = f" built from {ns.root}" if ns.root else ""
-        print(f"{cls.id}: no prepared cache{where}; run `fusebench data prepare {cls.id} --root PATH`",
+        print(f"{cls.id}: no prepared cache{where}; run `fusebench data prepare {cls.id} --data-root DIR`",
               file=sys.stderr)
         return 2
     for folder in folders:
@@ -155,6 +157,9 @@ def _info(ns: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     ns = _parser().parse_args(argv)  # first: --help imports no torch
+    if any(a == "--root" or a.startswith("--root=") for a in argv):
+        print("fusebench data: --root is the old name of --data-root (one word for the data folder, as in "
+              "fusebench run); it still works", file=sys.stderr)
     from fusebench.datasets import DatasetError
     from fusebench.datasets.cache import CacheWriteError
     from fusebench.registry import UnknownNameError

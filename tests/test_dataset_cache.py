@@ -264,7 +264,7 @@ def test_cli_prepare_check_info(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_missing_dataset_is_a_message_not_a_traceback(tmp_path, capsys):
-    assert data_main(["prepare", "quickstart", "--root", str(tmp_path / "nowhere")]) == 2
+    assert data_main(["prepare", "quickstart", "--data-root", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "Expected layout" in err and "Traceback" not in err
     assert data_main(["info", "quickstrat"]) == 2
@@ -340,7 +340,7 @@ def test_cli_prepare_with_a_relative_root(tmp_path, fixtures_dir, monkeypatch, c
                                           split, inputs):
     monkeypatch.chdir(fixtures_dir / cwd)
     out = tmp_path / "prepared"
-    rc = data_main(["prepare", name, "--root", root, "--split", split, "--out", str(out), "--quiet", *extra])
+    rc = data_main(["prepare", name, "--data-root", root, "--split", split, "--out", str(out), "--quiet", *extra])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     [folder] = cache.list_caches(name, base=out)
@@ -476,7 +476,7 @@ def small_tmpfs(tmp_path):
 
 def test_real_full_tmpfs_and_read_only_tmpfs(small_tmpfs, fixtures_dir, capsys):
     out = small_tmpfs()  # the NYUv2 MTAN sample needs ~6 MB: it cannot fit
-    args = ["prepare", "nyuv2", "--root", str(fixtures_dir / "nyuv2" / "mtan"), "--split", "test", "--quiet"]
+    args = ["prepare", "nyuv2", "--data-root", str(fixtures_dir / "nyuv2" / "mtan"), "--split", "test", "--quiet"]
     rc = data_main([*args, "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 3 and "Traceback" not in err
@@ -495,7 +495,7 @@ def test_prepare_all_splits_goes_on_past_an_empty_one(tmp_path, fixtures_dir, ca
     official test frames, its val/ folder: train and val are empty), exit status 2."""
     from fusebench.datasets import cli
 
-    code = cli.main(["prepare", "nyuv2", "--root", str(fixtures_dir / "nyuv2" / "mtan"), "--opt", "val_fraction=0",
+    code = cli.main(["prepare", "nyuv2", "--data-root", str(fixtures_dir / "nyuv2" / "mtan"), "--opt", "val_fraction=0",
                      "--out", str(tmp_path / "cache"), "--quiet"])
     out, err = capsys.readouterr()
     assert code == 2
@@ -507,14 +507,14 @@ def test_prepare_all_splits_goes_on_past_an_empty_one(tmp_path, fixtures_dir, ca
 
 def test_data_check_verifies_the_fixed_official_files(tmp_path, capsys):
     """NYUv2's metadata files declare the sha256 of the real files (../shared/fixtures, unmodified copies):
-    `data check --root` reads them from meta/, says ok, and names a changed copy with both digests."""
+    `data check --data-root` reads them from meta/, says ok, and names a changed copy with both digests."""
     from conftest import FIXTURES
     from fusebench.datasets.cli import main as data_main
 
     meta = FIXTURES / "nyuv2" / "meta"
     if not meta.is_dir():
         pytest.skip(f"fixtures not found at {meta}")
-    assert data_main(["check", "nyuv2", "--root", str(meta.parent)]) == 0
+    assert data_main(["check", "nyuv2", "--data-root", str(meta.parent)]) == 0
     out = capsys.readouterr().out
     for name in ("splits.mat", "classMapping40.mat", "class13Mapping.mat"):
         assert f"ok       {meta / name}" in out
@@ -523,8 +523,22 @@ def test_data_check_verifies_the_fixed_official_files(tmp_path, capsys):
     data = bytearray((root / "splits.mat").read_bytes())
     data[-1] ^= 1
     (root / "splits.mat").write_bytes(bytes(data))
-    assert data_main(["check", "nyuv2", "--root", str(root)]) == 1
+    assert data_main(["check", "nyuv2", "--data-root", str(root)]) == 1
     out = capsys.readouterr().out
     bad = hashlib.sha256(bytes(data)).hexdigest()
     assert f"MISMATCH {root / 'splits.mat'}: sha256 {bad}, expected 6e0814" in out
     assert f"ok       {root / 'classMapping40.mat'}" in out
+
+
+def test_data_commands_take_data_root_and_still_read_the_old_root(tmp_path, capsys) -> None:
+    """One word for the data folder (issue #35): ``--data-root`` as in ``fusebench run``; the old ``--root`` is
+    read with a note on stderr, and names the same setting."""
+    from fusebench.datasets.cli import _parser
+
+    assert _parser().parse_args(["prepare", "nyuv2", "--data-root", "D"]).root == "D"
+    assert _parser().parse_args(["check", "nyuv2", "--root", "D"]).root == "D"
+    assert data_main(["prepare", "quickstart", "--root", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "--root is the old name of --data-root" in err
+    assert data_main(["prepare", "quickstart", "--data-root", str(tmp_path / "nowhere")]) == 2
+    assert "old name" not in capsys.readouterr().err

@@ -152,7 +152,7 @@ def test_small_classes_via_data_prepare(ngs, tmp_path, capsys):
     y = ngs["Y"].ravel().astype(np.int64).copy()
     y[:40] = np.arange(100, 140)
     path = _write(tmp_path / "singletons.mat", ngs["views"], y)
-    rc, err = _prepare(capsys, "multiview_mat", "--root", str(path), "--split", "train", "--out", str(tmp_path / "out"))
+    rc, err = _prepare(capsys, "multiview_mat", "--data-root", str(path), "--split", "train", "--out", str(tmp_path / "out"))
     assert rc == 2 and "Traceback" not in err
     assert f"{path}: 40 of 45 classes of Y have fewer than 5 samples" in err
     assert not (tmp_path / "out" / "multiview_mat").exists() or not any((tmp_path / "out" / "multiview_mat").iterdir())
@@ -208,7 +208,7 @@ def test_truncated_v5_mat_says_truncated(ngs, tmp_path, capsys, keep):
     with pytest.raises(DatasetError, match=r"cut.mat: truncated MATLAB v5 .mat file: variable \d \(data element at "
                                            r"byte \d+\) declares \d+ bytes, but the file ends after \d+ bytes"):
         _build("multiview_mat", cut)
-    rc, err = _prepare(capsys, "multiview_mat", "--root", str(cut), "--split", "test", "--out", str(tmp_path / "out"))
+    rc, err = _prepare(capsys, "multiview_mat", "--data-root", str(cut), "--split", "test", "--out", str(tmp_path / "out"))
     assert rc == 2 and f"{cut}: truncated MATLAB v5 .mat file" in err and "no variable" not in err
 
 
@@ -253,7 +253,7 @@ def test_unknown_stage_text_is_an_error(flipped_hypnogram, capsys):
                                            r"\(1 annotation\(s\), first at onset 41460 s\); the known descriptions are "
                                            r"\[.*'Sleep stage W'\].*the option unknown_stages='skip'"):
         _build("sleep_edf", flipped_hypnogram, pairs=PAIR)
-    rc, err = _prepare(capsys, "sleep_edf", "--root", str(flipped_hypnogram), "--split", "train", "--opt",
+    rc, err = _prepare(capsys, "sleep_edf", "--data-root", str(flipped_hypnogram), "--split", "train", "--opt",
                        "pairs=[[short_psg.edf, SC4001EC-Hypnogram.edf]]", "--out", str(flipped_hypnogram / "out"))
     assert rc == 2 and f"{hyp}: unknown hypnogram description(s) 'Sleep stafe W'" in err and "Traceback" not in err
 
@@ -296,7 +296,7 @@ def test_empty_npy_is_one_clear_error(fixtures_dir, tmp_path, capsys):
     with pytest.raises(DatasetError, match=r"depth/0.npy is empty \(0 bytes\): a truncated or unfinished copy"):
         _build("nyuv2", root, split="test")[0]
     out = tmp_path / "out"
-    rc, err = _prepare(capsys, "nyuv2", "--root", str(root), "--split", "test", "--out", str(out))
+    rc, err = _prepare(capsys, "nyuv2", "--data-root", str(root), "--split", "test", "--out", str(out))
     assert rc == 2 and "Traceback" not in err and "EOFError" not in err
     assert f"{empty} is empty (0 bytes)" in err
     assert not [p for p in out.rglob("*") if p.is_file()]  # nothing half-written
@@ -327,7 +327,7 @@ def test_damaged_pickle_via_data_prepare(chsims_pkl, tmp_path, capsys):
     with pytest.raises(DatasetError, match=r"feature_aligned.pkl: not a readable pickle: the file is damaged, "
                                            r"truncated or not a pickle \(OverflowError: FRAME length exceeds"):
         _build("chsims", bad)
-    rc, err = _prepare(capsys, "chsims", "--root", str(bad), "--split", "train", "--out", str(tmp_path / "out"))
+    rc, err = _prepare(capsys, "chsims", "--data-root", str(bad), "--split", "train", "--out", str(tmp_path / "out"))
     assert rc == 2 and "Traceback" not in err and f"{bad}: not a readable pickle" in err
 
 

@@ -78,7 +78,7 @@ class NYUv2(_LayoutIndex, _FrameReaders, _NormalCache, _Flip, MultimodalDataset)
     FILES: ClassVar[tuple[DataFile, ...]] = (
         DataFile(LABELED_MAT, "labeled set, MATLAB v7.3 (HDF5): images, depths, rawDepths, labels (2.8 GB)"),
         # the three metadata files are fixed (redistributed unchanged by ankurhanda/nyuv2-meta-data):
-        # `fusebench data check nyuv2 --root DIR` compares them with these sha256
+        # `fusebench data check nyuv2 --data-root DIR` compares them with these sha256
         DataFile(SPLITS_MAT, "official split: trainNdxs (795) / testNdxs (654), 1-based; root or meta/",
                  sha256="6e081404491a8bfba2f066beaa9713ef6046f9007aa5f799f2a350506a580cee"),
         DataFile(MAP40_MAT, "894 -> 40 class mapping (mapClass, className); root or meta/",
