@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
                "tex_columns": ns.tex_columns}
     try:
         same = None if ns.force else fingerprint.unchanged(runs, out, options)
-    except (ValueError, OSError) as e:  # e.g. a record file that breaks the folder rule: the full run says why
+    except (ValueError, OSError):  # e.g. a record file that breaks the folder rule: the full run says why
         same = None
     if same is not None:
         print("\n".join(f"unchanged {out / name}" for name in same))
