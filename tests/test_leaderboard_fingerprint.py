@@ -135,7 +135,8 @@ def test_a_manifest_that_is_not_one_is_ignored(runs, tmp_path, capsys, monkeypat
     _run(runs, out, capsys)
     manifest = json.loads((out / fingerprint.MANIFEST).read_text())
     monkeypatch.setattr(writer, "write_leaderboards", _no_render)
-    for broken in ("[]", "{", json.dumps({**manifest, "format": 0}), json.dumps({**manifest, "reported": 3})):
+    for broken in ("[]", "{", json.dumps({**manifest, "format": 0}), json.dumps({**manifest, "reported": 3}),
+                   json.dumps({**manifest, "reported": ["../../etc/passwd"]})):
         (out / fingerprint.MANIFEST).write_text(broken)
         with pytest.raises(Rendered):
             _run(runs, out, capsys)
@@ -195,3 +196,25 @@ def test_the_committed_boards_take_the_fast_path_after_one_regeneration(tmp_path
     assert "nothing re-read" in second.stdout.splitlines()[-2]
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != fingerprint.MANIFEST} == \
         {p.name: p.read_bytes() for p in boards.iterdir() if p.is_file() and p.name != fingerprint.MANIFEST}
+
+
+def test_a_record_written_during_a_regeneration_is_a_changed_input_next_time(runs, tmp_path, capsys,
+                                                                             monkeypatch) -> None:
+    """The manifest records the inputs as they were before the regeneration read them: a record a sweep
+    writes meanwhile (not on the boards) makes the next call regenerate instead of skipping."""
+    out = tmp_path / "boards"
+    real = writer.write_leaderboards
+
+    def with_a_late_record(*a, **k):
+        written = real(*a, **k)
+        d = runs / "toy" / "gamma" / "seed0"
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps(_record("gamma", 0, 0.3)))
+        return written
+
+    monkeypatch.setattr(writer, "write_leaderboards", with_a_late_record)
+    _run(runs, out, capsys)
+    assert "gamma" not in (out / "toy.md").read_text()
+    monkeypatch.setattr(writer, "write_leaderboards", _no_render)
+    with pytest.raises(Rendered):
+        _run(runs, out, capsys)

@@ -109,10 +109,11 @@ def main(argv: list[str]) -> int:
     runs, out = Path(ns.runs), Path(ns.out)
     options = {"plots": not ns.no_plots, "split": ns.split, "reported": ns.reported, "formats": list(ns.formats),
                "tex_columns": ns.tex_columns}
-    try:
-        same = None if ns.force else fingerprint.unchanged(runs, out, options)
+    try:  # taken before anything is read: what the manifest will say the boards were made from
+        inputs = fingerprint.inputs_digest(runs, out, options)
     except (ValueError, OSError):  # e.g. a record file that breaks the folder rule: the full run says why
-        same = None
+        inputs = None
+    same = None if ns.force or inputs is None else fingerprint.unchanged(out, inputs)
     if same is not None:
         print("\n".join(f"unchanged {out / name}" for name in same))
         print(f"0 file(s) written, {len(same)} unchanged in {ns.out} (records, specs, code, options and every file "
@@ -135,7 +136,8 @@ def main(argv: list[str]) -> int:
         print("\n".join(lines))
         changed = sum(line.startswith("wrote ") for line in lines)
         print(f"{changed} file(s) written, {len(lines) - changed} unchanged in {ns.out}")
-        fingerprint.save(runs, out, options, written)
+        if inputs is not None:
+            fingerprint.save(out, inputs, written)
     except (ValueError, OSError) as e:
         print(f"fusebench leaderboard: {e}", file=sys.stderr)
         return 2

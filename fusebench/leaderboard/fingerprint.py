@@ -37,6 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fusebench.io import sha256_file
+
 #: the manifest's file name inside ``--out`` (hidden: never a board, never read as one)
 MANIFEST = ".fusebench-regen.json"
 #: the manifest's layout; a manifest of another format is ignored (the regeneration runs)
@@ -47,14 +49,6 @@ PACKAGES = ("fusebench", "fusebench.objectives", "fusebench.encoders", "fusebenc
 CODE_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".json", ".css", ".js"})
 #: libraries whose versions are inputs (numbers, YAML parsing, plots)
 LIBRARIES = ("numpy", "scipy", "matplotlib", "Pillow", "PyYAML")
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _package_dirs() -> list[Path]:
@@ -76,7 +70,7 @@ def code_digest() -> str:
             dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
             files.extend(Path(folder) / n for n in names if Path(n).suffix in CODE_SUFFIXES)
         for f in sorted(files):
-            h.update(f"{root.name}/{f.relative_to(root).as_posix()}\0{_file_digest(f)}\n".encode())
+            h.update(f"{root.name}/{f.relative_to(root).as_posix()}\0{sha256_file(f)}\n".encode())
     return h.hexdigest()
 
 
@@ -117,7 +111,7 @@ def specs_digest() -> str:
             files += sorted(p for p in path.parent.glob("*.y*ml") if p != path and p not in seen)
         for f in files:
             seen.add(f)
-            digest = _file_digest(f) if f.is_file() else "absent"
+            digest = sha256_file(f) if f.is_file() else "absent"
             h.update(f"{name}\0{f}\0{digest}\n".encode())
     return h.hexdigest()
 
@@ -128,7 +122,7 @@ def records_digest(runs: Path) -> str:
 
     h = hashlib.sha256()
     for p in find_records(runs):
-        h.update(f"{p.relative_to(runs).as_posix()}\0{_file_digest(p)}\n".encode())
+        h.update(f"{p.relative_to(runs).as_posix()}\0{sha256_file(p)}\n".encode())
     return h.hexdigest()
 
 
@@ -141,7 +135,7 @@ def out_files(out: Path) -> dict[str, str]:
         return found
     for e in entries:
         if e.name != MANIFEST and e.is_file(follow_symlinks=False):
-            found[e.name] = _file_digest(Path(e.path))
+            found[e.name] = sha256_file(Path(e.path))
     return found
 
 
@@ -150,16 +144,16 @@ def inputs_digest(runs: Path, out: Path, options: dict[str, Any]) -> str:
     opts = dict(options)
     reported = opts.get("reported")
     if reported is not None:
-        opts["reported"] = [os.path.abspath(reported), _file_digest(Path(reported))]
+        opts["reported"] = [os.path.abspath(reported), sha256_file(Path(reported))]
     opts["runs_from_out"] = Path(os.path.relpath(os.path.abspath(runs), os.path.abspath(out))).as_posix()
     doc = {"format": FORMAT, "options": opts, "environment": environment(), "code": code_digest(),
            "specs": specs_digest(), "records": records_digest(runs)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def unchanged(runs: Path, out: Path, options: dict[str, Any]) -> list[str] | None:
-    """The names the last regeneration reported, when the manifest in ``out`` says it ran on exactly these
-    inputs and every file in ``out`` is still as it left it; else None (regenerate)."""
+def unchanged(out: Path, inputs: str) -> list[str] | None:
+    """The names the last regeneration reported, when the manifest in ``out`` says it ran on exactly the inputs
+    whose :func:`inputs_digest` is ``inputs`` and every file in ``out`` is still as it left it; else None."""
     try:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -169,19 +163,20 @@ def unchanged(runs: Path, out: Path, options: dict[str, Any]) -> list[str] | Non
     reported = manifest.get("reported")
     if not isinstance(reported, list) or not all(isinstance(n, str) for n in reported):
         return None
-    if manifest.get("out_files") != out_files(out):  # cheaper than the inputs: checked first
-        return None
-    if manifest.get("inputs") != inputs_digest(runs, out, options):
-        return None
+    files = out_files(out)
+    if manifest.get("inputs") != inputs or manifest.get("out_files") != files or not set(reported) <= set(files):
+        return None  # a reported name is one of the files hashed, never text the manifest made up
     return reported
 
 
-def save(runs: Path, out: Path, options: dict[str, Any], reported: list[Path]) -> None:
-    """Write the manifest after a regeneration that reported ``reported`` (files directly inside ``out``)."""
+def save(out: Path, inputs: str, reported: list[Path]) -> None:
+    """Write the manifest after a regeneration that reported ``reported`` (files directly inside ``out``).
+    ``inputs`` is :func:`inputs_digest` taken **before** the regeneration read anything: a record written
+    while it ran is then a changed input next time, never one the boards are wrongly said to include."""
     from fusebench.io import atomic_write_text
 
-    doc = {"format": FORMAT, "inputs": inputs_digest(runs, out, options),
-           "reported": [Path(p).name for p in reported], "out_files": out_files(out)}
+    doc = {"format": FORMAT, "inputs": inputs, "reported": [Path(p).name for p in reported],
+           "out_files": out_files(out)}
     atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
