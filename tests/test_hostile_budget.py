@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fusebench import benchmarks
-from fusebench.objectives import build
+from fusebench.objectives import build, m3g_memory
 from fusebench.training import memory_budget, progress
 from fusebench.training.config import ConfigError
 from fusebench.training.memory_budget import ENV_BUDGET, check_memory_budget, largest_chunk
@@ -65,17 +65,33 @@ print(json.dumps({"grown": peak - before, "declared": m.memory_bytes(n, k, dt, d
     (5, 20, 0.2, "reference", "csd", "float64"),  # csd: two more n^k tensors kept for backward
 ])
 def test_m3g_declared_memory_covers_the_measured_peak(k, n, eps, solver, cost, dtype):
-    out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps([k, n, 32, eps, solver, cost, dtype])],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    if eps < 0.01:
-        assert got["scaling_domain"] == 0.0  # the log-domain fallback really ran
-    grown, declared = got["grown"], got["declared"]
+    def measure(**env):
+        out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps([k, n, 32, eps, solver, cost, dtype])],
+                             capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    # the live peak: with glibc's mmap threshold fixed at 128 KiB every block the loss allocates is mapped when
+    # allocated and unmapped when freed, so the resident growth is the bytes alive at once (the same in every
+    # run); with the default (dynamic) threshold the freed temporaries fragment the heap, by an amount that
+    # differs from run to run (measured 49-132 MiB for the same call), which the declaration allows for
+    live = measure(MALLOC_MMAP_THRESHOLD_="131072")
+    real = measure()
+    for got in (live, real):
+        if eps < 0.01:
+            assert got["scaling_domain"] == 0.0  # the log-domain fallback really ran
+    declared = live["declared"]
+    itemsize = 8 if dtype == "float64" else 4
+    dense = solver == "reference" or cost == "csd"
+    heap_allowance = m3g_memory.HEAP_COPIES * min(itemsize * n**k, m3g_memory.HEAP_BLOCK) if dense else 0
+    counted = declared - heap_allowance  # the buffers the declaration counts, without the fragmentation allowance
+    grown = live["grown"]
     assert grown > 40 * 2**20, "the problem is too small to measure"
-    assert declared >= grown, f"declared {declared / 2**20:.0f} MiB < measured {grown / 2**20:.0f} MiB"
-    assert declared <= 4 * grown, f"declared {declared / 2**20:.0f} MiB, measured only {grown / 2**20:.0f} MiB"
+    assert counted >= grown, f"declared {counted / 2**20:.0f} MiB of buffers < {grown / 2**20:.0f} MiB alive at once"
+    assert counted <= 4 * grown, f"declared {counted / 2**20:.0f} MiB of buffers, only {grown / 2**20:.0f} MiB alive"
+    # what the OS sees with the default allocator, fragmentation included, stays under the whole declaration
+    assert declared >= real["grown"], f"declared {declared / 2**20:.0f} MiB < measured {real['grown'] / 2**20:.0f} MiB"
 
 
 def test_m3g_at_ten_views_declares_what_the_issue_saw():
