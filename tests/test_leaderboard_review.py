@@ -232,6 +232,31 @@ def test_board_says_which_source_set_the_comparison(tmp_path: Path) -> None:
     assert "Primary metric: `mae` (chosen because errors matter here)." in md
 
 
+def test_board_shows_the_specs_current_protocol_notes(tmp_path: Path) -> None:
+    # issue 30: the quickstart board kept saying "about 3x" after its spec said "about 5x", because the notes
+    # came from the records (outside a cell's identity, so no re-run picks up the change)
+    from fusebench.leaderboard import load_runs
+    from fusebench.leaderboard.groups import make_view
+    from fusebench.leaderboard.render import render_board
+
+    runs = tmp_path / "runs"
+    for obj, base in (("alpha", 0.6), ("raw", 0.5)):
+        for s in range(3):
+            rec = _record(obj, s, {"acc": base + 0.01 * s, "mae": 1 - base})
+            rec["protocol"] = {"compute": "about 3x <b>", "gone": "an old note"}
+            _write(runs, rec)
+
+    def board() -> str:
+        recs = load_runs(runs)[BENCH]
+        return render_board(BENCH, [make_view(BENCH, recs)], [], [None], [None], [None])
+
+    md = board()  # no spec installed: the records' notes, escaped
+    assert "- compute: about 3x &lt;b&gt;" in md and "- gone: an old note" in md
+    (tmp_path / "specs" / f"{BENCH}.yaml").write_text(SPEC + 'protocol_notes: {compute: "about 5x"}\n')
+    md = board()  # the spec's notes, only them
+    assert "- compute: about 5x" in md.splitlines() and "3x" not in md and "an old note" not in md
+
+
 def test_no_text_claims_boards_come_from_run_files_alone(tmp_path: Path) -> None:
     import fusebench.leaderboard as lb
     import fusebench.leaderboard.cli as cli

@@ -191,16 +191,15 @@ def _record_comparison(r: RunRecord) -> dict[str, str] | None:
     return c
 
 
-def spec_comparison(name: str, recs: list[RunRecord]) -> dict[str, str] | None:
-    """How the benchmark's current spec compares the rows (:func:`~fusebench.training.reference_features.
-    comparison_of`; ``reference`` only where the spec names it, else the board's default), read from the spec
-    of benchmark ``name`` (with its ``--synthetic`` overrides when the newest record was made with them);
-    None when no spec of that name is found. A spec that is found but does not load is a ValueError."""
+def current_spec(name: str, recs: list[RunRecord]):
+    """The current spec of benchmark ``name`` (with its ``--synthetic`` overrides when the newest record was
+    made with them), or None when no spec of that name is found. A spec that is found but does not load is a
+    ValueError. The board shows the spec's ``comparison`` block and ``protocol_notes`` (both outside a cell's
+    identity), so a changed sentence reaches the board without re-running a cell."""
     from fusebench import benchmarks
     from fusebench.records import synthetic_overrides_applied
     from fusebench.registry import UnknownNameError
     from fusebench.training.config import ConfigError, read_spec
-    from fusebench.training.reference_features import comparison_of
 
     try:
         path = benchmarks.path(name)
@@ -209,9 +208,21 @@ def spec_comparison(name: str, recs: list[RunRecord]) -> dict[str, str] | None:
     try:
         spec = read_spec(path, synthetic=synthetic_overrides_applied(oldest_first(recs)[-1].config))
     except ConfigError as e:
-        raise ValueError(f"board {name!r} shows the comparison block of its benchmark's spec, which does not "
-                         f"load: {e}") from None
-    if spec.name != name:  # another benchmark's file: not this board's spec
+        raise ValueError(f"board {name!r} shows the comparison block and protocol notes of its benchmark's spec, "
+                         f"which does not load: {e}") from None
+    return spec if spec.name == name else None  # another benchmark's file: not this board's spec
+
+
+def spec_comparison(name: str, recs: list[RunRecord], spec=False) -> dict[str, str] | None:
+    """How the benchmark's current spec compares the rows (:func:`~fusebench.training.reference_features.
+    comparison_of`; ``reference`` only where the spec names it, else the board's default), read from
+    :func:`current_spec` (``spec``: that spec when the caller has it already); None when no spec of that
+    name is found."""
+    from fusebench.training.reference_features import comparison_of
+
+    if spec is False:
+        spec = current_spec(name, recs)
+    if spec is None:
         return None
     out = comparison_of(spec)
     if not spec.comparison.get("reference"):
@@ -219,13 +230,13 @@ def spec_comparison(name: str, recs: list[RunRecord]) -> dict[str, str] | None:
     return out
 
 
-def _comparison(name: str, recs: list[RunRecord]) -> tuple[dict[str, str], str]:
+def _comparison(name: str, recs: list[RunRecord], spec) -> tuple[dict[str, str], str]:
     """(how the group's rows are compared, who says so: ``"the benchmark"``, ``"the runs"`` or ``""``): the
     benchmark's current spec when it is found (:func:`spec_comparison`: a changed comparison block reaches
     the board without re-running a cell), else the copy in the newest record that carries one, else ({}, "").
     Every record's copy is checked."""
     copies = [(r, c) for r in oldest_first(recs) if (c := _record_comparison(r)) is not None]
-    current = spec_comparison(name, recs)
+    current = spec_comparison(name, recs, spec)
     if current is not None:
         return current, "the benchmark"
     return (dict(copies[-1][1]), "the runs") if copies else ({}, "")
@@ -249,7 +260,8 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     seen = sorted({m for r in recs for m in r.metrics}, key=natural_key)
     ids = [m for m in order if m in seen] + [m for m in seen if m not in order]
     infos = [metric_info(m, recs) for m in ids]
-    comparison, compared_by = _comparison(name, recs)
+    spec = current_spec(name, recs)
+    comparison, compared_by = _comparison(name, recs, spec)
     primary = comparison.get("primary") or recs[0].primary_metric
     if primary not in seen:
         primary = ids[0] if seen else ""
@@ -286,7 +298,8 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     rows = [o for o in objectives if o not in merged]
     view = GroupView(name, recs, kind, infos, primary, {}, values, undefined=undefined, rows=rows,
                      aliases=aliases, num_views=k, why=" ".join(comparison.get("why", "").split()),
-                     reference_aliases=reference_aliases, compared_by=compared_by)
+                     reference_aliases=reference_aliases, compared_by=compared_by,
+                     protocol_notes=dict(spec.protocol_notes) if spec is not None else None)
     view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
     for info in infos:
         view.best[info.id] = None

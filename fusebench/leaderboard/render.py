@@ -133,8 +133,11 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
         out.append(f"- direction unknown (never bolded): {', '.join(f'`{m}`' for m in unknown)}")
     out.append(_precision_line(view))
     protocol: dict[str, str] = {}
-    for r in oldest_first(view.recs):  # the newest record's text of a note wins
-        protocol.update(r.protocol)
+    if view.protocol_notes is not None:  # the benchmark's current spec (a changed sentence needs no re-run)
+        protocol = dict(view.protocol_notes)
+    else:
+        for r in oldest_first(view.recs):  # no spec installed: the newest record's text of a note wins
+            protocol.update(r.protocol)
     for key in sorted(protocol):
         out.append(f"- {md_text(key)}: {md_text(protocol[key])}")
     out.append(f"- runs: {len(view.recs)} run.json file(s), seeds {', '.join(map(str, view.seeds))}, "

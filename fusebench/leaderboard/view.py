@@ -40,6 +40,8 @@ class GroupView:
     # newest record's copy) or "" (neither has one: the records' selection metric, the default reference)
     compared_by: str = ""
     why: str = ""  # why the primary metric (record["comparison"]["why"])
+    # the protocol notes shown: the benchmark's current spec's (None: no spec found, the records' copies)
+    protocol_notes: dict[str, str] | None = None
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
     # reference rows merged because they are the same features for every probe (a subset of ``aliases``):
