@@ -197,7 +197,7 @@ LAYERS: list[tuple[str, int]] = [
     (r"fusebench\.training\.(record_builder|record_store)", 4),
     (r"fusebench\.results", 5),  # per-seed results as data (read through fusebench.records)
     (r"fusebench\.training\.(standard|embedding_protocol|gaussian_mi|execute)", 5),
-    (r"fusebench\.training\.(runner|selection|launchers|status|kviews)", 6),
+    (r"fusebench\.training\.(runner|selection|launchers|process_pool|status|kviews)", 6),
     (r"fusebench\.(leaderboard|perf)(\..+)?", 7),
     (r"fusebench\.(cli|listing|__main__)", 7),
     (r"fusebench\.training\.(cli|kviews_board|kviews_cli|run_summary)", 7),

@@ -237,3 +237,33 @@ def test_a_trial_without_a_finite_validation_score_stops_the_selection(tmp_path:
     with pytest.raises(RunError, match=r"trial trial0-tau0.1 of 'infonce_pwe', selection seed 1000, has no finite "
                                        r"validation fs1_best_acc \(nan"):
         selection.select_hparams(spec, "infonce_pwe", tmp_path, RunOptions(synthetic=True), {})
+
+
+def test_trials_run_in_parallel_give_the_records_and_choice_of_one_process(
+        tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--workers 2`` runs the selection trials two at a time in spawned processes (the selection phase used one
+    core of a sweep for hours); every trial's metrics and the frozen selection file equal the one-process run's."""
+    ran: list[int] = []
+    real = selection.run_trials_in_parallel
+
+    def counted(*args, **kwargs):
+        ran.append(real(*args, **kwargs))
+        return ran[-1]
+
+    monkeypatch.setattr(selection, "run_trials_in_parallel", counted)
+    outs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        fusebench.run("mv-ngs", objective=["infonce_pwe"], seeds=[0], out=out, data_root=_ngs(fixtures_dir),
+                      overrides=FAST, progress=False, workers=workers)
+        outs[workers] = out
+    assert ran == [0, len(GRID) * 2]  # one process: none here (the loop runs them); two workers: all 6 trials
+    frozen = [(o / "mv-ngs" / "_selection" / "infonce_pwe.json").read_bytes() for o in outs.values()]
+    assert frozen[0] == frozen[1]
+    trials = [sorted(p.relative_to(o) for p in (o / ".selection").rglob("run.json")) for o in outs.values()]
+    assert trials[0] == trials[1] and len(trials[0]) == len(GRID) * 2
+    for rel in trials[0]:
+        one, two = (json.loads((o / rel).read_text()) for o in outs.values())
+        assert one["metrics"] == two["metrics"] and one["selection"] == two["selection"], rel
+    evaluation = [json.loads((o / "mv-ngs" / "infonce_pwe" / "seed0" / "run.json").read_text()) for o in outs.values()]
+    assert evaluation[0]["metrics"] == evaluation[1]["metrics"]

@@ -1,7 +1,7 @@
 """Where the cells of a sweep run: ``fusebench run ... --launcher NAME``.
 
 * ``local`` (the default): in the sweep's own process, or with ``workers`` > 1 in that many local
-  processes (every hyper-parameter selection first);
+  processes (every hyper-parameter selection first, its trials also ``workers`` at a time);
 * ``slurm``: one SLURM job per (objective, seed) cell, submitted as one job array through
   `submitit <https://github.com/facebookincubator/submitit>`_ (``pip install -e .[slurm]``);
 * ``submitit_local``: the same path through submitit's ``LocalExecutor`` (each cell a local
@@ -100,22 +100,11 @@ class LocalLauncher(Launcher):
     def launch(self, objs, seeds, cells):
         if self.workers <= 1:
             return [sweep_cell(cells.request(o, s), cells.options, cells.context) for o in objs for s in seeds]
-        import concurrent.futures as cf
-        import multiprocessing as mp
+        from fusebench.training.process_pool import run_in_processes
 
         # SIGTERM in a worker unwinds its cell like Ctrl-C (lock released); the sweep's own SIGTERM is passed on
-        with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
-                                    initializer=interrupt.install) as pool:
-            futures = [pool.submit(_worker_cell, cells.request(o, s), cells.options, cells.context)
-                       for o in objs for s in seeds]
-            try:
-                return [f.result() for f in futures]  # in sweep order
-            except KeyboardInterrupt:  # no further cell starts; the running ones are interrupted, then the pool ends
-                for f in futures:
-                    f.cancel()
-                for proc in list(getattr(pool, "_processes", {}).values()):
-                    proc.terminate()
-                raise
+        return run_in_processes(_worker_cell, [(cells.request(o, s), cells.options, cells.context)
+                                               for o in objs for s in seeds], self.workers)  # in sweep order
 
 
 def _worker_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:

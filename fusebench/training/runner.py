@@ -287,8 +287,9 @@ def run(
     # it); the cells get the frozen choice, outcome and file hash as inputs (fusebench.training.selection)
     from fusebench.training.selection import freeze_selections
 
+    # (with --workers N the trials run N at a time, each the same call as in one process: the same records)
     context.update(freeze_selections(spec, [o for o in objs if any(oo == o for oo, _ in pending)], out, options,
-                                     context))
+                                     context, workers=workers if launcher == "local" else 1))
 
     cells = SweepCells(spec, out, options, context)
     # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local

@@ -66,24 +66,23 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     if not grid or objective in REFERENCES:
         return None
     metric = metric or spec.primary_metric
-    folder = out / ".selection" / spec.name / objective
     names = sorted(grid)
-    combos = [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+    combos = _combos(grid)
     higher = M.get(metric).higher_is_better
     seeds = spec.selection_seeds
     check_test_split_fixed(spec, options)
-    trial_options = options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
+    trial_options = _trial_options(options)
     scores = []
     for i, combo in enumerate(combos):
         trial = trial_name(i, combo)
-        ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
+        ctx = _trial_context(context, objective, combo)
         if options.progress:
             shown = " ".join(f"{k}={v}" for k, v in combo.items())
             say(f"selection {spec.name}/{objective} trial {i + 1}/{len(combos)} {shown} "
                 f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
         per_seed = {}
         for s in seeds:
-            where = folder / trial if len(seeds) == 1 else folder / trial / f"seed{s}"
+            where = _trial_folder(spec, objective, out, trial, s)
             rec = run_cell(CellRequest(spec, objective, s, where), trial_options, ctx)
             val = (rec.get("selection") or {}).get("val_metrics") or {}
             if not isinstance(val.get(metric), (int, float)):
@@ -103,6 +102,58 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
                      " is better); ties: the first grid point in grid order"),
             "grid": {n: list(grid[n]) for n in names}, "seed": seeds[0], "seeds": list(seeds),
             "scores": scores, "choice": combos[best], "at_edge": at_edge(grid, combos[best])}
+
+
+def _combos(grid: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of a grid, in grid order (keys sorted, the last key varying fastest)."""
+    names = sorted(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def _trial_options(options: RunOptions) -> RunOptions:
+    return options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
+
+
+def _trial_context(context: Mapping[str, Any], objective: str, combo: dict[str, Any]) -> dict[str, Any]:
+    return {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
+
+
+def _trial_folder(spec: BenchmarkSpec, objective: str, out: Path, trial: str, seed: int) -> Path:
+    """``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or ``.../<trial>/seed<S>``."""
+    folder = out / ".selection" / spec.name / objective / trial
+    return folder if len(spec.selection_seeds) == 1 else folder / f"seed{seed}"
+
+
+def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
+                           context: Mapping[str, Any], workers: int) -> int:
+    """Run every trial the selections of ``objectives`` still need (objectives without a frozen selection file,
+    trials without a record), ``workers`` at a time in spawned local processes; returns how many ran. Each trial
+    is the :func:`run_cell` call :func:`select_hparams` makes, with the same request, options and context, so its
+    record is the one the loop in one process writes; :func:`select_hparams` then reads the records (a trial
+    whose record is there is not run again) and makes the same choice. With one worker or fewer than two trials
+    to run, nothing is run here."""
+    calls = []
+    trial_options = _trial_options(options)
+    for o in objectives:
+        grid = spec.pretrain.grid.get(o)
+        if not grid or o in REFERENCES or selection_path(out, spec.name, o).exists():
+            continue
+        check_test_split_fixed(spec, options)
+        for i, combo in enumerate(_combos(grid)):
+            ctx = _trial_context(context, o, combo)
+            for s in spec.selection_seeds:
+                request = CellRequest(spec, o, s, _trial_folder(spec, o, out, trial_name(i, combo), s))
+                if not (request.cell / "run.json").exists():
+                    calls.append((request, trial_options, ctx))
+    if workers < 2 or len(calls) < 2:
+        return 0
+    from fusebench.training.process_pool import run_in_processes
+
+    if options.progress:
+        say(f"selection {spec.name}: {len(calls)} trial(s) to run, {min(workers, len(calls))} at a time, before any "
+            "evaluation cell")
+    run_in_processes(run_cell, calls, workers)
+    return len(calls)
 
 
 def check_test_split_fixed(spec: BenchmarkSpec, options: RunOptions) -> None:
@@ -182,10 +233,12 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
 
 
 def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
-                      context: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+                      context: Mapping[str, Any], workers: int = 1) -> dict[str, dict[str, Any]]:
     """Freeze the selection of every objective in ``objectives`` (before any evaluation cell runs) and return
     what the cells receive in their context: ``{"hparams": {objective: choice}, "hparam_selection":
-    {objective: outcome}, "hparam_selection_sha256": {objective: sha256 of the file}}`` (empty: nothing selected)."""
+    {objective: outcome}, "hparam_selection_sha256": {objective: sha256 of the file}}`` (empty: nothing selected).
+    ``workers`` > 1: the trials still to run are run that many at a time first (:func:`run_trials_in_parallel`)."""
+    run_trials_in_parallel(spec, objectives, out, options, context, workers)
     ctx: dict[str, dict[str, Any]] = {}
     for o in objectives:
         frozen = freeze_selection(spec, o, out, options, context)
@@ -198,5 +251,5 @@ def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, opt
     return ctx
 
 
-__all__ = ["SELECTION_DIR", "at_edge", "freeze_selection", "freeze_selections", "select_hparams", "selection_path",
-           "trial_name"]
+__all__ = ["SELECTION_DIR", "at_edge", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
+           "select_hparams", "selection_path", "trial_name"]
