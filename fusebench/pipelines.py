@@ -176,7 +176,7 @@ class GaussianMIPipeline(Pipeline):
 #: the spec fields of every pipeline: the board's text and columns, the sweep's lists, the override block
 #: for ``--synthetic``, how the board compares the rows, the default objective of a run that names none
 SHARED_FIELDS: tuple[str, ...] = ("name", "description", "pipeline", "objectives", "seeds", "metrics",
-                                  "selection_metric", "selection_metric_why", "protocol_notes", "synthetic",
+                                  "selection_metric", "selection_metric_why", "protocol_notes", "family", "synthetic",
                                   "comparison", "pretrain.objective")
 
 

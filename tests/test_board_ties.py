@@ -240,3 +240,34 @@ def test_index_gives_each_objective_a_place_interval_over_datasets(tmp_path: Pat
     assert f"| `a` | {ranking['avg']['a']:.2f} | {place['rank']} [{place['low']}-{place['high']}] |" in text
     assert ("2 pretrained objective(s) (`a`, `b`) and 1 distinct reference row(s) (`raw` (≡ `raw_balanced`))"
             in text)
+
+
+def test_index_ranks_each_modality_family_with_three_boards_on_its_own() -> None:
+    # issue #31 item 4: three image boards and two text boards. Within the image family, by hand:
+    #   i1: a .9 > b .8 > c .7 -> ranks 1, 2, 3;  i2: b .9 > a .8 > c .7 -> 2, 1, 3;  i3: a .9 > c .8 > b .7 -> 1, 3, 2
+    #   average ranks a 4/3, b 2, c 8/3; Friedman chi2_F = 12 N / (k (k + 1)) (sum R_j^2 - k (k + 1)^2 / 4)
+    #   = 12 * 3 / 12 * (16/9 + 4 + 64/9 - 12) = 3 * 8/9 = 8/3, p = exp(-chi2 / 2) (chi-square, 2 df) = 0.2636
+    from fusebench.leaderboard.index import build_index, family_rankings
+
+    means = {"i1": {"a": 0.9, "b": 0.8, "c": 0.7}, "i2": {"a": 0.8, "b": 0.9, "c": 0.7},
+             "i3": {"a": 0.9, "b": 0.7, "c": 0.8}, "t1": {"a": 0.1, "b": 0.2, "c": 0.3},
+             "t2": {"a": 0.1, "b": 0.3, "c": 0.2}}
+    boards = {n: {"groups": [{"kind": "real", "protocol": "embedding_eval", "direction": "higher", "primary": "acc",
+                              "means": m, "family": "image" if n[0] == "i" else "text"}]} for n, m in means.items()}
+    ranking = cross_dataset_ranking(boards)
+    fams = family_rankings(boards, ranking)
+    assert set(fams) == {"image", "text"} and fams["text"] == {"boards": ["t1", "t2"]}  # two boards: not ranked
+    image = fams["image"]
+    assert image["boards"] == ["i1", "i2", "i3"]
+    assert image["avg"] == pytest.approx({"a": 4 / 3, "b": 2.0, "c": 8 / 3}, abs=1e-12)
+    assert image["friedman"].statistic == pytest.approx(8 / 3, abs=1e-12)
+    assert image["friedman"].pvalue == pytest.approx(math.exp(-4 / 3), abs=1e-12)
+    md = build_index(boards, None, ranking)
+    assert "### Within each modality family" in md
+    assert "#### `image`: 3 boards ([i1](i1.md), [i2](i2.md), [i3](i3.md))" in md
+    assert "| `a` | 1.33 |" in md and "Friedman chi2_F = 2.667 (2 df)" in md
+    assert "`text` ([t1](t1.md), [t2](t2.md))" in md
+    # boards without a family: no family section
+    for b in boards.values():
+        del b["groups"][0]["family"]
+    assert "modality family" not in build_index(boards, None, cross_dataset_ranking(boards))

@@ -342,3 +342,13 @@ def test_the_migration_refuses_an_edited_record_and_writes_nothing(tmp_path: Pat
     snapshot = {n: (tmp_path / n / "run.json").read_bytes() for n in ("a", "b")}
     assert script.main([str(tmp_path)]) == 1
     assert {n: (tmp_path / n / "run.json").read_bytes() for n in ("a", "b")} == snapshot
+
+
+@pytest.mark.parametrize("family", ["Image", "image text", "", "text", "image+text", 3])
+def test_the_family_is_a_lowercase_token_and_not_identity(family: Any) -> None:
+    if family in ("", "text", "image+text"):
+        spec = benchmarks.load("mv-ngs", overrides={"family": family})
+        assert spec.family == family and spec.hash("infonce_pwe") == benchmarks.load("mv-ngs").hash("infonce_pwe")
+        return
+    with pytest.raises(ConfigError, match="family"):
+        benchmarks.load("mv-ngs", overrides={"family": family})

@@ -57,7 +57,8 @@ def _by_hand(canonical: dict[str, Any], objective: str) -> str:
     ``pretrain.methods`` block: the committed records, the specs asked here)."""
     assert "methods" not in canonical["pretrain"]
     ident = copy.deepcopy(canonical)
-    for key in ("description", "protocol_notes", "objectives", "seeds", "synthetic", "checkpoint_every", "comparison"):
+    for key in ("description", "protocol_notes", "objectives", "seeds", "synthetic", "checkpoint_every", "comparison",
+                "family"):
         ident.pop(key, None)
     del ident["pretrain"]["objective"]
     for table in ("hparams", "grid", "objective_batch_size", "objective_epochs", "objective_micro_batch"):
@@ -101,6 +102,7 @@ def _hashes(overrides: dict[str, Any]) -> dict[str, str]:
     ({"seeds": [0, 1]}, set()),
     ({"checkpoint_every": 7}, set()),
     ({"comparison.why": "another reason"}, set()),
+    ({"family": "image+text"}, set()),  # the index's grouping of boards
     ({"pretrain.objective": "m3g"}, set()),  # the default objective of a run that names none
     ({"pretrain.grid.byol_pwe": {"methods.ema_teacher.momentum": [0.99, 0.996]}}, {"byol_pwe"}),
     ({"pretrain.hparams.m3g": {"eps": 0.3}}, {"m3g"}),

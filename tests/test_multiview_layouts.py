@@ -27,6 +27,7 @@ import scipy.sparse as sp
 
 import fusebench
 from fusebench import benchmarks, datasets
+from fusebench.leaderboard.groups import spec_family
 from fusebench.datasets import DatasetError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -430,7 +431,7 @@ def test_one_tiny_cell_per_layout_runs_on_the_real_file(mv2: Path, did: str, tmp
     file, n, dims, classes, family = EXPECTED[did]
     bench = did.replace("_", "-")
     spec = benchmarks.load(bench)
-    assert spec.dataset.id == did and family in spec.protocol_notes["family"]
+    assert spec.dataset.id == did and spec_family(spec) == family
     rec = fusebench.run(bench, objective="infonce_pwe", seeds=[0], data_root=str(mv2), out=tmp_path, overrides=TINY,
                         progress=False)[0]
     assert rec["dataset"]["fingerprint"]["files"] == [[file, (mv2 / file).stat().st_size]]

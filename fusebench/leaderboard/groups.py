@@ -213,6 +213,22 @@ def current_spec(name: str, recs: list[RunRecord]):
     return spec if spec.name == name else None  # another benchmark's file: not this board's spec
 
 
+def spec_family(spec) -> str | None:
+    """The modality family of a spec's data: its ``family`` when set, else its dataset adapter's
+    ``MODALITY_FAMILY`` (the registered multi-view datasets declare theirs), else None."""
+    if spec.family:
+        return spec.family
+    from fusebench import datasets
+    from fusebench.registry import UnknownNameError
+
+    try:
+        cls = datasets.get(spec.dataset.id) if spec.dataset.id else None
+    except UnknownNameError:
+        return None
+    family = getattr(cls, "MODALITY_FAMILY", None)
+    return family if isinstance(family, str) and family else None
+
+
 def spec_comparison(name: str, recs: list[RunRecord], spec=False) -> dict[str, str] | None:
     """How the benchmark's current spec compares the rows (:func:`~fusebench.training.reference_features.
     comparison_of`; ``reference`` only where the spec names it, else the board's default), read from
@@ -299,7 +315,8 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     view = GroupView(name, recs, kind, infos, primary, {}, values, undefined=undefined, rows=rows,
                      aliases=aliases, num_views=k, why=" ".join(comparison.get("why", "").split()),
                      reference_aliases=reference_aliases, compared_by=compared_by,
-                     protocol_notes=dict(spec.protocol_notes) if spec is not None else None)
+                     protocol_notes=dict(spec.protocol_notes) if spec is not None else None,
+                     family=spec_family(spec) if spec is not None else None)
     view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
     for info in infos:
         view.best[info.id] = None

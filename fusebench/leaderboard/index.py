@@ -149,6 +149,58 @@ def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
     return out
 
 
+FAMILY_MIN_BOARDS = 3  # a modality family is ranked on its own from this many boards (issue #31)
+
+
+def family_rankings(boards: dict[str, dict[str, Any]], ranking: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{family: its boards' name list, or the cross_dataset_ranking of them}``: the boards of the overall
+    ``ranking`` grouped by the ``family`` of their first group (the spec's ``family``; boards without one
+    are in no family), each family with at least :data:`FAMILY_MIN_BOARDS` boards ranked the same way over its
+    boards alone (:func:`cross_dataset_ranking`), a smaller one listed by its boards (``{"boards": [...]}``)."""
+    by: dict[str, list[str]] = {}
+    for name in ranking.get("boards", []):
+        fam = boards[name]["groups"][0].get("family")
+        if isinstance(fam, str) and fam:
+            by.setdefault(fam, []).append(name)
+    return {fam: (cross_dataset_ranking({n: boards[n] for n in names}) if len(names) >= FAMILY_MIN_BOARDS
+                  else {"boards": names})
+            for fam, names in sorted(by.items())}
+
+
+def _family_sections(families: dict[str, dict[str, Any]]) -> list[str]:
+    """The index's rankings within each modality family (below the ranking over all boards)."""
+    if not families:
+        return []
+    out = ["", "### Within each modality family", "",
+           f"The same ranking over the boards of one modality family (the benchmark spec's `family`), for each "
+           f"family with at least {FAMILY_MIN_BOARDS} boards; with so few datasets it has even less power than the "
+           f"ranking over all boards."]
+    small = {f: r["boards"] for f, r in families.items() if "methods" not in r}
+    if small:
+        out += ["", "Not ranked on their own (fewer than {} boards): ".format(FAMILY_MIN_BOARDS)
+                + "; ".join(f"{md_code(f)} ({', '.join(f'[{b}]({b}.md)' for b in names)})"
+                            for f, names in small.items()) + "."]
+    for fam, r in families.items():
+        if "methods" not in r:
+            continue
+        boards = r["boards"]
+        out += ["", f"#### {md_code(fam)}: {len(boards)} boards ({', '.join(f'[{b}]({b}.md)' for b in boards)})", ""]
+        if "problem" in r:
+            out.append(f"No ranking: it {r['problem']}.")
+            continue
+        k, n, res = len(r["methods"]), len(boards), r["friedman"]
+        out += ["| objective | average rank | place [95%] |", "|---|---|---|"]
+        for m in sorted(r["methods"], key=lambda m: (r["avg"][m], m)):
+            place = r["places"][m]
+            out.append(f"| {_family_label(r, m)} | {r['avg'][m]:.2f} | {place['rank']} [{place['low']}-{place['high']}] |")
+        f_line = (f"Iman-Davenport F_F = {res.iman_davenport:.3f} ({k - 1}, {(k - 1) * (n - 1)} df), p = "
+                  f"{fmt_p(res.iman_davenport_p)}" if math.isfinite(res.iman_davenport)
+                  else "Iman-Davenport F_F infinite (every board ranks the objectives alike), p = 0")
+        out += ["", f"{k} objectives on all {n} boards. Friedman chi2_F = {res.statistic:.3f} ({k - 1} df), p = "
+                    f"{fmt_p(res.pvalue)}; {f_line}; Nemenyi CD at alpha = {CD_ALPHA}: {r['cd']:.2f}."]
+    return out
+
+
 def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
                 ranking: dict[str, Any] | None = None) -> str:
     """The index markdown from ``{benchmark: board metadata}``: real data, the cross-dataset ranking of
@@ -183,6 +235,8 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
            "objective follows.", ""]
     out += [head] + rows["real"] if rows["real"] else ["No real-data runs yet."]
     out += [""] + _ranking_section(ranking, cd_plot)
+    if "friedman" in ranking:
+        out += _family_sections(family_rankings(boards, ranking))
     out += ["", "## Synthetic studies", "",
             "Reproducible studies on data that is synthetic by design; rankings hold for that data only.", ""]
     out += [head] + rows["study"] if rows["study"] else ["None."]

@@ -74,6 +74,8 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
             "seeds": view.seeds, "runs": len(view.recs), "best": best_line(view), "title": title,
             "key": view.recs[0].comparability_key, "protocol": protocol, "primary": view.primary or None,
             "reference": view.reference}
+    if view.family:  # the spec's modality family: the index ranks the boards of each family too
+        meta["family"] = view.family
     if view.ranked and view.primary:
         meta["direction"] = view.info(view.primary).direction
         # rounded to 12 decimals: means equal but for the order of summation rank as ties

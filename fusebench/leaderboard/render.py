@@ -112,7 +112,8 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     first = view.recs[0]
     suites = sorted({r.suite_version for r in view.recs})
     out += ["", f"{h} Protocol", "",
-            f"- data: {KIND_TITLES[view.kind]} (dataset `{first.dataset.id}`)",
+            f"- data: {KIND_TITLES[view.kind]} (dataset `{first.dataset.id}`"
+            + (f"; modality family {md_text(view.family)}" if view.family else "") + ")",
             f"- model selection: {md_text(first.selection.get('rule', ''))}"]
     if view.ranked:
         ref = f"the fixed reference row `{view.reference}`" if view.reference else "no reference row: no tests"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -149,6 +150,9 @@ class BenchmarkSpec:
     # (fusebench/training/precision.py); objectives and metrics compute in float32 or wider whatever it is
     precision: str | int = "32"
     protocol_notes: dict[str, str] = field(default_factory=dict)  # leaderboard footer lines
+    # the data's modality family (e.g. text, image, image+text; default: the dataset adapter's MODALITY_FAMILY):
+    # the index ranks the objectives over the boards of each family with >= 3 boards too (issue #31)
+    family: str = ""
     options: dict[str, Any] = field(default_factory=dict)  # pipeline-specific settings
     synthetic: dict[str, Any] = field(default_factory=dict)  # dotted overrides for --synthetic
     # how the board compares the rows: {"reference": objective id the tests are against (e.g. raw),
@@ -222,7 +226,7 @@ HASH_SCHEMAS: tuple[int, ...] = (2, 3)
 #: (resume is exact), how the board compares rows, how batches are fetched (the same batches for any loader
 #: setting: tests/test_loader_workers.py)
 NOT_IDENTITY: tuple[str, ...] = ("description", "protocol_notes", "objectives", "seeds", "synthetic",
-                                 "checkpoint_every", "comparison", "loader", "selection_metric_why")
+                                 "checkpoint_every", "comparison", "loader", "selection_metric_why", "family")
 
 #: ``pretrain`` tables keyed by objective id: a cell's identity holds only its own objective's entry
 PER_OBJECTIVE: tuple[str, ...] = ("hparams", "grid", "objective_batch_size", "objective_epochs",
@@ -238,6 +242,7 @@ OMITTED_WHEN_DEFAULT: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("speed", "compile"), False), (("speed", "compile_mode"), "default"), (("speed",), {}),
     (("pretrain", "missing_rate"), 0.0),  # missing views in pretraining (issue #23)
     (("dataset", "outer_test_seed"), None), (("selection_metric_why",), ""),  # issue #30
+    (("family",), ""),  # issue #31
     (("encoder_weights",), {}),  # issue #32: pretrained encoders as rows
 )
 
@@ -518,6 +523,9 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (not spec.selection_metric_why or (spec.selection_metric and spec.comparison.get("primary")
                                            and spec.selection_metric != spec.comparison["primary"]),
          "selection_metric_why is read only where selection_metric differs from comparison.primary; drop it"),
+        (spec.family == "" or (isinstance(spec.family, str) and re.fullmatch(FAMILY_RULE, spec.family) is not None),
+         f"family must be a lowercase modality family such as text, image or image+text (letters, digits, '+', "
+         f"'-', '_', starting with a letter), got {spec.family!r}"),
         (spec.dataset.outer_test_seed is None or (type(spec.dataset.outer_test_seed) is int
                                                   and 0 <= spec.dataset.outer_test_seed <= MAX_SEED),
          f"dataset.outer_test_seed must be null (off) or an integer seed in 0..{MAX_SEED}, "
@@ -553,6 +561,7 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
 
 
 MAX_SEED = 2**32 - 1  # numpy's seed range
+FAMILY_RULE = r"[a-z][a-z0-9+_-]*"  # a spec's ``family``
 
 
 def check_seed(seed: Any, where: str = "--seeds") -> int:
