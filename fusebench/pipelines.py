@@ -4,8 +4,9 @@ A benchmark spec names its pipeline (``pipeline:``, default ``standard``). The r
 on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what the entry declares:
 
 * :meth:`Pipeline.run_cell` ``(request, options, context, trackers)``: run one (benchmark, objective,
-  seed) cell and write its ``run.json``; a built-in pipeline names its cell function in :data:`CELLS`,
-  where the module implementing it registers it (this module imports no training code);
+  seed) cell and write its ``run.json``; a built-in pipeline names its cell function by import path
+  (:attr:`Pipeline.cell`, ``"module:function"``), imported on the first call (this module imports no
+  training code, which sits above it);
 * :attr:`Pipeline.reads_dataset`: the cell reads a dataset adapter (``dataset.id``), so the data path
   applies: ``--data-root`` is required unless ``--synthetic``, the data is checked once before the
   first cell, its files are fingerprinted into the records, and views known only from the file
@@ -53,12 +54,6 @@ def _describe(cls: Any) -> dict[str, Any]:
 
 PIPELINES = Registry("pipeline", entry_point_group="fusebench.pipelines", describe=_describe)
 
-#: the functions that run a built-in pipeline's cell, ``fn(request, options, context, trackers) -> record``,
-#: registered by the modules that implement them (imported on the first lookup): the declarations here
-#: import nothing of the training code, which sits above them
-CELLS = Registry("pipeline cell", modules=("fusebench.training.standard", "fusebench.training.gaussian_mi"),
-                 home=lambda name: f"fusebench.training.{name}")
-
 
 class Pipeline:
     """A pipeline: :meth:`run_cell` plus the properties the runner reads (see the module docstring)."""
@@ -80,8 +75,8 @@ class Pipeline:
     #: identity (its config hash: :func:`applied_form`, read by ``fusebench.training.config.cell_identity``)
     applies: ClassVar[tuple[str, ...] | None] = None
 
-    #: the id of the built-in function in :data:`CELLS` that runs this pipeline's cell (None: the
-    #: subclass implements :meth:`run_cell` itself, as a plugin does)
+    #: the function that runs this pipeline's cell, ``"module:function"`` with the signature of
+    #: :meth:`run_cell`, imported on the first call (None: the subclass implements :meth:`run_cell` itself)
     cell: ClassVar[str | None] = None
 
     def run_cell(self, request: Any, options: Any, context: dict[str, Any], trackers: Any) -> dict[str, Any]:
@@ -89,10 +84,13 @@ class Pipeline:
         ``request.cell``) as ``options`` (:class:`~fusebench.training.request.RunOptions`) say, write its
         ``run.json`` and return the record. ``context``: what the sweep measured once (git state, data
         fingerprint, the hyper-parameters chosen on validation); ``trackers``: the cell's experiment trackers.
-        The base runs :data:`CELLS`[``cell``]; a plugin overrides it."""
+        The base calls the function :attr:`cell` names; a subclass may override this method instead."""
         if self.cell is None:  # pragma: no cover - abstract
-            raise NotImplementedError(f"{type(self).__name__} names no built-in cell and does not implement run_cell")
-        return CELLS.get(self.cell)(request, options, context, trackers)
+            raise NotImplementedError(f"{type(self).__name__} names no cell function and does not implement run_cell")
+        import importlib
+
+        module, _, function = self.cell.partition(":")
+        return getattr(importlib.import_module(module), function)(request, options, context, trackers)
 
     def view_counts(self, spec: Any) -> list[int]:  # pragma: no cover - abstract
         """The view counts k an objective must accept to run on ``spec``."""
@@ -120,7 +118,7 @@ class StandardPipeline(Pipeline):
     downstream = True
     builds_encoder = True
     precisions = ("32", "tf32", "bf16-mixed", "16-mixed")
-    cell = "standard"  # fusebench/training/standard.py
+    cell = "fusebench.training.standard:run_standard_cell"
 
     def spec_problems(self, spec: Any) -> list[str]:
         """A dataset id, an encoder id and at least one metric (the selection metric among them)."""
@@ -150,7 +148,7 @@ class GaussianMIPipeline(Pipeline):
     reads_dataset = False
     downstream = False
     builds_encoder = False
-    cell = "gaussian_mi"  # fusebench/training/gaussian_mi.py
+    cell = "fusebench.training.gaussian_mi:run_cell"
     options = ("samples_per_batch", "multiplicities", "sigma0", "sigma", "steps_per_epoch", "eval_batches",
                "validity_alpha")  # checked by gaussian_mi_options_problems
 
@@ -280,6 +278,6 @@ def gaussian_mi_options_problems(options: Mapping[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["CELLS", "DEFAULT_VALIDITY_ALPHA", "PIPELINES", "SHARED_FIELDS", "GaussianMIPipeline", "Pipeline",
+__all__ = ["DEFAULT_VALIDITY_ALPHA", "PIPELINES", "SHARED_FIELDS", "GaussianMIPipeline", "Pipeline",
            "StandardPipeline", "applied_form", "available", "gaussian_mi_options_problems", "pipeline_of",
            "unapplied_settings"]

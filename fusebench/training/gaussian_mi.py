@@ -53,7 +53,7 @@ import torch
 from torch import nn
 
 from fusebench.training import utils
-from fusebench.pipelines import CELLS, DEFAULT_VALIDITY_ALPHA, gaussian_mi_options_problems
+from fusebench.pipelines import DEFAULT_VALIDITY_ALPHA, gaussian_mi_options_problems
 from fusebench.training import precision
 from fusebench.training.progress import progress_bar
 from fusebench.training.request import CellRequest
@@ -167,7 +167,6 @@ def bound_validity(objective: str, hparams: Mapping[str, Any] | None,
                                   f"{c['tolerance']:.4f})"}
 
 
-@CELLS.register("gaussian_mi")
 def run_cell(request: CellRequest, options: Any, context: Mapping[str, Any], trackers: Any = None) -> dict[str, Any]:
     """The ``gaussian_mi`` pipeline's cell (:class:`fusebench.pipelines.GaussianMIPipeline`): float32 with
     TF32 off on CUDA (its precision policy), then :func:`run_gaussian_mi`."""

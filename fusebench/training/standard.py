@@ -26,7 +26,6 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from fusebench.pipelines import CELLS
 from fusebench.training import distributed, precision, speed, utils
 from fusebench.training.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
 from fusebench.training.config import BenchmarkSpec
@@ -106,7 +105,6 @@ def _tracking(trackers: Any) -> dict[str, Any]:
     return {"on_step": trackers.on_step, "on_epoch_start": trackers.on_epoch_start}
 
 
-@CELLS.register("standard")
 def run_standard_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any],
                       trackers: Trackers | None = None) -> dict[str, Any]:
     """One cell of the standard pipeline under its precision policy (:mod:`fusebench.training.precision`):
