@@ -119,7 +119,7 @@ def tiny_study(tmp_path_factory: pytest.TempPathFactory):
     counts: dict[str, int] = {}
     args = dict(objectives=("raw", "none", "mv_infonce", "m3g"), seeds=(0, 1), ks=(2, 3), subsets=2, batch_size=16,
                 epochs=1, m3g_micro_batch=4, eval_options={"l2_grid": [1.0], "cluster_on": "all", "n_init": 2,
-                                                           "fewshot_shots": [], "knn_grid": []})
+                                                           "fewshot_shots": [1], "fewshot_draws": 2, "knn_grid": []})
     recs = kviews.run_study("multiview", str(mat), runs, counts=counts, **args)
     md, png = kviews_board.render(runs, tmp / "board", "multiview")
     return runs, recs, counts, md, png, lambda c: kviews.run_study("multiview", str(mat), runs, counts=c, **args)
@@ -179,7 +179,8 @@ def test_tiny_study_board_numbers_are_the_paired_gaps_of_the_records(tiny_study)
         mean, std = 100 * float(np.mean(vals)), 100 * float(np.std(vals, ddof=1))
         return f"{mean:{'+' if signed else ''}.2f} ± {std:.2f} ({len(vals)})"
 
-    for metric, label in (("acc", "test accuracy (linear probe)"), ("cluster_acc", "clustering accuracy (k-means)")):
+    for metric, label in (("fs1_best_acc", "1-shot test accuracy (the row's few-shot probe)"),
+                          ("acc", "test accuracy (linear probe)"), ("cluster_acc", "clustering accuracy (k-means)")):
         for arm in ("views", "copies"):
             for ref in ("none", "raw"):
                 for obj in ("mv_infonce", "m3g"):
@@ -192,10 +193,12 @@ def test_tiny_study_board_numbers_are_the_paired_gaps_of_the_records(tiny_study)
             values = [stat([got[(c, "raw", s)]["metrics"][metric] for c in cells_of(arm, k) for s in (0, 1)], False)
                       for k in (2, 3)]
             assert _row(text, f"{label} (%)", "raw", arm) == values
-    # the summary: `none` at k = 2 -> 3 in the copies arm, and the budget sentence
-    none = [100 * np.mean([got[(c, "none", s)]["metrics"]["acc"] for c in cells_of("copies", k) for s in (0, 1)])
-            for k in (2, 3)]
+    # the summary, on the primary metric: `none` at k = 2 -> 3 in the copies arm, and the budget sentence
+    assert "## Summary (1-shot test accuracy (the row's few-shot probe), computed from the runs)" in text
+    none = [100 * np.mean([got[(c, "none", s)]["metrics"]["fs1_best_acc"] for c in cells_of("copies", k)
+                           for s in (0, 1)]) for k in (2, 3)]
     assert f"**copies** arm, k = 2 -> 3: `none` {none[0]:.2f} -> {none[1]:.2f}" in text
+    assert "input width grows with k" in text and "first protocol" not in text
     pretrained = sum(1 for key in got if key[1] in ("mv_infonce", "m3g"))
     assert (f"all {pretrained} pretrained runs took the same budget: 3 optimiser steps on batches of 16 (1 epoch), "
             "48 training samples seen") in text

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.leaderboard.columns import mean_std
-from fusebench.training.kviews import ARMS, METRICS, OBJECTIVES, REFERENCES, _LEGACY, _NAME
+from fusebench.training.kviews import ARMS, METRICS, OBJECTIVES, PRIMARY, REFERENCES, _LEGACY, _NAME
 
 
 # ---------------------------------------------------------------------------------------------
@@ -36,6 +36,13 @@ class StudyRuns:
 
     def arms(self) -> list[str]:
         return [a for a in ARMS if self.values.get(a)]
+
+    def metrics(self) -> list[tuple[str, str]]:
+        """(id, label) of the :data:`~fusebench.training.kviews.METRICS` some record holds, in that order: the
+        first is the board's primary (records of the first design hold ``acc`` and ``cluster_acc`` only)."""
+        seen = {m for arm in self.values.values() for k in arm.values() for c in k.values() for o in c.values()
+                for v in o.values() for m in v}
+        return [(m, label) for m, label in METRICS if m in seen]
 
     def seeds(self) -> list[int]:
         return sorted({s for arm in self.values.values() for k in arm.values() for c in k.values()
@@ -150,8 +157,8 @@ def _cells_text(study: StudyRuns, arm: str, k: int) -> str:
     return "; ".join(parts) or "—"
 
 
-def _summary(study: StudyRuns, pretrained: list[str]) -> list[str]:
-    """Sentences whose every number is computed from the runs (linear-probe accuracy)."""
+def _summary(study: StudyRuns, pretrained: list[str], metric: str) -> list[str]:
+    """Sentences whose every number is computed from the runs (of ``metric``, the board's primary)."""
     out = []
     ks = study.ks()
     for arm in study.arms():
@@ -161,19 +168,19 @@ def _summary(study: StudyRuns, pretrained: list[str]) -> list[str]:
         lo, hi = arm_ks[0], arm_ks[-1]
         refs = []
         for r in REFERENCES:
-            a, b = pairs(study, arm, lo, r, None, "acc"), pairs(study, arm, hi, r, None, "acc")
+            a, b = pairs(study, arm, lo, r, None, metric), pairs(study, arm, hi, r, None, metric)
             if a and b:
                 refs.append(f"`{r}` {100 * mean_std(a)[0]:.2f} -> {100 * mean_std(b)[0]:.2f}")
         line = f"- **{arm}** arm, k = {lo} -> {hi}: " + ", ".join(refs) if refs else f"- **{arm}** arm"
         for r in REFERENCES:
-            means = {k: [mean_std(g)[0] for o in pretrained if (g := pairs(study, arm, k, o, r, "acc"))]
+            means = {k: [mean_std(g)[0] for o in pretrained if (g := pairs(study, arm, k, o, r, metric))]
                      for k in (lo, hi)}
             if means[lo] and means[hi]:
                 line += (f"; pretrained - `{r}` (mean over the {len(means[lo])} pretrained rows) "
                          f"{_pts(sum(means[lo]) / len(means[lo]))} -> {_pts(sum(means[hi]) / len(means[hi]))} points")
-        wins = [(o, k) for o in pretrained for k in arm_ks if (g := pairs(study, arm, k, o, "raw", "acc"))
+        wins = [(o, k) for o in pretrained for k in arm_ks if (g := pairs(study, arm, k, o, "raw", metric))
                 and mean_std(g)[0] > 0]
-        total = sum(1 for o in pretrained for k in arm_ks if pairs(study, arm, k, o, "raw", "acc"))
+        total = sum(1 for o in pretrained for k in arm_ks if pairs(study, arm, k, o, "raw", metric))
         line += f"; a pretrained row beats `raw` on average in {len(wins)} of {total} (objective, k) entries."
         out.append(line)
     return out
@@ -190,6 +197,7 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
     board = Path(board)
     board.mkdir(parents=True, exist_ok=True)
     order = study.objectives()
+    metrics = study.metrics()
     pretrained = [o for o in order if o not in REFERENCES]
     ks, arms = study.ks(), study.arms()
     head = "| objective | arm | " + " | ".join(f"k = {k}" for k in ks) + " |"
@@ -203,9 +211,18 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
           "design and reasons: docs/kviews.md (`fusebench.training.kviews`).", "",
           f"Read from {study.records} run records: seeds {study.seeds()}; k = {', '.join(map(str, ks))}; "
           f"{_budget_text(study)}.", "",
-          "## Summary (linear-probe test accuracy, computed from the runs)", "", *_summary(study, pretrained), ""]
+          "The probes read the views' embeddings side by side, so their input width grows with k (16 features per "
+          "view for the encoder rows, the input views' own widths for `raw`): a value that rises with k mixes "
+          "what the views add with the probe's capacity. A pretrained row and `none` have the same width at every "
+          "k, so the gap pretrained - `none` is free of it; the values and the gaps to `raw` are not.", "",
+          *([] if metrics[0][0] == PRIMARY else [
+              f"These records hold no `{PRIMARY}`: they were made under the study's first protocol (before issue "
+              f"#30: the full linear probe and k-means only, a test split drawn per seed); `fusebench study kviews` "
+              f"runs the study under the current one (the boards' 1-shot probes, one fixed outer test split).", ""]),
+          f"## Summary ({metrics[0][1]}, computed from the runs)", "", *_summary(study, pretrained, metrics[0][0]),
+          ""]
     png = board / f"{benchmark}-kviews.png"
-    for m, label in METRICS:
+    for m, label in metrics:
         for r in REFERENCES:
             md += [f"## {label}: pretrained - `{r}` (points)", "", head, rule]
             rows = pretrained + (["none"] if r == "raw" and "none" in order else [])
@@ -214,7 +231,7 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
                     md.append(f"| `{o}` | {arm} | " + " | ".join(_fmt(pairs(study, arm, k, o, r, m), True)
                                                                  for k in ks) + " |")
             md.append("")
-    for m, label in METRICS:
+    for m, label in metrics:
         md += [f"## {label} (%)", "", head, rule]
         for o in order:
             for arm in arms:
@@ -246,10 +263,11 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
     from fusebench.io import atomic_write
 
     panels = [(arm, r) for arm in study.arms() for r in REFERENCES]
-    fig, axes = plt.subplots(len(METRICS), len(panels), figsize=(4.2 * len(panels), 3.6 * len(METRICS)),
+    metrics = study.metrics()
+    fig, axes = plt.subplots(len(metrics), len(panels), figsize=(4.2 * len(panels), 3.6 * len(metrics)),
                              squeeze=False, sharey="row")
     colors = plt.get_cmap("tab10")
-    for i, (m, label) in enumerate(METRICS):
+    for i, (m, label) in enumerate(metrics):
         for j, (arm, r) in enumerate(panels):
             ax = axes[i][j]
             rows = pretrained + (["none"] if r == "raw" else [])
