@@ -22,7 +22,7 @@ import sys
 
 # subcommand -> (module, function taking argv list and returning an exit code, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "list": ("fusebench.listing", "main", "list registered benchmarks|objectives|datasets|encoders|metrics"),
+    "list": ("fusebench.listing", "main", "list registered benchmarks|objectives|datasets|encoders|metrics|pipelines|rows"),
     "bench": ("fusebench.perf", "main", "speed/memory benchmarks: objectives|data|encoders|leaderboard|gpu|cells|threads"),
     "data": ("fusebench.datasets.cli", "main", "prepare|check|info a dataset"),
     "run": ("fusebench.training.cli", "main", "run a benchmark by name (pretrain -> downstream -> run.json)"),

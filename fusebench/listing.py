@@ -1,4 +1,4 @@
-"""``fusebench list benchmarks|objectives|datasets|encoders|metrics|pipelines [PATTERN] [--details]``.
+"""``fusebench list benchmarks|objectives|datasets|encoders|metrics|pipelines|rows [PATTERN] [--details]``.
 
 One block per registered id; ``--details`` adds the typed options (:mod:`fusebench.options`: name,
 type, default) that a spec may set for the component, and the registry metadata.
@@ -25,6 +25,7 @@ KINDS = {
     "metrics": "fusebench.metrics",
     "benchmarks": "fusebench.benchmarks",
     "pipelines": "fusebench.pipelines",
+    "rows": "fusebench.rows",
 }
 #: the registry of each kind whose entries may come from entry-point plugins
 REGISTRIES = {"objectives": "OBJECTIVES", "datasets": "DATASETS", "encoders": "ENCODERS", "metrics": "METRICS",
@@ -136,6 +137,8 @@ def _describe(kind: str, name: str, where: Path | None = None) -> list[str]:
         if not isinstance(raw, dict) or not isinstance(raw.get("description"), str):
             raise ConfigError(f"{where}: a benchmark spec is a mapping with a 'description' string")
         return [f"{name}: {raw['description']}"]
+    if kind == "rows":
+        return pkg.describe(name)
     if kind == "pipelines":
         cls = pkg.PIPELINES.get(name)
         return [f"{name}: {_first_line(cls)}", f"    reads a dataset: {'yes' if cls.reads_dataset else 'no'}; "
@@ -180,6 +183,8 @@ def main(argv: list[str]) -> int:
                 else:
                     raise
                 print(f"warning: {ns.kind[:-1]} {name!r} left out: {' '.join(why.split())}", file=sys.stderr)
+    if ns.kind == "rows" and ns.pattern is None:
+        print(pkg.PRETRAINED_LINE)
     shown = set()
     for w in caught:
         if issubclass(w.category, PluginWarning):

@@ -22,7 +22,7 @@ print("TORCH-IMPORTED" if "torch" in sys.modules else "no-torch", code, file=sys
 FAST = [["--help"], ["--version"], ["run", "--help"], ["leaderboard", "--help"], ["status", "--help"],
         ["study", "--help"], ["study", "kviews", "--help"], ["bench", "--help"], ["bench", "threads", "--help"],
         ["bench", "leaderboard", "--help"], ["bench", "encoders", "--help"], ["list", "--help"],
-        ["list", "pipelines"], ["list", "benchmarks"],
+        ["list", "pipelines"], ["list", "benchmarks"], ["list", "rows"],
         # the built-ins from fusebench/listing_builtins.json (tests/test_listing_builtins.py)
         *[["list", kind, *extra] for kind in ("objectives", "datasets", "encoders", "metrics")
           for extra in ([], ["--details"])], ["list", "objectives", "infonce*"], ["list", "objectives", "--help"],
@@ -48,3 +48,19 @@ def test_run_help_still_names_the_launchers_and_a_bad_one_is_refused(capsys) -> 
     assert main(["run", "quickstart", "--launcher", "slurmm"]) == 2
     err = capsys.readouterr().err
     assert "unknown launcher 'slurmm'" in err and "local, slurm, submitit_local" in err
+
+
+def test_list_rows_names_every_reference_row_a_protocol_offers(capsys) -> None:
+    """#35: the reference rows are declared once (fusebench.rows) and listed; every protocol's rows are among them."""
+    from fusebench import rows
+    from fusebench.cli import main
+    from fusebench.training.protocols import PROTOCOLS
+
+    assert main(["list", "rows"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out[:-1]] == ["none", "raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca"]
+    assert all(": reference row: " in line for line in out[:-1]) and out[-1] == rows.PRETRAINED_LINE
+    offered = {r for p in PROTOCOLS.available() for r in PROTOCOLS.get(p).reference_rows}
+    assert offered == set(rows.REFERENCES)
+    assert main(["list", "rows", "raw_t*"]) == 0
+    assert capsys.readouterr().out.splitlines() == rows.describe("raw_tfidf")

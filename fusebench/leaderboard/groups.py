@@ -16,12 +16,12 @@ from typing import Any
 from fusebench.leaderboard.columns import md_code, metric_info, natural_key
 from fusebench.leaderboard.view import GroupView
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
-from fusebench.training.reference_features import CLUSTER_METRICS, REFERENCE_KINDS, cluster_identical, probe_identical_groups
+from fusebench.rows import REFERENCES
+from fusebench.training.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
 
 # rows that are not pretraining objectives: random-init encoders, and the reference features of the
-# embedding_eval protocol computed from the input views (the runner's REFERENCES; this module imports
-# numpy-only reference_features, not the runner, which imports torch)
-REFERENCE_ROWS = ("none", *REFERENCE_KINDS)
+# embedding_eval protocol computed from the input views (declared once in fusebench.rows)
+REFERENCE_ROWS = REFERENCES
 REFERENCE_TEXT = {"raw": "the standardised input views", "none": "random-init encoders"}
 CI_LEVEL, CI_RESAMPLES, CI_SEED = 0.95, 10000, 0  # the bootstrap interval of every board
 RANK_RESAMPLES, RANK_SEED = 10000, 0  # the bootstrap of every row's rank interval (resamples of the seeds)

@@ -66,7 +66,7 @@ from fusebench.training.reference_features import REFERENCES as REFERENCE_ROWS
 
 OBJECTIVES = (RAW, BASELINE, "infonce_pwe", "mv_infonce", "mv_dhel", "pvc_geometric", "m3g")
 #: the reference rows the study's gaps are paired with
-REFERENCES = (BASELINE, RAW)
+PAIRED_WITH = (BASELINE, RAW)
 ARMS = ("views", "copies")
 #: the metrics the board shows, the first the primary (the boards' primary since issue #30: the 1-shot accuracy of
 #: the row's few-shot probe, logistic or prototype, chosen on validation); a metric its records lack is not shown
@@ -246,7 +246,7 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
     from fusebench import objectives as registry
 
     objectives = tuple(objectives)
-    if not set(REFERENCES) <= set(objectives) or not [o for o in objectives if o not in REFERENCE_ROWS]:
+    if not set(PAIRED_WITH) <= set(objectives) or not [o for o in objectives if o not in REFERENCE_ROWS]:
         raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
                          "(the gaps are paired with them) and at least one pretrained objective")
     for o in objectives:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.leaderboard.columns import mean_std
-from fusebench.training.kviews import ARMS, METRICS, OBJECTIVES, PRIMARY, REFERENCES, _LEGACY, _NAME
+from fusebench.training.kviews import ARMS, METRICS, OBJECTIVES, PRIMARY, _LEGACY, _NAME
+from fusebench.training.kviews import PAIRED_WITH as REFERENCES  # the rows the gaps are paired with
 
 
 # ---------------------------------------------------------------------------------------------

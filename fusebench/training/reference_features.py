@@ -71,15 +71,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusebench.metrics.arrays import to_numpy
+# the reference rows, declared once in fusebench.rows (fusebench list rows): ``none`` (no pretraining: the
+# random-init encoder through the benchmark's protocol) and the input-feature kinds computed here, in the order
+# the boards list them (``raw`` also for a linear probe, through the ``identity`` encoder); re-exported
+from fusebench.rows import BASELINE, RAW, REFERENCE_KINDS, REFERENCES
 
-#: the reference kinds, in the order the boards list them
-REFERENCE_KINDS = ("raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
-#: the reference rows, declared once: ``none`` (no pretraining: the random-init encoder through the
-#: benchmark's protocol) and the input-feature rows above (``raw`` also for a linear probe, through the
-#: ``identity`` encoder). Nothing is pretrained for them; every other objective id is a pretrained row.
-BASELINE = "none"
-RAW = "raw"
-REFERENCES = (BASELINE, *REFERENCE_KINDS)
 
 _FORMULAS = {
     "raw": "concat(x_v); z-scored (train statistics) by the evaluation",
