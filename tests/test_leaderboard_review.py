@@ -243,7 +243,7 @@ def test_board_shows_the_specs_current_protocol_notes(tmp_path: Path) -> None:
     for obj, base in (("alpha", 0.6), ("raw", 0.5)):
         for s in range(3):
             rec = _record(obj, s, {"acc": base + 0.01 * s, "mae": 1 - base})
-            rec["protocol"] = {"compute": "about 3x <b>", "gone": "an old note"}
+            rec["protocol"] = {"compute": "about 3x <b>", "gone": "an old note", "<i>|k": "v"}
             _write(runs, rec)
 
     def board() -> str:
@@ -251,7 +251,7 @@ def test_board_shows_the_specs_current_protocol_notes(tmp_path: Path) -> None:
         return render_board(BENCH, [make_view(BENCH, recs)], [], [None], [None], [None])
 
     md = board()  # no spec installed: the records' notes, escaped
-    assert "- compute: about 3x &lt;b&gt;" in md and "- gone: an old note" in md
+    assert "- compute: about 3x &lt;b&gt;" in md and "- gone: an old note" in md and "- &lt;i&gt;\\|k: v" in md
     (tmp_path / "specs" / f"{BENCH}.yaml").write_text(SPEC + 'protocol_notes: {compute: "about 5x"}\n')
     md = board()  # the spec's notes, only them
     assert "- compute: about 5x" in md.splitlines() and "3x" not in md and "an old note" not in md

@@ -2,7 +2,8 @@
 (from the metadata comments, :mod:`fusebench.leaderboard.meta`) by kind, real data, synthetic
 studies, pipeline checks; and the cross-dataset ranking of the objectives over the real-data boards
 of the ``embedding_eval`` protocol (:func:`cross_dataset_ranking`: average ranks, Friedman test,
-Nemenyi critical difference; Demšar 2006) with its CD diagram (:func:`draw_cd_diagram`)."""
+Nemenyi critical difference; Demšar 2006) with its CD diagram (:func:`draw_cd_diagram`), then the same
+ranking within each modality family of at least three boards (:func:`family_rankings`)."""
 
 from __future__ import annotations
 
@@ -153,10 +154,11 @@ FAMILY_MIN_BOARDS = 3  # a modality family is ranked on its own from this many b
 
 
 def family_rankings(boards: dict[str, dict[str, Any]], ranking: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{family: its boards' name list, or the cross_dataset_ranking of them}``: the boards of the overall
-    ``ranking`` grouped by the ``family`` of their first group (the spec's ``family``; boards without one
-    are in no family), each family with at least :data:`FAMILY_MIN_BOARDS` boards ranked the same way over its
-    boards alone (:func:`cross_dataset_ranking`), a smaller one listed by its boards (``{"boards": [...]}``)."""
+    """``{family: the cross_dataset_ranking of its boards, or {"boards": [...]}}``: the boards of the overall
+    ``ranking`` grouped by the ``family`` of their first group (the modality family of their data:
+    :func:`fusebench.leaderboard.groups.spec_family`; boards without one are in no family), each family with at
+    least :data:`FAMILY_MIN_BOARDS` boards ranked the same way over its boards alone (:func:`cross_dataset_ranking`),
+    a smaller one listed by its boards."""
     by: dict[str, list[str]] = {}
     for name in ranking.get("boards", []):
         fam = boards[name]["groups"][0].get("family")
@@ -172,12 +174,12 @@ def _family_sections(families: dict[str, dict[str, Any]]) -> list[str]:
     if not families:
         return []
     out = ["", "### Within each modality family", "",
-           f"The same ranking over the boards of one modality family (the benchmark spec's `family`), for each "
-           f"family with at least {FAMILY_MIN_BOARDS} boards; with so few datasets it has even less power than the "
-           f"ranking over all boards."]
+           f"The same ranking over the boards of one modality family (of their data: the benchmark spec's `family`, "
+           f"else its dataset's), for each family with at least {FAMILY_MIN_BOARDS} boards; with so few datasets it "
+           f"has even less power than the ranking over all boards."]
     small = {f: r["boards"] for f, r in families.items() if "methods" not in r}
     if small:
-        out += ["", "Not ranked on their own (fewer than {} boards): ".format(FAMILY_MIN_BOARDS)
+        out += ["", f"Not ranked on their own (fewer than {FAMILY_MIN_BOARDS} boards): "
                 + "; ".join(f"{md_code(f)} ({', '.join(f'[{b}]({b}.md)' for b in names)})"
                             for f, names in small.items()) + "."]
     for fam, r in families.items():
