@@ -77,6 +77,27 @@ def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
     assert main(["status", "--out", str(tmp_path / "absent")]) == 2
 
 
+def test_status_says_how_far_the_selection_is(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "runs"
+    (_cell(out, "none", 0) / "run.json").write_text("{}")
+    assert "selection:" not in status.render(status.collect(out), out)  # no grid run: no line
+    for trial in ("trial0-tau0.1/seed1000", "trial0-tau0.1/seed1001", "trial1-tau0.5/seed1000"):
+        cell = out / ".selection" / "quickstart" / "m3g" / trial / "quickstart" / "m3g" / "seed1000"
+        cell.mkdir(parents=True)
+        (cell / "run.json").write_text("{}")
+    (out / ".selection" / "quickstart" / "m3g" / "trial1-tau0.5" / "seed1001").mkdir(parents=True)  # not run yet
+    frozen = out / "quickstart" / "_selection"
+    frozen.mkdir()
+    (frozen / "infonce_pwe.json").write_text("{}")
+    from fusebench.cli import main
+
+    assert main(["status", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert (f"  selection: 3 trial record(s) under {out / '.selection' / 'quickstart'}; 1 objective(s) with a frozen "
+            "choice (infonce_pwe)") in text.splitlines()
+    assert {o for o, _ in status.collect(out)["quickstart"]} == {"none"}  # trials and frozen choices are not cells
+
+
 def test_status_of_a_real_sweep(tmp_path: Path) -> None:
     fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert status.collect(tmp_path) == {"quickstart": {("none", 0): ("done", "")}}

@@ -23,7 +23,9 @@ named in the pending / interrupted detail, a running one that has not locked the
 running (docs/cluster.md).
 
 Hidden folders (``.selection``: hyper-parameter trials, ``.submitit``: job files) are not cells and
-are skipped.
+are skipped; the hyper-parameter selection of a benchmark is summarised in one line: the trial records under
+``DIR/.selection/<benchmark>/`` and the objectives whose choice is frozen in ``DIR/<benchmark>/_selection/``
+(a sweep runs every trial before its first evaluation cell, :mod:`fusebench.training.selection`).
 """
 
 from __future__ import annotations
@@ -118,12 +120,32 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
     return found
 
 
-def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]]) -> str:
+def selection_progress(out: Path, bench: str) -> tuple[int, list[str]] | None:
+    """(trial records under ``out/.selection/<bench>``, objectives with a frozen choice in
+    ``out/<bench>/_selection``), or None when the benchmark has neither (no grid, or nothing run yet)."""
+    from fusebench.training.selection import SELECTION_DIR
+
+    trials_dir, frozen_dir = out / ".selection" / bench, out / bench / SELECTION_DIR
+    if not trials_dir.is_dir() and not frozen_dir.is_dir():
+        return None
+    trials = sum(1 for p in trials_dir.rglob("run.json") if p.is_file()) if trials_dir.is_dir() else 0
+    frozen = sorted(p.stem for p in frozen_dir.glob("*.json") if p.is_file()) if frozen_dir.is_dir() else []
+    return trials, frozen
+
+
+def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path | None = None) -> str:
+    """The table of :func:`collect`'s states per benchmark; with ``out``, each benchmark's selection line too."""
     lines = []
     for bench, cells in found.items():
         states = STATES + ((UNREADABLE,) if any(v[0] == UNREADABLE for v in cells.values()) else ())
         totals = {st: sum(1 for v in cells.values() if v[0] == st) for st in states}
         lines.append(f"{bench}: " + ", ".join(f"{totals[st]} {st}" for st in states) + f" ({len(cells)} cells)")
+        sel = selection_progress(out, bench) if out is not None else None
+        if sel is not None:
+            trials, frozen = sel
+            lines.append(f"  selection: {trials} trial record(s) under {out / '.selection' / bench}; "
+                         f"{len(frozen)} objective(s) with a frozen choice"
+                         + (f" ({', '.join(frozen)})" if frozen else ""))
         objs = sorted({o for o, _ in cells})
         width = max([len(o) for o in objs] + [9])
         lines.append(f"  {'objective':<{width}}  " + "  ".join(f"{st:>11}" for st in states))
@@ -160,5 +182,5 @@ def main(argv: list[str]) -> int:
                 data.setdefault(bench, {}).setdefault(o, {})[str(s)] = {"state": st, "detail": detail}
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
-        print(render(found))
+        print(render(found, out))
     return 0
