@@ -219,17 +219,18 @@ def slurm_cluster():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# each cell pretrains for 80 epochs of 16 steps (1280 steps, about 20 s on one core) with a checkpoint
-# every 5 steps: it is cancelled or preempted a few seconds after its first last.pt. It must still be
-# far from done then: scancel's SIGTERM is ignored by submitit's jobs and SIGKILL follows KillWait = 2 s
-# later, and with 4 steps per epoch a fast machine finished the cancelled cell in that window
-STEPS = 80 * 16
+# each cell pretrains for 400 epochs of 16 steps (6400 steps, about 12 s on one idle core) with a checkpoint
+# every 25 steps: it is cancelled or preempted a few seconds after its first last.pt. It must still be far from
+# done then: scancel's SIGTERM is ignored by submitit's jobs and SIGKILL follows KillWait = 2 s later, and the two
+# jobs of the array may start seconds apart. At 80 epochs (1,280 steps, about 2.5 s once the cells got faster)
+# an idle machine finished the cancelled cell in that window.
+STEPS = 400 * 16
 SLOW = {
     "dataset.synthetic_spec": {"num_samples": 1024, "seed": 0},
-    "pretrain.epochs": 80,
+    "pretrain.epochs": 400,
     "pretrain.batch_size": 64,
     "downstream.epochs": 1,
-    "checkpoint_every": 5,
+    "checkpoint_every": 25,
 }
 SETS = [f"--set={k}={json.dumps(v)}" for k, v in SLOW.items()]
 
