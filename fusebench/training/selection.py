@@ -36,6 +36,9 @@ from fusebench.training.request import CellRequest, RunOptions, check_cell_ids
 
 #: the folder of the frozen selections, ``<out>/<benchmark>/_selection`` (not an id: never a cell's folder)
 SELECTION_DIR = "_selection"
+#: the hidden folder of the trials' records, ``<out>/.selection/<benchmark>/<objective>/<trial>`` (the
+#: leaderboard and ``fusebench status`` skip hidden folders)
+TRIALS_DIR = ".selection"
 
 
 def trial_name(index: int, combo: dict[str, Any]) -> str:
@@ -72,29 +75,26 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     seeds = spec.selection_seeds
     check_test_split_fixed(spec, options)
     trial_options = _trial_options(options)
-    scores = []
-    for i, combo in enumerate(combos):
+    per_point: list[dict[str, float]] = [{} for _ in combos]
+    for i, combo, s, request, ctx in _trials(spec, objective, out, context):
         trial = trial_name(i, combo)
-        ctx = _trial_context(context, objective, combo)
-        if options.progress:
+        if options.progress and s == seeds[0]:
             shown = " ".join(f"{k}={v}" for k, v in combo.items())
             say(f"selection {spec.name}/{objective} trial {i + 1}/{len(combos)} {shown} "
                 f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
-        per_seed = {}
-        for s in seeds:
-            where = _trial_folder(spec, objective, out, trial, s)
-            rec = run_cell(CellRequest(spec, objective, s, where), trial_options, ctx)
-            val = (rec.get("selection") or {}).get("val_metrics") or {}
-            if not isinstance(val.get(metric), (int, float)):
-                raise RunError(f"{spec.name}: the selection metric {metric!r} has no validation value in trial "
-                               f"{trial} of {objective!r} (validation values: {sorted(val)}); choose a "
-                               "selection_metric / comparison.primary the protocol scores on the validation split")
-            if not math.isfinite(float(val[metric])):  # NaN would win max() from the first grid point
-                raise RunError(f"{spec.name}: trial {trial} of {objective!r}, selection seed {s}, has no finite "
-                               f"validation {metric} ({val[metric]}; record {where}); the grid point cannot be scored, "
-                               "so no choice is made: narrow the grid or fix what makes the metric undefined")
-            per_seed[str(s)] = float(val[metric])
-        scores.append({"hparams": combo, "val": sum(per_seed.values()) / len(per_seed), "val_by_seed": per_seed})
+        rec = run_cell(request, trial_options, ctx)
+        val = (rec.get("selection") or {}).get("val_metrics") or {}
+        if not isinstance(val.get(metric), (int, float)):
+            raise RunError(f"{spec.name}: the selection metric {metric!r} has no validation value in trial "
+                           f"{trial} of {objective!r} (validation values: {sorted(val)}); choose a "
+                           "selection_metric / comparison.primary the protocol scores on the validation split")
+        if not math.isfinite(float(val[metric])):  # NaN would win max() from the first grid point
+            raise RunError(f"{spec.name}: trial {trial} of {objective!r}, selection seed {s}, has no finite "
+                           f"validation {metric} ({val[metric]}; record {request.out}); the grid point cannot be "
+                           "scored, so no choice is made: narrow the grid or fix what makes the metric undefined")
+        per_point[i][str(s)] = float(val[metric])
+    scores = [{"hparams": combo, "val": sum(p.values()) / len(p), "val_by_seed": p}
+              for combo, p in zip(combos, per_point)]
     sign = 1.0 if higher else -1.0
     best = max(range(len(combos)), key=lambda i: (sign * scores[i]["val"], -i))
     return {"benchmark": spec.name, "objective": objective, "metric": metric,
@@ -114,14 +114,16 @@ def _trial_options(options: RunOptions) -> RunOptions:
     return options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
 
 
-def _trial_context(context: Mapping[str, Any], objective: str, combo: dict[str, Any]) -> dict[str, Any]:
-    return {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
-
-
-def _trial_folder(spec: BenchmarkSpec, objective: str, out: Path, trial: str, seed: int) -> Path:
-    """``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or ``.../<trial>/seed<S>``."""
-    folder = out / ".selection" / spec.name / objective / trial
-    return folder if len(spec.selection_seeds) == 1 else folder / f"seed{seed}"
+def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]):
+    """Every trial of ``objective``'s grid, in the order they run: ``(grid index, combination, selection seed,
+    request, context)``. Records go to ``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or
+    ``.../<trial>/seed<S>``; the context gives the objective the combination's hyper-parameters."""
+    seeds = spec.selection_seeds
+    for i, combo in enumerate(_combos(spec.pretrain.grid[objective])):
+        ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
+        folder = out / TRIALS_DIR / spec.name / objective / trial_name(i, combo)
+        for s in seeds:
+            yield i, combo, s, CellRequest(spec, objective, s, folder if len(seeds) == 1 else folder / f"seed{s}"), ctx
 
 
 def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
@@ -132,20 +134,16 @@ def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path
     record is the one the loop in one process writes; :func:`select_hparams` then reads the records (a trial
     whose record is there is not run again) and makes the same choice. With one worker or fewer than two trials
     to run, nothing is run here."""
-    calls = []
+    if workers < 2:
+        return 0
+    todo = [o for o in objectives
+            if spec.pretrain.grid.get(o) and o not in REFERENCES and not selection_path(out, spec.name, o).exists()]
+    if todo:
+        check_test_split_fixed(spec, options)  # the same for every objective: once, before any trial
     trial_options = _trial_options(options)
-    for o in objectives:
-        grid = spec.pretrain.grid.get(o)
-        if not grid or o in REFERENCES or selection_path(out, spec.name, o).exists():
-            continue
-        check_test_split_fixed(spec, options)
-        for i, combo in enumerate(_combos(grid)):
-            ctx = _trial_context(context, o, combo)
-            for s in spec.selection_seeds:
-                request = CellRequest(spec, o, s, _trial_folder(spec, o, out, trial_name(i, combo), s))
-                if not (request.cell / "run.json").exists():
-                    calls.append((request, trial_options, ctx))
-    if workers < 2 or len(calls) < 2:
+    calls = [(request, trial_options, ctx) for o in todo for _, _, _, request, ctx in _trials(spec, o, out, context)
+             if not (request.cell / "run.json").exists()]
+    if len(calls) < 2:
         return 0
     from fusebench.training.process_pool import run_in_processes
 
@@ -251,5 +249,5 @@ def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, opt
     return ctx
 
 
-__all__ = ["SELECTION_DIR", "at_edge", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
+__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
            "select_hparams", "selection_path", "trial_name"]

@@ -120,17 +120,17 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
     return found
 
 
-def selection_progress(out: Path, bench: str) -> tuple[int, list[str]] | None:
-    """(trial records under ``out/.selection/<bench>``, objectives with a frozen choice in
-    ``out/<bench>/_selection``), or None when the benchmark has neither (no grid, or nothing run yet)."""
-    from fusebench.training.selection import SELECTION_DIR
+def selection_progress(out: Path, bench: str) -> tuple[Path, int, list[str]] | None:
+    """(the trials' folder ``out/.selection/<bench>``, the trial records in it, the objectives with a frozen choice
+    in ``out/<bench>/_selection``), or None when the benchmark has neither (no grid, or nothing run yet)."""
+    from fusebench.training.selection import SELECTION_DIR, TRIALS_DIR
 
-    trials_dir, frozen_dir = out / ".selection" / bench, out / bench / SELECTION_DIR
+    trials_dir, frozen_dir = out / TRIALS_DIR / bench, out / bench / SELECTION_DIR
     if not trials_dir.is_dir() and not frozen_dir.is_dir():
         return None
     trials = sum(1 for p in trials_dir.rglob("run.json") if p.is_file()) if trials_dir.is_dir() else 0
     frozen = sorted(p.stem for p in frozen_dir.glob("*.json") if p.is_file()) if frozen_dir.is_dir() else []
-    return trials, frozen
+    return trials_dir, trials, frozen
 
 
 def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path | None = None) -> str:
@@ -142,8 +142,8 @@ def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path |
         lines.append(f"{bench}: " + ", ".join(f"{totals[st]} {st}" for st in states) + f" ({len(cells)} cells)")
         sel = selection_progress(out, bench) if out is not None else None
         if sel is not None:
-            trials, frozen = sel
-            lines.append(f"  selection: {trials} trial record(s) under {out / '.selection' / bench}; "
+            trials_dir, trials, frozen = sel
+            lines.append(f"  selection: {trials} trial record(s) under {trials_dir}; "
                          f"{len(frozen)} objective(s) with a frozen choice"
                          + (f" ({', '.join(frozen)})" if frozen else ""))
         objs = sorted({o for o, _ in cells})
