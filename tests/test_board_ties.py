@@ -271,3 +271,11 @@ def test_index_ranks_each_modality_family_with_three_boards_on_its_own() -> None
     for b in boards.values():
         del b["groups"][0]["family"]
     assert "modality family" not in build_index(boards, None, cross_dataset_ranking(boards))
+
+
+def test_a_family_with_a_plus_is_a_code_span_and_hostile_text_is_not() -> None:
+    from fusebench.leaderboard.columns import md_code
+
+    assert md_code("image+text") == "`image+text`"
+    assert md_code("a`b") != "`a`b`" and "`" not in md_code("a`b").replace("\\`", "")  # escaped, no code span
+    assert md_code("<i>") == "&lt;i&gt;"

@@ -104,7 +104,7 @@ _MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 #: underline, an ordered list's "1." / "1)"): its marker is escaped
 _MD_BLOCK_START = re.compile(r"^(?:([#=+-])(?=[\s#=+-]|$)|(\d{1,9})([.)])(?=\s|$))")
 #: text shown as a code span as it is (ids and names of these characters); anything else is escaped text
-_MD_CODE_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@ -]*")
+_MD_CODE_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+ -]*")
 
 
 def md_text(text: object) -> str:
@@ -120,7 +120,7 @@ def md_text(text: object) -> str:
 
 
 def md_code(text: object) -> str:
-    """A name from a record as a code span when it is made of letters, digits, ``_ . @ -`` and spaces
+    """A name from a record as a code span when it is made of letters, digits, ``_ . @ + -`` and spaces
     (shown as it is), else as :func:`md_text` (a code span would show an escape literally)."""
     text = " ".join(str(text).split())
     return f"`{text}`" if _MD_CODE_SAFE.fullmatch(text) else md_text(text)

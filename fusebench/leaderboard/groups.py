@@ -229,15 +229,12 @@ def spec_family(spec) -> str | None:
     return family if isinstance(family, str) and family else None
 
 
-def spec_comparison(name: str, recs: list[RunRecord], spec=False) -> dict[str, str] | None:
-    """How the benchmark's current spec compares the rows (:func:`~fusebench.training.reference_features.
-    comparison_of`; ``reference`` only where the spec names it, else the board's default), read from
-    :func:`current_spec` (``spec``: that spec when the caller has it already); None when no spec of that
-    name is found."""
+def spec_comparison(spec) -> dict[str, str] | None:
+    """How a benchmark's current spec (:func:`current_spec`; None: no spec found) compares the rows
+    (:func:`~fusebench.training.reference_features.comparison_of`; ``reference`` only where the spec names it,
+    else the board's default); None without a spec."""
     from fusebench.training.reference_features import comparison_of
 
-    if spec is False:
-        spec = current_spec(name, recs)
     if spec is None:
         return None
     out = comparison_of(spec)
@@ -246,13 +243,13 @@ def spec_comparison(name: str, recs: list[RunRecord], spec=False) -> dict[str, s
     return out
 
 
-def _comparison(name: str, recs: list[RunRecord], spec) -> tuple[dict[str, str], str]:
+def _comparison(recs: list[RunRecord], spec) -> tuple[dict[str, str], str]:
     """(how the group's rows are compared, who says so: ``"the benchmark"``, ``"the runs"`` or ``""``): the
     benchmark's current spec when it is found (:func:`spec_comparison`: a changed comparison block reaches
     the board without re-running a cell), else the copy in the newest record that carries one, else ({}, "").
     Every record's copy is checked."""
     copies = [(r, c) for r in oldest_first(recs) if (c := _record_comparison(r)) is not None]
-    current = spec_comparison(name, recs, spec)
+    current = spec_comparison(spec)
     if current is not None:
         return current, "the benchmark"
     return (dict(copies[-1][1]), "the runs") if copies else ({}, "")
@@ -277,7 +274,7 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     ids = [m for m in order if m in seen] + [m for m in seen if m not in order]
     infos = [metric_info(m, recs) for m in ids]
     spec = current_spec(name, recs)
-    comparison, compared_by = _comparison(name, recs, spec)
+    comparison, compared_by = _comparison(recs, spec)
     primary = comparison.get("primary") or recs[0].primary_metric
     if primary not in seen:
         primary = ids[0] if seen else ""

@@ -108,6 +108,25 @@ def _family_line(ranking: dict[str, Any]) -> str:
             f"and reference rows that are the same features for every probe are one row (`≡`).")
 
 
+def _ordered(ranking: dict[str, Any]) -> list[str]:
+    """The ranked objectives, best average rank first (ties by id)."""
+    return sorted(ranking["methods"], key=lambda m: (ranking["avg"][m], m))
+
+
+def _rank_cells(ranking: dict[str, Any], m: str) -> list[str]:
+    """An objective's first cells in a ranking table: its label, average rank and place with its interval."""
+    place = ranking["places"][m]
+    return [_family_label(ranking, m), f"{ranking['avg'][m]:.2f}", f"{place['rank']} [{place['low']}-{place['high']}]"]
+
+
+def _iman_davenport(ranking: dict[str, Any]) -> str:
+    """Iman and Davenport's F_F of a ranking with its degrees of freedom and p-value."""
+    k, n, res = len(ranking["methods"]), len(ranking["boards"]), ranking["friedman"]
+    if not math.isfinite(res.iman_davenport):
+        return "Iman-Davenport F_F infinite (every board ranks the objectives alike), p = 0"
+    return f"Iman-Davenport F_F = {res.iman_davenport:.3f} ({k - 1}, {(k - 1) * (n - 1)} df), p = {fmt_p(res.iman_davenport_p)}"
+
+
 def _cd_title(ranking: dict[str, Any]) -> str:
     return (f"Average rank over {len(ranking['boards'])} real-data boards (1 = best); "
             f"Nemenyi CD at alpha = {CD_ALPHA} = {ranking['cd']:.2f}")
@@ -129,16 +148,11 @@ def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
     head = ["objective", "average rank", "place [95%]"] + [f"[{b}]({b}.md) ({md_code(ranking['primary'][b])})"
                                                          for b in boards]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in sorted(ranking["methods"], key=lambda m: (ranking["avg"][m], m)):
-        place = ranking["places"][m]
-        out.append("| " + " | ".join([_family_label(ranking, m), f"{ranking['avg'][m]:.2f}",
-                                      f"{place['rank']} [{place['low']}-{place['high']}]"]
-                                     + [f"{ranking['ranks'][m][b]:.1f}" for b in boards]) + " |")
-    f_line = (f"Iman-Davenport F_F = {res.iman_davenport:.3f} ({k - 1}, {(k - 1) * (n - 1)} df), "
-              f"p = {fmt_p(res.iman_davenport_p)}" if math.isfinite(res.iman_davenport)
-              else "Iman-Davenport F_F infinite (every board ranks the objectives alike), p = 0")
+    for m in _ordered(ranking):
+        out.append("| " + " | ".join(_rank_cells(ranking, m) + [f"{ranking['ranks'][m][b]:.1f}" for b in boards])
+                   + " |")
     out += ["", f"Friedman test (tie-corrected chi-square, {k - 1} df): chi2_F = {res.statistic:.3f}, "
-                f"p = {fmt_p(res.pvalue)}; {f_line}. Nemenyi critical difference at alpha = {CD_ALPHA}: "
+                f"p = {fmt_p(res.pvalue)}; {_iman_davenport(ranking)}. Nemenyi critical difference at alpha = {CD_ALPHA}: "
                 f"CD = q_alpha sqrt(k (k + 1) / (6 N)) = {ranking['q']:.3f} x sqrt({k} x {k + 1} / (6 x {n})) = "
                 f"{ranking['cd']:.2f}; two objectives whose average ranks differ by less than CD are not "
                 f"significantly different (joined by a bar in the diagram). With {n} datasets the test has little "
@@ -192,14 +206,9 @@ def _family_sections(families: dict[str, dict[str, Any]]) -> list[str]:
             continue
         k, n, res = len(r["methods"]), len(boards), r["friedman"]
         out += ["| objective | average rank | place [95%] |", "|---|---|---|"]
-        for m in sorted(r["methods"], key=lambda m: (r["avg"][m], m)):
-            place = r["places"][m]
-            out.append(f"| {_family_label(r, m)} | {r['avg'][m]:.2f} | {place['rank']} [{place['low']}-{place['high']}] |")
-        f_line = (f"Iman-Davenport F_F = {res.iman_davenport:.3f} ({k - 1}, {(k - 1) * (n - 1)} df), p = "
-                  f"{fmt_p(res.iman_davenport_p)}" if math.isfinite(res.iman_davenport)
-                  else "Iman-Davenport F_F infinite (every board ranks the objectives alike), p = 0")
+        out += ["| " + " | ".join(_rank_cells(r, m)) + " |" for m in _ordered(r)]
         out += ["", f"{k} objectives on all {n} boards. Friedman chi2_F = {res.statistic:.3f} ({k - 1} df), p = "
-                    f"{fmt_p(res.pvalue)}; {f_line}; Nemenyi CD at alpha = {CD_ALPHA}: {r['cd']:.2f}."]
+                    f"{fmt_p(res.pvalue)}; {_iman_davenport(r)}; Nemenyi CD at alpha = {CD_ALPHA}: {r['cd']:.2f}."]
     return out
 
 
