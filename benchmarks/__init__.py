@@ -1,6 +1,6 @@
 """Benchmark specifications (``fusebench.benchmarks``): one YAML file per benchmark in this folder.
 
-``available()`` lists them (``builtin()``: only the shipped ones), ``load(name, overrides=None, synthetic=False)`` returns a validated
+``available()`` lists them (``builtin()``: only the shipped ones; ``index()``: id -> spec path), ``load(name, overrides=None, synthetic=False)`` returns a validated
 :class:`fusebench.training.config.BenchmarkSpec`. Extra spec folders can be added through the
 ``FUSEBENCH_BENCHMARKS`` environment variable (``os.pathsep``-separated) or the entry-point group
 ``fusebench.benchmarks`` (value: a folder path or a ``module:attribute`` naming one).
@@ -74,7 +74,9 @@ def registry() -> Registry:
     return reg
 
 
-def _index() -> dict[str, Path]:
+def index() -> dict[str, Path]:
+    """id -> spec path of every benchmark, from one read of the spec folders and entry points (``path`` reads
+    them again at every call: a caller describing many benchmarks reads this once)."""
     reg = registry()
     return {name: reg.get(name) for name in reg.available()}
 
@@ -82,7 +84,7 @@ def _index() -> dict[str, Path]:
 def available(pattern: str | None = None) -> list[str]:
     import fnmatch
 
-    names = sorted(_index())
+    names = sorted(index())
     return [n for n in names if fnmatch.fnmatch(n, pattern.lower())] if pattern else names
 
 
@@ -94,7 +96,7 @@ def builtin() -> list[str]:
 
 
 def path(name: str) -> Path:
-    idx = _index()
+    idx = index()
     if name.lower() not in idx:
         hint = closest(name, list(idx))
         msg = f"unknown benchmark {name!r}."
@@ -112,7 +114,7 @@ def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = F
     try:
         return load_spec(spec_path, overrides=overrides, synthetic=synthetic)
     except SpecNameError as e:  # its name: key claims another benchmark's id: name both files
-        other = _index().get(e.claimed)
+        other = index().get(e.claimed)
         if other is None or other == spec_path:
             raise
         raise DuplicateIdError(f"benchmark id {e.claimed!r} is claimed twice: by {other} (its file name) and by "
@@ -120,4 +122,4 @@ def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = F
                                f"key or rename the file") from None
 
 
-__all__ = ["DuplicateIdError", "available", "builtin", "load", "path", "registry"]
+__all__ = ["DuplicateIdError", "available", "builtin", "index", "load", "path", "registry"]

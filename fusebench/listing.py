@@ -170,7 +170,7 @@ def main(argv: list[str]) -> int:
             print(f"fusebench list: {e}", file=sys.stderr)
             return 2
         # benchmarks: the spec folders and entry points read once, not at every id (half the listing's time)
-        paths = pkg._index() if ns.kind == "benchmarks" else {}
+        paths = pkg.index() if ns.kind == "benchmarks" else {}
         for name in names:
             try:
                 print("\n".join(describe(ns.kind, name, ns.details, paths.get(name))))
