@@ -199,6 +199,8 @@ def test_tiny_study_board_numbers_are_the_paired_gaps_of_the_records(tiny_study)
                            for s in (0, 1)]) for k in (2, 3)]
     assert f"**copies** arm, k = 2 -> 3: `none` {none[0]:.2f} -> {none[1]:.2f}" in text
     assert "input width grows with k" in text and "first protocol" not in text
+    widths = {r["config"]["encoder"]["config"]["num_features"] for r in got.values()}  # the spec's, as recorded
+    assert len(widths) == 1 and f"input width grows with k ({widths.pop()} features per view for the encoder rows" in text
     pretrained = sum(1 for key in got if key[1] in ("mv_infonce", "m3g"))
     assert (f"all {pretrained} pretrained runs took the same budget: 3 optimiser steps on batches of 16 (1 epoch), "
             "48 training samples seen") in text

@@ -195,7 +195,8 @@ def study_overrides(cell: Cell, objectives: list[str], batch_size: int, epochs: 
                   f"training sample per class, {eval_options.get('fewshot_draws')} seeded draws, each scored by a "
                   f"logistic probe and by a nearest-prototype probe (SimpleShot), the row's number from the one with "
                   f"the higher validation accuracy (fs1_best_acc, the primary metric); the probes' input width grows "
-                  f"with k (16 features per view for the encoder rows, the input views' widths for raw)"),
+                  f"with k (the encoder's num_features per view for the encoder rows, the input views' widths for "
+                  f"raw)"),
         "clustering": (f"k-means++ ({eval_options.get('n_init')} restarts) on the z-scored embeddings of "
                        f"{eval_options.get('cluster_on', 'all')} samples; clustering accuracy by Hungarian matching"),
         "kviews": cell.note(subset_seed),

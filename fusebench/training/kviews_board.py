@@ -21,12 +21,14 @@ from fusebench.training.kviews import PAIRED_WITH as REFERENCES  # the rows the 
 class StudyRuns:
     """The study's records, indexed: ``values[arm][k][cell name][objective][seed] = {metric: value}``;
     ``budgets``: one (objective, steps, samples seen, batch, micro-batch, epochs) per pretrained run;
-    ``cells[arm][k]``: cell name -> its parsed ``protocol_notes.kviews`` (or the view set)."""
+    ``cells[arm][k]``: cell name -> its parsed ``protocol_notes.kviews`` (or the view set); ``widths``: the
+    encoders' features per view (``encoder.config.num_features``) the records name."""
 
     values: dict[str, dict[int, dict[str, dict[str, dict[int, dict[str, float]]]]]]
     budgets: list[tuple[str, int, int, int | None, int | None, int]]
     cells: dict[str, dict[int, dict[str, dict[str, Any]]]]
     records: int = 0
+    widths: frozenset = frozenset()
 
     def objectives(self) -> list[str]:
         seen = {o for arm in self.values.values() for k in arm.values() for c in k.values() for o in c}
@@ -59,6 +61,7 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
     values: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(dict))))
     cells: dict = defaultdict(lambda: defaultdict(dict))
     budgets = []
+    widths = set()
     legacy = 0
     count = 0
     for path in (find_records(runs) if runs.is_dir() else []):  # the leaderboard's rule of what a record file is
@@ -80,6 +83,10 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
             cells[arm][k][rec.benchmark] = json.loads(note) if note else {}
         except ValueError:
             cells[arm][k][rec.benchmark] = {}
+        encoder = rec.config.get("encoder") if isinstance(rec.config.get("encoder"), dict) else {}
+        width = (encoder.get("config") or {}).get("num_features") if isinstance(encoder.get("config"), dict) else None
+        if isinstance(width, int) and not isinstance(width, bool):
+            widths.add(width)
         b = rec.raw.get("budget") or {}
         if b.get("batch_size") is not None:  # a pretrained run (none / raw kinds pretrain nothing)
             budgets.append((rec.objective, int(b.get("optimizer_steps", -1)), int(b.get("samples_seen", -1)),
@@ -89,7 +96,7 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
         old = (f"; {legacy} record(s) of the superseded design (one subset per k, {benchmark}-k<k>s<j>) are there: "
                "rerun `fusebench study kviews`" if legacy else "; run the study first")
         raise ValueError(f"kviews: no run records of {benchmark}-kv-<arm>-k<k>d<draw> under {runs}{old}")
-    return StudyRuns(values, budgets, cells, count)
+    return StudyRuns(values, budgets, cells, count, frozenset(widths))
 
 
 def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | None, metric: str) -> list[float]:
@@ -212,8 +219,10 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
           "design and reasons: docs/kviews.md (`fusebench.training.kviews`).", "",
           f"Read from {study.records} run records: seeds {study.seeds()}; k = {', '.join(map(str, ks))}; "
           f"{_budget_text(study)}.", "",
-          "The probes read the views' embeddings side by side, so their input width grows with k (16 features per "
-          "view for the encoder rows, the input views' own widths for `raw`): a value that rises with k mixes "
+          "The probes read the views' embeddings side by side, so their input width grows with k ("
+          + (f"{' or '.join(map(str, sorted(study.widths)))} features per view" if study.widths
+             else "the encoder's features per view") + " for the encoder rows, the input views' own widths for "
+          "`raw`): a value that rises with k mixes "
           "what the views add with the probe's capacity. A pretrained row and `none` have the same width at every "
           "k, so the gap pretrained - `none` is free of it; the values and the gaps to `raw` are not.", "",
           *([] if metrics[0][0] == PRIMARY else [
