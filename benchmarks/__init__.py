@@ -1,7 +1,7 @@
 """Benchmark specifications (``fusebench.benchmarks``): one YAML file per benchmark in this folder.
 
 ``available()`` lists them (``builtin()``: only the shipped ones; ``index()``: id -> spec path), ``load(name, overrides=None, synthetic=False)`` returns a validated
-:class:`fusebench.training.config.BenchmarkSpec`. Extra spec folders can be added through the
+:class:`fusebench.spec.config.BenchmarkSpec`. Extra spec folders can be added through the
 ``FUSEBENCH_BENCHMARKS`` environment variable (``os.pathsep``-separated) or the entry-point group
 ``fusebench.benchmarks`` (value: a folder path or a ``module:attribute`` naming one).
 
@@ -10,7 +10,7 @@ that does not exist and an entry point that cannot be imported are each named in
 :class:`~fusebench.registry.PluginWarning` and left out: the other specs still load. Two files with one
 stem, or a spec whose ``name:`` key claims another file's id, are a :class:`DuplicateIdError` naming both
 files (a ``name:`` that differs from the stem is refused when the spec is read:
-:func:`fusebench.training.config.read_spec`).
+:func:`fusebench.spec.config.read_spec`).
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def path(name: str) -> Path:
 
 
 def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = False):
-    from fusebench.training.config import SpecNameError
-    from fusebench.training.spec_check import load_spec
+    from fusebench.spec.config import SpecNameError
+    from fusebench.components.spec_check import load_spec
 
     spec_path = path(name)
     try:

@@ -301,7 +301,7 @@ def _json_meta(meta: Any, index: int) -> Any:
 
 
 def _collect_inputs(dataset: CacheableDataset, memo: dict[Path, dict[str, Any]] | None, progress: bool) -> list[dict]:
-    from fusebench.training.progress import track
+    from fusebench.runtime.progress import track
 
     root = Path(dataset.root).resolve()
     memo = {} if memo is None else memo
@@ -337,7 +337,7 @@ def prepare(
     written (disk full, read-only or unwritable ``base``: any ``OSError`` while writing); on any
     exception (Ctrl-C included) nothing is left behind.
     """
-    from fusebench.training.progress import track
+    from fusebench.runtime.progress import track
 
     out = cache_dir(dataset, base)
     n = len(dataset)
@@ -729,7 +729,7 @@ def list_caches(dataset_id: str, root: str | os.PathLike | None = None, base: st
 
 def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
     """Recompute every hash recorded in ``folder``'s manifest; return the problems found ([] = valid)."""
-    from fusebench.training.progress import track
+    from fusebench.runtime.progress import track
 
     folder = Path(folder)
     try:

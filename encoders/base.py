@@ -7,7 +7,7 @@ A backbone built by ``fusebench.encoders.build(name, **cfg)`` consumes the colla
 * ``modalities: list[str]`` — the modalities it encodes, in view order;
 * ``input_kinds`` (class attribute) — the modality kinds it reads (``vector``, ``signal``, ...);
 * ``large_model`` (class attribute) — True where intra-op threads pay on the CPU (ESANet, PointNet++,
-  VoteNet); a cell of any other encoder computes with one thread (:mod:`fusebench.training.threads`);
+  VoteNet); a cell of any other encoder computes with one thread (:mod:`fusebench.engine.threads`);
 * ``num_features: int`` — width of each per-modality pooled embedding;
 * ``embed(batch) -> Tensor[k, n, num_features]`` — one pooled embedding per modality: the views fed
   (through a projection head owned by the trainer) to the pretraining objectives;
@@ -22,7 +22,7 @@ A backbone built by ``fusebench.encoders.build(name, **cfg)`` consumes the colla
 
 A head is an ``nn.Module`` called as ``head(features, batch)``; the task owns its loss and the form of
 its predictions (:mod:`fusebench.tasks`; a head may define ``loss`` / ``predict`` itself, as VoteNet's
-does). :class:`fusebench.training.model.TaskModel` puts a backbone and its task head together as a
+does). :class:`fusebench.components.model.TaskModel` puts a backbone and its task head together as a
 :class:`MultimodalModel`:
 
 * ``embed(batch)`` — the backbone's pooled embeddings;
@@ -53,7 +53,7 @@ class Backbone(nn.Module):
     #: of another kind is refused when the spec is loaded, naming both. None: not declared (not checked)
     input_kinds: ClassVar[tuple[str, ...] | None] = None
     #: heavy enough per sample (convolutions on images, point sets) that a CPU cell computes with its share of the
-    #: CPUs; False: one intra-op thread, which small models are fastest with (fusebench/training/threads.py)
+    #: CPUs; False: one intra-op thread, which small models are fastest with (fusebench/engine/threads.py)
     large_model: ClassVar[bool] = False
 
     def embed(self, batch: dict[str, Any]) -> Tensor:  # pragma: no cover - interface
@@ -89,7 +89,7 @@ def zero_absent(z: Tensor, batch: dict[str, Any], modalities: list[str]) -> Tens
 
 
 class MultimodalModel(nn.Module):
-    """A backbone with a task head (:class:`fusebench.training.model.TaskModel`): the interface the
+    """A backbone with a task head (:class:`fusebench.components.model.TaskModel`): the interface the
     runner's downstream phase uses."""
 
     modalities: list[str]

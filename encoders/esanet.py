@@ -284,7 +284,7 @@ class ESANet(Backbone):
     """
 
     input_kinds = ("image", "depth", "normal")  # the modality kinds it reads (encoders/base.py)
-    large_model = True  # convolutions on images / point sets: intra-op threads pay (training/threads.py)
+    large_model = True  # convolutions on images / point sets: intra-op threads pay (engine/threads.py)
 
     default_task = "segmentation"
 

@@ -461,7 +461,7 @@ class PointNet2Encoder(Backbone):
     """
 
     input_kinds = ("points", "point_features")  # the modality kinds it reads (encoders/base.py)
-    large_model = True  # convolutions on images / point sets: intra-op threads pay (training/threads.py)
+    large_model = True  # convolutions on images / point sets: intra-op threads pay (engine/threads.py)
 
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"),
                  config: str | BackboneConfig = "votenet") -> None:

@@ -76,7 +76,7 @@ from fusebench.encoders.pointnet2 import (
     synthetic_scenes,
 )
 from fusebench.geometry3d import nms_3d, points_in_boxes
-from fusebench.training.utils import value_checks
+from fusebench.runtime.utils import value_checks
 
 #: VoteNet sunrgbd_utils.type_mean_size, in SUNRGBD_CLASSES order: full sizes (dx, dy, dz) in metres
 SUNRGBD_MEAN_SIZES = (
@@ -331,7 +331,7 @@ class VoteNet(Backbone):
     ``per_class_proposal`` and ``conf_thresh`` configure the head."""
 
     input_kinds = ("points", "point_features")  # the modality kinds it reads (encoders/base.py)
-    large_model = True  # convolutions on images / point sets: intra-op threads pay (training/threads.py)
+    large_model = True  # convolutions on images / point sets: intra-op threads pay (engine/threads.py)
 
     default_task = "detection"
 

@@ -1,5 +1,5 @@
 """Hyper-parameter grids (bottom layer, no torch): :func:`at_edge`, the one rule for "the chosen value lies on
-an edge of its grid", used where a selection is made (:mod:`fusebench.training.selection`) and where a board
+an edge of its grid", used where a selection is made (:mod:`fusebench.sweep.selection`) and where a board
 reads one back from records written without it (:mod:`fusebench.leaderboard.sensitivity`)."""
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ on that id: it looks the pipeline up here (:func:`pipeline_of`) and reads what t
 * :attr:`Pipeline.builds_encoder`: the cell builds the spec's registered encoder (``encoder.id``), whose
   options are then checked when the spec is loaded;
 * :meth:`Pipeline.spec_problems`: what a spec of this pipeline must also say (checked when it is loaded);
-* :attr:`Pipeline.precisions`: the precision policies (``precision:``, :mod:`fusebench.training.precision`)
+* :attr:`Pipeline.precisions`: the precision policies (``precision:``, :mod:`fusebench.spec.precision`)
   the pipeline applies; another one is refused when the spec is loaded.
 
 Built-ins: ``standard`` (dataset adapter -> encoder -> pretraining -> downstream protocol,
-:mod:`fusebench.training.standard`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
-closed-form synthetic views, :mod:`fusebench.training.gaussian_mi`; its option checks,
+:mod:`fusebench.cells.standard`) and ``gaussian_mi`` (the poly-view Gaussian MI experiment on
+closed-form synthetic views, :mod:`fusebench.cells.gaussian_mi`; its option checks,
 :func:`gaussian_mi_options_problems`, are here). Pipelines are registered like
 every other component (lowercase ids, duplicate ids an error); plugins come through the entry-point
 group ``fusebench.pipelines`` (value ``"package.module:PipelineClass"``, a :class:`Pipeline` subclass).
@@ -64,7 +64,7 @@ class Pipeline:
     downstream: ClassVar[bool] = True
     #: the cell builds the spec's registered encoder (``encoder.id``, options in ``encoder.config``)
     builds_encoder: ClassVar[bool] = False
-    #: the precision policies the cell applies (fusebench.training.precision); others are refused at spec load
+    #: the precision policies the cell applies (fusebench.spec.precision); others are refused at spec load
     precisions: ClassVar[tuple[str, ...]] = ("32",)
     #: the keys of the spec's top-level ``options`` the cell reads; any other key (besides ``board`` and the
     #: downstream protocol's ``options_key``) is refused at spec load, naming the closest
@@ -72,7 +72,7 @@ class Pipeline:
     #: the spec fields the cell applies (dotted: a section such as ``options``, or one field such as
     #: ``pretrain.lr``) besides :data:`SHARED_FIELDS`; None: every field. A field outside them is refused at
     #: spec load unless it is at its default (:func:`unapplied_settings`), and is no part of a cell's
-    #: identity (its config hash: :func:`applied_form`, read by ``fusebench.training.config.cell_identity``)
+    #: identity (its config hash: :func:`applied_form`, read by ``fusebench.spec.config.cell_identity``)
     applies: ClassVar[tuple[str, ...] | None] = None
 
     #: the function that runs this pipeline's cell, ``"module:function"`` with the signature of
@@ -80,8 +80,8 @@ class Pipeline:
     cell: ClassVar[str | None] = None
 
     def run_cell(self, request: Any, options: Any, context: dict[str, Any], trackers: Any) -> dict[str, Any]:
-        """Run the cell ``request`` (a :class:`fusebench.training.request.CellRequest`; its folder is
-        ``request.cell``) as ``options`` (:class:`~fusebench.training.request.RunOptions`) say, write its
+        """Run the cell ``request`` (a :class:`fusebench.spec.request.CellRequest`; its folder is
+        ``request.cell``) as ``options`` (:class:`~fusebench.spec.request.RunOptions`) say, write its
         ``run.json`` and return the record. ``context``: what the sweep measured once (git state, data
         fingerprint, the hyper-parameters chosen on validation); ``trackers``: the cell's experiment trackers.
         The base calls the function :attr:`cell` names; a subclass may override this method instead."""
@@ -118,7 +118,7 @@ class StandardPipeline(Pipeline):
     downstream = True
     builds_encoder = True
     precisions = ("32", "tf32", "bf16-mixed", "16-mixed")
-    cell = "fusebench.training.standard:run_standard_cell"
+    cell = "fusebench.cells.standard:run_standard_cell"
 
     def spec_problems(self, spec: Any) -> list[str]:
         """A dataset id, an encoder id and at least one metric (the selection metric among them)."""
@@ -148,7 +148,7 @@ class GaussianMIPipeline(Pipeline):
     reads_dataset = False
     downstream = False
     builds_encoder = False
-    cell = "fusebench.training.gaussian_mi:run_cell"
+    cell = "fusebench.cells.gaussian_mi:run_cell"
     options = ("samples_per_batch", "multiplicities", "sigma0", "sigma", "steps_per_epoch", "eval_batches",
                "validity_alpha")  # checked by gaussian_mi_options_problems
 
@@ -247,7 +247,7 @@ def available(pattern: str | None = None) -> list[str]:
     return PIPELINES.available(pattern)
 
 
-#: the level of the one-sided test that flags a Gaussian-MI bound above the true MI (fusebench/training/gaussian_mi.py)
+#: the level of the one-sided test that flags a Gaussian-MI bound above the true MI (fusebench/cells/gaussian_mi.py)
 DEFAULT_VALIDITY_ALPHA = 0.01
 
 

@@ -8,10 +8,10 @@ pretrain nothing:
 * ``none``: the benchmark's encoders at random initialisation, through the same downstream protocol (frozen
   for the probes, trained for fine-tuning): what pretraining adds is measured against it;
 * ``raw`` and the other input-feature rows of the ``embedding_eval`` protocol: features computed from the
-  input views themselves (:mod:`fusebench.training.reference_features` computes them; the formulas below).
+  input views themselves (:mod:`fusebench.components.reference_features` computes them; the formulas below).
 
 Which reference rows a benchmark may list is its downstream protocol's declaration
-(:mod:`fusebench.training.protocols`, ``reference_rows``). This module imports nothing: the ids are read by the
+(:mod:`fusebench.components.protocols`, ``reference_rows``). This module imports nothing: the ids are read by the
 spec check, the runner, the record builder and the boards alike.
 """
 

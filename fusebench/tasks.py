@@ -28,7 +28,7 @@ precision (the metrics themselves reduce in float64, :mod:`fusebench.metrics.arr
 
 Tasks are registered like every other component (lowercase ids, entry-point group
 ``fusebench.tasks``), so a new task family is a new entry, not an if-branch in the runner.
-:class:`fusebench.training.model.TaskModel` puts a backbone, its head and the task together.
+:class:`fusebench.components.model.TaskModel` puts a backbone, its head and the task together.
 """
 
 from __future__ import annotations

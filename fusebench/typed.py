@@ -1,7 +1,7 @@
 """Typed parsing of settings (layer 0): a mapping read from YAML or ``--set`` becomes a dataclass, with
 every key and type checked, and one :class:`ConfigError` naming the key (``where``) and what was
-expected when something is wrong. The benchmark spec (:mod:`fusebench.training.config`) and the
-pretraining methods' options (:mod:`fusebench.training.methods`) are parsed with it.
+expected when something is wrong. The benchmark spec (:mod:`fusebench.spec.config`) and the
+pretraining methods' options (:mod:`fusebench.spec.methods`) are parsed with it.
 
 YAML settings are read with :func:`load_yaml`: PyYAML's safe loader (plain data only) within two limits,
 checked while the document is composed, before any Python object is built: nesting depth

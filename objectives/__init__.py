@@ -24,7 +24,7 @@ from fusebench.registry import PluginError, Registry, UnknownNameError
 
 def _describe(cls: Any) -> dict[str, Any]:
     """Metadata read off an objective class: paper, input kind, view limits, mask support, version, the
-    pretraining methods it builds on (``fusebench.training.methods``), options."""
+    pretraining methods it builds on (``fusebench.spec.methods``), options."""
     from fusebench.options import options_of
 
     meta = {k: getattr(cls, k) for k in ("paper", "input_kind", "min_views", "max_views", "supports_mask", "version",

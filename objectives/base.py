@@ -16,11 +16,11 @@ tensors, non-tensors) are passed unchanged. Forward pre-hooks see the caller's t
 upcast); forward hooks see the loss in the compute dtype. The CUDA matrix products and convolutions of the
 forward run in full float32 too: the TF32 switches (``fp32_precision`` of cuBLAS and cuDNN) are set to
 ``ieee`` for the forward call and restored when it returns
-(:func:`fusebench.training.precision.full_float32`), whatever the precision policy of the run, so the loss
+(:func:`fusebench.spec.precision.full_float32`), whatever the precision policy of the run, so the loss
 value is full float32. Its backward runs later, with the switches restored: the products of the objective's
 gradient follow the run's policy (TF32 under ``--precision tf32``, like the encoders').
 
-Inside the training loop's steps (:func:`fusebench.training.utils.deferred_value_checks`) the checks that
+Inside the training loop's steps (:func:`fusebench.runtime.utils.deferred_value_checks`) the checks that
 would read the device are left to the loop: the NaN / Inf scan of the views (the loop stops on the
 non-finite loss they give) and the test whether a mask is full (the Pretrainer passes a mask only when its
 host-side check of the batch found a missing view).
@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fusebench.training.precision import full_float32
-from fusebench.training.utils import value_checks
+from fusebench.spec.precision import full_float32
+from fusebench.runtime.utils import value_checks
 
 #: floating dtypes an objective never computes in: tensor arguments in them are upcast to float32
 HALF_DTYPES = frozenset({torch.float16, torch.bfloat16})
@@ -66,7 +66,7 @@ def compute_in_float32(forward: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap an objective's ``forward``: autocast off (for every device type where it is on: the tensor
     arguments' devices, the CPU and :data:`AUTOCAST_DEVICE_TYPES`) and bfloat16 / float16 tensor arguments,
     positional or keyword, upcast to float32 (differentiably: gradients reach the half-precision tensors);
-    the TF32 switches off for the call (:func:`fusebench.training.precision.full_float32`).
+    the TF32 switches off for the call (:func:`fusebench.spec.precision.full_float32`).
     Applied to every subclass's own ``forward`` by :meth:`MultiViewObjective.__init_subclass__`; idempotent."""
     if getattr(forward, "_fusebench_compute_in_float32", False):
         return forward
@@ -120,7 +120,7 @@ class MultiViewObjective(nn.Module):
     #: bumped when the loss's definition changes; part of a run record's comparability key
     #: (fusebench.records), so runs of different definitions are never ranked together
     version: ClassVar[str] = "1"
-    #: the pretraining methods this loss builds on (ids of ``fusebench.training.methods.METHODS``,
+    #: the pretraining methods this loss builds on (ids of ``fusebench.spec.methods.METHODS``,
     #: each with its typed options under ``pretrain.methods.<id>``): their heads, loss computation,
     #: per-step and per-epoch steps. A view objective may train in the M3G Sec. 4 view rotation
     #: (``view_rotation``, off unless its options turn it on); BYOL names ``ema_teacher``,

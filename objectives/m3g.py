@@ -161,7 +161,7 @@ class M3G(MultiViewObjective):
         the solver path this configuration takes (:mod:`fusebench.objectives.m3g_memory`). Raises the
         ValueError the call itself would raise when the reference solver would materialise more than
         ``MAX_DENSE_ENTRIES`` entries. The runner checks it against a memory budget before any cell starts
-        (:mod:`fusebench.training.memory_budget`)."""
+        (:mod:`fusebench.components.memory_budget`)."""
         from fusebench.objectives import m3g_memory
 
         itemsize = torch.empty((), dtype=torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype).element_size()

@@ -2,7 +2,7 @@
 
 M3G's cost grows as n^k (n samples, k views), so a batch that is cheap at k = 3 can need tens of GB at
 k = 10. The runner checks this estimate against a memory budget before any cell starts
-(:mod:`fusebench.training.memory_budget`). The estimate is worked out from the buffers each solver path
+(:mod:`fusebench.components.memory_budget`). The estimate is worked out from the buffers each solver path
 allocates, counted in entries of the compute dtype; ``tests/test_hostile_budget.py`` checks it on small sizes
 in fresh processes: the counted buffers against the bytes alive at once (the resident peak with glibc's mmap
 threshold fixed, the same in every run: never below it, at most 4x above), the whole declaration, heap

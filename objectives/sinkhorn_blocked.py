@@ -85,9 +85,9 @@ def _run(ops: list[_Op]) -> None:
 
 def _precision_key() -> tuple:
     """What a captured float32 matrix product depends on (whether TF32 may be used), read through the API the
-    switches are set with (:func:`fusebench.training.precision.matmul_precision_key`: under ``--precision tf32``
+    switches are set with (:func:`fusebench.spec.precision.matmul_precision_key`: under ``--precision tf32``
     PyTorch refuses the legacy getters)."""
-    from fusebench.training.precision import matmul_precision_key
+    from fusebench.spec.precision import matmul_precision_key
 
     return matmul_precision_key()
 

@@ -71,7 +71,7 @@ from torch import Tensor
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives.infonce import check_tau, neg_fill
-from fusebench.training.utils import value_checks
+from fusebench.runtime.utils import value_checks
 
 __all__ = [
     "TupleInfoNCE",
@@ -287,7 +287,7 @@ class TupleInfoNCE(MultiViewObjective):
     min_views: ClassVar[int] = 2  # anchor and positive, stacked for validation
     max_views: ClassVar[int | None] = 2
     #: tuple fusion, augmentation, k-disturbed negatives and Algorithm 1 (sample optimisation), with
-    #: their options under ``pretrain.methods.tuple_infonce`` (fusebench.training.tuple_method)
+    #: their options under ``pretrain.methods.tuple_infonce`` (fusebench.components.tuple_method)
     pretrain_methods: ClassVar[tuple[str, ...]] = ("tuple_infonce",)
 
     def __init__(self, tau: float = 0.07) -> None:

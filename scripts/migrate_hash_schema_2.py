@@ -3,7 +3,7 @@
 Hash schema 1 hashed the whole spec, with the built-in methods' options as the flat ``pretrain`` keys
 they had before methods had options (``tuple_*``, ``embedding_noise``, ``ema_teacher``, ``ema_momentum``,
 ``m3g_view_rotation``), fields added later written only when set, and a precision of ``32`` left out.
-Hash schema 2 (``fusebench/training/config.py``) stores the spec with ``pretrain.methods.<id>`` holding
+Hash schema 2 (``fusebench/spec/config.py``) stores the spec with ``pretrain.methods.<id>`` holding
 the options that differ from their defaults, every field written, and hashes per cell what determines
 the cell (``cell_identity``: no board text, sweep lists or checkpoint spacing; the per-objective tables
 of ``pretrain`` cut to the cell's objective).
@@ -17,7 +17,7 @@ rewrites exactly these fields and nothing else:
   new one at its path, or, for a flat method key, at ``pretrain.methods.<id>.<option>`` (absent there
   when it is the option's default); what the new form adds is a default (a field the spec gained after
   the run: the behaviour it names was the default's) or ``precision: "32"``.
-* ``config_hash``: :func:`fusebench.training.config.config_hash` of the new config and the objective, schema 2.
+* ``config_hash``: :func:`fusebench.spec.config.config_hash` of the new config and the objective, schema 2.
 * ``hash_schema``: ``2``.
 * ``comparability_key``: recomputed from the new config (schema-2 records).
 
@@ -37,8 +37,8 @@ from typing import Any
 
 from fusebench.io import atomic_write_json
 from fusebench.records import comparability_key, read_record_json, validate_record
-from fusebench.training import methods as M
-from fusebench.training.config import RENAMED_PRETRAIN_KEYS, BenchmarkSpec, config_hash, spec_from_dict
+from fusebench.spec import methods as M
+from fusebench.spec.config import RENAMED_PRETRAIN_KEYS, BenchmarkSpec, config_hash, spec_from_dict
 
 HASH_SCHEMA_VERSION = 2  # what this script writes (a record at schema 2 or later is left alone)
 

@@ -1,6 +1,6 @@
 """Migrate run records to hash schema 3, once (issue #29): ``python scripts/migrate_hash_schema_3.py DIR...``.
 
-Hash schema 3 (``fusebench/training/config.py``) keeps schema 2's canonical form and hashes per cell only
+Hash schema 3 (``fusebench/spec/config.py``) keeps schema 2's canonical form and hashes per cell only
 what the cell computes with: schema 2's identity without the fields the cell's pipeline does not apply
 (``Pipeline.applies``: for ``gaussian_mi`` e.g. ``pretrain.batch_size``), without the options of the
 pretraining methods that do not join the objective's runs, and without ``pretrain.selection_seed`` when
@@ -13,7 +13,7 @@ is intact), then rewrites exactly these fields and nothing else:
 
 * ``config.dataset.synthetic_spec``: ``{}`` when the record was made on real data (``dataset.synthetic``
   false, the spec not ``synthetic_only``); unchanged otherwise;
-* ``config_hash``: :func:`fusebench.training.config.config_hash` of the config and the objective, schema 3;
+* ``config_hash``: :func:`fusebench.spec.config.config_hash` of the config and the objective, schema 3;
 * ``hash_schema``: ``3``;
 * ``comparability_key``: recomputed (schema-2 records; it changes only where the config did).
 
@@ -37,10 +37,10 @@ from typing import Any
 
 from fusebench.io import atomic_write_json
 from fusebench.records import comparability_key, read_record_json, validate_record
-from fusebench.training.config import config_hash
+from fusebench.spec.config import config_hash
 
 FROM_SCHEMA = 2
-TO_SCHEMA = 3  # what this script writes, whatever fusebench.training.config.HASH_SCHEMA_VERSION is now
+TO_SCHEMA = 3  # what this script writes, whatever fusebench.spec.config.HASH_SCHEMA_VERSION is now
 
 
 def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:

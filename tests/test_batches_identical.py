@@ -11,7 +11,7 @@ import torch
 
 from fusebench import datasets
 from fusebench.datasets.collate import collate
-from fusebench.training import data
+from fusebench.engine import data
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -32,10 +32,11 @@ import fusebench
 from fusebench import benchmarks, objectives
 from fusebench.datasets.base import DatasetNotFoundError
 from fusebench.registry import UnknownNameError
-from fusebench.training import compat, runner
-from fusebench.training.config import ConfigError
-from fusebench.training.spec_check import load_spec
-from fusebench.training.standard import build_model
+from fusebench.components import compat
+from fusebench.sweep import runner
+from fusebench.spec.config import ConfigError
+from fusebench.components.spec_check import load_spec
+from fusebench.cells.standard import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "none"

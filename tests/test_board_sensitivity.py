@@ -1,7 +1,7 @@
 """The hyper-parameter sensitivity section of a ranked board (issue #30, item 2): every grid point's
 validation score per tuned objective (mean over the selection seeds), the chosen point marked, grid edges
 said, as a table and a plot; read from the records' ``hparam_selection`` in both layouts (the committed
-records' and the frozen selection files of fusebench/training/selection.py); test scores never shown."""
+records' and the frozen selection files of fusebench/sweep/selection.py); test scores never shown."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ OLD = {"choice": {"tau": 0.1}, "grid": {"tau": [0.1, 0.5]}, "metric": "validatio
                   {"hparams": {"tau": 0.5}, "val": 0.70, "val_by_seed": {"1000": 0.7, "1001": 0.7, "1002": 0.7},
                    "test": 0.5678}],
        "seed": 1000, "seeds": [1000, 1001, 1002]}
-# a frozen selection file's layout (fusebench.training.selection): metric id, rule, at_edge, identity fields
+# a frozen selection file's layout (fusebench.sweep.selection): metric id, rule, at_edge, identity fields
 NEW = {"benchmark": "toy", "objective": "m3g", "metric": "acc", "rule": "mean validation acc ...",
        "grid": {"eps": [0.05, 0.1, 0.2]}, "seed": 1000, "seeds": [1000, 1001],
        "scores": [{"hparams": {"eps": 0.05}, "val": 0.6, "val_by_seed": {"1000": 0.6, "1001": 0.6}},
@@ -133,7 +133,7 @@ def test_malformed_score_is_one_error_and_nothing_is_written(tmp_path: Path) -> 
     ({"b": [True, False]}, {"b": True}, []), ({"x": [1, 1]}, {"x": 1}, []), ({"x": [1, 2]}, {}, [])])
 def test_edge_rule_is_one_function_for_the_selection_and_the_board(grid: dict, choice: dict, edge: list) -> None:
     from fusebench.leaderboard import sensitivity
-    from fusebench.training import selection
+    from fusebench.sweep import selection
 
     assert at_edge(grid, choice) == edge  # worked out by hand
     assert selection.at_edge is at_edge and sensitivity.at_edge is at_edge  # one rule (fusebench.grids)

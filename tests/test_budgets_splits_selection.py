@@ -12,12 +12,12 @@ import torch
 
 import fusebench
 from fusebench import benchmarks, objectives
-from fusebench.training.config import ConfigError
-from fusebench.training.spec_check import load_spec
-from fusebench.training.pretrain import Pretrainer
-from fusebench.training.data import build_datasets, input_views
-from fusebench.training.reference_features import REFERENCES
-from fusebench.training.standard import build_model
+from fusebench.spec.config import ConfigError
+from fusebench.components.spec_check import load_spec
+from fusebench.engine.pretrain import Pretrainer
+from fusebench.engine.data import build_datasets, input_views
+from fusebench.components.reference_features import REFERENCES
+from fusebench.cells.standard import build_model
 
 FAST = {"pretrain.epochs": 1, "pretrain.grid": {}, "pretrain.batch_size": 32,
         "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 2},
@@ -145,7 +145,7 @@ def test_one_list_of_reference_rows() -> None:
     """The leaderboard keeps its own copy of the reference-row ids (it must not import torch): it
     must equal the runner's."""
     from fusebench import leaderboard
-    from fusebench.training.reference_features import REFERENCE_KINDS
+    from fusebench.components.reference_features import REFERENCE_KINDS
 
     assert tuple(leaderboard.REFERENCE_ROWS) == tuple(REFERENCES) == ("none", *REFERENCE_KINDS)
 
@@ -153,7 +153,7 @@ def test_one_list_of_reference_rows() -> None:
 def test_a_grid_over_a_method_option_reaches_the_method(tmp_path: Path, fixtures_dir: Path) -> None:
     """BYOL has no objective argument to search; `methods.<id>.<option>` grid keys search the option of
     its pretraining method (here the EMA teacher's momentum) on the validation split."""
-    from fusebench.training import methods as M
+    from fusebench.spec import methods as M
 
     spec = load_spec(benchmarks.path("mv-ngs"), overrides=FAST)
     kwargs, meth = M.split_method_keys({"tau": 0.1, "methods.ema_teacher.momentum": 0.9})
@@ -188,7 +188,7 @@ def test_bad_method_grid_keys_are_refused_at_load(grid, msg) -> None:
 
 
 def test_a_trial_folder_is_one_path_component_whatever_the_grid_value() -> None:
-    from fusebench.training.selection import trial_name
+    from fusebench.sweep.selection import trial_name
 
     assert trial_name(0, {"tau": 0.1}) == "trial0-tau0.1"  # the committed trials' names
     assert trial_name(1, {"methods.byol_pwe.momentum": 0.99}) == "trial1-methods.byol_pwe.momentum0.99"

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from fusebench import metrics
-from fusebench.training import embedding_eval as E
-from fusebench.training.embedding_eval import probe_and_cluster
-from fusebench.training.utils import single_thread
-from fusebench.training.kmeans import kmeans
+from fusebench.probes import embedding_eval as E
+from fusebench.probes.embedding_eval import probe_and_cluster
+from fusebench.runtime.utils import single_thread
+from fusebench.probes.kmeans import kmeans
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from fusebench import benchmarks
 from fusebench.leaderboard import benchmark_table, load_runs
 from fusebench.records import comparability_key
-from fusebench.training.config import ConfigError, config_hash, parse_override
+from fusebench.spec.config import ConfigError, config_hash, parse_override
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "leaderboards" / "runs"

@@ -20,9 +20,10 @@ import pytest
 import torch
 
 from fusebench import benchmarks
-from fusebench.training import compat, runner
-from fusebench.training.execute import run_cell, sweep_context
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.components import compat
+from fusebench.sweep import runner
+from fusebench.cells.execute import run_cell, sweep_context
+from fusebench.spec.request import CellRequest, RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "leaderboards" / "runs"

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from fusebench.training.diagnostics import alignment, effective_rank, representation_diagnostics, uniformity
+from fusebench.components.diagnostics import alignment, effective_rank, representation_diagnostics, uniformity
 
 
 def test_alignment() -> None:

@@ -13,8 +13,8 @@ import torch.multiprocessing as mp
 
 from fusebench import objectives
 from fusebench.encoders.mlp import MLPEncoder
-from fusebench.training.config import PretrainConfig
-from fusebench.training.pretrain import Pretrainer
+from fusebench.spec.config import PretrainConfig
+from fusebench.engine.pretrain import Pretrainer
 
 N, DIMS = 8, {"a": 5, "b": 6, "c": 7}
 
@@ -34,7 +34,7 @@ def _shard(batch: dict, rank: int, world: int, sizes: bool = False) -> dict:
     out = {"names": batch["names"], "modalities": {m: t[lo:hi] for m, t in batch["modalities"].items()},
            "present": batch["present"][:, lo:hi]}
     if sizes:  # as the loader's sharded batches carry them
-        from fusebench.training.distributed import shard_sizes
+        from fusebench.runtime.distributed import shard_sizes
 
         out["shard_sizes"] = shard_sizes(N, world)
     return out
@@ -43,7 +43,7 @@ def _shard(batch: dict, rank: int, world: int, sizes: bool = False) -> dict:
 def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str, wrapper: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
-    from fusebench.training.distributed import average_gradients, gather_with_grad
+    from fusebench.runtime.distributed import average_gradients, gather_with_grad
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -110,7 +110,7 @@ def test_two_process_gloo_matches_single_process(tmp_path: Path, objective: str,
 
 
 def test_shard_sizes_are_the_shards_sizes() -> None:
-    from fusebench.training.distributed import shard_sizes
+    from fusebench.runtime.distributed import shard_sizes
 
     for n, w in ((10, 3), (8, 2), (7, 4), (2, 2)):
         want = tuple(len(list(range(n))[r * n // w:(r + 1) * n // w]) for r in range(w))  # shard()'s slices

@@ -21,7 +21,15 @@ PACKAGES = (
     "fusebench.encoders",
     "fusebench.metrics",
     "fusebench.datasets",
-    "fusebench.training",
+    "fusebench.runtime",
+    "fusebench.spec",
+    "fusebench.components",
+    "fusebench.engine",
+    "fusebench.probes",
+    "fusebench.records",
+    "fusebench.cells",
+    "fusebench.sweep",
+    "fusebench.studies",
 )
 
 #: modules with examples when this test was written (fusebench.objectives.{infonce, multicrop,

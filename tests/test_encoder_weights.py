@@ -24,7 +24,7 @@ import torch
 
 import fusebench
 from fusebench import benchmarks, encoders
-from fusebench.training.config import ConfigError
+from fusebench.spec.config import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
@@ -80,7 +80,7 @@ def test_linear_probe_round_trip(tmp_path: Path) -> None:
     fusebench.run(LP, objective=["infonce_pwe", "none"], seeds=[0], out=tmp_path, overrides=dict(LP_SET),
                   progress=False)
     best = tmp_path / LP / "infonce_pwe" / "seed0" / "best.pt"
-    from fusebench.training.cli import main
+    from fusebench.cli.run import main
 
     assert main([LP, "--objective", "mine", "--seeds", "0", "--out", str(tmp_path), "--no-progress",
                  "--encoder-weights", f"mine={best}", "--set", "pretrain.epochs=1", "--set", "downstream.epochs=2"]) == 0
@@ -113,8 +113,8 @@ def _mlp_state(hidden: int = 128) -> dict[str, torch.Tensor]:
 
 
 def test_the_encoder_built_here_is_the_cells() -> None:  # what _mlp_state builds is what the cell builds
-    from fusebench.training.data import build_datasets
-    from fusebench.training.standard import encoder_config
+    from fusebench.engine.data import build_datasets
+    from fusebench.cells.standard import encoder_config
 
     spec = benchmarks.load(EMB, synthetic=True)
     cfg = encoder_config(spec, build_datasets(spec, True, None, 0, roles=("train",))["train"])
@@ -182,7 +182,7 @@ def test_a_pickle_is_never_trusted(tmp_path: Path) -> None:
 
 
 def test_cli_flag_shape_and_missing_file(tmp_path: Path, capsys) -> None:
-    from fusebench.training.cli import main
+    from fusebench.cli.run import main
 
     with pytest.raises(SystemExit):
         main([EMB, "--synthetic", "--encoder-weights", "no-equals-sign"])

@@ -17,7 +17,7 @@ from fusebench.encoders.esanet import (ESANet, LearnedUpsample, NonBottleneck1D,
                                        SqueezeExcitation)
 from fusebench.encoders.heads import EMATeacher, MultiViewHead, ProjectionHead, cosine_momentum
 from fusebench.encoders.seq_transformer import SeqTransformer
-from fusebench.training.model import for_backbone
+from fusebench.components.model import for_backbone
 
 
 @pytest.fixture(autouse=True, scope="module")

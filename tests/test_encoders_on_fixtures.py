@@ -9,7 +9,7 @@ import torch
 
 from fusebench import datasets, encoders
 from fusebench.datasets.collate import collate
-from fusebench.training.model import for_backbone
+from fusebench.components.model import for_backbone
 
 NOCACHE = {"use_cache": False, "augment": False}
 

@@ -23,7 +23,7 @@ FAST = [["--help"], ["--version"], ["run", "--help"], ["leaderboard", "--help"],
         ["study", "--help"], ["study", "kviews", "--help"], ["bench", "--help"], ["bench", "threads", "--help"],
         ["bench", "leaderboard", "--help"], ["bench", "encoders", "--help"], ["list", "--help"],
         ["list", "pipelines"], ["list", "benchmarks"], ["list", "rows"],
-        # the built-ins from fusebench/listing_builtins.json (tests/test_listing_builtins.py)
+        # the built-ins from fusebench/cli/listing_builtins.json (tests/test_listing_builtins.py)
         *[["list", kind, *extra] for kind in ("objectives", "datasets", "encoders", "metrics")
           for extra in ([], ["--details"])], ["list", "objectives", "infonce*"], ["list", "objectives", "--help"],
         ["data", "--help"], ["data", "info", "--help"], ["data", "prepare", "--help"], ["data", "check", "--help"],
@@ -54,7 +54,7 @@ def test_list_rows_names_every_reference_row_a_protocol_offers(capsys) -> None:
     """#35: the reference rows are declared once (fusebench.rows) and listed; every protocol's rows are among them."""
     from fusebench import rows
     from fusebench.cli import main
-    from fusebench.training.protocols import PROTOCOLS
+    from fusebench.components.protocols import PROTOCOLS
 
     assert main(["list", "rows"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusebench.training.config import ConfigError
+from fusebench.spec.config import ConfigError
 import torch
 from scipy import stats
 
 from fusebench import benchmarks, objectives
-from fusebench.training import gaussian_mi as G
+from fusebench.cells import gaussian_mi as G
 from fusebench.pipelines import gaussian_mi_options_problems
-from fusebench.training.request import CellRequest
+from fusebench.spec.request import CellRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "leaderboards" / "runs" / "polyview-gaussian-mi"

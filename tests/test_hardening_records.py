@@ -20,7 +20,7 @@ import fusebench.leaderboard as lb
 from fusebench.leaderboard import load_runs, write_leaderboards
 from fusebench.leaderboard.fingerprint import MANIFEST
 from fusebench.records import RecordError, validate_record
-from fusebench.training import status
+from fusebench.sweep import status
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "leaderboards"
@@ -326,8 +326,8 @@ _MODES_SCRIPT = textwrap.dedent("""
     from pathlib import Path
     from fusebench import io
     from fusebench.leaderboard import write_leaderboards
-    from fusebench.training import utils
-    from fusebench.training.record_store import write_record
+    from fusebench.runtime import utils
+    from fusebench.records.cell_file import write_record
 
     work, runs = Path(sys.argv[1]), Path(sys.argv[2])
     io.atomic_write_text(work / "a.txt", "x")
@@ -407,7 +407,7 @@ def test_study_kviews_renders_from_another_folder_and_says_what_it_did(tmp_path:
 
 
 def test_study_kviews_without_a_repository_says_what_to_pass(monkeypatch, capsys, tmp_path: Path) -> None:
-    from fusebench.training import kviews_cli
+    from fusebench.cli import study as kviews_cli
 
     monkeypatch.setattr(lb, "repository_boards", lambda: None)
     monkeypatch.chdir(tmp_path)
@@ -420,7 +420,7 @@ def test_study_kviews_says_how_many_cells_were_reused(tmp_path: Path, capsys) ->
     import numpy as np
     import scipy.io as sio
 
-    from fusebench.training import kviews_cli
+    from fusebench.cli import study as kviews_cli
 
     rng = np.random.default_rng(0)
     n, classes = 60, 3

@@ -17,12 +17,12 @@ import scipy.io
 
 import fusebench
 from fusebench import benchmarks
-from fusebench.training import runner
-from fusebench.training.config import ConfigError
-from fusebench.training.cell import ConfigMismatchError
-from fusebench.training.execute import run_cell
-from fusebench.training.loop import RunError
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.sweep import runner
+from fusebench.spec.config import ConfigError
+from fusebench.engine.cell import ConfigMismatchError
+from fusebench.cells.execute import run_cell
+from fusebench.engine.loop import RunError
+from fusebench.spec.request import CellRequest, RunOptions
 
 FAST = {"pretrain.epochs": 1, "pretrain.grid": {}, "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all",
                                                                                "n_init": 2}}

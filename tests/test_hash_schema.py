@@ -1,4 +1,4 @@
-"""The config hash, schema 3 (fusebench.training.config; schema 2 plus issue #29's cuts: no field the
+"""The config hash, schema 3 (fusebench.spec.config; schema 2 plus issue #29's cuts: no field the
 pipeline does not apply, no unused method's options, no selection_seed beside selection_seeds): what enters a
 cell's hash and what does not, an independent computation of it, every committed record at the current
 schema with its hash reproduced from its own config and from its benchmark's spec, and the one-time
@@ -19,8 +19,8 @@ import pytest
 
 from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record
-from fusebench.training import methods as M
-from fusebench.training.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash, spec_from_dict
+from fusebench.spec import methods as M
+from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash, spec_from_dict
 
 #: what the gaussian_mi cell reads besides the fields of every pipeline, written out here
 GAUSSIAN_MI_READS = {"name", "pipeline", "metrics", "selection_metric", "precision", "options",

@@ -9,7 +9,7 @@ fine-tuning) and per call of every registered objective. Left out of the count, 
 loading (the loader's own draws) and the host-side preparation of a batch before its copy (``hooks.host``: the
 presence mask and the labels are checked there, on the CPU batch), the optimisers' CPU step counters
 (``torch/optim``), and what happens at an epoch's end or a checkpoint. The loop reads its losses once per
-:data:`~fusebench.training.loop.LOSS_READ_EVERY` steps (``read_losses``): that read is counted apart.
+:data:`~fusebench.engine.loop.LOSS_READ_EVERY` steps (``read_losses``): that read is counted apart.
 
 Exempt, explicitly:
 
@@ -36,10 +36,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from fusebench import benchmarks, objectives
-from fusebench.training import loop, standard
-from fusebench.training.execute import run_cell
-from fusebench.training.request import CellRequest, RunOptions
-from fusebench.training.utils import deferred_value_checks
+from fusebench.engine import loop
+from fusebench.cells import standard
+from fusebench.cells.execute import run_cell
+from fusebench.spec.request import CellRequest, RunOptions
+from fusebench.runtime.utils import deferred_value_checks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -230,8 +231,8 @@ def test_a_non_finite_loss_read_late_stops_before_the_next_checkpoint(monkeypatc
                                                                        tmp_path: Path) -> None:
     """The losses are read every N steps; a NaN at step 5 (read at the checkpoint of step 8) stops the cell
     naming step 5, and last.pt stays the checkpoint of step 4, written before (finite parameters)."""
-    from fusebench.training import pretrain
-    from fusebench.training.loop import RunError
+    from fusebench.engine import pretrain
+    from fusebench.engine.loop import RunError
 
     calls = {"n": 0}
     real = pretrain.Pretrainer.forward
@@ -256,8 +257,8 @@ def test_a_non_finite_loss_read_late_stops_before_the_next_checkpoint(monkeypatc
 def test_a_step_that_fails_after_a_non_finite_loss_names_the_loss(monkeypatch: pytest.MonkeyPatch,
                                                                   tmp_path: Path) -> None:
     """A step that raises on what a non-finite loss left (here: any error after it) reports the divergence."""
-    from fusebench.training import pretrain
-    from fusebench.training.loop import RunError
+    from fusebench.engine import pretrain
+    from fusebench.engine.loop import RunError
 
     calls = {"n": 0}
     real = pretrain.Pretrainer.forward
@@ -279,7 +280,7 @@ def test_votenet_labels_are_checked_on_the_host_batch() -> None:
     """Inside the loop's steps VoteNet's loss reads no label bound (deferred); the host hook checks them on the
     CPU batch before the copy, with the error a direct call gives."""
     from fusebench.encoders import build
-    from fusebench.training.model import for_backbone
+    from fusebench.components.model import for_backbone
 
     torch.manual_seed(0)
     backbone = build("votenet", config="tiny")

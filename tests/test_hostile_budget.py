@@ -21,9 +21,10 @@ import torch
 
 from fusebench import benchmarks
 from fusebench.objectives import build, m3g_memory
-from fusebench.training import memory_budget, progress
-from fusebench.training.config import ConfigError
-from fusebench.training.memory_budget import ENV_BUDGET, check_memory_budget, largest_chunk
+from fusebench.components import memory_budget
+from fusebench.runtime import progress
+from fusebench.spec.config import ConfigError
+from fusebench.components.memory_budget import ENV_BUDGET, check_memory_budget, largest_chunk
 
 GIB = 2**30
 
@@ -126,7 +127,8 @@ def _ten_view_mat(path: Path, n: int = 60, k: int = 10) -> Path:
 
 
 def test_ten_view_m3g_sweep_is_refused_before_any_cell(tmp_path, monkeypatch):
-    from fusebench.training import runner, standard
+    from fusebench.sweep import runner
+    from fusebench.cells import standard
 
     monkeypatch.setenv(ENV_BUDGET, "4")
     started = []
@@ -205,7 +207,7 @@ def test_a_long_phase_reports_while_it_runs(monkeypatch):
 def test_reading_a_split_reports_while_the_adapter_reads(monkeypatch):
     """The splits are read (and standardised) inside the adapter's constructor: a slow one is said while it runs."""
     from fusebench import datasets
-    from fusebench.training.data import build_datasets
+    from fusebench.engine.data import build_datasets
 
     monkeypatch.setenv(progress.ENV_PHASE_AFTER, "0")
     lines, said, write = _recorder()
@@ -228,7 +230,7 @@ def test_reading_a_split_reports_while_the_adapter_reads(monkeypatch):
 def test_cache_building_and_feature_extraction_report_lines(tmp_path, monkeypatch, capsys):
     from fusebench.datasets import build as build_dataset
     from fusebench.datasets.cache import prepare
-    from fusebench.training.evaluate import features
+    from fusebench.engine.evaluate import features
 
     monkeypatch.setenv(progress.ENV_INTERVAL, "0")  # a line per step
     monkeypatch.setattr(progress, "is_terminal", lambda: False)  # a log file
@@ -256,7 +258,7 @@ def test_cache_building_and_feature_extraction_report_lines(tmp_path, monkeypatc
 def test_the_largest_fitting_micro_batch_is_found_by_bisection_as_a_scan_finds_it() -> None:
     """A batch of 1e8 samples (tests/test_runner_hardening.py's capped batch) once scanned every micro-batch
     size one by one; the bisection must give what the plain downward scan gives, on a cost that grows as n^k."""
-    from fusebench.training import memory_budget as mb
+    from fusebench.components import memory_budget as mb
 
     class Cubic:
         def memory_bytes(self, n, k, dtype, d):

@@ -14,8 +14,8 @@ import pytest
 
 from fusebench import benchmarks
 from fusebench.registry import DuplicateIdError, PluginWarning, Registry, valid_id
-from fusebench.training.config import ConfigError, parse_override
-from fusebench.training.spec_check import load_spec
+from fusebench.spec.config import ConfigError, parse_override
+from fusebench.components.spec_check import load_spec
 from fusebench.typed import load_yaml
 
 QUICKSTART = benchmarks.HERE / "quickstart.yaml"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fusebench.training import kmeans as km
+from fusebench.probes import kmeans as km
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import scipy.io as sio
 
-from fusebench.training import kviews, kviews_board, kviews_cli
-from fusebench.training.data import pretrain_batch_size
+from fusebench.studies import kviews
+from fusebench.leaderboard import kviews as kviews_board
+from fusebench.cli import study as kviews_cli
+from fusebench.engine.data import pretrain_batch_size
 
 ROOT = Path(__file__).resolve().parents[1]
 

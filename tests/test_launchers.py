@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 import fusebench
-from fusebench.training import launchers, locks, status
-from fusebench.training.config import ConfigError
-from fusebench.training.request import CellRequest, RunOptions
-from fusebench.training.cell import CellBusyError, CellLock
+from fusebench.sweep import launchers, status
+from fusebench.engine import locks
+from fusebench.spec.config import ConfigError
+from fusebench.spec.request import CellRequest, RunOptions
+from fusebench.engine.cell import CellBusyError, CellLock
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},

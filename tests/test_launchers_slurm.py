@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 import fusebench
-from fusebench.training import locks, status
+from fusebench.engine import locks
+from fusebench.sweep import status
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]

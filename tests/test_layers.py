@@ -13,7 +13,7 @@ exists (``from a.b import c`` to ``a.b.c`` when ``c`` is a module, else to ``a.b
 computed at run time through a registry's module list or an entry point are not edges: that is how a
 lower layer finds the components registered above it.
 
-``docs/architecture.md``'s layer table is read back and compared with :data:`LAYERS`
+``docs/architecture.md``'s layer table is read back and compared with :data:`FOLDERS` and :data:`ROOT_MODULES`
 (:func:`test_the_architecture_doc_places_every_module_as_the_layer_rule_does`)."""
 
 from __future__ import annotations
@@ -157,10 +157,10 @@ def test_cycle_finder_finds_a_cycle_through_a_function_level_import() -> None:
 
 def test_the_graph_sees_the_package() -> None:
     graph = import_graph()
-    assert "fusebench.training.standard" in graph and "fusebench.objectives.m3g" in graph
+    assert "fusebench.cells.standard" in graph and "fusebench.objectives.m3g" in graph
     # a function-level import is an edge: the standard cell imports the objectives inside StandardCell.pretrain
-    assert "fusebench.objectives" in graph["fusebench.training.standard"]
-    assert "fusebench.training.config" in graph["fusebench.training.runner"]
+    assert "fusebench.objectives" in graph["fusebench.cells.standard"]
+    assert "fusebench.spec.config" in graph["fusebench.sweep.runner"]
 
 
 #: import cycles known and accepted, each a sorted list of its modules with the reason; empty: there are none.
@@ -179,38 +179,71 @@ def test_no_import_cycle() -> None:
         "too):\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
-#: the layers of docs/architecture.md ("Layers"), lowest first; a module may import from its own layer and
-#: the ones below, never from a higher one. The first matching pattern decides.
-LAYERS: list[tuple[str, int]] = [
-    (r"fusebench", 8),  # the package root: the fusebench.run facade over the sweep
-    (r"fusebench\.(registry|io|typed|version|machine|options|geometry3d|grids|rows)", 0),
-    (r"fusebench\.datasets\.errors", 0),
-    (r"fusebench\.training(\.(distributed|utils|progress|interrupt))?", 0),
-    (r"fusebench\.training\.(config|methods|precision|request)", 1),
-    (r"fusebench\.(objectives|datasets|encoders|metrics|benchmarks)(\..+)?", 2),
-    (r"fusebench\.(tasks|pipelines)", 2),
-    (r"fusebench\.training\.(compat|reference_features|protocols|spec_check|memory_budget|teacher|tuple_method|"
-     r"tuple_optim|model|diagnostics|encoder_weights)", 2),
-    (r"fusebench\.training\.(data|optim|evaluate|pretrain|loop|trackers|cell|locks|embedding_eval|kmeans|speed|"
-     r"missing_views|threads)", 3),
-    (r"fusebench\.records(\..+)?", 4),
-    (r"fusebench\.training\.(record_builder|record_store)", 4),
-    (r"fusebench\.results", 5),  # per-seed results as data (read through fusebench.records)
-    (r"fusebench\.training\.(standard|embedding_protocol|gaussian_mi|execute)", 5),
-    (r"fusebench\.training\.(runner|selection|launchers|process_pool|status|kviews)", 6),
-    (r"fusebench\.(leaderboard|perf)(\..+)?", 7),
-    (r"fusebench\.(cli|listing|__main__)", 7),
-    (r"fusebench\.training\.(cli|kviews_board|kviews_cli|run_summary)", 7),
-]
+#: the layers of docs/architecture.md ("Layers"), lowest first: a folder of the package is one layer (every module
+#: in it, its sub-folders included); a module may import from its own layer and the ones below, never from a
+#: higher one.
+FOLDERS: dict[str, int] = {
+    "fusebench.runtime": 0,  # seeds, devices, git info, progress lines, DDP, SIGTERM
+    "fusebench.spec": 1,  # the benchmark spec, method declarations, precision, requests
+    "fusebench.objectives": 2, "fusebench.datasets": 2, "fusebench.encoders": 2, "fusebench.metrics": 2,
+    "fusebench.benchmarks": 2, "fusebench.components": 2,  # components, and the spec checked against them
+    "fusebench.engine": 3, "fusebench.probes": 3,  # the phase loop, data, checkpoints; probes on embeddings
+    "fusebench.records": 4,  # building, validating, storing and comparing run records
+    "fusebench.cells": 5,  # the cell functions the pipelines name
+    "fusebench.sweep": 6, "fusebench.studies": 6,  # runner, selection, launchers; the k-views study
+    "fusebench.leaderboard": 7, "fusebench.cli": 7, "fusebench.perf": 7,  # boards, the command line, benches
+}
+#: the modules at the package root: the basics every layer uses (layer 0), the registries of tasks and pipelines
+#: (declarations, layer 2: their entry-point groups carry these names), and the public entry points
+#: (``fusebench.results``, ``python -m fusebench``, the ``fusebench.run`` facade of the package itself)
+ROOT_MODULES: dict[str, int] = {
+    **{f"fusebench.{m}": 0 for m in
+       ("registry", "io", "typed", "version", "machine", "options", "geometry3d", "grids", "rows")},
+    "fusebench.tasks": 2, "fusebench.pipelines": 2,
+    "fusebench.results": 5,  # per-seed results as data (read through fusebench.records)
+    "fusebench.__main__": 7,
+    "fusebench": 8,  # the package root: the fusebench.run facade over the sweep
+}
+
+
+def folder_of(module: str) -> str:
+    """The node of ``module`` in the folder graph: its top folder under ``fusebench`` (``fusebench.datasets.nyuv2.formats``
+    -> ``fusebench.datasets``), or the module itself at the package root."""
+    if module in ROOT_MODULES:
+        return module
+    return ".".join(module.split(".")[:2])
 
 
 def layer_of(module: str) -> int | None:
-    return next((n for pattern, n in LAYERS if re.fullmatch(pattern, module)), None)
+    if module in ROOT_MODULES:
+        return ROOT_MODULES[module]
+    return FOLDERS.get(folder_of(module))
+
+
+def test_no_folder_level_cycle() -> None:
+    """The folders (and the root modules) as nodes, an edge where any module of one imports any of the other
+    (function-level and ``TYPE_CHECKING`` imports included): no cycle."""
+    graph: dict[str, set[str]] = {}
+    for m, deps in import_graph(type_checking=True).items():
+        node = graph.setdefault(folder_of(m), set())
+        node.update(folder_of(t) for t in deps if folder_of(t) != folder_of(m))
+    for deps in list(graph.values()):
+        for t in deps:
+            graph.setdefault(t, set())
+    found = cycles(graph)
+    assert not found, "folder-level import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_every_folder_is_one_layer() -> None:
+    """Every module lies in a folder of :data:`FOLDERS` or is a root module of :data:`ROOT_MODULES`: no folder
+    outside the table, no loose module at the root."""
+    loose = sorted(m for m in _modules() if m not in ROOT_MODULES and folder_of(m) not in FOLDERS)
+    assert not loose, f"modules in no folder of FOLDERS and not a root module of ROOT_MODULES: {loose}"
 
 
 def test_every_module_has_a_layer_and_imports_only_downward() -> None:
     graph = import_graph()
-    assert not [m for m in graph if layer_of(m) is None], "modules without a layer in LAYERS (add them)"
+    assert not [m for m in graph if layer_of(m) is None], "modules without a layer (add their folder to FOLDERS)"
     upward = sorted(f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
                     for m, deps in graph.items() for t in deps if layer_of(t) > layer_of(m))
     assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
@@ -218,7 +251,7 @@ def test_every_module_has_a_layer_and_imports_only_downward() -> None:
 
 def _doc_layers() -> dict[str, int]:
     """``{path named in the table: layer}`` from docs/architecture.md's "Layers" table: the backquoted
-    paths (ending in ``.py`` or ``/``) of each row's modules column."""
+    repository paths (a folder ``a/b/``, or a module ``a/b.py``) of each row's modules column."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     out: dict[str, int] = {}
@@ -226,14 +259,14 @@ def _doc_layers() -> dict[str, int]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 3 or not cells[0].isdigit():
             continue
-        for path in re.findall(r"`([\w/.]+(?:\.py|/))`", cells[2]):
+        for path in re.findall(r"`((?:[\w.]+/)+(?:\w+\.py)?)`", cells[2]):  # a bare `name.py` is a note
             assert path not in out, f"docs/architecture.md names {path} twice"
             out[path] = int(cells[0])
     return out
 
 
 def _module_of(path: str) -> str:
-    """The module a repository path names: ``fusebench/training/loop.py`` -> ``fusebench.training.loop``,
+    """The module a repository path names: ``fusebench/engine/loop.py`` -> ``fusebench.engine.loop``,
     ``objectives/`` -> ``fusebench.objectives``, ``fusebench/__init__.py`` -> ``fusebench``."""
     parts = path.rstrip("/").removesuffix(".py").split("/")
     if parts[-1] == "__init__":
@@ -258,9 +291,9 @@ def test_the_architecture_doc_places_every_module_as_the_layer_rule_does() -> No
             name = name.rpartition(".")[0]
         return None
 
-    wrong = sorted(f"{m}: doc says {doc_layer(m)}, LAYERS says {layer_of(m)}" for m in mods
+    wrong = sorted(f"{m}: doc says {doc_layer(m)}, the rule says {layer_of(m)}" for m in mods
                    if doc_layer(m) != layer_of(m))
-    assert not wrong, "docs/architecture.md's layer table disagrees with LAYERS:\n" + "\n".join(wrong)
+    assert not wrong, "docs/architecture.md's layer table disagrees with FOLDERS / ROOT_MODULES:\n" + "\n".join(wrong)
 
 
 def test_long_modules_say_why() -> None:

@@ -172,7 +172,7 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
 
 
 def test_committed_kviews_study_regenerates_byte_identically(tmp_path: Path, monkeypatch) -> None:
-    from fusebench.training import kviews_board
+    from fusebench.leaderboard import kviews as kviews_board
 
     root = Path(__file__).resolve().parents[1] / "leaderboards"
     monkeypatch.setattr(kviews_board, "_plot", lambda *a, **k: None)  # markdown only

@@ -1,8 +1,8 @@
 """``fusebench list objectives|datasets|encoders|metrics`` prints the built-ins from
-``fusebench/listing_builtins.json`` without importing them (issue #32, item 7). The file is rebuilt here from
+``fusebench/cli/listing_builtins.json`` without importing them (issue #32, item 7). The file is rebuilt here from
 the live registries (in a fresh interpreter: nothing another test registered counts) and must be equal, so it
 never goes stale silently; regenerate it with
-``python -c "from fusebench.listing import write_builtins; write_builtins()"``. The listing printed from the
+``python -c "from fusebench.cli.listing import write_builtins; write_builtins()"``. The listing printed from the
 file is compared, kind by kind, with and without ``--details`` and with a pattern, against what the
 registries print."""
 
@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from fusebench import listing
+from fusebench.cli import listing
 
-PRINT_LIVE = "import json, sys; from fusebench.listing import live_builtin_text; json.dump(live_builtin_text(), sys.stdout)"
+PRINT_LIVE = "import json, sys; from fusebench.cli.listing import live_builtin_text; json.dump(live_builtin_text(), sys.stdout)"
 LIST = """
 import sys
 from fusebench.cli import main

@@ -1,4 +1,4 @@
-"""DataLoader workers (fusebench/training/data.py): the batches are the same with 0, 1 or 2 worker processes,
+"""DataLoader workers (fusebench/engine/data.py): the batches are the same with 0, 1 or 2 worker processes,
 with persistent workers across epochs, for a dataset with seeded augmentations; the workers' global RNGs are
 seeded and the main process's RNG is not drawn from; a real cell gives the same record; the feed's settings
 (auto, spec, --num-workers) and their errors.
@@ -23,11 +23,11 @@ import pytest
 import torch
 
 from fusebench import benchmarks
-from fusebench.training import data as D
-from fusebench.training import threads as T
-from fusebench.training.config import ConfigError, LoaderConfig
-from fusebench.training.execute import run_cell
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.engine import data as D
+from fusebench.engine import threads as T
+from fusebench.spec.config import ConfigError, LoaderConfig
+from fusebench.cells.execute import run_cell
+from fusebench.spec.request import CellRequest, RunOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 #: seconds a loader waits for one batch from its workers before it raises (generous: a loaded machine is slow)

@@ -1,4 +1,4 @@
-"""Pretraining methods as units (fusebench.training.methods): typed options under
+"""Pretraining methods as units (fusebench.spec.methods): typed options under
 ``pretrain.methods.<id>``, checked at spec load; the old flat keys as deprecated aliases; methods attached
 by declaration, never by an objective id in the runner or the Pretrainer. (The config hash: test_hash_schema.py.)"""
 
@@ -17,10 +17,10 @@ import torch
 
 from fusebench import benchmarks, objectives
 from fusebench.encoders.mlp import MLPEncoder
-from fusebench.training import methods as M
-from fusebench.training.config import ConfigError, PretrainConfig
-from fusebench.training.pretrain import Pretrainer
-from fusebench.training.spec_check import load_spec
+from fusebench.spec import methods as M
+from fusebench.spec.config import ConfigError, PretrainConfig
+from fusebench.engine.pretrain import Pretrainer
+from fusebench.components.spec_check import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,9 +103,9 @@ def test_importing_methods_leaves_the_warning_filters_as_they_were() -> None:
     flat key is still shown under Python's default filters (a FutureWarning needs none of its own)."""
     code = ("import sys, warnings\n"
             "import torch, fusebench.registry  # what the module imports (torch adds filters of its own)\n"
-            "assert 'fusebench.training.methods' not in sys.modules\n"
+            "assert 'fusebench.spec.methods' not in sys.modules\n"
             "before = list(warnings.filters)\n"
-            "import fusebench.training.methods\n"
+            "import fusebench.spec.methods\n"
             "assert list(warnings.filters) == before, (before, warnings.filters)\n"
             "from fusebench import benchmarks\n"
             "benchmarks.load('quickstart', overrides={'pretrain.tuple_candidates': 8})\n")
@@ -172,9 +172,9 @@ def test_runner_and_pretrainer_name_no_objective() -> None:
     """No string literal in the generic pretraining modules is an objective id (the method modules,
     tuple_method / tuple_optim / teacher, are where method-specific code lives)."""
     ids = set(objectives.available())
-    allowed = {("fusebench/training/config.py", 'objective: str = "infonce_pwe"')}  # a spec's default, not a branch
-    for rel in ("fusebench/training/runner.py", "fusebench/training/pretrain.py", "fusebench/training/config.py",
-                "fusebench/training/methods.py", "fusebench/training/loop.py"):
+    allowed = {("fusebench/spec/config.py", 'objective: str = "infonce_pwe"')}  # a spec's default, not a branch
+    for rel in ("fusebench/sweep/runner.py", "fusebench/engine/pretrain.py", "fusebench/spec/config.py",
+                "fusebench/spec/methods.py", "fusebench/engine/loop.py"):
         src = (ROOT / rel).read_text()
         # the table of the old flat keys names *method* ids (tuple_infonce is both a method and an objective)
         table = [n for n in ast.parse(src).body if isinstance(n, ast.AnnAssign)

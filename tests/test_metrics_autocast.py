@@ -34,8 +34,8 @@ import torch.nn.functional as F
 
 from fusebench import metrics as M
 from fusebench import tasks
-from fusebench.training.diagnostics import representation_diagnostics
-from fusebench.training.embedding_eval import fit_logistic, probe_and_cluster
+from fusebench.components.diagnostics import representation_diagnostics
+from fusebench.probes.embedding_eval import fit_logistic, probe_and_cluster
 
 BF16 = torch.autocast("cpu", dtype=torch.bfloat16)
 

@@ -1,5 +1,5 @@
 """Missing views as the incomplete multi-view literature counts them (issue #30 item 7,
-fusebench/training/missing_views.py): the instance-level mask against a loop re-implementation of its
+fusebench/probes/missing_views.py): the instance-level mask against a loop re-implementation of its
 documented recipe and its counts, the ``missing_rules`` option, the present-view probe worked by hand (an
 encoder's mean of the present views' embeddings; an input-feature row's per-view scores averaged over the
 present views) beside mean imputation, and the metric ids a tiny run records under both rules."""
@@ -13,10 +13,10 @@ import pytest
 
 import fusebench
 from fusebench import benchmarks
-from fusebench.training import compat
-from fusebench.training.config import ConfigError
-from fusebench.training.embedding_eval import fit_logistic
-from fusebench.training.missing_views import (PROBE_STREAM, FeatureSource, embedding_missing_views, instance_mask,
+from fusebench.components import compat
+from fusebench.spec.config import ConfigError
+from fusebench.probes.embedding_eval import fit_logistic
+from fusebench.probes.missing_views import (PROBE_STREAM, FeatureSource, embedding_missing_views, instance_mask,
                                               presence_mask)
 
 
@@ -187,7 +187,7 @@ def test_present_view_probe_of_an_input_row_against_a_loop() -> None:
 # a tiny run under both rules
 # ---------------------------------------------------------------------------------------------
 def test_a_tiny_run_records_both_rules_and_both_imputations(tmp_path) -> None:
-    from fusebench.training.data import build_datasets
+    from fusebench.engine.data import build_datasets
 
     over = {"options.embedding_eval.missing_rates": [0.5],
             "options.embedding_eval.missing_rules": ["entry", "instance"]}
@@ -209,7 +209,7 @@ def test_a_tiny_run_records_both_rules_and_both_imputations(tmp_path) -> None:
 
 
 def test_a_task_head_takes_the_instance_rule(tmp_path) -> None:
-    from fusebench.training.data import build_datasets
+    from fusebench.engine.data import build_datasets
 
     over = {"options.linear_probe": {"missing_rates": [0.3], "missing_rules": ["instance"]}}
     rec = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, progress=False,

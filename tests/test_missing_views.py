@@ -1,4 +1,4 @@
-"""Missing-view robustness (issue #23, fusebench/training/missing_views.py): the presence-mask convention,
+"""Missing-view robustness (issue #23, fusebench/probes/missing_views.py): the presence-mask convention,
 the masked evaluation of the embedding_eval protocol against a hand-worked case, single-view tests, the
 metric ids of a tiny run, the board section and plot from hand-made records, pretraining with missing
 views (the objective's masks), and the options checked when a spec loads."""
@@ -16,10 +16,10 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.leaderboard import write_leaderboards
-from fusebench.training import compat
-from fusebench.training.config import ConfigError
-from fusebench.training.kmeans import kmeans
-from fusebench.training.missing_views import (PROBE_STREAM, FeatureSource, drop_views, embedding_missing_views,
+from fusebench.components import compat
+from fusebench.spec.config import ConfigError
+from fusebench.probes.kmeans import kmeans
+from fusebench.probes.missing_views import (PROBE_STREAM, FeatureSource, drop_views, embedding_missing_views,
                                               presence_mask, with_missing_views)
 
 
@@ -238,7 +238,7 @@ def test_a_tiny_run_records_the_missing_view_metrics(tiny_run) -> None:
 
 def _split_sizes(name: str, overrides: dict | None = None) -> tuple[int, int]:
     """(test samples, all samples) of the synthetic twin of benchmark ``name`` at seed 0."""
-    from fusebench.training.data import build_datasets
+    from fusebench.engine.data import build_datasets
 
     data = build_datasets(benchmarks.load(name, overrides=overrides, synthetic=True), True, None, 0)
     return len(data["test"]), sum(len(d) for d in data.values())
@@ -274,7 +274,7 @@ def _hand_records(template: dict) -> list[dict]:
         # a ranked board (bold best cells), not the pipeline check a --synthetic run's overrides make it
         rec["config"]["synthetic"] = {}
         if rec.get("hash_schema") is not None:  # the record's hash is reproduced from its config and objective
-            from fusebench.training.config import config_hash
+            from fusebench.spec.config import config_hash
 
             rec["config_hash"] = config_hash(rec["config"], obj)
         rec["metrics"].update(acc=acc, cluster_acc=acc - 0.1)
@@ -402,14 +402,14 @@ def test_a_task_head_scores_the_incomplete_test_split(tmp_path) -> None:
 
 
 def test_masked_scoring_of_a_task_model_against_its_complete_scoring() -> None:
-    """The masked paths against the plain ones (fusebench.training.evaluate): an all-present mask scores
+    """The masked paths against the plain ones (fusebench.engine.evaluate): an all-present mask scores
     exactly what ``evaluate`` scores; under a rate's mask each view's feature block is the complete block
     where the view is present and 0 where it is absent (the per-view MLP embeds each view on its own and
     gives an absent view a zero embedding)."""
-    from fusebench.training.data import build_datasets
-    from fusebench.training.evaluate import evaluate, features
-    from fusebench.training.missing_views import masked_evaluate, masked_features
-    from fusebench.training.standard import build_model
+    from fusebench.engine.data import build_datasets
+    from fusebench.engine.evaluate import evaluate, features
+    from fusebench.probes.missing_views import masked_evaluate, masked_features
+    from fusebench.cells.standard import build_model
 
     spec = benchmarks.load("quickstart", synthetic=True)
     ds = build_datasets(spec, True, None, 0, roles=("test",))["test"]

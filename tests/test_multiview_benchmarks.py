@@ -13,9 +13,10 @@ import torch
 
 import fusebench
 from fusebench import benchmarks
-from fusebench.training import compat, runner
-from fusebench.training.data import build_datasets
-from fusebench.training.evaluate import features
+from fusebench.components import compat
+from fusebench.sweep import runner
+from fusebench.engine.data import build_datasets
+from fusebench.engine.evaluate import features
 
 FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "options.embedding_eval": {"l2_grid": [0.01, 1.0], "n_init": 2}}
 

@@ -330,7 +330,7 @@ def _file_fp(path: Path, name: str) -> str:
 
 
 def test_the_fingerprint_covers_only_the_file_read(fixtures_dir: Path, tmp_path: Path) -> None:
-    from fusebench.training.execute import sweep_context
+    from fusebench.cells.execute import sweep_context
 
     folder = tmp_path / "multiview"
     folder.mkdir()
@@ -455,7 +455,7 @@ def test_every_registered_multiview_spec_fits_its_view_count(bench: str) -> None
     """The missing-view rates of a spec are checked against k only once the data is read (the views of a .mat
     file come from the file); for a registered file k is known, so a rate it cannot take fails here, not after
     the sweep has started (mv-cub and mv-wikipedia listed r = 0.7 with k = 2: at most (k - 1) / k = 0.5)."""
-    from fusebench.training.protocols import missing_view_problems
+    from fusebench.components.protocols import missing_view_problems
 
     spec = benchmarks.load(bench)
     k = len(datasets.get(spec.dataset.id).MODALITIES)

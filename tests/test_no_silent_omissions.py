@@ -25,7 +25,7 @@ import yaml
 import fusebench
 from fusebench import benchmarks, encoders
 from fusebench.leaderboard.reported import PUBLISHED_TITLE
-from fusebench.training.config import ConfigError
+from fusebench.spec.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "benchmarks" / "published" / "reported.yaml"
@@ -94,7 +94,7 @@ def test_every_shipped_benchmark_pairs_readable_kinds() -> None:
 
 # -- the generic multiview board names its data file -----------------------------------------------------------
 def test_multiview_names_its_data_file_and_refuses_another(fixtures_dir: Path, tmp_path: Path, capsys) -> None:
-    from fusebench.training.cli import main
+    from fusebench.cli.run import main
 
     ngs, hw = fixtures_dir / "multiview" / "NGs.mat", fixtures_dir / "multiview" / "HW2sources.mat"
     sha = hashlib.sha256(ngs.read_bytes()).hexdigest()

@@ -10,7 +10,7 @@ import fusebench
 from fusebench import benchmarks
 from fusebench.datasets.base import DatasetError
 from fusebench.options import REQUIRED, Option, OptionsError, check_options, options_of
-from fusebench.training.config import ConfigError
+from fusebench.spec.config import ConfigError
 
 
 class _Toy:

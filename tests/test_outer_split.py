@@ -3,7 +3,7 @@
 With ``dataset.outer_test_seed`` every dataset has one fixed, stratified outer test split; the run seed
 (``split_per_seed``) draws only the train / val partition of the other samples, for evaluation and
 selection seeds alike. Proven on the real fixture files through the real split code path
-(:func:`fusebench.training.data.build_datasets` -> the adapter), with the sample rows compared as sets."""
+(:func:`fusebench.engine.data.build_datasets` -> the adapter), with the sample rows compared as sets."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import fusebench
 from fusebench import benchmarks
 from fusebench.datasets.base import DatasetError
 from fusebench.datasets.multiview_mat.splits import outer_split, stratified_split
-from fusebench.training.config import ConfigError
-from fusebench.training.data import build_datasets
-from fusebench.training.spec_check import load_spec
+from fusebench.spec.config import ConfigError
+from fusebench.engine.data import build_datasets
+from fusebench.components.spec_check import load_spec
 
 FILES = {"mv-hw2sources": "HW2sources.mat", "mv-handwritten": "handwritten.mat"}
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fusebench.perf import gpu, gpu_cell
-from fusebench.training import precision
+from fusebench.spec import precision
 
 
 class _Linear(nn.Module):

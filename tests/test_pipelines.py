@@ -50,7 +50,7 @@ def test_unknown_pipeline_names_the_valid_ones(tmp_path: Path, monkeypatch: pyte
                                                  r" Valid pipeline ids: gaussian_mi, standard"):
         P.PIPELINES.get("standrad")
     from fusebench import benchmarks
-    from fusebench.training.config import ConfigError
+    from fusebench.spec.config import ConfigError
 
     (tmp_path / "odd-pipeline.yaml").write_text("description: x\npipeline: gausian_mi\n")
     monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(tmp_path))
@@ -73,7 +73,7 @@ def test_the_pipeline_says_what_a_spec_must_contain(edit, message, tmp_path: Pat
     import yaml
 
     from fusebench import benchmarks
-    from fusebench.training.config import ConfigError
+    from fusebench.spec.config import ConfigError
 
     spec = yaml.safe_load(benchmarks.path("quickstart").read_text())
     edit(spec)
@@ -116,8 +116,8 @@ class _Constant(P.Pipeline):
     def run_cell(self, request, options, context, trackers):
         import torch
 
-        from fusebench.training.record_store import write_record
-        from fusebench.training.record_builder import build_record
+        from fusebench.records.cell_file import write_record
+        from fusebench.records.builder import build_record
 
         spec, objective, seed = request.spec, request.objective, request.seed
         type(self).calls.append((objective, seed, options.data_root, context is not None))
@@ -150,7 +150,7 @@ def test_plugin_pipeline_runs_through_the_runner(fresh_pipelines, tmp_path: Path
     monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(specs))
     import fusebench
     from fusebench import benchmarks
-    from fusebench.training import compat
+    from fusebench.components import compat
 
     spec = benchmarks.load("plugin-constant")
     assert compat.num_views(spec) == 3

@@ -302,7 +302,7 @@ def test_interpreted_votenet_equals_pytorch_ops():
     gradient equal the PyTorch code's (both compute 3-NN distances from coordinate differences)."""
     from fusebench.encoders import build
     from fusebench.encoders.votenet import VoteNet
-    from fusebench.training.model import for_backbone
+    from fusebench.components.model import for_backbone
 
     torch.manual_seed(0)
     model = for_backbone(build("votenet", config="tiny")).train()

@@ -20,7 +20,7 @@ from fusebench.encoders.pointnet2 import (
     three_nn_interpolate,
 )
 from fusebench.encoders.votenet import SUNRGBD_MEAN_SIZES, VoteNet, angle_to_class, class_to_angle
-from fusebench.training.model import for_backbone
+from fusebench.components.model import for_backbone
 
 
 

@@ -1,4 +1,4 @@
-"""The precision policy (fusebench/training/precision.py): names, spec and CLI, hashing and the
+"""The precision policy (fusebench/spec/precision.py): names, spec and CLI, hashing and the
 comparability key, what a record says, what a board shows, and runs under each policy on the CPU."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record, RecordError
-from fusebench.training import precision, runner
-from fusebench.training.config import ConfigError
-from fusebench.training.execute import run_cell
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.spec import precision
+from fusebench.sweep import runner
+from fusebench.spec.config import ConfigError
+from fusebench.cells.execute import run_cell
+from fusebench.spec.request import CellRequest, RunOptions
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},

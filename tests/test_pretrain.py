@@ -7,8 +7,8 @@ import torch
 
 from fusebench import objectives
 from fusebench.encoders.mlp import MLPEncoder
-from fusebench.training.config import PretrainConfig
-from fusebench.training.pretrain import Pretrainer
+from fusebench.spec.config import PretrainConfig
+from fusebench.engine.pretrain import Pretrainer
 
 DIMS = {"a": 5, "b": 6, "c": 7}
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fusebench.training import embedding_eval as ee
-from fusebench.training.utils import single_thread
+from fusebench.probes import embedding_eval as ee
+from fusebench.runtime.utils import single_thread
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,4 +1,4 @@
-"""The frozen-embedding probes of fusebench/training/embedding_eval.py against independent references:
+"""The frozen-embedding probes of fusebench/probes/embedding_eval.py against independent references:
 k-means (greedy k-means++, n_init restarts) against scikit-learn's KMeans on blobs and on the real
 handwritten views, the seeding against a slow loop implementation of its documented rule, the
 few-shot probes against scikit-learn's LogisticRegression on the documented draws, the kNN probe
@@ -20,9 +20,9 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import StandardScaler
 
 from fusebench import metrics
-from fusebench.training import embedding_eval as E
-from fusebench.training import kmeans as K
-from fusebench.training.utils import single_thread
+from fusebench.probes import embedding_eval as E
+from fusebench.probes import kmeans as K
+from fusebench.runtime.utils import single_thread
 
 
 def _blobs(seed, sizes, d=6, sep=25.0, std=1.0):

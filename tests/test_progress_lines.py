@@ -1,4 +1,4 @@
-"""Progress off a terminal: log lines per cell and per phase (fusebench.training.progress)."""
+"""Progress off a terminal: log lines per cell and per phase (fusebench.runtime.progress)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fusebench.training import progress
+from fusebench.runtime import progress
 
 
 class FakeClock:
@@ -123,8 +123,8 @@ def test_cell_bar_follows_the_cell_it_runs_in(monkeypatch) -> None:
 
 def test_gaussian_mi_phase_speaks(tmp_path, monkeypatch, capsys) -> None:
     from fusebench import benchmarks
-    from fusebench.training.gaussian_mi import run_gaussian_mi
-    from fusebench.training.request import CellRequest
+    from fusebench.cells.gaussian_mi import run_gaussian_mi
+    from fusebench.spec.request import CellRequest
 
     monkeypatch.setenv("FUSEBENCH_LOG_EVERY", "0")
     spec = benchmarks.load("polyview-gaussian-mi", overrides={"pretrain.epochs": 2, "options.multiplicities": [2]},

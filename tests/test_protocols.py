@@ -1,15 +1,15 @@
 """The downstream protocols are registry entries that declare their reference rows and options
-(fusebench/training/protocols.py); the spec loader and the compatibility check read the declarations."""
+(fusebench/components/protocols.py); the spec loader and the compatibility check read the declarations."""
 
 from __future__ import annotations
 
 import pytest
 
 from fusebench import benchmarks
-from fusebench.training import compat
-from fusebench.training.config import ConfigError
-from fusebench.training.protocols import PROTOCOLS, protocol_of
-from fusebench.training.reference_features import REFERENCE_KINDS
+from fusebench.components import compat
+from fusebench.spec.config import ConfigError
+from fusebench.components.protocols import PROTOCOLS, protocol_of
+from fusebench.components.reference_features import REFERENCE_KINDS
 
 
 def test_the_three_protocols_and_what_they_declare() -> None:

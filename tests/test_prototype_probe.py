@@ -1,5 +1,5 @@
 """The few-shot prototype probe and the row's choice between the two few-shot probes (issue #30 item 3,
-fusebench/training/embedding_eval.py): the prototype probe against a slow loop written here, a hand-worked
+fusebench/probes/embedding_eval.py): the prototype probe against a slow loop written here, a hand-worked
 case where it and the logistic probe disagree (a query with the right direction but a small norm), the
 per-run choice on validation, the L2 search that leaves the grid's edge and the record of an edge, the
 metric ids and what a tiny run records."""
@@ -15,7 +15,7 @@ import pytest
 
 import fusebench
 from fusebench import metrics
-from fusebench.training import embedding_eval as E
+from fusebench.probes import embedding_eval as E
 
 
 def _slow_prototype(support: list[list[float]], labels: list[int], query: list[list[float]], num_classes: int

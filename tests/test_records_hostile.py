@@ -29,7 +29,7 @@ import fusebench.leaderboard as lb
 from fusebench.io import atomic_write_json, canonical_json
 from fusebench.leaderboard import read_board_meta, write_leaderboards
 from fusebench.records import RecordError, comparability_key, load_record
-from fusebench.training.config import config_hash
+from fusebench.spec.config import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "leaderboards" / "runs"
@@ -329,7 +329,7 @@ def test_a_reused_record_reads_its_null_metrics_as_nan(tmp_path: Path) -> None:
     metric written as null (undefined) reads back as NaN there too, never as None."""
     from types import SimpleNamespace
 
-    from fusebench.training.record_store import existing_record
+    from fusebench.records.cell_file import existing_record
 
     rec = json.loads((COMMITTED / "quickstart" / "m3g" / "seed0" / "run.json").read_text())
     rec["metrics"]["bacc"] = None  # as the strict writer writes NaN

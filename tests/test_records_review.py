@@ -75,7 +75,7 @@ def test_a_malformed_record_is_one_error_line_naming_it(tmp_path: Path, capsys, 
 
 
 def test_migrate_hash_schema_3_writes_schema_3_whatever_the_current_schema(monkeypatch) -> None:
-    from fusebench.training import config
+    from fusebench.spec import config
 
     rec = json.loads((ROOT / "leaderboards" / "runs" / "quickstart" / "m3g" / "seed0" / "run.json").read_text())
     old = copy.deepcopy(rec)

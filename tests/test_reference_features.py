@@ -1,4 +1,4 @@
-"""Reference rows of the embedding_eval protocol (fusebench/training/reference_features.py): every kind
+"""Reference rows of the embedding_eval protocol (fusebench/components/reference_features.py): every kind
 checked on hand-worked values, tf-idf against scikit-learn's TfidfTransformer (on the real NGs
 bag-of-words counts), PCA against scikit-learn's PCA up to sign (on the real handwritten views), the
 train-only fit, and the errors."""
@@ -15,7 +15,7 @@ from sklearn.decomposition import PCA
 from sklearn.feature_extraction.text import TfidfTransformer
 from sklearn.preprocessing import StandardScaler
 
-from fusebench.training.reference_features import REFERENCE_KINDS, reference_features
+from fusebench.components.reference_features import REFERENCE_KINDS, reference_features
 
 
 def _views(seed=0, n=(30, 10, 10), widths=(3, 5)):

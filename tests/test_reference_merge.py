@@ -1,5 +1,5 @@
 """Reference rows that are the same features (issue #30, item 5): the identity rule of
-fusebench/training/reference_features.py checked on real data (the NGs bag-of-words views), and the board
+fusebench/components/reference_features.py checked on real data (the NGs bag-of-words views), and the board
 merging them into one row, ``raw (≡ raw_balanced)``, with both clustering numbers kept."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import scipy.io
 
 from fusebench.leaderboard import write_leaderboards
-from fusebench.training.embedding_eval import standardize
-from fusebench.training.reference_features import (CLUSTER_METRICS, REFERENCE_KINDS, cluster_identical,
+from fusebench.probes.embedding_eval import standardize
+from fusebench.components.reference_features import (CLUSTER_METRICS, REFERENCE_KINDS, cluster_identical,
                                                    probe_identical_groups, reference_features)
 
 

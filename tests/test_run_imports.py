@@ -52,7 +52,7 @@ def test_a_quickstart_run_imports_no_compiler_and_no_unused_component(tmp_path: 
               "fusebench.encoders.seq_transformer", "fusebench.encoders.eeg_conv",
               "fusebench.metrics.segmentation", "fusebench.metrics.detection", "fusebench.metrics.sentiment",
               "fusebench.objectives.byol", "fusebench.objectives.polyview", "fusebench.objectives.multicrop",
-              "fusebench.training.gaussian_mi"}
+              "fusebench.cells.gaussian_mi"}
     assert not sorted(unused & mods), f"modules of components the run does not use: {sorted(unused & mods)}"
 
 
@@ -91,7 +91,7 @@ def _train(opt_cls, steps: int, **kw) -> list[torch.Tensor]:
                                      ("SGD", {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}),
                                      ("LBFGS", {"lr": 1.0, "max_iter": 5, "line_search_fn": "strong_wolfe"})])
 def test_optimizer_class_is_pytorchs_to_the_last_bit(name: str, kw: dict) -> None:
-    from fusebench.training.utils import optimizer_class
+    from fusebench.runtime.utils import optimizer_class
 
     torch_cls = getattr(torch.optim, name)
     want = _train(torch_cls, 7, **kw)
@@ -104,7 +104,7 @@ def test_optimizer_class_is_pytorchs_to_the_last_bit(name: str, kw: dict) -> Non
 def test_optimizer_class_keeps_step_hooks(dynamo: bool) -> None:
     """The step hooks run once, whether the unwrapped step runs or (torch._dynamo imported) PyTorch's own, also
     when PyTorch's class was used (and its step wrapped with the hooks) before."""
-    from fusebench.training.utils import optimizer_class
+    from fusebench.runtime.utils import optimizer_class
 
     torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)  # wraps SGD.step with the hooks' wrapper
     if dynamo:
@@ -122,7 +122,7 @@ def test_optimizer_class_keeps_step_hooks(dynamo: bool) -> None:
 def test_deterministic_switch_without_inductor() -> None:
     """``seed_everything`` sets PyTorch's deterministic mode (and warn-only) without importing inductor; a
     compile later gives inductor the mode torch's own function would have set."""
-    code = ("import sys, torch\nfrom fusebench.training.utils import seed_everything, sync_inductor_determinism\n"
+    code = ("import sys, torch\nfrom fusebench.runtime.utils import seed_everything, sync_inductor_determinism\n"
             "seed_everything(0)\n"
             "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),"
             " 'torch._inductor' in sys.modules)\n"

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from fusebench.cli import main
-from fusebench.training.run_summary import primary_of, summary_rows
+from fusebench.cli.run_summary import primary_of, summary_rows
 
 TINY = ["--set", "pretrain.epochs=1", "--set", "downstream.epochs=1",
         "--set", "dataset.synthetic_spec={num_samples: 128, seed: 0}"]

@@ -15,11 +15,11 @@ import torch
 
 import fusebench
 from fusebench import benchmarks
-from fusebench.training.loop import RunError
-from fusebench.training.record_store import write_record
-from fusebench.training.data import few_shot_subset
-from fusebench.training.execute import run_cell
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.engine.loop import RunError
+from fusebench.records.cell_file import write_record
+from fusebench.engine.data import few_shot_subset
+from fusebench.cells.execute import run_cell
+from fusebench.spec.request import CellRequest, RunOptions
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
@@ -91,7 +91,7 @@ def test_corrupt_checkpoint_is_reported_and_left_intact(tmp_path: Path) -> None:
 
 
 def test_nan_loss_stops_with_step_and_objective(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fusebench.training import pretrain
+    from fusebench.engine import pretrain
 
     calls = {"n": 0}
     real = pretrain.Pretrainer.forward
@@ -137,7 +137,7 @@ def test_a_sweep_says_which_cells_it_skipped(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_failed_cell_is_recorded_and_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fusebench.training import pretrain
+    from fusebench.engine import pretrain
 
     def boom(self, batch, gather=None):
         raise RuntimeError("boom")
@@ -164,8 +164,8 @@ def test_unknown_names_list_the_valid_ones(tmp_path: Path) -> None:
 
 
 def test_cell_names_that_are_not_ids_are_refused_before_any_output(tmp_path: Path) -> None:
-    from fusebench.training.config import ConfigError
-    from fusebench.training.request import cell_dir
+    from fusebench.spec.config import ConfigError
+    from fusebench.spec.request import cell_dir
 
     # objectives are looked up case-insensitively: 'INFONCE_PWE' used to train the cell, then fail at run.json
     with pytest.raises(ConfigError, match=r"objective 'INFONCE_PWE' is not an id.*did you mean 'infonce_pwe'"):
@@ -193,7 +193,7 @@ def test_few_shot_subset_takes_s_per_class(tmp_path: Path) -> None:
 
 
 def test_set_overrides_parse_yaml_values_and_keep_text() -> None:
-    from fusebench.training.config import ConfigError, parse_override
+    from fusebench.spec.config import ConfigError, parse_override
 
     assert parse_override("pretrain.epochs=3") == ("pretrain.epochs", 3)
     assert parse_override("pretrain.ema_teacher=true") == ("pretrain.ema_teacher", True)

@@ -14,13 +14,15 @@ import pytest
 import fusebench
 from fusebench import benchmarks
 from fusebench.datasets.base import DatasetError
-from fusebench.training import execute, runner, utils
-from fusebench.training.config import ConfigError
-from fusebench.training.cell import CellBusyError
-from fusebench.training.loop import RunError
-from fusebench.training.data import Subset, build_datasets
-from fusebench.training.execute import run_cell
-from fusebench.training.request import CellRequest, RunOptions, cell_dir
+from fusebench.cells import execute
+from fusebench.sweep import runner
+from fusebench.runtime import utils
+from fusebench.spec.config import ConfigError
+from fusebench.engine.cell import CellBusyError
+from fusebench.engine.loop import RunError
+from fusebench.engine.data import Subset, build_datasets
+from fusebench.cells.execute import run_cell
+from fusebench.spec.request import CellRequest, RunOptions, cell_dir
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},

@@ -21,11 +21,11 @@ import pytest
 
 import fusebench
 from fusebench import benchmarks
-from fusebench.training import launchers, selection
-from fusebench.training.cell import ConfigMismatchError
-from fusebench.training.config import ConfigError
-from fusebench.training.request import RunOptions
-from fusebench.training.spec_check import load_spec
+from fusebench.sweep import launchers, selection
+from fusebench.engine.cell import ConfigMismatchError
+from fusebench.spec.config import ConfigError
+from fusebench.spec.request import RunOptions
+from fusebench.components.spec_check import load_spec
 
 GRID = [0.1, 0.5, 1.0]
 FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_best_acc", "fs1_acc", "knn_acc", "acc"],
@@ -198,7 +198,7 @@ def test_the_selection_metric_is_the_spec_s_primary_whatever_its_id(tmp_path: Pa
 def test_a_selection_metric_without_a_validation_value_is_one_clear_error(tmp_path: Path, fixtures_dir: Path) -> None:
     over = {**FAST, "metrics": ["fs1_acc", "acc", "cluster_acc"], "comparison": {"primary": "cluster_acc"},
             "pretrain.selection_seeds": [], "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}}
-    from fusebench.training.loop import RunError
+    from fusebench.engine.loop import RunError
 
     with pytest.raises(RunError, match="selection metric 'cluster_acc' has no validation value"):
         fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=tmp_path, data_root=_ngs(fixtures_dir),
@@ -210,7 +210,7 @@ def test_a_selection_that_could_see_test_samples_is_refused_before_any_trial(
         tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """split_per_seed without a fixed test split: selection seed 1000's train / val would hold samples of seed
     0's test split. Refused naming dataset.outer_test_seed, before a trial trains."""
-    from fusebench.training.loop import RunError
+    from fusebench.engine.loop import RunError
 
     def no_trial(*args, **kwargs):
         raise AssertionError("a selection trial ran although its test split is not fixed")
@@ -228,7 +228,7 @@ def test_a_selection_that_could_see_test_samples_is_refused_before_any_trial(
 
 def test_a_trial_without_a_finite_validation_score_stops_the_selection(tmp_path: Path, monkeypatch) -> None:
     """NaN compared in max() keeps the first grid point: a trial that could not be scored must not win."""
-    from fusebench.training.loop import RunError
+    from fusebench.engine.loop import RunError
 
     scores = iter([float("nan"), 0.5, 0.7])
     monkeypatch.setattr(selection, "run_cell", lambda request, options, context: {

@@ -10,7 +10,7 @@ import pytest
 from torch.utils.data import Subset
 
 from fusebench.records import load_record, validate_record
-from fusebench.training.record_builder import split_overlap
+from fusebench.records.builder import split_overlap
 
 PAIR = [["short_psg.edf", "SC4001EC-Hypnogram.edf"]]
 
@@ -52,7 +52,7 @@ def test_sleep_edf_subject_splits_are_disjoint_on_the_synthetic_twin():
 
 def test_sleep_edf_fixture_recipe_is_a_pipeline_check(fixtures_dir, tmp_path):
     from fusebench.leaderboard import write_leaderboards
-    from fusebench.training.runner import run
+    from fusebench.sweep.runner import run
 
     root = fixtures_dir / "sleep_edf"
     out, boards = tmp_path / "runs", tmp_path / "boards"

@@ -1,4 +1,4 @@
-"""The speed options (fusebench/training/speed.py, optim.py; the spec's ``speed`` section) on the CPU:
+"""The speed options (fusebench/engine/speed.py, optim.py; the spec's ``speed`` section) on the CPU:
 channels-last gives the loss of the default layout within float tolerance, the foreach / fused optimisers
 the default one's steps, a failing ``torch.compile`` falls back to eager with the reason logged and recorded,
 cuDNN autotuning switches determinism off for the cell only, and each option enters the config hash when on.
@@ -21,12 +21,12 @@ from torch import nn
 from fusebench import benchmarks
 from fusebench.encoders import build
 from fusebench.encoders.esanet import ESANet
-from fusebench.training import speed
-from fusebench.training.config import ConfigError, SpeedConfig
-from fusebench.training.execute import run_cell
-from fusebench.training.model import for_backbone
-from fusebench.training.optim import build_optimizer
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.engine import speed
+from fusebench.spec.config import ConfigError, SpeedConfig
+from fusebench.cells.execute import run_cell
+from fusebench.components.model import for_backbone
+from fusebench.engine.optim import build_optimizer
+from fusebench.spec.request import CellRequest, RunOptions
 
 
 def esanet_case() -> tuple[nn.Module, dict]:
@@ -138,7 +138,7 @@ def test_compile_falls_back_to_eager_when_compiling_raises(monkeypatch, caplog) 
     monkeypatch.setattr(torch, "compile", no_compiler)
     status = speed.compile_encoder(model, SpeedConfig(compile=True))
     assert list(model.state_dict()) == keys  # checkpoints keep their keys
-    with caplog.at_level(logging.WARNING, logger="fusebench.training.speed"), torch.no_grad():
+    with caplog.at_level(logging.WARNING, logger="fusebench.engine.speed"), torch.no_grad():
         got_embed, got_out = model.embed(batch), model(batch)
     assert torch.equal(got_embed, want_embed) and torch.equal(got_out, want_out)
     assert status.fallback == "ESANet.embed: RuntimeError: no C++ compiler found" and not status.ran_compiled
@@ -365,7 +365,7 @@ def test_compile_falls_back_when_a_later_recompilation_fails(monkeypatch, caplog
 
     monkeypatch.setattr(torch, "compile", fails_on_the_third_call)
     status = speed.compile_encoder(model, SpeedConfig(compile=True))
-    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="fusebench.training.speed"):
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="fusebench.engine.speed"):
         want = type(model.backbone).embed(model.backbone, batch)
         outs = [model.embed(batch) for _ in range(5)]
     assert all(torch.equal(o, want) for o in outs)

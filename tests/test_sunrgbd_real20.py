@@ -335,7 +335,7 @@ def test_real20_spec_settings() -> None:
     # data and model settings
     sets = ["dataset.options.version=v1", "dataset.options.val_fraction=0", "dataset.val_split=test",
             "dataset.options.num_points=1024", "encoder.config={config: tiny, fusion: late}"]
-    from fusebench.training.config import parse_override
+    from fusebench.spec.config import parse_override
 
     det = benchmarks.load("sunrgbd-det", overrides=dict(parse_override(s) for s in sets))
     assert det.dataset.val_split == spec.dataset.val_split

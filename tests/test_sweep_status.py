@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import fusebench
-from fusebench.training import status
-from fusebench.training.config import ConfigError
+from fusebench.sweep import status
+from fusebench.spec.config import ConfigError
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},

@@ -1,5 +1,5 @@
 """The downstream model is a backbone plus the head its dataset's task builds on it
-(``fusebench.tasks``, ``fusebench.training.model``): which head each task builds, the task-owned
+(``fusebench.tasks``, ``fusebench.components.model``): which head each task builds, the task-owned
 losses and predictions worked out by hand, the class count, state-dict keys (and checkpoints of
 encoders that held their head), and the runner's ``build_model``."""
 
@@ -19,10 +19,10 @@ from fusebench.encoders.eeg_conv import ChannelProbeHead
 from fusebench.encoders.esanet import ESANetSegmentationHead
 from fusebench.encoders.seq_transformer import LateFusionHead
 from fusebench.encoders.votenet import VoteNetHead
-from fusebench.training.model import TaskModel, for_backbone
-from fusebench.training.model import build as with_task_head
-from fusebench.training.data import build_datasets
-from fusebench.training.standard import build_model
+from fusebench.components.model import TaskModel, for_backbone
+from fusebench.components.model import build as with_task_head
+from fusebench.engine.data import build_datasets
+from fusebench.cells.standard import build_model
 
 
 def _vector_batch(n: int = 6, seed: int = 0, num_classes: int = 3) -> dict:
@@ -136,7 +136,7 @@ def test_state_dict_keys_and_checkpoints_of_encoders_that_held_their_head():
 
 def test_build_model_is_the_backbone_with_its_tasks_head():
     from fusebench import benchmarks
-    from fusebench.training import runner
+    from fusebench.sweep import runner
 
     spec = benchmarks.load("quickstart")
     ds = build_datasets(spec, True, None, 0, roles=("train",))["train"]

@@ -58,7 +58,7 @@ def test_task_describes_its_metrics_and_refuses_another_familys():
 
 def test_spec_with_a_metric_its_dataset_cannot_report_is_refused_at_load():
     from fusebench import benchmarks
-    from fusebench.training.config import ConfigError
+    from fusebench.spec.config import ConfigError
 
     for name in benchmarks.available():  # every shipped spec reports metrics of its dataset's task
         benchmarks.load(name)

@@ -15,8 +15,8 @@ import torch
 
 import fusebench
 from fusebench.cli import main
-from fusebench.training import execute
-from fusebench.training.threads import (LARGE, SMALL, CpuAllowance, allowed_cpus, model_kind, quota_cpus,
+from fusebench.cells import execute
+from fusebench.engine.threads import (LARGE, SMALL, CpuAllowance, allowed_cpus, model_kind, quota_cpus,
                                         read_allowance, thread_plan, threads_for)
 
 TINY = {"pretrain.epochs": 1, "downstream.epochs": 1, "dataset.synthetic_spec": {"num_samples": 128, "seed": 0}}

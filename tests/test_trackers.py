@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import fusebench
-from fusebench.training import trackers
-from fusebench.training.trackers import TrackerError
-from fusebench.training.execute import run_cell
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.engine import trackers
+from fusebench.engine.trackers import TrackerError
+from fusebench.cells.execute import run_cell
+from fusebench.spec.request import CellRequest, RunOptions
 
 TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
         "downstream.epochs": 2}
@@ -184,7 +184,7 @@ def test_missing_package_names_the_extra(tmp_path: Path, monkeypatch: pytest.Mon
 def test_no_logger_imports_nothing_optional() -> None:
     import subprocess
 
-    code = ("import sys, fusebench\nfrom fusebench.training import runner, cli, trackers\n"
+    code = ("import sys, fusebench\nfrom fusebench.sweep import runner\nfrom fusebench.cli import run as cli\nfrom fusebench.engine import trackers\n"
             "t = trackers.build_trackers(None, 'runs', 'runs/c')\n"
             "assert not t and not any(m.split('.')[0] in ('mlflow', 'tensorboard') for m in sys.modules), 'imported'\n"
             "assert 'torch.utils.tensorboard' not in sys.modules")
@@ -193,7 +193,7 @@ def test_no_logger_imports_nothing_optional() -> None:
 
 def test_resumed_run_appends_to_its_csv(tmp_path: Path, reference: dict) -> None:
     from fusebench import benchmarks
-    from fusebench.training import runner
+    from fusebench.sweep import runner
 
     spec = benchmarks.load("quickstart", overrides=TINY)
     with pytest.raises(KeyboardInterrupt):
@@ -206,7 +206,7 @@ def test_resumed_run_appends_to_its_csv(tmp_path: Path, reference: dict) -> None
 
 
 def test_cli_logger_option(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from fusebench.training import cli
+    from fusebench.cli import run as cli
 
     with pytest.raises(SystemExit) as e:
         cli.main(["quickstart", "--logger", "wandb"])

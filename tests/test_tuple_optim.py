@@ -15,13 +15,14 @@ from torch import nn
 
 import fusebench
 from fusebench import benchmarks, encoders, objectives
-from fusebench.training import runner, utils
-from fusebench.training import tuple_optim as T
-from fusebench.training.config import PretrainConfig
-from fusebench.training.pretrain import Pretrainer
-from fusebench.training.tuple_method import TupleInfoNCEOptions
-from fusebench.training.execute import run_cell
-from fusebench.training.request import CellRequest, RunOptions
+from fusebench.sweep import runner
+from fusebench.runtime import utils
+from fusebench.components import tuple_optim as T
+from fusebench.spec.config import PretrainConfig
+from fusebench.engine.pretrain import Pretrainer
+from fusebench.components.tuple_method import TupleInfoNCEOptions
+from fusebench.cells.execute import run_cell
+from fusebench.spec.request import CellRequest, RunOptions
 
 MODS = ["a", "b", "c"]
 

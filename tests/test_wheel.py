@@ -33,7 +33,7 @@ def test_wheel_installs_and_runs_from_a_clean_environment(tmp_path: Path) -> Non
     for sub in ("nyuv2", "sunrgbd", "sleep", "mmsa", "multiview_mat"):
         assert f"fusebench/datasets/{sub}/__init__.py" in names
     assert "fusebench/objectives/m3g.py" in names and "fusebench/encoders/mlp.py" in names
-    assert "fusebench/listing_builtins.json" in names  # `fusebench list`'s text of the built-ins
+    assert "fusebench/cli/listing_builtins.json" in names  # `fusebench list`'s text of the built-ins
     # a new environment that sees the installed dependencies (torch, ...) but not this checkout's editable install
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path)

@@ -17,7 +17,7 @@ from fusebench.leaderboard.columns import md_code, metric_info, natural_key
 from fusebench.leaderboard.view import GroupView
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
 from fusebench.rows import REFERENCES
-from fusebench.training.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
+from fusebench.components.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
 
 # rows that are not pretraining objectives: random-init encoders, and the reference features of the
 # embedding_eval protocol computed from the input views (declared once in fusebench.rows)
@@ -199,7 +199,7 @@ def current_spec(name: str, recs: list[RunRecord]):
     from fusebench import benchmarks
     from fusebench.records import synthetic_overrides_applied
     from fusebench.registry import UnknownNameError
-    from fusebench.training.config import ConfigError, read_spec
+    from fusebench.spec.config import ConfigError, read_spec
 
     try:
         path = benchmarks.path(name)
@@ -231,9 +231,9 @@ def spec_family(spec) -> str | None:
 
 def spec_comparison(spec) -> dict[str, str] | None:
     """How a benchmark's current spec (:func:`current_spec`; None: no spec found) compares the rows
-    (:func:`~fusebench.training.reference_features.comparison_of`; ``reference`` only where the spec names it,
+    (:func:`~fusebench.components.reference_features.comparison_of`; ``reference`` only where the spec names it,
     else the board's default); None without a spec."""
-    from fusebench.training.reference_features import comparison_of
+    from fusebench.components.reference_features import comparison_of
 
     if spec is None:
         return None

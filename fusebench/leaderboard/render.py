@@ -165,7 +165,7 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
 def _precision_line(view: GroupView) -> str:
     """The group's precision policy (one per group: it is part of the comparability key) and the
     devices its runs were made on (``numerics.device_name`` where recorded, else ``device``)."""
-    from fusebench.training.precision import PRECISIONS
+    from fusebench.spec.precision import PRECISIONS
 
     name = view.recs[0].precision
     devices: dict[str, int] = {}

@@ -1,5 +1,5 @@
 """The "Missing-view robustness" section of a board and its plot (issue #23), for the comparability groups
-whose records carry the ``missing_views`` field (:mod:`fusebench.training.missing_views`; a group without
+whose records carry the ``missing_views`` field (:mod:`fusebench.probes.missing_views`; a group without
 it renders nothing here, so its board is unchanged).
 
 :func:`robustness_of` gathers, per displayed row of the group (merged aliases as in the main table: the
@@ -25,7 +25,7 @@ from fusebench.io import atomic_write, canonical_json, sha256_hex
 from fusebench.leaderboard.columns import MetricInfo, fmt_cell, md_code, mean_std, metric_info
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.plots import PLOT_KEY, png_text
-from fusebench.training.protocols import rate_id, view_id
+from fusebench.components.protocols import rate_id, view_id
 
 PLOT_VERSION = 1  # bump when plot_missing draws differently: every such plot is redrawn once
 TITLE = "Missing-view robustness"

@@ -3,7 +3,7 @@ tuned on the validation split, the validation score of every grid point (the mea
 the chosen point marked, as tables (:func:`section_lines`) and a plot (:func:`plot_sensitivity`,
 ``<benchmark>-sensitivity.png``).
 
-Read from the records' ``hparam_selection`` (the frozen selection of :mod:`fusebench.training.selection`,
+Read from the records' ``hparam_selection`` (the frozen selection of :mod:`fusebench.sweep.selection`,
 copied into every record of the objective): ``grid`` ({key: values}), ``scores`` (one entry per grid point:
 ``hparams``, ``val`` = the mean over the selection seeds, ``val_by_seed``), ``choice``, ``metric`` (the
 metric id; records written before issue #30 hold a text such as ``"validation acc (mean over 3 selection

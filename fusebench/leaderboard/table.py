@@ -230,7 +230,7 @@ def _alias_lines(view: GroupView) -> tuple[list[str], list[str]]:
     if refs:
         refs.insert(0, "Reference rows merged because they are the same features for every probe: a per-column "
                        "affine map of each other, which the probes' per-column z-scoring (train statistics) cancels "
-                       "(`fusebench.training.reference_features.PROBE_BASE`); only the displayed id is tested and "
+                       "(`fusebench.components.reference_features.PROBE_BASE`); only the displayed id is tested and "
                        "ranked:")
     return out, refs
 

@@ -13,7 +13,7 @@ when a metric's definition changes, so runs scored with different definitions ar
 Inputs may be of any dtype, half precision included (bfloat16 / float16 outputs of a mixed-precision
 model): :func:`fusebench.metrics.arrays.to_numpy` widens them exactly, and every metric reduces in
 float64 (counts in exact integers), whatever the caller's autocast; a metric's CUDA matrix products run in
-full float32 (the TF32 switches set to ``ieee`` for the call: :func:`fusebench.training.precision.full_float32`).
+full float32 (the TF32 switches set to ``ieee`` for the call: :func:`fusebench.spec.precision.full_float32`).
 
 A built-in metric's task, direction, unit and version are written once, in the table of
 :mod:`fusebench.metrics.catalog`; its ``register`` call names the id and takes them from there (stating
@@ -88,7 +88,7 @@ class Metric:
         return "higher" if self.higher_is_better else "lower"
 
     def __call__(self, *args: Any, **kwargs: Any) -> float:
-        from fusebench.training.precision import full_float32
+        from fusebench.spec.precision import full_float32
 
         with full_float32():  # CUDA matrix products in full float32 whatever the precision policy (no TF32)
             return self.fn(*args, **kwargs)

@@ -1,6 +1,6 @@
 """Frozen-embedding evaluation metrics: the clustering scores ``cluster_acc``, ``nmi``, ``ari`` (the
 multi-view clustering literature's three) and the probe accuracies ``fs<s>_acc``, ``fs<s>_proto_acc``,
-``fs<s>_best_acc`` (s = 1, 5, 10), ``knn_acc`` of :mod:`fusebench.training.embedding_eval`.
+``fs<s>_best_acc`` (s = 1, 5, 10), ``knn_acc`` of :mod:`fusebench.probes.embedding_eval`.
 
 Call form: ``get(id)(y_pred, y_true) -> float`` with 1-D integer arrays (numpy or torch) of the same
 length: ``y_pred`` = cluster ids (arbitrary integers, any number of clusters), ``y_true`` = class ids.
@@ -34,7 +34,7 @@ Probe accuracies (task ``classification``, like ``acc``; higher is better; unit 
   validation split).
 
 The protocols (sampling, standardisation, selection of the L2 weight and of k, tie-breaking) are in
-:mod:`fusebench.training.embedding_eval`. They are registered here, beside the clustering scores,
+:mod:`fusebench.probes.embedding_eval`. They are registered here, beside the clustering scores,
 because this is the evaluation's metric module that the registry imports.
 
 Shape: ``y_pred`` [n], ``y_true`` [n]; n >= 1 (empty input raises ValueError).
@@ -113,7 +113,7 @@ def ari(y_pred: Any, y_true: Any) -> float:
     return float((s_ij - expected) / denom)
 
 
-#: the probe accuracies of :mod:`fusebench.training.embedding_eval`: each scores one set of probe
+#: the probe accuracies of :mod:`fusebench.probes.embedding_eval`: each scores one set of probe
 #: predictions as plain accuracy (:func:`fusebench.metrics.classification.acc`); the evaluation averages the draws
 PROBE_ACCURACIES = {
     "fs1_acc": "Few-shot probe accuracy, 1 labelled sample per class (one draw; the evaluation averages the draws).",

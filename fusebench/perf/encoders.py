@@ -9,7 +9,7 @@ which each encoder class declares through two classmethods (the convention every
   for ``task_loss``.
 
 One step is ``loss = model.task_loss(model(batch), batch); loss.backward()`` in training mode, for
-the backbone with the head of its ``default_task`` (:func:`fusebench.training.model.for_backbone`; a
+the backbone with the head of its ``default_task`` (:func:`fusebench.components.model.for_backbone`; a
 backbone without one, ``pointnet2``, is timed on ``embed(batch).sum().backward()``). Each
 encoder runs in a fresh subprocess (``python -m fusebench.perf.encoders --worker NAME``) so that
 memory figures are not polluted by the others: on CPU, *peak RSS* is the process's maximum resident
@@ -85,7 +85,7 @@ def run_one(name: str, batch_size: int | None, warmup: int, repeats: int, device
     if headless:
         model = backbone.to(device).train()
     else:  # the backbone with its own task's head, as the runner builds it
-        from fusebench.training.model import for_backbone
+        from fusebench.components.model import for_backbone
 
         model = for_backbone(backbone).to(device).train()
     kwargs: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}

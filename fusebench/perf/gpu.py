@@ -3,11 +3,11 @@ and (``--cell``) how busy the GPU is during a real cell's pretraining.
 
 One row per (encoder, batch, precision). The model is the encoder at its benchmark configuration
 (``benchmark_config()``, or its tiny variant with ``--small``) with the head of its ``default_task``
-(:func:`fusebench.training.model.for_backbone`, what ``fusebench bench encoders`` times; ``pointnet2``
+(:func:`fusebench.components.model.for_backbone`, what ``fusebench bench encoders`` times; ``pointnet2``
 has no task head and is trained on ``embed(batch).sum()``), on the synthetic batch of its
 ``example_batch()`` at the benchmark input size. One *step* is what the downstream phase does per
 batch: ``zero_grad``, forward and task loss under the precision policy's autocast
-(:mod:`fusebench.training.precision`, its TF32 switches set for the row), backward, AdamW step (with a
+(:mod:`fusebench.spec.precision`, its TF32 switches set for the row), backward, AdamW step (with a
 gradient scaler at ``16-mixed``). Per row:
 
 * **step (ms)**: the median over ``--steps`` timed steps after ``--warmup`` warm-up steps. On CUDA each
@@ -24,7 +24,7 @@ gradient scaler at ``16-mixed``). Per row:
   ``n/a`` (``fusebench bench encoders`` measures process RSS per encoder in a subprocess).
 
 Every row and the cell run with the deterministic settings a ``fusebench run`` uses
-(:func:`fusebench.training.utils.seed_everything`: deterministic algorithms on, warn only; cuDNN
+(:func:`fusebench.runtime.utils.seed_everything`: deterministic algorithms on, warn only; cuDNN
 deterministic, its autotuning off; ``CUBLAS_WORKSPACE_CONFIG=:4096:8``), so a step here is the run's step;
 ``--deterministic off`` turns them off to show what they cost. The header prints the settings in force.
 
@@ -51,7 +51,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from fusebench.machine import cpu_model
-from fusebench.training import precision
+from fusebench.spec import precision
 
 if TYPE_CHECKING:  # imported where used: `fusebench bench gpu --help` imports no torch
     import torch
@@ -154,9 +154,9 @@ def batches_for(name: str, batch: list[int] | None, small: bool) -> tuple[int, .
 def training_step(model: torch.nn.Module, batch: dict, headless: bool, policy: precision.Precision,
                   device: torch.device) -> Callable[[], None]:
     """One training step of ``model`` on ``batch`` under ``policy`` (see the module docstring)."""
-    from fusebench.training.optim import build_optimizer
+    from fusebench.engine.optim import build_optimizer
 
-    from fusebench.training.utils import deferred_value_checks
+    from fusebench.runtime.utils import deferred_value_checks
 
     opt = build_optimizer(model.parameters(), "adamw", 1e-4, 1e-4)
     scaler = precision.grad_scaler(policy, device)
@@ -202,12 +202,12 @@ def time_steps(step: Callable[[], None], n: int, device: torch.device) -> tuple[
 
 @contextlib.contextmanager
 def deterministic_settings(on: bool) -> Iterator[None]:
-    """The deterministic switches of a run (``on``: as :func:`fusebench.training.utils.seed_everything` sets
-    them, :func:`~fusebench.training.utils.set_deterministic`) or all off, restored afterwards; neither
+    """The deterministic switches of a run (``on``: as :func:`fusebench.runtime.utils.seed_everything` sets
+    them, :func:`~fusebench.runtime.utils.set_deterministic`) or all off, restored afterwards; neither
     imports ``torch._inductor``."""
     import torch
 
-    from fusebench.training.utils import set_deterministic, use_deterministic_algorithms
+    from fusebench.runtime.utils import set_deterministic, use_deterministic_algorithms
 
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
@@ -239,8 +239,8 @@ def bench_row(name: str, batch_size: int, precision_name: str, device: torch.dev
     """One row of the table (see the module docstring); a fresh model, optimiser and batch (seed 0)."""
     import torch
 
-    from fusebench.training import utils
-    from fusebench.training.model import for_backbone
+    from fusebench.runtime import utils
+    from fusebench.components.model import for_backbone
 
     policy = precision.get(precision_name)
     cls, cfg, sizes = _case(name, small)
@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         precisions = list(dict.fromkeys(precision.check(p, "--precision") for p in ns.precision))
     except ValueError as e:
         parser.error(str(e))
-    from fusebench.training.utils import resolve_device
+    from fusebench.runtime.utils import resolve_device
 
     if ns.device == "auto":
         parser.error("--device: expected cuda, cuda:N or cpu, got 'auto'")
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, Any] = {}
     if ns.cell:  # checked before anything runs
         from fusebench.perf import gpu_cell
-        from fusebench.training.config import parse_override
+        from fusebench.spec.config import parse_override
 
         try:
             overrides = dict(parse_override(o) for o in ns.overrides)

@@ -1,11 +1,11 @@
 """``fusebench bench gpu --cell B``: how busy the GPU is while a real cell of benchmark B pretrains.
 
-What runs is the cell's own pretraining, not a copy of it: :class:`fusebench.training.standard.StandardCell`
+What runs is the cell's own pretraining, not a copy of it: :class:`fusebench.cells.standard.StandardCell`
 is built from the benchmark's spec (``--data-root``: the data folder, read through the dataset adapter
 and its prepared cache exactly as ``fusebench run`` reads it; or ``--synthetic``: the benchmark's
 synthetic twin; ``--set`` overrides keys as ``fusebench run --set`` does) and its ``pretrain()`` runs the
-training loop (:func:`fusebench.training.loop.run_phase`: the ``DataLoader`` of
-:func:`fusebench.training.data.make_loader`, which reads and collates the batches in the main process,
+training loop (:func:`fusebench.engine.loop.run_phase`: the ``DataLoader`` of
+:func:`fusebench.engine.data.make_loader`, which reads and collates the batches in the main process,
 host-to-device copies, the objective, the optimiser and scheduler, the loss read and NaN check every
 ``LOSS_READ_EVERY`` steps) into a temporary folder, stopped by the loop's step budget (``RunOptions.max_steps``).
 Nothing is written outside that folder and no record is made.
@@ -38,7 +38,7 @@ from typing import Any, Iterable
 
 import torch
 
-from fusebench.training import precision
+from fusebench.spec import precision
 
 COLUMNS = ("benchmark", "objective", "precision", "batch", "data", "steps", "step (ms)", "step profiled (ms)",
            "GPU busy", "busy incl. copies")
@@ -115,7 +115,7 @@ def load_cell_spec(benchmark: str, precision_name: str, synthetic: bool, data_ro
     """The cell's spec at ``precision_name``; a ``ValueError`` when it cannot run here."""
     from fusebench import benchmarks, objectives
     from fusebench.pipelines import pipeline_of
-    from fusebench.training.reference_features import REFERENCES
+    from fusebench.components.reference_features import REFERENCES
 
     if objective is not None and (objective in REFERENCES or objective not in objectives.available()):
         raise ValueError(f"--objective {objective!r}: expected an objective that pretrains, one of "
@@ -148,9 +148,9 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
     (``deterministic=False``: the cell's switches turned off after it set them)."""
     import statistics
 
-    from fusebench.training.data import feeding, pretrain_batch_size
-    from fusebench.training.request import CellRequest, RunOptions
-    from fusebench.training.standard import StandardCell
+    from fusebench.engine.data import feeding, pretrain_batch_size
+    from fusebench.spec.request import CellRequest, RunOptions
+    from fusebench.cells.standard import StandardCell
 
     spec = load_cell_spec(benchmark, precision_name, synthetic, data_root, overrides, objective)
     objective = objective or spec.pretrain.objective

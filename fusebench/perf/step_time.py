@@ -33,11 +33,11 @@ def quickstart_steps(objectives: tuple[str, ...] = ("m3g", "infonce_pwe"), bench
     loop does per step, without data loading, scheduler and logging)."""
     from fusebench import benchmarks
     from fusebench import objectives as objs
-    from fusebench.training.data import build_datasets, make_loader, pretrain_batch_size
-    from fusebench.training.optim import build_optimizer
-    from fusebench.training.pretrain import Pretrainer
-    from fusebench.training.request import objective_hparams
-    from fusebench.training.standard import build_model
+    from fusebench.engine.data import build_datasets, make_loader, pretrain_batch_size
+    from fusebench.engine.optim import build_optimizer
+    from fusebench.engine.pretrain import Pretrainer
+    from fusebench.spec.request import objective_hparams
+    from fusebench.cells.standard import build_model
 
     spec = benchmarks.load(benchmark)
     data = build_datasets(spec, False, None, seed, roles=("train",))

@@ -2,7 +2,7 @@
 
 Runs one quickstart cell (``--objective``, default ``infonce_pwe``, seed 0, the benchmark's full budget
 unless ``--set`` says otherwise) as ``fusebench run`` in a fresh process, with **default settings** (no
-``OMP_NUM_THREADS``, no ``--threads``: the thread rule of :mod:`fusebench.training.threads`) and with
+``OMP_NUM_THREADS``, no ``--threads``: the thread rule of :mod:`fusebench.engine.threads`) and with
 ``OMP_NUM_THREADS=1``, ``--repeat`` times each in ABBA order, while another process it starts keeps one core
 busy (``--no-busy``: without it). It prints each cell's time (the record's ``wall_time_s``: the cell alone,
 not the interpreter start), the ratio *default / one thread* of the best times and whether the two

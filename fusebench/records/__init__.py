@@ -20,12 +20,12 @@ Schema versions
   {"files": [[relpath, size], ...], "sha256": str}}``.
 
 Both versions may carry ``hash_schema`` (``2``: ``config_hash`` is
-:func:`fusebench.training.config.config_hash` of the record's ``config`` and ``objective``, checked
+:func:`fusebench.spec.config.config_hash` of the record's ``config`` and ``objective``, checked
 here; every committed record was migrated to it), ``finished_at`` (UTC ISO 8601 time the record was
 written; the board's text is the newest record's), ``precision`` (the run's precision policy, one of
-:data:`fusebench.training.precision.PRECISIONS`; it must equal ``config.precision``; records of hash
+:data:`fusebench.spec.precision.PRECISIONS`; it must equal ``config.precision``; records of hash
 schema 1 left it out at the default ``32``) and ``numerics`` (a mapping: device name, CUDA / cuDNN versions,
-deterministic settings, TF32 switches; :func:`fusebench.training.precision.numerics`). A record
+deterministic settings, TF32 switches; :func:`fusebench.spec.precision.numerics`). A record
 without them was made at ``32``: every record before the precision policy was made on the CPU.
 
 Types: ids (``benchmark``, ``objective``, ``dataset.id``) follow the registry id rule

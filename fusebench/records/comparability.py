@@ -10,7 +10,7 @@ import copy
 from typing import Any, Mapping, Protocol
 
 from fusebench.io import canonical_json, sha256_hex
-from fusebench.training.config import NOT_IDENTITY, PER_OBJECTIVE
+from fusebench.spec.config import NOT_IDENTITY, PER_OBJECTIVE
 from fusebench.version import __version__
 
 
@@ -20,7 +20,7 @@ class HasRaw(Protocol):
     raw: Mapping[str, Any]
 
 #: config keys left out of the comparability hash: those that do not change what a cell computes (the
-#: config hash's :data:`~fusebench.training.config.NOT_IDENTITY`)
+#: config hash's :data:`~fusebench.spec.config.NOT_IDENTITY`)
 CONFIG_KEYS_IGNORED = NOT_IDENTITY
 
 

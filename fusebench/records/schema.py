@@ -18,8 +18,8 @@ from typing import Any, Mapping
 from fusebench.io import canonical_json
 from fusebench.records.comparability import (comparability_fields, comparability_key, comparable_view,
                                              synthetic_overrides_applied)
-from fusebench.training.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
-from fusebench.training.config import config_hash as cell_config_hash
+from fusebench.spec.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
+from fusebench.spec.config import config_hash as cell_config_hash
 from fusebench.registry import ID_RULE, valid_id
 
 SCHEMA_VERSIONS = (1, 2)
@@ -399,7 +399,7 @@ def _validate_budget(b: Any, path: str) -> None:
 
 
 def _validate_missing_views(mv: Any, path: str) -> None:
-    """``missing_views`` (:mod:`fusebench.training.missing_views`): ``metrics`` a mapping of metric names
+    """``missing_views`` (:mod:`fusebench.probes.missing_views`): ``metrics`` a mapping of metric names
     to numbers (null / NaN: undefined), ``rates`` a list of numbers in [0, 1), ``views`` a list of
     strings, ``shown`` a list of metric names, ``single_view`` a boolean, ``protocol`` a string,
     ``clustering.n_init`` an integer."""
@@ -430,7 +430,7 @@ def _validate_missing_views(mv: Any, path: str) -> None:
 def _validate_precision(obj: Mapping[str, Any], cfg: Mapping[str, Any], path: str) -> str:
     """The record's precision: ``config.precision`` (absent: ``32``), which a top-level ``precision``
     must repeat; ``numerics``, where present, is a mapping."""
-    from fusebench.training.precision import DEFAULT, PRECISIONS
+    from fusebench.spec.precision import DEFAULT, PRECISIONS
 
     configured = cfg.get("precision", DEFAULT)
     if configured not in PRECISIONS:
@@ -472,7 +472,7 @@ def _validate_dataset(ds: Any, path: str, version: int) -> DatasetIdentity:
                 raise RecordError(path, "dataset.fingerprint.sha256", "64 lowercase hex digits", sha)
             fp = Fingerprint(tuple(pairs), sha)
     named = ds.get("data_file")
-    if named is not None:  # the one data file a run read, by name and content (fusebench.training.execute.data_file)
+    if named is not None:  # the one data file a run read, by name and content (fusebench.cells.execute.data_file)
         named = _mapping(named, path, "dataset.data_file", 'a mapping {"name": file name, "sha256": hex digest}')
         if not _str(_need(named, "name", path, "dataset.data_file."), path, "dataset.data_file.name"):
             raise RecordError(path, "dataset.data_file.name", "a non-empty file name", named["name"])

@@ -1,0 +1,158 @@
+"""The ``embedding_eval`` protocol (pipelines layer): frozen embeddings -- or a reference row's features
+computed from the input views -- of every split, then a linear probe (L2 weight chosen on the
+validation split), few-shot and kNN probes and k-means (:func:`fusebench.probes.embedding_eval.probe_and_cluster`).
+A record that reports a few-shot metric ``fs<s>_*`` reports all three of that s (:func:`fewshot_ids`: the logistic
+probe, the prototype probe and the one chosen on validation, test and val) and the choice (field
+``fewshot_probe``); :func:`fusebench.probes.embedding_eval.chosen_fewshot_val` reads the chosen probe's
+validation score back from a record.
+
+Its declaration (options ``options.embedding_eval``, reference rows) is the ``embedding_eval`` entry of
+:mod:`fusebench.components.protocols`; its reference rows
+are ``none`` and the input-feature rows of :mod:`fusebench.components.reference_features`. With the options
+``missing_rates`` / ``single_view`` the same probe and clustering also score the data with views absent
+(:mod:`fusebench.probes.missing_views`; record field ``missing_views``)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from fusebench.engine.evaluate import embeddings, features
+from fusebench.engine.data import input_views
+from fusebench.engine.loop import Clock, RunError
+from fusebench.runtime.progress import phase
+from fusebench.components.protocols import EMBEDDING_EVAL_OPTIONS, EmbeddingEval
+from fusebench.records.builder import build_record
+from fusebench.components.reference_features import REFERENCE_KINDS
+from fusebench.spec.request import CellRequest, RunOptions
+
+#: the selection rule this protocol records
+SELECTION_RULE = ("linear probe: L2 weight chosen on the validation split (highest val accuracy); "
+                  "few-shot: the logistic probe's L2 weight per shot count chosen on the validation split (mean over "
+                  "draws; the grid extended beyond a chosen edge while strictly better), the prototype probe untuned, "
+                  "and the row's few-shot probe (fs<s>_best_acc) the one with the higher mean val accuracy; "
+                  "kNN: k chosen on the validation split; k-means needs no selection; test scored once")
+
+
+def fewshot_ids(shots: int) -> tuple[str, str, str]:
+    """The metric ids of the few-shot probes with ``shots`` labels per class: the logistic probe, the
+    prototype probe and the one chosen on validation (``fs<s>_acc``, ``fs<s>_proto_acc``, ``fs<s>_best_acc``).
+    A record that reports one of them reports all three (val and test)."""
+    return f"fs{shots}_acc", f"fs{shots}_proto_acc", f"fs{shots}_best_acc"
+
+
+def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapping[str, Any], data: dict[str, Any],
+                          model: Any, pre_curves: Mapping[str, Any], pretrain_time: float, wall: Clock,
+                          context: Mapping[str, Any] | None, timing: Mapping[str, Any] | None,
+                          dev: torch.device, from_inputs: bool,
+                          extra_fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Score the cell's (pretrained or random) encoder, or its reference row, and return its record.
+    ``from_inputs``: an input-feature row other than ``raw``, whose ``data`` was built unstandardised;
+    ``extra_fields``: the cell's own record fields (a weights row's ``encoder_weights``). A row with an encoder
+    keeps it in ``best.pt`` (``{"model": state_dict, "epoch": -1, "val": ...}``, the form the other protocols
+    write), so it can be reloaded and re-probed (``--encoder-weights NAME=<cell>/best.pt``)."""
+    from fusebench.components.diagnostics import representation_diagnostics
+    from fusebench.probes.embedding_eval import probe_and_cluster
+
+    spec, objective, seed = request.spec, request.objective, request.seed
+    roles = ("train", "val", "test")
+    enc = None if objective in REFERENCE_KINDS else model
+    if from_inputs:
+        views, labels = {}, {}
+        for r in roles:
+            views[r], labels[r] = input_views(data[r], spec, seed)
+        ytr, yva, yte = (labels[r] for r in roles)
+    else:
+        (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in roles)
+    opts = dict(spec.options.get(EmbeddingEval.options_key) or {})
+    kwargs = {k: opts[k] for k in EMBEDDING_EVAL_OPTIONS if k in opts}  # the missing-view options: below
+    # the probes the spec's metrics ask for, unless the options name them
+    kwargs.setdefault("fewshot_shots", [s for s in (1, 5, 10) if set(fewshot_ids(s)) & set(spec.metrics)])
+    if "knn_acc" not in spec.metrics:
+        kwargs.setdefault("knn_grid", ())
+    reference = None
+    if from_inputs:
+        from fusebench.components.reference_features import reference_features
+
+        # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
+        width = min(len(views["train"]) * int(model.num_features), len(ytr) - 1, sum(v.shape[1] for v in views["train"]))
+        feats, reference, cluster_standardize = reference_features(objective, views, width=width)
+        xtr, xva, xte = (feats[r] for r in roles)
+        kwargs["cluster_standardize"] = cluster_standardize
+    with phase("probes and clustering"):  # said while it runs when it takes more than a few seconds
+        res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed, **kwargs)
+    names = {"mf1": "macro_f1"}
+    val = {m: res[f"val_{names.get(m, m)}"] for m in spec.metrics if f"val_{names.get(m, m)}" in res}
+    test = {m: res.get(f"test_{names.get(m, m)}", res.get(m)) for m in spec.metrics}
+    missing = [m for m, v in test.items() if v is None]
+    if missing:
+        raise RunError(f"{spec.name}: the embedding_eval protocol does not compute metric(s) {missing}")
+    # both few-shot probes and the one chosen on validation, in every record that reports a few-shot number
+    for s in (res.get("fewshot") or {}).get("shots", []):
+        if set(fewshot_ids(s)) & set(spec.metrics):
+            for m in fewshot_ids(s):
+                val.setdefault(m, res[f"val_{m}"])
+                test.setdefault(m, res[f"test_{m}"])
+    diag = {} if enc is None else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
+    if enc is not None and not options.selection_trial:  # the frozen encoder the probes scored (no epoch: -1)
+        from fusebench.runtime import utils
+
+        utils.atomic_torch_save({"model": model.state_dict(), "epoch": -1, "val": val}, request.cell / "best.pt")
+    fields: dict[str, Any] = {"clustering": res["clustering"], **(extra_fields or {})}
+    if "fewshot_probe" in res:
+        fields["fewshot_probe"] = res["fewshot_probe"]
+    if reference is not None:
+        fields["reference_features"] = reference
+    from fusebench.probes.missing_views import embedding_missing_views, requested, requested_rules
+
+    rates, single = requested(spec)
+    # the same probe and clustering on the test data with views absent (not in a hyper-parameter trial, which
+    # is scored by its validation metric alone)
+    if (rates or single) and not options.selection_trial:
+        inputs = (views, width) if from_inputs else (None, None)  # an input-feature row's views and PCA width
+        source = _feature_source(objective, enc, data, spec, dev, seed, *inputs)
+        fields["missing_views"] = embedding_missing_views(
+            source, {"train": xtr, "val": xva, "test": xte}, {"train": ytr, "val": yva, "test": yte},
+            data["train"].num_classes, seed, res, rates, single, n_init=opts.get("missing_n_init"),
+            rules=requested_rules(spec))
+    return build_record(request, options.synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
+                        best_epoch=-1, wall_time=wall.total(), pretrain_time=pretrain_time, timing=timing,
+                        model=enc, diagnostics=diag, context=context,
+                        selection={"rule": SELECTION_RULE, **{k: res[k] for k in ("probe", "fewshot", "knn") if k in res}},
+                        fields=fields)
+
+
+def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, dev: torch.device, seed: int,
+                    views: dict[str, list[Any]] | None, width: int | None) -> Any:
+    """How the row's features are computed with views absent (:class:`fusebench.probes.missing_views.FeatureSource`):
+    the encoder's embeddings of the masked batches; the input views' columns (``raw``, and the per-view
+    reference rows of ``views``); ``raw_pca`` projected from the masked inputs, the absent blocks of the
+    z-scored input set to 0 (the train mean of the concatenation)."""
+    import numpy as np
+
+    from fusebench.probes.missing_views import FeatureSource, masked_features
+    from fusebench.components.reference_features import reference_features, zscore_stats
+
+    if enc is not None:
+        return FeatureSource(list(enc.modalities), [int(enc.num_features)] * len(enc.modalities),
+                             lambda split, mask: masked_features(enc, data[split], spec, dev, seed, mask), shared=True)
+    names = list(data["train"].modalities)
+    if views is None:  # raw: the adapter's standardised input views, concatenated
+        return FeatureSource(names, [int(v.shape[1]) for v in input_views(data["test"], spec, seed)[0]])
+    widths = [int(v.shape[1]) for v in views["train"]]
+    if objective != "raw_pca":
+        return FeatureSource(names, widths)
+    train = [np.asarray(v, dtype=np.float64) for v in views["train"]]
+    mean = zscore_stats(np.concatenate(train, axis=1))[0]  # the statistics raw_pca z-scores with
+    bounds = np.cumsum([0, *widths])
+
+    def masked(split: str, mask: np.ndarray) -> np.ndarray:
+        imputed = [np.where(mask[:, j:j + 1], np.asarray(v, dtype=np.float64), mean[bounds[j]:bounds[j + 1]])
+                   for j, v in enumerate(views[split])]
+        return reference_features("raw_pca", {"train": train, "masked": imputed}, width=width)[0]["masked"]
+
+    return FeatureSource(names, None, masked)
+
+
+__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids"]

@@ -1,0 +1,161 @@
+"""Running one cell (the one way down): :func:`run_cell` takes a :class:`~fusebench.spec.request.CellRequest`
+and :class:`~fusebench.spec.request.RunOptions`, returns the cell's finished record when there is one
+made with the same configuration and data, else locks the cell, runs the spec's pipeline
+(:mod:`fusebench.pipelines`) under the requested experiment trackers and returns the record it wrote.
+
+Every caller -- a sequential sweep, a local worker, a SLURM job, hyper-parameter selection, a test --
+runs a cell through this function; a sweep's launcher calls it through :func:`sweep_cell`, which turns
+a failure into a ``failed.json`` entry and lets the sweep go on."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from typing import Any, Mapping
+
+from fusebench.pipelines import pipeline_of
+from fusebench.runtime import distributed, utils
+from fusebench.engine.cell import CellBusyError, CellLock, ConfigMismatchError
+from fusebench.records.cell_file import existing_record, record_there
+from fusebench.components.compat import check_compatible
+from fusebench.spec.config import BenchmarkSpec, ConfigError
+from fusebench.components.memory_budget import check_memory_budget
+from fusebench.runtime.progress import cell as progress_cell
+from fusebench.runtime.progress import phase, say
+from fusebench.spec.request import CellRequest, RunOptions
+from fusebench.engine.threads import cell_threads, using_threads
+from fusebench.engine.trackers import build_trackers
+
+log = logging.getLogger(__name__)
+
+
+def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
+             context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run one (benchmark, objective, seed) cell and write its run.json; returns the record.
+
+    ``context`` holds what the sweep measured once for every cell (``git``: the checkout's state before
+    any output was written; ``fingerprint``: the data files read; ``hparams`` / ``hparam_selection``: the
+    validation search's choices), computed here when absent. ``options.progress``: announce the cell
+    (start / done / failed lines on stderr) and show its phases' progress, as bars on a terminal, else as
+    log lines (:mod:`fusebench.runtime.progress`).
+
+    A cell is only ever continued or returned for the configuration that made it: an existing
+    ``run.json`` or ``last.pt`` with another config hash or data fingerprint is a
+    :class:`~fusebench.engine.cell.ConfigMismatchError`, never mixed."""
+    spec, progress = request.spec, options.progress
+    check_compatible(spec, request.objective)
+    cell = request.cell
+    run_json = cell / "run.json"
+    where = request.where
+    if context is None:  # what the data files are decides whether a record may be reused
+        context = sweep_context(spec, options.synthetic, options.data_root)
+
+    def reused() -> dict[str, Any]:
+        rec = existing_record(run_json, spec, request.objective, context)
+        if progress:
+            say(f"reused record {where} ({run_json})")
+        return rec
+
+    if record_there(run_json, request.out):
+        return reused()
+    # a cell to run: its loss must fit the memory of this machine (a SLURM node may have less than the submit host)
+    check_memory_budget(spec, [request.objective], options.device, distributed.world_size())
+    cell.mkdir(parents=True, exist_ok=True)
+    with CellLock(cell):
+        if run_json.exists():  # another process finished the cell while we waited for nothing
+            return reused()
+        t0 = time.monotonic()
+        # intra-op threads: 1 for a small model, else the cell's share of the CPUs; --threads / OMP_NUM_THREADS win
+        n_threads = cell_threads(spec.encoder.id, options.device, options.threads, options.cells_at_once)[0]
+        if progress:
+            try:
+                dev = str(utils.resolve_device(options.device))
+            except ValueError:  # the pipeline says why
+                dev = options.device
+            named = context.get("data_file")  # the one data file read, by name and content
+            shown = f" data={named['name']} (sha256 {named['sha256'][:12]})" if named else ""
+            say(f"start {where} device={dev} precision={spec.precision} threads={n_threads}{shown}")
+        try:
+            with using_threads(n_threads), \
+                    build_trackers(list(options.loggers) if distributed.rank() == 0 else None, request.out, cell,
+                                   options.mlflow_uri) as trk, progress_cell(where, progress):
+                trk.start(where, spec.to_dict())
+                record = pipeline_of(spec).run_cell(request, options, context, trk)
+                trk.log_record(record, run_json)  # final metrics, run.json as an artifact
+        except BaseException as e:
+            if progress:
+                what = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+                say(f"{what} {where} after {time.monotonic() - t0:.1f}s ({type(e).__name__})")
+            raise
+        if progress:
+            score = (record.get("metrics") or {}).get(spec.primary_metric)
+            shown = f" ({spec.primary_metric} {score:.4f})" if isinstance(score, (int, float)) else ""
+            say(f"done {where} in {time.monotonic() - t0:.1f}s{shown}")
+        return record
+
+
+def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -> dict[str, Any]:
+    """Measured once per sweep, before any output is written: the checkout's git state and the
+    fingerprint of the data files (real data only; :mod:`fusebench.datasets.fingerprint`)."""
+    ctx: dict[str, Any] = {"git": utils.git_info(), "fingerprint": None}
+    if pipeline_of(spec).reads_dataset and not (synthetic or spec.dataset.synthetic_only) and data_root is not None:
+        from fusebench import datasets
+        from fusebench.datasets.fingerprint import fingerprint
+
+        # the files the adapter reads (None: every file under the root)
+        read = getattr(datasets.get(spec.dataset.id), "files_read", None)
+        files = read(data_root, dict(spec.dataset.options)) if read else None
+        with phase(f"hashing the data files under {data_root}"):  # said when slow (a large file)
+            ctx["fingerprint"] = fingerprint(data_root, files=files)
+            ctx["data_file"] = data_file(data_root, files)
+    return ctx
+
+
+def data_file(data_root: str, files: list[Any] | None) -> dict[str, str] | None:
+    """``{"name": basename, "sha256": hex}`` of the one file a sweep reads (the data root itself when it is a
+    file, else the adapter's only ``files_read``), which the record, the cell's start line and the board name
+    (issue #32: any multi-view ``.mat`` given to the generic ``multiview`` benchmark); None when it reads several."""
+    from pathlib import Path
+
+    from fusebench.io import sha256_file
+
+    root = Path(data_root)
+    one = root if root.is_file() else (Path(files[0]) if files and len(files) == 1 else None)
+    if one is not None and not one.is_absolute() and not one.exists():
+        one = root / one
+    if one is None or not one.is_file():
+        return None
+    return {"name": one.name, "sha256": sha256_file(one)}
+
+
+def sweep_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
+    """One cell of a sweep: its record, or a ``failed`` / ``skipped`` entry (a failure is written to
+    the cell's ``failed.json``); run in the sweep's process, in a local worker process or as a job.
+    A cell with a checkpoint continues from it."""
+    spec, o, s = request.spec, request.objective, request.seed
+    cell = request.cell
+    try:
+        return run_cell(request, options.but(resume=True) if (cell / "last.pt").exists() else options, context)
+    except (KeyboardInterrupt, ConfigError, ConfigMismatchError):
+        raise
+    except CellBusyError as e:  # another process runs it: its record will be the cell's
+        print(f"SKIPPED {spec.name}/{o}/seed{s}: {e}", file=sys.stderr)
+        return {"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)}
+    except Exception as e:  # record the failed cell, go on with the sweep
+        if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
+            return existing_record(cell / "run.json", spec, o, context)
+        failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
+                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        try:
+            cell.mkdir(parents=True, exist_ok=True)
+            utils.atomic_write_json(cell / "failed.json", failure)
+        except OSError as w:  # e.g. the disk that made the cell fail is full: say so, do not hide the failure
+            print(f"(could not write {cell / 'failed.json'}: {w.strerror or w})", file=sys.stderr)
+        log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
+        print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
+        return failure
+
+
+__all__ = ["data_file", "run_cell", "sweep_cell", "sweep_context"]

@@ -1,0 +1,414 @@
+"""The standard pipeline's cell (pipelines layer): dataset adapter -> encoder -> pretraining with the
+objective -> downstream protocol -> metrics -> ``run.json``.
+
+:class:`StandardCell` runs one :class:`~fusebench.spec.request.CellRequest` in two steps, each a
+method:
+
+1. :meth:`StandardCell.pretrain`: the objective trains the encoders (and its projection heads) for
+   ``pretrain.epochs`` (``objective_epochs`` / ``objective_batch_size`` where the spec sets them) in the
+   phase loop of :mod:`fusebench.engine.loop`; ``last.pt`` every ``checkpoint_every`` steps, so a
+   resumed cell reaches the same result. Reference rows (``none``, ``raw``...) skip it.
+2. :meth:`StandardCell.downstream`: the protocol of ``downstream.protocol``: ``linear_probe`` (encoder
+   frozen, head trained) or ``finetune``, the best epoch on the validation split kept in ``best.pt`` and
+   the test split scored once with it, then representation diagnostics of the pretrained embeddings;
+   or ``embedding_eval`` (:mod:`fusebench.cells.embedding_protocol`).
+
+The record is built by :func:`fusebench.records.builder.build_record` and written once by
+:func:`fusebench.records.cell_file.write_record`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from fusebench.runtime import distributed, utils
+from fusebench.spec import precision
+from fusebench.engine import speed
+from fusebench.engine.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
+from fusebench.spec.config import BenchmarkSpec
+from fusebench.engine.data import (build_datasets, feeding, few_shot_subset, held_in_memory, input_dims,
+                                     make_loader, pretrain_batch_size, resolve_feed)
+from fusebench.engine.evaluate import embeddings, evaluate
+from fusebench.engine.loop import Clock, Phase, PhaseHooks, StepBudget, run_phase
+from fusebench.engine.optim import build_optimizer, build_scheduler
+from fusebench.runtime.progress import progress_bar
+from fusebench.components.protocols import protocol_of
+from fusebench.records.builder import NO_BUDGET, build_record
+from fusebench.records.cell_file import write_record
+from fusebench.components.reference_features import RAW, REFERENCE_KINDS, REFERENCES
+from fusebench.spec.request import CellRequest, RunOptions, objective_hparams
+from fusebench.engine.trackers import Trackers
+
+def build_model(spec: BenchmarkSpec, train_ds, objective: str | None = None) -> nn.Module:
+    """The encoder (a backbone) with the head its dataset's task builds on it, right after it
+    (:class:`fusebench.components.model.TaskModel`). The ``raw`` row of a linear-probe benchmark gets the
+    ``identity`` encoder instead (the probe is trained on the input vectors)."""
+    from fusebench import encoders, tasks
+    from fusebench.components.model import build as with_task_head
+
+    if objective == RAW and not protocol_of(spec).frozen_features:  # raw through a task head: the inputs as they are
+        cfg = {"modalities": input_dims(train_ds)}
+        if train_ds.num_classes is not None:
+            cfg["num_classes"] = train_ds.num_classes
+        return with_task_head(encoders.build("identity", **cfg), tasks.for_dataset(train_ds))
+    return with_task_head(encoders.build(spec.encoder.id, **encoder_config(spec, train_ds)), tasks.for_dataset(train_ds))
+
+
+def encoder_config(spec: BenchmarkSpec, train_ds) -> dict[str, Any]:
+    """The spec's encoder config as the encoder is built with it: ``encoder.config`` with the modalities' input
+    sizes (name -> channels) and, for a classification or segmentation dataset, its class count when the
+    encoder's constructor takes ``num_classes`` (docs/adding-a-modality.md, the encoder contract), where the spec
+    does not set them."""
+    import inspect
+
+    from fusebench import encoders
+
+    cfg = dict(spec.encoder.config)
+    cfg.setdefault("modalities", input_dims(train_ds))
+    if train_ds.num_classes is not None and "num_classes" not in cfg and train_ds.task in ("classification", "segmentation"):
+        params = inspect.signature(encoders.ENCODERS.get(spec.encoder.id)).parameters
+        if "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            cfg["num_classes"] = train_ds.num_classes
+    return cfg
+
+
+def check_weights_fit(spec: BenchmarkSpec, train_ds, names: list[str]) -> None:
+    """Before any cell (issue #32): the encoder weights of each row in ``names`` (``spec.encoder_weights``) fit
+    the spec's encoder as it is built for ``train_ds`` -- the strict ``load_state_dict`` as a dry run on a
+    model built here and thrown away; one ConfigError naming the row, the file and the mismatching parameters."""
+    from fusebench import encoders
+    from fusebench.components import encoder_weights as W
+
+    cfg = encoder_config(spec, train_ds)
+    backbone = encoders.build(spec.encoder.id, **cfg)
+    for name in names:
+        W.load_into(backbone, name, spec.encoder_weights[name], spec.encoder.id, cfg)
+
+
+def pretrain_extensions(pre: nn.Module) -> list[tuple[type, Any]]:
+    """(class, options) of the per-epoch extensions of the Pretrainer's methods (``fusebench.spec.methods``)."""
+    from fusebench.spec.methods import extensions
+
+    return extensions(list(pre.methods.values()))
+
+
+def _tracking(trackers: Any) -> dict[str, Any]:
+    """The training loop's callbacks for ``trackers``: ``on_step`` (each step's loss: read every step) or, for a
+    tracker that wants no values (``on_step_end``: the GPU bench's timer), a call per step without a read."""
+    if not trackers:
+        return {}
+    if hasattr(trackers, "on_step_end"):
+        return {"on_step_end": trackers.on_step_end, "on_epoch_start": trackers.on_epoch_start}
+    return {"on_step": trackers.on_step, "on_epoch_start": trackers.on_epoch_start}
+
+
+def run_standard_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any],
+                      trackers: Trackers | None = None) -> dict[str, Any]:
+    """One cell of the standard pipeline under its precision policy (:mod:`fusebench.spec.precision`):
+    the TF32 switches are set for the cell and restored after it, as are the cuDNN switches of
+    ``speed.cudnn_benchmark`` (:mod:`fusebench.engine.speed`). Returns the record it wrote (on a
+    rank other than 0 of a distributed run, ``{"status": "worker", ...}``: rank 0 writes the record)."""
+    policy = precision.get(request.spec.precision)
+    with precision.backend_flags(policy), speed.backend_scope(request.spec.speed):
+        return StandardCell(request, options, context, trackers, policy).run()
+
+
+class StandardCell:
+    """The state one cell's two steps share: data, model, device, checkpoint, clocks."""
+
+    def __init__(self, request: CellRequest, options: RunOptions, context: Mapping[str, Any],
+                 trackers: Trackers | None, policy: precision.Precision) -> None:
+        self.request, self.options, self.context, self.trk, self.policy = request, options, context, trackers, policy
+        spec, objective, seed = request.spec, request.objective, request.seed
+        self.spec, self.objective, self.seed, self.cell = spec, objective, seed, request.cell
+        self.wall = Clock()  # the cell's time; a resumed cell adds the segments of the processes before
+        self.dev = utils.resolve_device(options.device)
+        self.flags = utils.seed_everything(seed)
+        # the reference rows other than raw are computed from the unstandardised input views
+        self.from_inputs = protocol_of(spec).frozen_features and objective in REFERENCE_KINDS and objective != RAW
+        self.data = build_datasets(spec, options.synthetic, options.data_root, seed,
+                                   extra_options={"standardize": False} if self.from_inputs else None)
+        self.model = build_model(spec, self.data["train"], objective)
+        self.weights_fields = self.load_encoder_weights()  # a pretrained encoder's row (issue #32): its record fields
+        self.model = self.model.to(self.dev)
+        # the speed options (fusebench/engine/speed.py; all off by default) and how batches are fetched
+        speed.apply_backend(spec.speed, self.flags)
+        self.channels_last = speed.to_channels_last(self.model, spec.speed)
+        self.compiled = speed.compile_encoder(self.model, spec.speed)
+        self.feed = resolve_feed(spec.loader, options.num_workers, self.dev, in_memory=held_in_memory(self.data["train"]),
+                                 cells_at_once=options.cells_at_once)
+        # what a training step does to its batch on the host, before the copy (channels-last, into pinned memory)
+        self.inputs = speed.input_format(self.channels_last, pin=self.feed.pin_memory)
+        # what decides the numbers here (run.json); its "speed" block is added when the record is done (run)
+        self.flags["numerics"] = precision.numerics(policy, self.dev)
+        self.autocast = precision.autocast(policy, self.dev)  # encoders and heads only: objectives in float32
+        self.budget = StepBudget(options.max_steps)
+        self.track = _tracking(trackers)
+        self.ckpt = None
+        if options.resume and (self.cell / "last.pt").exists():
+            self.ckpt = check_checkpoint_config(self.cell / "last.pt", load_checkpoint(self.cell / "last.pt"), spec,
+                                                objective, context)
+            self.wall.before = [float(t) for t in self.ckpt.get("wall_segments_s", ())]
+        self.fingerprint = data_fingerprint(context)
+        # what pretraining leaves for the downstream step (restored from last.pt when resumed there)
+        self.pre_curves: dict[str, list[float]] = {}
+        self.pretrain_time = 0.0
+        self.pre_segments: list[float] = []
+        self.budget_record: dict[str, Any] = dict(NO_BUDGET)
+
+    def load_encoder_weights(self) -> dict[str, Any]:
+        """For a row of ``encoder_weights`` (:mod:`fusebench.components.encoder_weights`): its file loaded into
+        the encoder, strictly; returns the record's ``encoder_weights`` field and the row's ``versions`` (its
+        objective version is the file's hash, so a board never averages two files under one row name).
+        Empty for every other row."""
+        from fusebench.components import encoder_weights as W
+
+        entry = self.spec.encoder_weights.get(self.objective)
+        if entry is None:
+            return {}
+        from fusebench.records import versions_block
+
+        cfg = encoder_config(self.spec, self.data["train"])
+        W.load_into(self.model.backbone, self.objective, entry, self.spec.encoder.id, cfg)
+        versions = versions_block(self.objective, list(self.spec.metrics))
+        return {"encoder_weights": W.record_field(self.objective, entry, self.spec.encoder.id, cfg),
+                "versions": {**versions, "objective": "sha256:" + entry["sha256"][:16]}}
+
+    @property
+    def resumed_downstream(self) -> bool:
+        return self.ckpt is not None and self.ckpt["phase"] == "downstream"
+
+    def speed_record(self) -> dict[str, Any]:
+        """``numerics.speed`` of the record: the feed and the speed options in force (compilation included)."""
+        return speed.record(self.spec.speed, self.feed.record(), self.channels_last, self.compiled)
+
+    def run(self) -> dict[str, Any]:
+        with feeding(self.feed):  # the cell's loaders; persistent workers are shut down at its end
+            self.pretrain()
+            if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
+                return {"status": "worker", "benchmark": self.spec.name, "objective": self.objective, "seed": self.seed}
+            record = self.downstream()
+        # numerics.speed: the feed and speed options in force, written once compilation's outcome is known
+        record["numerics"] = {**record["numerics"], "speed": self.speed_record()}
+        write_record(self.cell, record)
+        return record
+
+    # ---- pretraining ----------------------------------------------------------------------------
+    def pretrain(self) -> None:
+        """Train the encoders with the objective (nothing for a reference row or zero epochs)."""
+        from fusebench import objectives
+        from fusebench.spec.methods import split_method_keys, with_method_options
+        from fusebench.probes.missing_views import with_missing_views
+        from fusebench.engine.pretrain import Pretrainer
+
+        spec, objective, seed, data, dev, cell = self.spec, self.objective, self.seed, self.data, self.dev, self.cell
+        pt = spec.pretrain
+        batch_size = pretrain_batch_size(spec, objective)
+        epochs = int(pt.objective_epochs.get(objective, pt.epochs))
+        if objective in REFERENCES or objective in spec.encoder_weights or epochs <= 0:  # weights row: issue #32
+            return
+        kwargs, method_options = split_method_keys(objective_hparams(spec, objective, self.context))
+        obj = objectives.build(objective, **kwargs).to(dev)
+        _, per_epoch = make_loader(data["train"], batch_size, True, seed, 0)
+        total = per_epoch * epochs
+        micro = pt.objective_micro_batch.get(objective)
+        # a grid over a method's option (methods.<id>.<option>, e.g. BYOL's EMA momentum) sets it for this cell
+        pre = Pretrainer(self.model, obj, with_method_options(pt, method_options), total_steps=total,
+                         micro_batch=micro).to(dev)
+        opt = build_optimizer(pre.student_parameters(), pt.optimizer, pt.lr, pt.weight_decay, spec.speed.optimizer_impl)
+        step_fn = pre
+        if distributed.is_distributed():  # DDP: rank 0's weights, averaged gradients
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            # heads unused by the objective (e.g. the task head) get no gradient: find_unused_parameters
+            step_fn = DDP(pre, device_ids=[dev.index] if dev.type == "cuda" else None, find_unused_parameters=True)
+        sched = build_scheduler(opt, pt.schedule, total, pt.warmup_epochs * per_epoch)
+        phase = Phase("pretrain", cell, spec.checkpoint_every, {"pretrainer": pre, "optimizer": opt, "scheduler": sched})
+        scaler = precision.grad_scaler(self.policy, dev)  # 16-mixed: its state goes into last.pt with the phase's
+        if scaler is not None:
+            phase.mods["grad_scaler"] = scaler
+        phase.config_hash, phase.data_fingerprint = spec.hash(self.objective), self.fingerprint
+        extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
+        for ext_cls, opts in pretrain_extensions(pre):
+            if ext_cls.enabled(opts):
+                ext = phase.mods[ext_cls.state_key] = ext_cls(pre, opts, seed)
+                extensions.append((ext, opts))
+        if self.ckpt is not None and self.ckpt["phase"] == "pretrain":
+            phase.restore(self.ckpt)
+        skip = self.resumed_downstream  # pretraining was finished; its results come from last.pt
+        tp, start_step = time.time(), phase.step
+        bar = progress_bar(total, phase.step, f"{self.request.where} pretrain", enabled=self.options.progress and not skip)
+
+        def optimise(loss: torch.Tensor) -> None:
+            pre.optimise(loss, opt, all_reduce=step_fn is pre, scaler=scaler)
+            precision.step_scheduler(sched, scaler)
+            pre.after_step(phase.step)
+
+        def epoch_end() -> None:
+            for ext, opts in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
+                ext.epoch_update(opt, phase.epoch,
+                                 lambda: make_loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
+                                 next(iter(make_loader(data["val"], ext.val_batch_size(opts), False, seed, 0)[0])),
+                                 phase.curves, self.autocast)
+
+        hooks = PhaseHooks(
+            host=lambda batch: pre.host_batch(self.inputs(batch)),  # mask checked on the host, format set before the copy
+            loss=lambda batch: step_fn(batch, gather=distributed.gather_with_grad),
+            optimise=optimise,
+            loader=lambda epoch, skip: with_missing_views(  # pretrain.missing_rate > 0: views taken out, seeded
+                make_loader(data["train"], batch_size, True, seed, epoch, skip=skip, shard=True)[0], pt.missing_rate,
+                seed, epoch, skip),
+            on_epoch_start=pre.train,
+            on_epoch_end=epoch_end,
+            extra=lambda: {"wall_segments_s": self.wall.segments()},
+            diverged=lambda v, step, epoch: (f"{spec.name}: loss of objective {objective!r} is {v} at pretraining "
+                                             f"step {step} (epoch {epoch})"),
+            postfix=lambda v: {"loss": f"{v:.4f}",
+                               "it_s": f"{(phase.step - start_step) / max(1e-9, time.time() - tp):.1f}"},
+        )
+        if not skip:
+            run_phase(phase, epochs, hooks, dev, self.autocast, "pretrain_loss", bar, self.budget, **self.track)
+        bar.close()
+        self.pre_segments = phase.clock.segments()  # this process's and, when resumed, the earlier ones'
+        self.budget_record = {"optimizer_steps": int(phase.step), "samples_seen": int(phase.step) * batch_size,
+                              "batch_size": batch_size, "micro_batch": int(micro) if micro else None, "epochs": epochs}
+        self.pretrain_time = sum(self.pre_segments)
+        self.pre_curves = phase.curves
+
+    # ---- downstream -----------------------------------------------------------------------------
+    def downstream(self) -> dict[str, Any]:
+        """The downstream protocol on the pretrained encoders; returns the record (not yet written; :meth:`run`
+        adds ``numerics.speed``)."""
+        spec, objective, seed, data, dev, cell, model = (self.spec, self.objective, self.seed, self.data, self.dev,
+                                                        self.cell, self.model)
+        pretrained_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        ckpt = self.ckpt if self.resumed_downstream else None
+        if ckpt is not None:
+            self.pre_curves, self.pretrain_time = ckpt["pretrain_curves"], ckpt["pretrain_time"]
+            self.pre_segments = list(ckpt.get("pretrain_time_segments_s", [self.pretrain_time]))
+            pretrained_state = ckpt["pretrained_state"]
+            if "pretrain_budget" in ckpt:
+                self.budget_record = ckpt["pretrain_budget"]
+        timing = {"resumed": self.ckpt is not None, "segments": {"wall": self.wall, "pretrain": self.pre_segments},
+                  "budget": self.budget_record}
+        ds_cfg = spec.downstream
+        protocol = protocol_of(spec)
+        if protocol.frozen_features:
+            from fusebench.cells.embedding_protocol import embedding_eval_record
+
+            return embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
+                                         self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs,
+                                         extra_fields=self.weights_fields)
+        if ds_cfg.shots:
+            data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
+        probe = not protocol.trains_encoder
+        if probe:
+            for p in model.encoder_parameters():
+                p.requires_grad_(False)
+        params = list(model.head_parameters()) if probe else list(model.parameters())
+        opt = build_optimizer(params, "adamw", ds_cfg.lr, ds_cfg.weight_decay, spec.speed.optimizer_impl)
+        _, per_epoch = make_loader(data["train"], ds_cfg.batch_size, True, seed + 1, 0)
+        total = per_epoch * ds_cfg.epochs
+        sched = build_scheduler(opt, "cosine", total, 0)
+        phase = Phase("downstream", cell, spec.checkpoint_every, {"model": model, "optimizer": opt, "scheduler": sched})
+        scaler = precision.grad_scaler(self.policy, dev)
+        if scaler is not None:
+            phase.mods["grad_scaler"] = scaler
+        phase.config_hash, phase.data_fingerprint = spec.hash(self.objective), self.fingerprint
+        best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
+        if ckpt is not None:
+            phase.restore(ckpt)
+            best = ckpt["best"]
+        primary = spec.primary_metric
+        from fusebench import metrics as M
+
+        sign = 1.0 if M.get(primary).higher_is_better else -1.0
+
+        def extra() -> dict[str, Any]:
+            return {"best": best, "pretrain_curves": self.pre_curves, "pretrain_time": self.pretrain_time,
+                    "pretrain_budget": self.budget_record,
+                    "pretrain_time_segments_s": self.pre_segments, "wall_segments_s": self.wall.segments(),
+                    "pretrained_state": pretrained_state}
+
+        def optimise(loss: torch.Tensor) -> None:
+            opt.zero_grad(set_to_none=True)
+            precision.backward_step(loss, opt, scaler)
+            precision.step_scheduler(sched, scaler)
+
+        def task_loss(batch: dict[str, Any]) -> torch.Tensor:
+            return model.task_loss(model(batch), batch)
+
+        def epoch_start() -> None:
+            model.train()
+            if probe:
+                model.eval()  # frozen encoder: batch-norm statistics stay as pretrained
+
+        def epoch_end() -> None:  # select on the validation split only
+            nonlocal best
+            val = evaluate(model, data["val"], spec, dev, seed)
+            for k, v in val.items():
+                phase.curves.setdefault(f"val_{k}", []).append(v)
+            if self.trk:
+                self.trk.log_epoch("downstream", phase.epoch, {f"val_{k}": v for k, v in val.items()})
+            score = sign * val[primary]
+            if score > best["score"]:
+                best = {"epoch": phase.epoch, "val": val, "score": score}
+                utils.atomic_torch_save({"model": model.state_dict(), "epoch": phase.epoch, "val": val}, cell / "best.pt")
+
+        bar = progress_bar(total, phase.step, f"{self.request.where} {ds_cfg.protocol}", enabled=self.options.progress)
+        hooks = PhaseHooks(
+            host=lambda batch: model.check_batch(self.inputs(batch)),  # labels checked, format set before the copy
+            loss=task_loss,
+            optimise=optimise,
+            loader=lambda epoch, skip: make_loader(data["train"], ds_cfg.batch_size, True, seed + 1, epoch, skip=skip)[0],
+            on_epoch_start=epoch_start,
+            on_epoch_end=epoch_end,
+            extra=extra,
+            diverged=lambda v, step, epoch: (f"{spec.name}: downstream loss is {v} at step {step} (epoch {epoch}, "
+                                             f"objective {objective!r})"),
+        )
+        run_phase(phase, ds_cfg.epochs, hooks, dev, self.autocast, "downstream_loss", bar, self.budget,
+                  checkpoint_each_epoch=True, **self.track)
+        bar.close()
+        if best["epoch"] >= 0:
+            model.load_state_dict(torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"])
+        else:  # zero downstream epochs: score the model as it is
+            best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
+        test = evaluate(model, data["test"], spec, dev, seed)
+        fields = {**(self.missing_view_fields(model) or {}), **self.weights_fields}  # missing views, weights row
+
+        # diagnostics of the pretrained embeddings, then the record
+        from fusebench.components.diagnostics import representation_diagnostics
+
+        final_state = {k: v.clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(pretrained_state)
+        diag = representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
+        model.load_state_dict(final_state)
+        return build_record(
+            self.request, self.options.synthetic, dev, self.flags, data,
+            curves={**self.pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],
+            wall_time=self.wall.total(), pretrain_time=self.pretrain_time, model=model, diagnostics=diag,
+            context=self.context, timing=timing, fields=fields,
+        )
+
+    def missing_view_fields(self, model: nn.Module) -> dict[str, Any] | None:
+        """``{"missing_views": ...}``: the selected model scoring the test split with missing views
+        (:func:`fusebench.probes.missing_views.head_missing_views`) when the protocol's options ask
+        (``missing_rates``, ``single_view``); None otherwise."""
+        from fusebench.probes.missing_views import head_missing_views, requested
+
+        rates, single = requested(self.spec)
+        if (not rates and not single) or self.options.selection_trial:  # a trial is scored on validation alone
+            return None
+        shown = [self.spec.comparison.get("primary") or self.spec.primary_metric]
+        return {"missing_views": head_missing_views(model, self.data["test"], self.spec, self.dev, self.seed, rates,
+                                                    single, shown)}
+
+
+__all__ = ["StandardCell", "build_model", "check_weights_fit", "encoder_config", "pretrain_extensions",
+           "run_standard_cell"]

@@ -1,0 +1,95 @@
+"""``fusebench study kviews``: run the k-views study (:mod:`fusebench.studies.kviews`) and write its
+board (:mod:`fusebench.leaderboard.kviews`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from fusebench.studies import kviews
+from fusebench.studies.kviews import ARMS, BUDGET, COPIES_BASE, COPIES_MASK, COPIES_NOISE, OBJECTIVES, run_study
+from fusebench.leaderboard.kviews import render
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------------
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="fusebench study kviews", description=kviews.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--benchmark", default="mv-handwritten")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--synthetic", action="store_true", help="the benchmark's synthetic twin (a smoke run)")
+    p.add_argument("--out", default=None,
+                   help="folder of the study's run records (default: the repository's leaderboards/runs-kviews)")
+    p.add_argument("--board", default=None,
+                   help="where the markdown and the PNG go (default: the repository's leaderboards/)")
+    p.add_argument("--objective", nargs="+", default=list(OBJECTIVES),
+                   help="the rows; must include none and raw (default: %(default)s)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--k", nargs="+", type=int, default=None, help="numbers of views (default: 2..V)")
+    p.add_argument("--subsets", type=int, default=3, help="draws per k: view orders (views arm), augmentation "
+                                                            "seeds (copies arm); default %(default)s")
+    p.add_argument("--subset-seed", type=int, default=0)
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--copies-base", nargs="+", type=int, default=None,
+                   help=f"base view(s) of the copies arm (default: {COPIES_BASE} else [0])")
+    p.add_argument("--copies-noise", type=float, default=COPIES_NOISE, help="noise std x train std (%(default)s)")
+    p.add_argument("--copies-mask", type=float, default=COPIES_MASK, help="feature masking probability (%(default)s)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"every objective's batch (default {BUDGET['real']['batch_size']}; synthetic "
+                        f"{BUDGET['synthetic']['batch_size']})")
+    p.add_argument("--epochs", type=int, default=None,
+                   help=f"every objective's epochs (default {BUDGET['real']['epochs']}; synthetic "
+                        f"{BUDGET['synthetic']['epochs']})")
+    p.add_argument("--m3g-micro-batch", type=int, default=8, help="M3G's loss chunk (%(default)s)")
+    p.add_argument("--workers", type=int, default=1, help="cells run at a time (local processes)")
+    p.add_argument("--render-only", action="store_true", help="only regenerate the markdown and the plot")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress output (default: bars on a terminal, else a log line per cell start and end "
+                        "and every $FUSEBENCH_LOG_EVERY seconds per phase, default 30)")
+    ns = p.parse_args(argv)
+    from fusebench.leaderboard import repository_boards
+
+    repo = repository_boards()
+    if repo is None and (ns.out is None or ns.board is None):
+        print("fusebench study kviews: this fusebench does not run from a repository checkout (no leaderboards/ "
+              "beside the package), so there is no default folder; pass --out RUNS (the study's run records) and "
+              "--board DIR (where the table and plot go)", file=sys.stderr)
+        return 2
+    out = Path(ns.out) if ns.out is not None else repo / "runs-kviews"
+    board = Path(ns.board) if ns.board is not None else repo
+    counts: dict[str, int] = {}
+    try:
+        if not ns.render_only:
+            run_study(ns.benchmark, ns.data_root, out, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None,
+                      ns.subsets, ns.subset_seed, tuple(ns.arms), ns.copies_base, ns.copies_noise, ns.copies_mask,
+                      ns.batch_size, ns.epochs, ns.m3g_micro_batch, synthetic=ns.synthetic, workers=ns.workers,
+                      progress=ns.progress, counts=counts)
+        md, png = render(out, board, ns.benchmark)
+    except ValueError as e:  # includes ConfigError, DatasetError, RecordError
+        print(f"fusebench study kviews: {e}", file=sys.stderr)
+        return 2
+    if ns.render_only:
+        done = f"no cell run (--render-only); rendered from the run records in {out}"
+    else:
+        cells = sum(counts.values())
+        failed = f", {counts['failed']} failed or skipped (see above)" if counts["failed"] else ""
+        done = (f"{cells} cell(s) of {ns.benchmark}: {counts['reused']} reused from existing run records, "
+                f"{counts['run']} run now{failed}; records in {out}")
+    print(f"fusebench study kviews: {done}; board written to {md} and {png}", file=sys.stderr)
+    print(json.dumps({"markdown": str(md), "plot": str(png)}))
+    return 0
+
+
+def study_main(argv: list[str]) -> int:
+    """``fusebench study NAME ...``; the one study is ``kviews``."""
+    if not argv or argv[0] != "kviews":
+        print("usage: fusebench study kviews [--help]   (studies: kviews)", file=sys.stderr)
+        return 2
+    return main(argv[1:])
+
+
+__all__ = ["main", "study_main"]

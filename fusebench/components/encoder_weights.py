@@ -1,0 +1,175 @@
+"""Pretrained encoders as named rows of a board (components layer; issue #32).
+
+``fusebench run B --encoder-weights mine=enc.pt`` (spec field ``encoder_weights: {mine: enc.pt}``, Python
+``fusebench.run(B, encoder_weights={"mine": "enc.pt"})``) evaluates weights trained elsewhere under the
+board's downstream protocol as the row ``mine``: the spec's encoder is built as for every other row, the
+file's weights are loaded into it (strictly), nothing is pretrained, and the downstream protocol scores it.
+
+* :func:`add_rows` / :func:`resolve` turn each entry (a path, or ``{path, sha256}``) into
+  ``{"path": absolute path, "sha256": hex}`` when the spec is loaded: a row name that is not an id, or that is
+  an objective or a reference row id, a file that is not there, a ``sha256`` that does not match, a pipeline
+  that builds no encoder -- one :class:`ConfigError` naming the key, before any data is read;
+* :func:`read_state` reads the file safely: safetensors (``.safetensors``), else ``torch.load(...,
+  weights_only=True)`` (no pickled code runs); a ``best.pt`` / ``last.pt`` of a run (``{"model": state}``), a
+  plain ``state_dict`` of the encoder, or of a :class:`~fusebench.components.model.TaskModel` (``backbone.*``
+  keys; the head's ``head.*`` keys are left out);
+* :func:`mismatch` is the strict ``load_state_dict`` as a dry run: the parameter names missing from the
+  file, those the encoder does not have, and those of another shape (None: it fits);
+* :func:`load_into` checks the file is the one the sweep hashed and loads it into the backbone.
+
+The runner checks every row's file against the built encoder once, before the first cell
+(:func:`fusebench.cells.standard.check_weights_fit`). The row's record carries ``encoder_weights`` (name,
+path, sha256, the encoder id and its resolved config); its cells' config hash covers the file's sha256 (not its
+path: ``fusebench.spec.config.cell_identity``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from fusebench.io import sha256_file
+from fusebench.registry import ID_RULE, valid_id
+from fusebench.typed import ConfigError
+
+#: the key of a run's checkpoint (best.pt, last.pt of the downstream phase) holding the model's state
+CHECKPOINT_KEYS = ("model", "state_dict", "encoder")
+
+
+def _taken(spec: Any) -> dict[str, str]:
+    """Ids a row name must not take: every registered objective and every reference row (of any protocol)."""
+    from fusebench import objectives
+    from fusebench.components.protocols import PROTOCOLS
+    from fusebench.components.reference_features import REFERENCES
+
+    taken = {o: "an objective id" for o in objectives.available()}
+    for p in PROTOCOLS.available():
+        taken.update({r: "a reference row id" for r in PROTOCOLS.get(p).reference_rows})
+    taken.update({r: "a reference row id" for r in REFERENCES})
+    return taken
+
+
+def resolve(name: Any, given: Any, spec: Any, key: str) -> dict[str, str]:
+    """One entry resolved to ``{"path", "sha256"}``; a :class:`ConfigError` naming ``key`` when it cannot be."""
+    if not valid_id(name):
+        hint = f" (did you mean {name.lower()!r}?)" if isinstance(name, str) and valid_id(name.lower()) else ""
+        raise ConfigError(f"{key}: row name {name!r} is not an id ({ID_RULE}){hint}: it becomes the row's folder "
+                          f"and its name on the board")
+    taken = _taken(spec)
+    if name in taken:
+        raise ConfigError(f"{key}: row name {name!r} is {taken[name]}: the weights' row would be confused with "
+                          f"it on the board; choose another name (e.g. {name + '_weights'!r})")
+    from fusebench.pipelines import PIPELINES
+
+    if spec.pipeline in PIPELINES:
+        pipeline = PIPELINES.build(spec.pipeline)
+        if not (pipeline.builds_encoder and pipeline.downstream):
+            raise ConfigError(f"{key}: the {spec.pipeline} pipeline builds no encoder scored by a downstream "
+                              f"protocol: there is nothing to load the weights into")
+    expected = None
+    if isinstance(given, Mapping):
+        unknown = sorted(set(map(str, given)) - {"path", "sha256"})
+        if unknown or "path" not in given:
+            raise ConfigError(f"{key}: expected a path or a mapping {{path, sha256 (optional)}}, got keys "
+                              f"{sorted(map(str, given))}")
+        expected, given = given.get("sha256"), given["path"]
+    if not isinstance(given, (str, Path)) or not str(given):
+        raise ConfigError(f"{key}: expected the path of a weights file (.pt / .pth / .safetensors), got {given!r}")
+    path = Path(given).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"{key}: {given} is not a file (resolved to {path}); name a weights file")
+    digest = sha256_file(path)
+    if expected is not None and expected != digest:
+        raise ConfigError(f"{key}: {path} has sha256 {digest}, not the {expected!r} the spec expects")
+    return {"path": str(path), "sha256": digest}
+
+
+def add_rows(spec: Any, given: Mapping[str, Any] | None, source: str) -> None:
+    """Resolve the spec's own ``encoder_weights`` entries and add ``given`` (``--encoder-weights``, the Python
+    API's ``encoder_weights``) to them, in place; a name given twice is an error."""
+    current = getattr(spec, "encoder_weights", None) or {}
+    if not isinstance(current, Mapping):
+        raise ConfigError(f"{source}: encoder_weights: expected a mapping of row names to weights files, got "
+                          f"{current!r}")
+    out = {name: resolve(name, v, spec, f"{source}: encoder_weights.{name}") for name, v in current.items()}
+    for name, v in (given or {}).items():
+        if name in out:
+            raise ConfigError(f"--encoder-weights {name}=...: the row {name!r} is named twice (the spec has it "
+                              f"already, or the option is repeated)")
+        out[name] = resolve(name, v, spec, f"--encoder-weights {name}")
+    spec.encoder_weights = out
+
+
+def read_state(path: str | Path) -> dict[str, Any]:
+    """The encoder's ``state_dict`` in the weights file ``path``, read safely (safetensors, or ``torch.load``
+    with ``weights_only=True``): a checkpoint's ``model`` (``state_dict``, ``encoder``) entry when it has one,
+    then the ``backbone.*`` keys of a task model (prefix removed), else the file's keys as they are. A file that
+    holds no mapping of tensors is a :class:`ConfigError`."""
+    import torch
+
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state: Any = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
+        raise ConfigError(f"{path}: not a weights file fusebench reads safely (safetensors, or a torch file of "
+                          f"tensors loadable with weights_only=True): {type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:300]}") from None
+    if isinstance(state, Mapping):
+        for k in CHECKPOINT_KEYS:
+            if isinstance(state.get(k), Mapping):
+                state = state[k]
+                break
+    if not isinstance(state, Mapping) or not state:
+        raise ConfigError(f"{path}: expected a state_dict (a mapping of parameter names to tensors), or a checkpoint "
+                          f"with one under {' / '.join(repr(k) for k in CHECKPOINT_KEYS)}")
+    if any(isinstance(k, str) and k.startswith("backbone.") for k in state):  # a TaskModel: its encoder part
+        state = {k[len("backbone."):]: v for k, v in state.items() if isinstance(k, str) and k.startswith("backbone.")}
+    bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise ConfigError(f"{path}: entries that are not tensors: {bad[:5]}; expected a state_dict of the encoder")
+    return dict(state)
+
+
+def mismatch(backbone: Any, state: Mapping[str, Any]) -> str | None:
+    """The strict ``load_state_dict`` of ``state`` into ``backbone`` as a dry run: what does not fit (missing
+    names, unexpected names, shape mismatches, each listed), or None."""
+    own = backbone.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = sorted(f"{k} (file {list(state[k].shape)}, encoder {list(own[k].shape)})" for k in set(own) & set(state)
+                    if tuple(state[k].shape) != tuple(own[k].shape))
+    parts = [f"{what}: {', '.join(names)}" for what, names in (("missing from the file", missing),
+                                                                  ("unexpected (not in the encoder)", unexpected),
+                                                                  ("shape mismatch", shapes)) if names]
+    return "; ".join(parts) or None
+
+
+def load_into(backbone: Any, name: str, entry: Mapping[str, str], encoder_id: str,
+              config: Mapping[str, Any]) -> None:
+    """Load row ``name``'s weights (``entry``: path and sha256) into ``backbone``, strictly; the file must
+    still be the one the sweep hashed. A ConfigError naming the row, the file and every mismatching
+    parameter otherwise."""
+    path = Path(entry["path"])
+    if not path.is_file() or sha256_file(path) != entry["sha256"]:
+        raise ConfigError(f"encoder_weights.{name}: {path} is gone or changed since the sweep hashed it (sha256 "
+                          f"{entry['sha256']}); records name the file they evaluated, so rerun the command")
+    state = read_state(path)
+    problem = mismatch(backbone, state)
+    if problem:
+        raise ConfigError(f"encoder_weights.{name}: {path} does not fit encoder {encoder_id!r} with config "
+                          f"{dict(config)}: {problem}")
+    backbone.load_state_dict(state, strict=True)
+
+
+def record_field(name: str, entry: Mapping[str, str], encoder_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's ``encoder_weights`` field: the row, the file (path, sha256), the encoder it was loaded into."""
+    return {"name": name, "path": entry["path"], "sha256": entry["sha256"],
+            "encoder": {"id": encoder_id, "config": dict(config)}}
+
+
+__all__ = ["CHECKPOINT_KEYS", "add_rows", "load_into", "mismatch", "read_state", "record_field", "resolve"]

@@ -1,0 +1,225 @@
+"""Nothing starts that cannot finish (spec layer): an objective's declared memory cost against a budget.
+
+An objective whose cost grows steeply with the batch (M3G: n^k for k views) declares what one loss call
+allocates, ``memory_bytes(n, k, dtype, d)`` (:meth:`fusebench.objectives.m3g.M3G.memory_bytes`).
+:func:`check_memory_budget` evaluates it for every objective of a sweep at the size its loss is called on
+(``pretrain.objective_batch_size`` / ``batch_size``, times the ranks of a distributed run, or the largest
+chunk of ``pretrain.objective_micro_batch``), for every hyper-parameter combination of its grid, once the
+view count k is known (the spec's modalities, or the data file's views) and before any cell starts. Over
+budget, the whole sweep is refused with one :class:`~fusebench.spec.config.ConfigError` per sweep
+naming, for each such objective, the estimate, the budget and the largest micro-batch that fits (the
+``--set pretrain.objective_micro_batch.<id>=M`` that makes it run, recorded and shown on the board like
+any micro-batch), or that no micro-batch fits; leaving the objective out (``--objective ...``) is the
+other way on.
+
+The budget (:func:`memory_budget`): ``$FUSEBENCH_MEMORY_BUDGET_GB`` (GiB; ``inf`` turns the check off),
+else :data:`DEFAULT_FRACTION` of the memory this process can still get -- on a CUDA device its free memory,
+elsewhere the smaller of ``MemAvailable`` (``/proc/meminfo``) and what the process's cgroup limit leaves
+(``memory.max`` - ``memory.current``, or cgroup v1's ``memory.limit_in_bytes`` - ``memory.usage_in_bytes``).
+The rest of the cell (data, encoders, optimiser state, DataLoader workers) lives in the other half.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from fusebench.spec.config import BenchmarkSpec, ConfigError
+
+ENV_BUDGET = "FUSEBENCH_MEMORY_BUDGET_GB"
+#: share of the available memory one loss call may take (the rest is the cell's own)
+DEFAULT_FRACTION = 0.5
+GIB = 2**30
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        raw = Path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(raw) if raw.isdigit() else None
+
+
+def _cgroup_room() -> int | None:
+    """What this process's cgroup limit still allows (limit - usage), or None without a limit."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit = _read_int(limit_file)  # "max" (no limit) is not a number
+        if limit is not None and limit < 2**60:
+            return max(0, limit - (_read_int(usage_file) or 0))
+    return None
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def available_memory(device: str = "cpu") -> tuple[int | None, str]:
+    """(bytes this process can still get on ``device``, where that number comes from)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            free, _ = torch.cuda.mem_get_info(torch.device(device))
+            return int(free), f"the free memory of {device}"
+    avail, cgroup = _mem_available(), _cgroup_room()
+    if cgroup is not None and (avail is None or cgroup < avail):
+        return cgroup, "what this process's cgroup memory limit leaves"
+    return avail, "MemAvailable of this machine"
+
+
+def memory_budget(device: str = "cpu") -> tuple[float, str]:
+    """(budget in bytes for one loss call, how it was set); ``math.inf`` when there is none."""
+    raw = os.environ.get(ENV_BUDGET, "").strip()
+    if raw:
+        try:
+            gib = float(raw)
+        except ValueError:
+            gib = math.nan
+        if not gib > 0:  # NaN, 0, negative
+            raise ConfigError(f"{ENV_BUDGET}={raw!r}: expected a number of GiB > 0 (or inf: no memory check)")
+        return gib * GIB, f"{ENV_BUDGET}={raw}"
+    avail, source = available_memory(device)
+    if avail is None:
+        return math.inf, "no memory figure readable here"
+    return DEFAULT_FRACTION * avail, (f"{DEFAULT_FRACTION:g} x {avail / GIB:.1f} GiB, {source}; set {ENV_BUDGET} "
+                                      f"to change it")
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB / 10 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def largest_chunk(n: int, micro: int | None) -> int:
+    """The most samples one loss call sees on a batch of ``n`` with micro-batches of ``micro``
+    (:class:`fusebench.engine.pretrain.Pretrainer`: a last chunk of one sample joins the one before)."""
+    if micro is None or n <= micro:
+        return n
+    return micro + 1 if n % micro == 1 else micro
+
+
+def _instances(spec: BenchmarkSpec, objective: str) -> list[Any]:
+    """The objective built with its hyper-parameters and with every combination of its grid."""
+    from fusebench import objectives
+    from fusebench.spec.methods import split_method_keys
+
+    grid = spec.pretrain.grid.get(objective) or {}
+    names = sorted(grid)
+    out = []
+    for combo in itertools.product(*(grid[n] for n in names)):
+        hp = {**spec.pretrain.hparams.get(objective, {}), **dict(zip(names, combo))}
+        kwargs, _ = split_method_keys(hp, f"{spec.name}: pretrain.grid.{objective}")
+        out.append(objectives.build(objective, **kwargs))
+    return out
+
+
+def _need(instances: list[Any], n: int, k: int, d: int) -> tuple[float, str | None]:
+    """(largest declared bytes over ``instances`` at n samples, the refusal of a call that cannot run)."""
+    import torch
+
+    worst = 0.0
+    for obj in instances:
+        try:
+            worst = max(worst, float(obj.memory_bytes(n, k, torch.float32, d)))
+        except ValueError as e:
+            return math.inf, str(e)
+    return worst, None
+
+
+def _largest_fitting_micro(instances: list[Any], batch: int, top: int, k: int, d: int,
+                           budget: float) -> int | None:
+    """The largest micro-batch m in [2, top] whose loss calls fit ``budget`` (None: none does). Bisection:
+    the largest chunk of m (m or m + 1, :func:`largest_chunk`) never decreases with m, nor does a declared
+    cost with the samples, so "fits" holds for every m up to the answer and for none above it (a batch of
+    1e8 samples takes ~27 cost evaluations, not 1e8)."""
+    def fits(m: int) -> bool:
+        return _need(instances, largest_chunk(batch, m), k, d)[0] <= budget
+
+    if top < 2 or not fits(2):
+        return None
+    lo, hi = 2, top  # fits(lo) holds
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def objective_problem(spec: BenchmarkSpec, objective: str, k: int, budget: float, source: str,
+                      ranks: int = 1) -> str | None:
+    """Why ``objective``'s loss calls do not fit ``budget`` on ``spec`` at k views (None: they fit, or
+    the objective declares no cost)."""
+    from fusebench import objectives
+
+    pt = spec.pretrain
+    # reference rows and encoder-weights rows (issue #32) are no registered objective: no loss to pay for
+    if (objective not in objectives.OBJECTIVES or objective in (getattr(spec, "encoder_weights", None) or {})
+            or int(pt.objective_epochs.get(objective, pt.epochs)) <= 0):
+        return None
+    cls = objectives.OBJECTIVES.get(objective)
+    if not callable(getattr(cls, "memory_bytes", None)):
+        return None
+    instances = _instances(spec, objective)
+    batch = int(pt.objective_batch_size.get(objective, pt.batch_size)) * ranks
+    micro = pt.objective_micro_batch.get(objective)
+    n, d = largest_chunk(batch, micro), int(pt.projection_dim)
+    need, refused = _need(instances, n, k, d)
+    if need <= budget:
+        return None
+    size = f"micro-batch {micro} of the batch of {batch}" if micro and micro < batch else f"batch {batch}"
+    head = (f"objective {objective!r} on k = {k} views at {size}: "
+            + (f"{refused}" if refused else f"one loss call needs about {_size(need)} (its declared cost, "
+               f"{type(instances[0]).__name__}.memory_bytes), over the memory budget of {_size(budget)} ({source})"))
+    fits = _largest_fitting_micro(instances, batch, min(batch, micro or batch) - 1, k, d, budget)
+    if fits is None:
+        at_two, why = _need(instances, 2, k, d)
+        return head + ("; no micro-batch fits (2 samples already need " +
+                       (why if why else _size(at_two)) + f"): leave {objective} out (--objective ...) "
+                       f"or give it a larger budget")
+    return (head + f"; the largest micro-batch that fits is {fits}: --set pretrain.objective_micro_batch.{objective}={fits} "
+            f"(the loss on chunks of {fits} of each batch; steps and samples seen unchanged, recorded in the budget), "
+            f"or leave {objective} out (--objective ...)")
+
+
+def check_memory_budget(spec: BenchmarkSpec, objs: list[str], device: str = "auto", ranks: int = 1) -> None:
+    """Refuse the sweep (one ConfigError naming every objective over budget) before any cell starts when an
+    objective's declared cost at its batch exceeds the memory budget of ``device`` (see the module docstring).
+    Needs the view count: call it once ``dataset.modalities`` is resolved (``runner.resolve_views``)."""
+    from fusebench.pipelines import pipeline_of
+    from fusebench.components.compat import num_views
+
+    pipeline = pipeline_of(spec)
+    if not pipeline.builds_encoder:  # pretraining batches are the standard cell's
+        return
+    budget, source = memory_budget(_device_kind(device))
+    if math.isinf(budget):
+        return
+    k = num_views(spec)
+    problems = [p for o in dict.fromkeys(objs) if (p := objective_problem(spec, o, k, budget, source, ranks))]
+    if problems:
+        raise ConfigError(f"{spec.name}: nothing started, the memory would not suffice: " + "; ".join(problems))
+
+
+def _device_kind(device: str) -> str:
+    """``cuda[:N]`` where the cells run on a CUDA device (``auto`` with one present), else ``cpu``."""
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device if device.startswith("cuda") else "cpu"
+
+
+__all__ = ["DEFAULT_FRACTION", "ENV_BUDGET", "available_memory", "check_memory_budget", "largest_chunk",
+           "memory_budget", "objective_problem"]

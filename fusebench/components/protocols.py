@@ -1,0 +1,197 @@
+"""Downstream protocols (components layer): how a cell scores its (pretrained, random or reference)
+representation, each declared once, as a registry entry (``downstream.protocol`` of a spec):
+
+* ``linear_probe``: the encoder frozen, the dataset's task head trained on it; the best epoch on the
+  validation split kept, the test split scored once. Reference rows: ``none`` and ``raw`` (the probe on
+  the input vectors, through the ``identity`` encoder; vector modalities only).
+* ``finetune``: encoder and head trained together, selection as above. Reference row: ``none``.
+* ``embedding_eval``: frozen embeddings (or a reference row's features) of every split -> linear probe
+  (L2 weight chosen on val), few-shot and kNN probes, k-means (``fusebench.probes.embedding_eval``).
+  Reference rows: ``none`` and every input-feature row of :mod:`fusebench.components.reference_features`;
+  options: ``options.embedding_eval`` with the keys of :data:`EMBEDDING_EVAL_OPTIONS` and
+  :data:`MISSING_VIEW_OPTIONS`.
+
+Every protocol reads the missing-view options :data:`MISSING_VIEW_OPTIONS` (``missing_rates``: the test
+data scored again with a seeded fraction r of its (sample, view) entries absent; ``single_view``: with
+one view alone; ``missing_n_init``: k-means restarts of those clusterings, default the protocol's
+``n_init``; ``missing_rules``: how a rate counts, ``entry`` (the default: a fraction r of the (sample, view)
+entries absent) and / or ``instance`` (a fraction r of the samples incomplete);
+:mod:`fusebench.probes.missing_views`) from its own options key: ``options.embedding_eval``,
+``options.linear_probe``, ``options.finetune``. :func:`missing_view_problems` checks them (and
+``pretrain.missing_rate``) against the view count k: a rate must leave every sample one view,
+``r <= (k - 1) / k``.
+
+A protocol declares what the rest of the suite asks of it: its reference rows (which pseudo-objectives
+a benchmark of it may list), whether it trains the encoder, whether it scores frozen features with its
+own probes instead of a task head, and the spec options it reads (checked when a spec is loaded).
+Plugins come through the entry-point group ``fusebench.protocols``; a plugin protocol that scores
+frozen features also needs a cell that runs it (a pipeline, :mod:`fusebench.pipelines`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from fusebench.registry import Registry
+from fusebench.components.reference_features import BASELINE, RAW, REFERENCE_KINDS
+
+#: the probe / clustering options of ``options.embedding_eval`` (passed on to probe_and_cluster as given)
+EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "fewshot_draws", "fewshot_l2_grid",
+                          "knn_grid")
+#: the missing-view evaluation options every protocol reads (fusebench.probes.missing_views); off by default
+MISSING_VIEW_OPTIONS = ("missing_rates", "single_view", "missing_n_init", "missing_rules")
+#: how a missing-view rate r counts (option ``missing_rules``, default ``["entry"]``): ``entry`` = a fraction r of
+#: the (sample, view) entries absent (metric prefix ``miss``); ``instance`` = a fraction r of the samples
+#: incomplete, each keeping at least one view and missing at least one (COMPLETER / DCP; prefix ``inst``)
+MISSING_RULES = {"entry": "miss", "instance": "inst"}
+
+
+def _describe(cls: Any) -> dict[str, Any]:
+    return {key: getattr(cls, key, None) for key in ("reference_rows", "trains_encoder", "frozen_features",
+                                                     "options_key", "options")}
+
+
+PROTOCOLS = Registry("downstream protocol", entry_point_group="fusebench.protocols", describe=_describe)
+
+
+class Protocol:
+    """A downstream protocol's declaration (see the module docstring)."""
+
+    #: the pseudo-objectives (reference rows) a benchmark of this protocol may list
+    reference_rows: ClassVar[tuple[str, ...]] = (BASELINE,)
+    #: the encoder is trained downstream (fine-tuning) rather than frozen
+    trains_encoder: ClassVar[bool] = False
+    #: frozen features scored by the protocol's own probes (no task head trained by the phase loop)
+    frozen_features: ClassVar[bool] = False
+    #: the key of ``spec.options`` holding the protocol's options, and the names it accepts there
+    options_key: ClassVar[str | None] = None
+    options: ClassVar[tuple[str, ...]] = ()
+
+
+@PROTOCOLS.register("linear_probe")
+class LinearProbe(Protocol):
+    reference_rows = (BASELINE, RAW)
+    options_key = "linear_probe"
+    options = MISSING_VIEW_OPTIONS
+
+
+@PROTOCOLS.register("finetune")
+class Finetune(Protocol):
+    trains_encoder = True
+    options_key = "finetune"
+    options = MISSING_VIEW_OPTIONS
+
+
+@PROTOCOLS.register("embedding_eval")
+class EmbeddingEval(Protocol):
+    reference_rows = (BASELINE, *REFERENCE_KINDS)
+    frozen_features = True
+    options_key = "embedding_eval"
+    options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
+
+
+def protocol_of(spec: Any) -> type[Protocol]:
+    """The declaration of ``spec.downstream.protocol`` (an unknown id lists the valid ones)."""
+    return PROTOCOLS.get(spec.downstream.protocol)
+
+
+def rate_id(rate: float, rule: str = "entry") -> str:
+    """The metric-id prefix of a missing-view rate under ``rule`` (:data:`MISSING_RULES`): ``miss<100 r>`` for
+    the entry-level rate (0.1 -> ``miss10``), ``inst<100 r>`` for the instance-level rate (0.1 -> ``inst10``)."""
+    return f"{MISSING_RULES[rule]}{round(100 * float(rate))}"
+
+
+def view_id(name: str) -> str:
+    """The metric-id prefix of a single-view test: ``only_<view name>`` (characters other than letters,
+    digits and ``_`` written as ``_``)."""
+    return "only_" + re.sub(r"[^A-Za-z0-9_]", "_", str(name))
+
+
+def missing_rate_problem(rate: Any, k: int | None, key: str, pairs: bool = False) -> str | None:
+    """Why ``rate`` (spec key ``key``) cannot be a missing-view rate (None when it can): a number in
+    [0, 1) that leaves every sample at least one of its k views, ``rate <= (k - 1) / k`` (checked when
+    ``k`` is given); with ``pairs`` (pretraining: a multi-view loss needs samples with two views)
+    ``rate < (k - 1) / k``."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= float(rate) < 1.0:
+        return f"{key}: {rate!r} must be a number in [0, 1) (the fraction of (sample, view) entries absent)"
+    if k is not None and float(rate) > (k - 1) / k:
+        return (f"{key}: rate {float(rate):g} cannot keep a view of every sample with k = {k} views: at most "
+                f"(k - 1) / k = {(k - 1) / k:.4g} of the entries can be absent")
+    if pairs and k is not None and float(rate) > 0 and float(rate) >= (k - 1) / k:
+        return (f"{key}: rate {float(rate):g} leaves every sample one view of k = {k}: a multi-view loss needs "
+                f"samples with two, so the rate must be below (k - 1) / k = {(k - 1) / k:.4g}")
+    return None
+
+
+def instance_rate_problem(rate: Any, k: int | None, key: str) -> str | None:
+    """Why ``rate`` cannot be an instance-level missing rate (the fraction of incomplete samples; None when it
+    can): a number in [0, 1), and a sample can be incomplete yet keep a view only with k >= 2 views."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= float(rate) < 1.0:
+        return f"{key}: {rate!r} must be a number in [0, 1) (the fraction of the samples that are incomplete)"
+    if k is not None and float(rate) > 0 and k < 2:
+        return (f"{key}: rate {float(rate):g} needs k >= 2 views (an incomplete sample keeps one and misses one), "
+                f"k = {k}")
+    return None
+
+
+def missing_view_problems(spec: Any, k: int | None) -> list[str]:
+    """What is wrong with the spec's missing-view settings (empty: nothing): the protocol's
+    ``missing_rates`` (a list of distinct rates in (0, 1), each a multiple of 0.01: its metric ids are
+    ``miss<100 r>_<metric>``) and ``single_view`` (true / false), and ``pretrain.missing_rate``; each
+    rate against the view count ``k`` when it is known (None: checked once the data says k)."""
+    out = []
+    rate = getattr(spec.pretrain, "missing_rate", 0.0)
+    problem = missing_rate_problem(rate, k, "pretrain.missing_rate", pairs=True)
+    if problem:
+        out.append(problem)
+    if spec.downstream.protocol not in PROTOCOLS:
+        return out
+    protocol = protocol_of(spec)
+    given = spec.options.get(protocol.options_key) if protocol.options_key else None
+    if not isinstance(given, dict):
+        return out
+    key = f"options.{protocol.options_key}"
+    if "single_view" in given and not isinstance(given["single_view"], bool):
+        out.append(f"{key}.single_view: expected true or false, got {given['single_view']!r}")
+    restarts = given.get("missing_n_init")
+    if restarts is not None and (type(restarts) is not int or restarts < 1):
+        out.append(f"{key}.missing_n_init: expected a number of k-means restarts >= 1 (default: the protocol's "
+                   f"n_init), got {restarts!r}")
+    rules = given.get("missing_rules", ["entry"])
+    if (not isinstance(rules, list) or not rules or len(set(map(str, rules))) != len(rules)
+            or any(not isinstance(r, str) or r not in MISSING_RULES for r in rules)):
+        import difflib
+
+        bad = [r for r in rules if not isinstance(r, str) or r not in MISSING_RULES] if isinstance(rules, list) else []
+        close = difflib.get_close_matches(str(bad[0]), list(MISSING_RULES), n=1) if bad else []
+        out.append(f"{key}.missing_rules: expected a non-empty list of distinct rules from {list(MISSING_RULES)} "
+                   f"(entry: a fraction r of the (sample, view) entries absent; instance: a fraction r of the samples "
+                   f"incomplete), got {rules!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+        rules = ["entry"]
+    rates = given.get("missing_rates")
+    if "missing_rules" in given and not rates:
+        out.append(f"{key}.missing_rules: set without {key}.missing_rates: there is no rate for the rule to count "
+                   f"(give missing_rates, or remove missing_rules)")
+    if rates is None:
+        return out
+    if not isinstance(rates, list):
+        return [*out, f"{key}.missing_rates: expected a list of rates in (0, 1), e.g. [0.1, 0.3, 0.5, 0.7], "
+                      f"got {rates!r}"]
+    for r in rates:
+        problem = (missing_rate_problem(r, k, f"{key}.missing_rates") if "entry" in rules
+                   else instance_rate_problem(r, k, f"{key}.missing_rates"))
+        if problem is None and (r == 0 or abs(100 * float(r) - round(100 * float(r))) > 1e-9):
+            problem = (f"{key}.missing_rates: {r!r} must be in (0, 1) and a multiple of 0.01 (rate 0 is the "
+                       f"protocol's own metrics)")
+        if problem:
+            out.append(problem)
+    codes = [round(100 * float(r)) for r in rates if not isinstance(r, bool) and isinstance(r, (int, float))]
+    if len(set(codes)) != len(codes):
+        out.append(f"{key}.missing_rates: {rates!r} lists a rate twice")
+    return out
+
+
+__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "PROTOCOLS", "EmbeddingEval", "Finetune",
+           "LinearProbe", "Protocol", "instance_rate_problem", "missing_rate_problem", "missing_view_problems",
+           "protocol_of", "rate_id", "view_id"]

@@ -1,0 +1,265 @@
+"""Reference rows of the ``embedding_eval`` protocol: features computed from the **unstandardised** input views.
+
+``reference_features(kind, views, *, width=None) -> (features, record, cluster_standardize)``
+
+``views`` maps a split name to the list of its views, ``views[split][v]`` an ``[n_split, d_v]`` array
+(numpy or torch, any real dtype; float64 inside), the same views in the same order in every split.
+Every statistic is fitted on the ``"train"`` split only and then applied unchanged to every split
+(train included). ``features[split]`` is ``[n_split, D]`` float64. ``cluster_standardize`` tells
+:func:`fusebench.probes.embedding_eval.probe_and_cluster` whether k-means should z-score the
+features (``"zscore"``) or cluster them as given (``"none"``, where the scaling is part of the
+design). The probes z-score every kind with train statistics regardless.
+
+Kinds (``x_v`` = the rows of view v, ``n`` = n_train):
+
+* ``"raw"``: ``[x_1, ..., x_V]`` concatenated as given; the evaluation z-scores it (the original
+  reference row). cluster_standardize ``"zscore"``.
+* ``"raw_l2"``: each view's rows scaled to unit Euclidean norm, ``x_v / ||x_v||_2`` (an all-zero row
+  stays zero), then concatenated. Fits nothing. ``"none"``.
+* ``"raw_tfidf"``: for non-negative count views (e.g. bag-of-words); per view: term frequency
+  ``tf_ij = x_ij / sum_j x_ij`` (a row summing to 0 stays 0), document frequency ``df_j`` = number of
+  **train** rows with ``x_ij > 0``, smoothed inverse document frequency ``idf_j = ln((1 + n) /
+  (1 + df_j)) + 1`` (scikit-learn's ``smooth_idf=True`` convention, natural log), ``tfidf_ij = tf_ij
+  * idf_j``, then each row scaled to unit L2 norm (zero rows stay zero); views concatenated. The row
+  normalisation cancels the tf denominator, so this equals scikit-learn's ``TfidfTransformer(norm="l2",
+  smooth_idf=True, sublinear_tf=False)`` on the raw counts. Non-integer values >= 0 are accepted
+  (the same formulas); a negative value raises ValueError. ``"none"``.
+* ``"raw_balanced"``: each view z-scored with its train mean / population std (columns constant on
+  train become 0), then divided by ``sqrt(d'_v)`` with ``d'_v`` = the number of columns of view v
+  that are **not** constant on train (``d_v`` when none is): on train every view then has total
+  variance ``sum_j var_j = 1``, so each view weighs the same in Euclidean distances whatever its
+  width (counting the constant columns, as ``sqrt(d_v)`` would, would leave a view with many empty
+  columns lighter). A view constant on train contributes zeros. ``"none"``.
+* ``"raw_pca"``: the concatenation z-scored with train statistics (``Z``, as ``"raw"`` is z-scored
+  by the evaluation), projected on its first ``width`` principal components fitted on train:
+  ``Z_train = U S V^T`` (thin SVD; Z_train has zero column means), features ``Z V_{:, :width}``.
+  Component signs are fixed so that the entry of largest absolute value of each component (the
+  first such entry on ties) is positive. ``width`` is required, ``1 <= width <= min(n, D)``.
+  ``"none"`` (the projection keeps the z-scored geometry; z-scoring the scores would whiten it).
+
+For kinds other than ``"raw_pca"`` ``width`` is ignored (a caller may pass it for every kind).
+
+Errors (ValueError, naming the argument): unknown kind (the valid ones listed), no ``"train"``
+split, views that are not 2-D, mismatched view counts / widths across splits or row counts across
+the views of a split, NaN / Inf, negative values for ``"raw_tfidf"``, ``width`` missing, not an
+integer or out of range for ``"raw_pca"``.
+
+**When two reference rows are the same features** (:func:`probe_identical_groups`, read by the boards, which
+show such rows as one, ``raw (≡ raw_balanced)``, the way objectives computing the same loss are merged). Every
+probe of the protocol (the linear, few-shot logistic, prototype and kNN probes of
+:mod:`fusebench.probes.embedding_eval`) first z-scores each column with the train split's mean and
+population std. The rule: two kinds whose features differ only by a **per-column affine map with a positive
+scale fitted on train and applied unchanged to every split**, ``f_b[:, j] = a_j f_a[:, j] + c_j`` (a_j > 0),
+are identical for every such probe: z-scoring column j of ``f_b`` with train statistics gives exactly the
+z-score of column j of ``f_a`` (a column constant on train is 0 in both), up to float rounding. Each kind
+declares, in :data:`PROBE_BASE`, the kind its features are such a map of (itself when none): ``"raw_balanced"``
+is ``(x - mean_train) / std_train / sqrt(d'_v)`` per column of ``"raw"``, so ``PROBE_BASE["raw_balanced"] ==
+"raw"``; ``"raw_l2"`` and ``"raw_tfidf"`` scale rows (not columns) and ``"raw_pca"`` mixes columns, so each is
+its own base. Kinds with the same base are probe-identical. **k-means** (metrics :data:`CLUSTER_METRICS`)
+does not always z-score: it clusters the features as given when ``cluster_standardize`` is ``"none"``, so two
+probe-identical kinds are identical for clustering only when both z-score (:func:`cluster_identical`); where
+they are not (``"raw"`` z-scores, ``"raw_balanced"`` does not), a board keeps both clustering numbers.
+``tests/test_reference_merge.py`` checks on real data that the kinds declared identical give the same
+z-scored features and that every pair kept apart gives different ones.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fusebench.metrics.arrays import to_numpy
+# the reference rows, declared once in fusebench.rows (fusebench list rows): ``none`` (no pretraining: the
+# random-init encoder through the benchmark's protocol) and the input-feature kinds computed here, in the order
+# the boards list them (``raw`` also for a linear probe, through the ``identity`` encoder); re-exported
+from fusebench.rows import BASELINE, RAW, REFERENCE_KINDS, REFERENCES
+
+
+_FORMULAS = {
+    "raw": "concat(x_v); z-scored (train statistics) by the evaluation",
+    "raw_l2": "concat(x_v / ||x_v||_2), zero rows stay zero",
+    "raw_tfidf": "per view: tf = x / row sum, idf = ln((1 + n_train) / (1 + df_train)) + 1 (smooth idf), "
+                 "row-L2(tf * idf); concatenated",
+    "raw_balanced": "per view: zscore_train(x_v) / sqrt(d'_v), d'_v = columns not constant on train; concatenated",
+    "raw_pca": "zscore_train(concat(x_v)) @ V[:, :width], V the right singular vectors of the z-scored train "
+               "matrix; sign: largest-|.| loading positive",
+}
+_CLUSTER_STANDARDIZE = {"raw": "zscore", "raw_l2": "none", "raw_tfidf": "none", "raw_balanced": "none",
+                        "raw_pca": "none"}
+#: per kind, the kind whose features it is a per-column positive affine map of (fitted on train), itself when
+#: none: kinds with the same base give identical features to every probe (the module doc's rule)
+PROBE_BASE = {"raw": "raw", "raw_l2": "raw_l2", "raw_tfidf": "raw_tfidf", "raw_balanced": "raw", "raw_pca": "raw_pca"}
+#: the protocol's k-means metrics: computed on the features as the kind's cluster_standardize leaves them
+CLUSTER_METRICS = ("cluster_acc", "nmi", "ari")
+
+
+def probe_identical_groups(kinds: Sequence[str]) -> list[list[str]]:
+    """The kinds of ``kinds`` (reference kinds; other ids are left out) that give identical features to every
+    probe (same :data:`PROBE_BASE`), in groups of two or more: the base kind first when present, then the
+    others in the order given. ``[]`` when no two are identical."""
+    by_base: dict[str, list[str]] = {}
+    for k in kinds:
+        if k in PROBE_BASE and k not in by_base.get(PROBE_BASE[k], []):
+            by_base.setdefault(PROBE_BASE[k], []).append(k)
+    out = []
+    for base, group in by_base.items():
+        if len(group) > 1:
+            out.append(sorted(group, key=lambda k: k != base))  # stable: the base first, then the given order
+    return out
+
+
+def cluster_identical(a: str, b: str) -> bool:
+    """Whether reference kinds ``a`` and ``b`` give identical clustering numbers: probe-identical and both
+    z-scored before k-means (a per-column affine map is then cancelled there too), or the same kind."""
+    if a == b:
+        return True
+    return (PROBE_BASE.get(a) is not None and PROBE_BASE.get(a) == PROBE_BASE.get(b)
+            and _CLUSTER_STANDARDIZE[a] == _CLUSTER_STANDARDIZE[b] == "zscore")
+
+
+def _check_views(views: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarray]]:
+    if not isinstance(views, Mapping) or "train" not in views:
+        got = sorted(views) if isinstance(views, Mapping) else type(views).__name__
+        raise ValueError(f"reference_features: views must be a dict split -> list of [n, d_v] arrays with a "
+                         f"'train' split (the statistics are fitted on it), got {got}")
+    out: dict[str, list[np.ndarray]] = {}
+    for split, vs in views.items():
+        if isinstance(vs, np.ndarray) or not isinstance(vs, Sequence) or len(vs) == 0:
+            raise ValueError(f"reference_features: views[{split!r}] must be a non-empty list of [n, d_v] arrays")
+        arrs = []
+        for v, a in enumerate(vs):
+            a = to_numpy(a, np.float64)
+            if a.ndim != 2 or a.shape[1] == 0:
+                raise ValueError(f"reference_features: views[{split!r}][{v}] must be a 2-D [n, d_v] array with "
+                                 f"d_v >= 1, got shape {a.shape}")
+            if not np.isfinite(a).all():
+                raise ValueError(f"reference_features: views[{split!r}][{v}] contains NaN or Inf")
+            arrs.append(a)
+        rows = {a.shape[0] for a in arrs}
+        if len(rows) != 1:
+            raise ValueError(f"reference_features: the views of split {split!r} have different row counts "
+                             f"{[a.shape[0] for a in arrs]}; every view must hold the same samples")
+        out[split] = arrs
+    widths = [a.shape[1] for a in out["train"]]
+    for split, arrs in out.items():
+        if [a.shape[1] for a in arrs] != widths:
+            raise ValueError(f"reference_features: views[{split!r}] have widths {[a.shape[1] for a in arrs]}, "
+                             f"but the train views have {widths}; every split needs the same views")
+    if out["train"][0].shape[0] == 0:
+        raise ValueError("reference_features: the train split is empty; the statistics are fitted on it")
+    return out
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of ``x`` scaled to unit Euclidean norm; an all-zero row stays zero."""
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)
+
+
+def zscore_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, scale, constant mask) of the columns of ``x``: ``(x - mean) / scale`` is the z-score,
+    0 for columns constant on ``x`` (scale = inf there)."""
+    constant = x.max(axis=0) == x.min(axis=0)
+    std = x.std(axis=0)
+    scale = np.where(constant | (std == 0), np.inf, std)
+    return np.where(constant, 0.0, x.mean(axis=0)), scale, constant | (std == 0)
+
+
+def _tfidf(vs: dict[str, np.ndarray], view: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    for split, x in vs.items():
+        if (x < 0).any():
+            i, j = np.argwhere(x < 0)[0]
+            raise ValueError(f"reference_features: kind 'raw_tfidf' needs non-negative counts, but "
+                             f"views[{split!r}][{view}][{i}, {j}] = {x[i, j]}")
+    train = vs["train"]
+    n = train.shape[0]
+    df = np.count_nonzero(train > 0, axis=0)
+    idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
+    out = {}
+    for split, x in vs.items():
+        total = x.sum(axis=1, keepdims=True)
+        tf = np.divide(x, total, out=np.zeros_like(x), where=total > 0)
+        out[split] = unit_rows(tf * idf)
+    return out, idf
+
+
+def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: int | None = None
+                       ) -> tuple[dict[str, np.ndarray], dict[str, Any], str]:
+    """Features of reference row ``kind`` for every split of ``views`` (fitted on ``"train"``); see the
+    module doc for the formulas. -> ``(features {split: [n, D]}, record, cluster_standardize)``;
+    ``record = {"kind", "formula", "fitted_on", "view_widths", "width", "cluster_standardize", ...}``
+    (``"raw_pca"`` adds ``"explained_variance_ratio"``, ``"raw_balanced"`` ``"view_scale"``)."""
+    if kind not in REFERENCE_KINDS:
+        raise ValueError(f"reference_features: unknown kind {kind!r}; valid kinds: {list(REFERENCE_KINDS)}")
+    vs = _check_views(views)
+    splits = list(vs)
+    num_views = len(vs["train"])
+    widths = [a.shape[1] for a in vs["train"]]
+    record: dict[str, Any] = {"kind": kind, "formula": _FORMULAS[kind], "fitted_on": "train",
+                              "view_widths": widths, "width": None,
+                              "cluster_standardize": _CLUSTER_STANDARDIZE[kind]}
+
+    if kind == "raw_pca":
+        n = vs["train"][0].shape[0]
+        limit = min(n, sum(widths))
+        if width is None or isinstance(width, bool) or not isinstance(width, (int, np.integer)):
+            raise ValueError(f"reference_features: kind 'raw_pca' needs width = the number of principal "
+                             f"components, an integer in 1..{limit} (min(n_train, total view width)), got {width!r}")
+        if not 1 <= int(width) <= limit:
+            raise ValueError(f"reference_features: width = {width} is out of range for kind 'raw_pca': it must be "
+                             f"in 1..{limit} = min(n_train = {n}, total view width = {sum(widths)})")
+
+    feats: dict[str, np.ndarray]
+    if kind == "raw":
+        feats = {s: np.concatenate(vs[s], axis=1) for s in splits}
+    elif kind == "raw_l2":
+        feats = {s: np.concatenate([unit_rows(a) for a in vs[s]], axis=1) for s in splits}
+    elif kind == "raw_tfidf":
+        per_view = [_tfidf({s: vs[s][v] for s in splits}, v)[0] for v in range(num_views)]
+        feats = {s: np.concatenate([pv[s] for pv in per_view], axis=1) for s in splits}
+    elif kind == "raw_balanced":
+        parts: dict[str, list[np.ndarray]] = {s: [] for s in splits}
+        scales = []
+        for v in range(num_views):
+            mean, scale, constant = zscore_stats(vs["train"][v])
+            kept = int((~constant).sum())
+            root = math.sqrt(kept if kept else widths[v])
+            scales.append(root)
+            for s in splits:
+                parts[s].append((vs[s][v] - mean) / scale / root)
+        feats = {s: np.concatenate(parts[s], axis=1) for s in splits}
+        record["view_scale"] = scales
+    else:  # raw_pca
+        concat = {s: np.concatenate(vs[s], axis=1) for s in splits}
+        mean, scale, _ = zscore_stats(concat["train"])
+        z = {s: (concat[s] - mean) / scale for s in splits}
+        _, sing, vt = np.linalg.svd(z["train"], full_matrices=False)                  # vt [r, D]
+        comps = vt[: int(width)]                                                      # [width, D]
+        lead = np.argmax(np.abs(comps), axis=1)
+        comps = comps * np.sign(comps[np.arange(comps.shape[0]), lead])[:, None]
+        feats = {s: z[s] @ comps.T for s in splits}
+        total = float((sing ** 2).sum())
+        ratio = (sing[: int(width)] ** 2) / total if total > 0 else np.zeros(int(width))
+        record["width"] = int(width)
+        record["explained_variance_ratio"] = [float(r) for r in ratio]
+    return feats, record, _CLUSTER_STANDARDIZE[kind]
+
+
+def comparison_of(spec: Any) -> dict[str, str]:
+    """How the board compares the rows of benchmark spec ``spec`` (``spec.comparison`` with its defaults): the
+    fixed reference row of the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why
+    it was chosen. Every record carries it; the board takes it from the benchmark's current spec when it is
+    found (``fusebench.leaderboard.groups``), so a changed comparison needs no re-run."""
+    out = {k: v for k, v in spec.comparison.items() if v}
+    if "reference" not in out:
+        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
+        if ref:
+            out["reference"] = ref
+    out.setdefault("primary", spec.primary_metric)
+    return out
+
+
+__all__ = ["BASELINE", "CLUSTER_METRICS", "PROBE_BASE", "RAW", "REFERENCES", "REFERENCE_KINDS", "cluster_identical",
+           "comparison_of", "probe_identical_groups", "reference_features"]

@@ -1,0 +1,227 @@
+"""Loading a benchmark spec (components layer): :func:`load_spec` reads it (:func:`fusebench.spec.config.read_spec`:
+keys, types, ranges) and checks it against the components it names (:func:`check_against_components`):
+what its pipeline requires of it, the precision policies the pipeline applies, and every option of the
+dataset adapter, the encoder, the objectives (``pretrain.hparams`` / ``pretrain.grid``) and the
+pretraining methods -- all before any data is read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fusebench import datasets as fb_datasets
+from fusebench import encoders, objectives
+from fusebench.datasets.base import SyntheticSpec
+from fusebench.datasets.errors import DatasetError
+from fusebench.options import OptionsError, check_options
+from fusebench.pipelines import PIPELINES, pipeline_of, unapplied_settings
+from fusebench.registry import closest
+from fusebench.tasks import TASKS
+from fusebench.spec.config import PER_OBJECTIVE, BenchmarkSpec, ConfigError, read_spec
+from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
+from fusebench.components.protocols import PROTOCOLS, EmbeddingEval, missing_view_problems, protocol_of
+from fusebench.components.reference_features import REFERENCES
+from fusebench.typed import from_dict
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
+    """Load and validate a YAML spec; apply the synthetic overrides (if ``synthetic``) then ``overrides``."""
+    spec = read_spec(path, overrides=overrides, synthetic=synthetic)
+    check_against_components(spec, str(path))
+    return spec
+
+
+def check_against_components(spec: BenchmarkSpec, source: str) -> None:
+    """What the spec's pipeline asks of it (``spec_problems``, its precision policies), then
+    :func:`check_component_options`; one :class:`ConfigError` naming ``source``."""
+    if spec.pipeline not in PIPELINES:
+        raise ConfigError(f"{source}: pipeline {spec.pipeline!r} is not registered; valid pipeline ids: "
+                          f"{', '.join(PIPELINES.available())}")
+    pipeline = pipeline_of(spec)
+    try:  # a setting the pipeline's cell does not apply would be recorded and silently unused
+        unapplied = unapplied_settings(pipeline, spec)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    problems = [*spec_options_problems(spec, pipeline), *unapplied, *pipeline.spec_problems(spec)]
+    if pipeline.downstream:
+        problems += protocol_problems(spec)
+    if spec.precision not in pipeline.precisions:
+        problems = [*problems, f"precision {spec.precision!r}: the {spec.pipeline!r} pipeline applies only "
+                               f"{', '.join(pipeline.precisions)}"]
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    check_component_options(spec, source)
+    if spec.encoder_weights:  # issue #32: pretrained encoders as rows, each file hashed and its name checked
+        from fusebench.components.encoder_weights import add_rows
+
+        add_rows(spec, None, source)
+
+
+#: the ``options`` key every pipeline accepts: how the board labels the runs (read by fusebench.records)
+BOARD_OPTION = "board"
+
+
+def spec_options_problems(spec: BenchmarkSpec, pipeline: Any) -> list[str]:
+    """Keys of the spec's top-level ``options`` that nothing reads (empty: none): each pipeline declares
+    the keys its cell reads (``Pipeline.options``), a downstream pipeline's protocol its ``options_key``,
+    and ``board`` is read by the records; ``dataset.synthetic_spec`` holds the fields of the synthetic twin's
+    :class:`~fusebench.datasets.base.SyntheticSpec`. Each unknown key is named with the closest valid one."""
+    valid = {BOARD_OPTION, *getattr(pipeline, "options", ())}
+    if pipeline.downstream and spec.downstream.protocol in PROTOCOLS and protocol_of(spec).options_key:
+        valid.add(protocol_of(spec).options_key)
+    out = []
+    for key in sorted(set(spec.options) - valid, key=repr):
+        hint = closest(str(key), sorted(valid))
+        out.append(f"options.{key}: unknown option of the {spec.pipeline} pipeline"
+                   + (f" (did you mean {hint!r}?)" if hint else "") + f"; valid: {', '.join(sorted(valid))}")
+    if pipeline.reads_dataset and spec.dataset.synthetic_spec:  # the synthetic twin's fields, typed
+        try:
+            from_dict(SyntheticSpec, spec.dataset.synthetic_spec, "dataset.synthetic_spec")
+        except ConfigError as e:
+            out.append(str(e))
+    return out
+
+
+def protocol_problems(spec: BenchmarkSpec) -> list[str]:
+    """``downstream.protocol`` is a registered protocol, and the options it reads from the spec
+    (``options.<options_key>``) are ones it declares."""
+    if spec.downstream.protocol not in PROTOCOLS:
+        return [f"downstream.protocol {spec.downstream.protocol!r} is not a registered protocol; valid: "
+                f"{', '.join(PROTOCOLS.available())}"]
+    protocol = protocol_of(spec)
+    if protocol.frozen_features and protocol is not EmbeddingEval and spec.pipeline == "standard":
+        return [f"downstream.protocol {spec.downstream.protocol!r} scores frozen features, which the standard "
+                f"pipeline does only with embedding_eval's probes; give the protocol its own pipeline"]
+    given = spec.options.get(protocol.options_key) if protocol.options_key else None
+    if given is None:
+        return missing_view_problems(spec, _views_known_now(spec))
+    if not isinstance(given, dict):
+        return [f"options.{protocol.options_key}: expected a mapping of option names to values, got {given!r}"]
+    unknown = sorted(set(given) - set(protocol.options))
+    if unknown:
+        return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} "
+                f"protocol takes {', '.join(protocol.options)}"]
+    return missing_view_problems(spec, _views_known_now(spec))
+
+
+def _views_known_now(spec: BenchmarkSpec) -> int | None:
+    """The view count k when the spec alone says it (``dataset.modalities``, or an adapter whose views are
+    not read from its file); None otherwise: the runner checks the missing-view rates once the data says k
+    (:func:`fusebench.components.compat.check_compatible`)."""
+    if spec.dataset.modalities:
+        return len(spec.dataset.modalities)
+    if spec.dataset.id not in fb_datasets.DATASETS:
+        return None
+    adapter = fb_datasets.DATASETS.get(spec.dataset.id)
+    return None if getattr(adapter, "VIEWS_FROM_DATA", False) else len(adapter.MODALITIES)
+
+
+def check_component_options(spec: BenchmarkSpec, source: str) -> None:
+    """Check ``dataset.options``, ``encoder.config``, ``pretrain.hparams``, ``pretrain.grid`` and
+    ``pretrain.methods`` (whose entries become each method's typed ``Options``) against the options
+    each component declares (:mod:`fusebench.options`), before any data is read: a
+    :class:`ConfigError` (a :class:`~fusebench.datasets.base.DatasetError` for ``dataset.options``)
+    naming the spec, the key, the valid options and the closest match. An id in a per-objective table that is
+    not exactly a registered objective is an error too (:func:`check_objective_tables`: its settings would be
+    silently unused), and so is a grid over a method option of a method that does not join the objective."""
+    try:
+        spec.pretrain.methods = check_methods(spec.pretrain.methods)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+    try:
+        # a dataset or encoder id that is not registered here may come from a plugin installed elsewhere:
+        # the spec still loads (listing it works) and the run stops at that id with the valid ids
+        pipeline = pipeline_of(spec)
+        if pipeline.reads_dataset and spec.dataset.id in fb_datasets.DATASETS:
+            adapter = fb_datasets.DATASETS.get(spec.dataset.id)
+            try:
+                check_options(spec.dataset.options, adapter, f"{source}: dataset.options, adapter {spec.dataset.id}")
+            except OptionsError as e:  # the error the adapter itself would raise, only earlier
+                raise DatasetError(str(e)) from None
+            if adapter.task in TASKS:  # the dataset's task says which metrics it can report
+                try:
+                    TASKS.get(adapter.task).describe_metrics(spec.metrics, spec.downstream.protocol)
+                except ValueError as e:
+                    raise ConfigError(f"{source}: metrics: {e}") from None
+        if pipeline.builds_encoder and spec.encoder.id in encoders.ENCODERS:
+            encoder = encoders.ENCODERS.get(spec.encoder.id)
+            check_options(spec.encoder.config, encoder, f"{source}: encoder.config ({spec.encoder.id})")
+            problem = encoder_kind_problem(spec, encoder) if pipeline.reads_dataset else None
+            if problem:
+                raise ConfigError(f"{source}: {problem}")
+        check_objective_tables(spec, source)
+        for name, hp in spec.pretrain.hparams.items():
+            check_options(hp, objectives.OBJECTIVES.get(name), f"{source}: pretrain.hparams.{name}")
+        for name, grid in spec.pretrain.grid.items():
+            obj = objectives.OBJECTIVES.get(name)
+            if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+                raise ConfigError(f"{source}: pretrain.grid.{name}: expected a mapping of option names to non-empty "
+                                  f"lists of values, got {grid!r}")
+            where = f"{source}: pretrain.grid.{name}"
+            own, _ = split_method_keys(grid, where)  # methods.<id>.<option> keys search a method's option
+            check_options(own, obj, where, values=False)
+            for key, vals in grid.items():
+                joins = False
+                for v in vals:
+                    kw, meth = split_method_keys({key: v}, where)
+                    check_options(kw, obj, where)
+                    cfg = with_method_options(spec.pretrain, meth, where)
+                    joins = joins or not meth or set(meth) <= set(joining(obj, cfg))
+                if not joins:  # every trial would compute the same thing, and a "choice" would be recorded
+                    mid = key.split(".")[1]
+                    raise ConfigError(f"{where}: {key!r} searches an option of the {mid} method, which does not "
+                                      f"join {name}'s runs for any of the values {vals} (the objective builds on "
+                                      f"{', '.join(getattr(obj, 'pretrain_methods', ())) or 'no method'}): the "
+                                      f"trials would be identical; search an option {name} reads")
+    except OptionsError as e:
+        raise ConfigError(str(e)) from None
+
+
+def encoder_kind_problem(spec: BenchmarkSpec, encoder: Any) -> str | None:
+    """Why the spec's encoder cannot read its dataset's modalities (None: it can, or either side does not say):
+    the encoder's declared ``input_kinds`` against the kind of each modality the spec reads (the adapter's
+    ``MODALITIES``, those of ``dataset.modalities`` when it names them), naming the encoder, its kinds and
+    every modality of another kind with its kind."""
+    kinds = getattr(encoder, "input_kinds", None)
+    if kinds is None or spec.dataset.id not in fb_datasets.DATASETS:
+        return None
+    adapter = fb_datasets.DATASETS.get(spec.dataset.id)
+    named = spec.dataset.modalities if not getattr(adapter, "VIEWS_FROM_DATA", False) else None
+    other = [f"{m.name!r} ({m.kind})" for m in getattr(adapter, "MODALITIES", ())
+             if (named is None or m.name in named) and m.kind not in kinds]
+    if not other:
+        return None
+    readers = [e for e in encoders.ENCODERS.available()
+               if not encoders.ENCODERS.plugin(e) and all(k in (getattr(encoders.ENCODERS.get(e), "input_kinds", None) or ())
+                                                          for k in {m.kind for m in adapter.MODALITIES})]
+    return (f"encoder.id: encoder {spec.encoder.id!r} reads modality kinds {list(kinds)}, but dataset "
+            f"{spec.dataset.id!r} has modalities of another kind: {', '.join(other)}; choose an encoder that reads "
+            f"them" + (f" (built in: {', '.join(readers)})" if readers else ""))
+
+
+def check_objective_tables(spec: BenchmarkSpec, source: str) -> None:
+    """Every table of ``pretrain`` keyed by objective id (:data:`~fusebench.spec.config.PER_OBJECTIVE`)
+    names registered objectives, exactly (a cell looks its entry up by its exact id, so ``M3G`` would be
+    recorded and never read). A reference row (``none``, ``raw``...) has no entry either: nothing is
+    pretrained for it. One :class:`ConfigError` naming the dotted key and the closest id."""
+    for table in PER_OBJECTIVE:
+        entries = getattr(spec.pretrain, table)
+        if not isinstance(entries, dict):
+            raise ConfigError(f"{source}: pretrain.{table}: expected a mapping of objective ids, got {entries!r}")
+        for name in entries:
+            if name in objectives.OBJECTIVES:  # imports the module of that id only
+                continue
+            if name in REFERENCES:
+                raise ConfigError(f"{source}: pretrain.{table}.{name}: {name!r} is a reference row: nothing is "
+                                  f"pretrained for it, so pretrain.{table} does not apply to it; remove the entry")
+            valid = objectives.OBJECTIVES.available()
+            hint = closest(str(name), valid)
+            raise ConfigError(f"{source}: pretrain.{table}.{name}: {name!r} is not a registered objective id (ids "
+                              f"are matched exactly" + (f"; did you mean {hint!r}?" if hint else "")
+                              + f"); valid objective ids: {', '.join(valid)}")
+
+
+__all__ = ["check_against_components", "check_component_options", "check_objective_tables", "encoder_kind_problem",
+           "load_spec",
+           "protocol_problems", "spec_options_problems"]

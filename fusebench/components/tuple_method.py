@@ -1,0 +1,131 @@
+"""TupleInfoNCE's pretraining method (Liu et al. 2021, ICCV, "Contrastive Multimodal Fusion with
+TupleInfoNCE", arXiv:2107.02575, Secs. 3-4): tuple fusion, augmentation, k-disturbed negatives and
+the sample optimisation (Algorithm 1, :mod:`fusebench.components.tuple_optim`), with its typed options
+(:class:`TupleInfoNCEOptions`, spec key ``pretrain.methods.tuple_infonce``).
+
+The loss of a batch: per-modality projections are concatenated and fused by an MLP into one tuple
+embedding. Two augmented copies of the per-modality embeddings (Gaussian noise of std beta_l on
+modality l, then dropout with probability ``dropout``) give anchor and positive; the negatives are
+the other samples' tuples plus, when ``disturbed``, the k-disturbed tuples of every modality
+(modality l swapped by a derangement), weighted by ``alpha`` (paper Eq. 2). The Pretrainer carries
+``tuple_alpha`` [K + 1] and ``tuple_beta`` [K] (per-modality noise std, initially
+``embedding_noise``) so that the sample optimisation can set them.
+
+Shapes: embeddings e [K, N, F] -> projections [K, N, P] -> fused tuples [N, P]; negatives
+[N, (N - 1) + K N, P].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from fusebench.encoders.heads import ProjectionHead
+from fusebench.spec.methods import PretrainMethod, register
+
+
+@dataclass
+class TupleInfoNCEOptions:
+    """``pretrain.methods.tuple_infonce``; Algorithm 1's settings are described in
+    docs/tuple-sample-optimisation.md."""
+
+    disturbed: bool = True  # k-disturbed negatives (else plain tuple InfoNCE)
+    alpha: list[float] | None = None  # weights of the K + 1 negative types (None = uniform)
+    embedding_noise: float = 0.1  # std of the Gaussian augmentation that makes two tuples (beta's start)
+    dropout: float = 0.1  # dropout probability of the augmentation (training and the rewards' A^k)
+    sample_optimisation: bool = False  # Algorithm 1 (REINFORCE over alpha and beta)
+    candidates: int = 4  # B candidates per epoch
+    candidate_steps: int = 8  # training steps per candidate (0 = a whole epoch)
+    policy_lr: float = 0.01  # eta of Eq. 7
+    policy_sigma: float = 0.05  # std of the alpha policy N(mu, sigma^2 I)
+    beta_sigma: float = 0.05  # std of the beta policy
+    beta_max: float = 1.0  # upper bound of every beta_k (Eq. 8's beta_max)
+    beta_lambda: float = 1.0  # lambda of Eq. 8
+    zeta_grid: int = 11  # grid points in [0, beta_max] for zeta*(beta)
+    val_size: int = 256  # M held-out validation tuples for the rewards
+    policy_baseline: bool = True  # subtract the mean reward in Eq. 7
+
+
+@register
+class TupleInfoNCEMethod(PretrainMethod):
+    """Tuple fusion + augmentation + k-disturbed negatives (Eq. 2); Algorithm 1 as an epoch extension."""
+
+    id: ClassVar[str] = "tuple_infonce"
+    Options: ClassVar[type] = TupleInfoNCEOptions
+    extensions: ClassVar[tuple[str, ...]] = ("fusebench.components.tuple_optim:TupleSampleOptimiser",)
+
+    @classmethod
+    def wanted(cls, objective: nn.Module, declared: bool, options: Any, cfg: Any) -> bool:
+        undeclared_tuple = not hasattr(objective, "pretrain_methods") and getattr(objective, "input_kind", "") == "tuple"
+        return declared or undeclared_tuple
+
+    @classmethod
+    def check(cls, options: Any) -> list[str]:
+        return [] if 0.0 <= options.dropout < 1.0 else [f"dropout must be in [0, 1), got {options.dropout!r}"]
+
+    def build(self, pre: nn.Module) -> None:
+        o = self.options
+        mods = list(pre.model.modalities)
+        p, h = pre.cfg.projection_dim, pre.cfg.projection_hidden
+        pre.fusion = ProjectionHead(p * len(mods), h, p)
+        # Sec. 4.3's hyper-parameters; the sample optimisation (tuple_optim) overwrites them
+        pre.tuple_alpha = list(o.alpha) if o.alpha else None  # [K + 1]
+        pre.tuple_beta = [float(o.embedding_noise)] * len(mods)  # [K] noise std per modality
+
+    def loss(self, pre, batch, emb, z, mask, gather) -> Tensor:
+        from fusebench.objectives.tuple_infonce import assemble_negatives, disturbed_negatives, to_device_async
+
+        emb = gather(emb)  # [k, N, F]: the global batch
+        k = emb.shape[0]
+        if len(pre.tuple_beta) != k:
+            raise ValueError(f"tuple_infonce: needs k = {k} augmentation strengths beta, got {pre.tuple_beta}")
+        # [k, 1, 1], made on the host and copied without blocking (a tensor built from a list on a GPU waits for it)
+        beta = to_device_async(torch.tensor(pre.tuple_beta), emb.device).view(k, 1, 1)
+        p_drop = float(self.options.dropout)
+
+        def augment(e: Tensor) -> Tensor:  # e: [k, N, F]; modality l gets noise of std beta_l
+            # noise and dropout mask drawn in float32 from the CPU generator, then moved: the same draws on
+            # every device and under every autocast (on the CPU in float32 they equal randn_like / F.dropout)
+            e = e + beta.to(e.dtype) * cpu_draw(torch.randn, e)
+            if p_drop > 0.0 and pre.training:
+                e = e * cpu_draw(lambda shape, dtype: torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p_drop)
+                                 .div_(1.0 - p_drop), e)
+            return e
+
+        anchor = fuse(pre, augment(emb))  # [N, P]
+        positive = fuse(pre, augment(emb))
+        disturbed: list[Tensor] = []
+        alpha: list[float] = [1.0]
+        if self.options.disturbed:
+            alpha = list(pre.tuple_alpha or [1.0] * (k + 1))
+            if len(alpha) != k + 1:
+                raise ValueError(f"pretrain.methods.tuple_infonce.alpha needs k + 1 = {k + 1} weights "
+                                 "(plain, then one per modality)")
+            for l in range(k):  # k-disturbed tuples: modality l taken from another sample (a derangement)
+                disturbed.append(fuse(pre, augment(torch.stack(disturbed_negatives(list(emb), l)))))
+        negatives, weights = assemble_negatives(positive, disturbed, alpha)
+        return pre.objective(anchor, positive, negatives, weights=weights)
+
+
+def cpu_draw(draw, like: Tensor) -> Tensor:
+    """``draw(shape, dtype=torch.float32)`` on the CPU's generator, moved to ``like``'s device and dtype:
+    a random draw that does not depend on the device the run is on (CUDA has its own generator). The copy to
+    a GPU goes through page-locked memory without blocking the host (the same values)."""
+    from fusebench.objectives.tuple_infonce import to_device_async
+
+    out = draw(like.shape, dtype=torch.float32)
+    if out.device != like.device:
+        out = to_device_async(out, like.device)
+    return out.to(like.dtype) if out.dtype != like.dtype else out
+
+
+def fuse(pre: nn.Module, emb: Tensor) -> Tensor:
+    """Fused tuple embedding [N, P] of per-modality embeddings ``emb`` [K, N, F]."""
+    z = pre.project(emb, pre.proj)  # [K, N, P]
+    return pre.fusion(torch.cat(list(z), dim=-1))
+
+
+__all__ = ["TupleInfoNCEMethod", "TupleInfoNCEOptions", "fuse"]

@@ -1,0 +1,265 @@
+"""The one training-phase loop, shared by pretraining and the downstream protocol.
+
+A phase (:class:`Phase`) owns its counters (step, epoch, step within the epoch), its curves and the
+modules whose state goes into ``last.pt``; :func:`run_phase` walks its epochs and steps and does what
+every phase needs, in this order per step: prepare the batch on the host (``hooks.host``: its format,
+the checks of masks and labels) and move it to the device, compute the loss (under ``autocast``),
+optimise, count, update the progress bar (a tqdm bar or log lines: :mod:`fusebench.runtime.progress`),
+checkpoint every ``every`` steps, and honour the step budget. What differs between phases (how the loss is
+computed and optimised, what happens at an epoch's start and end, the extra state saved with a
+checkpoint) comes in as :class:`PhaseHooks`.
+
+No step waits for the device: the losses stay on it and are read in one copy every
+:data:`LOSS_READ_EVERY` steps, before every checkpoint and at an epoch's end (every step when an
+experiment tracker logs each step, or progress lines are asked for every step with
+``FUSEBENCH_LOG_EVERY=0``); then they go into the loss curve and a non-finite one stops the phase
+with a :class:`RunError` naming its step. A checkpoint is written only after the losses of every step
+before it were read and found finite, so the parameters a non-finite loss damaged never reach ``last.pt``
+(it keeps the last checkpoint written before). The per-step checks that would read the device are
+deferred to the loop inside the steps (:func:`fusebench.runtime.utils.deferred_value_checks`).
+
+Resuming restores a phase from ``last.pt`` (:meth:`Phase.restore`, RNG state included) and
+:func:`run_phase` continues at the saved step: the loader skips the batches already seen in the
+interrupted epoch, so a resumed run equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+from fusebench.runtime import distributed, utils
+
+
+#: steps between two reads of the losses on the host (loss curve, progress bar, non-finite guard)
+LOSS_READ_EVERY = 16
+
+
+class RunError(RuntimeError):
+    """A run cannot go on: diverged loss, unreadable checkpoint, existing record."""
+
+
+@dataclass
+class StepBudget:
+    """At most ``max_steps`` optimisation steps over all phases of a run (None: no limit). When the
+    budget is spent the phase checkpoints and :class:`KeyboardInterrupt` is raised, as if the run had
+    been killed there (``resume`` continues it)."""
+
+    max_steps: int | None = None
+    done: int = 0
+
+    def spend(self) -> bool:
+        """Count one step; True when the budget is now exhausted."""
+        self.done += 1
+        return self.max_steps is not None and self.done >= self.max_steps
+
+
+class Clock:
+    """Time spent in segments: the durations of earlier processes' segments (from a checkpoint) plus
+    the running one, which started when the clock was made. A resumed run's time is the sum, so a
+    kill and ``--resume`` report the time of the work kept, not that of the last process only."""
+
+    def __init__(self, before: Iterable[float] = ()) -> None:
+        self.before = [float(t) for t in before]
+        self.t0 = time.monotonic()
+
+    def segments(self) -> list[float]:
+        return [*self.before, time.monotonic() - self.t0]
+
+    def total(self) -> float:
+        return sum(self.segments())
+
+
+class Phase:
+    """A training phase (pretrain or downstream) with step-level checkpointing and resume.
+    ``config_hash`` and ``data_fingerprint`` are saved with every checkpoint (a resume on another
+    configuration or other data is refused); ``clock`` times the phase across resumed segments."""
+
+    def __init__(self, name: str, cell: Path, every: int, state_modules: dict[str, Any]) -> None:
+        self.name, self.cell, self.every, self.mods = name, cell, every, state_modules
+        self.step = 0
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.curves: dict[str, list[float]] = {}
+        self.config_hash: str | None = None
+        self.data_fingerprint: str | None = None
+        self.clock = Clock()
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "phase": self.name, "step": self.step, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+            "curves": self.curves, "rng": utils.rng_state(), "time_segments_s": self.clock.segments(),
+            **{k: m.state_dict() for k, m in self.mods.items()},
+        }
+
+    def save(self, extra: dict[str, Any] | None = None) -> None:
+        if distributed.rank() != 0:  # one writer
+            return
+        utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash,
+                                 "data_fingerprint": self.data_fingerprint, **(extra or {})}, self.cell / "last.pt")
+
+    def restore(self, ckpt: dict[str, Any]) -> None:
+        for k, m in self.mods.items():
+            m.load_state_dict(ckpt[k])
+        self.step, self.epoch, self.step_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["step_in_epoch"]
+        self.curves = ckpt["curves"]
+        self.clock = Clock(ckpt.get("time_segments_s", ()))  # the segments of the processes before this one
+        utils.set_rng_state(ckpt["rng"])
+
+
+def _nothing() -> None:
+    return None
+
+
+def _as_is(batch: Any) -> Any:
+    return batch
+
+
+@dataclass
+class PhaseHooks:
+    """What a phase does that the loop does not know.
+
+    ``host(batch)``: the batch as the step wants it, made on the host before the copy to the device (its
+    format; checks of masks and labels, which then cost no wait for the device);
+    ``loss(batch)``: the loss of one batch (already on the device); ``optimise(loss)``: backward,
+    optimiser and scheduler steps and anything tied to the step (an EMA teacher update), called
+    before the step counter moves; ``loader(epoch, skip)``: the epoch's batches without the first
+    ``skip``; ``on_epoch_start`` / ``on_epoch_end``: called before the first batch and after the last
+    one of every epoch (before the epoch counter moves); ``extra()``: state saved with every
+    checkpoint besides the phase's modules; ``diverged(value, step, epoch)``: the message of the
+    :class:`RunError` raised on a non-finite loss at step ``step`` (counted from 0, as ``Phase.step`` before
+    it) of epoch ``epoch`` (the loop adds which checkpoint was kept); ``postfix(value)``: progress-bar fields (also the
+    fields of the progress lines written when stderr is not a terminal)."""
+
+    loss: Callable[[Any], torch.Tensor]
+    optimise: Callable[[torch.Tensor], None]
+    loader: Callable[[int, int], Iterable[Any]]
+    diverged: Callable[[float, int, int], str]
+    host: Callable[[Any], Any] = _as_is
+    on_epoch_start: Callable[[], None] = _nothing
+    on_epoch_end: Callable[[], None] = _nothing
+    extra: Callable[[], dict[str, Any] | None] = _nothing
+    postfix: Callable[[float], dict[str, str]] = field(default=lambda v: {"loss": f"{v:.4f}"})
+
+
+def batch_size(batch: Any) -> int:
+    """The number of samples in a collated batch (its targets: a tensor or a list of dicts)."""
+    try:
+        return len(batch["target"])
+    except (KeyError, TypeError):
+        return 0
+
+
+def read_losses(losses: list[torch.Tensor]) -> list[float]:
+    """The values of the 0-dim ``losses`` as Python floats, in one copy from the device (widened to their
+    common dtype first: exact, so each value is ``float(loss)``)."""
+    if not losses:
+        return []
+    dtype = functools.reduce(torch.promote_types, [v.dtype for v in losses])
+    return torch.stack([v.reshape(()).to(dtype) for v in losses]).tolist()
+
+
+class _Unread:
+    """The losses of the steps not read yet (on the device) and what the loop does once they are read."""
+
+    def __init__(self, phase: Phase, hooks: PhaseHooks, curve: str, bar: Any,
+                 on_step: Callable[[Phase, float, int], None] | None) -> None:
+        self.phase, self.hooks, self.curve, self.bar, self.on_step = phase, hooks, curve, bar, on_step
+        self.steps: list[tuple[int, int, int]] = []  # (step, epoch, batch size)
+        self.losses: list[torch.Tensor] = []
+        self.saved: int | None = None  # the step count of the last checkpoint this process wrote
+
+    def add(self, loss: torch.Tensor, size: int) -> None:
+        self.steps.append((self.phase.step, self.phase.epoch, size))
+        self.losses.append(loss.detach())
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def read(self) -> None:
+        """Read the pending losses (one copy): into the curve, the trackers and the progress bar; a
+        :class:`RunError` at the first non-finite one."""
+        if not self.steps:
+            return
+        values, steps = read_losses(self.losses), self.steps
+        self.steps, self.losses = [], []
+        curve = self.phase.curves.setdefault(self.curve, [])
+        for (step, epoch, size), value in zip(steps, values):
+            if not math.isfinite(value):
+                raise RunError(f"{self.hooks.diverged(value, step, epoch)}; {self._kept()}")
+            curve.append(value)
+            if self.on_step is not None:
+                self.on_step(self.phase, value, size)
+        self.bar.set_postfix(refresh=False, **self.hooks.postfix(values[-1]))  # shown (or written) by update
+
+    def _kept(self) -> str:
+        last = self.phase.cell / "last.pt"
+        if self.saved is not None:
+            return f"checkpoint kept at {last} (step {self.saved}, written before the loss diverged)"
+        if last.exists():
+            return f"checkpoint kept at {last} (written before the loss diverged)"
+        return f"no checkpoint written yet (the first at step {self.phase.every})"
+
+    def save(self) -> None:
+        """Checkpoint the phase, after reading (and checking) every loss before it."""
+        self.read()
+        self.phase.save(self.hooks.extra())
+        self.saved = self.phase.step
+
+
+def run_phase(phase: Phase, epochs: int, hooks: PhaseHooks, device: torch.device, autocast: Any, curve: str,
+              bar: Any, budget: StepBudget, checkpoint_each_epoch: bool = False,
+              on_step: Callable[[Phase, float, int], None] | None = None,
+              on_epoch_start: Callable[[Phase], None] | None = None,
+              on_step_end: Callable[[Phase], None] | None = None) -> None:
+    """Run ``phase`` from where it stands to ``epochs`` epochs (see the module docstring).
+    For experiment trackers (they must not touch the training): ``on_step(phase, value, batch_size)``
+    is called after every counted step with the loss value just recorded in the curve (the loss is then
+    read every step), ``on_step_end(phase)`` after every counted step without its value (no read: what a
+    timer needs, ``fusebench bench gpu --cell``), and ``on_epoch_start(phase)`` just before an epoch's first
+    batch is fetched."""
+    # every step when something shows each step's loss: a tracker logging each step, progress lines asked for
+    # every step (FUSEBENCH_LOG_EVERY=0: a LineReporter with interval 0); else every LOSS_READ_EVERY steps
+    read_every = 1 if on_step is not None or getattr(bar, "interval", None) == 0 else LOSS_READ_EVERY
+    unread = _Unread(phase, hooks, curve, bar, on_step)
+    while phase.epoch < epochs:
+        loader = hooks.loader(phase.epoch, phase.step_in_epoch)
+        hooks.on_epoch_start()
+        if on_epoch_start is not None:
+            on_epoch_start(phase)
+        for batch in loader:
+            batch = utils.to_device(hooks.host(batch), device)
+            try:
+                with utils.deferred_value_checks():
+                    with autocast:
+                        loss = hooks.loss(batch)
+                    hooks.optimise(loss)
+            except Exception:  # a step after a non-finite loss may fail on what it left: say where it began
+                unread.read()
+                raise
+            unread.add(loss, batch_size(batch))
+            phase.step += 1
+            phase.step_in_epoch += 1
+            exhausted = budget.spend()
+            if exhausted or phase.step % phase.every == 0:
+                unread.save()
+            elif len(unread) >= read_every:
+                unread.read()
+            bar.update(1)
+            if on_step_end is not None:
+                on_step_end(phase)
+            if exhausted:
+                bar.close()
+                raise KeyboardInterrupt("max_steps reached (simulated kill)")
+        unread.read()
+        hooks.on_epoch_end()
+        phase.epoch += 1
+        phase.step_in_epoch = 0
+        if checkpoint_each_epoch:
+            unread.save()

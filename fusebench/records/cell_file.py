@@ -1,0 +1,108 @@
+"""A cell's record file (records layer): whether the cell has one (:func:`record_there`, by the rule the
+leaderboard and ``fusebench status`` share), the finished record when it was made with the same
+configuration and data (:func:`existing_record`), and writing it once, validated, never overwritten
+(:func:`write_record`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from fusebench.records import RecordError, check_record_file, comparability_key, validate_record, versions_block
+from fusebench.runtime import utils
+from fusebench.engine.cell import ConfigMismatchError, data_fingerprint
+from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
+from fusebench.engine.loop import RunError
+
+
+def record_there(run_json: Path, out: Path) -> bool:
+    """Whether the cell has a record, by the one rule the leaderboard and ``status`` apply
+    (:func:`fusebench.records.check_record_file`): a regular ``run.json`` reached from ``out`` through
+    real folders; a link, a folder or a special file there is a RunError naming it."""
+    try:
+        return check_record_file(run_json, out)
+    except RecordError as e:
+        raise RunError(f"{e}; move it away to rerun the cell") from None
+
+
+def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
+                    context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The finished cell's record, if it was made with ``spec``'s configuration for ``objective`` and, when ``context``
+    is given, from the same data (the fingerprint of the files read: a rerun on another file of the
+    same shapes must not return the first file's record)."""
+    try:
+        rec = json.loads(run_json.read_text())
+    except (OSError, json.JSONDecodeError, RecursionError) as e:
+        raise RunError(f"{run_json} is unreadable ({type(e).__name__}: {str(e)[:200]}); move it away to rerun the "
+                       "cell") from None
+    if not isinstance(rec, dict):
+        raise RunError(f"{run_json} is not a run record (a JSON object expected); move it away to rerun the cell")
+    _undefined_as_nan(rec)
+    if context is not None:  # other data first: a different file usually changes the config too (its views)
+        _check_same_data(run_json, rec, context)
+    if rec.get("config_hash") != spec.hash(objective) and rec.get("hash_schema") != HASH_SCHEMA_VERSION:
+        raise ConfigMismatchError(f"{run_json} carries a config hash of schema {rec.get('hash_schema')!r}, not "
+                                  f"{HASH_SCHEMA_VERSION}: migrate the runs folder once (python "
+                                  "scripts/migrate_hash_schema_3.py RUNS_FOLDER), then rerun")
+    if rec.get("config_hash") != spec.hash(objective):
+        raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
+                       f"!= {spec.hash(objective)} of the current spec and --set values); records are immutable: "
+                       "write to another --out, or move that cell's folder away to rerun it")
+    return rec
+
+
+def _check_same_data(run_json: Path, rec: dict[str, Any], context: dict[str, Any]) -> None:
+    """The record was made from the data the sweep reads (its fingerprint); else a ConfigMismatchError saying
+    so -- "a different data file", naming both files by name and sha256, where the sweep reads one file."""
+    ds = rec.get("dataset") if isinstance(rec.get("dataset"), dict) else {}
+    fp = ds.get("fingerprint")
+    made_from = fp.get("sha256") if isinstance(fp, dict) else None
+    if made_from == data_fingerprint(context):
+        return
+    now, then = context.get("data_file"), ds.get("data_file") if isinstance(ds.get("data_file"), dict) else None
+    named = ""
+    if now:  # the sweep reads one file: say it is another file, naming both
+        was = f"{then.get('name')} (sha256 {then.get('sha256')})" if then else "another file"
+        named = f": a different data file, {was} then, {now['name']} (sha256 {now['sha256']}) now"
+    raise ConfigMismatchError(
+        f"{run_json} was made from other data (fingerprint {made_from or 'none (synthetic data)'} of "
+        f"{ds.get('root') or 'the synthetic generator'}, now {data_fingerprint(context) or 'none (synthetic data)'}"
+        f"){named}; records are immutable: write to another --out, or move that cell's folder away to rerun it")
+
+
+def _undefined_as_nan(rec: dict[str, Any]) -> None:
+    """A metric undefined for the run is NaN in memory and ``null`` in run.json (strict JSON,
+    :func:`fusebench.io.strict_json`): read back as NaN in ``metrics`` and ``selection.val_metrics``, the
+    values a reused record is read for (printed, compared in a hyper-parameter selection)."""
+    selection = rec.get("selection")
+    for values in (rec.get("metrics"), selection.get("val_metrics") if isinstance(selection, dict) else None):
+        if isinstance(values, dict):
+            values.update({k: math.nan for k, v in values.items() if v is None})
+
+
+def write_record(cell: Path, record: dict[str, Any]) -> Path:
+    """Write run.json once (immutable): written to a temporary file, then hard-linked into place,
+    which fails if another process created run.json first — concurrent runs never overwrite."""
+    path = cell / "run.json"
+    if path.exists():
+        raise RunError(f"{path} exists already; run records are immutable")
+    if record.get("schema_version", 1) >= 2:
+        record.setdefault("versions", versions_block(record["objective"], list(record["config"].get("metrics") or [])))
+        record["comparability_key"] = comparability_key(record)
+    validate_record(record, path)  # never write a record the leaderboard would refuse
+    tmp = cell / f".run.json.{os.getpid()}.tmp"
+    utils.atomic_write_json(tmp, record)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise RunError(f"{path} exists already; run records are immutable") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    (cell / "failed.json").unlink(missing_ok=True)
+    return path
+
+
+__all__ = ["existing_record", "record_there", "write_record"]

@@ -1,0 +1,619 @@
+"""Typed benchmark configuration, validated on load, with ``--set key=value`` overrides.
+
+A benchmark spec is a YAML file in ``benchmarks/`` (package ``fusebench.benchmarks``). Its keys map
+onto :class:`BenchmarkSpec`; unknown keys, wrong types and out-of-range values raise
+:class:`ConfigError` naming the file and the dotted key. ``synthetic:`` holds overrides (same dotted
+keys) applied when the benchmark runs on its dataset's synthetic twin (``--synthetic``).
+
+This module is longer than ~450 lines because it is the spec's one schema: the typed sections, loading
+with overrides, the cross-field validation and the canonical form that is hashed change together.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import typing
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fusebench.io import canonical_json, sha256_hex
+from fusebench.typed import ConfigError, check_type, from_dict, load_yaml
+
+
+@dataclass
+class DatasetConfig:
+    id: str = ""
+    modalities: list[str] | None = None  # the views, in order; None = all of the adapter's
+    options: dict[str, Any] = field(default_factory=dict)  # passed to fusebench.datasets.build
+    synthetic_spec: dict[str, Any] = field(default_factory=dict)  # SyntheticSpec fields
+    synthetic_only: bool = False  # embedded data (quickstart): always the synthetic generator
+    val_split: str = "val"  # the only split used for model selection
+    # each run seed draws its own split: the adapter's ``split_seed`` option is set to the run's seed
+    # (selection runs: the selection seed), so the seeds vary the split as well as the initialisation
+    split_per_seed: bool = False
+    # a fixed outer test split (issue #30): the adapter draws the test split once with this seed, the same for
+    # every run and selection seed, and ``split_seed`` (the run seed with split_per_seed) only partitions the
+    # rest into train / val; so no selection trial trains or validates on an evaluation test sample. None: off
+    outer_test_seed: int | None = None
+    test_split: str = "test"
+
+
+@dataclass
+class EncoderConfig:
+    id: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PretrainConfig:
+    objective: str = "infonce_pwe"  # default objective when none is requested
+    hparams: dict[str, dict[str, Any]] = field(default_factory=dict)  # objective id -> hyperparameters
+    epochs: int = 1
+    batch_size: int = 32
+    objective_batch_size: dict[str, int] = field(default_factory=dict)  # objective id -> its own batch (M3G at k >= 5)
+    objective_epochs: dict[str, int] = field(default_factory=dict)  # objective id -> its own epochs (with its own batch)
+    # objective id -> micro-batch: the loss is the size-weighted mean of the objective over consecutive chunks
+    # of this many samples of each batch (for a loss whose cost cannot fit the common batch, e.g. M3G's n^k
+    # at k = 6): optimiser steps and samples seen stay those of the common batch
+    objective_micro_batch: dict[str, int] = field(default_factory=dict)
+    # hyper-parameter search on the validation split: objective id -> {name: [values]}; every combination
+    # is pretrained once with ``selection_seed`` and the best validation primary metric wins (selection.select_hparams)
+    grid: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    selection_seed: int = 1000  # not one of the evaluation seeds
+    # several selection seeds (none of them an evaluation seed): each grid point is run once per seed and
+    # scored by the mean validation metric; empty = [selection_seed]
+    selection_seeds: list[int] = field(default_factory=list)
+    optimizer: str = "adamw"  # adamw | sgd
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    schedule: str = "cosine"  # cosine | constant
+    warmup_epochs: int = 0
+    projection_dim: int = 64
+    projection_hidden: int = 128
+    # missing views in pretraining: this fraction of every batch's (sample, view) entries is absent (each sample
+    # keeps >= 1 view; fusebench/probes/missing_views.py), the objective gets the presence mask; 0 = complete
+    missing_rate: float = 0.0
+    # the settings of the pretraining methods the objectives build on (fusebench.spec.methods):
+    # method id -> its typed options, e.g. tuple_infonce: {disturbed: true, sample_optimisation: false};
+    # checked on load (unknown ids / options are errors) and held as each method's Options dataclass
+    methods: dict[str, Any] = field(default_factory=dict)
+
+    def method_options(self, method_id: str) -> Any:
+        """The typed options of pretraining method ``method_id`` (its defaults when the spec has none)."""
+        from fusebench.spec.methods import options_of
+
+        return options_of(self, method_id)
+
+
+@dataclass
+class DownstreamConfig:
+    protocol: str = "linear_probe"  # a registered protocol (fusebench/components/protocols.py): linear_probe | finetune | embedding_eval
+    shots: int | None = None  # few-shot: s labelled training samples per class (M3G paper's EEG probe)
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+
+
+@dataclass
+class LoaderConfig:
+    """How batches are fetched (fusebench/engine/data.py), never what they hold: the batches are the same
+    whatever these are, so they do not change a result (docs/gpu.md, "Feeding the GPU and speed options")."""
+
+    num_workers: int | None = None  # DataLoader worker processes; None: auto (usable cores - 1 on CUDA, 0 elsewhere)
+    pin_memory: bool | None = None  # page-locked batches for asynchronous copies; None: auto (on for CUDA)
+    persistent_workers: bool = True  # keep the workers across the epochs of a cell
+    prefetch_factor: int = 2  # batches each worker prepares ahead
+
+
+OPTIMIZER_IMPLS = ("default", "foreach", "fused")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass
+class SpeedConfig:
+    """Speed options of the standard cell (fusebench/engine/speed.py); each may change the last bits of the
+    numbers, so each enters the config hash when it is not its default."""
+
+    channels_last: bool = False  # channels-last memory format for encoders with 2-D convolutions (and 4-D inputs)
+    cudnn_benchmark: bool = False  # cuDNN picks its fastest algorithms: deterministic algorithms switched off
+    optimizer_impl: str = "default"  # default | foreach | fused: the torch.optim implementation of AdamW / SGD
+    compile: bool = False  # torch.compile the encoder (falls back to eager, logged and recorded, if it fails)
+    compile_mode: str = "default"  # torch.compile's mode: default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
+
+
+@dataclass
+class BenchmarkSpec:
+    name: str = ""
+    description: str = ""
+    pipeline: str = "standard"  # standard | gaussian_mi
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    downstream: DownstreamConfig = field(default_factory=DownstreamConfig)
+    metrics: list[str] = field(default_factory=list)
+    # the validation metric that selects (the downstream checkpoint and the hyper-parameters of pretrain.grid):
+    # by default the board's primary metric (comparison.primary, else metrics[0]); one that differs from
+    # comparison.primary is refused unless ``selection_metric_why`` says why (issue #30: select on what is ranked)
+    selection_metric: str = ""
+    selection_metric_why: str = ""
+    objectives: list[str] = field(default_factory=list)  # the sweep run by default
+    seeds: list[int] = field(default_factory=lambda: [0])
+    checkpoint_every: int = 50  # steps between last.pt writes
+    # the precision policy of encoders and heads: 32 | tf32 | bf16-mixed | 16-mixed
+    # (fusebench/spec/precision.py); objectives and metrics compute in float32 or wider whatever it is
+    precision: str | int = "32"
+    protocol_notes: dict[str, str] = field(default_factory=dict)  # leaderboard footer lines
+    # the data's modality family (e.g. text, image, image+text; default: the dataset adapter's MODALITY_FAMILY):
+    # the index ranks the objectives over the boards of each family with >= 3 boards too (issue #31)
+    family: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # pipeline-specific settings
+    synthetic: dict[str, Any] = field(default_factory=dict)  # dotted overrides for --synthetic
+    # how the board compares the rows: {"reference": objective id the tests are against (e.g. raw),
+    # "primary": the board's primary metric id, "why": one line on the choice}; copied into every record
+    comparison: dict[str, str] = field(default_factory=dict)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)  # how batches are fetched (no effect on results)
+    speed: SpeedConfig = field(default_factory=SpeedConfig)  # speed options (hashed when not their defaults)
+    # ---- issue #32: pretrained encoders as named rows (fusebench.components.encoder_weights) ----
+    # row name -> {"path": the weights file, "sha256": its hash}; given as a path (or {path, sha256}) and resolved
+    # when the spec is loaded. Each row is evaluated under the board's downstream protocol without pretraining;
+    # its cells' identity holds its own entry's sha256 only (the path is recorded, not hashed)
+    encoder_weights: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def primary_metric(self) -> str:
+        """The validation metric that selects (checkpoints, hyper-parameters): ``selection_metric``, else the
+        board's primary metric ``comparison.primary``, else ``metrics[0]``."""
+        return self.selection_metric or self.comparison.get("primary") or (self.metrics[0] if self.metrics else "")
+
+    @property
+    def selection_seeds(self) -> list[int]:
+        """The seeds of the hyper-parameter search (``pretrain.selection_seeds``, else ``[selection_seed]``)."""
+        return [int(s) for s in (self.pretrain.selection_seeds or [self.pretrain.selection_seed])]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical form of the spec (hash schema :data:`HASH_SCHEMA_VERSION`): what ``run.json``
+        stores as ``config``; a cell's config hash is computed from its projection (:func:`cell_identity`)."""
+        out = dataclasses.asdict(self)
+        out["pretrain"] = canonical_pretrain(self.pretrain)
+        from fusebench.spec.precision import check
+
+        out["precision"] = check(out["precision"])
+        # the selection metric as resolved: ``comparison`` is not identity, but its primary decides what an
+        # unset selection_metric selects on (every committed record names its selection_metric: unchanged)
+        out["selection_metric"] = self.primary_metric
+        for path, default in OMITTED_WHEN_DEFAULT:  # fields added after schema 2: written only when set
+            *parents, leaf = path
+            node = out
+            for p in parents:
+                node = node[p]
+            if node.get(leaf) == default:
+                del node[leaf]
+        return out
+
+    def hash(self, objective: str) -> str:
+        """The config hash of ``objective``'s cells: sha256 of :func:`cell_identity` of the canonical form
+        as sorted-key compact JSON, first 16 hex digits. What another objective's cells are given (its
+        hyper-parameters, grid, budget) does not enter it."""
+        return config_hash(self.to_dict(), objective)
+
+
+#: The config hash's schema. Version 2: the canonical form is ``dataclasses.asdict`` of the spec with
+#: ``pretrain.methods`` holding, per method, only the options that differ from their defaults (absent
+#: when none does) and ``precision`` always written; fields added after version 2 (``OMITTED_WHEN_DEFAULT``)
+#: are written only when they differ from their default, so adding a field leaves every hash as it was. The
+#: hash of a cell is that of :func:`cell_identity`: the canonical form without what does not change what
+#: the cell computes (:data:`NOT_IDENTITY`, ``pretrain.objective``) and with the per-objective tables of
+#: ``pretrain`` (:data:`PER_OBJECTIVE`) cut to the cell's objective. Version 3 (this one; issue #29, records
+#: migrated once by ``scripts/migrate_hash_schema_3.py``): the same form, and the identity also leaves out
+#: the fields the cell's pipeline does not apply (``fusebench.pipelines.Pipeline.applies``), the options of
+#: the pretraining methods that do not join the objective's runs (``fusebench.spec.methods.joining``),
+#: and ``pretrain.selection_seed`` when ``pretrain.selection_seeds`` is set (it is unused then).
+#: docs/benchmarks.md ("The config hash").
+HASH_SCHEMA_VERSION = 3
+#: the hash schemas a record may carry: its hash is checked under its own schema (older records stay
+#: readable; ``fusebench run`` reuses a record only at the current one)
+HASH_SCHEMAS: tuple[int, ...] = (2, 3)
+
+#: top-level spec keys that do not change what a cell computes: the board's text, the sweep's lists, the
+#: synthetic override block (applied or not, the resulting values are in the form), checkpoint spacing
+#: (resume is exact), how the board compares rows, how batches are fetched (the same batches for any loader
+#: setting: tests/test_loader_workers.py)
+NOT_IDENTITY: tuple[str, ...] = ("description", "protocol_notes", "objectives", "seeds", "synthetic",
+                                 "checkpoint_every", "comparison", "loader", "selection_metric_why", "family")
+
+#: ``pretrain`` tables keyed by objective id: a cell's identity holds only its own objective's entry
+PER_OBJECTIVE: tuple[str, ...] = ("hparams", "grid", "objective_batch_size", "objective_epochs",
+                                  "objective_micro_batch")
+
+#: fields added after hash schema 2 was fixed: written into the canonical form (and so the hash) only when
+#: they differ from their default, so every existing spec and run keeps its hash
+OMITTED_WHEN_DEFAULT: tuple[tuple[tuple[str, ...], Any], ...] = (
+    # loader and speed (issue #21): each key only when set, then the block only when a key is left
+    (("loader", "num_workers"), None), (("loader", "pin_memory"), None), (("loader", "persistent_workers"), True),
+    (("loader", "prefetch_factor"), 2), (("loader",), {}),
+    (("speed", "channels_last"), False), (("speed", "cudnn_benchmark"), False), (("speed", "optimizer_impl"), "default"),
+    (("speed", "compile"), False), (("speed", "compile_mode"), "default"), (("speed",), {}),
+    (("pretrain", "missing_rate"), 0.0),  # missing views in pretraining (issue #23)
+    (("dataset", "outer_test_seed"), None), (("selection_metric_why",), ""),  # issue #30
+    (("family",), ""),  # issue #31
+    (("encoder_weights",), {}),  # issue #32: pretrained encoders as rows
+)
+
+
+def cell_identity(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION) -> dict[str, Any]:
+    """What determines the cells of ``objective`` in a canonical spec (``BenchmarkSpec.to_dict()``, a
+    record's ``config``): the form without :data:`NOT_IDENTITY` and ``pretrain.objective`` (the default
+    objective of a run that names none), the :data:`PER_OBJECTIVE` tables cut to ``objective``'s entry,
+    and ``objective`` itself; from hash ``schema`` 3 on, also without what the cell does not compute with
+    (:func:`_unused_by_the_cell`). Read-only view: nested values are shared with ``canonical``."""
+    if schema not in HASH_SCHEMAS:
+        raise ValueError(f"hash schema {schema!r} is not one of {list(HASH_SCHEMAS)}")
+    out = {k: v for k, v in canonical.items() if k not in NOT_IDENTITY}
+    pre = canonical.get("pretrain")
+    if isinstance(pre, dict):
+        pre = {k: v for k, v in pre.items() if k != "objective"}
+        for key in PER_OBJECTIVE:
+            table = pre.get(key)
+            if isinstance(table, dict):
+                pre[key] = {objective: table[objective]} if objective in table else {}
+        out["pretrain"] = pre
+    if schema >= 3:
+        out = _unused_by_the_cell(out, objective)
+    _weights_identity(out, objective)
+    out["objective"] = objective
+    return out
+
+
+def _weights_identity(ident: dict[str, Any], objective: str) -> None:
+    """Issue #32: ``encoder_weights`` cut to ``objective``'s own entry, and that entry to its ``sha256`` (the
+    file's content is the row's identity, not where it lies); absent for every other row, so a sweep naming
+    weights leaves the other rows' hashes as they were."""
+    weights = ident.pop("encoder_weights", None)
+    entry = weights.get(objective) if isinstance(weights, dict) else None
+    if isinstance(entry, dict):
+        ident["encoder_weights"] = {"sha256": entry.get("sha256")}
+
+
+def _registered(module: str, attr: str) -> Any:
+    """A table of a module above this layer, found by name as registries find their built-ins (no import
+    statement: tests/test_layers.py): the objectives, the pipelines, the reference rows."""
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
+
+
+def _unused_by_the_cell(ident: dict[str, Any], objective: str) -> dict[str, Any]:
+    """Hash schema 3: ``ident`` (an identity of schema 2's cuts) without the fields the cell's pipeline does
+    not apply (``fusebench.pipelines.applied_form``), without ``pretrain.selection_seed`` when
+    ``pretrain.selection_seeds`` is set, and with ``pretrain.methods`` cut to the methods that join
+    ``objective``'s runs (:func:`methods_used`)."""
+    ident = _registered("fusebench.pipelines", "applied_form")(ident, ident.get("pipeline", "standard"))
+    pre = ident.get("pretrain")
+    if not isinstance(pre, dict):
+        return ident
+    pre = dict(pre)
+    if pre.get("selection_seeds"):
+        pre.pop("selection_seed", None)
+    methods = pre.get("methods")
+    if isinstance(methods, dict) and methods:  # the canonical form holds only options off their defaults
+        used = methods_used(objective, pre)
+        if used is not None:
+            kept = {m: v for m, v in methods.items() if m in used}
+            if kept:
+                pre["methods"] = kept
+            else:
+                del pre["methods"]
+    ident["pretrain"] = pre
+    return ident
+
+
+def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | None:
+    """The pretraining methods whose options ``objective``'s cells compute with, given a canonical
+    ``pretrain`` (global ``methods`` + the objective's own ``methods.<id>.<option>`` keys in ``hparams`` and
+    ``grid``; a grid's method values each tried): those that join its runs
+    (:func:`fusebench.spec.methods.joining`). Empty for a reference row (nothing is pretrained); None
+    (every method counts) for an id not registered here, or options that cannot be read."""
+    import itertools
+    from types import SimpleNamespace
+
+    from fusebench.spec import methods as M
+
+    if objective in _registered("fusebench.components.reference_features", "REFERENCES"):
+        return frozenset()
+    registry = _registered("fusebench.objectives", "OBJECTIVES")
+    if objective not in registry.available():
+        return None
+    cls = registry.get(objective)
+    try:
+        base = {m: dict(v) for m, v in (pretrain.get("methods") or {}).items()}
+        _, fixed = M.split_method_keys((pretrain.get("hparams") or {}).get(objective) or {})
+        grid = (pretrain.get("grid") or {}).get(objective) or {}
+        searched = [k for k in grid if isinstance(k, str) and k.startswith(M.METHOD_KEY_PREFIX)]
+        used: set[str] = set()
+        for values in itertools.product(*(grid[k] for k in searched)):
+            _, point = M.split_method_keys(dict(zip(searched, values)))
+            merged = {m: {**base.get(m, {}), **fixed.get(m, {}), **point.get(m, {})}
+                      for m in {*base, *fixed, *point}}
+            used.update(M.joining(cls, SimpleNamespace(methods=merged)))
+    except (ConfigError, ValueError, TypeError, KeyError):
+        return None
+    return frozenset(used)
+
+
+def config_hash(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION) -> str:
+    """sha256 (16 hex digits) of :func:`cell_identity` of a canonical spec dict (``BenchmarkSpec.to_dict()``,
+    a record's ``config``) for ``objective``'s cells, under hash ``schema`` (a record's ``hash_schema``)."""
+    return sha256_hex(canonical_json(cell_identity(canonical, objective, schema)), 16)
+
+
+def canonical_pretrain(pt: PretrainConfig) -> dict[str, Any]:
+    """``pretrain`` in hash schema 2: the generic fields, then ``methods`` holding, per method, only the
+    options that differ from their defaults (absent when there are none)."""
+    from fusebench.spec import methods as M
+
+    out = {f.name: copy.deepcopy(getattr(pt, f.name)) for f in dataclasses.fields(pt) if f.name != "methods"}
+    given = dict(pt.methods or {})
+    changed_by_method: dict[str, dict[str, Any]] = {}
+    for mid in sorted(given):
+        cls = M.METHODS.get(mid)
+        values = M.option_values(M.make_options(cls, given[mid], f"pretrain.methods.{mid}"))
+        defaults = M.option_values(cls.Options())
+        changed = {k: v for k, v in values.items() if v != defaults[k]}
+        if changed:
+            changed_by_method[mid] = changed
+    if changed_by_method:
+        out["methods"] = changed_by_method
+    return out
+
+
+def spec_from_dict(canonical: dict[str, Any], source: str = "config") -> BenchmarkSpec:
+    """The inverse of ``BenchmarkSpec.to_dict()``: a spec from its canonical form (e.g. a run record's
+    ``config``), the flat method keys mapped onto ``pretrain.methods`` without a warning. Keys and
+    types are checked; the cross-field validation of :func:`load_spec` is not repeated."""
+    data = copy.deepcopy(canonical)
+    if isinstance(data.get("pretrain"), dict):
+        _move_legacy_keys(data["pretrain"], source, warn=False)
+    spec = from_dict(BenchmarkSpec, data, "")
+    from fusebench.spec.methods import check_methods
+
+    spec.pretrain.methods = check_methods(spec.pretrain.methods)
+    spec.precision = _check_precision(spec.precision, source)
+    return spec
+
+
+def _check_precision(value: Any, source: str) -> str:
+    from fusebench.spec.precision import check
+
+    try:
+        return check(value)
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+#: the flat ``pretrain`` keys the built-in methods' options had before methods had options (and before hash
+#: schema 2): old key -> (method id, option). Still read from specs and ``--set`` with a
+#: :class:`~fusebench.spec.methods.DeprecatedKeyWarning`; a method author never meets them.
+RENAMED_PRETRAIN_KEYS: dict[str, tuple[str, str]] = {
+    "ema_teacher": ("ema_teacher", "enabled"), "ema_momentum": ("ema_teacher", "momentum"),
+    "m3g_view_rotation": ("view_rotation", "enabled"),
+    **{f"tuple_{o}": ("tuple_infonce", o) for o in (
+        "disturbed", "alpha", "sample_optimisation", "candidates", "candidate_steps", "policy_lr", "policy_sigma",
+        "beta_sigma", "beta_max", "beta_lambda", "zeta_grid", "val_size", "policy_baseline")},
+    "embedding_noise": ("tuple_infonce", "embedding_noise"),
+}
+
+
+def _move_legacy_keys(pretrain: dict[str, Any], source: str, warn: bool = True) -> None:
+    """Move the old flat keys of ``pretrain`` (a raw spec mapping, changed in place) onto
+    ``methods.<id>.<option>``, type-checked under the key as written; warn (``DeprecatedKeyWarning``)
+    unless ``warn`` is false. The same option given both ways with two values is an error."""
+    for flat in [k for k in pretrain if k in RENAMED_PRETRAIN_KEYS]:
+        from fusebench.spec import methods as M  # torch: only where an old key is there to move
+
+        mid, opt = RENAMED_PRETRAIN_KEYS[flat]
+        new = f"pretrain.methods.{mid}.{opt}"
+        value = pretrain.pop(flat)
+        cls = M.METHODS.get(mid)
+        try:
+            value = check_type(value, typing.get_type_hints(cls.Options)[opt], f"pretrain.{flat} (now {new})")
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+        if warn:
+            warnings.warn(f"{source}: pretrain.{flat} is deprecated; write {new}", M.DeprecatedKeyWarning, stacklevel=4)
+        methods = pretrain.get("methods")
+        if methods is None:
+            methods = pretrain["methods"] = {}
+        block = methods.get(mid) if isinstance(methods, dict) else None
+        if block is None and isinstance(methods, dict):
+            block = methods[mid] = {}
+        if not isinstance(block, dict):
+            raise ConfigError(f"{source}: cannot map pretrain.{flat} onto {new}: pretrain.methods.{mid} is not a mapping")
+        if opt in block and block[opt] != value:
+            raise ConfigError(f"{source}: pretrain.{flat} = {value!r} and {new} = {block[opt]!r} set one option "
+                              f"twice; keep {new}")
+        block[opt] = value
+
+
+def _legacy_override(key: str, source: str) -> str:
+    """A dotted override key, with an old flat ``pretrain.<key>`` mapped onto its method option (warned)."""
+    parts = key.split(".")
+    if len(parts) != 2 or parts[0] != "pretrain":
+        return key
+    hit = RENAMED_PRETRAIN_KEYS.get(parts[1])
+    if hit is None:
+        return key
+    from fusebench.spec import methods as M  # torch: only for an old key
+
+    new = f"pretrain.methods.{hit[0]}.{hit[1]}"
+    warnings.warn(f"{source}: {key} is deprecated; write {new}", M.DeprecatedKeyWarning, stacklevel=4)
+    return new
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"pretrain.epochs=3"`` -> ("pretrain.epochs", 3); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. pretrain.epochs=3")
+    key, _, raw = text.partition("=")
+    stripped = raw.strip()
+    try:
+        value = load_yaml(raw, f"--set {key.strip()}") if stripped else ""
+    except yaml.YAMLError as e:
+        if stripped[:1] in "[{":
+            raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
+        value = raw  # plain text that YAML cannot parse (e.g. 'a: b, c: d')
+    if isinstance(value, (dict, list)) and stripped[:1] not in "[{":
+        value = raw  # 'note: text' is a string, not a mapping; write {..} / [..] for those
+    return key.strip(), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """Return a copy of ``data`` with dotted-key ``overrides`` applied."""
+    out = copy.deepcopy(data)
+    for key, value in overrides.items():
+        key = _legacy_override(key, source)
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            if not isinstance(node.get(p, {}), dict):
+                raise ConfigError(f"{source}: cannot set {key!r}: {p!r} is not a mapping")
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
+    """The checks a spec passes on its own (ranges, consistency between its fields, valid ids); what it
+    names is checked against the registered components by :mod:`fusebench.components.spec_check`."""
+    pt, ds = spec.pretrain, spec.downstream
+    checks = [
+        (pt.epochs >= 0, "pretrain.epochs must be >= 0"),
+        (pt.batch_size >= 2, "pretrain.batch_size must be >= 2 (contrastive losses need negatives)"),
+        (pt.lr > 0, "pretrain.lr must be > 0"),
+        (0.0 <= pt.missing_rate < 1.0, "pretrain.missing_rate must be in [0, 1) (the fraction of (sample, view) "
+                                      "entries absent from every pretraining batch)"),
+        (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
+        (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
+        (all(isinstance(b, int) and b >= 2 for b in pt.objective_batch_size.values()),
+         "pretrain.objective_batch_size values must be integers >= 2"),
+        (all(isinstance(e, int) and e >= 0 for e in pt.objective_epochs.values()),
+         "pretrain.objective_epochs values must be integers >= 0"),
+        (all(isinstance(b, int) and b >= 2 for b in pt.objective_micro_batch.values()),
+         "pretrain.objective_micro_batch values must be integers >= 2"),
+        (all(isinstance(x, int) and not isinstance(x, bool) for x in pt.selection_seeds)
+         and len(set(pt.selection_seeds)) == len(pt.selection_seeds) and not set(pt.selection_seeds) & set(spec.seeds),
+         "pretrain.selection_seeds must be distinct integers, none of them an evaluation seed (seeds)"),
+        (set(spec.comparison) <= {"reference", "primary", "why"}
+         and all(isinstance(v, str) for v in spec.comparison.values()),
+         "comparison takes the string keys reference, primary, why"),
+        (not spec.comparison.get("primary") or spec.comparison["primary"] in spec.metrics,
+         f"comparison.primary {spec.comparison.get('primary')!r} must be one of metrics {spec.metrics}"),
+        (not spec.selection_metric or not spec.comparison.get("primary")
+         or spec.selection_metric == spec.comparison["primary"] or spec.selection_metric_why.strip(),
+         f"selection_metric {spec.selection_metric!r} differs from comparison.primary "
+         f"{spec.comparison.get('primary')!r}, the metric the board ranks: the hyper-parameters and checkpoints "
+         f"would be chosen on another metric. Drop selection_metric (it defaults to comparison.primary) or state "
+         f"why in selection_metric_why"),
+        (not spec.selection_metric_why or (spec.selection_metric and spec.comparison.get("primary")
+                                           and spec.selection_metric != spec.comparison["primary"]),
+         "selection_metric_why is read only where selection_metric differs from comparison.primary; drop it"),
+        (spec.family == "" or (isinstance(spec.family, str) and re.fullmatch(FAMILY_RULE, spec.family) is not None),
+         f"family must be a lowercase modality family such as text, image or image+text (letters, digits, '+', "
+         f"'-', '_', starting with a letter), got {spec.family!r}"),
+        (spec.dataset.outer_test_seed is None or (type(spec.dataset.outer_test_seed) is int
+                                                  and 0 <= spec.dataset.outer_test_seed <= MAX_SEED),
+         f"dataset.outer_test_seed must be null (off) or an integer seed in 0..{MAX_SEED}, "
+         f"got {spec.dataset.outer_test_seed!r}"),
+        (not spec.comparison.get("reference") or spec.comparison["reference"] in spec.objectives,
+         f"comparison.reference {spec.comparison.get('reference')!r} must be one of objectives {spec.objectives}"),
+        (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
+        (ds.shots is None or ds.shots >= 1, "downstream.shots must be a positive number of samples per class"),
+        (len(spec.seeds) >= 1, "seeds must list at least one seed"),
+        (spec.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
+        (spec.loader.num_workers is None or (type(spec.loader.num_workers) is int and spec.loader.num_workers >= 0),
+         f"loader.num_workers must be null (auto) or an integer >= 0, got {spec.loader.num_workers!r}"),
+        (spec.loader.pin_memory is None or isinstance(spec.loader.pin_memory, bool),
+         f"loader.pin_memory must be null (auto: on for CUDA) or a boolean, got {spec.loader.pin_memory!r}"),
+        (spec.loader.prefetch_factor >= 1,
+         f"loader.prefetch_factor must be an integer >= 1, got {spec.loader.prefetch_factor!r}"),
+        (spec.speed.optimizer_impl in OPTIMIZER_IMPLS,
+         f"speed.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, got {spec.speed.optimizer_impl!r}"),
+        (spec.speed.compile_mode in COMPILE_MODES,
+         f"speed.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {spec.speed.compile_mode!r}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(f"{source}: {msg}")
+    from fusebench.registry import ID_RULE, valid_id
+
+    if not valid_id(spec.name):  # the name becomes a folder of run records: no path escapes
+        raise ConfigError(f"{source}: name {spec.name!r} is not a valid benchmark id ({ID_RULE})")
+    for s in spec.seeds:
+        check_seed(s, f"{source}: seeds")
+    spec.precision = _check_precision(spec.precision, source)
+    return spec
+
+
+MAX_SEED = 2**32 - 1  # numpy's seed range
+FAMILY_RULE = r"[a-z][a-z0-9+_-]*"  # a spec's ``family``
+
+
+def check_seed(seed: Any, where: str = "--seeds") -> int:
+    """A seed is an integer in 0..2**32-1 (numpy's range); anything else is a ConfigError naming ``where``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{where}: seed {seed!r} is not an integer in 0..{MAX_SEED}")
+    return seed
+
+
+class SpecNameError(ConfigError):
+    """A spec file whose ``name:`` key differs from its file's stem (``claimed``: that name): a benchmark's
+    id is its file name, so the records of one file never land in another benchmark's folders."""
+
+    def __init__(self, message: str, claimed: str) -> None:
+        super().__init__(message)
+        self.claimed = claimed
+
+
+def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
+    """Read a YAML spec, apply the synthetic overrides (if ``synthetic``) then ``overrides``, and check it on
+    its own (keys, types, ranges: :func:`validate`). Checked against the registered components by
+    :func:`fusebench.components.spec_check.load_spec`, which is what loads a benchmark. The YAML is read within
+    the limits of :func:`fusebench.typed.load_yaml` (nesting depth, size with aliases expanded); a ``name:``
+    key must equal the file's stem (:class:`SpecNameError`; ``--set name=...`` may still rename a run)."""
+    path = Path(path)
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"), str(path))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read as a UTF-8 YAML file: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    if isinstance(data.get("name"), str) and data["name"] != path.stem:
+        raise SpecNameError(f"{path}: name {data['name']!r} differs from the file's stem {path.stem!r}: a "
+                            f"benchmark's id is its file name; drop the name: key or rename the file", data["name"])
+    data.setdefault("name", path.stem)
+    if isinstance(data.get("pretrain"), dict):  # old flat method keys (tuple_*, ema_*, ...): mapped, warned
+        data["pretrain"] = dict(data["pretrain"])
+        _move_legacy_keys(data["pretrain"], str(path))
+    if synthetic:
+        syn = data.get("synthetic", {}) or {}
+        if not isinstance(syn, dict):
+            raise ConfigError(f"{path}: 'synthetic' must be a mapping of dotted overrides")
+        data = apply_overrides(data, syn, str(path))
+    if overrides:
+        data = apply_overrides(data, overrides, "--set")
+    try:
+        spec = from_dict(BenchmarkSpec, data, "")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if not synthetic and not spec.dataset.synthetic_only:
+        # the synthetic generator is not used: its settings are neither recorded nor hashed (issue #29)
+        spec.dataset.synthetic_spec = {}
+    return validate(spec, str(path))

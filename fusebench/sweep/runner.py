@@ -1,0 +1,332 @@
+"""Run a benchmark by name (sweep layer): plan, check, select hyper-parameters, launch the cells.
+
+``run("quickstart", objective=["m3g", "infonce_pwe"], seeds=[0, 1])`` runs the sweep objectives x
+seeds. Before any training it checks everything once: the objectives fit the benchmark's views
+(:func:`fusebench.components.compat.check_compatible`), the spec's components exist and accept its hyper-parameters
+(:func:`check_components`), the data is there and usable (:func:`check_data`), no existing cell was made
+with another configuration or other data. Then, for every objective, the hyper-parameters are chosen on the
+validation split and frozen to a file before any evaluation cell starts (:mod:`fusebench.sweep.selection`),
+and the launcher (:mod:`fusebench.sweep.launchers`) runs every cell as :func:`fusebench.cells.execute.sweep_cell`: a cell whose ``run.json`` exists is reused, a failed cell is
+recorded in ``<out>/<benchmark>/<objective>/seed<k>/failed.json`` and the sweep goes on.
+
+One cell is :func:`fusebench.cells.execute.run_cell`; the standard pipeline's cell is
+:mod:`fusebench.cells.standard` (pretraining -> downstream protocol -> record).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
+from fusebench.runtime import progress as progress_lines
+from fusebench.runtime import utils
+from fusebench.engine.cell import check_checkpoint_config, load_checkpoint
+from fusebench.components.compat import check_compatible
+from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, parse_override
+from fusebench.engine.data import build_datasets, pretrain_batch_size
+from fusebench.cells.execute import sweep_context
+from fusebench.records.cell_file import existing_record, record_there
+from fusebench.components.reference_features import REFERENCES
+from fusebench.spec.request import CellRequest, RunOptions, SweepCells, check_cell_ids
+from fusebench.engine.trackers import check_trackers, default_mlflow_uri
+
+# ---------------------------------------------------------------------------------------------
+# checks before any training
+# ---------------------------------------------------------------------------------------------
+def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
+    """Before any work: the spec's dataset and encoder ids are registered (a plugin's id that is not
+    installed here would fail in every cell), and every objective can be built with its
+    hyper-parameters and with every combination of its selection grid (value checks such as
+    ``eps > 0`` live in the objectives' constructors). One ConfigError naming the key."""
+    import itertools
+
+    from fusebench import datasets, encoders, objectives
+    from fusebench.registry import UnknownNameError
+    from fusebench.spec.methods import split_method_keys, with_method_options
+
+    pipeline = pipeline_of(spec)
+    try:
+        if pipeline.reads_dataset:
+            datasets.get(spec.dataset.id)
+        if pipeline.builds_encoder:
+            encoders.ENCODERS.get(spec.encoder.id)
+    except UnknownNameError as e:
+        key = "dataset.id" if pipeline.reads_dataset and spec.dataset.id not in datasets.DATASETS else "encoder.id"
+        raise ConfigError(f"{spec.name}: {key}: {e}") from None
+    for o in objs:
+        if o in REFERENCES or o in spec.encoder_weights:  # nothing pretrained (a weights row: issue #32)
+            continue
+        grid = spec.pretrain.grid.get(o) or {}
+        names = sorted(grid)
+        for combo in itertools.product(*(grid[n] for n in names)):
+            hp = {**spec.pretrain.hparams.get(o, {}), **dict(zip(names, combo))}
+            try:
+                kwargs, method_options = split_method_keys(hp, f"{spec.name}: pretrain.grid.{o}")
+                objectives.build(o, **kwargs)
+                with_method_options(spec.pretrain, method_options, f"{spec.name}: pretrain.grid.{o}")
+            except (ValueError, TypeError) as e:
+                where = f"pretrain.hparams.{o}" + (f" / pretrain.grid.{o} {dict(zip(names, combo))}" if names else "")
+                raise ConfigError(f"{spec.name}: {where}: objective {o!r} refuses {hp}: {e}") from None
+
+
+def check_out(out: Path) -> Path:
+    """``--out``: a folder that exists or can be made, and that this process can write to."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a folder; name a folder for the run records")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot create the folder ({e.strerror or e}); name a writable folder") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: the folder is not writable by this user; name a writable folder")
+    return out
+
+
+def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int = 0) -> Any:
+    """Adapters whose views are known only from the file (``VIEWS_FROM_DATA``, e.g. any multi-view
+    ``.mat``) are opened once to fill ``dataset.modalities``, so the view count k that decides the
+    compatible objectives, and the recorded config, are those of the data actually read. Returns the
+    train split it opened (None when it opened nothing), for :func:`cap_batch_sizes` to reuse."""
+    from fusebench import datasets
+
+    if not pipeline_of(spec).reads_dataset or spec.dataset.modalities or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
+        return None
+    ds = build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"]
+    spec.dataset.modalities = list(ds.modalities)
+    return ds
+
+
+def cap_batch_sizes(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
+                    train: Any = None) -> list[str]:
+    """On data defined by the file alone (adapters with ``VIEWS_FROM_DATA``: any multi-view ``.mat`` of the
+    convention, whose size nobody chose), a pretraining batch size larger than the train split is capped
+    at the split's size, in the spec (so the recorded config and its hash say what ran) and said once on
+    stderr. Returns what was capped (empty: nothing). Curated benchmarks are left as written: a batch
+    larger than their split stays an error (:func:`check_data`). ``train``: the split of ``seed`` when the
+    caller has it open already (:func:`resolve_views`), else it is opened here."""
+    from fusebench import datasets
+
+    if not pipeline_of(spec).reads_dataset or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
+        return []
+    n = len(train if train is not None else build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"])
+    if n < 2:  # no batch fits: check_data names the split
+        return []
+    pt, capped = spec.pretrain, []
+    if pt.batch_size > n:
+        capped.append(f"pretrain.batch_size {pt.batch_size}")
+        pt.batch_size = n
+    for o, b in sorted(pt.objective_batch_size.items()):
+        if b > n:
+            capped.append(f"pretrain.objective_batch_size.{o} {b}")
+            pt.objective_batch_size[o] = n
+    if capped:
+        print(f"{spec.name}: {', '.join(capped)} capped at {n}, the size of the train split of "
+              f"{data_root or 'the synthetic twin'} (recorded in the run config)", file=sys.stderr)
+    return capped
+
+
+def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int, objs: list[str]) -> dict[str, Any]:
+    """Build the three splits once and stop before any training with one clear message when the data
+    is unusable: missing files, an empty split, or a pretraining batch larger than the train split.
+    Returns the splits (role -> dataset)."""
+    from fusebench.datasets.base import DatasetError
+
+    data = build_datasets(spec, synthetic, data_root, seed)
+    for role, ds in data.items():
+        if len(ds) == 0:
+            split = {"train": "train", "val": spec.dataset.val_split, "test": spec.dataset.test_split}[role]
+            raise DatasetError(f"{spec.name}: the {role} split ({spec.dataset.id!r} split {split!r}, data root "
+                               f"{getattr(ds, 'root', data_root)}) has no samples; the benchmark needs it "
+                               f"{'for model selection' if role == 'val' else 'for training' if role == 'train' else 'for the test score'}")
+    n = len(data["train"])
+    for o in objs:
+        bs = pretrain_batch_size(spec, o)
+        if (o not in REFERENCES and o not in spec.encoder_weights
+                and spec.pretrain.objective_epochs.get(o, spec.pretrain.epochs) > 0 and bs > n):
+            key = f"pretrain.objective_batch_size.{o}" if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
+            raise ConfigError(f"{key}={bs} exceeds the {n} samples of the train split of {spec.name}; "
+                              f"choose a batch size <= {n}")
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep
+# ---------------------------------------------------------------------------------------------
+def run(
+    benchmark: str,
+    objective: str | list[str] | None = None,
+    seeds: list[int] | None = None,
+    out: str | Path = "runs",
+    synthetic: bool = False,
+    data_root: str | None = None,
+    device: str = "auto",
+    overrides: dict[str, Any] | list[str] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    workers: int = 1,
+    loggers: str | list[str] | None = None,
+    mlflow_uri: str | None = None,
+    launcher: str = "local",
+    launcher_options: dict[str, Any] | None = None,
+    precision: str | None = None,
+    num_workers: int | None = None,
+    encoder_weights: dict[str, Any] | None = None,
+    threads: int | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
+    ``{"status": "failed", ...}``). All names are validated before any training starts.
+    ``workers`` > 1 runs the cells in that many local processes (after every hyper-parameter
+    selection); each cell is the same as in a sequential sweep (its own seed, lock and record).
+    ``loggers``: experiment trackers for every cell, any of ``csv``, ``tensorboard``, ``mlflow``
+    (docs/trackers.md; results are the same with or without); ``mlflow_uri``: the MLflow tracking
+    URI (default ``MLFLOW_TRACKING_URI``, else ``file:<out>/.mlruns``).
+    ``launcher``: where the cells run, ``local`` (default), ``slurm`` (one SLURM job per cell) or
+    ``submitit_local``, with ``launcher_options`` (:mod:`fusebench.sweep.launchers`,
+    docs/cluster.md); with ``launcher_options={"wait": False}`` the submitted cells come back as
+    ``{"status": "submitted", "job_id": ...}``. The boards are regenerated afterwards
+    (:func:`fusebench.leaderboard.write_leaderboards`; ``fusebench run --leaderboard DIR`` does it).
+    ``precision``: the precision policy of encoders and heads (``32``, ``tf32``, ``bf16-mixed``,
+    ``16-mixed``; :mod:`fusebench.spec.precision`), the same as the override ``precision``.
+    ``num_workers``: DataLoader worker processes of each cell, over the spec's ``loader.num_workers`` (the
+    batches, and so the results, are the same whatever it is; :mod:`fusebench.engine.data`).
+    ``encoder_weights``: ``{row name: weights file}``, pretrained encoders evaluated under the board's
+    downstream protocol as rows of those names, run besides ``objective`` (the spec's own ``encoder_weights``
+    rows join its default sweep; :mod:`fusebench.components.encoder_weights`).
+    ``threads``: intra-op threads of each cell (``--threads``); None: ``OMP_NUM_THREADS``, else 1 for a small
+    model and the cell's share of the CPUs for a large one (:mod:`fusebench.engine.threads`; said on stderr
+    before the cells; results do not depend on it)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
+    from fusebench.sweep import launchers
+
+    launch = launchers.build(launcher, workers, launcher_options)  # unknown name / option, missing submitit
+    loggers = check_trackers([loggers] if isinstance(loggers, str) else loggers)  # unknown id / missing package
+    from fusebench import benchmarks
+
+    if isinstance(overrides, list):
+        overrides = dict(parse_override(o) for o in overrides)
+    if precision is not None:
+        overrides = {**(overrides or {}), "precision": str(precision)}
+    spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
+    progress_lines.phases_enabled(progress)  # reading / hashing the data before the cells: said when slow
+    seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
+    train = resolve_views(spec, synthetic, data_root, seeds[0] if seeds else 0)  # the file opened once for both
+    objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
+    if encoder_weights or spec.encoder_weights:  # pretrained encoders as rows (issue #32): hashed, names checked
+        from fusebench.components.encoder_weights import add_rows
+
+        own = list(spec.encoder_weights) if objective is None else []
+        add_rows(spec, encoder_weights, spec.name)
+        objs += [o for o in [*own, *(encoder_weights or {})] if o not in objs]
+    for o in objs:  # validate every requested name first
+        check_compatible(spec, o)  # an unknown id: the known ones, the closest first
+        check_cell_ids(spec.name, o)  # each becomes a folder: an id (the lookup above ignores case), never '../x'
+    # the device where the cells run here (a scheduler's nodes are not this machine: the name only)
+    utils.check_device_name(device) if launcher == "slurm" else utils.resolve_device(device)
+    check_components(spec, objs)
+    pipeline = pipeline_of(spec)
+    if pipeline.downstream:
+        from fusebench import metrics as M
+
+        for mid in spec.metrics:
+            M.get(mid)
+    if pipeline.reads_dataset and not (synthetic or spec.dataset.synthetic_only):
+        from fusebench import datasets
+        from fusebench.datasets.base import DatasetNotFoundError
+
+        cls = datasets.get(spec.dataset.id)
+        if data_root is None or not Path(data_root).exists():
+            where = "no --data-root given" if data_root is None else f"--data-root {data_root} does not exist"
+            raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
+    if pipeline.reads_dataset:
+        cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
+    out = check_out(Path(out))
+    mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
+    context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
+    options = RunOptions(synthetic=synthetic, data_root=data_root, device=device, resume=resume, progress=progress,
+                         loggers=tuple(loggers), mlflow_uri=mlflow_uri, num_workers=num_workers, threads=threads)
+    for o in objs:  # a cell made with another configuration or other data stops the sweep before any training
+        for s in seeds:
+            cell = CellRequest(spec, o, s, out).cell
+            if record_there(cell / "run.json", out):
+                existing_record(cell / "run.json", spec, o, context)
+            elif (cell / "last.pt").exists():
+                check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt"), spec, o, context)
+    pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
+    if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
+        data = check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
+        weights = [o for o, _ in pending if o in spec.encoder_weights]
+        if weights:  # each file against the encoder it is loaded into, before any cell (issue #32)
+            from fusebench.cells.standard import check_weights_fit
+
+            check_weights_fit(spec, data["train"], list(dict.fromkeys(weights)))
+    from fusebench.runtime import distributed
+    from fusebench.components.memory_budget import check_memory_budget
+
+    # an objective whose declared cost (M3G: n^k) exceeds the memory budget at its batch: refused before any
+    # cell, after check_data (a batch larger than the train split is named as that, not as a memory estimate)
+    check_memory_budget(spec, list(dict.fromkeys(o for o, _ in pending)), device, distributed.world_size())
+    skipped = len(objs) * len(seeds) - len(pending)
+    from fusebench.engine.threads import cell_threads
+
+    # the threads of each cell, checked (a bad OMP_NUM_THREADS) and said before any cell starts (a job decides its own)
+    options = options.but(cells_at_once=cells_at_once(launcher, workers, launcher_options, len(pending)))
+    n_threads, why = cell_threads(spec.encoder.id, device, threads, options.cells_at_once)
+    if pending and progress and launcher != "slurm":
+        print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
+              f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
+    if skipped and progress:  # said before anything runs: their records are reused, not recomputed
+        print(f"{skipped} of {len(objs) * len(seeds)} cell(s) of {spec.name} already have run.json under {out}: "
+              f"skipped, their records reused (another --out runs them afresh)", file=sys.stderr)
+
+    # hyper-parameters chosen on the validation split for every objective with pending cells, BEFORE any
+    # evaluation cell starts, each frozen to <out>/<benchmark>/_selection/<objective>.json (a resumed sweep reuses
+    # it); the cells get the frozen choice, outcome and file hash as inputs (fusebench.sweep.selection)
+    from fusebench.sweep.selection import freeze_selections
+
+    # (with --workers N the trials run N at a time, each the same call as in one process: the same records)
+    context.update(freeze_selections(spec, [o for o in objs if any(oo == o for oo, _ in pending)], out, options,
+                                     context, workers=workers if launcher == "local" else 1))
+
+    cells = SweepCells(spec, out, options, context)
+    # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local
+    # workers, or as scheduler jobs
+    try:
+        records = launch.launch(objs, seeds, cells)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (runtime.interrupt): what finished, for the caller to say
+        e.finished = finished_records(spec, objs, seeds, out)
+        raise
+    return records
+
+
+def cells_at_once(launcher: str, workers: int, launcher_options: dict[str, Any] | None, cells: int) -> int:
+    """How many of ``cells`` cells run side by side on this machine, sharing its CPUs
+    (:mod:`fusebench.engine.threads`): ``--workers`` locally, one per SLURM job (a job has its own CPUs), up
+    to ``--array-parallelism`` for submitit's local executor (it runs the jobs side by side)."""
+    if launcher == "slurm":
+        return 1
+    limit = workers if launcher == "local" else (launcher_options or {}).get("array_parallelism") or cells
+    return max(1, min(int(limit), cells))
+
+
+def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path) -> list[dict[str, Any]]:
+    """The records (``run.json``) the cells objs x seeds of ``spec`` have under ``out`` (an interrupted sweep's
+    finished cells, in sweep order); an unreadable one is left out."""
+    import json
+
+    found = []
+    for o in objs:
+        for s in seeds:
+            path = CellRequest(spec, o, s, out).cell / "run.json"
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+__all__ = ["cap_batch_sizes", "cells_at_once", "check_components", "check_data", "check_out", "finished_records", "resolve_views",
+           "run"]

@@ -1,0 +1,253 @@
+"""Hyper-parameter selection on the validation split (sweep layer), frozen before any evaluation cell.
+
+For every objective of a sweep with a grid (``pretrain.grid[objective]``) every combination is run on the
+selection seeds (never evaluation seeds) and scored by the mean over those seeds of its validation value of
+the selection metric (``spec.primary_metric``: ``selection_metric``, by default the board's primary metric
+``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
+once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
+(:func:`selection_path`): the grid, every point's per-seed validation scores, the choice, the grid keys whose
+choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's config hash and
+the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`); every record
+holds the outcome (``hparam_selection``) and the file's sha256 (``hparam_selection_sha256``). A later sweep
+into the same ``--out`` (a resume) reuses the file and runs no trial again; a file made with another
+configuration or other data is a :class:`~fusebench.engine.cell.ConfigMismatchError`, never mixed."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from fusebench import metrics as M
+from fusebench.grids import at_edge  # the rule the board reads back (fusebench.grids)
+from fusebench.runtime import utils
+from fusebench.engine.cell import ConfigMismatchError
+from fusebench.spec.config import BenchmarkSpec
+from fusebench.cells.execute import run_cell
+from fusebench.engine.loop import RunError
+from fusebench.runtime.progress import say
+from fusebench.components.reference_features import REFERENCES
+from fusebench.spec.request import CellRequest, RunOptions, check_cell_ids
+
+#: the folder of the frozen selections, ``<out>/<benchmark>/_selection`` (not an id: never a cell's folder)
+SELECTION_DIR = "_selection"
+#: the hidden folder of the trials' records, ``<out>/.selection/<benchmark>/<objective>/<trial>`` (the
+#: leaderboard and ``fusebench status`` skip hidden folders)
+TRIALS_DIR = ".selection"
+
+
+def trial_name(index: int, combo: dict[str, Any]) -> str:
+    """The folder of trial ``index`` of a grid: ``trial<i>-<key><value>-...`` (e.g. ``trial0-tau0.1``), with
+    every character other than letters, digits, ``.``, ``_`` and ``-`` replaced by ``_``: grid values come
+    from a spec (e.g. a method option that is a string or a list) and must stay one path component."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"trial{index}-" + "-".join(f"{k}{v}" for k, v in combo.items()))
+
+
+def selection_path(out: str | Path, benchmark: str, objective: str) -> Path:
+    """``<out>/<benchmark>/_selection/<objective>.json``: the frozen selection of ``objective``."""
+    check_cell_ids(benchmark, objective)
+    return Path(out) / benchmark / SELECTION_DIR / f"{objective}.json"
+
+
+def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
+                   context: Mapping[str, Any], metric: str | None = None) -> dict[str, Any] | None:
+    """Run ``objective``'s grid and return the outcome (None: no grid, or a reference row); writes nothing
+    but the trials' records.
+
+    Every combination of ``pretrain.grid[objective]`` is run (pretraining + downstream protocol) once per
+    selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
+    seed); the combination with the best mean validation ``metric`` (default ``spec.primary_metric``) over
+    those seeds wins (ties: the first in grid order). Trial records go to
+    ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
+    hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
+    grid = spec.pretrain.grid.get(objective)
+    if not grid or objective in REFERENCES:
+        return None
+    metric = metric or spec.primary_metric
+    names = sorted(grid)
+    combos = _combos(grid)
+    higher = M.get(metric).higher_is_better
+    seeds = spec.selection_seeds
+    check_test_split_fixed(spec, options)
+    trial_options = _trial_options(options)
+    per_point: list[dict[str, float]] = [{} for _ in combos]
+    for i, combo, s, request, ctx in _trials(spec, objective, out, context):
+        trial = trial_name(i, combo)
+        if options.progress and s == seeds[0]:
+            shown = " ".join(f"{k}={v}" for k, v in combo.items())
+            say(f"selection {spec.name}/{objective} trial {i + 1}/{len(combos)} {shown} "
+                f"(seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})")
+        rec = run_cell(request, trial_options, ctx)
+        val = (rec.get("selection") or {}).get("val_metrics") or {}
+        if not isinstance(val.get(metric), (int, float)):
+            raise RunError(f"{spec.name}: the selection metric {metric!r} has no validation value in trial "
+                           f"{trial} of {objective!r} (validation values: {sorted(val)}); choose a "
+                           "selection_metric / comparison.primary the protocol scores on the validation split")
+        if not math.isfinite(float(val[metric])):  # NaN would win max() from the first grid point
+            raise RunError(f"{spec.name}: trial {trial} of {objective!r}, selection seed {s}, has no finite "
+                           f"validation {metric} ({val[metric]}; record {request.out}); the grid point cannot be "
+                           "scored, so no choice is made: narrow the grid or fix what makes the metric undefined")
+        per_point[i][str(s)] = float(val[metric])
+    scores = [{"hparams": combo, "val": sum(p.values()) / len(p), "val_by_seed": p}
+              for combo, p in zip(combos, per_point)]
+    sign = 1.0 if higher else -1.0
+    best = max(range(len(combos)), key=lambda i: (sign * scores[i]["val"], -i))
+    return {"benchmark": spec.name, "objective": objective, "metric": metric,
+            "rule": (f"mean validation {metric} over the {len(seeds)} selection seed(s) ({'higher' if higher else 'lower'}"
+                     " is better); ties: the first grid point in grid order"),
+            "grid": {n: list(grid[n]) for n in names}, "seed": seeds[0], "seeds": list(seeds),
+            "scores": scores, "choice": combos[best], "at_edge": at_edge(grid, combos[best])}
+
+
+def _combos(grid: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of a grid, in grid order (keys sorted, the last key varying fastest)."""
+    names = sorted(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def _trial_options(options: RunOptions) -> RunOptions:
+    return options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
+
+
+def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]):
+    """Every trial of ``objective``'s grid, in the order they run: ``(grid index, combination, selection seed,
+    request, context)``. Records go to ``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or
+    ``.../<trial>/seed<S>``; the context gives the objective the combination's hyper-parameters."""
+    seeds = spec.selection_seeds
+    for i, combo in enumerate(_combos(spec.pretrain.grid[objective])):
+        ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
+        folder = out / TRIALS_DIR / spec.name / objective / trial_name(i, combo)
+        for s in seeds:
+            yield i, combo, s, CellRequest(spec, objective, s, folder if len(seeds) == 1 else folder / f"seed{s}"), ctx
+
+
+def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
+                           context: Mapping[str, Any], workers: int) -> int:
+    """Run every trial the selections of ``objectives`` still need (objectives without a frozen selection file,
+    trials without a record), ``workers`` at a time in spawned local processes; returns how many ran. Each trial
+    is the :func:`run_cell` call :func:`select_hparams` makes, with the same request, options and context, so its
+    record is the one the loop in one process writes; :func:`select_hparams` then reads the records (a trial
+    whose record is there is not run again) and makes the same choice. With one worker or fewer than two trials
+    to run, nothing is run here."""
+    if workers < 2:
+        return 0
+    todo = [o for o in objectives
+            if spec.pretrain.grid.get(o) and o not in REFERENCES and not selection_path(out, spec.name, o).exists()]
+    if todo:
+        check_test_split_fixed(spec, options)  # the same for every objective: once, before any trial
+    trial_options = _trial_options(options)
+    calls = [(request, trial_options, ctx) for o in todo for _, _, _, request, ctx in _trials(spec, o, out, context)
+             if not (request.cell / "run.json").exists()]
+    if len(calls) < 2:
+        return 0
+    from fusebench.sweep.process_pool import run_in_processes
+
+    if options.progress:
+        say(f"selection {spec.name}: {len(calls)} trial(s) to run, {min(workers, len(calls))} at a time, before any "
+            "evaluation cell")
+    run_in_processes(run_cell, calls, workers)
+    return len(calls)
+
+
+def check_test_split_fixed(spec: BenchmarkSpec, options: RunOptions) -> None:
+    """Refuse a selection that could see test samples: with ``dataset.split_per_seed`` every seed draws its own
+    split, so a selection seed's train / val would hold samples of the evaluation seeds' test splits, unless
+    the test split is fixed -- by ``dataset.outer_test_seed`` or by the file's own test split (read here from
+    the adapter's split record, before any trial runs). Synthetic twins are smoke runs: not checked."""
+    ds = spec.dataset
+    if not ds.split_per_seed or ds.outer_test_seed is not None or options.synthetic or ds.synthetic_only:
+        return
+    from fusebench.engine.data import build_datasets
+
+    test = build_datasets(spec, False, options.data_root, spec.selection_seeds[0], roles=("test",))["test"]
+    info = test.split_info() if callable(getattr(test, "split_info", None)) else {}
+    if not (isinstance(info.get("shipped_split"), Mapping) and info["shipped_split"].get("used")):
+        raise RunError(f"{spec.name}: dataset.split_per_seed draws a split per seed, so the selection seeds "
+                       f"{spec.selection_seeds} would train and validate on test samples of the evaluation seeds; set "
+                       "dataset.outer_test_seed (one fixed test split for every run) or use a file that ships its "
+                       "test split")
+
+
+def _identity(spec: BenchmarkSpec, objective: str, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
+    """What a frozen selection was made from: the objective's config hash (its grid, selection seeds and
+    metric, dataset and budget) and the data (the fingerprint's sha256; synthetic or not)."""
+    fp = context.get("fingerprint")
+    return {"config_hash": spec.hash(objective), "synthetic": bool(options.synthetic),
+            "data_sha256": fp.get("sha256") if isinstance(fp, dict) else None}
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    data = path.read_bytes()
+    try:
+        outcome = json.loads(data)
+    except ValueError as e:
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection is not valid JSON ({e}); delete it "
+                                  "to select again") from None
+    return outcome, hashlib.sha256(data).hexdigest()
+
+
+def _write_once(path: Path, outcome: dict[str, Any]) -> None:
+    """Write ``path`` unless it exists: a concurrent sweep's file, written first, is kept."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    utils.atomic_write_json(tmp, outcome)
+    try:
+        os.link(tmp, path)  # atomic, and never over an existing file
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links
+        if not path.exists():
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
+                     context: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """The frozen selection of ``objective`` and its file's sha256 (None: nothing to select): read from
+    :func:`selection_path` when it is there (made from the same configuration and data, else a
+    ConfigMismatchError naming the file), else selected now (:func:`select_hparams`) and written once."""
+    if not spec.pretrain.grid.get(objective) or objective in REFERENCES:
+        return None
+    path = selection_path(out, spec.name, objective)
+    ident = _identity(spec, objective, options, context)
+    if not path.exists():
+        outcome = select_hparams(spec, objective, out, options, context)
+        assert outcome is not None
+        _write_once(path, {**ident, **outcome})
+    outcome, digest = _read(path)
+    made = {k: outcome.get(k) for k in ident}
+    if made != ident:
+        diff = ", ".join(f"{k} {made[k]!r} (now {ident[k]!r})" for k in ident if made[k] != ident[k])
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
+                                  f"with another configuration or other data: {diff}; use another --out, or delete "
+                                  "the file (and the cells made with it) to select again")
+    return outcome, digest
+
+
+def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
+                      context: Mapping[str, Any], workers: int = 1) -> dict[str, dict[str, Any]]:
+    """Freeze the selection of every objective in ``objectives`` (before any evaluation cell runs) and return
+    what the cells receive in their context: ``{"hparams": {objective: choice}, "hparam_selection":
+    {objective: outcome}, "hparam_selection_sha256": {objective: sha256 of the file}}`` (empty: nothing selected).
+    ``workers`` > 1: the trials still to run are run that many at a time first (:func:`run_trials_in_parallel`)."""
+    run_trials_in_parallel(spec, objectives, out, options, context, workers)
+    ctx: dict[str, dict[str, Any]] = {}
+    for o in objectives:
+        frozen = freeze_selection(spec, o, out, options, context)
+        if frozen is None:
+            continue
+        outcome, digest = frozen
+        ctx.setdefault("hparams", {})[o] = dict(outcome["choice"])
+        ctx.setdefault("hparam_selection", {})[o] = outcome
+        ctx.setdefault("hparam_selection_sha256", {})[o] = digest
+    return ctx
+
+
+__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
+           "select_hparams", "selection_path", "trial_name"]

@@ -1,0 +1,186 @@
+"""``fusebench status --out DIR [--benchmark B ...]``: where a sweep stands.
+
+Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
+
+* ``done``: ``run.json`` exists, a regular file (the record is final);
+* ``running``: a ``.lock`` held by a live process (``fusebench run`` is on it now), or the cell's
+  SLURM job is running and has not taken the lock yet (it is starting);
+* ``failed``: ``failed.json`` exists and no ``run.json`` (rerunning the sweep retries it);
+* ``interrupted``: a ``last.pt`` checkpoint and no live lock (rerunning resumes it where it stopped);
+* ``pending``: nothing yet; with ``--benchmark``, every cell of the benchmark's default sweep
+  (objectives x seeds of its spec) without a folder counts as pending too;
+* ``unreadable``: the cell breaks the rule of what counts as a record file, which the leaderboard
+  shares (:func:`fusebench.records.check_record_file`): its ``run.json`` is a folder, a symbolic
+  link or a special file, or the cell folder (or a folder above it, below ``--out``) is a symbolic
+  link. The leaderboard refuses such a cell; the detail says why. Shown only when there is one.
+
+The lock (``.lock``) holds JSON: the owner's pid, host and, inside a SLURM job, the job id. Whether
+its owner still lives is judged by the pid only on the host that wrote it; a lock written on another
+host by a SLURM job is live while ``squeue`` lists that job as running, and one written on another
+host outside SLURM cannot be checked from here, so it is taken as live. A cell submitted with
+``--launcher slurm`` also has ``.launcher.json`` (the job id and its log files): a queued job is
+named in the pending / interrupted detail, a running one that has not locked the cell yet counts as
+running (docs/cluster.md).
+
+Hidden folders (``.selection``: hyper-parameter trials, ``.submitit``: job files) are not cells and
+are skipped; the hyper-parameter selection of a benchmark is summarised in one line: the trial records under
+``DIR/.selection/<benchmark>/`` and the objectives whose choice is frozen in ``DIR/<benchmark>/_selection/``
+(a sweep runs every trial before its first evaluation cell, :mod:`fusebench.sweep.selection`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from fusebench.records import RecordError, check_record_file
+from fusebench.registry import ID_RULE, valid_id
+from fusebench.engine.locks import (GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, read_lock,
+                                      slurm_jobs)
+
+STATES = ("done", "running", "failed", "interrupted", "pending")
+UNREADABLE = "unreadable"  # a cell the leaderboard refuses (see the module docstring); listed only when present
+_SEED = re.compile(r"^seed(\d+)$")
+
+
+def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = None) -> tuple[str, str]:
+    """(state, detail) of one cell folder; ``root``: the runs folder it lies in (``--out``), whose
+    folders down to the cell must not be symbolic links (default: only the cell's own run.json is
+    judged)."""
+    try:
+        if check_record_file(cell / "run.json", root if root is not None else cell):
+            return "done", ""
+    except RecordError as e:  # the leaderboard refuses it for the same reason
+        return UNREADABLE, str(e)
+    holder = read_lock(cell / LOCK, queue)
+    if holder is not None and holder.alive:
+        return "running", holder.detail
+    job = queued_job(cell, queue)
+    note = ""
+    if job is not None:
+        marker, state, node = job
+        failed = cell / "failed.json"  # written by this job (it is ending) rather than by an earlier run
+        failed_now = failed.is_file() and failed.stat().st_mtime >= float(marker.get("submitted", 0))
+        if state in SLURM_ACTIVE and not failed_now:
+            return "running", f"starting on {node or '?'} (slurm job {marker['job_id']})"
+        if state not in (GONE, UNKNOWN, *SLURM_ACTIVE):
+            note = f"queued: slurm job {marker['job_id']} ({state})"
+        elif state == GONE:
+            note = f"slurm job {marker['job_id']} ended without a record (log: {marker.get('stderr', '?')})"
+    if (cell / "failed.json").is_file():
+        try:
+            error = str(json.loads((cell / "failed.json").read_text()).get("error", ""))
+        except (OSError, ValueError, AttributeError, RecursionError):
+            error = "failed.json unreadable"
+        return "failed", error.splitlines()[0] if error else ""
+    if (cell / "last.pt").is_file():
+        return "interrupted", "resumable from last.pt" + (f"; {note}" if note else "")
+    return "pending", note
+
+
+def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tuple[str, int], tuple[str, str]]]:
+    """``{benchmark: {(objective, seed): (state, detail)}}`` for the cells under ``out`` (and, for
+    the named ``benchmarks``, the pending cells of their default sweep)."""
+    found: dict[str, dict[tuple[str, int], tuple[str, str]]] = {}
+    queue = SlurmQueue()
+    if benchmarks:
+        names = list(benchmarks)
+        bad = [b for b in names if not valid_id(b)]  # each is a folder under ``out``: no path escapes
+        if bad:
+            raise ValueError(f"--benchmark {bad[0]!r} is not a benchmark id ({ID_RULE})")
+    elif out.is_dir():
+        names = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
+    else:
+        names = []
+    for bench in names:
+        cells: dict[tuple[str, int], tuple[str, str]] = {}
+        root = out / bench
+        if root.is_dir():
+            folders = {}
+            for obj_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                for seed_dir in sorted(p for p in obj_dir.iterdir() if p.is_dir()):
+                    m = _SEED.fullmatch(seed_dir.name)
+                    if m:
+                        folders[(obj_dir.name, int(m.group(1)))] = seed_dir
+            queue.prefetch(slurm_jobs(list(folders.values())))
+            for key, seed_dir in folders.items():
+                cells[key] = cell_state(seed_dir, queue, root=out)
+        if benchmarks:  # the default sweep of the spec: cells without a folder are pending
+            from fusebench import benchmarks as B
+
+            spec = B.load(bench)
+            for o in spec.objectives or [spec.pretrain.objective]:
+                for s in spec.seeds:
+                    cells.setdefault((o, s), ("pending", ""))
+        found[bench] = cells
+    return found
+
+
+def selection_progress(out: Path, bench: str) -> tuple[Path, int, list[str]] | None:
+    """(the trials' folder ``out/.selection/<bench>``, the trial records in it, the objectives with a frozen choice
+    in ``out/<bench>/_selection``), or None when the benchmark has neither (no grid, or nothing run yet)."""
+    from fusebench.sweep.selection import SELECTION_DIR, TRIALS_DIR
+
+    trials_dir, frozen_dir = out / TRIALS_DIR / bench, out / bench / SELECTION_DIR
+    if not trials_dir.is_dir() and not frozen_dir.is_dir():
+        return None
+    trials = sum(1 for p in trials_dir.rglob("run.json") if p.is_file()) if trials_dir.is_dir() else 0
+    frozen = sorted(p.stem for p in frozen_dir.glob("*.json") if p.is_file()) if frozen_dir.is_dir() else []
+    return trials_dir, trials, frozen
+
+
+def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path | None = None) -> str:
+    """The table of :func:`collect`'s states per benchmark; with ``out``, each benchmark's selection line too."""
+    lines = []
+    for bench, cells in found.items():
+        states = STATES + ((UNREADABLE,) if any(v[0] == UNREADABLE for v in cells.values()) else ())
+        totals = {st: sum(1 for v in cells.values() if v[0] == st) for st in states}
+        lines.append(f"{bench}: " + ", ".join(f"{totals[st]} {st}" for st in states) + f" ({len(cells)} cells)")
+        sel = selection_progress(out, bench) if out is not None else None
+        if sel is not None:
+            trials_dir, trials, frozen = sel
+            lines.append(f"  selection: {trials} trial record(s) under {trials_dir}; "
+                         f"{len(frozen)} objective(s) with a frozen choice"
+                         + (f" ({', '.join(frozen)})" if frozen else ""))
+        objs = sorted({o for o, _ in cells})
+        width = max([len(o) for o in objs] + [9])
+        lines.append(f"  {'objective':<{width}}  " + "  ".join(f"{st:>11}" for st in states))
+        for o in objs:
+            counts = [sum(1 for (oo, _), v in cells.items() if oo == o and v[0] == st) for st in states]
+            lines.append(f"  {o:<{width}}  " + "  ".join(f"{c:>11}" for c in counts))
+        for (o, s), (st, detail) in sorted(cells.items()):
+            if st in ("running", "failed", "interrupted", UNREADABLE):
+                lines.append(f"  {st}: {o}/seed{s}" + (f": {detail}" if detail else ""))
+    return "\n".join(lines) if lines else "no cells"
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="fusebench status", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
+    p.add_argument("--benchmark", nargs="+", default=None,
+                   help="only these benchmarks; their default sweep's missing cells count as pending")
+    p.add_argument("--json", action="store_true", help="print JSON: {benchmark: {objective: {seed: state}}}")
+    ns = p.parse_args(argv)
+    out = Path(ns.out)
+    if not out.is_dir() and not ns.benchmark:
+        print(f"fusebench status: --out {out} is not a folder of run records", file=sys.stderr)
+        return 2
+    try:
+        found = collect(out, ns.benchmark)
+    except (KeyError, ValueError) as e:
+        print(f"fusebench status: {e}", file=sys.stderr)
+        return 2
+    if ns.json:
+        data: dict[str, Any] = {}
+        for bench, cells in found.items():
+            for (o, s), (st, detail) in sorted(cells.items()):
+                data.setdefault(bench, {}).setdefault(o, {})[str(s)] = {"state": st, "detail": detail}
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(render(found, out))
+    return 0

@@ -1,1 +1,0 @@
-"""Training loop, benchmark runner and run records (``fusebench.training``)."""
