@@ -372,7 +372,7 @@ def groups(objectives: Iterable[str], k: int, *, references: Iterable[str] = (),
         objectives: distinct ids, in order of display preference.
         k: the number of views the objectives were called on (>= 2).
         references: ids that are not objectives but rows of their own (e.g. the reference rows
-            ``none`` and ``raw`` of ``fusebench.components.reference_features.REFERENCES``); each is a group alone.
+            ``none`` and ``raw`` of ``fusebench.components.rows.references()``); each is a group alone.
         unknown: what to do with an id that is neither a registered objective nor in ``references``:
             ``"error"`` (default: ``UnknownNameError``, naming the valid ids) or ``"alone"`` (a group of
             its own, e.g. runs of a plugin that is not installed here).

@@ -16,7 +16,6 @@ from fusebench.spec.config import ConfigError
 from fusebench.components.spec_check import load_spec
 from fusebench.engine.pretrain import Pretrainer
 from fusebench.engine.data import build_datasets, input_views
-from fusebench.components.reference_features import REFERENCES
 from fusebench.cells.standard import build_model
 
 FAST = {"pretrain.epochs": 1, "pretrain.grid": {}, "pretrain.batch_size": 32,
@@ -142,12 +141,13 @@ def test_bad_budget_selection_and_comparison_fields(over, msg) -> None:
 
 
 def test_one_list_of_reference_rows() -> None:
-    """The leaderboard keeps its own copy of the reference-row ids (it must not import torch): it
-    must equal the runner's."""
-    from fusebench import leaderboard
+    """The reference rows are registered row components, in board order: the random-init row, then every
+    input-feature kind reference_features computes; the boards ask the same registry."""
+    from fusebench.components import rows
     from fusebench.components.reference_features import REFERENCE_KINDS
 
-    assert tuple(leaderboard.REFERENCE_ROWS) == tuple(REFERENCES) == ("none", *REFERENCE_KINDS)
+    assert rows.references() == ("none", *REFERENCE_KINDS)
+    assert all(rows.is_reference(r) for r in rows.references()) and not rows.is_reference("mv_infonce")
 
 
 def test_a_grid_over_a_method_option_reaches_the_method(tmp_path: Path, fixtures_dir: Path) -> None:

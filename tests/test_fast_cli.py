@@ -51,8 +51,9 @@ def test_run_help_still_names_the_launchers_and_a_bad_one_is_refused(capsys) -> 
 
 
 def test_list_rows_names_every_reference_row_a_protocol_offers(capsys) -> None:
-    """#35: the reference rows are declared once (fusebench.rows) and listed; every protocol's rows are among them."""
-    from fusebench import rows
+    """#35: the reference rows are registered once (fusebench.components.rows) and listed; every protocol's rows are
+    among them."""
+    from fusebench.components import rows
     from fusebench.cli import main
     from fusebench.components.protocols import PROTOCOLS
 
@@ -61,6 +62,6 @@ def test_list_rows_names_every_reference_row_a_protocol_offers(capsys) -> None:
     assert [line.split(":")[0] for line in out[:-1]] == ["none", "raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca"]
     assert all(": reference row: " in line for line in out[:-1]) and out[-1] == rows.PRETRAINED_LINE
     offered = {r for p in PROTOCOLS.available() for r in PROTOCOLS.get(p).reference_rows}
-    assert offered == set(rows.REFERENCES)
+    assert offered == set(rows.references())
     assert main(["list", "rows", "raw_t*"]) == 0
     assert capsys.readouterr().out.splitlines() == rows.describe("raw_tfidf")

@@ -198,7 +198,7 @@ FOLDERS: dict[str, int] = {
 #: (``fusebench.results``, ``python -m fusebench``, the ``fusebench.run`` facade of the package itself)
 ROOT_MODULES: dict[str, int] = {
     **{f"fusebench.{m}": 0 for m in
-       ("registry", "io", "typed", "version", "machine", "options", "geometry3d", "grids", "rows")},
+       ("registry", "io", "typed", "version", "machine", "options", "geometry3d", "grids")},
     "fusebench.tasks": 2, "fusebench.pipelines": 2,
     "fusebench.results": 5,  # per-seed results as data (read through fusebench.records)
     "fusebench.__main__": 7,

@@ -24,7 +24,7 @@ from fusebench.engine.loop import Clock, RunError
 from fusebench.runtime.progress import phase
 from fusebench.components.protocols import EMBEDDING_EVAL_OPTIONS, EmbeddingEval
 from fusebench.records.builder import build_record
-from fusebench.components.reference_features import REFERENCE_KINDS
+from fusebench.components.rows import Row, row_of
 from fusebench.spec.request import CellRequest, RunOptions
 
 #: the selection rule this protocol records
@@ -57,7 +57,8 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
 
     spec, objective, seed = request.spec, request.objective, request.seed
     roles = ("train", "val", "test")
-    enc = None if objective in REFERENCE_KINDS else model
+    row = row_of(spec, objective)  # an input-feature row scores no encoder (fusebench.components.rows)
+    enc = model if row.uses_encoder(spec) else None
     if from_inputs:
         views, labels = {}, {}
         for r in roles:
@@ -73,11 +74,9 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
         kwargs.setdefault("knn_grid", ())
     reference = None
     if from_inputs:
-        from fusebench.components.reference_features import reference_features
-
         # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
         width = min(len(views["train"]) * int(model.num_features), len(ytr) - 1, sum(v.shape[1] for v in views["train"]))
-        feats, reference, cluster_standardize = reference_features(objective, views, width=width)
+        feats, reference, cluster_standardize = row.features(views, width)
         xtr, xva, xte = (feats[r] for r in roles)
         kwargs["cluster_standardize"] = cluster_standardize
     with phase("probes and clustering"):  # said while it runs when it takes more than a few seconds
@@ -111,7 +110,7 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     # is scored by its validation metric alone)
     if (rates or single) and not options.selection_trial:
         inputs = (views, width) if from_inputs else (None, None)  # an input-feature row's views and PCA width
-        source = _feature_source(objective, enc, data, spec, dev, seed, *inputs)
+        source = _feature_source(row, enc, data, spec, dev, seed, *inputs)
         fields["missing_views"] = embedding_missing_views(
             source, {"train": xtr, "val": xva, "test": xte}, {"train": ytr, "val": yva, "test": yte},
             data["train"].num_classes, seed, res, rates, single, n_init=opts.get("missing_n_init"),
@@ -123,16 +122,16 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
                         fields=fields)
 
 
-def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, dev: torch.device, seed: int,
+def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: torch.device, seed: int,
                     views: dict[str, list[Any]] | None, width: int | None) -> Any:
     """How the row's features are computed with views absent (:class:`fusebench.probes.missing_views.FeatureSource`):
     the encoder's embeddings of the masked batches; the input views' columns (``raw``, and the per-view
-    reference rows of ``views``); ``raw_pca`` projected from the masked inputs, the absent blocks of the
+    reference rows of ``views``); a row whose features mix the views (``raw_pca``: ``Row.mixes_views``) computed again from the masked inputs, the absent blocks of the
     z-scored input set to 0 (the train mean of the concatenation)."""
     import numpy as np
 
     from fusebench.probes.missing_views import FeatureSource, masked_features
-    from fusebench.components.reference_features import reference_features, zscore_stats
+    from fusebench.components.reference_features import zscore_stats
 
     if enc is not None:
         return FeatureSource(list(enc.modalities), [int(enc.num_features)] * len(enc.modalities),
@@ -141,7 +140,7 @@ def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, d
     if views is None:  # raw: the adapter's standardised input views, concatenated
         return FeatureSource(names, [int(v.shape[1]) for v in input_views(data["test"], spec, seed)[0]])
     widths = [int(v.shape[1]) for v in views["train"]]
-    if objective != "raw_pca":
+    if not row.mixes_views:  # the views' own columns: an absent view's block is blanked
         return FeatureSource(names, widths)
     train = [np.asarray(v, dtype=np.float64) for v in views["train"]]
     mean = zscore_stats(np.concatenate(train, axis=1))[0]  # the statistics raw_pca z-scores with
@@ -150,7 +149,7 @@ def _feature_source(objective: str, enc: Any, data: dict[str, Any], spec: Any, d
     def masked(split: str, mask: np.ndarray) -> np.ndarray:
         imputed = [np.where(mask[:, j:j + 1], np.asarray(v, dtype=np.float64), mean[bounds[j]:bounds[j + 1]])
                    for j, v in enumerate(views[split])]
-        return reference_features("raw_pca", {"train": train, "masked": imputed}, width=width)[0]["masked"]
+        return row.features({"train": train, "masked": imputed}, width)[0]["masked"]
 
     return FeatureSource(names, None, masked)
 

@@ -40,7 +40,7 @@ from fusebench.runtime.progress import progress_bar
 from fusebench.components.protocols import protocol_of
 from fusebench.records.builder import NO_BUDGET, build_record
 from fusebench.records.cell_file import write_record
-from fusebench.components.reference_features import RAW, REFERENCE_KINDS, REFERENCES
+from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, objective_hparams
 from fusebench.engine.trackers import Trackers
 
@@ -51,7 +51,7 @@ def build_model(spec: BenchmarkSpec, train_ds, objective: str | None = None) -> 
     from fusebench import encoders, tasks
     from fusebench.components.model import build as with_task_head
 
-    if objective == RAW and not protocol_of(spec).frozen_features:  # raw through a task head: the inputs as they are
+    if objective is not None and row_of(spec, objective).identity_encoder(spec):  # the inputs as they are
         cfg = {"modalities": input_dims(train_ds)}
         if train_ds.num_classes is not None:
             cfg["num_classes"] = train_ds.num_classes
@@ -129,8 +129,9 @@ class StandardCell:
         self.wall = Clock()  # the cell's time; a resumed cell adds the segments of the processes before
         self.dev = utils.resolve_device(options.device)
         self.flags = utils.seed_everything(seed)
-        # the reference rows other than raw are computed from the unstandardised input views
-        self.from_inputs = protocol_of(spec).frozen_features and objective in REFERENCE_KINDS and objective != RAW
+        self.row = row_of(spec, objective)  # how the row's representation is made (fusebench.components.rows)
+        # an input-feature row other than raw is computed from the unstandardised input views
+        self.from_inputs = self.row.from_inputs(spec)
         self.data = build_datasets(spec, options.synthetic, options.data_root, seed,
                                    extra_options={"standardize": False} if self.from_inputs else None)
         self.model = build_model(spec, self.data["train"], objective)
@@ -210,7 +211,7 @@ class StandardCell:
         pt = spec.pretrain
         batch_size = pretrain_batch_size(spec, objective)
         epochs = int(pt.objective_epochs.get(objective, pt.epochs))
-        if objective in REFERENCES or objective in spec.encoder_weights or epochs <= 0:  # weights row: issue #32
+        if not self.row.pretrains or epochs <= 0:  # a reference or a weights row (issue #32): nothing pretrained
             return
         kwargs, method_options = split_method_keys(objective_hparams(spec, objective, self.context))
         obj = objectives.build(objective, **kwargs).to(dev)

@@ -25,7 +25,7 @@ KINDS = {
     "metrics": "fusebench.metrics",
     "benchmarks": "fusebench.benchmarks",
     "pipelines": "fusebench.pipelines",
-    "rows": "fusebench.rows",
+    "rows": "fusebench.components.rows",
 }
 #: the registry of each kind whose entries may come from entry-point plugins
 REGISTRIES = {"objectives": "OBJECTIVES", "datasets": "DATASETS", "encoders": "ENCODERS", "metrics": "METRICS",

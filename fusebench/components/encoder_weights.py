@@ -40,12 +40,12 @@ def _taken(spec: Any) -> dict[str, str]:
     """Ids a row name must not take: every registered objective and every reference row (of any protocol)."""
     from fusebench import objectives
     from fusebench.components.protocols import PROTOCOLS
-    from fusebench.components.reference_features import REFERENCES
+    from fusebench.components.rows import references
 
     taken = {o: "an objective id" for o in objectives.available()}
     for p in PROTOCOLS.available():
         taken.update({r: "a reference row id" for r in PROTOCOLS.get(p).reference_rows})
-    taken.update({r: "a reference row id" for r in REFERENCES})
+    taken.update({r: "a reference row id" for r in references()})
     return taken
 
 

@@ -34,7 +34,6 @@ import re
 from typing import Any, ClassVar
 
 from fusebench.registry import Registry
-from fusebench.components.reference_features import BASELINE, RAW, REFERENCE_KINDS
 
 #: the probe / clustering options of ``options.embedding_eval`` (passed on to probe_and_cluster as given)
 EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "fewshot_draws", "fewshot_l2_grid",
@@ -58,8 +57,8 @@ PROTOCOLS = Registry("downstream protocol", entry_point_group="fusebench.protoco
 class Protocol:
     """A downstream protocol's declaration (see the module docstring)."""
 
-    #: the pseudo-objectives (reference rows) a benchmark of this protocol may list
-    reference_rows: ClassVar[tuple[str, ...]] = (BASELINE,)
+    #: the reference rows (ids of fusebench.components.rows) a benchmark of this protocol may list
+    reference_rows: ClassVar[tuple[str, ...]] = ("none",)
     #: the encoder is trained downstream (fine-tuning) rather than frozen
     trains_encoder: ClassVar[bool] = False
     #: frozen features scored by the protocol's own probes (no task head trained by the phase loop)
@@ -71,7 +70,7 @@ class Protocol:
 
 @PROTOCOLS.register("linear_probe")
 class LinearProbe(Protocol):
-    reference_rows = (BASELINE, RAW)
+    reference_rows = ("none", "raw")
     options_key = "linear_probe"
     options = MISSING_VIEW_OPTIONS
 
@@ -85,7 +84,7 @@ class Finetune(Protocol):
 
 @PROTOCOLS.register("embedding_eval")
 class EmbeddingEval(Protocol):
-    reference_rows = (BASELINE, *REFERENCE_KINDS)
+    reference_rows = ("none", "raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
     frozen_features = True
     options_key = "embedding_eval"
     options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
@@ -94,6 +93,16 @@ class EmbeddingEval(Protocol):
 def protocol_of(spec: Any) -> type[Protocol]:
     """The declaration of ``spec.downstream.protocol`` (an unknown id lists the valid ones)."""
     return PROTOCOLS.get(spec.downstream.protocol)
+
+
+def offered_rows(spec: Any) -> tuple[str, ...]:
+    """The reference rows a benchmark of ``spec`` may list: its protocol's, where its pipeline has a downstream
+    protocol (none otherwise)."""
+    from fusebench.pipelines import pipeline_of
+
+    if pipeline_of(spec).downstream and spec.downstream.protocol in PROTOCOLS:
+        return protocol_of(spec).reference_rows
+    return ()
 
 
 def rate_id(rate: float, rule: str = "entry") -> str:
@@ -194,4 +203,4 @@ def missing_view_problems(spec: Any, k: int | None) -> list[str]:
 
 __all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "PROTOCOLS", "EmbeddingEval", "Finetune",
            "LinearProbe", "Protocol", "instance_rate_problem", "missing_rate_problem", "missing_view_problems",
-           "protocol_of", "rate_id", "view_id"]
+           "offered_rows", "protocol_of", "rate_id", "view_id"]

@@ -71,10 +71,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fusebench.metrics.arrays import to_numpy
-# the reference rows, declared once in fusebench.rows (fusebench list rows): ``none`` (no pretraining: the
-# random-init encoder through the benchmark's protocol) and the input-feature kinds computed here, in the order
-# the boards list them (``raw`` also for a linear probe, through the ``identity`` encoder); re-exported
-from fusebench.rows import BASELINE, RAW, REFERENCE_KINDS, REFERENCES
+
+#: the input-feature kinds computed here (each the reference row of that id, fusebench.components.rows), in the
+#: order the boards list them
+REFERENCE_KINDS = ("raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
 
 
 _FORMULAS = {
@@ -247,19 +247,5 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     return feats, record, _CLUSTER_STANDARDIZE[kind]
 
 
-def comparison_of(spec: Any) -> dict[str, str]:
-    """How the board compares the rows of benchmark spec ``spec`` (``spec.comparison`` with its defaults): the
-    fixed reference row of the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why
-    it was chosen. Every record carries it; the board takes it from the benchmark's current spec when it is
-    found (``fusebench.leaderboard.groups``), so a changed comparison needs no re-run."""
-    out = {k: v for k, v in spec.comparison.items() if v}
-    if "reference" not in out:
-        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
-        if ref:
-            out["reference"] = ref
-    out.setdefault("primary", spec.primary_metric)
-    return out
-
-
-__all__ = ["BASELINE", "CLUSTER_METRICS", "PROBE_BASE", "RAW", "REFERENCES", "REFERENCE_KINDS", "cluster_identical",
-           "comparison_of", "probe_identical_groups", "reference_features"]
+__all__ = ["CLUSTER_METRICS", "PROBE_BASE", "REFERENCE_KINDS", "cluster_identical", "probe_identical_groups",
+           "reference_features"]

@@ -20,7 +20,7 @@ from fusebench.tasks import TASKS
 from fusebench.spec.config import PER_OBJECTIVE, BenchmarkSpec, ConfigError, read_spec
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
 from fusebench.components.protocols import PROTOCOLS, EmbeddingEval, missing_view_problems, protocol_of
-from fusebench.components.reference_features import REFERENCES
+from fusebench.components.rows import is_reference
 from fusebench.typed import from_dict
 
 
@@ -212,7 +212,7 @@ def check_objective_tables(spec: BenchmarkSpec, source: str) -> None:
         for name in entries:
             if name in objectives.OBJECTIVES:  # imports the module of that id only
                 continue
-            if name in REFERENCES:
+            if is_reference(name):
                 raise ConfigError(f"{source}: pretrain.{table}.{name}: {name!r} is a reference row: nothing is "
                                   f"pretrained for it, so pretrain.{table} does not apply to it; remove the entry")
             valid = objectives.OBJECTIVES.available()

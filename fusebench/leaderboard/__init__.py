@@ -31,7 +31,7 @@ from typing import Any
 
 #: public name -> the module that defines it, imported on first use (PEP 562): ``fusebench leaderboard`` on
 #: unchanged inputs (:mod:`~fusebench.leaderboard.fingerprint`) must not pay for the statistics and renderers
-_LAZY = {"main": "cli", "REFERENCE_ROWS": "groups", "group_runs": "groups", "load_runs": "groups",
+_LAZY = {"main": "cli", "group_runs": "groups", "load_runs": "groups",
          "make_view": "groups", "build_index": "index", "BOARD_FORMAT": "meta", "read_board_meta": "meta",
          "benchmark_table": "render", "repository_boards": "writer", "write_leaderboards": "writer"}
 

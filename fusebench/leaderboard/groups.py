@@ -16,12 +16,9 @@ from typing import Any
 from fusebench.leaderboard.columns import md_code, metric_info, natural_key
 from fusebench.leaderboard.view import GroupView
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
-from fusebench.rows import REFERENCES
+from fusebench.components.rows import is_reference
 from fusebench.components.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
 
-# rows that are not pretraining objectives: random-init encoders, and the reference features of the
-# embedding_eval protocol computed from the input views (declared once in fusebench.rows)
-REFERENCE_ROWS = REFERENCES
 REFERENCE_TEXT = {"raw": "the standardised input views", "none": "random-init encoders"}
 CI_LEVEL, CI_RESAMPLES, CI_SEED = 0.95, 10000, 0  # the bootstrap interval of every board
 RANK_RESAMPLES, RANK_SEED = 10000, 0  # the bootstrap of every row's rank interval (resamples of the seeds)
@@ -130,7 +127,7 @@ def equivalence_groups(objectives: list[str], k: int | None,
         from fusebench.objectives.equivalence import groups, same_hparams
     except ImportError:
         return []
-    candidates = [o for o in objectives if o not in REFERENCE_ROWS]
+    candidates = [o for o in objectives if not is_reference(o)]
     if len(candidates) < 2:
         return []
     hparams = hparams or {}
@@ -233,7 +230,7 @@ def spec_comparison(spec) -> dict[str, str] | None:
     """How a benchmark's current spec (:func:`current_spec`; None: no spec found) compares the rows
     (:func:`~fusebench.components.reference_features.comparison_of`; ``reference`` only where the spec names it,
     else the board's default); None without a spec."""
-    from fusebench.components.reference_features import comparison_of
+    from fusebench.components.rows import comparison_of
 
     if spec is None:
         return None

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.leaderboard.export import number
-from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView
+from fusebench.components.rows import is_reference
+from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.html_assets import CSS, JS, csp
 from fusebench.leaderboard.html_markdown import md_blocks, md_inline, safe_href, slug, split_row
 from fusebench.leaderboard.html_svg import cd_svg, curves_svg, missing_svg, rank_bar_svg, sensitivity_svg, strip_svg
@@ -50,7 +51,7 @@ def _v(x: float | int | None) -> str:
 
 def family(row: str) -> str:
     """The objective family of a row: ``reference`` for reference rows, else the loss module defining it."""
-    if row in REFERENCE_ROWS:
+    if is_reference(row):
         return "reference"
     try:
         from fusebench.objectives import _home  # the registry's module of an id; imports no torch
@@ -128,7 +129,7 @@ def board_table(view: GroupView, vi: int) -> str:
     trs = []
     for i, (o, cells) in enumerate(zip(view.rows, body)):
         anchor = _anchor(vi, o)
-        ref = o in REFERENCE_ROWS
+        ref = is_reference(o)
         tds = []
         for j, (cell, c) in enumerate(zip(cells, cols)):
             value = c["value"](o) if c["value"] else None

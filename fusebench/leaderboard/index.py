@@ -97,11 +97,11 @@ def _family_label(ranking: dict[str, Any], m: str) -> str:
 
 def _family_line(ranking: dict[str, Any]) -> str:
     """Which rows the ranking compares: the pretrained objectives and the distinct reference rows, each once."""
-    from fusebench.leaderboard.groups import REFERENCE_ROWS
+    from fusebench.components.rows import is_reference
 
     methods = ranking["methods"]
-    refs = [m for m in methods if m in REFERENCE_ROWS]
-    pre = [m for m in methods if m not in REFERENCE_ROWS]
+    refs = [m for m in methods if is_reference(m)]
+    pre = [m for m in methods if not is_reference(m)]
     return (f"Family of the tests: {len(methods)} rows, each counted once: {len(pre)} pretrained objective(s) "
             f"({', '.join(md_code(m) for m in pre) or 'none'}) and {len(refs)} distinct reference row(s) "
             f"({', '.join(_family_label(ranking, m) for m in refs) or 'none'}). Objectives computing the same loss "

@@ -11,7 +11,7 @@ from typing import Any
 
 from fusebench.leaderboard.columns import mean_std
 from fusebench.studies.kviews import ARMS, METRICS, OBJECTIVES, PRIMARY, _LEGACY, _NAME
-from fusebench.studies.kviews import PAIRED_WITH as REFERENCES  # the rows the gaps are paired with
+from fusebench.studies.kviews import PAIRED_WITH  # the rows the gaps are paired with
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,12 +175,12 @@ def _summary(study: StudyRuns, pretrained: list[str], metric: str) -> list[str]:
             continue
         lo, hi = arm_ks[0], arm_ks[-1]
         refs = []
-        for r in REFERENCES:
+        for r in PAIRED_WITH:
             a, b = pairs(study, arm, lo, r, None, metric), pairs(study, arm, hi, r, None, metric)
             if a and b:
                 refs.append(f"`{r}` {100 * mean_std(a)[0]:.2f} -> {100 * mean_std(b)[0]:.2f}")
         line = f"- **{arm}** arm, k = {lo} -> {hi}: " + ", ".join(refs) if refs else f"- **{arm}** arm"
-        for r in REFERENCES:
+        for r in PAIRED_WITH:
             means = {k: [mean_std(g)[0] for o in pretrained if (g := pairs(study, arm, k, o, r, metric))]
                      for k in (lo, hi)}
             if means[lo] and means[hi]:
@@ -206,7 +206,7 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
     board.mkdir(parents=True, exist_ok=True)
     order = study.objectives()
     metrics = study.metrics()
-    pretrained = [o for o in order if o not in REFERENCES]
+    pretrained = [o for o in order if o not in PAIRED_WITH]
     ks, arms = study.ks(), study.arms()
     head = "| objective | arm | " + " | ".join(f"k = {k}" for k in ks) + " |"
     rule = "|---|---|" + "---|" * len(ks)
@@ -233,7 +233,7 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
           ""]
     png = board / f"{benchmark}-kviews.png"
     for m, label in metrics:
-        for r in REFERENCES:
+        for r in PAIRED_WITH:
             md += [f"## {label}: pretrained - `{r}` (points)", "", head, rule]
             rows = pretrained + (["none"] if r == "raw" and "none" in order else [])
             for o in rows:
@@ -272,7 +272,7 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
 
     from fusebench.io import atomic_write
 
-    panels = [(arm, r) for arm in study.arms() for r in REFERENCES]
+    panels = [(arm, r) for arm in study.arms() for r in PAIRED_WITH]
     metrics = study.metrics()
     fig, axes = plt.subplots(len(metrics), len(panels), figsize=(4.2 * len(panels), 3.6 * len(metrics)),
                              squeeze=False, sharey="row")

@@ -18,7 +18,8 @@ from typing import Any
 
 from fusebench.io import strict_json
 from fusebench.leaderboard.columns import fmt_cell
-from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView
+from fusebench.components.rows import is_reference
+from fusebench.leaderboard.groups import GroupView
 from fusebench.registry import ID_RULE, valid_id
 
 BOARD_META = "fusebench-board"
@@ -54,8 +55,8 @@ def best_line(view: GroupView) -> str | None:
     if tied:  # not separable from the best (paired t-test, Holm): the best is one of several
         shown = ", ".join(f"`{q}`" for q in tied[:3]) + (f" and {len(tied) - 3} more" if len(tied) > 3 else "")
         text += f", tied with {shown} (not separable)"
-    if o in REFERENCE_ROWS:  # say which pretraining objective comes closest
-        pre = {q: v for q, v in per.items() if q not in REFERENCE_ROWS}
+    if is_reference(o):  # say which pretraining objective comes closest
+        pre = {q: v for q, v in per.items() if not is_reference(q)}
         if pre:
             sign = 1.0 if info.direction == "higher" else -1.0
             q = max(sorted(pre), key=lambda q: sign * sum(pre[q]) / len(pre[q]))

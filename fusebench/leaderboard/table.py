@@ -11,7 +11,8 @@ from collections import defaultdict
 from typing import Any
 
 from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_text
-from fusebench.leaderboard.groups import REFERENCE_ROWS, GroupView
+from fusebench.components.rows import is_reference
+from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.view import record_budget
 
 
@@ -140,7 +141,7 @@ def _budget_text(b: tuple[int, int, Any, Any]) -> str:
 
 def _budget_line(view: GroupView) -> str | None:
     """Whether the pretrained rows (all but the reference rows) had equal pretraining budgets."""
-    pretrained = [o for o in view.rows if o not in REFERENCE_ROWS]
+    pretrained = [o for o in view.rows if not is_reference(o)]
     if not pretrained:
         return None
     per: dict[str, set] = {}

@@ -22,7 +22,7 @@ from fusebench.runtime import distributed, utils
 from fusebench.spec import precision
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash
 from fusebench.engine.loop import Clock
-from fusebench.components.reference_features import REFERENCES, comparison_of
+from fusebench.components.rows import comparison_of, row_of
 from fusebench.spec.request import CellRequest, objective_hparams
 from fusebench.version import __version__
 
@@ -142,7 +142,7 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "parameters": sum(p.numel() for p in model.parameters()) if model is not None else 0,
         "diagnostics": diagnostics,
         "protocol": spec.protocol_notes,
-        "hparams": objective_hparams(spec, objective, context) if objective not in REFERENCES else {},
+        "hparams": objective_hparams(spec, objective, context) if row_of(spec, objective).pretrains else {},
         "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
         # sha256 of the frozen selection file the cell's hyper-parameters came from (fusebench.sweep.selection)
         **({"hparam_selection_sha256": digest} if (digest := (context or {}).get("hparam_selection_sha256", {})
@@ -174,7 +174,7 @@ def plugin_components(spec: BenchmarkSpec, objective: str) -> dict[str, Any]:
 
     pipeline = pipeline_of(spec)
     used = [("pipeline", PIPELINES, spec.pipeline)]
-    if objective not in REFERENCES and objective not in spec.encoder_weights:
+    if row_of(spec, objective).objective is not None:
         used.append(("objective", objectives.OBJECTIVES, objective))
     if pipeline.reads_dataset:
         used.append(("dataset", datasets.DATASETS, spec.dataset.id))

@@ -325,7 +325,7 @@ def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | N
 
     from fusebench.spec import methods as M
 
-    if objective in _registered("fusebench.components.reference_features", "REFERENCES"):
+    if _registered("fusebench.components.rows", "is_reference")(objective):
         return frozenset()
     registry = _registered("fusebench.objectives", "OBJECTIVES")
     if objective not in registry.available():

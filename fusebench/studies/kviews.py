@@ -61,8 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from fusebench.components.reference_features import BASELINE, RAW
-from fusebench.components.reference_features import REFERENCES as REFERENCE_ROWS
+from fusebench.components.rows import BASELINE, RAW, is_reference
 
 OBJECTIVES = (RAW, BASELINE, "infonce_pwe", "mv_infonce", "mv_dhel", "pvc_geometric", "m3g")
 #: the reference rows the study's gaps are paired with
@@ -248,11 +247,11 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
     from fusebench import objectives as registry
 
     objectives = tuple(objectives)
-    if not set(PAIRED_WITH) <= set(objectives) or not [o for o in objectives if o not in REFERENCE_ROWS]:
+    if not set(PAIRED_WITH) <= set(objectives) or not [o for o in objectives if not is_reference(o)]:
         raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
                          "(the gaps are paired with them) and at least one pretrained objective")
     for o in objectives:
-        if o not in REFERENCE_ROWS:
+        if not is_reference(o):
             registry.OBJECTIVES.get(o)  # an unknown id: one error with the closest match, before any run
 
     spec = benchmarks.load(benchmark, synthetic=synthetic)
@@ -267,7 +266,7 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
         cell_spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
         runner.resolve_views(cell_spec, synthetic, data_root)
         compatible = set(compat.compatible_objectives(cell_spec))
-        objs = [o for o in objectives if o in REFERENCE_ROWS or o in compatible]
+        objs = [o for o in objectives if is_reference(o) or o in compatible]
         existed = {(o, s) for o in objs for s in seeds
                    if (cell_dir(Path(out), cell.name, o, s) / "run.json").exists()}
         got = runner.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,

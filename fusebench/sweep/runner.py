@@ -29,7 +29,7 @@ from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, parse_
 from fusebench.engine.data import build_datasets, pretrain_batch_size
 from fusebench.cells.execute import sweep_context
 from fusebench.records.cell_file import existing_record, record_there
-from fusebench.components.reference_features import REFERENCES
+from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, SweepCells, check_cell_ids
 from fusebench.engine.trackers import check_trackers, default_mlflow_uri
 
@@ -57,7 +57,7 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
         key = "dataset.id" if pipeline.reads_dataset and spec.dataset.id not in datasets.DATASETS else "encoder.id"
         raise ConfigError(f"{spec.name}: {key}: {e}") from None
     for o in objs:
-        if o in REFERENCES or o in spec.encoder_weights:  # nothing pretrained (a weights row: issue #32)
+        if not row_of(spec, o).pretrains:  # a reference or a weights row (issue #32): nothing pretrained
             continue
         grid = spec.pretrain.grid.get(o) or {}
         names = sorted(grid)
@@ -144,7 +144,7 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
     n = len(data["train"])
     for o in objs:
         bs = pretrain_batch_size(spec, o)
-        if (o not in REFERENCES and o not in spec.encoder_weights
+        if (row_of(spec, o).pretrains
                 and spec.pretrain.objective_epochs.get(o, spec.pretrain.epochs) > 0 and bs > n):
             key = f"pretrain.objective_batch_size.{o}" if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
             raise ConfigError(f"{key}={bs} exceeds the {n} samples of the train split of {spec.name}; "

@@ -31,7 +31,7 @@ from fusebench.spec.config import BenchmarkSpec
 from fusebench.cells.execute import run_cell
 from fusebench.engine.loop import RunError
 from fusebench.runtime.progress import say
-from fusebench.components.reference_features import REFERENCES
+from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, check_cell_ids
 
 #: the folder of the frozen selections, ``<out>/<benchmark>/_selection`` (not an id: never a cell's folder)
@@ -66,7 +66,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
     hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
     grid = spec.pretrain.grid.get(objective)
-    if not grid or objective in REFERENCES:
+    if not grid or not row_of(spec, objective).pretrains:
         return None
     metric = metric or spec.primary_metric
     names = sorted(grid)
@@ -137,7 +137,7 @@ def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path
     if workers < 2:
         return 0
     todo = [o for o in objectives
-            if spec.pretrain.grid.get(o) and o not in REFERENCES and not selection_path(out, spec.name, o).exists()]
+            if spec.pretrain.grid.get(o) and row_of(spec, o).pretrains and not selection_path(out, spec.name, o).exists()]
     if todo:
         check_test_split_fixed(spec, options)  # the same for every objective: once, before any trial
     trial_options = _trial_options(options)
@@ -212,7 +212,7 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
     """The frozen selection of ``objective`` and its file's sha256 (None: nothing to select): read from
     :func:`selection_path` when it is there (made from the same configuration and data, else a
     ConfigMismatchError naming the file), else selected now (:func:`select_hparams`) and written once."""
-    if not spec.pretrain.grid.get(objective) or objective in REFERENCES:
+    if not spec.pretrain.grid.get(objective) or not row_of(spec, objective).pretrains:
         return None
     path = selection_path(out, spec.name, objective)
     ident = _identity(spec, objective, options, context)

@@ -1,0 +1,281 @@
+"""The rows of a board as components (``fusebench list rows``).
+
+A benchmark spec's ``objectives:`` lists row ids. Each id is one :class:`Row`, which owns how the row's
+representation is made and what the sweep does for it (:func:`row_of`):
+
+* a **pretrained row** (:class:`PretrainedRow`, every objective id): the benchmark's encoders pretrained with
+  that objective (its hyper-parameter grid, selection and budget), then scored by the downstream protocol;
+* a **weights row** (:class:`WeightsRow`, a name of the spec's ``encoder_weights``): an encoder pretrained
+  elsewhere, loaded and scored by the same protocol, nothing pretrained here;
+* a **reference row**, registered here by id (:data:`ROWS`, entry-point group ``fusebench.rows``), nothing
+  pretrained: ``none`` (:class:`RandomInitRow`: the encoders at random initialisation) and the input-feature
+  rows of the frozen-features protocol (:class:`InputFeatureRow`: ``raw``, ``raw_l2``, ``raw_tfidf``,
+  ``raw_balanced``, ``raw_pca``; the formulas in :mod:`fusebench.components.reference_features`).
+
+Which reference rows a benchmark may list is its downstream protocol's declaration
+(:mod:`fusebench.components.protocols`, ``reference_rows``). This module imports no torch: ``fusebench list
+rows`` and the boards read it; the cells ask a row for its model, its features and its compatibility.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from fusebench.registry import Registry, matching
+
+#: the random-init row, offered by every protocol
+BASELINE = "none"
+#: the input views concatenated (z-scored by the probes); also a linear-probe row through the identity encoder
+RAW = "raw"
+
+ROWS = Registry("row", entry_point_group="fusebench.rows")
+
+
+class Row:
+    """A row of a board: how its representation is made (see the module docstring)."""
+
+    #: what the row's features are (``fusebench list rows``)
+    description: ClassVar[str] = ""
+    #: a reference row: nothing pretrained, compared with and ranked beside the pretrained rows
+    reference: ClassVar[bool] = False
+    #: the cell pretrains the encoder with an objective (grid, selection, budget, hyper-parameters)
+    pretrains: ClassVar[bool] = False
+    #: the objective registry's id the row's cells pretrain with (None: no objective is used)
+    objective: str | None = None
+    #: where a reference row stands among the reference rows on a board and in ``fusebench list rows``
+    board_order: ClassVar[int] = 100
+
+    def __init__(self, name: str) -> None:
+        self.id = name
+
+    def problem(self, spec: Any) -> str | None:
+        """Why this row cannot be a row of ``spec`` (None when it can): a reference row must be offered by the
+        benchmark's downstream protocol."""
+        from fusebench.components.protocols import PROTOCOLS, offered_rows
+
+        if self.id in offered_rows(spec):
+            return None
+        offering = [p for p in PROTOCOLS.available() if self.id in PROTOCOLS.get(p).reference_rows]
+        return (f"{spec.name}: the '{self.id}' reference row applies to the {' and '.join(offering)} "
+                f"protocol{'s' if len(offering) > 1 else ''} only")
+
+    def uses_encoder(self, spec: Any) -> bool:
+        """Whether the protocol scores an encoder for this row (False: features computed from the inputs)."""
+        return True
+
+    def from_inputs(self, spec: Any) -> bool:
+        """Whether the cell builds its data unstandardised and computes the features from the input views
+        (:meth:`features`)."""
+        return False
+
+    def identity_encoder(self, spec: Any) -> bool:
+        """Whether the row's cells score the ``identity`` encoder over the input vectors instead of the spec's
+        encoder (the ``raw`` row of a linear-probe benchmark)."""
+        return False
+
+    def features(self, views: Any, width: int | None) -> tuple[dict, dict, str]:
+        """``(features {split: [n, D]}, record, cluster_standardize)`` of an input-feature row, fitted on
+        ``views["train"]`` (:func:`fusebench.components.reference_features.reference_features`)."""
+        raise NotImplementedError(f"row {self.id!r} computes no features from the inputs")
+
+    #: the features mix the views (a projection of their concatenation): with a view absent they are computed
+    #: again from the imputed inputs instead of blanking that view's columns
+    mixes_views: ClassVar[bool] = False
+
+
+class PretrainedRow(Row):
+    """An objective's row: the benchmark's encoders pretrained with it, then scored by the protocol."""
+
+    pretrains = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.objective = name
+
+    def problem(self, spec: Any) -> str | None:
+        """The objective must accept the benchmark's view count(s) k, honour a presence mask when pretraining
+        sees missing views, and pass its pipeline's own check."""
+        from fusebench import objectives
+        from fusebench.pipelines import pipeline_of
+
+        pipeline = pipeline_of(spec)
+        cls = objectives.OBJECTIVES.get(self.id)  # unknown id -> list + closest match
+        kind = getattr(cls, "input_kind", "views")
+        problem = pipeline.objective_problem(spec, self.id, cls)
+        if problem:
+            return problem
+        rate = getattr(spec.pretrain, "missing_rate", 0.0)
+        if pipeline.downstream and rate > 0:
+            if kind != "views" or not getattr(cls, "supports_mask", False):
+                return (f"{spec.name}: pretrain.missing_rate = {rate:g} hands every pretraining batch a presence "
+                        f"mask, but objective {self.id!r} does not honour masks (supports_mask is false)")
+            from fusebench.spec.methods import options_of
+
+            owners = [m for m in ("ema_teacher", "view_rotation") if options_of(spec.pretrain, m).enabled]
+            if owners:
+                return (f"{spec.name}: pretrain.missing_rate = {rate:g}: the pretraining method(s) {owners} compute "
+                        f"the loss without the presence mask; switch them off or set pretrain.missing_rate to 0")
+        for k in pipeline.view_counts(spec):
+            lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
+            if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):
+                want = f"exactly {lo}" if hi == lo else f"{lo}..{hi}" if hi else f">= {lo}"
+                return f"objective {self.id!r} takes {want} views but benchmark {spec.name!r} has k = {k}"
+        return None
+
+
+class WeightsRow(Row):
+    """A pretrained encoder's row (``encoder_weights``): the weights loaded, nothing pretrained here."""
+
+    def problem(self, spec: Any) -> str | None:
+        from fusebench.pipelines import pipeline_of
+
+        pipeline = pipeline_of(spec)
+        ok = pipeline.builds_encoder and pipeline.downstream
+        return None if ok else f"{spec.name}: the {spec.pipeline} pipeline builds no encoder to load weights into"
+
+
+@ROWS.register(BASELINE)
+class RandomInitRow(Row):
+    """The benchmark's encoders at random initialisation, nothing pretrained."""
+
+    reference = True
+    board_order = 0
+    description = ("the benchmark's encoders at random initialisation, nothing pretrained, through the same "
+                   "downstream protocol (every protocol)")
+
+    def problem(self, spec: Any) -> str | None:
+        from fusebench.components.protocols import offered_rows
+        from fusebench.pipelines import pipeline_of
+
+        if not pipeline_of(spec).downstream:
+            return f"{spec.name}: the '{BASELINE}' baseline applies to standard benchmarks only"
+        if BASELINE not in offered_rows(spec):
+            return f"{spec.name}: the {spec.downstream.protocol} protocol offers no '{BASELINE}' row"
+        return None
+
+
+class InputFeatureRow(Row):
+    """Features computed from the input views (``kind`` of :func:`reference_features`), no encoder."""
+
+    reference = True
+
+    def uses_encoder(self, spec: Any) -> bool:
+        return False
+
+    def from_inputs(self, spec: Any) -> bool:
+        from fusebench.components.protocols import protocol_of
+
+        return protocol_of(spec).frozen_features
+
+    def features(self, views: Any, width: int | None) -> tuple[dict, dict, str]:
+        from fusebench.components.reference_features import reference_features
+
+        return reference_features(self.id, views, width=width)
+
+
+@ROWS.register(RAW)
+class RawRow(InputFeatureRow):
+    """The input views side by side: on a frozen-features protocol the standardised views themselves (the
+    probes z-score them); on a linear-probe benchmark the probe trained on the input vectors through the
+    ``identity`` encoder."""
+
+    board_order = 1
+    description = ("concat(x_v), the input views side by side, z-scored with train statistics by the probes "
+                   "(embedding_eval; linear_probe through the identity encoder)")
+
+    def from_inputs(self, spec: Any) -> bool:
+        return False  # the adapter's standardised views, as the probes see every row's features
+
+    def uses_encoder(self, spec: Any) -> bool:
+        from fusebench.components.protocols import protocol_of
+
+        return not protocol_of(spec).frozen_features
+
+    def problem(self, spec: Any) -> str | None:
+        from fusebench.components.protocols import offered_rows, protocol_of
+
+        if RAW in offered_rows(spec) and not protocol_of(spec).frozen_features:
+            from fusebench import datasets
+
+            kinds = {m.kind for m in datasets.get(spec.dataset.id).MODALITIES
+                     if spec.dataset.modalities is None or m.name in spec.dataset.modalities}
+            if kinds != {"vector"}:
+                return (f"{spec.name}: the '{RAW}' row of a linear-probe benchmark trains the probe on the input "
+                        f"vectors; this dataset's modalities are {sorted(kinds)}")
+            return None  # the probe trained on the input vectors (the `identity` encoder)
+        return super().problem(spec)
+
+    def identity_encoder(self, spec: Any) -> bool:
+        from fusebench.components.protocols import protocol_of
+
+        return not protocol_of(spec).frozen_features
+
+
+def _input_feature_row(name: str, order: int, text: str, mixes: bool = False) -> type[InputFeatureRow]:
+    cls = type(f"InputFeatureRow_{name}", (InputFeatureRow,), {"board_order": order, "description": text,
+                                                               "mixes_views": mixes, "__doc__": text})
+    return ROWS.register(name)(cls)
+
+
+_input_feature_row("raw_l2", 2, "concat(x_v / ||x_v||_2): each view's rows at unit L2 norm, zero rows stay zero "
+                                "(embedding_eval)")
+_input_feature_row("raw_tfidf", 3, "per view: tf = x / row sum, idf = ln((1 + n_train) / (1 + df_train)) + 1 "
+                                   "(smooth idf), row-L2(tf * idf); concatenated; count views only (embedding_eval)")
+_input_feature_row("raw_balanced", 4, "per view: zscore_train(x_v) / sqrt(d'_v), d'_v = its columns not constant "
+                                      "on train: every view the same total variance; concatenated (embedding_eval)")
+_input_feature_row("raw_pca", 5, "zscore_train(concat(x_v)) projected on its first principal components fitted on "
+                                 "train, as many as the pretrained rows' embedding width (embedding_eval)", mixes=True)
+
+
+def references() -> tuple[str, ...]:
+    """Every reference row id, in board order (built-ins, then plugins by id)."""
+    return tuple(sorted(ROWS.available(), key=lambda r: (ROWS.get(r).board_order, r)))
+
+
+def is_reference(name: str) -> bool:
+    """Whether ``name`` is a registered reference row (nothing pretrained)."""
+    return name in ROWS
+
+
+def row_of(spec: Any, name: str) -> Row:
+    """The row ``name`` of benchmark spec ``spec``: a weights row (a name of ``spec.encoder_weights``), a
+    registered reference row, else the pretrained row of objective ``name``."""
+    if name in (getattr(spec, "encoder_weights", None) or {}):
+        return WeightsRow(name)
+    if name in ROWS:
+        return ROWS.get(name)(name)
+    return PretrainedRow(name)
+
+
+def available(pattern: str | None = None) -> list[str]:
+    """The reference rows (a glob over ids when ``pattern`` is given), in board order."""
+    chosen = set(matching(references(), pattern))
+    return [r for r in references() if r in chosen]
+
+
+def describe(row: str) -> list[str]:
+    """``fusebench list rows``'s lines for a reference row."""
+    return [f"{row}: reference row: {ROWS.get(row).description}"]
+
+
+def comparison_of(spec: Any) -> dict[str, str]:
+    """How the board compares the rows of benchmark spec ``spec`` (``spec.comparison`` with its defaults): the
+    fixed reference row of the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why
+    it was chosen. Every record carries it; the board takes it from the benchmark's current spec when it is
+    found (``fusebench.leaderboard.groups``), so a changed comparison needs no re-run."""
+    out = {k: v for k, v in spec.comparison.items() if v}
+    if "reference" not in out:
+        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
+        if ref:
+            out["reference"] = ref
+    out.setdefault("primary", spec.primary_metric)
+    return out
+
+
+#: the closing line of ``fusebench list rows``
+PRETRAINED_LINE = ("every objective id (fusebench list objectives) is a pretrained row: the benchmark's encoders "
+                   "pretrained with that objective, then evaluated by its downstream protocol")
+
+
+__all__ = ["BASELINE", "InputFeatureRow", "PRETRAINED_LINE", "PretrainedRow", "RAW", "ROWS", "RandomInitRow", "RawRow",
+           "Row", "WeightsRow", "available", "comparison_of", "describe", "is_reference", "references", "row_of"]
