@@ -37,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 
 from fusebench import benchmarks, objectives
 from fusebench.engine import loop
-from fusebench.cells import standard
+from fusebench.cells import head_protocol, standard
 from fusebench.cells.execute import run_cell
 from fusebench.spec.request import CellRequest, RunOptions
 from fusebench.runtime.utils import deferred_value_checks
@@ -125,7 +125,8 @@ def _count_cell(objective: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         finally:
             mode.active -= 1
 
-    monkeypatch.setattr(standard, "run_phase", counted)
+    monkeypatch.setattr(standard, "run_phase", counted)  # pretraining
+    monkeypatch.setattr(head_protocol, "run_phase", counted)  # the downstream head (linear_probe / finetune)
     monkeypatch.setattr(loop.Phase, "save", mode.paused(loop.Phase.save))
     monkeypatch.setattr(loop, "LOSS_READ_EVERY", 3)
     spec = benchmarks.load("quickstart", overrides={**TINY, **overrides})

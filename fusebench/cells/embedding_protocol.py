@@ -122,6 +122,14 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
                         fields=fields)
 
 
+def score(sc: Any, protocol: Any, timing: dict[str, Any], pretrained_state: Any = None, ckpt: Any = None
+          ) -> dict[str, Any]:
+    """The ``embedding_eval`` protocol's scorer (:meth:`fusebench.components.protocols.Protocol.score`): cell
+    ``sc``'s frozen embeddings, or its row's features, probed and clustered (:func:`embedding_eval_record`)."""
+    return embedding_eval_record(sc.request, sc.options, sc.flags, sc.data, sc.model, sc.pre_curves, sc.pretrain_time,
+                                 sc.wall, sc.context, timing, sc.dev, sc.from_inputs, extra_fields=sc.weights_fields)
+
+
 def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: torch.device, seed: int,
                     views: dict[str, list[Any]] | None, width: int | None) -> Any:
     """How the row's features are computed with views absent (:class:`fusebench.probes.missing_views.FeatureSource`):
@@ -154,4 +162,4 @@ def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: to
     return FeatureSource(names, None, masked)
 
 
-__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids"]
+__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids", "score"]

@@ -7,11 +7,12 @@ method:
 1. :meth:`StandardCell.pretrain`: the objective trains the encoders (and its projection heads) for
    ``pretrain.epochs`` (``objective_epochs`` / ``objective_batch_size`` where the spec sets them) in the
    phase loop of :mod:`fusebench.engine.loop`; ``last.pt`` every ``checkpoint_every`` steps, so a
-   resumed cell reaches the same result. Reference rows (``none``, ``raw``...) skip it.
-2. :meth:`StandardCell.downstream`: the protocol of ``downstream.protocol``: ``linear_probe`` (encoder
-   frozen, head trained) or ``finetune``, the best epoch on the validation split kept in ``best.pt`` and
-   the test split scored once with it, then representation diagnostics of the pretrained embeddings;
-   or ``embedding_eval`` (:mod:`fusebench.cells.embedding_protocol`).
+   resumed cell reaches the same result. A row that pretrains nothing (a reference or a weights row,
+   :mod:`fusebench.components.rows`) skips it.
+2. :meth:`StandardCell.downstream`: the protocol of ``downstream.protocol`` scores the cell
+   (:meth:`fusebench.components.protocols.Protocol.score`): ``linear_probe`` / ``finetune`` train the task head
+   (:mod:`fusebench.cells.head_protocol`), ``embedding_eval`` probes the frozen embeddings
+   (:mod:`fusebench.cells.embedding_protocol`).
 
 The record is built by :func:`fusebench.records.builder.build_record` and written once by
 :func:`fusebench.records.cell_file.write_record`.
@@ -19,7 +20,6 @@ The record is built by :func:`fusebench.records.builder.build_record` and writte
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Mapping
 
@@ -31,14 +31,13 @@ from fusebench.spec import precision
 from fusebench.engine import speed
 from fusebench.engine.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
 from fusebench.spec.config import BenchmarkSpec
-from fusebench.engine.data import (build_datasets, feeding, few_shot_subset, held_in_memory, input_dims,
-                                     make_loader, pretrain_batch_size, resolve_feed)
-from fusebench.engine.evaluate import embeddings, evaluate
+from fusebench.engine.data import (build_datasets, feeding, held_in_memory, input_dims, make_loader,
+                                   pretrain_batch_size, resolve_feed)
 from fusebench.engine.loop import Clock, Phase, PhaseHooks, StepBudget, run_phase
 from fusebench.engine.optim import build_optimizer, build_scheduler
 from fusebench.runtime.progress import progress_bar
 from fusebench.components.protocols import protocol_of
-from fusebench.records.builder import NO_BUDGET, build_record
+from fusebench.records.builder import NO_BUDGET
 from fusebench.records.cell_file import write_record
 from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, objective_hparams
@@ -285,8 +284,7 @@ class StandardCell:
     def downstream(self) -> dict[str, Any]:
         """The downstream protocol on the pretrained encoders; returns the record (not yet written; :meth:`run`
         adds ``numerics.speed``)."""
-        spec, objective, seed, data, dev, cell, model = (self.spec, self.objective, self.seed, self.data, self.dev,
-                                                        self.cell, self.model)
+        spec, model = self.spec, self.model
         pretrained_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         ckpt = self.ckpt if self.resumed_downstream else None
         if ckpt is not None:
@@ -297,118 +295,8 @@ class StandardCell:
                 self.budget_record = ckpt["pretrain_budget"]
         timing = {"resumed": self.ckpt is not None, "segments": {"wall": self.wall, "pretrain": self.pre_segments},
                   "budget": self.budget_record}
-        ds_cfg = spec.downstream
-        protocol = protocol_of(spec)
-        if protocol.frozen_features:
-            from fusebench.cells.embedding_protocol import embedding_eval_record
-
-            return embedding_eval_record(self.request, self.options, self.flags, data, model, self.pre_curves,
-                                         self.pretrain_time, self.wall, self.context, timing, dev, self.from_inputs,
-                                         extra_fields=self.weights_fields)
-        if ds_cfg.shots:
-            data["train"] = few_shot_subset(data["train"], ds_cfg.shots, seed)
-        probe = not protocol.trains_encoder
-        if probe:
-            for p in model.encoder_parameters():
-                p.requires_grad_(False)
-        params = list(model.head_parameters()) if probe else list(model.parameters())
-        opt = build_optimizer(params, "adamw", ds_cfg.lr, ds_cfg.weight_decay, spec.speed.optimizer_impl)
-        _, per_epoch = make_loader(data["train"], ds_cfg.batch_size, True, seed + 1, 0)
-        total = per_epoch * ds_cfg.epochs
-        sched = build_scheduler(opt, "cosine", total, 0)
-        phase = Phase("downstream", cell, spec.checkpoint_every, {"model": model, "optimizer": opt, "scheduler": sched})
-        scaler = precision.grad_scaler(self.policy, dev)
-        if scaler is not None:
-            phase.mods["grad_scaler"] = scaler
-        phase.config_hash, phase.data_fingerprint = spec.hash(self.objective), self.fingerprint
-        best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
-        if ckpt is not None:
-            phase.restore(ckpt)
-            best = ckpt["best"]
-        primary = spec.primary_metric
-        from fusebench import metrics as M
-
-        sign = 1.0 if M.get(primary).higher_is_better else -1.0
-
-        def extra() -> dict[str, Any]:
-            return {"best": best, "pretrain_curves": self.pre_curves, "pretrain_time": self.pretrain_time,
-                    "pretrain_budget": self.budget_record,
-                    "pretrain_time_segments_s": self.pre_segments, "wall_segments_s": self.wall.segments(),
-                    "pretrained_state": pretrained_state}
-
-        def optimise(loss: torch.Tensor) -> None:
-            opt.zero_grad(set_to_none=True)
-            precision.backward_step(loss, opt, scaler)
-            precision.step_scheduler(sched, scaler)
-
-        def task_loss(batch: dict[str, Any]) -> torch.Tensor:
-            return model.task_loss(model(batch), batch)
-
-        def epoch_start() -> None:
-            model.train()
-            if probe:
-                model.eval()  # frozen encoder: batch-norm statistics stay as pretrained
-
-        def epoch_end() -> None:  # select on the validation split only
-            nonlocal best
-            val = evaluate(model, data["val"], spec, dev, seed)
-            for k, v in val.items():
-                phase.curves.setdefault(f"val_{k}", []).append(v)
-            if self.trk:
-                self.trk.log_epoch("downstream", phase.epoch, {f"val_{k}": v for k, v in val.items()})
-            score = sign * val[primary]
-            if score > best["score"]:
-                best = {"epoch": phase.epoch, "val": val, "score": score}
-                utils.atomic_torch_save({"model": model.state_dict(), "epoch": phase.epoch, "val": val}, cell / "best.pt")
-
-        bar = progress_bar(total, phase.step, f"{self.request.where} {ds_cfg.protocol}", enabled=self.options.progress)
-        hooks = PhaseHooks(
-            host=lambda batch: model.check_batch(self.inputs(batch)),  # labels checked, format set before the copy
-            loss=task_loss,
-            optimise=optimise,
-            loader=lambda epoch, skip: make_loader(data["train"], ds_cfg.batch_size, True, seed + 1, epoch, skip=skip)[0],
-            on_epoch_start=epoch_start,
-            on_epoch_end=epoch_end,
-            extra=extra,
-            diverged=lambda v, step, epoch: (f"{spec.name}: downstream loss is {v} at step {step} (epoch {epoch}, "
-                                             f"objective {objective!r})"),
-        )
-        run_phase(phase, ds_cfg.epochs, hooks, dev, self.autocast, "downstream_loss", bar, self.budget,
-                  checkpoint_each_epoch=True, **self.track)
-        bar.close()
-        if best["epoch"] >= 0:
-            model.load_state_dict(torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"])
-        else:  # zero downstream epochs: score the model as it is
-            best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
-        test = evaluate(model, data["test"], spec, dev, seed)
-        fields = {**(self.missing_view_fields(model) or {}), **self.weights_fields}  # missing views, weights row
-
-        # diagnostics of the pretrained embeddings, then the record
-        from fusebench.components.diagnostics import representation_diagnostics
-
-        final_state = {k: v.clone() for k, v in model.state_dict().items()}
-        model.load_state_dict(pretrained_state)
-        diag = representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
-        model.load_state_dict(final_state)
-        return build_record(
-            self.request, self.options.synthetic, dev, self.flags, data,
-            curves={**self.pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],
-            wall_time=self.wall.total(), pretrain_time=self.pretrain_time, model=model, diagnostics=diag,
-            context=self.context, timing=timing, fields=fields,
-        )
-
-    def missing_view_fields(self, model: nn.Module) -> dict[str, Any] | None:
-        """``{"missing_views": ...}``: the selected model scoring the test split with missing views
-        (:func:`fusebench.probes.missing_views.head_missing_views`) when the protocol's options ask
-        (``missing_rates``, ``single_view``); None otherwise."""
-        from fusebench.probes.missing_views import head_missing_views, requested
-
-        rates, single = requested(self.spec)
-        if (not rates and not single) or self.options.selection_trial:  # a trial is scored on validation alone
-            return None
-        shown = [self.spec.comparison.get("primary") or self.spec.primary_metric]
-        return {"missing_views": head_missing_views(model, self.data["test"], self.spec, self.dev, self.seed, rates,
-                                                    single, shown)}
+        # the protocol scores the cell (fusebench.components.protocols: Protocol.scorer) and returns its record
+        return protocol_of(spec).score(self, timing=timing, pretrained_state=pretrained_state, ckpt=ckpt)
 
 
 __all__ = ["StandardCell", "build_model", "check_weights_fit", "encoder_config", "pretrain_extensions",

@@ -1,6 +1,10 @@
 """Downstream protocols (components layer): how a cell scores its (pretrained, random or reference)
 representation, each declared once, as a registry entry (``downstream.protocol`` of a spec):
 
+Each protocol scores a cell itself (:meth:`Protocol.score`: the function its ``scorer`` names;
+``fusebench.cells.head_protocol`` trains a task head, ``fusebench.cells.embedding_protocol`` probes frozen
+embeddings), so the cell does not branch on the protocol.
+
 * ``linear_probe``: the encoder frozen, the dataset's task head trained on it; the best epoch on the
   validation split kept, the test split scored once. Reference rows: ``none`` and ``raw`` (the probe on
   the input vectors, through the ``identity`` encoder; vector modalities only).
@@ -66,6 +70,19 @@ class Protocol:
     #: the key of ``spec.options`` holding the protocol's options, and the names it accepts there
     options_key: ClassVar[str | None] = None
     options: ClassVar[tuple[str, ...]] = ()
+    #: the function that scores a cell under this protocol, by import path (``"module:function"``), called as
+    #: ``function(cell, protocol, timing=..., pretrained_state=..., ckpt=...)`` and returning the cell's record;
+    #: imported on the first call (this module imports no torch). A plugin protocol names its own.
+    scorer: ClassVar[str] = "fusebench.cells.head_protocol:score"
+
+    @classmethod
+    def score(cls, cell: Any, **state: Any) -> dict[str, Any]:
+        """Score ``cell`` (a :class:`fusebench.cells.standard.StandardCell` after pretraining) under this
+        protocol: its :attr:`scorer` called with ``state`` (``timing``, ``pretrained_state``, ``ckpt``)."""
+        import importlib
+
+        module, _, function = cls.scorer.partition(":")
+        return getattr(importlib.import_module(module), function)(cell, cls, **state)
 
 
 @PROTOCOLS.register("linear_probe")
@@ -87,6 +104,7 @@ class EmbeddingEval(Protocol):
     reference_rows = ("none", "raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
     frozen_features = True
     options_key = "embedding_eval"
+    scorer = "fusebench.cells.embedding_protocol:score"
     options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
 
 
