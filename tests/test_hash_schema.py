@@ -302,3 +302,20 @@ def test_the_migration_refuses_a_record_whose_settings_would_change(tmp_path: Pa
     before = (tmp_path / "r" / "run.json").read_bytes()
     assert script.main([str(tmp_path)]) == 1
     assert (tmp_path / "r" / "run.json").read_bytes() == before  # nothing written
+
+
+def test_variant_of_names_another_benchmark_and_is_no_part_of_a_cell_identity() -> None:
+    """issue #31: ``variant_of`` only places the board in the index (out of the ranking, beside its base)."""
+    from fusebench.typed import ConfigError
+
+    base = benchmarks.load("mv-cub")
+    marked = benchmarks.load("mv-cub", overrides={"variant_of": "mv-hw2sources"})
+    assert marked.variant_of == "mv-hw2sources" and marked.hash("mv_infonce") == base.hash("mv_infonce")
+    for bad in ("mv-cub", "../up", "Mv-Cub"):
+        with pytest.raises(ConfigError, match="variant_of must be the id of another benchmark"):
+            benchmarks.load("mv-cub", overrides={"variant_of": bad})
+    # the committed 4x variants: their base's data and rows, 4x its epochs, no selection grid
+    for name, base_name in (("mv-hw2sources-4x", "mv-hw2sources"), ("mv-cub-4x", "mv-cub")):
+        v, b = benchmarks.load(name), benchmarks.load(base_name)
+        assert v.variant_of == base_name and v.pretrain.epochs == 4 * b.pretrain.epochs and not v.pretrain.grid
+        assert v.objectives == b.objectives and v.seeds == b.seeds and v.dataset == b.dataset

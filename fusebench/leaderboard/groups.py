@@ -310,7 +310,8 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
                      aliases=aliases, num_views=k, why=" ".join(comparison.get("why", "").split()),
                      reference_aliases=reference_aliases, compared_by=compared_by,
                      protocol_notes=dict(spec.protocol_notes) if spec is not None else None,
-                     family=spec_family(spec) if spec is not None else None)
+                     family=spec_family(spec) if spec is not None else None,
+                     variant_of=(spec.variant_of or None) if spec is not None else None)
     view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
     for info in infos:
         view.best[info.id] = None

@@ -52,6 +52,10 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
             continue
         if g.get("protocol") != "embedding_eval":
             continue
+        if g.get("variant_of"):  # a re-run of another board's data: counted once, under its base
+            skipped[name] = (f"a variant of {md_code(g['variant_of'])}, the same data with a changed setting: compared "
+                             f"with it under 'Variants'")
+            continue
         if g.get("direction") not in ("higher", "lower"):
             skipped[name] = f"primary metric {md_code(g.get('primary'))} has no known direction"
             continue
@@ -212,6 +216,77 @@ def _family_sections(families: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def variant_comparisons(boards: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each real-data board whose first group names a base board (``variant_of``, a benchmark id) that is
+    here too: the rows both rank (valid rows with a mean of the same primary metric), their ranks on each board
+    (rank 1 = best, ties share the average rank) and Kendall's tau-b between the two boards' means
+    (``scipy.stats.kendalltau``; None with fewer than 3 common rows). Sorted by variant name."""
+    from fusebench.leaderboard import stats
+    from fusebench.registry import valid_id
+
+    out = []
+    for name in sorted(boards):
+        groups = boards[name]["groups"]
+        g = groups[0] if groups else None
+        base = g.get("variant_of") if g else None
+        if not valid_id(base) or base not in boards or not boards[base]["groups"]:
+            continue
+        b = boards[base]["groups"][0]
+        if not isinstance(g.get("means"), dict) or not isinstance(b.get("means"), dict) or \
+                g.get("primary") != b.get("primary") or g.get("direction") not in ("higher", "lower"):
+            continue
+        rows = sorted(set(g["means"]) & set(b["means"]))
+        entry: dict[str, Any] = {"variant": name, "base": base, "primary": g["primary"], "rows": rows,
+                                 "means": {"base": {r: float(b["means"][r]) for r in rows},
+                                           "variant": {r: float(g["means"][r]) for r in rows}},
+                                 "ranks": {}, "tau": None, "p": None}
+        if len(rows) >= 2:
+            sign = 1.0 if g["direction"] == "higher" else -1.0
+            for which in ("base", "variant"):
+                ranks = stats.average_ranks([[sign * entry["means"][which][r] for r in rows]], higher_is_better=True)
+                entry["ranks"][which] = {r: float(ranks[0, j]) for j, r in enumerate(rows)}
+        if len(rows) >= 3:
+            from scipy.stats import kendalltau
+
+            res = kendalltau([entry["means"]["base"][r] for r in rows], [entry["means"]["variant"][r] for r in rows])
+            entry["tau"], entry["p"] = float(res.statistic), float(res.pvalue)
+        out.append(entry)
+    return out
+
+
+def _variant_sections(comparisons: list[dict[str, Any]]) -> list[str]:
+    """The index's 'Variants' section: each variant board's ranking beside its base board's."""
+    if not comparisons:
+        return []
+    from fusebench.leaderboard.columns import fmt_value, metric_info
+
+    out = ["", "### Variants", "",
+           "Boards that re-run another board's data with one setting changed (the spec's `variant_of`; what changed "
+           "is in the variant's protocol notes), each beside its base board: the rows both rank, their means of the "
+           "primary metric and their ranks on each (rank 1 = best; ties share the average rank), and Kendall's "
+           "tau-b between the two boards' means (1: the same order). A variant is not in the rankings above."]
+    for c in comparisons:
+        v, b, primary = c["variant"], c["base"], c["primary"]
+        unit = metric_info(primary, []).unit
+        out += ["", f"#### [{v}]({v}.md) against [{b}]({b}.md) ({md_code(primary)}{' (%)' if unit == 'fraction' else ''})",
+                ""]
+        if not c["ranks"]:
+            out.append("Fewer than 2 rows on both boards: nothing to compare.")
+            continue
+        out += [f"| row | {md_code(b)} | rank | {md_code(v)} | rank | change |", "|---|---|---|---|---|---|"]
+        order = sorted(c["rows"], key=lambda r: (c["ranks"]["variant"][r], r))
+        for r in order:
+            rb, rv = c["ranks"]["base"][r], c["ranks"]["variant"][r]
+            out.append(f"| {md_code(r)} | {fmt_value(unit, c['means']['base'][r])} | {rb:g} | "
+                       f"{fmt_value(unit, c['means']['variant'][r])} | {rv:g} | {rb - rv:+g} |")
+        tau = ("Kendall's tau-b between the two boards' means: not computed (fewer than 3 rows)" if c["tau"] is None
+               else f"Kendall's tau-b between the two boards' means over the {len(c['rows'])} rows: "
+                    f"{c['tau']:.3f} (p = {fmt_p(c['p'])})")
+        out += ["", f"{tau}; change: the row's rank on {md_code(b)} minus its rank on {md_code(v)} (positive: a "
+                    f"better place on the variant)."]
+    return out
+
+
 def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
                 ranking: dict[str, Any] | None = None) -> str:
     """The index markdown from ``{benchmark: board metadata}``: real data, the cross-dataset ranking of
@@ -248,6 +323,7 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
     out += [""] + _ranking_section(ranking, cd_plot)
     if "friedman" in ranking:
         out += _family_sections(family_rankings(boards, ranking))
+    out += _variant_sections(variant_comparisons(boards))
     out += ["", "## Synthetic studies", "",
             "Reproducible studies on data that is synthetic by design; rankings hold for that data only.", ""]
     out += [head] + rows["study"] if rows["study"] else ["None."]

@@ -77,6 +77,8 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
             "reference": view.reference}
     if view.family:  # the spec's modality family: the index ranks the boards of each family too
         meta["family"] = view.family
+    if view.variant_of:  # a re-run of another benchmark: out of the cross-dataset ranking, compared with its base
+        meta["variant_of"] = view.variant_of
     if view.ranked and view.primary:
         meta["direction"] = view.info(view.primary).direction
         # rounded to 12 decimals: means equal but for the order of summation rank as ties

@@ -114,6 +114,9 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     out += ["", f"{h} Protocol", "",
             f"- data: {KIND_TITLES[view.kind]} (dataset `{first.dataset.id}`"
             + (f"; modality family {md_text(view.family)}" if view.family else "") + ")",
+            *([f"- a variant of [{view.variant_of}]({view.variant_of}.md) (the same data and rows with the setting "
+               f"its protocol notes name changed): left out of the cross-dataset ranking, compared with that board in "
+               f"the index"] if view.variant_of else []),
             f"- model selection: {md_text(first.selection.get('rule', ''))}"]
     if view.ranked:
         ref = f"the fixed reference row `{view.reference}`" if view.reference else "no reference row: no tests"

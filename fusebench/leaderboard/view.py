@@ -43,6 +43,7 @@ class GroupView:
     # the protocol notes shown: the benchmark's current spec's (None: no spec found, the records' copies)
     protocol_notes: dict[str, str] | None = None
     family: str | None = None  # the spec's ``family`` (the index ranks each family's boards too); None: not set
+    variant_of: str | None = None  # the spec's ``variant_of``: the benchmark this board re-runs with a changed setting
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
     # reference rows merged because they are the same features for every probe (a subset of ``aliases``):

@@ -24,6 +24,7 @@ import yaml
 
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.typed import ConfigError, check_type, from_dict, load_yaml
+from fusebench.registry import valid_id
 
 
 @dataclass
@@ -153,6 +154,10 @@ class BenchmarkSpec:
     # the data's modality family (e.g. text, image, image+text; default: the dataset adapter's MODALITY_FAMILY):
     # the index ranks the objectives over the boards of each family with >= 3 boards too (issue #31)
     family: str = ""
+    # another benchmark this one re-runs with a changed setting (e.g. 4x the pretraining budget): its board stays
+    # out of the cross-dataset ranking (the data would count twice) and the index compares its ranking with the
+    # base board's (issue #31)
+    variant_of: str = ""
     options: dict[str, Any] = field(default_factory=dict)  # pipeline-specific settings
     synthetic: dict[str, Any] = field(default_factory=dict)  # dotted overrides for --synthetic
     # how the board compares the rows: {"reference": objective id the tests are against (e.g. raw),
@@ -226,7 +231,8 @@ HASH_SCHEMAS: tuple[int, ...] = (2, 3)
 #: (resume is exact), how the board compares rows, how batches are fetched (the same batches for any loader
 #: setting: tests/test_loader_workers.py)
 NOT_IDENTITY: tuple[str, ...] = ("description", "protocol_notes", "objectives", "seeds", "synthetic",
-                                 "checkpoint_every", "comparison", "loader", "selection_metric_why", "family")
+                                 "checkpoint_every", "comparison", "loader", "selection_metric_why", "family",
+                                 "variant_of")
 
 #: ``pretrain`` tables keyed by objective id: a cell's identity holds only its own objective's entry
 PER_OBJECTIVE: tuple[str, ...] = ("hparams", "grid", "objective_batch_size", "objective_epochs",
@@ -242,7 +248,7 @@ OMITTED_WHEN_DEFAULT: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("speed", "compile"), False), (("speed", "compile_mode"), "default"), (("speed",), {}),
     (("pretrain", "missing_rate"), 0.0),  # missing views in pretraining (issue #23)
     (("dataset", "outer_test_seed"), None), (("selection_metric_why",), ""),  # issue #30
-    (("family",), ""),  # issue #31
+    (("family",), ""), (("variant_of",), ""),  # issue #31
     (("encoder_weights",), {}),  # issue #32: pretrained encoders as rows
 )
 
@@ -526,6 +532,9 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (spec.family == "" or (isinstance(spec.family, str) and re.fullmatch(FAMILY_RULE, spec.family) is not None),
          f"family must be a lowercase modality family such as text, image or image+text (letters, digits, '+', "
          f"'-', '_', starting with a letter), got {spec.family!r}"),
+        (spec.variant_of == "" or (valid_id(spec.variant_of) and spec.variant_of != spec.name),
+         f"variant_of must be the id of another benchmark (the one this spec re-runs with a changed setting), "
+         f"got {spec.variant_of!r}"),
         (spec.dataset.outer_test_seed is None or (type(spec.dataset.outer_test_seed) is int
                                                   and 0 <= spec.dataset.outer_test_seed <= MAX_SEED),
          f"dataset.outer_test_seed must be null (off) or an integer seed in 0..{MAX_SEED}, "
@@ -550,7 +559,7 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(f"{source}: {msg}")
-    from fusebench.registry import ID_RULE, valid_id
+    from fusebench.registry import ID_RULE
 
     if not valid_id(spec.name):  # the name becomes a folder of run records: no path escapes
         raise ConfigError(f"{source}: name {spec.name!r} is not a valid benchmark id ({ID_RULE})")
