@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from fusebench.runtime.terminal_help import TerminalHelp
 from fusebench.typed import load_yaml
 
 
@@ -44,7 +45,7 @@ def _parse_opts(items: list[str]) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusebench data", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     sub = p.add_subparsers(dest="action", required=True)
     pp = sub.add_parser("prepare", help="build the fast cache of a dataset")
     pp.add_argument("name")

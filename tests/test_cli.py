@@ -33,3 +33,40 @@ def test_run_reports_bad_names_without_traceback(capsys) -> None:
     assert "k = 3" in capsys.readouterr().err
     assert main(["run", "nyuv2-seg"]) == 2
     assert "nyu_depth_v2_labeled.mat" in capsys.readouterr().err
+
+
+def test_bench_without_the_developer_benches_says_where_they_are(monkeypatch, capsys) -> None:
+    """#35: the developer benches (fusebench.perf) are not in the wheel; where they are absent, `fusebench bench`
+    says so in one line and exits 2 (tests/test_wheel.py checks the wheel leaves them out)."""
+    import importlib
+
+    from fusebench import cli
+
+    real = importlib.import_module
+
+    def without_perf(name, *args, **kwargs):
+        if name == cli.DEVELOPER_BENCHES:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", without_perf)
+    assert cli.main(["bench", "objectives"]) == 2
+    err = capsys.readouterr().err
+    assert "not part of an installed fusebench" in err and "fusebench/perf/" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [[], ["run"], ["list"], ["bench"], ["data"], ["data", "prepare"], ["leaderboard"],
+                                  ["status"], ["study"]])
+def test_help_is_written_for_a_terminal(argv, capsys) -> None:
+    """#35: --help shows the docstrings without their reStructuredText markup (``literal``, :mod:`...`)."""
+    from fusebench import cli
+
+    try:
+        code = cli.main([*argv, "--help"])
+    except SystemExit as e:  # argparse's --help
+        code = e.code
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: fusebench")
+    for markup in ("``", ":mod:`", ":func:`", ":class:`", ":meth:`", ":data:`", ":attr:`"):
+        assert markup not in out, f"{' '.join(argv)} --help shows {markup!r}"

@@ -3,6 +3,7 @@ environment, lists the shipped benchmarks and runs the quickstart (package data 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,9 +24,19 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def test_wheel_installs_and_runs_from_a_clean_environment(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
+    # built from a copy of the source files (tracked, or new and not ignored), as from a fresh clone: a checkout's
+    # own build/ folder (setuptools reuses build/lib) may hold modules that no longer exist, which would ship
+    src = tmp_path / "src"
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
+                             "pyproject.toml", "README.md", "fusebench", "objectives", "encoders", "datasets",
+                             "benchmarks"], capture_output=True, text=True, check=True).stdout.split()
+    for name in listed:
+        if (ROOT / name).is_file():  # (a tracked file deleted in the working tree is not copied)
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
     # no build isolation: the build backend (setuptools) comes from this environment, nothing is downloaded
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-          str(ROOT)], tmp_path)
+          str(src)], tmp_path)
     (wheel,) = wheels.glob("fusebench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"fusebench/benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("*.yaml")}
@@ -34,6 +45,7 @@ def test_wheel_installs_and_runs_from_a_clean_environment(tmp_path: Path) -> Non
         assert f"fusebench/datasets/{sub}/__init__.py" in names
     assert "fusebench/objectives/m3g.py" in names and "fusebench/encoders/mlp.py" in names
     assert "fusebench/cli/listing_builtins.json" in names  # `fusebench list`'s text of the built-ins
+    assert not [n for n in names if n.startswith("fusebench/perf/")]  # the developer benches stay in the checkout
     # a new environment that sees the installed dependencies (torch, ...) but not this checkout's editable install
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path)

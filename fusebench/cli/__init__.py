@@ -20,6 +20,8 @@ import argparse
 import importlib
 import sys
 
+from fusebench.runtime.terminal_help import TerminalHelp
+
 # subcommand -> (module, function taking argv list and returning an exit code, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "list": ("fusebench.cli.listing", "main", "list registered benchmarks|objectives|datasets|encoders|metrics|pipelines|rows"),
@@ -32,13 +34,17 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: the speed / memory benches for the suite's developers: in the source checkout, not in the wheel (pyproject.toml)
+DEVELOPER_BENCHES = "fusebench.perf"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="fusebench",
         description="Benchmark suite for multimodal and multi-view representation learning.",
         epilog=__doc__.split("Examples::", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=TerminalHelp,
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("command", nargs="?", choices=sorted(SUBCOMMANDS), metavar="COMMAND",
@@ -55,7 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module, func, _ = SUBCOMMANDS[ns.command]
     _plugin_warnings_on_one_line()
-    fn = getattr(importlib.import_module(module), func)
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except ModuleNotFoundError as e:
+        if e.name != DEVELOPER_BENCHES:
+            raise
+        print(f"fusebench {ns.command}: the developer benches ({DEVELOPER_BENCHES}, the folder fusebench/perf/ of "
+              f"the source repository) are not part of an installed fusebench; run this from a checkout "
+              f"(git clone, then pip install -e .)", file=sys.stderr)
+        return 2
     try:
         return int(fn(ns.args) or 0)
     except KeyboardInterrupt:

@@ -18,6 +18,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from fusebench.runtime.terminal_help import TerminalHelp
+
 KINDS = {
     "objectives": "fusebench.objectives",
     "datasets": "fusebench.datasets",
@@ -147,7 +149,7 @@ def _describe(kind: str, name: str, where: Path | None = None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fusebench list", description=__doc__)
+    parser = argparse.ArgumentParser(prog="fusebench list", description=__doc__, formatter_class=TerminalHelp)
     parser.add_argument("kind", choices=sorted(KINDS))
     parser.add_argument("pattern", nargs="?", default=None, help="glob over ids, e.g. 'infonce*'")
     parser.add_argument("--details", action="store_true",

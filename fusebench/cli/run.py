@@ -9,6 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
+from fusebench.runtime.terminal_help import TerminalHelp
+
 EXAMPLES = """examples:
   fusebench run quickstart
   fusebench run nyuv2-seg --objective m3g infonce_pwe --seeds 0 1 2 --data-root /data/nyuv2
@@ -77,7 +79,7 @@ def main(argv: list[str]) -> int:
     from fusebench.engine.trackers import TRACKERS
 
     p = argparse.ArgumentParser(prog="fusebench run", description=__doc__, epilog=EXAMPLES,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     p.add_argument("benchmark", help="benchmark id (fusebench list benchmarks)")
     p.add_argument("--objective", nargs="+", default=None, help="objective id(s); default: the benchmark's sweep")
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the benchmark's)")

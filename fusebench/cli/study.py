@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from fusebench.runtime.terminal_help import TerminalHelp
 from fusebench.studies import kviews
 from fusebench.studies.kviews import ARMS, BUDGET, COPIES_BASE, COPIES_MASK, COPIES_NOISE, OBJECTIVES, run_study
 from fusebench.leaderboard.kviews import render
@@ -18,7 +19,7 @@ from fusebench.leaderboard.kviews import render
 # ---------------------------------------------------------------------------------------------
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fusebench study kviews", description=kviews.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     p.add_argument("--benchmark", default="mv-handwritten")
     p.add_argument("--data-root", default=None)
     p.add_argument("--synthetic", action="store_true", help="the benchmark's synthetic twin (a smoke run)")
@@ -86,8 +87,13 @@ def main(argv: list[str]) -> int:
 
 def study_main(argv: list[str]) -> int:
     """``fusebench study NAME ...``; the one study is ``kviews``."""
+    usage = "usage: fusebench study kviews [--help]   (studies: kviews)"
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"{usage}\n\nStudies across benchmark variants; kviews: accuracy against the number of views "
+              f"(docs/kviews.md). fusebench study kviews --help for its options.")
+        return 0
     if not argv or argv[0] != "kviews":
-        print("usage: fusebench study kviews [--help]   (studies: kviews)", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     return main(argv[1:])
 

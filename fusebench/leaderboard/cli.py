@@ -66,6 +66,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from fusebench.runtime.terminal_help import TerminalHelp
+
 #: what ``--format`` accepts (:data:`fusebench.leaderboard.export.FORMATS`, checked equal by a test; written out
 #: here so that a regeneration with nothing to do imports neither the statistics nor the renderers)
 FORMATS = ("md", "csv", "json", "html", "tex")
@@ -76,7 +78,7 @@ def main(argv: list[str]) -> int:
     [--format md csv json]``; returns the exit status (2, with the error on stderr, for a missing folder,
     an invalid record or a refused group; argparse's 2 for an unknown format)."""
     p = argparse.ArgumentParser(prog="fusebench leaderboard", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     p.add_argument("--runs", default="leaderboards/runs", help="folder searched for run.json files")
     p.add_argument("--out", default="leaderboards", help="output folder for the markdown")
     p.add_argument("--no-plots", action="store_true")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from fusebench.runtime.terminal_help import TerminalHelp
+
 TARGETS = {
     "objectives": "fusebench.perf.objectives",
     "data": "fusebench.perf.data",
@@ -24,7 +26,8 @@ TARGETS = {
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fusebench bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fusebench bench", description=__doc__.split("\n\n")[0],
+                                     formatter_class=TerminalHelp)
     parser.add_argument("target", choices=sorted(TARGETS))
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)

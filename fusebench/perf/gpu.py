@@ -51,6 +51,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from fusebench.machine import cpu_model
+from fusebench.runtime.terminal_help import TerminalHelp
 from fusebench.spec import precision
 
 if TYPE_CHECKING:  # imported where used: `fusebench bench gpu --help` imports no torch
@@ -321,7 +322,7 @@ def format_issue_table(rows: list[dict[str, Any]]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusebench bench gpu", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     p.add_argument("--encoders", nargs="+", metavar="ID",
                    help=f"encoder ids (default: {' '.join(DEFAULT_BATCHES)}; none with --cell alone: pass --encoders)")

@@ -44,6 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fusebench.runtime.terminal_help import TerminalHelp
+
 
 def _copy_boards(boards: Path, runs: Path, dest: Path) -> None:
     """The files of ``boards`` (top level only) but what ``fusebench leaderboard --runs runs`` writes:
@@ -108,7 +110,7 @@ def _machine() -> str:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fusebench bench leaderboard", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     p.add_argument("--boards", default=None,
                    help="the committed board folder (copied, never written; default: the repository's leaderboards/)")
     p.add_argument("--runs", default=None, help="run records (default: <boards>/runs; read only)")

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fusebench.runtime.terminal_help import TerminalHelp
+
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -60,7 +62,7 @@ def run_cell(mode: str, out: Path, objective: str, overrides: list[str]) -> tupl
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fusebench bench threads", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     p.add_argument("--objective", default="infonce_pwe", help="the quickstart objective of the cell (default infonce_pwe)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec value of the cell, as fusebench run --set (repeatable)")

@@ -41,6 +41,7 @@ from fusebench.records import RecordError, check_record_file
 from fusebench.registry import ID_RULE, valid_id
 from fusebench.engine.locks import (GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, read_lock,
                                       slurm_jobs)
+from fusebench.runtime.terminal_help import TerminalHelp
 
 STATES = ("done", "running", "failed", "interrupted", "pending")
 UNREADABLE = "unreadable"  # a cell the leaderboard refuses (see the module docstring); listed only when present
@@ -160,7 +161,7 @@ def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path |
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fusebench status", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=TerminalHelp)
     p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
     p.add_argument("--benchmark", nargs="+", default=None,
                    help="only these benchmarks; their default sweep's missing cells count as pending")
