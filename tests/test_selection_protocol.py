@@ -267,3 +267,27 @@ def test_trials_run_in_parallel_give_the_records_and_choice_of_one_process(
         assert one["metrics"] == two["metrics"] and one["selection"] == two["selection"], rel
     evaluation = [json.loads((o / "mv-ngs" / "infonce_pwe" / "seed0" / "run.json").read_text()) for o in outs.values()]
     assert evaluation[0]["metrics"] == evaluation[1]["metrics"]
+
+
+def test_a_trial_computes_its_selection_metric_alone_and_the_value_of_the_full_evaluation(
+        tmp_path: Path, fixtures_dir: Path) -> None:
+    """#31 item 5: a hyper-parameter trial runs only the probe that gives its selection metric (here the 1-shot
+    probes: no linear probe, kNN, k-means or diagnostics), and its validation value is the one an evaluation
+    cell with the same seed and hyper-parameters computes with every probe."""
+    over = {**FAST, "pretrain.selection_seeds": [1000], "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}}
+    rec = fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=tmp_path / "sel",
+                        data_root=_ngs(fixtures_dir), overrides=over, progress=False)[0]
+    trial = json.loads((tmp_path / "sel" / ".selection" / "mv-ngs" / "infonce_pwe" / "trial0-tau0.1" / "mv-ngs"
+                        / "infonce_pwe" / "seed1000" / "run.json").read_text())
+    ones = {"fs1_best_acc", "fs1_acc", "fs1_proto_acc"}  # the 1-shot probes' numbers, nothing else
+    assert set(trial["metrics"]) == ones and set(trial["selection"]["val_metrics"]) == ones
+    assert "clustering" not in trial and trial["diagnostics"] == {} and "knn" not in trial["selection"]
+    assert "probe" not in trial["selection"] and list(trial["selection"]["fewshot"]["per_shot"]) == ["1"]
+    full_over = {**FAST, "pretrain.grid": {}, "pretrain.selection_seeds": [],
+                 "pretrain.hparams": {"infonce_pwe": {"tau": 0.1}}}
+    full = fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[1000], out=tmp_path / "full",
+                         data_root=_ngs(fixtures_dir), overrides=full_over, progress=False)[0]
+    assert set(full["metrics"]) == {*ones, "knn_acc", "acc"} and "clustering" in full
+    assert trial["selection"]["val_metrics"]["fs1_best_acc"] == full["selection"]["val_metrics"]["fs1_best_acc"]
+    assert trial["metrics"]["fs1_best_acc"] == full["metrics"]["fs1_best_acc"]
+    assert rec["hparam_selection"]["scores"][0]["val"] == full["selection"]["val_metrics"]["fs1_best_acc"]

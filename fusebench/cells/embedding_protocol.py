@@ -72,6 +72,9 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     kwargs.setdefault("fewshot_shots", [s for s in (1, 5, 10) if set(fewshot_ids(s)) & set(spec.metrics)])
     if "knn_acc" not in spec.metrics:
         kwargs.setdefault("knn_grid", ())
+    # a hyper-parameter trial is scored by its validation selection metric alone: only the probe that gives it
+    trial = trial_parts(spec.primary_metric) if options.selection_trial else None
+    kwargs.update(trial or {})
     reference = None
     if from_inputs:
         # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
@@ -82,8 +85,9 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     with phase("probes and clustering"):  # said while it runs when it takes more than a few seconds
         res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed, **kwargs)
     names = {"mf1": "macro_f1"}
-    val = {m: res[f"val_{names.get(m, m)}"] for m in spec.metrics if f"val_{names.get(m, m)}" in res}
-    test = {m: res.get(f"test_{names.get(m, m)}", res.get(m)) for m in spec.metrics}
+    computed = [m for m in spec.metrics if trial is None or f"test_{names.get(m, m)}" in res or m in res]
+    val = {m: res[f"val_{names.get(m, m)}"] for m in computed if f"val_{names.get(m, m)}" in res}
+    test = {m: res.get(f"test_{names.get(m, m)}", res.get(m)) for m in computed}
     missing = [m for m, v in test.items() if v is None]
     if missing:
         raise RunError(f"{spec.name}: the embedding_eval protocol does not compute metric(s) {missing}")
@@ -93,12 +97,13 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
             for m in fewshot_ids(s):
                 val.setdefault(m, res[f"val_{m}"])
                 test.setdefault(m, res[f"test_{m}"])
-    diag = {} if enc is None else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
+    diag = {} if enc is None or trial else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
     if enc is not None and not options.selection_trial:  # the frozen encoder the probes scored (no epoch: -1)
         from fusebench.runtime import utils
 
         utils.atomic_torch_save({"model": model.state_dict(), "epoch": -1, "val": val}, request.cell / "best.pt")
-    fields: dict[str, Any] = {"clustering": res["clustering"], **(extra_fields or {})}
+    fields: dict[str, Any] = {**({"clustering": res["clustering"]} if "clustering" in res else {}),
+                              **(extra_fields or {})}
     if "fewshot_probe" in res:
         fields["fewshot_probe"] = res["fewshot_probe"]
     if reference is not None:
@@ -120,6 +125,25 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
                         model=enc, diagnostics=diag, context=context,
                         selection={"rule": SELECTION_RULE, **{k: res[k] for k in ("probe", "fewshot", "knn") if k in res}},
                         fields=fields)
+
+
+def trial_parts(metric: str) -> dict[str, Any] | None:
+    """The :func:`~fusebench.probes.embedding_eval.probe_and_cluster` arguments that compute ``metric`` and no
+    other probe, for a hyper-parameter trial (scored by its validation value of the selection metric alone; the
+    parts share nothing but the z-scoring, so the value is the one the full evaluation gives); None: every part
+    (a metric these probes do not name)."""
+    import re
+
+    shot = re.fullmatch(r"fs(\d+)_(best_acc|acc|proto_acc)", metric)
+    if shot:
+        return {"fewshot_shots": [int(shot.group(1))], "knn_grid": (), "linear_probe": False, "cluster": False}
+    if metric == "knn_acc":
+        return {"fewshot_shots": [], "linear_probe": False, "cluster": False}
+    if metric in ("acc", "mf1"):
+        return {"fewshot_shots": [], "knn_grid": (), "cluster": False}
+    if metric in ("cluster_acc", "nmi", "ari"):
+        return {"fewshot_shots": [], "knn_grid": (), "linear_probe": False}
+    return None
 
 
 def score(sc: Any, protocol: Any, timing: dict[str, Any], pretrained_state: Any = None, ckpt: Any = None
@@ -162,4 +186,4 @@ def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: to
     return FeatureSource(names, None, masked)
 
 
-__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids", "score"]
+__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids", "score", "trial_parts"]

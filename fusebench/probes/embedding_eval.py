@@ -492,43 +492,11 @@ def knn_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.ndarray
     }
 
 
-def probe_and_cluster(
-    train_emb: Any, train_y: Any, val_emb: Any, val_y: Any, test_emb: Any, test_y: Any,
-    num_classes: int, seed: int, *,
-    l2_grid: Sequence[float] = DEFAULT_L2_GRID, probe_max_iter: int = 300,
-    cluster_on: str = "all", n_init: int = DEFAULT_N_INIT, kmeans_max_iter: int = 300,
-    fewshot_shots: Sequence[int] = DEFAULT_SHOTS, fewshot_draws: int = DEFAULT_DRAWS,
-    fewshot_l2_grid: Sequence[float] | None = None, knn_grid: Sequence[int] = DEFAULT_KNN_GRID,
-    cluster_standardize: str = "zscore",
-) -> dict[str, Any]:
-    """Linear probe (L2 chosen on val), few-shot probes, kNN probe and k-means ACC / NMI / ARI; see the
-    module doc. ``fewshot_l2_grid`` defaults to ``l2_grid``; ``fewshot_shots=()`` skips the few-shot
-    probes and ``knn_grid=()`` the kNN probe."""
+def _linear_probe(ztr: np.ndarray, zva: np.ndarray, zte: np.ndarray, ys: dict[str, np.ndarray], num_classes: int,
+                  grid: list[float], probe_max_iter: int) -> dict[str, Any]:
+    """Part (a) of :func:`probe_and_cluster`: the logistic probe on all training samples, L2 chosen on val."""
     from fusebench import metrics as M
 
-    num_classes = int(num_classes)
-    if num_classes < 2:
-        raise ValueError(f"probe_and_cluster: num_classes = {num_classes}, need at least 2")
-    if cluster_on not in ("all", "test"):
-        raise ValueError(f"probe_and_cluster: cluster_on={cluster_on!r} must be 'all' or 'test'")
-    if cluster_standardize not in CLUSTER_STANDARDIZE:
-        raise ValueError(f"probe_and_cluster: cluster_standardize={cluster_standardize!r} must be one of "
-                         f"{list(CLUSTER_STANDARDIZE)}")
-    grid = _l2_values(l2_grid, "l2_grid")
-    fs_grid = grid if fewshot_l2_grid is None else _l2_values(fewshot_l2_grid, "fewshot_l2_grid")
-    shots = _positive_ints(fewshot_shots, "fewshot_shots") if len(fewshot_shots) else []
-    draws = _positive_ints([fewshot_draws], "fewshot_draws")[0] if shots else 0
-    ks = _positive_ints(knn_grid, "knn_grid") if len(knn_grid) else []
-    xs = {s: _as_2d(e, f"{s}_emb") for s, e in (("train", train_emb), ("val", val_emb), ("test", test_emb))}
-    dims = {x.shape[1] for x in xs.values()}
-    if len(dims) != 1:
-        raise ValueError(f"probe_and_cluster: embedding widths differ between splits: "
-                         f"{ {s: x.shape[1] for s, x in xs.items()} }")
-    ys = {s: _as_labels(y, xs[s].shape[0], num_classes, f"{s}_y")
-          for s, y in (("train", train_y), ("val", val_y), ("test", test_y))}
-
-    # (a) linear probe, L2 chosen on val
-    ztr, zva, zte = standardize(xs["train"], xs["train"], xs["val"], xs["test"])
     fits = {}
 
     def score(l2: float) -> float:
@@ -554,6 +522,53 @@ def probe_and_cluster(
         },
     }
     out["val_mf1"], out["test_mf1"] = out["val_macro_f1"], out["test_macro_f1"]
+    return out
+
+
+def probe_and_cluster(
+    train_emb: Any, train_y: Any, val_emb: Any, val_y: Any, test_emb: Any, test_y: Any,
+    num_classes: int, seed: int, *,
+    l2_grid: Sequence[float] = DEFAULT_L2_GRID, probe_max_iter: int = 300,
+    cluster_on: str = "all", n_init: int = DEFAULT_N_INIT, kmeans_max_iter: int = 300,
+    fewshot_shots: Sequence[int] = DEFAULT_SHOTS, fewshot_draws: int = DEFAULT_DRAWS,
+    fewshot_l2_grid: Sequence[float] | None = None, knn_grid: Sequence[int] = DEFAULT_KNN_GRID,
+    cluster_standardize: str = "zscore", linear_probe: bool = True, cluster: bool = True,
+) -> dict[str, Any]:
+    """Linear probe (L2 chosen on val), few-shot probes, kNN probe and k-means ACC / NMI / ARI; see the
+    module doc. ``fewshot_l2_grid`` defaults to ``l2_grid``; ``fewshot_shots=()`` skips the few-shot
+    probes, ``knn_grid=()`` the kNN probe, ``linear_probe=False`` the linear probe and ``cluster=False``
+    k-means (a hyper-parameter trial scores its selection metric alone). Each part computes the same
+    numbers whichever others run: they share only the z-scoring, and the few-shot draws and k-means have
+    seeded generators of their own."""
+    from fusebench import metrics as M
+
+    num_classes = int(num_classes)
+    if num_classes < 2:
+        raise ValueError(f"probe_and_cluster: num_classes = {num_classes}, need at least 2")
+    if cluster_on not in ("all", "test"):
+        raise ValueError(f"probe_and_cluster: cluster_on={cluster_on!r} must be 'all' or 'test'")
+    if cluster_standardize not in CLUSTER_STANDARDIZE:
+        raise ValueError(f"probe_and_cluster: cluster_standardize={cluster_standardize!r} must be one of "
+                         f"{list(CLUSTER_STANDARDIZE)}")
+    grid = _l2_values(l2_grid, "l2_grid")
+    fs_grid = grid if fewshot_l2_grid is None else _l2_values(fewshot_l2_grid, "fewshot_l2_grid")
+    shots = _positive_ints(fewshot_shots, "fewshot_shots") if len(fewshot_shots) else []
+    draws = _positive_ints([fewshot_draws], "fewshot_draws")[0] if shots else 0
+    ks = _positive_ints(knn_grid, "knn_grid") if len(knn_grid) else []
+    xs = {s: _as_2d(e, f"{s}_emb") for s, e in (("train", train_emb), ("val", val_emb), ("test", test_emb))}
+    dims = {x.shape[1] for x in xs.values()}
+    if len(dims) != 1:
+        raise ValueError(f"probe_and_cluster: embedding widths differ between splits: "
+                         f"{ {s: x.shape[1] for s, x in xs.items()} }")
+    ys = {s: _as_labels(y, xs[s].shape[0], num_classes, f"{s}_y")
+          for s, y in (("train", train_y), ("val", val_y), ("test", test_y))}
+
+    # (a) linear probe, L2 chosen on val
+    ztr, zva, zte = standardize(xs["train"], xs["train"], xs["val"], xs["test"])
+    out: dict[str, Any] = {}
+    if linear_probe:
+        out.update(_linear_probe(ztr, zva, zte, ys, num_classes, grid, probe_max_iter))
+
 
     # (b) few-shot probes, L2 per shot count chosen on val (mean over draws)
     if shots:
@@ -581,21 +596,22 @@ def probe_and_cluster(
         out["knn"] = knn
 
     # (d) k-means
-    if cluster_on == "all":
-        xc = np.concatenate([xs["train"], xs["val"], xs["test"]])
-        yc = np.concatenate([ys["train"], ys["val"], ys["test"]])
-    else:
-        xc, yc = xs["test"], ys["test"]
-    zc = standardize(xc, xc)[0] if cluster_standardize == "zscore" else xc
-    labels, _, inertia = kmeans(zc, num_classes, seed, n_init=n_init, max_iter=kmeans_max_iter)
-    for mid in ("cluster_acc", "nmi", "ari"):
-        out[mid] = out[f"test_{mid}"] = float(M.get(mid)(labels, yc))
-    out["clustering"] = {
-        "on": cluster_on, "num_samples": int(yc.size), "k": num_classes, "n_init": int(n_init),
-        "init": "k-means++", "init_variant": "greedy, 2 + floor(ln k) candidates per centre",
-        "tol": KMEANS_TOL, "inertia": inertia, "seed": int(seed),
-        "standardize": "zscore_clustered_samples" if cluster_standardize == "zscore" else "none",
-    }
+    if cluster:
+        if cluster_on == "all":
+            xc = np.concatenate([xs["train"], xs["val"], xs["test"]])
+            yc = np.concatenate([ys["train"], ys["val"], ys["test"]])
+        else:
+            xc, yc = xs["test"], ys["test"]
+        zc = standardize(xc, xc)[0] if cluster_standardize == "zscore" else xc
+        labels, _, inertia = kmeans(zc, num_classes, seed, n_init=n_init, max_iter=kmeans_max_iter)
+        for mid in ("cluster_acc", "nmi", "ari"):
+            out[mid] = out[f"test_{mid}"] = float(M.get(mid)(labels, yc))
+        out["clustering"] = {
+            "on": cluster_on, "num_samples": int(yc.size), "k": num_classes, "n_init": int(n_init),
+            "init": "k-means++", "init_variant": "greedy, 2 + floor(ln k) candidates per centre",
+            "tol": KMEANS_TOL, "inertia": inertia, "seed": int(seed),
+            "standardize": "zscore_clustered_samples" if cluster_standardize == "zscore" else "none",
+        }
     return out
 
 
