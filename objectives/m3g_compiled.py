@@ -15,6 +15,13 @@ problem of this size spends its time on; docs/benchmarks-objectives.md)::
     d gap / d z = -2 (W + W^T) Z,  W = (J - Pi) / k^2 on the pairs l < m              (Danskin, Prop. 3.2)
     d gap / d x_r = (g_r - z_r <z_r, g_r>) / ||x_r||   (g_r / 1e-12 where the norm was clamped)
 
+Why this path, and what it gains: at the sizes of the CPU benchmarks (k = 3, n = 16-32) a solve takes about 4
+sweeps and the eager path's few hundred small tensor / numpy calls (2-5 us each, plus its 0.26-0.42 ms shell of
+normalisation, Gram matrix and gradient) cost more than the arithmetic. Measured (``fusebench bench objectives
+--vs ott``, docs/benchmarks-objectives.md): at k = 3, n = 16 the eager path took 2.18x ott-jax's time and 1.03x at
+n = 32; compiled, about 45 us of kernel and 0.30-0.37 ms per forward + backward in the side-by-side bench, below
+ott-jax at both (at most 0.87x over the 20 configurations both libraries run).
+
 Everything is computed in float64 whatever the input dtype (the result is cast back to the views' dtype,
 float32 for half-precision inputs, which the objective base class upcasts), so the range
 guard below is that of float64 and float32 inputs keep the scaling domain at eps where the eager

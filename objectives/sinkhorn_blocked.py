@@ -27,6 +27,12 @@ The range guard's running maxima only grow, so the guard passing at the end of a
 check inside it (``RANGE_CHECK_EVERY``); only when it fails at the end are the checks inside the block redone, from
 the history slots (one more read each; the solve then usually goes to the log domain anyway).
 
+Why this path, and what it gains: on a GPU the per-sweep loop waits for the device after every sweep (one host
+read of the stopping error), and the device idles while the host decides and launches the next sweep; a solve of S
+sweeps here reads the device ceil(S / B) times. Its gain has not been measured yet: no GPU has been available to
+the project (issue #33; ``fusebench bench gpu`` measures it where one is, docs/gpu.md). On the CPU it is off by
+default (the per-sweep loop has no device to wait for).
+
 On CUDA the call lists of a solve (start: the kernels' fixed factors and the initial scalings; each slot; the
 block's end; the finish: the first block again, the pair marginals, the maxima and the mass) are captured as CUDA
 graphs on a plan's second solve (the first runs them eagerly, which warms the libraries up), so a sweep is one
