@@ -15,7 +15,7 @@ Why this path, and what it gains: the reference solver (:func:`~fusebench.object
 Algorithm 1 on the materialised n^k cost tensor, the equation of :mod:`fusebench.objectives.m3g` as written)
 takes one exp per entry per marginal; this path runs the same iterates through GEMMs over ``n^(k-2)``-sized
 factors of the pairwise kernels. Measured (``fusebench bench objectives``, docs/benchmarks-objectives.md): at
-k = 4, n = 64, d = 256, float64 a forward + backward takes 13.2 ms here against 4088 ms for the reference (310x),
+k = 4, n = 64, d = 256, float64 a call takes 13.2 ms here against 4088 ms for the reference (310x),
 values equal to 2.2e-16, the same iteration count; k = 6, n = 32 (32^6, about 1.1e9 cost entries for the
 reference) runs in 0.5-0.7 s here.
 
