@@ -49,7 +49,7 @@ def _rerun(benchmark: str, objective: str, device: str, out: Path, data_root: st
 
 
 def _check(committed: dict, rec: dict, device: str) -> None:
-    assert rec["config_hash"] == committed["config_hash"] and rec["precision"] == "32"
+    assert rec["config_hash"] == committed["config_hash"] and rec["config"]["precision"] == "32"
     num = rec["numerics"]
     assert num["device_type"] == torch.device(device).type
     assert num["cuda_tf32_matmul"] is False and num["cuda_tf32_conv"] is False and num["autocast_dtype"] is None

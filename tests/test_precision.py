@@ -4,6 +4,7 @@ comparability key, what a record says, what a board shows, and runs under each p
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record, RecordError
+from fusebench.records.schema import REPEATED_FIELDS
 from fusebench.spec import precision
 from fusebench.sweep import runner
 from fusebench.spec.config import ConfigError
@@ -98,9 +100,9 @@ def test_autocast_reaches_the_encoders_and_the_record_says_so(name, dtype, tmp_p
     spec = benchmarks.load("quickstart", overrides={**TINY, "precision": name})
     rec = run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(progress=False))
     assert seen and set(seen) == {dtype}  # the encoders' (projection heads') outputs in the policy's dtype
-    assert rec["precision"] == name
+    assert rec["config"]["precision"] == name and "precision" not in rec  # stated once (schema 3)
     num = rec["numerics"]
-    assert num["precision"] == name and num["device_type"] == "cpu" and num["cuda_version"] is None
+    assert "precision" not in num and num["device_type"] == "cpu" and num["cuda_version"] is None
     assert num["autocast_dtype"] == (None if name == "32" else str(dtype).removeprefix("torch."))
     assert num["grad_scaler"] is (name == "16-mixed")
     assert num["deterministic_algorithms"] is True and num["cudnn_benchmark"] is False
@@ -159,13 +161,32 @@ def test_runs_of_different_precisions_are_never_one_group(tmp_path: Path) -> Non
 
 def test_an_edited_precision_is_refused(tmp_path: Path) -> None:
     a, _ = _record_pair(tmp_path)
-    edited = {**a, "precision": "bf16-mixed"}
+    assert a["schema_version"] == 3 and "precision" not in a  # stated once, in config (issue #35)
+    old = {**a, "schema_version": 2, "precision": "bf16-mixed"}  # a schema-2 record repeats it: it must agree
     with pytest.raises(RecordError, match=r"field 'precision': expected '32', the precision in config"):
-        validate_record(edited, "run.json")
+        validate_record(old, "run.json")
     bad_cfg = {**a, "config": {**a["config"], "precision": "fp8"}}
     bad_cfg.pop("hash_schema", None)  # (else the stored hash no longer matching the config is found first)
     with pytest.raises(RecordError, match=r"config\.precision"):
         validate_record(bad_cfg, "run.json")
+
+
+@pytest.mark.parametrize("dotted", sorted(REPEATED_FIELDS))
+def test_a_schema_3_record_states_each_value_once(dotted: str, tmp_path: Path) -> None:
+    """Issue #35: the precision, the protocol notes and the seed are fields of a schema-3 record once; a copy
+    of one is refused, naming the field it repeats. The board reads the notes from config (the same text)."""
+    a, _ = _record_pair(tmp_path)
+    rec = validate_record(a, "run.json")
+    assert rec.protocol == a["config"]["protocol_notes"] and rec.precision == a["config"]["precision"]
+    head, _, leaf = dotted.partition(".")
+    edited = json.loads(json.dumps(a))
+    if leaf:
+        edited.setdefault(head, {})[leaf] = a["seed"] if leaf == "seed" else "32"
+    else:
+        edited[head] = {"python": 0} if head == "seeds" else ({} if head == "protocol" else "32")
+    with pytest.raises(RecordError, match=rf"field '{re.escape(dotted)}': expected no such field in a schema-3 "
+                                          rf"record: it repeats {re.escape(REPEATED_FIELDS[dotted])}"):
+        validate_record(edited, "run.json")
 
 
 # ---- issue 33: the TF32 switches inside objectives and metrics; the blocked solver's key -------------------------

@@ -117,9 +117,11 @@ def test_records_are_immutable_and_sweeps_skip_finished_cells(tmp_path: Path) ->
     again = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert again == recs and path.read_bytes() == before
     rec = recs[0]
-    for key in ("suite_version", "git", "config", "config_hash", "dataset", "device", "seeds", "determinism",
+    for key in ("suite_version", "git", "seed", "config", "config_hash", "dataset", "device", "determinism",
                 "curves", "metrics", "selection", "wall_time_s", "peak_memory_mb", "parameters", "diagnostics"):
         assert key in rec, key
+    for key in ("seeds", "precision", "protocol"):  # each value once (schema 3): seed, config.precision / notes
+        assert key not in rec, key
     assert rec["dataset"]["manifest_hash"] == "synthetic"
     assert set(rec["diagnostics"]) == {"alignment", "uniformity", "effective_rank"}
     assert not list(path.parent.glob(".run.json*"))

@@ -365,7 +365,7 @@ def test_real20_runs_end_to_end(real20: Path, tmp_path: Path) -> None:
         assert ds["synthetic"] is False and ds["manifest_hash"] != "synthetic" and ds["id"] == "sunrgbd"
         assert Path(ds["root"]).resolve() == real20.resolve()
         assert on_disk["config"]["dataset"]["options"]["version"] == "v1"
-        assert "ranks nothing" in on_disk["protocol"]["scale"]
+        assert "ranks nothing" in on_disk["config"]["protocol_notes"]["scale"]
         curves = on_disk["curves"]
         assert curves["downstream_loss"] and all(math.isfinite(x) for x in curves["downstream_loss"])
         assert len(curves["downstream_loss"]) == 2  # 10 train frames in batches of 5, one epoch

@@ -102,8 +102,9 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
         from fusebench.runtime import utils
 
         utils.atomic_torch_save({"model": model.state_dict(), "epoch": -1, "val": val}, request.cell / "best.pt")
-    fields: dict[str, Any] = {**({"clustering": res["clustering"]} if "clustering" in res else {}),
-                              **(extra_fields or {})}
+    # k-means is seeded with the run's seed, which the record states once ("seed")
+    fields: dict[str, Any] = {**({"clustering": {k: v for k, v in res["clustering"].items() if k != "seed"}}
+                                 if "clustering" in res else {}), **(extra_fields or {})}
     if "fewshot_probe" in res:
         fields["fewshot_probe"] = res["fewshot_probe"]
     if reference is not None:

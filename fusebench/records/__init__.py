@@ -18,12 +18,18 @@ Schema versions
   ``comparability_key: str`` (:func:`comparability_key` of the record) and a dataset identity
   ``dataset: {"id", "synthetic": bool, "manifest_hash": str, "fingerprint": null |
   {"files": [[relpath, size], ...], "sha256": str}}``.
+* **3** — version 2 with each value stated once (issue #35): no top-level ``precision`` or
+  ``numerics.precision`` (``config.precision`` holds it), no ``protocol`` (``config.protocol_notes``; the
+  reader's :attr:`RunRecord.protocol` is read from there), no ``seeds``, ``determinism.seed`` or
+  ``clustering.seed`` (python, numpy, torch and k-means are seeded with ``seed``). A schema-3 record holding
+  one of them is refused, naming the field it repeats (:data:`~fusebench.records.schema.REPEATED_FIELDS`).
+  Records of versions 1 and 2 are read as before.
 
-Both versions may carry ``hash_schema`` (``2``: ``config_hash`` is
+Every version may carry ``hash_schema`` (``2``: ``config_hash`` is
 :func:`fusebench.spec.config.config_hash` of the record's ``config`` and ``objective``, checked
 here; every committed record was migrated to it), ``finished_at`` (UTC ISO 8601 time the record was
-written; the board's text is the newest record's), ``precision`` (the run's precision policy, one of
-:data:`fusebench.spec.precision.PRECISIONS`; it must equal ``config.precision``; records of hash
+written; the board's text is the newest record's), ``precision`` (versions 1 and 2: the run's precision
+policy, one of :data:`fusebench.spec.precision.PRECISIONS`; it must equal ``config.precision``; records of hash
 schema 1 left it out at the default ``32``) and ``numerics`` (a mapping: device name, CUDA / cuDNN versions,
 deterministic settings, TF32 switches; :func:`fusebench.spec.precision.numerics`). A record
 without them was made at ``32``: every record before the precision policy was made on the CPU.

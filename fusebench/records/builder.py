@@ -122,11 +122,12 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "device": str(device),
         "host": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
                  "cpu_count": os.cpu_count(), "world_size": distributed.world_size()},
-        "seeds": {"python": seed, "numpy": seed, "torch": seed},
-        "determinism": {k: v for k, v in flags.items() if k != "numerics"},
-        # the precision policy and what decided the numbers on this device (fusebench/spec/precision.py)
-        "precision": precision.check(spec.precision),
-        "numerics": flags.get("numerics") or precision.numerics(precision.get(spec.precision), torch.device(device)),
+        # the seed (python, numpy and torch are seeded with it) and the precision policy are stated once, as
+        # "seed" and config.precision (schema 3): the determinism switches and what decided the numbers here
+        "determinism": {k: v for k, v in flags.items() if k not in ("numerics", "seed")},
+        "numerics": {k: v for k, v in (flags.get("numerics") or precision.numerics(precision.get(spec.precision),
+                                                                                torch.device(device))).items()
+                     if k != "precision"},
         "curves": curves,
         "selection": {"rule": f"best validation {spec.primary_metric} over downstream epochs "
                               f"(split {spec.dataset.val_split!r}); test scored once with the selected weights",
@@ -141,7 +142,6 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "peak_memory_mb": utils.peak_memory_mb(device),
         "parameters": sum(p.numel() for p in model.parameters()) if model is not None else 0,
         "diagnostics": diagnostics,
-        "protocol": spec.protocol_notes,
         "hparams": objective_hparams(spec, objective, context) if row_of(spec, objective).pretrains else {},
         "hparam_selection": (context or {}).get("hparam_selection", {}).get(objective),
         # sha256 of the frozen selection file the cell's hyper-parameters came from (fusebench.sweep.selection)

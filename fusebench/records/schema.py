@@ -22,11 +22,16 @@ from fusebench.spec.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
 from fusebench.spec.config import config_hash as cell_config_hash
 from fusebench.registry import ID_RULE, valid_id
 
-SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSIONS = (1, 2, 3)
 #: ``hash_schema`` values a record may state (records without the field predate the migration to schema 2)
 HASH_SCHEMAS = _READABLE_HASH_SCHEMAS  # each record's hash is checked under its own schema
 #: what a run writes today (the runner sets its SCHEMA_VERSION to this)
-CURRENT_SCHEMA_VERSION = 2
+CURRENT_SCHEMA_VERSION = 3
+#: fields a schema-3 record does not have because they repeat another (issue #35): dotted field -> the field that
+#: holds the value (the record's seed seeds python, numpy and torch, the determinism switches and k-means)
+REPEATED_FIELDS = {"precision": "config.precision", "numerics.precision": "config.precision",
+                   "protocol": "config.protocol_notes", "seeds": "seed", "determinism.seed": "seed",
+                   "clustering.seed": "seed"}
 #: leaderboard section of a board (``config.options.board``); see docs/leaderboards.md
 BOARD_KINDS = ("study", "pipeline_check")
 DIRECTIONS = ("higher", "lower")
@@ -569,9 +574,18 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     selection = _mapping(obj.get("selection") or {}, path, "selection")
     if "rule" in selection:
         _str(selection["rule"], path, "selection.rule")
-    protocol = _mapping(obj.get("protocol") or {}, path, "protocol")
+    if version >= 3:
+        for dotted, source in REPEATED_FIELDS.items():
+            head, _, leaf = dotted.partition(".")
+            there = head in obj if not leaf else isinstance(obj.get(head), dict) and leaf in obj[head]
+            if there:
+                raise RecordError(path, dotted, f"no such field in a schema-{version} record: it repeats {source}")
+        protocol = _mapping(cfg.get("protocol_notes") or {}, path, "config.protocol_notes")
+        where = "config.protocol_notes"
+    else:
+        protocol, where = _mapping(obj.get("protocol") or {}, path, "protocol"), "protocol"
     for k, v in protocol.items():
-        _str(v, path, f"protocol.{k}")
+        _str(v, path, f"{where}.{k}")
     config_hash = obj.get("config_hash")
     if config_hash is not None:
         _str(config_hash, path, "config_hash")
