@@ -82,10 +82,20 @@ def run_case(root: Path | None, args: list[str], out: Path, threads: int) -> dic
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    records = {str(p.relative_to(out)): json.loads(p.read_text()).get("metrics")
+    records = {str(p.relative_to(out)): _compared(json.loads(p.read_text()), p.relative_to(out))
                for p in sorted(out.rglob("run.json"))}
     return {"cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), "wall_s": wall,
             "records": records}
+
+
+def _compared(record: dict[str, Any], where: Path) -> Any:
+    """What must not change between the checkouts: an evaluation cell's metrics; a hyper-parameter trial's
+    (under ``.selection/``) validation value of its selection metric, the number the selection reads (a trial
+    computes its selection metric alone since issue #31 item 5, so its other metrics are not compared)."""
+    if ".selection" not in where.parts:
+        return record.get("metrics")
+    selection = record.get("selection") or {}
+    return (selection.get("val_metrics") or {}).get(selection.get("metric"))
 
 
 def main(argv: list[str]) -> int:
@@ -110,7 +120,7 @@ def main(argv: list[str]) -> int:
     print(f"CPU seconds (user + system) of one `fusebench run` per case, imports included, OMP_NUM_THREADS="
           f"{ns.threads}; wall seconds in brackets")
     head = "| case | " + " | ".join(f"{label} CPU s (wall)" for label, _ in trees) + " | runs |"
-    head += " new / old CPU | same metrics |" if ns.old is not None else ""
+    head += " new / old CPU | same results |" if ns.old is not None else ""
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for name, got in rows:
