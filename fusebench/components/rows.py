@@ -44,6 +44,9 @@ class Row:
     objective: str | None = None
     #: where a reference row stands among the reference rows on a board and in ``fusebench list rows``
     board_order: ClassVar[int] = 100
+    #: the features mix the views (a projection of their concatenation): with a view absent they are computed
+    #: again from the imputed inputs instead of blanking that view's columns
+    mixes_views: ClassVar[bool] = False
 
     def __init__(self, name: str) -> None:
         self.id = name
@@ -77,10 +80,6 @@ class Row:
         """``(features {split: [n, D]}, record, cluster_standardize)`` of an input-feature row, fitted on
         ``views["train"]`` (:func:`fusebench.components.reference_features.reference_features`)."""
         raise NotImplementedError(f"row {self.id!r} computes no features from the inputs")
-
-    #: the features mix the views (a projection of their concatenation): with a view absent they are computed
-    #: again from the imputed inputs instead of blanking that view's columns
-    mixes_views: ClassVar[bool] = False
 
 
 class PretrainedRow(Row):
