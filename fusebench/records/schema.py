@@ -485,7 +485,7 @@ def _validate_dataset(ds: Any, path: str, version: int) -> DatasetIdentity:
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise RecordError(path, "dataset.data_file.sha256", "64 lowercase hex digits", sha)
     check = ds.get("data_check")
-    if check is not None:  # written by a run whose splits share samples (record_builder.split_overlap)
+    if check is not None:  # written by a run whose splits share samples (records.builder.split_overlap)
         check = _mapping(check, path, "dataset.data_check")
         if check.get("kind") != "pipeline_check":
             raise RecordError(path, "dataset.data_check.kind", "'pipeline_check'", check.get("kind"))
