@@ -40,3 +40,63 @@ def test_reference_rows_follow_the_protocol() -> None:
     assert "applies to the embedding_eval and linear_probe protocols only" in compat._incompatibility(tuned, "raw")
     ev = benchmarks.load("mv-handwritten")
     assert all(compat._incompatibility(ev, r) is None for r in ("none", *REFERENCE_KINDS))
+
+
+def nearest_neighbour_score(cell, protocol, timing, pretrained_state=None, ckpt=None):
+    """A plugin protocol's scorer (the test's): 1-nearest-neighbour test accuracy (cosine) of the frozen
+    embeddings, train split as the memory; validation scored the same way."""
+    import torch
+
+    from fusebench.engine.evaluate import features
+    from fusebench.records.builder import build_record
+
+    xs = {r: features(cell.model, cell.data[r], cell.spec, cell.dev, cell.seed) for r in ("train", "val", "test")}
+    bank = torch.nn.functional.normalize(xs["train"][0].double(), dim=1)
+
+    def acc(split: str) -> float:
+        q = torch.nn.functional.normalize(xs[split][0].double(), dim=1)
+        pred = xs["train"][1][(q @ bank.T).argmax(dim=1)]
+        return float((pred == xs[split][1]).double().mean())
+
+    return build_record(cell.request, cell.options.synthetic, cell.dev, cell.flags, cell.data, curves=cell.pre_curves,
+                        val={"acc": acc("val")}, test={"acc": acc("test")}, best_epoch=-1, wall_time=cell.wall.total(),
+                        pretrain_time=cell.pretrain_time, model=cell.model, diagnostics={}, context=cell.context,
+                        timing=timing, fields=cell.weights_fields)
+
+
+def test_a_plugin_protocol_scores_a_cell_without_a_pipeline_of_its_own(monkeypatch, tmp_path) -> None:
+    """#35: a protocol owns its scoring (``scorer``); a registered protocol runs in the standard pipeline, its
+    scorer called with the cell after pretraining (the pretrained row's budget is spent, the reference row's is
+    not), and no other protocol's code scores it. A frozen-features protocol without a scorer of its own is
+    refused when the spec loads."""
+    import fusebench
+    from fusebench.components.protocols import Protocol
+
+    class NearestNeighbour(Protocol):
+        frozen_features = True
+        scorer = f"{__name__}:nearest_neighbour_score"
+
+    reg = PROTOCOLS
+    reg.available()
+    for attr in ("_entries", "_meta", "_lazy", "_origin", "_plugin_of"):
+        monkeypatch.setattr(reg, attr, dict(getattr(reg, attr)))
+    reg.register("nn1")(NearestNeighbour)
+    import fusebench.cells.embedding_protocol as E
+
+    monkeypatch.setattr(E, "embedding_eval_record", lambda *a, **k: pytest.fail("the embedding_eval scorer ran"))
+    over = {"downstream.protocol": "nn1", "metrics": ["acc"], "comparison": {"reference": "none", "primary": "acc"},
+            "options": {}, "pretrain.grid": {}, "pretrain.selection_seeds": []}
+    recs = fusebench.run("mv-hw2sources", objective=["none", "mv_infonce"], seeds=[0], out=tmp_path, synthetic=True,
+                         overrides=over, progress=False)
+    assert [r["objective"] for r in recs] == ["none", "mv_infonce"]
+    for r in recs:
+        assert set(r["metrics"]) == {"acc"} and 0.0 <= r["metrics"]["acc"] <= 1.0
+        assert r["config"]["downstream"]["protocol"] == "nn1"
+    assert recs[1]["budget"]["optimizer_steps"] > 0 and recs[0]["budget"]["optimizer_steps"] == 0
+
+    class Unscored(Protocol):
+        frozen_features = True  # but the default scorer trains a task head: refused
+
+    reg.register("unscored")(Unscored)
+    with pytest.raises(ConfigError, match=r"downstream.protocol 'unscored' scores frozen features but names no scorer"):
+        benchmarks.load("mv-hw2sources", overrides={**over, "downstream.protocol": "unscored"})

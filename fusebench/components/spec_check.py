@@ -19,7 +19,7 @@ from fusebench.registry import closest
 from fusebench.tasks import TASKS
 from fusebench.spec.config import PER_OBJECTIVE, BenchmarkSpec, ConfigError, read_spec
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
-from fusebench.components.protocols import PROTOCOLS, EmbeddingEval, missing_view_problems, protocol_of
+from fusebench.components.protocols import PROTOCOLS, Protocol, missing_view_problems, protocol_of
 from fusebench.components.rows import is_reference
 from fusebench.typed import from_dict
 
@@ -89,9 +89,10 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
         return [f"downstream.protocol {spec.downstream.protocol!r} is not a registered protocol; valid: "
                 f"{', '.join(PROTOCOLS.available())}"]
     protocol = protocol_of(spec)
-    if protocol.frozen_features and protocol is not EmbeddingEval and spec.pipeline == "standard":
-        return [f"downstream.protocol {spec.downstream.protocol!r} scores frozen features, which the standard "
-                f"pipeline does only with embedding_eval's probes; give the protocol its own pipeline"]
+    if protocol.frozen_features and protocol.scorer == Protocol.scorer:
+        return [f"downstream.protocol {spec.downstream.protocol!r} scores frozen features but names no scorer of its "
+                f"own (its scorer is the task-head training of linear_probe / finetune, {Protocol.scorer}); set the "
+                f"protocol's scorer to the function that scores a cell ('package.module:function')"]
     given = spec.options.get(protocol.options_key) if protocol.options_key else None
     if given is None:
         return missing_view_problems(spec, _views_known_now(spec))
