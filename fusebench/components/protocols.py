@@ -28,8 +28,9 @@ entries absent) and / or ``instance`` (a fraction r of the samples incomplete);
 A protocol declares what the rest of the suite asks of it: its reference rows (which pseudo-objectives
 a benchmark of it may list), whether it trains the encoder, whether it scores frozen features with its
 own probes instead of a task head, and the spec options it reads (checked when a spec is loaded).
-Plugins come through the entry-point group ``fusebench.protocols``; a plugin protocol that scores
-frozen features also needs a cell that runs it (a pipeline, :mod:`fusebench.pipelines`).
+Plugins come through the entry-point group ``fusebench.protocols``; a plugin protocol runs in the standard
+pipeline through its own ``scorer`` (one that scores frozen features must name one: the default trains a task
+head).
 """
 
 from __future__ import annotations
