@@ -287,21 +287,24 @@ def test_a_variant_board_is_compared_with_its_base_and_left_out_of_the_ranking()
     #   pairs (6): only (p, q) is discordant -> Kendall tau-b = (5 - 1) / 6 = 2/3 (no ties)
     from fusebench.leaderboard.index import build_index, variant_comparisons
 
-    means = {"a": {"p": 0.5, "q": 0.6, "r": 0.4, "s": 0.3}, "b": {"p": 0.9, "q": 0.8, "r": 0.7, "s": 0.6},
-             "b4x": {"p": 0.84, "q": 0.85, "r": 0.7, "s": 0.5}}
+    #   the reference row `raw` (the same features on both boards) is ranked but left out of tau
+    means = {"a": {"p": 0.5, "q": 0.6, "r": 0.4, "s": 0.3, "raw": 0.2}, "b": {"p": 0.9, "q": 0.8, "r": 0.7, "s": 0.6,
+                                                                         "raw": 0.1},
+             "b4x": {"p": 0.84, "q": 0.85, "r": 0.7, "s": 0.5, "raw": 0.1}}
     boards = {n: {"groups": [{"kind": "real", "protocol": "embedding_eval", "direction": "higher", "primary": "acc",
                               "means": m, **({"variant_of": "b"} if n == "b4x" else {})}]} for n, m in means.items()}
     ranking = cross_dataset_ranking(boards)
     assert ranking["boards"] == ["a", "b"] and "variant of `b`" in ranking["skipped"]["b4x"]
     (c,) = variant_comparisons(boards)
-    assert (c["variant"], c["base"], c["rows"]) == ("b4x", "b", ["p", "q", "r", "s"])
-    assert c["ranks"]["base"] == {"p": 1.0, "q": 2.0, "r": 3.0, "s": 4.0}
-    assert c["ranks"]["variant"] == {"p": 2.0, "q": 1.0, "r": 3.0, "s": 4.0}
+    assert (c["variant"], c["base"], c["rows"], c["pretrained"]) == ("b4x", "b", ["p", "q", "r", "raw", "s"],
+                                                                      ["p", "q", "r", "s"])
+    assert c["ranks"]["base"] == {"p": 1.0, "q": 2.0, "r": 3.0, "s": 4.0, "raw": 5.0}
+    assert c["ranks"]["variant"] == {"p": 2.0, "q": 1.0, "r": 3.0, "s": 4.0, "raw": 5.0}
     assert c["tau"] == pytest.approx(2 / 3, abs=1e-12)
     md = build_index(boards, None, ranking)
     assert "### Variants" in md and "#### [b4x](b4x.md) against [b](b.md) (`acc` (%))" in md
     assert "| `q` | 80.00 | 2 | 85.00 | 1 | +1 |" in md and "| `p` | 90.00 | 1 | 84.00 | 2 | -1 |" in md
-    assert "tau-b between the two boards' means over the 4 rows: 0.667" in md
+    assert "tau-b between the two boards' means over the 4 pretrained rows" in md and "): 0.667 (p = " in md
     # a base that is not here, or a name that is no id, compares nothing
     boards["b4x"]["groups"][0]["variant_of"] = "gone"
     assert variant_comparisons(boards) == []

@@ -219,8 +219,10 @@ def _family_sections(families: dict[str, dict[str, Any]]) -> list[str]:
 def variant_comparisons(boards: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """For each real-data board whose first group names a base board (``variant_of``, a benchmark id) that is
     here too: the rows both rank (valid rows with a mean of the same primary metric), their ranks on each board
-    (rank 1 = best, ties share the average rank) and Kendall's tau-b between the two boards' means
-    (``scipy.stats.kendalltau``; None with fewer than 3 common rows). Sorted by variant name."""
+    (rank 1 = best, ties share the average rank) and Kendall's tau-b between the two boards' means of the
+    pretrained rows (``scipy.stats.kendalltau``; None with fewer than 3 of them): a reference row computes the same
+    features on both boards, so it would count as agreement whatever the objectives did. Sorted by variant name."""
+    from fusebench.components.rows import is_reference
     from fusebench.leaderboard import stats
     from fusebench.registry import valid_id
 
@@ -245,10 +247,13 @@ def variant_comparisons(boards: dict[str, dict[str, Any]]) -> list[dict[str, Any
             for which in ("base", "variant"):
                 ranks = stats.average_ranks([[sign * entry["means"][which][r] for r in rows]], higher_is_better=True)
                 entry["ranks"][which] = {r: float(ranks[0, j]) for j, r in enumerate(rows)}
-        if len(rows) >= 3:
+        pretrained = [r for r in rows if not is_reference(r)]
+        entry["pretrained"] = pretrained
+        if len(pretrained) >= 3:
             from scipy.stats import kendalltau
 
-            res = kendalltau([entry["means"]["base"][r] for r in rows], [entry["means"]["variant"][r] for r in rows])
+            res = kendalltau([entry["means"]["base"][r] for r in pretrained],
+                             [entry["means"]["variant"][r] for r in pretrained])
             entry["tau"], entry["p"] = float(res.statistic), float(res.pvalue)
         out.append(entry)
     return out
@@ -264,7 +269,8 @@ def _variant_sections(comparisons: list[dict[str, Any]]) -> list[str]:
            "Boards that re-run another board's data with one setting changed (the spec's `variant_of`; what changed "
            "is in the variant's protocol notes), each beside its base board: the rows both rank, their means of the "
            "primary metric and their ranks on each (rank 1 = best; ties share the average rank), and Kendall's "
-           "tau-b between the two boards' means (1: the same order). A variant is not in the rankings above."]
+           "tau-b between the two boards' means of the pretrained rows (1: the same order). A variant is not in the "
+           "rankings above."]
     for c in comparisons:
         v, b, primary = c["variant"], c["base"], c["primary"]
         unit = metric_info(primary, []).unit
@@ -279,9 +285,10 @@ def _variant_sections(comparisons: list[dict[str, Any]]) -> list[str]:
             rb, rv = c["ranks"]["base"][r], c["ranks"]["variant"][r]
             out.append(f"| {md_code(r)} | {fmt_value(unit, c['means']['base'][r])} | {rb:g} | "
                        f"{fmt_value(unit, c['means']['variant'][r])} | {rv:g} | {rb - rv:+g} |")
-        tau = ("Kendall's tau-b between the two boards' means: not computed (fewer than 3 rows)" if c["tau"] is None
-               else f"Kendall's tau-b between the two boards' means over the {len(c['rows'])} rows: "
-                    f"{c['tau']:.3f} (p = {fmt_p(c['p'])})")
+        tau = ("Kendall's tau-b between the two boards' means: not computed (fewer than 3 pretrained rows)"
+               if c["tau"] is None else
+               f"Kendall's tau-b between the two boards' means over the {len(c['pretrained'])} pretrained rows (the "
+               f"reference rows compute the same features on both): {c['tau']:.3f} (p = {fmt_p(c['p'])})")
         out += ["", f"{tau}; change: the row's rank on {md_code(b)} minus its rank on {md_code(v)} (positive: a "
                     f"better place on the variant)."]
     return out
