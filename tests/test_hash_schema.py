@@ -52,14 +52,25 @@ def _records() -> list[Path]:
     return [p for f in RUN_FOLDERS for p in sorted(f.rglob("run.json"))]
 
 
+#: the pretraining methods each objective builds on (BYOL: the EMA teacher and predictor of its paper; TupleInfoNCE:
+#: its tuple construction), the only methods whose options enter its cells' hash
+BUILDS_ON = {"byol_pwe": ("ema_teacher",), "byol_avg": ("ema_teacher",), "tuple_infonce": ("tuple_infonce",)}
+
+
 def _by_hand(canonical: dict[str, Any], objective: str) -> str:
-    """The schema-3 hash as docs/benchmarks.md states it, written out step by step (for forms without a
-    ``pretrain.methods`` block: the committed records, the specs asked here)."""
-    assert "methods" not in canonical["pretrain"]
+    """The schema-3 hash as docs/benchmarks.md states it, written out step by step (``pretrain.methods``, which
+    holds only options off their defaults, kept for the methods the objective builds on: :data:`BUILDS_ON`)."""
+    assert set(canonical["pretrain"].get("methods") or {}) <= {"ema_teacher", "tuple_infonce"}, "extend BUILDS_ON"
     ident = copy.deepcopy(canonical)
     for key in ("description", "protocol_notes", "objectives", "seeds", "synthetic", "checkpoint_every", "comparison",
-                "family"):
+                "family", "variant_of"):
         ident.pop(key, None)
+    if "methods" in ident["pretrain"]:
+        mine = {m: o for m, o in ident["pretrain"]["methods"].items() if m in BUILDS_ON.get(objective, ())}
+        if mine:
+            ident["pretrain"]["methods"] = mine
+        else:
+            del ident["pretrain"]["methods"]
     del ident["pretrain"]["objective"]
     for table in ("hparams", "grid", "objective_batch_size", "objective_epochs", "objective_micro_batch"):
         mine = ident["pretrain"][table].get(objective)
