@@ -330,3 +330,10 @@ def test_variant_of_names_another_benchmark_and_is_no_part_of_a_cell_identity() 
         v, b = benchmarks.load(name), benchmarks.load(base_name)
         assert v.variant_of == base_name and v.pretrain.epochs == 4 * b.pretrain.epochs and not v.pretrain.grid
         assert v.objectives == b.objectives and v.seeds == b.seeds and v.dataset == b.dataset
+
+
+def test_no_committed_record_names_a_machine_specific_absolute_path() -> None:
+    """Committed records name their data relative to the project root (``../shared/fixtures/...``), as the
+    sweeps' ``--data-root`` was given; an absolute path would name one machine's folders."""
+    found = [str(p) for p in _records() if '": "/' in p.read_text()]
+    assert not found, f"records with an absolute path: {found[:5]} (+{max(0, len(found) - 5)} more)"
