@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from typing import Any
@@ -117,6 +118,13 @@ class BoundedSafeLoader(yaml.SafeLoader):
         _expanded(node, 1, {}, set())
         return node
 
+
+# YAML 1.2 (and JSON) read ``1e-3`` as a number; PyYAML's YAML 1.1 resolver needs a dot (``1.0e-3``) and hands
+# back the string '1e-3', which a spec's float field then refuses ("expected float, got str"): exponent numbers
+# without a dot resolve as floats here (YAML 1.2's core-schema rule; a quoted '1e-3' stays a string)
+BoundedSafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 def _expanded(node: yaml.Node, level: int, memo: dict[int, tuple[int, int]], active: set[int]) -> tuple[int, int]:
     """(size, depth) of ``node`` with every alias expanded: size = nodes + scalar characters, depth = levels

@@ -60,6 +60,7 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
 
     if record_there(run_json, request.out):
         return reused()
+    options = options.resolved()  # the device, once (a sweep has resolved it already; a direct call, a job: here)
     # a cell to run: its loss must fit the memory of this machine (a SLURM node may have less than the submit host)
     check_memory_budget(spec, [request.objective], options.device, distributed.world_size())
     cell.mkdir(parents=True, exist_ok=True)
@@ -70,13 +71,9 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
         # intra-op threads: 1 for a small model, else the cell's share of the CPUs; --threads / OMP_NUM_THREADS win
         n_threads = cell_threads(spec.encoder.id, options.device, options.threads, options.cells_at_once)[0]
         if progress:
-            try:
-                dev = str(utils.resolve_device(options.device))
-            except ValueError:  # the pipeline says why
-                dev = options.device
             named = context.get("data_file")  # the one data file read, by name and content
             shown = f" data={named['name']} (sha256 {named['sha256'][:12]})" if named else ""
-            say(f"start {where} device={dev} precision={spec.precision} threads={n_threads}{shown}")
+            say(f"start {where} device={options.device} precision={spec.precision} threads={n_threads}{shown}")
         try:
             with using_threads(n_threads), \
                     build_trackers(list(options.loggers) if distributed.rank() == 0 else None, request.out, cell,

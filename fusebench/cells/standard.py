@@ -126,7 +126,7 @@ class StandardCell:
         spec, objective, seed = request.spec, request.objective, request.seed
         self.spec, self.objective, self.seed, self.cell = spec, objective, seed, request.cell
         self.wall = Clock()  # the cell's time; a resumed cell adds the segments of the processes before
-        self.dev = utils.resolve_device(options.device)
+        self.dev = torch.device(options.device)  # resolved once by run_cell (RunOptions.resolved)
         self.flags = utils.seed_everything(seed)
         self.row = row_of(spec, objective)  # how the row's representation is made (fusebench.components.rows)
         # an input-feature row other than raw is computed from the unstandardised input views

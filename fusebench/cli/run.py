@@ -8,8 +8,12 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fusebench.runtime.terminal_help import TerminalHelp
+
+if TYPE_CHECKING:
+    from fusebench.spec.request import SweepRequest
 
 EXAMPLES = """examples:
   fusebench run quickstart
@@ -73,9 +77,8 @@ def _weights_option(text: str) -> tuple[str, str]:
     return name.strip(), path.strip()
 
 
-def main(argv: list[str]) -> int:
-    from fusebench.registry import UnknownNameError
-    from fusebench.spec.config import ConfigError, parse_override
+def parser() -> argparse.ArgumentParser:
+    """``fusebench run``'s arguments (no torch imported: ``--help`` stays fast)."""
     from fusebench.engine.trackers import TRACKERS
 
     p = argparse.ArgumentParser(prog="fusebench run", description=__doc__, epilog=EXAMPLES,
@@ -150,7 +153,27 @@ def main(argv: list[str]) -> int:
                            "(default 30; 0: every step)")
     bars.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
                       help="no progress output at all")
-    ns = p.parse_args(argv)
+    return p
+
+
+def request_of(ns: argparse.Namespace) -> "SweepRequest":
+    """The parsed arguments as one typed :class:`~fusebench.spec.request.SweepRequest` (what ``fusebench.run``
+    builds from its keywords): every option checked before anything runs."""
+    from fusebench.spec.request import SweepRequest
+
+    return SweepRequest.of(
+        ns.benchmark, objectives=ns.objective, seeds=ns.seeds, out=ns.out, overrides=ns.overrides,
+        precision=ns.precision, synthetic=ns.synthetic, data_root=ns.data_root, device=ns.device,
+        resume=ns.resume, progress=ns.progress, workers=ns.workers, threads=ns.threads,
+        num_workers=ns.num_workers, loggers=ns.loggers or (), mlflow_uri=ns.mlflow_uri, launcher=ns.launcher,
+        launcher_options=_launcher_options(ns), encoder_weights=_weights_rows(ns.encoder_weights))
+
+
+def main(argv: list[str]) -> int:
+    from fusebench.registry import UnknownNameError
+    from fusebench.spec.config import ConfigError
+
+    ns = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from fusebench.datasets.base import DatasetNotFoundError
     from fusebench.runtime import distributed
@@ -160,19 +183,10 @@ def main(argv: list[str]) -> int:
 
     board_lines = None  # the board files written (--leaderboard), said at the end
     try:
-        overrides = dict(parse_override(o) for o in ns.overrides)
-        if ns.precision is not None:
-            if "precision" in overrides and str(overrides["precision"]) != ns.precision:
-                raise ConfigError(f"--precision {ns.precision} and --set precision={overrides['precision']} disagree")
-            overrides["precision"] = ns.precision
-        launcher_options = _launcher_options(ns)
+        request = request_of(ns)  # one typed request (fusebench.spec.request.SweepRequest)
         # SIGTERM stops the sweep as Ctrl-C does: locks released, the finished cells' lines printed (below)
-        with sigterm_unwinds(), distributed.maybe_init(ns.device):
-            records = run(ns.benchmark, objective=ns.objective, seeds=ns.seeds, out=ns.out, synthetic=ns.synthetic,
-                          data_root=ns.data_root, device=ns.device, overrides=overrides, resume=ns.resume,
-                          progress=ns.progress, workers=ns.workers, loggers=ns.loggers, mlflow_uri=ns.mlflow_uri,
-                          launcher=ns.launcher, launcher_options=launcher_options, num_workers=ns.num_workers,
-                          encoder_weights=_weights_rows(ns.encoder_weights), threads=ns.threads)
+        with sigterm_unwinds(), distributed.maybe_init(request.device):
+            records = run(request)
         # after maybe_init's barrier: every rank is done; one process writes the boards
         if ns.leaderboard is not None and int(os.environ.get("RANK", "0")) == 0:
             board_lines = _regenerate_boards(records, ns.out, ns.leaderboard)

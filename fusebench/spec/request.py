@@ -1,10 +1,16 @@
-"""What is asked of a cell, as two frozen, picklable objects (spec layer).
+"""What is asked of a sweep and of each of its cells, as frozen, picklable objects (spec layer).
 
+* :class:`SweepRequest`: the whole ``fusebench run`` -- the benchmark, objectives, seeds, output folder,
+  spec overrides and every option -- typed and checked once. The CLI and :func:`fusebench.run` both build
+  one; :func:`fusebench.sweep.runner.run` takes it. The precision policy is folded into the overrides here
+  (``--precision P`` is ``--set precision=P``; the two disagreeing is refused), so the spec carries it.
 * :class:`CellRequest`: *which* cell -- the resolved benchmark spec, the objective, the seed, and the
   sweep's output folder. Its :attr:`~CellRequest.cell` is the folder the cell writes.
 * :class:`RunOptions`: *how* to run it -- synthetic data or a data root, the device, resume, progress
   output, a step limit (tests of killed runs), experiment trackers, DataLoader workers. None of these enter the config
-  hash; they never change a result (the device decides only the ``numerics`` a record reports).
+  hash; they never change a result (the device decides only the ``numerics`` a record reports). The device
+  is resolved once where cells run (:meth:`RunOptions.resolved`: ``auto`` becomes ``cpu``, ``cuda`` or
+  ``mps``): by the sweep for local cells, by the job for a scheduler's (its node is not the submit host).
 
 The sweep's ``context`` (measured once per sweep: the checkout's git state, the data fingerprint, the
 hyper-parameters chosen on validation) travels beside them as a plain mapping.
@@ -12,12 +18,12 @@ hyper-parameters chosen on validation) travels beside them as a plain mapping.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from fusebench.registry import ID_RULE, valid_id
-from fusebench.spec.config import BenchmarkSpec, ConfigError
+from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 
 
 def check_cell_ids(benchmark: str, objective: str) -> None:
@@ -97,6 +103,14 @@ class RunOptions:
         """A copy with ``changes`` (e.g. ``resume=True`` for a requeued job)."""
         return replace(self, **changes)
 
+    def resolved(self) -> "RunOptions":
+        """These options with the device resolved on this machine (``auto``: cuda, then mps, then cpu; a named
+        device checked to exist here): what a process that runs cells does once, before its first cell."""
+        from fusebench.runtime.utils import resolve_device  # torch: only where cells run
+
+        device = str(resolve_device(self.device))
+        return self if device == self.device else replace(self, device=device)
+
 
 @dataclass(frozen=True)
 class SweepCells:
@@ -124,4 +138,130 @@ def objective_hparams(spec: BenchmarkSpec, objective: str, context: Mapping[str,
     return {**spec.pretrain.hparams.get(objective, {}), **((context or {}).get("hparams", {}).get(objective, {}))}
 
 
-__all__ = ["CellRequest", "RunOptions", "SweepCells", "cell_dir", "check_cell_ids", "objective_hparams"]
+@dataclass(frozen=True)
+class SweepRequest:
+    """One ``fusebench run``: what to run and how, typed and checked when built (a ConfigError naming the option
+    and what was expected), before anything is read or trained. ``fusebench.run(benchmark, **options)`` and the
+    CLI build it; :func:`fusebench.sweep.runner.run` runs it.
+
+    ``objectives`` / ``seeds``: None for the benchmark's own sweep. ``overrides``: dotted spec keys (a mapping, or
+    ``KEY=VALUE`` strings as ``--set`` takes them). ``precision``: folded into ``overrides["precision"]``.
+    ``encoder_weights``: ``{row name: weights file}``. ``workers``: cells run side by side (local processes);
+    ``threads``: intra-op threads of each cell; ``num_workers``: DataLoader workers of each cell. ``launcher`` /
+    ``launcher_options``: where the cells run (:mod:`fusebench.sweep.launchers`)."""
+
+    benchmark: str
+    objectives: tuple[str, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    out: Path = Path("runs")
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    precision: str | None = None
+    synthetic: bool = False
+    data_root: str | None = None
+    device: str = "auto"
+    resume: bool = False
+    progress: bool = True
+    workers: int = 1
+    threads: int | None = None
+    num_workers: int | None = None
+    loggers: tuple[str, ...] = ()
+    mlflow_uri: str | None = None
+    launcher: str = "local"
+    launcher_options: Mapping[str, Any] = field(default_factory=dict)
+    encoder_weights: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        if not isinstance(self.benchmark, str) or not self.benchmark:
+            raise ConfigError(f"benchmark: expected a benchmark id (fusebench list benchmarks), got {self.benchmark!r}")
+        if self.objectives is not None:
+            objs = (self.objectives,) if isinstance(self.objectives, str) else tuple(self.objectives)
+            if not objs or not all(isinstance(o, str) for o in objs):
+                raise ConfigError(f"--objective: expected one or more objective ids, got {self.objectives!r}")
+            put("objectives", objs)
+        if self.seeds is not None:
+            if isinstance(self.seeds, (str, bytes)) or not hasattr(self.seeds, "__iter__"):
+                raise ConfigError(f"--seeds: expected a list of integers, got {self.seeds!r}")
+            put("seeds", tuple(check_seed(s) for s in self.seeds))
+        if not isinstance(self.out, (str, Path)) or not str(self.out):
+            raise ConfigError(f"--out: expected a folder, got {self.out!r}")
+        put("out", Path(self.out))
+        put("overrides", _overrides(self.overrides, self.precision))
+        for name in ("synthetic", "resume", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: expected True or False, got {getattr(self, name)!r}")
+        if self.data_root is not None and not isinstance(self.data_root, (str, Path)):
+            raise ConfigError(f"--data-root: expected a folder or file, got {self.data_root!r}")
+        put("data_root", None if self.data_root is None else str(self.data_root))
+        device = self.device
+        if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda", "mps")
+                                               or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise ConfigError(f"--device {device!r}: expected auto, cpu, cuda, cuda:N or mps")
+        _count(self.workers, "--workers", 1)
+        if self.threads is not None:
+            _count(self.threads, "--threads", 1)
+        if self.num_workers is not None:
+            _count(self.num_workers, "--num-workers", 0)
+        loggers = (self.loggers,) if isinstance(self.loggers, str) else tuple(self.loggers or ())
+        if not all(isinstance(x, str) for x in loggers):
+            raise ConfigError(f"--logger: expected tracker ids, got {self.loggers!r}")
+        put("loggers", loggers)
+        for name in ("launcher_options", "encoder_weights"):
+            value = getattr(self, name)
+            if value is None:
+                value = {}
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+            put(name, dict(value))
+        if not isinstance(self.launcher, str):
+            raise ConfigError(f"--launcher: expected a launcher id, got {self.launcher!r}")
+
+    @classmethod
+    def of(cls, benchmark: "str | SweepRequest", **options: Any) -> "SweepRequest":
+        """``benchmark`` as a request (``options`` applied to a request given), with the keyword names
+        ``fusebench.run`` has always taken (``objective`` for ``objectives``); an unknown keyword is a
+        ConfigError naming the known ones."""
+        if "objective" in options:
+            if "objectives" in options:
+                raise ConfigError("give objective or objectives, not both")
+            options["objectives"] = options.pop("objective")
+        known = {f.name for f in fields(cls)} - {"benchmark"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"fusebench.run: unknown option(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(sorted(known | {'objective'}))}")
+        if isinstance(benchmark, SweepRequest):
+            return replace(benchmark, **options) if options else benchmark
+        return cls(benchmark, **options)
+
+
+def _count(value: Any, flag: str, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        what = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise ConfigError(f"{flag}: expected {what}, got {value!r}")
+
+
+def _overrides(given: Any, precision: Any) -> dict[str, Any]:
+    """``overrides`` as one mapping (``KEY=VALUE`` strings parsed as ``--set`` does), with ``precision`` folded in
+    as ``precision`` (the two disagreeing is refused)."""
+    if given is None:
+        given = {}
+    if isinstance(given, str):
+        given = [given]
+    if isinstance(given, Mapping):
+        out = dict(given)
+    elif isinstance(given, (list, tuple)) and all(isinstance(o, str) for o in given):
+        out = dict(parse_override(o) for o in given)
+    else:
+        raise ConfigError(f"overrides: expected a mapping of dotted keys or KEY=VALUE strings, got {given!r}")
+    if not all(isinstance(k, str) for k in out):
+        raise ConfigError(f"overrides: keys must be dotted spec keys (strings), got {sorted(map(repr, out))}")
+    if precision is not None:
+        if "precision" in out and str(out["precision"]) != str(precision):
+            raise ConfigError(f"--precision {precision} and --set precision={out['precision']} disagree")
+        out["precision"] = str(precision)
+    return out
+
+
+__all__ = ["CellRequest", "RunOptions", "SweepCells", "SweepRequest", "cell_dir", "check_cell_ids",
+           "objective_hparams"]

@@ -135,8 +135,9 @@ class CellCall:
         print(f"fusebench cell {where} on {locks.hostname()}" + (f" (slurm job {job})" if job else ""), flush=True)
         if (cell / "last.pt").exists() and not (cell / "run.json").exists():
             print(f"resuming {where} from {cell / 'last.pt'} ({_checkpoint_position(cell / 'last.pt')})", flush=True)
-        # a job's output is a log file, not a terminal: progress comes as lines (fusebench.runtime.progress)
-        record = sweep_cell(self.request, self.options, self.context)
+        # a job's output is a log file, not a terminal: progress comes as lines (fusebench.runtime.progress); the
+        # device is resolved here, on the job's node (the submit host may have none of its GPUs)
+        record = sweep_cell(self.request, self.options.resolved(), self.context)
         print(f"cell {where}: {record.get('status', 'done')}", flush=True)
         return record
 

@@ -22,15 +22,14 @@ from typing import Any
 
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.runtime import progress as progress_lines
-from fusebench.runtime import utils
 from fusebench.engine.cell import check_checkpoint_config, load_checkpoint
 from fusebench.components.compat import check_compatible
-from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, parse_override
+from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed
 from fusebench.engine.data import build_datasets, pretrain_batch_size
 from fusebench.cells.execute import sweep_context
 from fusebench.records.cell_file import existing_record, record_there
 from fusebench.components.rows import row_of
-from fusebench.spec.request import CellRequest, RunOptions, SweepCells, check_cell_ids
+from fusebench.spec.request import CellRequest, RunOptions, SweepCells, SweepRequest, check_cell_ids
 from fusebench.engine.trackers import check_trackers, default_mlflow_uri
 
 # ---------------------------------------------------------------------------------------------
@@ -155,77 +154,60 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
 # ---------------------------------------------------------------------------------------------
 # sweep
 # ---------------------------------------------------------------------------------------------
-def run(
-    benchmark: str,
-    objective: str | list[str] | None = None,
-    seeds: list[int] | None = None,
-    out: str | Path = "runs",
-    synthetic: bool = False,
-    data_root: str | None = None,
-    device: str = "auto",
-    overrides: dict[str, Any] | list[str] | None = None,
-    resume: bool = False,
-    progress: bool = True,
-    workers: int = 1,
-    loggers: str | list[str] | None = None,
-    mlflow_uri: str | None = None,
-    launcher: str = "local",
-    launcher_options: dict[str, Any] | None = None,
-    precision: str | None = None,
-    num_workers: int | None = None,
-    encoder_weights: dict[str, Any] | None = None,
-    threads: int | None = None,
-) -> list[dict[str, Any]]:
-    """Run ``benchmark`` for every objective x seed; returns the run records (failed cells as
-    ``{"status": "failed", ...}``). All names are validated before any training starts.
-    ``workers`` > 1 runs the cells in that many local processes (after every hyper-parameter
-    selection); each cell is the same as in a sequential sweep (its own seed, lock and record).
-    ``loggers``: experiment trackers for every cell, any of ``csv``, ``tensorboard``, ``mlflow``
-    (docs/trackers.md; results are the same with or without); ``mlflow_uri``: the MLflow tracking
-    URI (default ``MLFLOW_TRACKING_URI``, else ``file:<out>/.mlruns``).
-    ``launcher``: where the cells run, ``local`` (default), ``slurm`` (one SLURM job per cell) or
-    ``submitit_local``, with ``launcher_options`` (:mod:`fusebench.sweep.launchers`,
-    docs/cluster.md); with ``launcher_options={"wait": False}`` the submitted cells come back as
-    ``{"status": "submitted", "job_id": ...}``. The boards are regenerated afterwards
-    (:func:`fusebench.leaderboard.write_leaderboards`; ``fusebench run --leaderboard DIR`` does it).
-    ``precision``: the precision policy of encoders and heads (``32``, ``tf32``, ``bf16-mixed``,
-    ``16-mixed``; :mod:`fusebench.spec.precision`), the same as the override ``precision``.
+def run(benchmark: str | SweepRequest, **options: Any) -> list[dict[str, Any]]:
+    """Run a sweep, every objective x seed of :class:`~fusebench.spec.request.SweepRequest` ``benchmark`` (or of
+    ``SweepRequest.of(benchmark, **options)``: ``run("quickstart", objective=["m3g"], seeds=[0])``); returns the
+    run records (failed cells as ``{"status": "failed", ...}``). Everything is checked before any training starts.
+    ``workers`` > 1 runs the cells in that many local processes (after every hyper-parameter selection); each cell
+    is the same as in a sequential sweep (its own seed, lock and record). ``loggers``: experiment trackers for
+    every cell, any of ``csv``, ``tensorboard``, ``mlflow`` (docs/trackers.md; results are the same with or
+    without); ``mlflow_uri``: the MLflow tracking URI (default ``MLFLOW_TRACKING_URI``, else
+    ``file:<out>/.mlruns``). ``launcher``: where the cells run, ``local`` (default), ``slurm`` (one SLURM job per
+    cell) or ``submitit_local``, with ``launcher_options`` (:mod:`fusebench.sweep.launchers`, docs/cluster.md);
+    with ``launcher_options={"wait": False}`` the submitted cells come back as ``{"status": "submitted", "job_id":
+    ...}``. The boards are regenerated afterwards (:func:`fusebench.leaderboard.write_leaderboards`; ``fusebench
+    run --leaderboard DIR`` does it). ``precision``: the precision policy of encoders and heads (``32``, ``tf32``,
+    ``bf16-mixed``, ``16-mixed``; :mod:`fusebench.spec.precision`), the same as the override ``precision``.
     ``num_workers``: DataLoader worker processes of each cell, over the spec's ``loader.num_workers`` (the
     batches, and so the results, are the same whatever it is; :mod:`fusebench.engine.data`).
-    ``encoder_weights``: ``{row name: weights file}``, pretrained encoders evaluated under the board's
-    downstream protocol as rows of those names, run besides ``objective`` (the spec's own ``encoder_weights``
-    rows join its default sweep; :mod:`fusebench.components.encoder_weights`).
-    ``threads``: intra-op threads of each cell (``--threads``); None: ``OMP_NUM_THREADS``, else 1 for a small
-    model and the cell's share of the CPUs for a large one (:mod:`fusebench.engine.threads`; said on stderr
-    before the cells; results do not depend on it)."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError(f"--workers: expected a positive number of processes, got {workers!r}")
+    ``encoder_weights``: ``{row name: weights file}``, pretrained encoders evaluated under the board's downstream
+    protocol as rows of those names, run besides ``objectives`` (the spec's own ``encoder_weights`` rows join its
+    default sweep; :mod:`fusebench.components.encoder_weights`). ``threads``: intra-op threads of each cell
+    (``--threads``); None: ``OMP_NUM_THREADS``, else 1 for a small model and the cell's share of the CPUs for a
+    large one (:mod:`fusebench.engine.threads`; said on stderr before the cells; results do not depend on it).
+    ``device``: resolved once here for cells run on this machine (``auto``: cuda, then mps, then cpu); a
+    scheduler's job resolves it on its node."""
+    req = SweepRequest.of(benchmark, **options)
+    launcher, workers, progress = req.launcher, req.workers, req.progress
+    synthetic, data_root, out = req.synthetic, req.data_root, req.out
     from fusebench.sweep import launchers
 
-    launch = launchers.build(launcher, workers, launcher_options)  # unknown name / option, missing submitit
-    loggers = check_trackers([loggers] if isinstance(loggers, str) else loggers)  # unknown id / missing package
+    launch = launchers.build(launcher, workers, req.launcher_options)  # unknown name / option, missing submitit
+    loggers = check_trackers(list(req.loggers))  # unknown id / missing package
     from fusebench import benchmarks
 
-    if isinstance(overrides, list):
-        overrides = dict(parse_override(o) for o in overrides)
-    if precision is not None:
-        overrides = {**(overrides or {}), "precision": str(precision)}
-    spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
+    spec = benchmarks.load(req.benchmark, overrides=req.overrides, synthetic=synthetic)
     progress_lines.phases_enabled(progress)  # reading / hashing the data before the cells: said when slow
-    seeds = [check_seed(s) for s in (seeds if seeds is not None else spec.seeds)]
+    seeds = list(req.seeds if req.seeds is not None else [check_seed(s) for s in spec.seeds])
     train = resolve_views(spec, synthetic, data_root, seeds[0] if seeds else 0)  # the file opened once for both
-    objs = [objective] if isinstance(objective, str) else list(objective or spec.objectives or [spec.pretrain.objective])
+    objs = list(req.objectives or spec.objectives or [spec.pretrain.objective])
+    encoder_weights = req.encoder_weights
     if encoder_weights or spec.encoder_weights:  # pretrained encoders as rows (issue #32): hashed, names checked
         from fusebench.components.encoder_weights import add_rows
 
-        own = list(spec.encoder_weights) if objective is None else []
-        add_rows(spec, encoder_weights, spec.name)
-        objs += [o for o in [*own, *(encoder_weights or {})] if o not in objs]
+        own = list(spec.encoder_weights) if req.objectives is None else []
+        add_rows(spec, encoder_weights or None, spec.name)
+        objs += [o for o in [*own, *encoder_weights] if o not in objs]
     for o in objs:  # validate every requested name first
         check_compatible(spec, o)  # an unknown id: the known ones, the closest first
         check_cell_ids(spec.name, o)  # each becomes a folder: an id (the lookup above ignores case), never '../x'
-    # the device where the cells run here (a scheduler's nodes are not this machine: the name only)
-    utils.check_device_name(device) if launcher == "slurm" else utils.resolve_device(device)
+    # the device, resolved once where the cells run: here (the name kept for a scheduler's nodes, which are not
+    # this machine: each job resolves it, fusebench.sweep.launchers.CellCall)
+    options = RunOptions(synthetic=synthetic, data_root=data_root, device=req.device, resume=req.resume,
+                         progress=progress, num_workers=req.num_workers, threads=req.threads)
+    if launcher != "slurm":
+        options = options.resolved()
+    device = options.device
     check_components(spec, objs)
     pipeline = pipeline_of(spec)
     if pipeline.downstream:
@@ -243,11 +225,10 @@ def run(
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     if pipeline.reads_dataset:
         cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
-    out = check_out(Path(out))
-    mlflow_uri = default_mlflow_uri(out, mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
+    out = check_out(out)
+    mlflow_uri = default_mlflow_uri(out, req.mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
-    options = RunOptions(synthetic=synthetic, data_root=data_root, device=device, resume=resume, progress=progress,
-                         loggers=tuple(loggers), mlflow_uri=mlflow_uri, num_workers=num_workers, threads=threads)
+    options = options.but(loggers=tuple(loggers), mlflow_uri=mlflow_uri)
     for o in objs:  # a cell made with another configuration or other data stops the sweep before any training
         for s in seeds:
             cell = CellRequest(spec, o, s, out).cell
@@ -273,8 +254,8 @@ def run(
     from fusebench.engine.threads import cell_threads
 
     # the threads of each cell, checked (a bad OMP_NUM_THREADS) and said before any cell starts (a job decides its own)
-    options = options.but(cells_at_once=cells_at_once(launcher, workers, launcher_options, len(pending)))
-    n_threads, why = cell_threads(spec.encoder.id, device, threads, options.cells_at_once)
+    options = options.but(cells_at_once=cells_at_once(launcher, workers, req.launcher_options, len(pending)))
+    n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once)
     if pending and progress and launcher != "slurm":
         print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
               f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)

@@ -1,0 +1,128 @@
+"""One typed boundary (issue #35 item 3): ``fusebench run`` and ``fusebench.run`` build the same
+:class:`~fusebench.spec.request.SweepRequest`, every option is checked when it is built (one ConfigError naming
+the option), ``--precision`` is folded into the overrides once, and the device ``auto`` is resolved once per sweep."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench.cli.run import parser, request_of
+from fusebench.spec.config import ConfigError
+from fusebench.spec.request import RunOptions, SweepRequest
+
+TINY = {"pretrain.epochs": 1, "pretrain.batch_size": 64, "dataset.synthetic_spec.num_samples": 128,
+        "downstream.epochs": 1}
+
+
+def test_cli_and_python_build_the_same_request() -> None:
+    ns = parser().parse_args(["quickstart", "--objective", "m3g", "infonce_pwe", "--seeds", "3", "4",
+                              "--set", "pretrain.epochs=2", "--set", "note=a: b", "--precision", "tf32",
+                              "--out", "somewhere", "--workers", "2", "--threads", "1", "--device", "cpu",
+                              "--no-progress", "--encoder-weights", "mine=w.safetensors"])
+    from_cli = request_of(ns)
+    from_python = SweepRequest.of("quickstart", objective=["m3g", "infonce_pwe"], seeds=[3, 4],
+                                  overrides={"pretrain.epochs": 2, "note": "a: b"}, precision="tf32",
+                                  out="somewhere", workers=2, threads=1, device="cpu", progress=False,
+                                  encoder_weights={"mine": "w.safetensors"})
+    assert from_cli == from_python
+    # typed and normalised once: tuples, a Path, the precision inside the overrides
+    assert from_cli.objectives == ("m3g", "infonce_pwe") and from_cli.seeds == (3, 4)
+    assert from_cli.out == Path("somewhere")
+    assert from_cli.overrides == {"pretrain.epochs": 2, "note": "a: b", "precision": "tf32"}
+
+
+def test_a_request_is_a_frozen_value_and_of_applies_changes() -> None:
+    req = SweepRequest("quickstart", seeds=[0])
+    with pytest.raises(AttributeError):
+        req.seeds = (1,)  # type: ignore[misc]
+    again = SweepRequest.of(req, seeds=[1, 2])
+    assert again.seeds == (1, 2) and req.seeds == (0,) and again.benchmark == "quickstart"
+    assert SweepRequest.of(req) is req
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"workers": 0}, r"--workers: expected a positive integer, got 0"),
+    ({"workers": True}, r"--workers: expected a positive integer, got True"),
+    ({"threads": -1}, r"--threads: expected a positive integer, got -1"),
+    ({"num_workers": -1}, r"--num-workers: expected an integer >= 0, got -1"),
+    ({"seeds": [0, -1]}, r"--seeds: seed -1 is not an integer"),
+    ({"seeds": "0"}, r"--seeds: expected a list of integers, got '0'"),
+    ({"device": "tpu"}, r"--device 'tpu': expected auto, cpu, cuda, cuda:N or mps"),
+    ({"device": "cuda:x"}, r"--device 'cuda:x'"),
+    ({"objective": []}, r"--objective: expected one or more objective ids"),
+    ({"objective": ["m3g", 3]}, r"--objective: expected one or more objective ids"),
+    ({"resume": "yes"}, r"resume: expected True or False, got 'yes'"),
+    ({"overrides": {"precision": "32"}, "precision": "tf32"}, r"--precision tf32 and --set precision=32 disagree"),
+    ({"overrides": 3}, r"overrides: expected a mapping of dotted keys or KEY=VALUE strings, got 3"),
+    ({"overrides": ["pretrain.epochs"]}, r"--set 'pretrain.epochs': expected KEY=VALUE"),
+    ({"launcher_options": ["x"]}, r"launcher_options: expected a mapping"),
+    ({"epochs": 3}, r"fusebench.run: unknown option\(s\) epochs; known: .*objective.*seeds"),
+    ({"objective": "m3g", "objectives": ["m3g"]}, r"give objective or objectives, not both"),
+])
+def test_a_bad_option_is_one_config_error_naming_it(options: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SweepRequest.of("quickstart", **options)
+
+
+def test_a_bad_option_stops_fusebench_run_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--workers"):
+        fusebench.run("quickstart", synthetic=True, out=tmp_path / "runs", workers=0)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_overrides_as_set_strings_equal_the_mapping() -> None:
+    a = SweepRequest.of("quickstart", overrides=["pretrain.epochs=2", "pretrain.lr=0.001"])
+    b = SweepRequest.of("quickstart", overrides={"pretrain.epochs": 2, "pretrain.lr": 0.001})
+    assert a == b
+
+
+def test_the_device_auto_is_resolved_once_per_sweep(tmp_path: Path, monkeypatch) -> None:
+    from fusebench.runtime import utils
+
+    asked: list[str] = []
+    real = utils.resolve_device
+
+    def counting(name: str = "auto"):
+        asked.append(name)
+        return real(name)
+
+    monkeypatch.setattr(utils, "resolve_device", counting)
+    records = fusebench.run("quickstart", objective=["none", "infonce_pwe"], seeds=[0, 1], synthetic=True,
+                            out=tmp_path / "runs", overrides=TINY, progress=False)
+    assert len(records) == 4 and all(r["device"] == "cpu" for r in records)
+    # "auto" decided once, by the sweep; each cell only checks the concrete name it was given
+    assert asked.count("auto") == 1
+    assert set(asked) == {"auto", "cpu"}
+    on_disk = json.loads((tmp_path / "runs" / "quickstart" / "none" / "seed1" / "run.json").read_text())
+    assert on_disk["device"] == "cpu"
+
+
+def test_run_options_resolved_keeps_a_concrete_device_and_returns_itself() -> None:
+    opts = RunOptions(device="cpu")
+    assert opts.resolved() is opts
+    assert RunOptions().resolved().device == "cpu"  # this machine has no GPU (CI, the development machine)
+
+
+@pytest.mark.parametrize("text, value", [("1e-3", 0.001), ("2E+4", 20000.0), ("-3e-2", -0.03), ("1.5e3", 1500.0),
+                                         ("'1e-3'", "1e-3"), ("e5", "e5"), ("12", 12), ("0.001", 0.001)])
+def test_exponent_numbers_are_numbers_in_specs_and_set(text: str, value: object) -> None:
+    """YAML 1.2 reads ``1e-3`` as a number; PyYAML's 1.1 resolver gave the string '1e-3', refused by a float
+    field, so ``--set pretrain.lr=1e-3`` failed ("expected float, got str")."""
+    from fusebench.spec.config import parse_override
+    from fusebench.typed import load_yaml
+
+    assert load_yaml(f"x: {text}", "t") == {"x": value}
+    got = parse_override(f"pretrain.lr={text}")[1]
+    assert got == value and type(got) is type(value)
+
+
+def test_set_lr_in_exponent_form_is_applied() -> None:
+    from fusebench import benchmarks
+
+    request = SweepRequest.of("quickstart", overrides=["pretrain.lr=3e-4"])
+    spec = benchmarks.load("quickstart", overrides=request.overrides, synthetic=True)
+    assert spec.pretrain.lr == 0.0003
