@@ -93,6 +93,15 @@ class _Limit(Exception):
     """A YAML document over a limit of :func:`load_yaml` (turned into a ConfigError naming the source)."""
 
 
+class DeprecatedKeyWarning(FutureWarning):
+    """An old spec key was given and mapped onto its new place: a flat ``pretrain.*`` method key (e.g.
+    ``pretrain.tuple_candidates`` -> ``pretrain.methods.tuple_infonce.candidates``) or a per-objective table
+    written flat in a spec file (``pretrain.grid`` -> ``pretrain.per_objective.<id>.grid``). A
+    :class:`FutureWarning`, the category Python shows by default for deprecations aimed at the users of a program
+    (so ``fusebench run --set pretrain.tuple_candidates=8`` prints it) without any change to ``warnings.filters``:
+    ``-W`` options and a user's filters decide, as for any warning."""
+
+
 class BoundedSafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses, while composing, a document nested deeper than
     :data:`YAML_MAX_DEPTH` or larger than :data:`YAML_MAX_EXPANDED` once its aliases are expanded
@@ -170,5 +179,5 @@ def load_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: nested too deeply to read (limit {YAML_MAX_DEPTH} levels)") from None
 
 
-__all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "check_type", "from_dict",
+__all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "DeprecatedKeyWarning", "check_type", "from_dict",
            "load_yaml"]

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from fusebench.io import canonical_json, sha256_hex
-from fusebench.typed import ConfigError, check_type, from_dict, load_yaml
+from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml
 from fusebench.registry import valid_id
 
 
@@ -49,6 +49,18 @@ class DatasetConfig:
 class EncoderConfig:
     id: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """One objective's own pretraining settings, as a spec groups them under ``pretrain.per_objective.<id>``
+    (:data:`OBJECTIVE_SETTINGS`); :meth:`PretrainConfig.settings` reads them."""
+
+    hparams: dict[str, Any]
+    grid: dict[str, list[Any]]
+    batch_size: int | None
+    epochs: int | None
+    micro_batch: int | None
 
 
 @dataclass
@@ -84,6 +96,14 @@ class PretrainConfig:
     # method id -> its typed options, e.g. tuple_infonce: {disturbed: true, sample_optimisation: false};
     # checked on load (unknown ids / options are errors) and held as each method's Options dataclass
     methods: dict[str, Any] = field(default_factory=dict)
+
+    def settings(self, objective: str) -> "ObjectiveSettings":
+        """What ``objective`` is given of its own (a spec's ``pretrain.per_objective.<objective>``): its
+        hyper-parameters, selection grid, and its own batch size, epochs and micro-batch (None: the common ones)."""
+        return ObjectiveSettings(hparams=dict(self.hparams.get(objective, {})), grid=dict(self.grid.get(objective, {})),
+                                 batch_size=self.objective_batch_size.get(objective),
+                                 epochs=self.objective_epochs.get(objective),
+                                 micro_batch=self.objective_micro_batch.get(objective))
 
     def method_options(self, method_id: str) -> Any:
         """The typed options of pretraining method ``method_id`` (its defaults when the spec has none)."""
@@ -237,6 +257,12 @@ NOT_IDENTITY: tuple[str, ...] = ("description", "protocol_notes", "objectives", 
 #: ``pretrain`` tables keyed by objective id: a cell's identity holds only its own objective's entry
 PER_OBJECTIVE: tuple[str, ...] = ("hparams", "grid", "objective_batch_size", "objective_epochs",
                                   "objective_micro_batch")
+
+#: a spec groups each objective's own settings, ``pretrain.per_objective.<id>.<setting>`` (issue #35); the
+#: canonical form (records, the config hash) keeps them as the tables of :data:`PER_OBJECTIVE`: setting -> table
+OBJECTIVE_SETTINGS: dict[str, str] = {"hparams": "hparams", "grid": "grid", "batch_size": "objective_batch_size",
+                                      "epochs": "objective_epochs", "micro_batch": "objective_micro_batch"}
+GROUPED = "per_objective"
 
 #: fields added after hash schema 2 was fixed: written into the canonical form (and so the hash) only when
 #: they differ from their default, so every existing spec and run keeps its hash
@@ -447,6 +473,65 @@ def _move_legacy_keys(pretrain: dict[str, Any], source: str, warn: bool = True) 
         block[opt] = value
 
 
+def group_objective_settings(pretrain: dict[str, Any], source: str, warn: bool = True) -> None:
+    """``pretrain.per_objective`` (``{objective id: {hparams, grid, batch_size, epochs, micro_batch}}``) of a raw
+    spec mapping moved, in place, onto the canonical tables of :data:`PER_OBJECTIVE`; the tables written flat in a
+    spec file are read too, with a :class:`~fusebench.typed.DeprecatedKeyWarning` unless ``warn`` is false. One
+    setting given both ways with two values is an error; an unknown setting is one naming the known ones."""
+    flat = [t for t in PER_OBJECTIVE if pretrain.get(t)]
+    if flat and warn:
+        setting = {table: name for name, table in OBJECTIVE_SETTINGS.items()}
+        warnings.warn(f"{source}: {', '.join(f'pretrain.{t}' for t in flat)}: deprecated layout; write each "
+                      f"objective's settings together, pretrain.{GROUPED}.<objective>."
+                      f"{{{', '.join(setting[t] for t in flat)}}}", DeprecatedKeyWarning, stacklevel=4)
+    if GROUPED not in pretrain:
+        return
+    grouped = pretrain.pop(GROUPED)
+    known = ", ".join(OBJECTIVE_SETTINGS)
+    if grouped is None:
+        return
+    if not isinstance(grouped, dict):
+        raise ConfigError(f"{source}: pretrain.{GROUPED}: expected a mapping objective id -> {{{known}}}, "
+                          f"got {type(grouped).__name__}")
+    for objective, block in grouped.items():
+        where = f"pretrain.{GROUPED}.{objective}"
+        if block is None:
+            continue
+        if not isinstance(objective, str) or not isinstance(block, dict):
+            raise ConfigError(f"{source}: {where}: expected a mapping of {known}, got {block!r}")
+        for name, value in block.items():
+            if name not in OBJECTIVE_SETTINGS:
+                raise ConfigError(f"{source}: {where}.{name}: unknown setting{_closest(name, OBJECTIVE_SETTINGS)}; "
+                                  f"known: {known}")
+            table = pretrain.setdefault(OBJECTIVE_SETTINGS[name], {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: {where}.{name}: pretrain.{OBJECTIVE_SETTINGS[name]} is not a mapping")
+            if objective in table and table[objective] != value:
+                raise ConfigError(f"{source}: {where}.{name} = {value!r} and pretrain.{OBJECTIVE_SETTINGS[name]}."
+                                  f"{objective} = {table[objective]!r} set one setting twice; keep {where}.{name}")
+            table[objective] = value
+
+
+def _closest(name: str, choices: Any) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(str(name), list(choices), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def grouped_override(key: str) -> str:
+    """An override key of the grouped layout, ``pretrain.per_objective.<id>.<setting>[.<name>...]``, as the key of the
+    canonical form it sets (``pretrain.<table>.<id>[.<name>...]``); any other key as it is. The whole block of one
+    objective, or all of them, is a mapping to set: :func:`apply_overrides` spreads it over the tables."""
+    parts = key.split(".")
+    if len(parts) >= 4 and parts[:2] == ["pretrain", GROUPED]:
+        if parts[3] not in OBJECTIVE_SETTINGS:
+            raise ConfigError(f"--set {key}: unknown setting {parts[3]!r}{_closest(parts[3], OBJECTIVE_SETTINGS)}; "
+                              f"known: {', '.join(OBJECTIVE_SETTINGS)}")
+        return ".".join(["pretrain", OBJECTIVE_SETTINGS[parts[3]], parts[2], *parts[4:]])
+    return key
+
+
 def _legacy_override(key: str, source: str) -> str:
     """A dotted override key, with an old flat ``pretrain.<key>`` mapped onto its method option (warned)."""
     parts = key.split(".")
@@ -483,8 +568,22 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str
     """Return a copy of ``data`` with dotted-key ``overrides`` applied."""
     out = copy.deepcopy(data)
     for key, value in overrides.items():
-        key = _legacy_override(key, source)
+        key = grouped_override(_legacy_override(key, source))
         parts = key.split(".")
+        if parts[:2] == ["pretrain", GROUPED] and len(parts) <= 3:  # one objective's block, or every objective's
+            pre = out.setdefault("pretrain", {})
+            if not isinstance(pre, dict):
+                raise ConfigError(f"{source}: cannot set {key!r}: 'pretrain' is not a mapping")
+            objectives = [parts[2]] if len(parts) == 3 else None  # None: every objective's settings replaced
+            for table in PER_OBJECTIVE:
+                if objectives is None:
+                    pre[table] = {}
+                elif isinstance(pre.get(table), dict):
+                    pre[table] = {o: v for o, v in pre[table].items() if o not in objectives}
+            block = {parts[2]: value} if len(parts) == 3 else value
+            pre[GROUPED] = block
+            group_objective_settings(pre, f"{source}: {key}", warn=False)
+            continue
         node = out
         for p in parts[:-1]:
             if not isinstance(node.get(p, {}), dict):
@@ -611,6 +710,8 @@ def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
     if isinstance(data.get("pretrain"), dict):  # old flat method keys (tuple_*, ema_*, ...): mapped, warned
         data["pretrain"] = dict(data["pretrain"])
         _move_legacy_keys(data["pretrain"], str(path))
+        # each objective's settings, grouped in the file, onto the canonical tables (flat tables: warned)
+        group_objective_settings(data["pretrain"], str(path))
     if synthetic:
         syn = data.get("synthetic", {}) or {}
         if not isinstance(syn, dict):

@@ -59,15 +59,9 @@ from typing import Any, ClassVar, Mapping
 from torch import Tensor, nn
 
 from fusebench.registry import Registry
-from fusebench.typed import ConfigError, from_dict
+from fusebench.typed import ConfigError, DeprecatedKeyWarning, from_dict
 
 
-class DeprecatedKeyWarning(FutureWarning):
-    """An old flat ``pretrain.*`` key (e.g. ``pretrain.tuple_candidates``) was given; it is mapped onto
-    its method's option (``pretrain.methods.tuple_infonce.candidates``). A :class:`FutureWarning`, the
-    category Python shows by default for deprecations aimed at the users of a program (so ``fusebench
-    run --set pretrain.tuple_candidates=8`` prints it) without any change to ``warnings.filters``:
-    ``-W`` options and a user's filters decide, as for any warning."""
 
 
 @dataclass
