@@ -101,7 +101,7 @@ class BYOLAverage(_BYOLBase):
     paper: ClassVar[str] = ("Grill et al. 2020 (BYOL), arXiv:2006.07733, as M3G Eq. 2, one vs average-of-rest "
                             "(M3G Eq. 4; Piran et al. 2024, arXiv:2405.19532)")
     #: at k = 2 the normalised mean of the other targets is the other target (fusebench.objectives.equivalence)
-    same_loss_as: ClassVar[dict[str, str]] = {"byol_pwe": "k == 2"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"byol_pwe": 2}
 
     def byol(self, p: Tensor, t: Tensor) -> Tensor:
         rest = F.normalize(t.sum(0, keepdim=True) - t, dim=-1)  # [k, n, d]

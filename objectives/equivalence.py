@@ -15,13 +15,11 @@ Declaration (the contract for objective classes)
 
 An objective class may declare, in its own class body::
 
-    same_loss_as: ClassVar[dict[str, str]] = {"infonce_pwe": "k == 2"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"infonce_pwe": 2}
 
-mapping another registered objective id to the condition on k under which the two compute the same
-loss. A condition is one of
-
-- ``"all"``: every k both objectives accept;
-- ``"k == N"``, ``"k <= N"``, ``"k >= N"`` (N an integer >= 2): only those k.
+mapping another registered objective id to where the two compute the same loss: an integer N >= 2 (at
+N views only) or ``"all"`` (every k both objectives accept). Every built-in equivalence is one of these two
+(six at k = 2, one for every k); there is no condition language beyond them.
 
 Rules:
 
@@ -123,42 +121,41 @@ __all__ = [
     "same_hparams",
 ]
 
-#: the condition "every k both objectives accept"
+#: a declaration's value for "every k both objectives accept" (else an integer: that k only)
 ALL = "all"
 #: the class attribute read by this module
 ATTRIBUTE = "same_loss_as"
 #: policies for ids that are neither registered objectives nor ``references``
 UNKNOWN_POLICIES = ("error", "alone")
 
-_CONDITION_RE = re.compile(r"^\s*k\s*(==|<=|>=)\s*([0-9]+)\s*$")
-_OPS = {"==": lambda k, n: k == n, "<=": lambda k, n: k <= n, ">=": lambda k, n: k >= n}
-
 
 @dataclass(frozen=True)
 class Condition:
-    """A parsed condition on k: ``op`` in ``{"all", "==", "<=", ">="}`` and the bound ``n`` (0 for "all")."""
+    """Where a declared pair coincides: at ``k`` views only, or at every k (``k`` None, written ``"all"``)."""
 
-    op: str
-    n: int = 0
+    k: int | None = None
 
     def holds(self, k: int) -> bool:
-        """Whether the condition holds at ``k`` views."""
-        return True if self.op == ALL else _OPS[self.op](k, self.n)
+        """Whether the two losses coincide at ``k`` views."""
+        return self.k is None or self.k == k
 
     def __str__(self) -> str:
-        return ALL if self.op == ALL else f"k {self.op} {self.n}"
+        return ALL if self.k is None else f"k = {self.k}"
 
 
-def parse_condition(text: object, where: str = "condition") -> Condition:
-    """Parse ``"all"``, ``"k == N"``, ``"k <= N"`` or ``"k >= N"`` (N >= 2); ``ValueError`` naming ``where``."""
-    if isinstance(text, str):
-        if text.strip() == ALL:
-            return Condition(ALL)
-        m = _CONDITION_RE.fullmatch(text)
-        if m and int(m.group(2)) >= 2:
-            return Condition(m.group(1), int(m.group(2)))
-    raise ValueError(f"{where}: expected 'all' or 'k == N' / 'k <= N' / 'k >= N' with an integer N >= 2, "
-                     f"got {text!r}")
+def parse_condition(value: object, where: str = "condition") -> Condition:
+    """A declaration's value: ``"all"`` or an integer N >= 2 (that number of views only); ``ValueError`` naming
+    ``where`` for anything else."""
+    if value == ALL:
+        return Condition()
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
+        return Condition(value)
+    hint = ""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*k\s*==\s*([0-9]+)\s*", value)
+        hint = f" (write {int(m.group(1))})" if m else ""
+    raise ValueError(f"{where}: expected 'all' or the number of views N (an integer >= 2) at which the two losses "
+                     f"coincide, got {value!r}{hint}")
 
 
 class Declared(NamedTuple):
@@ -168,7 +165,7 @@ class Declared(NamedTuple):
     min_views: int
     max_views: int | None
     #: the class's own ``same_loss_as`` (empty when it declares none)
-    same_loss_as: Mapping[str, str]
+    same_loss_as: Mapping[str, int | str]
     #: hyper-parameter -> default (the class's options); None when open-ended (``**kwargs``)
     defaults: Mapping[str, Any] | None
 
@@ -177,16 +174,16 @@ class Declared(NamedTuple):
 #: module docstring; ``declarations()`` and the tests check this table against the classes)
 BUILTIN: dict[str, Declared] = {
     "infonce_pwe": Declared("views", 2, None, {}, {"tau": 0.1}),
-    "infonce_avg": Declared("views", 2, None, {"infonce_pwe": "k == 2"}, {"tau": 0.1, "renormalise": False}),
+    "infonce_avg": Declared("views", 2, None, {"infonce_pwe": 2}, {"tau": 0.1, "renormalise": False}),
     "multicrop": Declared("views", 2, None, {"infonce_pwe": "all"}, {"tau": 0.1}),
-    "pvc_geometric": Declared("views", 2, None, {"infonce_pwe": "k == 2"}, {"tau": 0.1}),
-    "pvc_arithmetic": Declared("views", 2, None, {"infonce_pwe": "k == 2"}, {"tau": 0.1, "variant": "paper"}),
-    "suff_stats": Declared("views", 2, None, {"infonce_pwe": "k == 2"}, {"tau": 0.1}),
+    "pvc_geometric": Declared("views", 2, None, {"infonce_pwe": 2}, {"tau": 0.1}),
+    "pvc_arithmetic": Declared("views", 2, None, {"infonce_pwe": 2}, {"tau": 0.1, "variant": "paper"}),
+    "suff_stats": Declared("views", 2, None, {"infonce_pwe": 2}, {"tau": 0.1}),
     "mv_infonce": Declared("views", 2, None, {}, {"tau": 0.1, "variant": "paper"}),
     "mv_dhel": Declared("views", 2, None, {}, {"tau": 0.1, "variant": "paper"}),
-    "dhel": Declared("views", 2, 2, {"mv_dhel": "k == 2"}, {"tau": 0.1, "variant": "paper"}),
+    "dhel": Declared("views", 2, 2, {"mv_dhel": 2}, {"tau": 0.1, "variant": "paper"}),
     "byol_pwe": Declared("pairs", 2, None, {}, {}),
-    "byol_avg": Declared("pairs", 2, None, {"byol_pwe": "k == 2"}, {}),
+    "byol_avg": Declared("pairs", 2, None, {"byol_pwe": 2}, {}),
     "tuple_infonce": Declared("tuple", 2, 2, {}, {"tau": 0.07}),
     "matching_gap": Declared("views", 2, 2, {}, {"eps": 0.5, "cost": "sqeuclid", "tol": 0.001, "max_iter": 1000}),
     "m3g": Declared("views", 2, None, {}, {"eps": 0.2, "cost": "cv", "tol": 0.001, "max_iter": 1000,
@@ -235,7 +232,8 @@ def _raise_unknown(name: str) -> None:
 def _validated(name: str, decl: Declared, kinds: Mapping[str, str], who: str) -> dict[tuple[str, str], Condition]:
     own = decl.same_loss_as
     if not isinstance(own, Mapping):
-        raise ValueError(f"{who}: expected a mapping {{other objective id: condition}}, got {type(own).__name__}")
+        raise ValueError(f"{who}: expected a mapping {{other objective id: 'all' or a number of views}}, got "
+                         f"{type(own).__name__}")
     out = {}
     for other, text in own.items():
         if not isinstance(other, str) or other not in kinds:
@@ -274,7 +272,7 @@ def declarations() -> dict[tuple[str, str], Condition]:
     for name, obj in entries.items():  # one class under two ids
         first = first_of.setdefault(id(obj), name)
         if first != name and (first, name) not in out and (name, first) not in out:
-            out[(first, name)] = Condition(ALL)
+            out[(first, name)] = Condition()
     return out
 
 

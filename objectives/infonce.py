@@ -227,7 +227,7 @@ class InfoNCEAverage(MultiViewObjective):
     #: "2": the plain (not re-normalised) mean of Eq. 4 became the default ("1": re-normalised)
     version: ClassVar[str] = "2"
     #: at k = 2 the mean of the rest is the other view: NT-Xent (fusebench.objectives.equivalence)
-    same_loss_as: ClassVar[dict[str, str]] = {"infonce_pwe": "k == 2"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"infonce_pwe": 2}
 
     def __init__(self, tau: float = 0.1, renormalise: bool = False) -> None:
         super().__init__()

@@ -67,7 +67,7 @@ class MultiCrop(MultiViewObjective):
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), Eq. 1 (Sec. 2.2), "
                             "arXiv:2403.05490; SimCLR pair loss (arXiv:2002.05709)")
     #: same value and gradient as infonce_pwe for every k (fusebench.objectives.equivalence)
-    same_loss_as: ClassVar[dict[str, str]] = {"infonce_pwe": "all"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"infonce_pwe": "all"}
 
     def __init__(self, tau: float = 0.1) -> None:
         super().__init__()

@@ -203,7 +203,7 @@ class DHEL(MultiViewObjective):
     #: "2": the default became Eq. 12 at N = 2 ("1": the mean of the one-sided terms, now "one_sided_mean")
     version: ClassVar[str] = "2"
     #: Eq. 12 at N = 2, for both shared variants (fusebench.objectives.equivalence)
-    same_loss_as: ClassVar[dict[str, str]] = {"mv_dhel": "k == 2"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"mv_dhel": 2}
 
     def __init__(self, tau: float = 0.1, variant: str = "paper") -> None:
         super().__init__()

@@ -127,7 +127,7 @@ class PVCGeometric(_PolyView):
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
                             "Sec. 2.3 Eqs. 13-14, Algorithm 1 (App. F.3.2), arXiv:2403.05490")
     #: at k = 2 the loss is SimCLR's NT-Xent (fusebench.objectives.equivalence)
-    same_loss_as: ClassVar[dict[str, str]] = {"infonce_pwe": "k == 2"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"infonce_pwe": 2}
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         ll, off = self._loglik(z)
@@ -147,7 +147,7 @@ class PVCArithmetic(_PolyView):
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
                             "Sec. 2.3 Eqs. 12 and 14, Algorithm 1 (App. F.3.2), arXiv:2403.05490")
     #: at k = 2 the default variant is SimCLR's NT-Xent (fusebench.objectives.equivalence)
-    same_loss_as: ClassVar[dict[str, str]] = {"infonce_pwe": "k == 2"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"infonce_pwe": 2}
 
     def __init__(self, tau: float = 0.1, variant: str = "paper") -> None:
         super().__init__(tau)
@@ -175,7 +175,7 @@ class SufficientStatistics(MultiViewObjective):
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
                             "Sec. 2.4 Eqs. 22 and 24, Algorithm 2 (App. F.3.2), arXiv:2403.05490")
     #: at k = 2 Q is the other view and the loss is SimCLR's NT-Xent (fusebench.objectives.equivalence)
-    same_loss_as: ClassVar[dict[str, str]] = {"infonce_pwe": "k == 2"}
+    same_loss_as: ClassVar[dict[str, int | str]] = {"infonce_pwe": 2}
 
     def __init__(self, tau: float = 0.1) -> None:
         super().__init__()
