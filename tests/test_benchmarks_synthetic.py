@@ -37,6 +37,7 @@ from fusebench.sweep import runner
 from fusebench.spec.config import ConfigError
 from fusebench.components.spec_check import load_spec
 from fusebench.cells.standard import build_model
+from fusebench.metrics import values_of
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "none"
@@ -266,7 +267,7 @@ def test_synthetic_cell(name, objective, tmp_path):
     assert on_disk["config"] == json.loads(json.dumps(spec.to_dict()))
     assert on_disk["config_hash"] == spec.hash(objective)
     assert on_disk["dataset"]["synthetic"] is True and on_disk["dataset"]["manifest_hash"] == "synthetic"
-    metrics = on_disk["metrics"]
+    metrics = values_of(on_disk["metrics"])
     if spec.pipeline == "standard":
         assert set(spec.metrics) <= set(metrics)
         bad = {m: metrics[m] for m in spec.metrics if not _finite(metrics[m])}

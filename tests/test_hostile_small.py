@@ -63,7 +63,7 @@ def test_sigterm_keeps_finished_cells_and_releases_locks(tmp_path):
         rec = json.loads(path.read_text())
         validate_record(rec, str(path))
         # the finished cell's result line (stdout) and its done line (stderr) are in the log
-        line = f"quickstart infonce_pwe seed{rec['seed']}: acc={rec['metrics']['acc']:.4f}"
+        line = f"quickstart infonce_pwe seed{rec['seed']}: acc={rec['metrics']['acc']['value']:.4f}"
         assert line in text, text[-2000:]
         assert f"done quickstart/infonce_pwe/seed{rec['seed']}" in text
     assert "terminated (SIGTERM)" in text

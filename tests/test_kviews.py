@@ -15,6 +15,7 @@ from fusebench.studies import kviews
 from fusebench.leaderboard import kviews as kviews_board
 from fusebench.cli import study as kviews_cli
 from fusebench.engine.data import pretrain_batch_size
+from fusebench.metrics import values_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,16 +189,16 @@ def test_tiny_study_board_numbers_are_the_paired_gaps_of_the_records(tiny_study)
                 for obj in ("mv_infonce", "m3g"):
                     want = []
                     for i, k in enumerate((2, 3)):
-                        gaps = [got[(c, obj, s)]["metrics"][metric] - got[(c, ref, s)]["metrics"][metric]
+                        gaps = [values_of(got[(c, obj, s)]["metrics"])[metric] - values_of(got[(c, ref, s)]["metrics"])[metric]
                                 for c in cells_of(arm, k) for s in (0, 1)]
                         want.append(stat(gaps, True))
                     assert _row(text, f"{label}: pretrained - `{ref}` (points)", obj, arm) == want
-            values = [stat([got[(c, "raw", s)]["metrics"][metric] for c in cells_of(arm, k) for s in (0, 1)], False)
+            values = [stat([values_of(got[(c, "raw", s)]["metrics"])[metric] for c in cells_of(arm, k) for s in (0, 1)], False)
                       for k in (2, 3)]
             assert _row(text, f"{label} (%)", "raw", arm) == values
     # the summary, on the primary metric: `none` at k = 2 -> 3 in the copies arm, and the budget sentence
     assert "## Summary (1-shot test accuracy (the row's few-shot probe), computed from the runs)" in text
-    none = [100 * np.mean([got[(c, "none", s)]["metrics"]["fs1_best_acc"] for c in cells_of("copies", k)
+    none = [100 * np.mean([values_of(got[(c, "none", s)]["metrics"])["fs1_best_acc"] for c in cells_of("copies", k)
                            for s in (0, 1)]) for k in (2, 3)]
     assert f"**copies** arm, k = 2 -> 3: `none` {none[0]:.2f} -> {none[1]:.2f}" in text
     assert "input width grows with k" in text and "first protocol" not in text

@@ -208,7 +208,7 @@ def test_output_paths_are_checked_inside_out(tmp_path: Path) -> None:
 
 # -- malformed records ------------------------------------------------------------------------
 @pytest.mark.parametrize("change, field, expected", [
-    ({"schema_version": 99}, "schema_version", r"one of \[1, 2, 3\], got number 99"),
+    ({"schema_version": 99}, "schema_version", r"one of \[1, 2, 3, 4\], got number 99"),
     ({"seed": "0"}, "seed", "an integer, got string '0'"),
     ({"seed": True}, "seed", "an integer, got boolean true"),
     ({"metrics": {"acc": {"x": 0.5}}}, "metrics.acc", "a number, got a mapping"),  # null: undefined, as NaN

@@ -277,7 +277,7 @@ def _hand_records(template: dict) -> list[dict]:
             from fusebench.spec.config import config_hash
 
             rec["config_hash"] = config_hash(rec["config"], obj)
-        rec["metrics"].update(acc=acc, cluster_acc=acc - 0.1)
+        rec["metrics"]["acc"]["value"], rec["metrics"]["cluster_acc"]["value"] = acc, acc - 0.1  # schema-4 entries
         rec["missing_views"] = {"protocol": "embedding_eval", "rates": [0.1, 0.5], "single_view": True,
                                 "views": ["left", "right"], "shown": ["acc", "cluster_acc"],
                                 "metrics": {"miss10_acc": m10, "miss50_acc": m50, "miss10_cluster_acc": m10 - 0.1,

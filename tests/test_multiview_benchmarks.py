@@ -17,6 +17,7 @@ from fusebench.components import compat
 from fusebench.sweep import runner
 from fusebench.engine.data import build_datasets
 from fusebench.engine.evaluate import features
+from fusebench.metrics import values_of
 
 FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "options.embedding_eval": {"l2_grid": [0.01, 1.0], "n_init": 2}}
 
@@ -53,7 +54,7 @@ def test_generic_benchmark_reads_views_from_an_unseen_file(tmp_path: Path) -> No
                          progress=False)
     for rec in recs:
         assert set(rec["metrics"]) == {"acc", "mf1", "cluster_acc", "nmi", "ari"}
-        assert all(0.0 <= v <= 1.0 for v in rec["metrics"].values())
+        assert all(0.0 <= v <= 1.0 for v in values_of(rec["metrics"]).values())
         assert rec["config"]["dataset"]["modalities"] == ["view0", "view1", "view2", "view3"]
         assert rec["dataset"]["synthetic"] is False
         assert rec["dataset"]["fingerprint"]["files"] == [["four.mat", four.stat().st_size]]

@@ -13,6 +13,7 @@ import pytest
 
 from fusebench import pipelines as P
 from fusebench import registry as R
+from fusebench.metrics import values_of
 
 
 @pytest.fixture
@@ -159,12 +160,12 @@ def test_plugin_pipeline_runs_through_the_runner(fresh_pipelines, tmp_path: Path
     assert "takes exactly 2 views" in compat._incompatibility(spec, "matching_gap")
     # no --data-root and no --synthetic: fine, the pipeline reads no dataset
     records = fusebench.run("plugin-constant", out=tmp_path / "runs", progress=False)
-    assert [r["metrics"] for r in records] == [{"constant_k2": 2.0, "constant_k3": 3.0},
+    assert [values_of(r["metrics"]) for r in records] == [{"constant_k2": 2.0, "constant_k3": 3.0},
                                                {"constant_k2": 3.0, "constant_k3": 4.0}]
     assert _Constant.calls == [("infonce_pwe", 0, None, True), ("infonce_pwe", 1, None, True)]
     rec = json.loads((tmp_path / "runs" / "plugin-constant" / "infonce_pwe" / "seed1" / "run.json").read_text())
     assert rec["dataset"] == {"id": "constant", "manifest_hash": "synthetic", "synthetic": True, "fingerprint": None}
-    assert rec["metric_directions"] == {"constant_k2": "higher", "constant_k3": "higher"}
+    assert {m: e["direction"] for m, e in rec["metrics"].items()} == {"constant_k2": "higher", "constant_k3": "higher"}
     assert fusebench.run("plugin-constant", out=tmp_path / "runs", progress=False) == records  # cells are kept
     assert len(_Constant.calls) == 2
 

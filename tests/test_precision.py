@@ -13,6 +13,7 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record, RecordError
+from fusebench.metrics import values_of
 from fusebench.records.schema import REPEATED_FIELDS
 from fusebench.spec import precision
 from fusebench.sweep import runner
@@ -161,8 +162,11 @@ def test_runs_of_different_precisions_are_never_one_group(tmp_path: Path) -> Non
 
 def test_an_edited_precision_is_refused(tmp_path: Path) -> None:
     a, _ = _record_pair(tmp_path)
-    assert a["schema_version"] == 3 and "precision" not in a  # stated once, in config (issue #35)
-    old = {**a, "schema_version": 2, "precision": "bf16-mixed"}  # a schema-2 record repeats it: it must agree
+    assert a["schema_version"] == 4 and "precision" not in a  # stated once, in config (issue #35)
+    # the same record as schema 2 wrote it (plain metric values, their versions in versions.metrics), repeating the
+    # precision: it must agree
+    old = {**a, "schema_version": 2, "precision": "bf16-mixed", "metrics": values_of(a["metrics"]),
+           "versions": {**a["versions"], "metrics": {m: e["version"] for m, e in a["metrics"].items()}}}
     with pytest.raises(RecordError, match=r"field 'precision': expected '32', the precision in config"):
         validate_record(old, "run.json")
     bad_cfg = {**a, "config": {**a["config"], "precision": "fp8"}}
@@ -184,7 +188,7 @@ def test_a_schema_3_record_states_each_value_once(dotted: str, tmp_path: Path) -
         edited.setdefault(head, {})[leaf] = a["seed"] if leaf == "seed" else "32"
     else:
         edited[head] = {"python": 0} if head == "seeds" else ({} if head == "protocol" else "32")
-    with pytest.raises(RecordError, match=rf"field '{re.escape(dotted)}': expected no such field in a schema-3 "
+    with pytest.raises(RecordError, match=rf"field '{re.escape(dotted)}': expected no such field in a schema-\d "
                                           rf"record: it repeats {re.escape(REPEATED_FIELDS[dotted])}"):
         validate_record(edited, "run.json")
 

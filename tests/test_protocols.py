@@ -10,6 +10,7 @@ from fusebench.components import compat
 from fusebench.spec.config import ConfigError
 from fusebench.components.protocols import PROTOCOLS, protocol_of
 from fusebench.components.reference_features import REFERENCE_KINDS
+from fusebench.metrics import values_of
 
 
 def test_the_three_protocols_and_what_they_declare() -> None:
@@ -90,7 +91,7 @@ def test_a_plugin_protocol_scores_a_cell_without_a_pipeline_of_its_own(monkeypat
                          overrides=over, progress=False)
     assert [r["objective"] for r in recs] == ["none", "mv_infonce"]
     for r in recs:
-        assert set(r["metrics"]) == {"acc"} and 0.0 <= r["metrics"]["acc"] <= 1.0
+        assert set(r["metrics"]) == {"acc"} and 0.0 <= values_of(r["metrics"])["acc"] <= 1.0
         assert r["config"]["downstream"]["protocol"] == "nn1"
     assert recs[1]["budget"]["optimizer_steps"] > 0 and recs[0]["budget"]["optimizer_steps"] == 0
 

@@ -25,7 +25,7 @@ def _run(tmp_path: Path, capsys, *extra: str) -> list[str]:
 
 
 def _by_hand(runs: Path, objective: str) -> tuple[str, int]:
-    accs = [json.loads((runs / "quickstart" / objective / f"seed{s}" / "run.json").read_text())["metrics"]["acc"]
+    accs = [json.loads((runs / "quickstart" / objective / f"seed{s}" / "run.json").read_text())["metrics"]["acc"]["value"]
             for s in (0, 1)]
     return f"{statistics.mean(accs):.4f} ± {statistics.stdev(accs):.4f}", len(accs)
 

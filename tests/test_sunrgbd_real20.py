@@ -27,6 +27,7 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.datasets import DatasetError, DatasetNotFoundError, build
+from fusebench.metrics import values_of
 
 VOTENET = ["bed", "table", "sofa", "chair", "toilet", "desk", "dresser", "night_stand", "bookshelf", "bathtub"]
 TRAIN_DIR = "sunrgbd_pc_bbox_votes_50k_v1_train"
@@ -359,8 +360,8 @@ def test_real20_runs_end_to_end(real20: Path, tmp_path: Path) -> None:
         path = tmp_path / "sunrgbd-det-real20" / objective / "seed0" / "run.json"
         assert path.is_file()
         on_disk = json.loads(path.read_text())
-        assert math.isfinite(on_disk["metrics"]["map_0.25"]) and 0.0 <= on_disk["metrics"]["map_0.25"] <= 1.0
-        assert all(math.isfinite(on_disk["metrics"][m]) for m in ("map_0.50", "mar_0.25"))
+        assert math.isfinite(values_of(on_disk["metrics"])["map_0.25"]) and 0.0 <= values_of(on_disk["metrics"])["map_0.25"] <= 1.0
+        assert all(math.isfinite(values_of(on_disk["metrics"])[m]) for m in ("map_0.50", "mar_0.25"))
         ds = on_disk["dataset"]
         assert ds["synthetic"] is False and ds["manifest_hash"] != "synthetic" and ds["id"] == "sunrgbd"
         assert Path(ds["root"]).resolve() == real20.resolve()

@@ -17,6 +17,7 @@ from fusebench.engine import trackers
 from fusebench.engine.trackers import TrackerError
 from fusebench.cells.execute import run_cell
 from fusebench.spec.request import CellRequest, RunOptions
+from fusebench.metrics import values_of
 
 TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
         "downstream.epochs": 2}
@@ -68,7 +69,7 @@ def test_csv_and_tensorboard_read_back_and_results_unchanged(tmp_path: Path, ref
         assert [float(r["value"]) for r in val] == curves[name]
         assert [int(r["epoch"]) for r in val] == list(range(TINY["downstream.epochs"]))
     final = {r["name"]: float(r["value"]) for r in rows if r["phase"] == "final"}
-    assert final == {**{f"test/{k}": v for k, v in rec["metrics"].items()},
+    assert final == {**{f"test/{k}": v for k, v in values_of(rec["metrics"]).items()},
                      **{f"val/{k}": v for k, v in rec["selection"]["val_metrics"].items()}}
 
     # TensorBoard: the same values (stored as float32) under <phase>/loss, downstream/val_*, test/*
@@ -88,7 +89,7 @@ def test_csv_and_tensorboard_read_back_and_results_unchanged(tmp_path: Path, ref
         assert values(f"{phase}/loss") == f32(curves[f"{phase}_loss"])
         assert [e.step for e in acc.Scalars(f"{phase}/loss")] == list(range(1, len(curves[f"{phase}_loss"]) + 1))
     assert values("downstream/val_acc") == f32(curves["val_acc"])
-    assert values("test/acc") == f32([rec["metrics"]["acc"]])
+    assert values("test/acc") == f32([values_of(rec["metrics"])["acc"]])
     assert "config" in " ".join(acc.Tags().get("tensors", []))  # the resolved config as text
 
 
@@ -112,7 +113,7 @@ def test_mlflow_file_store(tmp_path: Path, reference: dict, monkeypatch: pytest.
     assert run["tags.mlflow.runName"] == "infonce_pwe/seed0" and run["status"] == "FINISHED"
     assert run["params.pretrain.epochs"] == "1" and run["params.name"] == "quickstart"
     assert json.loads(run["params.dataset.synthetic_spec.num_samples"]) == 128
-    for k, v in rec["metrics"].items():
+    for k, v in values_of(rec["metrics"]).items():
         assert run[f"metrics.test/{k}"] == v
     client = MlflowClient(tracking_uri=uri)
     history = client.get_metric_history(run["run_id"], "pretrain/loss")

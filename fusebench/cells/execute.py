@@ -87,7 +87,9 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
                 say(f"{what} {where} after {time.monotonic() - t0:.1f}s ({type(e).__name__})")
             raise
         if progress:
-            score = (record.get("metrics") or {}).get(spec.primary_metric)
+            from fusebench.metrics import values_of
+
+            score = values_of(record.get("metrics")).get(spec.primary_metric)
             shown = f" ({spec.primary_metric} {score:.4f})" if isinstance(score, (int, float)) else ""
             say(f"done {where} in {time.monotonic() - t0:.1f}s{shown}")
         return record

@@ -242,14 +242,13 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
     elapsed = time.time() - t0
     record = build_record(
         request, True, dev, flags, None, curves=curves, val=None, test=metrics, best_epoch=-1, wall_time=elapsed,
-        pretrain_time=elapsed, model=None, diagnostics={}, context=context,
+        pretrain_time=elapsed, model=None, diagnostics={}, context=context, directions=directions,
         fields={
             "parameters": n_params,
             # the pretraining budget of the cell: one network per M, each trained for `steps` steps of K
             # samples (M views each)
             "budget": {"optimizer_steps": steps * len(ms), "samples_seen": steps * len(ms) * k, "batch_size": k,
                        "micro_batch": None, "epochs": int(spec.pretrain.epochs)},
-            "metric_directions": directions,
             "selection": {"rule": "none: no model selection (closed-form target, fresh evaluation batches)",
                           "metric": None, "best_epoch": -1, "val_metrics": None},
             "validity": bound_validity(objective, hp, checks),

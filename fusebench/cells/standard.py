@@ -175,7 +175,7 @@ class StandardCell:
 
         cfg = encoder_config(self.spec, self.data["train"])
         W.load_into(self.model.backbone, self.objective, entry, self.spec.encoder.id, cfg)
-        versions = versions_block(self.objective, list(self.spec.metrics))
+        versions = versions_block(self.objective)  # the metrics' versions are in their entries (record schema 4)
         return {"encoder_weights": W.record_field(self.objective, entry, self.spec.encoder.id, cfg),
                 "versions": {**versions, "objective": "sha256:" + entry["sha256"][:16]}}
 

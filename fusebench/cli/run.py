@@ -238,8 +238,10 @@ def _weights_rows(given: list[tuple[str, str]]) -> dict[str, str] | None:
 
 def _result_line(r: dict) -> str:
     """``<benchmark> <objective> seed<k>: metric=value, ...`` of a finished cell's record."""
+    from fusebench.metrics import values_of
+
     shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, (int, float)) else f"{k}={v}"
-                      for k, v in sorted((r.get("metrics") or {}).items()))
+                      for k, v in sorted(values_of(r.get("metrics")).items()))
     return f"{r['benchmark']} {r['objective']} seed{r['seed']}: {shown}"
 
 

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from fusebench.leaderboard.columns import mean_std
+from fusebench.metrics import values_of
 
 SHOWN = ("failed", "worker", "skipped", "interrupted", "submitted")  # entries without a record: not in the table
 
@@ -21,7 +22,7 @@ def primary_of(record: dict[str, Any]) -> str | None:
     """The record's primary metric: ``comparison.primary``, else the selection metric, else its first metric."""
     comparison = record.get("comparison") if isinstance(record.get("comparison"), dict) else {}
     selection = record.get("selection") if isinstance(record.get("selection"), dict) else {}
-    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    metrics = values_of(record.get("metrics"))
     for name in (comparison.get("primary"), selection.get("metric")):
         if isinstance(name, str) and name in metrics:
             return name
@@ -43,7 +44,7 @@ def summary_rows(records: list[dict[str, Any]]) -> list[tuple[str, str, str, str
     rows = []
     for (bench, obj), recs in groups.items():
         metric = primary_of(recs[0]) or "-"
-        values = [r["metrics"].get(metric) for r in recs]
+        values = [values_of(r["metrics"]).get(metric) for r in recs]
         good = [float(v) for v in values if _finite(v)]
         shown = "{:.4f} ± {:.4f}".format(*mean_std(good)) if good else "—"
         rows.append((bench, obj, metric, shown, len(good), len(values) - len(good)))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fusebench.registry import Registry
+from fusebench.metrics import values_of
 from fusebench.spec.config import ConfigError
 
 INSTALL_HINT = "pip install -e .[trackers]"
@@ -388,7 +389,7 @@ class Trackers(Tracker):
         selection's validation metrics) and ``path`` (its run.json) as an artifact."""
         if not self.trackers or record.get("status") is not None:
             return
-        final = {f"test/{k}": v for k, v in (record.get("metrics") or {}).items() if _is_number(v)}
+        final = {f"test/{k}": v for k, v in values_of(record.get("metrics")).items() if _is_number(v)}
         val = (record.get("selection") or {}).get("val_metrics") or {}
         final.update({f"val/{k}": v for k, v in val.items() if _is_number(v)})
         self.log_final(final)

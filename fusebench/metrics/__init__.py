@@ -161,4 +161,29 @@ def get(id: str) -> Metric:
     return METRICS.get(id)
 
 
-__all__ = ["CATALOG", "METRICS", "UNITS", "Metric", "UnknownNameError", "available", "get", "metadata", "register"]
+def entries(values: dict[str, Any], directions: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """A run record's ``metrics`` block (record schema 4): ``{id: {"value", "direction", "version"}}`` for each
+    computed value, the direction from ``directions`` (the dataset's task, a pipeline's own metrics), else the
+    metric's metadata, else null; the version the metric's (``"1"`` for an id that is not a registered metric,
+    e.g. a pipeline's own ``mi_bound_M2``). Values are kept as given (NaN: undefined, written as null)."""
+    out: dict[str, dict[str, Any]] = {}
+    for mid, value in values.items():
+        try:
+            meta = metadata(mid)
+        except (UnknownNameError, TypeError):
+            meta = {"direction": None, "version": "1"}
+        out[mid] = {"value": value, "direction": (directions or {}).get(mid, meta["direction"]),
+                    "version": str(meta["version"])}
+    return out
+
+
+def values_of(block: Any) -> dict[str, Any]:
+    """``{id: value}`` of a run record's ``metrics`` block: a schema-4 entry's ``value``, a number of schemas 1-3
+    as it is (null stays None); ``{}`` for anything that is not a mapping."""
+    if not isinstance(block, dict):
+        return {}
+    return {k: v.get("value") if isinstance(v, dict) else v for k, v in block.items()}
+
+
+__all__ = ["CATALOG", "METRICS", "UNITS", "Metric", "UnknownNameError", "available", "entries", "get", "metadata",
+           "register", "values_of"]

@@ -92,8 +92,10 @@ def _compared(record: dict[str, Any], where: Path) -> Any:
     """What must not change between the checkouts: an evaluation cell's metrics; a hyper-parameter trial's
     (under ``.selection/``) validation value of its selection metric, the number the selection reads (a trial
     computes its selection metric alone since issue #31 item 5, so its other metrics are not compared)."""
-    if ".selection" not in where.parts:
-        return record.get("metrics")
+    if ".selection" not in where.parts:  # values alone: record schema 4 adds direction and version to each
+        from fusebench.metrics import values_of
+
+        return values_of(record.get("metrics"))
     selection = record.get("selection") or {}
     return (selection.get("val_metrics") or {}).get(selection.get("metric"))
 

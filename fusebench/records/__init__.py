@@ -24,6 +24,11 @@ Schema versions
   ``clustering.seed`` (python, numpy, torch and k-means are seeded with ``seed``). A schema-3 record holding
   one of them is refused, naming the field it repeats (:data:`~fusebench.records.schema.REPEATED_FIELDS`).
   Records of versions 1 and 2 are read as before.
+* **4** — version 3 with each metric an entry ``metrics: {id: {"value": number | null, "direction": "higher" |
+  "lower" | null, "version": str}}`` (issue #35): no ``metric_directions`` and no ``versions.metrics`` (refused,
+  naming the field); ``versions`` holds ``suite`` and ``objective``; a metric's version is its entry's.
+  :func:`fusebench.metrics.values_of` reads ``{id: value}`` from the block of any version; the typed
+  :class:`RunRecord` is the same for every version.
 
 Every version may carry ``hash_schema`` (``2``: ``config_hash`` is
 :func:`fusebench.spec.config.config_hash` of the record's ``config`` and ``objective``, checked

@@ -80,7 +80,8 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
                  *, curves: Mapping[str, Any], val: Mapping[str, Any] | None, test: Mapping[str, Any], best_epoch: int,
                  wall_time: float, pretrain_time: float, model: Any, diagnostics: Mapping[str, Any],
                  context: Mapping[str, Any] | None = None, timing: Mapping[str, Any] | None = None,
-                 selection: Mapping[str, Any] | None = None, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 selection: Mapping[str, Any] | None = None, fields: Mapping[str, Any] | None = None,
+                 directions: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The run record of ``request``, in one piece: what every pipeline records (identity, config and hash,
     data identity, host, seeds, determinism, precision, curves, selection, metrics, times, budget, hyper-
     parameters), with ``selection`` merged into the selection block (a protocol's selection rule and the
@@ -89,14 +90,19 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
 
     ``timing`` (resumed cells): ``{"resumed": bool, "segments": {"wall": Clock | [s], "pretrain": [s]},
     "budget": {...}}``; ``wall_time`` and ``pretrain_time`` are then the sums of the segments (the time of
-    the work kept across processes), and the segments are recorded beside them."""
+    the work kept across processes), and the segments are recorded beside them.
+
+    ``test`` (the test metrics) is written as ``{id: {value, direction, version}}`` (record schema 4): the
+    direction from the dataset's task, or ``directions`` (a pipeline's own metrics), else the metric's metadata."""
     spec, objective, seed = request.spec, request.objective, request.seed
     config = spec.to_dict()  # once: the record's config, and its hash is that of this form
     segments = time_segments(timing, wall_time, pretrain_time)
     if timing:
         wall_time = sum(segments["wall"])  # read once: the total is the sum of the recorded segments
-    directions = {}
-    if pipeline_of(spec).downstream:  # the dataset's task says how its metrics read (unit, direction)
+    fields = dict(fields or {})
+    # a pipeline's own metrics' directions (a plugin written before record schema 4 passes them as a field)
+    directions = {**fields.pop("metric_directions", {}), **(directions or {})}
+    if pipeline_of(spec).downstream and not directions:  # the dataset's task says how its metrics read (unit, direction)
         from fusebench.tasks import TASKS
 
         task = getattr((data or {}).get("train"), "task", None)
@@ -107,8 +113,9 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
             from fusebench import metrics as M
 
             directions = {mid: M.metadata(mid)["direction"] for mid in spec.metrics}
+    from fusebench import metrics as M
+
     record = {
-        "metric_directions": directions,
         "schema_version": SCHEMA_VERSION,
         "suite_version": __version__,
         "git": (context or {}).get("git") or utils.git_info(),
@@ -132,7 +139,7 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
         "selection": {"rule": f"best validation {spec.primary_metric} over downstream epochs "
                               f"(split {spec.dataset.val_split!r}); test scored once with the selected weights",
                       "metric": spec.primary_metric, "best_epoch": best_epoch, "val_metrics": val},
-        "metrics": test,
+        "metrics": M.entries(dict(test), directions),  # each value with its direction and version (schema 4)
         "wall_time_s": wall_time,
         # when the record was written (UTC, ISO 8601): the board's text is the newest record's
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

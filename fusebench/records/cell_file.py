@@ -81,6 +81,9 @@ def _undefined_as_nan(rec: dict[str, Any]) -> None:
     for values in (rec.get("metrics"), selection.get("val_metrics") if isinstance(selection, dict) else None):
         if isinstance(values, dict):
             values.update({k: math.nan for k, v in values.items() if v is None})
+            for entry in values.values():  # schema 4: {value, direction, version}
+                if isinstance(entry, dict) and entry.get("value", 0) is None:
+                    entry["value"] = math.nan
 
 
 def write_record(cell: Path, record: dict[str, Any]) -> Path:
@@ -90,7 +93,9 @@ def write_record(cell: Path, record: dict[str, Any]) -> Path:
     if path.exists():
         raise RunError(f"{path} exists already; run records are immutable")
     if record.get("schema_version", 1) >= 2:
-        record.setdefault("versions", versions_block(record["objective"], list(record["config"].get("metrics") or [])))
+        if "versions" not in record:  # schema 4: each metric's version is in its entry
+            ids = list(record["config"].get("metrics") or []) if record["schema_version"] < 4 else None
+            record["versions"] = versions_block(record["objective"], ids)
         record["comparability_key"] = comparability_key(record)
     validate_record(record, path)  # never write a record the leaderboard would refuse
     tmp = cell / f".run.json.{os.getpid()}.tmp"

@@ -57,7 +57,11 @@ def comparability_fields(record: Mapping[str, Any] | HasRaw) -> dict[str, Any]:
     metric_ids = [m for m in cfg.get("metrics") or [] if isinstance(m, str)]
     # the objective's version is not a field: rows of one board are different objectives (the leaderboard
     # requires it to be the same within each objective's row instead)
-    if raw.get("schema_version", 1) >= 2 and isinstance(raw.get("versions"), dict):
+    entries = raw.get("metrics") if raw.get("schema_version", 1) >= 4 else None
+    if isinstance(entries, dict):  # schema 4: each metric's version is in its entry
+        mv = {m: e.get("version") for m, e in entries.items() if isinstance(e, dict)}
+        metric_versions = {m: mv.get(m) for m in metric_ids} if metric_ids else mv
+    elif raw.get("schema_version", 1) >= 2 and isinstance(raw.get("versions"), dict):
         mv = raw["versions"].get("metrics") if isinstance(raw["versions"].get("metrics"), dict) else {}
         metric_versions = {m: mv.get(m) for m in metric_ids} if metric_ids else dict(mv)
     else:
@@ -81,9 +85,11 @@ def comparability_key(record: Mapping[str, Any] | HasRaw) -> str:
     return sha256_hex(canonical_json(comparability_fields(record)), 16)
 
 
-def versions_block(objective: str, metric_ids: list[str]) -> dict[str, Any]:
+def versions_block(objective: str, metric_ids: list[str] | None = None) -> dict[str, Any]:
     """The ``versions`` field of a schema-2 record: suite, objective and metric versions from the
-    registries (``"1"`` for an id that is not registered, e.g. ``none`` or pipeline-computed metrics)."""
+    registries (``"1"`` for an id that is not registered, e.g. ``none`` or pipeline-computed metrics); a
+    schema-4 record keeps suite and objective here and each metric's version in its ``metrics`` entry
+    (``metric_ids`` None: no ``metrics`` key)."""
     from fusebench import metrics as M
     from fusebench import objectives as O
     from fusebench.registry import UnknownNameError
@@ -93,11 +99,13 @@ def versions_block(objective: str, metric_ids: list[str]) -> dict[str, Any]:
     except (UnknownNameError, KeyError):
         obj_version = "1"
     mv = {}
-    for m in metric_ids:
+    for m in metric_ids or []:
         try:
             mv[m] = str(M.get(m).version)
         except (UnknownNameError, KeyError):
             mv[m] = "1"
+    if metric_ids is None:
+        return {"suite": __version__, "objective": obj_version}
     return {"suite": __version__, "objective": obj_version, "metrics": dict(sorted(mv.items()))}
 
 

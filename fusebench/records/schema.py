@@ -22,16 +22,20 @@ from fusebench.spec.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
 from fusebench.spec.config import config_hash as cell_config_hash
 from fusebench.registry import ID_RULE, valid_id
 
-SCHEMA_VERSIONS = (1, 2, 3)
+SCHEMA_VERSIONS = (1, 2, 3, 4)
 #: ``hash_schema`` values a record may state (records without the field predate the migration to schema 2)
 HASH_SCHEMAS = _READABLE_HASH_SCHEMAS  # each record's hash is checked under its own schema
 #: what a run writes today (the runner sets its SCHEMA_VERSION to this)
-CURRENT_SCHEMA_VERSION = 3
+CURRENT_SCHEMA_VERSION = 4
 #: fields a schema-3 record does not have because they repeat another (issue #35): dotted field -> the field that
 #: holds the value (the record's seed seeds python, numpy and torch, the determinism switches and k-means)
 REPEATED_FIELDS = {"precision": "config.precision", "numerics.precision": "config.precision",
                    "protocol": "config.protocol_notes", "seeds": "seed", "determinism.seed": "seed",
                    "clustering.seed": "seed"}
+#: fields a schema-4 record does not have: each metric's direction and version are in its ``metrics`` entry
+METRIC_FIELDS_OF_4 = {"metric_directions": "metrics.<id>.direction", "versions.metrics": "metrics.<id>.version"}
+#: the keys of a schema-4 metric entry
+METRIC_ENTRY = ("value", "direction", "version")
 #: leaderboard section of a board (``config.options.board``); see docs/leaderboards.md
 BOARD_KINDS = ("study", "pipeline_check")
 DIRECTIONS = ("higher", "lower")
@@ -493,12 +497,17 @@ def _validate_dataset(ds: Any, path: str, version: int) -> DatasetIdentity:
     return DatasetIdentity(did, syn, mh, fp, check)
 
 
-def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str, Any]) -> Versions:
+def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str, Any],
+                       entries: Mapping[str, str] | None = None) -> Versions:
+    """``versions``: suite and objective; the metrics' versions from ``versions.metrics`` (schemas 2-3: one for every
+    metric of ``config.metrics``) or from the metric entries (``entries``, schema 4: one per metric computed)."""
     v = _mapping(_need(raw, "versions", path), path, "versions")
     s = _str(_need(v, "suite", path, "versions."), path, "versions.suite")
     if s != suite:
         raise RecordError(path, "versions.suite", f"the suite_version {suite!r}", s)
     o = _str(_need(v, "objective", path, "versions."), path, "versions.objective")
+    if entries is not None:  # schema 4: a metric's version is in its entry (a metric not computed has none)
+        return Versions(s, o, dict(sorted(entries.items())))
     ms = _mapping(_need(v, "metrics", path, "versions."), path, "versions.metrics")
     for k, val in ms.items():
         _name(k, path, "versions.metrics key")
@@ -540,15 +549,38 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     dataset = _validate_dataset(_need(obj, "dataset", path), path, version)
     raw_metrics = _mapping(_need(obj, "metrics", path), path, "metrics")
     metrics: dict[str, float] = {}
+    entry_directions: dict[str, str] = {}
+    entry_versions: dict[str, str] = {}
     for k, v in raw_metrics.items():
         _name(k, path, "metrics key")
+        where = f"metrics.{k}"
+        if version >= 4:  # {value, direction, version}: the metric's meaning travels with its number
+            v = _mapping(v, path, where)
+            extra = sorted(set(v) - set(METRIC_ENTRY))
+            if extra or "value" not in v or "version" not in v:
+                raise RecordError(path, where, "an entry {value, direction, version}",
+                                  f"keys {sorted(v)}" if extra else v)
+            direction = v.get("direction")
+            if direction is not None and direction not in DIRECTIONS:
+                raise RecordError(path, f"{where}.direction", "'higher', 'lower' or null", direction)
+            if direction is not None:
+                entry_directions[k] = direction
+            entry_versions[k] = _str(v["version"], path, f"{where}.version")
+            v, where = v["value"], f"{where}.value"
         x = _fast_float(v)
         if x is None:  # null: undefined, as NaN is (strict JSON writes NaN as null)
-            x = math.nan if v is None else _number(v, path, f"metrics.{k}", allow_nan=True, expected=METRIC_EXPECTED)
+            x = math.nan if v is None else _number(v, path, where, allow_nan=True, expected=METRIC_EXPECTED)
         metrics[k] = x
     pretrain_time = _number(_need(obj, "pretrain_time_s", path), path, "pretrain_time_s", nonneg=True)
     peak = _number(_need(obj, "peak_memory_mb", path), path, "peak_memory_mb", nonneg=True)
-    directions = _mapping(obj.get("metric_directions") or {}, path, "metric_directions")
+    if version >= 4:
+        for dotted, source in METRIC_FIELDS_OF_4.items():
+            head, _, leaf = dotted.partition(".")
+            if (head in obj) if not leaf else (isinstance(obj.get(head), dict) and leaf in obj[head]):
+                raise RecordError(path, dotted, f"no such field in a schema-{version} record: it repeats {source}")
+        directions: Mapping[str, str] = entry_directions
+    else:
+        directions = _mapping(obj.get("metric_directions") or {}, path, "metric_directions")
     for k, v in directions.items():
         _name(k, path, "metric_directions key")
         if v not in DIRECTIONS:
@@ -603,7 +635,7 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     _validate_board_fields(obj, path)
     _validate_plugins(obj.get("plugins"), path)  # optional (issue #32): old records have none
     if version >= 2:
-        versions = _validate_versions(obj, path, suite, cfg)
+        versions = _validate_versions(obj, path, suite, cfg, entry_versions if version >= 4 else None)
     else:
         versions = Versions(suite, "1", {m: "1" for m in cfg.get("metrics") or []})
     key = comparability_key(obj)

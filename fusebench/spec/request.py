@@ -197,7 +197,7 @@ class SweepRequest:
         if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda", "mps")
                                                or (device.startswith("cuda:") and device[5:].isdigit())):
             raise ConfigError(f"--device {device!r}: expected auto, cpu, cuda, cuda:N or mps")
-        _count(self.workers, "--workers", 1)
+        _count(self.workers, "--workers", 1, "a positive number of processes")
         if self.threads is not None:
             _count(self.threads, "--threads", 1)
         if self.num_workers is not None:
@@ -235,9 +235,9 @@ class SweepRequest:
         return cls(benchmark, **options)
 
 
-def _count(value: Any, flag: str, least: int) -> None:
+def _count(value: Any, flag: str, least: int, what: str | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        what = "a positive integer" if least == 1 else f"an integer >= {least}"
+        what = what or ("a positive integer" if least == 1 else f"an integer >= {least}")
         raise ConfigError(f"{flag}: expected {what}, got {value!r}")
 
 
