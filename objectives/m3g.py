@@ -34,7 +34,7 @@ Solvers (same iterates, same answer): ``"reference"`` materialises the n^k cost 
 Algorithm 1 literally; ``"auto"`` (default) for ``cv`` runs it on the scalings ``exp(f_l / eps)``
 through contractions of the pairwise kernels (:func:`~fusebench.objectives.sinkhorn_scaling.scaling_sinkhorn`:
 a kernel of n^k entries only when n^k <= 2^14, never the cost tensor with gradients), handing over to
-the log-domain :func:`~fusebench.objectives.sinkhorn.pairwise_sinkhorn` when the scalings could leave
+the log-domain :func:`~fusebench.objectives.sinkhorn_pairwise.pairwise_sinkhorn` when the scalings could leave
 the dtype's range (small eps in float32), and falls back to ``"reference"`` for ``csd``.  ``auto``
 works on the Gram matrix ``G = Z Z^T`` of the stacked views: ``||z_l[i] - z_m[j]||^2 = 2 - 2 G``, and
 the Danskin surrogate is the single inner product ``<-2 W, G>``, ``W = (J - Pi) / k^2`` on the pairs.

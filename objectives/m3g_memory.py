@@ -20,7 +20,7 @@ allowance included, against the resident peak with the default allocator (never 
   (every buffer its stages bind: the block marginal ``q`` [n^|B|], the fixed factors ``L`` [n^(|B1|+e)],
   ``R`` [n^(|B2|+e)], ``n K_{B,B}``, the outer-product and contraction buffers, the first block's marginal
   buffers), plus the temporaries of filling it, plus -- because the range guard can hand any solve to it
-  while the plan is alive -- the working set of the log-domain :func:`~fusebench.objectives.sinkhorn.pairwise_sinkhorn`
+  while the plan is alive -- the working set of the log-domain :func:`~fusebench.objectives.sinkhorn_pairwise.pairwise_sinkhorn`
   (two block contractions at once: the one being built and the previous one), plus the Gram-layout
   matrices ``[kn, kn]`` and the views' copies ``[k, n, d]`` around the solve. Small CPU problems
   (n^k <= ``COMPILED_MAX_ENTRIES``) may run compiled (float64 kernel of n^k entries); both are counted.
@@ -31,7 +31,7 @@ Shape:
 
 from __future__ import annotations
 
-from fusebench.objectives.sinkhorn import _stages
+from fusebench.objectives.sinkhorn_pairwise import _stages
 from fusebench.objectives.sinkhorn_scaling import choose_strategy
 
 #: n^k-sized tensors alive at once on the reference path (cv cost); see the module docstring

@@ -1,14 +1,14 @@
 """The scaling-domain Sinkhorn engine: M3G's default solver, :func:`scaling_sinkhorn`.
 
 Algorithm 1 of :mod:`fusebench.objectives.sinkhorn` (same stages, same iterates as its
-:func:`~fusebench.objectives.sinkhorn.pairwise_sinkhorn`) run on the scalings ``u_l = exp(g_l)``
+:func:`~fusebench.objectives.sinkhorn_pairwise.pairwise_sinkhorn`) run on the scalings ``u_l = exp(g_l)``
 instead of log-potentials: the kernels are exponentiated once per solve, a view update is a
 matrix-vector product and a reciprocal, and every call of a sweep is pre-bound to preallocated
 buffers, so a sweep is a flat list of calls. Each stage is either one matrix-vector product with the
 materialised n^k kernel (``dense``, for ``n^k <= DENSE_MAX_ENTRIES``) or an elementwise product, a GEMM
 and a Hadamard product on the pairwise kernels. A range guard (products of kernels and scalings must
 stay inside the dtype's normal range, checked on running extrema of the scalings) decides whether the
-solve is exact; if not, :func:`~fusebench.objectives.sinkhorn.pairwise_sinkhorn` solves the problem
+solve is exact; if not, :func:`~fusebench.objectives.sinkhorn_pairwise.pairwise_sinkhorn` solves the problem
 instead, so the answer is that of Algorithm 1 either way.
 
 Why this path, and what it gains: the reference solver (:func:`~fusebench.objectives.sinkhorn.dense_sinkhorn`,
@@ -45,7 +45,7 @@ Shape:
 Example (k = 3 views of n = 4 points: the scaling-domain iterates are the log-domain solver's)::
 
     >>> import torch
-    >>> from fusebench.objectives.sinkhorn import pairwise_sinkhorn
+    >>> from fusebench.objectives.sinkhorn_pairwise import pairwise_sinkhorn
     >>> from fusebench.objectives.sinkhorn_scaling import scaling_sinkhorn
     >>> _ = torch.manual_seed(0)
     >>> z = torch.nn.functional.normalize(torch.randn(3, 4, 8, dtype=torch.float64), dim=-1)
@@ -72,8 +72,8 @@ import torch
 from torch import Tensor
 
 from fusebench.objectives import sinkhorn_blocked
-from fusebench.objectives.sinkhorn import (SinkhornResult, _Block, _choose_elim, _pair_sum, _side, _stages,
-                                           pairwise_sinkhorn)
+from fusebench.objectives.sinkhorn import SinkhornResult
+from fusebench.objectives.sinkhorn_pairwise import _Block, _choose_elim, _pair_sum, _side, _stages, pairwise_sinkhorn
 from fusebench.objectives.sinkhorn_blocked import NonFiniteKernels
 
 __all__ = ["scaling_sinkhorn", "choose_strategy", "kernel_floor", "scaling_range_ok", "blocked_by_default",

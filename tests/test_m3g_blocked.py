@@ -16,7 +16,7 @@ import torch
 from fusebench.objectives import build
 from fusebench.objectives import sinkhorn_blocked as sb
 from fusebench.objectives import sinkhorn_scaling as sk
-from fusebench.objectives.sinkhorn import pairwise_sinkhorn
+from fusebench.objectives.sinkhorn_pairwise import pairwise_sinkhorn
 
 DT = torch.float64
 

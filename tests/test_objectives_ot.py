@@ -303,7 +303,8 @@ def _strategies(k: int) -> list[tuple[int, bool]]:
 def test_scaling_solver_every_strategy_equals_log_domain_and_reference(k, n, eps, tol, max_iter):
     """Same iterates as the literal dense reference and the log-domain solver: to convergence at eps=0.1,
     and after exactly 300 sweeps at eps=0.01 (where these tiny problems need 10^5 sweeps to converge)."""
-    from fusebench.objectives.sinkhorn import dual_value, pairwise_sinkhorn
+    from fusebench.objectives.sinkhorn import dual_value
+    from fusebench.objectives.sinkhorn_pairwise import pairwise_sinkhorn
     from fusebench.objectives.sinkhorn_scaling import scaling_sinkhorn
 
     lk = _log_kernels(k, n, eps, seed=20 + k)
@@ -370,7 +371,7 @@ def test_auto_float32_scaling_domain_at_eps_005_and_fallback_at_001(k, n):
 def test_scaling_fallback_in_the_middle_of_a_solve(monkeypatch):
     """Force the range guard to fail after a few sweeps: the answer is then the log-domain solver's."""
     from fusebench.objectives import sinkhorn_scaling as sk
-    from fusebench.objectives.sinkhorn import pairwise_sinkhorn
+    from fusebench.objectives.sinkhorn_pairwise import pairwise_sinkhorn
 
     lk = _log_kernels(3, 6, 0.05, seed=3)
     floor = sk.kernel_floor(lk)

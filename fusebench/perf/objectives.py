@@ -29,7 +29,9 @@ Example::
 
 ``--vs ott``, ``--crossover`` and ``--step-time`` are separate runs of the same command, each in its own
 module (:mod:`fusebench.perf.vs_ott`, :mod:`fusebench.perf.crossover`, :mod:`fusebench.perf.step_time`);
-this module holds the three tables above and the command line of all four.
+``--pairwise`` (:func:`bench_pairwise`) times the log-domain pairwise Sinkhorn
+(:mod:`fusebench.objectives.sinkhorn_pairwise`) against the reference solver on the same kernels; this module
+holds the three tables above, that one, and the command line of all five.
 """
 
 from __future__ import annotations
@@ -133,6 +135,49 @@ def bench_m3g(repeats: int, ref_repeats: int) -> tuple[list[str], bool]:
 
 
 
+#: (k, n) of --pairwise: sizes the reference can still materialise (n^k entries)
+PAIRWISE_CASES = ((3, 32), (4, 16), (4, 24), (5, 12))
+
+
+def bench_pairwise(repeats: int) -> list[str]:
+    """The log-domain pairwise Sinkhorn against the reference :func:`~fusebench.objectives.sinkhorn.dense_sinkhorn`
+    on the same circular-variance kernels of unit views (d = 32, eps = 0.2, tol 1e-9, float64), in one run: both
+    times (median of ``repeats`` after a warm-up), their ratio, the largest difference of the potentials and
+    the sweeps (equal: the same iterates)."""
+    import torch
+
+    from fusebench.objectives.m3g import dense_cost, pair_sqdists
+    from fusebench.objectives.sinkhorn import dense_sinkhorn
+    from fusebench.objectives.sinkhorn_pairwise import pairwise_sinkhorn
+    from fusebench.perf.timing import fmt_ms, time_call
+
+    eps, tol = 0.2, 1e-9
+    lines = ["| k | n | n^k | reference | pairwise | ratio ref/pairwise | max abs(potential diff) | sweeps (ref / pairwise) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for k, n in PAIRWISE_CASES:
+        g = torch.Generator().manual_seed(0)
+        z = torch.nn.functional.normalize(torch.randn(k, n, 32, generator=g, dtype=torch.float64), dim=-1)
+        log_dense = -dense_cost(z, "cv") / eps
+        log_pairs = -pair_sqdists(z) / (k * k * eps)  # c_cv = (1/k^2) sum_{l<m} ||z_l - z_m||^2
+        out: dict[str, object] = {}
+
+        def ref() -> float:
+            out["ref"] = dense_sinkhorn(log_dense, tol, 10000)
+            return 0.0
+
+        def fast() -> float:
+            out["fast"] = pairwise_sinkhorn(log_pairs, tol, 10000)
+            return 0.0
+
+        t_ref, _ = time_call(ref, repeats)
+        t_fast, _ = time_call(fast, repeats)
+        a, b = out["ref"], out["fast"]
+        diff = float((a.log_u - b.log_u).abs().max())
+        lines.append(f"| {k} | {n} | {n ** k:,} | {fmt_ms(t_ref)} | {fmt_ms(t_fast)} | {t_ref / t_fast:.1f}x "
+                     f"| {diff:.1e} | {a.iterations} / {b.iterations} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="fusebench bench objectives",
@@ -170,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     peer.add_argument("--backend", choices=("auto", "eager", "compiled"), default=None,
                       help="our M3G's backend (default auto: the compiled call for small CPU problems when numba is "
                            "installed, see docs/objectives-ot.md)")
+    parser.add_argument("--pairwise", action="store_true",
+                        help="run only the log-domain pairwise Sinkhorn against the reference solver (same kernels)")
     parser.add_argument("--crossover", action="store_true",
                         help="run only the per-sweep timing of the M3G solver's strategies (the crossover rule)")
     step = parser.add_argument_group("--step-time: quickstart training step, M3G / InfoNCE-pwe")
@@ -181,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from fusebench.perf import crossover, step_time, vs_ott
 
-    special = [name for name, on in (("--vs", ns.vs), ("--step-time", ns.step_time), ("--crossover", ns.crossover)) if on]
+    special = [name for name, on in (("--vs", ns.vs), ("--step-time", ns.step_time), ("--crossover", ns.crossover),
+                                     ("--pairwise", ns.pairwise)) if on]
     if ns.threads is None:
         ns.threads = 1 if special else 2
     if ns.repeats < 1 or ns.threads < 1 or (ns.rounds is not None and ns.rounds < 1):
@@ -214,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if ns.vs:
                 return vs_ott.run(ns)
+            if ns.pairwise:
+                print("# fusebench bench objectives --pairwise\n")
+                print(f"float64, one sweep order, eps 0.2, tol 1e-9; median of {1 if ns.quick else ns.repeats} "
+                      f"after a warm-up; {ns.threads} thread(s)\n")
+                print("\n".join(bench_pairwise(1 if ns.quick else ns.repeats)))
+                return 0
             return step_time.run(ns) if ns.step_time else crossover.run(ns)
         finally:
             torch.set_num_threads(previous_threads)
