@@ -519,14 +519,14 @@ def _closest(name: str, choices: Any) -> str:
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
-def grouped_override(key: str) -> str:
+def grouped_override(key: str, source: str = "--set") -> str:
     """An override key of the grouped layout, ``pretrain.per_objective.<id>.<setting>[.<name>...]``, as the key of the
     canonical form it sets (``pretrain.<table>.<id>[.<name>...]``); any other key as it is. The whole block of one
     objective, or all of them, is a mapping to set: :func:`apply_overrides` spreads it over the tables."""
     parts = key.split(".")
     if len(parts) >= 4 and parts[:2] == ["pretrain", GROUPED]:
         if parts[3] not in OBJECTIVE_SETTINGS:
-            raise ConfigError(f"--set {key}: unknown setting {parts[3]!r}{_closest(parts[3], OBJECTIVE_SETTINGS)}; "
+            raise ConfigError(f"{source}: {key}: unknown setting {parts[3]!r}{_closest(parts[3], OBJECTIVE_SETTINGS)}; "
                               f"known: {', '.join(OBJECTIVE_SETTINGS)}")
         return ".".join(["pretrain", OBJECTIVE_SETTINGS[parts[3]], parts[2], *parts[4:]])
     return key
@@ -568,7 +568,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str
     """Return a copy of ``data`` with dotted-key ``overrides`` applied."""
     out = copy.deepcopy(data)
     for key, value in overrides.items():
-        key = grouped_override(_legacy_override(key, source))
+        key = grouped_override(_legacy_override(key, source), source)
         parts = key.split(".")
         if parts[:2] == ["pretrain", GROUPED] and len(parts) <= 3:  # one objective's block, or every objective's
             pre = out.setdefault("pretrain", {})

@@ -154,9 +154,9 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
 # ---------------------------------------------------------------------------------------------
 # sweep
 # ---------------------------------------------------------------------------------------------
-def run(benchmark: str | SweepRequest, **options: Any) -> list[dict[str, Any]]:
+def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     """Run a sweep, every objective x seed of :class:`~fusebench.spec.request.SweepRequest` ``benchmark`` (or of
-    ``SweepRequest.of(benchmark, **options)``: ``run("quickstart", objective=["m3g"], seeds=[0])``); returns the
+    ``SweepRequest.of(benchmark, **given)``: ``run("quickstart", objective=["m3g"], seeds=[0])``); returns the
     run records (failed cells as ``{"status": "failed", ...}``). Everything is checked before any training starts.
     ``workers`` > 1 runs the cells in that many local processes (after every hyper-parameter selection); each cell
     is the same as in a sequential sweep (its own seed, lock and record). ``loggers``: experiment trackers for
@@ -177,7 +177,7 @@ def run(benchmark: str | SweepRequest, **options: Any) -> list[dict[str, Any]]:
     large one (:mod:`fusebench.engine.threads`; said on stderr before the cells; results do not depend on it).
     ``device``: resolved once here for cells run on this machine (``auto``: cuda, then mps, then cpu); a
     scheduler's job resolves it on its node."""
-    req = SweepRequest.of(benchmark, **options)
+    req = SweepRequest.of(benchmark, **given)
     launcher, workers, progress = req.launcher, req.workers, req.progress
     synthetic, data_root, out = req.synthetic, req.data_root, req.out
     from fusebench.sweep import launchers
