@@ -211,7 +211,7 @@ def test_spec_is_complete(name):
     if real.pipeline == "standard":
         for mid in real.metrics:
             metrics.get(mid)
-        assert real.primary_metric in real.metrics
+        assert real.validation_metric in real.metrics
         # the synthetic block makes the run tiny: a single short epoch of each phase
         if name not in SHRINK:
             assert syn.pretrain.epochs == 1 and syn.downstream.epochs == 1
@@ -272,7 +272,7 @@ def test_synthetic_cell(name, objective, tmp_path):
         assert set(spec.metrics) <= set(metrics)
         bad = {m: metrics[m] for m in spec.metrics if not _finite(metrics[m])}
         assert not bad, f"non-finite metrics {bad}"
-        assert on_disk["selection"]["metric"] == spec.primary_metric
+        assert on_disk["selection"]["metric"] == spec.validation_metric
         curves = on_disk["curves"]
         if spec.downstream.protocol == "embedding_eval":  # probe + k-means: no downstream training loop
             # the probe is scored on val (its L2 is chosen there); k-means needs no validation

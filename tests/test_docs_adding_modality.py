@@ -240,7 +240,7 @@ def test_spec_folder_through_fusebench_benchmarks_variable(tmp_path, monkeypatch
     spec = benchmarks.load("wearable-activity")
     assert (spec.name, spec.dataset.id, spec.encoder.id, spec.metrics) == ("wearable-activity", "wearable", "mlp",
                                                                            ["acc", "bacc", "mf1"])
-    assert spec.objectives == ["none", "infonce_pwe", "m3g"] and spec.primary_metric == "acc"
+    assert spec.objectives == ["none", "infonce_pwe", "m3g"] and spec.validation_metric == "acc"
     tiny = benchmarks.load("wearable-activity", synthetic=True)
     assert (tiny.pretrain.epochs, tiny.downstream.epochs, spec.pretrain.epochs) == (2, 2, 20)
 

@@ -46,7 +46,7 @@ def _ngs(fixtures_dir: Path) -> str:
 def test_the_real_boards_select_on_their_primary_metric_over_wide_grids(name: str) -> None:
     spec = load_spec(benchmarks.path(name))
     assert spec.comparison["primary"] == "fs1_best_acc" and spec.selection_metric == ""
-    assert spec.primary_metric == "fs1_best_acc"  # the default: what the board ranks
+    assert spec.validation_metric == "fs1_best_acc"  # the default: what the board ranks
     assert spec.to_dict()["selection_metric"] == "fs1_best_acc"  # resolved in the recorded config (and its hash)
     assert spec.dataset.outer_test_seed is not None  # item 4: one fixed test split
     for o, grid in spec.pretrain.grid.items():
@@ -62,13 +62,13 @@ def test_a_selection_metric_apart_from_the_primary_is_refused_unless_the_spec_sa
                                           r"'fs1_best_acc'.*selection_metric_why"):
         load_spec(path, overrides={"selection_metric": "acc"})
     spec = load_spec(path, overrides={"selection_metric": "acc", "selection_metric_why": "a test of the rule"})
-    assert spec.primary_metric == "acc"
+    assert spec.validation_metric == "acc"
     # the same metric named explicitly needs no reason; a reason for nothing is refused (never recorded and ignored)
-    assert load_spec(path, overrides={"selection_metric": "fs1_best_acc"}).primary_metric == "fs1_best_acc"
+    assert load_spec(path, overrides={"selection_metric": "fs1_best_acc"}).validation_metric == "fs1_best_acc"
     with pytest.raises(ConfigError, match="selection_metric_why is read only where selection_metric differs"):
         load_spec(path, overrides={"selection_metric_why": "no divergence"})
     # switching the primary switches what selects, with no other change
-    assert load_spec(path, overrides={"comparison.primary": "knn_acc"}).primary_metric == "knn_acc"
+    assert load_spec(path, overrides={"comparison.primary": "knn_acc"}).validation_metric == "knn_acc"
 
 
 def test_the_reason_is_not_identity_but_the_resolved_selection_metric_is() -> None:

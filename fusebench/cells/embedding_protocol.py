@@ -73,7 +73,7 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
     if "knn_acc" not in spec.metrics:
         kwargs.setdefault("knn_grid", ())
     # a hyper-parameter trial is scored by its validation selection metric alone: only the probe that gives it
-    trial = trial_parts(spec.primary_metric) if options.selection_trial else None
+    trial = trial_parts(spec.validation_metric) if options.selection_trial else None
     kwargs.update(trial or {})
     reference = None
     if from_inputs:

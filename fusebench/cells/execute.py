@@ -89,8 +89,8 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
         if progress:
             from fusebench.metrics import values_of
 
-            score = values_of(record.get("metrics")).get(spec.primary_metric)
-            shown = f" ({spec.primary_metric} {score:.4f})" if isinstance(score, (int, float)) else ""
+            score = values_of(record.get("metrics")).get(spec.validation_metric)
+            shown = f" ({spec.validation_metric} {score:.4f})" if isinstance(score, (int, float)) else ""
             say(f"done {where} in {time.monotonic() - t0:.1f}s{shown}")
         return record
 

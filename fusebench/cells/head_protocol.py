@@ -49,7 +49,7 @@ def score(sc: Any, protocol: Any, timing: dict[str, Any], pretrained_state: dict
     if ckpt is not None:
         phase.restore(ckpt)
         best = ckpt["best"]
-    primary = spec.primary_metric
+    primary = spec.validation_metric
     from fusebench import metrics as M
 
     sign = 1.0 if M.get(primary).higher_is_better else -1.0
@@ -131,7 +131,7 @@ def _missing_view_fields(sc: Any, model: nn.Module) -> dict[str, Any] | None:
     rates, single = requested(sc.spec)
     if (not rates and not single) or sc.options.selection_trial:  # a trial is scored on validation alone
         return None
-    shown = [sc.spec.comparison.get("primary") or sc.spec.primary_metric]
+    shown = [sc.spec.comparison.get("primary") or sc.spec.validation_metric]
     return {"missing_views": head_missing_views(model, sc.data["test"], sc.spec, sc.dev, sc.seed, rates,
                                                 single, shown)}
 

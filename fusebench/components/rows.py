@@ -267,7 +267,7 @@ def comparison_of(spec: Any) -> dict[str, str]:
         ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
         if ref:
             out["reference"] = ref
-    out.setdefault("primary", spec.primary_metric)
+    out.setdefault("primary", spec.validation_metric)
     return out
 
 

@@ -136,9 +136,9 @@ def build_record(request: CellRequest, synthetic: bool, device: Any, flags: Mapp
                                                                                 torch.device(device))).items()
                      if k != "precision"},
         "curves": curves,
-        "selection": {"rule": f"best validation {spec.primary_metric} over downstream epochs "
+        "selection": {"rule": f"best validation {spec.validation_metric} over downstream epochs "
                               f"(split {spec.dataset.val_split!r}); test scored once with the selected weights",
-                      "metric": spec.primary_metric, "best_epoch": best_epoch, "val_metrics": val},
+                      "metric": spec.validation_metric, "best_epoch": best_epoch, "val_metrics": val},
         "metrics": M.entries(dict(test), directions),  # each value with its direction and version (schema 4)
         "wall_time_s": wall_time,
         # when the record was written (UTC, ISO 8601): the board's text is the newest record's

@@ -192,10 +192,17 @@ class BenchmarkSpec:
     encoder_weights: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def primary_metric(self) -> str:
-        """The validation metric that selects (checkpoints, hyper-parameters): ``selection_metric``, else the
-        board's primary metric ``comparison.primary``, else ``metrics[0]``."""
+    def validation_metric(self) -> str:
+        """The metric that selects on the validation split (checkpoints, hyper-parameters): ``selection_metric``,
+        else the board's primary metric ``comparison.primary``, else ``metrics[0]``. (Not the board's primary
+        metric, which ranks: ``comparison.primary``; the two are equal by default.)"""
         return self.selection_metric or self.comparison.get("primary") or (self.metrics[0] if self.metrics else "")
+
+    @property
+    def primary_metric(self) -> str:
+        """The old name of :attr:`validation_metric` (it named the selection metric, not the board's primary one);
+        kept for plugins written against it."""
+        return self.validation_metric
 
     @property
     def selection_seeds(self) -> list[int]:
@@ -212,7 +219,7 @@ class BenchmarkSpec:
         out["precision"] = check(out["precision"])
         # the selection metric as resolved: ``comparison`` is not identity, but its primary decides what an
         # unset selection_metric selects on (every committed record names its selection_metric: unchanged)
-        out["selection_metric"] = self.primary_metric
+        out["selection_metric"] = self.validation_metric
         for path, default in OMITTED_WHEN_DEFAULT:  # fields added after schema 2: written only when set
             *parents, leaf = path
             node = out

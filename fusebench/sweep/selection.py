@@ -2,7 +2,7 @@
 
 For every objective of a sweep with a grid (``pretrain.grid[objective]``) every combination is run on the
 selection seeds (never evaluation seeds) and scored by the mean over those seeds of its validation value of
-the selection metric (``spec.primary_metric``: ``selection_metric``, by default the board's primary metric
+the selection metric (``spec.validation_metric``: ``selection_metric``, by default the board's primary metric
 ``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
 once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
 (:func:`selection_path`): the grid, every point's per-seed validation scores, the choice, the grid keys whose
@@ -61,14 +61,14 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
 
     Every combination of ``pretrain.grid[objective]`` is run (pretraining + downstream protocol) once per
     selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
-    seed); the combination with the best mean validation ``metric`` (default ``spec.primary_metric``) over
+    seed); the combination with the best mean validation ``metric`` (default ``spec.validation_metric``) over
     those seeds wins (ties: the first in grid order). Trial records go to
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
     hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
     grid = spec.pretrain.grid.get(objective)
     if not grid or not row_of(spec, objective).pretrains:
         return None
-    metric = metric or spec.primary_metric
+    metric = metric or spec.validation_metric
     names = sorted(grid)
     combos = _combos(grid)
     higher = M.get(metric).higher_is_better
