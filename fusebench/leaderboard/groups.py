@@ -272,7 +272,7 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     infos = [metric_info(m, recs) for m in ids]
     spec = current_spec(name, recs)
     comparison, compared_by = _comparison(recs, spec)
-    primary = comparison.get("primary") or recs[0].primary_metric
+    primary = comparison.get("primary") or recs[0].validation_metric
     if primary not in seen:
         primary = ids[0] if seen else ""
     kind = _group_kind(recs)

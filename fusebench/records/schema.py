@@ -130,7 +130,9 @@ class RunRecord:
         return list(self.config.get("metrics") or [])
 
     @property
-    def primary_metric(self) -> str:
+    def validation_metric(self) -> str:
+        """The metric the run selected on (its config's ``selection_metric``, else its first metric); a board ranks
+        on ``comparison.primary``, which defaults to it."""
         order = self.metric_order
         return self.config.get("selection_metric") or (order[0] if order else "")
 
