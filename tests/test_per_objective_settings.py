@@ -60,8 +60,9 @@ def test_grouped_settings_land_on_the_canonical_tables_without_a_warning(tmp_pat
     assert (m3g.hparams, m3g.grid, m3g.batch_size, m3g.epochs, m3g.micro_batch) == ({"eps": 0.3}, {"eps": [0.1, 0.3]},
                                                                                     16, 3, 4)
     other = pre.settings("infonce_pwe")
-    assert (other.hparams, other.grid, other.batch_size, other.epochs, other.micro_batch) == ({"tau": 0.5}, {}, None,
-                                                                                              None, None)
+    # no setting of its own: the common batch size (the default, 32) and epochs (2), no micro-batch
+    assert (other.hparams, other.grid, other.batch_size, other.epochs, other.micro_batch) == ({"tau": 0.5}, {}, 32, 2,
+                                                                                              None)
     assert "per_objective" not in spec.to_dict()["pretrain"]  # the canonical form holds the tables
 
 

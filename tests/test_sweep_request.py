@@ -80,9 +80,19 @@ def test_overrides_as_set_strings_equal_the_mapping() -> None:
     assert a == b
 
 
+def _no_accelerator(monkeypatch) -> None:
+    """``auto`` resolves to the CPU whatever this machine has (the verdicts must not depend on a GPU being there)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if getattr(torch.backends, "mps", None) is not None:
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
 def test_the_device_auto_is_resolved_once_per_sweep(tmp_path: Path, monkeypatch) -> None:
     from fusebench.runtime import utils
 
+    _no_accelerator(monkeypatch)
     asked: list[str] = []
     real = utils.resolve_device
 
@@ -101,10 +111,15 @@ def test_the_device_auto_is_resolved_once_per_sweep(tmp_path: Path, monkeypatch)
     assert on_disk["device"] == "cpu"
 
 
-def test_run_options_resolved_keeps_a_concrete_device_and_returns_itself() -> None:
+def test_run_options_resolved_keeps_a_concrete_device_and_returns_itself(monkeypatch) -> None:
     opts = RunOptions(device="cpu")
     assert opts.resolved() is opts
-    assert RunOptions().resolved().device == "cpu"  # this machine has no GPU (CI, the development machine)
+    _no_accelerator(monkeypatch)
+    assert RunOptions().resolved().device == "cpu"
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # auto prefers CUDA (the name only: nothing runs)
+    assert RunOptions().resolved().device == "cuda"
 
 
 @pytest.mark.parametrize("text, value", [("1e-3", 0.001), ("2E+4", 20000.0), ("-3e-2", -0.03), ("1.5e3", 1500.0),

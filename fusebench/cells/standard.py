@@ -31,8 +31,7 @@ from fusebench.spec import precision
 from fusebench.engine import speed
 from fusebench.engine.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
 from fusebench.spec.config import BenchmarkSpec
-from fusebench.engine.data import (build_datasets, feeding, held_in_memory, input_dims, make_loader,
-                                   pretrain_batch_size, resolve_feed)
+from fusebench.engine.data import build_datasets, feeding, held_in_memory, input_dims, make_loader, resolve_feed
 from fusebench.engine.loop import Clock, Phase, PhaseHooks, StepBudget, run_phase
 from fusebench.engine.optim import build_optimizer, build_scheduler
 from fusebench.runtime.progress import progress_bar
@@ -208,15 +207,15 @@ class StandardCell:
 
         spec, objective, seed, data, dev, cell = self.spec, self.objective, self.seed, self.data, self.dev, self.cell
         pt = spec.pretrain
-        batch_size = pretrain_batch_size(spec, objective)
-        epochs = int(pt.objective_epochs.get(objective, pt.epochs))
+        own = pt.settings(objective)
+        batch_size, epochs = own.batch_size, own.epochs
         if not self.row.pretrains or epochs <= 0:  # a reference or a weights row (issue #32): nothing pretrained
             return
         kwargs, method_options = split_method_keys(objective_hparams(spec, objective, self.context))
         obj = objectives.build(objective, **kwargs).to(dev)
         _, per_epoch = make_loader(data["train"], batch_size, True, seed, 0)
         total = per_epoch * epochs
-        micro = pt.objective_micro_batch.get(objective)
+        micro = own.micro_batch
         # a grid over a method's option (methods.<id>.<option>, e.g. BYOL's EMA momentum) sets it for this cell
         pre = Pretrainer(self.model, obj, with_method_options(pt, method_options), total_steps=total,
                          micro_batch=micro).to(dev)

@@ -163,18 +163,17 @@ def objective_problem(spec: BenchmarkSpec, objective: str, k: int, budget: float
     the objective declares no cost)."""
     from fusebench import objectives
 
-    pt = spec.pretrain
+    own = spec.pretrain.settings(objective)
     # reference rows and encoder-weights rows (issue #32) are no registered objective: no loss to pay for
     if (objective not in objectives.OBJECTIVES or objective in (getattr(spec, "encoder_weights", None) or {})
-            or int(pt.objective_epochs.get(objective, pt.epochs)) <= 0):
+            or own.epochs <= 0):
         return None
     cls = objectives.OBJECTIVES.get(objective)
     if not callable(getattr(cls, "memory_bytes", None)):
         return None
     instances = _instances(spec, objective)
-    batch = int(pt.objective_batch_size.get(objective, pt.batch_size)) * ranks
-    micro = pt.objective_micro_batch.get(objective)
-    n, d = largest_chunk(batch, micro), int(pt.projection_dim)
+    batch = own.batch_size * ranks
+    n, d = largest_chunk(batch, own.micro_batch), int(spec.pretrain.projection_dim)
     need, refused = _need(instances, n, k, d)
     if need <= budget:
         return None

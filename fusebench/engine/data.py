@@ -385,4 +385,4 @@ def input_views(ds, spec: BenchmarkSpec, seed: int) -> tuple[list[np.ndarray], t
 def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:
     """``pretrain.objective_batch_size[objective]`` where given (e.g. M3G at k >= 5, whose cost grows as
     n^k), else ``pretrain.batch_size``."""
-    return int(spec.pretrain.objective_batch_size.get(objective, spec.pretrain.batch_size))
+    return spec.pretrain.settings(objective).batch_size

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from fusebench import io
+from fusebench.machine import check_device_name  # the one device-name rule (re-exported here)
 
 
 def seed_everything(seed: int, deterministic: bool = True) -> dict[str, Any]:
@@ -171,15 +172,6 @@ def resolve_device(name: str = "auto") -> torch.device:
     if name == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
         raise ValueError("--device mps: Apple's MPS backend is not available on this machine")
     return torch.device(name)
-
-
-def check_device_name(name: str) -> str:
-    """``name`` if it is a device this suite runs on (auto, cpu, cuda, cuda:N, mps), else ValueError;
-    whether this machine has it is :func:`resolve_device`'s question."""
-    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda", "mps")
-                                         or (name.startswith("cuda:") and name[5:].isdigit())):
-        raise ValueError(f"--device {name!r}: expected auto, cpu, cuda, cuda:N or mps")
-    return name
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

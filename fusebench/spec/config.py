@@ -24,7 +24,7 @@ import yaml
 
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml
-from fusebench.registry import valid_id
+from fusebench.registry import closest, valid_id
 
 
 @dataclass
@@ -53,14 +53,15 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class ObjectiveSettings:
-    """One objective's own pretraining settings, as a spec groups them under ``pretrain.per_objective.<id>``
-    (:data:`OBJECTIVE_SETTINGS`); :meth:`PretrainConfig.settings` reads them."""
+    """One objective's pretraining settings, as a spec groups them under ``pretrain.per_objective.<id>``
+    (:data:`OBJECTIVE_SETTINGS`), resolved: its own batch size and epochs, else the common ones;
+    :meth:`PretrainConfig.settings` is the one place that reads the per-objective tables for a cell."""
 
     hparams: dict[str, Any]
     grid: dict[str, list[Any]]
-    batch_size: int | None
-    epochs: int | None
-    micro_batch: int | None
+    batch_size: int
+    epochs: int
+    micro_batch: int | None  # None: the loss on the whole batch
 
 
 @dataclass
@@ -98,11 +99,12 @@ class PretrainConfig:
     methods: dict[str, Any] = field(default_factory=dict)
 
     def settings(self, objective: str) -> "ObjectiveSettings":
-        """What ``objective`` is given of its own (a spec's ``pretrain.per_objective.<objective>``): its
-        hyper-parameters, selection grid, and its own batch size, epochs and micro-batch (None: the common ones)."""
+        """``objective``'s settings (a spec's ``pretrain.per_objective.<objective>``): its hyper-parameters and
+        selection grid, its batch size and epochs (its own, else the common ``batch_size`` / ``epochs``) and its
+        micro-batch (None: none)."""
         return ObjectiveSettings(hparams=dict(self.hparams.get(objective, {})), grid=dict(self.grid.get(objective, {})),
-                                 batch_size=self.objective_batch_size.get(objective),
-                                 epochs=self.objective_epochs.get(objective),
+                                 batch_size=int(self.objective_batch_size.get(objective, self.batch_size)),
+                                 epochs=int(self.objective_epochs.get(objective, self.epochs)),
                                  micro_batch=self.objective_micro_batch.get(objective))
 
     def method_options(self, method_id: str) -> Any:
@@ -520,10 +522,9 @@ def group_objective_settings(pretrain: dict[str, Any], source: str, warn: bool =
 
 
 def _closest(name: str, choices: Any) -> str:
-    import difflib
-
-    near = difflib.get_close_matches(str(name), list(choices), n=1)
-    return f" (did you mean {near[0]!r}?)" if near else ""
+    """`` (did you mean 'x'?)`` from :func:`fusebench.registry.closest`, or nothing."""
+    near = closest(str(name), list(choices))
+    return f" (did you mean {near!r}?)" if near else ""
 
 
 def grouped_override(key: str, source: str = "--set") -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from fusebench.machine import check_device_name
 from fusebench.registry import ID_RULE, valid_id
 from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, parse_override
 
@@ -135,7 +136,7 @@ class SweepCells:
 def objective_hparams(spec: BenchmarkSpec, objective: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The objective's hyper-parameters: ``pretrain.hparams[objective]`` updated with the values the
     validation search chose (``context["hparams"]``, see :func:`fusebench.sweep.selection.select_hparams`)."""
-    return {**spec.pretrain.hparams.get(objective, {}), **((context or {}).get("hparams", {}).get(objective, {}))}
+    return {**spec.pretrain.settings(objective).hparams, **((context or {}).get("hparams", {}).get(objective, {}))}
 
 
 @dataclass(frozen=True)
@@ -193,10 +194,10 @@ class SweepRequest:
         if self.data_root is not None and not isinstance(self.data_root, (str, Path)):
             raise ConfigError(f"--data-root: expected a folder or file, got {self.data_root!r}")
         put("data_root", None if self.data_root is None else str(self.data_root))
-        device = self.device
-        if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda", "mps")
-                                               or (device.startswith("cuda:") and device[5:].isdigit())):
-            raise ConfigError(f"--device {device!r}: expected auto, cpu, cuda, cuda:N or mps")
+        try:
+            check_device_name(self.device)  # the one rule (fusebench.machine); whether this machine has it: resolved()
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         _count(self.workers, "--workers", 1, "a positive number of processes")
         if self.threads is not None:
             _count(self.threads, "--threads", 1)

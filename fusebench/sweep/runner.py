@@ -144,7 +144,7 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
     for o in objs:
         bs = pretrain_batch_size(spec, o)
         if (row_of(spec, o).pretrains
-                and spec.pretrain.objective_epochs.get(o, spec.pretrain.epochs) > 0 and bs > n):
+                and spec.pretrain.settings(o).epochs > 0 and bs > n):
             key = f"pretrain.objective_batch_size.{o}" if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
             raise ConfigError(f"{key}={bs} exceeds the {n} samples of the train split of {spec.name}; "
                               f"choose a batch size <= {n}")

@@ -65,7 +65,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     those seeds wins (ties: the first in grid order). Trial records go to
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
     hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
-    grid = spec.pretrain.grid.get(objective)
+    grid = spec.pretrain.settings(objective).grid
     if not grid or not row_of(spec, objective).pretrains:
         return None
     metric = metric or spec.validation_metric
