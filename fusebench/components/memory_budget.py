@@ -172,8 +172,8 @@ def objective_problem(spec: BenchmarkSpec, objective: str, k: int, budget: float
     if not callable(getattr(cls, "memory_bytes", None)):
         return None
     instances = _instances(spec, objective)
-    batch = own.batch_size * ranks
-    n, d = largest_chunk(batch, own.micro_batch), int(spec.pretrain.projection_dim)
+    batch, micro = own.batch_size * ranks, own.micro_batch
+    n, d = largest_chunk(batch, micro), int(spec.pretrain.projection_dim)
     need, refused = _need(instances, n, k, d)
     if need <= budget:
         return None
