@@ -43,13 +43,13 @@ def test_reference_rows_follow_the_protocol() -> None:
     assert all(compat._incompatibility(ev, r) is None for r in ("none", *REFERENCE_KINDS))
 
 
-def nearest_neighbour_score(cell, protocol, timing, pretrained_state=None, ckpt=None):
+def nearest_neighbour_score(cell, protocol, pretrained_state=None, ckpt=None):
     """A plugin protocol's scorer (the test's): 1-nearest-neighbour test accuracy (cosine) of the frozen
     embeddings, train split as the memory; validation scored the same way."""
     import torch
 
     from fusebench.engine.evaluate import features
-    from fusebench.records.builder import build_record
+    from fusebench.records.builder import Scores
 
     xs = {r: features(cell.model, cell.data[r], cell.spec, cell.dev, cell.seed) for r in ("train", "val", "test")}
     bank = torch.nn.functional.normalize(xs["train"][0].double(), dim=1)
@@ -59,10 +59,7 @@ def nearest_neighbour_score(cell, protocol, timing, pretrained_state=None, ckpt=
         pred = xs["train"][1][(q @ bank.T).argmax(dim=1)]
         return float((pred == xs[split][1]).double().mean())
 
-    return build_record(cell.request, cell.options.synthetic, cell.dev, cell.flags, cell.data, curves=cell.pre_curves,
-                        val={"acc": acc("val")}, test={"acc": acc("test")}, best_epoch=-1, wall_time=cell.wall.total(),
-                        pretrain_time=cell.pretrain_time, model=cell.model, diagnostics={}, context=cell.context,
-                        timing=timing, fields=cell.weights_fields)
+    return Scores({"acc": acc("test")}, {"acc": acc("val")}, model=cell.model)
 
 
 def test_a_plugin_protocol_scores_a_cell_without_a_pipeline_of_its_own(monkeypatch, tmp_path) -> None:
@@ -84,7 +81,7 @@ def test_a_plugin_protocol_scores_a_cell_without_a_pipeline_of_its_own(monkeypat
     reg.register("nn1")(NearestNeighbour)
     import fusebench.cells.embedding_protocol as E
 
-    monkeypatch.setattr(E, "embedding_eval_record", lambda *a, **k: pytest.fail("the embedding_eval scorer ran"))
+    monkeypatch.setattr(E, "embedding_scores", lambda *a, **k: pytest.fail("the embedding_eval scorer ran"))
     over = {"downstream.protocol": "nn1", "metrics": ["acc"], "comparison": {"reference": "none", "primary": "acc"},
             "options": {}, "pretrain.grid": {}, "pretrain.selection_seeds": []}
     recs = fusebench.run("mv-hw2sources", objective=["none", "mv_infonce"], seeds=[0], out=tmp_path, synthetic=True,

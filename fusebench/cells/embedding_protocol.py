@@ -14,18 +14,17 @@ are ``none`` and the input-feature rows of :mod:`fusebench.components.reference_
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
 from fusebench.engine.evaluate import embeddings, features
 from fusebench.engine.data import input_views
-from fusebench.engine.loop import Clock, RunError
+from fusebench.engine.loop import RunError
 from fusebench.runtime.progress import phase
 from fusebench.components.protocols import EMBEDDING_EVAL_OPTIONS, EmbeddingEval
-from fusebench.records.builder import build_record
+from fusebench.records.builder import Scores
 from fusebench.components.rows import Row, row_of
-from fusebench.spec.request import CellRequest, RunOptions
 
 #: the selection rule this protocol records
 SELECTION_RULE = ("linear probe: L2 weight chosen on the validation split (highest val accuracy); "
@@ -42,19 +41,16 @@ def fewshot_ids(shots: int) -> tuple[str, str, str]:
     return f"fs{shots}_acc", f"fs{shots}_proto_acc", f"fs{shots}_best_acc"
 
 
-def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapping[str, Any], data: dict[str, Any],
-                          model: Any, pre_curves: Mapping[str, Any], pretrain_time: float, wall: Clock,
-                          context: Mapping[str, Any] | None, timing: Mapping[str, Any] | None,
-                          dev: torch.device, from_inputs: bool,
-                          extra_fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Score the cell's (pretrained or random) encoder, or its reference row, and return its record.
-    ``from_inputs``: an input-feature row other than ``raw``, whose ``data`` was built unstandardised;
-    ``extra_fields``: the cell's own record fields (a weights row's ``encoder_weights``). A row with an encoder
-    keeps it in ``best.pt`` (``{"model": state_dict, "epoch": -1, "val": ...}``, the form the other protocols
-    write), so it can be reloaded and re-probed (``--encoder-weights NAME=<cell>/best.pt``)."""
+def embedding_scores(sc: Any) -> Scores:
+    """Score cell ``sc``'s (:class:`fusebench.cells.standard.StandardCell`) pretrained or random encoder, or its
+    reference row, and return what it measured. An input-feature row other than ``raw`` (``sc.from_inputs``) reads
+    the cell's data, built unstandardised. A row with an encoder keeps it in ``best.pt`` (``{"model": state_dict,
+    "epoch": -1, "val": ...}``, the form the other protocols write), so it can be reloaded and re-probed
+    (``--encoder-weights NAME=<cell>/best.pt``)."""
     from fusebench.components.diagnostics import representation_diagnostics
     from fusebench.probes.embedding_eval import probe_and_cluster
 
+    request, options, data, model, dev, from_inputs = sc.request, sc.options, sc.data, sc.model, sc.dev, sc.from_inputs
     spec, objective, seed = request.spec, request.objective, request.seed
     roles = ("train", "val", "test")
     row = row_of(spec, objective)  # an input-feature row scores no encoder (fusebench.components.rows)
@@ -103,8 +99,8 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
 
         utils.atomic_torch_save({"model": model.state_dict(), "epoch": -1, "val": val}, request.cell / "best.pt")
     # k-means is seeded with the run's seed, which the record states once ("seed")
-    fields: dict[str, Any] = {**({"clustering": {k: v for k, v in res["clustering"].items() if k != "seed"}}
-                                 if "clustering" in res else {}), **(extra_fields or {})}
+    fields: dict[str, Any] = ({"clustering": {k: v for k, v in res["clustering"].items() if k != "seed"}}
+                              if "clustering" in res else {})
     if "fewshot_probe" in res:
         fields["fewshot_probe"] = res["fewshot_probe"]
     if reference is not None:
@@ -121,11 +117,8 @@ def embedding_eval_record(request: CellRequest, options: RunOptions, flags: Mapp
             source, {"train": xtr, "val": xva, "test": xte}, {"train": ytr, "val": yva, "test": yte},
             data["train"].num_classes, seed, res, rates, single, n_init=opts.get("missing_n_init"),
             rules=requested_rules(spec))
-    return build_record(request, options.synthetic, dev, flags, data, curves=pre_curves, val=val, test=test,
-                        best_epoch=-1, wall_time=wall.total(), pretrain_time=pretrain_time, timing=timing,
-                        model=enc, diagnostics=diag, context=context,
-                        selection={"rule": SELECTION_RULE, **{k: res[k] for k in ("probe", "fewshot", "knn") if k in res}},
-                        fields=fields)
+    return Scores(test, val, -1, model=enc, diagnostics=diag, fields=fields,
+                  selection={"rule": SELECTION_RULE, **{k: res[k] for k in ("probe", "fewshot", "knn") if k in res}})
 
 
 def trial_parts(metric: str) -> dict[str, Any] | None:
@@ -147,12 +140,10 @@ def trial_parts(metric: str) -> dict[str, Any] | None:
     return None
 
 
-def score(sc: Any, protocol: Any, timing: dict[str, Any], pretrained_state: Any = None, ckpt: Any = None
-          ) -> dict[str, Any]:
+def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None) -> Scores:
     """The ``embedding_eval`` protocol's scorer (:meth:`fusebench.components.protocols.Protocol.score`): cell
-    ``sc``'s frozen embeddings, or its row's features, probed and clustered (:func:`embedding_eval_record`)."""
-    return embedding_eval_record(sc.request, sc.options, sc.flags, sc.data, sc.model, sc.pre_curves, sc.pretrain_time,
-                                 sc.wall, sc.context, timing, sc.dev, sc.from_inputs, extra_fields=sc.weights_fields)
+    ``sc``'s frozen embeddings, or its row's features, probed and clustered (:func:`embedding_scores`)."""
+    return embedding_scores(sc)
 
 
 def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: torch.device, seed: int,
@@ -187,4 +178,4 @@ def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: to
     return FeatureSource(names, None, masked)
 
 
-__all__ = ["SELECTION_RULE", "embedding_eval_record", "fewshot_ids", "score", "trial_parts"]
+__all__ = ["SELECTION_RULE", "embedding_scores", "fewshot_ids", "score", "trial_parts"]

@@ -179,7 +179,7 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
     """Train and evaluate one (objective, seed) cell for every M; write and return its run record."""
     from fusebench import objectives
     from fusebench.records.cell_file import write_record
-    from fusebench.records.builder import build_record
+    from fusebench.records.builder import CellRun, Scores, record_of
 
     spec, objective, seed = request.spec, request.objective, request.seed
 
@@ -240,9 +240,9 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
         metrics[f"mi_gap_M{m}"] = true - check["bound"]
         directions.update({f"mi_bound_M{m}": "higher", f"true_mi_M{m}": "higher", f"mi_gap_M{m}": "lower"})
     elapsed = time.time() - t0
-    record = build_record(
-        request, True, dev, flags, None, curves=curves, val=None, test=metrics, best_epoch=-1, wall_time=elapsed,
-        pretrain_time=elapsed, model=None, diagnostics={}, context=context, directions=directions,
+    run = CellRun(request, True, dev, flags, None, context, curves=curves, wall_time=elapsed, pretrain_time=elapsed)
+    record = record_of(run, Scores(
+        metrics, directions=directions,
         fields={
             "parameters": n_params,
             # the pretraining budget of the cell: one network per M, each trained for `steps` steps of K
@@ -253,6 +253,6 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
                           "metric": None, "best_epoch": -1, "val_metrics": None},
             "validity": bound_validity(objective, hp, checks),
             "mi_bound_checks": {f"M{m}": c for m, c in checks.items()},
-        })
+        }))
     write_record(request.cell, record)
     return record

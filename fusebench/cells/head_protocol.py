@@ -2,7 +2,7 @@
 the dataset's task head trained on the cell's encoder, frozen (``linear_probe``: the encoder in eval mode, only
 the head's parameters optimised) or trained with it (``finetune``, the protocol's ``trains_encoder``); the epoch
 with the best validation primary metric kept, the test split scored once, missing-view tests on the selected
-model, then the record."""
+model; the cell builds the record from what it measured (:class:`fusebench.records.builder.Scores`)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from fusebench.engine.data import few_shot_subset, make_loader
 from fusebench.engine.evaluate import embeddings, evaluate
 from fusebench.engine.loop import Phase, PhaseHooks, run_phase
 from fusebench.engine.optim import build_optimizer, build_scheduler
-from fusebench.records.builder import build_record
+from fusebench.records.builder import Scores
 from fusebench.runtime import utils
 from fusebench.runtime.progress import progress_bar
 from fusebench.spec import precision
 
 
-def score(sc: Any, protocol: Any, timing: dict[str, Any], pretrained_state: dict[str, torch.Tensor],
-          ckpt: dict[str, Any] | None) -> dict[str, Any]:
+def score(sc: Any, protocol: Any, pretrained_state: dict[str, torch.Tensor],
+          ckpt: dict[str, Any] | None) -> Scores:
     """Train the task head on cell ``sc``'s (:class:`fusebench.cells.standard.StandardCell`) encoder under
-    ``protocol`` and return the record (not yet written). ``ckpt``: the downstream checkpoint a resumed cell
+    ``protocol`` and return what it measured. ``ckpt``: the downstream checkpoint a resumed cell
     continues from; ``pretrained_state``: the encoder as pretraining left it (for the diagnostics)."""
     spec, objective, seed, data, dev, cell, model = sc.spec, sc.objective, sc.seed, sc.data, sc.dev, sc.cell, sc.model
     ds_cfg = spec.downstream
@@ -105,7 +105,7 @@ def score(sc: Any, protocol: Any, timing: dict[str, Any], pretrained_state: dict
     else:  # zero downstream epochs: score the model as it is
         best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
     test = evaluate(model, data["test"], spec, dev, seed)
-    fields = {**(_missing_view_fields(sc, model) or {}), **sc.weights_fields}  # missing views, weights row
+    fields = _missing_view_fields(sc, model)  # missing views
 
     # diagnostics of the pretrained embeddings, then the record
     from fusebench.components.diagnostics import representation_diagnostics
@@ -114,12 +114,7 @@ def score(sc: Any, protocol: Any, timing: dict[str, Any], pretrained_state: dict
     model.load_state_dict(pretrained_state)
     diag = representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
     model.load_state_dict(final_state)
-    return build_record(
-        sc.request, sc.options.synthetic, dev, sc.flags, data,
-        curves={**sc.pre_curves, **phase.curves}, val=best["val"], test=test, best_epoch=best["epoch"],
-        wall_time=sc.wall.total(), pretrain_time=sc.pretrain_time, model=model, diagnostics=diag,
-        context=sc.context, timing=timing, fields=fields,
-    )
+    return Scores(test, best["val"], best["epoch"], curves=phase.curves, model=model, diagnostics=diag, fields=fields)
 
 
 def _missing_view_fields(sc: Any, model: nn.Module) -> dict[str, Any] | None:

@@ -14,8 +14,9 @@ method:
    (:mod:`fusebench.cells.head_protocol`), ``embedding_eval`` probes the frozen embeddings
    (:mod:`fusebench.cells.embedding_protocol`).
 
-The record is built by :func:`fusebench.records.builder.build_record` and written once by
-:func:`fusebench.records.cell_file.write_record`.
+The record is built once, complete, by :func:`fusebench.records.builder.record_of` from how the cell ran
+(:meth:`StandardCell.ran`) and what the protocol measured (:class:`fusebench.records.builder.Scores`), and
+written unchanged by :func:`fusebench.records.cell_file.write_record`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from fusebench.engine.loop import Clock, Phase, PhaseHooks, StepBudget, run_phas
 from fusebench.engine.optim import build_optimizer, build_scheduler
 from fusebench.runtime.progress import progress_bar
 from fusebench.components.protocols import protocol_of
-from fusebench.records.builder import NO_BUDGET
+from fusebench.records.builder import NO_BUDGET, CellRun, Scores, record_of
 from fusebench.records.cell_file import write_record
 from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, objective_hparams
@@ -159,6 +160,7 @@ class StandardCell:
         self.pretrain_time = 0.0
         self.pre_segments: list[float] = []
         self.budget_record: dict[str, Any] = dict(NO_BUDGET)
+        self.timing: dict[str, Any] | None = None  # the segments and budget the record states (set by downstream)
 
     def load_encoder_weights(self) -> dict[str, Any]:
         """For a row of ``encoder_weights`` (:mod:`fusebench.components.encoder_weights`): its file loaded into
@@ -191,11 +193,17 @@ class StandardCell:
             self.pretrain()
             if distributed.rank() != 0:  # rank 0 alone runs the (cheap) downstream protocol and writes the record
                 return {"status": "worker", "benchmark": self.spec.name, "objective": self.objective, "seed": self.seed}
-            record = self.downstream()
-        # numerics.speed: the feed and speed options in force, written once compilation's outcome is known
-        record["numerics"] = {**record["numerics"], "speed": self.speed_record()}
+            scores = self.downstream()
+            # built once, complete: numerics.speed (compilation's outcome is known now), versions, comparability key
+            record = record_of(self.ran(), scores)
         write_record(self.cell, record)
         return record
+
+    def ran(self) -> CellRun:
+        """How this cell ran (:class:`fusebench.records.builder.CellRun`), read when its record is built."""
+        return CellRun(self.request, self.options.synthetic, self.dev, self.flags, self.data, self.context,
+                       curves=self.pre_curves, wall_time=self.wall.total(), pretrain_time=self.pretrain_time,
+                       timing=self.timing, speed=self.speed_record(), fields=self.weights_fields)
 
     # ---- pretraining ----------------------------------------------------------------------------
     def pretrain(self) -> None:
@@ -280,9 +288,9 @@ class StandardCell:
         self.pre_curves = phase.curves
 
     # ---- downstream -----------------------------------------------------------------------------
-    def downstream(self) -> dict[str, Any]:
-        """The downstream protocol on the pretrained encoders; returns the record (not yet written; :meth:`run`
-        adds ``numerics.speed``)."""
+    def downstream(self) -> Scores:
+        """The downstream protocol on the pretrained encoders; returns what it measured (:meth:`run` builds the
+        record)."""
         spec, model = self.spec, self.model
         pretrained_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         ckpt = self.ckpt if self.resumed_downstream else None
@@ -292,10 +300,14 @@ class StandardCell:
             pretrained_state = ckpt["pretrained_state"]
             if "pretrain_budget" in ckpt:
                 self.budget_record = ckpt["pretrain_budget"]
-        timing = {"resumed": self.ckpt is not None, "segments": {"wall": self.wall, "pretrain": self.pre_segments},
-                  "budget": self.budget_record}
-        # the protocol scores the cell (fusebench.components.protocols: Protocol.scorer) and returns its record
-        return protocol_of(spec).score(self, timing=timing, pretrained_state=pretrained_state, ckpt=ckpt)
+        self.timing = {"resumed": self.ckpt is not None, "segments": {"wall": self.wall, "pretrain": self.pre_segments},
+                       "budget": self.budget_record}
+        # the protocol scores the cell (fusebench.components.protocols: Protocol.scorer) and says what it measured
+        scores = protocol_of(spec).score(self, pretrained_state=pretrained_state, ckpt=ckpt)
+        if not isinstance(scores, Scores):
+            raise TypeError(f"the scorer of protocol {spec.downstream.protocol!r} ({protocol_of(spec).scorer}) returned "
+                            f"{type(scores).__name__}, not fusebench.records.builder.Scores")
+        return scores
 
 
 __all__ = ["StandardCell", "build_model", "check_weights_fit", "encoder_config", "pretrain_extensions",

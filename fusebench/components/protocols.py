@@ -72,14 +72,16 @@ class Protocol:
     options_key: ClassVar[str | None] = None
     options: ClassVar[tuple[str, ...]] = ()
     #: the function that scores a cell under this protocol, by import path (``"module:function"``), called as
-    #: ``function(cell, protocol, timing=..., pretrained_state=..., ckpt=...)`` and returning the cell's record;
-    #: imported on the first call (this module imports no torch). A plugin protocol names its own.
+    #: ``function(cell, protocol, pretrained_state=..., ckpt=...)`` and returning what it measured
+    #: (:class:`fusebench.records.builder.Scores`; the cell builds the record from it); imported on the first call
+    #: (this module imports no torch). A plugin protocol names its own.
     scorer: ClassVar[str] = "fusebench.cells.head_protocol:score"
 
     @classmethod
-    def score(cls, cell: Any, **state: Any) -> dict[str, Any]:
+    def score(cls, cell: Any, **state: Any) -> Any:
         """Score ``cell`` (a :class:`fusebench.cells.standard.StandardCell` after pretraining) under this
-        protocol: its :attr:`scorer` called with ``state`` (``timing``, ``pretrained_state``, ``ckpt``)."""
+        protocol: its :attr:`scorer` called with ``state`` (``pretrained_state``, ``ckpt``); returns its
+        :class:`~fusebench.records.builder.Scores`."""
         import importlib
 
         module, _, function = cls.scorer.partition(":")

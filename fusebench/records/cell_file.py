@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fusebench.records import RecordError, check_record_file, comparability_key, validate_record, versions_block
+from fusebench.records import RecordError, check_record_file, validate_record
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError, data_fingerprint
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
@@ -87,16 +87,14 @@ def _undefined_as_nan(rec: dict[str, Any]) -> None:
 
 
 def write_record(cell: Path, record: dict[str, Any]) -> Path:
-    """Write run.json once (immutable): written to a temporary file, then hard-linked into place,
-    which fails if another process created run.json first — concurrent runs never overwrite."""
+    """Write ``record`` (as :func:`fusebench.records.builder.record_of` built it: complete, its comparability key
+    included) as run.json, unchanged and once (immutable): validated first, written to a temporary file, then
+    hard-linked into place, which fails if another process created run.json first — concurrent runs never
+    overwrite. A record that the leaderboard would refuse (e.g. one changed after it was built, whose
+    comparability key no longer matches) is a RecordError naming the field, and nothing is written."""
     path = cell / "run.json"
     if path.exists():
         raise RunError(f"{path} exists already; run records are immutable")
-    if record.get("schema_version", 1) >= 2:
-        if "versions" not in record:  # schema 4: each metric's version is in its entry
-            ids = list(record["config"].get("metrics") or []) if record["schema_version"] < 4 else None
-            record["versions"] = versions_block(record["objective"], ids)
-        record["comparability_key"] = comparability_key(record)
     validate_record(record, path)  # never write a record the leaderboard would refuse
     tmp = cell / f".run.json.{os.getpid()}.tmp"
     utils.atomic_write_json(tmp, record)
