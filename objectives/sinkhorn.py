@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["SinkhornResult", "check_ot_hparams", "dense_sinkhorn", "dual_value", "outer_sum",
+__all__ = ["SinkhornResult", "check_ot_hparams", "dense_sinkhorn", "dual_value", "marginal_l1", "outer_sum",
            "gap_with_danskin_gradient", "gap_stats"]
 
 
@@ -113,7 +113,9 @@ def dual_value(log_u: Tensor, mass: float, eps: float) -> Tensor:
     return eps * log_u.mean(dim=1).sum() - eps * (mass - 1.0)
 
 
-def _marginal_l1(log_marg: Tensor, n: int) -> float:
+def marginal_l1(log_marg: Tensor, n: int) -> float:
+    """``|| exp(log_marg) - 1/n ||_1``: how far one marginal of the plan is from the uniform one (the solvers'
+    stopping error; a host read)."""
     return float((log_marg.exp() - 1.0 / n).abs().sum())
 
 
@@ -138,7 +140,7 @@ def dense_sinkhorn(log_kernel: Tensor, tol: float, max_iter: int) -> SinkhornRes
             g[l] = g[l] - (torch.logsumexp(log_p, dim=other) + log_n)
         log_p = log_kernel + outer_sum(g)
         err = sum(
-            _marginal_l1(torch.logsumexp(log_p, dim=[a for a in range(k) if a != l]), n) for l in range(k)
+            marginal_l1(torch.logsumexp(log_p, dim=[a for a in range(k) if a != l]), n) for l in range(k)
         )
         if err < tol or it >= max_iter:
             break

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fusebench.objectives.sinkhorn import SinkhornResult, _marginal_l1
+from fusebench.objectives.sinkhorn import SinkhornResult, marginal_l1
 
 __all__ = ["pairwise_sinkhorn"]
 
@@ -255,7 +255,7 @@ def pairwise_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_bud
     while True:
         st = _StageState(_contract(log_kernels, g, stages[0][1], stats))
         if it > 0:  # convergence test on the potentials left by the previous sweep (e <= k/2: all views seen)
-            err = tail_err + sum(_marginal_l1(st.log_marginal(v, True), n) for v in st.kept)
+            err = tail_err + sum(marginal_l1(st.log_marginal(v, True), n) for v in st.kept)
             if err < tol or it >= max_iter:
                 break
         for s, (upd, blk) in enumerate(stages):
@@ -263,7 +263,7 @@ def pairwise_sinkhorn(log_kernels: Tensor, tol: float, max_iter: int, memory_bud
                 st = _StageState(_contract(log_kernels, g, blk, stats))
             for v in upd:
                 st.update(g, v, log_n)
-        tail_err = sum(_marginal_l1(st.log_marginal(v, True), n) for v in tail_views)
+        tail_err = sum(marginal_l1(st.log_marginal(v, True), n) for v in tail_views)
         it += 1
 
     # at the returned potentials: mass, and every pairwise marginal from the first block's contraction

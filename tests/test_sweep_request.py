@@ -45,10 +45,10 @@ def test_a_request_is_a_frozen_value_and_of_applies_changes() -> None:
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"workers": 0}, r"--workers: expected a positive number of processes, got 0"),
-    ({"workers": True}, r"--workers: expected a positive number of processes, got True"),
-    ({"threads": -1}, r"--threads: expected a positive integer, got -1"),
-    ({"num_workers": -1}, r"--num-workers: expected an integer >= 0, got -1"),
+    ({"workers": 0}, r"--workers: expected a positive integer \(cells run side by side\), got 0"),
+    ({"workers": True}, r"--workers: expected a positive integer \(cells run side by side\), got True"),
+    ({"threads": -1}, r"--threads: expected a positive integer \(torch threads per cell\), got -1"),
+    ({"num_workers": -1}, r"--num-workers: expected an integer >= 0 \(DataLoader worker processes per cell\), got -1"),
     ({"seeds": [0, -1]}, r"--seeds: seed -1 is not an integer"),
     ({"seeds": "0"}, r"--seeds: expected a list of integers, got '0'"),
     ({"device": "tpu"}, r"--device 'tpu': expected auto, cpu, cuda, cuda:N or mps"),

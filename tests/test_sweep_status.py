@@ -35,7 +35,7 @@ def test_workers_give_the_records_of_a_sequential_sweep(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 def test_bad_worker_counts_are_refused(bad, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--workers: expected a positive number of processes"):
+    with pytest.raises(ConfigError, match=r"--workers: expected a positive integer \(cells run side by side\)"):
         fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, workers=bad, progress=False)
 
 

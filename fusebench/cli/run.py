@@ -47,26 +47,24 @@ def _sbatch_option(text: str) -> tuple[str, object]:
     return key, (value if eq else True)
 
 
-def _workers_count(text: str) -> int:
-    """``--num-workers N``: an integer >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (DataLoader worker processes per cell), got {text!r}")
-    return n
+def count_type(flag: str):
+    """The argparse type of the counted option ``flag``: its text as an integer, checked by the request's rule
+    (:func:`fusebench.spec.request.check_count`), so the usage line names the same problem a Python caller gets."""
 
+    def parse(text: str) -> int:
+        from fusebench.spec.request import check_count
+        from fusebench.typed import ConfigError
 
-def _positive(text: str) -> int:
-    """``--threads N``: an integer >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (torch threads per cell), got {text!r}")
-    return n
+        try:
+            value: object = int(text)
+        except ValueError:
+            value = text
+        try:
+            return check_count(value, flag)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(f"{flag}: ")) from None
+
+    return parse
 
 
 def _weights_option(text: str) -> tuple[str, str]:
@@ -106,15 +104,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
                    help="regenerate the boards into DIR after the sweep (markdown, CSV and JSON)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--workers", type=count_type("--workers"), default=1, metavar="N",
                    help="run the cells in N local processes (default 1: one after another); they share the CPUs "
                         "this process may use (--threads)")
-    p.add_argument("--threads", type=_positive, default=None, metavar="N",
+    p.add_argument("--threads", type=count_type("--threads"), default=None, metavar="N",
                    help="torch intra-op threads of each cell (default: $OMP_NUM_THREADS, else 1 for a small model "
                         "and CPUs allowed // cells at once for a large one: ESANet, PointNet++, VoteNet; the CPUs "
                         "allowed respect affinity, cgroup quota and SLURM_CPUS_PER_TASK). Results do not depend on "
                         "it (docs/cluster.md, 'Threads of a cell')")
-    p.add_argument("--num-workers", type=_workers_count, default=None, metavar="N",
+    p.add_argument("--num-workers", type=count_type("--num-workers"), default=None, metavar="N",
                    help="DataLoader worker processes fetching each cell's batches (not --workers, which runs "
                         "cells side by side); default: the spec's loader.num_workers, else min(4, cores - 1) on "
                         "CUDA and 0 (this process) on the CPU. The batches are the same whatever N is, so it is "

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.cli.run import count_type
 from fusebench.studies import kviews
 from fusebench.studies.kviews import ARMS, BUDGET, COPIES_BASE, COPIES_MASK, COPIES_NOISE, OBJECTIVES, run_study
 from fusebench.leaderboard.kviews import render
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> int:
                    help=f"every objective's epochs (default {BUDGET['real']['epochs']}; synthetic "
                         f"{BUDGET['synthetic']['epochs']})")
     p.add_argument("--m3g-micro-batch", type=int, default=8, help="M3G's loss chunk (%(default)s)")
-    p.add_argument("--workers", type=int, default=1, help="cells run at a time (local processes)")
+    p.add_argument("--workers", type=count_type("--workers"), default=1, help="cells run at a time (local processes)")
     p.add_argument("--render-only", action="store_true", help="only regenerate the markdown and the plot")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress output (default: bars on a terminal, else a log line per cell start and end "

@@ -91,14 +91,10 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loggers", tuple(self.loggers or ()))
-        for name in ("threads", "cells_at_once"):
-            value = getattr(self, name)
-            if (value is not None or name == "cells_at_once") and (type(value) is not int or value < 1):
-                raise ValueError(f"--{'threads' if name == 'threads' else 'workers'}: expected a positive integer, "
-                                 f"got {value!r}")
-        if self.num_workers is not None and (type(self.num_workers) is not int or self.num_workers < 0):
-            raise ValueError(f"--num-workers: expected an integer >= 0 (DataLoader worker processes per cell), "
-                             f"got {self.num_workers!r}")
+        check_count(self.cells_at_once, "--workers")
+        for value, flag in ((self.threads, "--threads"), (self.num_workers, "--num-workers")):
+            if value is not None:
+                check_count(value, flag)
 
     def but(self, **changes: Any) -> "RunOptions":
         """A copy with ``changes`` (e.g. ``resume=True`` for a requeued job)."""
@@ -198,11 +194,10 @@ class SweepRequest:
             check_device_name(self.device)  # the one rule (fusebench.machine); whether this machine has it: resolved()
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        _count(self.workers, "--workers", 1, "a positive number of processes")
-        if self.threads is not None:
-            _count(self.threads, "--threads", 1)
-        if self.num_workers is not None:
-            _count(self.num_workers, "--num-workers", 0)
+        check_count(self.workers, "--workers")
+        for value, flag in ((self.threads, "--threads"), (self.num_workers, "--num-workers")):
+            if value is not None:
+                check_count(value, flag)
         loggers = (self.loggers,) if isinstance(self.loggers, str) else tuple(self.loggers or ())
         if not all(isinstance(x, str) for x in loggers):
             raise ConfigError(f"--logger: expected tracker ids, got {self.loggers!r}")
@@ -236,10 +231,21 @@ class SweepRequest:
         return cls(benchmark, **options)
 
 
-def _count(value: Any, flag: str, least: int, what: str | None = None) -> None:
+#: the counted options of a run: flag -> (the least value, what a value counts)
+COUNTED: dict[str, tuple[int, str]] = {"--workers": (1, "cells run side by side"),
+                                       "--threads": (1, "torch threads per cell"),
+                                       "--num-workers": (0, "DataLoader worker processes per cell")}
+
+
+def check_count(value: Any, flag: str) -> int:
+    """``value`` of the counted option ``flag`` (:data:`COUNTED`), checked by the one rule the CLI's parser, the
+    request and the run options apply: an integer (not a boolean) at least the flag's least value; else one
+    ConfigError naming the flag, what it counts and the value."""
+    least, what = COUNTED[flag]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        what = what or ("a positive integer" if least == 1 else f"an integer >= {least}")
-        raise ConfigError(f"{flag}: expected {what}, got {value!r}")
+        expected = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise ConfigError(f"{flag}: expected {expected} ({what}), got {value!r}")
+    return value
 
 
 def _overrides(given: Any, precision: Any) -> dict[str, Any]:
