@@ -9,18 +9,18 @@ A component declares its options once, where it is defined:
 
 :func:`options_of` turns either form into an ordered table of :class:`Option` (name, type, default),
 which ``fusebench list ... --details`` and ``fusebench data info`` print, and which the benchmark spec
-loader checks every ``dataset.options``, ``encoder.config`` and ``pretrain.hparams`` /
-``pretrain.grid`` entry against before any data is read (:func:`check_options`): an unknown key is
+loader checks every ``dataset.options``, ``encoder.config`` and ``pretrain.per_objective.<id>.hparams`` /
+``.grid`` entry against before any data is read (:func:`check_options`): an unknown key is
 one error naming the spec key, the valid options and the closest match; a value of the wrong type
 (a string for a float, a float for an int) is one error naming the expected type.
 
 >>> from fusebench import objectives
 >>> [str(o) for o in options_of(objectives.OBJECTIVES.get("infonce_pwe"))]
 ['tau: float = 0.1']
->>> check_options({"tua": 0.2}, objectives.OBJECTIVES.get("infonce_pwe"), "pretrain.hparams.infonce_pwe")
+>>> check_options({"tua": 0.2}, objectives.OBJECTIVES.get("infonce_pwe"), "pretrain.per_objective.infonce_pwe.hparams")
 Traceback (most recent call last):
 ...
-fusebench.options.OptionsError: pretrain.hparams.infonce_pwe: unknown options ['tua'] (did you mean 'tua' -> 'tau'?); valid options: tau
+fusebench.options.OptionsError: pretrain.per_objective.infonce_pwe.hparams: unknown options ['tua'] (did you mean 'tua' -> 'tau'?); valid options: tau
 """
 
 from __future__ import annotations

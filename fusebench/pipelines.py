@@ -220,6 +220,8 @@ def unapplied_settings(pipeline: Pipeline, spec: Any) -> list[str]:
     """The fields of ``spec`` that ``pipeline``'s cell does not apply (:attr:`Pipeline.applies`) and that are
     not at their default, each as one problem naming the dotted key (empty: none). Such a value would be
     recorded and silently not used."""
+    from fusebench.spec.config import grouped_key  # keys named as a spec writes them
+
     applies = type(pipeline).applies
     if applies is None:
         return []
@@ -230,8 +232,8 @@ def unapplied_settings(pipeline: Pipeline, spec: Any) -> list[str]:
     out = []
     for key in sorted(k for k in differ if not any(d.startswith(k + ".") for d in differ)):  # {} vs its entries
         fix = "leave it at its default" + (f" {default[key]!r}" if key in default else "")
-        out.append(f"{key} = {given.get(key)!r}: the {name} pipeline does not apply it (of the pipeline-specific "
-                   f"fields its cell reads only {', '.join(applies)}); {fix}")
+        out.append(f"{grouped_key(key)} = {given.get(key)!r}: the {name} pipeline does not apply it (of the "
+                   f"pipeline-specific fields its cell reads only {', '.join(map(grouped_key, applies))}); {fix}")
     return out
 
 

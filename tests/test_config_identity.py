@@ -35,30 +35,35 @@ def _set(*texts: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 def test_hparams_keyed_by_an_id_in_capitals_is_refused_naming_the_key_and_the_closest_id() -> None:
     # before: the spec check lowercased 'M3G', the cell looked 'M3G' up exactly and ran with eps 0.2
-    with pytest.raises(ConfigError, match=r"quickstart.yaml: pretrain.hparams.M3G: 'M3G' is not a registered "
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: pretrain.per_objective.M3G.hparams: 'M3G' is not a registered "
                                           r"objective id \(ids are matched exactly; did you mean 'm3g'\?\)"):
         benchmarks.load("quickstart", overrides=_set("pretrain.hparams.M3G.eps=0.9"))
 
 
 def test_an_objective_batch_size_for_no_objective_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"pretrain.objective_batch_size.nosuch: 'nosuch' is not a registered "
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.nosuch.batch_size: 'nosuch' is not a registered "
                                           r"objective id.*valid objective ids: byol_avg"):
         benchmarks.load("quickstart", overrides=_set("pretrain.objective_batch_size.nosuch=4"))
 
 
-@pytest.mark.parametrize("table,value", [("hparams", {"eps": 0.3}), ("grid", {"eps": [0.1, 0.3]}),
-                                         ("objective_batch_size", 16), ("objective_epochs", 2),
-                                         ("objective_micro_batch", 8)])
-def test_every_per_objective_table_takes_exact_ids_only(table: str, value: Any) -> None:
-    benchmarks.load("quickstart", overrides={f"pretrain.{table}.m3g": value})  # the exact id: fine
-    with pytest.raises(ConfigError, match=rf"pretrain\.{table}\.M3g: 'M3g' is not a registered objective id "
-                                          r"\(ids are matched exactly; did you mean 'm3g'\?\)"):
-        benchmarks.load("quickstart", overrides={f"pretrain.{table}.M3g": value})
+@pytest.mark.parametrize("table,setting,value", [("hparams", "hparams", {"eps": 0.3}),
+                                                 ("grid", "grid", {"eps": [0.1, 0.3]}),
+                                                 ("objective_batch_size", "batch_size", 16),
+                                                 ("objective_epochs", "epochs", 2),
+                                                 ("objective_micro_batch", "micro_batch", 8)])
+def test_every_per_objective_table_takes_exact_ids_only(table: str, setting: str, value: Any) -> None:
+    for key in (f"pretrain.{table}.m3g", f"pretrain.per_objective.m3g.{setting}"):  # the exact id, either way: fine
+        benchmarks.load("quickstart", overrides={key: value})
+    # the message names the key as a spec groups it, whichever way it was given
+    for key in (f"pretrain.{table}.M3g", f"pretrain.per_objective.M3g.{setting}"):
+        with pytest.raises(ConfigError, match=rf"pretrain\.per_objective\.M3g\.{setting}: 'M3g' is not a registered "
+                                              r"objective id \(ids are matched exactly; did you mean 'm3g'\?\)"):
+            benchmarks.load("quickstart", overrides={key: value})
 
 
 def test_a_reference_row_has_no_per_objective_entry() -> None:
     # nothing is pretrained for raw / none: their epochs or batch would be recorded and never used
-    with pytest.raises(ConfigError, match=r"pretrain.objective_epochs.raw: 'raw' is a reference row: nothing is "
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.raw.epochs: 'raw' is a reference row: nothing is "
                                           r"pretrained for it"):
         benchmarks.load("quickstart", overrides={"pretrain.objective_epochs.raw": 3})
 
@@ -72,7 +77,7 @@ def test_a_method_id_in_capitals_is_refused() -> None:
 
 def test_a_grid_over_a_method_option_the_objective_does_not_read_is_refused() -> None:
     # infonce_pwe builds on view_rotation only: two trials of tuple_infonce's dropout compute the same thing
-    with pytest.raises(ConfigError, match=r"pretrain.grid.infonce_pwe: 'methods.tuple_infonce.dropout' searches an "
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.infonce_pwe.grid: 'methods.tuple_infonce.dropout' searches an "
                                           r"option of the tuple_infonce method, which does not join infonce_pwe's runs"):
         benchmarks.load("quickstart", overrides={"pretrain.grid.infonce_pwe": {"methods.tuple_infonce.dropout": [0.1, 0.2]}})
     with pytest.raises(ConfigError, match=r"'methods.ema_teacher.momentum' searches an option of the ema_teacher method"):
@@ -91,8 +96,8 @@ def test_a_grid_over_a_method_option_the_objective_does_not_read_is_refused() ->
     ({"pretrain.missing_rate": 0.3}, "pretrain.missing_rate"),  # the case: metrics bit-identical before
     ({"pretrain.batch_size": 64}, "pretrain.batch_size"),  # the batch is options.samples_per_batch
     ({"pretrain.optimizer": "sgd"}, "pretrain.optimizer"),  # the cell always uses AdamW
-    ({"pretrain.grid.suff_stats": {"tau": [0.1, 0.2]}}, "pretrain.grid.suff_stats.tau"),
-    ({"pretrain.objective_epochs.suff_stats": 3}, "pretrain.objective_epochs.suff_stats"),
+    ({"pretrain.grid.suff_stats": {"tau": [0.1, 0.2]}}, "pretrain.per_objective.suff_stats.grid.tau"),
+    ({"pretrain.per_objective.suff_stats.epochs": 3}, "pretrain.per_objective.suff_stats.epochs"),
     ({"pretrain.methods.ema_teacher.momentum": 0.9}, "pretrain.methods.ema_teacher.momentum"),
     ({"downstream.epochs": 5}, "downstream.epochs"),
     ({"encoder.id": "mlp"}, "encoder.id"),

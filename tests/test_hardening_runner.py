@@ -117,9 +117,9 @@ def test_a_resumed_cell_records_its_segments_and_their_sum(tmp_path: Path) -> No
     ({}, {"device": "cuda:7"}, r"--device cuda:7: (CUDA is not available|this machine has \d+ CUDA device)"),
     ({"encoder.id": "nosuch"}, {}, r"quickstart: encoder.id: unknown encoder 'nosuch'. Valid encoder ids: .*mlp"),
     ({"pretrain.hparams": {"m3g": {"eps": -1}}}, {},
-     r"pretrain.hparams.m3g: objective 'm3g' refuses \{'eps': -1\}: m3g: eps must be a finite number > 0"),
+     r"pretrain.per_objective.m3g.hparams: objective 'm3g' refuses \{'eps': -1\}: m3g: eps must be a finite number > 0"),
     ({"pretrain.grid": {"m3g": {"eps": [0.1, -2.0]}}}, {},
-     r"pretrain.grid.m3g \{'eps': -2.0\}: objective 'm3g' refuses"),
+     r"pretrain.per_objective.m3g.hparams / pretrain.per_objective.m3g.grid \{'eps': -2.0\}: objective 'm3g' refuses"),
 ])
 def test_bad_devices_and_component_values_stop_before_any_cell(overrides, kwargs, message, tmp_path: Path) -> None:
     with pytest.raises((ConfigError, ValueError), match=message):

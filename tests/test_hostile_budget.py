@@ -144,7 +144,7 @@ def test_ten_view_m3g_sweep_is_refused_before_any_cell(tmp_path, monkeypatch):
     assert "'m3g' on k = 10 views at batch 16" in msg and "over the memory budget of 4.00 GiB" in msg
     assert "objective 'mv_infonce'" not in msg  # its cost is not n^k: only m3g is named
     fits = int(msg.split("largest micro-batch that fits is ")[1].split(":")[0])
-    assert f"--set pretrain.objective_micro_batch.m3g={fits}" in msg
+    assert f"--set pretrain.per_objective.m3g.micro_batch={fits}" in msg
     # the suggestion fits the budget, one more sample per chunk does not (the declaration at k = 10, d = 32)
     m3g = build("m3g", eps=0.2)
     assert m3g.memory_bytes(largest_chunk(16, fits), 10, torch.float32, 32) <= 4 * GIB

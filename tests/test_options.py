@@ -52,22 +52,22 @@ def test_good_options_pass() -> None:
 
 
 def test_spec_hparams_are_checked_at_load_time() -> None:
-    with pytest.raises(ConfigError, match=r"quickstart.yaml: pretrain.hparams.m3g: unknown options \['epss'\] \(did "
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: pretrain.per_objective.m3g.hparams: unknown options \['epss'\] \(did "
                                           r"you mean 'epss' -> 'eps'\?\); valid options: eps, cost, tol, max_iter"):
         benchmarks.load("quickstart", overrides={"pretrain.hparams.m3g.epss": 0.1})
-    with pytest.raises(ConfigError, match=r"pretrain.hparams.infonce_pwe.tau: expected float, got str '0.1'"):
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.infonce_pwe.hparams.tau: expected float, got str '0.1'"):
         benchmarks.load("quickstart", overrides={"pretrain.hparams.infonce_pwe.tau": "0.1"})
-    with pytest.raises(ConfigError, match=r"pretrain.hparams.m3gg: 'm3gg' is not a registered objective id .*did you "
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.m3gg.hparams: 'm3gg' is not a registered objective id .*did you "
                                           r"mean 'm3g'\?"):
         benchmarks.load("quickstart", overrides={"pretrain.hparams.m3gg.eps": 0.1})
 
 
 def test_spec_grid_encoder_and_dataset_options_are_checked_at_load_time() -> None:
-    with pytest.raises(ConfigError, match=r"pretrain.grid.m3g: unknown options \['tau'\]"):
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.m3g.grid: unknown options \['tau'\]"):
         benchmarks.load("mv-ngs", overrides={"pretrain.grid.m3g": {"tau": [0.1]}})
-    with pytest.raises(ConfigError, match=r"pretrain.grid.m3g.eps: expected float, got str 'a'"):
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.m3g.grid.eps: expected float, got str 'a'"):
         benchmarks.load("mv-ngs", overrides={"pretrain.grid.m3g": {"eps": [0.1, "a"]}})
-    with pytest.raises(ConfigError, match=r"pretrain.grid.m3g: expected a mapping of option names to non-empty lists"):
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.m3g.grid: expected a mapping of option names to non-empty lists"):
         benchmarks.load("mv-ngs", overrides={"pretrain.grid.m3g": {"eps": []}})
     with pytest.raises(ConfigError, match=r"encoder.config \(mlp\): unknown options \['hiden'\] \(did you mean "
                                           r"'hiden' -> 'hidden'\?\)"):
@@ -81,7 +81,7 @@ def test_spec_grid_encoder_and_dataset_options_are_checked_at_load_time() -> Non
 
 def test_options_are_checked_before_any_data_is_read(tmp_path: Path) -> None:
     # the data root does not exist: a typo must be reported, not the missing files
-    with pytest.raises(ConfigError, match=r"pretrain.hparams.m3g: unknown options \['epss'\]"):
+    with pytest.raises(ConfigError, match=r"pretrain.per_objective.m3g.hparams: unknown options \['epss'\]"):
         fusebench.run("mv-ngs", objective="m3g", seeds=[0], out=tmp_path, data_root=str(tmp_path / "absent"),
                       progress=False, overrides={"pretrain.hparams.m3g.epss": 0.1})
     assert not any(tmp_path.iterdir())  # nothing written

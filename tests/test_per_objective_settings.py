@@ -87,7 +87,7 @@ def test_the_flat_layout_is_read_with_a_warning_and_gives_the_same_spec_and_hash
     ("per_objective: {m3g: {hparams: {eps: 0.3}}}\n  hparams: {m3g: {eps: 0.2}}",
      r"pretrain.per_objective.m3g.hparams = \{'eps': 0.3\} and pretrain.hparams.m3g = \{'eps': 0.2\} set one setting "
      r"twice; keep pretrain.per_objective.m3g.hparams"),
-    ("per_objective: {m3g: {micro_batch: 1}}", r"pretrain.objective_micro_batch values must be integers >= 2"),
+    ("per_objective: {m3g: {micro_batch: 1}}", r"pretrain.per_objective.m3g.micro_batch must be an integer >= 2, got 1"),
 ])
 def test_a_bad_block_is_one_error_naming_the_key(tmp_path: Path, block: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message), warnings.catch_warnings():

@@ -66,7 +66,7 @@ def test_unknown_hparam_lists_the_valid_ones(tmp_path: Path) -> None:
         fusebench.run("quickstart", objective="m3g", out=tmp_path, progress=False,
                       overrides={**TINY, "pretrain.hparams.m3g.epsilon": 0.1})
     msg = str(e.value)
-    assert "pretrain.hparams.m3g" in msg and "'epsilon'" in msg and "eps" in msg
+    assert "pretrain.per_objective.m3g.hparams" in msg and "'epsilon'" in msg and "eps" in msg
     assert not (tmp_path / "quickstart").exists()
 
 

@@ -56,7 +56,7 @@ from fusebench.runtime import utils
 from fusebench.pipelines import DEFAULT_VALIDITY_ALPHA, gaussian_mi_options_problems
 from fusebench.spec import precision
 from fusebench.runtime.progress import progress_bar
-from fusebench.spec.request import CellRequest
+from fusebench.spec.request import CellRequest, objective_hparams
 
 #: objectives whose number in this experiment is a proven One-vs-Rest MI lower bound, and where
 PROVEN_BOUNDS: dict[str, str] = {
@@ -196,7 +196,7 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
     steps = int(opt_cfg.get("steps_per_epoch", 10)) * spec.pretrain.epochs
     eval_batches = int(opt_cfg.get("eval_batches", 8))
     alpha = float(opt_cfg.get("validity_alpha", DEFAULT_VALIDITY_ALPHA))
-    hp = spec.pretrain.hparams.get(objective, {})
+    hp = objective_hparams(spec, objective, context)  # the hyper-parameters the record states
     metrics: dict[str, float] = {}
     directions: dict[str, str] = {}
     curves: dict[str, list[float]] = {}

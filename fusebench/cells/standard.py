@@ -5,7 +5,7 @@ objective -> downstream protocol -> metrics -> ``run.json``.
 method:
 
 1. :meth:`StandardCell.pretrain`: the objective trains the encoders (and its projection heads) for
-   ``pretrain.epochs`` (``objective_epochs`` / ``objective_batch_size`` where the spec sets them) in the
+   ``pretrain.epochs`` (``pretrain.per_objective.<id>.epochs`` / ``.batch_size`` where the spec sets them) in the
    phase loop of :mod:`fusebench.engine.loop`; ``last.pt`` every ``checkpoint_every`` steps, so a
    resumed cell reaches the same result. A row that pretrains nothing (a reference or a weights row,
    :mod:`fusebench.components.rows`) skips it.

@@ -92,7 +92,7 @@ def describe(kind: str, name: str, details: bool = False, where: Path | None = N
     pkg = importlib.import_module(KINDS[kind])
     if kind == "objectives":
         lines += [f"    version: {pkg.OBJECTIVES.meta(name).get('version', '1')}"]
-        lines += _options_lines(pkg.OBJECTIVES.get(name), "options (pretrain.hparams.<id>)")
+        lines += _options_lines(pkg.OBJECTIVES.get(name), "options (pretrain.per_objective.<id>.hparams)")
         lines += _method_lines(pkg.OBJECTIVES.get(name))
     elif kind == "datasets":
         lines += _options_lines(pkg.get(name), "options (dataset.options)")

@@ -3,12 +3,12 @@
 An objective whose cost grows steeply with the batch (M3G: n^k for k views) declares what one loss call
 allocates, ``memory_bytes(n, k, dtype, d)`` (:meth:`fusebench.objectives.m3g.M3G.memory_bytes`).
 :func:`check_memory_budget` evaluates it for every objective of a sweep at the size its loss is called on
-(``pretrain.objective_batch_size`` / ``batch_size``, times the ranks of a distributed run, or the largest
-chunk of ``pretrain.objective_micro_batch``), for every hyper-parameter combination of its grid, once the
+(``pretrain.per_objective.<id>.batch_size`` / ``pretrain.batch_size``, times the ranks of a distributed run, or the largest
+chunk of ``pretrain.per_objective.<id>.micro_batch``), for every hyper-parameter combination of its grid, once the
 view count k is known (the spec's modalities, or the data file's views) and before any cell starts. Over
 budget, the whole sweep is refused with one :class:`~fusebench.spec.config.ConfigError` per sweep
 naming, for each such objective, the estimate, the budget and the largest micro-batch that fits (the
-``--set pretrain.objective_micro_batch.<id>=M`` that makes it run, recorded and shown on the board like
+``--set pretrain.per_objective.<id>.micro_batch=M`` that makes it run, recorded and shown on the board like
 any micro-batch), or that no micro-batch fits; leaving the objective out (``--objective ...``) is the
 other way on.
 
@@ -21,13 +21,12 @@ The rest of the cell (data, encoders, optimiser state, DataLoader workers) lives
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-from fusebench.spec.config import BenchmarkSpec, ConfigError
+from fusebench.spec.config import BenchmarkSpec, ConfigError, setting_key
 
 ENV_BUDGET = "FUSEBENCH_MEMORY_BUDGET_GB"
 #: share of the available memory one loss call may take (the rest is the cell's own)
@@ -116,12 +115,10 @@ def _instances(spec: BenchmarkSpec, objective: str) -> list[Any]:
     from fusebench import objectives
     from fusebench.spec.methods import split_method_keys
 
-    grid = spec.pretrain.grid.get(objective) or {}
-    names = sorted(grid)
+    own = spec.pretrain.settings(objective)
     out = []
-    for combo in itertools.product(*(grid[n] for n in names)):
-        hp = {**spec.pretrain.hparams.get(objective, {}), **dict(zip(names, combo))}
-        kwargs, _ = split_method_keys(hp, f"{spec.name}: pretrain.grid.{objective}")
+    for point in own.points():
+        kwargs, _ = split_method_keys(own.at(point), f"{spec.name}: {setting_key(objective, 'grid')}")
         out.append(objectives.build(objective, **kwargs))
     return out
 
@@ -187,7 +184,7 @@ def objective_problem(spec: BenchmarkSpec, objective: str, k: int, budget: float
         return head + ("; no micro-batch fits (2 samples already need " +
                        (why if why else _size(at_two)) + f"): leave {objective} out (--objective ...) "
                        f"or give it a larger budget")
-    return (head + f"; the largest micro-batch that fits is {fits}: --set pretrain.objective_micro_batch.{objective}={fits} "
+    return (head + f"; the largest micro-batch that fits is {fits}: --set {setting_key(objective, 'micro_batch')}={fits} "
             f"(the loss on chunks of {fits} of each batch; steps and samples seen unchanged, recorded in the budget), "
             f"or leave {objective} out (--objective ...)")
 

@@ -1,7 +1,7 @@
 """Loading a benchmark spec (components layer): :func:`load_spec` reads it (:func:`fusebench.spec.config.read_spec`:
 keys, types, ranges) and checks it against the components it names (:func:`check_against_components`):
 what its pipeline requires of it, the precision policies the pipeline applies, and every option of the
-dataset adapter, the encoder, the objectives (``pretrain.hparams`` / ``pretrain.grid``) and the
+dataset adapter, the encoder, the objectives (``pretrain.per_objective.<id>.hparams`` / ``.grid``) and the
 pretraining methods -- all before any data is read."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fusebench.options import OptionsError, check_options
 from fusebench.pipelines import PIPELINES, pipeline_of, unapplied_settings
 from fusebench.registry import closest
 from fusebench.tasks import TASKS
-from fusebench.spec.config import PER_OBJECTIVE, BenchmarkSpec, ConfigError, read_spec
+from fusebench.spec.config import PER_OBJECTIVE, BenchmarkSpec, ConfigError, grouped_key, read_spec, setting_key
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
 from fusebench.components.protocols import PROTOCOLS, Protocol, missing_view_problems, protocol_of
 from fusebench.components.rows import is_reference
@@ -118,7 +118,7 @@ def _views_known_now(spec: BenchmarkSpec) -> int | None:
 
 
 def check_component_options(spec: BenchmarkSpec, source: str) -> None:
-    """Check ``dataset.options``, ``encoder.config``, ``pretrain.hparams``, ``pretrain.grid`` and
+    """Check ``dataset.options``, ``encoder.config``, ``pretrain.per_objective.<id>.hparams`` / ``.grid`` and
     ``pretrain.methods`` (whose entries become each method's typed ``Options``) against the options
     each component declares (:mod:`fusebench.options`), before any data is read: a
     :class:`ConfigError` (a :class:`~fusebench.datasets.base.DatasetError` for ``dataset.options``)
@@ -153,13 +153,13 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                 raise ConfigError(f"{source}: {problem}")
         check_objective_tables(spec, source)
         for name, hp in spec.pretrain.hparams.items():
-            check_options(hp, objectives.OBJECTIVES.get(name), f"{source}: pretrain.hparams.{name}")
+            check_options(hp, objectives.OBJECTIVES.get(name), f"{source}: {setting_key(name, 'hparams')}")
         for name, grid in spec.pretrain.grid.items():
             obj = objectives.OBJECTIVES.get(name)
+            where = f"{source}: {setting_key(name, 'grid')}"
             if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
-                raise ConfigError(f"{source}: pretrain.grid.{name}: expected a mapping of option names to non-empty "
-                                  f"lists of values, got {grid!r}")
-            where = f"{source}: pretrain.grid.{name}"
+                raise ConfigError(f"{where}: expected a mapping of option names to non-empty lists of values, "
+                                  f"got {grid!r}")
             own, _ = split_method_keys(grid, where)  # methods.<id>.<option> keys search a method's option
             check_options(own, obj, where, values=False)
             for key, vals in grid.items():
@@ -202,8 +202,8 @@ def encoder_kind_problem(spec: BenchmarkSpec, encoder: Any) -> str | None:
 
 
 def check_objective_tables(spec: BenchmarkSpec, source: str) -> None:
-    """Every table of ``pretrain`` keyed by objective id (:data:`~fusebench.spec.config.PER_OBJECTIVE`)
-    names registered objectives, exactly (a cell looks its entry up by its exact id, so ``M3G`` would be
+    """Every per-objective setting (``pretrain.per_objective.<id>``; the tables of
+    :data:`~fusebench.spec.config.PER_OBJECTIVE`) names a registered objective, exactly (a cell looks its entry up by its exact id, so ``M3G`` would be
     recorded and never read). A reference row (``none``, ``raw``...) has no entry either: nothing is
     pretrained for it. One :class:`ConfigError` naming the dotted key and the closest id."""
     for table in PER_OBJECTIVE:
@@ -213,12 +213,13 @@ def check_objective_tables(spec: BenchmarkSpec, source: str) -> None:
         for name in entries:
             if name in objectives.OBJECTIVES:  # imports the module of that id only
                 continue
+            key = grouped_key(f"pretrain.{table}.{name}")
             if is_reference(name):
-                raise ConfigError(f"{source}: pretrain.{table}.{name}: {name!r} is a reference row: nothing is "
-                                  f"pretrained for it, so pretrain.{table} does not apply to it; remove the entry")
+                raise ConfigError(f"{source}: {key}: {name!r} is a reference row: nothing is pretrained for it, so "
+                                  f"per-objective settings do not apply to it; remove the entry")
             valid = objectives.OBJECTIVES.available()
             hint = closest(str(name), valid)
-            raise ConfigError(f"{source}: pretrain.{table}.{name}: {name!r} is not a registered objective id (ids "
+            raise ConfigError(f"{source}: {key}: {name!r} is not a registered objective id (ids "
                               f"are matched exactly" + (f"; did you mean {hint!r}?" if hint else "")
                               + f"); valid objective ids: {', '.join(valid)}")
 

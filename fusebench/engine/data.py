@@ -383,6 +383,6 @@ def input_views(ds, spec: BenchmarkSpec, seed: int) -> tuple[list[np.ndarray], t
 
 
 def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:
-    """``pretrain.objective_batch_size[objective]`` where given (e.g. M3G at k >= 5, whose cost grows as
+    """``pretrain.per_objective.<objective>.batch_size`` where given (e.g. M3G at k >= 5, whose cost grows as
     n^k), else ``pretrain.batch_size``."""
     return spec.pretrain.settings(objective).batch_size

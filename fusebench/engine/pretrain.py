@@ -33,7 +33,7 @@ class Pretrainer(nn.Module):
     """Encoder + heads + objective; ``forward(batch)`` is the pretraining loss of one batch.
     ``total_steps`` sets the EMA teacher's cosine momentum schedule.
 
-    ``micro_batch`` (``pretrain.objective_micro_batch``): the view loss of a batch of n samples is the
+    ``micro_batch`` (``pretrain.per_objective.<id>.micro_batch``): the view loss of a batch of n samples is the
     size-weighted mean of the objective over consecutive chunks of ``micro_batch`` samples,
     ``L = sum_c (n_c / n) * objective(z[:, chunk_c])``: the encoder sees the whole batch and one optimiser
     step is taken per batch, so steps and samples seen equal those of the common batch while the loss's

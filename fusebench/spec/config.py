@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import re
 import typing
 import warnings
@@ -62,6 +63,40 @@ class ObjectiveSettings:
     batch_size: int
     epochs: int
     micro_batch: int | None  # None: the loss on the whole batch
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every point of the selection grid, in grid order (names sorted, the last varying fastest); ``[{}]``
+        without a grid (the hyper-parameters alone)."""
+        names = sorted(self.grid)
+        return [dict(zip(names, values)) for values in itertools.product(*(self.grid[n] for n in names))]
+
+    def at(self, point: dict[str, Any]) -> dict[str, Any]:
+        """The hyper-parameters at grid ``point``: :attr:`hparams` updated with it."""
+        return {**self.hparams, **point}
+
+
+def grouped_key(key: str) -> str:
+    """A dotted key of the canonical form named as a spec and ``--set`` write it: ``pretrain.<table>.<id>[.<rest>]``
+    (a table of :data:`PER_OBJECTIVE`) as ``pretrain.per_objective.<id>.<setting>[.<rest>]`` (``<id>`` where the key
+    names no objective); any other key unchanged.
+
+    >>> grouped_key("pretrain.grid.m3g.eps"), grouped_key("pretrain.objective_epochs"), grouped_key("pretrain.lr")
+    ('pretrain.per_objective.m3g.grid.eps', 'pretrain.per_objective.<id>.epochs', 'pretrain.lr')
+    """
+    parts = key.split(".")
+    if len(parts) < 2 or parts[0] != "pretrain" or parts[1] not in PER_OBJECTIVE:
+        return key
+    setting = next(s for s, t in OBJECTIVE_SETTINGS.items() if t == parts[1])
+    return ".".join(["pretrain", GROUPED, parts[2] if len(parts) > 2 else "<id>", setting, *parts[3:]])
+
+
+def setting_key(objective: str, setting: str) -> str:
+    """The key that names ``objective``'s own ``setting`` (``hparams``, ``grid``, ``batch_size``, ``epochs``,
+    ``micro_batch``; :data:`OBJECTIVE_SETTINGS`) in a spec, in ``--set`` and in every message:
+    ``pretrain.per_objective.<objective>.<setting>``."""
+    if setting not in OBJECTIVE_SETTINGS:
+        raise KeyError(f"unknown per-objective setting {setting!r}; known: {', '.join(OBJECTIVE_SETTINGS)}")
+    return f"pretrain.{GROUPED}.{objective}.{setting}"
 
 
 @dataclass
@@ -613,12 +648,12 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
                                       "entries absent from every pretraining batch)"),
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
         (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
-        (all(isinstance(b, int) and b >= 2 for b in pt.objective_batch_size.values()),
-         "pretrain.objective_batch_size values must be integers >= 2"),
-        (all(isinstance(e, int) and e >= 0 for e in pt.objective_epochs.values()),
-         "pretrain.objective_epochs values must be integers >= 0"),
-        (all(isinstance(b, int) and b >= 2 for b in pt.objective_micro_batch.values()),
-         "pretrain.objective_micro_batch values must be integers >= 2"),
+        *((isinstance(v, int) and not isinstance(v, bool) and v >= least,
+           f"{setting_key(o, setting)} must be an integer >= {least}, got {v!r}")
+          for setting, table, least in (("batch_size", pt.objective_batch_size, 2),
+                                        ("epochs", pt.objective_epochs, 0),
+                                        ("micro_batch", pt.objective_micro_batch, 2))
+          for o, v in sorted(table.items())),
         (all(isinstance(x, int) and not isinstance(x, bool) for x in pt.selection_seeds)
          and len(set(pt.selection_seeds)) == len(pt.selection_seeds) and not set(pt.selection_seeds) & set(spec.seeds),
          "pretrain.selection_seeds must be distinct integers, none of them an evaluation seed (seeds)"),

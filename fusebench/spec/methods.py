@@ -195,7 +195,7 @@ def option_values(options: Any) -> dict[str, Any]:
 
 
 #: prefix of a hyper-parameter that sets a pretraining method's option instead of an objective's
-#: argument: ``methods.<method id>.<option>`` (e.g. ``pretrain.grid.byol_pwe: {methods.ema_teacher.momentum:
+#: argument: ``methods.<method id>.<option>`` (e.g. ``pretrain.per_objective.byol_pwe.grid: {methods.ema_teacher.momentum:
 #: [0.99, 0.996]}`` searches BYOL's EMA momentum on the validation split)
 METHOD_KEY_PREFIX = "methods."
 

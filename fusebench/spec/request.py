@@ -130,7 +130,7 @@ class SweepCells:
 
 
 def objective_hparams(spec: BenchmarkSpec, objective: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The objective's hyper-parameters: ``pretrain.hparams[objective]`` updated with the values the
+    """The objective's hyper-parameters: ``pretrain.per_objective.<objective>.hparams`` updated with the values the
     validation search chose (``context["hparams"]``, see :func:`fusebench.sweep.selection.select_hparams`)."""
     return {**spec.pretrain.settings(objective).hparams, **((context or {}).get("hparams", {}).get(objective, {}))}
 

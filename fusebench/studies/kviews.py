@@ -23,8 +23,8 @@ size and number of epochs for every pretrained objective and every k (``pretrain
 ``pretrain.epochs``; the spec's per-objective batch / epoch exceptions are cleared), so every
 pretrained cell takes the same optimiser steps and sees the same samples; M3G, whose loss costs n^k,
 computes it on micro-batches of ``m3g_micro_batch`` samples accumulated over the common batch
-(``pretrain.objective_micro_batch``) at every k, so its curve has no change of chunk size in it. No
-hyper-parameter search (``pretrain.grid = {}``: the spec's default tau / eps at every k). The cell's
+(``pretrain.per_objective.m3g.micro_batch``) at every k, so its curve has no change of chunk size in it. No
+hyper-parameter search (no ``pretrain.per_objective.<id>.grid``: the spec's default tau / eps at every k). The cell's
 draw, its permutation (arm ``views``) or base and augmentation (arm ``copies``) are recorded as JSON
 in ``config.protocol_notes.kviews`` of each run record, besides ``dataset.options``.
 

@@ -12,7 +12,7 @@ Whatever runs a cell, it is the same call (:func:`fusebench.cells.execute.sweep_
 cell keeps its guarantees: the exclusive per-cell lock, one immutable ``run.json``, ``failed.json``
 for a failed cell, and resume from ``last.pt``. A submitted cell is a :class:`CellCall`, whose
 ``checkpoint()`` is submitit's preemption / time-out hook: it returns a resubmission of the same
-call, and the requeued job resumes from ``last.pt``. Hyper-parameter selection (``pretrain.grid``)
+call, and the requeued job resumes from ``last.pt``. Hyper-parameter selection (``pretrain.per_objective.<id>.grid``)
 runs in the submitting process before any cell is submitted. docs/cluster.md has the details.
 
 The launchers are a :class:`~fusebench.registry.Registry` (:data:`LAUNCHERS`, lowercase ids) like every

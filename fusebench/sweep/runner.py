@@ -24,7 +24,7 @@ from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and
 from fusebench.runtime import progress as progress_lines
 from fusebench.engine.cell import check_checkpoint_config, load_checkpoint
 from fusebench.components.compat import check_compatible
-from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed
+from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, setting_key
 from fusebench.engine.data import build_datasets, pretrain_batch_size
 from fusebench.cells.execute import sweep_context
 from fusebench.records.cell_file import existing_record, record_there
@@ -40,8 +40,6 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
     installed here would fail in every cell), and every objective can be built with its
     hyper-parameters and with every combination of its selection grid (value checks such as
     ``eps > 0`` live in the objectives' constructors). One ConfigError naming the key."""
-    import itertools
-
     from fusebench import datasets, encoders, objectives
     from fusebench.registry import UnknownNameError
     from fusebench.spec.methods import split_method_keys, with_method_options
@@ -58,16 +56,15 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
     for o in objs:
         if not row_of(spec, o).pretrains:  # a reference or a weights row (issue #32): nothing pretrained
             continue
-        grid = spec.pretrain.grid.get(o) or {}
-        names = sorted(grid)
-        for combo in itertools.product(*(grid[n] for n in names)):
-            hp = {**spec.pretrain.hparams.get(o, {}), **dict(zip(names, combo))}
+        own = spec.pretrain.settings(o)
+        for point in own.points():
+            hp = own.at(point)
             try:
-                kwargs, method_options = split_method_keys(hp, f"{spec.name}: pretrain.grid.{o}")
+                kwargs, method_options = split_method_keys(hp, f"{spec.name}: {setting_key(o, 'grid')}")
                 objectives.build(o, **kwargs)
-                with_method_options(spec.pretrain, method_options, f"{spec.name}: pretrain.grid.{o}")
+                with_method_options(spec.pretrain, method_options, f"{spec.name}: {setting_key(o, 'grid')}")
             except (ValueError, TypeError) as e:
-                where = f"pretrain.hparams.{o}" + (f" / pretrain.grid.{o} {dict(zip(names, combo))}" if names else "")
+                where = setting_key(o, "hparams") + (f" / {setting_key(o, 'grid')} {point}" if point else "")
                 raise ConfigError(f"{spec.name}: {where}: objective {o!r} refuses {hp}: {e}") from None
 
 
@@ -119,7 +116,7 @@ def cap_batch_sizes(spec: BenchmarkSpec, synthetic: bool, data_root: str | None,
         pt.batch_size = n
     for o, b in sorted(pt.objective_batch_size.items()):
         if b > n:
-            capped.append(f"pretrain.objective_batch_size.{o} {b}")
+            capped.append(f"{setting_key(o, 'batch_size')} {b}")
             pt.objective_batch_size[o] = n
     if capped:
         print(f"{spec.name}: {', '.join(capped)} capped at {n}, the size of the train split of "
@@ -145,7 +142,7 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
         bs = pretrain_batch_size(spec, o)
         if (row_of(spec, o).pretrains
                 and spec.pretrain.settings(o).epochs > 0 and bs > n):
-            key = f"pretrain.objective_batch_size.{o}" if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
+            key = setting_key(o, "batch_size") if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
             raise ConfigError(f"{key}={bs} exceeds the {n} samples of the train split of {spec.name}; "
                               f"choose a batch size <= {n}")
     return data

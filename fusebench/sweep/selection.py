@@ -1,6 +1,6 @@
 """Hyper-parameter selection on the validation split (sweep layer), frozen before any evaluation cell.
 
-For every objective of a sweep with a grid (``pretrain.grid[objective]``) every combination is run on the
+For every objective of a sweep with a grid (``pretrain.per_objective.<objective>.grid``) every combination is run on the
 selection seeds (never evaluation seeds) and scored by the mean over those seeds of its validation value of
 the selection metric (``spec.validation_metric``: ``selection_metric``, by default the board's primary metric
 ``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
@@ -15,7 +15,6 @@ configuration or other data is a :class:`~fusebench.engine.cell.ConfigMismatchEr
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -59,18 +58,19 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     """Run ``objective``'s grid and return the outcome (None: no grid, or a reference row); writes nothing
     but the trials' records.
 
-    Every combination of ``pretrain.grid[objective]`` is run (pretraining + downstream protocol) once per
+    Every combination of ``pretrain.per_objective.<objective>.grid`` is run (pretraining + downstream protocol) once per
     selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
     seed); the combination with the best mean validation ``metric`` (default ``spec.validation_metric``) over
     those seeds wins (ties: the first in grid order). Trial records go to
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
     hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
-    grid = spec.pretrain.settings(objective).grid
+    own = spec.pretrain.settings(objective)
+    grid = own.grid
     if not grid or not row_of(spec, objective).pretrains:
         return None
     metric = metric or spec.validation_metric
     names = sorted(grid)
-    combos = _combos(grid)
+    combos = own.points()
     higher = M.get(metric).higher_is_better
     seeds = spec.selection_seeds
     check_test_split_fixed(spec, options)
@@ -104,12 +104,6 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
             "scores": scores, "choice": combos[best], "at_edge": at_edge(grid, combos[best])}
 
 
-def _combos(grid: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination of a grid, in grid order (keys sorted, the last key varying fastest)."""
-    names = sorted(grid)
-    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
-
-
 def _trial_options(options: RunOptions) -> RunOptions:
     return options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
 
@@ -119,7 +113,7 @@ def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str
     request, context)``. Records go to ``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or
     ``.../<trial>/seed<S>``; the context gives the objective the combination's hyper-parameters."""
     seeds = spec.selection_seeds
-    for i, combo in enumerate(_combos(spec.pretrain.grid[objective])):
+    for i, combo in enumerate(spec.pretrain.settings(objective).points()):
         ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
         folder = out / TRIALS_DIR / spec.name / objective / trial_name(i, combo)
         for s in seeds:
@@ -137,7 +131,7 @@ def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path
     if workers < 2:
         return 0
     todo = [o for o in objectives
-            if spec.pretrain.grid.get(o) and row_of(spec, o).pretrains and not selection_path(out, spec.name, o).exists()]
+            if spec.pretrain.settings(o).grid and row_of(spec, o).pretrains and not selection_path(out, spec.name, o).exists()]
     if todo:
         check_test_split_fixed(spec, options)  # the same for every objective: once, before any trial
     trial_options = _trial_options(options)
@@ -212,7 +206,7 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
     """The frozen selection of ``objective`` and its file's sha256 (None: nothing to select): read from
     :func:`selection_path` when it is there (made from the same configuration and data, else a
     ConfigMismatchError naming the file), else selected now (:func:`select_hparams`) and written once."""
-    if not spec.pretrain.grid.get(objective) or not row_of(spec, objective).pretrains:
+    if not spec.pretrain.settings(objective).grid or not row_of(spec, objective).pretrains:
         return None
     path = selection_path(out, spec.name, objective)
     ident = _identity(spec, objective, options, context)
