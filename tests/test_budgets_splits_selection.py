@@ -132,7 +132,7 @@ def test_selection_over_several_seeds_scores_the_mean(tmp_path: Path, fixtures_d
 
 @pytest.mark.parametrize("over, msg", [
     ({"pretrain.selection_seeds": [0, 1000]}, "selection_seeds must be distinct integers, none of them an evaluation seed"),
-    ({"pretrain.objective_micro_batch": {"m3g": 1}}, "objective_micro_batch values must be integers >= 2"),
+    ({"pretrain.objective_micro_batch": {"m3g": 1}}, "pretrain.per_objective.m3g.micro_batch must be an integer >= 2, got 1"),
     ({"comparison": {"reference": "nope"}}, "comparison.reference 'nope' must be one of objectives"),
     ({"comparison": {"primary": "miou"}}, "comparison.primary 'miou' must be one of metrics"),
 ])
