@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fusebench import metrics
-from fusebench.probes import embedding_eval as E
 from fusebench.probes.embedding_eval import probe_and_cluster
+from fusebench.probes.logistic import standardize
 from fusebench.runtime.utils import single_thread
 from fusebench.probes.kmeans import kmeans
 
@@ -237,5 +237,5 @@ def test_probe_and_cluster_validates_inputs_and_restores_threads():
 
 def test_standardize_uses_fit_statistics_and_zeroes_constant_columns():
     fit = np.array([[1.0, 5.0], [3.0, 5.0]])  # col 0: mean 2, std 1; col 1 constant
-    (out,) = E.standardize(fit, np.array([[4.0, 7.0]]))
+    (out,) = standardize(fit, np.array([[4.0, 7.0]]))
     assert out.tolist() == [[2.0, 0.0]]

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from fusebench import metrics as M
 from fusebench import tasks
 from fusebench.components.diagnostics import representation_diagnostics
-from fusebench.probes.embedding_eval import fit_logistic, probe_and_cluster
+from fusebench.probes.embedding_eval import probe_and_cluster
+from fusebench.probes.logistic import fit_logistic
 
 BF16 = torch.autocast("cpu", dtype=torch.bfloat16)
 

@@ -15,7 +15,7 @@ import fusebench
 from fusebench import benchmarks
 from fusebench.components import compat
 from fusebench.spec.config import ConfigError
-from fusebench.probes.embedding_eval import fit_logistic
+from fusebench.probes.logistic import fit_logistic
 from fusebench.probes.missing_views import (PROBE_STREAM, FeatureSource, embedding_missing_views, instance_mask,
                                               presence_mask)
 from fusebench.metrics import values_of

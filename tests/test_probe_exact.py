@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fusebench.probes import embedding_eval as ee
+from fusebench.probes import logistic as lr
 from fusebench.runtime.utils import single_thread
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -67,14 +67,14 @@ def _data(n: int, d: int, c: int, seed: int, batch: int | None = None):
 @pytest.mark.parametrize("l2", [1e-4, 1e-2, 1.0])
 def test_single_fit_equals_plain_lbfgs(l2: float) -> None:
     x, y = _data(120, 16, 4, 0)
-    w, b = ee.fit_logistic(x, y, 4, l2)
+    w, b = lr.fit_logistic(x, y, 4, l2)
     rw, rb = _ref_fit(x, y, 4, l2)
     assert np.array_equal(w, rw) and np.array_equal(b, rb)
 
 
 def test_batched_fit_equals_plain_lbfgs() -> None:
     x, y = _data(30, 8, 3, 1, batch=5)
-    w, b = ee.fit_logistic(x, y, 3, 0.01)
+    w, b = lr.fit_logistic(x, y, 3, 0.01)
     rw, rb = _ref_fit_batched(x, y, 3, 0.01)
     assert np.array_equal(w, rw) and np.array_equal(b, rb)
 
@@ -83,7 +83,7 @@ def test_wide_batched_fit_equals_plain_lbfgs_in_the_row_space() -> None:
     """d > n: the fit runs on R^T of x^T = QR (the module's row-space form); the plain fit on R^T, mapped back
     by Q, gives the same bits."""
     x, y = _data(6, 20, 3, 2, batch=4)
-    w, b = ee.fit_logistic(x, y, 3, 0.1)
+    w, b = lr.fit_logistic(x, y, 3, 0.1)
     with single_thread():
         q, r = torch.linalg.qr(torch.from_numpy(x).transpose(1, 2), mode="reduced")
     rv, rb = _ref_fit_batched(r.transpose(1, 2).numpy(), y, 3, 0.1)

@@ -1,4 +1,5 @@
-"""The frozen-embedding probes of fusebench/probes/embedding_eval.py against independent references:
+"""The frozen-embedding probes of fusebench/probes/ (embedding_eval.py, logistic.py, fewshot.py, knn.py,
+kmeans.py) against independent references:
 k-means (greedy k-means++, n_init restarts) against scikit-learn's KMeans on blobs and on the real
 handwritten views, the seeding against a slow loop implementation of its documented rule, the
 few-shot probes against scikit-learn's LogisticRegression on the documented draws, the kNN probe
@@ -21,6 +22,9 @@ from sklearn.preprocessing import StandardScaler
 
 from fusebench import metrics
 from fusebench.probes import embedding_eval as E
+from fusebench.probes import fewshot as FS
+from fusebench.probes import knn as KNN
+from fusebench.probes import logistic as LR
 from fusebench.probes import kmeans as K
 from fusebench.runtime.utils import single_thread
 
@@ -147,7 +151,7 @@ def test_kmeans_restarts_are_nested_and_deterministic():
 # ---------------------------------------------------------------------------------------------
 def test_fewshot_draws_follow_the_documented_recipe():
     y = np.array([2, 0, 1, 0, 2, 1, 0, 1, 2, 0, 1, 2, 0])
-    got = E.fewshot_indices(y, 2, 3, seed=7, num_classes=3)
+    got = FS.fewshot_indices(y, 2, 3, seed=7, num_classes=3)
     rng = np.random.default_rng(np.random.SeedSequence([7, 2]))
     for j in range(3):
         want = [i for c in range(3) for i in rng.choice(np.flatnonzero(y == c), size=2, replace=False)]
@@ -155,7 +159,7 @@ def test_fewshot_draws_follow_the_documented_recipe():
         assert y[got[j]].tolist() == [0, 0, 1, 1, 2, 2] and len(set(got[j].tolist())) == 6
     assert not np.array_equal(got[0], got[1])
     with pytest.raises(ValueError, match=r"s = 5 train samples per class, but class 1 has only 4 .*\[1, 2\]"):
-        E.fewshot_indices(y, 5, 1, seed=0, num_classes=3)
+        FS.fewshot_indices(y, 5, 1, seed=0, num_classes=3)
 
 
 def test_fewshot_probe_matches_sklearn_logistic_regression():
@@ -206,10 +210,10 @@ def test_fewshot_probe_matches_sklearn_logistic_regression():
 
 def test_fewshot_draws_are_seeded_and_do_not_depend_on_the_draw_count():
     y = np.array([0] * 5 + [1] * 3 + [2] * 4)
-    a = E.fewshot_indices(y, 2, 4, seed=0, num_classes=3)
-    assert np.array_equal(a, E.fewshot_indices(y, 2, 4, seed=0, num_classes=3))      # deterministic
-    assert np.array_equal(a[:2], E.fewshot_indices(y, 2, 2, seed=0, num_classes=3))  # draw j: not the count
-    assert len({tuple(E.fewshot_indices(y, 2, 1, seed=s, num_classes=3)[0]) for s in range(6)}) > 1
+    a = FS.fewshot_indices(y, 2, 4, seed=0, num_classes=3)
+    assert np.array_equal(a, FS.fewshot_indices(y, 2, 4, seed=0, num_classes=3))      # deterministic
+    assert np.array_equal(a[:2], FS.fewshot_indices(y, 2, 2, seed=0, num_classes=3))  # draw j: not the count
+    assert len({tuple(FS.fewshot_indices(y, 2, 1, seed=s, num_classes=3)[0]) for s in range(6)}) > 1
     for row in a:  # class-major, s distinct samples of every class (slow check, one sample at a time)
         assert [int(y[i]) for i in row] == [0, 0, 1, 1, 2, 2] and len(set(row.tolist())) == len(row)
 
@@ -232,11 +236,11 @@ def _slow_logistic_gradient(z, y, w, b, l2):
 def test_logistic_fit_is_at_the_optimum_by_a_slow_gradient():
     (x, y) = _classes(11, 6, num_classes=3, d=4)
     z = StandardScaler().fit_transform(x)
-    w, b = E.fit_logistic(z, y, 3, 0.1)
+    w, b = LR.fit_logistic(z, y, 3, 0.1)
     gw, gb = _slow_logistic_gradient(z.tolist(), y.tolist(), w.tolist(), b.tolist(), 0.1)
     assert np.abs(gw).max() < 1e-6 and np.abs(gb).max() < 1e-6
     idx = np.array([[0, 1, 6, 7, 12, 13], [2, 3, 8, 9, 14, 15]])
-    wb, bb = E.fit_logistic(z[idx], y[idx], 3, np.array([0.05, 1.0]))  # batched: each problem at its optimum
+    wb, bb = LR.fit_logistic(z[idx], y[idx], 3, np.array([0.05, 1.0]))  # batched: each problem at its optimum
     for j, l2 in enumerate((0.05, 1.0)):
         gw, gb = _slow_logistic_gradient(z[idx[j]].tolist(), y[idx[j]].tolist(), wb[j].tolist(), bb[j].tolist(), l2)
         assert np.abs(gw).max() < 1e-6 and np.abs(gb).max() < 1e-6
@@ -271,12 +275,12 @@ def test_batched_logistic_fit_equals_separate_fits_and_sklearn_weights():
     while any(len(set(y[i])) < 4 for i in idx):  # every class present in every problem
         idx = np.stack([rng.permutation(len(y))[:16] for _ in range(3)])
     l2 = np.array([0.1, 0.5, 2.0])
-    w, b = E.fit_logistic(z[idx], y[idx], 4, l2)
+    w, b = LR.fit_logistic(z[idx], y[idx], 4, l2)
     assert w.shape == (3, 8, 4) and b.shape == (3, 4)
     for j in range(3):
         clf = LogisticRegression(C=1.0 / (16 * l2[j]), tol=1e-12, max_iter=10_000).fit(z[idx[j]], y[idx[j]])
         np.testing.assert_allclose(w[j], clf.coef_.T, rtol=0, atol=1e-5)
-        ws, _ = E.fit_logistic(z[idx[j]], y[idx[j]], 4, float(l2[j]))
+        ws, _ = LR.fit_logistic(z[idx[j]], y[idx[j]], 4, float(l2[j]))
         np.testing.assert_allclose(w[j], ws, rtol=0, atol=1e-5)
 
 
@@ -323,7 +327,7 @@ def test_knn_probe_matches_sklearn_cosine_neighbours():
     ztr, zte = scaler.transform(xtr), scaler.transform(xte)
     for k in (4, 7, 12):
         ref = KNeighborsClassifier(n_neighbors=k, metric="cosine", algorithm="brute").fit(ztr, ytr)
-        pred, want = E.knn_predict(ztr, ytr, zte, [k], 4)[k], ref.predict(zte)
+        pred, want = KNN.knn_predict(ztr, ytr, zte, [k], 4)[k], ref.predict(zte)
         unique = np.array([_no_vote_ties(ztr, ytr, zte[i:i + 1], k, 4) for i in range(len(zte))])
         assert unique.sum() > len(zte) // 2 and np.array_equal(pred[unique], want[unique])
 
@@ -333,7 +337,7 @@ def test_knn_ties_hand_worked():
     train = np.array([deg(10), deg(-20), deg(30), deg(-10)])
     y = np.array([1, 0, 0, 0])
     q = np.array([deg(0), [0.0, 0.0]])
-    got = E.knn_predict(train, y, q, [1, 2, 3], 2)
+    got = KNN.knn_predict(train, y, q, [1, 2, 3], 2)
     # k=1: the nearest (+10 deg, class 1) and train 3 (-10 deg, class 0) tie in similarity: lower train index wins
     assert got[1].tolist() == [1, 1]  # zero query: similarity 0 to all -> train index 0
     # k=2: neighbours train 0 (class 1, cos 10) and train 3 (class 0, cos 10): equal votes, equal sums -> class 0
@@ -341,7 +345,7 @@ def test_knn_ties_hand_worked():
     # k=3: + train 1 (-20 deg, class 0): class 0 has 2 votes
     assert got[3][0] == 0
     # tied votes with different summed similarity: class 1 at 10 deg beats class 0 at 20 deg
-    two = E.knn_predict(np.array([deg(20), deg(10)]), np.array([0, 1]), np.array([deg(0)]), [2], 2)
+    two = KNN.knn_predict(np.array([deg(20), deg(10)]), np.array([0, 1]), np.array([deg(0)]), [2], 2)
     assert two[2].tolist() == [1]
 
 
@@ -413,10 +417,10 @@ def test_wide_batched_fit_in_the_row_space_equals_the_full_fit() -> None:
     xb = rng.normal(size=(3, 12, 300))                      # 3 problems, 12 samples, 300 features
     yb = np.tile(np.repeat(np.arange(4), 3), (3, 1))        # 4 classes x 3 samples
     for l2 in (1e-1, 1.0):
-        w, b = E.fit_logistic(xb, yb, 4, l2)
+        w, b = LR.fit_logistic(xb, yb, 4, l2)
         assert w.shape == (3, 300, 4) and b.shape == (3, 4)
         for j in range(3):
-            w1, b1 = E.fit_logistic(xb[j], yb[j], 4, l2)     # the 2-D path: full width
+            w1, b1 = LR.fit_logistic(xb[j], yb[j], 4, l2)     # the 2-D path: full width
             def objective(w_: np.ndarray, b_: np.ndarray) -> float:  # mean CE + l2/2 ||W||^2, by hand
                 z = xb[j] @ w_ + b_
                 z = z - z.max(1, keepdims=True)
@@ -429,3 +433,12 @@ def test_wide_batched_fit_in_the_row_space_equals_the_full_fit() -> None:
             np.testing.assert_allclose(xb[j] @ w[j] + b[j] - (xb[j] @ w[j] + b[j]).mean(1, keepdims=True),
                                        sk.decision_function(xb[j]) - sk.decision_function(xb[j]).mean(1, keepdims=True),
                                        atol=5e-4)  # sklearn stops at its own tolerance
+
+
+def test_embedding_eval_re_exports_the_probes_from_their_modules() -> None:
+    """One concept per module (logistic, fewshot, knn), every public name still importable from embedding_eval:
+    the same objects, not copies."""
+    homes = {name: mod for mod in (LR, FS, KNN) for name in mod.__all__}
+    assert set(homes) <= set(E.__all__)
+    assert {n: getattr(E, n) is getattr(homes[n], n) for n in homes} == {n: True for n in homes}
+    assert not [n for n in E.__all__ if not hasattr(E, n)]

@@ -1,5 +1,5 @@
 """The few-shot prototype probe and the row's choice between the two few-shot probes (issue #30 item 3,
-fusebench/probes/embedding_eval.py): the prototype probe against a slow loop written here, a hand-worked
+fusebench/probes/fewshot.py): the prototype probe against a slow loop written here, a hand-worked
 case where it and the logistic probe disagree (a query with the right direction but a small norm), the
 per-run choice on validation, the L2 search that leaves the grid's edge and the record of an edge, the
 metric ids and what a tiny run records."""
@@ -16,6 +16,8 @@ import pytest
 import fusebench
 from fusebench import metrics
 from fusebench.probes import embedding_eval as E
+from fusebench.probes import fewshot as FS
+from fusebench.probes import logistic as LR
 from fusebench.metrics import values_of
 
 
@@ -62,7 +64,7 @@ def test_prototype_predict_matches_a_slow_loop() -> None:
     support[1, 2] = 0.0                                        # a zero support row stays zero
     query = rng.normal(size=(11, 5))
     query[4] = 0.0                                             # a zero query: every similarity 0 -> class 0
-    got = E.prototype_predict(support, labels, query, 5)       # class 4 absent: a zero prototype
+    got = FS.prototype_predict(support, labels, query, 5)       # class 4 absent: a zero prototype
     for b in range(3):
         assert got[b].tolist() == _slow_prototype(support[b].tolist(), labels[b].tolist(), query.tolist(), 5)
     assert got[0, 4] == 0
@@ -95,7 +97,7 @@ def test_prototype_probe_in_probe_and_cluster_against_the_slow_loop_on_the_same_
             "val": {"logistic": logistic_val, "prototype": proto["val_acc"]}}
         pick = "proto_" if want == "prototype" else ""
         assert r[f"test_fs{s}_best_acc"] == r[f"test_fs{s}_{pick}acc"]
-        assert r[f"val_fs{s}_best_acc"] == r[f"val_fs{s}_{pick}acc"] == E.chosen_fewshot_val(r, s)
+        assert r[f"val_fs{s}_best_acc"] == r[f"val_fs{s}_{pick}acc"] == FS.chosen_fewshot_val(r, s)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,9 +117,9 @@ PROTOTYPE = [0, 1, 0, 0]  # 1 > .5; 0 < 3; 8 > 1; .5 > .2
 
 @pytest.mark.parametrize("l2", [1e-3, 1e-1, 1.0, 10.0])
 def test_hand_worked_logistic_and_prototype_disagree(l2) -> None:
-    w, b = E.fit_logistic(SUPPORT[None], np.array([[0, 1]]), 2, l2)
+    w, b = LR.fit_logistic(SUPPORT[None], np.array([[0, 1]]), 2, l2)
     assert (QUERIES @ w[0] + b[0]).argmax(axis=1).tolist() == LOGISTIC
-    assert E.prototype_predict(SUPPORT[None], np.array([[0, 1]]), QUERIES, 2)[0].tolist() == PROTOTYPE
+    assert FS.prototype_predict(SUPPORT[None], np.array([[0, 1]]), QUERIES, 2)[0].tolist() == PROTOTYPE
 
 
 def _fewshot(val_rows: list[int]):
@@ -126,8 +128,8 @@ def _fewshot(val_rows: list[int]):
     ztr = np.repeat(SUPPORT, 3, axis=0)                          # 3 rows of each class
     ytr = np.array([0, 0, 0, 1, 1, 1])
     yq = np.array([0, 1, 0, 0])
-    return E.fewshot_probe(ztr, ytr, QUERIES[val_rows], yq[val_rows], QUERIES, yq, 2, seed=0, shots=(1,), draws=2,
-                           l2_grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0))["per_shot"]["1"]
+    return FS.fewshot_probe(ztr, ytr, QUERIES[val_rows], yq[val_rows], QUERIES, yq, 2, seed=0, shots=(1,), draws=2,
+                            l2_grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0))["per_shot"]["1"]
 
 
 def test_the_row_takes_the_probe_with_the_higher_validation_score() -> None:
@@ -162,7 +164,7 @@ def _peaked(at: float):
 
 def test_search_extends_below_the_grid_until_the_optimum_is_inside() -> None:
     score, calls = _peaked(1e-6)
-    out = E.search_l2([1e-4, 1e-3, 1e-2, 1e-1, 1.0], score)
+    out = LR.search_l2([1e-4, 1e-3, 1e-2, 1e-1, 1.0], score)
     # 1e-4 is the grid's best and its edge: 1e-5 better, 1e-6 better, 1e-7 worse -> stop at 1e-6, inside
     assert out["l2"] == 1e-6 and out["extended"] == [1e-5, 1e-6, 1e-7] and out["edge"] is None
     assert out["searched"] == [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
@@ -170,17 +172,17 @@ def test_search_extends_below_the_grid_until_the_optimum_is_inside() -> None:
 
 
 def test_search_records_the_edge_when_a_bound_stops_it() -> None:
-    out = E.search_l2([1e-4, 1e-2], lambda l2: -l2)               # smaller is always better
-    assert out["l2"] == E.L2_FLOOR == 1e-8 and out["edge"] == "lower"
+    out = LR.search_l2([1e-4, 1e-2], lambda l2: -l2)               # smaller is always better
+    assert out["l2"] == LR.L2_FLOOR == 1e-8 and out["edge"] == "lower"
     assert out["extended"] == [1e-5, 1e-6, 1e-7, 1e-8]
-    out = E.search_l2([0.1, 1.0], lambda l2: l2)                  # larger is always better
-    assert out["l2"] == E.L2_CEILING == 1e4 and out["edge"] == "upper" and out["extended"] == [10.0, 100.0, 1e3, 1e4]
-    out = E.search_l2([0.0, 1.0], lambda l2: -l2)                 # 0: nothing below it
+    out = LR.search_l2([0.1, 1.0], lambda l2: l2)                  # larger is always better
+    assert out["l2"] == LR.L2_CEILING == 1e4 and out["edge"] == "upper" and out["extended"] == [10.0, 100.0, 1e3, 1e4]
+    out = LR.search_l2([0.0, 1.0], lambda l2: -l2)                 # 0: nothing below it
     assert out == {"l2": 0.0, "scores": {0.0: 0.0, 1.0: -1.0}, "searched": [0.0, 1.0], "extended": [], "edge": "lower"}
-    out = E.search_l2([0.5], lambda l2: 1.0)                      # one value: a fixed weight, not searched
+    out = LR.search_l2([0.5], lambda l2: 1.0)                      # one value: a fixed weight, not searched
     assert out == {"l2": 0.5, "scores": {0.5: 1.0}, "searched": [0.5], "extended": [], "edge": None}
     score, _ = _peaked(1e-2)
-    out = E.search_l2([1e-4, 1e-3, 1e-2, 1e-1, 1.0], score)      # inside the grid: nothing added
+    out = LR.search_l2([1e-4, 1e-3, 1e-2, 1e-1, 1.0], score)      # inside the grid: nothing added
     assert out["l2"] == 1e-2 and out["extended"] == [] and out["edge"] is None
 
 
@@ -217,7 +219,7 @@ def test_a_tiny_run_records_both_probes_and_the_choice(tmp_path) -> None:
     assert choice["chosen"] == ("prototype" if val["fs1_proto_acc"] > val["fs1_acc"] else "logistic")
     key = "fs1_proto_acc" if choice["chosen"] == "prototype" else "fs1_acc"
     assert values_of(rec["metrics"])["fs1_best_acc"] == values_of(rec["metrics"])[key] and val["fs1_best_acc"] == val[key]
-    assert E.chosen_fewshot_val(rec) == val["fs1_best_acc"]
+    assert FS.chosen_fewshot_val(rec) == val["fs1_best_acc"]
     on_disk = json.loads(next(Path(tmp_path).rglob("run.json")).read_text())
     fusebench.records.validate_record(on_disk)
 
@@ -239,7 +241,7 @@ def test_the_primary_val_of_a_record_written_before_the_prototype_probe() -> Non
         for key in ("prototype", "chosen", "best_val_acc", "best_test_acc"):
             per.pop(key, None)
     assert "fs1_best_acc" not in rec["selection"]["val_metrics"]
-    assert E.chosen_fewshot_val(rec) == rec["selection"]["val_metrics"]["fs1_acc"]
-    assert E.chosen_fewshot_val(rec, 5) == rec["selection"]["fewshot"]["per_shot"]["5"]["val_acc"]
+    assert FS.chosen_fewshot_val(rec) == rec["selection"]["val_metrics"]["fs1_acc"]
+    assert FS.chosen_fewshot_val(rec, 5) == rec["selection"]["fewshot"]["per_shot"]["5"]["val_acc"]
     with pytest.raises(ValueError, match="no few-shot probe with 2 label"):
-        E.chosen_fewshot_val(rec, 2)
+        FS.chosen_fewshot_val(rec, 2)

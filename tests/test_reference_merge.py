@@ -14,7 +14,7 @@ import pytest
 import scipy.io
 
 from fusebench.leaderboard import write_leaderboards
-from fusebench.probes.embedding_eval import standardize
+from fusebench.probes.logistic import standardize
 from fusebench.components.reference_features import (CLUSTER_METRICS, REFERENCE_KINDS, cluster_identical,
                                                    probe_identical_groups, reference_features)
 

@@ -3,7 +3,7 @@ computed from the input views -- of every split, then a linear probe (L2 weight 
 validation split), few-shot and kNN probes and k-means (:func:`fusebench.probes.embedding_eval.probe_and_cluster`).
 A record that reports a few-shot metric ``fs<s>_*`` reports all three of that s (:func:`fewshot_ids`: the logistic
 probe, the prototype probe and the one chosen on validation, test and val) and the choice (field
-``fewshot_probe``); :func:`fusebench.probes.embedding_eval.chosen_fewshot_val` reads the chosen probe's
+``fewshot_probe``); :func:`fusebench.probes.fewshot.chosen_fewshot_val` reads the chosen probe's
 validation score back from a record.
 
 Its declaration (options ``options.embedding_eval``, reference rows) is the ``embedding_eval`` entry of

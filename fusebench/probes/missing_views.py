@@ -346,7 +346,7 @@ def embedding_missing_views(source: FeatureSource, xs: Mapping[str, Any], ys: Ma
     the protocol's), ``rules`` how each rate counts (``entry`` / ``instance``). -> the record field
     ``missing_views``."""
     from fusebench import metrics as M
-    from fusebench.probes.embedding_eval import fit_logistic, search_l2, standardize
+    from fusebench.probes.logistic import fit_logistic, search_l2, standardize
     from fusebench.probes.kmeans import kmeans
 
     x = {s: to_numpy(xs[s], np.float64) for s in ("train", "val", "test")}
