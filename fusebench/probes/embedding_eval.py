@@ -78,7 +78,7 @@ from fusebench.probes.fewshot import (DEFAULT_DRAWS, DEFAULT_SHOTS, FEWSHOT_CHOI
                                       chosen_fewshot_val, fewshot_indices, fewshot_probe, prototype_predict)
 from fusebench.probes.kmeans import DEFAULT_N_INIT, KMEANS_TOL, kmeans
 from fusebench.probes.knn import DEFAULT_KNN_GRID, knn_predict, knn_probe
-from fusebench.probes.logistic import (DEFAULT_L2_GRID, L2_CEILING, L2_FLOOR, _predict, fit_logistic, search_l2,
+from fusebench.probes.logistic import (DEFAULT_L2_GRID, L2_CEILING, L2_FLOOR, fit_logistic, predict_classes, search_l2,
                                        standardize)
 
 CLUSTER_STANDARDIZE = ("zscore", "none")
@@ -140,12 +140,12 @@ def _linear_probe(ztr: np.ndarray, zva: np.ndarray, zte: np.ndarray, ys: dict[st
 
     def score(l2: float) -> float:
         fits[l2] = fit_logistic(ztr, ys["train"], num_classes, l2, probe_max_iter)
-        return float(M.get("acc")(_predict(zva, *fits[l2]), ys["val"]))
+        return float(M.get("acc")(predict_classes(zva, *fits[l2]), ys["val"]))
 
     search = search_l2(grid, score)
     chosen = search["l2"]
     w, b = fits[chosen]
-    pv, pt = _predict(zva, w, b), _predict(zte, w, b)
+    pv, pt = predict_classes(zva, w, b), predict_classes(zte, w, b)
     out: dict[str, Any] = {
         "val_acc": float(M.get("acc")(pv, ys["val"])),
         "val_macro_f1": float(M.get("mf1")(pv, ys["val"])),

@@ -49,8 +49,8 @@ import numpy as np
 import torch
 
 from fusebench.components.reference_features import unit_rows
-from fusebench.probes.logistic import (DEFAULT_L2_GRID, L2_CEILING, L2_FLOOR, _accuracy, _predict, fit_logistic,
-                                       search_l2)
+from fusebench.probes.logistic import (DEFAULT_L2_GRID, L2_CEILING, L2_FLOOR, accuracy_along, fit_logistic,
+                                       predict_classes, search_l2)
 from fusebench.runtime.utils import single_thread
 
 #: labels per class of the few-shot probes (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc``)
@@ -125,14 +125,14 @@ def fewshot_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.nda
 
         def score(l2: float) -> float:
             w, b = fit_logistic(xb, yb, num_classes, l2, max_iter)
-            val_by[l2] = _accuracy(_predict(zva, w, b), yva)                      # [draws]
-            test_by[l2] = _accuracy(_predict(zte, w, b), yte)
+            val_by[l2] = accuracy_along(predict_classes(zva, w, b), yva)                      # [draws]
+            test_by[l2] = accuracy_along(predict_classes(zte, w, b), yte)
             return float(val_by[l2].mean())
 
         search = search_l2(l2_grid, score)
         chosen = search["l2"]
-        proto_val = _accuracy(prototype_predict(xb, yb, zva, num_classes), yva)  # [draws]
-        proto_test = _accuracy(prototype_predict(xb, yb, zte, num_classes), yte)
+        proto_val = accuracy_along(prototype_predict(xb, yb, zva, num_classes), yva)  # [draws]
+        proto_test = accuracy_along(prototype_predict(xb, yb, zte, num_classes), yte)
         logistic_val = float(val_by[chosen].mean())
         probe = "prototype" if float(proto_val.mean()) > logistic_val else "logistic"
         per_shot[str(s)] = {

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from fusebench.components.reference_features import unit_rows
-from fusebench.probes.logistic import _accuracy
+from fusebench.probes.logistic import accuracy_along
 from fusebench.runtime.utils import single_thread
 
 #: candidate numbers of neighbours of the kNN probe (chosen on val)
@@ -60,12 +60,12 @@ def knn_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.ndarray
     ks = [k for k in grid if k <= ztr.shape[0]]
     if not ks:
         raise ValueError(f"probe_and_cluster: knn_grid {list(grid)} has no k <= n_train = {ztr.shape[0]}")
-    val_by = {k: float(_accuracy(p, yva)) for k, p in knn_predict(ztr, ytr, zva, ks, num_classes).items()}
+    val_by = {k: float(accuracy_along(p, yva)) for k, p in knn_predict(ztr, ytr, zva, ks, num_classes).items()}
     chosen = max(ks, key=lambda k: (val_by[k], k))
     pred = knn_predict(ztr, ytr, zte, [chosen], num_classes)[chosen]
     return {
         "grid": ks, "k": int(chosen), "val_acc_by_k": {str(k): v for k, v in val_by.items()},
-        "val_acc": val_by[chosen], "test_acc": float(_accuracy(pred, yte)),
+        "val_acc": val_by[chosen], "test_acc": float(accuracy_along(pred, yte)),
         "similarity": "cosine on zscore_train embeddings (zero rows: similarity 0)",
         "selection": "highest val accuracy, ties to the larger k",
         "tie_break": "equal similarities: lower train index first; tied vote: larger summed similarity, "

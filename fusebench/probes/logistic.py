@@ -15,7 +15,7 @@ search of its L2 weight (probes layer).
   more features than samples in the row space of x (``W = Q V`` with ``x^T = Q R``: the same L-BFGS
   trajectory up to rounding, :func:`_fit_logistic_batched_span`). The L-BFGS optimisers are
   :func:`fusebench.runtime.utils.optimizer_class` ones: PyTorch's, without importing torch._dynamo.
-* ``_predict``: ``argmax_c (x W + b)_c``, ties to the lower class id; ``_accuracy``: the fraction correct.
+* ``predict_classes``: ``argmax_c (x W + b)_c``, ties to the lower class id; ``accuracy_along``: the fraction correct.
   Both are shared by the probes (:mod:`fusebench.probes.fewshot`, :mod:`fusebench.probes.knn`,
   :mod:`fusebench.probes.embedding_eval`).
 * :func:`search_l2`: the L2 weight is chosen on the **validation** split only: the searched value with the
@@ -170,7 +170,7 @@ def _fit_logistic_batched_span(xt: torch.Tensor, yt: torch.Tensor, num_classes: 
     return w.numpy(), b
 
 
-def _predict(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+def predict_classes(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """argmax of ``x W + b``: ``x [n, d]`` with ``W [d, C]`` -> ``[n]``, or with ``W [B, d, C]``,
     ``b [B, C]`` -> ``[B, n]`` (ties to the lower class id)."""
     with single_thread():
@@ -180,9 +180,10 @@ def _predict(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (xt @ wt + bt).argmax(dim=1).numpy()
 
 
-def _accuracy(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
+def accuracy_along(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Fraction correct along the last axis (``pred [..., n]``, ``y [n]``)."""
     return (pred == y).mean(axis=-1)
 
 
-__all__ = ["DEFAULT_L2_GRID", "L2_CEILING", "L2_FLOOR", "fit_logistic", "search_l2", "standardize"]
+__all__ = ["DEFAULT_L2_GRID", "L2_CEILING", "L2_FLOOR", "accuracy_along", "fit_logistic", "predict_classes", "search_l2",
+           "standardize"]

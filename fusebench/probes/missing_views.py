@@ -324,11 +324,6 @@ def _observed_standardize(x: np.ndarray, mask: np.ndarray, widths: Sequence[int]
     return out
 
 
-def _predict(z: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with utils.single_thread():
-        return (torch.from_numpy(np.ascontiguousarray(z)) @ torch.from_numpy(w) + torch.from_numpy(b)).argmax(dim=1).numpy()
-
-
 def _view_mean(x: np.ndarray, mask: np.ndarray, k: int) -> np.ndarray:
     """``[n, f]``: the mean of the present views' blocks of ``x [n, k * f]`` (``mask [n, k]``, >= 1 view per row)."""
     blocks = x.reshape(x.shape[0], k, -1)                                   # [n, k, f]
@@ -346,7 +341,7 @@ def embedding_missing_views(source: FeatureSource, xs: Mapping[str, Any], ys: Ma
     the protocol's), ``rules`` how each rate counts (``entry`` / ``instance``). -> the record field
     ``missing_views``."""
     from fusebench import metrics as M
-    from fusebench.probes.logistic import fit_logistic, search_l2, standardize
+    from fusebench.probes.logistic import fit_logistic, predict_classes, search_l2, standardize
     from fusebench.probes.kmeans import kmeans
 
     x = {s: to_numpy(xs[s], np.float64) for s in ("train", "val", "test")}
@@ -369,7 +364,7 @@ def embedding_missing_views(source: FeatureSource, xs: Mapping[str, Any], ys: Ma
 
         def mean_score(l2: float) -> float:
             fits[l2] = fit_logistic(zmtr, y["train"], num_classes, l2, probe["max_iter"])
-            return float(M.get("acc")(_predict(zmva, *fits[l2]), y["val"]))
+            return float(M.get("acc")(predict_classes(zmva, *fits[l2]), y["val"]))
 
         search = search_l2(probe.get("l2_grid") or [probe["l2"]], mean_score)
         mean_w, mean_b = fits[search["l2"]]
@@ -384,16 +379,16 @@ def embedding_missing_views(source: FeatureSource, xs: Mapping[str, Any], ys: Ma
     def present_predict(xte: np.ndarray, zte: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The present-view probe's predictions (``xte`` the masked features, ``zte`` the probe's imputed ones)."""
         if source.shared:
-            return _predict(standardize(mtr, _view_mean(xte, mask, k))[0], mean_w, mean_b)
+            return predict_classes(standardize(mtr, _view_mean(xte, mask, k))[0], mean_w, mean_b)
         scale = k / mask.sum(axis=1, keepdims=True)                          # k / #present views
-        return _predict(zte * scale, w, b)                                   # b + (k / #present) z W
+        return predict_classes(zte * scale, w, b)                                   # b + (k / #present) z W
 
     def score(prefix: str, test_mask: np.ndarray, cluster_mask: np.ndarray) -> dict[str, float]:
         xte = features("test", test_mask)
         zte = standardize(x["train"], xte)[0]
         if source.widths is not None:
             zte = np.where(_columns(test_mask, source.widths), zte, 0.0)
-        out = {f"{prefix}_acc": float(M.get("acc")(_predict(zte, w, b), y["test"])),
+        out = {f"{prefix}_acc": float(M.get("acc")(predict_classes(zte, w, b), y["test"])),
                f"{prefix}_present_acc": float(M.get("acc")(present_predict(xte, zte, test_mask), y["test"]))}
         bounds = np.cumsum([0, *sizes])
         xc = np.concatenate([features(s, cluster_mask[bounds[i]:bounds[i + 1]]) for i, s in enumerate(clustered)])
