@@ -97,11 +97,11 @@ def test_overrides_give_every_objective_and_k_the_same_budget() -> None:
 
 def test_run_study_refuses_rows_without_the_references(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must include the reference rows 'none' and 'raw'"):
-        kviews.run_study("multiview", str(tmp_path), tmp_path, objectives=("raw", "mv_infonce"))
+        kviews.run_study(kviews.Study("multiview", objectives=("raw", "mv_infonce")), tmp_path, str(tmp_path))
     with pytest.raises(ValueError, match="at least one pretrained objective"):
-        kviews.run_study("multiview", str(tmp_path), tmp_path, objectives=("raw", "none"))
+        kviews.run_study(kviews.Study("multiview", objectives=("raw", "none")), tmp_path, str(tmp_path))
     with pytest.raises(ValueError, match="mv_infonse"):
-        kviews.run_study("multiview", str(tmp_path), tmp_path, objectives=("raw", "none", "mv_infonse"))
+        kviews.run_study(kviews.Study("multiview", objectives=("raw", "none", "mv_infonse")), tmp_path, str(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,9 +123,10 @@ def tiny_study(tmp_path_factory: pytest.TempPathFactory):
     args = dict(objectives=("raw", "none", "mv_infonce", "m3g"), seeds=(0, 1), ks=(2, 3), subsets=2, batch_size=16,
                 epochs=1, m3g_micro_batch=4, eval_options={"l2_grid": [1.0], "cluster_on": "all", "n_init": 2,
                                                            "fewshot_shots": [1], "fewshot_draws": 2, "knn_grid": []})
-    recs = kviews.run_study("multiview", str(mat), runs, counts=counts, **args)
+    study = kviews.Study("multiview", **args)
+    recs = kviews.run_study(study, runs, str(mat), counts=counts)
     md, png = kviews_board.render(runs, tmp / "board", "multiview")
-    return runs, recs, counts, md, png, lambda c: kviews.run_study("multiview", str(mat), runs, counts=c, **args)
+    return runs, recs, counts, md, png, lambda c: kviews.run_study(study, runs, str(mat), counts=c)
 
 
 def _records(runs: Path) -> dict[tuple[str, str, int], dict]:

@@ -11,7 +11,8 @@ from pathlib import Path
 from fusebench.runtime.terminal_help import TerminalHelp
 from fusebench.cli.run import count_type
 from fusebench.studies import kviews
-from fusebench.studies.kviews import ARMS, BUDGET, COPIES_BASE, COPIES_MASK, COPIES_NOISE, OBJECTIVES, run_study
+from fusebench.studies.kviews import (ARMS, BUDGET, COPIES_BASE, COPIES_MASK, COPIES_NOISE, OBJECTIVES, Study,
+                                       run_study)
 from fusebench.leaderboard.kviews import render
 
 
@@ -66,10 +67,12 @@ def main(argv: list[str]) -> int:
     counts: dict[str, int] = {}
     try:
         if not ns.render_only:
-            run_study(ns.benchmark, ns.data_root, out, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None,
-                      ns.subsets, ns.subset_seed, tuple(ns.arms), ns.copies_base, ns.copies_noise, ns.copies_mask,
-                      ns.batch_size, ns.epochs, ns.m3g_micro_batch, synthetic=ns.synthetic, workers=ns.workers,
-                      progress=ns.progress, counts=counts)
+            study = Study(ns.benchmark, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None, ns.subsets,
+                          ns.subset_seed, tuple(ns.arms),
+                          tuple(ns.copies_base) if ns.copies_base is not None else None, ns.copies_noise,
+                          ns.copies_mask, ns.batch_size, ns.epochs, ns.m3g_micro_batch)
+            run_study(study, out, ns.data_root, synthetic=ns.synthetic, workers=ns.workers, progress=ns.progress,
+                      counts=counts)
         md, png = render(out, board, ns.benchmark)
     except ValueError as e:  # includes ConfigError, DatasetError, RecordError
         print(f"fusebench study kviews: {e}", file=sys.stderr)

@@ -220,18 +220,35 @@ def study_overrides(cell: Cell, objectives: list[str], batch_size: int, epochs: 
     }
 
 
-def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, out: str | Path = "runs-kviews",
-              objectives: tuple[str, ...] = OBJECTIVES, seeds: tuple[int, ...] = (0, 1, 2),
-              ks: tuple[int, ...] | None = None, subsets: int = 3, subset_seed: int = 0,
-              arms: tuple[str, ...] = ARMS, copies_base: list[int] | None = None, noise: float = COPIES_NOISE,
-              mask: float = COPIES_MASK, batch_size: int | None = None, epochs: int | None = None,
-              m3g_micro_batch: int = 8, eval_options: dict[str, Any] | None = None, synthetic: bool = False,
-              workers: int = 1, progress: bool = False, counts: dict[str, int] | None = None,
-              extra_overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Run every (arm, k, draw, objective, seed) cell (cells with a run.json are kept); returns the
-    run records. ``batch_size`` / ``epochs`` / ``eval_options`` default to :data:`BUDGET` (``real``,
-    or ``synthetic`` with ``synthetic=True``); ``extra_overrides`` are applied last (e.g. a test's
-    smaller grid). ``progress``: announce the cells and their phases; ``counts``, when given, receives
+@dataclass(frozen=True)
+class Study:
+    """One k-views study: the cells it runs (the benchmark, the rows, the seeds, the view counts ``ks`` (default
+    2..number of views), the draws per k (``subsets``, seeded by ``subset_seed``), the ``arms``, the view copies'
+    base views, noise and mask) and the budget every cell gets (``batch_size`` / ``epochs`` / ``eval_options``,
+    default :data:`BUDGET` -- ``real``, or ``synthetic`` for a synthetic run -- and M3G's micro-batch);
+    ``extra_overrides`` are applied to every cell's spec last (e.g. a test's smaller grid)."""
+
+    benchmark: str = "mv-handwritten"
+    objectives: tuple[str, ...] = OBJECTIVES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    ks: tuple[int, ...] | None = None
+    subsets: int = 3
+    subset_seed: int = 0
+    arms: tuple[str, ...] = ARMS
+    copies_base: tuple[int, ...] | None = None
+    noise: float = COPIES_NOISE
+    mask: float = COPIES_MASK
+    batch_size: int | None = None
+    epochs: int | None = None
+    m3g_micro_batch: int = 8
+    eval_options: dict[str, Any] | None = None
+    extra_overrides: dict[str, Any] | None = None
+
+
+def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | None = None, *, synthetic: bool = False,
+              workers: int = 1, progress: bool = False, counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Run every (arm, k, draw, objective, seed) cell of ``study`` into ``out`` (cells with a run.json are kept);
+    returns the run records. ``progress``: announce the cells and their phases; ``counts``, when given, receives
     how many cells were ``reused`` (their record existed), ``run`` and ``failed`` (failed or skipped)."""
     from fusebench import benchmarks
     from fusebench.components import compat
@@ -241,12 +258,13 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
     if counts is not None:
         counts.update(reused=0, run=0, failed=0)
     budget = BUDGET["synthetic" if synthetic else "real"]
-    batch_size = int(batch_size if batch_size is not None else budget["batch_size"])
-    epochs = int(epochs if epochs is not None else budget["epochs"])
-    eval_options = dict(eval_options if eval_options is not None else budget["eval"])
+    benchmark, seeds = study.benchmark, study.seeds
+    batch_size = int(study.batch_size if study.batch_size is not None else budget["batch_size"])
+    epochs = int(study.epochs if study.epochs is not None else budget["epochs"])
+    eval_options = dict(study.eval_options if study.eval_options is not None else budget["eval"])
     from fusebench import objectives as registry
 
-    objectives = tuple(objectives)
+    objectives = tuple(study.objectives)
     if not set(PAIRED_WITH) <= set(objectives) or not [o for o in objectives if not is_reference(o)]:
         raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
                          "(the gaps are paired with them) and at least one pretrained objective")
@@ -258,11 +276,13 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
     runner.resolve_views(spec, synthetic, data_root)
     num_views = len(spec.dataset.modalities or [])
     notes = {k: v for k, v in spec.protocol_notes.items() if k in ("data", "splits")}
-    ks = list(ks or range(2, num_views + 1))
+    ks = list(study.ks or range(2, num_views + 1))
     records = []
-    for cell in study_cells(benchmark, num_views, ks, subsets, subset_seed, arms, copies_base, noise, mask):
-        overrides = {**study_overrides(cell, list(objectives), batch_size, epochs, m3g_micro_batch, eval_options,
-                                       subset_seed, notes), **(extra_overrides or {})}
+    copies_base = list(study.copies_base) if study.copies_base is not None else None
+    for cell in study_cells(benchmark, num_views, ks, study.subsets, study.subset_seed, study.arms, copies_base,
+                            study.noise, study.mask):
+        overrides = {**study_overrides(cell, list(objectives), batch_size, epochs, study.m3g_micro_batch,
+                                       eval_options, study.subset_seed, notes), **(study.extra_overrides or {})}
         cell_spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
         runner.resolve_views(cell_spec, synthetic, data_root)
         compatible = set(compat.compatible_objectives(cell_spec))
@@ -280,4 +300,4 @@ def run_study(benchmark: str = "mv-handwritten", data_root: str | None = None, o
     return records
 
 
-__all__ = ["ARMS", "OBJECTIVES", "Cell", "run_study", "study_cells", "study_overrides", "view_permutation"]
+__all__ = ["ARMS", "OBJECTIVES", "Cell", "Study", "run_study", "study_cells", "study_overrides", "view_permutation"]
