@@ -305,8 +305,8 @@ class StandardCell:
         # the protocol scores the cell (fusebench.components.protocols: Protocol.scorer) and says what it measured
         scores = protocol_of(spec).score(self, pretrained_state=pretrained_state, ckpt=ckpt)
         if not isinstance(scores, Scores):
-            raise TypeError(f"the scorer of protocol {spec.downstream.protocol!r} ({protocol_of(spec).scorer}) returned "
-                            f"{type(scores).__name__}, not fusebench.records.builder.Scores")
+            raise TypeError(f"the scorer of protocol {spec.downstream.protocol!r} ({protocol_of(spec).scorer}) "
+                            f"returned {type(scores).__name__}, not fusebench.records.builder.Scores")
         return scores
 
 

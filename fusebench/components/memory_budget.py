@@ -3,10 +3,10 @@
 An objective whose cost grows steeply with the batch (M3G: n^k for k views) declares what one loss call
 allocates, ``memory_bytes(n, k, dtype, d)`` (:meth:`fusebench.objectives.m3g.M3G.memory_bytes`).
 :func:`check_memory_budget` evaluates it for every objective of a sweep at the size its loss is called on
-(``pretrain.per_objective.<id>.batch_size`` / ``pretrain.batch_size``, times the ranks of a distributed run, or the largest
-chunk of ``pretrain.per_objective.<id>.micro_batch``), for every hyper-parameter combination of its grid, once the
-view count k is known (the spec's modalities, or the data file's views) and before any cell starts. Over
-budget, the whole sweep is refused with one :class:`~fusebench.spec.config.ConfigError` per sweep
+(``pretrain.per_objective.<id>.batch_size`` / ``pretrain.batch_size``, times the ranks of a distributed run,
+or the largest chunk of ``pretrain.per_objective.<id>.micro_batch``), for every hyper-parameter combination of
+its grid, once the view count k is known (the spec's modalities, or the data file's views) and before any cell
+starts. Over budget, the whole sweep is refused with one :class:`~fusebench.spec.config.ConfigError` per sweep
 naming, for each such objective, the estimate, the budget and the largest micro-batch that fits (the
 ``--set pretrain.per_objective.<id>.micro_batch=M`` that makes it run, recorded and shown on the board like
 any micro-batch), or that no micro-batch fits; leaving the objective out (``--objective ...``) is the

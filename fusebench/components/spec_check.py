@@ -203,8 +203,8 @@ def encoder_kind_problem(spec: BenchmarkSpec, encoder: Any) -> str | None:
 
 def check_objective_tables(spec: BenchmarkSpec, source: str) -> None:
     """Every per-objective setting (``pretrain.per_objective.<id>``; the tables of
-    :data:`~fusebench.spec.config.PER_OBJECTIVE`) names a registered objective, exactly (a cell looks its entry up by its exact id, so ``M3G`` would be
-    recorded and never read). A reference row (``none``, ``raw``...) has no entry either: nothing is
+    :data:`~fusebench.spec.config.PER_OBJECTIVE`) names a registered objective, exactly (a cell looks its entry
+    up by its exact id, so ``M3G`` would be recorded and never read). A reference row (``none``, ``raw``...) has no entry either: nothing is
     pretrained for it. One :class:`ConfigError` naming the dotted key and the closest id."""
     for table in PER_OBJECTIVE:
         entries = getattr(spec.pretrain, table)
