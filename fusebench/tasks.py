@@ -71,20 +71,21 @@ class Task:
 
     # -- the metrics ----------------------------------------------------------------------------
     @classmethod
-    def metric_families(cls, protocol: str = "") -> tuple[str, ...]:
-        """The metric families (``task`` of :func:`fusebench.metrics.metadata`) this task scores:
-        its own, plus ``clustering`` under the ``embedding_eval`` protocol (k-means on the embeddings)."""
-        return (cls.id, "clustering") if protocol == "embedding_eval" else (cls.id,)
+    def metric_families(cls, added: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The metric families (``task`` of :func:`fusebench.metrics.metadata`) this task scores: its own,
+        plus those the downstream protocol's scoring ``added`` (its
+        :attr:`~fusebench.components.protocols.Protocol.metric_families`, e.g. ``clustering``)."""
+        return (cls.id, *(f for f in added if f != cls.id))
 
     @classmethod
-    def describe_metrics(cls, metric_ids: list[str], protocol: str = "") -> list[tuple[str, str, str]]:
-        """``(id, unit, direction)`` of each metric the task reports (unit ``fraction`` or ``raw``,
-        direction ``higher`` or ``lower``), read from the metric metadata without importing the metric
-        code. A metric of another family (e.g. ``miou`` for a regression task) or an unknown id raises
-        ``ValueError`` naming it, the task and the family it belongs to."""
+    def describe_metrics(cls, metric_ids: list[str], added: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+        """``(id, unit, direction)`` of each metric the task reports, with the metric families the protocol
+        ``added`` (unit ``fraction`` or ``raw``, direction ``higher`` or ``lower``), read from the metric metadata
+        without importing the metric code. A metric of another family (e.g. ``miou`` for a regression task) or an
+        unknown id raises ``ValueError`` naming it, the task and the family it belongs to."""
         from fusebench import metrics as M
 
-        families = cls.metric_families(protocol)
+        families = cls.metric_families(added)
         out = []
         for mid in metric_ids:
             try:

@@ -46,10 +46,14 @@ def test_task_describes_its_metrics_and_refuses_another_familys():
     assert TASKS.get("classification").describe_metrics(["acc", "kappa"]) == [
         ("acc", "fraction", "higher"), ("kappa", "raw", "higher")]
     assert TASKS.get("segmentation").describe_metrics(["miou"]) == [("miou", "fraction", "higher")]
-    # k-means on the embeddings adds the clustering metrics, and only under that protocol
-    assert TASKS.get("classification").describe_metrics(["acc", "nmi"], "embedding_eval")[1] == ("nmi", "fraction", "higher")
+    # k-means on the embeddings adds the clustering metrics, and only under the protocol that declares them
+    from fusebench.components.protocols import PROTOCOLS
+
+    added = PROTOCOLS.get("embedding_eval").metric_families
+    assert added == ("clustering",) and PROTOCOLS.get("linear_probe").metric_families == ()
+    assert TASKS.get("classification").describe_metrics(["acc", "nmi"], added)[1] == ("nmi", "fraction", "higher")
     with pytest.raises(ValueError, match=r"metric 'nmi' scores clustering and task 'classification' reports classification"):
-        TASKS.get("classification").describe_metrics(["acc", "nmi"], "linear_probe")
+        TASKS.get("classification").describe_metrics(["acc", "nmi"], PROTOCOLS.get("linear_probe").metric_families)
     with pytest.raises(ValueError, match=r"'miou' scores segmentation and task 'regression'"):
         TASKS.get("regression").describe_metrics(["mae", "miou"])
     with pytest.raises(ValueError, match=r"unknown metric 'maee'. Did you mean 'mae'"):

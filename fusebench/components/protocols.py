@@ -76,6 +76,13 @@ class Protocol:
     #: (:class:`fusebench.records.builder.Scores`; the cell builds the record from it); imported on the first call
     #: (this module imports no torch). A plugin protocol names its own.
     scorer: ClassVar[str] = "fusebench.cells.head_protocol:score"
+    #: the metric families (``task`` of :func:`fusebench.metrics.metadata`) the protocol's scoring reports beyond
+    #: the dataset task's own (e.g. ``clustering``: k-means on the embeddings)
+    metric_families: ClassVar[tuple[str, ...]] = ()
+    #: how the missing-view test scores a cell under this protocol, as the robustness board says it
+    #: (``{restarts}``: where the board names the k-means restarts of the records, if any)
+    missing_views_text: ClassVar[str] = ("The model selected on the complete validation split scores the incomplete "
+                                         "test split. ")
 
     @classmethod
     def score(cls, cell: Any, **state: Any) -> Any:
@@ -109,6 +116,11 @@ class EmbeddingEval(Protocol):
     options_key = "embedding_eval"
     scorer = "fusebench.cells.embedding_protocol:score"
     options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
+    metric_families = ("clustering",)
+    missing_views_text = ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an "
+                          "absent view's standardised features set to 0, the train mean); k-means clusters the "
+                          "incomplete samples (each column standardised over the samples where its view is present, "
+                          "absent entries 0{restarts}). ")
 
 
 def protocol_of(spec: Any) -> type[Protocol]:

@@ -142,7 +142,9 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                 raise DatasetError(str(e)) from None
             if adapter.task in TASKS:  # the dataset's task says which metrics it can report
                 try:
-                    TASKS.get(adapter.task).describe_metrics(spec.metrics, spec.downstream.protocol)
+                    added = PROTOCOLS.get(spec.downstream.protocol).metric_families \
+                        if spec.downstream.protocol in PROTOCOLS else ()
+                    TASKS.get(adapter.task).describe_metrics(spec.metrics, added)
                 except ValueError as e:
                     raise ConfigError(f"{source}: metrics: {e}") from None
         if pipeline.builds_encoder and spec.encoder.id in encoders.ENCODERS:

@@ -25,7 +25,7 @@ from fusebench.io import atomic_write, canonical_json, sha256_hex
 from fusebench.leaderboard.columns import MetricInfo, fmt_cell, md_code, mean_std, metric_info
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.plots import PLOT_KEY, png_text
-from fusebench.components.protocols import rate_id, view_id
+from fusebench.components.protocols import PROTOCOLS, Protocol, rate_id, view_id
 
 PLOT_VERSION = 1  # bump when plot_missing draws differently: every such plot is redrawn once
 TITLE = "Missing-view robustness"
@@ -98,15 +98,10 @@ def robustness_of(view: GroupView) -> Robustness | None:
 def _intro(rb: Robustness) -> str:
     text = ("At test time a seeded fraction r of the (sample, view) entries is absent (every sample keeps at least "
             "one view; one mask per seed and rate, the same for every row); the encoders see the presence mask. ")
-    if rb.protocol == "embedding_eval":
-        text += ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an absent "
-                 "view's standardised features set to 0, the train mean); k-means clusters the incomplete samples "
-                 "(each column standardised over the samples where its view is present, absent entries 0")
-        if rb.restarts:
-            text += f"; {' / '.join(map(str, rb.restarts))} k-means++ restarts, lowest inertia kept"
-        text += "). "
-    else:
-        text += "The model selected on the complete validation split scores the incomplete test split. "
+    # the protocol says how it scores the missing-view test (a protocol not installed here: the common text)
+    protocol = PROTOCOLS.get(rb.protocol) if rb.protocol in PROTOCOLS else Protocol
+    restarts = f"; {' / '.join(map(str, rb.restarts))} k-means++ restarts, lowest inertia kept" if rb.restarts else ""
+    text += protocol.missing_views_text.format(restarts=restarts)
     text += ("r = 0: the table above (its own clustering settings); `v` alone: every other view absent. Cells are mean ± std (n) over seeds "
              "(sample std); metrics marked (%) are fractions shown x100.")
     pre = [r for r in rb.pretrain_rates if r > 0]

@@ -149,7 +149,9 @@ def record_of(run: CellRun, scores: Scores) -> dict[str, Any]:
 
         task = getattr((data or {}).get("train"), "task", None)
         if task in TASKS:
-            described = TASKS.get(task).describe_metrics(spec.metrics, spec.downstream.protocol)
+            from fusebench.components.protocols import protocol_of
+
+            described = TASKS.get(task).describe_metrics(spec.metrics, protocol_of(spec).metric_families)
             directions = {mid: direction for mid, _unit, direction in described}
         else:  # a plugin adapter's task that is not registered: the metric metadata alone
             directions = {mid: M.metadata(mid)["direction"] for mid in spec.metrics}
