@@ -29,6 +29,9 @@ BASELINE = "none"
 RAW = "raw"
 
 ROWS = Registry("row", entry_point_group="fusebench.rows")
+#: the row the others are compared with when the benchmark names none (``comparison.reference``): the first of
+#: these the sweep (or the board's table) has
+DEFAULT_REFERENCES: tuple[str, ...] = (RAW, BASELINE)
 
 
 class Row:
@@ -36,6 +39,8 @@ class Row:
 
     #: what the row's features are (``fusebench list rows``)
     description: ClassVar[str] = ""
+    #: the same in a few words, where a board names the row as its reference
+    short: ClassVar[str] = ""
     #: a reference row: nothing pretrained, compared with and ranked beside the pretrained rows
     reference: ClassVar[bool] = False
     #: the cell pretrains the encoder with an objective (grid, selection, budget, hyper-parameters)
@@ -139,6 +144,7 @@ class RandomInitRow(Row):
 
     reference = True
     board_order = 0
+    short = "random-init encoders"
     description = ("the benchmark's encoders at random initialisation, nothing pretrained, through the same "
                    "downstream protocol (every protocol)")
 
@@ -179,6 +185,7 @@ class RawRow(InputFeatureRow):
     ``identity`` encoder."""
 
     board_order = 1
+    short = "the standardised input views"
     description = ("concat(x_v), the input views side by side, z-scored with train statistics by the probes "
                    "(embedding_eval; linear_probe through the identity encoder)")
 
@@ -264,7 +271,7 @@ def comparison_of(spec: Any) -> dict[str, str]:
     found (``fusebench.leaderboard.groups``), so a changed comparison needs no re-run."""
     out = {k: v for k, v in spec.comparison.items() if v}
     if "reference" not in out:
-        ref = next((r for r in (RAW, BASELINE) if r in spec.objectives), None)
+        ref = next((r for r in DEFAULT_REFERENCES if r in spec.objectives), None)
         if ref:
             out["reference"] = ref
     out.setdefault("primary", spec.validation_metric)
@@ -276,5 +283,5 @@ PRETRAINED_LINE = ("every objective id (fusebench list objectives) is a pretrain
                    "pretrained with that objective, then evaluated by its downstream protocol")
 
 
-__all__ = ["BASELINE", "InputFeatureRow", "PRETRAINED_LINE", "PretrainedRow", "RAW", "ROWS", "RandomInitRow", "RawRow",
+__all__ = ["BASELINE", "DEFAULT_REFERENCES", "InputFeatureRow", "PRETRAINED_LINE", "PretrainedRow", "RAW", "ROWS", "RandomInitRow", "RawRow",
            "Row", "WeightsRow", "available", "comparison_of", "describe", "is_reference", "references", "row_of"]

@@ -16,10 +16,9 @@ from typing import Any
 from fusebench.leaderboard.columns import md_code, metric_info, natural_key
 from fusebench.leaderboard.view import GroupView
 from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
-from fusebench.components.rows import is_reference
+from fusebench.components.rows import DEFAULT_REFERENCES, ROWS, is_reference
 from fusebench.components.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
 
-REFERENCE_TEXT = {"raw": "the standardised input views", "none": "random-init encoders"}
 CI_LEVEL, CI_RESAMPLES, CI_SEED = 0.95, 10000, 0  # the bootstrap interval of every board
 RANK_RESAMPLES, RANK_SEED = 10000, 0  # the bootstrap of every row's rank interval (resamples of the seeds)
 
@@ -346,12 +345,12 @@ def _set_reference(view: GroupView, comparison: dict[str, str], named_by: str = 
             verb = "names" if named_by == "the benchmark" else "name"
             view.reference_text = f"{named_by} {verb} {md_code(named)} as the reference row, but it has no runs in this table"
         return
-    for row in ("raw", "none"):
+    for row in DEFAULT_REFERENCES:
         if row in view.rows:
             view.reference = row
-            view.reference_text = f"`{row}` ({REFERENCE_TEXT[row]}; the default reference)"
+            view.reference_text = f"`{row}` ({ROWS.get(row).short}; the default reference)"
             return
-    view.reference_text = "no reference row (`raw` or `none`) in this table"
+    view.reference_text = f"no reference row ({' or '.join(map(md_code, DEFAULT_REFERENCES))}) in this table"
 
 
 def _run_statistics(view: GroupView) -> None:
