@@ -135,6 +135,7 @@ BoundedSafeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"))
 
+
 def _expanded(node: yaml.Node, level: int, memo: dict[int, tuple[int, int]], active: set[int]) -> tuple[int, int]:
     """(size, depth) of ``node`` with every alias expanded: size = nodes + scalar characters, depth = levels
     below and including it; :class:`_Limit` as soon as ``level`` + depth or the size passes a limit."""
@@ -179,5 +180,5 @@ def load_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: nested too deeply to read (limit {YAML_MAX_DEPTH} levels)") from None
 
 
-__all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "DeprecatedKeyWarning", "check_type", "from_dict",
-           "load_yaml"]
+__all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "DeprecatedKeyWarning",
+           "check_type", "from_dict", "load_yaml"]

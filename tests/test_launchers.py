@@ -271,3 +271,19 @@ def test_a_job_that_ends_without_a_result_is_interrupted(tmp_path: Path, capsys)
     assert records[0]["status"] == "interrupted" and records[0]["job_id"] == "7_0"
     assert "rerunning the sweep starts it again" in capsys.readouterr().err
     assert not (tmp_path / "quickstart" / "m3g" / "seed1" / "failed.json").exists()
+
+
+def test_each_launcher_says_where_its_cells_run_and_how_many_share_this_machine() -> None:
+    """The launchers own what the sweep used to decide by their ids: whether the cells run on this machine (the
+    sweep resolves their device and says their threads), how many of them share its CPUs, and how many local
+    processes run the selection trials. Constructed directly (no submitit, no sbatch needed)."""
+    get = launchers.LAUNCHERS.get
+    local = get("local")(workers=3)
+    assert local.runs_here and local.trial_workers == 3
+    assert [local.cells_at_once(n) for n in (0, 1, 2, 5)] == [1, 1, 2, 3]
+    slurm = get("slurm")(array_parallelism=4)
+    assert not slurm.runs_here and slurm.trial_workers == 1
+    assert [slurm.cells_at_once(n) for n in (1, 8)] == [1, 1]  # each job has its own CPUs
+    sub = get("submitit_local")()  # its executor runs every job side by side (--array-parallelism is SLURM's)
+    assert sub.runs_here and sub.trial_workers == 1
+    assert [sub.cells_at_once(n) for n in (0, 3, 8)] == [1, 3, 8]

@@ -86,8 +86,8 @@ def grouped_key(key: str) -> str:
     parts = key.split(".")
     if len(parts) < 2 or parts[0] != "pretrain" or parts[1] not in PER_OBJECTIVE:
         return key
-    setting = next(s for s, t in OBJECTIVE_SETTINGS.items() if t == parts[1])
-    return ".".join(["pretrain", GROUPED, parts[2] if len(parts) > 2 else "<id>", setting, *parts[3:]])
+    return ".".join(["pretrain", GROUPED, parts[2] if len(parts) > 2 else "<id>", SETTING_OF_TABLE[parts[1]],
+                     *parts[3:]])
 
 
 def setting_key(objective: str, setting: str) -> str:
@@ -306,6 +306,8 @@ PER_OBJECTIVE: tuple[str, ...] = ("hparams", "grid", "objective_batch_size", "ob
 #: canonical form (records, the config hash) keeps them as the tables of :data:`PER_OBJECTIVE`: setting -> table
 OBJECTIVE_SETTINGS: dict[str, str] = {"hparams": "hparams", "grid": "grid", "batch_size": "objective_batch_size",
                                       "epochs": "objective_epochs", "micro_batch": "objective_micro_batch"}
+#: the inverse of :data:`OBJECTIVE_SETTINGS`: canonical table -> the setting's name in a spec
+SETTING_OF_TABLE: dict[str, str] = {table: name for name, table in OBJECTIVE_SETTINGS.items()}
 GROUPED = "per_objective"
 
 #: fields added after hash schema 2 was fixed: written into the canonical form (and so the hash) only when
@@ -524,10 +526,9 @@ def group_objective_settings(pretrain: dict[str, Any], source: str, warn: bool =
     setting given both ways with two values is an error; an unknown setting is one naming the known ones."""
     flat = [t for t in PER_OBJECTIVE if pretrain.get(t)]
     if flat and warn:
-        setting = {table: name for name, table in OBJECTIVE_SETTINGS.items()}
         warnings.warn(f"{source}: {', '.join(f'pretrain.{t}' for t in flat)}: deprecated layout; write each "
                       f"objective's settings together, pretrain.{GROUPED}.<objective>."
-                      f"{{{', '.join(setting[t] for t in flat)}}}", DeprecatedKeyWarning, stacklevel=4)
+                      f"{{{', '.join(SETTING_OF_TABLE[t] for t in flat)}}}", DeprecatedKeyWarning, stacklevel=4)
     if GROUPED not in pretrain:
         return
     grouped = pretrain.pop(GROUPED)

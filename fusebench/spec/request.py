@@ -91,10 +91,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loggers", tuple(self.loggers or ()))
-        check_count(self.cells_at_once, "--workers")
-        for value, flag in ((self.threads, "--threads"), (self.num_workers, "--num-workers")):
-            if value is not None:
-                check_count(value, flag)
+        check_counts(self.cells_at_once, self.threads, self.num_workers)
 
     def but(self, **changes: Any) -> "RunOptions":
         """A copy with ``changes`` (e.g. ``resume=True`` for a requeued job)."""
@@ -194,10 +191,7 @@ class SweepRequest:
             check_device_name(self.device)  # the one rule (fusebench.machine); whether this machine has it: resolved()
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        check_count(self.workers, "--workers")
-        for value, flag in ((self.threads, "--threads"), (self.num_workers, "--num-workers")):
-            if value is not None:
-                check_count(value, flag)
+        check_counts(self.workers, self.threads, self.num_workers)
         loggers = (self.loggers,) if isinstance(self.loggers, str) else tuple(self.loggers or ())
         if not all(isinstance(x, str) for x in loggers):
             raise ConfigError(f"--logger: expected tracker ids, got {self.loggers!r}")
@@ -248,6 +242,14 @@ def check_count(value: Any, flag: str) -> int:
     return value
 
 
+def check_counts(workers: Any, threads: Any, num_workers: Any) -> None:
+    """``--workers``, and ``--threads`` / ``--num-workers`` where given (None: the default), by :func:`check_count`."""
+    check_count(workers, "--workers")
+    for value, flag in ((threads, "--threads"), (num_workers, "--num-workers")):
+        if value is not None:
+            check_count(value, flag)
+
+
 def _overrides(given: Any, precision: Any) -> dict[str, Any]:
     """``overrides`` as one mapping (``KEY=VALUE`` strings parsed as ``--set`` does), with ``precision`` folded in
     as ``precision`` (the two disagreeing is refused)."""
@@ -270,5 +272,5 @@ def _overrides(given: Any, precision: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["CellRequest", "RunOptions", "SweepCells", "SweepRequest", "cell_dir", "check_cell_ids",
-           "objective_hparams"]
+__all__ = ["COUNTED", "CellRequest", "RunOptions", "SweepCells", "SweepRequest", "cell_dir", "check_cell_ids",
+           "check_count", "check_counts", "objective_hparams"]

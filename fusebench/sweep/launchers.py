@@ -29,7 +29,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from fusebench.registry import Registry, UnknownNameError
 from fusebench.runtime import interrupt
@@ -77,11 +77,24 @@ class Launcher:
     """Runs the cells of one sweep; ``launch`` returns one entry per cell, in sweep order."""
 
     name = ""
+    #: the cells run on this machine (the sweep resolves their device and says their threads); a scheduler's jobs
+    #: run on its nodes, and each job resolves its own
+    runs_here: ClassVar[bool] = True
 
     def __init__(self, workers: int = 1, **options: Any) -> None:
         if options:
             raise ConfigError(f"--launcher {self.name} takes none of: {', '.join(sorted(options))}")
         self.workers = workers
+
+    def cells_at_once(self, cells: int) -> int:
+        """How many of ``cells`` cells run side by side on this machine, sharing its CPUs
+        (:mod:`fusebench.engine.threads`)."""
+        return max(1, min(self.workers, cells))
+
+    @property
+    def trial_workers(self) -> int:
+        """Local processes the hyper-parameter selection trials run in (:mod:`fusebench.sweep.selection`)."""
+        return 1
 
     def check(self) -> None:
         """Raise ConfigError when the launcher cannot work here."""
@@ -97,6 +110,10 @@ class Launcher:
 class LocalLauncher(Launcher):
     """This process (``workers`` = 1: the cells one after another) or a pool of ``workers`` spawned local
     processes."""
+
+    @property
+    def trial_workers(self) -> int:
+        return self.workers  # --workers N: the trials too, N at a time
 
     def launch(self, objs, seeds, cells):
         if self.workers <= 1:
@@ -365,6 +382,8 @@ class SubmititLauncher(Launcher):
 class SlurmLauncher(SubmititLauncher):
     """One SLURM job per cell (a job array, ``sbatch`` through submitit's SlurmExecutor)."""
 
+    runs_here = False  # each job runs on a node with its own CPUs: its device and threads are decided there
+
     def check(self) -> None:
         super().check()
         import shutil
@@ -413,6 +432,9 @@ class SubmititLocalLauncher(SubmititLauncher):
                 if getattr(self.opts, n) is not None] + (["--sbatch"] if self.opts.sbatch else [])
         if used:
             raise ConfigError(f"{', '.join(used)}: SLURM options, not used by --launcher submitit_local")
+
+    def cells_at_once(self, cells: int) -> int:
+        return max(1, cells)  # the local executor runs every job side by side on this machine
 
     def executor(self, folder: Path, job_name: str) -> Any:
         import submitit

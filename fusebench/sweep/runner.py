@@ -175,11 +175,11 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     ``device``: resolved once here for cells run on this machine (``auto``: cuda, then mps, then cpu); a
     scheduler's job resolves it on its node."""
     req = SweepRequest.of(benchmark, **given)
-    launcher, workers, progress = req.launcher, req.workers, req.progress
+    progress = req.progress
     synthetic, data_root, out = req.synthetic, req.data_root, req.out
     from fusebench.sweep import launchers
 
-    launch = launchers.build(launcher, workers, req.launcher_options)  # unknown name / option, missing submitit
+    launch = launchers.build(req.launcher, req.workers, req.launcher_options)  # unknown name / option, missing submitit
     loggers = check_trackers(list(req.loggers))  # unknown id / missing package
     from fusebench import benchmarks
 
@@ -202,7 +202,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     # this machine: each job resolves it, fusebench.sweep.launchers.CellCall)
     options = RunOptions(synthetic=synthetic, data_root=data_root, device=req.device, resume=req.resume,
                          progress=progress, num_workers=req.num_workers, threads=req.threads)
-    if launcher != "slurm":
+    if launch.runs_here:
         options = options.resolved()
     device = options.device
     check_components(spec, objs)
@@ -251,9 +251,9 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     from fusebench.engine.threads import cell_threads
 
     # the threads of each cell, checked (a bad OMP_NUM_THREADS) and said before any cell starts (a job decides its own)
-    options = options.but(cells_at_once=cells_at_once(launcher, workers, req.launcher_options, len(pending)))
+    options = options.but(cells_at_once=launch.cells_at_once(len(pending)))
     n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once)
-    if pending and progress and launcher != "slurm":
+    if pending and progress and launch.runs_here:
         print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
               f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
     if skipped and progress:  # said before anything runs: their records are reused, not recomputed
@@ -267,7 +267,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
 
     # (with --workers N the trials run N at a time, each the same call as in one process: the same records)
     context.update(freeze_selections(spec, [o for o in objs if any(oo == o for oo, _ in pending)], out, options,
-                                     context, workers=workers if launcher == "local" else 1))
+                                     context, workers=launch.trial_workers))
 
     cells = SweepCells(spec, out, options, context)
     # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local
@@ -278,16 +278,6 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
         e.finished = finished_records(spec, objs, seeds, out)
         raise
     return records
-
-
-def cells_at_once(launcher: str, workers: int, launcher_options: dict[str, Any] | None, cells: int) -> int:
-    """How many of ``cells`` cells run side by side on this machine, sharing its CPUs
-    (:mod:`fusebench.engine.threads`): ``--workers`` locally, one per SLURM job (a job has its own CPUs), up
-    to ``--array-parallelism`` for submitit's local executor (it runs the jobs side by side)."""
-    if launcher == "slurm":
-        return 1
-    limit = workers if launcher == "local" else (launcher_options or {}).get("array_parallelism") or cells
-    return max(1, min(int(limit), cells))
 
 
 def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path) -> list[dict[str, Any]]:
@@ -306,5 +296,5 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
     return found
 
 
-__all__ = ["cap_batch_sizes", "cells_at_once", "check_components", "check_data", "check_out", "finished_records", "resolve_views",
+__all__ = ["cap_batch_sizes", "check_components", "check_data", "check_out", "finished_records", "resolve_views",
            "run"]
