@@ -23,6 +23,7 @@ from fusebench.runtime import distributed, utils
 from fusebench.spec import precision
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash
 from fusebench.engine.loop import Clock
+from fusebench.components.protocols import protocol_of
 from fusebench.components.rows import comparison_of, row_of
 from fusebench.spec.request import CellRequest, objective_hparams
 from fusebench.version import __version__
@@ -149,8 +150,6 @@ def record_of(run: CellRun, scores: Scores) -> dict[str, Any]:
 
         task = getattr((data or {}).get("train"), "task", None)
         if task in TASKS:
-            from fusebench.components.protocols import protocol_of
-
             described = TASKS.get(task).describe_metrics(spec.metrics, protocol_of(spec).metric_families)
             directions = {mid: direction for mid, _unit, direction in described}
         else:  # a plugin adapter's task that is not registered: the metric metadata alone
