@@ -174,6 +174,7 @@ def test_cpu_run_of_a_real_cell(capsys) -> None:
         ("quickstart", "m3g", "32", "64", "2")
     assert float(r["step (ms)"]) > 0
     assert r["GPU busy"] == "n/a (needs CUDA)"
+    assert r["loader"] == "0 workers (auto), not pinned"  # on the CPU: no loader workers, nothing to pin for
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -40,8 +40,8 @@ import torch
 
 from fusebench.spec import precision
 
-COLUMNS = ("benchmark", "objective", "precision", "batch", "data", "steps", "step (ms)", "step profiled (ms)",
-           "GPU busy", "busy incl. copies")
+COLUMNS = ("benchmark", "objective", "precision", "batch", "data", "loader", "steps", "step (ms)",
+           "step profiled (ms)", "GPU busy", "busy incl. copies")
 
 
 def union_ns(intervals: Iterable[tuple[int, int]]) -> int:
@@ -187,6 +187,7 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
         "benchmark": benchmark, "objective": objective, "precision": policy.name, "seed": seed,
         "batch": pretrain_batch_size(spec, objective),
         "data": _data_line(spec, synthetic, data_root, cell.data["train"]),
+        "feed": cell.feed.record(),  # how the batches were fetched: a busy figure is read against it
         "overrides": dict(overrides or {}), "steps": steps, "warmup": warmup,
         "step_ms": statistics.median(plain) * 1e3,
         "checkpoint_in_window": probe.checkpoint_in_window,
@@ -210,14 +211,18 @@ def format_cells(rows: list[dict[str, Any]]) -> str:
     def ms(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.1f}"
 
+    def loader(feed: dict[str, Any]) -> str:
+        return (f"{feed['num_workers']} workers ({feed['num_workers_from']}), "
+                + ("pinned" if feed["pin_memory"] else "not pinned"))
+
     lines = ["Busy fraction of a real cell's pretraining (its own loop, DataLoader and objective; see docs/gpu.md):",
              "", "| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     for r in rows:
         sets = " ".join(f"{k}={v}" for k, v in r["overrides"].items())
         data = r["data"] + (f"; --set {sets}" if sets else "")
-        lines.append(f"| {r['benchmark']} | {r['objective']} | {r['precision']} | {r['batch']} | {data} | {r['steps']} "
-                     f"| {ms(r['step_ms'])} | {ms(r['step_profiled_ms'])} | {pct(r['busy'])} "
-                     f"| {pct(r['busy_incl_copies'])} |")
+        lines.append(f"| {r['benchmark']} | {r['objective']} | {r['precision']} | {r['batch']} | {data} "
+                     f"| {loader(r['feed'])} | {r['steps']} | {ms(r['step_ms'])} | {ms(r['step_profiled_ms'])} "
+                     f"| {pct(r['busy'])} | {pct(r['busy_incl_copies'])} |")
     if any(r["checkpoint_in_window"] for r in rows):
         lines += ["", "(a checkpoint was written inside a measured window: its time counts as idle GPU time)"]
     return "\n".join(lines)
