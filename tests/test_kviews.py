@@ -231,6 +231,6 @@ def test_render_without_new_records_is_a_clear_error(tmp_path: Path) -> None:
             kviews_board.render(tmp_path, tmp_path / "b", bad)
     assert not (tmp_path / "b").exists()
     legacy = ROOT / "leaderboards" / "runs-kviews"
-    if legacy.is_dir() and any(kviews._LEGACY.match(p.name) for p in legacy.iterdir()):
+    if legacy.is_dir() and any(kviews.LEGACY_CELL_NAME.match(p.name) for p in legacy.iterdir()):
         with pytest.raises(ValueError, match=r"of the superseded design .* rerun `fusebench study kviews`"):
             kviews_board.render(legacy, tmp_path / "b")

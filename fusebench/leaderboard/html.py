@@ -54,9 +54,9 @@ def family(row: str) -> str:
     if is_reference(row):
         return "reference"
     try:
-        from fusebench.objectives import _home  # the registry's module of an id; imports no torch
+        from fusebench.objectives import OBJECTIVES  # the registry's module of an id (home); imports no torch
 
-        return _home(row).rsplit(".", 1)[-1]
+        return OBJECTIVES.home(row).rsplit(".", 1)[-1]
     except Exception:  # noqa: BLE001 - a plugin or unknown id: its own family
         return row
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.leaderboard.columns import mean_std
-from fusebench.studies.kviews import ARMS, METRICS, OBJECTIVES, PRIMARY, _LEGACY, _NAME
+from fusebench.studies.kviews import ARMS, CELL_NAME, LEGACY_CELL_NAME, METRICS, OBJECTIVES, PRIMARY
 from fusebench.studies.kviews import PAIRED_WITH  # the rows the gaps are paired with
 
 
@@ -68,9 +68,9 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
         parts = path.relative_to(runs).parts
         if len(parts) != 4 or not parts[2].startswith("seed"):
             continue
-        m = _NAME.fullmatch(parts[0])
+        m = CELL_NAME.fullmatch(parts[0])
         if m is None or m["bench"] != benchmark:
-            legacy += bool(parts[0].startswith(f"{benchmark}-k") and _LEGACY.fullmatch(parts[0]))
+            legacy += bool(parts[0].startswith(f"{benchmark}-k") and LEGACY_CELL_NAME.fullmatch(parts[0]))
             continue
         rec = load_record(path)
         if rec.benchmark != parts[0]:
@@ -152,9 +152,9 @@ def _budget_text(study: StudyRuns) -> str:
 
 def _cells_text(study: StudyRuns, arm: str, k: int) -> str:
     parts = []
-    for name in sorted(study.cells.get(arm, {}).get(k, {}), key=lambda n: int(_NAME.fullmatch(n)["draw"])):
+    for name in sorted(study.cells.get(arm, {}).get(k, {}), key=lambda n: int(CELL_NAME.fullmatch(n)["draw"])):
         info = study.cells[arm][k][name]
-        draw = _NAME.fullmatch(name)["draw"]
+        draw = CELL_NAME.fullmatch(name)["draw"]
         if arm == "views":
             views = info.get("views", [])
             parts.append(f"d{draw}: {{{', '.join(map(str, views))}}} of {info.get('permutation', '?')}")

@@ -85,8 +85,9 @@ BUDGET = {"real": {"batch_size": 128, "epochs": 10,
 #: the 76 Fourier coefficients, a mid-strength view (a linear probe on it alone is far from saturated)
 COPIES_BASE = {"mv-handwritten": [1]}
 COPIES_NOISE, COPIES_MASK = 0.5, 0.3
-_NAME = re.compile(r"^(?P<bench>.+)-kv-(?P<arm>views|copies)-k(?P<k>\d+)d(?P<draw>\d+)$")
-_LEGACY = re.compile(r"^.+-k\d+s\d+$")  # the superseded design's cells (one subset per k, not nested)
+#: a study cell's benchmark name: ``<benchmark>-kv-<arm>-k<k>d<draw>``
+CELL_NAME = re.compile(r"^(?P<bench>.+)-kv-(?P<arm>views|copies)-k(?P<k>\d+)d(?P<draw>\d+)$")
+LEGACY_CELL_NAME = re.compile(r"^.+-k\d+s\d+$")  # the superseded design's cells (one subset per k, not nested)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,4 +301,5 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     return records
 
 
-__all__ = ["ARMS", "OBJECTIVES", "Cell", "Study", "run_study", "study_cells", "study_overrides", "view_permutation"]
+__all__ = ["ARMS", "CELL_NAME", "LEGACY_CELL_NAME", "OBJECTIVES", "Cell", "Study", "run_study", "study_cells",
+           "study_overrides", "view_permutation"]
