@@ -188,6 +188,13 @@ def test_cpu_run_of_a_real_cell(capsys) -> None:
     (["--device", "auto"], r"--device: expected cuda, cuda:N or cpu"),
     (["--device", "cpu", "--cell", "quickstart", "--objective", "raw"], r"--objective 'raw': expected an objective"),
     (["--device", "cpu", "--cell", "quickstart", "--set", "pretrain.no_such_key=1"], r"no_such_key"),
+    (["--device", "cpu", "--speed", "channels_lst=true"], r"--speed: speed: unknown key\(s\) \['channels_lst'\] "
+                                                          r"\(did you mean 'channels_last'\?\)"),
+    (["--device", "cpu", "--speed", "channels_last=3"], r"--speed: speed.channels_last: expected bool"),
+    (["--device", "cpu", "--speed", "optimizer_impl=fast"], r"--speed: speed.optimizer_impl must be one of"),
+    (["--device", "cpu", "--speed", "channels_last"], r"--speed 'channels_last': expected KEY=VALUE"),
+    (["--device", "cpu", "--cell", "quickstart", "--speed", "channels_last=true", "--set", "speed.channels_last=false"],
+     r"--speed channels_last=True and --set speed.channels_last=False disagree"),
 ])
 def test_bad_arguments_are_named(argv, message, capsys) -> None:
     with pytest.raises(SystemExit) as e:
@@ -239,3 +246,46 @@ def test_the_bench_runs_with_a_runs_deterministic_settings_and_says_so(capsys, m
     assert "# settings: deterministic algorithms off, cudnn.deterministic off" in text and "NOT a run's" in text
     assert seen == [(True, True), (False, False)]
     assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic) == before
+
+
+def test_speed_options_are_applied_to_the_rows_as_a_cell_applies_them(tmp_path, capsys, monkeypatch) -> None:
+    """--speed: the model and its image inputs in channels-last format, cuDNN autotuning on with the
+    deterministic switches off, AdamW's multi-tensor implementation -- seen from inside the step -- and the
+    row's JSON says so; the process's switches are back afterwards; without --speed, none of it."""
+    seen = []
+    real = gpu.training_step
+
+    def spying(model, batch, headless, policy, device, optimizer_impl="default"):
+        convs = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+        seen.append({
+            "weights_channels_last": all(w.is_contiguous(memory_format=torch.channels_last) for w in convs),
+            "rgb_channels_last": batch["modalities"]["rgb"].is_contiguous(memory_format=torch.channels_last),
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "deterministic": (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic),
+            "optimizer_impl": optimizer_impl,
+        })
+        return real(model, batch, headless, policy, device, optimizer_impl)
+
+    monkeypatch.setattr(gpu, "training_step", spying)
+    before = (torch.backends.cudnn.benchmark, torch.are_deterministic_algorithms_enabled())
+    out = tmp_path / "rows.json"
+    argv = ["--device", "cpu", "--small", "--encoders", "esanet", "--precision", "32", "--steps", "1",
+            "--warmup", "0", "--threads", "1", "--json", str(out)]
+    assert gpu.main(argv + ["--speed", "channels_last=true", "--speed", "cudnn_benchmark=true",
+                            "--speed", "optimizer_impl=foreach"]) == 0
+    text = capsys.readouterr().out
+    assert "# speed options: channels_last=True, cudnn_benchmark=True, optimizer_impl=foreach" in text
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["speed"]["channels_last"] is True and row["speed"]["cudnn_benchmark"] is True
+    assert row["speed"]["optimizer_impl"] == "foreach" and row["deterministic"] is False
+    assert gpu.main(argv) == 0
+    assert "# speed options" not in capsys.readouterr().out
+    (plain,) = json.loads(out.read_text())["rows"]
+    assert plain["speed"]["channels_last"] is False and plain["deterministic"] is True
+    assert seen == [
+        {"weights_channels_last": True, "rgb_channels_last": True, "cudnn_benchmark": True,
+         "deterministic": (False, False), "optimizer_impl": "foreach"},
+        {"weights_channels_last": False, "rgb_channels_last": False, "cudnn_benchmark": False,
+         "deterministic": (True, True), "optimizer_impl": "default"},
+    ]
+    assert (torch.backends.cudnn.benchmark, torch.are_deterministic_algorithms_enabled()) == before

@@ -27,6 +27,9 @@ Every row and the cell run with the deterministic settings a ``fusebench run`` u
 (:func:`fusebench.runtime.utils.seed_everything`: deterministic algorithms on, warn only; cuDNN
 deterministic, its autotuning off; ``CUBLAS_WORKSPACE_CONFIG=:4096:8``), so a step here is the run's step;
 ``--deterministic off`` turns them off to show what they cost. The header prints the settings in force.
+``--speed KEY=VALUE`` applies a speed option of a spec's ``speed`` section (channels-last, cuDNN autotuning,
+the optimiser implementation, ``torch.compile``) to the rows and the cell as a run applies it; each row's JSON
+says what was in force (``speed``, as ``numerics.speed`` of a run).
 
 ``--cell B`` then measures the busy fraction of the GPU during benchmark B's pretraining
 (:mod:`fusebench.perf.gpu_cell`). Results and the issue's H100 table: docs/gpu.md, "Measuring the GPU".
@@ -35,6 +38,7 @@ Usage::
 
     fusebench bench gpu                                             # CUDA, the five encoders, 32 / tf32 / bf16-mixed
     fusebench bench gpu --encoders esanet --batch 8 --precision bf16-mixed
+    fusebench bench gpu --encoders esanet --batch 8 --precision bf16-mixed --speed channels_last=true
     fusebench bench gpu --encoders eeg_conv seq_transformer --cell nyuv2-seg --data-root /data/nyuv2
     fusebench bench gpu --device cpu --small --steps 2 --warmup 1   # tiny CPU run (tests)
 """
@@ -56,6 +60,8 @@ from fusebench.spec import precision
 
 if TYPE_CHECKING:  # imported where used: `fusebench bench gpu --help` imports no torch
     import torch
+
+    from fusebench.spec.config import SpeedConfig
 
 #: the encoders of issue #21's table and their benchmark batch sizes
 DEFAULT_BATCHES: dict[str, tuple[int, ...]] = {
@@ -153,13 +159,13 @@ def batches_for(name: str, batch: list[int] | None, small: bool) -> tuple[int, .
 
 
 def training_step(model: torch.nn.Module, batch: dict, headless: bool, policy: precision.Precision,
-                  device: torch.device) -> Callable[[], None]:
-    """One training step of ``model`` on ``batch`` under ``policy`` (see the module docstring)."""
+                  device: torch.device, optimizer_impl: str = "default") -> Callable[[], None]:
+    """One training step of ``model`` on ``batch`` under ``policy`` (see the module docstring), with AdamW in
+    PyTorch's ``optimizer_impl`` implementation (``speed.optimizer_impl``)."""
     from fusebench.engine.optim import build_optimizer
-
     from fusebench.runtime.utils import deferred_value_checks
 
-    opt = build_optimizer(model.parameters(), "adamw", 1e-4, 1e-4)
+    opt = build_optimizer(model.parameters(), "adamw", 1e-4, 1e-4, optimizer_impl)
     scaler = precision.grad_scaler(policy, device)
     autocast = precision.autocast(policy, device)
     check = getattr(model, "check_batch", None)
@@ -236,26 +242,36 @@ def settings_line(deterministic: bool) -> str:
 
 
 def bench_row(name: str, batch_size: int, precision_name: str, device: torch.device, steps: int, warmup: int,
-              small: bool = False, deterministic: bool = True) -> dict[str, Any]:
-    """One row of the table (see the module docstring); a fresh model, optimiser and batch (seed 0)."""
+              small: bool = False, deterministic: bool = True, speed_options: SpeedConfig | None = None
+              ) -> dict[str, Any]:
+    """One row of the table (see the module docstring); a fresh model, optimiser and batch (seed 0). The speed
+    options (``speed_options``: ``--speed``) are applied as a cell applies its spec's ``speed`` section
+    (:mod:`fusebench.engine.speed`); the row's ``speed`` says what was in force (``numerics.speed`` of a run)."""
     import torch
 
-    from fusebench.runtime import utils
     from fusebench.components.model import for_backbone
+    from fusebench.engine import speed
+    from fusebench.runtime import utils
+    from fusebench.spec.config import SpeedConfig
 
+    opts = speed_options or SpeedConfig()
     policy = precision.get(precision_name)
     cls, cfg, sizes = _case(name, small)
     torch.manual_seed(0)
     backbone = cls(**cfg)
     headless = getattr(cls, "default_task", None) is None  # pointnet2: no task head of its own
     model = (backbone if headless else for_backbone(backbone)).to(device).train()
-    batch = utils.to_device(cls.example_batch(cfg, batch_size=batch_size, seed=0, **sizes), device)
+    channels_last = speed.to_channels_last(model, opts)
+    host_batch = speed.input_format(channels_last)(cls.example_batch(cfg, batch_size=batch_size, seed=0, **sizes))
+    batch = utils.to_device(host_batch, device)
     inputs = ", ".join(f"{k} {'x'.join(map(str, v.shape[1:]))}" for k, v in batch["modalities"].items())
     config = ", ".join(f"{k}={v}" for k, v in cfg.items() if k != "modalities")
     cuda = device.type == "cuda"
-    with precision.backend_flags(policy), deterministic_settings(deterministic):
-        step = training_step(model, batch, headless, policy, device)
-        flops = count_flops(step)  # also the first warm-up step
+    with precision.backend_flags(policy), deterministic_settings(deterministic), speed.backend_scope(opts):
+        speed.apply_backend(opts, {})  # cudnn_benchmark: autotuning on, deterministic algorithms off (as a cell)
+        step = training_step(model, batch, headless, policy, device, opts.optimizer_impl)
+        flops = count_flops(step)  # also the first warm-up step; eager: the FLOPs do not depend on compilation
+        compiled = speed.compile_encoder(model, opts)  # the encoder's embed / features compiled from here on
         for _ in range(warmup):
             step()
         if cuda:
@@ -270,7 +286,8 @@ def bench_row(name: str, batch_size: int, precision_name: str, device: torch.dev
     peak_tflops = peaks[PEAK_KIND[policy.name]] if peaks else None
     return {
         "encoder": name, "config": config, "inputs": inputs, "batch": batch_size, "precision": policy.name,
-        "deterministic": bool(deterministic),
+        "deterministic": bool(deterministic) and not opts.cudnn_benchmark,
+        "speed": speed.record(opts, {}, channels_last, compiled),
         "step_ms": sec * 1e3, "step_ms_min": min(times) * 1e3, "step_ms_max": max(times) * 1e3,
         "wall_ms_per_step": wall / steps * 1e3, "steps": steps, "warmup": warmup,
         "flops": flops, "tflops": tflops, "peak_tflops": peak_tflops,
@@ -342,6 +359,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a key of the cell's spec, as `fusebench run --set`")
     p.add_argument("--objective", help="the cell's objective (default: the benchmark's pretrain.objective)")
     p.add_argument("--cell-steps", type=int, default=20, help="steps per measured window of the cell (default 20)")
+    p.add_argument("--speed", action="append", default=[], metavar="KEY=VALUE",
+                   help="a speed option for the rows and the cell, as a spec's speed.KEY (channels_last, "
+                        "cudnn_benchmark, optimizer_impl, compile, compile_mode; docs/gpu.md), e.g. "
+                        "--speed channels_last=true --speed cudnn_benchmark=true")
     p.add_argument("--deterministic", choices=("on", "off"), default="on",
                    help="the deterministic settings of a run (on, the default: a step here is the run's step) or "
                         "off (to compare: what determinism costs)")
@@ -381,13 +402,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--encoders: unknown encoder(s) {unknown}; registered: {', '.join(available())}")
     if (ns.data_root or ns.synthetic or ns.overrides or ns.objective) and not ns.cell:
         parser.error("--data-root, --synthetic, --set and --objective describe the cell: name it with --cell BENCHMARK")
+    from fusebench.spec.config import ConfigError, parse_override, speed_config
+
+    bad = [o for o in ns.speed if "=" not in o]
+    if bad:
+        parser.error(f"--speed {bad[0]!r}: expected KEY=VALUE, e.g. --speed channels_last=true")
+    try:
+        speed_set = dict(parse_override(o) for o in ns.speed)
+        speed_options = speed_config(speed_set, "--speed")
+    except ConfigError as e:
+        parser.error(str(e))
     overrides: dict[str, Any] = {}
     if ns.cell:  # checked before anything runs
         from fusebench.perf import gpu_cell
-        from fusebench.spec.config import parse_override
 
         try:
             overrides = dict(parse_override(o) for o in ns.overrides)
+            for key, value in speed_set.items():  # --speed K=V is the cell's --set speed.K=V
+                if overrides.get(f"speed.{key}", value) != value:
+                    parser.error(f"--speed {key}={value!r} and --set speed.{key}={overrides[f'speed.{key}']!r} "
+                                 "disagree: give the option once")
+                overrides[f"speed.{key}"] = value
             for prec in precisions:
                 gpu_cell.load_cell_spec(ns.cell, prec, ns.synthetic, ns.data_root, overrides, ns.objective)
         except (ValueError, KeyError) as e:  # ConfigError, an unknown benchmark: both ValueErrors
@@ -400,6 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {peak_line(device)}")
     with deterministic_settings(deterministic):
         print(f"# {settings_line(deterministic)}")
+    if speed_set:
+        print(f"# speed options: {', '.join(f'{k}={v}' for k, v in speed_set.items())}"
+              + (" (cuDNN autotuning: deterministic algorithms and cudnn.deterministic off for the rows and the "
+                 "cell, as in a run with it)" if speed_options.cudnn_benchmark else ""))
     print(f"# one step: zero_grad, forward + task loss (autocast per precision), backward, AdamW step; median of "
           f"{ns.steps} after {ns.warmup} warm-up; time: {'CUDA events' if device.type == 'cuda' else 'perf_counter'}; "
           f"FLOPs: FlopCounterMode; memory: {'CUDA max allocated' if device.type == 'cuda' else 'n/a on the CPU'}")
@@ -408,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         for bs in batches_for(name, ns.batch, ns.small):
             for prec in precisions:
                 try:
-                    rows.append(bench_row(name, bs, prec, device, ns.steps, ns.warmup, ns.small, deterministic))
+                    rows.append(bench_row(name, bs, prec, device, ns.steps, ns.warmup, ns.small, deterministic,
+                                          speed_options))
                 except Exception as e:  # noqa: BLE001 - reported in the table (e.g. out of memory)
                     rows.append({"encoder": name, "batch": bs, "precision": prec,
                                  "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"})

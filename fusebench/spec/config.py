@@ -694,10 +694,7 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
          f"loader.pin_memory must be null (auto: on for CUDA) or a boolean, got {spec.loader.pin_memory!r}"),
         (spec.loader.prefetch_factor >= 1,
          f"loader.prefetch_factor must be an integer >= 1, got {spec.loader.prefetch_factor!r}"),
-        (spec.speed.optimizer_impl in OPTIMIZER_IMPLS,
-         f"speed.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, got {spec.speed.optimizer_impl!r}"),
-        (spec.speed.compile_mode in COMPILE_MODES,
-         f"speed.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {spec.speed.compile_mode!r}"),
+        *speed_checks(spec.speed),
     ]
     for ok, msg in checks:
         if not ok:
@@ -710,6 +707,29 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         check_seed(s, f"{source}: seeds")
     spec.precision = _check_precision(spec.precision, source)
     return spec
+
+
+def speed_checks(speed: SpeedConfig) -> list[tuple[bool, str]]:
+    """The checks of a ``speed`` section beyond its keys' types: (passed, message) pairs."""
+    return [
+        (speed.optimizer_impl in OPTIMIZER_IMPLS,
+         f"speed.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, got {speed.optimizer_impl!r}"),
+        (speed.compile_mode in COMPILE_MODES,
+         f"speed.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {speed.compile_mode!r}"),
+    ]
+
+
+def speed_config(options: dict[str, Any], source: str) -> SpeedConfig:
+    """A :class:`SpeedConfig` from the keys of a ``speed`` section (``fusebench bench gpu --speed``), checked as
+    a spec's are: a ``ConfigError`` naming ``source`` and the key otherwise."""
+    try:
+        speed = from_dict(SpeedConfig, dict(options), "speed")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    for ok, msg in speed_checks(speed):
+        if not ok:
+            raise ConfigError(f"{source}: {msg}")
+    return speed
 
 
 MAX_SEED = 2**32 - 1  # numpy's seed range
