@@ -15,6 +15,15 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0'; then
   fi
 fi
 
+# patch(1) for scripts/gpucheck/prepare.sh (the shared GPU check brought up to this checkout; its test)
+if ! command -v patch >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq patch >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq patch >/dev/null; }
+  else
+    echo "setup: patch missing and not root; tests/test_gpucheck_prepare.py will be skipped" >&2
+  fi
+fi
+
 # a one-node SLURM for tests/test_launchers_slurm.py (fusebench run --launcher slurm against a real
 # scheduler): Debian's slurmctld, slurmd, the client commands and munge; the test starts and stops them
 if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1 \

@@ -24,8 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("FUSEBENCH_GPUCHECK", ROOT.parent / "shared" / "gpu-check"))
 PREPARE = ROOT / "scripts" / "gpucheck" / "prepare.sh"
 
-pytestmark = pytest.mark.skipif(not (SHARED / "device_check.sh").exists(),
-                                reason=f"the shared GPU check {SHARED} is absent (CI provides ../shared beside the checkout)")
+pytestmark = [
+    pytest.mark.skipif(not (SHARED / "device_check.sh").exists(),
+                       reason=f"the shared GPU check {SHARED} is absent (CI provides ../shared beside the checkout)"),
+    pytest.mark.skipif(shutil.which("patch") is None, reason="patch(1) is not installed (scripts/setup.sh installs it)"),
+]
 
 
 def _prepare(dest: Path, src: Path = SHARED) -> subprocess.CompletedProcess:
