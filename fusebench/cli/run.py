@@ -114,9 +114,10 @@ def parser() -> argparse.ArgumentParser:
                         "it (docs/cluster.md, 'Threads of a cell')")
     p.add_argument("--num-workers", type=count_type("--num-workers"), default=None, metavar="N",
                    help="DataLoader worker processes fetching each cell's batches (not --workers, which runs "
-                        "cells side by side); default: the spec's loader.num_workers, else min(4, cores - 1) on "
-                        "CUDA and 0 (this process) on the CPU. The batches are the same whatever N is, so it is "
-                        "not part of the config hash (docs/gpu.md)")
+                        "cells side by side); default: the spec's loader.num_workers, else on CUDA the cores this "
+                        "process may use // cells at once - 1 (0 for data held in memory) and 0 (this process) on "
+                        "the CPU. The batches are the same whatever N is, so it is not part of the config hash "
+                        "(docs/gpu.md)")
     p.add_argument("--logger", dest="loggers", nargs="+", default=None, choices=sorted(TRACKERS),
                    help="experiment trackers for every cell, one or more of csv | tensorboard | mlflow "
                         "(docs/trackers.md; tensorboard and mlflow need: pip install -e .[trackers])")
