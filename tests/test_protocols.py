@@ -81,7 +81,7 @@ def test_a_plugin_protocol_scores_a_cell_without_a_pipeline_of_its_own(monkeypat
     reg.register("nn1")(NearestNeighbour)
     import fusebench.cells.embedding_protocol as E
 
-    monkeypatch.setattr(E, "embedding_scores", lambda *a, **k: pytest.fail("the embedding_eval scorer ran"))
+    monkeypatch.setattr(E, "score", lambda *a, **k: pytest.fail("the embedding_eval scorer ran"))
     over = {"downstream.protocol": "nn1", "metrics": ["acc"], "comparison": {"reference": "none", "primary": "acc"},
             "options": {}, "pretrain.grid": {}, "pretrain.selection_seeds": []}
     recs = fusebench.run("mv-hw2sources", objective=["none", "mv_infonce"], seeds=[0], out=tmp_path, synthetic=True,

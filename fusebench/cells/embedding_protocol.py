@@ -41,9 +41,11 @@ def fewshot_ids(shots: int) -> tuple[str, str, str]:
     return f"fs{shots}_acc", f"fs{shots}_proto_acc", f"fs{shots}_best_acc"
 
 
-def embedding_scores(sc: Any) -> Scores:
-    """Score cell ``sc``'s (:class:`fusebench.cells.standard.StandardCell`) pretrained or random encoder, or its
-    reference row, and return what it measured. An input-feature row other than ``raw`` (``sc.from_inputs``) reads
+def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None) -> Scores:
+    """The ``embedding_eval`` protocol's scorer (:meth:`fusebench.components.protocols.Protocol.score`; the
+    protocol, the pretrained state and the downstream checkpoint are not needed: nothing is trained here): score
+    cell ``sc``'s (:class:`fusebench.cells.standard.StandardCell`) pretrained or random encoder, or its
+    reference row, by probes and k-means on the frozen embeddings, and return what it measured. An input-feature row other than ``raw`` (``sc.from_inputs``) reads
     the cell's data, built unstandardised. A row with an encoder keeps it in ``best.pt`` (``{"model": state_dict,
     "epoch": -1, "val": ...}``, the form the other protocols write), so it can be reloaded and re-probed
     (``--encoder-weights NAME=<cell>/best.pt``)."""
@@ -140,12 +142,6 @@ def trial_parts(metric: str) -> dict[str, Any] | None:
     return None
 
 
-def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None) -> Scores:
-    """The ``embedding_eval`` protocol's scorer (:meth:`fusebench.components.protocols.Protocol.score`): cell
-    ``sc``'s frozen embeddings, or its row's features, probed and clustered (:func:`embedding_scores`)."""
-    return embedding_scores(sc)
-
-
 def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: torch.device, seed: int,
                     views: dict[str, list[Any]] | None, width: int | None) -> Any:
     """How the row's features are computed with views absent (:class:`fusebench.probes.missing_views.FeatureSource`):
@@ -178,4 +174,4 @@ def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: to
     return FeatureSource(names, None, masked)
 
 
-__all__ = ["SELECTION_RULE", "embedding_scores", "fewshot_ids", "score", "trial_parts"]
+__all__ = ["SELECTION_RULE", "fewshot_ids", "score", "trial_parts"]
