@@ -192,6 +192,8 @@ def test_cpu_run_of_a_real_cell(capsys) -> None:
                                                           r"\(did you mean 'channels_last'\?\)"),
     (["--device", "cpu", "--speed", "channels_last=3"], r"--speed: speed.channels_last: expected bool"),
     (["--device", "cpu", "--speed", "optimizer_impl=fast"], r"--speed: speed.optimizer_impl must be one of"),
+    (["--device", "cpu", "--speed", "compile_mode=max-autotune"],
+     r"--speed: speed.compile_mode 'max-autotune' is used only with speed.compile: true"),
     (["--device", "cpu", "--speed", "channels_last"], r"--speed 'channels_last': expected KEY=VALUE"),
     (["--device", "cpu", "--cell", "quickstart", "--speed", "channels_last=true", "--set", "speed.channels_last=false"],
      r"--speed channels_last=True and --set speed.channels_last=False disagree"),

@@ -296,6 +296,8 @@ def test_channels_last_cell_on_a_convolutional_encoder(tmp_path: Path) -> None:
     ({"speed.channels_last": "yes"}, "speed.channels_last"),
     ({"speed.compile": 1}, "speed.compile"),
     ({"speed.cudnn": True}, "cudnn"),
+    ({"speed.compile_mode": "max-autotune"},
+     r"speed.compile_mode 'max-autotune' is used only with speed.compile: true"),
 ])
 def test_bad_speed_settings_name_the_key(over: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
@@ -304,12 +306,12 @@ def test_bad_speed_settings_name_the_key(over: dict, key: str) -> None:
 
 @pytest.mark.parametrize("over", [{"speed.channels_last": True}, {"speed.cudnn_benchmark": True},
                                   {"speed.optimizer_impl": "foreach"}, {"speed.optimizer_impl": "fused"},
-                                  {"speed.compile": True}, {"speed.compile_mode": "max-autotune"}])
+                                  {"speed.compile": True},
+                                  {"speed.compile": True, "speed.compile_mode": "max-autotune"}])
 def test_each_speed_option_is_written_into_the_spec_form_only_when_set(over: dict) -> None:
     base = benchmarks.load("quickstart").to_dict()
     form = benchmarks.load("quickstart", overrides=over).to_dict()
-    (key, value), = over.items()
-    assert form["speed"] == {key.split(".")[1]: value}
+    assert form["speed"] == {key.split(".")[1]: value for key, value in over.items()}
     assert {k: v for k, v in form.items() if k != "speed"} == base
 
 

@@ -716,6 +716,9 @@ def speed_checks(speed: SpeedConfig) -> list[tuple[bool, str]]:
          f"speed.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}, got {speed.optimizer_impl!r}"),
         (speed.compile_mode in COMPILE_MODES,
          f"speed.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {speed.compile_mode!r}"),
+        (speed.compile or speed.compile_mode == "default",  # else recorded and hashed, and never used
+         f"speed.compile_mode {speed.compile_mode!r} is used only with speed.compile: true; set both, or drop "
+         "compile_mode"),
     ]
 
 
