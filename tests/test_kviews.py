@@ -14,7 +14,6 @@ import scipy.io as sio
 from fusebench.studies import kviews
 from fusebench.leaderboard import kviews as kviews_board
 from fusebench.cli import study as kviews_cli
-from fusebench.engine.data import pretrain_batch_size
 from fusebench.metrics import values_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +84,7 @@ def test_overrides_give_every_objective_and_k_the_same_budget() -> None:
         spec = benchmarks.load("multiview", overrides=ov)
         pt = spec.pretrain
         assert spec.name == cell.name and pt.grid == {} and pt.epochs == 7
-        assert {pretrain_batch_size(spec, o) for o in kviews.OBJECTIVES} == {64}
+        assert {spec.pretrain.settings(o).batch_size for o in kviews.OBJECTIVES} == {64}
         assert pt.objective_epochs == {} and pt.objective_micro_batch == {"m3g": 8}
         note = json.loads(spec.protocol_notes["kviews"])
         assert spec.protocol_notes["data"] == "d" and note["arm"] == cell.arm and note["k"] == cell.k

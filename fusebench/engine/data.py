@@ -381,8 +381,3 @@ def input_views(ds, spec: BenchmarkSpec, seed: int) -> tuple[list[np.ndarray], t
         ys.append(batch["target"].reshape(-1).cpu())
     return [torch.cat(p).numpy() for p in parts], torch.cat(ys)
 
-
-def pretrain_batch_size(spec: BenchmarkSpec, objective: str) -> int:
-    """``pretrain.per_objective.<objective>.batch_size`` where given (e.g. M3G at k >= 5, whose cost grows as
-    n^k), else ``pretrain.batch_size``."""
-    return spec.pretrain.settings(objective).batch_size

@@ -146,7 +146,7 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
     (``deterministic=False``: the cell's switches turned off after it set them)."""
     import statistics
 
-    from fusebench.engine.data import feeding, pretrain_batch_size
+    from fusebench.engine.data import feeding
     from fusebench.spec.request import CellRequest, RunOptions
     from fusebench.cells.standard import StandardCell
 
@@ -185,7 +185,7 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
     plain = [b - a for a, b in zip(s[warmup - 1:warmup + steps - 1], s[warmup:warmup + steps])]
     row: dict[str, Any] = {
         "benchmark": benchmark, "objective": objective, "precision": policy.name, "seed": seed,
-        "batch": pretrain_batch_size(spec, objective),
+        "batch": spec.pretrain.settings(objective).batch_size,
         "data": _data_line(spec, synthetic, data_root, cell.data["train"]),
         "feed": cell.feed.record(),  # how the batches were fetched: a busy figure is read against it
         "overrides": dict(overrides or {}), "steps": steps, "warmup": warmup,

@@ -33,7 +33,7 @@ def quickstart_steps(objectives: tuple[str, ...] = ("m3g", "infonce_pwe"), bench
     loop does per step, without data loading, scheduler and logging)."""
     from fusebench import benchmarks
     from fusebench import objectives as objs
-    from fusebench.engine.data import build_datasets, make_loader, pretrain_batch_size
+    from fusebench.engine.data import build_datasets, make_loader
     from fusebench.engine.optim import build_optimizer
     from fusebench.engine.pretrain import Pretrainer
     from fusebench.spec.request import objective_hparams
@@ -41,7 +41,7 @@ def quickstart_steps(objectives: tuple[str, ...] = ("m3g", "infonce_pwe"), bench
 
     spec = benchmarks.load(benchmark)
     data = build_datasets(spec, False, None, seed, roles=("train",))
-    loader, per_epoch = make_loader(data["train"], pretrain_batch_size(spec, objectives[0]), True, seed, 0)
+    loader, per_epoch = make_loader(data["train"], spec.pretrain.settings(objectives[0]).batch_size, True, seed, 0)
     batch = next(iter(loader))
     steps = {}
     for name in objectives:

@@ -25,7 +25,7 @@ from fusebench.runtime import progress as progress_lines
 from fusebench.engine.cell import check_checkpoint_config, load_checkpoint
 from fusebench.components.compat import check_compatible
 from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, setting_key
-from fusebench.engine.data import build_datasets, pretrain_batch_size
+from fusebench.engine.data import build_datasets
 from fusebench.cells.execute import sweep_context
 from fusebench.records.cell_file import existing_record, record_there
 from fusebench.components.rows import row_of
@@ -139,9 +139,9 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
                                f"{'for model selection' if role == 'val' else 'for training' if role == 'train' else 'for the test score'}")
     n = len(data["train"])
     for o in objs:
-        bs = pretrain_batch_size(spec, o)
-        if (row_of(spec, o).pretrains
-                and spec.pretrain.settings(o).epochs > 0 and bs > n):
+        own = spec.pretrain.settings(o)
+        bs = own.batch_size
+        if row_of(spec, o).pretrains and own.epochs > 0 and bs > n:
             key = setting_key(o, "batch_size") if o in spec.pretrain.objective_batch_size else "pretrain.batch_size"
             raise ConfigError(f"{key}={bs} exceeds the {n} samples of the train split of {spec.name}; "
                               f"choose a batch size <= {n}")
