@@ -160,7 +160,6 @@ class StandardCell:
         self.pretrain_time = 0.0
         self.pre_segments: list[float] = []
         self.budget_record: dict[str, Any] = dict(NO_BUDGET)
-        self.timing: dict[str, Any] | None = None  # the segments and budget the record states (set by downstream)
 
     def load_encoder_weights(self) -> dict[str, Any]:
         """For a row of ``encoder_weights`` (:mod:`fusebench.components.encoder_weights`): its file loaded into
@@ -200,10 +199,13 @@ class StandardCell:
         return record
 
     def ran(self) -> CellRun:
-        """How this cell ran (:class:`fusebench.records.builder.CellRun`), read when its record is built."""
+        """How this cell ran (:class:`fusebench.records.builder.CellRun`), read when its record is built (after
+        :meth:`downstream`, which restores a resumed cell's pretraining budget)."""
+        timing = {"resumed": self.ckpt is not None, "segments": {"wall": self.wall, "pretrain": self.pre_segments},
+                  "budget": self.budget_record}
         return CellRun(self.request, self.options.synthetic, self.dev, self.flags, self.data, self.context,
                        curves=self.pre_curves, wall_time=self.wall.total(), pretrain_time=self.pretrain_time,
-                       timing=self.timing, speed=self.speed_record(), fields=self.weights_fields)
+                       timing=timing, speed=self.speed_record(), fields=self.weights_fields)
 
     # ---- pretraining ----------------------------------------------------------------------------
     def pretrain(self) -> None:
@@ -300,8 +302,6 @@ class StandardCell:
             pretrained_state = ckpt["pretrained_state"]
             if "pretrain_budget" in ckpt:
                 self.budget_record = ckpt["pretrain_budget"]
-        self.timing = {"resumed": self.ckpt is not None, "segments": {"wall": self.wall, "pretrain": self.pre_segments},
-                       "budget": self.budget_record}
         # the protocol scores the cell (fusebench.components.protocols: Protocol.scorer) and says what it measured
         scores = protocol_of(spec).score(self, pretrained_state=pretrained_state, ckpt=ckpt)
         if not isinstance(scores, Scores):
