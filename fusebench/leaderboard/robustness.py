@@ -101,7 +101,7 @@ def _intro(rb: Robustness) -> str:
     # the protocol says how it scores the missing-view test (a protocol not installed here: the common text)
     protocol = PROTOCOLS.get(rb.protocol) if rb.protocol in PROTOCOLS else Protocol
     restarts = f"; {' / '.join(map(str, rb.restarts))} k-means++ restarts, lowest inertia kept" if rb.restarts else ""
-    text += protocol.missing_views_text.format(restarts=restarts)
+    text += protocol.missing_views_text.replace("{restarts}", restarts)  # other braces are text
     text += ("r = 0: the table above (its own clustering settings); `v` alone: every other view absent. Cells are mean ± std (n) over seeds "
              "(sample std); metrics marked (%) are fractions shown x100.")
     pre = [r for r in rb.pretrain_rates if r > 0]
