@@ -67,10 +67,12 @@ def main(argv: list[str]) -> int:
     counts: dict[str, int] = {}
     try:
         if not ns.render_only:
-            study = Study(ns.benchmark, tuple(ns.objective), tuple(ns.seeds), tuple(ns.k or ()) or None, ns.subsets,
-                          ns.subset_seed, tuple(ns.arms),
-                          tuple(ns.copies_base) if ns.copies_base is not None else None, ns.copies_noise,
-                          ns.copies_mask, ns.batch_size, ns.epochs, ns.m3g_micro_batch)
+            study = Study(benchmark=ns.benchmark, objectives=tuple(ns.objective), seeds=tuple(ns.seeds),
+                          ks=tuple(ns.k or ()) or None, subsets=ns.subsets, subset_seed=ns.subset_seed,
+                          arms=tuple(ns.arms),
+                          copies_base=tuple(ns.copies_base) if ns.copies_base is not None else None,
+                          noise=ns.copies_noise, mask=ns.copies_mask, batch_size=ns.batch_size, epochs=ns.epochs,
+                          m3g_micro_batch=ns.m3g_micro_batch)
             run_study(study, out, ns.data_root, synthetic=ns.synthetic, workers=ns.workers, progress=ns.progress,
                       counts=counts)
         md, png = render(out, board, ns.benchmark)
