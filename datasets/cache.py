@@ -347,7 +347,8 @@ def prepare(
         try:
             m = read_manifest(out)
             adapter = f"{type(dataset).__module__}:{type(dataset).__qualname__}"
-            if m["num_samples"] == n and m["adapter"] == adapter and _stale_reason(m, Path(dataset.root)) is None:
+            if (m["num_samples"] == n and m["adapter"] == adapter and _stale_reason(m, Path(dataset.root)) is None
+                    and not _unread_modalities(m, dataset)):
                 log.info("%s/%s: prepared cache %s is up to date", dataset.id, dataset.split, out)
                 return out
         except (DatasetError, KeyError, TypeError):
@@ -428,6 +429,7 @@ def prepare(
             "synthetic": bool(getattr(dataset, "synthetic", False)),
             "options": key_options(dataset),
             "preprocess_version": preprocess_version(dataset),
+            "read_modalities": _requested_modalities(dataset),
             "key": out.name,
             "num_samples": n,
             "counts": {"samples": n, **counts},
@@ -527,8 +529,10 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
 
 #: manifest fields that say where, when and by which code path a cache was made, not what it holds:
 #: left out of :func:`content_identity` (so re-preparing, moving the data, or moving an adapter class
-#: to another module leaves the identity, and a leaderboard's comparability groups, as they were)
-NOT_CONTENT = ("adapter", "root", "key", "created")
+#: to another module leaves the identity, and a leaderboard's comparability groups, as they were), nor which
+#: modalities the preparation read (what it stores of them is in ``fields``; recorded since 2026-11, left
+#: out so that the identities of older caches hold)
+NOT_CONTENT = ("adapter", "root", "key", "created", "read_modalities")
 
 
 def content_identity(manifest: Mapping[str, Any]) -> str:
@@ -548,6 +552,26 @@ def _portable(path: str) -> str:
     the root (recorded absolute) by its file name only, since its size and sha256 name its content."""
     p = Path(path)
     return p.name if p.is_absolute() else p.as_posix()
+
+
+def _requested_modalities(dataset: CacheableDataset) -> list[str] | None:
+    """The modalities ``dataset`` reads (None: the duck-typed dataset does not say, so all it returns)."""
+    mods = getattr(dataset, "modalities", None)
+    return None if mods is None else sorted(str(m) for m in mods)
+
+
+def _unread_modalities(manifest: dict[str, Any], dataset: CacheableDataset) -> list[str]:
+    """The modalities ``dataset`` asks for that the cache's preparation did not read: a cache prepared
+    from ``modalities=["text"]`` holds no audio even for samples that have it, so it cannot serve a dataset
+    that reads audio (its samples would come out with the audio missing). A manifest from before
+    ``read_modalities`` was recorded is judged by the modalities it stores."""
+    wanted = _requested_modalities(dataset)
+    if wanted is None:
+        return []
+    read = manifest.get("read_modalities")
+    if read is None:
+        read = list((manifest.get("fields") or {}).get("modalities") or {})
+    return [m for m in wanted if m not in set(read)]
 
 
 def _stale_reason(manifest: dict[str, Any], root: Path) -> str | None:
@@ -697,6 +721,9 @@ def open_cache(dataset: CacheableDataset, base: str | os.PathLike | None = None)
         return None
     manifest = read_manifest(folder)
     reason = _stale_reason(manifest, Path(dataset.root))
+    unread = _unread_modalities(manifest, dataset)
+    if reason is None and unread:
+        reason = f"it was prepared without the modalities {unread} this dataset reads"
     if reason is not None:
         log.warning("%s/%s: ignoring the prepared cache %s: %s; re-run `fusebench data prepare`",
                     dataset.id, dataset.split, folder, reason)

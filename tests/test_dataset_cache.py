@@ -294,8 +294,9 @@ def test_manifest_hash_is_the_content_of_the_prepared_cache(tmp_path, fixtures_d
     first = prepared(a, tmp_path / "prep1")
     manifest = json.loads((first.folder / "manifest.json").read_text())
     # the identity, worked out by hand from the manifest: sorted-key compact JSON, the where/when/who
-    # fields and the inputs' mtimes dropped
-    content = {k: v for k, v in manifest.items() if k not in ("adapter", "root", "key", "created")}
+    # fields, the modalities the preparation read (what it stored is in "fields") and the inputs' mtimes dropped
+    assert manifest["read_modalities"] == ["view0", "view1", "view2", "view3", "view4", "view5"]
+    content = {k: v for k, v in manifest.items() if k not in ("adapter", "root", "key", "created", "read_modalities")}
     content["inputs"] = [{k: v for k, v in r.items() if k != "mtime_ns"} for r in manifest["inputs"]]
     expected = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert first.manifest_hash == expected
@@ -332,6 +333,38 @@ RELATIVE_ROOT_CASES = [
     ("sleep_edf", ".", "sleep_edf", ["--opt", "pairs=[[short_psg.edf, SC4001EC-Hypnogram.edf]]"], "train",
      ["SC4001EC-Hypnogram.edf", "short_psg.edf"]),
 ]
+
+
+def test_a_cache_prepared_from_some_modalities_never_serves_the_others(tmp_path, fixtures_dir, monkeypatch,
+                                                                       caplog) -> None:
+    """The real CH-SIMS file prepared with ``modalities=["text"]`` holds no audio or vision; a dataset reading
+    all three must not get samples with those two missing (they would be zero-filled and marked absent by the
+    collate): it ignores that cache, says why, and reads the files; preparing all three then replaces it, and the
+    text-only dataset is served by the full cache."""
+    import logging
+
+    from fusebench import datasets
+
+    monkeypatch.setenv("FUSEBENCH_PREPARED", str(tmp_path / "prep"))
+    root = str(fixtures_dir / "ch_sims" / "feature_aligned.pkl")
+    text_only = datasets.build("chsims", root=root, modalities=["text"], use_cache=False)
+    folder = cache.prepare(text_only, progress=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["read_modalities"] == ["text"] and sorted(manifest["fields"]["modalities"]) == ["text"]
+
+    with caplog.at_level(logging.WARNING):
+        full = datasets.build("chsims", root=root)
+    assert full._cache is None
+    assert "prepared without the modalities ['audio', 'vision']" in caplog.text
+    assert sorted(full[0]["modalities"]) == ["audio", "text", "vision"]
+    raw = datasets.build("chsims", root=root, use_cache=False)[0]["modalities"]
+    assert torch.equal(full[0]["modalities"]["audio"], raw["audio"])
+
+    assert cache.prepare(datasets.build("chsims", root=root, use_cache=False), progress=False) == folder
+    assert json.loads((folder / "manifest.json").read_text())["read_modalities"] == ["audio", "text", "vision"]
+    assert datasets.build("chsims", root=root)._cache is not None
+    served = datasets.build("chsims", root=root, modalities=["text"])
+    assert served._cache is not None and sorted(served[0]["modalities"]) == ["text"]
 
 
 @pytest.mark.parametrize("name, cwd, root, extra, split, inputs", RELATIVE_ROOT_CASES,

@@ -217,6 +217,60 @@ def test_wrong_keys_and_missing_modality(twin):
         build("mosi", root=root, file="nope.pkl", use_cache=False)
 
 
+@pytest.mark.parametrize("key, value, expected", [
+    ("regression_labels", lambda n: np.array(["pos", "neg"] * n)[:n],
+     r"label 'regression_labels' must hold one number per sample .*got dtype <U3"),
+    ("regression_labels", lambda n: None, r"label 'regression_labels' is None"),
+    ("regression_labels", lambda n: np.zeros((n, 2), np.float32),
+     r"label 'regression_labels' must be a vector \[n\].*shape \({n}, 2\)"),
+    ("regression_labels_T", lambda n: np.zeros(n - 1, np.float32),
+     r"label keys \['regression_labels_T'\] have \[{m}\] entries, but 'regression_labels' has {n}"),
+    ("audio", lambda n: [np.zeros((3 + i, 4), np.float32) for i in range(n)],
+     r"key 'audio' must be one padded array \[n={n}, T, d\], got a ragged list"),
+])
+def test_labels_and_features_of_the_wrong_form_name_the_key(tmp_path, key, value, expected):
+    """Every label key is one number per sample, of the split's length; a feature key one padded array: a file
+    breaking that is refused when the dataset is built, naming the file, the split and the key (a short unimodal
+    label used to load and fail later with an IndexError at its last samples, a string label with a bare
+    'could not convert string to float')."""
+    CHSIMS.write_synthetic(tmp_path, SyntheticSpec(num_samples=10, seed=0, options=SMALL))
+    [path] = list(tmp_path.glob("*.pkl"))
+    with open(path, "rb") as f:
+        data = pickle.load(f)
+    n = len(data["train"]["regression_labels"])
+    assert n > 2 and "regression_labels_T" in data["train"]
+    data["train"][key] = value(n)
+    _write(path, data)
+    with pytest.raises(DatasetError, match=rf"{path.name} \[train\]: " + expected.format(n=n, m=n - 1)):
+        build("chsims", root=tmp_path, use_cache=False)
+
+
+def test_folds_json_of_the_wrong_form_or_with_unknown_videos(tmp_path, fixtures_dir, caplog):
+    """folds.json beside the real MOSI labels: unreadable JSON or the wrong form is one error naming the file; a
+    video id the labels do not hold is left out with a warning naming it (it used to shrink the split silently);
+    the known one keeps its 13 segments (counted from the file above)."""
+    import logging
+    import shutil
+
+    shutil.copy(fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd", tmp_path)
+    folds = tmp_path / "folds.json"
+    kw = dict(root=tmp_path, modalities=[], use_cache=False)
+    folds.write_text('{"train": ["03bSnISJMiM"], ')
+    with pytest.raises(DatasetError, match=r"mosi: cannot read .*folds.json as JSON \(Expecting"):
+        build("mosi", **kw)
+    folds.write_text('["03bSnISJMiM"]')
+    with pytest.raises(DatasetError, match=r"folds.json must map each split to a list of video ids .*got a list"):
+        build("mosi", **kw)
+    folds.write_text('{"train": "03bSnISJMiM", "valid": [], "test": []}')
+    with pytest.raises(DatasetError, match=r"got split 'train' holding '03bSnISJMiM'"):
+        build("mosi", **kw)
+    folds.write_text('{"train": ["03bSnISJMiM", "typo_video_id"], "valid": [], "test": []}')
+    with caplog.at_level(logging.WARNING):
+        ds = build("mosi", **kw)
+    assert len(ds) == 13
+    assert "1 of the 2 video ids of split 'train' in" in caplog.text and "'typo_video_id'" in caplog.text
+
+
 class _Evil:
     def __init__(self, target):
         self.target = target

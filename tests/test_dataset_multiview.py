@@ -356,6 +356,17 @@ def test_bad_files_give_one_clear_error(tmp_path):
         f.create_dataset("X", data=np.zeros((3, 30)))
         f.create_dataset("Y", data=np.ones((1, 30)))
     err(p / "h5bad.mat", "h5bad.mat: X must be a cell array of view matrices")
+    # text labels: a char matrix, and a cell with one class name per sample (not a cell of label vectors)
+    names = np.array([f"class{int(c)}" for c in y])
+    scipy.io.savemat(str(p / "ychar.mat"), {"X": cell(views), "Y": names[:, None]})
+    err(p / "ychar.mat", r"ychar.mat: the label variable Y is a MATLAB char variable; expected a numeric label vector")
+    ycell = np.empty((30, 1), dtype=object)
+    ycell[:, 0] = list(names)
+    scipy.io.savemat(str(p / "ycellstr.mat"), {"X": cell(views), "Y": ycell})
+    err(p / "ycellstr.mat", r"ycellstr.mat: the label cell Y holds 30 entries of text, one per sample, not label vectors")
+    ycell[:, 0] = [float(c) for c in y]
+    scipy.io.savemat(str(p / "ycellnum.mat"), {"X": cell(views), "Y": ycell})
+    err(p / "ycellnum.mat", r"ycellnum.mat: the label cell Y holds 30 entries of a number, one per sample")
 
 
 def test_bad_roots_and_options(tmp_path):

@@ -486,3 +486,23 @@ def test_empty_official_split(nyu: Path, tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"split 'val' is empty.*val_fraction"):
         build("nyuv2", root=tmp_path, split="val", val_fraction=0.0, **kw)
     assert len(build("nyuv2", root=tmp_path, split="val", val_fraction=0.0, allow_empty=True, **kw)) == 0
+
+
+def test_official_label_png_of_another_size_than_the_mat_frame(nyu: Path, tmp_path: Path) -> None:
+    """The real 480 x 640 label PNG of frame 1 beside a labeled .mat whose frames are 4 x 5: reading the frame
+    names the PNG, both sizes and the .mat (it used to give a 480 x 640 target for a 4 x 5 image, failing later in
+    the loss or the collate)."""
+    shutil.copytree(nyu / "meta", tmp_path / "meta")
+    shutil.copytree(nyu / "test_labels_13", tmp_path / "test_labels_13")
+    with Image.open(nyu / "test_labels_13" / "new_nyu_class13_0001.png") as im:
+        assert im.size == (640, 480)
+    w, h = 5, 4
+    with h5py.File(tmp_path / "nyu_depth_v2_labeled.mat", "w") as f:  # h5py: MATLAB's [n, 3, W, H] order
+        f["images"] = np.zeros((1449, 3, w, h), np.uint8)
+        f["depths"] = np.ones((1449, w, h), np.float32)
+        f["labels"] = np.zeros((1449, w, h), np.uint16)
+    ds = build("nyuv2", root=tmp_path, split="test", modalities=["rgb", "depth"], label_source="png", classes=13,
+               **NOCACHE)
+    with pytest.raises(DatasetError, match=r"new_nyu_class13_0001.png: the label image is 480 x 640 but frame "
+                                           r"1's rgb in .*nyu_depth_v2_labeled.mat is 4 x 5"):
+        ds[0]

@@ -425,3 +425,23 @@ def test_physionet_truncated_or_inconsistent_signal_file(tmp_path):
     with pytest.raises(DatasetError, match=rf"{rec.name}.mat: its MATLAB v4 header holds a 13 x {sig_len} matrix, "
                                            rf"{rec.name}.hea declares 13 signals x {sig_len - 6000} samples"):
         build("physionet2018", root=tmp_path, use_cache=False)
+
+
+def test_pairs_tsv_and_pairs_option_of_the_wrong_form(tmp_path, fixtures_dir):
+    """pairs.tsv beside the real recording: a line that is not two tab-separated fields names the file, the line
+    and what it holds (it used to be a bare "not enough values to unpack"); a good one reads the 10 epochs."""
+    import shutil
+
+    for f in ("short_psg.edf", "SC4001EC-Hypnogram.edf"):
+        shutil.copy(fixtures_dir / "sleep_edf" / f, tmp_path)
+    tsv = tmp_path / "pairs.tsv"
+    for text, fields in (("short_psg.edf SC4001EC-Hypnogram.edf\n", 1),
+                         ("short_psg.edf\tSC4001EC-Hypnogram.edf\textra\n", 3)):
+        tsv.write_text("\n" + text)
+        with pytest.raises(DatasetError, match=rf"pairs.tsv line 2 has {fields} tab-separated field\(s\) .*expected "
+                                               r"two: the PSG file, a tab, its hypnogram file"):
+            build("sleep_edf", root=tmp_path, use_cache=False)
+    tsv.write_text("short_psg.edf\tSC4001EC-Hypnogram.edf\n")
+    assert len(build("sleep_edf", root=tmp_path, use_cache=False)) == 10
+    with pytest.raises(DatasetError, match=r"the pairs= option: entry 0 is 'short_psg.edf'; expected a pair"):
+        build("sleep_edf", root=tmp_path, pairs=["short_psg.edf"], use_cache=False)

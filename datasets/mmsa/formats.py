@@ -111,8 +111,12 @@ class _PickleFormat:
         if missing_labels:
             raise DatasetError(f"{where}: missing keys {missing_labels}; expected keys {expected} "
                                f"(+ optional audio_lengths, vision_lengths, id, raw_text); found {sorted(part)}")
-        labels = {k: np.asarray(part[k], dtype=np.float32).reshape(-1) for k in label_keys}
+        labels = {k: self._label_array(part[k], k, where) for k in label_keys}
         n = labels["regression_labels"].shape[0]
+        short = {k: v.shape[0] for k, v in labels.items() if v.shape[0] != n}
+        if short:
+            raise DatasetError(f"{where}: label keys {sorted(short)} have {sorted(set(short.values()))} entries, but "
+                               f"'regression_labels' has {n}; every label key holds one value per sample")
         self._n = n
         arrays: dict[str, Any] = {"labels": labels}
         text_key = self.text_field
@@ -128,12 +132,20 @@ class _PickleFormat:
             if key not in part:
                 raise DatasetError(f"{where}: modality {m!r} is missing: no key {key!r} (found {sorted(part)}); "
                                    f"expected keys {expected}. Pass modalities=[...] without {m!r} to skip it")
-            arr = np.asarray(part[key])
+            try:
+                arr = np.asarray(part[key])
+            except ValueError as e:  # a list of arrays of different shapes
+                raise DatasetError(f"{where}: key {key!r} must be one padded array [n={n}, T, d], got a ragged "
+                                   f"{type(part[key]).__name__} ({str(e)[:80]})") from None
             if arr.ndim != 3 or arr.shape[0] != n:
                 raise DatasetError(f"{where}: key {key!r} must be [n={n}, ...] 3-D, got shape {arr.shape}")
             if key == "text_bert":
                 arr = rearrange(arr, "n r t -> n t r")  # [n, 3, T] -> [n, T, 3] (ids, mask, type)
-            arr = np.ascontiguousarray(arr, dtype=np.float32)
+            try:
+                arr = np.ascontiguousarray(arr, dtype=np.float32)
+            except (TypeError, ValueError) as e:
+                raise DatasetError(f"{where}: key {key!r} must hold numbers, got dtype {arr.dtype} "
+                                   f"({str(e)[:80]})") from None
             bad = ~np.isfinite(arr).all(axis=(1, 2))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
@@ -174,6 +186,25 @@ class _PickleFormat:
             for m in type(self).MODALITIES
         )
         return arrays
+
+    @staticmethod
+    def _label_array(value: Any, key: str, where: str) -> np.ndarray:
+        """Label ``key`` as float32 [n]: one number per sample (a [n] or [n, 1] array), else a DatasetError
+        naming the file, the key and what it holds."""
+        if value is None:
+            raise DatasetError(f"{where}: label {key!r} is None; expected one number per sample (regression scores)")
+        try:
+            arr = np.asarray(value, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            kind = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+            raise DatasetError(f"{where}: label {key!r} must hold one number per sample (regression scores), got "
+                               f"{kind} ({str(e)[:80]})") from None
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        if arr.ndim != 1:
+            raise DatasetError(f"{where}: label {key!r} must be a vector [n] with one number per sample, got shape "
+                               f"{arr.shape}")
+        return arr
 
     def _check_lengths(self, part: dict[str, Any], key: str, n: int, t: int, where: str) -> np.ndarray:
         """``audio_lengths`` / ``vision_lengths`` as int64 [n]; each must be an integer in 0..T (the padded

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ import torch
 
 from ..base import DatasetError, Modality
 from ..csd import align_to_reference, read_csd, slice_segment
+
+log = logging.getLogger(__name__)
 
 _SPLIT_KEYS = {"train": "train", "val": "valid", "test": "test"}
 _MODS = ("text", "audio", "vision")
@@ -102,13 +105,29 @@ class _Layouts:
         folds = self._opts_rest.get("folds")
         self._split_file = "the folds= option" if folds is not None else f"{labels_path} (deterministic video split)"
         if folds is None and (self.root / "folds.json").is_file():
-            folds = json.loads((self.root / "folds.json").read_text())
+            try:
+                folds = json.loads((self.root / "folds.json").read_text())
+            except (OSError, UnicodeDecodeError, ValueError) as e:
+                raise DatasetError(f"{self.id}: cannot read {self.root / 'folds.json'} as JSON ({e}); expected "
+                                   '{"train": [video ids], "valid": [...], "test": [...]}') from None
             self._split_file = self.root / "folds.json"
         if folds is not None:
+            where = self._split_file
+            bad = (f"a {type(folds).__name__}" if not isinstance(folds, dict) else next(
+                (f"split {k!r} holding {v!r:.60}" for k, v in folds.items()
+                 if not (isinstance(v, list) and all(isinstance(x, str) for x in v))), None))
+            if bad is not None:
+                raise DatasetError(f"{self.id}: {where} must map each split to a list of video ids (strings), got "
+                                   f"{bad}")
             key = self.split if self.split in folds else _SPLIT_KEYS[self.split]
             if key not in folds:
                 raise DatasetError(f"{self.id}: folds lack split {self.split!r} (keys {sorted(folds)})")
             videos = [v for v in folds[key] if v in labels.features]
+            unknown = [v for v in folds[key] if v not in labels.features]
+            if unknown:
+                log.warning("%s: %d of the %d video ids of split %r in %s are not in the labels %s and are left "
+                            "out: %s", self.id, len(unknown), len(folds[key]), key, where, labels_path,
+                            ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else ""))
         else:
             videos = _video_split(labels.videos, self.FOLD_FRACTIONS)[self.split]
         self.csd_alignment = self._opts_rest.get("csd_alignment", "slice")

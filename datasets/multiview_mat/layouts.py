@@ -176,6 +176,13 @@ def find_layout(path: Path, listing: dict[str, tuple[tuple[int, ...], str]], x_k
         y_cands = [(b, s) for (b, s), k in units.items()
                    if b.lower() in LABEL_NAMES and k in ("numeric", "cell") and s == shipped]
         if not y_cands:
+            typed = [(b, k) for (b, s), k in units.items() if b.lower() in LABEL_NAMES and s == shipped]
+            if typed:
+                b = typed[0][0]
+                cls = listing.get(b + (SPLIT_SUFFIXES[0] if shipped else ""), ((), typed[0][1]))[1]
+                raise fail(f"the label variable {b} is a MATLAB {cls} variable; expected a numeric "
+                           f"label vector (one class per sample) or a cell of them (text class names are not read: "
+                           f"store them as numbers)")
             other = [b for (b, s), k in units.items() if b.lower() in LABEL_NAMES and s != shipped]
             if other:
                 raise fail(f"the views {'come' if shipped else 'do not come'} as _train / _test parts but the labels "
@@ -208,6 +215,11 @@ def label_cell(cell: np.ndarray, path: Path, name: str) -> np.ndarray:
     entries = [np.asarray(e.toarray() if sp.issparse(e) else e) for e in np.asarray(cell, dtype=object).ravel(order="F")]
     if not entries:
         raise DatasetError(f"{path}: the label cell {name} is empty")
+    if all(e.size == 1 or e.dtype.kind in "USO" for e in entries):
+        kinds = sorted({"text" if e.dtype.kind in "USO" else "a number" for e in entries})
+        raise DatasetError(f"{path}: the label cell {name} holds {len(entries)} entries of {' or '.join(kinds)}, one "
+                           f"per sample, not label vectors; expected a numeric label vector (N-by-1), or a cell "
+                           f"with one copy of it per view")
     first = entries[0]
     for i, e in enumerate(entries[1:], start=2):
         if e.dtype == object or e.size != first.size or not np.array_equal(e.ravel(), first.ravel()):

@@ -233,7 +233,13 @@ class _FrameReaders:
                 raise DatasetError(f"nyuv2: {self._mat_path}: cannot read frame {fr.frame}: {e}") from e
         if self.label_source == "png":
             sub = f"{fr.folder}_labels_{self.classes}"
-            label = read_label_png(self.root / sub / f"new_nyu_class{self.classes}_{fr.frame:04d}.png", self.classes)
+            png = self.root / sub / f"new_nyu_class{self.classes}_{fr.frame:04d}.png"
+            label = read_label_png(png, self.classes)
+            for k, a in arrays.items():
+                if a.shape[-2:] != label.shape:
+                    raise DatasetError(f"nyuv2: {png}: the label image is {label.shape[0]} x {label.shape[1]} but "
+                                       f"frame {fr.frame}'s {k} in {self._mat_path} is {a.shape[-2]} x {a.shape[-1]}; "
+                                       f"the label PNGs must be the official ones for this .mat (480 x 640)")
         else:
             raw = np.asarray(raw)
             if raw.max(initial=0) > NUM_RAW_CLASSES:

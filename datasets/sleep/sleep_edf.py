@@ -62,8 +62,23 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
     def _find_recordings(self) -> list[dict[str, Any]]:
         self._unknown_stages()  # a bad value is reported before any file is read
         pairs = self._opts_rest.get("pairs")
+        where = "the pairs= option"
         if pairs is None and (self.root / "pairs.tsv").is_file():
-            pairs = [line.split("\t") for line in (self.root / "pairs.tsv").read_text().splitlines() if line.strip()]
+            where = str(self.root / "pairs.tsv")
+            pairs = []
+            for i, line in enumerate((self.root / "pairs.tsv").read_text().splitlines(), start=1):
+                if not line.strip():
+                    continue
+                fields = line.split("\t")
+                if len(fields) != 2:
+                    raise DatasetError(f"{self.id}: {where} line {i} has {len(fields)} tab-separated field(s) "
+                                       f"({line!r:.80}); expected two: the PSG file, a tab, its hypnogram file")
+                pairs.append(fields)
+        if pairs is not None:
+            for i, pair in enumerate(pairs):
+                if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+                    raise DatasetError(f"{self.id}: {where}: entry {i} is {pair!r:.80}; expected a pair "
+                                       f"[PSG file, hypnogram file]")
         if pairs is None:
             pairs = []
             for psg in sorted(self.root.rglob("*-PSG.edf")):
