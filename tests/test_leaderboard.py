@@ -140,8 +140,8 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
     """Every committed board is in the current format (``BOARD_FORMAT`` in its metadata) and is what its
     committed runs give, byte for byte, and so is the index; regenerating twice gives the same bytes."""
     root = Path(__file__).resolve().parents[1] / "leaderboards"
-    monkeypatch.setattr(plots, "plot_curves", lambda view, path: True)  # markdown only (plots are slow)
-    monkeypatch.setattr(index_page, "draw_cd_diagram", lambda ranking, path: True)
+    monkeypatch.setattr(plots, "plot_curves", lambda view, path: False)  # markdown only (plots are slow): none drawn
+    monkeypatch.setattr(index_page, "draw_cd_diagram", lambda ranking, path: False)
     studies = {p.name for p in root.glob("*-kviews.md")}  # written by `fusebench study kviews`, checked below
     for out in (tmp_path / "a", tmp_path / "b"):
         out.mkdir()
@@ -158,6 +158,9 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
     assert {p.name for p in written} >= {p.name for p in root.glob("*.md")} - studies - {"README.md"}
     stale = []
     for p in written:
+        if p.suffix == ".png":  # the plots that are not stubbed out above (missing views, sensitivity): drawn
+            assert p.is_file()
+            continue
         committed = root / p.name
         meta = lb.read_board_meta(committed) if p.name != "README.md" and committed.exists() else None
         if p.name == "README.md" or not committed.exists() or (meta or {}).get("format") != lb.BOARD_FORMAT:

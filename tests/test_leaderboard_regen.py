@@ -78,7 +78,8 @@ def test_regenerating_twice_is_byte_identical_and_rewrites_nothing(runs: Path, t
     first = _state(out)
     assert {"toy-a.md", "toy-b.md", "README.md", "toy-a-curves.png", "toy-b-curves.png"} <= set(first)
     written = write_leaderboards(runs, out)
-    assert {p.name for p in written} == {"toy-a.md", "toy-b.md", "README.md"}  # still reported as the boards
+    # still reported, plots included (the command lists each file it wrote or left unchanged)
+    assert {p.name for p in written} == {"toy-a.md", "toy-b.md", "README.md", "toy-a-curves.png", "toy-b-curves.png"}
     second = _state(out)
     assert second == first  # same bytes, same inode, same mtime: no file was rewritten, PNG or markdown
     # one changed run: its board and plot are rewritten, the other benchmark's plot is left alone

@@ -37,7 +37,8 @@ def test_run_ends_with_records_boards_and_a_table(tmp_path: Path, capsys) -> Non
     assert tail[0] == f"records: {runs} (4 cell(s) of quickstart)"
     wrote = [x for x in tail if x.startswith("boards: ")]
     assert wrote == [f"boards: wrote {boards / n}" for n in
-                     ("quickstart.md", "quickstart.csv", "quickstart.json", "quickstart-seeds.csv", "README.md")]
+                     ("quickstart-curves.png", "quickstart.md", "quickstart.csv", "quickstart.json",
+                      "quickstart-seeds.csv", "README.md")]
     table = tail[1 + len(wrote):]
     assert re.split(r"\s{2,}", table[0]) == ["benchmark", "objective", "metric", "mean ± std", "n"]
     rows = {re.split(r"\s{2,}", x)[1]: re.split(r"\s{2,}", x) for x in table[1:]}

@@ -40,7 +40,8 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     """Regenerate the boards of the benchmarks with runs under ``runs_dir`` and the index; returns the
     paths of those boards (per board its ``formats``: ``md`` the markdown, ``csv`` / ``json`` the
     results as data, :mod:`fusebench.leaderboard.export`; ``html`` the page,
-    :mod:`fusebench.leaderboard.html`) and, with ``md``, the index (with ``html``, ``index.html``). A file
+    :mod:`fusebench.leaderboard.html`), with ``md`` their plots and the index with its CD diagram (with
+    ``html``, ``index.html``). A file
     whose text did not change is left untouched, like a plot whose inputs did not. Without ``md`` no
     markdown, plot or index README is written. Everything is validated before the first file is written."""
     formats = export.check_formats(formats)
@@ -111,13 +112,16 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         if md:
             for view, plot in zip(views, shown):
                 if plot:
-                    plotting.plot_curves(view, _inside(out_dir, plot))
+                    if plotting.plot_curves(view, _inside(out_dir, plot)):  # True: the PNG is there (drawn, or already up to date)
+                        written.append(out_dir / plot)
             for view, plot in zip(views, missing):
                 if plot:
-                    robustness.plot_missing(view, _inside(out_dir, plot))
+                    if robustness.plot_missing(view, _inside(out_dir, plot)):  # True: the PNG is there (drawn, or already up to date)
+                        written.append(out_dir / plot)
             for view, plot in zip(views, sens):
                 if plot:
-                    sensitivity.plot_sensitivity(view, _inside(out_dir, plot))
+                    if sensitivity.plot_sensitivity(view, _inside(out_dir, plot)):  # True: the PNG is there (drawn, or already up to date)
+                        written.append(out_dir / plot)
         for fmt in export.FORMATS:
             if fmt in texts:
                 path = _inside(out_dir, f"{name}.{fmt}")
@@ -128,7 +132,8 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         written.append(out_dir / filename)
     if md:
         if cd_plot:
-            index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot))
+            if index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot)):
+                written.append(out_dir / cd_plot)
         index_path = _inside(out_dir, "README.md")
         write_if_changed(index_path, index_md)
         written.append(index_path)
