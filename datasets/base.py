@@ -112,9 +112,11 @@ class MultimodalDataset(Dataset):
     #: where the official files come from (URLs, licence) and the expected layout, for `data info`
     INFO: ClassVar[str] = ""
     #: the adapter-specific options it reads (``dataset.options``); an option outside this set and
-    #: :data:`BASE_OPTIONS` is a :class:`DatasetError`. ``None`` (the default for third-party adapters)
-    #: skips the check.
-    OPTIONS: ClassVar[frozenset[str] | None] = None
+    #: :data:`BASE_OPTIONS` is a :class:`DatasetError` (default: none, so an adapter that reads an option from
+    #: ``self._opts_rest`` declares it here). ``None`` skips the check: every key is accepted, and recorded, whether
+    #: the adapter reads it or not (``fusebench data info`` says "open-ended"); kept for adapters written before
+    #: the default was empty.
+    OPTIONS: ClassVar[frozenset[str] | None] = frozenset()
     #: the types of (some of) the adapter's OPTIONS, checked when a benchmark spec is loaded
     #: (:mod:`fusebench.options`); options without an entry take any value
     OPTION_TYPES: ClassVar[dict[str, Any]] = {}
@@ -154,7 +156,8 @@ class MultimodalDataset(Dataset):
             unknown = sorted(set(opts) - set(declared) - BASE_OPTIONS)
             if unknown:
                 raise DatasetError(f"{self.id}: unknown options {unknown} (dataset.options / --set "
-                                   f"dataset.options.NAME); valid options: {sorted(set(declared) | BASE_OPTIONS)}")
+                                   f"dataset.options.NAME); valid options: {sorted(set(declared) | BASE_OPTIONS)} "
+                                   f"(an adapter declares the options it reads in its OPTIONS)")
         allow_empty = bool(opts.pop("allow_empty", False))
         self.opts = dict(opts)
         self.seed = int(opts.pop("seed", 0))

@@ -20,7 +20,7 @@ one error naming the spec key, the valid options and the closest match; a value 
 >>> check_options({"tua": 0.2}, objectives.OBJECTIVES.get("infonce_pwe"), "pretrain.per_objective.infonce_pwe.hparams")
 Traceback (most recent call last):
 ...
-fusebench.options.OptionsError: pretrain.per_objective.infonce_pwe.hparams: unknown options ['tua'] (did you mean 'tua' -> 'tau'?); valid options: tau
+fusebench.options.OptionsError: pretrain.per_objective.infonce_pwe.hparams: unknown options ['tua'] (did you mean 'tau' for 'tua'?); valid options: tau
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def check_options(given: Mapping[str, Any], obj: Any, where: str, values: bool =
     table = {o.name: o for o in opts}
     unknown = sorted(str(k) for k in given if k not in table)
     if unknown:
-        hints = [f"{k!r} -> {h[0]!r}" for k in unknown if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.5))]
+        hints = [f"{h[0]!r} for {k!r}" for k in unknown
+                 if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.5))]
         raise OptionsError(f"{where}: unknown options {unknown}" + (f" (did you mean {', '.join(hints)}?)" if hints else "")
                            + f"; valid options: {', '.join(table) or 'none'}")
     for key in given:

@@ -37,6 +37,7 @@ class ToyDet(MultimodalDataset):
     FILES = (DataFile("items/*.npz", "one sample per file"),)
     INFO = "Toy adapter of the cache tests."
     SPLITS = ("train", "test")
+    OPTIONS = frozenset({"fail_at", "interrupt_at"})  # the failure injections below
 
     def _index(self):
         self.fail_at = self._opts_rest.get("fail_at")

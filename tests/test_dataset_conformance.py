@@ -37,6 +37,7 @@ def test_empty_split_raises_in_the_base_class(tmp_path):
         id = "toy_empty"
         task = "classification"
         MODALITIES = (Modality("x", "vector", 2),)
+        OPTIONS = frozenset({"listing", "n"})
 
         def _index(self):
             if self._opts_rest.get("listing"):
@@ -76,3 +77,23 @@ def test_empty_sunrgbd_val_listing(fixtures_dir, tmp_path):
     assert "val_data_idx.txt" in msg
     train = build("sunrgbd", split="train", **kw)
     assert [f.frame for f in train.samples] == [1, 2]  # train_data_idx.txt of the fixture: 1, 2
+
+
+def test_an_adapter_declaring_no_options_refuses_every_option(tmp_path):
+    """The default ``OPTIONS`` is empty: an adapter that reads no option (like the guide's) refuses a
+    ``dataset.options`` key, naming it and the options every adapter takes, where it used to accept it, record it
+    in the run and change its hash while reading nothing."""
+    from fusebench.datasets.base import DatasetError, Modality, MultimodalDataset
+
+    class Plain(MultimodalDataset):
+        id = "toy_plain"
+        task = "classification"
+        MODALITIES = (Modality("x", "vector", 2),)
+
+        def _index(self):
+            return [0]
+
+    assert Plain.OPTIONS == frozenset()
+    with pytest.raises(DatasetError, match=r"toy_plain: unknown options \['window_sz'\] .*valid options: \[.*'seed'"
+                                           r".*\] \(an adapter declares the options it reads in its OPTIONS\)"):
+        Plain(root=tmp_path, window_sz=5)

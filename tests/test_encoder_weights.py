@@ -73,7 +73,14 @@ def test_embedding_protocol_keeps_best_pt_and_round_trips(emb_runs: Path, tmp_pa
     from fusebench.leaderboard import write_leaderboards
 
     write_leaderboards(emb_runs, tmp_path / "boards", formats=("md",))
-    assert "| `mine` |" in (tmp_path / "boards" / f"{EMB}.md").read_text()
+    board = (tmp_path / "boards" / f"{EMB}.md").read_text()
+    assert "| `mine` |" in board
+    # its steps are not a budget: not compared with the pretrained row's, shown as not known ("—")
+    budget = next(line for line in board.splitlines() if line.startswith("Pretraining budget"))
+    assert budget.startswith("Pretraining budget: **equal** across the 1 pretrained row(s)")
+    assert budget.endswith("Trained elsewhere (budget not known here): `mine`.")
+    row = next(line for line in board.splitlines() if line.startswith("| `mine` |")).split(" | ")
+    assert row[-4:-2] == ["—", "—"]  # steps, samples seen
 
 
 def test_linear_probe_round_trip(tmp_path: Path) -> None:

@@ -281,3 +281,26 @@ def test_bench_leaderboard_runs_and_checks(runs: Path, tmp_path: Path) -> None:
     assert "target <= 1 s (issue #34)" in r.stdout
     assert sorted(p.name for p in boards.iterdir()) == ["README.md", "toy-a-curves.png", "toy-a.md",
                                                         "toy-b-curves.png", "toy-b.md"]  # not written
+
+
+def test_the_command_says_what_it_does_warns_on_no_runs_and_names_an_interruption(runs: Path, tmp_path: Path, capsys,
+                                                                                  monkeypatch) -> None:
+    """Off a terminal, a regeneration writes a progress line as the boards are written (a cold one drew plots for
+    most of a minute in silence); a runs folder without any run.json is named in a warning; Ctrl-C in the middle
+    says the folder may be half regenerated and to run again, with exit status 130."""
+    monkeypatch.setenv("FUSEBENCH_LOG_EVERY", "0")  # a line per board
+    assert main(["--runs", str(runs), "--out", str(tmp_path / "a"), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert "[fusebench] leaderboard: boards written (with their plots): step 2/2 (100%)" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--runs", str(empty), "--out", str(tmp_path / "b")]) == 0
+    assert f"warning: no run.json under {empty}: no board is regenerated" in capsys.readouterr().err
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lb.writer, "render_board", interrupted)
+    assert main(["--runs", str(runs), "--out", str(tmp_path / "c"), "--no-plots", "--force"]) == 130
+    assert (f"interrupted; the files in {tmp_path / 'c'} may be part old, part regenerated: run the command again"
+            in capsys.readouterr().err)

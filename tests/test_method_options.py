@@ -51,7 +51,7 @@ def test_method_options_are_typed_at_load(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("extra,words", [
     ("pretrain: {methods: {tuple_infonce: {candidate: 3}}}",
-     ["pretrain.methods.tuple_infonce", "unknown options ['candidate']", "'candidate' -> 'candidates'", "valid options: disturbed"]),
+     ["pretrain.methods.tuple_infonce", "unknown options ['candidate']", "'candidates' for 'candidate'", "valid options: disturbed"]),
     ("pretrain: {methods: {tuple_infonse: {candidates: 3}}}",
      ["pretrain.methods", "unknown pretrain method 'tuple_infonse'", "Did you mean 'tuple_infonce'"]),
     ("pretrain: {methods: {tuple_infonce: {candidates: many}}}", ["pretrain.methods.tuple_infonce.candidates", "expected int"]),

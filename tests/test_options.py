@@ -33,7 +33,7 @@ def test_options_come_from_the_typed_signature() -> None:
 
 
 @pytest.mark.parametrize("given, message", [
-    ({"widht": 3}, r"toy: unknown options \['widht'\] \(did you mean 'widht' -> 'width'\?\); valid options: width, "
+    ({"widht": 3}, r"toy: unknown options \['widht'\] \(did you mean 'width' for 'widht'\?\); valid options: width, "
                    r"rate, name, flags"),
     ({"width": 3.0}, r"toy.width: expected int, got float 3.0"),
     ({"width": True}, r"toy.width: expected int, got bool True"),
@@ -53,7 +53,7 @@ def test_good_options_pass() -> None:
 
 def test_spec_hparams_are_checked_at_load_time() -> None:
     with pytest.raises(ConfigError, match=r"quickstart.yaml: pretrain.per_objective.m3g.hparams: unknown options \['epss'\] \(did "
-                                          r"you mean 'epss' -> 'eps'\?\); valid options: eps, cost, tol, max_iter"):
+                                          r"you mean 'eps' for 'epss'\?\); valid options: eps, cost, tol, max_iter"):
         benchmarks.load("quickstart", overrides={"pretrain.hparams.m3g.epss": 0.1})
     with pytest.raises(ConfigError, match=r"pretrain.per_objective.infonce_pwe.hparams.tau: expected float, got str '0.1'"):
         benchmarks.load("quickstart", overrides={"pretrain.hparams.infonce_pwe.tau": "0.1"})
@@ -70,10 +70,10 @@ def test_spec_grid_encoder_and_dataset_options_are_checked_at_load_time() -> Non
     with pytest.raises(ConfigError, match=r"pretrain.per_objective.m3g.grid: expected a mapping of option names to non-empty lists"):
         benchmarks.load("mv-ngs", overrides={"pretrain.grid.m3g": {"eps": []}})
     with pytest.raises(ConfigError, match=r"encoder.config \(mlp\): unknown options \['hiden'\] \(did you mean "
-                                          r"'hiden' -> 'hidden'\?\)"):
+                                          r"'hidden' for 'hiden'\?\)"):
         benchmarks.load("mv-ngs", overrides={"encoder.config.hiden": 8})
     with pytest.raises(DatasetError, match=r"dataset.options, adapter mv_ngs: unknown options \['split_sed'\] "
-                                           r"\(did you mean 'split_sed' -> 'split_seed'\?\)"):
+                                           r"\(did you mean 'split_seed' for 'split_sed'\?\)"):
         benchmarks.load("mv-ngs", overrides={"dataset.options.split_sed": 1})
     with pytest.raises(DatasetError, match=r"dataset.options, adapter mv_ngs.split_seed: expected int, got str '1'"):
         benchmarks.load("mv-ngs", overrides={"dataset.options.split_seed": "1"})

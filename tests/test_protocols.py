@@ -24,7 +24,7 @@ def test_the_three_protocols_and_what_they_declare() -> None:
 
 
 def test_an_unknown_protocol_or_protocol_option_is_refused_when_the_spec_loads() -> None:
-    with pytest.raises(ConfigError, match=r"downstream.protocol 'lineer_probe' is not a registered protocol; valid: "
+    with pytest.raises(ConfigError, match=r"downstream.protocol 'lineer_probe' is not a registered protocol \(did you mean 'linear_probe'\?\); valid: "
                                           r"embedding_eval, finetune, linear_probe"):
         benchmarks.load("quickstart", overrides={"downstream.protocol": "lineer_probe"})
     with pytest.raises(ConfigError, match=r"options.embedding_eval: unknown option\(s\) \['n_inits'\]; the "

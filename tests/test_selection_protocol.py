@@ -292,3 +292,20 @@ def test_a_trial_computes_its_selection_metric_alone_and_the_value_of_the_full_e
     assert trial["selection"]["val_metrics"]["fs1_best_acc"] == full["selection"]["val_metrics"]["fs1_best_acc"]
     assert values_of(trial["metrics"])["fs1_best_acc"] == values_of(full["metrics"])["fs1_best_acc"]
     assert rec["hparam_selection"]["scores"][0]["val"] == full["selection"]["val_metrics"]["fs1_best_acc"]
+
+
+def test_the_selection_says_what_it_chose_where_it_wrote_it_and_the_grid_edge(tmp_path) -> None:
+    """The line a sweep prints once a selection is frozen: the choice, its mean validation score over the selection
+    seeds (worked out here: (0.90 + 0.94) / 2 = 0.92), the file, and a choice on the edge of its grid."""
+    from fusebench.sweep.selection import selection_line
+
+    outcome = {"benchmark": "mv-x", "objective": "mv_infonce", "metric": "fs1_best_acc", "at_edge": ["tau"],
+               "choice": {"tau": 0.5},
+               "scores": [{"hparams": {"tau": 0.1}, "val": 0.5, "val_by_seed": {"1000": 0.4, "1001": 0.6}},
+                          {"hparams": {"tau": 0.5}, "val": 0.92, "val_by_seed": {"1000": 0.90, "1001": 0.94}}]}
+    path = tmp_path / "mv-x" / "_selection" / "mv_infonce.json"
+    assert selection_line(outcome, path) == (
+        f"selection mv-x/mv_infonce: chose tau=0.5 (mean validation fs1_best_acc 0.92 over 2 selection seed(s)), "
+        f"written to {path}; on the edge of its grid: tau (a wider grid may move the choice)")
+    inner = {**outcome, "at_edge": []}
+    assert selection_line(inner, path, made_now=False).endswith(f"reused from {path}")

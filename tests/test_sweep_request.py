@@ -5,6 +5,7 @@ the option), ``--precision`` is folded into the overrides once, and the device `
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,9 @@ def test_a_request_is_a_frozen_value_and_of_applies_changes() -> None:
     ({"launcher_options": ["x"]}, r"launcher_options: expected a mapping"),
     ({"epochs": 3}, r"fusebench.run: unknown option\(s\) epochs; known: .*objective.*seeds"),
     ({"objective": "m3g", "objectives": ["m3g"]}, r"give objective or objectives, not both"),
+    # a seed or an objective given twice would count one run twice in the summary's n
+    ({"seeds": [0, 1, 0]}, r"--seeds: seed\(s\) 0 given more than once"),
+    ({"objectives": ["m3g", "mv_dhel", "m3g"]}, r"--objective: m3g given more than once"),
 ])
 def test_a_bad_option_is_one_config_error_naming_it(options: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -141,3 +145,50 @@ def test_set_lr_in_exponent_form_is_applied() -> None:
     request = SweepRequest.of("quickstart", overrides=["pretrain.lr=3e-4"])
     spec = benchmarks.load("quickstart", overrides=request.overrides, synthetic=True)
     assert spec.pretrain.lr == 0.0003
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("downstream.lr", -1, r"downstream.lr must be > 0, got -1"),
+    ("downstream.weight_decay", -0.1, r"downstream.weight_decay must be >= 0, got -0.1"),
+    ("pretrain.weight_decay", -1, r"pretrain.weight_decay must be >= 0, got -1"),
+    ("pretrain.projection_dim", 0, r"pretrain.projection_dim must be an integer >= 1 \(a width\), got 0"),
+    ("pretrain.projection_hidden", 0, r"pretrain.projection_hidden must be an integer >= 1"),
+    ("pretrain.warmup_epochs", 50, r"pretrain.warmup_epochs must be an integer in 0..20 \(the pretraining epochs\)"),
+    ("pretrain.per_objective.m3g.micro_batch", 65,
+     r"pretrain.per_objective.m3g.micro_batch = 65 must be at most the batch it splits \(64\)"),
+    ("seeds", [0, 0], r"seeds must be distinct"),
+    ("objectives", ["m3g", "m3g"], r"objectives must be distinct, got \['m3g'\] more than once"),
+])
+def test_values_a_cell_would_fail_on_or_not_use_are_refused_when_the_spec_loads(key, value, message) -> None:
+    """Each used to pass the spec check: a negative downstream lr or weight decay and a zero-width head failed in
+    the middle of the cell with torch's error naming no key, after pretraining; a warm-up longer than the run, a
+    micro-batch larger than the batch and a repeated seed were recorded and had no effect (the seed counted one
+    run twice). The error names the file, the --set value and the limit (quickstart: 20 epochs, batch 64)."""
+    from fusebench import benchmarks
+
+    spec = benchmarks.load("quickstart")
+    assert spec.pretrain.epochs == 20 and spec.pretrain.batch_size == 64
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: " + message + r".* \[with --set "
+                       + re.escape(f"{key}={value!r}") + r"\]$"):
+        benchmarks.load("quickstart", overrides={key: value})
+
+
+def test_a_method_option_no_objective_of_the_run_uses_is_refused(tmp_path: Path) -> None:
+    """``--set pretrain.methods.tuple_infonce.disturbed=false`` with ``--objective m3g``: M3G builds on no method,
+    so the option would be recorded in the record's config and change nothing (the config hash leaves it out); it
+    is refused before anything is written. The same option with the objective that uses it runs; the spec file's
+    own method options for objectives this run leaves out stay accepted."""
+    from fusebench import benchmarks
+    from fusebench.sweep.runner import check_method_options_used
+
+    with pytest.raises(ConfigError, match=r"pretrain.methods.tuple_infonce \(disturbed=False, from --set\): the "
+                                          r"tuple_infonce method joins none of this run's objectives \(m3g\)"):
+        fusebench.run("quickstart", objective="m3g", seeds=[0], out=tmp_path / "runs",
+                      overrides={"pretrain.methods.tuple_infonce.disturbed": False})
+    assert not (tmp_path / "runs").exists()
+    overrides = {"pretrain.methods.tuple_infonce.disturbed": False}
+    spec = benchmarks.load("quickstart", overrides=overrides)
+    check_method_options_used(spec, ["tuple_infonce"], overrides)  # used: no error
+    hw = benchmarks.load("mv-handwritten")
+    assert hw.pretrain.methods["tuple_infonce"].embedding_noise == 0.1  # set by the spec file for tuple_infonce
+    check_method_options_used(hw, ["m3g"], {})

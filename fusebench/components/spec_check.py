@@ -17,7 +17,8 @@ from fusebench.options import OptionsError, check_options
 from fusebench.pipelines import PIPELINES, pipeline_of, unapplied_settings
 from fusebench.registry import closest
 from fusebench.tasks import TASKS
-from fusebench.spec.config import PER_OBJECTIVE, BenchmarkSpec, ConfigError, grouped_key, read_spec, setting_key
+from fusebench.spec.config import (PER_OBJECTIVE, BenchmarkSpec, ConfigError, grouped_key, name_overrides, read_spec,
+                                   setting_key)
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
 from fusebench.components.protocols import PROTOCOLS, Protocol, missing_view_problems, protocol_of
 from fusebench.components.rows import is_reference
@@ -27,7 +28,10 @@ from fusebench.typed import from_dict
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
     """Load and validate a YAML spec; apply the synthetic overrides (if ``synthetic``) then ``overrides``."""
     spec = read_spec(path, overrides=overrides, synthetic=synthetic)
-    check_against_components(spec, str(path))
+    try:
+        check_against_components(spec, str(path))
+    except (ConfigError, DatasetError) as e:
+        raise name_overrides(e, overrides) from None
     return spec
 
 
@@ -86,8 +90,9 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
     """``downstream.protocol`` is a registered protocol, and the options it reads from the spec
     (``options.<options_key>``) are ones it declares."""
     if spec.downstream.protocol not in PROTOCOLS:
-        return [f"downstream.protocol {spec.downstream.protocol!r} is not a registered protocol; valid: "
-                f"{', '.join(PROTOCOLS.available())}"]
+        hint = closest(str(spec.downstream.protocol), PROTOCOLS.available())
+        return [f"downstream.protocol {spec.downstream.protocol!r} is not a registered protocol"
+                + (f" (did you mean {hint!r}?)" if hint else "") + f"; valid: {', '.join(PROTOCOLS.available())}"]
     protocol = protocol_of(spec)
     if protocol.frozen_features and protocol.scorer == Protocol.scorer:
         return [f"downstream.protocol {spec.downstream.protocol!r} scores frozen features but names no scorer of its "

@@ -109,6 +109,9 @@ def main(argv: list[str]) -> int:
     from fusebench.leaderboard import fingerprint
 
     runs, out = Path(ns.runs), Path(ns.out)
+    if next(runs.rglob("run.json"), None) is None:
+        print(f"fusebench leaderboard: warning: no run.json under {runs}: no board is regenerated; the index lists the "
+              f"boards already in {out} (runs are written by `fusebench run B --out {runs}`)", file=sys.stderr)
     options = {"plots": not ns.no_plots, "split": ns.split, "reported": ns.reported, "formats": list(ns.formats),
                "tex_columns": ns.tex_columns}
     try:  # taken before anything is read: what the manifest will say the boards were made from
@@ -133,7 +136,7 @@ def main(argv: list[str]) -> int:
         before = snapshot(ns.out)
         written = write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,
                                      reported=Path(ns.reported) if ns.reported else None, formats=ns.formats,
-                                     tex_columns=ns.tex_columns)
+                                     tex_columns=ns.tex_columns, progress=True)
         lines = file_lines(written, before)  # each file: wrote / unchanged (issue #32)
         print("\n".join(lines))
         changed = sum(line.startswith("wrote ") for line in lines)
@@ -143,4 +146,9 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError) as e:
         print(f"fusebench leaderboard: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"fusebench leaderboard: interrupted; the files in {ns.out} may be part old, part regenerated: run "
+              f"the command again to finish them (nothing is skipped as unchanged after an interruption)",
+              file=sys.stderr)
+        return 130
     return 0

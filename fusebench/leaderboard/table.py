@@ -13,7 +13,7 @@ from typing import Any
 from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_text
 from fusebench.components.rows import is_reference
 from fusebench.leaderboard.groups import GroupView
-from fusebench.leaderboard.view import record_budget
+from fusebench.leaderboard.view import is_external, record_budget
 
 
 def _row_label(view: GroupView, o: str) -> str:
@@ -141,9 +141,12 @@ def _budget_text(b: tuple[int, int, Any, Any]) -> str:
 
 def _budget_line(view: GroupView) -> str | None:
     """Whether the pretrained rows (all but the reference rows) had equal pretraining budgets."""
-    pretrained = [o for o in view.rows if not is_reference(o)]
+    external = [o for o in view.rows if any(r.objective == o and is_external(r) for r in view.recs)]
+    pretrained = [o for o in view.rows if not is_reference(o) and o not in external]
+    outside = (f" Trained elsewhere (budget not known here): {', '.join(f'`{o}`' for o in external)}."
+               if external else "")
     if not pretrained:
-        return None
+        return outside.strip() or None
     per: dict[str, set] = {}
     missing = []
     for o in pretrained:
@@ -153,8 +156,8 @@ def _budget_line(view: GroupView) -> str | None:
             continue
         per[o] = {(b["optimizer_steps"], b["samples_seen"], b.get("batch_size"), b.get("epochs")) for b in budgets}
     if not per:
-        return "Pretraining budget: not recorded in these runs (records without a `budget` field)."
-    tail = f" Not recorded for {', '.join(f'`{o}`' for o in missing)}." if missing else ""
+        return "Pretraining budget: not recorded in these runs (records without a `budget` field)." + outside
+    tail = (f" Not recorded for {', '.join(f'`{o}`' for o in missing)}." if missing else "") + outside
     keys = {o: {(s, n) for s, n, _, _ in v} for o, v in per.items()}  # (steps, samples seen) per row
     every = {b for v in keys.values() for b in v}
     if len(every) == 1:  # equal: one (steps, samples seen) for every row and seed

@@ -13,8 +13,17 @@ from fusebench.records import RunRecord
 
 
 def record_budget(r: RunRecord) -> dict[str, Any] | None:
-    """``record["budget"]`` (None when absent; typed by :func:`fusebench.records.validate_record`)."""
+    """``record["budget"]`` (None when absent; typed by :func:`fusebench.records.validate_record`), and None for a
+    row of encoder weights trained elsewhere (``record["encoder_weights"]``): its record's zero steps are this
+    run's, not the budget its weights were trained with, which is not known here."""
+    if is_external(r):
+        return None
     return r.raw.get("budget")
+
+
+def is_external(r: RunRecord) -> bool:
+    """Whether ``r`` scores encoder weights trained elsewhere (``fusebench run --encoder-weights``)."""
+    return bool(r.raw.get("encoder_weights"))
 
 
 @dataclass

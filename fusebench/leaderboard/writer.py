@@ -7,6 +7,7 @@ repository checkout are (:func:`repository_boards`)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from fusebench.leaderboard.meta import read_board_meta, rendered_meta
 from fusebench.leaderboard.render import render_board
 from fusebench.leaderboard.reported import default_reported, load_reported
 from fusebench.registry import ID_RULE, valid_id
+from fusebench.runtime.progress import phase, track
 
 
 def _inside(out_dir: Path, filename: str) -> Path:
@@ -36,17 +38,20 @@ def _inside(out_dir: Path, filename: str) -> Path:
 
 def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split: bool = False,
                        reported: Path | None = None, formats: tuple[str, ...] | list[str] = ("md",),
-                       tex_columns: tuple[str, ...] | list[str] | None = None) -> list[Path]:
+                       tex_columns: tuple[str, ...] | list[str] | None = None, progress: bool = False) -> list[Path]:
     """Regenerate the boards of the benchmarks with runs under ``runs_dir`` and the index; returns the
     paths of those boards (per board its ``formats``: ``md`` the markdown, ``csv`` / ``json`` the
     results as data, :mod:`fusebench.leaderboard.export`; ``html`` the page,
     :mod:`fusebench.leaderboard.html`), with ``md`` their plots and the index with its CD diagram (with
     ``html``, ``index.html``). A file
     whose text did not change is left untouched, like a plot whose inputs did not. Without ``md`` no
-    markdown, plot or index README is written. Everything is validated before the first file is written."""
+    markdown, plot or index README is written. Everything is validated before the first file is written.
+    ``progress``: say what it does while it reads the records and renders the boards (bars on a terminal, log
+    lines elsewhere; ``fusebench leaderboard``)."""
     formats = export.check_formats(formats)
     outputs.check_tex_columns(formats, tex_columns)  # before any record is read
-    runs = load_runs(Path(runs_dir))
+    with phase(f"leaderboard: reading the run records under {runs_dir}") if progress else nullcontext():
+        runs = load_runs(Path(runs_dir))
     out_dir = Path(out_dir)
     reported_map = load_reported(Path(reported) if reported is not None else default_reported(out_dir))
     boards: list[tuple[str, list[GroupView], list[str], list[str], list[str]]] = []  # name, views, plots
@@ -108,7 +113,8 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         index_md = index_page.build_index(metas, cd_plot, ranking)
         index_html = html_page.render_index_page(index_md, ranking, pages, command) if web else ""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, views, shown, missing, sens, texts in rendered:
+    for name, views, shown, missing, sens, texts in track(rendered, len(rendered), "leaderboard: boards written "
+                                                          "(with their plots)", progress and bool(rendered)):
         if md:
             for view, plot in zip(views, shown):
                 if plot:

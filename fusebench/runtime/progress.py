@@ -55,6 +55,8 @@ def is_terminal() -> bool:
 
 
 def _speaks() -> bool:
+    if "torch.distributed" not in sys.modules:  # no process group without it: rank 0 (and no torch import for that)
+        return True
     from fusebench.runtime import distributed
 
     return distributed.rank() == 0  # one voice in a distributed run

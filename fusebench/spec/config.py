@@ -19,7 +19,7 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -645,6 +645,14 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (pt.epochs >= 0, "pretrain.epochs must be >= 0"),
         (pt.batch_size >= 2, "pretrain.batch_size must be >= 2 (contrastive losses need negatives)"),
         (pt.lr > 0, "pretrain.lr must be > 0"),
+        (pt.weight_decay >= 0, f"pretrain.weight_decay must be >= 0, got {pt.weight_decay!r}"),
+        *((type(v) is int and v >= 1, f"pretrain.{name} must be an integer >= 1 (a width), got {v!r}")
+          for name, v in (("projection_dim", pt.projection_dim), ("projection_hidden", pt.projection_hidden))),
+        *((type(pt.warmup_epochs) is int and 0 <= pt.warmup_epochs <= e,
+           f"pretrain.warmup_epochs must be an integer in 0..{e} (the {where} epochs), got {pt.warmup_epochs!r}")
+          for where, e in (("pretraining", pt.epochs),
+                           *((f"{o!r} objective's own", v) for o, v in sorted(pt.objective_epochs.items())
+                             if isinstance(v, int)))),
         (0.0 <= pt.missing_rate < 1.0, "pretrain.missing_rate must be in [0, 1) (the fraction of (sample, view) "
                                       "entries absent from every pretraining batch)"),
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
@@ -655,6 +663,10 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
                                         ("epochs", pt.objective_epochs, 0),
                                         ("micro_batch", pt.objective_micro_batch, 2))
           for o, v in sorted(table.items())),
+        *((not isinstance(v, int) or v <= pt.objective_batch_size.get(o, pt.batch_size),
+           f"{setting_key(o, 'micro_batch')} = {v} must be at most the batch it splits "
+           f"({pt.objective_batch_size.get(o, pt.batch_size)}): no chunk of the batch could be that large")
+          for o, v in sorted(pt.objective_micro_batch.items())),
         (all(isinstance(x, int) and not isinstance(x, bool) for x in pt.selection_seeds)
          and len(set(pt.selection_seeds)) == len(pt.selection_seeds) and not set(pt.selection_seeds) & set(spec.seeds),
          "pretrain.selection_seeds must be distinct integers, none of them an evaluation seed (seeds)"),
@@ -685,8 +697,15 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (not spec.comparison.get("reference") or spec.comparison["reference"] in spec.objectives,
          f"comparison.reference {spec.comparison.get('reference')!r} must be one of objectives {spec.objectives}"),
         (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
+        (ds.lr > 0, f"downstream.lr must be > 0, got {ds.lr!r}"),
+        (ds.weight_decay >= 0, f"downstream.weight_decay must be >= 0, got {ds.weight_decay!r}"),
         (ds.shots is None or ds.shots >= 1, "downstream.shots must be a positive number of samples per class"),
         (len(spec.seeds) >= 1, "seeds must list at least one seed"),
+        (len(set(map(repr, spec.seeds))) == len(spec.seeds),
+         f"seeds must be distinct (a seed given twice would count one run twice), got {spec.seeds}"),
+        (len(set(spec.objectives)) == len(spec.objectives),
+         f"objectives must be distinct, got {sorted({o for o in spec.objectives if spec.objectives.count(o) > 1})} "
+         f"more than once"),
         (spec.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
         (spec.loader.num_workers is None or (type(spec.loader.num_workers) is int and spec.loader.num_workers >= 0),
          f"loader.num_workers must be null (auto) or an integer >= 0, got {spec.loader.num_workers!r}"),
@@ -755,6 +774,16 @@ class SpecNameError(ConfigError):
         self.claimed = claimed
 
 
+def name_overrides(error: Exception, overrides: Mapping[str, Any] | None) -> Exception:
+    """``error`` (raised about a spec file) with the ``--set`` values applied to the file added at the end of its
+    message, ``... [with --set downstream.lr=-1]``: a value given on the command line is named beside the file it
+    changed, never blamed on the file alone. The same exception object (its type and other arguments kept)."""
+    if overrides and error.args and isinstance(error.args[0], str) and "[with --set " not in error.args[0]:
+        shown = ", ".join(f"{k}={v!r}"[:60] for k, v in overrides.items())
+        error.args = (f"{error.args[0]} [with --set {shown}]", *error.args[1:])
+    return error
+
+
 def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
     """Read a YAML spec, apply the synthetic overrides (if ``synthetic``) then ``overrides``, and check it on
     its own (keys, types, ranges: :func:`validate`). Checked against the registered components by
@@ -789,8 +818,11 @@ def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
     try:
         spec = from_dict(BenchmarkSpec, data, "")
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+        raise name_overrides(ConfigError(f"{path}: {e}"), overrides) from None
     if not synthetic and not spec.dataset.synthetic_only:
         # the synthetic generator is not used: its settings are neither recorded nor hashed (issue #29)
         spec.dataset.synthetic_spec = {}
-    return validate(spec, str(path))
+    try:
+        return validate(spec, str(path))
+    except ConfigError as e:
+        raise name_overrides(e, overrides) from None

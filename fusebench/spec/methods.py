@@ -46,7 +46,7 @@ and ``--set`` with a :class:`DeprecatedKeyWarning` (``config.RENAMED_PRETRAIN_KE
 >>> options_of(PretrainConfig(methods={"tuple_infonce": {"candidate": 8}}), "tuple_infonce")
 Traceback (most recent call last):
 ...
-fusebench.typed.ConfigError: pretrain.methods.tuple_infonce: unknown options ['candidate'] (did you mean 'candidate' -> 'candidates'?); valid options: disturbed, alpha, embedding_noise, dropout, sample_optimisation, candidates, candidate_steps, policy_lr, policy_sigma, beta_sigma, beta_max, beta_lambda, zeta_grid, val_size, policy_baseline
+fusebench.typed.ConfigError: pretrain.methods.tuple_infonce: unknown options ['candidate'] (did you mean 'candidates' for 'candidate'?); valid options: disturbed, alpha, embedding_noise, dropout, sample_optimisation, candidates, candidate_steps, policy_lr, policy_sigma, beta_sigma, beta_max, beta_lambda, zeta_grid, val_size, policy_baseline
 """
 
 from __future__ import annotations

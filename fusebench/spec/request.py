@@ -172,11 +172,19 @@ class SweepRequest:
             objs = (self.objectives,) if isinstance(self.objectives, str) else tuple(self.objectives)
             if not objs or not all(isinstance(o, str) for o in objs):
                 raise ConfigError(f"--objective: expected one or more objective ids, got {self.objectives!r}")
+            twice = sorted({o for o in objs if objs.count(o) > 1})
+            if twice:
+                raise ConfigError(f"--objective: {', '.join(twice)} given more than once")
             put("objectives", objs)
         if self.seeds is not None:
             if isinstance(self.seeds, (str, bytes)) or not hasattr(self.seeds, "__iter__"):
                 raise ConfigError(f"--seeds: expected a list of integers, got {self.seeds!r}")
-            put("seeds", tuple(check_seed(s) for s in self.seeds))
+            seeds = tuple(check_seed(s) for s in self.seeds)
+            twice = sorted({s for s in seeds if seeds.count(s) > 1})
+            if twice:
+                raise ConfigError(f"--seeds: seed(s) {', '.join(map(str, twice))} given more than once (a seed given "
+                                  f"twice would count one run twice)")
+            put("seeds", seeds)
         if not isinstance(self.out, (str, Path)) or not str(self.out):
             raise ConfigError(f"--out: expected a folder, got {self.out!r}")
         put("out", Path(self.out))

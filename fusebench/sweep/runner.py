@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.runtime import progress as progress_lines
@@ -66,6 +66,41 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
             except (ValueError, TypeError) as e:
                 where = setting_key(o, "hparams") + (f" / {setting_key(o, 'grid')} {point}" if point else "")
                 raise ConfigError(f"{spec.name}: {where}: objective {o!r} refuses {hp}: {e}") from None
+
+
+def check_method_options_used(spec: BenchmarkSpec, objs: list[str], overrides: Iterable[str] = ()) -> None:
+    """A pretraining method's options (``pretrain.methods.<id>``, off their defaults) are used or refused: a
+    ConfigError when the method joins none of the cells they would reach. Given on the command line
+    (``overrides``: the ``--set`` keys), that is the run's objectives ``objs``; written in the spec, its
+    objectives or the run's (the spec may set a method for an objective this run leaves out). The cells' config
+    hash already leaves such options out (:func:`fusebench.spec.config.methods_used`); without this check the
+    record would show them as if set."""
+    from fusebench.spec.config import canonical_pretrain, methods_used
+
+    pretrain = canonical_pretrain(spec.pretrain)
+    set_here = sorted(pretrain.get("methods") or {})
+    if not set_here:
+        return
+
+    def joined_by(names: Iterable[str]) -> set[str]:
+        used: set[str] = set()
+        for o in names:
+            m = methods_used(o, pretrain)
+            used |= set(set_here) if m is None else set(m)  # None: an id not registered here, every method counts
+        return used
+
+    by_run = joined_by(objs)
+    by_spec = joined_by([*spec.objectives, *objs])
+    keys = list(overrides)
+    for mid in set_here:
+        given = [k for k in keys if k in ("pretrain", "pretrain.methods") or k.startswith(f"pretrain.methods.{mid}")]
+        reached, whose = (by_run, f"this run's objectives ({', '.join(objs)})") if given else \
+            (by_spec, f"the benchmark's objectives or this run's ({', '.join(dict.fromkeys([*spec.objectives, *objs]))})")
+        if mid not in reached:
+            what = ", ".join(f"{k}={v!r}" for k, v in pretrain["methods"][mid].items())
+            raise ConfigError(f"{spec.name}: pretrain.methods.{mid} ({what}{', from --set' if given else ''}): the "
+                              f"{mid} method joins none of {whose}, so the setting would be recorded and not used; "
+                              f"drop it, or run an objective that builds on {mid}")
 
 
 def check_out(out: Path) -> Path:
@@ -206,6 +241,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
         options = options.resolved()
     device = options.device
     check_components(spec, objs)
+    check_method_options_used(spec, objs, req.overrides)
     pipeline = pipeline_of(spec)
     if pipeline.downstream:
         from fusebench import metrics as M

@@ -210,7 +210,8 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
         return None
     path = selection_path(out, spec.name, objective)
     ident = _identity(spec, objective, options, context)
-    if not path.exists():
+    made_now = not path.exists()
+    if made_now:
         outcome = select_hparams(spec, objective, out, options, context)
         assert outcome is not None
         _write_once(path, {**ident, **outcome})
@@ -221,7 +222,22 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
         raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
                                   f"with another configuration or other data: {diff}; use another --out, or delete "
                                   "the file (and the cells made with it) to select again")
+    if options.progress:
+        say(selection_line(outcome, path, made_now))
     return outcome, digest
+
+
+def selection_line(outcome: Mapping[str, Any], path: Path, made_now: bool = True) -> str:
+    """What a frozen selection chose, in one line: the choice, its mean validation score, the file, and the grid
+    keys whose choice is on an edge of the grid (a wider grid may move it)."""
+    choice = " ".join(f"{k}={v}" for k, v in (outcome.get("choice") or {}).items())
+    best = next((p for p in outcome.get("scores") or [] if p.get("hparams") == outcome.get("choice")), None)
+    score = f" (mean validation {outcome.get('metric')} {best['val']:.4g} over {len(best['val_by_seed'])} " \
+            f"selection seed(s))" if best else ""
+    edge = outcome.get("at_edge") or []
+    where = "written to" if made_now else "reused from"
+    return (f"selection {outcome.get('benchmark')}/{outcome.get('objective')}: chose {choice}{score}, {where} {path}"
+            + (f"; on the edge of its grid: {', '.join(edge)} (a wider grid may move the choice)" if edge else ""))
 
 
 def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
@@ -244,4 +260,4 @@ def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, opt
 
 
 __all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
-           "select_hparams", "selection_path", "trial_name"]
+           "select_hparams", "selection_line", "selection_path", "trial_name"]
