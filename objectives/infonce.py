@@ -11,6 +11,13 @@ positive is the other view of the same sample and the candidates are all 2n - 1 
     l(A, B; a_i) = -s(a_i, b_i) + log( sum_{j != i} e^{s(a_i, a_j)} + sum_j e^{s(a_i, b_j)} ),
     NT-Xent(A, B) = 1/(2n) sum_i [ l(A, B; a_i) + l(B, A; b_i) ].
 
+This pair loss is *not* the one printed as M3G Eq. 1 (and the MV paper's Table I, row "pwe"), which has one
+direction (anchors in A only) and n cross-view candidates, -s(a_i, b_i) + log sum_j e^{s(a_i, b_j)}, without the
+same-view negatives: the two differ in value (each NT-Xent term has n - 1 more negatives in its log-sum-exp, so
+it is the larger). NT-Xent is what the MV paper's released code computes (the ``NTXent`` class referenced below)
+and what SimCLR-style pairwise baselines use; the k = 2 identities (``same_loss_as``) and the log(2n - 1) bound of
+the two-view MI estimate hold for it.
+
 - ``infonce_pwe`` (M3G Eq. 3): 2/(k(k-1)) sum_{l<m} NT-Xent(X^l, X^m).
 - ``infonce_avg`` (M3G Eq. 4, MV paper Eq. 5): 1/k sum_l NT-Xent(X^l, Xbar^{-l}) with the plain mean
   Xbar^{-l} = 1/(k-1) sum_{m != l} X^m of the (unit) other views, as printed and as in the MV paper's

@@ -93,6 +93,10 @@ BACKENDS = ("auto", "eager", "compiled")
 #: largest n^k for which ``backend="auto"`` uses the compiled call (measured: ``fusebench bench
 #: objectives --crossover``, docs/benchmarks-objectives.md)
 COMPILED_MAX_ENTRIES = 2**16
+#: a loss call whose declared memory (:meth:`M3G.memory_bytes`) reaches this many bytes is checked against the
+#: memory this process can still get (:func:`fusebench.machine.memory_budget`) before it allocates anything
+#: (:meth:`M3G.check_memory`)
+MEMORY_CHECK_FROM = 2**30
 
 
 def pair_sqdists(z: Tensor) -> Tensor:
@@ -175,6 +179,25 @@ class M3G(MultiViewObjective):
             out = max(out, m3g_memory.compiled_bytes(k, n, d))
         return int(out)
 
+    def check_memory(self, views: Tensor) -> None:
+        """Refuse (ValueError) a call on ``views`` [k, n, d] whose declared memory exceeds what this process can
+        still get (``$FUSEBENCH_MEMORY_BUDGET_GB`` when set): its n^k cost would otherwise allocate until the
+        machine runs out. The sweep refuses a configuration over half of that before any cell starts
+        (:mod:`fusebench.components.memory_budget`); this is the backstop for a direct call. Calls declared below
+        :data:`MEMORY_CHECK_FROM` bytes read nothing (no file, no device query)."""
+        from fusebench.machine import memory_budget
+
+        k, n, d = views.shape
+        need = self.memory_bytes(n, k, views.dtype, d)
+        if need < MEMORY_CHECK_FROM:
+            return
+        budget, source = memory_budget(str(views.device), fraction=1.0)
+        if need > budget:
+            raise ValueError(f"m3g: one loss call on k = {k} views of n = {n} samples (d = {d}) needs about "
+                             f"{need / 2**30:.1f} GiB (its cost grows as n^k), more than the {budget / 2**30:.1f} GiB "
+                             f"it can get ({source}); call it on micro-batches (a run's "
+                             f"pretrain.per_objective.m3g.micro_batch) or with fewer views")
+
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
         eps = self.eps
@@ -197,6 +220,8 @@ class M3G(MultiViewObjective):
         return out
 
     def forward(self, views: Tensor, mask: Tensor | None = None) -> Tensor:
+        self.check_views(views, finite=False)  # the shape first: then what it would allocate
+        self.check_memory(views)
         if self.solver != "auto" or self.cost != "cv":
             return super().forward(views, mask)
         # the fast path: normalisation, Gram matrix, solve and Danskin gradient in one autograd node; NaN / Inf

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from fusebench import benchmarks
+from fusebench import benchmarks, machine
 from fusebench.objectives import build, m3g_memory
 from fusebench.components import memory_budget
 from fusebench.runtime import progress
@@ -165,11 +165,11 @@ def test_no_micro_batch_fits_says_so(monkeypatch):
 
 def test_budget_from_the_process_memory(monkeypatch):
     monkeypatch.delenv(ENV_BUDGET, raising=False)
-    monkeypatch.setattr(memory_budget, "_mem_available", lambda: 20 * GIB)
-    monkeypatch.setattr(memory_budget, "_cgroup_room", lambda: 6 * GIB)  # a container limit below MemAvailable
+    monkeypatch.setattr(machine, "_mem_available", lambda: 20 * GIB)
+    monkeypatch.setattr(machine, "_cgroup_room", lambda: 6 * GIB)  # a container limit below MemAvailable
     budget, source = memory_budget.memory_budget("cpu")
     assert budget == 3 * GIB and "cgroup" in source and ENV_BUDGET in source
-    monkeypatch.setattr(memory_budget, "_cgroup_room", lambda: None)
+    monkeypatch.setattr(machine, "_cgroup_room", lambda: None)
     assert memory_budget.memory_budget("cpu")[0] == 10 * GIB
     for bad in ("lots", "0", "-2", "nan"):
         monkeypatch.setenv(ENV_BUDGET, bad)
@@ -272,3 +272,28 @@ def test_the_largest_fitting_micro_batch_is_found_by_bisection_as_a_scan_finds_i
             assert mb._largest_fitting_micro(inst, batch, batch - 1, 3, 8, budget) == scan, (batch, budget)
     big = mb._largest_fitting_micro(inst, 10**8, 10**8 - 1, 3, 8, 1e12)
     assert big is not None and big**3 <= 1e12 < (big + 2) ** 3
+
+
+def test_a_direct_m3g_call_over_the_memory_it_can_get_is_refused_before_it_allocates(monkeypatch):
+    """The sweep's check covers runs; a direct call of the loss (the Python API) used to allocate until the machine
+    ran out (k = 10 views of 16 samples: about 23 GiB). It is refused when its declared memory, from 1 GiB up, is
+    over what the process can get (the budget variable when set); a smaller call reads no budget at all."""
+    from fusebench.objectives import m3g as m3g_module
+
+    loss = build("m3g")
+    views = torch.randn(10, 16, 8)
+    need = loss.memory_bytes(16, 10, torch.float32, 8)
+    assert need > 20 * GIB  # the n^k cost: 16^10 entries
+    monkeypatch.setenv(ENV_BUDGET, "16")
+    with pytest.raises(ValueError, match=r"m3g: one loss call on k = 10 views of n = 16 samples \(d = 8\) needs about "
+                                         r"\d+\.\d GiB .*more than the 16.0 GiB it can get \("
+                                         r"FUSEBENCH_MEMORY_BUDGET_GB=16\); call it on micro-batches"):
+        loss(views)
+
+    def no_budget(*args, **kwargs):
+        raise AssertionError("a small call read the memory budget")
+
+    monkeypatch.setattr(machine, "memory_budget", no_budget)
+    small = torch.randn(3, 16, 8)
+    assert loss.memory_bytes(16, 3, torch.float32, 8) < m3g_module.MEMORY_CHECK_FROM
+    assert torch.isfinite(loss(small))
