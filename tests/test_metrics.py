@@ -188,6 +188,22 @@ def test_corr():
     assert M("corr")([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
     assert M("corr")(np.array([1.0, 2, 3]), np.array([2.0, 4, 6])) == pytest.approx(1.0)
     assert math.isnan(M("corr")([1, 1, 1], [1, 2, 3]))
+    # constant float64 arrays whose centred values are rounding noise, not 0: undefined, never 0.0 or 1.0
+    assert (np.full(7, 0.1) - np.full(7, 0.1).mean()).any()
+    assert math.isnan(M("corr")(np.full(7, 0.1), np.full(7, 0.1)))
+    assert math.isnan(M("corr")(np.full(686, 0.3), np.linspace(-3, 3, 686)))
+    assert math.isnan(M("sims_corr")(np.full(7, 0.1), np.linspace(-1, 1, 7)))
+
+
+def test_kappa_near_but_not_at_full_chance_agreement():
+    """One sample of class 1 among n = 200,000 and every prediction 0: p_o = p_e = (n - 1) / n, so kappa = 0 by hand
+    (sklearn's cohen_kappa_score agrees); p_e is within 1e-5 of 1, which used to give NaN. Both raters constant on
+    one class: p_e = 1 exactly, undefined."""
+    n = 200_000
+    y_true = np.zeros(n, dtype=np.int64)
+    y_true[17] = 1
+    assert M("kappa")(np.zeros(n, dtype=np.int64), y_true) == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(M("kappa")(np.zeros(5, dtype=np.int64), np.zeros(5, dtype=np.int64)))
 
 
 def test_sims_metrics():

@@ -82,14 +82,15 @@ def mf1(y_pred: Any, y_true: Any) -> float:
 
 @register("kappa")
 def kappa(y_pred: Any, y_true: Any) -> float:
-    """Cohen's kappa (unweighted): (p_o - p_e) / (1 - p_e)."""
+    """Cohen's kappa (unweighted): (p_o - p_e) / (1 - p_e); NaN only when p_e = 1 exactly (both raters give one
+    and the same class), decided on the integer counts (sum of row x column totals = n^2), not by a tolerance."""
     p, t = pair(y_pred, y_true, "kappa", integer=True)
     _, m = confusion(t, p)
-    n = m.sum()
+    n = int(m.sum())
+    if int((m.sum(axis=1).astype(np.int64) * m.sum(axis=0).astype(np.int64)).sum()) == n * n:
+        return float("nan")
     po = np.trace(m) / n
     pe = float((m.sum(axis=1) / n) @ (m.sum(axis=0) / n))
-    if np.isclose(pe, 1.0):
-        return float("nan")
     return float((po - pe) / (1 - pe))
 
 

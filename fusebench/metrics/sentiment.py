@@ -38,6 +38,10 @@ SIMS_CUTS = {2: (0.0,), 3: (-0.1, 0.1), 5: (-0.7, -0.1, 0.1, 0.7)}
 
 
 def _pearson(p: np.ndarray, t: np.ndarray) -> float:
+    """Pearson's r; NaN when either input is constant (decided on the values: the centred sums of a constant
+    float64 array are rounding noise, not 0, and gave 0.0, or 1.0 for two constants)."""
+    if np.all(p == p[0]) or np.all(t == t[0]):
+        return float("nan")
     dp, dt = p - p.mean(), t - t.mean()
     denom = np.sqrt((dp * dp).sum() * (dt * dt).sum())
     return float("nan") if denom == 0 else float((dp * dt).sum() / denom)
