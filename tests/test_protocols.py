@@ -98,3 +98,20 @@ def test_a_plugin_protocol_scores_a_cell_without_a_pipeline_of_its_own(monkeypat
     reg.register("unscored")(Unscored)
     with pytest.raises(ConfigError, match=r"downstream.protocol 'unscored' scores frozen features but names no scorer"):
         benchmarks.load("mv-hw2sources", overrides={**over, "downstream.protocol": "unscored"})
+
+
+@pytest.mark.parametrize("bench, overrides, chosen", [
+    ("quickstart", {}, r"the best of its 10 downstream epochs"),
+    ("mv-ngs", {}, r"the probes' L2 weights, kNN's k and the few-shot probe and the hyper-parameters of the "
+                   r"selection grids"),
+])
+def test_a_validation_split_that_is_the_test_split_is_refused_where_anything_is_chosen_on_it(bench, overrides,
+                                                                                           chosen) -> None:
+    """``dataset.val_split = test``: the best epoch, the probes' settings and the grids' choices would be made on the
+    test samples (it was accepted: a selection then chose on test accuracy). A pipeline check that chooses nothing
+    (one downstream epoch, no grid: the shipped sunrgbd-det-real20) may share the split."""
+    with pytest.raises(ConfigError, match=r"dataset.val_split and dataset.test_split are both 'test': " + chosen
+                       + r" would be chosen on the test samples"):
+        benchmarks.load(bench, overrides={"dataset.val_split": "test", **overrides})
+    shared = benchmarks.load("sunrgbd-det-real20")
+    assert shared.dataset.val_split == shared.dataset.test_split == "test" and shared.downstream.epochs == 1

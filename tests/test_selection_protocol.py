@@ -26,7 +26,6 @@ from fusebench.engine.cell import ConfigMismatchError
 from fusebench.spec.config import ConfigError
 from fusebench.spec.request import RunOptions
 from fusebench.components.spec_check import load_spec
-from fusebench.metrics import values_of
 
 GRID = [0.1, 0.5, 1.0]
 FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_best_acc", "fs1_acc", "knn_acc", "acc"],
@@ -271,17 +270,32 @@ def test_trials_run_in_parallel_give_the_records_and_choice_of_one_process(
 
 
 def test_a_trial_computes_its_selection_metric_alone_and_the_value_of_the_full_evaluation(
-        tmp_path: Path, fixtures_dir: Path) -> None:
+        tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """#31 item 5: a hyper-parameter trial runs only the probe that gives its selection metric (here the 1-shot
     probes: no linear probe, kNN, k-means or diagnostics), and its validation value is the one an evaluation
-    cell with the same seed and hyper-parameters computes with every probe."""
+    cell with the same seed and hyper-parameters computes with every probe. A trial never reads the test split
+    (it used to load, embed and score it, and keep the test scores in its record)."""
+    from fusebench.cells import standard
+
+    built: list[tuple[int, tuple[str, ...]]] = []
+    real_build = standard.build_datasets
+
+    def build(spec, synthetic, data_root, seed, roles=("train", "val", "test"), **kw):
+        built.append((seed, tuple(roles)))
+        return real_build(spec, synthetic, data_root, seed, roles=roles, **kw)
+
+    monkeypatch.setattr(standard, "build_datasets", build)
     over = {**FAST, "pretrain.selection_seeds": [1000], "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}}
     rec = fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=tmp_path / "sel",
                         data_root=_ngs(fixtures_dir), overrides=over, progress=False)[0]
+    assert built == [(1000, ("train", "val")), (1000, ("train", "val")), (0, ("train", "val", "test"))]
     trial = json.loads((tmp_path / "sel" / ".selection" / "mv-ngs" / "infonce_pwe" / "trial0-tau0.1" / "mv-ngs"
                         / "infonce_pwe" / "seed1000" / "run.json").read_text())
     ones = {"fs1_best_acc", "fs1_acc", "fs1_proto_acc"}  # the 1-shot probes' numbers, nothing else
-    assert set(trial["metrics"]) == ones and set(trial["selection"]["val_metrics"]) == ones
+    assert trial["metrics"] == {} and set(trial["selection"]["val_metrics"]) == ones  # validation values alone
+    one = trial["selection"]["fewshot"]["per_shot"]["1"]
+    assert one["test_acc"] is None and one["prototype"]["test_acc"] is None and one["best_test_acc"] is None
+    assert set(trial["dataset"]["sizes"]) == {"train", "val"}
     assert "clustering" not in trial and trial["diagnostics"] == {} and "knn" not in trial["selection"]
     assert "probe" not in trial["selection"] and list(trial["selection"]["fewshot"]["per_shot"]) == ["1"]
     full_over = {**FAST, "pretrain.grid": {}, "pretrain.selection_seeds": [],
@@ -290,7 +304,6 @@ def test_a_trial_computes_its_selection_metric_alone_and_the_value_of_the_full_e
                          data_root=_ngs(fixtures_dir), overrides=full_over, progress=False)[0]
     assert set(full["metrics"]) == {*ones, "knn_acc", "acc"} and "clustering" in full
     assert trial["selection"]["val_metrics"]["fs1_best_acc"] == full["selection"]["val_metrics"]["fs1_best_acc"]
-    assert values_of(trial["metrics"])["fs1_best_acc"] == values_of(full["metrics"])["fs1_best_acc"]
     assert rec["hparam_selection"]["scores"][0]["val"] == full["selection"]["val_metrics"]["fs1_best_acc"]
 
 

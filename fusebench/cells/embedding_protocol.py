@@ -54,16 +54,18 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
 
     request, options, data, model, dev, from_inputs = sc.request, sc.options, sc.data, sc.model, sc.dev, sc.from_inputs
     spec, objective, seed = request.spec, request.objective, request.seed
-    roles = ("train", "val", "test")
+    # a hyper-parameter trial is scored on validation alone: its cell has no test split, and no test sample is seen
+    roles = ("train", "val") if options.selection_trial else ("train", "val", "test")
     row = row_of(spec, objective)  # an input-feature row scores no encoder (fusebench.components.rows)
     enc = model if row.uses_encoder(spec) else None
     if from_inputs:
         views, labels = {}, {}
         for r in roles:
             views[r], labels[r] = input_views(data[r], spec, seed)
-        ytr, yva, yte = (labels[r] for r in roles)
+        ytr, yva, yte = (labels.get(r) for r in ("train", "val", "test"))
     else:
-        (xtr, ytr), (xva, yva), (xte, yte) = (features(enc, data[r], spec, dev, seed) for r in roles)
+        got = {r: features(enc, data[r], spec, dev, seed) for r in roles}
+        (xtr, ytr), (xva, yva), (xte, yte) = (got.get(r, (None, None)) for r in ("train", "val", "test"))
     opts = dict(spec.options.get(EmbeddingEval.options_key) or {})
     kwargs = {k: opts[k] for k in EMBEDDING_EVAL_OPTIONS if k in opts}  # the missing-view options: below
     # the probes the spec's metrics ask for, unless the options name them
@@ -78,14 +80,15 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
         # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
         width = min(len(views["train"]) * int(model.num_features), len(ytr) - 1, sum(v.shape[1] for v in views["train"]))
         feats, reference, cluster_standardize = row.features(views, width)
-        xtr, xva, xte = (feats[r] for r in roles)
+        xtr, xva, xte = (feats.get(r) for r in ("train", "val", "test"))
         kwargs["cluster_standardize"] = cluster_standardize
     with phase("probes and clustering"):  # said while it runs when it takes more than a few seconds
         res = probe_and_cluster(xtr, ytr, xva, yva, xte, yte, data["train"].num_classes, seed, **kwargs)
     names = {"mf1": "macro_f1"}
     computed = [m for m in spec.metrics if trial is None or f"test_{names.get(m, m)}" in res or m in res]
     val = {m: res[f"val_{names.get(m, m)}"] for m in computed if f"val_{names.get(m, m)}" in res}
-    test = {m: res.get(f"test_{names.get(m, m)}", res.get(m)) for m in computed}
+    # a trial's record holds validation values alone (no test sample was seen: its test values are None)
+    test = {} if options.selection_trial else {m: res.get(f"test_{names.get(m, m)}", res.get(m)) for m in computed}
     missing = [m for m, v in test.items() if v is None]
     if missing:
         raise RunError(f"{spec.name}: the embedding_eval protocol does not compute metric(s) {missing}")
@@ -94,7 +97,8 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
         if set(fewshot_ids(s)) & set(spec.metrics):
             for m in fewshot_ids(s):
                 val.setdefault(m, res[f"val_{m}"])
-                test.setdefault(m, res[f"test_{m}"])
+                if not options.selection_trial:
+                    test.setdefault(m, res[f"test_{m}"])
     diag = {} if enc is None or trial else representation_diagnostics(embeddings(model, data["val"], spec, dev, seed))
     if enc is not None and not options.selection_trial:  # the frozen encoder the probes scored (no epoch: -1)
         from fusebench.runtime import utils

@@ -104,7 +104,9 @@ def score(sc: Any, protocol: Any, pretrained_state: dict[str, torch.Tensor],
         model.load_state_dict(torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"])
     else:  # zero downstream epochs: score the model as it is
         best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
-    test = evaluate(model, data["test"], spec, dev, seed)
+    # the test split, scored once with the model chosen on validation; a hyper-parameter trial has none (its
+    # record holds validation values alone: selection.val_metrics)
+    test = {} if sc.options.selection_trial else evaluate(model, data["test"], spec, dev, seed)
     fields = _missing_view_fields(sc, model)  # missing views
 
     # diagnostics of the pretrained embeddings, then the record

@@ -131,7 +131,9 @@ class StandardCell:
         self.row = row_of(spec, objective)  # how the row's representation is made (fusebench.components.rows)
         # an input-feature row other than raw is computed from the unstandardised input views
         self.from_inputs = self.row.from_inputs(spec)
-        self.data = build_datasets(spec, options.synthetic, options.data_root, seed,
+        # a hyper-parameter trial is scored on the validation split alone: the test split is not even read
+        roles = ("train", "val") if options.selection_trial else ("train", "val", "test")
+        self.data = build_datasets(spec, options.synthetic, options.data_root, seed, roles=roles,
                                    extra_options={"standardize": False} if self.from_inputs else None)
         self.model = build_model(spec, self.data["train"], objective)
         self.weights_fields = self.load_encoder_weights()  # a pretrained encoder's row (issue #32): its record fields

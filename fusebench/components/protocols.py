@@ -85,6 +85,14 @@ class Protocol:
                                          "test split. ")
 
     @classmethod
+    def selects_on_validation(cls, spec: Any) -> str | None:
+        """What the protocol chooses on the validation split for ``spec`` (a phrase), or None when it chooses
+        nothing: the head protocols keep the downstream epoch with the best validation value, so they choose when
+        there is more than one epoch."""
+        epochs = spec.downstream.epochs
+        return f"the best of its {epochs} downstream epochs" if epochs > 1 else None
+
+    @classmethod
     def score(cls, cell: Any, **state: Any) -> Any:
         """Score ``cell`` (a :class:`fusebench.cells.standard.StandardCell` after pretraining) under this
         protocol: its :attr:`scorer` called with ``state`` (``pretrained_state``, ``ckpt``); returns its
@@ -117,6 +125,11 @@ class EmbeddingEval(Protocol):
     scorer = "fusebench.cells.embedding_protocol:score"
     options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
     metric_families = ("clustering",)
+
+    @classmethod
+    def selects_on_validation(cls, spec: Any) -> str | None:
+        return "the probes' L2 weights, kNN's k and the few-shot probe"
+
     missing_views_text = ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an "
                           "absent view's standardised features set to 0, the train mean); k-means clusters the "
                           "incomplete samples (each column standardised over the samples where its view is present, "

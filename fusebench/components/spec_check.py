@@ -98,6 +98,15 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
         return [f"downstream.protocol {spec.downstream.protocol!r} scores frozen features but names no scorer of its "
                 f"own (its scorer is the task-head training of linear_probe / finetune, {Protocol.scorer}); set the "
                 f"protocol's scorer to the function that scores a cell ('package.module:function')"]
+    ds = spec.dataset
+    if ds.val_split == ds.test_split:  # whatever is chosen on validation would be chosen on the test samples
+        chosen = [c for c in (protocol.selects_on_validation(spec),
+                              "the hyper-parameters of the selection grids" if any(spec.pretrain.grid.values()) else None)
+                  if c]
+        if chosen:
+            return [f"dataset.val_split and dataset.test_split are both {ds.test_split!r}: {' and '.join(chosen)} "
+                    f"would be chosen on the test samples; give the validation its own split (only a pipeline check "
+                    f"that chooses nothing, one downstream epoch and no grid, may share them)"]
     given = spec.options.get(protocol.options_key) if protocol.options_key else None
     if given is None:
         return missing_view_problems(spec, _views_known_now(spec))

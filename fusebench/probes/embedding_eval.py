@@ -131,7 +131,7 @@ def _l2_values(values: Sequence[Any], name: str) -> list[float]:
     return grid
 
 
-def _linear_probe(ztr: np.ndarray, zva: np.ndarray, zte: np.ndarray, ys: dict[str, np.ndarray], num_classes: int,
+def _linear_probe(ztr: np.ndarray, zva: np.ndarray, zte: np.ndarray | None, ys: dict[str, Any], num_classes: int,
                   grid: list[float], probe_max_iter: int) -> dict[str, Any]:
     """Part (a) of :func:`probe_and_cluster`: the logistic probe on all training samples, L2 chosen on val."""
     from fusebench import metrics as M
@@ -145,12 +145,13 @@ def _linear_probe(ztr: np.ndarray, zva: np.ndarray, zte: np.ndarray, ys: dict[st
     search = search_l2(grid, score)
     chosen = search["l2"]
     w, b = fits[chosen]
-    pv, pt = predict_classes(zva, w, b), predict_classes(zte, w, b)
+    pv = predict_classes(zva, w, b)
+    pt = None if zte is None else predict_classes(zte, w, b)  # None: a trial, no test sample scored
     out: dict[str, Any] = {
         "val_acc": float(M.get("acc")(pv, ys["val"])),
         "val_macro_f1": float(M.get("mf1")(pv, ys["val"])),
-        "test_acc": float(M.get("acc")(pt, ys["test"])),
-        "test_macro_f1": float(M.get("mf1")(pt, ys["test"])),
+        "test_acc": None if pt is None else float(M.get("acc")(pt, ys["test"])),
+        "test_macro_f1": None if pt is None else float(M.get("mf1")(pt, ys["test"])),
         "probe": {
             "l2_grid": grid, "l2": chosen, "val_acc_by_l2": {repr(k): search["scores"][k] for k in search["searched"]},
             "l2_searched": search["searched"], "l2_extended": search["extended"], "l2_edge": search["edge"],
@@ -178,7 +179,9 @@ def probe_and_cluster(
     probes, ``knn_grid=()`` the kNN probe, ``linear_probe=False`` the linear probe and ``cluster=False``
     k-means (a hyper-parameter trial scores its selection metric alone). Each part computes the same
     numbers whichever others run: they share only the z-scoring, and the few-shot draws and k-means have
-    seeded generators of their own."""
+    seeded generators of their own. ``test_emb`` / ``test_y`` None (a hyper-parameter trial): no test sample is
+    seen, every ``test_*`` value is None and k-means (scored on test) is skipped; the validation values are
+    those the full call gives."""
     from fusebench import metrics as M
 
     num_classes = int(num_classes)
@@ -194,16 +197,21 @@ def probe_and_cluster(
     shots = _positive_ints(fewshot_shots, "fewshot_shots") if len(fewshot_shots) else []
     draws = _positive_ints([fewshot_draws], "fewshot_draws")[0] if shots else 0
     ks = _positive_ints(knn_grid, "knn_grid") if len(knn_grid) else []
-    xs = {s: _as_2d(e, f"{s}_emb") for s, e in (("train", train_emb), ("val", val_emb), ("test", test_emb))}
+    if (test_emb is None) != (test_y is None):
+        raise ValueError("probe_and_cluster: give test_emb and test_y, or neither (a trial scored on validation)")
+    splits = ("train", "val") if test_emb is None else ("train", "val", "test")
+    given = {"train": (train_emb, train_y), "val": (val_emb, val_y), "test": (test_emb, test_y)}
+    xs = {s: _as_2d(given[s][0], f"{s}_emb") for s in splits}
     dims = {x.shape[1] for x in xs.values()}
     if len(dims) != 1:
         raise ValueError(f"probe_and_cluster: embedding widths differ between splits: "
                          f"{ {s: x.shape[1] for s, x in xs.items()} }")
-    ys = {s: _as_labels(y, xs[s].shape[0], num_classes, f"{s}_y")
-          for s, y in (("train", train_y), ("val", val_y), ("test", test_y))}
+    ys = {s: _as_labels(given[s][1], xs[s].shape[0], num_classes, f"{s}_y") for s in splits}
+    ys.setdefault("test", None)
 
     # (a) linear probe, L2 chosen on val
-    ztr, zva, zte = standardize(xs["train"], xs["train"], xs["val"], xs["test"])
+    ztr, zva, *rest = standardize(xs["train"], *(xs[s] for s in splits))
+    zte = rest[0] if rest else None
     out: dict[str, Any] = {}
     if linear_probe:
         out.update(_linear_probe(ztr, zva, zte, ys, num_classes, grid, probe_max_iter))
@@ -234,8 +242,8 @@ def probe_and_cluster(
         out["val_knn_acc"], out["test_knn_acc"] = knn["val_acc"], knn["test_acc"]
         out["knn"] = knn
 
-    # (d) k-means
-    if cluster:
+    # (d) k-means (scored on the test split: not in a trial)
+    if cluster and zte is not None:
         if cluster_on == "all":
             xc = np.concatenate([xs["train"], xs["val"], xs["test"]])
             yc = np.concatenate([ys["train"], ys["val"], ys["test"]])

@@ -115,44 +115,52 @@ def fewshot_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.nda
     "test_acc", "test_acc_std", "val_acc_per_draw", "test_acc_per_draw", "prototype": {"val_acc",
     "test_acc", "test_acc_std", "val_acc_per_draw", "test_acc_per_draw"}, "chosen", "best_val_acc",
     "best_test_acc"}}}``; the unprefixed accuracies are the logistic probe's: means over draws of the
-    chosen l2, ``test_acc_std`` the population std over draws.
+    chosen l2, ``test_acc_std`` the population std over draws. The test split is predicted once per probe (the
+    logistic probe with the chosen l2); ``zte`` None (a hyper-parameter trial) predicts no test sample, and every
+    test value is None.
     """
     per_shot: dict[str, Any] = {}
     for s in shots:
         idx = fewshot_indices(ytr, s, draws, seed, num_classes)                   # [draws, C*s]
         xb, yb = ztr[idx], ytr[idx]                                               # [draws, C*s, d], [draws, C*s]
-        val_by, test_by = {}, {}
+        val_by, fits = {}, {}
 
         def score(l2: float) -> float:
-            w, b = fit_logistic(xb, yb, num_classes, l2, max_iter)
-            val_by[l2] = accuracy_along(predict_classes(zva, w, b), yva)                      # [draws]
-            test_by[l2] = accuracy_along(predict_classes(zte, w, b), yte)
+            fits[l2] = fit_logistic(xb, yb, num_classes, l2, max_iter)
+            val_by[l2] = accuracy_along(predict_classes(zva, *fits[l2]), yva)                 # [draws]
             return float(val_by[l2].mean())
 
         search = search_l2(l2_grid, score)
         chosen = search["l2"]
         proto_val = accuracy_along(prototype_predict(xb, yb, zva, num_classes), yva)  # [draws]
-        proto_test = accuracy_along(prototype_predict(xb, yb, zte, num_classes), yte)
         logistic_val = float(val_by[chosen].mean())
         probe = "prototype" if float(proto_val.mean()) > logistic_val else "logistic"
+        if zte is None:  # a hyper-parameter trial: validation only, no test sample scored
+            test_log = proto_test = None
+        else:  # the test split, scored once per probe: with the chosen l2 only
+            test_log = accuracy_along(predict_classes(zte, *fits[chosen]), yte)
+            proto_test = accuracy_along(prototype_predict(xb, yb, zte, num_classes), yte)
+        mean = lambda a: None if a is None else float(a.mean())  # noqa: E731
+        std = lambda a: None if a is None else float(a.std())  # noqa: E731
+        per_draw = lambda a: None if a is None else [float(x) for x in a]  # noqa: E731
         per_shot[str(s)] = {
             "l2": chosen,
             "val_acc_by_l2": {repr(v): search["scores"][v] for v in search["searched"]},
             "l2_searched": search["searched"], "l2_extended": search["extended"], "l2_edge": search["edge"],
             "val_acc": logistic_val,
-            "test_acc": float(test_by[chosen].mean()),
-            "test_acc_std": float(test_by[chosen].std()),
+            "test_acc": mean(test_log),
+            "test_acc_std": std(test_log),
             "val_acc_per_draw": [float(a) for a in val_by[chosen]],
-            "test_acc_per_draw": [float(a) for a in test_by[chosen]],
+            "test_acc_per_draw": per_draw(test_log),
             "prototype": {
-                "val_acc": float(proto_val.mean()), "test_acc": float(proto_test.mean()),
-                "test_acc_std": float(proto_test.std()),
+                "val_acc": float(proto_val.mean()), "test_acc": mean(proto_test),
+                "test_acc_std": std(proto_test),
                 "val_acc_per_draw": [float(a) for a in proto_val],
-                "test_acc_per_draw": [float(a) for a in proto_test],
+                "test_acc_per_draw": per_draw(proto_test),
             },
             "chosen": probe,
             "best_val_acc": float(proto_val.mean()) if probe == "prototype" else logistic_val,
-            "best_test_acc": float(proto_test.mean()) if probe == "prototype" else float(test_by[chosen].mean()),
+            "best_test_acc": mean(proto_test) if probe == "prototype" else mean(test_log),
         }
     return {
         "shots": [int(s) for s in shots], "draws": int(draws), "l2_grid": [float(v) for v in l2_grid],

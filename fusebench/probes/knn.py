@@ -62,10 +62,12 @@ def knn_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.ndarray
         raise ValueError(f"probe_and_cluster: knn_grid {list(grid)} has no k <= n_train = {ztr.shape[0]}")
     val_by = {k: float(accuracy_along(p, yva)) for k, p in knn_predict(ztr, ytr, zva, ks, num_classes).items()}
     chosen = max(ks, key=lambda k: (val_by[k], k))
-    pred = knn_predict(ztr, ytr, zte, [chosen], num_classes)[chosen]
+    test = None  # ``zte`` None: a hyper-parameter trial, no test sample scored
+    if zte is not None:
+        test = float(accuracy_along(knn_predict(ztr, ytr, zte, [chosen], num_classes)[chosen], yte))
     return {
         "grid": ks, "k": int(chosen), "val_acc_by_k": {str(k): v for k, v in val_by.items()},
-        "val_acc": val_by[chosen], "test_acc": float(accuracy_along(pred, yte)),
+        "val_acc": val_by[chosen], "test_acc": test,
         "similarity": "cosine on zscore_train embeddings (zero rows: similarity 0)",
         "selection": "highest val accuracy, ties to the larger k",
         "tie_break": "equal similarities: lower train index first; tied vote: larger summed similarity, "
