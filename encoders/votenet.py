@@ -22,8 +22,10 @@ https://github.com/facebookresearch/votenet), Sec. 4 and supplementary A.1 / A.2
   nearest GT box; ``L = 10 (L_vote + 0.5 L_obj + L_box + 0.1 L_sem)``,
   ``L_box = L_center + 0.1 L_hcls + L_hres + 0.1 L_scls + L_sres``;
 * prediction: boxes decoded, per-class rotated 3D NMS (IoU 0.25) scored by objectness, then
-  (VoteNet's SUN RGB-D evaluation setting ``per_class_proposal``) every kept proposal emits one box
-  per class with score ``p_obj * p_sem(c)``, kept when the score exceeds ``conf_thresh`` = 0.05.
+  the proposals whose objectness exceeds ``conf_thresh`` = 0.05 are kept and (VoteNet's SUN RGB-D evaluation
+  setting ``per_class_proposal``) each emits one box per class with score ``p_obj * p_sem(c)``, however low
+  (VoteNet's ``ap_helper.parse_predictions``: the low-scoring class boxes are the tail of the precision-recall
+  curve; a threshold on ``p_obj * p_sem(c)`` cut it off and lowered mAP and recall).
 
 Boxes are ``[cx, cy, cz, dx, dy, dz, yaw]`` (full sizes, yaw counter-clockwise about +z; see
 :mod:`fusebench.geometry3d`). Mean sizes (``dx, dy, dz``, metres) are VoteNet's
@@ -311,14 +313,15 @@ class VoteNetHead(nn.Module):
             cls = sem.argmax(-1)
             keep = nms_3d(boxes, obj, self.nms_iou, labels=cls)
             boxes, obj, sem, cls = boxes[keep], obj[keep], sem[keep], cls[keep]
-            if self.per_class_proposal:
+            confident = obj > self.conf_thresh  # VoteNet's parse_predictions: the threshold is on objectness
+            if self.per_class_proposal:  # then every class of a kept proposal, however low its score
                 k = len(keep)
                 scores = rearrange(obj[:, None] * sem, "k c -> (k c)")
                 labels = torch.arange(self.num_classes).repeat(k)
                 boxes = boxes.repeat_interleave(self.num_classes, dim=0)
+                m = confident.repeat_interleave(self.num_classes)
             else:
-                scores, labels = obj, cls
-            m = scores > self.conf_thresh
+                scores, labels, m = obj, cls, confident
             results.append({"boxes": boxes[m], "scores": scores[m], "labels": labels[m]})
         return results
 

@@ -328,8 +328,26 @@ def test_votenet_predict_format():
     assert len(preds) == 2
     for p in preds:
         assert p["boxes"].shape[1] == 7 and p["boxes"].shape[0] == p["scores"].shape[0] == p["labels"].shape[0]
-        assert bool((p["scores"] > model.head.conf_thresh).all()) and bool((p["boxes"][:, 3:6] >= 0).all())
+        assert bool((p["boxes"][:, 3:6] >= 0).all())
         assert bool(((p["labels"] >= 0) & (p["labels"] < 10)).all())
+        # per_class_proposal: each kept proposal gives all 10 classes, in order, the same box and objectness
+        assert p["boxes"].shape[0] % 10 == 0 and p["labels"].tolist() == list(range(10)) * (p["boxes"].shape[0] // 10)
+
+
+def test_votenet_confidence_threshold_is_on_objectness_as_votenet_parse_predictions():
+    """VoteNet's ap_helper.parse_predictions keeps a proposal when its objectness exceeds conf_thresh and then gives
+    every class its box scored p_obj * p_sem(c), however low: one proposal with p_obj = 0.4 and a uniform semantic
+    distribution over 10 classes gives 10 boxes scored 0.04 (below 0.05; a threshold on that score gave none); one
+    with p_obj = 0.04 gives none."""
+    head = for_backbone(VoteNet(config="tiny")).head
+    assert head.conf_thresh == 0.05 and head.per_class_proposal and head.num_classes == 10
+    decoded = {"boxes": torch.tensor([[[0.0, 0, 0, 1, 1, 1, 0], [5.0, 5, 0, 1, 1, 1, 0]]]),
+               "objectness": torch.tensor([[0.4, 0.04]]), "sem_prob": torch.full((1, 2, 10), 0.1)}
+    head.decode = lambda output: decoded  # the decoded proposals, as given above
+    [p] = head.predict({})
+    assert p["labels"].tolist() == list(range(10))
+    assert torch.allclose(p["scores"], torch.full((10,), 0.04))
+    assert torch.equal(p["boxes"], decoded["boxes"][0, :1].repeat(10, 1))
 
 
 def test_nms_per_class():

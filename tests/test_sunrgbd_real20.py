@@ -335,7 +335,8 @@ def test_real20_spec_settings() -> None:
     # sunrgbd-det with the --set overrides documented in docs/datasets/sunrgbd.md resolves to the same
     # data and model settings
     sets = ["dataset.options.version=v1", "dataset.options.val_fraction=0", "dataset.val_split=test",
-            "dataset.options.num_points=1024", "encoder.config={config: tiny, fusion: late}"]
+            "dataset.options.num_points=1024", "encoder.config={config: tiny, fusion: late}",
+            "downstream.epochs=1"]  # one epoch: nothing chosen on the shared val / test split (more is refused)
     from fusebench.spec.config import parse_override
 
     det = benchmarks.load("sunrgbd-det", overrides=dict(parse_override(s) for s in sets))
