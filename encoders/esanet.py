@@ -78,11 +78,13 @@ INPUT_STATS = {
     "depth": ((2.8419494,), (1.4172594,)),  # ESANet's NYUv2 depth statistics (2841.9 / 1417.3 mm)
 }
 
+#: decoder_blocks: NonBottleneck1D blocks per decoder module; 3, as ESANet trains on NYUv2 (its README's command
+#: and src/args.py: ``--nr_decoder_blocks 3``; the model class's own default, [1, 1, 1], is not what it trains)
 SIZES = {
     "resnet34": dict(widths=(64, 128, 256, 512), blocks=(3, 4, 6, 3), decoder_channels=(512, 256, 128),
-                     decoder_blocks=(1, 1, 1)),
+                     decoder_blocks=(3, 3, 3)),
     "resnet18": dict(widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2), decoder_channels=(512, 256, 128),
-                     decoder_blocks=(1, 1, 1)),
+                     decoder_blocks=(3, 3, 3)),
     "tiny": dict(widths=(8, 16, 32, 64), blocks=(1, 1, 1, 1), decoder_channels=(32, 16, 8),
                  decoder_blocks=(1, 1, 1)),
 }
