@@ -1,7 +1,7 @@
 """What machine this is (layer 0): the CPU's name, for run records (``numerics``) and the benches'
 machine lines; how much memory this process can still get, and the budget of one loss call
 (:func:`memory_budget`: read by the sweep's check, :mod:`fusebench.components.memory_budget`, and by a loss
-that refuses a call it cannot finish, :meth:`fusebench.objectives.m3g.M3G.loss`)."""
+that refuses a call it cannot finish, :meth:`fusebench.objectives.m3g.M3G.check_memory`)."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ class _PickleFormat:
 
     @staticmethod
     def _label_array(value: Any, key: str, where: str) -> np.ndarray:
-        """Label ``key`` as float32 [n]: one number per sample (a [n] or [n, 1] array), else a DatasetError
+        """Label ``key`` as float32 [n]: one number per sample (a [n], [n, 1] or [1, n] array), else a DatasetError
         naming the file, the key and what it holds."""
         if value is None:
             raise DatasetError(f"{where}: label {key!r} is None; expected one number per sample (regression scores)")
@@ -199,8 +199,8 @@ class _PickleFormat:
             kind = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
             raise DatasetError(f"{where}: label {key!r} must hold one number per sample (regression scores), got "
                                f"{kind} ({str(e)[:80]})") from None
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr[:, 0]
+        if arr.ndim == 2 and 1 in arr.shape:
+            arr = arr.reshape(-1)
         if arr.ndim != 1:
             raise DatasetError(f"{where}: label {key!r} must be a vector [n] with one number per sample, got shape "
                                f"{arr.shape}")

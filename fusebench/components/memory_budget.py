@@ -12,8 +12,9 @@ naming, for each such objective, the estimate, the budget and the largest micro-
 any micro-batch), or that no micro-batch fits; leaving the objective out (``--objective ...``) is the
 other way on.
 
-The budget (:func:`fusebench.machine.memory_budget`, re-exported here): ``$FUSEBENCH_MEMORY_BUDGET_GB`` (GiB; ``inf`` turns the check off),
-else :data:`DEFAULT_FRACTION` of the memory this process can still get -- on a CUDA device its free memory,
+The budget (:func:`fusebench.machine.memory_budget`, re-exported here): ``$FUSEBENCH_MEMORY_BUDGET_GB`` (GiB;
+``inf`` turns the check off), else :data:`DEFAULT_FRACTION` of the memory this process can still get -- on a CUDA
+device its free memory,
 elsewhere the smaller of ``MemAvailable`` (``/proc/meminfo``) and what the process's cgroup limit leaves
 (``memory.max`` - ``memory.current``, or cgroup v1's ``memory.limit_in_bytes`` - ``memory.usage_in_bytes``).
 The rest of the cell (data, encoders, optimiser state, DataLoader workers) lives in the other half.

@@ -100,9 +100,8 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
                 f"protocol's scorer to the function that scores a cell ('package.module:function')"]
     ds = spec.dataset
     if ds.val_split == ds.test_split:  # whatever is chosen on validation would be chosen on the test samples
-        chosen = [c for c in (protocol.selects_on_validation(spec),
-                              "the hyper-parameters of the selection grids" if any(spec.pretrain.grid.values()) else None)
-                  if c]
+        grids = "the hyper-parameters of the selection grids" if any(spec.pretrain.grid.values()) else None
+        chosen = [c for c in (protocol.selects_on_validation(spec), grids) if c]
         if chosen:
             return [f"dataset.val_split and dataset.test_split are both {ds.test_split!r}: {' and '.join(chosen)} "
                     f"would be chosen on the test samples; give the validation its own split (only a pipeline check "

@@ -118,15 +118,15 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         if md:
             for view, plot in zip(views, shown):
                 if plot:
-                    if plotting.plot_curves(view, _inside(out_dir, plot)):  # True: the PNG is there (drawn, or already up to date)
+                    if plotting.plot_curves(view, _inside(out_dir, plot)):  # True: the PNG is there
                         written.append(out_dir / plot)
             for view, plot in zip(views, missing):
                 if plot:
-                    if robustness.plot_missing(view, _inside(out_dir, plot)):  # True: the PNG is there (drawn, or already up to date)
+                    if robustness.plot_missing(view, _inside(out_dir, plot)):  # True: the PNG is there
                         written.append(out_dir / plot)
             for view, plot in zip(views, sens):
                 if plot:
-                    if sensitivity.plot_sensitivity(view, _inside(out_dir, plot)):  # True: the PNG is there (drawn, or already up to date)
+                    if sensitivity.plot_sensitivity(view, _inside(out_dir, plot)):  # True: the PNG is there
                         written.append(out_dir / plot)
         for fmt in export.FORMATS:
             if fmt in texts:

@@ -94,8 +94,11 @@ def check_method_options_used(spec: BenchmarkSpec, objs: list[str], overrides: I
     keys = list(overrides)
     for mid in set_here:
         given = [k for k in keys if k in ("pretrain", "pretrain.methods") or k.startswith(f"pretrain.methods.{mid}")]
-        reached, whose = (by_run, f"this run's objectives ({', '.join(objs)})") if given else \
-            (by_spec, f"the benchmark's objectives or this run's ({', '.join(dict.fromkeys([*spec.objectives, *objs]))})")
+        if given:
+            reached, whose = by_run, f"this run's objectives ({', '.join(objs)})"
+        else:
+            named = ", ".join(dict.fromkeys([*spec.objectives, *objs]))
+            reached, whose = by_spec, f"the benchmark's objectives or this run's ({named})"
         if mid not in reached:
             what = ", ".join(f"{k}={v!r}" for k, v in pretrain["methods"][mid].items())
             raise ConfigError(f"{spec.name}: pretrain.methods.{mid} ({what}{', from --set' if given else ''}): the "
