@@ -67,3 +67,14 @@ def test_byol_uses_teacher_targets_without_gradient() -> None:
         targ = torch.stack([pre.teacher.module["proj"][m](pre.teacher.module["model"].encoders[m](batch["modalities"][m]))
                             for m in DIMS])
     torch.testing.assert_close(loss, obj(pred, targ))
+
+
+def test_the_view_rotation_builds_its_predictor_at_the_teacher_s_width() -> None:
+    """``ema_teacher.predictor_hidden`` sets the predictor's width under the view rotation too (the rotation built
+    the predictor first, at ``projection_hidden``, so the option changed the config hash and nothing else)."""
+    rotated = _pretrainer("infonce_pwe", view_rotation={"enabled": True}, ema_teacher={"predictor_hidden": 7})
+    byol = _pretrainer("byol_pwe", ema_teacher={"predictor_hidden": 7})
+    for pre in (rotated, byol):
+        assert {m: p.hidden_dim for m, p in pre.predictor.items()} == {m: 7 for m in DIMS}
+    default = _pretrainer("infonce_pwe", view_rotation={"enabled": True})
+    assert {p.hidden_dim for p in default.predictor.values()} == {16}  # projection_hidden

@@ -18,7 +18,7 @@ from fusebench import benchmarks, encoders, objectives
 from fusebench.sweep import runner
 from fusebench.runtime import utils
 from fusebench.components import tuple_optim as T
-from fusebench.spec.config import PretrainConfig
+from fusebench.spec.config import ConfigError, PretrainConfig
 from fusebench.engine.pretrain import Pretrainer
 from fusebench.components.tuple_method import TupleInfoNCEOptions
 from fusebench.cells.execute import run_cell
@@ -228,6 +228,39 @@ def test_quickstart_with_sample_optimisation(tmp_path: Path) -> None:
     assert c["tuple_updated_alpha"] == [0.0, 1.0]  # Algorithm 1: t = 1 beta, t = 2 alpha
     assert c["tuple_beta_mu_weak"][0] != 0.1  # the beta epoch moved the policy off its start
     assert rec["config"]["pretrain"]["methods"]["tuple_infonce"]["sample_optimisation"] is True
+    # the budget counts the candidates' steps: one epoch's worth per epoch in the kept encoder's history, B of
+    # them in all (candidate_steps 0: a whole epoch each); the main loop's steps are the loss curve's length
+    opts = rec["config"]["pretrain"]["methods"]["tuple_infonce"]
+    b, main = opts.get("candidates", 4), len(c["pretrain_loss"])
+    per_epoch = main // 2
+    assert main == 2 * per_epoch and per_epoch >= 1
+    budget = rec["budget"]
+    assert budget["optimizer_steps"] == main + 2 * per_epoch
+    assert budget["samples_seen"] == budget["optimizer_steps"] * budget["batch_size"]
+    assert budget["candidate_steps"] == 2 * b * per_epoch
+
+
+def test_the_validation_tuples_are_a_random_draw_and_never_the_test_split() -> None:
+    """Algorithm 1 scores its candidates on "M random tuples t_m ~ p(t)" (Sec. 4.3.1): M samples drawn at random
+    once per run (the same for every epoch), not the first M of the split in file order; its reward reads the
+    validation split, so a spec whose validation split is its test split is refused with sample optimisation on."""
+    from fusebench.cells.standard import val_tuples
+    from fusebench.engine.data import build_datasets
+
+    spec = benchmarks.load("quickstart", overrides=TINY, synthetic=True)
+    val = build_datasets(spec, True, None, 0, roles=("val",))["val"]
+    first = val_tuples(val, 8, 0)
+    assert torch.equal(first["modalities"]["weak"], val_tuples(val, 8, 0)["modalities"]["weak"])  # fixed per run
+    every = torch.stack([val[i]["modalities"]["weak"] for i in range(len(val))])
+    # which validation samples were drawn: each row of the batch found among the split's rows
+    hits = [int(((every - x).abs().sum(1) == 0).nonzero()[0]) for x in first["modalities"]["weak"]]
+    assert len(set(hits)) == 8 and hits != list(range(8))  # 8 distinct samples, not the first 8 in file order
+    with pytest.raises(ConfigError, match=r"dataset.val_split and dataset.test_split are both 'test': .*the per-epoch "
+                                          r"step of tuple_infonce's runs \(TupleSampleOptimiser"):
+        benchmarks.load("quickstart", overrides={**TINY, "dataset.val_split": "test", "downstream.epochs": 1})
+    # without it nothing is chosen on validation with one downstream epoch: accepted
+    plain = {k: v for k, v in TINY.items() if k != "pretrain.methods.tuple_infonce.sample_optimisation"}
+    benchmarks.load("quickstart", overrides={**plain, "dataset.val_split": "test", "downstream.epochs": 1})
 
 
 def test_resume_reproduces_policy(tmp_path: Path) -> None:

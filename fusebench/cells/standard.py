@@ -96,6 +96,18 @@ def pretrain_extensions(pre: nn.Module) -> list[tuple[type, Any]]:
     return extensions(list(pre.methods.values()))
 
 
+#: what the validation tuples of a pretraining extension are drawn with, beside the run's seed
+VAL_TUPLES_SEED = 104_729
+
+
+def val_tuples(val_ds: Any, m: int, seed: int) -> Any:
+    """The held-out batch a pretraining extension scores its candidates on (TupleInfoNCE's M validation tuples,
+    Sec. 4.3.1: "M random tuples t_m ~ p(t)"): ``m`` samples of the validation split drawn at random once per run
+    (seeded by ``seed``; the same batch every epoch), not its first ``m`` in file order (a recording's consecutive
+    epochs, one subject's night)."""
+    return next(iter(make_loader(val_ds, m, True, seed + VAL_TUPLES_SEED, 0)[0]))
+
+
 def _tracking(trackers: Any) -> dict[str, Any]:
     """The training loop's callbacks for ``trackers``: ``on_step`` (each step's loss: read every step) or, for a
     tracker that wants no values (``on_step_end``: the GPU bench's timer), a call per step without a read."""
@@ -264,7 +276,7 @@ class StandardCell:
             for ext, opts in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
                 ext.epoch_update(opt, phase.epoch,
                                  lambda: make_loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
-                                 next(iter(make_loader(data["val"], ext.val_batch_size(opts), False, seed, 0)[0])),
+                                 val_tuples(data["val"], ext.val_batch_size(opts), seed),
                                  phase.curves, self.autocast)
 
         hooks = PhaseHooks(
@@ -286,8 +298,14 @@ class StandardCell:
             run_phase(phase, epochs, hooks, dev, self.autocast, "pretrain_loss", bar, self.budget, **self.track)
         bar.close()
         self.pre_segments = phase.clock.segments()  # this process's and, when resumed, the earlier ones'
-        self.budget_record = {"optimizer_steps": int(phase.step), "samples_seen": int(phase.step) * batch_size,
+        # the steps of a method's own per-epoch training (Algorithm 1's candidates): those in the kept encoder's
+        # history count as its steps; all of them (the compute) are stated beside
+        extra = [ext.budget() for ext, _ in extensions if callable(getattr(ext, "budget", None))]
+        kept = int(phase.step) + sum(b["kept_steps"] for b in extra)
+        self.budget_record = {"optimizer_steps": kept, "samples_seen": kept * batch_size,
                               "batch_size": batch_size, "micro_batch": int(micro) if micro else None, "epochs": epochs}
+        if extra:
+            self.budget_record["candidate_steps"] = sum(b["candidate_steps"] for b in extra)
         self.pretrain_time = sum(self.pre_segments)
         self.pre_curves = phase.curves
 

@@ -101,7 +101,7 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
     ds = spec.dataset
     if ds.val_split == ds.test_split:  # whatever is chosen on validation would be chosen on the test samples
         grids = "the hyper-parameters of the selection grids" if any(spec.pretrain.grid.values()) else None
-        chosen = [c for c in (protocol.selects_on_validation(spec), grids) if c]
+        chosen = [c for c in (protocol.selects_on_validation(spec), grids, *validation_steps(spec)) if c]
         if chosen:
             return [f"dataset.val_split and dataset.test_split are both {ds.test_split!r}: {' and '.join(chosen)} "
                     f"would be chosen on the test samples; give the validation its own split (only a pipeline check "
@@ -116,6 +116,31 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
         return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} "
                 f"protocol takes {', '.join(protocol.options)}"]
     return missing_view_problems(spec, _views_known_now(spec))
+
+
+def validation_steps(spec: BenchmarkSpec) -> list[str]:
+    """The per-epoch steps of pretraining methods (``PretrainMethod.extensions``, e.g. TupleInfoNCE's sample
+    optimisation, Algorithm 1) that a pretraining run of one of the spec's objectives takes, at any point of its
+    grid: each reads the validation split (its reward), so it must not be the test split. A phrase per step."""
+    import importlib
+
+    from fusebench.spec.methods import METHODS, options_of
+
+    found: dict[str, None] = {}
+    for o in spec.objectives or [spec.pretrain.objective]:
+        if o not in objectives.OBJECTIVES or is_reference(o):
+            continue
+        own = spec.pretrain.settings(o)
+        for point in own.points():
+            _, method_options = split_method_keys(own.at(point))
+            cfg = with_method_options(spec.pretrain, method_options)
+            for mid in joining(objectives.OBJECTIVES.get(o), cfg):
+                for target in METHODS.get(mid).extensions:
+                    module, _, attr = target.partition(":")
+                    ext = getattr(importlib.import_module(module), attr)
+                    if ext.enabled(options_of(cfg, mid)):
+                        found[f"the per-epoch step of {mid}'s runs ({attr}, its reward on the validation split)"] = None
+    return list(found)
 
 
 def _views_known_now(spec: BenchmarkSpec) -> int | None:

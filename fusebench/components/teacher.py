@@ -115,7 +115,9 @@ class ViewRotation(PretrainMethod):
         return views and named and (options.enabled or options_of(cfg, "ema_teacher").enabled)
 
     def build(self, pre: nn.Module) -> None:
-        _add_predictor(pre)
+        # the predictor is ema_teacher's (which this method requires): its width option holds here too (the
+        # rotation builds first, so the predictor it makes is the one the run keeps)
+        _add_predictor(pre, options_of(pre.cfg, "ema_teacher").predictor_hidden)
 
     def loss(self, pre, batch, emb, z, mask, gather):
         pred = pre.project(z, pre.predictor)

@@ -260,6 +260,9 @@ class TupleSampleOptimiser:
         self.mu_alpha = torch.tensor(a0, dtype=torch.float64)  # [K + 1], normalised initial ratios
         self.mu_beta = torch.tensor(clamp_beta([options.embedding_noise] * k, options.beta_max), dtype=torch.float64)  # [K]
         self.generator = torch.Generator().manual_seed(int(seed) * 7_919 + 17)
+        #: optimiser steps of the candidates: those in the kept candidates' history (the encoder the run goes on
+        #: with), and all B x steps run (the compute); the run's budget adds them to its own steps
+        self.kept_steps, self.candidate_steps_run = 0, 0
         self.apply()
 
     # -- policy point estimates ------------------------------------------------------------------
@@ -278,7 +281,8 @@ class TupleSampleOptimiser:
     def state_dict(self) -> dict[str, Any]:
         return {"mu_alpha": self.mu_alpha.clone(), "mu_beta": self.mu_beta.clone(),
                 "sigma_alpha": float(self.options.policy_sigma), "sigma_beta": float(self.options.beta_sigma),
-                "generator": self.generator.get_state()}
+                "generator": self.generator.get_state(), "kept_steps": self.kept_steps,
+                "candidate_steps_run": self.candidate_steps_run}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("mu_alpha", "mu_beta", "generator"):
@@ -289,7 +293,16 @@ class TupleSampleOptimiser:
         self.mu_alpha = state["mu_alpha"].to(torch.float64).clone()
         self.mu_beta = state["mu_beta"].to(torch.float64).clone()
         self.generator.set_state(state["generator"])
+        # (a checkpoint from before the steps were counted: counted from here on)
+        self.kept_steps = int(state.get("kept_steps", 0))
+        self.candidate_steps_run = int(state.get("candidate_steps_run", 0))
         self.apply()
+
+    def budget(self) -> dict[str, int]:
+        """What the candidates add to the run's pretraining budget: ``kept_steps``, the optimiser steps in the
+        history of the encoder the run goes on with (one candidate's per epoch), and ``candidate_steps``, all the
+        candidates' steps (B per epoch: the compute)."""
+        return {"kept_steps": self.kept_steps, "candidate_steps": self.candidate_steps_run}
 
     # -- one epoch of Algorithm 1 ----------------------------------------------------------------
     def epoch_update(
@@ -340,7 +353,8 @@ class TupleSampleOptimiser:
                 bar = progress.cell_bar(bsz * per if per else None, f"tuple candidates (epoch {epoch}, {which})")
             bar.set_postfix(refresh=False, candidate=f"{b + 1}/{bsz}",
                             **({"best_reward": f"{max(rewards):.4f}"} if rewards else {}))
-            self._train(opt, batches, epoch, b, autocast, bar)
+            trained = self._train(opt, batches, epoch, b, autocast, bar)
+            self.candidate_steps_run += trained
             beta = torch.tensor(pre.tuple_beta, dtype=torch.float64)
             if which == "alpha":  # Eq. 5 with zeta = beta
                 acc = discrimination_accuracies(pre, val_batch, beta.view(1, k), reward_seed, opts.dropout)[0]
@@ -356,13 +370,14 @@ class TupleSampleOptimiser:
             rewards.append(r)
             details.append({"alpha": list(pre.tuple_alpha), "beta": list(pre.tuple_beta), "reward": r, **info})
             if best is None or r > best[0]:  # ties: the lowest index
-                best = (r, copy.deepcopy(pre.state_dict()), copy.deepcopy(opt.state_dict()))
+                best = (r, copy.deepcopy(pre.state_dict()), copy.deepcopy(opt.state_dict()), trained)
         if best is None or bar is None:  # pragma: no cover - bsz >= 1 is checked in __init__
             raise RuntimeError("tuple sample optimisation: no candidate was trained")
         bar.set_postfix(refresh=False, candidate=f"{bsz}/{bsz}", best_reward=f"{max(rewards):.4f}")
         bar.close()
         pre.load_state_dict(best[1])
         opt.load_state_dict(best[2])
+        self.kept_steps += best[3]
         new_mu = reinforce_update(mu, samples, torch.tensor(rewards), sigma, opts.policy_lr, opts.policy_baseline)
         if which == "alpha":
             self.mu_alpha = new_mu
@@ -384,7 +399,7 @@ class TupleSampleOptimiser:
     def _train(self, opt: torch.optim.Optimizer, batches: Iterable[dict[str, Any]], epoch: int, cand: int, autocast: Any,
                bar: Any = None) -> None:
         """Train the Pretrainer in place for ``candidate_steps`` steps (0: all the batches); ``bar``
-        (:mod:`fusebench.runtime.progress`) counts the steps."""
+        (:mod:`fusebench.runtime.progress`) counts the steps. Returns the number of optimiser steps taken."""
         pre = self.pre
         pre.train()
         dev = next(pre.parameters()).device
@@ -392,6 +407,7 @@ class TupleSampleOptimiser:
         from fusebench.spec.precision import scaler_for
 
         scaler = scaler_for(autocast)  # precision 16-mixed: scaled losses, as in the main loop
+        taken = 0
         for step, batch in enumerate(batches):
             if limit and step >= limit:
                 break
@@ -405,5 +421,7 @@ class TupleSampleOptimiser:
                 raise RuntimeError(f"tuple_infonce sample optimisation: loss {float(loss.detach())} at candidate {cand} "
                                    f"step {step} (epoch {epoch}, alpha={pre.tuple_alpha}, beta={pre.tuple_beta})")
             pre.optimise(loss, opt, scaler=scaler)
+            taken += 1
             if bar is not None:
                 bar.update(1)
+        return taken

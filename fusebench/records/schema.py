@@ -397,13 +397,14 @@ def _validate_selection_score(e: Any, path: str, where: str) -> None:
 
 def _validate_budget(b: Any, path: str) -> None:
     """``budget``: ``optimizer_steps`` and ``samples_seen`` integers >= 0; ``batch_size``, ``micro_batch``,
-    ``epochs`` integers >= 0 or null."""
+    ``epochs`` and (a method's own per-epoch training, TupleInfoNCE's candidates) ``candidate_steps`` integers >= 0
+    or null."""
     b = _mapping(b, path, "budget", "a mapping {optimizer_steps, samples_seen, batch_size, micro_batch, epochs}")
     for key in ("optimizer_steps", "samples_seen"):
         v = b.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise RecordError(path, f"budget.{key}", "an integer >= 0", v)
-    for key in ("batch_size", "micro_batch", "epochs"):
+    for key in ("batch_size", "micro_batch", "epochs", "candidate_steps"):
         v = b.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise RecordError(path, f"budget.{key}", "an integer >= 0 or null", v)
