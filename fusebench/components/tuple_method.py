@@ -95,6 +95,8 @@ class TupleInfoNCEMethod(PretrainMethod):
                                  .div_(1.0 - p_drop), e)
             return e
 
+        # anchor and positive each augmented independently (SimCLR-style; the paper's Sec. 4.1 augments the anchor
+        # to make the positive: their difference has std sqrt(2) beta here; docs/objectives-contrastive.md)
         anchor = fuse(pre, augment(emb))  # [N, P]
         positive = fuse(pre, augment(emb))
         disturbed: list[Tensor] = []
