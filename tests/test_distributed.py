@@ -116,3 +116,33 @@ def test_shard_sizes_are_the_shards_sizes() -> None:
         want = tuple(len(list(range(n))[r * n // w:(r + 1) * n // w]) for r in range(w))  # shard()'s slices
         assert shard_sizes(n, w) == want and sum(want) == n
     assert shard_sizes(10, 3) == (3, 3, 4)
+
+
+def test_fusebench_run_under_torchrun_runs_each_cell_once_on_every_rank(tmp_path: Path) -> None:
+    """README's `torchrun --nproc-per-node 2 -m fusebench run ...`: the two ranks are one run, not two rivals for
+    the cell's lock (rank 1 used to find rank 0's lock, skip the cell and leave rank 0 waiting in a collective until
+    gloo closed the connection). Rank 0 holds the lock and decides, for every rank, whether the cell runs or its
+    record is reused; one record is written; a second invocation reuses it on both ranks."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "fusebench", "run", "quickstart", "--objective",
+           "m3g", "--seeds", "0", "--out", str(tmp_path / "runs"), "--set", "pretrain.epochs=1", "--set",
+           "downstream.epochs=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-3000:]
+    assert "SKIPPED" not in out and "FAILED" not in out and out.count("[fusebench] done quickstart/m3g/seed0") == 1
+    records = list((tmp_path / "runs").rglob("run.json"))
+    assert [p.relative_to(tmp_path / "runs").as_posix() for p in records] == ["quickstart/m3g/seed0/run.json"]
+    rec = json.loads(records[0].read_text())
+    assert rec["objective"] == "m3g" and 0.0 <= rec["metrics"]["acc"]["value"] <= 1.0
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert "reused record quickstart/m3g/seed0" in again.stderr
+    assert json.loads(records[0].read_text()) == rec

@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 import traceback
+from contextlib import ExitStack
 from typing import Any, Mapping
 
 from fusebench.pipelines import pipeline_of
@@ -64,8 +65,22 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
     # a cell to run: its loss must fit the memory of this machine (a SLURM node may have less than the submit host)
     check_memory_budget(spec, [request.objective], options.device, distributed.world_size())
     cell.mkdir(parents=True, exist_ok=True)
-    with CellLock(cell):
-        if run_json.exists():  # another process finished the cell while we waited for nothing
+    with ExitStack() as held:
+        # one lock per cell, held by rank 0 of a distributed run (torchrun: the ranks of one run are one process
+        # group, not rivals); its decision -- run, reuse, or busy -- is every rank's, so no rank waits alone
+        decision, busy = "run", None
+        if distributed.rank() == 0:
+            try:
+                held.enter_context(CellLock(cell))
+            except CellBusyError as e:
+                decision, busy = "busy", e
+            else:
+                if run_json.exists():  # another process finished the cell while we waited for nothing
+                    decision = "reuse"
+        decision, message = distributed.from_rank0((decision, str(busy) if busy is not None else ""))
+        if decision == "busy":
+            raise busy if busy is not None else CellBusyError(message)
+        if decision == "reuse":
             return reused()
         t0 = time.monotonic()
         # intra-op threads: 1 for a small model, else the cell's share of the CPUs; --threads / OMP_NUM_THREADS win

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -37,6 +37,16 @@ def rank() -> int:
 
 def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
+
+
+def from_rank0(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (a picklable object: one broadcast, a host-side decision such as whether
+    a cell is to be run); ``value`` itself outside a distributed run."""
+    if not is_distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def shard(indices: list[int]) -> list[int]:
