@@ -98,6 +98,18 @@ def test_submitit_local_sweep_gives_the_records_of_a_local_sweep(tmp_path: Path)
     assert sorted((tmp_path / "jobs" / ".submitit").rglob("*")) == before
 
 
+def test_a_cell_that_fails_in_its_job_is_named_by_the_sweep(tmp_path: Path, capsys) -> None:
+    """A cell that fails inside a submitit job (a non-finite loss) is named in the sweep's output, with its job's
+    log, as a local run names it (only the job's own log said so; the sweep printed a count)."""
+    pytest.importorskip("submitit", reason="submitit is not installed (pip install -e .[slurm])")
+    recs = fusebench.run("quickstart", objective=["m3g"], seeds=[0], out=tmp_path, launcher="submitit_local",
+                         launcher_options={"time_min": 5}, overrides={**TINY, "pretrain.lr": 1e30}, progress=False)
+    assert recs[0]["status"] == "failed"
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("FAILED quickstart/m3g/seed0: "))
+    assert "(log " in line and line.endswith("_log.err)") and not line.split(": ", 1)[1].startswith("[")
+
+
 def test_cell_call_checkpoint_resubmits_the_same_cell(tmp_path: Path) -> None:
     submitit = pytest.importorskip("submitit")
     from fusebench import benchmarks
@@ -137,6 +149,15 @@ def test_launcher_options_are_checked(monkeypatch) -> None:
         launchers.LAUNCHERS.get("slurm")(time_min=0)
     with pytest.raises(ConfigError, match="--gpus-per-job: expected a non-negative integer"):
         launchers.LAUNCHERS.get("slurm")(gpus_per_job=-1)
+    # every option typed, from Python too (a string max_requeues failed the cell at its first preemption)
+    for given, message in (({"max_requeues": "3"}, r"max_requeues: expected an integer >= 0 .*got '3'"),
+                           ({"max_requeues": -1}, r"max_requeues: expected an integer >= 0"),
+                           ({"poll_s": "x"}, r"poll_s: expected a number of seconds > 0, got 'x'"),
+                           ({"wait": "no"}, r"wait \(--no-wait\): expected True or False, got 'no'"),
+                           ({"partition": 5}, r"--partition: expected a non-empty string, got 5"),
+                           ({"sbatch": "qos=high"}, r"--sbatch: expected a mapping of sbatch option names")):
+        with pytest.raises(ConfigError, match=message):
+            launchers.LAUNCHERS.get("slurm")(**given)
     with pytest.raises(ConfigError, match="--partition: SLURM options, not used by --launcher submitit_local"):
         launchers.LAUNCHERS.get("submitit_local")(partition="gpu")
     with pytest.raises(ConfigError, match="takes none of: partition"):
@@ -153,7 +174,7 @@ def test_cli_refuses_scheduler_flags_without_a_scheduler(capsys) -> None:
     from fusebench.cli import main
 
     assert main(["run", "quickstart", "--partition", "gpu", "--no-wait"]) == 2
-    assert "--partition, --no-wait: options of --launcher slurm / submitit_local" in capsys.readouterr().err
+    assert "--partition, --no-wait: options of --launcher slurm (submitit_local takes --time-min and --no-wait only)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "quickstart", "--launcher", "slurm", "--sbatch", "=x"])
     assert "expected KEY=VALUE" in capsys.readouterr().err

@@ -101,3 +101,33 @@ def test_status_says_how_far_the_selection_is(tmp_path: Path, capsys) -> None:
 def test_status_of_a_real_sweep(tmp_path: Path) -> None:
     fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
     assert status.collect(tmp_path) == {"quickstart": {("none", 0): ("done", "")}}
+
+
+def test_a_retried_cell_that_is_interrupted_is_resumable_not_the_old_failure(tmp_path: Path) -> None:
+    """A cell fails (a non-finite loss), is run again with another setting and interrupted after its first
+    checkpoint: `fusebench status` says interrupted / resumable, not the first run's error (failed.json was checked
+    before last.pt and outlived the retry)."""
+    from fusebench import benchmarks
+    from fusebench.cells.execute import run_cell, sweep_cell
+    from fusebench.spec.request import CellRequest, RunOptions
+
+    bad = benchmarks.load("quickstart", overrides={**TINY, "pretrain.lr": 1e30})
+    failed = sweep_cell(CellRequest(bad, "m3g", 1, tmp_path), RunOptions(progress=False), {})
+    assert failed["status"] == "failed"
+    assert status.collect(tmp_path)["quickstart"][("m3g", 1)][0] == "failed"
+    retry = benchmarks.load("quickstart", overrides={**TINY, "pretrain.epochs": 3, "checkpoint_every": 1})
+    with pytest.raises(KeyboardInterrupt):  # the step budget stops it as Ctrl-C would, after a checkpoint
+        run_cell(CellRequest(retry, "m3g", 1, tmp_path), RunOptions(progress=False, max_steps=6))
+    state, detail = status.collect(tmp_path)["quickstart"][("m3g", 1)]
+    assert (state, detail) == ("interrupted", "resumable from last.pt")
+    assert not (tmp_path / "quickstart" / "m3g" / "seed1" / "failed.json").exists()
+
+
+def test_status_of_a_benchmark_s_own_folder_says_which_folder_to_give(tmp_path: Path, capsys) -> None:
+    """`--out runs/quickstart` (one level too deep) used to print "0 cells" for every objective with exit 0."""
+    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    assert status.main(["--out", str(tmp_path / "quickstart")]) == 2
+    err = capsys.readouterr().err
+    assert (f"--out {tmp_path / 'quickstart'} is the folder of one benchmark (quickstart: its none/ holds seed "
+            f"folders); give the folder above it, --out {tmp_path}") in err
+    assert status.main(["--out", str(tmp_path)]) == 0

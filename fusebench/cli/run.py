@@ -256,7 +256,8 @@ def _launcher_options(ns: argparse.Namespace) -> dict[str, object]:
         given["wait"] = False
     if ns.launcher == "local" and given:
         flags = ", ".join("--no-wait" if k == "wait" else f"--{k.replace('_', '-')}" for k in given)
-        raise ConfigError(f"{flags}: options of --launcher slurm / submitit_local, not of the local launcher")
+        raise ConfigError(f"{flags}: options of --launcher slurm (submitit_local takes --time-min and --no-wait "
+                          f"only), not of the local launcher")
     return given
 
 

@@ -206,6 +206,38 @@ class SubmititOptions:
     folder: str | None = None  # job files and logs (default: <out>/.submitit/<benchmark>)
 
 
+def submitit_option_problems(opts: SubmititOptions) -> list[str]:
+    """What is wrong with ``opts`` (from the CLI flags or ``fusebench.run(launcher_options=...)``), one message
+    per option naming it: every field typed and in range before any job is submitted (a string ``max_requeues``
+    used to fail the cell at its first preemption, a string ``poll_s`` after the jobs were submitted)."""
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    out = []
+    for name, least in (("gpus_per_job", 0), ("cpus_per_job", 1), ("array_parallelism", 1)):
+        value = getattr(opts, name)
+        if value is not None and (not is_int(value) or value < least):
+            out.append(f"--{name.replace('_', '-')}: expected a {'non-negative' if least == 0 else 'positive'} "
+                       f"integer, got {value!r}")
+    if not is_int(opts.time_min) or opts.time_min < 1:
+        out.append(f"--time-min: expected a positive number of minutes, got {opts.time_min!r}")
+    if not is_int(opts.max_requeues) or opts.max_requeues < 0:
+        out.append(f"max_requeues: expected an integer >= 0 (time-outs a cell may be requeued after), got "
+                   f"{opts.max_requeues!r}")
+    if not isinstance(opts.wait, bool):
+        out.append(f"wait (--no-wait): expected True or False, got {opts.wait!r}")
+    if not isinstance(opts.poll_s, (int, float)) or isinstance(opts.poll_s, bool) or not opts.poll_s > 0:
+        out.append(f"poll_s: expected a number of seconds > 0, got {opts.poll_s!r}")
+    for name in ("partition", "account", "folder"):
+        value = getattr(opts, name)
+        if value is not None and (not isinstance(value, str) or not value):
+            out.append(f"--{name}: expected a non-empty string, got {value!r}")
+    if not isinstance(opts.sbatch, Mapping) or not all(isinstance(k, str) and k for k in opts.sbatch):
+        out.append(f"--sbatch: expected a mapping of sbatch option names to values (KEY=VALUE on the command line), "
+                   f"got {opts.sbatch!r}")
+    return out
+
+
 class SubmititLauncher(Launcher):
     """Submits every cell without a record as one job (one job array), then waits for them."""
 
@@ -221,13 +253,9 @@ class SubmititLauncher(Launcher):
                               f"known: {', '.join(sorted(known))}")
         self.workers = 1
         self.opts = SubmititOptions(**options)
-        for name in ("gpus_per_job", "cpus_per_job", "array_parallelism"):
-            value = getattr(self.opts, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "gpus_per_job" else 1)):
-                raise ConfigError(f"--{name.replace('_', '-')}: expected a {'non-negative' if name == 'gpus_per_job' else 'positive'} "
-                                  f"integer, got {value!r}")
-        if isinstance(self.opts.time_min, bool) or not isinstance(self.opts.time_min, int) or self.opts.time_min < 1:
-            raise ConfigError(f"--time-min: expected a positive number of minutes, got {self.opts.time_min!r}")
+        problems = submitit_option_problems(self.opts)
+        if problems:
+            raise ConfigError("; ".join(problems))
 
     def check(self) -> None:
         try:
@@ -358,7 +386,11 @@ class SubmititLauncher(Launcher):
         trace = ""
         if job.paths.result_pickle.exists():
             try:
-                return job.result()
+                result = job.result()
+                if isinstance(result, dict) and result.get("status") == "failed":  # said in the job's log: here too
+                    first = (str(result.get("error") or "").splitlines() or [""])[0]
+                    print(f"FAILED {spec.name}/{o}/seed{s}: {first} (log {job.paths.stderr})", file=sys.stderr)
+                return result
             except Exception as e:  # raised in the job outside the cell (or submitit gave up requeueing)
                 error, trace = f"{type(e).__name__}: {e}", traceback.format_exc()
                 interrupted = "UncompletedJobError" in error

@@ -95,6 +95,12 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
             raise ValueError(f"--benchmark {bad[0]!r} is not a benchmark id ({ID_RULE})")
     elif out.is_dir():
         names = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
+        # a benchmark's own folder given as --out (<out>/<benchmark>/<objective>/seedN one level too deep): its
+        # subfolders hold seed folders, which would be read as objectives without cells
+        inside = [n for n in names if any(_SEED.fullmatch(q.name) for q in (out / n).iterdir() if q.is_dir())]
+        if inside:
+            raise ValueError(f"--out {out} is the folder of one benchmark ({out.name}: its {inside[0]}/ holds seed "
+                             f"folders); give the folder above it, --out {out.parent} (and --benchmark {out.name})")
     else:
         names = []
     for bench in names:
@@ -154,7 +160,7 @@ def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path |
             counts = [sum(1 for (oo, _), v in cells.items() if oo == o and v[0] == st) for st in states]
             lines.append(f"  {o:<{width}}  " + "  ".join(f"{c:>11}" for c in counts))
         for (o, s), (st, detail) in sorted(cells.items()):
-            if st in ("running", "failed", "interrupted", UNREADABLE):
+            if st in ("running", "failed", "interrupted", UNREADABLE) or (st == "pending" and detail):
                 lines.append(f"  {st}: {o}/seed{s}" + (f": {detail}" if detail else ""))
     return "\n".join(lines) if lines else "no cells"
 
