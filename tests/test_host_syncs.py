@@ -277,6 +277,59 @@ def test_a_step_that_fails_after_a_non_finite_loss_names_the_loss(monkeypatch: p
         run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False))
 
 
+def test_a_finite_loss_with_a_non_finite_gradient_never_reaches_a_checkpoint(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    """loss + sqrt(loss - loss) is the loss (finite) with a NaN gradient: the step's weights are NaN although no
+    loss is. At the checkpoint's own step no later loss shows it, so the checkpoint is refused (it used to be
+    written, said to be from 'before the loss diverged', and resumed from forever); last.pt stays the finite one of
+    step 4, and the error names the step. (A NaN gradient before it shows in the next loss: the loss guard.)"""
+    from fusebench.engine import pretrain
+    from fusebench.engine.loop import RunError
+
+    calls = {"n": 0}
+    real = pretrain.Pretrainer.optimise
+
+    def nan_gradient_at_step_8(self, loss, optimizer, all_reduce=True, scaler=None):
+        calls["n"] += 1
+        if calls["n"] == 8:  # the step of the second checkpoint
+            loss = loss + torch.sqrt(loss - loss)  # value unchanged, gradient 0 * inf = NaN
+        return real(self, loss, optimizer, all_reduce, scaler)
+
+    monkeypatch.setattr(pretrain.Pretrainer, "optimise", nan_gradient_at_step_8)
+    spec = benchmarks.load("quickstart", overrides={**TINY, "checkpoint_every": 4, "pretrain.epochs": 4})
+    with pytest.raises(RunError, match=r"the pretrain weights are not finite after step 8 \(epoch \d\) although its "
+                                       r"losses were: a non-finite gradient \(pretrainer\..*checkpoint .*last.pt not "
+                                       r"written; the checkpoint .*last.pt is from before"):
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False))
+    ckpt = torch.load(tmp_path / "quickstart" / "infonce_pwe" / "seed0" / "last.pt", weights_only=True)
+    assert ckpt["step"] == 4
+    assert all(torch.isfinite(v).all() for v in ckpt["pretrainer"].values() if v.is_floating_point())
+
+
+def test_a_numerical_error_in_a_step_names_the_phase_step_and_epoch(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """A loss that refuses what it is given (M3G: "the Gram matrix of the views is not finite") said neither the
+    step nor the epoch; now the RunError does, with the loss's error chained."""
+    from fusebench.engine import pretrain
+    from fusebench.engine.loop import RunError
+
+    calls = {"n": 0}
+    real = pretrain.Pretrainer.forward
+
+    def refuses_at_step_3(self, batch, gather=None):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise ValueError("m3g: the Gram matrix of the views is not finite")
+        return real(self, batch, gather)
+
+    monkeypatch.setattr(pretrain.Pretrainer, "forward", refuses_at_step_3)
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    with pytest.raises(RunError, match=r"^pretrain step 3 \(epoch 0\): ValueError: m3g: the Gram matrix of the views "
+                                       r"is not finite; no checkpoint written yet") as err:
+        run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(progress=False))
+    assert isinstance(err.value.__cause__, ValueError)
+
+
 def test_votenet_labels_are_checked_on_the_host_batch() -> None:
     """Inside the loop's steps VoteNet's loss reads no label bound (deferred); the host hook checks them on the
     CPU batch before the copy, with the error a direct call gives."""

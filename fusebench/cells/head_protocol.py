@@ -14,7 +14,7 @@ from torch import nn
 
 from fusebench.engine.data import few_shot_subset, make_loader
 from fusebench.engine.evaluate import embeddings, evaluate
-from fusebench.engine.loop import Phase, PhaseHooks, run_phase
+from fusebench.engine.loop import Phase, PhaseHooks, check_finite_state, run_phase
 from fusebench.engine.optim import build_optimizer, build_scheduler
 from fusebench.records.builder import Scores
 from fusebench.runtime import utils
@@ -75,6 +75,7 @@ def score(sc: Any, protocol: Any, pretrained_state: dict[str, torch.Tensor],
 
     def epoch_end() -> None:  # select on the validation split only
         nonlocal best
+        check_finite_state(phase, f"the epoch's validation and {cell / 'best.pt'}")  # never a NaN model kept
         val = evaluate(model, data["val"], spec, dev, seed)
         for k, v in val.items():
             phase.curves.setdefault(f"val_{k}", []).append(v)

@@ -34,7 +34,9 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from fusebench.datasets.errors import DatasetError
 from fusebench.runtime import distributed, utils
+from fusebench.typed import ConfigError
 
 
 #: steps between two reads of the losses on the host (loss curve, progress bar, non-finite guard)
@@ -99,8 +101,11 @@ class Phase:
         }
 
     def save(self, extra: dict[str, Any] | None = None) -> None:
+        """Write ``last.pt``, unless the weights hold a NaN or an infinity (:func:`check_finite_state`: a
+        :class:`RunError`, and the checkpoint before stays the cell's)."""
         if distributed.rank() != 0:  # one writer
             return
+        check_finite_state(self, f"checkpoint {self.cell / 'last.pt'}")
         utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash,
                                  "data_fingerprint": self.data_fingerprint, **(extra or {})}, self.cell / "last.pt")
 
@@ -111,6 +116,40 @@ class Phase:
         self.curves = ckpt["curves"]
         self.clock = Clock(ckpt.get("time_segments_s", ()))  # the segments of the processes before this one
         utils.set_rng_state(ckpt["rng"])
+
+
+def nonfinite_tensors(modules: dict[str, Any]) -> list[str]:
+    """The names (``<module>.<tensor>``) of the floating-point parameters and buffers of the ``nn.Module`` values of
+    ``modules`` that hold a NaN or an infinity: one device read for all of them (a norm per tensor, stacked; a
+    non-finite entry makes its norm non-finite). What a checkpoint must not keep: a finite loss can come with a
+    non-finite gradient, and the weights it leaves are then NaN."""
+    named = [(f"{k}.{n}", t) for k, m in modules.items() if isinstance(m, torch.nn.Module)
+             for n, t in m.state_dict().items() if torch.is_tensor(t) and t.is_floating_point() and t.numel()]
+    if not named:
+        return []
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, t) in enumerate(named):
+        by_device.setdefault(t.device, []).append(i)
+    bad: list[str] = []
+    for idx in by_device.values():
+        norms = torch._foreach_norm([named[i][1].detach().float() for i in idx])
+        finite = torch.isfinite(torch.stack(norms)).cpu().tolist()  # one read per device, at a checkpoint only
+        bad += [named[i][0] for i, ok in zip(idx, finite) if not ok]
+    return bad
+
+
+def check_finite_state(phase: "Phase", what: str) -> None:
+    """A :class:`RunError` naming the phase, the step and the first tensors when the phase's modules hold non-finite
+    values; called before ``what`` (a checkpoint, ``best.pt``) is written, so none is ever written with them."""
+    bad = nonfinite_tensors(phase.mods)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        last = phase.cell / "last.pt"
+        kept = (f"the checkpoint {last} is from before (resuming repeats the same steps: change the setting that "
+                f"diverges)" if last.exists() else "no checkpoint was kept")
+        raise RunError(f"{phase.cell}: the {phase.name} weights are not finite after step {phase.step} (epoch "
+                       f"{phase.epoch}) although its losses were: a non-finite gradient ({shown}); {what} not "
+                       f"written; {kept}")
 
 
 def _nothing() -> None:
@@ -192,13 +231,13 @@ class _Unread:
         curve = self.phase.curves.setdefault(self.curve, [])
         for (step, epoch, size), value in zip(steps, values):
             if not math.isfinite(value):
-                raise RunError(f"{self.hooks.diverged(value, step, epoch)}; {self._kept()}")
+                raise RunError(f"{self.hooks.diverged(value, step, epoch)}; {self.kept()}")
             curve.append(value)
             if self.on_step is not None:
                 self.on_step(self.phase, value, size)
         self.bar.set_postfix(refresh=False, **self.hooks.postfix(values[-1]))  # shown (or written) by update
 
-    def _kept(self) -> str:
+    def kept(self) -> str:
         last = self.phase.cell / "last.pt"
         if self.saved is not None:
             return f"checkpoint kept at {last} (step {self.saved}, written before the loss diverged)"
@@ -207,9 +246,9 @@ class _Unread:
         return f"no checkpoint written yet (the first at step {self.phase.every})"
 
     def save(self) -> None:
-        """Checkpoint the phase, after reading (and checking) every loss before it."""
+        """Checkpoint the phase, after reading (and checking) every loss before it and checking its weights."""
         self.read()
-        self.phase.save(self.hooks.extra())
+        self.phase.save(self.hooks.extra())  # refused when the weights are not finite (Phase.save)
         self.saved = self.phase.step
 
 
@@ -240,8 +279,12 @@ def run_phase(phase: Phase, epochs: int, hooks: PhaseHooks, device: torch.device
                     with autocast:
                         loss = hooks.loss(batch)
                     hooks.optimise(loss)
-            except Exception:  # a step after a non-finite loss may fail on what it left: say where it began
+            except Exception as e:  # a step after a non-finite loss may fail on what it left: say where it began
                 unread.read()
+                if isinstance(e, (ValueError, FloatingPointError)) and not isinstance(e, (ConfigError, DatasetError)):
+                    # a numerical failure (a loss refusing non-finite embeddings): where it happened, cause chained
+                    raise RunError(f"{phase.name} step {phase.step + 1} (epoch {phase.epoch}): {type(e).__name__}: "
+                                   f"{e}; {unread.kept()}") from e
                 raise
             unread.add(loss, batch_size(batch))
             phase.step += 1
