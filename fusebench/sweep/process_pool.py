@@ -3,17 +3,41 @@
 (:func:`fusebench.sweep.selection.freeze_selections`).
 
 Each call is a picklable function with its arguments; the results come back in the order of the calls.
-A worker process handles SIGTERM like Ctrl-C (:func:`fusebench.runtime.interrupt.install`: the running
-call unwinds, its cell lock is released); Ctrl-C in the parent starts no further call, terminates the
-running ones and re-raises. A call that raises is raised in the parent once the pool has finished the other
-calls (each writes its own record, which a resumed sweep reuses).
+While a worker process runs a call, SIGINT and SIGTERM interrupt it like Ctrl-C (the call unwinds, its cell lock
+is released); an idle worker ignores SIGINT (Ctrl-C reaches the whole process group: a worker interrupted while
+it waits for its next call, inside the pool's queue and holding its lock, left the other workers waiting on that
+lock for ever) and dies at once on SIGTERM. Ctrl-C in the parent starts no further call, terminates the workers
+(the running calls unwind), kills one that has not ended after :data:`GRACE_S` seconds, and re-raises without
+waiting on the pool. A call that raises is raised in the parent once the pool has finished the other calls (each
+writes its own record, which a resumed sweep reuses).
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any, Callable, Sequence
 
 from fusebench.runtime import interrupt
+
+#: seconds a terminated worker has to unwind its call (release its cell lock) before it is killed
+GRACE_S = 10.0
+
+
+def _idle_worker() -> None:
+    """A worker's initializer: SIGINT ignored and SIGTERM fatal while no call runs (:func:`_call` handles both
+    during a call)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with SIGINT and SIGTERM unwinding it (a ``KeyboardInterrupt``), then the idle handlers again."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with interrupt.sigterm_unwinds():
+            return fn(*args)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], workers: int) -> list[Any]:
@@ -21,17 +45,27 @@ def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], w
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    with cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(calls))), mp_context=mp.get_context("spawn"),
-                                initializer=interrupt.install) as pool:
-        futures = [pool.submit(fn, *args) for args in calls]
-        try:
-            return [f.result() for f in futures]  # in the order of the calls
-        except KeyboardInterrupt:  # no further call starts; the running ones are interrupted, then the pool ends
-            for f in futures:
-                f.cancel()
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.terminate()
-            raise
+    pool = cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(calls))), mp_context=mp.get_context("spawn"),
+                                  initializer=_idle_worker)
+    try:
+        futures = [pool.submit(_call, fn, *args) for args in calls]
+        results = [f.result() for f in futures]  # in the order of the calls
+    except KeyboardInterrupt:  # no further call starts; the running ones are interrupted, then the pool ends
+        procs = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(GRACE_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        raise
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
 
 
 __all__ = ["run_in_processes"]

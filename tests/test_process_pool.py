@@ -1,0 +1,61 @@
+"""The local worker pool (``fusebench.sweep.process_pool``) under Ctrl-C sent to the whole process group, as a
+terminal sends it: one worker busy with a call, the other idle, waiting for its next call inside the pool's queue.
+The idle worker used to be interrupted there, holding the queue's lock, and the sweep hung for good."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups")
+def test_ctrl_c_to_the_process_group_ends_the_pool_with_one_worker_idle(tmp_path: Path) -> None:
+    module = tmp_path / "poolcalls.py"
+    module.write_text(textwrap.dedent("""
+        import time
+        from pathlib import Path
+
+        def call(marker, busy):
+            Path(marker).write_text("started")
+            while busy:  # interrupted only by a signal
+                time.sleep(0.05)
+            return 1
+    """))
+    script = tmp_path / "sweep.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from fusebench.sweep.process_pool import run_in_processes
+        from poolcalls import call
+
+        if __name__ == "__main__":
+            folder = Path(sys.argv[1])
+            try:
+                run_in_processes(call, [(str(folder / "busy"), True), (str(folder / "quick"), False)], 2)
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+                sys.exit(130)
+    """))
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300  # spawning two interpreters under load: a bound, not a measurement
+        while not ((tmp_path / "busy").exists() and (tmp_path / "quick").exists()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.1)
+        time.sleep(0.5)  # the quick call's worker back in the queue, waiting for a call that never comes
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)  # it used to hang here for good
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out and "Traceback" not in out, out
