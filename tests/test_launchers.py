@@ -246,6 +246,31 @@ def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch
     assert status.cell_state(job)[0] == "running"
 
 
+def test_a_lock_appears_whole_and_is_removed_only_by_its_owner(tmp_path: Path) -> None:
+    """The race of two runs of one cell: a lock file seen empty (created, not yet written) used to read as a dead
+    owner's (pid 0) and be removed, so both ran; and a run's exit removed whatever lock was there. Now a lock is
+    linked into place whole; an unreadable one is its owner's for a minute; an exit removes its own lock only."""
+    import time
+
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    lock = cell / ".lock"
+    with CellLock(cell):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+        assert sorted(p.name for p in cell.iterdir()) == [".lock"]  # no private file left beside it
+    assert not lock.exists()
+    lock.write_text("")  # being written by another run (an older version creates, then writes)
+    with pytest.raises(CellBusyError, match=r"being run by another process \(its lock is unreadable\)"):
+        CellLock(cell).__enter__()
+    old = time.time() - 120
+    os.utime(lock, (old, old))  # left empty by a run killed long ago: stale
+    with CellLock(cell):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+        lock.unlink()
+        lock.write_text(json.dumps({"pid": os.getpid() + 1, "host": "elsewhere"}))  # another run's lock now
+    assert json.loads(lock.read_text())["host"] == "elsewhere"  # left in place
+
+
 def test_status_names_the_slurm_job_of_a_submitted_cell(tmp_path: Path) -> None:
     out = tmp_path / "runs"
 

@@ -7,6 +7,7 @@ A cell is only ever continued or returned for the configuration and the data tha
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,10 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
     return ckpt
 
 
+#: seconds an unreadable (empty) lock file counts as its owner's before it is taken as stale
+UNREADABLE_LOCK_S = 60.0
+
+
 class CellLock:
     """An exclusive per-cell lock file (``.lock``, holding the owner's pid, host and SLURM job): two
     processes never run one cell at once. A lock left by a process that no longer exists is taken
@@ -68,25 +73,75 @@ class CellLock:
 
     def __init__(self, cell: Path) -> None:
         self.path = cell / ".lock"
-        self.fd: int | None = None
+        self.inode: int | None = None
 
     def __enter__(self) -> "CellLock":
-        for _ in range(2):
-            try:
-                self.fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                os.write(self.fd, lock_payload().encode())
-                return self
-            except FileExistsError:
-                holder = read_lock(self.path)
-                if holder is not None and holder.alive and not (holder.local and holder.pid == os.getpid()):
-                    raise CellBusyError(f"{self.path.parent} is being run by {holder.owner} "
-                                        f"(lock {self.path}); not starting it twice") from None
-                self.path.unlink(missing_ok=True)  # stale lock of a killed run
-        raise CellBusyError(f"cannot lock {self.path}")
+        # the lock appears with its content at once (written to a private file, then hard-linked into place: the
+        # link fails if a lock is there), so no process ever reads a half-written lock as a dead owner's
+        mine = self.path.with_name(f".lock.{os.getpid()}.{id(self)}.tmp")
+        mine.write_text(lock_payload())
+        try:
+            for _ in range(2):
+                try:
+                    try:
+                        os.link(mine, self.path)
+                    except FileExistsError:
+                        raise
+                    except OSError:  # a file system without hard links: create it exclusively, then write
+                        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                        with os.fdopen(fd, "w") as fh:
+                            fh.write(mine.read_text())
+                    self.inode = os.stat(self.path).st_ino
+                    return self
+                except FileExistsError:
+                    try:
+                        judged = os.stat(self.path).st_ino
+                    except FileNotFoundError:
+                        continue
+                    holder = read_lock(self.path)
+                    if holder is not None and holder.pid <= 0 and not holder.slurm_job:
+                        holder = None  # an empty lock names no owner (not a dead one)
+                    # an unreadable lock is a live owner's for a minute (one of an older suite version being
+                    # written), then stale
+                    try:
+                        young = holder is None and time.time() - os.stat(self.path).st_mtime < UNREADABLE_LOCK_S
+                    except FileNotFoundError:
+                        continue
+                    if young or (holder is not None and holder.alive
+                                 and not (holder.local and holder.pid == os.getpid())):
+                        who = holder.owner if holder is not None else "another process (its lock is unreadable)"
+                        raise CellBusyError(f"{self.path.parent} is being run by {who} "
+                                            f"(lock {self.path}); not starting it twice") from None
+                    self._take_over(judged)  # the stale lock of a killed run
+            raise CellBusyError(f"cannot lock {self.path}")
+        finally:
+            mine.unlink(missing_ok=True)
+
+    def _take_over(self, judged: int) -> None:
+        """Move the stale lock (inode ``judged``) aside; one that is no longer it (another process took the lock
+        over meanwhile and holds it now) is put back, never removed."""
+        aside = self.path.with_name(f".lock.stale.{os.getpid()}.{id(self)}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return
+        try:
+            if os.stat(aside).st_ino != judged:  # a live lock: back in place (unless a third one is there)
+                try:
+                    os.link(aside, self.path)
+                except FileExistsError:
+                    pass
+        finally:
+            aside.unlink(missing_ok=True)
 
     def __exit__(self, *exc: Any) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.path.unlink(missing_ok=True)
+        if self.inode is None:
+            return
+        try:
+            if os.stat(self.path).st_ino == self.inode:  # ours: never another process's lock
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
+        self.inode = None
 
 
