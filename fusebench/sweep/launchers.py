@@ -18,6 +18,9 @@ runs in the submitting process before any cell is submitted. docs/cluster.md has
 The launchers are a :class:`~fusebench.registry.Registry` (:data:`LAUNCHERS`, lowercase ids) like every
 other component: a built-in registers with :func:`register`, a third-party launcher through the
 entry-point group ``fusebench.launchers``; an unknown id is a ConfigError listing the known ones.
+
+This module is longer than ~450 lines because the launchers share one cell call, one options type and its checks,
+and the waiting on submitted jobs; split, each part would import the others.
 """
 
 from __future__ import annotations

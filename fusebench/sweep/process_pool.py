@@ -47,11 +47,15 @@ def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], w
 
     pool = cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(calls))), mp_context=mp.get_context("spawn"),
                                   initializer=_idle_worker)
+    procs: list[Any] = []
     try:
         futures = [pool.submit(_call, fn, *args) for args in calls]
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # started with the first submissions
         results = [f.result() for f in futures]  # in the order of the calls
+        pool.shutdown(wait=True)  # (a Ctrl-C while it waits ends the workers too: they ignore it when idle)
+        return results
     except KeyboardInterrupt:  # no further call starts; the running ones are interrupted, then the pool ends
-        procs = list(getattr(pool, "_processes", {}).values())
+        procs += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in procs]
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             proc.terminate()
@@ -61,11 +65,9 @@ def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], w
                 proc.kill()
                 proc.join()
         raise
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:  # a call raised: the others finish (each writes its own record), then it is raised
+        pool.shutdown(wait=True)
         raise
-    pool.shutdown(wait=True)
-    return results
 
 
 __all__ = ["run_in_processes"]
