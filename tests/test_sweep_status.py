@@ -120,7 +120,17 @@ def test_a_retried_cell_that_is_interrupted_is_resumable_not_the_old_failure(tmp
         run_cell(CellRequest(retry, "m3g", 1, tmp_path), RunOptions(progress=False, max_steps=6))
     state, detail = status.collect(tmp_path)["quickstart"][("m3g", 1)]
     assert (state, detail) == ("interrupted", "resumable from last.pt")
-    assert not (tmp_path / "quickstart" / "m3g" / "seed1" / "failed.json").exists()
+    cell = tmp_path / "quickstart" / "m3g" / "seed1"
+    assert not (cell / "failed.json").exists()
+    # what a SIGKILL in the middle of a write leaves (io.atomic_write's temporary files): removed when the cell
+    # is taken up again, nothing else touched
+    leftovers = [cell / ".last.pt.k1l2.tmp", cell / ".best.pt.x9.tmp"]
+    for p in leftovers:
+        p.write_bytes(b"half")
+    (cell / "notes.txt").write_text("mine")
+    run_cell(CellRequest(retry, "m3g", 1, tmp_path), RunOptions(progress=False, resume=True))
+    assert not any(p.exists() for p in leftovers) and (cell / "notes.txt").read_text() == "mine"
+    assert (cell / "run.json").exists()
 
 
 def test_status_of_a_benchmark_s_own_folder_says_which_folder_to_give(tmp_path: Path, capsys) -> None:
