@@ -184,14 +184,19 @@ class M3G(MultiViewObjective):
         still get (``$FUSEBENCH_MEMORY_BUDGET_GB`` when set): its n^k cost would otherwise allocate until the
         machine runs out. The sweep refuses a configuration over half of that before any cell starts
         (:mod:`fusebench.components.memory_budget`); this is the backstop for a direct call. Calls declared below
-        :data:`MEMORY_CHECK_FROM` bytes read nothing (no file, no device query)."""
+        :data:`MEMORY_CHECK_FROM` bytes read nothing (no file, no device query); larger ones read the figure once per
+        device."""
         from fusebench.machine import memory_budget
 
         k, n, d = views.shape
         need = self.memory_bytes(n, k, views.dtype, d)
         if need < MEMORY_CHECK_FROM:
             return
-        budget, source = memory_budget(str(views.device), fraction=1.0)
+        # read once per device and module (a backstop: not a device query every step of a run of large calls)
+        known = self.__dict__.setdefault("_memory_budgets", {})
+        if views.device not in known:
+            known[views.device] = memory_budget(str(views.device), fraction=1.0)
+        budget, source = known[views.device]
         if need > budget:
             raise ValueError(f"m3g: one loss call on k = {k} views of n = {n} samples (d = {d}) needs about "
                              f"{need / 2**30:.1f} GiB (its cost grows as n^k), more than the {budget / 2**30:.1f} GiB "

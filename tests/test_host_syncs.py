@@ -352,3 +352,27 @@ def test_votenet_labels_are_checked_on_the_host_batch() -> None:
     bad["target"][0]["boxes"] = torch.zeros(2, 7)
     with pytest.raises(ValueError, match=r"target 0 labels must be in \[0, 10\)"):
         model.check_batch(bad)
+
+
+def test_a_downstream_epoch_with_non_finite_weights_writes_no_best_pt(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """The same NaN gradient at the last step of the first downstream epoch: that epoch's validation is not run and
+    no best.pt is written from it (a NaN model used to be scored, kept as best.pt, and the run could 'succeed')."""
+    from fusebench.engine.loop import RunError
+    from fusebench.spec import precision
+
+    calls = {"n": 0}
+    real = precision.backward_step
+
+    def nan_gradient_at_the_fourth_downstream_step(loss, opt, scaler):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            loss = loss + torch.sqrt(loss - loss)  # value unchanged, gradient 0 * inf = NaN
+        return real(loss, opt, scaler)
+
+    monkeypatch.setattr(head_protocol.precision, "backward_step", nan_gradient_at_the_fourth_downstream_step)
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    with pytest.raises(RunError, match=r"the downstream weights are not finite after step 4 \(epoch 0\) .*the "
+                                       r"epoch's validation and .*best.pt not written"):
+        run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
+    assert not (tmp_path / "quickstart" / "none" / "seed0" / "best.pt").exists()

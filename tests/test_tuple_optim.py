@@ -231,7 +231,7 @@ def test_quickstart_with_sample_optimisation(tmp_path: Path) -> None:
     # the budget counts the candidates' steps: one epoch's worth per epoch in the kept encoder's history, B of
     # them in all (candidate_steps 0: a whole epoch each); the main loop's steps are the loss curve's length
     opts = rec["config"]["pretrain"]["methods"]["tuple_infonce"]
-    b, main = opts.get("candidates", 4), len(c["pretrain_loss"])
+    b, main = opts.get("candidates", TupleInfoNCEOptions().candidates), len(c["pretrain_loss"])
     per_epoch = main // 2
     assert main == 2 * per_epoch and per_epoch >= 1
     budget = rec["budget"]

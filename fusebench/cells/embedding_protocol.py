@@ -54,8 +54,7 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
 
     request, options, data, model, dev, from_inputs = sc.request, sc.options, sc.data, sc.model, sc.dev, sc.from_inputs
     spec, objective, seed = request.spec, request.objective, request.seed
-    # a hyper-parameter trial is scored on validation alone: its cell has no test split, and no test sample is seen
-    roles = ("train", "val") if options.selection_trial else ("train", "val", "test")
+    roles = tuple(data)  # the splits the cell read: a hyper-parameter trial's has no test split (StandardCell)
     row = row_of(spec, objective)  # an input-feature row scores no encoder (fusebench.components.rows)
     enc = model if row.uses_encoder(spec) else None
     if from_inputs:

@@ -122,9 +122,7 @@ def validation_steps(spec: BenchmarkSpec) -> list[str]:
     """The per-epoch steps of pretraining methods (``PretrainMethod.extensions``, e.g. TupleInfoNCE's sample
     optimisation, Algorithm 1) that a pretraining run of one of the spec's objectives takes, at any point of its
     grid: each reads the validation split (its reward), so it must not be the test split. A phrase per step."""
-    import importlib
-
-    from fusebench.spec.methods import METHODS, options_of
+    from fusebench.spec.methods import attach, extensions
 
     found: dict[str, None] = {}
     for o in spec.objectives or [spec.pretrain.objective]:
@@ -134,12 +132,9 @@ def validation_steps(spec: BenchmarkSpec) -> list[str]:
         for point in own.points():
             _, method_options = split_method_keys(own.at(point))
             cfg = with_method_options(spec.pretrain, method_options)
-            for mid in joining(objectives.OBJECTIVES.get(o), cfg):
-                for target in METHODS.get(mid).extensions:
-                    module, _, attr = target.partition(":")
-                    ext = getattr(importlib.import_module(module), attr)
-                    if ext.enabled(options_of(cfg, mid)):
-                        found[f"the per-epoch step of {mid}'s runs ({attr}, its reward on the validation split)"] = None
+            for ext, opts in extensions(attach(objectives.OBJECTIVES.get(o), cfg)):  # what the cell would run
+                if ext.enabled(opts):
+                    found[f"the per-epoch step of {o}'s runs ({ext.__name__}, its reward on the validation split)"] = None
     return list(found)
 
 

@@ -92,6 +92,7 @@ class Phase:
         self.config_hash: str | None = None
         self.data_fingerprint: str | None = None
         self.clock = Clock()
+        self.finite_at: int | None = None  # the step whose weights check_finite_state found finite
 
     def state(self) -> dict[str, Any]:
         return {
@@ -141,8 +142,12 @@ def nonfinite_tensors(modules: dict[str, Any]) -> list[str]:
 def check_finite_state(phase: "Phase", what: str) -> None:
     """A :class:`RunError` naming the phase, the step and the first tensors when the phase's modules hold non-finite
     values; called before ``what`` (a checkpoint, ``best.pt``) is written, so none is ever written with them."""
+    if phase.finite_at == phase.step:  # checked at this step already (a downstream epoch's end, then its save)
+        return
     bad = nonfinite_tensors(phase.mods)
-    if bad:
+    if not bad:
+        phase.finite_at = phase.step
+    else:
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         last = phase.cell / "last.pt"
         kept = (f"the checkpoint {last} is from before (resuming repeats the same steps: change the setting that "
