@@ -14,6 +14,7 @@ writes its own record, which a resumed sweep reuses).
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any, Callable, Sequence
 
@@ -30,14 +31,31 @@ def _idle_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+_SIGNALS: list[int] = []  # the signals received during the running call
+
+
+def _once(signum: int, frame: object) -> None:
+    """During a call: the first SIGINT / SIGTERM unwinds it; a later one (the parent's SIGTERM after the process
+    group's Ctrl-C) is noted, not raised into the unwinding (a second exception there printed a traceback)."""
+    _SIGNALS.append(signum)
+    if len(_SIGNALS) == 1:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise interrupt.Terminated(f"terminated by signal {signal.Signals(signum).name}")
+
+
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` with SIGINT and SIGTERM unwinding it (a ``KeyboardInterrupt``), then the idle handlers again."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    """``fn(*args)`` with SIGINT and SIGTERM unwinding it (a ``KeyboardInterrupt``), then the idle handlers again; a
+    worker told to end (SIGTERM) while its call unwound ends once it has."""
+    _SIGNALS.clear()
+    previous = {s: signal.signal(s, _once) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with interrupt.sigterm_unwinds():
-            return fn(*args)
+        return fn(*args)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if signal.SIGTERM in _SIGNALS[1:]:  # (SIGTERM is fatal again: the worker ends here, its call unwound)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], workers: int) -> list[Any]:
