@@ -19,6 +19,7 @@ un-averaged.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from typing import Any, Iterator
 
@@ -120,6 +121,10 @@ def average_gradients(params) -> None:
             p.grad.div_(w)
 
 
+#: seconds a rank that ended its sweep waits for the others before it tears the process group down
+END_WAIT_S = 600
+
+
 @contextlib.contextmanager
 def maybe_init(device: str = "auto") -> Iterator[None]:
     """Initialise the process group when launched by torchrun (WORLD_SIZE > 1); tear it down after."""
@@ -131,6 +136,16 @@ def maybe_init(device: str = "auto") -> Iterator[None]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend=backend)
     try:
-        yield  # no barrier here: a rank that failed would leave the others waiting in it until the timeout
+        yield
+        # the ranks end together (a normal end only: a rank that raised waits for no one): rank 1, done with its
+        # share, tore its gloo group down while rank 0 still scored the cell, and aborted ("terminate called
+        # without an active exception"); a rank gone meanwhile makes it give up after END_WAIT_S, not hang
+        try:
+            if backend == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=END_WAIT_S))
+            else:
+                dist.barrier()
+        except RuntimeError:
+            pass
     finally:
         dist.destroy_process_group()
