@@ -21,8 +21,9 @@ https://github.com/facebookresearch/votenet), Sec. 4 and supplementary A.1 / A.2
   heading / size class CE and Huber (delta 1) residuals; semantic CE, all on positives against the
   nearest GT box; ``L = 10 (L_vote + 0.5 L_obj + L_box + 0.1 L_sem)``,
   ``L_box = L_center + 0.1 L_hcls + L_hres + 0.1 L_scls + L_sres``;
-* prediction: boxes decoded, per-class rotated 3D NMS (IoU 0.25) scored by objectness, then
-  the proposals whose objectness exceeds ``conf_thresh`` = 0.05 are kept and (VoteNet's SUN RGB-D evaluation
+* prediction: boxes decoded; proposals with fewer than 5 input points inside are dropped (VoteNet's
+  ``eval.py`` default ``remove_empty_box``; ``min_points_in_box``, 0 keeps every proposal); per-class rotated 3D NMS
+  (IoU 0.25) over the rest, scored by objectness; then the proposals whose objectness exceeds ``conf_thresh`` = 0.05 are kept and (VoteNet's SUN RGB-D evaluation
   setting ``per_class_proposal``) each emits one box per class with score ``p_obj * p_sem(c)``, however low
   (VoteNet's ``ap_helper.parse_predictions``: the low-scoring class boxes are the tail of the precision-recall
   curve; a threshold on ``p_obj * p_sem(c)`` cut it off and lowered mAP and recall).
@@ -139,11 +140,12 @@ class VoteNetHead(nn.Module):
 
     def __init__(self, modalities: Sequence[str], config: VoteNetConfig, fusion: str, num_features: int,
                  num_classes: int, mean_sizes: Tensor, nms_iou: float = 0.25, per_class_proposal: bool = True,
-                 conf_thresh: float = 0.05) -> None:
+                 conf_thresh: float = 0.05, min_points_in_box: int = 5) -> None:
         super().__init__()
         self.register_buffer("mean_sizes", mean_sizes)
         self.cfg, self.fusion, self.num_classes = config, fusion, num_classes
         self.nms_iou, self.per_class_proposal, self.conf_thresh = nms_iou, per_class_proposal, conf_thresh
+        self.min_points_in_box = min_points_in_box
         self.modalities = list(modalities)
         c, k = num_features, len(self.modalities)
         self.fuse = nn.Sequential(*_conv_bn_relu(k * c, c)) if fusion == "late" and k > 1 else nn.Identity()
@@ -307,11 +309,25 @@ class VoteNetHead(nn.Module):
 
     @torch.no_grad()
     def predict(self, output: dict[str, Tensor], batch: dict[str, Any] | None = None) -> list[dict[str, Tensor]]:
+        """VoteNet's ``ap_helper.parse_predictions`` with its SUN RGB-D evaluation settings: proposals with fewer
+        than ``min_points_in_box`` points of ``batch["modalities"]["points"]`` inside (``remove_empty_box``) are
+        dropped, per-class NMS runs over the rest, then the objectness threshold and one box per class."""
         dec = self.decode(output)
+        points = None
+        if self.min_points_in_box > 0:
+            if batch is None or "points" not in batch.get("modalities", {}):
+                raise ValueError("votenet: predict needs batch['modalities']['points'] to drop the proposals with fewer "
+                                 f"than min_points_in_box = {self.min_points_in_box} points inside (VoteNet's "
+                                 "remove_empty_box); set min_points_in_box: 0 to keep every proposal")
+            points = batch["modalities"]["points"][..., :3].detach().float().cpu()
         results = []
-        for boxes, obj, sem in zip(dec["boxes"].cpu(), dec["objectness"].cpu(), dec["sem_prob"].cpu()):
+        for i, (boxes, obj, sem) in enumerate(zip(dec["boxes"].cpu(), dec["objectness"].cpu(), dec["sem_prob"].cpu())):
             cls = sem.argmax(-1)
-            keep = nms_3d(boxes, obj, self.nms_iou, labels=cls)
+            candidates = torch.arange(len(boxes))
+            if points is not None:  # one scene at a time: [N, K] membership of at most a few hundred proposals
+                inside = points_in_boxes(points[i:i + 1], boxes[None].float())[0].sum(0)  # [K]
+                candidates = torch.nonzero(inside >= self.min_points_in_box).flatten()
+            keep = candidates[nms_3d(boxes[candidates], obj[candidates], self.nms_iou, labels=cls[candidates])]
             boxes, obj, sem, cls = boxes[keep], obj[keep], sem[keep], cls[keep]
             confident = obj > self.conf_thresh  # VoteNet's parse_predictions: the threshold is on objectness
             if self.per_class_proposal:  # then every class of a kept proposal, however low its score
@@ -331,7 +347,8 @@ class VoteNet(Backbone):
     """VoteNet's backbone (PointNet++ seeds); its detection head is VoteNetHead (module docstring).
 
     ``config``: "votenet" (paper) or "tiny" (tests); ``num_classes``, ``mean_sizes``, ``nms_iou``,
-    ``per_class_proposal`` and ``conf_thresh`` configure the head."""
+    ``per_class_proposal``, ``conf_thresh`` and ``min_points_in_box`` (VoteNet's ``remove_empty_box``: 5; 0 keeps
+    every proposal) configure the head."""
 
     input_kinds = ("points", "point_features")  # the modality kinds it reads (encoders/base.py)
     large_model = True  # convolutions on images / point sets: intra-op threads pay (engine/threads.py)
@@ -340,7 +357,8 @@ class VoteNet(Backbone):
 
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"), config: str | VoteNetConfig = "votenet",
                  fusion: str = "late", num_classes: int = 10, mean_sizes: Sequence[Sequence[float]] | None = None,
-                 nms_iou: float = 0.25, per_class_proposal: bool = True, conf_thresh: float = 0.05) -> None:
+                 nms_iou: float = 0.25, per_class_proposal: bool = True, conf_thresh: float = 0.05,
+                 min_points_in_box: int = 5) -> None:
         super().__init__()
         if isinstance(config, str):
             if config not in CONFIGS:
@@ -361,8 +379,10 @@ class VoteNet(Backbone):
         self.cfg, self.fusion, self.num_classes = config, fusion, num_classes
         self.modalities = modalities
         #: what the detection head is built with besides the class count (task_head)
+        if isinstance(min_points_in_box, bool) or not isinstance(min_points_in_box, int) or min_points_in_box < 0:
+            raise ValueError(f"votenet: min_points_in_box must be an integer >= 0, got {min_points_in_box!r}")
         self.head_options = dict(mean_sizes=ms, nms_iou=nms_iou, per_class_proposal=per_class_proposal,
-                                 conf_thresh=conf_thresh)
+                                 conf_thresh=conf_thresh, min_points_in_box=min_points_in_box)
         bcfg = get_config(config.backbone)
         if fusion == "late":
             self.encoder: nn.Module = PointNet2Encoder(modalities, bcfg)
@@ -376,7 +396,8 @@ class VoteNet(Backbone):
             raise NotImplementedError(f"votenet has a detection head only, not one for task {task.id!r}")
         opts = self.head_options
         return VoteNetHead(self.modalities, self.cfg, self.fusion, self.num_features, task.classes(self),
-                           opts["mean_sizes"].clone(), opts["nms_iou"], opts["per_class_proposal"], opts["conf_thresh"])
+                           opts["mean_sizes"].clone(), opts["nms_iou"], opts["per_class_proposal"], opts["conf_thresh"],
+                           opts["min_points_in_box"])
 
     def features(self, batch: dict[str, Any]) -> dict[str, Any]:
         """The seeds: ``seed_xyz [n, S, 3]``, ``seed_inds [n, S]`` and ``seed_features`` (late fusion: one

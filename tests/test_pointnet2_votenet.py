@@ -339,7 +339,7 @@ def test_votenet_confidence_threshold_is_on_objectness_as_votenet_parse_predicti
     every class its box scored p_obj * p_sem(c), however low: one proposal with p_obj = 0.4 and a uniform semantic
     distribution over 10 classes gives 10 boxes scored 0.04 (below 0.05; a threshold on that score gave none); one
     with p_obj = 0.04 gives none."""
-    head = for_backbone(VoteNet(config="tiny")).head
+    head = for_backbone(VoteNet(config="tiny", min_points_in_box=0)).head  # every proposal counts here
     assert head.conf_thresh == 0.05 and head.per_class_proposal and head.num_classes == 10
     decoded = {"boxes": torch.tensor([[[0.0, 0, 0, 1, 1, 1, 0], [5.0, 5, 0, 1, 1, 1, 0]]]),
                "objectness": torch.tensor([[0.4, 0.04]]), "sem_prob": torch.full((1, 2, 10), 0.1)}
@@ -348,6 +348,38 @@ def test_votenet_confidence_threshold_is_on_objectness_as_votenet_parse_predicti
     assert p["labels"].tolist() == list(range(10))
     assert torch.allclose(p["scores"], torch.full((10,), 0.04))
     assert torch.equal(p["boxes"], decoded["boxes"][0, :1].repeat(10, 1))
+
+
+def test_votenet_drops_proposals_with_fewer_than_5_points_inside_before_nms():
+    """VoteNet's eval.py (remove_empty_box, its default) drops a proposal with fewer than 5 input points inside
+    before NMS, so an empty high-scoring box cannot suppress an overlapping box that has points. A = unit box at the
+    origin (objectness 0.9): 4 points inside; B = the same box moved 0.1 m along x (0.8): those 4 points and one at
+    x = 0.55 (inside B only, B spans [-0.4, 0.6]), 5 in all; IoU(A, B) = 0.9 / 1.1 > 0.25, both class 0;
+    C = a unit box at (5, 5, 0) (0.7) with no point. Kept: B alone (A and C empty). With min_points_in_box 0 (VoteNet's
+    --faster_eval): A suppresses B, and C stays."""
+    decoded = {"boxes": torch.tensor([[[0.0, 0, 0, 1, 1, 1, 0], [0.1, 0, 0, 1, 1, 1, 0], [5.0, 5, 0, 1, 1, 1, 0]]]),
+               "objectness": torch.tensor([[0.9, 0.8, 0.7]]),
+               "sem_prob": torch.tensor([[0.5] + [0.5 / 9] * 9]).repeat(1, 3, 1)}
+    points = torch.tensor([[[0.0, 0, 0], [0.1, 0, 0], [0.2, 0, 0], [0.3, 0, 0], [0.55, 0, 0], [20.0, 20, 20]]])
+    batch = {"modalities": {"points": points}}
+    kept = {}
+    for min_points in (5, 0):
+        head = for_backbone(VoteNet(config="tiny", min_points_in_box=min_points)).head
+        head.decode = lambda output: decoded
+        [p] = head.predict({}, batch)
+        kept[min_points] = {tuple(b.tolist()) for b in p["boxes"]}
+    a, b, c = (tuple(x.tolist()) for x in decoded["boxes"][0])
+    assert kept[5] == {b}
+    assert kept[0] == {a, c}
+    # exactly 5 points is enough (VoteNet drops len(pc_in_box) < 5); 4 is not
+    head = for_backbone(VoteNet(config="tiny")).head
+    head.decode = lambda output: decoded
+    [p] = head.predict({}, {"modalities": {"points": points[:, [0, 1, 2, 4, 5]]}})  # B keeps 4 points
+    assert len(p["boxes"]) == 0
+    with pytest.raises(ValueError, match="min_points_in_box = 5 points inside"):
+        head.predict({}, None)
+    with pytest.raises(ValueError, match="min_points_in_box must be an integer >= 0"):
+        VoteNet(config="tiny", min_points_in_box=-1)
 
 
 def test_nms_per_class():
