@@ -231,11 +231,13 @@ class Registry:
         return key in self._plugin_names
 
     def __contains__(self, name: object) -> bool:
+        """Whether :meth:`get` finds ``name`` (ids are lowercase; both compare lowercased)."""
         if not isinstance(name, str):
             return False
-        if name not in self._entries and name not in self._lazy:
-            self._load_home(name)
-        return name in self._entries or name in self._lazy or name in self.available()
+        key = name.lower()
+        if key not in self._entries and key not in self._lazy:
+            self._load_home(key)
+        return key in self._entries or key in self._lazy or key in self.available()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.available())

@@ -131,6 +131,14 @@ class MultiViewObjective(nn.Module):
     #: Prop. 2.1; used by the poly-view Gaussian MI experiment); otherwise the poly-view bound
     #: ``log(K M - M + 1) - loss`` (Theorems 2.2, 2.4) applies
     pairwise_mi_bound: ClassVar[bool] = False
+    #: where the poly-view paper proves that this loss gives a lower bound on the One-vs-Rest MI (e.g.
+    #: "Theorem 2.2, Eq. 13"), read by the Gaussian MI experiment through :meth:`mi_bound_proof`; None: none is
+    mi_bound_proven: ClassVar[str | None] = None
+
+    @classmethod
+    def mi_bound_proof(cls, hparams: "dict[str, Any] | None" = None) -> str | None:
+        """Where the bound this loss gives with ``hparams`` is proven (:attr:`mi_bound_proven`), or None."""
+        return cls.mi_bound_proven
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every subclass's own ``forward`` computes in float32 or better (:func:`compute_in_float32`)."""

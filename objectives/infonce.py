@@ -193,6 +193,7 @@ class InfoNCEPairwise(MultiViewObjective):
     """Mean over the k(k-1)/2 view pairs of symmetric NT-Xent (M3G Eq. 3). See the module docstring."""
 
     pairwise_mi_bound = True  # a two-view loss averaged over view pairs (poly-view paper, Prop. 2.1)
+    mi_bound_proven = "Proposition 2.1, two-view bound"
 
     registry_id: ClassVar[str] = "infonce_pwe"
     paper: ClassVar[str] = ("Piran et al. 2024 (M3G), Sec. 2.2 Eq. 3 (L_pwe), arXiv:2405.19532; SimCLR NT-Xent pairs "

@@ -62,6 +62,7 @@ class MultiCrop(MultiViewObjective):
     """Average over ordered view pairs of the directional SimCLR loss (poly-view Eq. 1)."""
 
     pairwise_mi_bound = True  # a two-view loss averaged over view pairs (poly-view paper, Prop. 2.1)
+    mi_bound_proven = "Proposition 2.1, two-view bound"
 
     registry_id: ClassVar[str] = "multicrop"
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), Eq. 1 (Sec. 2.2), "

@@ -66,7 +66,7 @@ Example (at k = 2 every loss here is SimCLR's NT-Xent; for k > 2, arithmetic <= 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -124,6 +124,7 @@ class PVCGeometric(_PolyView):
     """Geometric poly-view contrastive loss (poly-view Sec. 2.3, Eq. 13; Algorithm 1)."""
 
     registry_id: ClassVar[str] = "pvc_geometric"
+    mi_bound_proven: ClassVar[str | None] = "Theorem 2.2, Eq. 13"
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
                             "Sec. 2.3 Eqs. 13-14, Algorithm 1 (App. F.3.2), arXiv:2403.05490")
     #: at k = 2 the loss is SimCLR's NT-Xent (fusebench.objectives.equivalence)
@@ -144,6 +145,7 @@ class PVCArithmetic(_PolyView):
     """
 
     registry_id: ClassVar[str] = "pvc_arithmetic"
+    mi_bound_proven: ClassVar[str | None] = "Theorem 2.2, Eq. 12"
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
                             "Sec. 2.3 Eqs. 12 and 14, Algorithm 1 (App. F.3.2), arXiv:2403.05490")
     #: at k = 2 the default variant is SimCLR's NT-Xent (fusebench.objectives.equivalence)
@@ -152,6 +154,11 @@ class PVCArithmetic(_PolyView):
     def __init__(self, tau: float = 0.1, variant: str = "paper") -> None:
         super().__init__(tau)
         self.variant = check_variant(variant, self.registry_id, PVC_ARITHMETIC_VARIANTS)
+
+    @classmethod
+    def mi_bound_proof(cls, hparams: "dict[str, Any] | None" = None) -> str | None:
+        """Theorem 2.2 bounds Eq. 12 only: the pseudocode variants are not it."""
+        return cls.mi_bound_proven if (hparams or {}).get("variant", "paper") == "paper" else None
 
     def loss(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         k, n, _ = z.shape
@@ -172,6 +179,7 @@ class SufficientStatistics(MultiViewObjective):
     """Sufficient-statistics loss, Q = re-normalised mean of the other views (poly-view Sec. 2.4, Eqs. 22, 24)."""
 
     registry_id: ClassVar[str] = "suff_stats"
+    mi_bound_proven: ClassVar[str | None] = "Theorem 2.4, Eq. 25"
     paper: ClassVar[str] = ("Shidani et al. 2024 (Poly-View Contrastive Learning, ICLR), "
                             "Sec. 2.4 Eqs. 22 and 24, Algorithm 2 (App. F.3.2), arXiv:2403.05490")
     #: at k = 2 Q is the other view and the loss is SimCLR's NT-Xent (fusebench.objectives.equivalence)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fusebench.datasets.cache import cache_home
+from fusebench.io import atomic_write
 from fusebench.datasets.normals import default_radius_px, estimate_normals, scaled_intrinsics
 
 from .formats import _Frame
@@ -55,10 +56,6 @@ class _NormalCache:
                              self.normal_radius_px or default_radius_px(w))
         # stored as float16 in the normal cache: round always, so cached and fresh reads are identical
         n = n.astype(np.float16)
-        if self._normal_dir is not None:
-            self._normal_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self._normal_dir / f".{name}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as fh:
-                np.save(fh, n)
-            os.replace(tmp, self._normal_dir / name)
+        if self._normal_dir is not None:  # whole or not at all, no temporary file left (fusebench.io)
+            atomic_write(self._normal_dir / name, lambda fh: np.save(fh, n))
         return n.astype(np.float32)

@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fusebench.io import atomic_write
+
 from ..base import DatasetError
 
 log = logging.getLogger(__package__)  # the logger of fusebench.datasets.sleep, as before the split
@@ -236,9 +238,9 @@ def write_edf(path: Path, signals: Sequence[dict[str, Any]], start: _dt.datetime
                        ("dmin", 8), ("dmax", 8), ("prefilter", 80), ("spr", 8)):
         head += b"".join(_field(h[key], width) for h in headers)
     head += b" " * (32 * ns)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    def write(f) -> None:
         f.write(head)
         for rec in records:
             f.write(b"".join(rec))
-    tmp.replace(path)
+
+    atomic_write(path, write)  # whole or not at all, no temporary file left (fusebench.io)

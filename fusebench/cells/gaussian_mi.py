@@ -26,7 +26,7 @@ degrees of freedom (alpha = ``options.validity_alpha``, default 0.01),
     the estimate exceeds the true MI  <=>  mi_bound_M - true_mi_M > q * SE
 
 (the one-sided one-sample t-test of H0: E[e_b] <= true MI rejects at level alpha). A record is valid
-when its objective has a proven bound (:data:`PROVEN_BOUNDS`; for ``pvc_arithmetic`` only the paper's
+when its objective has a proven bound (the objective's ``mi_bound_proof``; for ``pvc_arithmetic`` only the paper's
 Eq. 12 variant) and no M exceeds. A record that is not valid is shown on the board as invalid, with the
 reason, and is never ranked best. The test is per seed and per M: a bound whose expectation equals the
 true MI exactly would be flagged in about alpha of those tests, a bound with a real gap rarely.
@@ -57,16 +57,6 @@ from fusebench.pipelines import DEFAULT_VALIDITY_ALPHA, gaussian_mi_options_prob
 from fusebench.spec import precision
 from fusebench.runtime.progress import progress_bar
 from fusebench.spec.request import CellRequest, objective_hparams
-
-#: objectives whose number in this experiment is a proven One-vs-Rest MI lower bound, and where
-PROVEN_BOUNDS: dict[str, str] = {
-    "pvc_geometric": "Theorem 2.2, Eq. 13",
-    "pvc_arithmetic": "Theorem 2.2, Eq. 12",
-    "suff_stats": "Theorem 2.4, Eq. 25",
-    "multicrop": "Proposition 2.1, two-view bound",
-    "infonce_pwe": "Proposition 2.1, two-view bound",
-}
-
 
 
 def true_one_vs_rest_mi(m: int, sigma0: float, sigma: float) -> float:
@@ -101,10 +91,11 @@ def proven_bound(objective: str, hparams: Mapping[str, Any] | None = None) -> st
     ``pvc_arithmetic`` counts only with ``variant="paper"`` (its default): the pseudocode variants are
     not Eq. 12 (``objectives/polyview.py``).
     """
-    where = PROVEN_BOUNDS.get(objective)
-    if objective == "pvc_arithmetic" and (hparams or {}).get("variant", "paper") != "paper":
-        return None
-    return where
+    from fusebench import objectives
+
+    cls = objectives.OBJECTIVES.get(objective)
+    proof = getattr(cls, "mi_bound_proof", None)  # a plugin objective not derived from MultiViewObjective: none
+    return proof(dict(hparams or {})) if callable(proof) else None
 
 
 def bound_excess_test(batch_bounds: Sequence[float], true_mi: float,

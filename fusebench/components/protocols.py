@@ -83,6 +83,10 @@ class Protocol:
     #: (``{restarts}``: where the board names the k-means restarts of the records, if any)
     missing_views_text: ClassVar[str] = ("The model selected on the complete validation split scores the incomplete "
                                          "test split. ")
+    #: the protocol's real-data boards join the cross-dataset ranking of the leaderboard index
+    #: (:func:`fusebench.leaderboard.index.cross_dataset_ranking`): their primary metrics score every board's rows
+    #: alike (frozen embeddings, the same probes), so ranks over the boards compare objectives
+    cross_dataset_ranking: ClassVar[bool] = False
 
     @classmethod
     def selects_on_validation(cls, spec: Any) -> str | None:
@@ -125,6 +129,7 @@ class EmbeddingEval(Protocol):
     scorer = "fusebench.cells.embedding_protocol:score"
     options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
     metric_families = ("clustering",)
+    cross_dataset_ranking = True
 
     @classmethod
     def selects_on_validation(cls, spec: Any) -> str | None:

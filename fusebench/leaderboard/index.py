@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fusebench.components.protocols import PROTOCOLS
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.leaderboard.columns import fmt_p, md_code
 from fusebench.leaderboard.plots import PLOT_KEY, cd_diagram, png_text
@@ -26,10 +27,10 @@ def _seeds_text(seeds: list[Any]) -> str:
 
 
 def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Average ranks of the objectives over the real-data boards of the ``embedding_eval`` protocol.
+    """Average ranks of the objectives over the real-data boards of the protocols that join it
+    (``Protocol.cross_dataset_ranking``: ``embedding_eval``).
 
-    From each board's metadata (first group: the largest when split) of kind ``real`` with protocol
-    ``embedding_eval``: the per-row means of its primary metric (valid rows, displayed ids). The
+    From each board's metadata (first group: the largest when split) of kind ``real`` with such a protocol: the per-row means of its primary metric (valid rows, displayed ids). The
     objectives present on every such board are ranked within each (rank 1 = best in the metric's
     direction, ties share the average rank) and the ranks averaged; Friedman's test
     (:func:`fusebench.leaderboard.stats.friedman`) and the Nemenyi critical difference at ``CD_ALPHA``
@@ -50,7 +51,8 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if "means" not in g or "protocol" not in g:
             skipped[name] = "board written by an older fusebench without per-row means: regenerate it"
             continue
-        if g.get("protocol") != "embedding_eval":
+        protocol = PROTOCOLS.get(g["protocol"]) if g.get("protocol") in PROTOCOLS else None
+        if protocol is None or not protocol.cross_dataset_ranking:
             continue
         if g.get("variant_of"):  # a re-run of another board's data: counted once, under its base
             skipped[name] = (f"a variant of {md_code(g['variant_of'])}, the same data with a changed setting: compared "
