@@ -332,3 +332,14 @@ def test_writing_csv_and_json_imports_no_heavy_module(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"rc": 0, "heavy": []}
     assert (tmp_path / "boards" / "toy.csv").is_file() and (tmp_path / "boards" / "toy.json").is_file()
+
+
+def test_mean_std_of_values_past_the_square_range() -> None:
+    """A metric value of 1e200 overflowed ``(v - mean) ** 2`` and the board command ended in a traceback naming
+    nothing; the scaled formula gives the exact figures: values (1, -1, 3) x 1e200 have mean 1e200 and sample
+    std 2e200 (deviations 0, -2, 2; (0 + 4 + 4) / 2 = 4)."""
+    from fusebench.leaderboard.columns import mean_std
+
+    mean, std = mean_std([1e200, -1e200, 3e200])
+    assert mean == pytest.approx(1e200, rel=1e-15) and std == pytest.approx(2e200, rel=1e-15)
+    assert mean_std([0.5, 1.0]) == (0.75, math.sqrt(0.125))  # ordinary values: the plain formulas

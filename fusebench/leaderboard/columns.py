@@ -61,8 +61,15 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (ddof 1; 0 for one value) of a non-empty list of values: the
     numbers of every board cell and of the CSV / JSON exports (:mod:`fusebench.leaderboard.export`)."""
     n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    try:
+        mean = sum(values) / n
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    except OverflowError:  # |values| past ~1e154: the same formulas on values scaled by the largest magnitude
+        scale = max(abs(v) for v in values)
+        scaled = [v / scale for v in values]
+        m = sum(scaled) / n
+        mean = m * scale
+        std = math.sqrt(sum((v - m) ** 2 for v in scaled) / (n - 1)) * scale if n > 1 else 0.0
     return mean, std
 
 
@@ -96,6 +103,9 @@ def fmt_p(p: float) -> str:
 #: math); HTML's ``&``, ``<`` and ``>`` as entities, so no tag, comment (``<!--``: the board's metadata
 #: comment, :mod:`fusebench.leaderboard.meta`) or entity ever comes from a record
 _MD_ESCAPES = {c: "\\" + c for c in "\\`*[]|~$"} | {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+#: C0 control characters other than whitespace, and DEL: shown as U+FFFD (never a NUL in a board; the HTML
+#: page keys its hooks with one, :func:`fusebench.leaderboard.html.render_board_page`)
+_MD_ESCAPES |= {chr(c): "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F]}
 _MD_TABLE = str.maketrans(_MD_ESCAPES)
 #: an underscore that can open or close emphasis: not between two letters or digits (CommonMark: an
 #: intraword ``_``, as in ``tuple_infonce``, never does)

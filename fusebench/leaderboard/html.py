@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
+import urllib.parse
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from fusebench.leaderboard.export import number
 from fusebench.components.rows import is_reference
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.html_assets import CSS, JS, csp
-from fusebench.leaderboard.html_markdown import md_blocks, md_inline, safe_href, slug, split_row
+from fusebench.leaderboard.html_markdown import md_blocks, md_inline, slug, split_row
 from fusebench.leaderboard.html_svg import cd_svg, curves_svg, missing_svg, rank_bar_svg, sensitivity_svg, strip_svg
 from fusebench.leaderboard.meta import embedded_json
 from fusebench.leaderboard.table import table_lines
@@ -98,6 +100,10 @@ def _columns(view: GroupView, header: list[str]) -> list[dict[str, Any]]:
         elif h.startswith("peak memory"):
             col.update(key="memory", better="lower", value=lambda o: view.cost(o)[1])
         cols.append(col)
+    metric_ids = {m.id for m in view.metrics}  # a metric named like a fixed column (time, rank, ci, ...) keeps
+    for col in cols:  # its id as key (the URL fragment's sort=<metric>); the fixed column's key gets a "_",
+        if col["metric"] is None and col["key"] != "objective" and col["key"] in metric_ids:  # never a metric id
+            col["key"] = "_" + col["key"]
     return cols
 
 
@@ -160,8 +166,10 @@ def _run_link(path: str, out_abs: str) -> str | None:
         rel = os.path.relpath(os.path.abspath(path), out_abs)
     except ValueError:  # another drive (Windows)
         return None
-    rel = Path(rel).as_posix()
-    return rel if safe_href(rel) else None
+    # percent-encoded: a folder name with a space, "+", "@" or a non-ASCII letter keeps its link; ":" is
+    # encoded too, so the link never has a scheme, and a relative path has no host
+    rel = urllib.parse.quote(Path(rel).as_posix(), safe="/")
+    return rel if rel and not rel.startswith("/") else None
 
 
 def _short(x: Any, n: int = 12) -> str:
@@ -236,11 +244,13 @@ def page(title: str, body: str, data: Any, footer: str) -> str:
 
 
 def command_line(runs_rel: str, plots: bool = True, split: bool = False, formats: Any = ("html",),
-                 tex_columns: Any = None) -> str:
+                 tex_columns: Any = None, reported_rel: str | None = None) -> str:
     """The ``fusebench leaderboard`` command that writes these pages, run in their folder, with the options
     the pages were made with (the footer's command)."""
-    return (f"fusebench leaderboard --runs {runs_rel} --out ." + (" --no-plots" if not plots else "")
-            + (" --split" if split else "") + f" --format {' '.join(formats)}"
+    return (f"fusebench leaderboard --runs {shlex.quote(runs_rel)} --out ." + (" --no-plots" if not plots else "")
+            + (" --split" if split else "")
+            + (f" --reported {shlex.quote(reported_rel)}" if reported_rel is not None else "")
+            + f" --format {' '.join(formats)}"
             + (f" --tex-columns {' '.join(tex_columns)}" if tex_columns and "tex" in formats else ""))
 
 

@@ -63,7 +63,8 @@ JS = """
     location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
       var i = kv.indexOf("=");
       if (i < 0) { return; }
-      var k = decodeURIComponent(kv.slice(0, i)), v = decodeURIComponent(kv.slice(i + 1));
+      var k, v;
+      try { k = decodeURIComponent(kv.slice(0, i)); v = decodeURIComponent(kv.slice(i + 1)); } catch (e) { return; }
       if (k === "sort") { var p = v.split(":"); state.sort = p[0]; state.dir = p[1] === "asc" ? "asc" : "desc"; }
       else if (k === "family" || k === "refs" || k === "group") { state[k] = v; }
     });
@@ -123,7 +124,13 @@ JS = """
       apply(); writeHash();
     });
   }
+  function known(id, v) {
+    var s = document.getElementById(id);
+    return v === "" || (s !== null && all("option", s).some(function (o) { return o.value === v; }));
+  }
   readHash();
+  if (!known("f-family", state.family)) { state.family = ""; }
+  if (!known("f-group", state.group)) { state.group = ""; }
   if (state.sort || state.family || state.refs === "off" || state.group) { apply(); }
   document.documentElement.setAttribute("data-ready", "1");
 })();

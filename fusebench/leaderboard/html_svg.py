@@ -73,7 +73,8 @@ def mean_curve(curves: list[list[float]]) -> list[tuple[int, float]]:
     for k in range(0, n, max(1, math.ceil(n / CURVE_POINTS))):  # ceil: never more than CURVE_POINTS
         vals = [c[k] for c in curves if math.isfinite(c[k])]
         if vals:
-            out.append((k, sum(vals) / len(vals)))
+            m = sum(vals) / len(vals)
+            out.append((k, m if math.isfinite(m) else sum(v / len(vals) for v in vals)))  # huge values: no inf
     return out
 
 
@@ -85,7 +86,7 @@ def line_chart(title: str, series: list[tuple[str, list[tuple[float, float]]]], 
         return ""
     w, left, right, top, bottom = 720, 56, 190, 22, 28
     h = max(260, top + 14 * len(series) + 12)  # room for the legend
-    lo, hi = min(pts), max(pts)
+    lo, hi = min(pts) / 2, max(pts) / 2  # halved: hi - lo stays finite for any finite values
     span = hi - lo if hi > lo else 1.0
     x0 = min(x for _, s in series for x, _ in s)
     x1 = max(x for _, s in series for x, _ in s)
@@ -94,10 +95,10 @@ def line_chart(title: str, series: list[tuple[str, list[tuple[float, float]]]], 
     parts = [f'<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img"><title>{escape(title)}'
              f'</title><text x="{left}" y="14">{escape(title)}</text>'
              f'<path class="axis" d="M{left} {top}V{h - bottom}H{w - right}"/>'
-             f'<text x="4" y="{top + 8}">{escape(f"{hi:.4g}")}</text><text x="4" y="{h - bottom}">'
-             f'{escape(f"{lo:.4g}")}</text><text x="{w - right}" y="{h - 8}" text-anchor="end">{escape(x_text)}</text>']
+             f'<text x="4" y="{top + 8}">{escape(f"{2 * hi:.4g}")}</text><text x="4" y="{h - bottom}">'
+             f'{escape(f"{2 * lo:.4g}")}</text><text x="{w - right}" y="{h - 8}" text-anchor="end">{escape(x_text)}</text>']
     for k, (label, s) in enumerate(series):
-        xy = [(left + (w - left - right) * ((i - x0) / xspan), top + (h - top - bottom) * (hi - v) / span)
+        xy = [(left + (w - left - right) * ((i - x0) / xspan), top + (h - top - bottom) * ((hi - v / 2) / span))
               for i, v in s]
         color = PALETTE[k % len(PALETTE)]
         dash = f' stroke-dasharray="{3 + 2 * (k // len(PALETTE))} 3"' if k >= len(PALETTE) else ""

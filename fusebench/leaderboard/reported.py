@@ -5,6 +5,7 @@ to the runs above)" (:func:`published_section`): never ranked, bolded or tested.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,9 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
         for k in ("label", "metric", "source"):
             if not isinstance(e[k], str) or not e[k].strip():
                 raise ValueError(f"{where}: {k} must be a non-empty string, got {e[k]!r}")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@\-]*", e["metric"]):
+            raise ValueError(f"{where}: metric must be a metric id (letters, digits, '_', '.', '@', '-'), "
+                             f"got {e['metric']!r}")
         for k in ("note", "printed", "protocol"):
             if e.get(k) is not None and not isinstance(e[k], str):
                 raise ValueError(f"{where}: {k} must be a string, got {e[k]!r}")

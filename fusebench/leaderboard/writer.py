@@ -87,7 +87,9 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     # board pages linked from the pages: those written now and those already in out_dir
     pages = frozenset([*runs, *(m for m in metas if (out_dir / f"{m}.html").is_file())]) if web else frozenset()
     runs_rel = Path(os.path.relpath(os.path.abspath(runs_dir), os.path.abspath(out_dir))).as_posix() if web else ""  # links, not targets: a runs folder linked into --out reads as "runs"
-    command = html_page.command_line(runs_rel, plots, split, formats, tex_columns) if web else ""  # the pages' footer
+    reported_rel = (Path(os.path.relpath(os.path.abspath(reported), os.path.abspath(out_dir))).as_posix()
+                    if web and reported is not None else None)  # --reported as given, relative to the pages
+    command = html_page.command_line(runs_rel, plots, split, formats, tex_columns, reported_rel) if web else ""
     written = []
     rendered = []  # every file's text is made before the first file is written
     extras: dict[str, str] = {}  # per-seed CSV and LaTeX table files (fusebench.leaderboard.outputs)
