@@ -165,12 +165,14 @@ def _source_path(root: Path, p: str | os.PathLike) -> Path:
 def source_files(dataset: CacheableDataset) -> list[Path]:
     """The input files the cache depends on, as absolute paths: the adapter's ``source_files()`` hook
     when it has one (absolute paths, paths built from ``dataset.root``, or paths relative to the
-    root), else every file under the root."""
+    root), else every file under the root (the root itself when it is a file)."""
     root = Path(dataset.root)
     hook = getattr(dataset, "source_files", None)  # declared on MultimodalDataset; duck-typed datasets may lack it
     listed = hook() if callable(hook) else None
     if listed is not None:
         files = [_source_path(root, p) for p in listed]
+    elif root.is_file():  # a root that is the data file itself (``--data-root data.mat``): that file
+        files = [Path(os.path.abspath(root))]
     else:
         skip = [b.resolve() for b in prepared_bases()]
         files = []

@@ -102,8 +102,21 @@ class PretrainedRow(Row):
         from fusebench import objectives
         from fusebench.pipelines import pipeline_of
 
+        from fusebench.registry import UnknownNameError, closest
+
         pipeline = pipeline_of(spec)
-        cls = objectives.OBJECTIVES.get(self.id)  # unknown id -> list + closest match
+        try:
+            cls = objectives.OBJECTIVES.get(self.id)
+        except UnknownNameError:  # name every kind of row a sweep takes, and the closest of them
+            weights = sorted(getattr(spec, "encoder_weights", None) or {})
+            valid = [*objectives.OBJECTIVES.available(), *references(), *weights]
+            hint = closest(self.id, valid)
+            raise UnknownNameError(
+                f"unknown row {self.id!r} (neither an objective, a reference row nor a --encoder-weights row)."
+                + (f" Did you mean {hint!r}?" if hint else "")
+                + f" Valid objective ids: {', '.join(objectives.OBJECTIVES.available())}; reference rows: "
+                f"{', '.join(references())}" + (f"; encoder-weights rows: {', '.join(weights)}" if weights else "")
+            ) from None
         kind = getattr(cls, "input_kind", "views")
         problem = pipeline.objective_problem(spec, self.id, cls)
         if problem:

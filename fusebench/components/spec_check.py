@@ -25,14 +25,39 @@ from fusebench.components.rows import is_reference
 from fusebench.typed import from_dict
 
 
+#: what a problem found only in a spec's --synthetic variant is in
+SYNTHETIC_PART = ("in the spec's synthetic part: its `synthetic:` overrides or `dataset.synthetic_spec`, which "
+                  "apply with --synthetic only")
+
+
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
-    """Load and validate a YAML spec; apply the synthetic overrides (if ``synthetic``) then ``overrides``."""
-    spec = read_spec(path, overrides=overrides, synthetic=synthetic)
+    """Load and validate a YAML spec; apply the synthetic overrides (if ``synthetic``) then ``overrides``.
+    The synthetic part of the file (``synthetic:``, ``dataset.synthetic_spec``) is checked on every load, so a
+    typo in it is refused on a real run too, never carried unread until the first ``--synthetic`` run."""
     try:
+        spec = read_spec(path, overrides=overrides, synthetic=synthetic)
         check_against_components(spec, str(path))
     except (ConfigError, DatasetError) as e:
+        if synthetic and _loads(path, overrides, synthetic=False):
+            raise ConfigError(f"{name_overrides(e, overrides)} ({SYNTHETIC_PART})") from None
         raise name_overrides(e, overrides) from None
+    if not synthetic:
+        try:
+            variant = read_spec(path, overrides=overrides, synthetic=True)
+            variant.encoder_weights = {}  # the rows' files were checked (and hashed) on the spec itself
+            check_against_components(variant, str(path))
+        except (ConfigError, DatasetError) as e:
+            raise ConfigError(f"{name_overrides(e, overrides)} ({SYNTHETIC_PART})") from None
     return spec
+
+
+def _loads(path: str | Path, overrides: dict[str, Any] | None, synthetic: bool) -> bool:
+    """Whether the spec loads cleanly in that variant (no error raised)."""
+    try:
+        check_against_components(read_spec(path, overrides=overrides, synthetic=synthetic), str(path))
+    except (ConfigError, DatasetError):
+        return False
+    return True
 
 
 def check_against_components(spec: BenchmarkSpec, source: str) -> None:
