@@ -175,8 +175,8 @@ class CLIPExtractor:
         x = F.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False, antialias=True).clamp(0, 1)
         top, left = (nh - s) // 2, (nw - s) // 2
         x = x[..., top: top + s, left: left + s]
-        mean = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
-        std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
+        mean = x.new_tensor(CLIP_MEAN).view(1, 3, 1, 1)  # on the frames' device (CUDA frames: no device mismatch)
+        std = x.new_tensor(CLIP_STD).view(1, 3, 1, 1)
         return (x - mean) / std
 
     @torch.no_grad()

@@ -108,6 +108,8 @@ def test_the_record_comparison_reads_this_checkouts_records(prepared: Path, tmp_
     # the same cell on this CPU: within the parity tolerance (bit for bit on the machine that made the record)
     assert largest_gap(fresh["metrics"]) <= 1e-4
     assert rows["m3g/seed0"]["status"] == "ok"
+    assert fresh["config"]["precision"] == "32" and "precision" not in fresh  # schema 4: the precision is config's
+    assert rows["m3g/seed0"]["precision"] == "32"  # what the device run computed at, read from where the record keeps it
     assert rows["m3g/seed0"]["max_metric_abs_diff"] == pytest.approx(largest_gap(fresh["metrics"]), rel=0, abs=1e-15)
     assert rows["m3g/seed1"]["status"] == "missing (not run)"
 

@@ -276,9 +276,10 @@ def main(argv: list[str] | None = None) -> int:
               "warm-up (Triton compiles in the first)")
         rows = pointnet_ops(ns.device, ns.batch_size or 2, ns.warmup, ns.repeats, ns.threads, ns.pointnet_config)
         print(format_pointnet_table(rows))
-        if ns.json:
-            with open(ns.json, "w", encoding="utf-8") as f:
-                json.dump(rows, f, indent=2)
+        if ns.json:  # whole or not at all, strict JSON (NaN as null), and said where
+            from fusebench.io import atomic_write_json
+
+            print(f"\n# rows written to {atomic_write_json(ns.json, rows)}")
         return 0
 
     if ns.worker:
@@ -318,9 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(json.loads(row_lines[-1][4:]))
     print(format_table(rows))
-    if ns.json:
-        with open(ns.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=2)
+    if ns.json:  # whole or not at all, strict JSON (NaN as null), and said where
+        from fusebench.io import atomic_write_json
+
+        print(f"\n# rows written to {atomic_write_json(ns.json, rows)}")
     return 0
 
 

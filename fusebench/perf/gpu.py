@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import time
@@ -427,9 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         out["cells"] = cells
         print()
         print(gpu_cell.format_cells(cells))
-    if ns.json:
-        with open(ns.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=2)
+    if ns.json:  # whole or not at all, strict JSON (NaN as null), and said where
+        from fusebench.io import atomic_write_json
+
+        print(f"\n# rows written to {atomic_write_json(ns.json, out)}")
     return 0
 
 
