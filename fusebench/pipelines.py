@@ -72,7 +72,7 @@ class Pipeline:
     #: the spec fields the cell applies (dotted: a section such as ``options``, or one field such as
     #: ``pretrain.lr``) besides :data:`SHARED_FIELDS`; None: every field. A field outside them is refused at
     #: spec load unless it is at its default (:func:`unapplied_settings`), and is no part of a cell's
-    #: identity (its config hash: :func:`applied_form`, read by ``fusebench.spec.config.cell_identity``)
+    #: identity (its config hash: :func:`applied_form`, read by ``fusebench.components.identity.cell_identity``)
     applies: ClassVar[tuple[str, ...] | None] = None
 
     #: the function that runs this pipeline's cell, ``"module:function"`` with the signature of

@@ -231,13 +231,14 @@ class Registry:
         return key in self._plugin_names
 
     def __contains__(self, name: object) -> bool:
-        """Whether :meth:`get` finds ``name`` (ids are lowercase; both compare lowercased)."""
+        """Whether ``name`` is a registered id, matched exactly (ids are lowercase: a spec's per-objective keys are
+        checked with it, ``M3G`` refused with a hint); :meth:`get` forgives the case of a name typed on a command
+        line."""
         if not isinstance(name, str):
             return False
-        key = name.lower()
-        if key not in self._entries and key not in self._lazy:
-            self._load_home(key)
-        return key in self._entries or key in self._lazy or key in self.available()
+        if name not in self._entries and name not in self._lazy:
+            self._load_home(name)
+        return name in self._entries or name in self._lazy or name in self.available()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.available())

@@ -17,7 +17,7 @@ rewrites exactly these fields and nothing else:
   new one at its path, or, for a flat method key, at ``pretrain.methods.<id>.<option>`` (absent there
   when it is the option's default); what the new form adds is a default (a field the spec gained after
   the run: the behaviour it names was the default's) or ``precision: "32"``.
-* ``config_hash``: :func:`fusebench.spec.config.config_hash` of the new config and the objective, schema 2.
+* ``config_hash``: :func:`fusebench.components.identity.config_hash` of the new config and the objective, schema 2.
 * ``hash_schema``: ``2``.
 * ``comparability_key``: recomputed from the new config (schema-2 records).
 
@@ -38,7 +38,8 @@ from typing import Any
 from fusebench.io import atomic_write_json
 from fusebench.records import comparability_key, read_record_json, validate_record
 from fusebench.spec import methods as M
-from fusebench.spec.config import RENAMED_PRETRAIN_KEYS, BenchmarkSpec, config_hash, spec_from_dict
+from fusebench.components.identity import config_hash
+from fusebench.spec.config import RENAMED_PRETRAIN_KEYS, BenchmarkSpec, spec_from_dict
 
 HASH_SCHEMA_VERSION = 2  # what this script writes (a record at schema 2 or later is left alone)
 

@@ -13,7 +13,7 @@ is intact), then rewrites exactly these fields and nothing else:
 
 * ``config.dataset.synthetic_spec``: ``{}`` when the record was made on real data (``dataset.synthetic``
   false, the spec not ``synthetic_only``); unchanged otherwise;
-* ``config_hash``: :func:`fusebench.spec.config.config_hash` of the config and the objective, schema 3;
+* ``config_hash``: :func:`fusebench.components.identity.config_hash` of the config and the objective, schema 3;
 * ``hash_schema``: ``3``;
 * ``comparability_key``: recomputed (schema-2 records; it changes only where the config did).
 
@@ -37,7 +37,7 @@ from typing import Any
 
 from fusebench.io import atomic_write_json
 from fusebench.records import comparability_key, read_record_json, validate_record
-from fusebench.spec.config import config_hash
+from fusebench.components.identity import config_hash
 
 FROM_SCHEMA = 2
 TO_SCHEMA = 3  # what this script writes, whatever fusebench.spec.config.HASH_SCHEMA_VERSION is now

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 import fusebench
+from fusebench.components.identity import spec_hash
 from fusebench import benchmarks, objectives
 from fusebench.datasets.base import DatasetNotFoundError
 from fusebench.registry import UnknownNameError
@@ -265,7 +266,7 @@ def test_synthetic_cell(name, objective, tmp_path):
     assert on_disk["benchmark"] == name and on_disk["objective"] == objective and on_disk["seed"] == 0
     runner.resolve_views(spec, True, None)  # views read from the (synthetic) file, as the runner does
     assert on_disk["config"] == json.loads(json.dumps(spec.to_dict()))
-    assert on_disk["config_hash"] == spec.hash(objective)
+    assert on_disk["config_hash"] == spec_hash(spec, objective)
     assert on_disk["dataset"]["synthetic"] is True and on_disk["dataset"]["manifest_hash"] == "synthetic"
     metrics = values_of(on_disk["metrics"])
     if spec.pipeline == "standard":

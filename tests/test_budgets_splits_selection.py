@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import fusebench
+from fusebench.components.identity import spec_hash
 from fusebench import benchmarks, objectives
 from fusebench.spec.config import ConfigError
 from fusebench.components.spec_check import load_spec
@@ -110,7 +111,7 @@ def test_split_per_seed_draws_a_split_per_seed_and_keeps_hashes(tmp_path: Path, 
     spec = load_spec(benchmarks.path("quickstart"))
     committed = json.loads((Path(fusebench.__file__).parent.parent / "leaderboards" / "runs" / "quickstart" / "none"
                             / "seed0" / "run.json").read_text())
-    assert committed["config_hash"] == spec.hash("none")
+    assert committed["config_hash"] == spec_hash(spec, "none")
 
 
 def test_selection_over_several_seeds_scores_the_mean(tmp_path: Path, fixtures_dir: Path) -> None:

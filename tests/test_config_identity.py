@@ -19,7 +19,8 @@ import pytest
 from fusebench import benchmarks
 from fusebench.leaderboard import benchmark_table, load_runs
 from fusebench.records import comparability_key
-from fusebench.spec.config import ConfigError, config_hash, parse_override
+from fusebench.components.identity import config_hash, spec_hash
+from fusebench.spec.config import ConfigError, parse_override
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "leaderboards" / "runs"
@@ -122,7 +123,7 @@ def test_what_the_gaussian_mi_cell_applies_is_accepted() -> None:
 # ---------------------------------------------------------------------------------------------
 def _hashes(bench: str, overrides: dict[str, Any], objectives: tuple[str, ...], synthetic: bool = False) -> dict[str, str]:
     spec = benchmarks.load(bench, overrides=overrides, synthetic=synthetic)
-    return {o: spec.hash(o) for o in objectives}
+    return {o: spec_hash(spec, o) for o in objectives}
 
 
 OBJS = ("m3g", "infonce_pwe", "tuple_infonce", "byol_pwe", "none", "raw")
@@ -181,17 +182,17 @@ def test_a_gaussian_mi_cell_is_hashed_without_the_fields_its_pipeline_does_not_a
     recorded = copy.deepcopy(form)
     recorded["pretrain"]["batch_size"] = 1024  # what the committed records carry (never read by the cell)
     recorded["pretrain"]["schedule"] = "constant"
-    assert config_hash(recorded, "suff_stats") == config_hash(form, "suff_stats") == spec.hash("suff_stats")
+    assert config_hash(recorded, "suff_stats") == config_hash(form, "suff_stats") == spec_hash(spec, "suff_stats")
     # the hash by hand: the shared fields and the six the cell reads, sorted-key compact JSON
     keep = {k: form[k] for k in ("name", "pipeline", "metrics", "selection_metric", "precision", "options")}
     keep["pretrain"] = {k: form["pretrain"][k] for k in ("epochs", "lr", "weight_decay")}
     keep["pretrain"]["hparams"] = {}
     keep["objective"] = "suff_stats"
     text = json.dumps(keep, sort_keys=True, separators=(",", ":"))
-    assert spec.hash("suff_stats") == hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert spec_hash(spec, "suff_stats") == hashlib.sha256(text.encode()).hexdigest()[:16]
     changed = copy.deepcopy(form)
     changed["pretrain"]["lr"] = 0.002
-    assert config_hash(changed, "suff_stats") != spec.hash("suff_stats")
+    assert config_hash(changed, "suff_stats") != spec_hash(spec, "suff_stats")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ def test_the_migration_rehashes_schema_2_records_and_changes_nothing_else(tmp_pa
         assert after[n]["config_hash"] == _by_hand_3(after[n]["config"], after[n]["objective"])
     assert after["sel"]["config_hash"] != before["sel"]["config_hash"]
     assert after["same"]["config_hash"] == before["same"]["config_hash"]
-    assert after["gauss"]["config_hash"] == benchmarks.load("polyview-gaussian-mi").hash("suff_stats")
+    assert after["gauss"]["config_hash"] == spec_hash(benchmarks.load("polyview-gaussian-mi"), "suff_stats")
     assert after["real"]["config"]["dataset"]["synthetic_spec"] == {}
     assert after["real"]["config_hash"] == after["sel"]["config_hash"]  # now the same computation as "sel"
     assert after["real"]["comparability_key"] == comparability_key(after["real"]) != real["comparability_key"]
@@ -353,7 +354,7 @@ def test_the_migration_refuses_an_edited_record_and_writes_nothing(tmp_path: Pat
 def test_the_family_is_a_lowercase_token_and_not_identity(family: Any) -> None:
     if family in ("", "text", "image+text"):
         spec = benchmarks.load("mv-ngs", overrides={"family": family})
-        assert spec.family == family and spec.hash("infonce_pwe") == benchmarks.load("mv-ngs").hash("infonce_pwe")
+        assert spec.family == family and spec_hash(spec, "infonce_pwe") == spec_hash(benchmarks.load("mv-ngs"), "infonce_pwe")
         return
     with pytest.raises(ConfigError, match="family"):
         benchmarks.load("mv-ngs", overrides={"family": family})

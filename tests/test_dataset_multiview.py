@@ -15,6 +15,7 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
+from fusebench.components.identity import spec_hash
 from fusebench import datasets
 from fusebench.datasets import DatasetError, DatasetNotFoundError
 from fusebench.datasets import multiview_mat as mvm
@@ -516,10 +517,10 @@ def test_view_copies_option_is_typed_checked_and_in_the_spec_hash(tmp_path):
     with pytest.raises(OptionsError, match="dataset.options.view_copies: expected dict, got list"):
         check_options({"view_copies": [0, 2]}, datasets.get("multiview_mat"), "dataset.options")
     opt = {"base": [0], "copies": 3, "noise": 0.5, "mask": 0.1, "seed": 0}
-    plain = benchmarks.load("multiview").hash("m3g")
-    one = benchmarks.load("multiview", overrides={"dataset.options.view_copies": opt}).hash("m3g")
-    again = benchmarks.load("multiview", overrides={"dataset.options.view_copies": dict(opt)}).hash("m3g")
-    other = benchmarks.load("multiview", overrides={"dataset.options.view_copies": {**opt, "noise": 0.6}}).hash("m3g")
+    plain = spec_hash(benchmarks.load("multiview"), "m3g")
+    one = spec_hash(benchmarks.load("multiview", overrides={"dataset.options.view_copies": opt}), "m3g")
+    again = spec_hash(benchmarks.load("multiview", overrides={"dataset.options.view_copies": dict(opt)}), "m3g")
+    other = spec_hash(benchmarks.load("multiview", overrides={"dataset.options.view_copies": {**opt, "noise": 0.6}}), "m3g")
     assert one == again and len({plain, one, other}) == 3
 
     views, y = random_views(9, n=30)

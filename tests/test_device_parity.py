@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fusebench.components.identity import spec_hash
 from fusebench import benchmarks
 from fusebench.components import compat
 from fusebench.sweep import runner
@@ -40,7 +41,7 @@ def _rerun(benchmark: str, objective: str, device: str, out: Path, data_root: st
     committed = json.loads((RUNS / benchmark / objective / "seed0" / "run.json").read_text())
     spec = benchmarks.load(benchmark)
     runner.resolve_views(spec, False, data_root)
-    assert spec.hash(objective) == committed["config_hash"], "the spec no longer hashes as its committed run"
+    assert spec_hash(spec, objective) == committed["config_hash"], "the spec no longer hashes as its committed run"
     context = sweep_context(spec, False, data_root)
     if committed.get("hparam_selection"):  # the choice the sweep made on the validation split
         context["hparams"] = {objective: committed["hparam_selection"]["choice"]}

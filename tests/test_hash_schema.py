@@ -20,7 +20,8 @@ import pytest
 from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record
 from fusebench.spec import methods as M
-from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash, spec_from_dict
+from fusebench.components.identity import config_hash, spec_hash
+from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, spec_from_dict
 
 #: what the gaussian_mi cell reads besides the fields of every pipeline, written out here
 GAUSSIAN_MI_READS = {"name", "pipeline", "metrics", "selection_metric", "precision", "options",
@@ -93,17 +94,17 @@ def _by_hand(canonical: dict[str, Any], objective: str) -> str:
 def test_the_hash_is_the_documented_identity_computed_independently() -> None:
     spec = benchmarks.load("mv-ngs")
     for objective in ("m3g", "byol_pwe", "raw", "infonce_pwe"):
-        assert spec.hash(objective) == _by_hand(_json(spec.to_dict()), objective)
-        assert config_hash(_json(spec.to_dict()), objective) == spec.hash(objective)  # a record's config: the same
+        assert spec_hash(spec, objective) == _by_hand(_json(spec.to_dict()), objective)
+        assert config_hash(_json(spec.to_dict()), objective) == spec_hash(spec, objective)  # a record's config: the same
     # pinned: the schema does not move silently (a change of the canonical form changes these)
     quick = benchmarks.load("quickstart")
-    assert (quick.hash("infonce_pwe"), quick.hash("m3g"), quick.hash("none")) == (
+    assert (spec_hash(quick, "infonce_pwe"), spec_hash(quick, "m3g"), spec_hash(quick, "none")) == (
         "037271e1a2055c5e", "9d4d4d794305ba64", "190df945937e8dce")
 
 
 def _hashes(overrides: dict[str, Any]) -> dict[str, str]:
     spec = benchmarks.load("mv-ngs", overrides=overrides)
-    return {o: spec.hash(o) for o in ("infonce_pwe", "byol_pwe", "m3g", "raw")}
+    return {o: spec_hash(spec, o) for o in ("infonce_pwe", "byol_pwe", "m3g", "raw")}
 
 
 @pytest.mark.parametrize("overrides,changed", [
@@ -137,13 +138,13 @@ def test_method_options_enter_only_when_they_differ_from_their_default() -> None
     base = benchmarks.load("quickstart")
     same = benchmarks.load("quickstart", overrides={"pretrain.methods.tuple_infonce.dropout": 0.1})
     other = benchmarks.load("quickstart", overrides={"pretrain.methods.tuple_infonce.dropout": 0.2})
-    assert same.hash("tuple_infonce") == base.hash("tuple_infonce") and "methods" not in same.to_dict()["pretrain"]
-    assert other.hash("tuple_infonce") != base.hash("tuple_infonce")
+    assert spec_hash(same, "tuple_infonce") == spec_hash(base, "tuple_infonce") and "methods" not in same.to_dict()["pretrain"]
+    assert spec_hash(other, "tuple_infonce") != spec_hash(base, "tuple_infonce")
     assert other.to_dict()["pretrain"]["methods"] == {"tuple_infonce": {"dropout": 0.2}}
     back = spec_from_dict(_json(other.to_dict()))
-    assert back.hash("tuple_infonce") == other.hash("tuple_infonce")
+    assert spec_hash(back, "tuple_infonce") == spec_hash(other, "tuple_infonce")
     assert back.pretrain.method_options("tuple_infonce").dropout == 0.2
-    assert benchmarks.load("quickstart", overrides={"pretrain.methods": {"tuple_infonce": {}}}).hash("m3g") == base.hash("m3g")
+    assert spec_hash(benchmarks.load("quickstart", overrides={"pretrain.methods": {"tuple_infonce": {}}}), "m3g") == spec_hash(base, "m3g")
     assert BenchmarkSpec().to_dict()["precision"] == "32"  # written out in schema 2
 
 
@@ -157,7 +158,7 @@ def test_an_old_flat_key_gives_the_hash_of_its_method_option(flat: str) -> None:
         warnings.simplefilter("error")
         via_method = benchmarks.load("quickstart", overrides={f"pretrain.methods.{mid}.{opt}": value})
     user = {"tuple_infonce": "tuple_infonce", "ema_teacher": "byol_pwe", "view_rotation": "m3g"}[mid]  # joins it
-    assert via_alias.hash(user) == via_method.hash(user) != benchmarks.load("quickstart").hash(user)
+    assert spec_hash(via_alias, user) == spec_hash(via_method, user) != spec_hash(benchmarks.load("quickstart"), user)
     assert via_method.to_dict()["pretrain"]["methods"] == {mid: {opt: value}}
     assert flat not in via_method.to_dict()["pretrain"]
 
@@ -211,7 +212,7 @@ def test_boards_pending_a_rerun_are_of_another_configuration(name: str) -> None:
     spec = benchmarks.load(name)
     for p in paths:
         rec = json.loads(p.read_text())
-        assert spec.hash(rec["objective"]) != rec["config_hash"], (
+        assert spec_hash(spec, rec["objective"]) != rec["config_hash"], (
             f"{p} hashes as the current spec of {name}: the board was re-run, remove it from PENDING_RERUN")
 
 
@@ -236,7 +237,7 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
         key = json.dumps([syn, diff], sort_keys=True, default=str)
         if key not in cache:
             cache[key] = benchmarks.load(name, synthetic=syn, overrides=diff) if diff else spec
-        assert cache[key].hash(rec["objective"]) == rec["config_hash"], p
+        assert spec_hash(cache[key], rec["objective"]) == rec["config_hash"], p
 
 
 def test_every_committed_record_validates_with_its_hash_checked() -> None:
@@ -321,7 +322,7 @@ def test_variant_of_names_another_benchmark_and_is_no_part_of_a_cell_identity() 
 
     base = benchmarks.load("mv-cub")
     marked = benchmarks.load("mv-cub", overrides={"variant_of": "mv-hw2sources"})
-    assert marked.variant_of == "mv-hw2sources" and marked.hash("mv_infonce") == base.hash("mv_infonce")
+    assert marked.variant_of == "mv-hw2sources" and spec_hash(marked, "mv_infonce") == spec_hash(base, "mv_infonce")
     for bad in ("mv-cub", "../up", "Mv-Cub"):
         with pytest.raises(ConfigError, match="variant_of must be the id of another benchmark"):
             benchmarks.load("mv-cub", overrides={"variant_of": bad})

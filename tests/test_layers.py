@@ -313,3 +313,69 @@ def test_one_version() -> None:
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert __version__ == recorded == declared
+
+
+#: the declaration slots where a module may name a module of a higher layer by its import path (docs/architecture.md,
+#: "Layers": a lower layer finds what is registered above it by id, through a registry's module list or a declared
+#: import path): the arguments of a ``Registry(...)`` call, and a class-level ``cell`` (a pipeline's cell function),
+#: ``scorer`` (a protocol's) or ``extensions`` (a pretraining method's epoch steps)
+DECLARED_PATH_SLOTS = ("cell", "scorer", "extensions")
+_MODULE_PATH = re.compile(r"(fusebench(?:\.\w+)+)(?::[\w.]+)?")
+
+
+def _string_edges(tree: ast.AST) -> list[tuple[str, int]]:
+    """(module, line) of every string literal of ``tree`` that is a fusebench module's import path
+    (``"fusebench.a.b"`` or ``"fusebench.a.b:attr"``) outside :data:`DECLARED_PATH_SLOTS` and ``Registry(...)``
+    arguments: an import by a fixed name however it is made (``importlib.import_module(name)`` on a parameter,
+    a helper that imports its argument, ``pkgutil.resolve_name``)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Registry":
+            skip.update(id(n) for n in ast.walk(node))
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
+                    if isinstance(stmt, ast.AnnAssign) else []
+                if any(isinstance(t, ast.Name) and t.id in DECLARED_PATH_SLOTS for t in targets):
+                    skip.update(id(n) for n in ast.walk(stmt))
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            m = _MODULE_PATH.fullmatch(node.value.strip())
+            if m:
+                out.append((m.group(1), node.lineno))
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            # f"fusebench.cells.{name}": a module of the package its literal prefix names
+            head = str(node.values[0].value)
+            if re.fullmatch(r"fusebench(?:\.\w+)+\.", head):
+                out.append((head[:-1], node.lineno))
+            for v in node.values[1:]:
+                skip.update(id(n) for n in ast.walk(v))
+    return out
+
+
+def test_no_upward_import_by_a_string_path() -> None:
+    """The layer rule holds for modules named by a literal import path too, wherever the literal sits (not only
+    as ``import_module``'s first argument): ``_registered("fusebench.pipelines", "applied_form")`` is an import
+    statement in all but name."""
+    mods = _modules()
+    upward = []
+    for m, path in mods.items():
+        for name, line in _string_edges(ast.parse(path.read_text(), str(path))):
+            if name not in mods or name == m:
+                continue  # an entry-point group ("fusebench.rows"), a logger name, the module itself
+            if layer_of(name) > layer_of(m):
+                upward.append(f"{path.relative_to(ROOT)}:{line}: {m} (layer {layer_of(m)}) names {name!r} "
+                              f"(layer {layer_of(name)})")
+    assert not upward, "modules named by path from a lower layer:\n" + "\n".join(sorted(upward))
+
+
+def test_string_edges_sees_a_helper_import_and_skips_the_declared_slots() -> None:
+    tree = ast.parse("R = Registry('x', modules=('fusebench.cells.standard',))\n"
+                     "class P:\n    cell = 'fusebench.cells.standard:run_standard_cell'\n"
+                     "def f():\n    return _registered('fusebench.pipelines', 'applied_form')\n"
+                     "G = 'fusebench.rows'\n"
+                     "H = importlib.import_module(f'fusebench.cells.{name}')\n")
+    assert sorted(_string_edges(tree)) == [("fusebench.cells", 7), ("fusebench.pipelines", 5), ("fusebench.rows", 6)]

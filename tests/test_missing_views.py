@@ -274,7 +274,7 @@ def _hand_records(template: dict) -> list[dict]:
         # a ranked board (bold best cells), not the pipeline check a --synthetic run's overrides make it
         rec["config"]["synthetic"] = {}
         if rec.get("hash_schema") is not None:  # the record's hash is reproduced from its config and objective
-            from fusebench.spec.config import config_hash
+            from fusebench.components.identity import config_hash
 
             rec["config_hash"] = config_hash(rec["config"], obj)
         rec["metrics"]["acc"]["value"], rec["metrics"]["cluster_acc"]["value"] = acc, acc - 0.1  # schema-4 entries

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fusebench.components.identity import spec_hash
 from fusebench.spec.config import ConfigError, read_spec
 from fusebench.typed import DeprecatedKeyWarning
 
@@ -76,7 +77,7 @@ def test_the_flat_layout_is_read_with_a_warning_and_gives_the_same_spec_and_hash
         flat = _spec(tmp_path, FLAT, "g")
     assert flat.to_dict() == grouped.to_dict()
     for objective in ("m3g", "infonce_pwe", "none"):
-        assert flat.hash(objective) == grouped.hash(objective)
+        assert spec_hash(flat, objective) == spec_hash(grouped, objective)
 
 
 @pytest.mark.parametrize("block, message", [

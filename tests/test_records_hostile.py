@@ -29,7 +29,7 @@ import fusebench.leaderboard as lb
 from fusebench.io import atomic_write_json, canonical_json
 from fusebench.leaderboard import read_board_meta, write_leaderboards
 from fusebench.records import RecordError, comparability_key, load_record
-from fusebench.spec.config import config_hash
+from fusebench.components.identity import config_hash
 from fusebench.metrics import values_of
 
 ROOT = Path(__file__).resolve().parents[1]

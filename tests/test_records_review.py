@@ -75,12 +75,13 @@ def test_a_malformed_record_is_one_error_line_naming_it(tmp_path: Path, capsys, 
 
 
 def test_migrate_hash_schema_3_writes_schema_3_whatever_the_current_schema(monkeypatch) -> None:
+    from fusebench.components import identity
     from fusebench.spec import config
 
     rec = json.loads((ROOT / "leaderboards" / "runs" / "quickstart" / "m3g" / "seed0" / "run.json").read_text())
     old = copy.deepcopy(rec)
     old["hash_schema"] = 2
-    old["config_hash"] = config.config_hash(old["config"], old["objective"], 2)
+    old["config_hash"] = identity.config_hash(old["config"], old["objective"], 2)
     monkeypatch.setattr(config, "HASH_SCHEMA_VERSION", 4)  # a later schema: the script still writes 3
     script = _script("migrate_hash_schema_3")
     assert script.TO_SCHEMA == 3

@@ -21,8 +21,8 @@ def test_register_build_available_and_typos() -> None:
     reg.add("beta", lambda: "b")
     assert reg.available() == ["alpha_one", "beta"] and reg.available("a*") == ["alpha_one"]
     assert reg.build("ALPHA_ONE", v=3) == ("alpha", 3) and reg.meta("alpha_one") == {"note": "x"}
-    # `in` finds what get finds: ids are lowercase and both compare lowercased
-    assert "ALPHA_ONE" in reg and "Beta" in reg and "gamma" not in reg and 3 not in reg
+    # `in` matches ids exactly (a spec's keys are checked with it); get forgives the case
+    assert "alpha_one" in reg and "ALPHA_ONE" not in reg and "gamma" not in reg and 3 not in reg
     with pytest.raises(ValueError, match="registered twice"):
         reg.add("beta", object())
     with pytest.raises(ValueError, match="lowercase"):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import fusebench
+from fusebench.components.identity import spec_hash
 from fusebench import benchmarks
 from fusebench.sweep import launchers, selection
 from fusebench.engine.cell import ConfigMismatchError
@@ -74,10 +75,10 @@ def test_the_reason_is_not_identity_but_the_resolved_selection_metric_is() -> No
     base = benchmarks.load("mv-ngs")
     why = benchmarks.load("mv-ngs", overrides={"selection_metric": "acc", "selection_metric_why": "x"})
     why2 = benchmarks.load("mv-ngs", overrides={"selection_metric": "acc", "selection_metric_why": "another text"})
-    assert why.hash("m3g") == why2.hash("m3g") != base.hash("m3g")
+    assert spec_hash(why, "m3g") == spec_hash(why2, "m3g") != spec_hash(base, "m3g")
     # comparison is not identity, but an unset selection_metric follows its primary: the hash must follow too
     knn = benchmarks.load("mv-ngs", overrides={"comparison.primary": "knn_acc"})
-    assert knn.hash("m3g") != base.hash("m3g")
+    assert spec_hash(knn, "m3g") != spec_hash(base, "m3g")
     assert "selection_metric_why" not in base.to_dict()  # old records' canonical form is unchanged
 
 

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from fusebench.components.identity import spec_hash
 from fusebench.runtime import distributed, utils
 from fusebench.spec import precision
 from fusebench.engine import speed
@@ -255,7 +256,7 @@ class StandardCell:
         scaler = precision.grad_scaler(self.policy, dev)  # 16-mixed: its state goes into last.pt with the phase's
         if scaler is not None:
             phase.mods["grad_scaler"] = scaler
-        phase.config_hash, phase.data_fingerprint = spec.hash(self.objective), self.fingerprint
+        phase.config_hash, phase.data_fingerprint = spec_hash(spec, self.objective), self.fingerprint
         extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
         for ext_cls, opts in pretrain_extensions(pre):
             if ext_cls.enabled(opts):

@@ -20,7 +20,7 @@ file's weights are loaded into it (strictly), nothing is pretrained, and the dow
 The runner checks every row's file against the built encoder once, before the first cell
 (:func:`fusebench.cells.standard.check_weights_fit`). The row's record carries ``encoder_weights`` (name,
 path, sha256, the encoder id and its resolved config); its cells' config hash covers the file's sha256 (not its
-path: ``fusebench.spec.config.cell_identity``).
+path: ``fusebench.components.identity.cell_identity``).
 """
 
 from __future__ import annotations

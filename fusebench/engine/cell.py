@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from fusebench.components.identity import spec_hash
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.loop import RunError
 from fusebench.engine.locks import lock_payload, read_lock
@@ -49,10 +50,10 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
             f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}): a different data file, now {named['name']} "
             f"(sha256 {named['sha256']}); "
             "resume with the same --data-root, or move the cell folder away to start over")
-    if ckpt.get("config_hash") != spec.hash(objective):
+    if ckpt.get("config_hash") != spec_hash(spec, objective):
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
-            f"!= {spec.hash(objective)} of the current spec and --set values); rerun with the same settings, or move the cell "
+            f"!= {spec_hash(spec, objective)} of the current spec and --set values); rerun with the same settings, or move the cell "
             "folder away to start over")
     if context is not None and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
         raise ConfigMismatchError(

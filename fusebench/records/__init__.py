@@ -31,7 +31,7 @@ Schema versions
   :class:`RunRecord` is the same for every version.
 
 Every version may carry ``hash_schema`` (``2``: ``config_hash`` is
-:func:`fusebench.spec.config.config_hash` of the record's ``config`` and ``objective``, checked
+:func:`fusebench.components.identity.config_hash` of the record's ``config`` and ``objective``, checked
 here; every committed record was migrated to it), ``finished_at`` (UTC ISO 8601 time the record was
 written; the board's text is the newest record's), ``precision`` (versions 1 and 2: the run's precision
 policy, one of :data:`fusebench.spec.precision.PRECISIONS`; it must equal ``config.precision``; records of hash

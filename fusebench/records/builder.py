@@ -21,7 +21,8 @@ from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the ru
 from fusebench.records import comparability_key, versions_block
 from fusebench.runtime import distributed, utils
 from fusebench.spec import precision
-from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, config_hash
+from fusebench.components.identity import config_hash
+from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
 from fusebench.engine.loop import Clock
 from fusebench.components.protocols import protocol_of
 from fusebench.components.rows import comparison_of, row_of

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fusebench.components.identity import spec_hash
 from fusebench.records import RecordError, check_record_file, validate_record
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError, data_fingerprint
@@ -43,13 +44,13 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
     _undefined_as_nan(rec)
     if context is not None:  # other data first: a different file usually changes the config too (its views)
         _check_same_data(run_json, rec, context)
-    if rec.get("config_hash") != spec.hash(objective) and rec.get("hash_schema") != HASH_SCHEMA_VERSION:
+    if rec.get("config_hash") != spec_hash(spec, objective) and rec.get("hash_schema") != HASH_SCHEMA_VERSION:
         raise ConfigMismatchError(f"{run_json} carries a config hash of schema {rec.get('hash_schema')!r}, not "
                                   f"{HASH_SCHEMA_VERSION}: migrate the runs folder once (python "
                                   "scripts/migrate_hash_schema_3.py RUNS_FOLDER), then rerun")
-    if rec.get("config_hash") != spec.hash(objective):
+    if rec.get("config_hash") != spec_hash(spec, objective):
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
-                       f"!= {spec.hash(objective)} of the current spec and --set values); records are immutable: "
+                       f"!= {spec_hash(spec, objective)} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
     return rec
 

@@ -19,7 +19,7 @@ from fusebench.io import canonical_json
 from fusebench.records.comparability import (comparability_fields, comparability_key, comparable_view,
                                              synthetic_overrides_applied)
 from fusebench.spec.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
-from fusebench.spec.config import config_hash as cell_config_hash
+from fusebench.components.identity import config_hash as cell_config_hash
 from fusebench.registry import ID_RULE, valid_id
 
 SCHEMA_VERSIONS = (1, 2, 3, 4)

@@ -73,9 +73,10 @@ def check_method_options_used(spec: BenchmarkSpec, objs: list[str], overrides: I
     ConfigError when the method joins none of the cells they would reach. Given on the command line
     (``overrides``: the ``--set`` keys), that is the run's objectives ``objs``; written in the spec, its
     objectives or the run's (the spec may set a method for an objective this run leaves out). The cells' config
-    hash already leaves such options out (:func:`fusebench.spec.config.methods_used`); without this check the
+    hash already leaves such options out (:func:`fusebench.components.identity.methods_used`); without this check the
     record would show them as if set."""
-    from fusebench.spec.config import canonical_pretrain, methods_used
+    from fusebench.components.identity import methods_used
+    from fusebench.spec.config import canonical_pretrain
 
     pretrain = canonical_pretrain(spec.pretrain)
     set_here = sorted(pretrain.get("methods") or {})

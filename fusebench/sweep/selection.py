@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from fusebench.components.identity import spec_hash
 from fusebench import metrics as M
 from fusebench.grids import at_edge  # the rule the board reads back (fusebench.grids)
 from fusebench.runtime import utils
@@ -171,7 +172,7 @@ def _identity(spec: BenchmarkSpec, objective: str, options: RunOptions, context:
     """What a frozen selection was made from: the objective's config hash (its grid, selection seeds and
     metric, dataset and budget) and the data (the fingerprint's sha256; synthetic or not)."""
     fp = context.get("fingerprint")
-    return {"config_hash": spec.hash(objective), "synthetic": bool(options.synthetic),
+    return {"config_hash": spec_hash(spec, objective), "synthetic": bool(options.synthetic),
             "data_sha256": fp.get("sha256") if isinstance(fp, dict) else None}
 
 
