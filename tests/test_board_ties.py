@@ -19,6 +19,8 @@ from scipy.stats import rankdata, ttest_rel
 
 from fusebench.leaderboard import ties, write_leaderboards
 from fusebench.leaderboard.index import cross_dataset_ranking
+from scipy import stats
+from fusebench.leaderboard.ties import vs_best
 
 
 # ------------------------------------------------------------------------------------------------
@@ -310,3 +312,32 @@ def test_a_variant_board_is_compared_with_its_base_and_left_out_of_the_ranking()
     assert variant_comparisons(boards) == []
     boards["b4x"]["groups"][0]["variant_of"] = "../x"
     assert variant_comparisons(boards) == [] and "### Variants" not in build_index(boards, None)
+
+
+def test_tied_is_decided_on_the_holm_adjusted_p_not_the_raw_one():
+    """Three rows against the best, differences chosen so that one row's raw p is below 0.05 while its Holm-adjusted p
+    (3 tests: 3 x the smallest raw p) is above it: that row is *tied* with the best (not separable)."""
+    best = {0: 1.00, 1: 1.00, 2: 1.00, 3: 1.00}
+    rows = {
+        "best": best,
+        # differences -0.10, -0.12, -0.09, -0.11: mean -0.105, sd 0.0129; t = -16.3, p ~ 5e-4 (separable even corrected)
+        "far": {0: 0.90, 1: 0.88, 2: 0.91, 3: 0.89},
+        # differences -0.02, -0.07, -0.03, -0.05: raw p ~ 0.031, Holm-adjusted 2 x 0.031 ~ 0.063 (worked out below)
+        "near": {0: 0.98, 1: 0.93, 2: 0.97, 3: 0.95},
+        # differences +0.01, -0.01, +0.02, -0.02: p ~ 1
+        "same": {0: 1.01, 1: 0.99, 2: 1.02, 3: 0.98},
+    }
+    raw = {k: float(stats.ttest_rel([rows[k][s] for s in range(4)], [best[s] for s in range(4)]).pvalue)
+           for k in ("far", "near", "same")}
+    order = sorted(raw, key=raw.get)  # Holm by hand: multipliers 3, 2, 1, running maximum, capped at 1
+    holm, running = {}, 0.0
+    for j, k in enumerate(order):
+        running = max(running, min(1.0, (3 - j) * raw[k]))
+        holm[k] = running
+    assert raw["near"] < 0.05 < holm["near"]  # the case this test is about
+    out = vs_best(rows, "best")
+    for k in raw:
+        assert out[k]["p"] == pytest.approx(raw[k], rel=1e-9)
+        assert out[k]["p_holm"] == pytest.approx(holm[k], rel=1e-9)
+        assert out[k]["tied"] is (holm[k] > 0.05)
+    assert out["far"]["tied"] is False and out["near"]["tied"] is True and out["same"]["tied"] is True

@@ -547,3 +547,14 @@ def test_view_copies_option_is_typed_checked_and_in_the_spec_hash(tmp_path):
     flat = write_v5(tmp_path / "flat.mat", [views[0], np.ones((30, 2))], y)
     err(flat, r"view 1 \(view1\) is constant on the train split.*choose another view_copies.base",
         view_copies={"base": [1], "copies": 2})
+
+
+def test_v73_square_view_and_explicit_sample_axis_read_like_v5(tmp_path):
+    views, y = random_views(5, n=60, dims=(5, 60, 3))  # view1: 60 samples x 60 features (both axes match)
+    v5 = write_v5(tmp_path / "a.mat", views, y)
+    v73 = write_v73(tmp_path / "b.mat", views, y)
+    same_data(build_all("multiview_mat", v5), build_all("multiview_mat", v73))
+    rows, vals, _ = stack(datasets.build("multiview_mat", root=v73, split="train", standardize=False, use_cache=False,
+                                         sample_axis=0))
+    np.testing.assert_array_equal(vals["view1"], views[1][rows].astype(np.float32))
+    np.testing.assert_array_equal(vals["view0"], views[0][rows].astype(np.float32))

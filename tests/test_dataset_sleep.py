@@ -445,3 +445,14 @@ def test_pairs_tsv_and_pairs_option_of_the_wrong_form(tmp_path, fixtures_dir):
     assert len(build("sleep_edf", root=tmp_path, use_cache=False)) == 10
     with pytest.raises(DatasetError, match=r"the pairs= option: entry 0 is 'short_psg.edf'; expected a pair"):
         build("sleep_edf", root=tmp_path, pairs=["short_psg.edf"], use_cache=False)
+
+
+def test_an_epoch_is_labelled_only_when_an_annotation_covers_it_entirely():
+    onsets = np.array([0.0, 90.0])
+    durations = np.array([45.0, 30.0])
+    # epoch 0 [0, 30): inside W -> 0; epoch 1 [30, 60): W ends at 45, partly covered -> -1;
+    # epoch 2 [60, 90): no annotation -> -1; epoch 3 [90, 120): stage 2 -> 2; epoch 4 [120, 150): none -> -1
+    got = stage_epochs(onsets, durations, ["Sleep stage W", "Sleep stage 2"], 5)
+    assert got.tolist() == [0, -1, -1, 2, -1]
+    # an annotation starting mid-epoch: [15, 75) covers epoch 1 [30, 60) only
+    assert stage_epochs(np.array([15.0]), np.array([60.0]), ["Sleep stage R"], 3).tolist() == [-1, 4, -1]

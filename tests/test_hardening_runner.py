@@ -17,12 +17,13 @@ import scipy.io
 
 import fusebench
 from fusebench import benchmarks
+from fusebench.components.identity import spec_hash
 from fusebench.sweep import runner
 from fusebench.spec.config import ConfigError
-from fusebench.engine.cell import ConfigMismatchError
 from fusebench.cells.execute import run_cell
 from fusebench.engine.loop import RunError
 from fusebench.spec.request import CellRequest, RunOptions
+from fusebench.engine.cell import ConfigMismatchError, check_checkpoint_config
 
 FAST = {"pretrain.epochs": 1, "pretrain.grid": {}, "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all",
                                                                                "n_init": 2}}
@@ -201,3 +202,16 @@ def test_run_applies_the_leaderboards_rule_of_what_is_a_record(tmp_path: Path) -
     (out2 / "quickstart" / "none" / "seed0" / "run.json").mkdir(parents=True)
     with pytest.raises(RunError, match=r"run.json: field '\(file\)': expected a regular file, found a folder"):
         fusebench.run("quickstart", out=out2, **kw)
+
+
+def test_resume_on_another_data_folder_is_refused(tmp_path) -> None:
+    spec = benchmarks.load("quickstart")
+    ckpt = {"config_hash": spec_hash(spec, "infonce_pwe"), "data_fingerprint": "a" * 64}
+    same = {"fingerprint": {"sha256": "a" * 64}}
+    other = {"fingerprint": {"sha256": "b" * 64}}  # no "data_file": the sweep reads a folder
+    assert check_checkpoint_config(tmp_path / "last.pt", ckpt, spec, "infonce_pwe", same) is ckpt
+    with pytest.raises(ConfigMismatchError, match=r"last.pt: it was written while reading other data \(fingerprint "
+                                                  r"a{64}, now b{64}\)"):
+        check_checkpoint_config(tmp_path / "last.pt", ckpt, spec, "infonce_pwe", other)
+    with pytest.raises(ConfigMismatchError, match="now none \\(synthetic data\\)"):
+        check_checkpoint_config(tmp_path / "last.pt", ckpt, spec, "infonce_pwe", {"fingerprint": None})

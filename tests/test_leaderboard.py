@@ -909,3 +909,16 @@ def test_cd_diagram_written_and_linked_from_the_index(tmp_path: Path) -> None:
     write_leaderboards(runs, tmp_path / "md", plots=False)
     assert "cd-diagram" not in (tmp_path / "md" / "README.md").read_text()
     assert not (tmp_path / "md" / "cd-diagram.png").exists()
+
+
+def test_comparability_key_separates_other_data_and_other_metric_versions() -> None:
+    a = _v2(_record("alpha", 0, {"acc": 0.5}, synthetic=False))
+    a["dataset"]["fingerprint"] = {"files": [["NGs.mat", 12]], "sha256": "a" * 64}
+    for change in (lambda r: r["dataset"]["fingerprint"].update(sha256="b" * 64),   # the same shapes, other data
+                   lambda r: r["versions"]["metrics"].update(acc="2")):             # the metric's definition changed
+        c = copy.deepcopy(a)
+        change(c)
+        assert comparability_key(c) != comparability_key(a)
+    same = copy.deepcopy(a)
+    same["dataset"]["fingerprint"]["files"] = [["NGs.mat", 12]]
+    assert comparability_key(same) == comparability_key(a)

@@ -315,3 +315,13 @@ def test_sleep_edge_cases():
             M(name)(np.array([], dtype=int), np.array([], dtype=int))
         with pytest.raises(ValueError, match="integer"):
             M(name)([0.5, 1.0], [0, 1])
+
+
+def test_non0_a_prediction_of_zero_is_not_positive():
+    y_pred = [0.0, 1.0, -1.0, 0.5]
+    y_true = [1.0, 1.0, -1.0, 0.0]  # the last sample (y_true == 0) is dropped
+    # kept: (0.0 vs +), (1.0 vs +), (-1.0 vs -): the first is wrong -> 2/3
+    assert metrics.get("acc2_non0")(y_pred, y_true) == pytest.approx(2 / 3)
+    # F1(y_true, y_pred) on true = [1, 1, 0], pred = [0, 1, 0]: class 1 F1 = 2*1/(2+1) = 2/3 (support 2),
+    # class 0 F1 = 2*1/(1+2) = 2/3 (support 1): weighted 2/3
+    assert metrics.get("f1_non0")(y_pred, y_true) == pytest.approx(2 / 3)

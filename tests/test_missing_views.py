@@ -21,6 +21,8 @@ from fusebench.spec.config import ConfigError
 from fusebench.probes.kmeans import kmeans
 from fusebench.probes.missing_views import (PROBE_STREAM, FeatureSource, drop_views, embedding_missing_views,
                                               presence_mask, with_missing_views)
+from types import SimpleNamespace
+from fusebench.leaderboard.robustness import section_lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,3 +429,40 @@ def test_masked_scoring_of_a_task_model_against_its_complete_scoring() -> None:
         cols, here = slice(j * width, (j + 1) * width), torch.from_numpy(mask[:, j])
         assert torch.equal(got[here, cols], full[here, cols])
         assert got[~here, cols].eq(0).all() and full[~here, cols].ne(0).any()
+
+
+def _rec(objective: str, seed: int, mae: float, miss50: float) -> SimpleNamespace:
+    """A stand-in for a RunRecord: what robustness_of reads (raw.missing_views, metrics, objective, seed, config)."""
+    mv = {"protocol": "head", "rates": [0.5], "single_view": False, "views": [], "shown": ["mae"],
+          "metrics": {"miss50_mae": miss50}}
+    return SimpleNamespace(raw={"missing_views": mv}, objective=objective, seed=seed, metrics={"mae": mae},
+                           config={}, path=f"{objective}/seed{seed}/run.json", metric_directions={})
+
+
+def _view(recs: list) -> SimpleNamespace:
+    return SimpleNamespace(recs=recs, rows=["alpha", "beta"], ranked=True, invalid=set(), aliases={},
+                           reference_aliases={})
+
+
+def _table(lines: list[str]) -> list[str]:
+    start = lines.index("`mae ↓`:")
+    return lines[start + 2:start + 6]
+
+
+def test_a_lower_is_better_metric_bolds_the_smallest_mean():
+    # alpha: mae (0.50, 0.70) -> 0.6000; miss50 (0.80, 1.00) -> 0.9000. beta: mae (0.90, 1.10) -> 1.0000;
+    # miss50 (1.20, 1.40) -> 1.3000. mae is lower-is-better: alpha's cells are the bold ones.
+    recs = [_rec("alpha", 0, 0.5, 0.8), _rec("alpha", 1, 0.7, 1.0), _rec("beta", 0, 0.9, 1.2), _rec("beta", 1, 1.1, 1.4)]
+    table = _table(section_lines(_view(recs), None))
+    assert table[0] == "| objective | r = 0 | r = 0.5 |"
+    alpha, beta = table[2], table[3]
+    assert alpha.startswith("| `alpha` | **0.6000 ± ") and "| **0.9000 ± " in alpha, alpha
+    assert "**" not in beta, beta
+
+
+def test_every_undefined_run_of_a_cell_is_counted():
+    # beta's miss50_mae is NaN on both seeds: the cell says "— (2 undefined)", not 1
+    recs = [_rec("alpha", 0, 0.5, 0.8), _rec("alpha", 1, 0.7, 1.0),
+            _rec("beta", 0, 0.9, float("nan")), _rec("beta", 1, 1.1, float("nan"))]
+    beta = _table(section_lines(_view(recs), None))[3]
+    assert beta.endswith("| — (2 undefined) |"), beta

@@ -448,3 +448,30 @@ def test_embedding_eval_re_exports_the_probes_from_their_modules() -> None:
     assert set(before) - set(homes) == {"CLUSTER_STANDARDIZE", "probe_and_cluster"}  # the orchestration's own
     assert {n: getattr(E, n) is getattr(homes[n], n) for n in homes} == {n: True for n in homes}
     assert not [n for n in E.__all__ if not hasattr(E, n)]
+
+
+def test_knn_probe_a_tie_on_validation_keeps_the_larger_k():
+    """Every k of the grid scores val accuracy 1 (worked out below), so the documented rule "highest val accuracy,
+    ties to the larger k" must pick k = 5, and test accuracy is then scored with k = 5 (also worked out)."""
+    deg = lambda a: [math.cos(math.radians(a)), math.sin(math.radians(a))]  # noqa: E731
+    # class 0 around 0 deg, class 1 around 90 deg, three train points each
+    ztr = np.array([deg(-10), deg(0), deg(10), deg(80), deg(90), deg(100)])
+    ytr = np.array([0, 0, 0, 1, 1, 1])
+    zva = np.array([deg(5), deg(85)])
+    yva = np.array([0, 1])
+    # k = 1: nearest of 5 deg is 0/10 deg (class 0); of 85 deg, 80/90 deg (class 1): both right.
+    # k = 3: the three nearest of 5 deg are the class-0 points (cos 15 > cos 75); likewise at 85 deg: both right.
+    # k = 5: 3 votes to 2 for the own class: both right. So val accuracy is 1 at every k: a three-way tie.
+    # test: a point at 40 deg of class 1. k = 1 -> 10 deg (class 0, wrong); k = 5 -> 10, 0, -10, 80, 90 deg
+    # (cos 30, 40, 50, 40, 50): 3 votes class 0 -> wrong as well; so use 46 deg (class 1):
+    # sims cos(36)=.809 (10), cos(46)=.695 (0), cos(56)=.559 (-10), cos(34)=.829 (80), cos(44)=.719 (90),
+    # cos(54)=.588 (100). k = 1 -> 80 deg: class 1, right. k = 5 -> drop the smallest (-10 deg): class 1 has 3
+    # votes (80, 90, 100), class 0 two: right. A second test point at 44 deg of class 0:
+    # cos(34)=.829 (10), cos(44)=.719 (0), cos(54)=.588 (-10), cos(36)=.809 (80), cos(46)=.695 (90), cos(56)=.559
+    # (100): k = 1 -> 10 deg, class 0, right; k = 5 -> drop 100 deg: class 0 has 3 votes: right.
+    zte = np.array([deg(46), deg(44)])
+    yte = np.array([1, 0])
+    r = KNN.knn_probe(ztr, ytr, zva, yva, zte, yte, 2, grid=(1, 3, 5))
+    assert r["val_acc_by_k"] == {"1": 1.0, "3": 1.0, "5": 1.0}
+    assert r["k"] == 5
+    assert r["val_acc"] == 1.0 and r["test_acc"] == 1.0

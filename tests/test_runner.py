@@ -20,6 +20,7 @@ from fusebench.records.cell_file import write_record
 from fusebench.engine.data import few_shot_subset
 from fusebench.cells.execute import run_cell
 from fusebench.spec.request import CellRequest, RunOptions
+import fusebench.cells.head_protocol as head_protocol
 
 TINY = {
     "dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
@@ -233,3 +234,57 @@ def test_real_data_path_records_the_prepared_cache(tmp_path: Path) -> None:
     assert rec["dataset"]["manifest_hash"] == hashes["train"]
     assert rec["dataset"]["manifest_hashes"] == hashes
     assert "acc" in rec["metrics"]
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, metric: str, val_sequence: list[float]) -> list[dict]:
+    """Wrap head_protocol.evaluate: the first dataset it sees is the validation split (scored at every epoch's end);
+    its ``metric`` is replaced by ``val_sequence[epoch]``. Every call is logged with a copy of the weights."""
+    real = head_protocol.evaluate
+    calls: list[dict] = []
+    state = {"val": None, "epoch": 0}
+
+    def spy(model, ds, spec, device, seed):
+        out = dict(real(model, ds, spec, device, seed))
+        if state["val"] is None:
+            state["val"] = ds
+        is_val = ds is state["val"]
+        if is_val:
+            out[metric] = val_sequence[state["epoch"]]
+            state["epoch"] += 1
+        calls.append({"val": is_val, "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                      "out": out})
+        return out
+
+    monkeypatch.setattr(head_protocol, "evaluate", spy)
+    return calls
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("bench,objective,metric,vals,best", [
+    # higher is better (acc): epoch 1 is the best; the last epoch (2) is not
+    ("quickstart", "none", "acc", [0.50, 0.90, 0.70], 1),
+    # lower is better (mae): epoch 1 is the best (smallest); the largest is epoch 0
+    ("mosi-sentiment", "none", "mae", [0.90, 0.40, 0.70], 1),
+    # a tie of the best value keeps the earlier epoch (as the code does today; docs/benchmarks.md does not say)
+    ("quickstart", "none", "acc", [0.50, 0.90, 0.90], 1),
+])
+def test_the_head_protocol_keeps_the_best_validation_epoch_and_scores_test_with_it(
+        bench, objective, metric, vals, best, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    overrides = {"downstream.epochs": len(vals), "checkpoint_every": 1}
+    if bench == "quickstart":
+        overrides.update({"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "downstream.batch_size": 64})
+    spec = benchmarks.load(bench, overrides=overrides)
+    assert spec.validation_metric == metric
+    calls = _spy(monkeypatch, metric, vals)
+    rec = run_cell(CellRequest(spec, objective, 0, tmp_path), RunOptions(progress=False, synthetic=True))
+    val_calls = [c for c in calls if c["val"]]
+    test_calls = [c for c in calls if not c["val"]]
+    assert len(val_calls) == len(vals) and len(test_calls) == 1  # the test split is scored once
+    assert rec["selection"]["best_epoch"] == best
+    assert rec["selection"]["val_metrics"][metric] == vals[best]
+    # the weights scored on test are the weights of the chosen epoch, not the last one
+    assert not _same(val_calls[best]["weights"], val_calls[-1]["weights"])  # precondition: training moved them
+    assert _same(test_calls[0]["weights"], val_calls[best]["weights"])

@@ -323,3 +323,40 @@ def test_the_selection_says_what_it_chose_where_it_wrote_it_and_the_grid_edge(tm
         f"written to {path}; on the edge of its grid: tau (a wider grid may move the choice)")
     inner = {**outcome, "at_edge": []}
     assert selection_line(inner, path, made_now=False).endswith(f"reused from {path}")
+
+
+GRID = [0.1, 0.5, 1.0]
+FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_best_acc", "fs1_acc", "knn_acc", "acc"],
+        "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
+                                   "fewshot_draws": 3, "knn_grid": [1, 5]},
+        "pretrain.grid": {"infonce_pwe": {"tau": GRID}}, "pretrain.selection_seeds": [1000, 1001]}
+
+
+def _stub(monkeypatch, metric: str, values: dict[tuple[float, int], float]) -> None:
+    """Each trial's validation ``metric`` from ``values[(tau, selection seed)]``."""
+    def run_cell(request, options, context):
+        tau = context["hparams"]["infonce_pwe"]["tau"]  # the trial's grid point
+        return {"selection": {"val_metrics": {metric: values[(tau, request.seed)]}}}
+    monkeypatch.setattr(selection, "run_cell", run_cell)
+
+
+@pytest.mark.parametrize("metric,values,choice", [
+    # higher is better: means 0.5, 0.8, 0.6 -> tau 0.5
+    ("fs1_best_acc", {(0.1, 1000): 0.4, (0.1, 1001): 0.6, (0.5, 1000): 0.7, (0.5, 1001): 0.9,
+                      (1.0, 1000): 0.6, (1.0, 1001): 0.6}, 0.5),
+    # lower is better (mae): means 0.7, 0.3, 0.9 -> tau 0.5 (the largest, 1.0, would be the wrong direction)
+    ("mae", {(0.1, 1000): 0.6, (0.1, 1001): 0.8, (0.5, 1000): 0.2, (0.5, 1001): 0.4,
+             (1.0, 1000): 0.9, (1.0, 1001): 0.9}, 0.5),
+    # a tie of the means (0.8 and 0.8, the best) keeps the first grid point in grid order: tau 0.1, not 1.0
+    ("fs1_best_acc", {(0.1, 1000): 0.7, (0.1, 1001): 0.9, (0.5, 1000): 0.5, (0.5, 1001): 0.5,
+                      (1.0, 1000): 0.8, (1.0, 1001): 0.8}, 0.1),
+])
+def test_the_choice_is_the_best_mean_in_the_metric_s_direction_ties_to_the_first(
+        metric, values, choice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _stub(monkeypatch, metric, values)
+    spec = benchmarks.load("mv-ngs", overrides=FAST)
+    out = selection.select_hparams(spec, "infonce_pwe", tmp_path, RunOptions(synthetic=True), {}, metric=metric)
+    assert out["metric"] == metric
+    assert [s["val"] for s in out["scores"]] == pytest.approx(
+        [(values[(t, 1000)] + values[(t, 1001)]) / 2 for t in GRID])
+    assert out["choice"] == {"tau": choice}
