@@ -47,6 +47,9 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
     PAD_LEN: ClassVar[dict[str, int]] = {"text": 50, "audio": 375, "vision": 500}
     FOLD_FRACTIONS: ClassVar[tuple[float, float, float]] = (0.7, 0.1, 0.2)
     SUPPORTS_CSD: ClassVar[bool] = True
+    #: the CMU-MultimodalSDK file names of an adapter with SUPPORTS_CSD: <CSD_PREFIX>_<CSD_LABELS>.csd
+    CSD_PREFIX: ClassVar[str] = ""
+    CSD_LABELS: ClassVar[str] = ""
     SYNTHETIC_VERSION = 1
 
     # -- index -----------------------------------------------------------------------------------
@@ -121,6 +124,7 @@ class MOSI(_SentimentDataset):
     DIMS = {"text": 768, "audio": 5, "vision": 20}
     PAD_LEN = {"text": 50, "audio": 375, "vision": 500}
     FOLD_FRACTIONS = (52.0, 10.0, 31.0)
+    CSD_PREFIX, CSD_LABELS = "CMU_MOSI", "Opinion_Labels"  # CMU_MOSI_Opinion_Labels.csd (the synthetic twin's names)
     FILES = (
         DataFile("unaligned_50.pkl", "MMSA features (or aligned_50.pkl with aligned=True)", required=False),
         DataFile("CMU_MOSI_Opinion_Labels.csd", "CMU-MultimodalSDK labels (csd layout)", required=False),
@@ -147,6 +151,7 @@ class MOSEI(_SentimentDataset):
     MODALITIES = tuple(Modality(m.name, m.kind, _MOSEI_DIMS[m.name], True, m.description) for m in _SENTIMENT_MODALITIES)
     PAD_LEN = {"text": 50, "audio": 500, "vision": 500}
     FOLD_FRACTIONS = (0.7, 0.1, 0.2)
+    CSD_PREFIX, CSD_LABELS = "CMU_MOSEI", "Labels"  # CMU_MOSEI_Labels.csd (the synthetic twin's names)
     FILES = (
         DataFile("unaligned_50.pkl", "MMSA features (or aligned_50.pkl with aligned=True)", required=False),
         DataFile("CMU_MOSEI_Labels.csd", "CMU-MultimodalSDK labels (csd layout)", required=False),

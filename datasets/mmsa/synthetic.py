@@ -101,7 +101,7 @@ class _SyntheticTwin:
     @classmethod
     def _write_synthetic_csd(cls, root: Path, parts: dict[str, dict[str, Any]]) -> None:
         """One segment per sample; segment i of a video spans [10 i, 10 i + 8] s; rows are spread evenly."""
-        prefix = "CMU_MOSI" if cls.id == "mosi" else "CMU_MOSEI"
+        prefix = cls.CSD_PREFIX
         feats: dict[str, dict[str, list]] = {m: {} for m in (*_MODS, "labels")}
         ivals: dict[str, dict[str, list]] = {m: {} for m in (*_MODS, "labels")}
         folds: dict[str, list[str]] = {"train": [], "valid": [], "test": []}
@@ -121,7 +121,7 @@ class _SyntheticTwin:
                 feats["labels"].setdefault(vid, []).append(np.array([[part["regression_labels"][i]]], np.float32))
                 ivals["labels"].setdefault(vid, []).append(np.array([[start, end]]))
         names = {"text": "TimestampedWordVectors", "audio": "COVAREP", "vision": "Visual_Facet_42",
-                 "labels": "Opinion_Labels" if cls.id == "mosi" else "Labels"}
+                 "labels": cls.CSD_LABELS}
         for m, name in names.items():
             write_csd(root / f"{prefix}_{name}.csd", name,
                       {v: np.concatenate(x) for v, x in feats[m].items()},

@@ -37,6 +37,8 @@ class _SleepDataset(MultimodalDataset):
     task = "classification"
     num_classes = 5
     CHANNELS: ClassVar[tuple[str, ...]] = ()
+    #: the files of a recording a prepared cache depends on (keys of a recording's index entry); each adapter's own
+    SOURCE_KEYS: ClassVar[tuple[str, ...]]
     DEFAULT_CROP_WAKE_MIN: ClassVar[float | None] = None
     SYNTHETIC_VERSION = 1
 
@@ -111,8 +113,7 @@ class _SleepDataset(MultimodalDataset):
 
     def source_files(self) -> list[Path]:
         """The files of this split's recordings (hashed by ``fusebench data prepare``)."""
-        keys = ("psg", "hyp") if self.id == "sleep_edf" else ("hea", "mat", "arousal")
-        return [Path(r[k]) for r in self.recordings for k in keys]
+        return [Path(r[k]) for r in self.recordings for k in self.SOURCE_KEYS]
 
     def _recording_array(self, ri: int) -> np.ndarray:
         """[n_kept, C, 30 * sfreq] float32, contiguous; a small LRU of recordings stays in memory."""

@@ -38,6 +38,8 @@ class PhysioNet2018(_SleepDataset):
     __module__ = "fusebench.datasets.sleep"
 
     id = "physionet2018"
+    #: the files of a recording a prepared cache depends on (keys of a recording's index entry)
+    SOURCE_KEYS = ("hea", "mat", "arousal")
     CHANNELS = PHYSIONET_CHANNELS[:6]
     MODALITIES = _PN_MODALITIES
     FILES = (

@@ -33,6 +33,8 @@ class SleepEDF(_SleepDataset):
     __module__ = "fusebench.datasets.sleep"
 
     id = "sleep_edf"
+    #: the files of a recording a prepared cache depends on (keys of a recording's index entry)
+    SOURCE_KEYS = ("psg", "hyp")
     CHANNELS = ("EEG Fpz-Cz", "EEG Pz-Oz")
     MODALITIES = (
         Modality("fpz_cz", "signal", 1, description="EEG Fpz-Cz, µV"),

@@ -244,11 +244,15 @@ def submitit_option_problems(opts: SubmititOptions) -> list[str]:
 class SubmititLauncher(Launcher):
     """Submits every cell without a record as one job (one job array), then waits for them."""
 
+    #: said after "--workers applies to --launcher local only" (how this launcher limits parallel jobs)
+    parallelism_hint: str = ""
+    #: said when the jobs cannot be submitted (where to look)
+    submit_hint: str = ""
+
     def __init__(self, workers: int = 1, **options: Any) -> None:
         if workers != 1:
             raise ConfigError(f"--workers applies to --launcher local only; with --launcher {self.name} every cell "
-                              "is its own job" + (" (--array-parallelism limits how many run at once)"
-                                                  if self.name == "slurm" else ""))
+                              f"is its own job{self.parallelism_hint}")
         known = {f.name for f in fields(SubmititOptions)}
         unknown = sorted(set(options) - known)
         if unknown:
@@ -309,10 +313,8 @@ class SubmititLauncher(Launcher):
                 from fusebench.engine.loop import RunError
 
                 said = " ".join(str(e).split())[:600]
-                hint = ("; is the SLURM controller running and reachable from here? (`scontrol ping`, `sinfo`)"
-                        if self.name == "slurm" else "")
                 raise RunError(f"--launcher {self.name}: the {len(calls)} job(s) could not be submitted "
-                               f"({type(e).__name__}: {said}){hint}; nothing was submitted") from None
+                               f"({type(e).__name__}: {said}){self.submit_hint}; nothing was submitted") from None
             now = time.time()
             for i, job in zip(todo, jobs):
                 o, s = cells[i]
@@ -418,6 +420,8 @@ class SlurmLauncher(SubmititLauncher):
     """One SLURM job per cell (a job array, ``sbatch`` through submitit's SlurmExecutor)."""
 
     runs_here = False  # each job runs on a node with its own CPUs: its device and threads are decided there
+    parallelism_hint = " (--array-parallelism limits how many run at once)"
+    submit_hint = "; is the SLURM controller running and reachable from here? (`scontrol ping`, `sinfo`)"
 
     def check(self) -> None:
         super().check()
