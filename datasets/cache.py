@@ -69,7 +69,7 @@ import numpy as np
 import torch
 
 from fusebench.datasets.errors import DatasetError
-from fusebench.io import canonical_json, sha256_file, sha256_hex
+from fusebench.io import canonical_json, sha256_file, sha256_hex, strict_json
 
 
 class CacheableDataset(Protocol):
@@ -416,7 +416,7 @@ def prepare(
                 if k in entry:
                     entry[k] = rel_dir + entry[k]
             fields[group][name] = entry
-        (tmp / META).write_text(json.dumps(metas))
+        (tmp / META).write_text(strict_json(metas))  # null for NaN / Inf: a strict parser reads it
         outputs = []
         for p in sorted(tmp.rglob("*")):
             if p.is_file():

@@ -42,7 +42,15 @@ def read_records(runs_dir: str | os.PathLike) -> list[RunRecord]:
     root = Path(runs_dir)
     if not root.is_dir():
         raise ValueError(f"runs folder {root} does not exist (a folder of run.json files, e.g. leaderboards/runs)")
-    return [load_record(p) for p in find_records(root)]
+    records = [load_record(p) for p in find_records(root)]
+    seen: dict[tuple[str, str, str, int], RunRecord] = {}
+    for r in records:  # as the board: each (objective, seed) of one comparable group once
+        other = seen.setdefault((r.benchmark, r.comparability_key, r.objective, r.seed), r)
+        if other is not r:
+            raise ValueError(f"duplicate runs of benchmark {r.benchmark!r}, objective {r.objective!r}, seed {r.seed}: "
+                             f"{other.path} and {r.path} (a per-seed table counts each (objective, seed) once; "
+                             f"remove one)")
+    return records
 
 
 def metric_column(metric: str) -> str:

@@ -53,6 +53,8 @@ def check_type(value: Any, tp: Any, where: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+        if len(args) == 2 and args[1] is not Any:  # dict[str, str], dict[str, int], ...: every value checked
+            return {k: check_type(v, args[1], f"{where}.{k}") for k, v in value.items()}
         return value
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, where)
@@ -93,6 +95,10 @@ class _Limit(Exception):
     """A YAML document over a limit of :func:`load_yaml` (turned into a ConfigError naming the source)."""
 
 
+class _DuplicateKey(_Limit):
+    """A mapping of a YAML document that gives one key twice (PyYAML keeps the last one silently)."""
+
+
 class DeprecatedKeyWarning(FutureWarning):
     """An old spec key was given and mapped onto its new place: a flat ``pretrain.*`` method key (e.g.
     ``pretrain.tuple_candidates`` -> ``pretrain.methods.tuple_infonce.candidates``) or a per-objective table
@@ -126,6 +132,27 @@ class BoundedSafeLoader(yaml.SafeLoader):
         node = super().compose_document()
         _expanded(node, 1, {}, set())
         return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping that gives one key twice is refused (PyYAML would keep the last value and drop the first
+        without a word); keys a merge (``<<: *anchor``) brings in may still be overridden, as YAML defines."""
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class raises its own error for it
+                    continue
+                if first is not None:
+                    raise _DuplicateKey(f"key {key!r} given twice in one mapping (lines {first} and {line}); a YAML "
+                                        f"reader would keep the second value and drop the first without a word: "
+                                        f"give it once")
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 # YAML 1.2 (and JSON) read ``1e-3`` as a number; PyYAML's YAML 1.1 resolver needs a dot (``1.0e-3``) and hands

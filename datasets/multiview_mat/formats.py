@@ -23,6 +23,7 @@ import scipy.sparse as sp
 from ..base import DatasetError, DatasetNotFoundError
 from .layouts import Layout, find_layout, label_cell
 from fusebench.io import sha256_file
+from fusebench.machine import available_memory
 
 _LRU_SIZE = 4
 _LRU: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
@@ -50,6 +51,12 @@ def _h5_matrix(f: Any, obj: Any, where: str) -> Any:
         return np.asarray(obj[()], dtype=object)  # a cell: caller resolves the references
     if "MATLAB_empty" in obj.attrs and int(np.asarray(obj.attrs["MATLAB_empty"]).ravel()[0]):
         return np.zeros((0, 0))
+    need = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize  # what reading it allocates (a gzip'd
+    room, _ = available_memory()  # chunked dataset of zeros declares terabytes in a few hundred KB)
+    if room is not None and need > room:
+        raise DatasetError(f"{where}: a {'x'.join(map(str, obj.shape[::-1]))} {obj.dtype} matrix needs "
+                           f"{need / 2**30:,.1f} GiB to read, more than the {room / 2**30:,.1f} GiB this process can "
+                           "still get")
     arr = np.asarray(obj[()])
     if arr.dtype.names:  # MATLAB complex: compound (real, imag)
         raise DatasetError(f"{where} is complex; only real views are supported")

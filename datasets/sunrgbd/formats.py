@@ -57,19 +57,29 @@ def read_calib(path: Path) -> tuple[np.ndarray, np.ndarray]:
         lines = [ln.split() for ln in Path(path).read_text().splitlines() if ln.strip()]
     except FileNotFoundError:
         raise DatasetNotFoundError(f"missing calib file {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read calib file ({e})") from None
     if len(lines) != 2 or any(len(ln) != 9 for ln in lines):
         raise DatasetError(f"{path}: expected 2 lines of 9 numbers (Rtilt, K column-major), got {[len(ln) for ln in lines]}")
     try:
         rtilt, k = (np.reshape(np.array(ln, dtype=np.float64), (3, 3), order="F") for ln in lines)
     except ValueError:
         raise DatasetError(f"{path}: non-numeric value in calib file") from None
+    if not (np.isfinite(rtilt).all() and np.isfinite(k).all()):
+        raise DatasetError(f"{path}: NaN or Inf in the calib file (Rtilt, K): expected finite numbers")
     return rtilt, k
 
 
 def read_index_file(path: Path) -> list[int]:
     """Frame numbers listed in a ``*_data_idx.txt`` file (one integer per line)."""
     out = []
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise DatasetNotFoundError(f"missing frame list {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read the frame list ({e}); expected one frame number per line") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -54,7 +54,7 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
         context = sweep_context(spec, options.synthetic, options.data_root)
 
     def reused() -> dict[str, Any]:
-        rec = existing_record(run_json, spec, request.objective, context)
+        rec = existing_record(run_json, spec, request.objective, context, request.seed)
         if progress:
             say(f"reused record {where} ({run_json})")
         return rec
@@ -164,7 +164,7 @@ def sweep_cell(request: CellRequest, options: RunOptions, context: Mapping[str, 
         return {"status": "skipped", "benchmark": spec.name, "objective": o, "seed": s, "error": str(e)}
     except Exception as e:  # record the failed cell, go on with the sweep
         if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
-            return existing_record(cell / "run.json", spec, o, context)
+            return existing_record(cell / "run.json", spec, o, context, s)
         failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
                    "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
         try:

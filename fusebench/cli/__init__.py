@@ -75,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except MemoryError as e:  # e.g. a synthetic twin of 10^12 samples: one line, not numpy's traceback
+        said = " ".join(str(e).split())[:300]
+        print(f"fusebench {ns.command}: out of memory ({type(e).__name__}{': ' + said if said else ''}); ask for less "
+              "(a smaller dataset.synthetic_spec.num_samples, batch size or model) or run where there is more memory",
+              file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `fusebench list ... | head`: the reader left; no traceback
         import os
 

@@ -183,6 +183,11 @@ def main(argv: list[str]) -> int:
     board_lines = None  # the board files written (--leaderboard), said at the end
     try:
         request = request_of(ns)  # one typed request (fusebench.spec.request.SweepRequest)
+        if ns.leaderboard is not None:  # checked before any cell, as --out is: not found a file after the sweep
+            board_dir = Path(ns.leaderboard)
+            if board_dir.exists() and not board_dir.is_dir():
+                raise ConfigError(f"--leaderboard {board_dir}: exists and is not a folder; name a folder for the "
+                                  f"boards")
         # SIGTERM stops the sweep as Ctrl-C does: locks released, the finished cells' lines printed (below)
         with sigterm_unwinds(), distributed.maybe_init(request.device):
             records = run(request)

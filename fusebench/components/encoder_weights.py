@@ -132,20 +132,40 @@ def read_state(path: str | Path) -> dict[str, Any]:
     bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise ConfigError(f"{path}: entries that are not tensors: {bad[:5]}; expected a state_dict of the encoder")
+    keys = [k for k in state if not isinstance(k, str)]
+    if keys:
+        raise ConfigError(f"{path}: parameter names that are not strings: {keys[:5]}; expected a state_dict of the "
+                          f"encoder")
+    odd = [f"{k} ({'meta' if v.is_meta else v.layout})" for k, v in state.items()
+           if v.is_meta or v.layout != torch.strided]
+    if odd:
+        raise ConfigError(f"{path}: tensors without dense values (meta or sparse): {odd[:5]}; save the encoder's "
+                          f"state_dict itself")
     return dict(state)
 
 
 def mismatch(backbone: Any, state: Mapping[str, Any]) -> str | None:
     """The strict ``load_state_dict`` of ``state`` into ``backbone`` as a dry run: what does not fit (missing
     names, unexpected names, shape mismatches, each listed), or None."""
+    import torch
+
     own = backbone.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     shapes = sorted(f"{k} (file {list(state[k].shape)}, encoder {list(own[k].shape)})" for k in set(own) & set(state)
                     if tuple(state[k].shape) != tuple(own[k].shape))
+    # load_state_dict copies with a cast: an integer, boolean or complex tensor would load into a float parameter
+    # rounded, as 0 / 1, or without its imaginary part (a warning at most); a float of another width is a value
+    dtypes = sorted(f"{k} (file {state[k].dtype}, encoder {own[k].dtype})" for k in set(own) & set(state)
+                    if (state[k].is_floating_point(), state[k].is_complex(), state[k].dtype == torch.bool)
+                    != (own[k].is_floating_point(), own[k].is_complex(), own[k].dtype == torch.bool))
+    nonfinite = sorted(k for k in set(own) & set(state)
+                       if state[k].is_floating_point() and not bool(torch.isfinite(state[k]).all()))
     parts = [f"{what}: {', '.join(names)}" for what, names in (("missing from the file", missing),
                                                                   ("unexpected (not in the encoder)", unexpected),
-                                                                  ("shape mismatch", shapes)) if names]
+                                                                  ("shape mismatch", shapes),
+                                                                  ("dtype mismatch", dtypes),
+                                                                  ("NaN or infinite values", nonfinite)) if names]
     return "; ".join(parts) or None
 
 

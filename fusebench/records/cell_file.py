@@ -30,7 +30,7 @@ def record_there(run_json: Path, out: Path) -> bool:
 
 
 def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
-                    context: dict[str, Any] | None = None) -> dict[str, Any]:
+                    context: dict[str, Any] | None = None, seed: int | None = None) -> dict[str, Any]:
     """The finished cell's record, if it was made with ``spec``'s configuration for ``objective`` and, when ``context``
     is given, from the same data (the fingerprint of the files read: a rerun on another file of the
     same shapes must not return the first file's record)."""
@@ -42,6 +42,11 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
     if not isinstance(rec, dict):
         raise RunError(f"{run_json} is not a run record (a JSON object expected); move it away to rerun the cell")
     _undefined_as_nan(rec)
+    want = {"benchmark": spec.name, "objective": objective, **({} if seed is None else {"seed": seed})}
+    got = {k: rec.get(k) for k in want}
+    if got != want:  # the config hash does not cover the seed: a record copied or edited into another cell
+        raise RunError(f"{run_json} is the record of {got}, not of its cell {want} (copied from another cell, or "
+                       f"edited?); move it away to rerun the cell")
     if context is not None:  # other data first: a different file usually changes the config too (its views)
         _check_same_data(run_json, rec, context)
     if rec.get("config_hash") != spec_hash(spec, objective) and rec.get("hash_schema") != HASH_SCHEMA_VERSION:

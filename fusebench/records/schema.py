@@ -660,8 +660,17 @@ def read_record_json(path: str | Path) -> dict[str, Any]:
     """The parsed JSON object of a run.json, not validated (what a migration script converts); a file that
     cannot be read, is not JSON or is not a JSON object is a :class:`RecordError` naming it."""
     path = Path(path)
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:  # json keeps the last of two equal keys silently
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise ValueError(f"key {k!r} given twice in one object")
+            out[k] = v
+        return out
+
     try:
-        obj = json.loads(path.read_text())
+        obj = json.loads(path.read_text(), object_pairs_hook=unique)
     except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: JSONDecodeError, a too long integer
         raise RecordError(path, "(file)", f"a readable JSON file ({e})") from None
     except RecursionError:
@@ -676,6 +685,12 @@ def load_record(path: str | Path) -> RunRecord:
     path = Path(path)
     obj = read_record_json(path)
     try:
-        return validate_record(obj, path)
+        rec = validate_record(obj, path)
     except RecursionError:  # e.g. hashing a config nested nearly as deep as the parser allows
         raise RecordError(path, "(file)", "a run record, found JSON nested too deeply to check") from None
+    cell = path.parent
+    if re.fullmatch(r"seed[0-9]+", cell.name) and (cell.name, cell.parent.name) != (f"seed{rec.seed}", rec.objective):
+        # a record in a cell folder <objective>/seed<k> is that cell's (the config hash does not cover the seed)
+        raise RecordError(path, "seed", f"the seed and objective of its cell folder ({cell.parent.name}/{cell.name}); "
+                          f"the record says objective {rec.objective!r}, seed {rec.seed} (copied or edited?)")
+    return rec

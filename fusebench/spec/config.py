@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
 import re
 import typing
 import warnings
@@ -531,8 +532,9 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
     checks = [
         (pt.epochs >= 0, "pretrain.epochs must be >= 0"),
         (pt.batch_size >= 2, "pretrain.batch_size must be >= 2 (contrastive losses need negatives)"),
-        (pt.lr > 0, "pretrain.lr must be > 0"),
-        (pt.weight_decay >= 0, f"pretrain.weight_decay must be >= 0, got {pt.weight_decay!r}"),
+        (math.isfinite(pt.lr) and pt.lr > 0, f"pretrain.lr must be a finite number > 0, got {pt.lr!r}"),
+        (math.isfinite(pt.weight_decay) and pt.weight_decay >= 0,
+         f"pretrain.weight_decay must be a finite number >= 0, got {pt.weight_decay!r}"),
         *((type(v) is int and v >= 1, f"pretrain.{name} must be an integer >= 1 (a width), got {v!r}")
           for name, v in (("projection_dim", pt.projection_dim), ("projection_hidden", pt.projection_hidden))),
         *((type(pt.warmup_epochs) is int and 0 <= pt.warmup_epochs <= e,
@@ -584,8 +586,9 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
         (not spec.comparison.get("reference") or spec.comparison["reference"] in spec.objectives,
          f"comparison.reference {spec.comparison.get('reference')!r} must be one of objectives {spec.objectives}"),
         (ds.epochs >= 0 and ds.batch_size >= 1, "downstream.epochs >= 0 and downstream.batch_size >= 1"),
-        (ds.lr > 0, f"downstream.lr must be > 0, got {ds.lr!r}"),
-        (ds.weight_decay >= 0, f"downstream.weight_decay must be >= 0, got {ds.weight_decay!r}"),
+        (math.isfinite(ds.lr) and ds.lr > 0, f"downstream.lr must be a finite number > 0, got {ds.lr!r}"),
+        (math.isfinite(ds.weight_decay) and ds.weight_decay >= 0,
+         f"downstream.weight_decay must be a finite number >= 0, got {ds.weight_decay!r}"),
         (ds.shots is None or ds.shots >= 1, "downstream.shots must be a positive number of samples per class"),
         (len(spec.seeds) >= 1, "seeds must list at least one seed"),
         (len(set(map(repr, spec.seeds))) == len(spec.seeds),

@@ -169,6 +169,8 @@ class SweepRequest:
         if not isinstance(self.benchmark, str) or not self.benchmark:
             raise ConfigError(f"benchmark: expected a benchmark id (fusebench list benchmarks), got {self.benchmark!r}")
         if self.objectives is not None:
+            if not isinstance(self.objectives, str) and not hasattr(self.objectives, "__iter__"):
+                raise ConfigError(f"--objective: expected one or more objective ids, got {self.objectives!r}")
             objs = (self.objectives,) if isinstance(self.objectives, str) else tuple(self.objectives)
             if not objs or not all(isinstance(o, str) for o in objs):
                 raise ConfigError(f"--objective: expected one or more objective ids, got {self.objectives!r}")

@@ -280,6 +280,9 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     ks = list(study.ks or range(2, num_views + 1))
     records = []
     copies_base = list(study.copies_base) if study.copies_base is not None else None
+    # every variant's spec loaded and its views read before the first cell runs: a bad option of the copies arm
+    # (noise, mask) stops the study before any work, not after the whole views arm
+    plan = []
     for cell in study_cells(benchmark, num_views, ks, study.subsets, study.subset_seed, study.arms, copies_base,
                             study.noise, study.mask):
         overrides = {**study_overrides(cell, list(objectives), batch_size, epochs, study.m3g_micro_batch,
@@ -287,7 +290,8 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
         cell_spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
         runner.resolve_views(cell_spec, synthetic, data_root)
         compatible = set(compat.compatible_objectives(cell_spec))
-        objs = [o for o in objectives if is_reference(o) or o in compatible]
+        plan.append((cell, overrides, [o for o in objectives if is_reference(o) or o in compatible]))
+    for cell, overrides, objs in plan:
         existed = {(o, s) for o in objs for s in seeds
                    if (cell_dir(Path(out), cell.name, o, s) / "run.json").exists()}
         got = runner.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,

@@ -366,7 +366,7 @@ class SubmititLauncher(Launcher):
 
         o, s = cell_id
         if (job.cell / "run.json").exists():
-            return existing_record(job.cell / "run.json", spec, o)
+            return existing_record(job.cell / "run.json", spec, o, seed=s)
         base = {"benchmark": spec.name, "objective": o, "seed": s, "job_id": job.job_id}
         if (job.cell / "failed.json").exists():
             try:
@@ -402,7 +402,7 @@ class SubmititLauncher(Launcher):
         else:
             error, interrupted = f"{self.name} job {job.job_id} ended without a result (cancelled, killed or out of time)", True
         if (cell / "run.json").exists():
-            return existing_record(cell / "run.json", spec, o)
+            return existing_record(cell / "run.json", spec, o, seed=s)
         if interrupted:
             how = "resumes from last.pt" if (cell / "last.pt").exists() else "starts it again"
             print(f"INTERRUPTED {spec.name}/{o}/seed{s}: {error.splitlines()[0]}; rerunning the sweep {how} "

@@ -262,6 +262,9 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     if pipeline.reads_dataset:
         cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
+    if req.mlflow_uri is not None and "mlflow" not in loggers:  # used or refused, never taken and ignored
+        raise ConfigError(f"--mlflow-uri {req.mlflow_uri}: read only with --logger mlflow, which this run does not "
+                          f"use; add --logger mlflow or drop --mlflow-uri")
     out = check_out(out)
     mlflow_uri = default_mlflow_uri(out, req.mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
@@ -270,7 +273,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
         for s in seeds:
             cell = CellRequest(spec, o, s, out).cell
             if record_there(cell / "run.json", out):
-                existing_record(cell / "run.json", spec, o, context)
+                existing_record(cell / "run.json", spec, o, context, s)
             elif (cell / "last.pt").exists():
                 check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt"), spec, o, context)
     pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
@@ -293,6 +296,15 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     # the threads of each cell, checked (a bad OMP_NUM_THREADS) and said before any cell starts (a job decides its own)
     options = options.but(cells_at_once=launch.cells_at_once(len(pending)))
     n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once)
+    if req.threads is not None and launch.runs_here:  # a job's node may have more CPUs: it is checked there
+        import os
+
+        from fusebench.engine.threads import allowed_cpus, read_allowance
+
+        cpus = allowed_cpus(read_allowance(), os.environ)
+        if req.threads > cpus:  # more threads than CPUs never pays, and thousands crash OpenMP (libgomp)
+            raise ConfigError(f"--threads: {req.threads} torch threads per cell, but this process may use {cpus} "
+                              f"CPU(s) (affinity, cgroup quota, SLURM_CPUS_PER_TASK); give at most {cpus}")
     if pending and progress and launch.runs_here:
         print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
               f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
