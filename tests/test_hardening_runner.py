@@ -158,6 +158,8 @@ def test_a_scheduler_that_refuses_the_jobs_is_one_line(tmp_path: Path) -> None:
     line = [x for x in proc.stderr.splitlines() if x.startswith("fusebench run:")]
     assert len(line) == 1 and "--launcher slurm: the 1 job(s) could not be submitted" in line[0]
     assert "Unable to contact slurm controller" in line[0] and "scontrol ping" in line[0]
+    # "nothing was submitted": no pickled call or job script of the refused jobs is left in --out
+    assert not (tmp_path / "out" / ".submitit").exists(), sorted((tmp_path / "out").rglob("*"))
 
 
 @pytest.fixture

@@ -241,6 +241,36 @@ def submitit_option_problems(opts: SubmititOptions) -> list[str]:
     return out
 
 
+def _files_under(folder: Path) -> tuple[set[Path], Path | None]:
+    """The files under ``folder`` now, and the highest of ``folder`` and its parents that does not exist yet (None
+    when ``folder`` exists): what :func:`_remove_new_files` compares with."""
+    if folder.is_dir():
+        return {p for p in folder.rglob("*") if not p.is_dir()}, None
+    missing = folder
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    return set(), missing
+
+
+def _remove_new_files(folder: Path, before: tuple[set[Path], Path | None]) -> None:
+    """Remove what appeared under ``folder`` since :func:`_files_under` gave ``before``: its new files, the folders
+    left empty, and the folders created to hold ``folder`` when they are empty then."""
+    files, created = before
+    if folder.is_dir():
+        for p in sorted(folder.rglob("*"), key=lambda q: len(q.parts), reverse=True):
+            if not p.is_dir() and p not in files:
+                p.unlink(missing_ok=True)
+            elif p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
+    if created is not None:
+        for d in [folder, *folder.parents]:
+            if not d.is_dir() or any(d.iterdir()):
+                break
+            d.rmdir()
+            if d == created:
+                break
+
+
 class SubmititLauncher(Launcher):
     """Submits every cell without a record as one job (one job array), then waits for them."""
 
@@ -306,12 +336,14 @@ class SubmititLauncher(Launcher):
             folder = Path(self.opts.folder) if self.opts.folder else out / ".submitit" / spec.name
             ex = self.executor(folder, f"fusebench-{spec.name}")
             calls = [CellCall(sweep.request(*cells[i]), sweep.options, sweep.context) for i in todo]
+            before = _files_under(folder)
             try:
                 with ex.batch():
                     jobs = [ex.submit(c) for c in calls]
             except Exception as e:  # submitit's FailedJobError: sbatch refused (no controller, bad option, ...)
                 from fusebench.engine.loop import RunError
 
+                _remove_new_files(folder, before)  # the pickled calls and job scripts of jobs never submitted
                 said = " ".join(str(e).split())[:600]
                 raise RunError(f"--launcher {self.name}: the {len(calls)} job(s) could not be submitted "
                                f"({type(e).__name__}: {said}){self.submit_hint}; nothing was submitted") from None
