@@ -75,8 +75,9 @@ def _from_dataclass(cls: type) -> list[Option]:
     return out
 
 
-def from_signature(fn: Any, skip: tuple[str, ...]) -> list[Option] | None:
-    """Options from a callable's signature; None when it takes ``**kwargs`` (open-ended)."""
+def from_signature(fn: Any, skip: tuple[str, ...], open_ended: bool = False) -> list[Option] | None:
+    """Options from a callable's signature; None when it takes ``**kwargs`` (open-ended), unless ``open_ended``:
+    then its named parameters (what :func:`check_options` still checks of an open-ended class)."""
     try:
         sig = inspect.signature(fn)
         hints = typing.get_type_hints(fn)
@@ -87,6 +88,8 @@ def from_signature(fn: Any, skip: tuple[str, ...]) -> list[Option] | None:
         if name == "self" or name in skip or p.kind is p.VAR_POSITIONAL:
             continue
         if p.kind is p.VAR_KEYWORD:
+            if open_ended:
+                continue
             return None
         out.append(Option(name, hints.get(name, Any), p.default))
     return out
@@ -139,7 +142,19 @@ def check_options(given: Mapping[str, Any], obj: Any, where: str, values: bool =
     if not isinstance(given, Mapping):
         raise OptionsError(f"{where}: expected a mapping of option names to values, got {given!r}")
     opts = options_of(obj)
-    if opts is None:
+    if opts is None:  # open-ended (**kwargs): a key not named but this close to a named option is taken for a typo
+        named = from_signature(obj.__init__ if isinstance(obj, type) else obj, SUPPLIED["encoder"], open_ended=True)
+        table = {o.name: o for o in named or []}
+        typos = [f"{h[0]!r} for {k!r}" for k in sorted(str(k) for k in given if k not in table)
+                 if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.8))]
+        if typos:
+            raise OptionsError(f"{where}: unknown options, did you mean {', '.join(typos)}? (the constructor takes "
+                               f"**kwargs, so other keys are passed on unchecked; one this close to a named option is "
+                               f"taken for a typo); named options: {', '.join(table)}")
+        for key in given:
+            if values and key in table and not _type_ok(given[key], table[key].type):
+                raise OptionsError(f"{where}.{key}: expected {table[key].type_name}, got "
+                                   f"{type(given[key]).__name__} {given[key]!r}")
         return
     table = {o.name: o for o in opts}
     unknown = sorted(str(k) for k in given if k not in table)

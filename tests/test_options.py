@@ -19,7 +19,7 @@ class _Toy:
 
 
 class _Open:
-    def __init__(self, a: int = 1, **kwargs) -> None:
+    def __init__(self, a: int = 1, num_features: int = 16, **kwargs) -> None:
         pass
 
 
@@ -28,8 +28,13 @@ def test_options_come_from_the_typed_signature() -> None:
     assert [(o.name, o.default) for o in opts] == [("width", REQUIRED), ("rate", 0.5), ("name", None), ("flags", None)]
     assert opts[0].type is int and opts[1].type is float
     assert [str(o) for o in opts[:2]] == ["width: int", "rate: float = 0.5"]
-    assert options_of(_Open) is None  # **kwargs: open-ended, nothing to check
-    check_options({"anything": object()}, _Open, "x")
+    assert options_of(_Open) is None  # **kwargs: open-ended, other keys are passed on
+    check_options({"anything": object(), "num_features": 8}, _Open, "x")
+    # ... but a key this close to a named option is a typo, and a named option's type is checked
+    with pytest.raises(OptionsError, match=r"x: unknown options, did you mean 'num_features' for 'num_featres'\?"):
+        check_options({"num_featres": 8, "dropout": 0.3}, _Open, "x")
+    with pytest.raises(OptionsError, match=r"x.a: expected int, got str 'one'"):
+        check_options({"a": "one"}, _Open, "x")
 
 
 @pytest.mark.parametrize("given, message", [
