@@ -884,6 +884,26 @@ def test_cross_dataset_ranking_by_hand() -> None:
     assert "![critical difference diagram](cd-diagram.png)" in section
 
 
+def test_cross_dataset_ranking_credits_an_objective_merged_as_the_same_loss_on_a_board() -> None:
+    """On b1 `delta` computes `alpha`'s loss (merged into its row, e.g. at k = 2 views) and is ranked there with
+    alpha's mean, tied with it; on b2 it is a row of its own. `mc` is merged into `alpha` on both boards: the same
+    loss everywhere, so alpha's row again, counted once. By hand: b1 raw .9 (1), alpha = delta .8 (2.5 each), none
+    (4); b2 delta .85 (1), raw .7 (2), alpha .6 (3), none (4); averages raw 1.50, delta 1.75, alpha 2.75, none 4.00.
+    Before, delta was left out of the ranking (it is no displayed row on b1), silently."""
+    b1 = _meta({"raw": 0.9, "alpha": 0.8, "none": 0.5})
+    b1["groups"][0]["merged_objectives"] = {"alpha": ["delta", "mc"]}
+    b2 = _meta({"raw": 0.7, "alpha": 0.6, "delta": 0.85, "none": 0.5})
+    b2["groups"][0]["merged_objectives"] = {"alpha": ["mc"]}
+    r = lb.index.cross_dataset_ranking({"b1": b1, "b2": b2})
+    assert r["methods"] == ["alpha", "delta", "none", "raw"]
+    assert r["avg"] == {"raw": 1.5, "delta": 1.75, "alpha": 2.75, "none": 4.0}
+    assert r["ranks"]["delta"] == {"b1": 2.5, "b2": 1.0} and r["credited"] == {"delta": ["b1"]}
+    assert r["merged_objectives"] == {"alpha": ["mc"]}
+    section = lb.build_index({"b1": b1, "b2": b2}).split("## Cross-dataset ranking")[1]
+    assert "ranked there with that row's mean, tied with it (`delta` on b1)" in section
+    assert "| `alpha` (≡ `mc`) | 2.75 |" in section
+
+
 def test_cross_dataset_ranking_needs_two_boards_and_two_objectives() -> None:
     one = lb.build_index({"b1": _meta({"raw": 0.9, "alpha": 0.8})})
     assert ("No cross-dataset ranking: it needs at least 2 real-data boards of the `embedding_eval` protocol and 2 "

@@ -67,15 +67,19 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
         used[name] = g
     out: dict[str, Any] = {"boards": list(used), "skipped": skipped, "methods": [], "ranks": {}, "avg": {},
                            "primary": {n: g["primary"] for n, g in used.items()}}
-    common = sorted(set.intersection(*(set(g["means"]) for g in used.values()))) if used else []
+    means, once = _credited_means(used)
+    common = sorted(set.intersection(*(set(m) for m in means.values()))) if used else []
     out["methods"] = common
+    out["merged_objectives"] = {o: a for o, a in once.items() if o in common}
+    out["credited"] = {m: sorted(n for n, g in used.items() if m not in g["means"]) for m in common
+                       if any(m not in g["means"] for g in used.values())}
     if len(used) < 2 or len(common) < 2:
         out["problem"] = (f"needs at least 2 real-data boards of the `embedding_eval` protocol and 2 objectives "
                           f"run on all of them; here {len(used)} board(s) and {len(common)} common objective(s)")
         return out
     from fusebench.leaderboard import stats
 
-    scores = [[(1.0 if used[n]["direction"] == "higher" else -1.0) * float(used[n]["means"][m]) for m in common]
+    scores = [[(1.0 if used[n]["direction"] == "higher" else -1.0) * float(means[n][m]) for m in common]
               for n in used]
     ranks = stats.average_ranks(scores, higher_is_better=True)
     out["ranks"] = {m: {n: float(ranks[i, j]) for i, n in enumerate(used)} for j, m in enumerate(common)}
@@ -96,8 +100,37 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _credited_means(used: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+    """Each board's means with every objective merged into a row there (``merged_objectives``: it computes that
+    row's loss on this board, e.g. at k = 2 views) credited with the row's mean, so an objective run on every board
+    is ranked on every board; and the objectives merged into the same row on **every** board (the same loss
+    everywhere: one row, ``{row: [aliases]}``), which are left out of the means and counted once under their row."""
+    means: dict[str, dict[str, float]] = {}
+    into: dict[str, dict[str, str]] = {}  # board -> {alias: row}
+    for n, g in used.items():
+        m = dict(g["means"])
+        into[n] = {}
+        for row, aliases in (g.get("merged_objectives") or {}).items():
+            if row in m and isinstance(aliases, list):
+                for a in aliases:
+                    if a not in g["means"]:
+                        m[a] = m[row]
+                        into[n][str(a)] = str(row)
+        means[n] = m
+    once: dict[str, list[str]] = {}
+    for a in sorted(set.intersection(*(set(x) for x in into.values())) if into else set()):
+        rows = {into[n][a] for n in used}
+        if len(rows) == 1:  # merged into one row on every board: that row again, counted once
+            once.setdefault(rows.pop(), []).append(a)
+    for aliases in once.values():
+        for a in aliases:
+            for m in means.values():
+                m.pop(a, None)
+    return means, once
+
+
 def _family_label(ranking: dict[str, Any], m: str) -> str:
-    merged = ranking.get("merged_references", {}).get(m)
+    merged = [*ranking.get("merged_references", {}).get(m, []), *ranking.get("merged_objectives", {}).get(m, [])]
     return md_code(m) + (f" (≡ {', '.join(md_code(a) for a in merged)})" if merged else "")
 
 
@@ -146,10 +179,16 @@ def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
         return out + [f"No cross-dataset ranking: it {ranking['problem']}.{skipped}"]
     k, n = len(ranking["methods"]), len(boards)
     res = ranking["friedman"]
+    credited = ranking.get("credited") or {}
+    where = "; ".join(f"{md_code(m)} on {', '.join(credited[m])}" for m in sorted(credited))
     out += [f"The {k} objectives run on every real-data board of the `embedding_eval` protocol ({n} boards), ranked "
             f"on each board by the mean over seeds of its primary metric (rank 1 = best; ties share the average "
-            f"rank), then averaged over the boards (Demšar 2006, JMLR 7:1-30). Rows flagged invalid are left out; "
-            f"merged aliases count once, under their displayed id.{skipped}", ""]
+            f"rank), then averaged over the boards (Demšar 2006, JMLR 7:1-30). Rows flagged invalid are left out. "
+            f"An objective merged on a board into a row that computes the same loss there (e.g. at k = 2 views) is "
+            f"ranked there with that row's mean, tied with it"
+            + (f" ({where})" if where else "")
+            + f"; one merged into the same row on every board is that row and counts once, under its displayed "
+            f"id.{skipped}", ""]
     out += [_family_line(ranking), ""]
     head = ["objective", "average rank", "place [95%]"] + [f"[{b}]({b}.md) ({md_code(ranking['primary'][b])})"
                                                          for b in boards]

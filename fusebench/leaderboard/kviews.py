@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,13 +108,13 @@ def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | N
         rows = study.values[arm][k][name]
         for s in sorted(rows.get(objective, {})):
             v = rows[objective][s].get(metric)
-            if v is None:
+            if v is None or not math.isfinite(v):  # an undefined metric (null in the record) takes no part
                 continue
             if reference is None:
                 out.append(v)
                 continue
             r = rows.get(reference, {}).get(s, {}).get(metric)
-            if r is not None:
+            if r is not None and math.isfinite(r):
                 out.append(v - r)
     return out
 
@@ -139,6 +140,8 @@ def _budget_text(study: StudyRuns) -> str:
         kinds[(steps, samples, batch, ep)] += 1
     micro = sorted({(o, m) for o, *_, m, _ in study.budgets if m})
     mtext = "; ".join(f"`{o}` computed its loss on micro-batches of {m} accumulated over that batch" for o, m in micro)
+    if not kinds:
+        return "no pretrained run took an optimiser step (no budget with a batch size in the records)"
     if len(kinds) == 1:
         (steps, samples, batch, ep), n = next(iter(kinds.items()))
         text = (f"all {n} pretrained runs took the same budget: {steps} optimiser steps on batches of {batch} "
@@ -181,11 +184,12 @@ def _summary(study: StudyRuns, pretrained: list[str], metric: str) -> list[str]:
                 refs.append(f"`{r}` {100 * mean_std(a)[0]:.2f} -> {100 * mean_std(b)[0]:.2f}")
         line = f"- **{arm}** arm, k = {lo} -> {hi}: " + ", ".join(refs) if refs else f"- **{arm}** arm"
         for r in PAIRED_WITH:
-            means = {k: [mean_std(g)[0] for o in pretrained if (g := pairs(study, arm, k, o, r, metric))]
-                     for k in (lo, hi)}
-            if means[lo] and means[hi]:
-                line += (f"; pretrained - `{r}` (mean over the {len(means[lo])} pretrained rows) "
-                         f"{_pts(sum(means[lo]) / len(means[lo]))} -> {_pts(sum(means[hi]) / len(means[hi]))} points")
+            # the rows with gaps at both ends: a row missing at one end would change the mean by its absence
+            both = [o for o in pretrained if pairs(study, arm, lo, o, r, metric) and pairs(study, arm, hi, o, r, metric)]
+            means = {k: [mean_std(pairs(study, arm, k, o, r, metric))[0] for o in both] for k in (lo, hi)}
+            if both:
+                line += (f"; pretrained - `{r}` (mean over the {len(both)} pretrained rows) "
+                         f"{_pts(sum(means[lo]) / len(both))} -> {_pts(sum(means[hi]) / len(both))} points")
         wins = [(o, k) for o in pretrained for k in arm_ks if (g := pairs(study, arm, k, o, "raw", metric))
                 and mean_std(g)[0] > 0]
         total = sum(1 for o in pretrained for k in arm_ks if pairs(study, arm, k, o, "raw", metric))

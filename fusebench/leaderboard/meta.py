@@ -85,6 +85,12 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
         meta["means"] = {o: round(m, 12) for o in view.valid_rows if (m := view.mean(o, view.primary)) is not None}
         if view.reference_aliases:  # reference rows merged as the same features: the index's family counts them once
             meta["merged_references"] = {o: sorted(a) for o, a in sorted(view.reference_aliases.items())}
+        # objectives merged into a row because they compute its loss on this board (e.g. at k = 2 views): the index
+        # ranks each with its row's mean here, so an objective run on every board is not left out where it merged
+        objective_aliases = {o: sorted(a) for o, a in sorted(view.aliases.items())
+                             if a and o not in view.reference_aliases and o in meta["means"]}
+        if objective_aliases:
+            meta["merged_objectives"] = objective_aliases
     return meta
 
 
@@ -111,11 +117,12 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
                 valid_id(k) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in means.items()):
             raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: 'means' must map "
                              f"objective ids ({ID_RULE}) to numbers, got {means!r}"[:400])
-        merged = g.get("merged_references", {})
-        if not isinstance(merged, dict) or not all(
-                valid_id(k) and isinstance(v, list) and all(map(valid_id, v)) for k, v in merged.items()):
-            raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: 'merged_references' "
-                             f"must map objective ids ({ID_RULE}) to lists of objective ids, got {merged!r}"[:400])
+        for field in ("merged_references", "merged_objectives"):
+            merged = g.get(field, {})
+            if not isinstance(merged, dict) or not all(
+                    valid_id(k) and isinstance(v, list) and all(map(valid_id, v)) for k, v in merged.items()):
+                raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: '{field}' must map "
+                                 f"objective ids ({ID_RULE}) to lists of objective ids, got {merged!r}"[:400])
     return meta
 
 

@@ -265,6 +265,8 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     eval_options = dict(study.eval_options if study.eval_options is not None else budget["eval"])
     from fusebench import objectives as registry
 
+    if epochs < 1:  # a pretrained row of 0 epochs is its random init: the `none` row again
+        raise ValueError(f"kviews: epochs={epochs} must be >= 1 (the study compares pretrained rows with `none`)")
     objectives = tuple(study.objectives)
     if not set(PAIRED_WITH) <= set(objectives) or not [o for o in objectives if not is_reference(o)]:
         raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
