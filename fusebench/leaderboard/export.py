@@ -96,6 +96,13 @@ def _row(view: GroupView, row: str) -> dict[str, Any]:
     }
 
 
+def meta_protocol(view: GroupView) -> str | None:
+    """The downstream protocol of the group's runs (``config.downstream.protocol``), or None."""
+    downstream = view.recs[0].config.get("downstream")
+    protocol = downstream.get("protocol") if isinstance(downstream, dict) else None
+    return protocol if isinstance(protocol, str) else None
+
+
 def group_data(view: GroupView) -> dict[str, Any]:
     """One comparability group as the JSON file holds it."""
     first = view.recs[0]
@@ -110,6 +117,10 @@ def group_data(view: GroupView) -> dict[str, Any]:
         "best": view.best.get(view.primary) if view.ranks else None,
         "best_separable": view.separable.get(view.primary) if view.ranks else None,
         "rank_resamples": RANK_RESAMPLES if view.ranks else None,
+        # what the index decides by (fusebench.leaderboard.index): the protocol, the data's family, the base board
+        "protocol": meta_protocol(view),
+        "family": view.family or None,
+        "variant_of": view.variant_of or None,
         "metrics": [{"id": m.id, "unit": m.unit, "direction": m.direction} for m in view.metrics],
         "rows": [_row(view, o) for o in view.rows],
     }

@@ -689,8 +689,9 @@ def load_record(path: str | Path) -> RunRecord:
     except RecursionError:  # e.g. hashing a config nested nearly as deep as the parser allows
         raise RecordError(path, "(file)", "a run record, found JSON nested too deeply to check") from None
     cell = path.parent
-    if re.fullmatch(r"seed[0-9]+", cell.name) and (cell.name, cell.parent.name) != (f"seed{rec.seed}", rec.objective):
-        # a record in a cell folder <objective>/seed<k> is that cell's (the config hash does not cover the seed)
-        raise RecordError(path, "seed", f"the seed and objective of its cell folder ({cell.parent.name}/{cell.name}); "
-                          f"the record says objective {rec.objective!r}, seed {rec.seed} (copied or edited?)")
+    if re.fullmatch(r"seed[0-9]+", cell.name) and cell.name != f"seed{rec.seed}":
+        # a record in a cell folder seed<k> is that seed's (the config hash does not cover the seed: a copy would
+        # count one run twice); the objective's folder may be renamed (two sweeps of one objective kept side by side)
+        raise RecordError(path, "seed", f"the seed of its cell folder ({cell.parent.name}/{cell.name}); the record "
+                          f"says seed {rec.seed} (copied or edited?)")
     return rec
