@@ -111,24 +111,43 @@ class TextExtractor:
     """BERT last-layer token features (see module docstring)."""
 
     def __init__(self, weights: str | os.PathLike | None = None, max_length: int = 512,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", batch_size: int = 32) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"TextExtractor: batch_size must be a positive int, got {batch_size!r}")
         path = _weights_dir("TextExtractor", weights)
         tf = _transformers()
         self.tokenizer = tf.BertTokenizer.from_pretrained(path, local_files_only=True)
         self.model = tf.BertModel.from_pretrained(path, local_files_only=True).to(device).eval()
         self.max_length = max_length
+        self.batch_size = batch_size
         self.device = torch.device(device)
         self.dim = int(self.model.config.hidden_size)
 
     @torch.no_grad()
-    def __call__(self, texts: Sequence[str]) -> list[Tensor]:
+    def __call__(self, texts: Sequence[str], progress: bool = False) -> list[Tensor]:
+        """One ``[T_i, hidden]`` per text, in input order. Texts run ``batch_size`` at a time, grouped by
+        token count so that a batch pads little (memory and time grow with batch x longest x longest,
+        not with the whole list); padding does not change a text's features (attention mask)."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise ValueError("TextExtractor: expected a list of strings")
-        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
-                             return_tensors="pt").to(self.device)
-        hidden = self.model(**enc).last_hidden_state  # [n, T, hidden]
-        lengths = enc["attention_mask"].sum(dim=1).tolist()
-        return [hidden[i, : int(t)].cpu() for i, t in enumerate(lengths)]
+        texts = list(texts)
+        if not texts:
+            return []
+        n_tok = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]]
+        order = sorted(range(len(texts)), key=lambda i: n_tok[i])
+        out: list[Tensor | None] = [None] * len(texts)
+        starts = range(0, len(order), self.batch_size)
+        if progress:
+            from tqdm import tqdm
+            starts = tqdm(starts, desc="text batches", unit="batch", file=sys.stderr)
+        for s in starts:
+            idx = order[s: s + self.batch_size]
+            enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length,
+                                 return_tensors="pt").to(self.device)
+            hidden = self.model(**enc).last_hidden_state  # [b, T, hidden]
+            for j, (i, t) in enumerate(zip(idx, enc["attention_mask"].sum(dim=1).tolist())):
+                out[i] = hidden[j, : int(t)].cpu()
+        return out  # type: ignore[return-value]
 
 
 class HubertExtractor:
@@ -140,10 +159,17 @@ class HubertExtractor:
         self.model = tf.HubertModel.from_pretrained(path, local_files_only=True).to(device).eval()
         self.device = torch.device(device)
         self.dim = int(self.model.config.hidden_size)
+        # receptive field of the conv front end (400 samples = 25 ms for HuBERT-base): the shortest input
+        self.min_samples, jump = 1, 1
+        for k, st in zip(self.model.config.conv_kernel, self.model.config.conv_stride):
+            self.min_samples, jump = self.min_samples + (k - 1) * jump, jump * st
 
     @torch.no_grad()
     def __call__(self, waveform: Tensor, sample_rate_hz: int) -> Tensor:
         w = _mono_16k("HubertExtractor", waveform, sample_rate_hz)
+        if w.numel() < self.min_samples:
+            raise ValueError(f"HubertExtractor: audio too short: {w.numel()} samples at 16 kHz, the model needs at "
+                             f"least {self.min_samples} for one frame")
         w = (w - w.mean()) / torch.sqrt(w.var(unbiased=False) + 1e-7)
         return self.model(w[None].to(self.device)).last_hidden_state[0].cpu()
 
@@ -165,15 +191,24 @@ class CLIPExtractor:
 
     def preprocess(self, frames: Tensor) -> Tensor:
         """``[T, 3, H, W]`` in [0, 1] -> ``[T, 3, S, S]`` normalised (S = image_size)."""
-        x = torch.as_tensor(frames, dtype=torch.float32)
+        x = torch.as_tensor(frames)
         if x.dim() != 4 or x.shape[1] != 3:
             raise ValueError(f"CLIPExtractor: frames must be [T, 3, H, W] RGB in [0, 1], got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise ValueError(f"CLIPExtractor: frames must be floating point in [0, 1], got dtype {x.dtype} "
+                             f"(divide uint8 frames by 255)")
+        x = x.float()
+        if x.device.type != "meta" and x.numel() and (x.min() < -1e-3 or x.max() > 1 + 1e-3):
+            raise ValueError(f"CLIPExtractor: frame values must lie in [0, 1], got [{x.min().item():g}, "
+                             f"{x.max().item():g}] (0..255 frames: divide by 255)")
         s = self.image_size
         h, w = x.shape[-2:]
-        scale = s / min(h, w)
-        nh, nw = max(s, round(h * scale)), max(s, round(w * scale))
+        # the shorter side to s, the longer to int(s * long / short), then the centre crop with offsets
+        # int(round((n - s) / 2)): openai/CLIP's Resize(s, BICUBIC) + CenterCrop(s) (torchvision's rules),
+        # as transformers' CLIPImageProcessor
+        nh, nw = (s, int(s * w / h)) if h <= w else (int(s * h / w), s)
         x = F.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False, antialias=True).clamp(0, 1)
-        top, left = (nh - s) // 2, (nw - s) // 2
+        top, left = int(round((nh - s) / 2.0)), int(round((nw - s) / 2.0))
         x = x[..., top: top + s, left: left + s]
         mean = x.new_tensor(CLIP_MEAN).view(1, 3, 1, 1)  # on the frames' device (CUDA frames: no device mismatch)
         std = x.new_tensor(CLIP_STD).view(1, 3, 1, 1)
@@ -209,10 +244,13 @@ class LowLevelAudioExtractor:
     @torch.no_grad()
     def __call__(self, waveform: Tensor, sample_rate_hz: int) -> Tensor:
         w = _mono_16k("LowLevelAudioExtractor", waveform, sample_rate_hz)
+        pad = self.mfcc.MelSpectrogram.spectrogram.n_fft // 2
+        if w.numel() <= pad:  # the centred frames reflect-pad n_fft // 2 samples on each side
+            raise ValueError(f"LowLevelAudioExtractor: audio too short: {w.numel()} samples at 16 kHz, need more "
+                             f"than {pad}")
         mfcc = self.mfcc(w).T  # [T', n_mfcc]
         centroid = torch.nan_to_num(self.centroid(w))  # [T'] (silent frames: 0)
         # RMS energy on the same centred frames as the STFT (reflect padding of win // 2 ... n_fft // 2)
-        pad = self.mfcc.MelSpectrogram.spectrogram.n_fft // 2
         frames = F.pad(w[None, None], (pad, pad), mode="reflect")[0, 0].unfold(0, 2 * pad, self.hop)
         rms = frames.pow(2).mean(dim=1).sqrt()
         t = min(mfcc.shape[0], centroid.shape[0], rms.shape[0])
@@ -301,19 +339,38 @@ def main(argv: list[str] | None = None) -> int:
         if ns.kind == "text":
             ext = TextExtractor(ns.weights)
             for f in ns.input:
-                lines = [ln.strip() for ln in Path(f).read_text(encoding="utf-8").splitlines() if ln.strip()]
-                feats += ext(lines)
+                try:
+                    lines = [ln.strip() for ln in Path(f).read_text(encoding="utf-8").splitlines()]
+                except (OSError, UnicodeDecodeError) as e:
+                    raise ValueError(f"cannot read text file {f!r}: {e}") from None
+                while lines and not lines[-1]:
+                    lines.pop()  # trailing blank lines
+                blank = [i + 1 for i, ln in enumerate(lines) if not ln]
+                if blank:  # dropping them would shift every later utterance against the other modalities
+                    raise ValueError(f"{f}: line {blank[0]} is empty ({len(blank)} empty lines); one utterance per "
+                                     f"line, output i = line i")
+                feats += ext(lines, progress=True)
         elif ns.kind in ("audio", "lld"):
             ext_a: Any = HubertExtractor(ns.weights) if ns.kind == "audio" else LowLevelAudioExtractor()
             for f in ns.input:
                 wav, sr = load_audio(f)
-                feats.append(ext_a(wav, sr))
+                try:
+                    feats.append(ext_a(wav, sr))
+                except ValueError as e:
+                    raise ValueError(f"{f}: {e}") from None
         else:
             import numpy as np
 
             ext_v = CLIPExtractor(ns.weights, projection=ns.projection)
             for f in ns.input:
-                frames = torch.from_numpy(np.load(f, allow_pickle=False)).permute(0, 3, 1, 2).float() / 255.0
+                try:
+                    arr = np.load(f, allow_pickle=False)
+                except (OSError, ValueError) as e:
+                    raise ValueError(f"cannot read frames file {f!r}: {e}") from None
+                if arr.dtype != np.uint8 or arr.ndim != 4 or arr.shape[-1] != 3:
+                    raise ValueError(f"{f}: frames must be a uint8 array [T, H, W, 3], got {arr.dtype} "
+                                     f"{tuple(arr.shape)}")
+                frames = torch.from_numpy(arr).permute(0, 3, 1, 2).float() / 255.0
                 feats.append(ext_v(frames))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

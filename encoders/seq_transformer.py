@@ -52,7 +52,8 @@ FEATURE_DIMS = {
     "bert": 768, "covarep": 74, "hubert": 768, "egemaps": 25, "facet": 35, "openface": 171,
     "clip_b32": 512, "clip_l14": 768,
 }
-#: default input dim per modality name (CMU-MOSI's standard features: BERT, COVAREP, Facet)
+#: default input dim per modality name (CMU-MOSEI in MMSA's pickles: BERT 768, COVAREP 74, Facet 35; MMSA's
+#: CMU-MOSI pickles are 768 / 5 / 20, CH-SIMS 768 / 33 / 709: the benchmarks take the dims from the data)
 DEFAULT_DIMS = {"text": 768, "audio": 74, "vision": 35}
 
 SIZES = {
@@ -125,7 +126,8 @@ class SeqTransformer(Backbone):
 
     Args:
         modalities: names (dims from ``DEFAULT_DIMS``: text 768, audio 74, vision 35) or a dict
-            name -> input feature dim (e.g. ``{"text": 768, "audio": 25, "vision": 171}`` for CH-SIMS).
+            name -> input feature dim (e.g. ``{"text": 768, "audio": 33, "vision": 709}`` for MMSA's CH-SIMS
+            ``unaligned_39.pkl``; the MMSA-FET fixture clip has 768 / 25 / 171).
         size: ``"default"`` or ``"tiny"``; ``d_model``, ``num_heads``, ``num_layers``, ``ff_dim``,
             ``head_hidden`` override it.
         fusion: ``"concat"`` or ``"mean"`` of the modality embeddings.
@@ -201,7 +203,7 @@ class SeqTransformer(Backbone):
     # -- benchmark convention -------------------------------------------------------------------
     @classmethod
     def benchmark_config(cls) -> dict[str, Any]:
-        """CMU-MOSI features (BERT 768, COVAREP 74, Facet 35), default widths."""
+        """CMU-MOSEI features of MMSA's pickles (BERT 768, COVAREP 74, Facet 35), default widths."""
         return dict(modalities=dict(DEFAULT_DIMS), size="default")
 
     @classmethod

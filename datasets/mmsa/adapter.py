@@ -51,6 +51,8 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
     CSD_PREFIX: ClassVar[str] = ""
     CSD_LABELS: ClassVar[str] = ""
     SYNTHETIC_VERSION = 1
+    #: 2: aligned pickles are trimmed to the text_bert mask length (prepared caches of version 1 are rebuilt)
+    PREPROCESS_VERSION: ClassVar[int] = 2
 
     # -- index -----------------------------------------------------------------------------------
     def _index(self) -> list[Any]:

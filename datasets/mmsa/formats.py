@@ -170,11 +170,17 @@ class _PickleFormat:
         for m in ("audio", "vision"):
             if m in arrays and f"{m}_lengths" in part:
                 lengths[m] = self._check_lengths(part, f"{m}_lengths", n, arrays[m].shape[1], where)
-        if "text" in arrays and "text_bert" in part and ("audio_lengths" in part or "vision_lengths" in part
-                                                         or self.layout == "feature_file"):
-            mask = np.asarray(part["text_bert"])
-            if mask.ndim == 3 and mask.shape[0] == n and mask.shape[1] == 3:
-                lengths["text"] = np.clip(mask[:, 1].sum(axis=1).astype(np.int64), 1, arrays["text"].shape[1])
+        mask = np.asarray(part["text_bert"]) if "text_bert" in part else None
+        if mask is not None and mask.ndim == 3 and mask.shape[0] == n and mask.shape[1] == 3:
+            mask_len = mask[:, 1].sum(axis=1).astype(np.int64)
+            if "text" in arrays:
+                lengths["text"] = np.clip(mask_len, 1, arrays["text"].shape[1])
+            if self.layout == "mmsa" and "audio_lengths" not in part and "vision_lengths" not in part:
+                # an aligned file: audio / vision share the text steps; MMSA runs them for the text_bert mask
+                # length too (models/multiTask/SELF_MM.py: `if self.aligned: audio_model(audio, text_lengths)`)
+                for m in ("audio", "vision"):
+                    if m in arrays and arrays[m].shape[1] == mask.shape[2]:
+                        lengths[m] = np.clip(mask_len, 1, arrays[m].shape[1])
         arrays["lengths"] = lengths
         arrays["id"] = [self._id_of(part, i) for i in range(n)]
         raw = part.get("raw_text")
