@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     pp.add_argument("--synthetic", action="store_true", help="prepare the synthetic twin instead")
     pp.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="adapter option (YAML value)")
     pp.add_argument("--force", action="store_true", help="rebuild even when an up-to-date cache exists")
-    pp.add_argument("--quiet", action="store_true", help="no progress bars")
+    pp.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true",
+                    help="no progress output (as fusebench run's --no-progress / --quiet)")
     pc = sub.add_parser("check", help="verify the manifests of prepared caches (recompute hashes); with --data-root "
                         "also the fixed official files that declare a sha256")
     pc.add_argument("name")

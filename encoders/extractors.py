@@ -334,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="output .pt file (list of [T_i, d] tensors)")
     parser.add_argument("--projection", action="store_true", help="vision: CLIP projected image embedding")
     ns = parser.parse_args(argv)
+    out = Path(ns.output)
+    if not out.parent.is_dir():  # before minutes of extraction, not after
+        parser.error(f"--output {ns.output}: the folder {str(out.parent)!r} does not exist")
     try:
         feats: list[Tensor] = []
         if ns.kind == "text":
@@ -372,10 +375,15 @@ def main(argv: list[str] | None = None) -> int:
                                      f"{tuple(arr.shape)}")
                 frames = torch.from_numpy(arr).permute(0, 3, 1, 2).float() / 255.0
                 feats.append(ext_v(frames))
-    except ValueError as e:
+        from fusebench.io import atomic_write
+
+        atomic_write(out, lambda name: torch.save(feats, name), by_name=True)  # whole or not at all
+    except (ValueError, OSError) as e:  # bad input, a missing or unreadable --input file, an unwritable --output
         print(f"error: {e}", file=sys.stderr)
         return 2
-    torch.save(feats, ns.output)
+    except KeyboardInterrupt:
+        print(f"interrupted; {ns.output} not written", file=sys.stderr)
+        return 130
     print(f"wrote {len(feats)} feature sequences to {ns.output}")
     return 0
 

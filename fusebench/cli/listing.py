@@ -159,9 +159,10 @@ def main(argv: list[str]) -> int:
 
     table = builtin_text(ns.kind)
     if table is not None:  # the built-ins only: from the table, without importing them
-        for name in matching(table, ns.pattern):
+        names = matching(table, ns.pattern)
+        for name in names:
             print("\n".join(table[name]["lines"] + (table[name]["details"] if ns.details else [])))
-        return 0
+        return 0 if names or not _is_exact(ns.pattern) else _nothing_matches(ns.kind, ns.pattern, list(table))
     pkg = importlib.import_module(KINDS[ns.kind])
     registry = getattr(pkg, REGISTRIES.get(ns.kind, ""), None)
     with warnings.catch_warnings(record=True) as caught:
@@ -187,6 +188,8 @@ def main(argv: list[str]) -> int:
                 print(f"warning: {ns.kind[:-1]} {name!r} left out: {' '.join(why.split())}", file=sys.stderr)
     if ns.kind == "rows" and ns.pattern is None:
         print(pkg.PRETRAINED_LINE)
+    if not names and _is_exact(ns.pattern):
+        return _nothing_matches(ns.kind, ns.pattern, pkg.available())
     shown = set()
     for w in caught:
         if issubclass(w.category, PluginWarning):
@@ -196,6 +199,23 @@ def main(argv: list[str]) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return 0
+
+
+def _is_exact(pattern: str | None) -> bool:
+    """Whether PATTERN names one id (no glob character): then an id that does not exist is an error."""
+    return pattern is not None and not any(c in pattern for c in "*?[")
+
+
+def _nothing_matches(kind: str, pattern: str, ids: list[str]) -> int:
+    """An id that is not registered (a typo such as ``m3gg``) is said on stderr with the closest id, as
+    ``fusebench run`` says it, instead of an empty listing and exit status 0; returns 1. (A glob that matches
+    nothing stays an empty listing.)"""
+    from fusebench.registry import closest
+
+    hint = closest(pattern, list(ids))
+    print(f"fusebench list: no {kind[:-1]} {pattern!r}"
+          + (f"; did you mean {hint!r}?" if hint else f" (fusebench list {kind} lists them)"), file=sys.stderr)
+    return 1
 
 
 # ---- the built-ins' text, without importing them (issue #32, item 7) -------------------------------------------

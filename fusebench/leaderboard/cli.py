@@ -79,9 +79,12 @@ def main(argv: list[str]) -> int:
     an invalid record or a refused group; argparse's 2 for an unknown format)."""
     p = argparse.ArgumentParser(prog="fusebench leaderboard", description=__doc__,
                                 formatter_class=TerminalHelp)
-    p.add_argument("--runs", default="leaderboards/runs", help="folder searched for run.json files")
-    p.add_argument("--out", default="leaderboards", help="output folder for the markdown")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--runs", default="leaderboards/runs",
+                   help="folder searched for run.json files (default leaderboards/runs, from the current folder)")
+    p.add_argument("--out", default="leaderboards",
+                   help="output folder of the boards (default leaderboards, from the current folder: in a checkout, "
+                        "the committed boards of the benchmarks found under --runs are replaced)")
+    p.add_argument("--no-plots", action="store_true", help="no plot is drawn, looked at or written (docs/leaderboards.md)")
     p.add_argument("--split", action="store_true",
                    help="one table per comparability group instead of refusing a benchmark whose runs mix groups")
     p.add_argument("--reported", default=None,
@@ -99,6 +102,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--force", action="store_true",
                    help="regenerate even when the inputs and the files in --out are as the last regeneration left "
                         "them (see fusebench.leaderboard.fingerprint)")
+    p.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
+                   help="no progress output (the list of files written is still printed)")
     ns = p.parse_args(argv)
     if not Path(ns.runs).is_dir():
         print(f"fusebench leaderboard: runs folder {ns.runs} does not exist", file=sys.stderr)
@@ -136,7 +141,7 @@ def main(argv: list[str]) -> int:
         before = snapshot(ns.out)
         written = write_leaderboards(Path(ns.runs), Path(ns.out), plots=not ns.no_plots, split=ns.split,
                                      reported=Path(ns.reported) if ns.reported else None, formats=ns.formats,
-                                     tex_columns=ns.tex_columns, progress=True)
+                                     tex_columns=ns.tex_columns, progress=ns.progress)
         lines = file_lines(written, before)  # each file: wrote / unchanged (issue #32)
         print("\n".join(lines))
         changed = sum(line.startswith("wrote ") for line in lines)

@@ -55,7 +55,8 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     out_dir = Path(out_dir)
     reported_map = load_reported(Path(reported) if reported is not None else default_reported(out_dir))
     boards: list[tuple[str, list[GroupView], list[str], list[str], list[str]]] = []  # name, views, plots
-    for name, recs in runs.items():
+    for name, recs in track(runs.items(), len(runs), "leaderboard: tables computed (groups, statistics)",
+                            progress and bool(runs)):
         if not valid_id(name):  # validated by the record schema already; never build paths from anything else
             raise ValueError(f"benchmark id {name!r} is not an id ({ID_RULE})")
         groups = group_runs(name, recs, split=split)
@@ -93,7 +94,8 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     written = []
     rendered = []  # every file's text is made before the first file is written
     extras: dict[str, str] = {}  # per-seed CSV and LaTeX table files (fusebench.leaderboard.outputs)
-    for name, views, plot_names, missing_names, sens_names in boards:
+    for name, views, plot_names, missing_names, sens_names in track(boards, len(boards), "leaderboard: boards "
+                                                                    "rendered", progress and bool(boards)):
         shown = [plot if plots and plotting.has_curves(view) else None for view, plot in zip(views, plot_names)]
         missing = [plot if plots and robustness.has_plot(view) else None for view, plot in zip(views, missing_names)]
         sens = [plot if plots and sensitivity.has_plot(view) else None for view, plot in zip(views, sens_names)]

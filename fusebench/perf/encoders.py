@@ -265,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.repeats < 1 or ns.warmup < 0 or ns.threads < 1 or (ns.batch_size is not None and ns.batch_size < 1):
         parser.error("--repeats and --threads must be >= 1, --warmup >= 0, --batch-size >= 1")
+    if not ns.worker:  # a device that cannot run is a usage error, said once, not a table of failed rows
+        from fusebench.runtime.utils import resolve_device
+
+        try:
+            resolve_device(ns.device)
+        except ValueError as e:
+            parser.error(str(e))
 
     if ns.pointnet_ops:
         from fusebench.encoders.pointnet2 import CONFIGS
@@ -323,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         from fusebench.io import atomic_write_json
 
         print(f"\n# rows written to {atomic_write_json(ns.json, rows)}")
+    failed = [r["encoder"] for r in rows if "error" in r]
+    if failed:  # the table says why; the exit status says that something was not measured
+        print(f"fusebench bench encoders: {len(failed)} of {len(rows)} encoder(s) not benchmarked: "
+              f"{', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
