@@ -85,15 +85,18 @@ def _prepare(ns: argparse.Namespace) -> int:
     root = None if ns.root is None else os.path.abspath(Path(ns.root).expanduser())
     memo: dict = {}
     failed: list[str] = []
+    errors: dict[str, list[str]] = {}  # message -> the splits it stopped (a bad --opt stops every split alike)
     for split in splits:  # an empty or unreadable split is reported; the other splits are still prepared
         try:
             ds = cls(root=root, split=split, synthetic=ns.synthetic, use_cache=False, augment=False, **opts)
         except datasets.DatasetError as e:  # also a split whose folder is missing
-            print(f"fusebench data prepare: {cls.id}/{split}: {e}", file=sys.stderr)
+            errors.setdefault(str(e), []).append(split)
             failed.append(split)
             continue
         folder = cache.prepare(ds, base=ns.out, progress=not ns.quiet, force=ns.force, _hash_memo=memo)
         print(f"{cls.id}/{split}: {len(ds)} samples -> {folder}")
+    for message, stopped in errors.items():
+        print(f"fusebench data prepare: {cls.id}/{','.join(stopped)}: {message}", file=sys.stderr)
     if ns.out and len(failed) < len(splits):
         print(f"(set FUSEBENCH_PREPARED={Path(ns.out).resolve()} so that adapters read this cache)")
     if failed:

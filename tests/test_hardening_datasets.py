@@ -376,3 +376,13 @@ def test_forbidden_global_keeps_its_own_message(tmp_path):
     with pytest.raises(DatasetError, match=r"evil.pkl: refused to unpickle global '(posix|nt|os)\.system'") as info:
         safe_pickle.load(path)
     assert "not a readable pickle" not in str(info.value)
+
+
+def test_data_prepare_says_an_error_every_split_shares_once(capsys) -> None:
+    """A bad --opt stops every split alike: one line naming the splits, not the same line three times."""
+    from fusebench.datasets.cli import main as data_main
+
+    assert data_main(["prepare", "mv_handwritten", "--synthetic", "--opt", "split_seed=abc", "--quiet"]) != 0
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "must be an integer" in ln]
+    assert err == ["fusebench data prepare: mv_handwritten/train,val,test: mv_handwritten: split_seed='abc' must be an "
+                   "integer or 'run'"]

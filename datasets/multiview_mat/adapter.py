@@ -191,7 +191,9 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
                 raise DatasetError(f"{self.id}: view_names={o['view_names']!r} must be {n_out} distinct non-empty "
                                    f"names, {what}")
         base_names = [f"view{v}" for v in sel] if copies is not None else names
-        sample_axis = o.get("sample_axis", "auto")
+        # the synthetic twin is written samples x features (synthetic.py): its axes are known, never guessed (a view
+        # as wide as the twin has samples made "auto" warn on every --synthetic run of mv-handwritten)
+        sample_axis = o.get("sample_axis", 0 if synthetic else "auto")
         if isinstance(sample_axis, (list, tuple)):
             if len(sample_axis) != n_views:
                 raise DatasetError(f"{self.id}: sample_axis={sample_axis!r} must be one value or a list of {n_views} "
