@@ -54,6 +54,15 @@ def main(argv: list[str]) -> int:
                    help="no progress output (default: bars on a terminal, else a log line per cell start and end "
                         "and every $FUSEBENCH_LOG_EVERY seconds per phase, default 30)")
     ns = p.parse_args(argv)
+    if ns.render_only:  # the board is drawn from every record in --out; a run option would be ignored
+        run_only = [f"--{a.dest.replace('_', '-')}" for a in p._actions
+                    if a.dest not in ("help", "benchmark", "out", "board", "render_only", "progress")
+                    and getattr(ns, a.dest) != a.default]
+        if run_only:
+            print(f"fusebench study kviews: {', '.join(run_only)} only change(s) what is run; --render-only draws "
+                  f"the board from every record in --out (drop the option(s), or run without --render-only)",
+                  file=sys.stderr)
+            return 2
     from fusebench.leaderboard import repository_boards
 
     repo = repository_boards()
