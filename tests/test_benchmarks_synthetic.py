@@ -387,10 +387,10 @@ def test_bad_spec_names_file_and_key(tmp_path, extra, key, what):
 
 def test_bad_synthetic_override_names_file_and_key(tmp_path):
     path = _write(tmp_path, GOOD + "synthetic: {pretrain.epochz: 1}\n")
-    load_spec(path)  # the synthetic block is only applied with synthetic=True
-    with pytest.raises(ConfigError) as err:
-        load_spec(path, synthetic=True)
-    assert str(path) in str(err.value) and "epochz" in str(err.value)
+    for synthetic in (True, False):  # the synthetic block is applied with --synthetic only, and checked always
+        with pytest.raises(ConfigError) as err:
+            load_spec(path, synthetic=synthetic)
+        assert str(path) in str(err.value) and "epochz" in str(err.value) and "synthetic part" in str(err.value)
 
 
 def test_set_overrides_reach_the_run(tmp_path):

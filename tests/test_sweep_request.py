@@ -148,9 +148,9 @@ def test_set_lr_in_exponent_form_is_applied() -> None:
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("downstream.lr", -1, r"downstream.lr must be > 0, got -1"),
-    ("downstream.weight_decay", -0.1, r"downstream.weight_decay must be >= 0, got -0.1"),
-    ("pretrain.weight_decay", -1, r"pretrain.weight_decay must be >= 0, got -1"),
+    ("downstream.lr", -1, r"downstream.lr must be a finite number > 0, got -1"),
+    ("downstream.weight_decay", -0.1, r"downstream.weight_decay must be a finite number >= 0, got -0.1"),
+    ("pretrain.weight_decay", -1, r"pretrain.weight_decay must be a finite number >= 0, got -1"),
     ("pretrain.projection_dim", 0, r"pretrain.projection_dim must be an integer >= 1 \(a width\), got 0"),
     ("pretrain.projection_hidden", 0, r"pretrain.projection_hidden must be an integer >= 1"),
     ("pretrain.warmup_epochs", 50, r"pretrain.warmup_epochs must be an integer in 0..20 \(the pretraining epochs\)"),

@@ -142,6 +142,9 @@ def _spy_threads(monkeypatch) -> list[int]:
 
 def test_a_cell_computes_with_the_chosen_threads_and_says_so(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    # a machine with 8 CPUs for this process: --threads 3 is then a choice the runner takes (more threads than the
+    # CPUs this process may use are refused: tests/test_hostile_round5.py)
+    monkeypatch.setattr("fusebench.engine.threads.allowed_cpus", lambda allowance, env: 8)
     seen = _spy_threads(monkeypatch)
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # PyTorch's default on a 2-core machine: the trap

@@ -33,7 +33,9 @@ SYNTHETIC_PART = ("in the spec's synthetic part: its `synthetic:` overrides or `
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthetic: bool = False) -> BenchmarkSpec:
     """Load and validate a YAML spec; apply the synthetic overrides (if ``synthetic``) then ``overrides``.
     The synthetic part of the file (``synthetic:``, ``dataset.synthetic_spec``) is checked on every load, so a
-    typo in it is refused on a real run too, never carried unread until the first ``--synthetic`` run."""
+    typo in it is refused on a real run too, never carried unread until the first ``--synthetic`` run; on a real
+    load it is checked as the file writes it, without ``overrides`` (a ``--set`` meant for the real run, e.g. a
+    micro-batch above the synthetic variant's smaller batch, is not the file's error)."""
     try:
         spec = read_spec(path, overrides=overrides, synthetic=synthetic)
         check_against_components(spec, str(path))
@@ -43,11 +45,11 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
         raise name_overrides(e, overrides) from None
     if not synthetic:
         try:
-            variant = read_spec(path, overrides=overrides, synthetic=True)
+            variant = read_spec(path, synthetic=True)
             variant.encoder_weights = {}  # the rows' files were checked (and hashed) on the spec itself
             check_against_components(variant, str(path))
         except (ConfigError, DatasetError) as e:
-            raise ConfigError(f"{name_overrides(e, overrides)} ({SYNTHETIC_PART})") from None
+            raise ConfigError(f"{e} ({SYNTHETIC_PART})") from None
     return spec
 
 
