@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import fusebench
+import fusebench.benchmarks
+import fusebench.results
 from fusebench.cli import main as cli_main
 from fusebench.spec.config import ConfigError
 from fusebench.typed import load_yaml
