@@ -210,6 +210,13 @@ class Registry:
         self._load()
         return matching(set(self._entries) | set(self._lazy), pattern)
 
+    def builtin(self, pattern: str | None = None) -> list[str]:
+        """Sorted ids of :meth:`available` that no entry-point plugin supplied (:meth:`plugin` is None): the
+        components fusebench ships (and any added in this process by :meth:`add`). fusebench's own tests iterate
+        these, so a plugin a researcher installed never makes them fail (``fusebench.benchmarks.builtin`` is the
+        same for benchmark specs)."""
+        return [name for name in self.available(pattern) if self.plugin(name) is None]
+
     def registered_so_far(self) -> set[str]:
         """The ids registered in this process so far, **without importing anything**: by the built-in modules
         imported so far, by :meth:`add`, and the plugin entry points read so far (``fusebench list`` answers

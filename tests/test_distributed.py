@@ -125,14 +125,14 @@ def test_fusebench_run_under_torchrun_runs_each_cell_once_on_every_rank(tmp_path
     record is reused; one record is written; a second invocation reuses it on both ranks."""
     import json
     import os
-    import shutil
     import subprocess
     import sys
 
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "fusebench", "run", "quickstart", "--objective",
-           "m3g", "--seeds", "0", "--out", str(tmp_path / "runs"), "--set", "pretrain.epochs=1", "--set",
-           "downstream.epochs=1"]
+    # this interpreter's torchrun (the torchrun script runs torch.distributed.run): a `torchrun` found on PATH may
+    # be another Python's, which imports another fusebench checkout and other plugins than the one under test
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "fusebench",
+           "run", "quickstart", "--objective", "m3g", "--seeds", "0", "--out", str(tmp_path / "runs"), "--set",
+           "pretrain.epochs=1", "--set", "downstream.epochs=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     out = first.stdout + first.stderr

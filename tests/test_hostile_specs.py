@@ -179,6 +179,21 @@ def test_fusebench_list_names_each_bad_spec_and_lists_the_rest(tmp_path: Path, m
     assert any("deep.yaml: nested deeper than 50 levels" in line for line in err_lines)
 
 
+def test_list_of_an_id_left_out_says_why_before_no_such_id(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`fusebench list benchmarks 'My Bench'`: the spec file left out is named (its warning), then the missing id;
+    the warning used to be dropped by the early 'no such id' return."""
+    from fusebench.cli import main
+
+    (tmp_path / "My Bench.yaml").write_text("description: x\n")
+    monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(tmp_path))
+    assert main(["list", "benchmarks", "My Bench"]) == 1
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 2, lines
+    assert lines[0].startswith("warning: ") and "My Bench.yaml: its file name 'My Bench' is not" in lines[0]
+    assert lines[1].startswith("fusebench list: no benchmark 'My Bench'")
+
+
 def test_a_spec_claiming_another_benchmarks_name_is_a_duplicate_naming_both_files(tmp_path: Path,
                                                                                    monkeypatch) -> None:
     other = _spec(tmp_path, "other", "name: quickstart\n")

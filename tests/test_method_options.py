@@ -172,7 +172,7 @@ def test_tuple_dropout_option_is_the_augmentation_dropout() -> None:
 def test_runner_and_pretrainer_name_no_objective() -> None:
     """No string literal in the generic pretraining modules is an objective id (the method modules,
     tuple_method / tuple_optim / teacher, are where method-specific code lives)."""
-    ids = set(objectives.available())
+    ids = set(objectives.OBJECTIVES.builtin())  # a plugin's id may be any word ('mean', 'sum'): not ours to forbid
     allowed = {("fusebench/spec/config.py", 'objective: str = "infonce_pwe"')}  # a spec's default, not a branch
     for rel in ("fusebench/sweep/runner.py", "fusebench/engine/pretrain.py", "fusebench/spec/config.py",
                 "fusebench/spec/methods.py", "fusebench/engine/loop.py"):

@@ -1,6 +1,6 @@
 """Same-loss declarations (``fusebench.objectives.equivalence``) checked against the losses themselves.
 
-Every pair of registered objectives of one input kind is enumerated from the registry, at k = 2..5
+Every pair of built-in objectives of one input kind is enumerated from the registry, at k = 2..5
 views (within both objectives' view limits):
 
 - declared (or derived) at k: both objectives built with the same hyper-parameters (every combination
@@ -133,7 +133,7 @@ def _items(hp: dict) -> tuple:
 
 
 def _pairs():
-    ids = available()
+    ids = OBJECTIVES.builtin()  # fusebench's own: a plugin installed on this machine is its author's to declare
     for a, b in itertools.combinations(ids, 2):
         if _kind(a) == _kind(b):
             yield a, b

@@ -56,6 +56,24 @@ def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -
     assert reg.get("beta") == "builtin"
 
 
+def test_builtin_leaves_out_what_entry_points_supply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """builtin(): available() less the ids an entry-point plugin supplied (fusebench's own tests iterate it, so a
+    plugin a researcher installed never fails them); a plugin that claims a built-in id leaves the built-in in."""
+    mod = types.ModuleType("fb_fake_plugin")
+    mod.Thing = type("Thing", (), {})
+    monkeypatch.setitem(sys.modules, "fb_fake_plugin", mod)
+    eps = [md.EntryPoint("gamma", "fb_fake_plugin:Thing", "fusebench.widgets"),
+           md.EntryPoint("beta", "fb_fake_plugin:Thing", "fusebench.widgets")]
+    monkeypatch.setattr(R, "entry_points", lambda group: [e for e in eps if e.group == group])
+    reg = R.Registry("widget", entry_point_group="fusebench.widgets")
+    reg.add("beta", "builtin")
+    reg.add_lazy("delta", "fb_fake_plugin:Thing")
+    with pytest.warns(R.PluginWarning, match="widget id 'beta' is taken already"):
+        assert reg.builtin() == ["beta", "delta"]
+    assert reg.available() == ["beta", "delta", "gamma"] and reg.builtin("d*") == ["delta"] and reg.builtin("g*") == []
+    assert reg.plugin("gamma") is not None and reg.plugin("beta") is None
+
+
 def test_builtin_modules_load_on_first_lookup_and_duplicates_are_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     reg = R.Registry("widget", modules=("fb_fake_widgets",), describe=lambda obj: {"doc": obj.__doc__})
     mod = types.ModuleType("fb_fake_widgets")

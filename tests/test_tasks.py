@@ -64,7 +64,7 @@ def test_spec_with_a_metric_its_dataset_cannot_report_is_refused_at_load():
     from fusebench import benchmarks
     from fusebench.spec.config import ConfigError
 
-    for name in benchmarks.available():  # every shipped spec reports metrics of its dataset's task
+    for name in benchmarks.builtin():  # every shipped spec reports metrics of its dataset's task
         benchmarks.load(name)
     with pytest.raises(ConfigError, match=r"quickstart.yaml: metrics: metric 'mae' scores regression and task "
                                           r"'classification'"):

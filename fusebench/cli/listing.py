@@ -188,16 +188,16 @@ def main(argv: list[str]) -> int:
                 print(f"warning: {ns.kind[:-1]} {name!r} left out: {' '.join(why.split())}", file=sys.stderr)
     if ns.kind == "rows" and ns.pattern is None:
         print(pkg.PRETRAINED_LINE)
-    if not names and _is_exact(ns.pattern):
-        return _nothing_matches(ns.kind, ns.pattern, pkg.available())
     shown = set()
-    for w in caught:
+    for w in caught:  # before an exact id's 'no such id': a plugin or spec left out may be why it is missing
         if issubclass(w.category, PluginWarning):
             if str(w.message) not in shown:  # the spec folders are read at every lookup: once each
                 shown.add(str(w.message))
                 print(f"warning: {w.message}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if not names and _is_exact(ns.pattern):
+        return _nothing_matches(ns.kind, ns.pattern, pkg.available())
     return 0
 
 
