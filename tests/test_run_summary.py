@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from fusebench.cli import main
-from fusebench.cli.run_summary import primary_of, summary_rows
+from fusebench.cli.run_summary import primary_of, summary_rows, tracker_lines
 
 TINY = ["--set", "pretrain.epochs=1", "--set", "downstream.epochs=1",
         "--set", "dataset.synthetic_spec={num_samples: 128, seed: 0}"]
@@ -82,3 +82,21 @@ def test_summary_rows_skip_entries_without_a_record_and_count_undefined_values()
     assert summary_rows(recs) == [("b", "o", "acc", "0.6000 ± 0.1414", 2, 1)]
     assert primary_of({"metrics": {"mae": 1.0, "corr": 0.2}, "selection": {"metric": "corr"}}) == "corr"
     assert primary_of({"metrics": {"mae": 1.0, "corr": 0.2}}) == "corr"  # first in sorted order
+
+
+def test_the_run_says_where_each_tracker_wrote(tmp_path: Path, monkeypatch) -> None:
+    """--logger csv tensorboard mlflow: one line each naming where its output is (the trackers' own layout: a cell's
+    metrics.csv and tb/, mlflow's default store file:<out>/.mlruns), and both files exist after a run."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out = tmp_path / "runs"
+    assert tracker_lines(["csv", "tensorboard", "mlflow"], str(out)) == [
+        f"logs (csv): metrics.csv in each cell folder under {out}",
+        f"logs (tensorboard): tb/ in each cell folder under {out} (tensorboard --logdir {out})",
+        f"logs (mlflow): tracking URI {(out.resolve() / '.mlruns').as_uri()} (mlflow ui --backend-store-uri ...)"]
+    assert tracker_lines(["mlflow"], str(out), "http://host:5000") == [
+        "logs (mlflow): tracking URI http://host:5000 (mlflow ui --backend-store-uri ...)"]
+    assert tracker_lines(None, str(out)) == []
+    assert main(["run", "quickstart", "--objective", "none", "--seeds", "0", "--set", "pretrain.epochs=1", "--set",
+                 "downstream.epochs=1", "--out", str(out), "--logger", "csv", "tensorboard", "--no-progress"]) == 0
+    cell = out / "quickstart" / "none" / "seed0"
+    assert (cell / "metrics.csv").is_file() and (cell / "tb").is_dir()

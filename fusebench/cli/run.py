@@ -222,9 +222,10 @@ def main(argv: list[str]) -> int:
         print(f"{len(interrupted)} cell(s) interrupted (their jobs ended without a result); rerun the same "
               "command with --resume to finish them", file=sys.stderr)
     if int(os.environ.get("RANK", "0")) == 0:  # where and what (issue #32): records, boards, a compact table
-        from fusebench.cli.run_summary import closing_lines
+        from fusebench.cli.run_summary import closing_lines, tracker_lines
 
-        print("\n".join(closing_lines(records, ns.out, board_lines)), flush=True)
+        logs = tracker_lines(ns.loggers, ns.out, ns.mlflow_uri)
+        print("\n".join(closing_lines(records, ns.out, board_lines, logs)), flush=True)
     return 1 if failed or interrupted else 0
 
 

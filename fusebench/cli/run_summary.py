@@ -63,15 +63,37 @@ def summary_table(records: list[dict[str, Any]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
 
 
-def closing_lines(records: list[dict[str, Any]], out: str, board_lines: list[str] | None = None) -> list[str]:
+#: where each built-in tracker writes (docs/trackers.md); ``{out}`` the records folder
+TRACKER_OUTPUT = {"csv": "metrics.csv in each cell folder under {out}",
+                  "tensorboard": "tb/ in each cell folder under {out} (tensorboard --logdir {out})"}
+
+
+def tracker_lines(loggers: list[str] | None, out: str, mlflow_uri: str | None = None) -> list[str]:
+    """Where the ``--logger`` trackers wrote: one line each (mlflow: its tracking URI, by default
+    ``file:<out>/.mlruns``; a plugin tracker: its own docs)."""
+    from fusebench.engine.trackers import default_mlflow_uri
+
+    lines = []
+    for name in loggers or []:
+        if name == "mlflow":
+            where = f"tracking URI {default_mlflow_uri(out, mlflow_uri)} (mlflow ui --backend-store-uri ...)"
+        else:
+            where = TRACKER_OUTPUT.get(name, "where its plugin writes (see its docs)").format(out=out)
+        lines.append(f"logs ({name}): {where}")
+    return lines
+
+
+def closing_lines(records: list[dict[str, Any]], out: str, board_lines: list[str] | None = None,
+                  log_lines: list[str] | None = None) -> list[str]:
     """What ``fusebench run`` ends with: the records folder, the board files (``board_lines``, from
-    :func:`fusebench.leaderboard.outputs.file_lines`; None without ``--leaderboard``) and the table."""
+    :func:`fusebench.leaderboard.outputs.file_lines`; None without ``--leaderboard``), where the trackers wrote
+    (``log_lines``, :func:`tracker_lines`) and the table."""
     done = [r for r in records if r.get("status") not in SHOWN]
     benches = sorted({str(r.get("benchmark")) for r in done})
     lines = [f"records: {out} ({len(done)} cell(s){' of ' + ', '.join(benches) if benches else ''})"]
     if board_lines is not None:
         lines += [f"boards: {line}" for line in board_lines]
-    return lines + summary_table(records)
+    return lines + list(log_lines or []) + summary_table(records)
 
 
-__all__ = ["closing_lines", "primary_of", "summary_rows", "summary_table"]
+__all__ = ["closing_lines", "primary_of", "summary_rows", "summary_table", "tracker_lines"]
