@@ -75,6 +75,10 @@ def _transformers():
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("the feature extractors need the 'transformers' package: "
                           "pip install 'fusebench[extract]'") from e
+    from fusebench.runtime.progress import is_terminal
+
+    if not is_terminal():  # its own weight-loading bars are carriage-return bars: none in a log file
+        transformers.utils.logging.disable_progress_bar()
     return transformers
 
 
