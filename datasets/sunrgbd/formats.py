@@ -19,15 +19,21 @@ LABEL_FIELDS = 13
 BBOX_FIELDS = 8
 
 
+def _read_text(path: Path, what: str, expected: str = "") -> str:
+    """The text of ``path``; a missing file is a :class:`DatasetNotFoundError` ("missing <what>"), an unreadable or
+    non-UTF-8 one a :class:`DatasetError` naming the file (the official text files: labels, calib, frame lists)."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise DatasetNotFoundError(f"missing {what} {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read {what} ({e}){expected}") from None
+
+
 def parse_label_file(path: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """All objects of a VoteNet label file: ``(classname, box [7] in our convention, box2d [4] as
     x, y, w, h)``. Raises :class:`DatasetError` naming the file and line on malformed lines."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise DatasetNotFoundError(f"missing label file {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read label file ({e})") from None
+    text = _read_text(path, "label file")
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
@@ -53,12 +59,7 @@ def parse_label_file(path: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
 
 def read_calib(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """``(Rtilt [3, 3], K [3, 3])`` from a VoteNet calib file (two lines of 9 column-major floats)."""
-    try:
-        lines = [ln.split() for ln in Path(path).read_text().splitlines() if ln.strip()]
-    except FileNotFoundError:
-        raise DatasetNotFoundError(f"missing calib file {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read calib file ({e})") from None
+    lines = [ln.split() for ln in _read_text(path, "calib file").splitlines() if ln.strip()]
     if len(lines) != 2 or any(len(ln) != 9 for ln in lines):
         raise DatasetError(f"{path}: expected 2 lines of 9 numbers (Rtilt, K column-major), got {[len(ln) for ln in lines]}")
     try:
@@ -73,12 +74,7 @@ def read_calib(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def read_index_file(path: Path) -> list[int]:
     """Frame numbers listed in a ``*_data_idx.txt`` file (one integer per line)."""
     out = []
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise DatasetNotFoundError(f"missing frame list {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read the frame list ({e}); expected one frame number per line") from None
+    text = _read_text(path, "the frame list", "; expected one frame number per line")
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
