@@ -62,12 +62,17 @@ def _write(runs: Path, rec: dict) -> None:
 ACCS = {"alpha": [0.61, 0.7, 0.79], "beta": [0.5, 0.66, 0.7], "gamma": [0.4, 0.42, 0.47]}
 
 
-@pytest.fixture
-def board(tmp_path: Path) -> Path:
-    runs = tmp_path / "runs"
+def _write_accs(runs: Path) -> Path:
+    """The records of :data:`ACCS` under ``runs``."""
     for obj, accs in ACCS.items():
         for seed, acc in enumerate(accs):
             _write(runs, _record(obj, seed, acc))
+    return runs
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Path:
+    runs = _write_accs(tmp_path / "runs")
     out = tmp_path / "boards"
     assert main(["--runs", str(runs), "--out", str(out), "--format", "md", "json", "html", "--no-plots"]) == 0
     return out
@@ -288,9 +293,7 @@ def test_browser_makes_no_request_and_takes_a_screenshot(board: Path, tmp_path: 
 
 def test_footer_command_has_reported_and_quoted_runs_and_links_survive_a_space(tmp_path: Path) -> None:
     runs = tmp_path / "my runs"
-    for obj, accs in ACCS.items():
-        for seed, acc in enumerate(accs):
-            _write(runs, _record(obj, seed, acc))
+    _write_accs(runs)
     reported = tmp_path / "rep.yaml"
     reported.write_text('- {benchmark: toy, label: "Paper X", metric: acc, value: 0.9, source: "p.pdf, Table 1"}\n')
     out = tmp_path / "out"

@@ -31,16 +31,29 @@ def test_register_build_available_and_typos() -> None:
         reg.get("alpha_on")
 
 
-def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_plugin(monkeypatch: pytest.MonkeyPatch) -> tuple[types.ModuleType, list[md.EntryPoint]]:
+    """A module ``fb_fake_plugin`` with a class ``Thing`` and two entry points of group ``fusebench.widgets`` naming
+    it, ``gamma`` and ``beta`` (the list is live: a test may pop one)."""
     mod = types.ModuleType("fb_fake_plugin")
     mod.Thing = type("Thing", (), {})
     monkeypatch.setitem(sys.modules, "fb_fake_plugin", mod)
     eps = [md.EntryPoint("gamma", "fb_fake_plugin:Thing", "fusebench.widgets"),
            md.EntryPoint("beta", "fb_fake_plugin:Thing", "fusebench.widgets")]
     monkeypatch.setattr(R, "entry_points", lambda group: [e for e in eps if e.group == group])
+    return mod, eps
+
+
+def _widgets() -> R.Registry:
+    """A widget registry with the built-in ``beta`` and the lazy built-in ``delta``, reading the plugins."""
     reg = R.Registry("widget", entry_point_group="fusebench.widgets")
     reg.add("beta", "builtin")
     reg.add_lazy("delta", "fb_fake_plugin:Thing")
+    return reg
+
+
+def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, eps = _fake_plugin(monkeypatch)
+    reg = _widgets()
     # a plugin cannot take a built-in id: left out with one warning naming its entry point and the owner
     with pytest.warns(R.PluginWarning, match=r"widget plugin left out: entry point 'beta = fb_fake_plugin:Thing' "
                                              r"\(group fusebench.widgets\) \(distribution unknown\): widget id "
@@ -48,9 +61,7 @@ def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -
         assert reg.available() == ["beta", "delta", "gamma"]
     assert reg.get("beta") == "builtin"
     eps.pop()  # without the clash, the plugin is listed and imported on first use
-    reg = R.Registry("widget", entry_point_group="fusebench.widgets")
-    reg.add("beta", "builtin")
-    reg.add_lazy("delta", "fb_fake_plugin:Thing")
+    reg = _widgets()
     assert reg.available() == ["beta", "delta", "gamma"]
     assert reg.get("gamma") is mod.Thing and reg.get("delta") is mod.Thing
     assert reg.get("beta") == "builtin"
@@ -59,15 +70,8 @@ def test_lazy_entries_and_entry_point_plugins(monkeypatch: pytest.MonkeyPatch) -
 def test_builtin_leaves_out_what_entry_points_supply(monkeypatch: pytest.MonkeyPatch) -> None:
     """builtin(): available() less the ids an entry-point plugin supplied (fusebench's own tests iterate it, so a
     plugin a researcher installed never fails them); a plugin that claims a built-in id leaves the built-in in."""
-    mod = types.ModuleType("fb_fake_plugin")
-    mod.Thing = type("Thing", (), {})
-    monkeypatch.setitem(sys.modules, "fb_fake_plugin", mod)
-    eps = [md.EntryPoint("gamma", "fb_fake_plugin:Thing", "fusebench.widgets"),
-           md.EntryPoint("beta", "fb_fake_plugin:Thing", "fusebench.widgets")]
-    monkeypatch.setattr(R, "entry_points", lambda group: [e for e in eps if e.group == group])
-    reg = R.Registry("widget", entry_point_group="fusebench.widgets")
-    reg.add("beta", "builtin")
-    reg.add_lazy("delta", "fb_fake_plugin:Thing")
+    mod, eps = _fake_plugin(monkeypatch)
+    reg = _widgets()
     with pytest.warns(R.PluginWarning, match="widget id 'beta' is taken already"):
         assert reg.builtin() == ["beta", "delta"]
     assert reg.available() == ["beta", "delta", "gamma"] and reg.builtin("d*") == ["delta"] and reg.builtin("g*") == []
