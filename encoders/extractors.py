@@ -137,17 +137,16 @@ class TextExtractor:
         texts = list(texts)
         if not texts:
             return []
-        n_tok = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]]
-        order = sorted(range(len(texts)), key=lambda i: n_tok[i])
+        from fusebench.runtime.progress import track
+
+        tokens = self.tokenizer(texts, truncation=True, max_length=self.max_length)  # once; padded per batch below
+        order = sorted(range(len(texts)), key=lambda i: len(tokens["input_ids"][i]))
         out: list[Tensor | None] = [None] * len(texts)
         starts = range(0, len(order), self.batch_size)
-        if progress:
-            from tqdm import tqdm
-            starts = tqdm(starts, desc="text batches", unit="batch", file=sys.stderr)
-        for s in starts:
+        for s in track(starts, len(starts), "text batches", progress):  # tqdm on a terminal, else log lines
             idx = order[s: s + self.batch_size]
-            enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length,
-                                 return_tensors="pt").to(self.device)
+            enc = self.tokenizer.pad({k: [v[i] for i in idx] for k, v in tokens.items()},
+                                     return_tensors="pt").to(self.device)
             hidden = self.model(**enc).last_hidden_state  # [b, T, hidden]
             for j, (i, t) in enumerate(zip(idx, enc["attention_mask"].sum(dim=1).tolist())):
                 out[i] = hidden[j, : int(t)].cpu()
