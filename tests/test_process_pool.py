@@ -59,3 +59,24 @@ def test_ctrl_c_to_the_process_group_ends_the_pool_with_one_worker_idle(tmp_path
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, out
     assert "interrupted" in out and "Traceback" not in out, out
+
+
+def test_a_worker_told_to_end_during_a_call_starts_no_further_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM during a call unwinds it (Terminated) and is noted for the worker: a call it takes after that (already
+    queued by the pool) returns 'interrupted' instead of running its cell (interrupt.terminating was never set)."""
+    from fusebench.runtime import interrupt
+    from fusebench.sweep import launchers, process_pool
+
+    monkeypatch.setattr(interrupt, "_RECEIVED", [])  # this process's record of signals, restored after the test
+
+    def told_to_end() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this returns
+
+    with pytest.raises(interrupt.Terminated):
+        process_pool._call(told_to_end)
+    assert interrupt.terminating()
+    monkeypatch.setattr(launchers, "sweep_cell", lambda *a: pytest.fail("a cell ran after SIGTERM"))
+    request = type("R", (), {"spec": type("S", (), {"name": "b"})(), "objective": "o", "seed": 0})()
+    assert launchers._worker_cell(request, None, {}) == {"status": "interrupted", "benchmark": "b", "objective": "o",
+                                                          "seed": 0}

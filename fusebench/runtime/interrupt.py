@@ -22,8 +22,14 @@ class Terminated(KeyboardInterrupt):
 _RECEIVED: list[int] = []  # the signals received in this process
 
 
-def _raise(signum: int, frame: object) -> None:
+def note(signum: int) -> None:
+    """Record that this process received ``signum`` (what :func:`terminating` reads), for a handler of its own
+    (a pool worker's, :mod:`fusebench.sweep.process_pool`)."""
     _RECEIVED.append(signum)
+
+
+def _raise(signum: int, frame: object) -> None:
+    note(signum)
     raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
 
 

@@ -38,6 +38,8 @@ def _once(signum: int, frame: object) -> None:
     """During a call: the first SIGINT / SIGTERM unwinds it; a later one (the parent's SIGTERM after the process
     group's Ctrl-C) is noted, not raised into the unwinding (a second exception there printed a traceback)."""
     _SIGNALS.append(signum)
+    if signum == signal.SIGTERM:  # told to end: a call this worker takes after this one starts no cell
+        interrupt.note(signum)
     if len(_SIGNALS) == 1:
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
