@@ -900,7 +900,7 @@ def test_cross_dataset_ranking_credits_an_objective_merged_as_the_same_loss_on_a
     assert r["ranks"]["delta"] == {"b1": 2.5, "b2": 1.0} and r["credited"] == {"delta": ["b1"]}
     assert r["merged_objectives"] == {"alpha": ["mc"]}
     section = lb.build_index({"b1": b1, "b2": b2}).split("## Cross-dataset ranking")[1]
-    assert "ranked there with that row's mean, tied with it (`delta` on b1)" in section
+    assert "ranked there with that row's mean, tied with it (`delta` on [b1](b1.md))" in section
     assert "| `alpha` (≡ `mc`) | 2.75 |" in section
 
 

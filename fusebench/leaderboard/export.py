@@ -96,13 +96,6 @@ def _row(view: GroupView, row: str) -> dict[str, Any]:
     }
 
 
-def meta_protocol(view: GroupView) -> str | None:
-    """The downstream protocol of the group's runs (``config.downstream.protocol``), or None."""
-    downstream = view.recs[0].config.get("downstream")
-    protocol = downstream.get("protocol") if isinstance(downstream, dict) else None
-    return protocol if isinstance(protocol, str) else None
-
-
 def group_data(view: GroupView) -> dict[str, Any]:
     """One comparability group as the JSON file holds it."""
     first = view.recs[0]
@@ -118,7 +111,7 @@ def group_data(view: GroupView) -> dict[str, Any]:
         "best_separable": view.separable.get(view.primary) if view.ranks else None,
         "rank_resamples": RANK_RESAMPLES if view.ranks else None,
         # what the index decides by (fusebench.leaderboard.index): the protocol, the data's family, the base board
-        "protocol": meta_protocol(view),
+        "protocol": view.protocol,
         "family": view.family or None,
         "variant_of": view.variant_of or None,
         "metrics": [{"id": m.id, "unit": m.unit, "direction": m.direction} for m in view.metrics],

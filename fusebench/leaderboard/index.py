@@ -51,8 +51,8 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if "means" not in g or "protocol" not in g:
             skipped[name] = "board written by an older fusebench without per-row means: regenerate it"
             continue
-        protocol = PROTOCOLS.get(g["protocol"]) if g.get("protocol") in PROTOCOLS else None
-        if protocol is None or not protocol.cross_dataset_ranking:
+        protocol = g.get("protocol")  # the runs' text: any JSON value (a list would not even hash)
+        if not isinstance(protocol, str) or protocol not in PROTOCOLS or not PROTOCOLS.get(protocol).cross_dataset_ranking:
             continue
         if g.get("variant_of"):  # a re-run of another board's data: counted once, under its base
             skipped[name] = (f"a variant of {md_code(g['variant_of'])}, the same data with a changed setting: compared "
@@ -74,7 +74,7 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out["credited"] = {m: sorted(n for n, g in used.items() if m not in g["means"]) for m in common
                        if any(m not in g["means"] for g in used.values())}
     if len(used) < 2 or len(common) < 2:
-        out["problem"] = (f"needs at least 2 real-data boards of the `embedding_eval` protocol and 2 objectives "
+        out["problem"] = (f"needs at least 2 real-data boards of the {_joining()} protocol and 2 objectives "
                           f"run on all of them; here {len(used)} board(s) and {len(common)} common objective(s)")
         return out
     from fusebench.leaderboard import stats
@@ -98,6 +98,11 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 merged.setdefault(str(o), set()).update(map(str, aliases))
     out["merged_references"] = {o: sorted(a) for o, a in sorted(merged.items()) if o in common}
     return out
+
+
+def _joining() -> str:
+    """The protocols whose boards join the ranking (``Protocol.cross_dataset_ranking``), as the index names them."""
+    return ", ".join(md_code(p) for p in PROTOCOLS.available() if PROTOCOLS.get(p).cross_dataset_ranking)
 
 
 def _credited_means(used: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
@@ -180,8 +185,8 @@ def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
     k, n = len(ranking["methods"]), len(boards)
     res = ranking["friedman"]
     credited = ranking.get("credited") or {}
-    where = "; ".join(f"{md_code(m)} on {', '.join(credited[m])}" for m in sorted(credited))
-    out += [f"The {k} objectives run on every real-data board of the `embedding_eval` protocol ({n} boards), ranked "
+    where = "; ".join(f"{md_code(m)} on {', '.join(f'[{b}]({b}.md)' for b in credited[m])}" for m in sorted(credited))
+    out += [f"The {k} objectives run on every real-data board of the {_joining()} protocol ({n} boards), ranked "
             f"on each board by the mean over seeds of its primary metric (rank 1 = best; ties share the average "
             f"rank), then averaged over the boards (Demšar 2006, JMLR 7:1-30). Rows flagged invalid are left out. "
             f"An objective merged on a board into a row that computes the same loss there (e.g. at k = 2 views) is "

@@ -68,12 +68,10 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
     """A group's entry in the board's metadata comment, read back by the index: the index line, and
     for ranked groups the per-row means of the primary metric (valid rows, displayed ids) that the
     cross-dataset ranking uses."""
-    downstream = view.recs[0].config.get("downstream")
-    protocol = downstream.get("protocol") if isinstance(downstream, dict) else None
     meta = {"kind": view.kind, "dataset": view.recs[0].dataset.id, "synthetic": view.recs[0].dataset.synthetic,
             "objectives": len(view.objectives),
             "seeds": view.seeds, "runs": len(view.recs), "best": best_line(view), "title": title,
-            "key": view.recs[0].comparability_key, "protocol": protocol, "primary": view.primary or None,
+            "key": view.recs[0].comparability_key, "protocol": view.protocol, "primary": view.primary or None,
             "reference": view.reference}
     if view.family:  # the spec's modality family: the index ranks the boards of each family too
         meta["family"] = view.family

@@ -64,6 +64,13 @@ class GroupView:
     separable: dict[str, bool | None] = field(default_factory=dict)  # metric -> best separable from the second
 
     @property
+    def protocol(self) -> str | None:
+        """The downstream protocol of the group's runs (``config.downstream.protocol``), or None."""
+        downstream = self.recs[0].config.get("downstream")
+        protocol = downstream.get("protocol") if isinstance(downstream, dict) else None
+        return protocol if isinstance(protocol, str) else None
+
+    @property
     def objectives(self) -> list[str]:
         """Every objective with runs in the group (merged aliases included)."""
         return sorted({r.objective for r in self.recs})

@@ -49,13 +49,14 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
                        f"edited?); move it away to rerun the cell")
     if context is not None:  # other data first: a different file usually changes the config too (its views)
         _check_same_data(run_json, rec, context)
-    if rec.get("config_hash") != spec_hash(spec, objective) and rec.get("hash_schema") != HASH_SCHEMA_VERSION:
+    want_hash = spec_hash(spec, objective)
+    if rec.get("config_hash") != want_hash and rec.get("hash_schema") != HASH_SCHEMA_VERSION:
         raise ConfigMismatchError(f"{run_json} carries a config hash of schema {rec.get('hash_schema')!r}, not "
                                   f"{HASH_SCHEMA_VERSION}: migrate the runs folder once (python "
                                   "scripts/migrate_hash_schema_3.py RUNS_FOLDER), then rerun")
-    if rec.get("config_hash") != spec_hash(spec, objective):
+    if rec.get("config_hash") != want_hash:
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
-                       f"!= {spec_hash(spec, objective)} of the current spec and --set values); records are immutable: "
+                       f"!= {want_hash} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
     return rec
 

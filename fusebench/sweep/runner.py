@@ -296,9 +296,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     # the threads of each cell, checked (a bad OMP_NUM_THREADS) and said before any cell starts (a job decides its own)
     options = options.but(cells_at_once=launch.cells_at_once(len(pending)))
     n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once)
-    if req.threads is not None and launch.runs_here:  # a job's node may have more CPUs: it is checked there
-        import os
-
+    if req.threads is not None and launch.runs_here:  # a job's node may have more CPUs: not checked for jobs
         from fusebench.engine.threads import allowed_cpus, read_allowance
 
         cpus = allowed_cpus(read_allowance(), os.environ)
