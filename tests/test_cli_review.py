@@ -56,9 +56,7 @@ def _wav(path: Path) -> Path:
 
 
 def _extract(*args: str) -> subprocess.CompletedProcess:
-    code = ("import sys; sys.path.insert(0, %r); import conftest_patched\n" % str(Path(__file__).parent)
-            if "conftest_patched" in sys.modules else "") + \
-        "import sys; from fusebench.encoders.extractors import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from fusebench.encoders.extractors import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
 
 
@@ -66,6 +64,8 @@ def test_extractor_missing_input_and_missing_output_folder_are_one_line_errors(t
     r = _extract("text", "--weights", str(tmp_path), "--input", str(tmp_path / "missing.txt"), "--output",
                  str(tmp_path / "t.pt"))
     assert r.returncode == 2 and "Traceback" not in r.stderr  # refused: no weights folder, or the missing file
+    r = _extract("lld", "--input", str(tmp_path / "missing.wav"), "--output", str(tmp_path / "m.pt"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "missing.wav" in r.stderr  # the input itself
     r = _extract("lld", "--input", str(_wav(tmp_path / "a.wav")), "--output", str(tmp_path / "no" / "x.pt"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "does not exist" in r.stderr
     r = _extract("lld", "--input", str(tmp_path / "a.wav"), "--output", str(tmp_path / "x.pt"))

@@ -48,9 +48,6 @@ def test_clip_preprocess_refuses_uint8_and_out_of_range_frames():
 
 def test_cli_vision_refuses_float_frames(tmp_path, capsys):
     np.save(tmp_path / "f.npy", np.full((1, 16, 16, 3), 0.5))  # float frames in [0, 1]: /255 would make them black
-    (tmp_path / "w").mkdir()
-    (tmp_path / "w" / "config.json").write_text("{}")
-    pytest.importorskip("transformers")
     tf = pytest.importorskip("transformers")
     cfg = tf.CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                               image_size=16, patch_size=8)

@@ -26,7 +26,9 @@ def test_an_undefined_metric_is_no_pair_and_the_summary_uses_the_same_rows_at_bo
 
 
 def test_no_pretrained_budget_is_not_called_unequal() -> None:
-    assert "NOT" not in board._budget_text(_study({}))
+    text = board._budget_text(_study({}))
+    assert "NOT" not in text
+    assert text == "no pretrained run took an optimiser step (no budget with a batch size in the records)"
 
 
 def test_zero_epochs_are_refused_before_any_run(tmp_path) -> None:

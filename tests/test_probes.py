@@ -450,9 +450,12 @@ def test_embedding_eval_re_exports_the_probes_from_their_modules() -> None:
     assert not [n for n in E.__all__ if not hasattr(E, n)]
 
 
-def test_knn_probe_a_tie_on_validation_keeps_the_larger_k():
+def test_knn_probe_a_tie_on_validation_keeps_the_larger_k(monkeypatch):
     """Every k of the grid scores val accuracy 1 (worked out below), so the documented rule "highest val accuracy,
-    ties to the larger k" must pick k = 5, and test accuracy is then scored with k = 5 (also worked out)."""
+    ties to the larger k" must pick k = 5, and the test split is predicted with k = 5 alone (recorded: on these
+    points every k gives test accuracy 1, so the accuracy cannot tell which k scored it)."""
+    real, asked = KNN.knn_predict, []
+    monkeypatch.setattr(KNN, "knn_predict", lambda ztr, ytr, q, ks, c: asked.append(list(ks)) or real(ztr, ytr, q, ks, c))
     deg = lambda a: [math.cos(math.radians(a)), math.sin(math.radians(a))]  # noqa: E731
     # class 0 around 0 deg, class 1 around 90 deg, three train points each
     ztr = np.array([deg(-10), deg(0), deg(10), deg(80), deg(90), deg(100)])
@@ -475,3 +478,4 @@ def test_knn_probe_a_tie_on_validation_keeps_the_larger_k():
     assert r["val_acc_by_k"] == {"1": 1.0, "3": 1.0, "5": 1.0}
     assert r["k"] == 5
     assert r["val_acc"] == 1.0 and r["test_acc"] == 1.0
+    assert asked == [[1, 3, 5], [5]]  # validation at every k, then the test split with the chosen k only

@@ -268,7 +268,7 @@ def _same(a: dict, b: dict) -> bool:
     ("quickstart", "none", "acc", [0.50, 0.90, 0.70], 1),
     # lower is better (mae): epoch 1 is the best (smallest); the largest is epoch 0
     ("mosi-sentiment", "none", "mae", [0.90, 0.40, 0.70], 1),
-    # a tie of the best value keeps the earlier epoch (as the code does today; docs/benchmarks.md does not say)
+    # a tie of the best value keeps the earlier epoch (docs/benchmarks.md, "on a tie the earliest epoch")
     ("quickstart", "none", "acc", [0.50, 0.90, 0.90], 1),
 ])
 def test_the_head_protocol_keeps_the_best_validation_epoch_and_scores_test_with_it(

@@ -325,13 +325,6 @@ def test_the_selection_says_what_it_chose_where_it_wrote_it_and_the_grid_edge(tm
     assert selection_line(inner, path, made_now=False).endswith(f"reused from {path}")
 
 
-GRID = [0.1, 0.5, 1.0]
-FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_best_acc", "fs1_acc", "knn_acc", "acc"],
-        "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
-                                   "fewshot_draws": 3, "knn_grid": [1, 5]},
-        "pretrain.grid": {"infonce_pwe": {"tau": GRID}}, "pretrain.selection_seeds": [1000, 1001]}
-
-
 def _stub(monkeypatch, metric: str, values: dict[tuple[float, int], float]) -> None:
     """Each trial's validation ``metric`` from ``values[(tau, selection seed)]``."""
     def run_cell(request, options, context):
