@@ -22,6 +22,7 @@ checkpoint or a cache file goes through :func:`atomic_write`, every file digest 
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import json
 import math
@@ -33,7 +34,8 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "canonical_json",
-           "finite_json", "new_file_mode", "sha256_file", "sha256_hex", "strict_json", "write_if_changed"]
+           "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "sha256_hex", "strict_json",
+           "write_if_changed"]
 
 
 # -- file modes ----------------------------------------------------------------------------------
@@ -110,6 +112,14 @@ def _disk_full(error: BaseException, folder: Path) -> bool:
         return shutil.disk_usage(folder).free < 2**20
     except OSError:
         return False
+
+
+def remove_stale_temps(path: str | os.PathLike) -> None:
+    """Remove the temporary files an :func:`atomic_write` of ``path`` killed in the middle of its write left beside
+    it (``.<name>.*.tmp``). Call it only where no live writer of ``path`` can exist (e.g. under the cell's lock)."""
+    path = Path(path)
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

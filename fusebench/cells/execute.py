@@ -16,6 +16,7 @@ import traceback
 from contextlib import ExitStack
 from typing import Any, Mapping
 
+from fusebench import io
 from fusebench.pipelines import pipeline_of
 from fusebench.runtime import distributed, utils
 from fusebench.engine.cell import CellBusyError, CellLock, ConfigMismatchError
@@ -85,8 +86,7 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
         if distributed.rank() == 0:  # a retry: an earlier failure is no longer the cell's state (fusebench status)
             (cell / "failed.json").unlink(missing_ok=True)
             for name in ("last.pt", "best.pt", "run.json", "failed.json"):  # half-written by a killed run (the
-                for tmp in cell.glob(f".{name}.*.tmp"):  # lock is ours: no live writer of this cell is left)
-                    tmp.unlink(missing_ok=True)
+                io.remove_stale_temps(cell / name)  # lock is ours: no live writer of this cell is left)
         t0 = time.monotonic()
         # intra-op threads: 1 for a small model, else the cell's share of the CPUs; --threads / OMP_NUM_THREADS win
         n_threads = cell_threads(spec.encoder.id, options.device, options.threads, options.cells_at_once)[0]

@@ -241,34 +241,35 @@ def submitit_option_problems(opts: SubmititOptions) -> list[str]:
     return out
 
 
-def _files_under(folder: Path) -> tuple[set[Path], Path | None]:
-    """The files under ``folder`` now, and the highest of ``folder`` and its parents that does not exist yet (None
-    when ``folder`` exists): what :func:`_remove_new_files` compares with."""
+def _first_missing(folder: Path) -> Path | None:
+    """The highest of ``folder`` and its parents that does not exist yet (None when ``folder`` exists): what a
+    submission creates, and may remove again when it fails (:func:`_remove_created`)."""
     if folder.is_dir():
-        return {p for p in folder.rglob("*") if not p.is_dir()}, None
+        return None
     missing = folder
     while not missing.parent.exists() and missing.parent != missing:
         missing = missing.parent
-    return set(), missing
+    return missing
 
 
-def _remove_new_files(folder: Path, before: tuple[set[Path], Path | None]) -> None:
-    """Remove what appeared under ``folder`` since :func:`_files_under` gave ``before``: its new files, the folders
-    left empty, and the folders created to hold ``folder`` when they are empty then."""
-    files, created = before
-    if folder.is_dir():
-        for p in sorted(folder.rglob("*"), key=lambda q: len(q.parts), reverse=True):
-            if not p.is_dir() and p not in files:
-                p.unlink(missing_ok=True)
-            elif p.is_dir() and not any(p.iterdir()):
+def _remove_created(folder: Path, created: Path | None) -> None:
+    """After a failed submission: the files under ``folder`` and the folders up to ``created`` when the submission
+    created them (``created`` from :func:`_first_missing`); a folder that existed before may be another sweep's,
+    writing its own jobs now, and is left as it is."""
+    if created is None or not folder.is_dir():
+        return
+    for p in sorted(folder.rglob("*"), key=lambda q: len(q.parts), reverse=True):
+        if p.is_dir():
+            if not any(p.iterdir()):
                 p.rmdir()
-    if created is not None:
-        for d in [folder, *folder.parents]:
-            if not d.is_dir() or any(d.iterdir()):
-                break
-            d.rmdir()
-            if d == created:
-                break
+        else:
+            p.unlink(missing_ok=True)
+    for d in [folder, *folder.parents]:
+        if not d.is_dir() or any(d.iterdir()):
+            break
+        d.rmdir()
+        if d == created:
+            break
 
 
 class SubmititLauncher(Launcher):
@@ -336,14 +337,14 @@ class SubmititLauncher(Launcher):
             folder = Path(self.opts.folder) if self.opts.folder else out / ".submitit" / spec.name
             ex = self.executor(folder, f"fusebench-{spec.name}")
             calls = [CellCall(sweep.request(*cells[i]), sweep.options, sweep.context) for i in todo]
-            before = _files_under(folder)
+            created = _first_missing(folder)
             try:
                 with ex.batch():
                     jobs = [ex.submit(c) for c in calls]
             except Exception as e:  # submitit's FailedJobError: sbatch refused (no controller, bad option, ...)
                 from fusebench.engine.loop import RunError
 
-                _remove_new_files(folder, before)  # the pickled calls and job scripts of jobs never submitted
+                _remove_created(folder, created)  # the pickled calls and job scripts of jobs never submitted
                 said = " ".join(str(e).split())[:600]
                 raise RunError(f"--launcher {self.name}: the {len(calls)} job(s) could not be submitted "
                                f"({type(e).__name__}: {said}){self.submit_hint}; nothing was submitted") from None
