@@ -44,13 +44,29 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
             raise ConfigError(f"{name_overrides(e, overrides)} ({SYNTHETIC_PART})") from None
         raise name_overrides(e, overrides) from None
     if not synthetic:
-        try:
-            variant = read_spec(path, synthetic=True)
-            variant.encoder_weights = {}  # the rows' files were checked (and hashed) on the spec itself
-            check_against_components(variant, str(path))
-        except (ConfigError, DatasetError) as e:
-            raise ConfigError(f"{e} ({SYNTHETIC_PART})") from None
+        _check_synthetic_part(Path(path))
     return spec
+
+
+#: spec files whose synthetic part was found right, by (path, mtime, size): a file is checked once per version in a
+#: process (a study loads one spec per cell)
+_SYNTHETIC_PART_OK: set[tuple[str, int, int]] = set()
+
+
+def _check_synthetic_part(path: Path) -> None:
+    """The spec file's ``--synthetic`` variant, as the file writes it, checked against the components; a problem is
+    a ConfigError saying it is in the synthetic part."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key in _SYNTHETIC_PART_OK:
+        return
+    try:
+        variant = read_spec(path, synthetic=True)
+        variant.encoder_weights = {}  # the rows' files were checked (and hashed) on the spec itself
+        check_against_components(variant, str(path))
+    except (ConfigError, DatasetError) as e:
+        raise ConfigError(f"{e} ({SYNTHETIC_PART})") from None
+    _SYNTHETIC_PART_OK.add(key)
 
 
 def _loads(path: str | Path, overrides: dict[str, Any] | None, synthetic: bool) -> bool:
