@@ -313,20 +313,23 @@ class VoteNetHead(nn.Module):
         than ``min_points_in_box`` points of ``batch["modalities"]["points"]`` inside (``remove_empty_box``) are
         dropped, per-class NMS runs over the rest, then the objectness threshold and one box per class."""
         dec = self.decode(output)
-        points = None
+        inside = None  # [n, K]: the points of each scene inside each proposal, counted where the model ran
         if self.min_points_in_box > 0:
             if batch is None or "points" not in batch.get("modalities", {}):
                 raise ValueError("votenet: predict needs batch['modalities']['points'] to drop the proposals with fewer "
                                  f"than min_points_in_box = {self.min_points_in_box} points inside (VoteNet's "
                                  "remove_empty_box); set min_points_in_box: 0 to keep every proposal")
-            points = batch["modalities"]["points"][..., :3].detach().float().cpu()
+            points = batch["modalities"]["points"][..., :3].detach().float()
+            boxes_all = dec["boxes"].float().to(points.device)
+            # one scene at a time ([N, K] membership; a batch at once would hold n x N x K x 3 floats), one copy back
+            inside = torch.stack([points_in_boxes(points[i:i + 1], boxes_all[i:i + 1])[0].sum(0)
+                                  for i in range(points.shape[0])]).cpu()
         results = []
         for i, (boxes, obj, sem) in enumerate(zip(dec["boxes"].cpu(), dec["objectness"].cpu(), dec["sem_prob"].cpu())):
             cls = sem.argmax(-1)
             candidates = torch.arange(len(boxes))
-            if points is not None:  # one scene at a time: [N, K] membership of at most a few hundred proposals
-                inside = points_in_boxes(points[i:i + 1], boxes[None].float())[0].sum(0)  # [K]
-                candidates = torch.nonzero(inside >= self.min_points_in_box).flatten()
+            if inside is not None:
+                candidates = torch.nonzero(inside[i] >= self.min_points_in_box).flatten()
             keep = candidates[nms_3d(boxes[candidates], obj[candidates], self.nms_iou, labels=cls[candidates])]
             boxes, obj, sem, cls = boxes[keep], obj[keep], sem[keep], cls[keep]
             confident = obj > self.conf_thresh  # VoteNet's parse_predictions: the threshold is on objectness
