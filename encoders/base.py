@@ -36,7 +36,7 @@ does). :class:`fusebench.components.model.TaskModel` puts a backbone and its tas
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -55,6 +55,16 @@ class Backbone(nn.Module):
     #: heavy enough per sample (convolutions on images, point sets) that a CPU cell computes with its share of the
     #: CPUs; False: one intra-op thread, which small models are fastest with (fusebench/engine/threads.py)
     large_model: ClassVar[bool] = False
+    #: bump when the encoder computes differently under an unchanged ``encoder.config`` (its architecture, its
+    #: initialisation, its pooling): a record made by another version is not reused for a cell and not compared
+    #: with this version's on a board (``versions.encoder`` of a record, written where it is not "1")
+    version: ClassVar[str] = "1"
+
+    @classmethod
+    def version_of(cls, config: Mapping[str, Any]) -> str:
+        """The version of what this encoder computes under ``config`` (a spec's ``encoder.config``); by default
+        :attr:`version` for every config. An encoder whose presets changed one at a time says which changed."""
+        return cls.version
 
     def embed(self, batch: dict[str, Any]) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError

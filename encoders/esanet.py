@@ -88,6 +88,10 @@ SIZES = {
     "tiny": dict(widths=(8, 16, 32, 64), blocks=(1, 1, 1, 1), decoder_channels=(32, 16, 8),
                  decoder_blocks=(1, 1, 1)),
 }
+DEFAULT_SIZE = "resnet34"
+#: a size's version where it is not "1" (``Backbone.version_of``): resnet34 / resnet18 are "2" since their decoder
+#: has three NonBottleneck1D blocks per module (was one); ``tiny`` computes as it did
+SIZE_VERSIONS = {"resnet34": "2", "resnet18": "2"}
 
 
 def conv_bn_relu(c_in: int, c_out: int, kernel: int) -> nn.Sequential:
@@ -290,7 +294,7 @@ class ESANet(Backbone):
 
     default_task = "segmentation"
 
-    def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "resnet34",
+    def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = DEFAULT_SIZE,
                  num_classes: int = 40, weights: str | os.PathLike | None = None, normalize: bool = True,
                  context_bins: Sequence[int] = (1, 5)) -> None:
         super().__init__()
@@ -317,6 +321,11 @@ class ESANet(Backbone):
             self.register_buffer(f"std_{m}", torch.tensor(std).view(1, c, 1, 1), persistent=False)
         if weights is not None:
             self.load_imagenet(weights)
+
+    @classmethod
+    def version_of(cls, config: Mapping[str, Any]) -> str:
+        """The size's version (:data:`SIZE_VERSIONS`): its decoder changed without a change of ``encoder.config``."""
+        return SIZE_VERSIONS.get(config.get("size", DEFAULT_SIZE), "1")
 
     def task_head(self, task: Any) -> nn.Module | None:
         """Segmentation: ESANet's fusion, context module and decoder (:class:`ESANetSegmentationHead`)."""

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from fusebench.components.identity import spec_hash
 from fusebench.engine.data import few_shot_subset, make_loader
 from fusebench.engine.evaluate import embeddings, evaluate
 from fusebench.engine.loop import Phase, PhaseHooks, check_finite_state, run_phase
@@ -45,7 +44,7 @@ def score(sc: Any, protocol: Any, pretrained_state: dict[str, torch.Tensor],
     scaler = precision.grad_scaler(sc.policy, dev)
     if scaler is not None:
         phase.mods["grad_scaler"] = scaler
-    phase.config_hash, phase.data_fingerprint = spec_hash(spec, sc.objective), sc.fingerprint
+    phase.identify(spec, sc.objective, sc.fingerprint)
     best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
     if ckpt is not None:
         phase.restore(ckpt)

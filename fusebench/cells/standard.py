@@ -27,7 +27,6 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from fusebench.components.identity import spec_hash
 from fusebench.runtime import distributed, utils
 from fusebench.spec import precision
 from fusebench.engine import speed
@@ -178,21 +177,17 @@ class StandardCell:
 
     def load_encoder_weights(self) -> dict[str, Any]:
         """For a row of ``encoder_weights`` (:mod:`fusebench.components.encoder_weights`): its file loaded into
-        the encoder, strictly; returns the record's ``encoder_weights`` field and the row's ``versions`` (its
-        objective version is the file's hash, so a board never averages two files under one row name).
-        Empty for every other row."""
+        the encoder, strictly; returns the record's ``encoder_weights`` field (its ``versions`` name the file's
+        hash as the objective's version: :func:`fusebench.components.identity.cell_versions`). Empty for every
+        other row."""
         from fusebench.components import encoder_weights as W
 
         entry = self.spec.encoder_weights.get(self.objective)
         if entry is None:
             return {}
-        from fusebench.records import versions_block
-
         cfg = encoder_config(self.spec, self.data["train"])
         W.load_into(self.model.backbone, self.objective, entry, self.spec.encoder.id, cfg)
-        versions = versions_block(self.objective)  # the metrics' versions are in their entries (record schema 4)
-        return {"encoder_weights": W.record_field(self.objective, entry, self.spec.encoder.id, cfg),
-                "versions": {**versions, "objective": "sha256:" + entry["sha256"][:16]}}
+        return {"encoder_weights": W.record_field(self.objective, entry, self.spec.encoder.id, cfg)}
 
     @property
     def resumed_downstream(self) -> bool:
@@ -256,7 +251,7 @@ class StandardCell:
         scaler = precision.grad_scaler(self.policy, dev)  # 16-mixed: its state goes into last.pt with the phase's
         if scaler is not None:
             phase.mods["grad_scaler"] = scaler
-        phase.config_hash, phase.data_fingerprint = spec_hash(spec, self.objective), self.fingerprint
+        phase.identify(spec, self.objective, self.fingerprint)
         extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
         for ext_cls, opts in pretrain_extensions(pre):
             if ext_cls.enabled(opts):

@@ -7,16 +7,21 @@ that do not join the objective's runs), and its config hash the sha256 of that i
 :func:`spec_hash`). The identity reads the pipelines' ``applied_form``, the reference rows and the objectives'
 method declarations, so it lives here, above the spec (layer 1), beside the components it reads.
 docs/benchmarks.md ("The config hash").
+
+The config hash covers the configuration, not the code: the versions of the objective, the encoder and the metrics
+do (:func:`cell_versions`, a record's ``versions``); a record or a checkpoint is reused only where they are the
+versions the code computes now (:func:`code_changes`). docs/benchmarks.md ("Reuse needs the same code").
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.pipelines import applied_form
 from fusebench.spec.config import HASH_SCHEMA_VERSION, HASH_SCHEMAS, NOT_IDENTITY, PER_OBJECTIVE, BenchmarkSpec
 from fusebench.typed import ConfigError
+from fusebench.version import __version__
 
 
 def cell_identity(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION) -> dict[str, Any]:
@@ -127,3 +132,79 @@ def spec_hash(spec: BenchmarkSpec, objective: str) -> str:
 
 
 __all__ = ["cell_identity", "config_hash", "methods_used", "spec_hash"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the code's identity: versions
+# ---------------------------------------------------------------------------------------------
+def encoder_version(encoder: str, config: Mapping[str, Any]) -> str:
+    """The version of what encoder ``encoder`` computes under ``config`` (a spec's ``encoder.config``): its
+    class's ``version_of(config)`` (:class:`fusebench.encoders.base.Backbone`); ``"1"`` for an id that is not
+    registered or a class that declares none."""
+    from fusebench import encoders as E
+    from fusebench.registry import UnknownNameError
+
+    try:
+        cls = E.ENCODERS.get(encoder)
+    except (UnknownNameError, KeyError):
+        return "1"
+    version_of = getattr(cls, "version_of", None)
+    return str(version_of(dict(config))) if callable(version_of) else str(getattr(cls, "version", "1"))
+
+
+def versions_block(objective: str, metric_ids: list[str] | None = None, encoder: str = "1") -> dict[str, Any]:
+    """The ``versions`` field of a schema-2 record: suite, objective and metric versions from the
+    registries (``"1"`` for an id that is not registered, e.g. ``none`` or pipeline-computed metrics); a
+    schema-4 record keeps suite and objective here and each metric's version in its ``metrics`` entry
+    (``metric_ids`` None: no ``metrics`` key). ``encoder``, the encoder's version (:func:`encoder_version`),
+    is written where it is not ``"1"`` (a record without it was made by version 1)."""
+    from fusebench import metrics as M
+    from fusebench import objectives as O
+    from fusebench.registry import UnknownNameError
+
+    try:
+        obj_version = str(getattr(O.OBJECTIVES.get(objective), "version", "1"))
+    except (UnknownNameError, KeyError):
+        obj_version = "1"
+    mv = {}
+    for m in metric_ids or []:
+        try:
+            mv[m] = str(M.get(m).version)
+        except (UnknownNameError, KeyError):
+            mv[m] = "1"
+    out: dict[str, Any] = {"suite": __version__, "objective": obj_version}
+    if encoder != "1":
+        out["encoder"] = encoder
+    if metric_ids is not None:
+        out["metrics"] = dict(sorted(mv.items()))
+    return out
+
+
+def cell_versions(spec: BenchmarkSpec, objective: str) -> dict[str, Any]:
+    """The ``versions`` of ``objective``'s cells of ``spec`` (:func:`versions_block`): the suite's, the objective's
+    and the encoder's under ``spec.encoder.config``; a row of ``encoder_weights`` (issue #32) has its file's hash as
+    its objective version, so a board never averages two files under one row name."""
+    versions = versions_block(objective, encoder=encoder_version(spec.encoder.id, spec.encoder.config))
+    entry = spec.encoder_weights.get(objective)
+    if entry is not None:
+        versions["objective"] = "sha256:" + entry["sha256"][:16]
+    return versions
+
+
+def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
+                 metrics: Mapping[str, Any] | None = None) -> list[str]:
+    """What of the code that made a record or a checkpoint of ``objective``'s cell computes differently now: the
+    objective's and the encoder's versions in ``made`` (a ``versions`` mapping; no ``encoder``: version 1) and the
+    metrics' (``metrics``: id -> the version it was computed with) against :func:`cell_versions` and the metric
+    registry; each as ``"<kind> '<id>' version 'A', now 'B'"``. Empty: the same code."""
+    now = cell_versions(spec, objective)
+    changed = []
+    if made.get("objective") != now["objective"]:
+        changed.append(f"objective {objective!r} version {made.get('objective')!r}, now {now['objective']!r}")
+    if made.get("encoder", "1") != now.get("encoder", "1"):
+        changed.append(f"encoder {spec.encoder.id!r} version {made.get('encoder', '1')!r}, now {now.get('encoder', '1')!r}")
+    if metrics:
+        current = versions_block(objective, sorted(metrics))["metrics"]
+        changed += [f"metric {m!r} version {v!r}, now {current[m]!r}" for m, v in sorted(metrics.items())
+                    if v != current[m]]
+    return changed

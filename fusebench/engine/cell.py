@@ -1,7 +1,7 @@
 """One cell's folder (engine layer): its path, its lock, its checkpoint and its immutable record.
 
-A cell is only ever continued or returned for the configuration and the data that made it: a
-``run.json`` or ``last.pt`` with another config hash or data fingerprint is a
+A cell is only ever continued or returned for the configuration, the code and the data that made it: a
+``run.json`` or ``last.pt`` with another config hash, other code versions or another data fingerprint is a
 :class:`ConfigMismatchError`, never mixed."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fusebench.components.identity import spec_hash
+from fusebench.components.identity import code_changes, spec_hash
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.loop import RunError
 from fusebench.engine.locks import lock_payload, read_lock
@@ -55,6 +55,11 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
             f"!= {spec_hash(spec, objective)} of the current spec and --set values); rerun with the same settings, or move the cell "
             "folder away to start over")
+    changed = code_changes(spec, objective, ckpt["versions"]) if isinstance(ckpt.get("versions"), dict) else []
+    if changed:  # a checkpoint written before versions were saved in it is not checked
+        raise ConfigMismatchError(f"cannot resume {path}: it was written by other code under the same configuration "
+                                  f"({'; '.join(changed)}: it computes differently now); move the cell folder away "
+                                  "to start over")
     if context is not None and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written while reading other data (fingerprint "

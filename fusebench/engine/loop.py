@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from fusebench.components.identity import cell_versions, spec_hash
 from fusebench.datasets.errors import DatasetError
 from fusebench.runtime import distributed, utils
 from fusebench.typed import ConfigError
@@ -80,8 +81,10 @@ class Clock:
 
 class Phase:
     """A training phase (pretrain or downstream) with step-level checkpointing and resume.
-    ``config_hash`` and ``data_fingerprint`` are saved with every checkpoint (a resume on another
-    configuration or other data is refused); ``clock`` times the phase across resumed segments."""
+    ``config_hash``, ``versions`` (the code's: :func:`fusebench.components.identity.cell_versions`) and
+    ``data_fingerprint`` are saved with every checkpoint (a resume on another configuration, other code or other
+    data is refused: :func:`fusebench.engine.cell.check_checkpoint_config`); ``clock`` times the phase across
+    resumed segments."""
 
     def __init__(self, name: str, cell: Path, every: int, state_modules: dict[str, Any]) -> None:
         self.name, self.cell, self.every, self.mods = name, cell, every, state_modules
@@ -90,9 +93,16 @@ class Phase:
         self.step_in_epoch = 0
         self.curves: dict[str, list[float]] = {}
         self.config_hash: str | None = None
+        self.versions: dict[str, Any] | None = None
         self.data_fingerprint: str | None = None
         self.clock = Clock()
         self.finite_at: int | None = None  # the step whose weights check_finite_state found finite
+
+    def identify(self, spec: Any, objective: str, data_fingerprint: str | None) -> None:
+        """What the checkpoints say made them: ``objective``'s config hash and code versions under ``spec``, and the
+        fingerprint of the data read."""
+        self.config_hash, self.versions = spec_hash(spec, objective), cell_versions(spec, objective)
+        self.data_fingerprint = data_fingerprint
 
     def state(self) -> dict[str, Any]:
         return {
@@ -107,7 +117,7 @@ class Phase:
         if distributed.rank() != 0:  # one writer
             return
         check_finite_state(self, f"checkpoint {self.cell / 'last.pt'}")
-        utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash,
+        utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash, "versions": self.versions,
                                  "data_fingerprint": self.data_fingerprint, **(extra or {})}, self.cell / "last.pt")
 
     def restore(self, ckpt: dict[str, Any]) -> None:

@@ -18,10 +18,10 @@ import torch
 
 from fusebench.pipelines import pipeline_of
 from fusebench.records import CURRENT_SCHEMA_VERSION as SCHEMA_VERSION  # the run.json schema (docs/leaderboards.md)
-from fusebench.records import comparability_key, versions_block
+from fusebench.records import comparability_key
 from fusebench.runtime import distributed, utils
 from fusebench.spec import precision
-from fusebench.components.identity import config_hash
+from fusebench.components.identity import cell_versions, config_hash
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
 from fusebench.engine.loop import Clock
 from fusebench.components.protocols import protocol_of
@@ -210,7 +210,7 @@ def record_of(run: CellRun, scores: Scores) -> dict[str, Any]:
     if plugins:  # which installed package supplied each plugin component (issue #32); absent when none did
         record["plugins"] = plugins
     record.update(fields)
-    record.setdefault("versions", versions_block(objective))  # a weights row states its own (its file's hash)
+    record["versions"] = cell_versions(spec, objective)
     record["comparability_key"] = comparability_key(record)
     return record
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fusebench.components.identity import spec_hash
+from fusebench.components.identity import code_changes, spec_hash
 from fusebench.records import RecordError, check_record_file, validate_record
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError, data_fingerprint
@@ -58,7 +58,21 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
                        f"!= {want_hash} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
+    _check_same_code(run_json, rec, spec, objective)
     return rec
+
+
+def _check_same_code(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, objective: str) -> None:
+    """The record was made by the versions of the objective, the encoder and the metrics this code computes
+    (:func:`fusebench.components.identity.code_changes`); else a ConfigMismatchError naming what changed."""
+    made = rec.get("versions") if isinstance(rec.get("versions"), dict) else {}
+    entries = rec.get("metrics") if rec.get("schema_version", 1) >= 4 else None
+    metrics = {m: e.get("version") for m, e in entries.items() if isinstance(e, dict)} if isinstance(entries, dict) else None
+    changed = code_changes(spec, objective, made, metrics)
+    if changed:
+        raise ConfigMismatchError(f"{run_json} was made by other code under the same configuration ({'; '.join(changed)}: "
+                                  "it computes differently now); records are immutable: write to another --out, or "
+                                  "move that cell's folder away to rerun it")
 
 
 def _check_same_data(run_json: Path, rec: dict[str, Any], context: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """Which records may be compared (records layer): the comparability fields and key of a record (a run.json
-mapping, or a :class:`~fusebench.records.schema.RunRecord` through its ``raw`` mapping), the version block a
-run writes, and whether a config ran with its spec's synthetic overrides. This module reads mappings only and
-sits below the schema: what needs the typed record (the fields in which records differ, the board a record
-belongs on) is :mod:`fusebench.records.schema`'s."""
+mapping, or a :class:`~fusebench.records.schema.RunRecord` through its ``raw`` mapping), and whether a config
+ran with its spec's synthetic overrides (the version block a run writes: :mod:`fusebench.components.identity`).
+This module reads mappings only and sits below the schema: what needs the typed record (the fields in which
+records differ, the board a record belongs on) is :mod:`fusebench.records.schema`'s."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any, Mapping, Protocol
 
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.spec.config import NOT_IDENTITY, PER_OBJECTIVE
-from fusebench.version import __version__
 
 
 class HasRaw(Protocol):
@@ -67,8 +66,12 @@ def comparability_fields(record: Mapping[str, Any] | HasRaw) -> dict[str, Any]:
     else:
         metric_versions = {m: "1" for m in metric_ids}
     fp = ds.get("fingerprint")
+    versions = raw.get("versions") if isinstance(raw.get("versions"), dict) else {}
+    # the encoder's version where it is not "1" (a field only then: records of version 1 keep their key)
+    encoder = {"encoder_version": versions["encoder"]} if versions.get("encoder", "1") != "1" else {}
     return {
         "benchmark": raw.get("benchmark"),
+        **encoder,
         "config": sha256_hex(canonical_json(comparable_view(cfg)), 16),
         "suite_version": raw.get("suite_version"),
         "metric_versions": dict(sorted(metric_versions.items())),
@@ -83,30 +86,6 @@ def comparability_key(record: Mapping[str, Any] | HasRaw) -> str:
     The runner writes it into every schema-2 record as ``comparability_key`` (computed on the record
     it is about to write; the ``comparability_key`` field itself is not an input)."""
     return sha256_hex(canonical_json(comparability_fields(record)), 16)
-
-
-def versions_block(objective: str, metric_ids: list[str] | None = None) -> dict[str, Any]:
-    """The ``versions`` field of a schema-2 record: suite, objective and metric versions from the
-    registries (``"1"`` for an id that is not registered, e.g. ``none`` or pipeline-computed metrics); a
-    schema-4 record keeps suite and objective here and each metric's version in its ``metrics`` entry
-    (``metric_ids`` None: no ``metrics`` key)."""
-    from fusebench import metrics as M
-    from fusebench import objectives as O
-    from fusebench.registry import UnknownNameError
-
-    try:
-        obj_version = str(getattr(O.OBJECTIVES.get(objective), "version", "1"))
-    except (UnknownNameError, KeyError):
-        obj_version = "1"
-    mv = {}
-    for m in metric_ids or []:
-        try:
-            mv[m] = str(M.get(m).version)
-        except (UnknownNameError, KeyError):
-            mv[m] = "1"
-    if metric_ids is None:
-        return {"suite": __version__, "objective": obj_version}
-    return {"suite": __version__, "objective": obj_version, "metrics": dict(sorted(mv.items()))}
 
 
 # ---------------------------------------------------------------------------------------------

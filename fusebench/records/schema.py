@@ -97,6 +97,7 @@ class Versions:
     suite: str
     objective: str
     metrics: dict[str, str]
+    encoder: str = "1"  # written where it is not "1"
 
 
 @dataclass(frozen=True)
@@ -509,8 +510,9 @@ def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str
     if s != suite:
         raise RecordError(path, "versions.suite", f"the suite_version {suite!r}", s)
     o = _str(_need(v, "objective", path, "versions."), path, "versions.objective")
+    e = _str(v.get("encoder", "1"), path, "versions.encoder")  # absent: version 1
     if entries is not None:  # schema 4: a metric's version is in its entry (a metric not computed has none)
-        return Versions(s, o, dict(sorted(entries.items())))
+        return Versions(s, o, dict(sorted(entries.items())), e)
     ms = _mapping(_need(v, "metrics", path, "versions."), path, "versions.metrics")
     for k, val in ms.items():
         _name(k, path, "versions.metrics key")
@@ -518,7 +520,7 @@ def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str
     missing = [m for m in cfg.get("metrics") or [] if m not in ms]
     if missing:
         raise RecordError(path, "versions.metrics", f"a version for every metric in config.metrics (missing {missing})")
-    return Versions(s, o, dict(sorted(ms.items())))
+    return Versions(s, o, dict(sorted(ms.items())), e)
 
 
 def _validate_plugins(plugins: Any, path: str) -> None:
