@@ -21,8 +21,8 @@ import pytest
 
 import fusebench
 from fusebench.components.identity import spec_hash
-from fusebench import benchmarks
-from fusebench.sweep import launchers, selection
+from fusebench import benchmarks, objectives
+from fusebench.sweep import launchers, runner, selection
 from fusebench.engine.cell import ConfigMismatchError
 from fusebench.spec.config import ConfigError
 from fusebench.spec.request import RunOptions
@@ -179,6 +179,16 @@ def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reu
                                                    r"selection .* another configuration or other data: config_hash"):
         selection.freeze_selection(benchmarks.load("mv-ngs", overrides=other), "infonce_pwe", out,
                                    RunOptions(data_root=_ngs(fixtures_dir)), {})
+    # so is one whose trials another version of the loss ran (the config hash covers the configuration, not the code)
+    assert frozen["versions"]["objective"] == "1"
+    monkeypatch.setattr(objectives.OBJECTIVES.get("infonce_pwe"), "version", "2")
+    same = benchmarks.load("mv-ngs", overrides=FAST)
+    runner.resolve_views(same, False, _ngs(fixtures_dir))  # the views the sweep read off the file
+    with pytest.raises(ConfigMismatchError, match=r"_selection/infonce_pwe\.json: the frozen hyper-parameter "
+                                                   r"selection .* by other code .*objective 'infonce_pwe' version '1', "
+                                                   r"now '2'"):
+        selection.freeze_selection(same, "infonce_pwe", out, RunOptions(data_root=_ngs(fixtures_dir)),
+                                   {"fingerprint": {"sha256": frozen["data_sha256"]}})
 
 
 def test_the_selection_metric_is_the_spec_s_primary_whatever_its_id(tmp_path: Path, fixtures_dir: Path) -> None:

@@ -6,11 +6,11 @@ the selection metric (``spec.validation_metric``: ``selection_metric``, by defau
 ``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
 once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
 (:func:`selection_path`): the grid, every point's per-seed validation scores, the choice, the grid keys whose
-choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's config hash and
-the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`); every record
+choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's config hash, the
+code's versions and the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`); every record
 holds the outcome (``hparam_selection``) and the file's sha256 (``hparam_selection_sha256``). A later sweep
 into the same ``--out`` (a resume) reuses the file and runs no trial again; a file made with another
-configuration or other data is a :class:`~fusebench.engine.cell.ConfigMismatchError`, never mixed."""
+configuration, other code or other data is a :class:`~fusebench.engine.cell.ConfigMismatchError`, never mixed."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from fusebench.components.identity import spec_hash
+from fusebench.components.identity import cell_versions, code_changes, spec_hash
 from fusebench import metrics as M
 from fusebench.grids import at_edge  # the rule the board reads back (fusebench.grids)
 from fusebench.runtime import utils
@@ -215,7 +215,7 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
     if made_now:
         outcome = select_hparams(spec, objective, out, options, context)
         assert outcome is not None
-        _write_once(path, {**ident, **outcome})
+        _write_once(path, {**ident, "versions": cell_versions(spec, objective), **outcome})
     outcome, digest = _read(path)
     made = {k: outcome.get(k) for k in ident}
     if made != ident:
@@ -223,6 +223,13 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
         raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
                                   f"with another configuration or other data: {diff}; use another --out, or delete "
                                   "the file (and the cells made with it) to select again")
+    # the trials' code (a file written before the versions were saved in it is not checked)
+    changed = code_changes(spec, objective, outcome["versions"]) if isinstance(outcome.get("versions"), dict) else []
+    if changed:
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
+                                  f"by other code under the same configuration ({'; '.join(changed)}: it computes "
+                                  "differently now); use another --out, or delete the file (and the cells made with "
+                                  "it) to select again")
     if options.progress:
         say(selection_line(outcome, path, made_now))
     return outcome, digest
