@@ -328,6 +328,13 @@ def test_a_numerical_error_in_a_step_names_the_phase_step_and_epoch(monkeypatch:
                                        r"is not finite; no checkpoint written yet") as err:
         run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(progress=False))
     assert isinstance(err.value.__cause__, ValueError)
+    # after a checkpoint, it is named as written before that step (the losses before it were finite: no divergence)
+    calls["n"] = 0
+    every = {**TINY, "checkpoint_every": 2}
+    with pytest.raises(RunError, match=r"^pretrain step 3 \(epoch 0\): ValueError: .*; checkpoint kept at "
+                                       r".*last\.pt \(step 2, written before this step\)$"):
+        run_cell(CellRequest(benchmarks.load("quickstart", overrides=every), "m3g", 0, tmp_path / "b"),
+                 RunOptions(progress=False))
 
 
 def test_votenet_labels_are_checked_on_the_host_batch() -> None:

@@ -252,12 +252,13 @@ class _Unread:
                 self.on_step(self.phase, value, size)
         self.bar.set_postfix(refresh=False, **self.hooks.postfix(values[-1]))  # shown (or written) by update
 
-    def kept(self) -> str:
+    def kept(self, before: str = "the loss diverged") -> str:
+        """Which checkpoint the cell keeps, written before ``before`` happened."""
         last = self.phase.cell / "last.pt"
         if self.saved is not None:
-            return f"checkpoint kept at {last} (step {self.saved}, written before the loss diverged)"
+            return f"checkpoint kept at {last} (step {self.saved}, written before {before})"
         if last.exists():
-            return f"checkpoint kept at {last} (written before the loss diverged)"
+            return f"checkpoint kept at {last} (written before {before})"
         return f"no checkpoint written yet (the first at step {self.phase.every})"
 
     def save(self) -> None:
@@ -297,9 +298,10 @@ def run_phase(phase: Phase, epochs: int, hooks: PhaseHooks, device: torch.device
             except Exception as e:  # a step after a non-finite loss may fail on what it left: say where it began
                 unread.read()
                 if isinstance(e, (ValueError, FloatingPointError)) and not isinstance(e, (ConfigError, DatasetError)):
-                    # a numerical failure (a loss refusing non-finite embeddings): where it happened, cause chained
+                    # a value refused in the step (often numerical: a loss refusing non-finite embeddings; the losses
+                    # before it were finite, read above): where it happened, the cause chained
                     raise RunError(f"{phase.name} step {phase.step + 1} (epoch {phase.epoch}): {type(e).__name__}: "
-                                   f"{e}; {unread.kept()}") from e
+                                   f"{e}; {unread.kept('this step')}") from e
                 raise
             unread.add(loss, batch_size(batch))
             phase.step += 1
