@@ -30,6 +30,7 @@ import numbers
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -101,6 +102,31 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Ca
                                         f"removed; the previous {path.name}, if any, is kept)") from None
         raise
     return path
+
+
+def create_once(path: str | os.PathLike, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists, never over a file another process created first: ``data``
+    goes to a private temporary file beside it (:func:`atomic_write`), which is then hard-linked into place (the link
+    fails if ``path`` exists), so ``path`` appears whole or not at all. True: this call created it; False: it was
+    there, and is kept as it is. On a file system without hard links ``path`` is created exclusively, then written
+    (still never over another's; a reader may then see it before it is whole)."""
+    path = Path(path)
+    tmp = atomic_write_bytes(path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"), data)
+    try:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, new_file_mode())
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _disk_full(error: BaseException, folder: Path) -> bool:

@@ -440,3 +440,25 @@ def test_study_kviews_says_how_many_cells_were_reused(tmp_path: Path, capsys) ->
     err = capsys.readouterr().err
     assert "3 cell(s) of multiview: 3 reused from existing run records, 0 run now" in err
     assert f"board written to {tmp_path / 'board' / 'multiview-kviews.md'}" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# write once: records, frozen selections and cell locks (fusebench.io.create_once)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("links", [True, False], ids=["hard links", "no hard links"])
+def test_create_once_writes_whole_and_never_over_a_file_that_is_there(tmp_path: Path, monkeypatch, links) -> None:
+    from fusebench import io
+
+    if not links:  # a file system without hard links (some network mounts): created exclusively instead
+        def no_link(src, dst, *a, **k):
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(io.os, "link", no_link)
+    path = tmp_path / "run.json"
+    assert io.create_once(path, b"first\n") is True
+    assert path.read_bytes() == b"first\n"
+    assert io.create_once(path, b"second\n") is False  # there already: kept as it is
+    assert path.read_bytes() == b"first\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no temporary file left beside it
+    mode = path.stat().st_mode & 0o777
+    assert mode == io.new_file_mode()

@@ -204,6 +204,8 @@ def test_a_lock_is_written_with_host_and_slurm_job(tmp_path: Path, monkeypatch) 
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
     with CellLock(tmp_path):
         data = json.loads((tmp_path / ".lock").read_text())
+        token = data.pop("token")  # this lock's own: a later lock given the same inode number is not taken for it
+        assert len(token) == 32 and int(token, 16) >= 0
         assert data == {"pid": os.getpid(), "host": locks.hostname(), "slurm_job": "4240_2", "slurm_job_id": "4242"}
         assert status.cell_state(tmp_path) == ("running", f"running on {locks.hostname()} (slurm job 4240_2)")
     assert not (tmp_path / ".lock").exists()

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fusebench.components.identity import code_changes, spec_hash
+from fusebench.io import create_once
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.loop import RunError
 from fusebench.engine.locks import lock_payload, read_lock
@@ -80,48 +82,35 @@ class CellLock:
     def __init__(self, cell: Path) -> None:
         self.path = cell / ".lock"
         self.inode: int | None = None
+        self.payload = b""
 
     def __enter__(self) -> "CellLock":
-        # the lock appears with its content at once (written to a private file, then hard-linked into place: the
-        # link fails if a lock is there), so no process ever reads a half-written lock as a dead owner's
-        mine = self.path.with_name(f".lock.{os.getpid()}.{id(self)}.tmp")
-        mine.write_text(lock_payload())
-        try:
-            for _ in range(2):
-                try:
-                    try:
-                        os.link(mine, self.path)
-                    except FileExistsError:
-                        raise
-                    except OSError:  # a file system without hard links: create it exclusively, then write
-                        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                        with os.fdopen(fd, "w") as fh:
-                            fh.write(mine.read_text())
-                    self.inode = os.stat(self.path).st_ino
-                    return self
-                except FileExistsError:
-                    try:
-                        judged = os.stat(self.path).st_ino
-                    except FileNotFoundError:
-                        continue
-                    holder = read_lock(self.path)
-                    if holder is not None and holder.pid <= 0 and not holder.slurm_job:
-                        holder = None  # an empty lock names no owner (not a dead one)
-                    # an unreadable lock is a live owner's for a minute (one of an older suite version being
-                    # written), then stale
-                    try:
-                        young = holder is None and time.time() - os.stat(self.path).st_mtime < UNREADABLE_LOCK_S
-                    except FileNotFoundError:
-                        continue
-                    if young or (holder is not None and holder.alive
-                                 and not (holder.local and holder.pid == os.getpid())):
-                        who = holder.owner if holder is not None else "another process (its lock is unreadable)"
-                        raise CellBusyError(f"{self.path.parent} is being run by {who} "
-                                            f"(lock {self.path}); not starting it twice") from None
-                    self._take_over(judged)  # the stale lock of a killed run
-            raise CellBusyError(f"cannot lock {self.path}")
-        finally:
-            mine.unlink(missing_ok=True)
+        # the lock appears with its content at once (fusebench.io.create_once: never over a lock that is there), so
+        # no process ever reads a half-written lock as a dead owner's
+        payload = lock_payload(uuid.uuid4().hex).encode("utf-8")
+        for _ in range(2):
+            if create_once(self.path, payload):
+                self.inode, self.payload = os.stat(self.path).st_ino, payload
+                return self
+            try:
+                judged = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                continue
+            holder = read_lock(self.path)
+            if holder is not None and holder.pid <= 0 and not holder.slurm_job:
+                holder = None  # an empty lock names no owner (not a dead one)
+            # an unreadable lock is a live owner's for a minute (one of an older suite version being written), then
+            # stale
+            try:
+                young = holder is None and time.time() - os.stat(self.path).st_mtime < UNREADABLE_LOCK_S
+            except FileNotFoundError:
+                continue
+            if young or (holder is not None and holder.alive and not (holder.local and holder.pid == os.getpid())):
+                who = holder.owner if holder is not None else "another process (its lock is unreadable)"
+                raise CellBusyError(f"{self.path.parent} is being run by {who} "
+                                    f"(lock {self.path}); not starting it twice") from None
+            self._take_over(judged)  # the stale lock of a killed run
+        raise CellBusyError(f"cannot lock {self.path}")
 
     def _take_over(self, judged: int) -> None:
         """Move the stale lock (inode ``judged``) aside; one that is no longer it (another process took the lock
@@ -143,8 +132,8 @@ class CellLock:
     def __exit__(self, *exc: Any) -> None:
         if self.inode is None:
             return
-        try:
-            if os.stat(self.path).st_ino == self.inode:  # ours: never another process's lock
+        try:  # ours: never another process's lock (nor a later one that got our inode number)
+            if os.stat(self.path).st_ino == self.inode and self.path.read_bytes() == self.payload:
                 self.path.unlink()
         except FileNotFoundError:
             pass

@@ -56,9 +56,11 @@ def current_slurm_job() -> dict[str, str]:
     return {"slurm_job": f"{array}_{task}" if array and task else raw, "slurm_job_id": raw}
 
 
-def lock_payload() -> str:
-    """What a cell lock holds: the owner's pid, host and SLURM job (if any)."""
-    return json.dumps({"pid": os.getpid(), "host": hostname(), **current_slurm_job()}, sort_keys=True)
+def lock_payload(token: str | None = None) -> str:
+    """What a cell lock holds: the owner's pid, host and SLURM job (if any), and ``token`` when given (what tells
+    one lock from another of the same process: a file system may give a new file the inode a removed one had)."""
+    extra = {"token": token} if token else {}
+    return json.dumps({"pid": os.getpid(), "host": hostname(), **current_slurm_job(), **extra}, sort_keys=True)
 
 
 class SlurmQueue:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -117,14 +116,8 @@ def write_record(cell: Path, record: dict[str, Any]) -> Path:
     if path.exists():
         raise RunError(f"{path} exists already; run records are immutable")
     validate_record(record, path)  # never write a record the leaderboard would refuse
-    tmp = cell / f".run.json.{os.getpid()}.tmp"
-    utils.atomic_write_json(tmp, record)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise RunError(f"{path} exists already; run records are immutable") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    if not utils.create_json_once(path, record):
+        raise RunError(f"{path} exists already; run records are immutable")
     (cell / "failed.json").unlink(missing_ok=True)
     return path
 

@@ -179,6 +179,13 @@ def atomic_write_json(path: Path, data: Any) -> None:
     io.atomic_write_json(path, data, default=_json_default)
 
 
+def create_json_once(path: Path, data: Any) -> bool:
+    """:func:`fusebench.io.create_once` of ``data`` in :func:`atomic_write_json`'s layout: True when this call
+    created ``path``, False when it was there (kept as it is)."""
+    return io.create_once(path, (io.strict_json(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+                          .encode("utf-8"))
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, (np.integer,)):
         return int(obj)

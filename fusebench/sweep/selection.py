@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -186,22 +185,6 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
     return outcome, hashlib.sha256(data).hexdigest()
 
 
-def _write_once(path: Path, outcome: dict[str, Any]) -> None:
-    """Write ``path`` unless it exists: a concurrent sweep's file, written first, is kept."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    utils.atomic_write_json(tmp, outcome)
-    try:
-        os.link(tmp, path)  # atomic, and never over an existing file
-    except FileExistsError:
-        pass
-    except OSError:  # a file system without hard links
-        if not path.exists():
-            os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
                      context: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
     """The frozen selection of ``objective`` and its file's sha256 (None: nothing to select): read from
@@ -215,7 +198,8 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
     if made_now:
         outcome = select_hparams(spec, objective, out, options, context)
         assert outcome is not None
-        _write_once(path, {**ident, "versions": cell_versions(spec, objective), **outcome})
+        path.parent.mkdir(parents=True, exist_ok=True)  # a concurrent sweep's file, written first, is kept
+        utils.create_json_once(path, {**ident, "versions": cell_versions(spec, objective), **outcome})
     outcome, digest = _read(path)
     made = {k: outcome.get(k) for k in ident}
     if made != ident:
