@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fusebench.records import RunRecord, find_records, load_record
+from fusebench.records import RunRecord, duplicate_runs, find_records, load_record
 
 FIXED = ("benchmark", "objective", "seed", "key")
 TAIL = ("budget_steps", "budget_samples_seen", "budget_epochs", "budget_batch_size", "pretrain_time_s",
@@ -43,13 +43,11 @@ def read_records(runs_dir: str | os.PathLike) -> list[RunRecord]:
     if not root.is_dir():
         raise ValueError(f"runs folder {root} does not exist (a folder of run.json files, e.g. leaderboards/runs)")
     records = [load_record(p) for p in find_records(root)]
-    seen: dict[tuple[str, str, str, int], RunRecord] = {}
-    for r in records:  # as the board: each (objective, seed) of one comparable group once
-        other = seen.setdefault((r.benchmark, r.comparability_key, r.objective, r.seed), r)
-        if other is not r:
-            raise ValueError(f"duplicate runs of benchmark {r.benchmark!r}, objective {r.objective!r}, seed {r.seed}: "
-                             f"{other.path} and {r.path} (a per-seed table counts each (objective, seed) once; "
-                             f"remove one)")
+    twice = duplicate_runs(records)  # as the board: each (objective, seed) of one comparable group once
+    if twice is not None:
+        other, r = twice
+        raise ValueError(f"duplicate runs of benchmark {r.benchmark!r}, objective {r.objective!r}, seed {r.seed}: "
+                         f"{other.path} and {r.path} (a per-seed table counts each (objective, seed) once; remove one)")
     return records
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from fusebench.leaderboard.columns import md_code, metric_info, natural_key
 from fusebench.leaderboard.view import GroupView
-from fusebench.records import RecordError, RunRecord, board_kind, differing_fields, find_records, load_record
+from fusebench.records import (RecordError, RunRecord, board_kind, differing_fields, duplicate_runs, find_records,
+                               load_record)
 from fusebench.components.rows import DEFAULT_REFERENCES, ROWS, is_reference
 from fusebench.components.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
 
@@ -51,14 +52,11 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
     for r in recs:
         by_key[r.comparability_key].append(r)
     for key, group in by_key.items():
-        seen: dict[tuple[str, int], RunRecord] = {}
-        for r in group:
-            other = seen.get((r.objective, r.seed))
-            if other is not None:
-                raise ValueError(
-                    f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
-                    f"{other.path} and {r.path} (a table counts each (objective, seed) once; remove one)")
-            seen[(r.objective, r.seed)] = r
+        twice = duplicate_runs(group)
+        if twice is not None:
+            other, r = twice
+            raise ValueError(f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
+                             f"{other.path} and {r.path} (a table counts each (objective, seed) once; remove one)")
         by_version: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
         for r in group:  # one row = one objective version: a loss whose definition changed is not averaged
             by_version[r.objective][r.versions.objective].append(r)

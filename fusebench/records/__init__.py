@@ -83,9 +83,10 @@ from fusebench.records.comparability import (CONFIG_KEYS_IGNORED, comparability_
 from fusebench.records.schema import (BOARD_KINDS, CURRENT_SCHEMA_VERSION, METRIC_EXPECTED,
                                       SCHEMA_VERSIONS, DatasetIdentity, Fingerprint, RecordError, RunRecord, Versions,
                                       board_kind, differing_fields, load_record, read_record_json, validate_record)
-from fusebench.records.store import RECORD_FILE, check_record_file, find_records
+from fusebench.records.store import RECORD_FILE, check_record_file, duplicate_runs, find_records
 
 __all__ = ["BOARD_KINDS", "CONFIG_KEYS_IGNORED", "CURRENT_SCHEMA_VERSION", "DatasetIdentity", "Fingerprint",
            "METRIC_EXPECTED", "RECORD_FILE", "RecordError", "RunRecord", "SCHEMA_VERSIONS", "Versions", "board_kind",
            "check_record_file", "comparability_fields", "comparability_key", "comparable_config", "differing_fields",
-           "find_records", "load_record", "read_record_json", "synthetic_overrides_applied", "validate_record"]
+           "duplicate_runs", "find_records", "load_record", "read_record_json", "synthetic_overrides_applied",
+           "validate_record"]

@@ -1,14 +1,15 @@
 """What counts as a record file (records layer): a regular ``run.json`` reached from the runs folder
-through real folders; :func:`find_records` lists them, :func:`check_record_file` judges one."""
+through real folders; :func:`find_records` lists them, :func:`check_record_file` judges one; and what counts
+as one run: :func:`duplicate_runs` finds two records of one (benchmark, comparability key, objective, seed)."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
+from typing import Iterable
 
-
-from fusebench.records.schema import RecordError
+from fusebench.records.schema import RecordError, RunRecord
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,3 +80,15 @@ def find_records(root: str | Path) -> list[Path]:
         if RECORD_FILE in files and check_record_file(here / RECORD_FILE, root):
             found.append(here / RECORD_FILE)
     return sorted(found)
+
+
+def duplicate_runs(records: Iterable[RunRecord]) -> tuple[RunRecord, RunRecord] | None:
+    """The first two records of one run -- the same benchmark, comparability key, objective and seed: one table
+    (a board's, a per-seed one) counts each (objective, seed) of a comparable group once -- in ``records``' order,
+    or None when every run has one record."""
+    seen: dict[tuple[str, str, str, int], RunRecord] = {}
+    for r in records:
+        other = seen.setdefault((r.benchmark, r.comparability_key, r.objective, r.seed), r)
+        if other is not r:
+            return other, r
+    return None
