@@ -16,6 +16,7 @@ import torch
 import fusebench
 from fusebench.cli import main
 from fusebench.cells import execute
+from fusebench.typed import ConfigError
 from fusebench.engine.threads import (LARGE, SMALL, CpuAllowance, allowed_cpus, model_kind, quota_cpus,
                                         read_allowance, thread_plan, threads_for)
 
@@ -80,6 +81,30 @@ def test_threads_flag_beats_the_environment_and_the_rule() -> None:
 def test_a_bad_variable_is_one_error_naming_it(env, name) -> None:
     with pytest.raises(ValueError, match=name):
         threads_for(aff(8), 1, LARGE, env)
+
+
+def test_more_threads_than_the_cpus_allowed_are_refused_where_the_cells_run() -> None:
+    with pytest.raises(ConfigError, match=r"--threads: 5 torch threads per cell, but this process may use 4 CPU\(s\)"
+                                          r".*give at most 4"):
+        thread_plan(aff(4), 1, SMALL, {}, requested=5)
+    with pytest.raises(ConfigError, match="give at most 2"):  # the fewest of affinity, quota and SLURM's count
+        thread_plan(aff(4), 1, LARGE, {"SLURM_CPUS_PER_TASK": "2"}, requested=3)
+    assert thread_plan(aff(4), 1, SMALL, {}, requested=4) == (4, "--threads")
+    # a sweep that submits its cells to other machines does not judge their CPUs by its own; each job does
+    assert thread_plan(aff(4), 1, SMALL, {}, requested=5, bounded=False) == (5, "--threads")
+
+
+def test_a_cell_checks_threads_against_its_own_cpus(tmp_path) -> None:
+    """What a job does on its node (the sweep that submitted it did not check): the cell refuses before it runs."""
+    from fusebench import benchmarks
+    from fusebench.cells.execute import run_cell
+    from fusebench.spec.request import CellRequest, RunOptions
+
+    spec = benchmarks.load("quickstart", overrides={"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}})
+    too_many = allowed_cpus(read_allowance(), os.environ) + 1
+    with pytest.raises(ConfigError, match=f"--threads: {too_many} torch threads per cell"):
+        run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False, threads=too_many))
+    assert not list(tmp_path.rglob("run.json"))
 
 
 def test_bad_arguments_are_refused() -> None:

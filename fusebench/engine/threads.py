@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+from fusebench.typed import ConfigError
+
 SMALL, LARGE = "small", "large"
 MODEL_KINDS = (SMALL, LARGE)
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -94,13 +96,19 @@ def allowed_cpus(cpus: CpuAllowance | int, env: Mapping[str, str]) -> int:
 
 
 def thread_plan(cpus_allowed: CpuAllowance | int, workers: int, model_kind: str, env: Mapping[str, str],
-                requested: int | None = None) -> tuple[int, str]:
-    """:func:`threads_for` with the reason, as the sweep's start line says it."""
+                requested: int | None = None, bounded: bool = True) -> tuple[int, str]:
+    """:func:`threads_for` with the reason, as the sweep's start line says it. ``requested`` (``--threads``) above
+    the CPUs allowed is a ConfigError when ``bounded`` (more threads than CPUs never pays, and thousands crash
+    OpenMP); not bounded where the cells run on other machines (a scheduler's nodes: each job checks its own)."""
     if model_kind not in MODEL_KINDS:
         raise ValueError(f"model kind {model_kind!r}: expected one of {', '.join(MODEL_KINDS)}")
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
             raise ValueError(f"--threads: expected a positive integer, got {requested!r}")
+        cpus = allowed_cpus(cpus_allowed, env) if bounded else requested
+        if requested > cpus:
+            raise ConfigError(f"--threads: {requested} torch threads per cell, but this process may use {cpus} "
+                              f"CPU(s) (affinity, cgroup quota, SLURM_CPUS_PER_TASK); give at most {cpus}")
         return requested, "--threads"
     omp = _positive_int(env, "OMP_NUM_THREADS")
     if omp is not None:
@@ -161,17 +169,17 @@ def model_kind(encoder_id: str, device: Any = "cpu") -> str:
 
 
 def cell_threads(encoder_id: str, device: Any, requested: int | None = None, cells_at_once: int = 1,
-                 env: Mapping[str, str] | None = None) -> tuple[int, str]:
+                 env: Mapping[str, str] | None = None, bounded: bool = True) -> tuple[int, str]:
     """The threads of a cell of ``encoder_id`` on ``device`` here (:func:`thread_plan` on this process's
-    :func:`read_allowance` and ``os.environ``), with the reason. An unknown encoder or device counts as small
-    (the pipeline says what is wrong with it)."""
+    :func:`read_allowance` and ``os.environ``; ``bounded``: ``requested`` checked against its CPUs), with the
+    reason. An unknown encoder or device counts as small (the pipeline says what is wrong with it)."""
     from fusebench.runtime.utils import resolve_device
 
     try:
         kind = model_kind(encoder_id, resolve_device(device))
     except (ValueError, RuntimeError, TypeError):
         kind = SMALL
-    return thread_plan(read_allowance(), cells_at_once, kind, os.environ if env is None else env, requested)
+    return thread_plan(read_allowance(), cells_at_once, kind, os.environ if env is None else env, requested, bounded)
 
 
 @contextmanager

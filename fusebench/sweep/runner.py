@@ -295,14 +295,9 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
 
     # the threads of each cell, checked (a bad OMP_NUM_THREADS) and said before any cell starts (a job decides its own)
     options = options.but(cells_at_once=launch.cells_at_once(len(pending)))
-    n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once)
-    if req.threads is not None and launch.runs_here:  # a job's node may have more CPUs: not checked for jobs
-        from fusebench.engine.threads import allowed_cpus, read_allowance
-
-        cpus = allowed_cpus(read_allowance(), os.environ)
-        if req.threads > cpus:  # more threads than CPUs never pays, and thousands crash OpenMP (libgomp)
-            raise ConfigError(f"--threads: {req.threads} torch threads per cell, but this process may use {cpus} "
-                              f"CPU(s) (affinity, cgroup quota, SLURM_CPUS_PER_TASK); give at most {cpus}")
+    # --threads above the CPUs here is refused where the cells run here (a job's node may have more: it checks its own)
+    n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once,
+                                  bounded=launch.runs_here)
     if pending and progress and launch.runs_here:
         print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
               f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
