@@ -66,31 +66,86 @@ z-scored features and that every pair kept apart gives different ones.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from fusebench.metrics.arrays import to_numpy
 
+@dataclass(frozen=True)
+class ReferenceKind:
+    """One input-feature kind (the reference row of that id, fusebench.components.rows): its formula as the record
+    states it, how k-means standardises its features, the kind whose features it is a per-column positive affine
+    map of (:data:`PROBE_BASE`), and ``compute(views, width) -> (features, extra record fields)``, ``views`` a
+    dict split -> list of checked ``[n, d_v]`` float64 arrays (statistics fitted on ``"train"``)."""
+
+    id: str
+    formula: str
+    cluster_standardize: str
+    probe_base: str
+    compute: Callable[[dict[str, list[np.ndarray]], int | None], tuple[dict[str, np.ndarray], dict[str, Any]]]
+    needs_width: bool = False
+
+
+def _raw(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    return {s: np.concatenate(v, axis=1) for s, v in vs.items()}, {}
+
+
+def _raw_l2(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    return {s: np.concatenate([unit_rows(a) for a in v], axis=1) for s, v in vs.items()}, {}
+
+
+def _raw_tfidf(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    per_view = [_tfidf({s: v[i] for s, v in vs.items()}, i)[0] for i in range(len(vs["train"]))]
+    return {s: np.concatenate([pv[s] for pv in per_view], axis=1) for s in vs}, {}
+
+
+def _raw_balanced(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    parts: dict[str, list[np.ndarray]] = {s: [] for s in vs}
+    scales = []
+    for v, train in enumerate(vs["train"]):
+        mean, scale, constant = zscore_stats(train)
+        kept = int((~constant).sum())
+        root = math.sqrt(kept if kept else train.shape[1])
+        scales.append(root)
+        for s in vs:
+            parts[s].append((vs[s][v] - mean) / scale / root)
+    return {s: np.concatenate(parts[s], axis=1) for s in vs}, {"view_scale": scales}
+
+
+def _raw_pca(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    assert width is not None  # checked by reference_features
+    concat = {s: np.concatenate(v, axis=1) for s, v in vs.items()}
+    mean, scale, _ = zscore_stats(concat["train"])
+    z = {s: (concat[s] - mean) / scale for s in vs}
+    _, sing, vt = np.linalg.svd(z["train"], full_matrices=False)                  # vt [r, D]
+    comps = vt[:width]                                                            # [width, D]
+    lead = np.argmax(np.abs(comps), axis=1)
+    comps = comps * np.sign(comps[np.arange(comps.shape[0]), lead])[:, None]
+    total = float((sing ** 2).sum())
+    ratio = (sing[:width] ** 2) / total if total > 0 else np.zeros(width)
+    return {s: z[s] @ comps.T for s in vs}, {"width": width, "explained_variance_ratio": [float(r) for r in ratio]}
+
+
+#: the input-feature kinds computed here, in the order the boards list them
+KINDS: dict[str, ReferenceKind] = {k.id: k for k in (
+    ReferenceKind("raw", "concat(x_v); z-scored (train statistics) by the evaluation", "zscore", "raw", _raw),
+    ReferenceKind("raw_l2", "concat(x_v / ||x_v||_2), zero rows stay zero", "none", "raw_l2", _raw_l2),
+    ReferenceKind("raw_tfidf", "per view: tf = x / row sum, idf = ln((1 + n_train) / (1 + df_train)) + 1 (smooth "
+                  "idf), row-L2(tf * idf); concatenated", "none", "raw_tfidf", _raw_tfidf),
+    # a per-column positive affine map of raw's z-scored columns: identical to raw for every probe
+    ReferenceKind("raw_balanced", "per view: zscore_train(x_v) / sqrt(d'_v), d'_v = columns not constant on train; "
+                  "concatenated", "none", "raw", _raw_balanced),
+    ReferenceKind("raw_pca", "zscore_train(concat(x_v)) @ V[:, :width], V the right singular vectors of the z-scored "
+                  "train matrix; sign: largest-|.| loading positive", "none", "raw_pca", _raw_pca, needs_width=True),
+)}
 #: the input-feature kinds computed here (each the reference row of that id, fusebench.components.rows), in the
 #: order the boards list them
-REFERENCE_KINDS = ("raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
-
-
-_FORMULAS = {
-    "raw": "concat(x_v); z-scored (train statistics) by the evaluation",
-    "raw_l2": "concat(x_v / ||x_v||_2), zero rows stay zero",
-    "raw_tfidf": "per view: tf = x / row sum, idf = ln((1 + n_train) / (1 + df_train)) + 1 (smooth idf), "
-                 "row-L2(tf * idf); concatenated",
-    "raw_balanced": "per view: zscore_train(x_v) / sqrt(d'_v), d'_v = columns not constant on train; concatenated",
-    "raw_pca": "zscore_train(concat(x_v)) @ V[:, :width], V the right singular vectors of the z-scored train "
-               "matrix; sign: largest-|.| loading positive",
-}
-_CLUSTER_STANDARDIZE = {"raw": "zscore", "raw_l2": "none", "raw_tfidf": "none", "raw_balanced": "none",
-                        "raw_pca": "none"}
+REFERENCE_KINDS = tuple(KINDS)
 #: per kind, the kind whose features it is a per-column positive affine map of (fitted on train), itself when
 #: none: kinds with the same base give identical features to every probe (the module doc's rule)
-PROBE_BASE = {"raw": "raw", "raw_l2": "raw_l2", "raw_tfidf": "raw_tfidf", "raw_balanced": "raw", "raw_pca": "raw_pca"}
+PROBE_BASE = {k.id: k.probe_base for k in KINDS.values()}
 #: the protocol's k-means metrics: computed on the features as the kind's cluster_standardize leaves them
 CLUSTER_METRICS = ("cluster_acc", "nmi", "ari")
 
@@ -116,7 +171,7 @@ def cluster_identical(a: str, b: str) -> bool:
     if a == b:
         return True
     return (PROBE_BASE.get(a) is not None and PROBE_BASE.get(a) == PROBE_BASE.get(b)
-            and _CLUSTER_STANDARDIZE[a] == _CLUSTER_STANDARDIZE[b] == "zscore")
+            and KINDS[a].cluster_standardize == KINDS[b].cluster_standardize == "zscore")
 
 
 def _check_views(views: Mapping[str, Sequence[Any]]) -> dict[str, list[np.ndarray]]:
@@ -191,61 +246,25 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     module doc for the formulas. -> ``(features {split: [n, D]}, record, cluster_standardize)``;
     ``record = {"kind", "formula", "fitted_on", "view_widths", "width", "cluster_standardize", ...}``
     (``"raw_pca"`` adds ``"explained_variance_ratio"``, ``"raw_balanced"`` ``"view_scale"``)."""
-    if kind not in REFERENCE_KINDS:
+    if kind not in KINDS:
         raise ValueError(f"reference_features: unknown kind {kind!r}; valid kinds: {list(REFERENCE_KINDS)}")
+    spec = KINDS[kind]
     vs = _check_views(views)
-    splits = list(vs)
-    num_views = len(vs["train"])
     widths = [a.shape[1] for a in vs["train"]]
-    record: dict[str, Any] = {"kind": kind, "formula": _FORMULAS[kind], "fitted_on": "train",
-                              "view_widths": widths, "width": None,
-                              "cluster_standardize": _CLUSTER_STANDARDIZE[kind]}
-
-    if kind == "raw_pca":
+    if spec.needs_width:
         n = vs["train"][0].shape[0]
         limit = min(n, sum(widths))
         if width is None or isinstance(width, bool) or not isinstance(width, (int, np.integer)):
-            raise ValueError(f"reference_features: kind 'raw_pca' needs width = the number of principal "
+            raise ValueError(f"reference_features: kind {kind!r} needs width = the number of principal "
                              f"components, an integer in 1..{limit} (min(n_train, total view width)), got {width!r}")
         if not 1 <= int(width) <= limit:
-            raise ValueError(f"reference_features: width = {width} is out of range for kind 'raw_pca': it must be "
+            raise ValueError(f"reference_features: width = {width} is out of range for kind {kind!r}: it must be "
                              f"in 1..{limit} = min(n_train = {n}, total view width = {sum(widths)})")
-
-    feats: dict[str, np.ndarray]
-    if kind == "raw":
-        feats = {s: np.concatenate(vs[s], axis=1) for s in splits}
-    elif kind == "raw_l2":
-        feats = {s: np.concatenate([unit_rows(a) for a in vs[s]], axis=1) for s in splits}
-    elif kind == "raw_tfidf":
-        per_view = [_tfidf({s: vs[s][v] for s in splits}, v)[0] for v in range(num_views)]
-        feats = {s: np.concatenate([pv[s] for pv in per_view], axis=1) for s in splits}
-    elif kind == "raw_balanced":
-        parts: dict[str, list[np.ndarray]] = {s: [] for s in splits}
-        scales = []
-        for v in range(num_views):
-            mean, scale, constant = zscore_stats(vs["train"][v])
-            kept = int((~constant).sum())
-            root = math.sqrt(kept if kept else widths[v])
-            scales.append(root)
-            for s in splits:
-                parts[s].append((vs[s][v] - mean) / scale / root)
-        feats = {s: np.concatenate(parts[s], axis=1) for s in splits}
-        record["view_scale"] = scales
-    else:  # raw_pca
-        concat = {s: np.concatenate(vs[s], axis=1) for s in splits}
-        mean, scale, _ = zscore_stats(concat["train"])
-        z = {s: (concat[s] - mean) / scale for s in splits}
-        _, sing, vt = np.linalg.svd(z["train"], full_matrices=False)                  # vt [r, D]
-        comps = vt[: int(width)]                                                      # [width, D]
-        lead = np.argmax(np.abs(comps), axis=1)
-        comps = comps * np.sign(comps[np.arange(comps.shape[0]), lead])[:, None]
-        feats = {s: z[s] @ comps.T for s in splits}
-        total = float((sing ** 2).sum())
-        ratio = (sing[: int(width)] ** 2) / total if total > 0 else np.zeros(int(width))
-        record["width"] = int(width)
-        record["explained_variance_ratio"] = [float(r) for r in ratio]
-    return feats, record, _CLUSTER_STANDARDIZE[kind]
+    feats, extra = spec.compute(vs, int(width) if spec.needs_width else None)  # type: ignore[arg-type]
+    record: dict[str, Any] = {"kind": kind, "formula": spec.formula, "fitted_on": "train", "view_widths": widths,
+                              "width": None, "cluster_standardize": spec.cluster_standardize, **extra}
+    return feats, record, spec.cluster_standardize
 
 
-__all__ = ["CLUSTER_METRICS", "PROBE_BASE", "REFERENCE_KINDS", "cluster_identical", "probe_identical_groups",
-           "reference_features"]
+__all__ = ["CLUSTER_METRICS", "KINDS", "PROBE_BASE", "REFERENCE_KINDS", "ReferenceKind", "cluster_identical",
+           "probe_identical_groups", "reference_features"]
