@@ -46,7 +46,6 @@ MODALITY_LAYOUT = {
     "vector": "[d] float32 fixed-size feature vector",
 }
 MODALITY_KINDS = tuple(MODALITY_LAYOUT)
-TASKS = ("segmentation", "detection", "regression", "classification")
 
 
 @dataclass(frozen=True)

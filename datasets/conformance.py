@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import torch
 
-from fusebench.datasets.base import MODALITY_LAYOUT, TASKS, MultimodalDataset, SyntheticSpec
+from fusebench.datasets.base import MODALITY_LAYOUT, MultimodalDataset, SyntheticSpec
 from fusebench.datasets.collate import collate
 
 DEFAULT_SPEC = {"num_samples": 16}
@@ -110,8 +110,10 @@ def same_sample(a: dict[str, Any], b: dict[str, Any], where: str, cls: type, met
 def check_declaration(cls: type) -> None:
     if not cls.id or cls.id != cls.id.lower():
         _fail(cls, f"class attribute id must be a lowercase id, got {cls.id!r}")
-    if cls.task not in TASKS:
-        _fail(cls, f"task {cls.task!r} is not one of {TASKS}")
+    from fusebench.tasks import TASKS  # the task families, built-in and plugins
+
+    if cls.task not in TASKS.available():
+        _fail(cls, f"task {cls.task!r} is not a registered task family ({', '.join(TASKS.available())})")
     names = [m.name for m in cls.MODALITIES]
     if not names or len(set(names)) != len(names):
         _fail(cls, f"MODALITIES must be non-empty with unique names, got {names}")
@@ -120,7 +122,7 @@ def check_declaration(cls: type) -> None:
             _fail(cls, f"modality {m.name!r} has kind {m.kind!r}, not one of {sorted(MODALITY_LAYOUT)}")
     if not cls.SPLITS or "train" not in cls.SPLITS:
         _fail(cls, f"SPLITS must include 'train', got {cls.SPLITS}")
-    if cls.task in ("segmentation", "detection", "classification") and not cls.num_classes:
+    if TASKS.get(cls.task).has_classes and not cls.num_classes:
         _fail(cls, f"task {cls.task!r} needs num_classes")
     if not cls.INFO.strip():
         _fail(cls, "INFO (where the official files come from, licence) is empty")

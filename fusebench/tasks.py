@@ -68,6 +68,8 @@ class Task:
     to copy (the EMA teacher deep-copies the model)."""
 
     id: ClassVar[str] = ""
+    #: its targets are class ids: a dataset of this task must declare ``num_classes`` (datasets/conformance.py)
+    has_classes: ClassVar[bool] = True
 
     # -- the metrics ----------------------------------------------------------------------------
     @classmethod
@@ -203,6 +205,7 @@ class RegressionTask(FlatTask):
     """One score per sample ``[n]``; L1 loss (MMSA's default for sentiment regression)."""
 
     id: ClassVar[str] = "regression"
+    has_classes: ClassVar[bool] = False
 
     def default_head(self, backbone: nn.Module) -> nn.Module:
         return ConcatLinearHead(backbone.num_features * len(backbone.modalities), 1, squeeze=True)

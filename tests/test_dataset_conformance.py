@@ -97,3 +97,29 @@ def test_an_adapter_declaring_no_options_refuses_every_option(tmp_path):
     with pytest.raises(DatasetError, match=r"toy_plain: unknown options \['window_sz'\] .*valid options: \[.*'seed'"
                                            r".*\] \(an adapter declares the options it reads in its OPTIONS\)"):
         Plain(root=tmp_path, window_sz=5)
+
+
+def test_the_declared_task_is_checked_against_the_task_registry(monkeypatch):
+    """A dataset may name any registered task family, a plugin's too (the check held a fixed tuple of the four
+    built-in ids, so a plugin task's dataset failed conformance); classes are asked of a task with classes only."""
+    from fusebench import tasks
+    from fusebench.datasets.base import Modality, MultimodalDataset
+    from fusebench.datasets.conformance import ConformanceError, check_declaration
+
+    def dataset(task_id, classes):
+        return type("Toy", (MultimodalDataset,), {"id": "toy_task", "task": task_id, "num_classes": classes,
+                                                  "MODALITIES": (Modality("x", "vector", 2),),
+                                                  "INFO": "a toy", "_index": lambda self: [0]})
+
+    with pytest.raises(ConformanceError, match=r"toy_task: task 'ranking' is not a registered task family "
+                                               r"\(classification, detection, regression, segmentation"):
+        check_declaration(dataset("ranking", None))
+
+    class Ranking(tasks.RegressionTask):  # a plugin's task family: no classes
+        id = "ranking"
+
+    monkeypatch.setattr(tasks.TASKS, "_entries", {**tasks.TASKS._entries, "ranking": Ranking})
+    check_declaration(dataset("ranking", None))
+    check_declaration(dataset("regression", None))
+    with pytest.raises(ConformanceError, match=r"toy_task: task 'classification' needs num_classes"):
+        check_declaration(dataset("classification", None))
