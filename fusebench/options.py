@@ -142,29 +142,24 @@ def check_options(given: Mapping[str, Any], obj: Any, where: str, values: bool =
     if not isinstance(given, Mapping):
         raise OptionsError(f"{where}: expected a mapping of option names to values, got {given!r}")
     opts = options_of(obj)
-    if opts is None:  # open-ended (**kwargs): a key not named but this close to a named option is taken for a typo
-        named = from_signature(obj.__init__ if isinstance(obj, type) else obj, SUPPLIED["encoder"], open_ended=True)
-        table = {o.name: o for o in named or []}
-        typos = [f"{h[0]!r} for {k!r}" for k in sorted(str(k) for k in given if k not in table)
-                 if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.8))]
+    open_ended = opts is None
+    if open_ended:  # **kwargs: a key not named but this close to a named option is taken for a typo
+        opts = from_signature(obj.__init__ if isinstance(obj, type) else obj, SUPPLIED["encoder"], open_ended=True)
+    table = {o.name: o for o in opts or []}
+    unknown = sorted(str(k) for k in given if k not in table)
+    if open_ended:
+        typos = [f"{h[0]!r} for {k!r}" for k in unknown if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.8))]
         if typos:
             raise OptionsError(f"{where}: unknown options, did you mean {', '.join(typos)}? (the constructor takes "
                                f"**kwargs, so other keys are passed on unchecked; one this close to a named option is "
                                f"taken for a typo); named options: {', '.join(table)}")
-        for key in given:
-            if values and key in table and not _type_ok(given[key], table[key].type):
-                raise OptionsError(f"{where}.{key}: expected {table[key].type_name}, got "
-                                   f"{type(given[key]).__name__} {given[key]!r}")
-        return
-    table = {o.name: o for o in opts}
-    unknown = sorted(str(k) for k in given if k not in table)
-    if unknown:
+    elif unknown:
         hints = [f"{h[0]!r} for {k!r}" for k in unknown
                  if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.5))]
         raise OptionsError(f"{where}: unknown options {unknown}" + (f" (did you mean {', '.join(hints)}?)" if hints else "")
                            + f"; valid options: {', '.join(table) or 'none'}")
-    for key in given:
-        if values and not _type_ok(given[key], table[key].type):
+    for key in given:  # the named ones' values (an open-ended constructor's other keys are passed on unchecked)
+        if values and key in table and not _type_ok(given[key], table[key].type):
             raise OptionsError(f"{where}.{key}: expected {table[key].type_name}, got "
                                f"{type(given[key]).__name__} {given[key]!r}")
 
