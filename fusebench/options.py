@@ -148,7 +148,8 @@ def check_options(given: Mapping[str, Any], obj: Any, where: str, values: bool =
     table = {o.name: o for o in opts or []}
     unknown = sorted(str(k) for k in given if k not in table)
     if open_ended:
-        typos = [f"{h[0]!r} for {k!r}" for k in unknown if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.8))]
+        typos = [f"{h[0]!r} for {k!r}" for k in unknown
+                 if (h := difflib.get_close_matches(k, list(table), n=1, cutoff=0.8))]
         if typos:
             raise OptionsError(f"{where}: unknown options, did you mean {', '.join(typos)}? (the constructor takes "
                                f"**kwargs, so other keys are passed on unchecked; one this close to a named option is "
