@@ -100,26 +100,40 @@ def test_an_adapter_declaring_no_options_refuses_every_option(tmp_path):
 
 
 def test_the_declared_task_is_checked_against_the_task_registry(monkeypatch):
-    """A dataset may name any registered task family, a plugin's too (the check held a fixed tuple of the four
-    built-in ids, so a plugin task's dataset failed conformance); classes are asked of a task with classes only."""
+    """A dataset may name any registered task family, a plugin's too (the conformance check held a fixed tuple of the
+    four built-in ids, so a plugin task's dataset failed it); classes are asked of a task with classes only. Checked
+    with the spec (fusebench.components.spec_check), where the task registry is reachable."""
     from fusebench import tasks
+    from fusebench.components.spec_check import check_dataset_task
     from fusebench.datasets.base import Modality, MultimodalDataset
     from fusebench.datasets.conformance import ConformanceError, check_declaration
+    from fusebench.typed import ConfigError
 
     def dataset(task_id, classes):
         return type("Toy", (MultimodalDataset,), {"id": "toy_task", "task": task_id, "num_classes": classes,
                                                   "MODALITIES": (Modality("x", "vector", 2),),
                                                   "INFO": "a toy", "_index": lambda self: [0]})
 
-    with pytest.raises(ConformanceError, match=r"toy_task: task 'ranking' is not a registered task family "
-                                               r"\(classification, detection, regression, segmentation"):
-        check_declaration(dataset("ranking", None))
+    with pytest.raises(ConfigError, match=r"toy: task 'ranking' is not a registered task family \(registered: "
+                                          r"classification, detection, regression, segmentation"):
+        check_dataset_task(dataset("ranking", None), "toy")
+    with pytest.raises(ConformanceError, match=r"toy_task: task must be a lowercase task-family id"):
+        check_declaration(dataset("Ranking", None))
 
     class Ranking(tasks.RegressionTask):  # a plugin's task family: no classes
         id = "ranking"
 
     monkeypatch.setattr(tasks.TASKS, "_entries", {**tasks.TASKS._entries, "ranking": Ranking})
-    check_declaration(dataset("ranking", None))
-    check_declaration(dataset("regression", None))
-    with pytest.raises(ConformanceError, match=r"toy_task: task 'classification' needs num_classes"):
-        check_declaration(dataset("classification", None))
+    for ok in (dataset("ranking", None), dataset("regression", None), dataset("classification", 3)):
+        check_declaration(ok)
+        check_dataset_task(ok, "toy")
+    with pytest.raises(ConfigError, match=r"toy: task 'classification' predicts classes, so the adapter must declare "
+                                          r"num_classes"):
+        check_dataset_task(dataset("classification", None), "toy")
+
+
+@pytest.mark.parametrize("name", datasets.DATASETS.builtin())
+def test_every_adapter_names_a_registered_task_with_its_classes(name):
+    from fusebench.components.spec_check import check_dataset_task
+
+    check_dataset_task(datasets.get(name), name)

@@ -216,13 +216,13 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                 check_options(spec.dataset.options, adapter, f"{source}: dataset.options, adapter {spec.dataset.id}")
             except OptionsError as e:  # the error the adapter itself would raise, only earlier
                 raise DatasetError(str(e)) from None
-            if adapter.task in TASKS:  # the dataset's task says which metrics it can report
-                try:
-                    added = PROTOCOLS.get(spec.downstream.protocol).metric_families \
-                        if spec.downstream.protocol in PROTOCOLS else ()
-                    TASKS.get(adapter.task).describe_metrics(spec.metrics, added)
-                except ValueError as e:
-                    raise ConfigError(f"{source}: metrics: {e}") from None
+            check_dataset_task(adapter, f"{source}: dataset {spec.dataset.id}")
+            try:  # the dataset's task says which metrics it can report
+                added = PROTOCOLS.get(spec.downstream.protocol).metric_families \
+                    if spec.downstream.protocol in PROTOCOLS else ()
+                TASKS.get(adapter.task).describe_metrics(spec.metrics, added)
+            except ValueError as e:
+                raise ConfigError(f"{source}: metrics: {e}") from None
         if pipeline.builds_encoder and spec.encoder.id in encoders.ENCODERS:
             encoder = encoders.ENCODERS.get(spec.encoder.id)
             check_options(spec.encoder.config, encoder, f"{source}: encoder.config ({spec.encoder.id})")
@@ -255,6 +255,18 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                                       f"trials would be identical; search an option {name} reads")
     except OptionsError as e:
         raise ConfigError(str(e)) from None
+
+
+def check_dataset_task(adapter: Any, where: str) -> None:
+    """A dataset adapter (class) names a registered task family in ``task`` (built-in or a plugin's: the task
+    registry, not a fixed list), and declares ``num_classes`` where that task's targets are classes
+    (``Task.has_classes``); else one ConfigError naming ``where``, the task and what was expected."""
+    task = getattr(adapter, "task", None)
+    if task not in TASKS:
+        raise ConfigError(f"{where}: task {task!r} is not a registered task family (registered: "
+                          f"{', '.join(TASKS.available())}; a plugin registers one in the fusebench.tasks entry point)")
+    if TASKS.get(task).has_classes and not getattr(adapter, "num_classes", None):
+        raise ConfigError(f"{where}: task {task!r} predicts classes, so the adapter must declare num_classes")
 
 
 def encoder_kind_problem(spec: BenchmarkSpec, encoder: Any) -> str | None:
