@@ -30,7 +30,6 @@ import numbers
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -72,13 +71,10 @@ def new_file_mode() -> int:
 
 
 # -- atomic writes -------------------------------------------------------------------------------
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Callable[[str], Any], *,
-                 by_name: bool = False) -> Path:
-    """Create ``path`` whole or not at all: ``write`` fills a temporary file in the same folder, which
-    is then renamed over ``path``. ``write`` gets the open binary file, or with ``by_name=True`` the
-    temporary file's name (for writers that open it themselves: ``torch.save``, h5py). A full disk is
-    reported as one ``OSError(ENOSPC)`` naming ``path`` (torch reports it as a zip-writer error)."""
-    path = Path(path)
+def _write_temp(path: Path, write: Callable[[IO[bytes]], Any] | Callable[[str], Any], by_name: bool) -> str:
+    """A whole temporary file beside ``path`` (``.<name>.<random>.tmp``: what :func:`remove_stale_temps` finds),
+    filled by ``write``; removed again if writing fails, a full disk reported as one ``OSError(ENOSPC)`` naming
+    ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -87,13 +83,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Ca
             if not by_name:
                 with os.fdopen(fd, "wb") as f:
                     fd = -1
-                    write(f)
+                    write(f)  # type: ignore[arg-type]
         finally:
             if fd >= 0:
                 os.close(fd)
         if by_name:
-            write(tmp)
-        os.replace(tmp, path)
+            write(tmp)  # type: ignore[arg-type]
     except BaseException as e:
         full = isinstance(e, (OSError, RuntimeError)) and _disk_full(e, path.parent)
         Path(tmp).unlink(missing_ok=True)
@@ -101,17 +96,34 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Ca
             raise OSError(errno.ENOSPC, f"cannot write {path}: no space left on device (the partial file was "
                                         f"removed; the previous {path.name}, if any, is kept)") from None
         raise
+    return tmp
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Callable[[str], Any], *,
+                 by_name: bool = False) -> Path:
+    """Create ``path`` whole or not at all: ``write`` fills a temporary file in the same folder, which
+    is then renamed over ``path``. ``write`` gets the open binary file, or with ``by_name=True`` the
+    temporary file's name (for writers that open it themselves: ``torch.save``, h5py). A full disk is
+    reported as one ``OSError(ENOSPC)`` naming ``path`` (torch reports it as a zip-writer error)."""
+    path = Path(path)
+    tmp = _write_temp(path, write, by_name)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
 def create_once(path: str | os.PathLike, data: bytes) -> bool:
     """Create ``path`` holding ``data`` unless it exists, never over a file another process created first: ``data``
-    goes to a private temporary file beside it (:func:`atomic_write`), which is then hard-linked into place (the link
-    fails if ``path`` exists), so ``path`` appears whole or not at all. True: this call created it; False: it was
-    there, and is kept as it is. On a file system without hard links ``path`` is created exclusively, then written
-    (still never over another's; a reader may then see it before it is whole)."""
+    goes to a whole temporary file beside it, which is then hard-linked into place (the link fails if ``path``
+    exists), so ``path`` appears whole or not at all. True: this call created it; False: it was there, and is kept
+    as it is. On a file system without hard links ``path`` is created exclusively, then written in one call (still
+    never over another's; a reader may then see it before it is whole, as the selection's reader allows for:
+    ``fusebench.sweep.selection``)."""
     path = Path(path)
-    tmp = atomic_write_bytes(path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"), data)
+    tmp = Path(_write_temp(path, lambda f: f.write(data), False))
     try:
         try:
             os.link(tmp, path)

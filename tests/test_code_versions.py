@@ -96,3 +96,46 @@ def test_a_checkpoint_of_another_code_version_is_not_resumed(tmp_path: Path, mon
     monkeypatch.undo()  # the same code resumes it and finishes
     rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True))
     assert rec["versions"]["objective"] == "1" and (cell / "run.json").exists()
+
+
+def test_records_of_older_schemas_are_judged_by_the_versions_they_state(tmp_path: Path) -> None:
+    """Schema 2-3 records state their metrics' versions in versions.metrics (the committed sunrgbd-det records
+    said map_0.25 version 1 while the metric was at 3, and were reused); a schema-1 record states none: it was
+    made by version 1 of everything (it was refused as "version None")."""
+    import json
+
+    from fusebench.records.cell_file import existing_record
+
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    _run(spec, "none", tmp_path)
+    run_json = cell_dir(tmp_path, "quickstart", "none", 0) / "run.json"
+    rec = json.loads(run_json.read_text())
+    assert {m: e["version"] for m, e in rec["metrics"].items()} == {"acc": "1", "bacc": "1"}
+
+    def as_written(**changes) -> Path:
+        path = tmp_path / f"edited{len(list(tmp_path.glob('edited*')))}.json"
+        path.write_text(json.dumps({**rec, **changes}))
+        return path
+
+    older = as_written(schema_version=3, versions={**rec["versions"], "metrics": {"acc": "1", "bacc": "0"}})
+    with pytest.raises(ConfigMismatchError, match=r"metric 'bacc' version '0', now '1'"):
+        existing_record(older, spec, "none", seed=0)
+    same = as_written(schema_version=3, versions={**rec["versions"], "metrics": {"acc": "1", "bacc": "1"}})
+    assert existing_record(same, spec, "none", seed=0)["schema_version"] == 3
+    first = {k: v for k, v in rec.items() if k != "versions"}
+    path = tmp_path / "schema1.json"
+    path.write_text(json.dumps({**first, "schema_version": 1}))
+    assert existing_record(path, spec, "none", seed=0)["schema_version"] == 1  # version 1 of everything: reused
+    from fusebench.engine.loop import RunError
+
+    with pytest.raises(RunError, match=r"schema_version is '4', not an integer; move it away"):
+        existing_record(as_written(schema_version="4"), spec, "none", seed=0)
+
+
+def test_an_encoder_version_that_is_not_a_string_is_refused(monkeypatch) -> None:
+    from fusebench.components.identity import encoder_version
+    from fusebench.typed import ConfigError
+
+    monkeypatch.setattr(E.ENCODERS.get("mlp"), "version", property(lambda self: "2"))  # a plugin's instance property
+    with pytest.raises(ConfigError, match=r"encoder 'mlp': its version must be a string .* got property"):
+        encoder_version("mlp", {})

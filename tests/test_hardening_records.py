@@ -462,3 +462,55 @@ def test_create_once_writes_whole_and_never_over_a_file_that_is_there(tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no temporary file left beside it
     mode = path.stat().st_mode & 0o777
     assert mode == io.new_file_mode()
+
+
+def test_a_killed_create_once_leaves_a_temporary_file_the_cell_start_removes(tmp_path: Path, monkeypatch) -> None:
+    """The temporary file of create_once is named as atomic_write names its own (``.<name>.<random>.tmp``), so
+    remove_stale_temps, which a cell's start calls under its lock, finds it (it was ``..run.json.<pid>...``)."""
+    from fusebench import io
+
+    def killed(src, dst, *a, **k):  # the process dies between writing the temporary file and linking it
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(io.os, "link", killed)
+    monkeypatch.setattr(io.Path, "unlink", lambda self, missing_ok=False: None)  # a killed process removes nothing
+    with pytest.raises(SystemExit):
+        io.create_once(tmp_path / "run.json", b"{}\n")
+    monkeypatch.undo()
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".run.json.") and left[0].endswith(".tmp"), left
+    io.remove_stale_temps(tmp_path / "run.json")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_selection_file_another_sweep_is_still_writing_is_waited_for(tmp_path: Path, monkeypatch) -> None:
+    """Where there are no hard links, create_once shows the file before it is whole: a sweep reading a young file
+    that does not parse yet waits for it; an old one that does not parse is an error at once."""
+    import threading
+
+    from fusebench.engine.cell import ConfigMismatchError
+    from fusebench.sweep import selection
+
+    path = tmp_path / "infonce_pwe.json"
+    path.write_bytes(b"")  # created exclusively, not yet written
+    whole = threading.Event()
+
+    def writer():
+        whole.wait()
+        path.write_text(json.dumps({"choice": {"tau": 0.5}}))
+
+    other = threading.Thread(target=writer, daemon=True)
+    other.start()
+
+    def sleep(s):  # the reader waits: the other sweep finishes its write meanwhile
+        whole.set()
+        other.join()
+
+    monkeypatch.setattr(selection.time, "sleep", sleep)
+    outcome, _ = selection._read(path)
+    assert outcome == {"choice": {"tau": 0.5}}
+    path.write_bytes(b"{")
+    old = path.stat().st_mtime - 2 * selection.BEING_WRITTEN_S
+    os.utime(path, (old, old))
+    with pytest.raises(ConfigMismatchError, match="is not valid JSON"):
+        selection._read(path)

@@ -273,6 +273,41 @@ def test_a_lock_appears_whole_and_is_removed_only_by_its_owner(tmp_path: Path) -
     assert json.loads(lock.read_text())["host"] == "elsewhere"  # left in place
 
 
+def test_two_runs_taking_over_one_stale_lock_never_both_hold_it(tmp_path: Path, monkeypatch) -> None:
+    """B judges a killed run's lock stale; before B moves it aside, C (same judgement) takes the lock over and
+    holds it. B must not take C's live lock for the stale one, even where the file system gives C's lock the inode
+    number the stale one had (it did on ext4: the takeover compared inodes only, and both ran the cell)."""
+    from fusebench.engine import cell as C
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)  # a pid that is not alive here
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / ".lock").write_text(json.dumps({"pid": dead, "host": locks.hostname()}))  # a killed run's lock
+    real_rename, held = os.rename, {}
+
+    holder = ("import sys, time\nfrom pathlib import Path\nfrom fusebench.engine.cell import CellLock\n"
+              "lock = CellLock(Path(sys.argv[1])).__enter__()\nprint('held', flush=True)\ntime.sleep(120)\n")
+
+    def rename(src, dst):  # B is about to move the lock it judged aside: C, another process, takes the cell first
+        if not held and str(dst).startswith(str(cell / ".lock.stale.")):
+            held["c"] = subprocess.Popen([sys.executable, "-c", holder, str(cell)], stdout=subprocess.PIPE, text=True)
+            assert held["c"].stdout.readline().strip() == "held"
+            held["inode_bytes"] = (os.stat(cell / ".lock").st_ino, (cell / ".lock").read_bytes())
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(C.os, "rename", rename)
+    try:
+        with pytest.raises(CellBusyError, match=r"being run by process (\d+)") as busy:
+            C.CellLock(cell).__enter__()
+        assert f"process {held['c'].pid}" in str(busy.value)
+        assert (os.stat(cell / ".lock").st_ino, (cell / ".lock").read_bytes()) == held["inode_bytes"]  # C's, in place
+    finally:
+        if "c" in held:
+            held["c"].kill()
+            held["c"].wait()
+
+
 def test_status_names_the_slurm_job_of_a_submitted_cell(tmp_path: Path) -> None:
     out = tmp_path / "runs"
 

@@ -149,7 +149,11 @@ def encoder_version(encoder: str, config: Mapping[str, Any]) -> str:
     except (UnknownNameError, KeyError):
         return "1"
     version_of = getattr(cls, "version_of", None)
-    return str(version_of(dict(config))) if callable(version_of) else str(getattr(cls, "version", "1"))
+    version = version_of(dict(config)) if callable(version_of) else getattr(cls, "version", "1")
+    if isinstance(version, bool) or not isinstance(version, (str, int)):  # e.g. a plugin's instance property
+        raise ConfigError(f"encoder {encoder!r}: its version must be a string (a class attribute, or what "
+                          f"version_of(config) returns), got {type(version).__name__}")
+    return str(version)
 
 
 def versions_block(objective: str, metric_ids: list[str] | None = None, encoder: str = "1") -> dict[str, Any]:
@@ -196,11 +200,12 @@ def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
     """What of the code that made a record or a checkpoint of ``objective``'s cell computes differently now: the
     objective's and the encoder's versions in ``made`` (a ``versions`` mapping; no ``encoder``: version 1) and the
     metrics' (``metrics``: id -> the version it was computed with) against :func:`cell_versions` and the metric
-    registry; each as ``"<kind> '<id>' version 'A', now 'B'"``. Empty: the same code."""
+    registry; each as ``"<kind> '<id>' version 'A', now 'B'"``; an absent version is "1" (what a record made
+    before versions were recorded, schema 1, was made by). Empty: the same code."""
     now = cell_versions(spec, objective)
     changed = []
-    if made.get("objective") != now["objective"]:
-        changed.append(f"objective {objective!r} version {made.get('objective')!r}, now {now['objective']!r}")
+    if made.get("objective", "1") != now["objective"]:
+        changed.append(f"objective {objective!r} version {made.get('objective', '1')!r}, now {now['objective']!r}")
     if made.get("encoder", "1") != now.get("encoder", "1"):
         changed.append(f"encoder {spec.encoder.id!r} version {made.get('encoder', '1')!r}, now {now.get('encoder', '1')!r}")
     if metrics:

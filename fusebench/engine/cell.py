@@ -92,8 +92,8 @@ class CellLock:
             if create_once(self.path, payload):
                 self.inode, self.payload = os.stat(self.path).st_ino, payload
                 return self
-            try:
-                judged = os.stat(self.path).st_ino
+            try:  # the lock judged: its inode and its content (a later lock may be given the same inode number)
+                judged = (os.stat(self.path).st_ino, self.path.read_bytes())
             except FileNotFoundError:
                 continue
             holder = read_lock(self.path)
@@ -112,16 +112,17 @@ class CellLock:
             self._take_over(judged)  # the stale lock of a killed run
         raise CellBusyError(f"cannot lock {self.path}")
 
-    def _take_over(self, judged: int) -> None:
-        """Move the stale lock (inode ``judged``) aside; one that is no longer it (another process took the lock
-        over meanwhile and holds it now) is put back, never removed."""
+    def _take_over(self, judged: tuple[int, bytes]) -> None:
+        """Move the stale lock (``judged``: its inode and content) aside; one that is no longer it (another process
+        took the lock over meanwhile and holds it now, maybe under the same inode number, never with the same
+        token) is put back, never removed."""
         aside = self.path.with_name(f".lock.stale.{os.getpid()}.{id(self)}")
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:
             return
         try:
-            if os.stat(aside).st_ino != judged:  # a live lock: back in place (unless a third one is there)
+            if (os.stat(aside).st_ino, aside.read_bytes()) != judged:  # live: back in place (unless a third is there)
                 try:
                     os.link(aside, self.path)
                 except FileExistsError:

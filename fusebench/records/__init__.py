@@ -84,9 +84,10 @@ from fusebench.records.schema import (BOARD_KINDS, CURRENT_SCHEMA_VERSION, METRI
                                       SCHEMA_VERSIONS, DatasetIdentity, Fingerprint, RecordError, RunRecord, Versions,
                                       board_kind, differing_fields, load_record, read_record_json, validate_record)
 from fusebench.records.store import RECORD_FILE, check_record_file, duplicate_runs, find_records
+from fusebench.components.identity import versions_block  # the version block a run writes (kept importable here)
 
 __all__ = ["BOARD_KINDS", "CONFIG_KEYS_IGNORED", "CURRENT_SCHEMA_VERSION", "DatasetIdentity", "Fingerprint",
            "METRIC_EXPECTED", "RECORD_FILE", "RecordError", "RunRecord", "SCHEMA_VERSIONS", "Versions", "board_kind",
            "check_record_file", "comparability_fields", "comparability_key", "comparable_config", "differing_fields",
            "duplicate_runs", "find_records", "load_record", "read_record_json", "synthetic_overrides_applied",
-           "validate_record"]
+           "validate_record", "versions_block"]

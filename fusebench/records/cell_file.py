@@ -64,9 +64,17 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
 def _check_same_code(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, objective: str) -> None:
     """The record was made by the versions of the objective, the encoder and the metrics this code computes
     (:func:`fusebench.components.identity.code_changes`); else a ConfigMismatchError naming what changed."""
-    made = rec.get("versions") if isinstance(rec.get("versions"), dict) else {}
-    entries = rec.get("metrics") if rec.get("schema_version", 1) >= 4 else None
-    metrics = {m: e.get("version") for m, e in entries.items() if isinstance(e, dict)} if isinstance(entries, dict) else None
+    made = rec.get("versions") if isinstance(rec.get("versions"), dict) else {}  # none (schema 1): every version 1
+    schema = rec.get("schema_version", 1)
+    if isinstance(schema, bool) or not isinstance(schema, int):
+        raise RunError(f"{run_json}: schema_version is {schema!r}, not an integer; move it away to rerun the cell")
+    if schema >= 4:  # each metric's version in its entry
+        entries = rec.get("metrics") if isinstance(rec.get("metrics"), dict) else {}
+        metrics = {m: e.get("version") for m, e in entries.items() if isinstance(e, dict)}
+    elif isinstance(made.get("metrics"), dict):  # schemas 2-3: versions.metrics
+        metrics = dict(made["metrics"])
+    else:  # schema 1: the metrics of the config, version 1
+        metrics = {m: "1" for m in (rec.get("config") or {}).get("metrics") or [] if isinstance(m, str)}
     changed = code_changes(spec, objective, made, metrics)
     if changed:
         raise ConfigMismatchError(f"{run_json} was made by other code under the same configuration ({'; '.join(changed)}: "

@@ -18,10 +18,11 @@ import hashlib
 import json
 import math
 import re
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from fusebench.components.identity import cell_versions, code_changes, spec_hash
+from fusebench.components.identity import cell_versions, code_changes, spec_hash, versions_block
 from fusebench import metrics as M
 from fusebench.grids import at_edge  # the rule the board reads back (fusebench.grids)
 from fusebench.runtime import utils
@@ -175,13 +176,26 @@ def _identity(spec: BenchmarkSpec, objective: str, options: RunOptions, context:
             "data_sha256": fp.get("sha256") if isinstance(fp, dict) else None}
 
 
+#: seconds a frozen selection file that does not parse yet counts as being written by a concurrent sweep (a file
+#: system without hard links shows it before it is whole: fusebench.io.create_once), and how long to wait for it
+BEING_WRITTEN_S = 60.0
+WAIT_S = 30.0
+
+
 def _read(path: Path) -> tuple[dict[str, Any], str]:
-    data = path.read_bytes()
-    try:
-        outcome = json.loads(data)
-    except ValueError as e:
-        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection is not valid JSON ({e}); delete it "
-                                  "to select again") from None
+    waited = 0.0
+    while True:
+        data = path.read_bytes()
+        try:
+            outcome = json.loads(data)
+            break
+        except ValueError as e:
+            young = time.time() - path.stat().st_mtime < BEING_WRITTEN_S
+            if not young or waited >= WAIT_S:
+                raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection is not valid JSON ({e}); "
+                                          "delete it to select again") from None
+            time.sleep(0.2)  # another sweep is writing it
+            waited += 0.2
     return outcome, hashlib.sha256(data).hexdigest()
 
 
@@ -199,7 +213,9 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
         outcome = select_hparams(spec, objective, out, options, context)
         assert outcome is not None
         path.parent.mkdir(parents=True, exist_ok=True)  # a concurrent sweep's file, written first, is kept
-        utils.create_json_once(path, {**ident, "versions": cell_versions(spec, objective), **outcome})
+        versions = {**cell_versions(spec, objective),  # and the selection metric's, which scored the trials
+                    "metrics": versions_block(objective, [spec.validation_metric])["metrics"]}
+        utils.create_json_once(path, {**ident, "versions": versions, **outcome})
     outcome, digest = _read(path)
     made = {k: outcome.get(k) for k in ident}
     if made != ident:
@@ -208,7 +224,8 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
                                   f"with another configuration or other data: {diff}; use another --out, or delete "
                                   "the file (and the cells made with it) to select again")
     # the trials' code (a file written before the versions were saved in it is not checked)
-    changed = code_changes(spec, objective, outcome["versions"]) if isinstance(outcome.get("versions"), dict) else []
+    made_by = outcome.get("versions")
+    changed = code_changes(spec, objective, made_by, made_by.get("metrics")) if isinstance(made_by, dict) else []
     if changed:
         raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
                                   f"by other code under the same configuration ({'; '.join(changed)}: it computes "
