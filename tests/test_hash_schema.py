@@ -19,8 +19,9 @@ import pytest
 
 from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record
+from fusebench.records.cell_file import record_versions
 from fusebench.spec import methods as M
-from fusebench.components.identity import config_hash, spec_hash
+from fusebench.components.identity import code_changes, config_hash, spec_hash
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, spec_from_dict
 
 #: what the gaussian_mi cell reads besides the fields of every pipeline, written out here
@@ -238,6 +239,8 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
         if key not in cache:
             cache[key] = benchmarks.load(name, synthetic=syn, overrides=diff) if diff else spec
         assert spec_hash(cache[key], rec["objective"]) == rec["config_hash"], p
+        # and by the code now: the versions of its objective, encoder and metrics (else a rerun refuses the cell)
+        assert code_changes(cache[key], rec["objective"], *record_versions(rec)) == [], p
 
 
 def test_every_committed_record_validates_with_its_hash_checked() -> None:

@@ -64,22 +64,27 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
 def _check_same_code(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, objective: str) -> None:
     """The record was made by the versions of the objective, the encoder and the metrics this code computes
     (:func:`fusebench.components.identity.code_changes`); else a ConfigMismatchError naming what changed."""
-    made = rec.get("versions") if isinstance(rec.get("versions"), dict) else {}  # none (schema 1): every version 1
     schema = rec.get("schema_version", 1)
     if isinstance(schema, bool) or not isinstance(schema, int):
         raise RunError(f"{run_json}: schema_version is {schema!r}, not an integer; move it away to rerun the cell")
-    if schema >= 4:  # each metric's version in its entry
-        entries = rec.get("metrics") if isinstance(rec.get("metrics"), dict) else {}
-        metrics = {m: e.get("version") for m, e in entries.items() if isinstance(e, dict)}
-    elif isinstance(made.get("metrics"), dict):  # schemas 2-3: versions.metrics
-        metrics = dict(made["metrics"])
-    else:  # schema 1: the metrics of the config, version 1
-        metrics = {m: "1" for m in (rec.get("config") or {}).get("metrics") or [] if isinstance(m, str)}
-    changed = code_changes(spec, objective, made, metrics)
+    changed = code_changes(spec, objective, *record_versions(rec))
     if changed:
         raise ConfigMismatchError(f"{run_json} was made by other code under the same configuration ({'; '.join(changed)}: "
                                   "it computes differently now); records are immutable: write to another --out, or "
                                   "move that cell's folder away to rerun it")
+
+
+def record_versions(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The code versions a record states (for :func:`fusebench.components.identity.code_changes`): its ``versions``
+    (none in schema 1: version 1 of everything) and its metrics' versions (schema 4: each metric's entry; schemas
+    2-3: ``versions.metrics``; schema 1: every metric of the config at version 1)."""
+    made = rec.get("versions") if isinstance(rec.get("versions"), dict) else {}
+    if rec.get("schema_version", 1) >= 4:
+        entries = rec.get("metrics") if isinstance(rec.get("metrics"), dict) else {}
+        return made, {m: e.get("version") for m, e in entries.items() if isinstance(e, dict)}
+    if isinstance(made.get("metrics"), dict):
+        return made, dict(made["metrics"])
+    return made, {m: "1" for m in (rec.get("config") or {}).get("metrics") or [] if isinstance(m, str)}
 
 
 def _check_same_data(run_json: Path, rec: dict[str, Any], context: dict[str, Any]) -> None:
@@ -130,4 +135,4 @@ def write_record(cell: Path, record: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["existing_record", "record_there", "write_record"]
+__all__ = ["existing_record", "record_there", "record_versions", "write_record"]
