@@ -131,9 +131,6 @@ def spec_hash(spec: BenchmarkSpec, objective: str) -> str:
     return config_hash(spec.to_dict(), objective)
 
 
-__all__ = ["cell_identity", "config_hash", "methods_used", "spec_hash"]
-
-
 # ---------------------------------------------------------------------------------------------
 # the code's identity: versions
 # ---------------------------------------------------------------------------------------------
@@ -207,9 +204,14 @@ def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
     if made.get("objective", "1") != now["objective"]:
         changed.append(f"objective {objective!r} version {made.get('objective', '1')!r}, now {now['objective']!r}")
     if made.get("encoder", "1") != now.get("encoder", "1"):
-        changed.append(f"encoder {spec.encoder.id!r} version {made.get('encoder', '1')!r}, now {now.get('encoder', '1')!r}")
+        changed.append(f"encoder {spec.encoder.id!r} version {made.get('encoder', '1')!r}, "
+                       f"now {now.get('encoder', '1')!r}")
     if metrics:
         current = versions_block(objective, sorted(metrics))["metrics"]
         changed += [f"metric {m!r} version {v!r}, now {current[m]!r}" for m, v in sorted(metrics.items())
                     if v != current[m]]
     return changed
+
+
+__all__ = ["cell_identity", "cell_versions", "code_changes", "config_hash", "encoder_version", "methods_used",
+           "spec_hash", "versions_block"]

@@ -69,9 +69,9 @@ def _check_same_code(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, o
         raise RunError(f"{run_json}: schema_version is {schema!r}, not an integer; move it away to rerun the cell")
     changed = code_changes(spec, objective, *record_versions(rec))
     if changed:
-        raise ConfigMismatchError(f"{run_json} was made by other code under the same configuration ({'; '.join(changed)}: "
-                                  "it computes differently now); records are immutable: write to another --out, or "
-                                  "move that cell's folder away to rerun it")
+        raise ConfigMismatchError(f"{run_json} was made by other code under the same configuration "
+                                  f"({'; '.join(changed)}: it computes differently now); records are immutable: write "
+                                  "to another --out, or move that cell's folder away to rerun it")
 
 
 def record_versions(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -7,8 +7,8 @@ the selection metric (``spec.validation_metric``: ``selection_metric``, by defau
 once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
 (:func:`selection_path`): the grid, every point's per-seed validation scores, the choice, the grid keys whose
 choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's config hash, the
-code's versions and the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`); every record
-holds the outcome (``hparam_selection``) and the file's sha256 (``hparam_selection_sha256``). A later sweep
+code's versions and the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`);
+every record holds the outcome (``hparam_selection``) and the file's sha256 (``hparam_selection_sha256``). A later sweep
 into the same ``--out`` (a resume) reuses the file and runs no trial again; a file made with another
 configuration, other code or other data is a :class:`~fusebench.engine.cell.ConfigMismatchError`, never mixed."""
 
