@@ -14,6 +14,7 @@ from fusebench import encoders as E
 from fusebench import metrics as M
 from fusebench import objectives as O
 from fusebench.cells.execute import run_cell
+from fusebench.components.identity import cell_versions, code_changes, encoder_version
 from fusebench.engine.cell import ConfigMismatchError, load_checkpoint
 from fusebench.records import comparability_fields, comparability_key, validate_record
 from fusebench.spec.request import CellRequest, RunOptions, cell_dir
@@ -44,6 +45,11 @@ def test_esanet_versions_its_presets_one_at_a_time() -> None:
     blocks = [len(m.blocks) for m in head.modules() if hasattr(m, "blocks") and hasattr(m.blocks, "__len__")]
     assert blocks and set(blocks) == {3}, blocks  # what version 2 says: three blocks per decoder module
     assert E.ENCODERS.get("mlp").version_of({"num_features": 4}) == "1"  # the base class: its version, any config
+    # the path records, checkpoints and selections take: the spec's encoder config, through the registry
+    assert encoder_version("esanet", {"size": "resnet34"}) == encoder_version("esanet", {}) == "2"
+    assert encoder_version("esanet", {"size": "tiny"}) == "1"
+    assert cell_versions(benchmarks.load("nyuv2-seg"), "none")["encoder"] == "2"  # resnet34
+    assert "encoder" not in cell_versions(benchmarks.load("nyuv2-seg", synthetic=True), "none")  # tiny: version 1
 
 
 def test_a_record_of_another_objective_version_is_not_reused(tmp_path: Path, monkeypatch) -> None:
@@ -88,6 +94,7 @@ def test_a_checkpoint_of_another_code_version_is_not_resumed(tmp_path: Path, mon
     with pytest.raises(KeyboardInterrupt):  # a killed run: last.pt written, no run.json
         run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, max_steps=1))
     cell = cell_dir(tmp_path, "quickstart", "infonce_pwe", 0)
+    assert load_checkpoint(cell / "last.pt")["versions"] == cell_versions(spec, "infonce_pwe")
     assert load_checkpoint(cell / "last.pt")["versions"]["objective"] == "1"
     monkeypatch.setattr(E.ENCODERS.get("mlp"), "version", "2")
     with pytest.raises(ConfigMismatchError, match=r"cannot resume .*last\.pt: it was written by other code .*"
@@ -96,9 +103,17 @@ def test_a_checkpoint_of_another_code_version_is_not_resumed(tmp_path: Path, mon
     monkeypatch.undo()  # the same code resumes it and finishes
     rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True))
     assert rec["versions"]["objective"] == "1" and (cell / "run.json").exists()
+    # an encoder at a version other than 1 (ESANet resnet34): its checkpoint states it, and resumes under it
+    monkeypatch.setattr(E.ENCODERS.get("mlp"), "version", "2")
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "v2"), RunOptions(progress=False, max_steps=1))
+    ckpt = load_checkpoint(cell_dir(tmp_path / "v2", "quickstart", "infonce_pwe", 0) / "last.pt")
+    assert ckpt["versions"]["encoder"] == "2" and ckpt["versions"] == cell_versions(spec, "infonce_pwe")
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "v2"), RunOptions(progress=False, resume=True))
+    assert rec["versions"]["encoder"] == "2"
 
 
-def test_records_of_older_schemas_are_judged_by_the_versions_they_state(tmp_path: Path) -> None:
+def test_records_of_older_schemas_are_judged_by_the_versions_they_state(tmp_path: Path, monkeypatch) -> None:
     """Schema 2-3 records state their metrics' versions in versions.metrics (the committed sunrgbd-det records
     said map_0.25 version 1 while the metric was at 3, and were reused); a schema-1 record states none: it was
     made by version 1 of everything (it was refused as "version None")."""
@@ -126,16 +141,41 @@ def test_records_of_older_schemas_are_judged_by_the_versions_they_state(tmp_path
     path = tmp_path / "schema1.json"
     path.write_text(json.dumps({**first, "schema_version": 1}))
     assert existing_record(path, spec, "none", seed=0)["schema_version"] == 1  # version 1 of everything: reused
+    unstated = tmp_path / "unstated.json"  # no schema_version at all: schema 1
+    unstated.write_text(json.dumps({k: v for k, v in first.items() if k != "schema_version"}))
+    assert existing_record(unstated, spec, "none", seed=0)["objective"] == "none"
+    real = M.get  # a metric of the config at version 2 now: a schema-1 record's (version 1) is not reused
+
+    def bumped(mid: str):
+        return dataclasses.replace(real(mid), version="2") if mid == "bacc" else real(mid)
+
+    monkeypatch.setattr(M, "get", bumped)
+    for old in (path, unstated):
+        with pytest.raises(ConfigMismatchError, match=r"metric 'bacc' version '1', now '2'"):
+            existing_record(old, spec, "none", seed=0)
+    monkeypatch.undo()
     from fusebench.engine.loop import RunError
 
-    with pytest.raises(RunError, match=r"schema_version is '4', not an integer; move it away"):
-        existing_record(as_written(schema_version="4"), spec, "none", seed=0)
+    for bad in ("4", True):
+        with pytest.raises(RunError, match=rf"schema_version is {bad!r}, not an integer; move it away"):
+            existing_record(as_written(schema_version=bad), spec, "none", seed=0)
 
 
 def test_an_encoder_version_that_is_not_a_string_is_refused(monkeypatch) -> None:
-    from fusebench.components.identity import encoder_version
     from fusebench.typed import ConfigError
 
     monkeypatch.setattr(E.ENCODERS.get("mlp"), "version", property(lambda self: "2"))  # a plugin's instance property
     with pytest.raises(ConfigError, match=r"encoder 'mlp': its version must be a string .* got property"):
         encoder_version("mlp", {})
+    monkeypatch.setattr(E.ENCODERS.get("mlp"), "version", True)
+    with pytest.raises(ConfigError, match=r"got bool"):
+        encoder_version("mlp", {})
+    monkeypatch.setattr(E.ENCODERS.get("mlp"), "version", 2)  # an int is its string: one board for "2" and 2
+    assert encoder_version("mlp", {}) == "2"
+
+
+def test_a_metric_version_a_record_does_not_state_is_a_change() -> None:
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    made = cell_versions(spec, "none")
+    assert code_changes(spec, "none", made, {"acc": "1"}) == []
+    assert code_changes(spec, "none", made, {"acc": None}) == ["metric 'acc' version None, now '1'"]

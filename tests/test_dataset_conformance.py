@@ -127,9 +127,24 @@ def test_the_declared_task_is_checked_against_the_task_registry(monkeypatch):
     for ok in (dataset("ranking", None), dataset("regression", None), dataset("classification", 3)):
         check_declaration(ok)
         check_dataset_task(ok, "toy")
-    with pytest.raises(ConfigError, match=r"toy: task 'classification' predicts classes, so the adapter must declare "
-                                          r"num_classes"):
-        check_dataset_task(dataset("classification", None), "toy")
+    for none in (None, 0):
+        with pytest.raises(ConfigError, match=r"toy: task 'classification' predicts classes, so the adapter must "
+                                              r"declare num_classes"):
+            check_dataset_task(dataset("classification", none), "toy")
+
+
+def test_loading_a_spec_checks_its_dataset_s_task(monkeypatch):
+    from fusebench import benchmarks
+    from fusebench.typed import ConfigError
+
+    monkeypatch.setattr(datasets.get("quickstart"), "task", "ranking")
+    with pytest.raises(ConfigError, match=r"quickstart.yaml: dataset quickstart: task 'ranking' is not a registered "
+                                          r"task family"):
+        benchmarks.load("quickstart")
+    monkeypatch.setattr(datasets.get("quickstart"), "task", "classification")
+    monkeypatch.setattr(datasets.get("quickstart"), "num_classes", None)
+    with pytest.raises(ConfigError, match=r"dataset quickstart: task 'classification' predicts classes"):
+        benchmarks.load("quickstart")
 
 
 @pytest.mark.parametrize("name", datasets.DATASETS.builtin())

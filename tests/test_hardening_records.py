@@ -464,6 +464,30 @@ def test_create_once_writes_whole_and_never_over_a_file_that_is_there(tmp_path: 
     assert mode == io.new_file_mode()
 
 
+def test_create_json_once_writes_the_record_layout_once(tmp_path: Path) -> None:
+    """run.json and a frozen selection file are written in atomic_write_json's layout (sorted keys, indented, a final
+    newline: committed records diff cleanly), and a second writer is told the file was there."""
+    from fusebench import io
+    from fusebench.runtime import utils
+
+    data = {"b": 1, "a": {"d": [1, 2], "c": None}}
+    io.atomic_write_json(tmp_path / "layout.json", data)
+    assert utils.create_json_once(tmp_path / "run.json", data) is True
+    assert (tmp_path / "run.json").read_bytes() == (tmp_path / "layout.json").read_bytes()
+    assert (tmp_path / "run.json").read_text().endswith("}\n") and '"a": {' in (tmp_path / "run.json").read_text()
+    assert utils.create_json_once(tmp_path / "run.json", {"x": 1}) is False
+    assert (tmp_path / "run.json").read_bytes() == (tmp_path / "layout.json").read_bytes()
+
+
+def test_atomic_write_that_cannot_replace_leaves_no_temporary_file(tmp_path: Path) -> None:
+    from fusebench import io
+
+    (tmp_path / "board.md").mkdir()  # a folder where the file should go: os.replace fails
+    with pytest.raises(OSError):
+        io.atomic_write_text(tmp_path / "board.md", "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["board.md"]
+
+
 def test_a_killed_create_once_leaves_a_temporary_file_the_cell_start_removes(tmp_path: Path, monkeypatch) -> None:
     """The temporary file of create_once is named as atomic_write names its own (``.<name>.<random>.tmp``), so
     remove_stale_temps, which a cell's start calls under its lock, finds it (it was ``..run.json.<pid>...``)."""
@@ -512,5 +536,10 @@ def test_a_selection_file_another_sweep_is_still_writing_is_waited_for(tmp_path:
     path.write_bytes(b"{")
     old = path.stat().st_mtime - 2 * selection.BEING_WRITTEN_S
     os.utime(path, (old, old))
-    with pytest.raises(ConfigMismatchError, match="is not valid JSON"):
+
+    def no_wait(s):
+        raise AssertionError("waited for a file written long ago")
+
+    monkeypatch.setattr(selection.time, "sleep", no_wait)
+    with pytest.raises(ConfigMismatchError, match="is not valid JSON"):  # at once
         selection._read(path)

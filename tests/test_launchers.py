@@ -273,6 +273,28 @@ def test_a_lock_appears_whole_and_is_removed_only_by_its_owner(tmp_path: Path) -
     assert json.loads(lock.read_text())["host"] == "elsewhere"  # left in place
 
 
+def test_a_lock_of_this_process_s_own_pid_is_a_killed_run_s_and_every_lock_has_its_own_token(tmp_path: Path) -> None:
+    """A lock naming this process's pid on this host was left by an earlier run under the same pid (a requeued job
+    in a container): stale, taken over. Two locks of one process never share a token, so the first run's exit
+    leaves the second's lock even where the second got the first's inode number."""
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    lock = cell / ".lock"
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": locks.hostname()}))
+    with CellLock(cell):
+        first = json.loads(lock.read_text())["token"]
+    a = CellLock(cell).__enter__()
+    lock.unlink()  # a is gone from the disk; b takes the cell, and the file system may reuse the inode
+    b = CellLock(cell).__enter__()
+    second = json.loads(lock.read_text())["token"]
+    assert len({first, second, json.loads(a.payload)["token"]}) == 3
+    a.inode = os.stat(lock).st_ino  # the worst case: b's lock got a's inode number
+    a.__exit__(None, None, None)
+    assert json.loads(lock.read_text())["token"] == second  # a's exit left b's lock
+    b.__exit__(None, None, None)
+    assert not lock.exists()
+
+
 def test_two_runs_taking_over_one_stale_lock_never_both_hold_it(tmp_path: Path, monkeypatch) -> None:
     """B judges a killed run's lock stale; before B moves it aside, C (same judgement) takes the lock over and
     holds it. B must not take C's live lock for the stale one, even where the file system gives C's lock the inode

@@ -262,6 +262,20 @@ def test_duplicate_runs_name_both_files(runs: Path) -> None:
     assert not (runs.parent / "out").exists()
 
 
+def test_one_run_of_two_comparability_groups_is_no_duplicate() -> None:
+    """What counts as one run: benchmark, comparability key, objective and seed. The same (objective, seed) under
+    two keys (say records of two encoder versions) are two groups' runs, each a table of its own (--split)."""
+    from types import SimpleNamespace as R
+
+    from fusebench.records import duplicate_runs
+
+    a, b = (R(benchmark="toy", comparability_key=k, objective="m3g", seed=0, path=k) for k in ("k1", "k2"))
+    assert duplicate_runs([a, b]) is None
+    c = R(benchmark="toy", comparability_key="k1", objective="m3g", seed=0, path="again")
+    assert duplicate_runs([a, b, c]) == (a, c)
+    assert duplicate_runs([a, R(**{**vars(c), "seed": 1})]) is None
+
+
 def _odd_m3g(runs: Path) -> Path:
     rec = _record("m3g", 0, {"acc": 0.9, "mae": 0.3})
     rec["config"]["pretrain"]["epochs"] = 50

@@ -56,6 +56,18 @@ def test_good_options_pass() -> None:
     check_options({"width": 3, "flags": (1,)}, _Toy, "toy")
 
 
+def test_an_open_ended_constructor_takes_for_a_typo_only_a_key_this_close_to_a_named_option() -> None:
+    class Open:  # a third-party class: **kwargs, declaring nothing
+        def __init__(self, width: int = 1, **kwargs) -> None:
+            pass
+
+    check_options({"wid": 1, "depth": 2}, Open, "plugin")  # "wid" ~ "width" at 0.75: passed on, not a typo
+    with pytest.raises(OptionsError, match=r"plugin: unknown options, did you mean 'width' for 'widht'\?"):
+        check_options({"widht": 1}, Open, "plugin")  # 0.8: a typo
+    with pytest.raises(OptionsError, match=r"plugin.width: expected int"):
+        check_options({"width": "3"}, Open, "plugin")
+
+
 def test_spec_hparams_are_checked_at_load_time() -> None:
     with pytest.raises(ConfigError, match=r"quickstart.yaml: pretrain.per_objective.m3g.hparams: unknown options \['epss'\] \(did "
                                           r"you mean 'eps' for 'epss'\?\); valid options: eps, cost, tol, max_iter"):

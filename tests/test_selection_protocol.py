@@ -13,6 +13,7 @@ and the outcome is a frozen, recorded input of the cells.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 import fusebench
 from fusebench.components.identity import spec_hash
-from fusebench import benchmarks, objectives
+from fusebench import benchmarks, metrics, objectives
 from fusebench.sweep import launchers, runner, selection
 from fusebench.engine.cell import ConfigMismatchError
 from fusebench.spec.config import ConfigError
@@ -189,6 +190,47 @@ def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reu
                                                    r"now '2'"):
         selection.freeze_selection(same, "infonce_pwe", out, RunOptions(data_root=_ngs(fixtures_dir)),
                                    {"fingerprint": {"sha256": frozen["data_sha256"]}})
+    monkeypatch.undo()
+    # and by the version of the metric that scored its trials, the selection metric, alone of the metrics
+    assert set(frozen["versions"]["metrics"]) == {same.validation_metric} == {"fs1_best_acc"}
+    real = metrics.get
+    for bumped_id, refused in (("acc", False), ("fs1_best_acc", True)):
+        monkeypatch.setattr(metrics, "get", lambda mid, b=bumped_id: dataclasses.replace(real(mid), version="2")
+                            if mid == b else real(mid))
+        call = lambda: selection.freeze_selection(same, "infonce_pwe", out, RunOptions(data_root=_ngs(fixtures_dir)),
+                                                  {"fingerprint": {"sha256": frozen["data_sha256"]}})
+        if refused:
+            with pytest.raises(ConfigMismatchError, match=r"by other code .*metric 'fs1_best_acc' version '1', now '2'"):
+                call()
+        else:
+            assert call()[1] == digest  # another metric's version: the selection stands
+        monkeypatch.undo()
+
+
+def test_a_selection_file_another_sweep_wrote_first_is_the_one_used(tmp_path: Path, monkeypatch) -> None:
+    """Two sweeps into one --out select at once: the file written first is kept and both use it (an overwrite
+    would leave cells already started with one choice and a resume with another)."""
+    from fusebench.components.identity import cell_versions, versions_block
+    from fusebench.runtime import utils
+
+    spec = benchmarks.load("mv-ngs", overrides=FAST)
+    options = RunOptions(synthetic=True)
+    path = selection.selection_path(tmp_path, spec.name, "infonce_pwe")
+    first = {**selection._identity(spec, "infonce_pwe", options, {}), "choice": {"tau": 1.0},
+             "versions": {**cell_versions(spec, "infonce_pwe"),
+                          "metrics": versions_block("infonce_pwe", [spec.validation_metric])["metrics"]}}
+
+    def select(*args, **kwargs):  # the other sweep finishes first, while this one selects
+        path.parent.mkdir(parents=True, exist_ok=True)
+        utils.create_json_once(path, first)
+        return {"choice": {"tau": 0.1}}
+
+    monkeypatch.setattr(selection, "select_hparams", select)
+    written = path.read_bytes() if path.exists() else None
+    outcome, digest = selection.freeze_selection(spec, "infonce_pwe", tmp_path, options, {})
+    assert written is None and outcome["choice"] == {"tau": 1.0}
+    assert json.loads(path.read_text())["choice"] == {"tau": 1.0}
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_the_selection_metric_is_the_spec_s_primary_whatever_its_id(tmp_path: Path, fixtures_dir: Path) -> None:

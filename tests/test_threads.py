@@ -94,6 +94,15 @@ def test_more_threads_than_the_cpus_allowed_are_refused_where_the_cells_run() ->
     assert thread_plan(aff(4), 1, SMALL, {}, requested=5, bounded=False) == (5, "--threads")
 
 
+def test_a_sweep_that_submits_its_cells_elsewhere_does_not_bound_threads_by_its_own_cpus(monkeypatch) -> None:
+    from fusebench.engine import threads
+
+    monkeypatch.setattr(threads, "read_allowance", lambda root=None: aff(2))  # the login node: 2 CPUs
+    assert threads.cell_threads("mlp", "cpu", requested=8, bounded=False) == (8, "--threads")
+    with pytest.raises(ConfigError, match="give at most 2"):
+        threads.cell_threads("mlp", "cpu", requested=8)
+
+
 def test_a_cell_checks_threads_against_its_own_cpus(tmp_path) -> None:
     """What a job does on its node (the sweep that submitted it did not check): the cell refuses before it runs."""
     from fusebench import benchmarks
