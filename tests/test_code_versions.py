@@ -179,3 +179,17 @@ def test_a_metric_version_a_record_does_not_state_is_a_change() -> None:
     made = cell_versions(spec, "none")
     assert code_changes(spec, "none", made, {"acc": "1"}) == []
     assert code_changes(spec, "none", made, {"acc": None}) == ["metric 'acc' version None, now '1'"]
+
+
+def test_status_names_the_records_a_rerun_would_refuse(tmp_path: Path, monkeypatch) -> None:
+    from fusebench.sweep import status
+
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    _run(spec, "none", tmp_path)
+    assert status.collect(tmp_path, ["quickstart"])["quickstart"][("none", 0)] == ("done", "")
+    monkeypatch.setattr(E.ENCODERS.get("mlp"), "version", "2")
+    state = status.collect(tmp_path, ["quickstart"])["quickstart"][("none", 0)]
+    assert state == ("done", "made by other code (encoder 'mlp' version '1', now '2'): a rerun refuses it; move the "
+                             "cell away to rerun it")
+    assert "  done: none/seed0: made by other code (encoder 'mlp'" in status.render({"quickstart": {("none", 0): state}})
+    assert status.collect(tmp_path)["quickstart"][("none", 0)] == ("done", "")  # no spec named: not judged

@@ -2,7 +2,8 @@
 
 Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
 
-* ``done``: ``run.json`` exists, a regular file (the record is final);
+* ``done``: ``run.json`` exists, a regular file (the record is final); with ``--benchmark``, a record made by other
+  code (objective, encoder or metric versions: a rerun refuses it) is listed with what changed;
 * ``running``: a ``.lock`` held by a live process (``fusebench run`` is on it now), or the cell's
   SLURM job is running and has not taken the lock yet (it is starting);
 * ``failed``: ``failed.json`` exists and no ``run.json`` (rerunning the sweep retries it);
@@ -120,11 +121,33 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
             from fusebench import benchmarks as B
 
             spec = B.load(bench)
+            for key, (state, _) in list(cells.items()):
+                if state == "done":
+                    cells[key] = ("done", _made_by_other_code(out / bench / key[0] / f"seed{key[1]}", spec, key[0]))
             for o in spec.objectives or [spec.pretrain.objective]:
                 for s in spec.seeds:
                     cells.setdefault((o, s), ("pending", ""))
         found[bench] = cells
     return found
+
+
+def _made_by_other_code(cell: Path, spec: Any, objective: str) -> str:
+    """For a done cell of a benchmark whose spec is known: "" when its record was made by the objective, encoder and
+    metric versions the code computes now, else what changed (a rerun refuses the record:
+    :func:`fusebench.components.identity.code_changes`). A row of pretrained weights (its version is its file's
+    hash, named on the command line) and a record that cannot be read are not judged here."""
+    from fusebench.components.identity import code_changes
+    from fusebench.records.cell_file import record_versions
+
+    try:
+        rec = json.loads((cell / "run.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return ""
+    if not isinstance(rec, dict) or rec.get("encoder_weights") or not isinstance(rec.get("schema_version", 1), int):
+        return ""
+    changed = code_changes(spec, objective, *record_versions(rec))
+    return (f"made by other code ({'; '.join(changed)}): a rerun refuses it; move the cell away to rerun it"
+            if changed else "")
 
 
 def selection_progress(out: Path, bench: str) -> tuple[Path, int, list[str]] | None:
@@ -160,7 +183,7 @@ def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path |
             counts = [sum(1 for (oo, _), v in cells.items() if oo == o and v[0] == st) for st in states]
             lines.append(f"  {o:<{width}}  " + "  ".join(f"{c:>11}" for c in counts))
         for (o, s), (st, detail) in sorted(cells.items()):
-            if st in ("running", "failed", "interrupted", UNREADABLE) or (st == "pending" and detail):
+            if st in ("running", "failed", "interrupted", UNREADABLE) or (st in ("pending", "done") and detail):
                 lines.append(f"  {st}: {o}/seed{s}" + (f": {detail}" if detail else ""))
     return "\n".join(lines) if lines else "no cells"
 
