@@ -63,24 +63,12 @@ def summary_table(records: list[dict[str, Any]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
 
 
-#: where each built-in tracker writes (docs/trackers.md); ``{out}`` the records folder
-TRACKER_OUTPUT = {"csv": "metrics.csv in each cell folder under {out}",
-                  "tensorboard": "tb/ in each cell folder under {out} (tensorboard --logdir {out})"}
-
-
 def tracker_lines(loggers: list[str] | None, out: str, mlflow_uri: str | None = None) -> list[str]:
-    """Where the ``--logger`` trackers wrote: one line each (mlflow: its tracking URI, by default
-    ``file:<out>/.mlruns``; a plugin tracker: its own docs)."""
-    from fusebench.engine.trackers import default_mlflow_uri
+    """Where the ``--logger`` trackers wrote: one line each, as each tracker's registration says
+    (:func:`fusebench.engine.trackers.written_where`; mlflow: its tracking URI, by default ``file:<out>/.mlruns``)."""
+    from fusebench.engine.trackers import written_where
 
-    lines = []
-    for name in loggers or []:
-        if name == "mlflow":
-            where = f"tracking URI {default_mlflow_uri(out, mlflow_uri)} (mlflow ui --backend-store-uri ...)"
-        else:
-            where = TRACKER_OUTPUT.get(name, "where its plugin writes (see its docs)").format(out=out)
-        lines.append(f"logs ({name}): {where}")
-    return lines
+    return [f"logs ({name}): {written_where(name, out, mlflow_uri)}" for name in loggers or []]
 
 
 def closing_lines(records: list[dict[str, Any]], out: str, board_lines: list[str] | None = None,

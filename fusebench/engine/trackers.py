@@ -284,24 +284,34 @@ def default_mlflow_uri(out: str | Path, uri: str | None = None) -> str:
 # ---------------------------------------------------------------------------------------------
 #: tracker id -> factory ``(cell, out, mlflow_uri) -> Tracker`` (``cell``: the cell folder, ``out``: the
 #: sweep's output folder, ``mlflow_uri``: ``--mlflow-uri`` or None); metadata ``requires``: the module an
-#: optional tracker imports, checked before any training. Plugins: entry-point group ``fusebench.trackers``,
+#: optional tracker imports, checked before any training; ``where(out, mlflow_uri) -> str``: where it writes,
+#: said when the run ends (:func:`written_where`). Plugins: entry-point group ``fusebench.trackers``,
 #: value ``"package.module:factory"``.
 TRACKERS = Registry("tracker", entry_point_group="fusebench.trackers")
 
 
-@TRACKERS.register("csv")
+@TRACKERS.register("csv", where=lambda out, uri: f"metrics.csv in each cell folder under {out}")
 def _csv(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
     return CsvTracker(cell)
 
 
-@TRACKERS.register("tensorboard", requires="torch.utils.tensorboard")
+@TRACKERS.register("tensorboard", requires="torch.utils.tensorboard",
+                   where=lambda out, uri: f"tb/ in each cell folder under {out} (tensorboard --logdir {out})")
 def _tensorboard(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
     return TensorBoardTracker(cell)
 
 
-@TRACKERS.register("mlflow", requires="mlflow")
+@TRACKERS.register("mlflow", requires="mlflow", where=lambda out, uri: (
+    f"tracking URI {default_mlflow_uri(out, uri)} (mlflow ui --backend-store-uri ...)"))
 def _mlflow(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
     return MLflowTracker(default_mlflow_uri(out, mlflow_uri), cell)
+
+
+def written_where(tracker: str, out: str | Path, mlflow_uri: str | None = None) -> str:
+    """Where tracker ``tracker`` writes for a sweep into ``out`` (its registration's ``where``; a plugin that
+    declares none: its own docs)."""
+    where = TRACKERS.meta(tracker).get("where") if tracker in TRACKERS.available() else None
+    return where(out, mlflow_uri) if callable(where) else "where its plugin writes (see its docs)"
 
 
 def _require(name: str, load: Callable[[], Any]) -> Any:
@@ -417,4 +427,4 @@ def build_trackers(ids: list[str] | None, out: str | Path, cell: str | Path, mlf
 
 
 __all__ = ["CsvTracker", "MLflowTracker", "TRACKERS", "TensorBoardTracker", "Tracker", "TrackerError", "Trackers",
-           "build_trackers", "check_trackers", "default_mlflow_uri"]
+           "build_trackers", "check_trackers", "default_mlflow_uri", "written_where"]
