@@ -206,8 +206,8 @@ class MultimodalDataset(Dataset):
 
     def source_files(self) -> list[Path] | None:
         """The input files a prepared cache depends on (absolute, or relative to ``root``); None (the
-        default) means every file under the root (the root itself when the root is a file). Override it when the root holds more than the
-        adapter reads."""
+        default) means every file under the root (the root itself when the root is a file). Override it when the
+        root holds more than the adapter reads."""
         return None
 
     def sample_keys(self) -> list[str] | None:

@@ -6,8 +6,6 @@ v7.3 written here with h5py in MATLAB's layout, sparse and transposed views, lab
 from __future__ import annotations
 
 import logging
-import shutil
-from pathlib import Path
 
 import h5py
 import numpy as np

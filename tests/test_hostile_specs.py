@@ -196,7 +196,7 @@ def test_list_of_an_id_left_out_says_why_before_no_such_id(tmp_path: Path, monke
 
 def test_a_spec_claiming_another_benchmarks_name_is_a_duplicate_naming_both_files(tmp_path: Path,
                                                                                    monkeypatch) -> None:
-    other = _spec(tmp_path, "other", "name: quickstart\n")
+    _spec(tmp_path, "other", "name: quickstart\n")
     monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(tmp_path))
     with pytest.raises(DuplicateIdError, match=r"benchmark id 'quickstart' is claimed twice: by "
                                                r".*benchmarks/quickstart\.yaml \(its file name\) and by "

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-import fusebench
 from fusebench import benchmarks, encoders
 from fusebench.leaderboard.reported import PUBLISHED_TITLE
 from fusebench.spec.config import ConfigError

@@ -17,7 +17,6 @@ from fusebench.records import comparability_key, validate_record, RecordError
 from fusebench.metrics import values_of
 from fusebench.records.schema import REPEATED_FIELDS
 from fusebench.spec import precision
-from fusebench.sweep import runner
 from fusebench.spec.config import ConfigError
 from fusebench.cells.execute import run_cell
 from fusebench.spec.request import CellRequest, RunOptions

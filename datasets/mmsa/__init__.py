@@ -16,9 +16,9 @@ Layouts (option ``layout``; ``"auto"`` picks from what ``root`` holds, see docs/
   ``raw_text``. Unaligned sequences are zero-padded at the end (MMSA packs them with these lengths):
   audio/vision are trimmed to their lengths and text to the ``text_bert`` attention-mask sum. Aligned
   files carry no lengths: all three modalities are trimmed to the ``text_bert`` attention-mask sum, the
-  length MMSA's models run aligned audio/vision for (untrimmed when the file has no ``text_bert``). A length must be an integer in 0..T (T = padded
-  length; 0 = the modality is missing for that sample), else :class:`DatasetError` names file, split,
-  sample and range. Every split must give a modality the same feature dimension; an empty split is an
+  length MMSA's models run aligned audio/vision for (untrimmed when the file has no ``text_bert``). A length
+  must be an integer in 0..T (T = padded length; 0 = the modality is missing for that sample), else
+  :class:`DatasetError` names file, split, sample and range. Every split must give a modality the same feature dimension; an empty split is an
   error (see :class:`~fusebench.datasets.base.MultimodalDataset`).
 * ``"feature_file"``: one MMSA-FET output dict for a single clip (``text`` [T, 768], ``text_bert``
   [3, T], ``audio`` [T, d_a], ``vision`` [T, d_v]; no label) such as the CH-SIMS fixture. It goes

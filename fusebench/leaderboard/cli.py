@@ -84,7 +84,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default="leaderboards",
                    help="output folder of the boards (default leaderboards, from the current folder: in a checkout, "
                         "the committed boards of the benchmarks found under --runs are replaced)")
-    p.add_argument("--no-plots", action="store_true", help="no plot is drawn, looked at or written (docs/leaderboards.md)")
+    p.add_argument("--no-plots", action="store_true",
+                   help="no plot is drawn, looked at or written (docs/leaderboards.md)")
     p.add_argument("--split", action="store_true",
                    help="one table per comparability group instead of refusing a benchmark whose runs mix groups")
     p.add_argument("--reported", default=None,

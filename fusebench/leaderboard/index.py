@@ -30,7 +30,8 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Average ranks of the objectives over the real-data boards of the protocols that join it
     (``Protocol.cross_dataset_ranking``: ``embedding_eval``).
 
-    From each board's metadata (first group: the largest when split) of kind ``real`` with such a protocol: the per-row means of its primary metric (valid rows, displayed ids). The
+    From each board's metadata (first group: the largest when split) of kind ``real`` with such a protocol: the
+    per-row means of its primary metric (valid rows, displayed ids). The
     objectives present on every such board are ranked within each (rank 1 = best in the metric's
     direction, ties share the average rank) and the ranks averaged; Friedman's test
     (:func:`fusebench.leaderboard.stats.friedman`) and the Nemenyi critical difference at ``CD_ALPHA``
@@ -52,7 +53,8 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
             skipped[name] = "board written by an older fusebench without per-row means: regenerate it"
             continue
         protocol = g.get("protocol")  # the runs' text: any JSON value (a list would not even hash)
-        if not isinstance(protocol, str) or protocol not in PROTOCOLS or not PROTOCOLS.get(protocol).cross_dataset_ranking:
+        if (not isinstance(protocol, str) or protocol not in PROTOCOLS
+                or not PROTOCOLS.get(protocol).cross_dataset_ranking):
             continue
         if g.get("variant_of"):  # a re-run of another board's data: counted once, under its base
             skipped[name] = (f"a variant of {md_code(g['variant_of'])}, the same data with a changed setting: compared "

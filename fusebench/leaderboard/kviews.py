@@ -185,8 +185,9 @@ def _summary(study: StudyRuns, pretrained: list[str], metric: str) -> list[str]:
         line = f"- **{arm}** arm, k = {lo} -> {hi}: " + ", ".join(refs) if refs else f"- **{arm}** arm"
         for r in PAIRED_WITH:
             # the rows with gaps at both ends: a row missing at one end would change the mean by its absence
-            both = [o for o in pretrained if pairs(study, arm, lo, o, r, metric) and pairs(study, arm, hi, o, r, metric)]
-            means = {k: [mean_std(pairs(study, arm, k, o, r, metric))[0] for o in both] for k in (lo, hi)}
+            gaps = {k: {o: pairs(study, arm, k, o, r, metric) for o in pretrained} for k in (lo, hi)}
+            both = [o for o in pretrained if gaps[lo][o] and gaps[hi][o]]
+            means = {k: [mean_std(gaps[k][o])[0] for o in both] for k in (lo, hi)}
             if both:
                 line += (f"; pretrained - `{r}` (mean over the {len(both)} pretrained rows) "
                          f"{_pts(sum(means[lo]) / len(both))} -> {_pts(sum(means[hi]) / len(both))} points")
