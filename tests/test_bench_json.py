@@ -24,4 +24,7 @@ def test_bench_encoders_pointnet_ops_json_is_said(tmp_path, capsys) -> None:
     assert perf_encoders.main(["--pointnet-ops", "--device", "cpu", "--pointnet-config", "tiny", "--batch-size", "1",
                                "--warmup", "0", "--repeats", "1", "--json", str(path)]) == 0
     assert str(path) in capsys.readouterr().out
-    assert isinstance(json.loads(path.read_text()), list)
+    rows = json.loads(path.read_text())
+    assert isinstance(rows, list)
+    assert [r["op"] for r in rows] == ["fps", "ball_query", "group fwd+bwd", "3-NN interpolate fwd+bwd"], rows
+    assert all(r["torch_ms"] > 0 for r in rows)

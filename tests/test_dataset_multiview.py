@@ -552,6 +552,8 @@ def test_v73_square_view_and_explicit_sample_axis_read_like_v5(tmp_path):
     v5 = write_v5(tmp_path / "a.mat", views, y)
     v73 = write_v73(tmp_path / "b.mat", views, y)
     same_data(build_all("multiview_mat", v5), build_all("multiview_mat", v73))
+    rows, vals, _ = stack(datasets.build("multiview_mat", root=v73, split="train", standardize=False, use_cache=False))
+    np.testing.assert_array_equal(vals["view1"], views[1][rows].astype(np.float32))  # auto on a square view: rows
     rows, vals, _ = stack(datasets.build("multiview_mat", root=v73, split="train", standardize=False, use_cache=False,
                                          sample_axis=0))
     np.testing.assert_array_equal(vals["view1"], views[1][rows].astype(np.float32))

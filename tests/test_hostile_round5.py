@@ -14,6 +14,7 @@ import torch
 import fusebench
 import fusebench.benchmarks
 import fusebench.results
+from fusebench.engine.loop import RunError
 from fusebench.cli import main as cli_main
 from fusebench.spec.config import ConfigError
 from fusebench.typed import load_yaml
@@ -108,7 +109,7 @@ def test_a_reused_record_must_be_its_cells(runs: Path, tmp_path: Path) -> None: 
     rec = json.loads(p.read_text())
     rec["seed"] = 4
     p.write_text(json.dumps(rec))
-    with pytest.raises(Exception, match=r"not of its cell"):
+    with pytest.raises(RunError, match=r"not of its cell"):
         fusebench.run("quickstart", objective="m3g", seeds=[0], out=tmp_path / "r", overrides=TINY, progress=False)
 
 
