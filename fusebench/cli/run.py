@@ -26,6 +26,7 @@ EXAMPLES = """examples:
   fusebench run quickstart --threads 2                      # 2 torch threads per cell (default: 1 for small models)
   fusebench run quickstart --logger tensorboard csv                        # then: tensorboard --logdir runs/
   fusebench run quickstart --encoder-weights mine=enc.pt --objective mine  # your encoder as the row 'mine'
+  fusebench run mv-ngs --data-root DIR --seeds 0 1 2 --plan   # what each cell would do (reuse / run / refused)
   fusebench run mv-ngs --data-root DIR --launcher slurm --partition gpu --gpus-per-job 1 --time-min 120
   fusebench run mv-ngs --data-root DIR --launcher slurm --sbatch qos=normal --sbatch mem=16G --no-wait
 
@@ -102,6 +103,10 @@ def parser() -> argparse.ArgumentParser:
                         "besides the objectives run (--objective NAME: that row alone); the file must fit the "
                         "benchmark's encoder exactly (repeatable; docs/benchmarks.md)")
     p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
+    p.add_argument("--plan", action="store_true",
+                   help="check everything a run checks and print what it would do with each cell (reuse its "
+                        "record, resume from last.pt, run it, or refuse it and why) and each hyper-parameter "
+                        "selection; runs and writes nothing (exit 2 where the run would refuse)")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
                    help="regenerate the boards into DIR after the sweep (markdown, CSV and JSON)")
     p.add_argument("--workers", type=count_type("--workers"), default=1, metavar="N",
@@ -165,7 +170,7 @@ def request_of(ns: argparse.Namespace) -> "SweepRequest":
         precision=ns.precision, synthetic=ns.synthetic, data_root=ns.data_root, device=ns.device,
         resume=ns.resume, progress=ns.progress, workers=ns.workers, threads=ns.threads,
         num_workers=ns.num_workers, loggers=ns.loggers or (), mlflow_uri=ns.mlflow_uri, launcher=ns.launcher,
-        launcher_options=_launcher_options(ns), encoder_weights=_weights_rows(ns.encoder_weights))
+        launcher_options=_launcher_options(ns), encoder_weights=_weights_rows(ns.encoder_weights), plan=ns.plan)
 
 
 def main(argv: list[str]) -> int:
@@ -189,6 +194,16 @@ def main(argv: list[str]) -> int:
                 raise ConfigError(f"--leaderboard {board_dir}: exists and is not a folder; name a folder for the "
                                   f"boards")
         # SIGTERM stops the sweep as Ctrl-C does: locks released, the finished cells' lines printed (below)
+        if request.plan:  # what the sweep would do, cell by cell; nothing runs (fusebench.sweep.plan)
+            from fusebench.sweep import plan
+
+            rows = run(request)
+            print("\n".join(plan.render(rows)), flush=True)
+            stops = plan.refused(rows)
+            if stops:
+                print(f"fusebench run: the run would stop before any cell: {len(stops)} refused (above)",
+                      file=sys.stderr)
+            return 2 if stops else 0
         with sigterm_unwinds(), distributed.maybe_init(request.device):
             records = run(request)
         # after maybe_init's barrier: every rank is done; one process writes the boards

@@ -142,7 +142,8 @@ class SweepRequest:
     ``KEY=VALUE`` strings as ``--set`` takes them). ``precision``: folded into ``overrides["precision"]``.
     ``encoder_weights``: ``{row name: weights file}``. ``workers``: cells run side by side (local processes);
     ``threads``: intra-op threads of each cell; ``num_workers``: DataLoader workers of each cell. ``launcher`` /
-    ``launcher_options``: where the cells run (:mod:`fusebench.sweep.launchers`)."""
+    ``launcher_options``: where the cells run (:mod:`fusebench.sweep.launchers`). ``plan``: judge every cell and
+    selection and return what the sweep would do, running nothing (:mod:`fusebench.sweep.plan`)."""
 
     benchmark: str
     objectives: tuple[str, ...] | None = None
@@ -163,6 +164,7 @@ class SweepRequest:
     launcher: str = "local"
     launcher_options: Mapping[str, Any] = field(default_factory=dict)
     encoder_weights: Mapping[str, Any] = field(default_factory=dict)
+    plan: bool = False
 
     def __post_init__(self) -> None:
         put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -191,7 +193,7 @@ class SweepRequest:
             raise ConfigError(f"--out: expected a folder, got {self.out!r}")
         put("out", Path(self.out))
         put("overrides", _overrides(self.overrides, self.precision))
-        for name in ("synthetic", "resume", "progress"):
+        for name in ("synthetic", "resume", "progress", "plan"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if self.data_root is not None and not isinstance(self.data_root, (str, Path)):

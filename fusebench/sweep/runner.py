@@ -22,12 +22,11 @@ from typing import Any, Iterable
 
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.runtime import progress as progress_lines
-from fusebench.engine.cell import check_checkpoint_config, load_checkpoint
 from fusebench.components.compat import check_compatible
 from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, setting_key
 from fusebench.engine.data import build_datasets
 from fusebench.cells.execute import sweep_context
-from fusebench.records.cell_file import existing_record, record_there
+from fusebench.sweep.plan import cell_plan, judge_cell, selection_plan
 from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, SweepCells, SweepRequest, check_cell_ids
 from fusebench.engine.trackers import check_trackers, default_mlflow_uri
@@ -107,10 +106,13 @@ def check_method_options_used(spec: BenchmarkSpec, objs: list[str], overrides: I
                               f"drop it, or run an objective that builds on {mid}")
 
 
-def check_out(out: Path) -> Path:
-    """``--out``: a folder that exists or can be made, and that this process can write to."""
+def check_out(out: Path, create: bool = True) -> Path:
+    """``--out``: a folder that exists or can be made (made here unless ``create`` is False: a plan writes
+    nothing), and that this process can write to."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a folder; name a folder for the run records")
+    if not create:
+        return out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -212,7 +214,8 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     (``--threads``); None: ``OMP_NUM_THREADS``, else 1 for a small model and the cell's share of the CPUs for a
     large one (:mod:`fusebench.engine.threads`; said on stderr before the cells; results do not depend on it).
     ``device``: resolved once here for cells run on this machine (``auto``: cuda, then mps, then cpu); a
-    scheduler's job resolves it on its node."""
+    scheduler's job resolves it on its node. ``plan=True``: every check, then what the sweep would do with each
+    selection and cell (:mod:`fusebench.sweep.plan`) returned instead of running anything."""
     req = SweepRequest.of(benchmark, **given)
     progress = req.progress
     synthetic, data_root, out = req.synthetic, req.data_root, req.out
@@ -265,17 +268,16 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     if req.mlflow_uri is not None and "mlflow" not in loggers:  # used or refused, never taken and ignored
         raise ConfigError(f"--mlflow-uri {req.mlflow_uri}: read only with --logger mlflow, which this run does not "
                           f"use; add --logger mlflow or drop --mlflow-uri")
-    out = check_out(out)
+    out = check_out(out, create=not req.plan)
     mlflow_uri = default_mlflow_uri(out, req.mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     options = options.but(loggers=tuple(loggers), mlflow_uri=mlflow_uri)
-    for o in objs:  # a cell made with another configuration or other data stops the sweep before any training
-        for s in seeds:
-            cell = CellRequest(spec, o, s, out).cell
-            if record_there(cell / "run.json", out):
-                existing_record(cell / "run.json", spec, o, context, s)
-            elif (cell / "last.pt").exists():
-                check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt"), spec, o, context)
+    if req.plan:  # every cell judged (a refusal is an entry, not the end); the checks of the pending cells follow
+        planned = cell_plan(spec, objs, seeds, out, context)
+    else:  # a cell made with another configuration, other data or other code stops the sweep before any training
+        for o in objs:
+            for s in seeds:
+                judge_cell(spec, o, s, out, context)
     pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
     if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
         data = check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
@@ -298,9 +300,12 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     # --threads above the CPUs here is refused where the cells run here (a job's node may have more: it checks its own)
     n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once,
                                   bounded=launch.runs_here)
-    if pending and progress and launch.runs_here:
+    if pending and progress and launch.runs_here and not req.plan:
         print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
               f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
+    if req.plan:  # what the selections would do; nothing is trained or written
+        selecting = [o for o in objs if any(oo == o for oo, _ in pending)]
+        return selection_plan(spec, selecting, out, options, context) + planned
     if skipped and progress:  # said before anything runs: their records are reused, not recomputed
         print(f"{skipped} of {len(objs) * len(seeds)} cell(s) of {spec.name} already have run.json under {out}: "
               f"skipped, their records reused (another --out runs them afresh)", file=sys.stderr)

@@ -121,6 +121,14 @@ def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str
             yield i, combo, s, CellRequest(spec, objective, s, folder if len(seeds) == 1 else folder / f"seed{s}"), ctx
 
 
+def trials_of(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]) -> list[CellRequest]:
+    """The requests of every trial ``objective``'s selection runs (grid points x selection seeds), in the order they
+    run; empty when the sweep selects nothing for it (no grid, or a row that pretrains nothing)."""
+    if not spec.pretrain.settings(objective).grid or not row_of(spec, objective).pretrains:
+        return []
+    return [request for _, _, _, request, _ in _trials(spec, objective, out, context)]
+
+
 def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
                            context: Mapping[str, Any], workers: int) -> int:
     """Run every trial the selections of ``objectives`` still need (objectives without a frozen selection file,
@@ -207,7 +215,6 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
     if not spec.pretrain.settings(objective).grid or not row_of(spec, objective).pretrains:
         return None
     path = selection_path(out, spec.name, objective)
-    ident = _identity(spec, objective, options, context)
     made_now = not path.exists()
     if made_now:
         outcome = select_hparams(spec, objective, out, options, context)
@@ -215,8 +222,22 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
         path.parent.mkdir(parents=True, exist_ok=True)  # a concurrent sweep's file, written first, is kept
         versions = {**cell_versions(spec, objective),  # and the selection metric's, which scored the trials
                     "metrics": versions_block(objective, [spec.validation_metric])["metrics"]}
-        utils.create_json_once(path, {**ident, "versions": versions, **outcome})
+        utils.create_json_once(path, {**_identity(spec, objective, options, context), "versions": versions, **outcome})
+    outcome, digest = check_frozen(path, spec, objective, options, context)
+    if options.progress:
+        say(selection_line(outcome, path, made_now))
+    return outcome, digest
+
+
+def check_frozen(path: Path, spec: BenchmarkSpec, objective: str, options: RunOptions,
+                 context: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The frozen selection in ``path`` and its sha256, when it was made from ``objective``'s configuration, the
+    data of ``context`` and the code's versions; else a ConfigMismatchError naming the file and what differs."""
+    ident = _identity(spec, objective, options, context)
     outcome, digest = _read(path)
+    if not isinstance(outcome, dict):
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection is not a JSON object; delete it to "
+                                  "select again")
     made = {k: outcome.get(k) for k in ident}
     if made != ident:
         diff = ", ".join(f"{k} {made[k]!r} (now {ident[k]!r})" for k in ident if made[k] != ident[k])
@@ -231,8 +252,6 @@ def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: Ru
                                   f"by other code under the same configuration ({'; '.join(changed)}: it computes "
                                   "differently now); use another --out, or delete the file (and the cells made with "
                                   "it) to select again")
-    if options.progress:
-        say(selection_line(outcome, path, made_now))
     return outcome, digest
 
 
@@ -268,5 +287,5 @@ def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, opt
     return ctx
 
 
-__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
-           "select_hparams", "selection_line", "selection_path", "trial_name"]
+__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "check_frozen", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
+           "select_hparams", "selection_line", "selection_path", "trial_name", "trials_of"]

@@ -3,7 +3,9 @@
 Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
 
 * ``done``: ``run.json`` exists, a regular file (the record is final); with ``--benchmark``, a record made by other
-  code (objective, encoder or metric versions: a rerun refuses it) is listed with what changed;
+  code (objective, encoder or metric versions: a rerun refuses it) is listed with what changed; whether its
+  configuration and data are the ones a command would use needs that command's arguments: ``fusebench run ...
+  --plan`` judges each cell as the run would (:mod:`fusebench.sweep.plan`);
 * ``running``: a ``.lock`` held by a live process (``fusebench run`` is on it now), or the cell's
   SLURM job is running and has not taken the lock yet (it is starting);
 * ``failed``: ``failed.json`` exists and no ``run.json`` (rerunning the sweep retries it);

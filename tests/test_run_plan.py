@@ -1,0 +1,140 @@
+"""``fusebench run ... --plan`` (:mod:`fusebench.sweep.plan`): every cell and selection judged as the run judges it,
+with the run's own arguments, nothing run and nothing written; a refusal is listed (exit 2), not the end."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.cells.execute import run_cell
+from fusebench.cli import run as cli_run
+from fusebench.engine.locks import hostname
+from fusebench.spec.request import CellRequest, RunOptions, cell_dir
+
+TINY = {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
+        "downstream.epochs": 1}
+GRID = [0.1, 0.5, 1.0]
+FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_best_acc", "fs1_acc", "knn_acc", "acc"],
+        "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
+                                   "fewshot_draws": 3, "knn_grid": [1, 5]},
+        "pretrain.grid": {"infonce_pwe": {"tau": GRID}}, "pretrain.selection_seeds": [1000, 1001]}
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")} if root.exists() else {}
+
+
+def _by_cell(rows: list[dict]) -> dict[tuple[str, int], tuple[str, str]]:
+    return {(r["objective"], r["seed"]): (r["action"], r["detail"]) for r in rows if not r.get("selection")}
+
+
+def _sets(overrides: dict) -> list[str]:
+    return [x for k, v in overrides.items() for x in ("--set", f"{k}={json.dumps(v)}")]
+
+
+def test_the_plan_of_cells_says_reuse_resume_run_busy_and_refused_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "runs"
+    fresh = fusebench.run("quickstart", objective=["none", "infonce_pwe"], seeds=[0, 1], out=out, synthetic=True,
+                          overrides=TINY, progress=False, plan=True)
+    assert _by_cell(fresh) == {(o, s): ("run", "") for o in ("none", "infonce_pwe") for s in (0, 1)}
+    assert not out.exists(), "a plan makes no --out folder"
+
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    run_cell(CellRequest(spec, "none", 0, out), RunOptions(progress=False, synthetic=True))  # a finished cell
+    ckpt_spec = benchmarks.load("quickstart", overrides={**TINY, "checkpoint_every": 1})
+    with pytest.raises(KeyboardInterrupt):  # a killed cell: last.pt, no run.json
+        run_cell(CellRequest(ckpt_spec, "infonce_pwe", 0, out), RunOptions(progress=False, synthetic=True,
+                                                                            max_steps=1))
+    busy = cell_dir(out, "quickstart", "infonce_pwe", 1)
+    busy.mkdir(parents=True)
+    (busy / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": hostname()}))  # held by a live process
+    before = _files(out)
+
+    rows = fusebench.run("quickstart", objective=["none", "infonce_pwe"], seeds=[0, 1], out=out, synthetic=True,
+                         overrides=TINY, progress=False, plan=True)
+    cells = _by_cell(rows)
+    assert cells[("none", 0)] == ("reuse", str(cell_dir(out, "quickstart", "none", 0) / "run.json"))
+    assert cells[("none", 1)] == ("run", "")
+    assert cells[("infonce_pwe", 0)] == ("resume", f"from {cell_dir(out, 'quickstart', 'infonce_pwe', 0) / 'last.pt'}")
+    assert cells[("infonce_pwe", 1)] == ("busy", f"locked by pid {os.getpid()}: another process runs it now")
+    assert _files(out) == before, "a plan writes nothing"
+
+    # the same folders under another configuration: the record and the checkpoint are refused, each named (a run
+    # stops at the first); the cell without a file would run, the busy one is still busy
+    other = {**TINY, "pretrain.epochs": 2}
+    rows = fusebench.run("quickstart", objective=["none", "infonce_pwe"], seeds=[0, 1], out=out, synthetic=True,
+                         overrides=other, progress=False, plan=True)
+    action, detail = _by_cell(rows)[("infonce_pwe", 0)]
+    assert action == "refused" and "last.pt: it was written with another configuration (config hash" in detail
+    assert [r["action"] for r in rows] == ["refused", "run", "refused", "busy"]
+    assert _by_cell(rows)[("none", 0)][1].startswith(f"{cell_dir(out, 'quickstart', 'none', 0) / 'run.json'} was made "
+                                                     "with another configuration (config hash ")
+
+    # the CLI: one line per cell, the count, exit 2 where the run would refuse, nothing written
+    code = cli_run.main(["quickstart", "--objective", "none", "infonce_pwe", "--seeds", "0", "1", "--out", str(out),
+                         "--synthetic", "--plan", "--no-progress", *_sets(other)])
+    printed = capsys.readouterr()
+    assert code == 2
+    assert f"quickstart none seed0: refused: {cell_dir(out, 'quickstart', 'none', 0) / 'run.json'} was made" in printed.out
+    assert "quickstart infonce_pwe seed0: refused: cannot resume" in printed.out
+    assert "plan: 4 cell(s): 1 run, 1 busy, 2 refused; nothing was run, no record written" in printed.out
+    assert "the run would stop before any cell: 2 refused" in printed.err
+    assert _files(out) == before
+    (busy / ".lock").unlink()
+    code = cli_run.main(["quickstart", "--objective", "none", "--seeds", "0", "1", "--out", str(out), "--synthetic",
+                         "--plan", "--no-progress", *_sets(TINY)])
+    assert code == 0 and "plan: 2 cell(s): 1 reuse, 1 run;" in capsys.readouterr().out
+
+
+def test_the_plan_of_a_selection_counts_its_trials_and_checks_a_frozen_file_as_the_run_does(
+        tmp_path: Path, fixtures_dir: Path) -> None:
+    out, ngs = tmp_path / "runs", str(fixtures_dir / "multiview" / "NGs.mat")
+    path = out / "mv-ngs" / "_selection" / "infonce_pwe.json"
+    plan = fusebench.run("mv-ngs", objective=["none", "infonce_pwe"], seeds=[0], out=out, data_root=ngs,
+                         overrides=FAST, progress=False, plan=True)
+    sel = [r for r in plan if r.get("selection")]
+    # 3 grid points x 2 selection seeds; 'none' selects nothing
+    assert sel == [{"status": "plan", "benchmark": "mv-ngs", "objective": "infonce_pwe", "selection": True,
+                    "action": "select",
+                    "detail": f"6 of 6 trial(s) to run (3 grid point(s) x 2 selection seed(s)) under "
+                              f"{out / '.selection' / 'mv-ngs' / 'infonce_pwe'}, then the choice frozen to {path}"}]
+    fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=out, data_root=ngs, overrides=FAST,
+                  progress=False)
+    frozen = json.loads(path.read_text())
+    choice = " ".join(f"{k}={v}" for k, v in frozen["choice"].items())
+
+    plan = fusebench.run("mv-ngs", objective=["infonce_pwe"], seeds=[0, 1], out=out, data_root=ngs,
+                         overrides=FAST, progress=False, plan=True)
+    (sel,) = [r for r in plan if r.get("selection")]
+    assert sel["action"] == "reuse" and sel["detail"].startswith(f"selection mv-ngs/infonce_pwe: chose {choice} ")
+    assert f"reused from {path}" in sel["detail"]
+    assert _by_cell(plan) == {("infonce_pwe", 0): ("reuse", str(cell_dir(out, "mv-ngs", "infonce_pwe", 0) / "run.json")),
+                              ("infonce_pwe", 1): ("run", "")}
+
+    # a frozen file made from another configuration: the plan names it, as the run's refusal does
+    frozen["config_hash"] = "0" * 16
+    path.write_text(json.dumps(frozen))
+    plan = fusebench.run("mv-ngs", objective=["infonce_pwe"], seeds=[0, 1], out=out, data_root=ngs,
+                         overrides=FAST, progress=False, plan=True)
+    (sel,) = [r for r in plan if r.get("selection")]
+    assert sel["action"] == "refused"
+    assert sel["detail"].startswith(f"{path}: the frozen hyper-parameter selection of mv-ngs/infonce_pwe was made with "
+                                    f"another configuration or other data: config_hash '{'0' * 16}' (now ")
+    with pytest.raises(fusebench.engine.cell.ConfigMismatchError, match="frozen hyper-parameter selection"):
+        fusebench.run("mv-ngs", objective=["infonce_pwe"], seeds=[0, 1], out=out, data_root=ngs, overrides=FAST,
+                      progress=False)
+
+
+def test_plan_is_a_flag_of_the_typed_request() -> None:
+    from fusebench.spec.config import ConfigError
+    from fusebench.spec.request import SweepRequest
+
+    assert SweepRequest.of("quickstart", plan=True).plan is True
+    with pytest.raises(ConfigError, match="plan: expected True or False, got 'yes'"):
+        SweepRequest.of("quickstart", plan="yes")
