@@ -207,6 +207,54 @@ def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reu
         monkeypatch.undo()
 
 
+def test_a_trial_states_its_validation_metrics_versions_and_an_unversioned_file_is_judged_by_its_trials(
+        tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial record has no test metrics to carry their versions: ``selection.val_versions`` does, and its reuse is
+    judged by them; a frozen file written before files stated versions is judged by its trials' records."""
+    small = {**FAST, "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}, "pretrain.selection_seeds": [1000]}
+    out, ngs = tmp_path / "runs", _ngs(fixtures_dir)
+    fusebench.run("mv-ngs", objective="infonce_pwe", seeds=[0], out=out, data_root=ngs, overrides=small,
+                  progress=False)
+    trials = sorted((out / ".selection" / "mv-ngs" / "infonce_pwe").rglob("run.json"))
+    assert len(trials) == 2
+    for t in trials:
+        rec = json.loads(t.read_text())
+        assert rec["metrics"] == {}  # a trial is scored on validation alone
+        assert rec["selection"]["val_versions"] == {"fs1_acc": "1", "fs1_best_acc": "1", "fs1_proto_acc": "1"}
+    spec = benchmarks.load("mv-ngs", overrides=small)
+    runner.resolve_views(spec, False, ngs)
+    fp = json.loads((out / "mv-ngs" / "infonce_pwe" / "seed0" / "run.json").read_text())["dataset"]["fingerprint"]
+    ctx, opts = {"fingerprint": fp}, RunOptions(data_root=ngs, progress=False)
+    path = out / "mv-ngs" / "_selection" / "infonce_pwe.json"
+
+    # a file without versions: judged by the versions its trials' records state
+    frozen = json.loads(path.read_text())
+    del frozen["versions"]
+    path.write_text(json.dumps(frozen))
+    assert selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)[0]["choice"] == frozen["choice"]
+    monkeypatch.setattr(objectives.OBJECTIVES.get("infonce_pwe"), "version", "2")
+    with pytest.raises(ConfigMismatchError, match=r"by other code .*objective 'infonce_pwe' version '1', now '2'"):
+        selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)
+    real = metrics.get
+    monkeypatch.undo()
+    monkeypatch.setattr(metrics, "get", lambda mid: dataclasses.replace(real(mid), version="2")
+                        if mid == "fs1_best_acc" else real(mid))
+    with pytest.raises(ConfigMismatchError, match=r"by other code .*metric 'fs1_best_acc' version '1', now '2'"):
+        selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)
+    # with the selection metric at another version a trial record is not reused as a score either
+    path.unlink()
+    with pytest.raises(ConfigMismatchError, match=r"trial0-tau0\.1/mv-ngs/infonce_pwe/seed1000/run\.json was made by "
+                                                   r"other code .*metric 'fs1_best_acc' version '1', now '2'"):
+        selection.select_hparams(spec, "infonce_pwe", out, opts, ctx)
+    monkeypatch.undo()
+    # no trial record left: nothing to judge the file by (the documented limit), it stands
+    path.write_text(json.dumps(frozen))
+    for t in trials:
+        t.unlink()
+    monkeypatch.setattr(objectives.OBJECTIVES.get("infonce_pwe"), "version", "2")
+    assert selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)[0]["choice"] == frozen["choice"]
+
+
 def test_a_selection_file_another_sweep_wrote_first_is_the_one_used(tmp_path: Path, monkeypatch) -> None:
     """Two sweeps into one --out select at once: the file written first is kept and both use it (an overwrite
     would leave cells already started with one choice and a resume with another)."""

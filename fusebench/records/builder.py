@@ -183,6 +183,9 @@ def record_of(run: CellRun, scores: Scores) -> dict[str, Any]:
         "selection": {"rule": f"best validation {spec.validation_metric} over downstream epochs "
                               f"(split {spec.dataset.val_split!r}); test scored once with the selected weights",
                       "metric": spec.validation_metric, "best_epoch": scores.best_epoch, "val_metrics": scores.val,
+                      # the version of each metric scored on validation (a selection trial has no test metrics to
+                      # state them: its reuse is judged by these, fusebench.records.cell_file.record_versions)
+                      "val_versions": {m: e["version"] for m, e in M.entries(dict(scores.val or {})).items()},
                       **(scores.selection or {})},
         "metrics": M.entries(dict(scores.test), directions),  # each value with its direction and version (schema 4)
         "wall_time_s": wall_time,

@@ -76,12 +76,15 @@ def _check_same_code(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, o
 
 def record_versions(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The code versions a record states (for :func:`fusebench.components.identity.code_changes`): its ``versions``
-    (none in schema 1: version 1 of everything) and its metrics' versions (schema 4: each metric's entry; schemas
-    2-3: ``versions.metrics``; schema 1: every metric of the config at version 1)."""
+    (none in schema 1: version 1 of everything) and its metrics' versions (schema 4: each metric's entry, and for a
+    metric scored on validation alone, as a selection trial's are, ``selection.val_versions`` where the record has
+    it; schemas 2-3: ``versions.metrics``; schema 1: every metric of the config at version 1)."""
     made = rec.get("versions") if isinstance(rec.get("versions"), dict) else {}
     if rec.get("schema_version", 1) >= 4:
         entries = rec.get("metrics") if isinstance(rec.get("metrics"), dict) else {}
-        return made, {m: e.get("version") for m, e in entries.items() if isinstance(e, dict)}
+        selection = rec.get("selection") if isinstance(rec.get("selection"), dict) else {}
+        val = selection.get("val_versions") if isinstance(selection.get("val_versions"), dict) else {}
+        return made, {**val, **{m: e.get("version") for m, e in entries.items() if isinstance(e, dict)}}
     if isinstance(made.get("metrics"), dict):
         return made, dict(made["metrics"])
     return made, {m: "1" for m in (rec.get("config") or {}).get("metrics") or [] if isinstance(m, str)}

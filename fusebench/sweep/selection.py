@@ -244,15 +244,38 @@ def check_frozen(path: Path, spec: BenchmarkSpec, objective: str, options: RunOp
         raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
                                   f"with another configuration or other data: {diff}; use another --out, or delete "
                                   "the file (and the cells made with it) to select again")
-    # the trials' code (a file written before the versions were saved in it is not checked)
+    # the trials' code: the versions the file states, or (a file written before they were saved in it) those its
+    # trials' records state
     made_by = outcome.get("versions")
-    changed = code_changes(spec, objective, made_by, made_by.get("metrics")) if isinstance(made_by, dict) else []
+    changed = (code_changes(spec, objective, made_by, made_by.get("metrics")) if isinstance(made_by, dict)
+               else _trials_code_changes(spec, objective, path.parents[2], context))
     if changed:
         raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
                                   f"by other code under the same configuration ({'; '.join(changed)}: it computes "
                                   "differently now); use another --out, or delete the file (and the cells made with "
                                   "it) to select again")
     return outcome, digest
+
+
+def _trials_code_changes(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]) -> list[str]:
+    """What of the code that made the trial records of ``objective``'s selection under ``out`` computes differently
+    now (objective, encoder and the selection metric's versions, as each record states them:
+    :func:`fusebench.records.cell_file.record_versions`); for a frozen file that states no versions. A trial without
+    a readable record is not judged; none at all: nothing to judge (empty)."""
+    from fusebench.records.cell_file import record_versions
+
+    metric, changed = spec.validation_metric, []
+    for request in trials_of(spec, objective, out, context):
+        try:
+            rec = json.loads((request.cell / "run.json").read_text())
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("schema_version", 1), int):
+            continue
+        made, metrics = record_versions(rec)
+        changed += [c for c in code_changes(spec, objective, made, {metric: metrics[metric]} if metric in metrics
+                                            else None) if c not in changed]
+    return changed
 
 
 def selection_line(outcome: Mapping[str, Any], path: Path, made_now: bool = True) -> str:
