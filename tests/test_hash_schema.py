@@ -241,6 +241,16 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
         assert spec_hash(cache[key], rec["objective"]) == rec["config_hash"], p
         # and by the code now: the versions of its objective, encoder and metrics (else a rerun refuses the cell)
         assert code_changes(cache[key], rec["objective"], *record_versions(rec)) == [], p
+    # the frozen selections: written before files stated versions, each judged by its trials' records (all there)
+    from fusebench.sweep import selection
+
+    for frozen in sorted((RUN_FOLDERS[0] / name / selection.SELECTION_DIR).glob("*.json")):
+        objective = frozen.stem
+        trials = selection.trials_of(spec, objective, RUN_FOLDERS[0], {})
+        assert trials and all((t.cell / "run.json").is_file() for t in trials), frozen
+        made = json.loads(frozen.read_text()).get("versions")
+        assert (code_changes(spec, objective, made, made.get("metrics")) if isinstance(made, dict) else
+                selection._trials_code_changes(spec, objective, RUN_FOLDERS[0], {})) == [], frozen
 
 
 def test_every_committed_record_validates_with_its_hash_checked() -> None:
