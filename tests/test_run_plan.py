@@ -87,6 +87,12 @@ def test_the_plan_of_cells_says_reuse_resume_run_busy_and_refused_and_writes_not
     assert "the run would stop before any cell: 2 refused" in printed.err
     assert _files(out) == before
     (busy / ".lock").unlink()
+    failed = cell_dir(out, "quickstart", "none", 1)
+    failed.mkdir(parents=True)
+    (failed / "failed.json").write_text(json.dumps({"status": "failed", "error": "OSError: disk full"}))
+    rows = fusebench.run("quickstart", objective=["none"], seeds=[1], out=out, synthetic=True, overrides=TINY,
+                         progress=False, plan=True)
+    assert _by_cell(rows) == {("none", 1): ("run", f"a retry: it failed before ({failed / 'failed.json'})")}
     code = cli_run.main(["quickstart", "--objective", "none", "--seeds", "0", "1", "--out", str(out), "--synthetic",
                          "--plan", "--no-progress", *_sets(TINY)])
     assert code == 0 and "plan: 2 cell(s): 1 reuse, 1 run;" in capsys.readouterr().out

@@ -10,7 +10,7 @@ first refusal, and returns what it found; it trains nothing and writes no record
 folders alone; only the plan, given the run's own arguments (``--set``, ``--data-root``, ``--seeds``), can say
 whether a record's configuration and data are the ones the command would use.
 
-Actions of a cell: ``reuse`` (its record is kept), ``resume`` (from ``last.pt``), ``run``, ``busy`` (another
+Actions of a cell: ``reuse`` (its record is kept), ``resume`` (from ``last.pt``), ``run`` (a retry where it failed before), ``busy`` (another
 process holds its lock: the sweep skips it) and ``refused`` (the detail says why; the run would stop before any
 cell). Actions of a selection: ``reuse`` (the frozen file), ``select`` (the trials still to run) and ``refused``.
 """
@@ -69,6 +69,8 @@ def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
                     action, detail = "busy", f"locked by {holder.detail}: another process runs it now"
                 elif action == "resume":
                     detail = f"from {cell / 'last.pt'}"
+                elif (cell / "failed.json").is_file():
+                    detail = f"a retry: it failed before ({cell / 'failed.json'})"
             elif action == "reuse":
                 detail = str(cell / "run.json")
             rows.append({"status": "plan", "benchmark": spec.name, "objective": o, "seed": s, "action": action,
