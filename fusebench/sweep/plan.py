@@ -10,9 +10,9 @@ first refusal, and returns what it found; it trains nothing and writes no record
 folders alone; only the plan, given the run's own arguments (``--set``, ``--data-root``, ``--seeds``), can say
 whether a record's configuration and data are the ones the command would use.
 
-Actions of a cell: ``reuse`` (its record is kept), ``resume`` (from ``last.pt``), ``run`` (a retry where it failed before), ``busy`` (another
-process holds its lock: the sweep skips it) and ``refused`` (the detail says why; the run would stop before any
-cell). Actions of a selection: ``reuse`` (the frozen file), ``select`` (the trials still to run) and ``refused``.
+Actions of a cell: ``reuse`` (its record is kept), ``resume`` (from ``last.pt``), ``run`` (a retry where it failed
+before), ``busy`` (another process holds its lock: the sweep skips it) and ``refused`` (the detail says why; the run
+would stop before any cell). Actions of a selection: ``reuse`` (the frozen file), ``select`` (the trials still to run) and ``refused``.
 """
 
 from __future__ import annotations
