@@ -81,7 +81,8 @@ def test_the_plan_of_cells_says_reuse_resume_run_busy_and_refused_and_writes_not
                          "--synthetic", "--plan", "--no-progress", *_sets(other)])
     printed = capsys.readouterr()
     assert code == 2
-    assert f"quickstart none seed0: refused: {cell_dir(out, 'quickstart', 'none', 0) / 'run.json'} was made" in printed.out
+    none0 = cell_dir(out, "quickstart", "none", 0) / "run.json"
+    assert f"quickstart none seed0: refused: {none0} was made" in printed.out
     assert "quickstart infonce_pwe seed0: refused: cannot resume" in printed.out
     assert "plan: 4 cell(s): 1 run, 1 busy, 2 refused; nothing was run, no record written" in printed.out
     assert "the run would stop before any cell: 2 refused" in printed.err
@@ -120,8 +121,8 @@ def test_the_plan_of_a_selection_counts_its_trials_and_checks_a_frozen_file_as_t
     (sel,) = [r for r in plan if r.get("selection")]
     assert sel["action"] == "reuse" and sel["detail"].startswith(f"selection mv-ngs/infonce_pwe: chose {choice} ")
     assert f"reused from {path}" in sel["detail"]
-    assert _by_cell(plan) == {("infonce_pwe", 0): ("reuse", str(cell_dir(out, "mv-ngs", "infonce_pwe", 0) / "run.json")),
-                              ("infonce_pwe", 1): ("run", "")}
+    seed0 = cell_dir(out, "mv-ngs", "infonce_pwe", 0) / "run.json"
+    assert _by_cell(plan) == {("infonce_pwe", 0): ("reuse", str(seed0)), ("infonce_pwe", 1): ("run", "")}
 
     # a frozen file made from another configuration: the plan names it, as the run's refusal does
     frozen["config_hash"] = "0" * 16
@@ -144,3 +145,22 @@ def test_plan_is_a_flag_of_the_typed_request() -> None:
     assert SweepRequest.of("quickstart", plan=True).plan is True
     with pytest.raises(ConfigError, match="plan: expected True or False, got 'yes'"):
         SweepRequest.of("quickstart", plan="yes")
+
+
+def test_a_last_pt_that_is_not_a_checkpoint_is_one_refusal_in_the_plan_and_the_run(tmp_path: Path) -> None:
+    import torch
+
+    from fusebench.engine.loop import RunError
+
+    cell = cell_dir(tmp_path, "quickstart", "none", 0)
+    cell.mkdir(parents=True)
+    torch.save(torch.zeros(3), cell / "last.pt")  # loads under weights_only, but holds no checkpoint
+    rows = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                         progress=False, plan=True)
+    assert _by_cell(rows) == {("none", 0): ("refused", f"cannot resume: {cell / 'last.pt'} holds a Tensor, not a "
+                                                       "fusebench checkpoint (a mapping); the file was left as it "
+                                                       "is — delete it to start over")}
+    with pytest.raises(RunError, match="holds a Tensor, not a fusebench checkpoint"):
+        fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                      progress=False)
+    assert (cell / "last.pt").is_file() and not (cell / "run.json").exists()

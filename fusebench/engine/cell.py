@@ -31,10 +31,14 @@ class CellBusyError(RunError):
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
     except Exception as e:  # corrupt / truncated / not a checkpoint
         raise RunError(f"cannot resume: checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
                        "the file was left as it is — delete it to start over") from None
+    if not isinstance(ckpt, dict):  # e.g. a bare tensor or state list saved under the name
+        raise RunError(f"cannot resume: {path} holds a {type(ckpt).__name__}, not a fusebench checkpoint (a mapping); "
+                       "the file was left as it is — delete it to start over")
+    return ckpt
 
 
 def data_fingerprint(context: dict[str, Any] | None) -> str | None:

@@ -6,13 +6,15 @@ checkpoint stops the sweep (:class:`~fusebench.engine.cell.ConfigMismatchError`:
 ``--plan`` the sweep makes every check a run makes (ids, options, data files, memory budget, existing records,
 checkpoints, frozen hyper-parameter selections), judges every cell and every selection instead of stopping at the
 first refusal, and returns what it found; it trains nothing and writes no record, checkpoint, selection file or
-``--out`` folder (a dataset adapter may still fill its own cache while the data is read, as a run does). ``fusebench status`` reads the
-folders alone; only the plan, given the run's own arguments (``--set``, ``--data-root``, ``--seeds``), can say
-whether a record's configuration and data are the ones the command would use.
+``--out`` folder (a dataset adapter may still fill its own cache while the data is read, as a run does).
+``fusebench status`` reads the folders alone; only the plan, given the run's own arguments (``--set``,
+``--data-root``, ``--seeds``), can say whether a record's configuration and data are the ones the command would
+use.
 
 Actions of a cell: ``reuse`` (its record is kept), ``resume`` (from ``last.pt``), ``run`` (a retry where it failed
 before), ``busy`` (another process holds its lock: the sweep skips it) and ``refused`` (the detail says why; the run
-would stop before any cell). Actions of a selection: ``reuse`` (the frozen file), ``select`` (the trials still to run) and ``refused``.
+would stop before any cell). Actions of a selection: ``reuse`` (the frozen file), ``select`` (the trials still to
+run) and ``refused``.
 """
 
 from __future__ import annotations

@@ -310,5 +310,6 @@ def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, opt
     return ctx
 
 
-__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "check_frozen", "freeze_selection", "freeze_selections", "run_trials_in_parallel",
+__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "check_frozen", "freeze_selection", "freeze_selections",
+           "run_trials_in_parallel",
            "select_hparams", "selection_line", "selection_path", "trial_name", "trials_of"]
