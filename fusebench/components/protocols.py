@@ -83,6 +83,9 @@ class Protocol:
     #: (``{restarts}``: where the board names the k-means restarts of the records, if any)
     missing_views_text: ClassVar[str] = ("The model selected on the complete validation split scores the incomplete "
                                          "test split. ")
+    #: the fields of ``downstream`` the protocol reads (None: all of them); another one set off its default is
+    #: refused when the spec is loaded (:func:`unapplied_downstream`: it would be recorded and silently unused)
+    downstream_fields: ClassVar[tuple[str, ...] | None] = None
     #: the protocol's real-data boards join the cross-dataset ranking of the leaderboard index
     #: (:func:`fusebench.leaderboard.index.cross_dataset_ranking`): their primary metrics score every board's rows
     #: alike (frozen embeddings, the same probes), so ranks over the boards compare objectives
@@ -130,6 +133,10 @@ class EmbeddingEval(Protocol):
     options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
     metric_families = ("clustering",)
     cross_dataset_ranking = True
+    #: frozen embeddings are computed in batches of ``downstream.batch_size``; no head is trained, so the head's
+    #: epochs, learning rate, weight decay and few-shot subset (``shots``: the probes' shots are
+    #: ``options.embedding_eval.fewshot_shots``) are not read
+    downstream_fields = ("protocol", "batch_size")
 
     @classmethod
     def selects_on_validation(cls, spec: Any) -> str | None:
@@ -139,6 +146,25 @@ class EmbeddingEval(Protocol):
                           "absent view's standardised features set to 0, the train mean); k-means clusters the "
                           "incomplete samples (each column standardised over the samples where its view is present, "
                           "absent entries 0{restarts}). ")
+
+
+def unapplied_downstream(spec: Any) -> list[str]:
+    """The fields of ``spec.downstream`` its protocol does not read (:attr:`Protocol.downstream_fields`) that are
+    set off their defaults, each as one problem naming the key (empty: none)."""
+    import dataclasses
+
+    protocol = protocol_of(spec)
+    reads = protocol.downstream_fields
+    if reads is None:
+        return []
+    out = []
+    for f in dataclasses.fields(spec.downstream):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        value = getattr(spec.downstream, f.name)
+        if f.name not in reads and value != default:
+            out.append(f"downstream.{f.name} = {value!r}: the {spec.downstream.protocol} protocol does not read it "
+                       f"(of downstream it reads only {', '.join(reads)}); leave it at its default {default!r}")
+    return out
 
 
 def protocol_of(spec: Any) -> type[Protocol]:

@@ -20,7 +20,8 @@ from fusebench.tasks import TASKS
 from fusebench.spec.config import (PER_OBJECTIVE, BenchmarkSpec, ConfigError, grouped_key, name_overrides, read_spec,
                                    setting_key)
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
-from fusebench.components.protocols import PROTOCOLS, Protocol, missing_view_problems, protocol_of
+from fusebench.components.protocols import (PROTOCOLS, Protocol, missing_view_problems, protocol_of,
+                                            unapplied_downstream)
 from fusebench.components.rows import is_reference
 from fusebench.typed import from_dict
 
@@ -149,6 +150,9 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
             return [f"dataset.val_split and dataset.test_split are both {ds.test_split!r}: {' and '.join(chosen)} "
                     f"would be chosen on the test samples; give the validation its own split (only a pipeline check "
                     f"that chooses nothing, one downstream epoch and no grid, may share them)"]
+    unread = unapplied_downstream(spec)  # recorded and silently unused otherwise
+    if unread:
+        return unread
     given = spec.options.get(protocol.options_key) if protocol.options_key else None
     if given is None:
         return missing_view_problems(spec, _views_known_now(spec))

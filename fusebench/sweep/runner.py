@@ -106,6 +106,42 @@ def check_method_options_used(spec: BenchmarkSpec, objs: list[str], overrides: I
                               f"drop it, or run an objective that builds on {mid}")
 
 
+def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrides: Iterable[str] = ()) -> None:
+    """``--set`` values of objectives' settings are used or refused: one objective's own setting
+    (``pretrain.per_objective.<id>...``, or a flat table ``pretrain.<table>.<id>...``) for an objective this run does
+    not run, and a common ``pretrain.epochs`` / ``pretrain.batch_size`` that no objective of the run reads (each
+    pretraining objective has its own), are a ConfigError naming the key: the value would be recorded and not used.
+    Where some objectives read the common value and others keep their own, those are named on stderr."""
+    from fusebench.spec.config import GROUPED, PER_OBJECTIVE, grouped_override
+
+    keys = list(overrides)
+    for key in keys:
+        parts = grouped_override(key, "--set").split(".")
+        if len(parts) >= 3 and parts[0] == "pretrain" and parts[1] in PER_OBJECTIVE and parts[2] not in objs:
+            raise ConfigError(f"--set {key}: objective {parts[2]!r} is not in this run ({', '.join(objs)}), so the "
+                              f"setting would be recorded and not used; drop it, or add --objective {parts[2]}")
+        if parts[:2] == ["pretrain", GROUPED] and len(parts) == 2:  # every objective's block, as one mapping
+            given = overrides[key] if isinstance(overrides, dict) else None
+            absent = sorted(set(given) - set(objs)) if isinstance(given, dict) else []
+            if absent:
+                raise ConfigError(f"--set {key}: objective(s) {', '.join(absent)} not in this run "
+                                  f"({', '.join(objs)}): their settings would be recorded and not used")
+    pretraining = [o for o in objs if row_of(spec, o).pretrains]
+    for common, table, name in (("pretrain.epochs", "objective_epochs", "epochs"),
+                                ("pretrain.batch_size", "objective_batch_size", "batch_size")):
+        if common not in keys or not pretraining:
+            continue
+        own = {o: getattr(spec.pretrain, table)[o] for o in pretraining if o in getattr(spec.pretrain, table)}
+        mine = ", ".join(f"{setting_key(o, name)}={v}" for o, v in own.items())
+        if len(own) == len(pretraining):
+            raise ConfigError(f"--set {common}: every objective of this run that pretrains has its own ({mine}), so "
+                              f"the common value would be recorded and not used; set theirs instead "
+                              f"(--set {setting_key(pretraining[0], name)}=...)")
+        if own:
+            print(f"{spec.name}: --set {common} applies to {', '.join(o for o in pretraining if o not in own)}; "
+                  f"the others keep their own ({mine})", file=sys.stderr)
+
+
 def check_out(out: Path, create: bool = True) -> Path:
     """``--out``: a folder that exists or can be made (made here unless ``create`` is False: a plan writes
     nothing), and that this process can write to."""
@@ -249,6 +285,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     device = options.device
     check_components(spec, objs)
     check_method_options_used(spec, objs, req.overrides)
+    check_objective_overrides_used(spec, objs, req.overrides)
     pipeline = pipeline_of(spec)
     if pipeline.downstream:
         from fusebench import metrics as M
@@ -346,5 +383,5 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
     return found
 
 
-__all__ = ["cap_batch_sizes", "check_components", "check_data", "check_out", "finished_records", "resolve_views",
-           "run"]
+__all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
+           "finished_records", "resolve_views", "run"]

@@ -1,0 +1,70 @@
+"""A setting is used, or refused -- never recorded and ignored (what a new user found recorded and unused):
+``downstream`` fields an embedding_eval protocol does not read, a common ``pretrain.epochs`` that every objective
+of the run overrides with its own, and one objective's own setting given for an objective the run does not run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.spec.config import ConfigError, DownstreamConfig
+
+TINY = {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
+        "downstream.epochs": 1}
+
+
+@pytest.mark.parametrize("key, value", [("downstream.epochs", 50), ("downstream.lr", 0.5), ("downstream.shots", 5),
+                                        ("downstream.weight_decay", 0.1)])
+def test_downstream_fields_the_embedding_protocol_does_not_read_are_refused(key: str, value: object) -> None:
+    name = key.split(".")[1]
+    default = {f.name: f.default for f in dataclasses.fields(DownstreamConfig)}[name]
+    with pytest.raises(ConfigError, match=rf"mv-ngs\.yaml: {key} = {value!r}: the embedding_eval protocol does not "
+                                          rf"read it \(of downstream it reads only protocol, batch_size\); leave it at "
+                                          rf"its default {default!r} \[with --set {key}={value}\]"):
+        benchmarks.load("mv-ngs", overrides={key: value})
+    assert benchmarks.load("mv-ngs", overrides={key: default})  # at its default: nothing set, nothing refused
+    # the field it reads is used: embeddings are computed in batches of it
+    assert benchmarks.load("mv-ngs", overrides={"downstream.batch_size": 64}).downstream.batch_size == 64
+    # a head protocol reads them all
+    assert getattr(benchmarks.load("quickstart", overrides={key: value}).downstream, name) == value
+
+
+def test_a_common_epoch_count_every_objective_overrides_is_refused_and_a_partial_one_said(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # quickstart-compute: m3g, infonce_pwe and mv_dhel have their own epochs (100), tuple_infonce takes the common 20
+    with pytest.raises(ConfigError, match=r"--set pretrain\.epochs: every objective of this run that pretrains has "
+                                          r"its own \(pretrain\.per_objective\.mv_dhel\.epochs=100\), so the common "
+                                          r"value would be recorded and not used"):
+        fusebench.run("quickstart-compute", objective="mv_dhel", seeds=[0], out=tmp_path, overrides={
+            "pretrain.epochs": 1}, progress=False, plan=True)
+    fusebench.run("quickstart-compute", objective=["mv_dhel", "tuple_infonce", "none"], seeds=[0], out=tmp_path,
+                  overrides={"pretrain.epochs": 1}, progress=False, plan=True)
+    assert ("quickstart-compute: --set pretrain.epochs applies to tuple_infonce; the others keep their own "
+            "(pretrain.per_objective.mv_dhel.epochs=100)") in capsys.readouterr().err
+    # written as a per-objective key it is that objective's own: used
+    fusebench.run("quickstart-compute", objective="mv_dhel", seeds=[0], out=tmp_path,
+                  overrides={"pretrain.per_objective.mv_dhel.epochs": 1}, progress=False, plan=True)
+    # reference rows pretrain nothing: the common value concerns no objective here, and is not judged
+    fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                  progress=False, plan=True)
+
+
+@pytest.mark.parametrize("key", ["pretrain.per_objective.tuple_infonce.hparams.tau", "pretrain.hparams.tuple_infonce.tau",
+                                 "pretrain.per_objective.tuple_infonce.epochs"])
+def test_one_objective_s_setting_for_an_objective_the_run_leaves_out_is_refused(key: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"--set {key}: objective 'tuple_infonce' is not in this run \(m3g\), so "
+                                          r"the setting would be recorded and not used; drop it, or add --objective "
+                                          r"tuple_infonce"):
+        fusebench.run("quickstart", objective="m3g", seeds=[0], out=tmp_path, synthetic=True,
+                      overrides={**TINY, key: 5}, progress=False, plan=True)
+    with pytest.raises(ConfigError, match=r"objective\(s\) tuple_infonce not in this run \(m3g\)"):
+        fusebench.run("quickstart", objective="m3g", seeds=[0], out=tmp_path, synthetic=True, progress=False,
+                      overrides={**TINY, "pretrain.per_objective": {"tuple_infonce": {"epochs": 2}}}, plan=True)
+    # the objective in the run: used
+    rows = fusebench.run("quickstart", objective=["m3g", "tuple_infonce"], seeds=[0], out=tmp_path, synthetic=True,
+                         overrides={**TINY, key: 5}, progress=False, plan=True)
+    assert [r["action"] for r in rows] == ["run", "run"]
