@@ -72,7 +72,8 @@ sweep list, the protocol notes, the description, the ``synthetic:`` override blo
 checkpoint spacing, how the board compares rows, and ``options.board``) and without what is each row's
 own (the per-objective tables of ``pretrain``: hyper-parameters, grid, batch, epochs, micro-batch; the
 budget each row got is printed on the board); the suite version; the versions of the metrics in
-``config.metrics``; and the dataset identity (id, synthetic flag, manifest hash, fingerprint hash).
+``config.metrics``; and the dataset identity (id, synthetic flag, fingerprint hash, the manifest hash as
+``synthetic`` / ``unprepared``: a prepared cache holds what the official files give, :func:`comparable_manifest`).
 The precision is in ``config``, so runs of different precisions never share a key.
 The objective's version is not in the key (one table compares objectives of different versions);
 the leaderboard requires it to be the same within each objective's row instead.

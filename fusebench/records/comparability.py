@@ -46,8 +46,21 @@ def comparable_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(comparable_view(config))
 
 
-def comparability_fields(record: Mapping[str, Any] | HasRaw) -> dict[str, Any]:
-    """What must be equal for two runs to be compared (a v1 record gets the version defaults)."""
+def comparable_manifest(ds: Mapping[str, Any], legacy: bool = False) -> Any:
+    """The ``dataset.manifest_hash`` of a record as a comparability field: ``"unprepared"`` for any real-data run,
+    whether it read the official files or a prepared cache of them (a cache holds what the adapter's raw reader
+    gives for the same source files, options and ``PREPROCESS_VERSION``: its manifest names them; what the data
+    was is the ``fingerprint`` field). ``legacy``: the hash as written (the key of records written before
+    2026-11-29, when a run that read a cache did not compare with one that did not)."""
+    mh = ds.get("manifest_hash")
+    if legacy or ds.get("synthetic") or mh in (None, "synthetic", "unprepared"):
+        return mh
+    return "unprepared"
+
+
+def comparability_fields(record: Mapping[str, Any] | HasRaw, legacy: bool = False) -> dict[str, Any]:
+    """What must be equal for two runs to be compared (a v1 record gets the version defaults); ``legacy``: the
+    manifest hash as written (:func:`comparable_manifest`)."""
     raw = record if isinstance(record, Mapping) else record.raw  # a mapping or a RunRecord
     cfg = raw.get("config") or {}
     cfg = cfg if isinstance(cfg, dict) else {}
@@ -75,17 +88,19 @@ def comparability_fields(record: Mapping[str, Any] | HasRaw) -> dict[str, Any]:
         "config": sha256_hex(canonical_json(comparable_view(cfg)), 16),
         "suite_version": raw.get("suite_version"),
         "metric_versions": dict(sorted(metric_versions.items())),
-        "dataset": {"id": ds.get("id"), "synthetic": ds.get("synthetic"), "manifest_hash": ds.get("manifest_hash"),
+        "dataset": {"id": ds.get("id"), "synthetic": ds.get("synthetic"),
+                    "manifest_hash": comparable_manifest(ds, legacy),
                     "fingerprint": fp.get("sha256") if isinstance(fp, dict) else None},
     }
 
 
-def comparability_key(record: Mapping[str, Any] | HasRaw) -> str:
+def comparability_key(record: Mapping[str, Any] | HasRaw, legacy: bool = False) -> str:
     """16 hex digits identifying the comparability group of ``record`` (a run.json mapping).
 
     The runner writes it into every schema-2 record as ``comparability_key`` (computed on the record
-    it is about to write; the ``comparability_key`` field itself is not an input)."""
-    return sha256_hex(canonical_json(comparability_fields(record)), 16)
+    it is about to write; the ``comparability_key`` field itself is not an input). ``legacy``: the key a record
+    that read a prepared cache was written with before 2026-11-29 (:func:`comparable_manifest`)."""
+    return sha256_hex(canonical_json(comparability_fields(record, legacy)), 16)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -646,7 +646,7 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     key = comparability_key(obj)
     if version >= 2:
         stored = _str(_need(obj, "comparability_key", path), path, "comparability_key")
-        if stored != key:
+        if stored != key and stored != comparability_key(obj, legacy=True):  # legacy: a cache's manifest hash
             raise RecordError(path, "comparability_key",
                               f"{key!r}, the key of the record's content (was the record edited?)", stored)
     return RunRecord(

@@ -214,6 +214,11 @@ def check_data(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed
             raise DatasetError(f"{spec.name}: the {role} split ({spec.dataset.id!r} split {split!r}, data root "
                                f"{getattr(ds, 'root', data_root)}) has no samples; the benchmark needs it "
                                f"{'for model selection' if role == 'val' else 'for training' if role == 'train' else 'for the test score'}")
+    cached = [f"{role} (manifest {ds.manifest_hash[:12]})" for role, ds in data.items()
+              if isinstance(getattr(ds, "manifest_hash", None), str)]
+    if cached:  # the same samples as the official files give (fusebench.datasets.cache); said, not silent
+        print(f"{spec.name}: split(s) read from a prepared cache (fusebench data prepare): {', '.join(cached)}",
+              file=sys.stderr)
     n = len(data["train"])
     for o in objs:
         own = spec.pretrain.settings(o)
