@@ -68,3 +68,25 @@ def test_one_objective_s_setting_for_an_objective_the_run_leaves_out_is_refused(
     rows = fusebench.run("quickstart", objective=["m3g", "tuple_infonce"], seeds=[0], out=tmp_path, synthetic=True,
                          overrides={**TINY, key: 5}, progress=False, plan=True)
     assert [r["action"] for r in rows] == ["run", "run"]
+
+
+def test_a_hyper_parameter_the_selection_grid_replaces_is_refused_from_the_command_line_and_checked_in_a_spec(
+        tmp_path: Path, fixtures_dir: Path) -> None:
+    from fusebench.sweep import runner
+
+    ngs = str(fixtures_dir / "multiview" / "NGs.mat")
+    with pytest.raises(ConfigError, match=r"--set pretrain\.per_objective\.mv_infonce\.hparams\.tau: "
+                                          r"pretrain\.per_objective\.mv_infonce\.grid\.tau = \[0\.05, 0\.1, 0\.2, 0\.5, "
+                                          r"1\.0\] selects tau on validation, so this value would be recorded and not "
+                                          r"used; set the grid instead"):
+        fusebench.run("mv-ngs", objective="mv_infonce", seeds=[0], out=tmp_path, data_root=ngs, progress=False,
+                      overrides={"pretrain.per_objective.mv_infonce.hparams.tau": 0.3}, plan=True)
+    # a hyper-parameter the grid does not search is used: accepted
+    fusebench.run("mv-ngs", objective="m3g", seeds=[0], out=tmp_path, data_root=ngs, progress=False,
+                  overrides={"pretrain.per_objective.m3g.hparams.max_iter": 50}, plan=True)
+    # written in a spec (the synthetic variant drops the grid and uses it), the value is still checked
+    spec = benchmarks.load("mv-ngs", overrides={"pretrain.per_objective.mv_infonce.hparams.tau": -1})
+    with pytest.raises(ConfigError, match=r"mv-ngs: pretrain\.per_objective\.mv_infonce\.hparams: objective "
+                                          r"'mv_infonce' refuses \{'tau': -1\}: mv_infonce: tau must be a finite "
+                                          r"number > 0, got -1"):
+        runner.check_components(spec, ["mv_infonce"])

@@ -56,7 +56,8 @@ def check_components(spec: BenchmarkSpec, objs: list[str]) -> None:
         if not row_of(spec, o).pretrains:  # a reference or a weights row (issue #32): nothing pretrained
             continue
         own = spec.pretrain.settings(o)
-        for point in own.points():
+        # the hyper-parameters alone too (a grid may replace some): a value the objective refuses is refused wherever
+        for point in ([{}] if own.grid else []) + own.points():
             hp = own.at(point)
             try:
                 kwargs, method_options = split_method_keys(hp, f"{spec.name}: {setting_key(o, 'grid')}")
@@ -120,6 +121,16 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
         if len(parts) >= 3 and parts[0] == "pretrain" and parts[1] in PER_OBJECTIVE and parts[2] not in objs:
             raise ConfigError(f"--set {key}: objective {parts[2]!r} is not in this run ({', '.join(objs)}), so the "
                               f"setting would be recorded and not used; drop it, or add --objective {parts[2]}")
+        if len(parts) >= 3 and parts[:2] == ["pretrain", "hparams"]:  # a value the selection grid replaces
+            o = parts[2]
+            given = [parts[3]] if len(parts) >= 4 else list(spec.pretrain.hparams.get(o) or {})
+            grid = spec.pretrain.grid.get(o) or {}
+            shadowed = [h for h in given if h in grid and row_of(spec, o).pretrains]
+            if shadowed:
+                h = shadowed[0]
+                raise ConfigError(f"--set {key}: {setting_key(o, 'grid')}.{h} = {grid[h]} selects {h} on validation, "
+                                  f"so this value would be recorded and not used; set the grid instead "
+                                  f"(--set {setting_key(o, 'grid')}.{h}=[...])")
         if parts[:2] == ["pretrain", GROUPED] and len(parts) == 2:  # every objective's block, as one mapping
             given = overrides[key] if isinstance(overrides, dict) else None
             absent = sorted(set(given) - set(objs)) if isinstance(given, dict) else []
@@ -288,9 +299,9 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     if launch.runs_here:
         options = options.resolved()
     device = options.device
+    check_objective_overrides_used(spec, objs, req.overrides)
     check_components(spec, objs)
     check_method_options_used(spec, objs, req.overrides)
-    check_objective_overrides_used(spec, objs, req.overrides)
     pipeline = pipeline_of(spec)
     if pipeline.downstream:
         from fusebench import metrics as M
