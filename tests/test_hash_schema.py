@@ -248,7 +248,9 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
         objective = frozen.stem
         trials = selection.trials_of(spec, objective, RUN_FOLDERS[0], {})
         assert trials and all((t.cell / "run.json").is_file() for t in trials), frozen
-        made = json.loads(frozen.read_text()).get("versions")
+        outcome = json.loads(frozen.read_text())
+        assert selection._outcome_problem(outcome, spec, objective) is None, frozen  # as select_hparams writes it
+        made = outcome.get("versions")
         assert (code_changes(spec, objective, made, made.get("metrics")) if isinstance(made, dict) else
                 selection._trials_code_changes(spec, objective, RUN_FOLDERS[0], {})) == [], frozen
 

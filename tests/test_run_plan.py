@@ -124,6 +124,23 @@ def test_the_plan_of_a_selection_counts_its_trials_and_checks_a_frozen_file_as_t
     seed0 = cell_dir(out, "mv-ngs", "infonce_pwe", 0) / "run.json"
     assert _by_cell(plan) == {("infonce_pwe", 0): ("reuse", str(seed0)), ("infonce_pwe", 1): ("run", "")}
 
+    # a frozen file whose choice was edited (not the best of its own scores, or not a grid point): refused
+    scores = {json.dumps(e["hparams"]): e["val"] for e in frozen["scores"]}
+    worst = min(frozen["scores"], key=lambda e: e["val"])["hparams"]
+    assert scores[json.dumps(frozen["choice"])] == max(scores.values()) and worst != frozen["choice"]
+    for edited, why in ((worst, f"its choice {worst} is not the best of its own scores ({frozen['choice']}"),
+                        ({"tau": -5}, "its choice {'tau': -5} is not a point of the grid {'tau': [0.1, 0.5, 1.0]}"),
+                        ("tau", "its choice 'tau' is not a point of the grid")):
+        path.write_text(json.dumps({**frozen, "choice": edited}))
+        (sel,) = [r for r in fusebench.run("mv-ngs", objective=["infonce_pwe"], seeds=[0, 1], out=out, data_root=ngs,
+                                           overrides=FAST, progress=False, plan=True) if r.get("selection")]
+        assert sel["action"] == "refused" and sel["detail"].startswith(
+            f"{path}: the frozen hyper-parameter selection of mv-ngs/infonce_pwe: {why}"), sel["detail"]
+    path.write_text(json.dumps([1]))
+    (sel,) = [r for r in fusebench.run("mv-ngs", objective=["infonce_pwe"], seeds=[0, 1], out=out, data_root=ngs,
+                                       overrides=FAST, progress=False, plan=True) if r.get("selection")]
+    assert sel["detail"] == f"{path}: the frozen hyper-parameter selection is not a JSON object; delete it to select again"
+
     # a frozen file made from another configuration: the plan names it, as the run's refusal does
     frozen["config_hash"] = "0" * 16
     path.write_text(json.dumps(frozen))

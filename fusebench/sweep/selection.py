@@ -254,7 +254,36 @@ def check_frozen(path: Path, spec: BenchmarkSpec, objective: str, options: RunOp
                                   f"by other code under the same configuration ({'; '.join(changed)}: it computes "
                                   "differently now); use another --out, or delete the file (and the cells made with "
                                   "it) to select again")
+    problem = _outcome_problem(outcome, spec, objective)
+    if problem:  # edited, or not a selection: its choice would reach every cell
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective}: {problem}; "
+                                  "delete the file (and the cells made with it) to select again")
     return outcome, digest
+
+
+def _outcome_problem(outcome: Mapping[str, Any], spec: BenchmarkSpec, objective: str) -> str | None:
+    """Why a frozen selection's outcome is not what :func:`select_hparams` writes for ``objective``'s grid (None
+    when it is): ``choice`` one point of the grid, ``scores`` one entry per point in grid order, and the choice the
+    best mean score in the metric's direction (ties: the first)."""
+    points = spec.pretrain.settings(objective).points()
+    choice, scores = outcome.get("choice"), outcome.get("scores")
+    if not isinstance(choice, dict) or choice not in points:
+        return f"its choice {choice!r} is not a point of the grid {dict(spec.pretrain.settings(objective).grid)}"
+    if (not isinstance(scores, list) or len(scores) != len(points)
+            or any(not isinstance(e, dict) or e.get("hparams") != p for e, p in zip(scores, points))):
+        return f"its scores are not one entry per grid point in grid order ({len(points)} points)"
+    vals = [e.get("val") for e in scores]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in vals):
+        return "its scores hold a value that is not a finite number"
+    metric = outcome.get("metric")
+    if not isinstance(metric, str) or metric not in M.METRICS:
+        return f"its metric {metric!r} is not a registered metric"
+    sign = 1.0 if M.get(metric).higher_is_better else -1.0
+    best = max(range(len(points)), key=lambda i: (sign * vals[i], -i))
+    if points[best] != choice:
+        return (f"its choice {choice} is not the best of its own scores ({points[best]}, mean validation "
+                f"{vals[best]:.6g} {metric})")
+    return None
 
 
 def _trials_code_changes(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]) -> list[str]:
