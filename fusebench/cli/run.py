@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Once, TerminalHelp
 
 if TYPE_CHECKING:
     from fusebench.spec.request import SweepRequest
@@ -83,8 +83,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusebench run", description=__doc__, epilog=EXAMPLES,
                                 formatter_class=TerminalHelp)
     p.add_argument("benchmark", help="benchmark id (fusebench list benchmarks)")
-    p.add_argument("--objective", nargs="+", default=None, help="objective id(s); default: the benchmark's sweep")
-    p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the benchmark's)")
+    p.add_argument("--objective", nargs="+", action=Once, default=None, help="objective id(s); default: the benchmark's sweep")
+    p.add_argument("--seeds", nargs="+", action=Once, type=int, default=None, help="seeds (default: the benchmark's)")
     p.add_argument("--data-root", default=None, help="folder with the dataset's official files")
     p.add_argument("--synthetic", action="store_true", help="run on the dataset's synthetic twin at tiny size")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
@@ -123,7 +123,7 @@ def parser() -> argparse.ArgumentParser:
                         "process may use // cells at once - 1 (0 for data held in memory) and 0 (this process) on "
                         "the CPU. The batches are the same whatever N is, so it is not part of the config hash "
                         "(docs/gpu.md)")
-    p.add_argument("--logger", dest="loggers", nargs="+", default=None, choices=sorted(TRACKERS),
+    p.add_argument("--logger", dest="loggers", nargs="+", action=Once, default=None, choices=sorted(TRACKERS),
                    help="experiment trackers for every cell, one or more of csv | tensorboard | mlflow "
                         "(docs/trackers.md; tensorboard and mlflow need: pip install -e .[trackers])")
     p.add_argument("--mlflow-uri", default=None, metavar="URI",

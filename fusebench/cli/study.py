@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Once, TerminalHelp
 from fusebench.cli.run import count_type
 from fusebench.studies import kviews
 from fusebench.studies.kviews import (ARMS, BUDGET, COPIES_BASE, COPIES_MASK, COPIES_NOISE, OBJECTIVES, Study,
@@ -29,15 +29,15 @@ def main(argv: list[str]) -> int:
                    help="folder of the study's run records (default: the repository's leaderboards/runs-kviews)")
     p.add_argument("--board", default=None,
                    help="where the markdown and the PNG go (default: the repository's leaderboards/)")
-    p.add_argument("--objective", nargs="+", default=list(OBJECTIVES),
+    p.add_argument("--objective", nargs="+", action=Once, default=list(OBJECTIVES),
                    help="the rows; must include none and raw (default: %(default)s)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--k", nargs="+", type=int, default=None, help="numbers of views (default: 2..V)")
+    p.add_argument("--seeds", nargs="+", action=Once, type=int, default=[0, 1, 2])
+    p.add_argument("--k", nargs="+", action=Once, type=int, default=None, help="numbers of views (default: 2..V)")
     p.add_argument("--subsets", type=int, default=3, help="draws per k: view orders (views arm), augmentation "
                                                             "seeds (copies arm); default %(default)s")
     p.add_argument("--subset-seed", type=int, default=0)
-    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    p.add_argument("--copies-base", nargs="+", type=int, default=None,
+    p.add_argument("--arms", nargs="+", action=Once, choices=ARMS, default=list(ARMS))
+    p.add_argument("--copies-base", nargs="+", action=Once, type=int, default=None,
                    help=f"base view(s) of the copies arm (default: {COPIES_BASE} else [0])")
     p.add_argument("--copies-noise", type=float, default=COPIES_NOISE, help="noise std x train std (%(default)s)")
     p.add_argument("--copies-mask", type=float, default=COPIES_MASK, help="feature masking probability (%(default)s)")

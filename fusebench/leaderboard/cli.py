@@ -66,7 +66,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Once, TerminalHelp
 
 #: what ``--format`` accepts (:data:`fusebench.leaderboard.export.FORMATS`, checked equal by a test; written out
 #: here so that a regeneration with nothing to do imports neither the statistics nor the renderers)
@@ -91,12 +91,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reported", default=None,
                    help="YAML file of numbers reported in the papers (default: <out>/reported.yaml when there is "
                         "one, else the list shipped with the benchmarks, fusebench/benchmarks/published/reported.yaml)")
-    p.add_argument("--format", dest="formats", nargs="+", choices=FORMATS, default=["md"], metavar="FORMAT",
+    p.add_argument("--format", dest="formats", nargs="+", action=Once, choices=FORMATS, default=["md"], metavar="FORMAT",
                    help="what to write per board: md (the markdown board, its plots and the index), csv, json "
                         "(results as data beside the board), html (a self-contained page per board and index.html), "
                         "tex (a booktabs table per board for \\input); csv also writes <board>-seeds.csv, one row per "
                         "seed; default: md")
-    p.add_argument("--tex-columns", nargs="+", default=None, metavar="COLUMN",
+    p.add_argument("--tex-columns", nargs="+", action=Once, default=None, metavar="COLUMN",
                    help="columns of the tex table after the objective: mean (the primary metric's mean ± std), ci, "
                         "n, steps, samples, delta, p, time, memory, or a metric id (its mean ± std); default: "
                         "mean ci n steps")

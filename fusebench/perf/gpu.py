@@ -53,7 +53,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from fusebench.perf.chip import PEAK_KIND, PEAKS, device_peaks, machine_line, peak_line, peaks_for_name
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Once, TerminalHelp
 from fusebench.spec import precision
 
 if TYPE_CHECKING:  # imported where used: `fusebench bench gpu --help` imports no torch
@@ -297,13 +297,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusebench bench gpu", description=__doc__.split("\n\n")[0],
                                 formatter_class=TerminalHelp)
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
-    p.add_argument("--encoders", nargs="+", metavar="ID",
+    p.add_argument("--encoders", nargs="+", action=Once, metavar="ID",
                    help=f"encoder ids (default: {' '.join(DEFAULT_BATCHES)}; none with --cell alone: pass --encoders)")
-    p.add_argument("--precision", nargs="+", default=list(DEFAULT_PRECISIONS), metavar="P",
+    p.add_argument("--precision", nargs="+", action=Once, default=list(DEFAULT_PRECISIONS), metavar="P",
                    help="precision policies (32, tf32, bf16-mixed, 16-mixed; default: 32 tf32 bf16-mixed)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per row (median; default 10)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps before timing (default 3)")
-    p.add_argument("--batch", type=int, nargs="+", metavar="N", help="batch sizes for every encoder "
+    p.add_argument("--batch", type=int, nargs="+", action=Once, metavar="N", help="batch sizes for every encoder "
                    "(default: the issue's per encoder, e.g. esanet 8 16; with --small 2)")
     p.add_argument("--small", action="store_true", help="tiny encoder variants and inputs (CPU smoke runs, tests)")
     p.add_argument("--threads", type=int, help="torch intra-op threads on the CPU (default: torch's)")

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Once, TerminalHelp
 
 
 def _copy_boards(boards: Path, runs: Path, dest: Path) -> None:
@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--source", default=None,
                    help="time the fusebench of this checkout (put first on PYTHONPATH of the timed commands)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder and print where it is")
-    p.add_argument("--format", dest="formats", nargs="+", default=["md", "csv", "json", "html"], metavar="FORMAT",
+    p.add_argument("--format", dest="formats", nargs="+", action=Once, default=["md", "csv", "json", "html"], metavar="FORMAT",
                    help="the formats regenerated (fusebench leaderboard --format; default: md csv json html)")
     ns = p.parse_args(argv)
     from fusebench.leaderboard import repository_boards

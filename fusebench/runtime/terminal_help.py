@@ -1,7 +1,7 @@
 """Help texts for a terminal: the command-line parsers take their descriptions from module docstrings, which are
 written in reStructuredText for the API docs; :func:`plain` drops that markup, and :class:`TerminalHelp` (an
 ``argparse`` formatter) applies it to every description, epilog and argument help, keeping the docstrings' own
-line breaks.
+line breaks. :class:`Once` is the action of an option that takes one or more values and may be given once.
 
     >>> plain("``fusebench run NAME``: see :func:`~fusebench.sweep.runner.run` and :mod:`fusebench.engine.loop`")
     'fusebench run NAME: see run() and fusebench.engine.loop'
@@ -47,4 +47,22 @@ class TerminalHelp(argparse.RawDescriptionHelpFormatter):
         return plain(super()._expand_help(action))
 
 
-__all__ = ["TerminalHelp", "plain"]
+__all__ = ["Once", "TerminalHelp", "plain"]
+
+
+class Once(argparse.Action):
+    """The action of an option taking one or more values (``nargs="+"``) that may be given once: argparse keeps the
+    last of ``--seeds 0 --seeds 1`` and drops the first without a word; here the second is an error naming the
+    option (``parser.error``: usage and exit status 2)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        seen = getattr(namespace, "_options_given", None)
+        if seen is None:
+            seen = set()
+            setattr(namespace, "_options_given", seen)
+        if self.dest in seen:
+            parser.error(f"{option_string} given twice (the second would replace the first); give all its values "
+                         f"after one {option_string}")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)

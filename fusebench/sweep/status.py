@@ -44,7 +44,7 @@ from fusebench.records import RecordError, check_record_file
 from fusebench.registry import ID_RULE, valid_id
 from fusebench.engine.locks import (GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, read_lock,
                                       slurm_jobs)
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Once, TerminalHelp
 
 STATES = ("done", "running", "failed", "interrupted", "pending")
 UNREADABLE = "unreadable"  # a cell the leaderboard refuses (see the module docstring); listed only when present
@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="fusebench status", description=__doc__,
                                 formatter_class=TerminalHelp)
     p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
-    p.add_argument("--benchmark", nargs="+", default=None,
+    p.add_argument("--benchmark", nargs="+", action=Once, default=None,
                    help="only these benchmarks; their default sweep's missing cells count as pending")
     p.add_argument("--json", action="store_true", help="print JSON: {benchmark: {objective: {seed: state}}}")
     ns = p.parse_args(argv)
