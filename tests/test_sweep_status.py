@@ -47,7 +47,8 @@ def _cell(root: Path, obj: str, seed: int) -> Path:
 
 def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
-    (_cell(out, "m3g", 0) / "run.json").write_text("{}")
+    (_cell(out, "m3g", 0) / "run.json").write_text(json.dumps({"benchmark": "quickstart", "objective": "m3g",
+                                                                "seed": 0}))
     (_cell(out, "m3g", 1) / ".lock").write_text(str(os.getpid()))  # a live process holds it
     (_cell(out, "m3g", 2) / "failed.json").write_text(json.dumps({"error": "RunError: loss is nan\nmore"}))
     (_cell(out, "none", 0) / "last.pt").write_bytes(b"x")
@@ -141,3 +142,24 @@ def test_status_of_a_benchmark_s_own_folder_says_which_folder_to_give(tmp_path: 
     assert (f"--out {tmp_path / 'quickstart'} is the folder of one benchmark (quickstart: its none/ holds seed "
             f"folders); give the folder above it, --out {tmp_path}") in err
     assert status.main(["--out", str(tmp_path)]) == 0
+
+
+def test_a_record_file_a_rerun_would_refuse_is_unreadable_not_done(tmp_path: Path) -> None:
+    from fusebench.sweep import status as S
+
+    cells = {name: tmp_path / "quickstart" / name / "seed0" for name in ("none", "raw", "m3g", "mv_dhel")}
+    for cell in cells.values():
+        cell.mkdir(parents=True)
+    (cells["none"] / "run.json").write_text("notjson")
+    (cells["raw"] / "run.json").write_text('{"x": 1}')
+    (cells["m3g"] / "run.json").write_text('{"benchmark": "quickstart", "objective": "mv_dhel", "seed": 0}')  # copied
+    (cells["mv_dhel"] / "run.json").write_text('{"benchmark": "quickstart", "objective": "mv_dhel", "seed": 0}')
+    found = S.collect(tmp_path)["quickstart"]
+    assert found[("none", 0)] == ("unreadable", f"{cells['none'] / 'run.json'} is not valid JSON (JSONDecodeError); "
+                                                "a rerun refuses it: move it away")
+    assert found[("raw", 0)] == ("unreadable", f"{cells['raw'] / 'run.json'} is not the run record of its cell "
+                                               "({'benchmark': None, 'objective': None, 'seed': None}, expected "
+                                               "{'benchmark': 'quickstart', 'objective': 'raw', 'seed': 0}); a rerun "
+                                               "refuses it: move it away")
+    assert found[("m3g", 0)][0] == "unreadable" and "'objective': 'mv_dhel'" in found[("m3g", 0)][1]
+    assert found[("mv_dhel", 0)] == ("done", "")

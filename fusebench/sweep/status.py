@@ -15,7 +15,9 @@ Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
 * ``unreadable``: the cell breaks the rule of what counts as a record file, which the leaderboard
   shares (:func:`fusebench.records.check_record_file`): its ``run.json`` is a folder, a symbolic
   link or a special file, or the cell folder (or a folder above it, below ``--out``) is a symbolic
-  link. The leaderboard refuses such a cell; the detail says why. Shown only when there is one.
+  link. The leaderboard refuses such a cell; the detail says why. So is a ``run.json`` a rerun refuses: not valid
+  JSON, or not the record of its cell (a JSON object naming the benchmark, objective and seed of its folders).
+  Shown only when there is one.
 
 The lock (``.lock``) holds JSON: the owner's pid, host and, inside a SLURM job, the job id. Whether
 its owner still lives is judged by the pid only on the host that wrote it; a lock written on another
@@ -57,7 +59,7 @@ def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = 
     judged)."""
     try:
         if check_record_file(cell / "run.json", root if root is not None else cell):
-            return "done", ""
+            return _done_or_unreadable(cell / "run.json")
     except RecordError as e:  # the leaderboard refuses it for the same reason
         return UNREADABLE, str(e)
     holder = read_lock(cell / LOCK, queue)
@@ -84,6 +86,25 @@ def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = 
     if (cell / "last.pt").is_file():
         return "interrupted", "resumable from last.pt" + (f"; {note}" if note else "")
     return "pending", note
+
+
+def _done_or_unreadable(run_json: Path) -> tuple[str, str]:
+    """``("done", "")`` for a record file that reads as a run record of its own cell (a JSON object naming the
+    benchmark, objective and seed of the folders it lies in), else ``(UNREADABLE, why)``: a rerun refuses such a
+    file (:func:`fusebench.records.cell_file.existing_record`), so it is not counted as done."""
+    try:
+        rec = json.loads(run_json.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        return UNREADABLE, f"{run_json} is not valid JSON ({type(e).__name__}); a rerun refuses it: move it away"
+    seed = _SEED.fullmatch(run_json.parent.name)
+    want = {"benchmark": run_json.parents[2].name, "objective": run_json.parents[1].name,
+            "seed": int(seed.group(1)) if seed else None}
+    got = {k: rec.get(k) for k in want} if isinstance(rec, dict) else None
+    if got != want:
+        found = got if got is not None else "not a JSON object"
+        return UNREADABLE, (f"{run_json} is not the run record of its cell ({found}, expected {want}); a rerun "
+                            "refuses it: move it away")
+    return "done", ""
 
 
 def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tuple[str, int], tuple[str, str]]]:
