@@ -264,7 +264,9 @@ def test_a_selection_file_another_sweep_wrote_first_is_the_one_used(tmp_path: Pa
     spec = benchmarks.load("mv-ngs", overrides=FAST)
     options = RunOptions(synthetic=True)
     path = selection.selection_path(tmp_path, spec.name, "infonce_pwe")
-    first = {**selection._identity(spec, "infonce_pwe", options, {}), "choice": {"tau": 1.0},
+    scores = [{"hparams": {"tau": t}, "val": v, "val_by_seed": {"1000": v}} for t, v in zip(GRID, (0.2, 0.3, 0.4))]
+    first = {**selection._identity(spec, "infonce_pwe", options, {}), "choice": {"tau": 1.0}, "scores": scores,
+             "metric": spec.validation_metric,  # a whole outcome: its choice (tau 1.0) the best of its scores
              "versions": {**cell_versions(spec, "infonce_pwe"),
                           "metrics": versions_block("infonce_pwe", [spec.validation_metric])["metrics"]}}
 

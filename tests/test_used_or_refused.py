@@ -107,3 +107,32 @@ def test_an_option_of_several_values_given_twice_is_refused_not_replaced(argv: l
     assert e.value.code == 2
     assert (f"error: {option} given twice (the second would replace the first); give all its values after one "
             f"{option}") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, why", [
+    ({"fewshot_shots": [1]}, "metric fs5_acc needs 5 in options.embedding_eval.fewshot_shots [1] (the probes compute "
+                             "the shot counts listed there); metric fs10_acc needs 10 in"),
+    ({"knn_grid": []}, "metric knn_acc needs a non-empty options.embedding_eval.knn_grid (it is empty: no kNN probe "
+                       "runs)"),
+    ({"n_init": 0}, "options.embedding_eval.n_init = 0: expected a positive integer"),
+    ({"l2_grid": [-1]}, "options.embedding_eval.l2_grid = [-1]: expected a non-empty list of finite numbers >= 0"),
+    ({"fewshot_draws": 1.5}, "options.embedding_eval.fewshot_draws = 1.5: expected a positive integer"),
+    ({"cluster_on": "val"}, "options.embedding_eval.cluster_on = 'val': expected 'all' or 'test'"),
+])
+def test_probe_options_a_cell_would_fail_on_after_pretraining_are_refused_when_the_spec_loads(
+        options: dict, why: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        benchmarks.load("mv-ngs", overrides={"options.embedding_eval": options})
+    assert f"mv-ngs.yaml: {why}" in str(e.value)
+    # the metrics the options compute: accepted
+    benchmarks.load("mv-ngs", overrides={"options.embedding_eval": {"fewshot_shots": [1, 5, 10], "n_init": 3}})
+
+
+def test_an_encoder_config_its_constructor_refuses_is_one_error_before_any_cell(tmp_path: Path,
+                                                                               fixtures_dir: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^mv-ngs: encoder 'mlp' cannot be built with encoder\.config "
+                                          r"\{'num_features': 16, 'hidden': -5\} \(and the data's input sizes\): "
+                                          r"RuntimeError: .*negative dimension -5"):
+        fusebench.run("mv-ngs", objective="raw", seeds=[0], out=tmp_path, progress=False, plan=True,
+                      data_root=str(fixtures_dir / "multiview" / "NGs.mat"), overrides={"encoder.config.hidden": -5})
+    assert not tmp_path.joinpath("mv-ngs").exists()

@@ -131,11 +131,11 @@ def trial_parts(metric: str) -> dict[str, Any] | None:
     other probe, for a hyper-parameter trial (scored by its validation value of the selection metric alone; the
     parts share nothing but the z-scoring, so the value is the one the full evaluation gives); None: every part
     (a metric these probes do not name)."""
-    import re
+    from fusebench.probes.fewshot import shot_count
 
-    shot = re.fullmatch(r"fs(\d+)_(best_acc|acc|proto_acc)", metric)
-    if shot:
-        return {"fewshot_shots": [int(shot.group(1))], "knn_grid": (), "linear_probe": False, "cluster": False}
+    shot = shot_count(metric)
+    if shot is not None:
+        return {"fewshot_shots": [shot], "knn_grid": (), "linear_probe": False, "cluster": False}
     if metric == "knn_acc":
         return {"fewshot_shots": [], "linear_probe": False, "cluster": False}
     if metric in ("acc", "mf1"):

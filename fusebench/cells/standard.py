@@ -31,7 +31,7 @@ from fusebench.runtime import distributed, utils
 from fusebench.spec import precision
 from fusebench.engine import speed
 from fusebench.engine.cell import check_checkpoint_config, data_fingerprint, load_checkpoint
-from fusebench.spec.config import BenchmarkSpec
+from fusebench.spec.config import BenchmarkSpec, ConfigError
 from fusebench.engine.data import build_datasets, feeding, held_in_memory, input_dims, make_loader, resolve_feed
 from fusebench.engine.loop import Clock, Phase, PhaseHooks, StepBudget, run_phase
 from fusebench.engine.optim import build_optimizer, build_scheduler
@@ -77,14 +77,21 @@ def encoder_config(spec: BenchmarkSpec, train_ds) -> dict[str, Any]:
 
 
 def check_weights_fit(spec: BenchmarkSpec, train_ds, names: list[str]) -> None:
-    """Before any cell (issue #32): the encoder weights of each row in ``names`` (``spec.encoder_weights``) fit
-    the spec's encoder as it is built for ``train_ds`` -- the strict ``load_state_dict`` as a dry run on a
-    model built here and thrown away; one ConfigError naming the row, the file and the mismatching parameters."""
+    """Before any cell: the spec's encoder builds for ``train_ds`` with its ``encoder.config`` (a value its
+    constructor refuses, say ``hidden: -5``, is one ConfigError naming the key, not a failure in every cell after
+    its pretraining), and (issue #32) the encoder weights of each row in ``names`` (``spec.encoder_weights``) fit it
+    -- the strict ``load_state_dict`` as a dry run on a model built here and thrown away; one ConfigError naming
+    the row, the file and the mismatching parameters."""
     from fusebench import encoders
     from fusebench.components import encoder_weights as W
 
     cfg = encoder_config(spec, train_ds)
-    backbone = encoders.build(spec.encoder.id, **cfg)
+    try:
+        backbone = encoders.build(spec.encoder.id, **cfg)
+    except (ValueError, TypeError, RuntimeError) as e:
+        given = {k: v for k, v in cfg.items() if k in spec.encoder.config}
+        raise ConfigError(f"{spec.name}: encoder {spec.encoder.id!r} cannot be built with encoder.config {given} "
+                          f"(and the data's input sizes): {type(e).__name__}: {e}") from None
     for name in names:
         W.load_into(backbone, name, spec.encoder_weights[name], spec.encoder.id, cfg)
 

@@ -100,6 +100,12 @@ class Protocol:
         return f"the best of its {epochs} downstream epochs" if epochs > 1 else None
 
     @classmethod
+    def option_problems(cls, spec: Any) -> list[str]:
+        """What is wrong with the values of the protocol's options (``options.<options_key>``) for ``spec``, each a
+        phrase naming the key (empty: nothing); checked when the spec is loaded, after the option names."""
+        return []
+
+    @classmethod
     def score(cls, cell: Any, **state: Any) -> Any:
         """Score ``cell`` (a :class:`fusebench.cells.standard.StandardCell` after pretraining) under this
         protocol: its :attr:`scorer` called with ``state`` (``pretrained_state``, ``ckpt``); returns its
@@ -141,6 +147,12 @@ class EmbeddingEval(Protocol):
     @classmethod
     def selects_on_validation(cls, spec: Any) -> str | None:
         return "the probes' L2 weights, kNN's k and the few-shot probe"
+
+    @classmethod
+    def option_problems(cls, spec: Any) -> list[str]:
+        from fusebench.probes.embedding_eval import option_problems
+
+        return option_problems(spec.options.get(cls.options_key) or {}, spec.metrics, f"options.{cls.options_key}")
 
     missing_views_text = ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an "
                           "absent view's standardised features set to 0, the train mean); k-means clusters the "

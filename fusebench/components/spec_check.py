@@ -162,7 +162,7 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
     if unknown:
         return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} "
                 f"protocol takes {', '.join(protocol.options)}"]
-    return missing_view_problems(spec, _views_known_now(spec))
+    return protocol.option_problems(spec) or missing_view_problems(spec, _views_known_now(spec))
 
 
 def validation_steps(spec: BenchmarkSpec) -> list[str]:

@@ -68,7 +68,7 @@ logistic names of :mod:`fusebench.probes.fewshot`, :mod:`fusebench.probes.knn` a
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from einops import rearrange
@@ -262,7 +262,46 @@ def probe_and_cluster(
     return out
 
 
+def option_problems(options: Mapping[str, Any], metrics: Sequence[str], key: str = "options.embedding_eval") -> list[str]:
+    """What is wrong with the probe options ``options`` (a spec's ``options.embedding_eval``) for a benchmark
+    reporting ``metrics``, each a phrase naming ``key`` (empty: nothing): the values :func:`probe_and_cluster`
+    refuses, and a metric the options leave uncomputed (``fs5_acc`` with ``fewshot_shots: [1]``, ``knn_acc`` with an
+    empty ``knn_grid``). Checked when a spec is loaded, not in every cell after its pretraining."""
+    from fusebench.probes.fewshot import shot_count
+
+    checks = {"l2_grid": lambda v: _l2_values(v, "l2_grid"),
+              "fewshot_l2_grid": lambda v: _l2_values(v, "fewshot_l2_grid"),
+              "fewshot_shots": lambda v: _positive_ints(v, "fewshot_shots") if len(v) else [],
+              "fewshot_draws": lambda v: _positive_ints([v], "fewshot_draws"),
+              "knn_grid": lambda v: _positive_ints(v, "knn_grid") if len(v) else [],
+              "n_init": lambda v: _positive_ints([v], "n_init")}
+    out = []
+    for name, check in checks.items():
+        if name in options:
+            try:
+                check(options[name])
+            except (ValueError, TypeError):
+                out.append(f"{key}.{name} = {options[name]!r}: expected "
+                           + ("a non-empty list of finite numbers >= 0" if "l2" in name else
+                              "a positive integer" if name in ("fewshot_draws", "n_init") else
+                              "a list of distinct positive integers"))
+    if "cluster_on" in options and options["cluster_on"] not in ("all", "test"):
+        out.append(f"{key}.cluster_on = {options['cluster_on']!r}: expected 'all' or 'test'")
+    if out:
+        return out
+    shots = list(options["fewshot_shots"]) if "fewshot_shots" in options else None
+    for m in metrics:
+        s = shot_count(m)
+        if s is not None and shots is not None and s not in shots:
+            out.append(f"metric {m} needs {s} in {key}.fewshot_shots {shots} (the probes compute the shot counts "
+                       "listed there)")
+        if m == "knn_acc" and "knn_grid" in options and not len(options["knn_grid"]):
+            out.append(f"metric knn_acc needs a non-empty {key}.knn_grid (it is empty: no kNN probe runs)")
+    return out
+
+
 __all__ = ["CLUSTER_STANDARDIZE", "DEFAULT_DRAWS", "DEFAULT_KNN_GRID", "DEFAULT_L2_GRID", "DEFAULT_SHOTS",
            "FEWSHOT_CHOICE_RULE", "L2_CEILING", "L2_FLOOR", "PROTOTYPE_RULE", "chosen_fewshot_val",
-           "fewshot_indices", "fewshot_probe", "fit_logistic", "knn_predict", "knn_probe", "probe_and_cluster",
+           "fewshot_indices", "fewshot_probe", "fit_logistic", "knn_predict", "knn_probe", "option_problems",
+           "probe_and_cluster",
            "prototype_predict", "search_l2", "standardize"]

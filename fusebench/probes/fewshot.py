@@ -199,5 +199,14 @@ def chosen_fewshot_val(source: Mapping[str, Any], shots: int = 1) -> float:
                      f"{'record' if 'selection' in source else 'result'} (its fewshot_shots do not include {s})")
 
 
+def shot_count(metric: str) -> int | None:
+    """The labels per class of a few-shot metric id (``fs<s>_acc``, ``fs<s>_proto_acc``, ``fs<s>_best_acc``: the
+    logistic probe, the prototype probe, the one chosen on validation); None for any other id."""
+    import re
+
+    found = re.fullmatch(r"fs(\d+)_(best_acc|acc|proto_acc)", metric)
+    return int(found.group(1)) if found else None
+
+
 __all__ = ["DEFAULT_DRAWS", "DEFAULT_SHOTS", "FEWSHOT_CHOICE_RULE", "PROTOTYPE_RULE", "chosen_fewshot_val",
-           "fewshot_indices", "fewshot_probe", "prototype_predict"]
+           "fewshot_indices", "fewshot_probe", "prototype_predict", "shot_count"]
