@@ -53,8 +53,8 @@ def test_a_common_epoch_count_every_objective_overrides_is_refused_and_a_partial
                   progress=False, plan=True)
 
 
-@pytest.mark.parametrize("key", ["pretrain.per_objective.tuple_infonce.hparams.tau", "pretrain.hparams.tuple_infonce.tau",
-                                 "pretrain.per_objective.tuple_infonce.epochs"])
+@pytest.mark.parametrize("key", ["pretrain.per_objective.tuple_infonce.hparams.tau",
+                                 "pretrain.hparams.tuple_infonce.tau", "pretrain.per_objective.tuple_infonce.epochs"])
 def test_one_objective_s_setting_for_an_objective_the_run_leaves_out_is_refused(key: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"--set {key}: objective 'tuple_infonce' is not in this run \(m3g\), so "
                                           r"the setting would be recorded and not used; drop it, or add --objective "
@@ -76,8 +76,8 @@ def test_a_hyper_parameter_the_selection_grid_replaces_is_refused_from_the_comma
 
     ngs = str(fixtures_dir / "multiview" / "NGs.mat")
     with pytest.raises(ConfigError, match=r"--set pretrain\.per_objective\.mv_infonce\.hparams\.tau: "
-                                          r"pretrain\.per_objective\.mv_infonce\.grid\.tau = \[0\.05, 0\.1, 0\.2, 0\.5, "
-                                          r"1\.0\] selects tau on validation, so this value would be recorded and not "
+                                          r"pretrain\.per_objective\.mv_infonce\.grid\.tau = "
+                                          r"\[0\.05, 0\.1, 0\.2, 0\.5, 1\.0\] selects tau on validation, so this value would be recorded and not "
                                           r"used; set the grid instead"):
         fusebench.run("mv-ngs", objective="mv_infonce", seeds=[0], out=tmp_path, data_root=ngs, progress=False,
                       overrides={"pretrain.per_objective.mv_infonce.hparams.tau": 0.3}, plan=True)

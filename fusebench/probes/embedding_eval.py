@@ -262,7 +262,8 @@ def probe_and_cluster(
     return out
 
 
-def option_problems(options: Mapping[str, Any], metrics: Sequence[str], key: str = "options.embedding_eval") -> list[str]:
+def option_problems(options: Mapping[str, Any], metrics: Sequence[str],
+                    key: str = "options.embedding_eval") -> list[str]:
     """What is wrong with the probe options ``options`` (a spec's ``options.embedding_eval``) for a benchmark
     reporting ``metrics``, each a phrase naming ``key`` (empty: nothing): the values :func:`probe_and_cluster`
     refuses, and a metric the options leave uncomputed (``fs5_acc`` with ``fewshot_shots: [1]``, ``knn_acc`` with an
