@@ -200,3 +200,23 @@ def test_cli_flag_shape_and_missing_file(tmp_path: Path, capsys) -> None:
     assert main([EMB, "--synthetic", "--out", str(tmp_path), "--encoder-weights", f"a={tmp_path}",
                  "--encoder-weights", f"a={tmp_path}"]) == 2
     assert "given twice" in capsys.readouterr().err
+
+
+def test_a_rerun_with_another_weights_file_names_both_files(tmp_path: Path) -> None:
+    from fusebench.engine.cell import ConfigMismatchError
+
+    first, other = tmp_path / "first.pt", tmp_path / "other.pt"
+    torch.save(_mlp_state(), first)
+    state = _mlp_state()
+    state[next(iter(state))] += 1.0  # the same shapes, other weights
+    torch.save(state, other)
+    out = tmp_path / "runs"
+    fusebench.run(EMB, objective="mine", seeds=[0], out=out, synthetic=True, progress=False,
+                  encoder_weights={"mine": str(first)})
+    with pytest.raises(ConfigMismatchError) as e:
+        fusebench.run(EMB, objective="mine", seeds=[0], out=out, synthetic=True, progress=False,
+                      encoder_weights={"mine": str(other)})
+    assert str(e.value) == (
+        f"{out / EMB / 'mine' / 'seed0' / 'run.json'} was made from another weights file for the row 'mine' (sha256 "
+        f"{_sha(first)} of {first.resolve()}, now {_sha(other)} of {other.resolve()}); records are immutable: write "
+        "to another --out, name the row otherwise, or move that cell's folder away to rerun it")

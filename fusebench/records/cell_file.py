@@ -54,6 +54,7 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
                                   f"{HASH_SCHEMA_VERSION}: migrate the runs folder once (python "
                                   "scripts/migrate_hash_schema_3.py RUNS_FOLDER), then rerun")
     if rec.get("config_hash") != want_hash:
+        _check_same_weights(run_json, rec, spec, objective)  # a row's weights file: said as that, not as a --set
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
                        f"!= {want_hash} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
@@ -72,6 +73,19 @@ def _check_same_code(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, o
         raise ConfigMismatchError(f"{run_json} was made by other code under the same configuration "
                                   f"({'; '.join(changed)}: it computes differently now); records are immutable: write "
                                   "to another --out, or move that cell's folder away to rerun it")
+
+
+def _check_same_weights(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, objective: str) -> None:
+    """A pretrained-weights row's record made from another weights file than the one named now: a
+    ConfigMismatchError saying so, with both files' sha256 (the config hash covers the file's content)."""
+    now = (spec.encoder_weights or {}).get(objective)
+    made = ((rec.get("config") or {}).get("encoder_weights") or {}).get(objective)
+    if not isinstance(now, dict) or not isinstance(made, dict) or now.get("sha256") == made.get("sha256"):
+        return
+    raise ConfigMismatchError(f"{run_json} was made from another weights file for the row {objective!r} (sha256 "
+                              f"{made.get('sha256')} of {made.get('path')}, now {now.get('sha256')} of "
+                              f"{now.get('path')}); records are immutable: write to another --out, name the row "
+                              "otherwise, or move that cell's folder away to rerun it")
 
 
 def record_versions(rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
