@@ -76,10 +76,11 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - fields, key=repr)
-    if unknown:
-        hint = difflib.get_close_matches(str(unknown[0]), sorted(fields), n=1, cutoff=0.6)
+    if unknown:  # named as a spec writes them where the class says so (``spec_keys``: a layout the reader regroups)
+        shown = sorted(cls.spec_keys()) if callable(getattr(cls, "spec_keys", None)) else sorted(fields)
+        hint = difflib.get_close_matches(str(unknown[0]), shown, n=1, cutoff=0.6)
         raise ConfigError(f"{where or cls.__name__}: unknown key(s) {unknown}"
-                          + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; valid keys: {sorted(fields)}")
+                          + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; valid keys: {shown}")
     kwargs = {k: check_type(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
     return cls(**kwargs)
 

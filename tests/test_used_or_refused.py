@@ -136,3 +136,12 @@ def test_an_encoder_config_its_constructor_refuses_is_one_error_before_any_cell(
         fusebench.run("mv-ngs", objective="raw", seeds=[0], out=tmp_path, progress=False, plan=True,
                       data_root=str(fixtures_dir / "multiview" / "NGs.mat"), overrides={"encoder.config.hidden": -5})
     assert not tmp_path.joinpath("mv-ngs").exists()
+
+
+def test_a_mistyped_pretrain_key_is_matched_against_the_keys_a_spec_writes() -> None:
+    with pytest.raises(ConfigError) as e:
+        benchmarks.load("quickstart", overrides={"pretrain.per_objectiv.m3g.hparams.eps": 0.1})
+    msg = str(e.value)
+    assert "pretrain: unknown key(s) ['per_objectiv'] (did you mean 'per_objective'?); valid keys: [" in msg
+    listed = msg.split("valid keys: ")[1].split("]")[0]
+    assert "'per_objective'" in listed and "'objective_epochs'" not in listed and "'grid'" not in listed

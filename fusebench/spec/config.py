@@ -142,6 +142,12 @@ class PretrainConfig:
                                  epochs=int(self.objective_epochs.get(objective, self.epochs)),
                                  micro_batch=self.objective_micro_batch.get(objective))
 
+    @classmethod
+    def spec_keys(cls) -> list[str]:
+        """The keys a spec's ``pretrain`` section takes, as messages name them: the fields, each objective's own
+        settings grouped under ``per_objective`` (the tables of :data:`PER_OBJECTIVE` are the canonical form)."""
+        return sorted({f.name for f in dataclasses.fields(cls)} - set(PER_OBJECTIVE) | {GROUPED})
+
     def method_options(self, method_id: str) -> Any:
         """The typed options of pretraining method ``method_id`` (its defaults when the spec has none)."""
         from fusebench.spec.methods import options_of
