@@ -408,20 +408,32 @@ class TupleSampleOptimiser:
 
         scaler = scaler_for(autocast)  # precision 16-mixed: scaled losses, as in the main loop
         taken = 0
+        unread: list[tuple[int, Tensor]] = []  # as in the main loop: no step waits for the device
+
+        def check() -> None:  # the losses read in one copy; a non-finite one stops the cell, naming its step
+            for (at, _), value in zip(unread, utils.read_losses([v for _, v in unread])):
+                if not math.isfinite(value):
+                    raise RuntimeError(f"tuple_infonce sample optimisation: loss {value} at candidate {cand} step "
+                                       f"{at} (epoch {epoch}, alpha={pre.tuple_alpha}, beta={pre.tuple_beta})")
+            unread.clear()
+
+        host = getattr(pre, "host_batch", lambda b: b)  # the presence mask checked on the host, before the copy
         for step, batch in enumerate(batches):
             if limit and step >= limit:
                 break
-            batch = utils.to_device(batch, dev)
-            if autocast is not None:
-                with autocast:
+            batch = utils.to_device(host(batch), dev)
+            with utils.deferred_value_checks():  # the input scans the loop checks on the host instead
+                if autocast is not None:
+                    with autocast:
+                        loss = pre(batch, gather=distributed.gather_with_grad)
+                else:
                     loss = pre(batch, gather=distributed.gather_with_grad)
-            else:
-                loss = pre(batch, gather=distributed.gather_with_grad)
-            if not torch.isfinite(loss):
-                raise RuntimeError(f"tuple_infonce sample optimisation: loss {float(loss.detach())} at candidate {cand} "
-                                   f"step {step} (epoch {epoch}, alpha={pre.tuple_alpha}, beta={pre.tuple_beta})")
-            pre.optimise(loss, opt, scaler=scaler)
+                pre.optimise(loss, opt, scaler=scaler)
+            unread.append((step, loss.detach()))
+            if len(unread) >= utils.LOSS_READ_EVERY:
+                check()
             taken += 1
             if bar is not None:
                 bar.update(1)
+        check()
         return taken

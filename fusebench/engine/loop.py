@@ -25,7 +25,6 @@ interrupted epoch, so a resumed run equals an uninterrupted one.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -41,7 +40,8 @@ from fusebench.typed import ConfigError
 
 
 #: steps between two reads of the losses on the host (loss curve, progress bar, non-finite guard)
-LOSS_READ_EVERY = 16
+LOSS_READ_EVERY = utils.LOSS_READ_EVERY
+read_losses = utils.read_losses  # the one copy of the losses to the host (also TupleInfoNCE's candidate training)
 
 
 class RunError(RuntimeError):
@@ -208,15 +208,6 @@ def batch_size(batch: Any) -> int:
         return len(batch["target"])
     except (KeyError, TypeError):
         return 0
-
-
-def read_losses(losses: list[torch.Tensor]) -> list[float]:
-    """The values of the 0-dim ``losses`` as Python floats, in one copy from the device (widened to their
-    common dtype first: exact, so each value is ``float(loss)``)."""
-    if not losses:
-        return []
-    dtype = functools.reduce(torch.promote_types, [v.dtype for v in losses])
-    return torch.stack([v.reshape(()).to(dtype) for v in losses]).tolist()
 
 
 class _Unread:

@@ -263,6 +263,22 @@ def deferred_value_checks() -> Iterator[None]:
         _DEFERRED_CHECKS.reset(token)
 
 
+#: steps between two reads of the losses on the host (loss curve, progress bar, non-finite guard)
+LOSS_READ_EVERY = 16
+
+
+def read_losses(losses: list[Any]) -> list[float]:
+    """The values of the 0-dim tensors ``losses`` as Python floats, in one copy from the device (widened to their
+    common dtype first: exact, so each value is ``float(loss)``): how a training loop reads its losses every
+    :data:`LOSS_READ_EVERY` steps instead of waiting for the device at every step."""
+    if not losses:
+        return []
+    import functools
+
+    dtype = functools.reduce(torch.promote_types, [v.dtype for v in losses])
+    return torch.stack([v.reshape(()).to(dtype) for v in losses]).tolist()
+
+
 def value_checks() -> bool:
     """False inside :func:`deferred_value_checks` (the caller checks on the host), True otherwise."""
     return not _DEFERRED_CHECKS.get()
