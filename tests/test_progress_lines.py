@@ -170,3 +170,57 @@ def test_run_writes_progress_lines_into_a_file(tmp_path, flags) -> None:
 def test_no_progress_is_silent(tmp_path) -> None:
     text = _run(tmp_path, "--no-progress")
     assert "[fusebench]" not in text
+
+
+def test_a_step_longer_than_the_interval_is_said_while_it_runs() -> None:
+    """A step of an M3G cell at k = 12 took minutes with nothing written: the reporter's helper thread calls
+    beat(), which writes a line once no line was written and the step under way has run for an interval."""
+    from fusebench.runtime.progress import LineReporter
+
+    now, lines = [0.0], []
+    bar = LineReporter(130, desc="q/m3g/seed0 pretrain", interval=30.0, clock=lambda: now[0], write=lines.append)
+    now[0] = 10.0
+    bar.update()  # step 1 done at 10 s: no line yet (< 30 s)
+    for t in (20.0, 39.0):  # the step under way has run 10 s, 29 s: nothing to say
+        bar.beat(t)
+    assert lines == []
+    bar.beat(41.0)  # 31 s into step 2, 41 s since the last line
+    assert lines == ["[fusebench] q/m3g/seed0 pretrain: step 1/130 (0%) 0.024 it/s elapsed 41.0s; step 2 running "
+                     "for 31.0s"]
+    bar.beat(60.0)  # 19 s since that line: nothing
+    bar.beat(71.5)
+    assert lines[-1].endswith("elapsed 71.5s; step 2 running for 61.5s") and len(lines) == 2
+    now[0] = 80.0
+    bar.update()  # step 2 done, 8.5 s after the last line: no line
+    assert len(lines) == 2
+    bar.beat(105.0)  # 33.5 s since the last line, but step 3 has run 25 s: nothing
+    now[0] = 106.0
+    bar.update()  # step 3 done: the usual line (more than 30 s since the last)
+    assert lines[-1] == "[fusebench] q/m3g/seed0 pretrain: step 3/130 (2%) 0.028 it/s elapsed 106.0s"
+    bar.close()
+    bar.beat(200.0)  # closed: silent
+    assert len(lines) == 3  # closed after a line at its step: nothing more
+
+
+def test_the_heartbeat_thread_ends_with_its_reporter() -> None:
+    import gc
+    import threading
+
+    from fusebench.runtime.progress import LineReporter
+
+    def made(build):  # the helper threads that building the reporter started (others may be ending meanwhile)
+        before = set(threading.enumerate())
+        reporter = build()
+        return reporter, [t for t in set(threading.enumerate()) - before if t.name == "fusebench-progress"]
+
+    bar, (thread,) = made(lambda: LineReporter(10, desc="x", interval=1.0, write=lambda line: None))  # real clock
+    bar.close()
+    thread.join(timeout=60)  # it wakes at once when closed (the bound: a hang fails, not waits)
+    assert not thread.is_alive()
+    dropped, (thread,) = made(lambda: LineReporter(10, desc="y", interval=1.0, write=lambda line: None))
+    del dropped  # never closed: dropped instead
+    gc.collect()
+    thread.join(timeout=60)  # it notices the reporter is gone at its next wake (1 s)
+    assert not thread.is_alive()
+    _, none = made(lambda: LineReporter(10, interval=1.0, clock=lambda: 0.0, write=lambda line: None))
+    assert none == []  # an injected clock: no thread (tests call beat)

@@ -74,25 +74,42 @@ def _number(x: float) -> str:
 
 class LineReporter:
     """A progress bar that writes lines: at most one per ``interval`` seconds (on :meth:`update`),
-    plus one at :meth:`close`. ``clock`` (monotonic seconds) and ``write`` are injectable for tests."""
+    plus one at :meth:`close`; and while one step takes longer than ``interval`` (an M3G step at k = 12 can take
+    minutes), a line every ``interval`` seconds saying so (:meth:`beat`, from a helper thread that ends with the
+    reporter: at :meth:`close`, or when it is dropped). ``clock`` (monotonic seconds) and ``write`` are injectable
+    for tests; ``heartbeat`` (default: with the real clock only) starts the thread (tests call :meth:`beat`)."""
 
     def __init__(self, total: int | None, initial: int = 0, desc: str = "", interval: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, write: Callable[[str], None] | None = None,
+                 heartbeat: bool | None = None) -> None:
+        import threading
+
         self.total, self.n, self.desc = total, initial, desc
         self.interval = log_every() if interval is None else float(interval)
         self.clock = clock
         self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
         self.postfix: dict[str, Any] = {}
         self._start_n = initial
-        self._t0 = self._last = clock()
+        self._t0 = self._last = self._stepped = clock()
         self._said_n: int | None = None  # the step of the last line written
         self.closed = False
+        self._lock = threading.Lock()  # the helper thread writes too
+        self._stop = threading.Event()
+        if (clock is time.monotonic if heartbeat is None else heartbeat) and self.interval > 0:
+            _start_heartbeat(self)
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        now = self.clock()
+        now = self._stepped = self.clock()
         if now - self._last >= self.interval:
             self._line(now)
+
+    def beat(self, now: float) -> None:
+        """At ``now``: a line when no line was written for ``interval`` seconds and the step under way has taken
+        that long (``... step 2/130 (1%) ... elapsed 60.0s; step 3 running for 41.0s``)."""
+        if self.closed or self.interval <= 0 or now - self._last < self.interval or now - self._stepped < self.interval:
+            return
+        self._line(now, f"; step {self.n + 1} running for {now - self._stepped:.1f}s")
 
     def set_postfix(self, ordered_dict: dict[str, Any] | None = None, refresh: bool = True, **fields: Any) -> None:
         self.postfix = {**(ordered_dict or {}), **fields}
@@ -101,6 +118,7 @@ class LineReporter:
         if self.closed:
             return
         self.closed = True
+        self._stop.set()
         if self._said_n != self.n:  # not said already (FUSEBENCH_LOG_EVERY=0)
             self._line(self.clock())
 
@@ -114,9 +132,29 @@ class LineReporter:
         rate = (self.n - self._start_n) / elapsed if elapsed > 0 else 0.0
         return " ".join([f"{PREFIX} {self.desc}: {step}", *fields, f"{_number(rate)} it/s", f"elapsed {elapsed:.1f}s"])
 
-    def _line(self, now: float) -> None:
-        self.write(self.line(now))
-        self._last, self._said_n = now, self.n
+    def _line(self, now: float, tail: str = "") -> None:
+        with self._lock:
+            self.write(self.line(now) + tail)
+            self._last, self._said_n = now, self.n
+
+
+def _start_heartbeat(reporter: LineReporter) -> None:
+    """The helper thread of ``reporter``'s :meth:`LineReporter.beat`: it holds the reporter weakly and ends when
+    the reporter is closed or dropped (a phase left by an exception does not speak on)."""
+    import threading
+    import weakref
+
+    ref, stop, every = weakref.ref(reporter), reporter._stop, max(1.0, reporter.interval)
+
+    def run() -> None:
+        while not stop.wait(every):
+            alive = ref()
+            if alive is None:
+                return
+            alive.beat(alive.clock())
+            del alive
+
+    threading.Thread(target=run, name="fusebench-progress", daemon=True).start()
 
 
 class _Silent:
