@@ -48,8 +48,11 @@ def read_edf_header(path: Path) -> dict[str, Any]:
     than one record are ignored with a warning; a whole extra record or more raises (mne would
     silently read them as data). Raises :class:`DatasetError` naming the file and the field.
 
+    Every signal's physical range must be finite and non-empty and its digital range integer with
+    minimum < maximum (:func:`_signal_scales`).
+
     Returns: start (datetime), n_records, record_s, n_signals, header_bytes, record_bytes, reserved,
-    labels [ns], spr [ns] (samples per record), file_bytes.
+    labels [ns], spr [ns] (samples per record), file_bytes, pmin / pmax / dmin / dmax [ns].
     """
     try:
         with open(path, "rb") as f:
@@ -103,6 +106,7 @@ def read_edf_header(path: Path) -> dict[str, Any]:
         raise bad(f"non-numeric samples-per-record field ({e})") from e
     if min(spr) < 1:
         raise bad(f"samples per record {spr} must all be >= 1")
+    scale = _signal_scales(fields, bad)
     record_bytes = 2 * sum(spr)
     data_bytes = size - header_bytes
     whole, rest = divmod(data_bytes, record_bytes)
@@ -126,7 +130,41 @@ def read_edf_header(path: Path) -> dict[str, Any]:
         log.warning("%s: %d trailing bytes after the %d declared EDF records are ignored", path, rest, n_records)
     return {"start": start, "n_records": n_records, "record_s": record_s, "n_signals": n_signals,
             "header_bytes": header_bytes, "record_bytes": record_bytes, "reserved": text[192:236].strip(),
-            "labels": fields["label"], "spr": spr, "file_bytes": size}
+            "labels": fields["label"], "spr": spr, "file_bytes": size, **scale}
+
+
+def _signal_scales(fields: dict[str, list[str]], bad) -> dict[str, list[float]]:
+    """Check every signal's physical and digital range (EDF spec section 2.1.3.2); -> pmin, pmax, dmin, dmax.
+
+    Physical minimum and maximum must be finite numbers that differ (a maximum below the minimum is an
+    inverted signal, allowed by the spec); digital minimum and maximum must be integers with
+    minimum < maximum. Any other value gives NaN, infinite or flat signals (mne divides by the ranges),
+    so it raises naming the signal label and the header field.
+    """
+    out: dict[str, list[float]] = {"pmin": [], "pmax": [], "dmin": [], "dmax": []}
+    names = {"pmin": "physical minimum", "pmax": "physical maximum",
+             "dmin": "digital minimum", "dmax": "digital maximum"}
+    for i, label in enumerate(fields["label"]):
+        vals = {}
+        for key, name in names.items():
+            text = fields[key][i]
+            try:
+                v = float(text)
+            except ValueError:
+                v = math.nan
+            if not math.isfinite(v) or (key in ("dmin", "dmax") and not v.is_integer()):
+                kind = "an integer" if key in ("dmin", "dmax") else "a finite number"
+                raise bad(f"signal {i + 1} {label!r}: {name} field {text!r} is not {kind}")
+            vals[key] = v
+        if vals["pmin"] == vals["pmax"]:
+            raise bad(f"signal {i + 1} {label!r}: physical minimum = physical maximum = {fields['pmin'][i]!r} "
+                      f"(the spec requires them to differ)")
+        if not vals["dmin"] < vals["dmax"]:
+            raise bad(f"signal {i + 1} {label!r}: digital minimum {fields['dmin'][i]!r} must be below the "
+                      f"digital maximum {fields['dmax'][i]!r}")
+        for key, v in vals.items():
+            out[key].append(v)
+    return out
 
 
 def _edf_start(path: Path) -> _dt.datetime:
@@ -137,7 +175,8 @@ def _edf_start(path: Path) -> _dt.datetime:
 def read_edf_channels(path: Path, labels: Sequence[str], sfreq_hz: float) -> tuple[np.ndarray, float]:
     """Channels ``labels`` of an EDF in microvolts resampled to ``sfreq_hz``.
 
-    Shape: -> [C, n_samples] float32; also returns the native (mne) sampling rate.
+    Shape: -> [C, n_samples] float32; also returns the native (mne) sampling rate. A channel with a
+    non-finite value after scaling (e.g. a physical range too wide for float32) raises naming it.
     """
     import mne
 
@@ -153,7 +192,14 @@ def read_edf_channels(path: Path, labels: Sequence[str], sfreq_hz: float) -> tup
         x = raw.get_data(picks=list(labels), units="uV")
     except Exception as e:
         raise DatasetError(f"{path}: cannot read the signal data ({type(e).__name__}: {e})") from e
-    return _resample(x, float(raw.info["sfreq"]), sfreq_hz), float(raw.info["sfreq"])
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite results are refused just below
+        out = _resample(x, float(raw.info["sfreq"]), sfreq_hz)
+    finite = np.isfinite(out).all(axis=-1)
+    if not finite.all():
+        bad_ch = [c for c, ok in zip(labels, finite) if not ok]
+        raise DatasetError(f"{path}: signals {bad_ch} hold non-finite values after scaling to microvolts "
+                           f"(float32); check their physical/digital range fields")
+    return out, float(raw.info["sfreq"])
 
 
 def _resample(x: np.ndarray, sfreq_in: float, sfreq_out: float) -> np.ndarray:
