@@ -82,12 +82,34 @@ def _decode_meta(value: Any) -> Any:
     return value
 
 
-def read_csd(path: str | os.PathLike, videos: list[str] | None = None) -> ComputationalSequence:
+def _feature_shape(shape: tuple[int, ...], labels: bool) -> tuple[tuple[int, int] | None, str]:
+    """The [n, d] a ``features`` dataset of ``shape`` is read as, or (None, why not).
+
+    A 1-D [n] is read as [n, 1]. With ``labels`` (a labels sequence) trailing axes of size 1 are dropped
+    first, so [n, 1, 1] is read as [n, 1] and [n, 7, 1] as [n, 7]. Anything else must be 2-D with d >= 1.
+    """
+    if labels:
+        while len(shape) > 2 and shape[-1] == 1:
+            shape = shape[:-1]
+    if len(shape) == 1:
+        shape = (shape[0], 1)
+    if len(shape) != 2:
+        return None, f"features must be 2-D [n_rows, d], got shape {tuple(shape)}"
+    if shape[1] == 0:
+        return None, f"features have zero width {tuple(shape)} (each row needs d >= 1 values)"
+    return (int(shape[0]), int(shape[1])), ""
+
+
+def read_csd(path: str | os.PathLike, videos: list[str] | None = None, labels: bool = False) -> ComputationalSequence:
     """Read a computational sequence; ``videos`` restricts which video groups are loaded.
 
     Raises :class:`DatasetError` naming the file for a non-HDF5/truncated file, a file with no or
     several root groups, a video lacking ``features``/``intervals``, mismatched row counts,
-    intervals that are not [n, 2], and non-finite intervals.
+    intervals that are not [n, 2], non-finite intervals and intervals ending before they start.
+    The ``features`` of every video in the file (read or not: only their shapes are looked at) must be
+    2-D [n, d] with d >= 1 and the same width d in every video, else the error names the video; a 1-D
+    [n] is read as [n, 1], and with ``labels=True`` (a labels sequence) trailing axes of size 1 are
+    dropped ([n, 1, 1] -> [n, 1]).
     """
     path = Path(path)
     if not path.is_file():
@@ -106,6 +128,22 @@ def read_csd(path: str | os.PathLike, videos: list[str] | None = None) -> Comput
             raise DatasetError(f"{path}: root group {roots[0]!r} has no 'data' group (keys: {list(root)})")
         meta = {k: _decode_meta(root["metadata"][k][()]) for k in root["metadata"]} if "metadata" in root else {}
         data = root["data"]
+        widths: dict[int, list[str]] = {}  # feature width -> the videos of that width
+        for vid in data.keys():
+            g = data[vid]
+            if not isinstance(g, h5py.Group) or not isinstance(g.get("features"), h5py.Dataset):
+                continue  # refused below if the split reads it
+            shape, why = _feature_shape(g["features"].shape, labels)
+            if shape is None:
+                raise DatasetError(f"{path}: video {vid!r}: {why}")
+            widths.setdefault(shape[1], []).append(vid)
+        if len(widths) > 1:
+            common = max(widths, key=lambda w: len(widths[w]))
+            odd = min((w for w in widths if w != common), key=lambda w: len(widths[w]))
+            raise DatasetError(f"{path}: video {widths[odd][0]!r}: features are {odd} wide but "
+                               f"{len(widths[common])} video(s) (e.g. {widths[common][0]!r}) have {common} "
+                               f"(widths found: {sorted(widths)}); every video of one sequence must have the same "
+                               f"feature width")
         names = list(data.keys()) if videos is None else [v for v in videos if v in data]
         feats: dict[str, np.ndarray] = {}
         ivals: dict[str, np.ndarray] = {}
@@ -119,14 +157,22 @@ def read_csd(path: str | os.PathLike, videos: list[str] | None = None) -> Comput
                 t = np.asarray(g["intervals"][()], dtype=np.float64)
             except OSError as e:
                 raise DatasetError(f"{path}: cannot read video {vid!r} (truncated or corrupt file: {e})") from e
-            if x.ndim == 1:
-                x = x[:, None]
+            shape, why = _feature_shape(x.shape, labels)
+            if shape is None:
+                raise DatasetError(f"{path}: video {vid!r}: {why}")
+            x = x.reshape(shape)
             if t.ndim != 2 or t.shape[1] != 2:
                 raise DatasetError(f"{path}: video {vid!r}: intervals must be [n, 2], got {t.shape}")
             if x.shape[0] != t.shape[0]:
                 raise DatasetError(f"{path}: video {vid!r}: {x.shape[0]} feature rows but {t.shape[0]} intervals")
             if not np.isfinite(t).all():
                 raise DatasetError(f"{path}: video {vid!r}: non-finite interval values")
+            backwards = np.flatnonzero(t[:, 1] < t[:, 0])
+            if backwards.size:
+                r = int(backwards[0])
+                raise DatasetError(f"{path}: video {vid!r}: interval row {r} ends before it starts "
+                                   f"([{t[r, 0]:g}, {t[r, 1]:g}] s; {backwards.size} such row(s)); each interval "
+                                   f"must be [start, end] with end >= start")
             feats[vid] = x
             ivals[vid] = t
     return ComputationalSequence(name=roots[0], features=feats, intervals=ivals, metadata=meta, path=str(path))

@@ -62,3 +62,104 @@ def test_edf_inverted_physical_range_still_read(tmp_path, fixtures_dir):
     a, b = ref[0]["modalities"]["fpz_cz"].numpy(), ds[0]["modalities"]["fpz_cz"].numpy()
     assert np.abs(a).max() > 1  # a real signal, not zeros
     np.testing.assert_allclose(b, -a, atol=0.2)  # same digits, range mirrored -> negated (one step = 0.094 µV)
+
+
+# -- 2. MOSI computational sequences ------------------------------------------------------------------
+# CMU_MOSI_Opinion_Labels.csd (real): root group 'Opinion Segment Labels', 93 videos, features [n, 1]
+# float32; video '03bSnISJMiM' has 13 segments. A copy also serves as the 'audio' feature sequence
+# (csd_files=) so the feature checks run on a real file.
+MOSI_LABELS = "CMU_MOSI_Opinion_Labels.csd"
+VID = "03bSnISJMiM"
+
+
+def _mosi_copy(fixtures_dir, tmp_path, name=MOSI_LABELS):
+    import shutil
+
+    shutil.copy(fixtures_dir / "mosi" / MOSI_LABELS, tmp_path / name)
+    return tmp_path / name
+
+
+def _replace(path, vid, key, value):
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        g = f["Opinion Segment Labels"]["data"][vid]
+        del g[key]
+        g.create_dataset(key, data=value)
+
+
+def _segments(fixtures_dir):
+    import h5py
+    import numpy as np
+
+    with h5py.File(fixtures_dir / "mosi" / MOSI_LABELS, "r") as f:
+        g = f["Opinion Segment Labels"]["data"][VID]
+        return np.asarray(g["features"]), np.asarray(g["intervals"])
+
+
+def test_csd_feature_width_differs_between_videos(tmp_path, fixtures_dir):
+    import numpy as np
+
+    _mosi_copy(fixtures_dir, tmp_path)
+    audio = _mosi_copy(fixtures_dir, tmp_path, "CMU_MOSI_COVAREP.csd")
+    y, _ = _segments(fixtures_dir)
+    assert y.shape == (13, 1)
+    _replace(audio, VID, "features", np.repeat(y, 3, axis=1))  # [13, 3]; every other video is [n, 1]
+    with pytest.raises(DatasetError, match=r"CMU_MOSI_COVAREP.csd: video '03bSnISJMiM': features are 3 wide but 92 "
+                                           r"video\(s\) \(e.g. '0h-zjBukYpk'\) have 1 \(widths found: \[1, 3\]\); every "
+                                           r"video of one sequence must have the same"):
+        build("mosi", root=tmp_path, modalities=["audio"], use_cache=False)
+
+
+@pytest.mark.parametrize("shape,rule", [((13, 0), r"features have zero width \(13, 0\)"),
+                                        ((13, 1, 2), r"features must be 2-D \[n_rows, d\], got shape \(13, 1, 2\)")])
+def test_csd_features_of_the_wrong_shape(tmp_path, fixtures_dir, shape, rule):
+    import numpy as np
+
+    _mosi_copy(fixtures_dir, tmp_path)
+    audio = _mosi_copy(fixtures_dir, tmp_path, "CMU_MOSI_COVAREP.csd")
+    _replace(audio, VID, "features", np.zeros(shape, np.float32))
+    with pytest.raises(DatasetError, match=r"CMU_MOSI_COVAREP.csd: video '03bSnISJMiM': " + rule):
+        build("mosi", root=tmp_path, modalities=["audio"], use_cache=False)
+
+
+def test_csd_interval_ending_before_it_starts(tmp_path, fixtures_dir):
+    labels = _mosi_copy(fixtures_dir, tmp_path)
+    _, t = _segments(fixtures_dir)
+    t = t.copy()
+    t[4] = t[4, ::-1]  # row 4: [end, start]
+    assert t[4, 1] < t[4, 0]
+    _replace(labels, VID, "intervals", t)
+    with pytest.raises(DatasetError, match=r"CMU_MOSI_Opinion_Labels.csd: video '03bSnISJMiM': interval row 4 ends "
+                                           r"before it starts .*1 such row"):
+        build("mosi", root=tmp_path, modalities=[], use_cache=False)
+
+
+def test_csd_labels_stored_n_1_1_read_as_the_same_labels(tmp_path, fixtures_dir):
+    import json
+
+    y, _ = _segments(fixtures_dir)
+    labels = _mosi_copy(fixtures_dir, tmp_path)
+    _replace(labels, VID, "features", y[:, :, None])  # [13, 1, 1]
+    (tmp_path / "folds.json").write_text(json.dumps({"train": [VID], "valid": [], "test": []}))
+    ds = build("mosi", root=tmp_path, modalities=[], use_cache=False)
+    assert [float(ds[i]["target"]) for i in range(len(ds))] == [float(v) for v in y[:, 0]]
+    # more than one value per segment in the labels' stray axis is not a label column: refused
+    _replace(labels, VID, "features", y[:, :, None].repeat(2, axis=2))
+    with pytest.raises(DatasetError, match=r"Labels.csd: video '03bSnISJMiM': features must be 2-D"):
+        build("mosi", root=tmp_path, modalities=[], use_cache=False)
+
+
+@pytest.mark.parametrize("folds,message", [
+    ({"train": [VID, "0h-zjBukYpk"], "valid": [VID], "test": []},
+     r"video '03bSnISJMiM' is listed in split 'train' and in split 'valid' too"),
+    ({"train": [VID, VID], "valid": [], "test": []}, r"video '03bSnISJMiM' is listed in split 'train' and twice in"),
+])
+def test_folds_json_video_in_two_folds(tmp_path, fixtures_dir, folds, message):
+    import json
+
+    _mosi_copy(fixtures_dir, tmp_path)
+    (tmp_path / "folds.json").write_text(json.dumps(folds))
+    for split in ("train", "test"):  # refused whichever split is built
+        with pytest.raises(DatasetError, match=r"mosi: .*folds.json: " + message):
+            build("mosi", root=tmp_path, split=split, modalities=[], use_cache=False)

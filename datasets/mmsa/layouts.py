@@ -100,7 +100,7 @@ class _Layouts:
 
     def _index_csd(self) -> list[tuple[str, int]]:
         labels_path = self._csd_file("labels")
-        labels = read_csd(labels_path)
+        labels = read_csd(labels_path, labels=True)
         self.source = str(labels_path)
         folds = self._opts_rest.get("folds")
         self._split_file = "the folds= option" if folds is not None else f"{labels_path} (deterministic video split)"
@@ -119,6 +119,15 @@ class _Layouts:
             if bad is not None:
                 raise DatasetError(f"{self.id}: {where} must map each split to a list of video ids (strings), got "
                                    f"{bad}")
+            seen: dict[str, str] = {}
+            for k, vids in folds.items():
+                for v in vids:
+                    if v in seen:
+                        where_else = "twice in that split" if seen[v] == k else f"in split {k!r} too"
+                        raise DatasetError(f"{self.id}: {where}: video {v!r} is listed in split {seen[v]!r} and "
+                                           f"{where_else}; every video must belong to exactly one split (a video "
+                                           f"in two splits leaks its segments between them)")
+                    seen[v] = k
             key = self.split if self.split in folds else _SPLIT_KEYS[self.split]
             if key not in folds:
                 raise DatasetError(f"{self.id}: folds lack split {self.split!r} (keys {sorted(folds)})")

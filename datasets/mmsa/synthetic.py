@@ -100,14 +100,24 @@ class _SyntheticTwin:
 
     @classmethod
     def _write_synthetic_csd(cls, root: Path, parts: dict[str, dict[str, Any]]) -> None:
-        """One segment per sample; segment i of a video spans [10 i, 10 i + 8] s; rows are spread evenly."""
+        """One segment per sample; segment i of a video spans [10 i, 10 i + 8] s; rows are spread evenly.
+
+        Folds are video-level, so a pickle video whose segments fall in several splits is written as one
+        video per split (``<video>_<split>``): no video is listed in two folds (that would leak it).
+        """
         prefix = cls.CSD_PREFIX
         feats: dict[str, dict[str, list]] = {m: {} for m in (*_MODS, "labels")}
         ivals: dict[str, dict[str, list]] = {m: {} for m in (*_MODS, "labels")}
         folds: dict[str, list[str]] = {"train": [], "valid": [], "test": []}
+        splits_of: dict[str, set[str]] = {}
+        for split, part in parts.items():
+            for sid in part["id"]:
+                splits_of.setdefault(str(sid).split("$_$")[0], set()).add(split)
         for split, part in parts.items():
             for i, sid in enumerate(part["id"]):
                 vid, seg = str(sid).split("$_$")
+                if len(splits_of[vid]) > 1:
+                    vid = f"{vid}_{split}"
                 if vid not in folds[split]:
                     folds[split].append(vid)
                 start, end = 10.0 * (int(seg) - 1), 10.0 * (int(seg) - 1) + 8.0
