@@ -163,3 +163,66 @@ def test_folds_json_video_in_two_folds(tmp_path, fixtures_dir, folds, message):
     for split in ("train", "test"):  # refused whichever split is built
         with pytest.raises(DatasetError, match=r"mosi: .*folds.json: " + message):
             build("mosi", root=tmp_path, split=split, modalities=[], use_cache=False)
+
+
+# -- 3. MMSA attention mask and zero-width features ---------------------------------------------------
+# feature_aligned.pkl (real MMSA-FET output): text (9, 768), text_bert (3, 9) with an all-ones attention
+# mask (row 1; 9 tokens), audio (9, 25), vision (9, 171); read as one sample with id 'feature_aligned'.
+def _sims_copy(fixtures_dir, tmp_path, edit):
+    import pickle
+
+    from fusebench.datasets.safe_pickle import load
+
+    obj = load(fixtures_dir / "ch_sims" / "feature_aligned.pkl")
+    assert obj["text_bert"].shape == (3, 9) and obj["text_bert"][1].tolist() == [1] * 9
+    edit(obj)
+    path = tmp_path / "feature_aligned.pkl"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    return path, obj
+
+
+@pytest.mark.parametrize("value,shown", [(2, "2"), (-1, "-1"), (0.5, "0.5")])
+def test_attention_mask_values_other_than_0_1_refused(tmp_path, fixtures_dir, value, shown):
+    import numpy as np
+
+    def edit(obj):
+        obj["text_bert"] = obj["text_bert"].astype(np.float64)
+        obj["text_bert"][1, 3] = value
+
+    path, _ = _sims_copy(fixtures_dir, tmp_path, edit)
+    with pytest.raises(DatasetError, match=rf"feature_aligned.pkl: key 'text_bert' row 1 \(attention mask\) of "
+                                           rf"sample 0 \(id 'feature_aligned'\) holds {shown}; the mask must hold only"):
+        build("chsims", root=path, use_cache=False)
+
+
+def test_attention_mask_length_0_leaves_the_text_absent_and_a_prefix_cuts_it(tmp_path, fixtures_dir):
+    def none(obj):
+        obj["text_bert"][1, :] = 0
+
+    path, obj = _sims_copy(fixtures_dir, tmp_path, none)
+    s = build("chsims", root=path, use_cache=False)[0]
+    assert sorted(s["modalities"]) == ["audio", "vision"]  # text absent (length 0), not clipped to 1 step
+    assert tuple(s["modalities"]["audio"].shape) == (9, 25)
+
+    def five(obj):
+        obj["text_bert"][1, 5:] = 0
+
+    path, obj = _sims_copy(fixtures_dir, tmp_path, five)
+    s = build("chsims", root=path, use_cache=False)[0]
+    assert tuple(s["modalities"]["text"].shape) == (5, 768)
+    assert s["modalities"]["text"].numpy().tolist() == obj["text"][:5].tolist()
+
+
+def test_zero_width_audio_refused(tmp_path, fixtures_dir):
+    import numpy as np
+
+    def edit(obj):
+        obj["audio"] = np.zeros((9, 0))
+
+    path, _ = _sims_copy(fixtures_dir, tmp_path, edit)
+    with pytest.raises(DatasetError, match=r"feature_aligned.pkl: key 'audio' has shape \(1, 9, 0\), expected "
+                                           r"\[n, T, d\] with d >= 1 features \(zero feature width\)"):
+        build("chsims", root=path, use_cache=False)
+    # a modality left out is not read: the same file builds without audio
+    assert sorted(build("chsims", root=path, modalities=["text", "vision"], use_cache=False)[0]["modalities"]) == [
+        "text", "vision"]

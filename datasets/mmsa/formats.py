@@ -8,7 +8,9 @@ clip's dict (``text`` [T, 768], ``text_bert`` [3, T], ``audio`` [T, d_a], ``visi
 wrapped as a split with n = 1 (:meth:`_PickleFormat._feature_file_split`). Validation
 (:meth:`_PickleFormat._validate_split`): shapes, finite features (``nonfinite``), label ranges,
 lengths in 0..T (:meth:`_PickleFormat._check_lengths`) and one feature dimension per modality across
-the splits of a pickle (:meth:`_PickleFormat._check_dims_across_splits`).
+the splits of a pickle (:meth:`_PickleFormat._check_dims_across_splits`), feature widths >= 1 and a
+``text_bert`` attention mask of 0/1 values only (:meth:`_PickleFormat._mask_lengths`; its sum is the
+text length, 0 = text absent).
 
 :class:`_PickleFormat` is the mixin of the sentiment adapters holding these readers.
 """
@@ -139,6 +141,10 @@ class _PickleFormat:
                                    f"{type(part[key]).__name__} ({str(e)[:80]})") from None
             if arr.ndim != 3 or arr.shape[0] != n:
                 raise DatasetError(f"{where}: key {key!r} must be [n={n}, ...] 3-D, got shape {arr.shape}")
+            if arr.shape[2] == 0 or (key == "text_bert" and arr.shape[1] != 3):
+                want = "[n, 3, T] (ids, mask, types)" if key == "text_bert" else "[n, T, d] with d >= 1 features"
+                raise DatasetError(f"{where}: key {key!r} has shape {arr.shape}, expected {want}"
+                                   + (" (zero feature width)" if arr.shape[2] == 0 else ""))
             if key == "text_bert":
                 arr = rearrange(arr, "n r t -> n t r")  # [n, 3, T] -> [n, T, 3] (ids, mask, type)
             try:
@@ -172,15 +178,15 @@ class _PickleFormat:
                 lengths[m] = self._check_lengths(part, f"{m}_lengths", n, arrays[m].shape[1], where)
         mask = np.asarray(part["text_bert"]) if "text_bert" in part else None
         if mask is not None and mask.ndim == 3 and mask.shape[0] == n and mask.shape[1] == 3:
-            mask_len = mask[:, 1].sum(axis=1).astype(np.int64)
+            mask_len = self._mask_lengths(part, mask[:, 1], where)
             if "text" in arrays:
-                lengths["text"] = np.clip(mask_len, 1, arrays["text"].shape[1])
+                lengths["text"] = self._mask_within(part, mask_len, "text", arrays["text"].shape[1], where)
             if self.layout == "mmsa" and "audio_lengths" not in part and "vision_lengths" not in part:
                 # an aligned file: audio / vision share the text steps; MMSA runs them for the text_bert mask
                 # length too (models/multiTask/SELF_MM.py: `if self.aligned: audio_model(audio, text_lengths)`)
                 for m in ("audio", "vision"):
                     if m in arrays and arrays[m].shape[1] == mask.shape[2]:
-                        lengths[m] = np.clip(mask_len, 1, arrays[m].shape[1])
+                        lengths[m] = mask_len
         arrays["lengths"] = lengths
         arrays["id"] = [self._id_of(part, i) for i in range(n)]
         raw = part.get("raw_text")
@@ -231,6 +237,37 @@ class _PickleFormat:
                 f"range 0..{t} (integers up to the padded length T = {t} of {key.split('_')[0]!r}); "
                 f"{int(bad.sum())} of {n} samples are out of range")
         return vals.astype(np.int64)
+
+    def _mask_lengths(self, part: dict[str, Any], mask: np.ndarray, where: str) -> np.ndarray:
+        """The attention-mask row of ``text_bert`` ([n, T], row 1 of [n, 3, T]) as int64 lengths [n]: its sum.
+
+        Every value must be 0 or 1, else a DatasetError naming the file, the sample and the key (values are not
+        clipped). A length of 0 (no token attended) leaves the text (and, in an aligned file, audio / vision)
+        absent from that sample, like ``audio_lengths`` = 0.
+        """
+        try:
+            vals = np.asarray(mask).astype(np.float64)
+        except (TypeError, ValueError):
+            raise DatasetError(f"{where}: key 'text_bert' row 1 (attention mask) must hold 0/1, got dtype "
+                               f"{np.asarray(mask).dtype}") from None
+        bad = ~((vals == 0) | (vals == 1)).all(axis=1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            v = vals[i][(vals[i] != 0) & (vals[i] != 1)][0]
+            raise DatasetError(
+                f"{where}: key 'text_bert' row 1 (attention mask) of sample {i} (id {self._id_of(part, i)!r}) holds "
+                f"{v:g}; the mask must hold only 0 and 1 ({int(bad.sum())} of {len(vals)} samples do not)")
+        return vals.sum(axis=1).astype(np.int64)
+
+    def _mask_within(self, part: dict[str, Any], lengths: np.ndarray, m: str, t: int, where: str) -> np.ndarray:
+        """Attention-mask lengths used for modality ``m`` of padded length ``t``: each must be in 0..t."""
+        bad = lengths > t
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DatasetError(
+                f"{where}: key 'text_bert' attention mask of sample {i} (id {self._id_of(part, i)!r}) sums to "
+                f"{int(lengths[i])}, outside the valid range 0..{t} (the padded length T = {t} of {m!r})")
+        return lengths
 
     @staticmethod
     def _id_of(part: dict[str, Any], i: int) -> str:
