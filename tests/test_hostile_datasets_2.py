@@ -3,6 +3,7 @@ naming the file, the field / key and the rule (never a traceback, never silent a
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fusebench.datasets import DatasetError, build
@@ -226,3 +227,125 @@ def test_zero_width_audio_refused(tmp_path, fixtures_dir):
     # a modality left out is not read: the same file builds without audio
     assert sorted(build("chsims", root=path, modalities=["text", "vision"], use_cache=False)[0]["modalities"]) == [
         "text", "vision"]
+
+
+# -- 4. NYUv2 splits.mat ------------------------------------------------------------------------------
+# meta/splits.mat (real): trainNdxs (795, 1) and testNdxs (654, 1) uint16, 1-based; testNdxs starts
+# 1, 2, 9, 14, 15 (PROVENANCE.md). Copies are rewritten as MATLAB doubles (as MATLAB itself saves them).
+def _splits_copy(fixtures_dir, tmp_path, edit):
+    import shutil
+
+    import numpy as np
+    import scipy.io
+
+    meta = tmp_path / "meta"
+    meta.mkdir(exist_ok=True)
+    shutil.copyfile(fixtures_dir / "nyuv2" / "meta" / "classMapping40.mat", meta / "classMapping40.mat")
+    s = scipy.io.loadmat(fixtures_dir / "nyuv2" / "meta" / "splits.mat")
+    v = {k: s[k].astype(np.float64) for k in ("trainNdxs", "testNdxs")}
+    assert v["testNdxs"].ravel()[:5].tolist() == [1, 2, 9, 14, 15] and v["trainNdxs"].shape == (795, 1)
+    edit(v)
+    scipy.io.savemat(meta / "splits.mat", v)
+    return meta / "splits.mat"
+
+
+NYU_KW = dict(split="test", modalities=[], label_source="png", use_cache=False)
+
+
+def test_splits_mat_as_doubles_reads_the_same_frames(tmp_path, fixtures_dir):
+    _splits_copy(fixtures_dir, tmp_path, lambda v: None)
+    ds = build("nyuv2", root=tmp_path, **NYU_KW)
+    assert [f.frame for f in ds.samples][:5] == [1, 2, 9, 14, 15] and len(ds) == 654
+
+
+@pytest.mark.parametrize("key,pos,value,message", [
+    ("testNdxs", 3, float("nan"), r"variable 'testNdxs' entry 3 is nan; frame numbers must be finite integers >= 1"),
+    ("testNdxs", 0, 1.5, r"variable 'testNdxs' entry 0 is 1.5; frame numbers must be finite integers"),
+    ("trainNdxs", 7, float("inf"), r"variable 'trainNdxs' entry 7 is inf"),
+    ("testNdxs", 2, 0.0, r"variable 'testNdxs' entry 2 is 0; frame numbers must be finite integers >= 1"),
+    ("testNdxs", 4, 1450.0, r"variable 'testNdxs' refers to frame 1450 but the NYUv2 labeled set holds 1449"),
+    ("testNdxs", 3, 9.0, r"variable 'testNdxs' lists frame\(s\) \[9\] more than once"),  # entry 2 is frame 9
+])
+def test_splits_mat_bad_indices_refused(tmp_path, fixtures_dir, key, pos, value, message):
+    def edit(v):
+        v[key][pos, 0] = value
+
+    _splits_copy(fixtures_dir, tmp_path, edit)
+    with pytest.raises(DatasetError, match=r"nyuv2: .*meta/splits.mat: " + message):
+        build("nyuv2", root=tmp_path, **NYU_KW)
+
+
+def test_splits_mat_of_strings_refused(tmp_path, fixtures_dir):
+    import numpy as np
+
+    def edit(v):
+        v["testNdxs"] = np.array(["1", "2"])
+
+    _splits_copy(fixtures_dir, tmp_path, edit)
+    with pytest.raises(DatasetError, match=r"splits.mat: variable 'testNdxs' must hold 1-based frame numbers "
+                                           r"\(integers\), got dtype <U1"):
+        build("nyuv2", root=tmp_path, **NYU_KW)
+
+
+def test_mtan_splits_mat_nan_refused(tmp_path, fixtures_dir):
+    import shutil
+
+    import numpy as np
+    import scipy.io
+
+    shutil.copytree(fixtures_dir / "nyuv2" / "mtan", tmp_path, dirs_exist_ok=True)
+    train = scipy.io.loadmat(fixtures_dir / "nyuv2" / "meta" / "splits.mat")["trainNdxs"]
+    scipy.io.savemat(tmp_path / "splits.mat", {"trainNdxs": train, "testNdxs": np.array([[np.nan]])})
+    with pytest.raises(DatasetError, match=r"splits.mat: variable 'testNdxs' entry 0 is nan"):
+        build("nyuv2", root=tmp_path, split="test", modalities=["depth"], use_cache=False)
+
+
+# -- 5. NYUv2 MTAN .npy dtypes and the image range ----------------------------------------------------
+# mtan/val/{image,depth,normal,label}/0.npy (real): image (288, 384, 3) float64 in 0..0.945, depth
+# (288, 384, 1) float32 metres, label (288, 384) float32 in -1..11.
+def _mtan_copy(fixtures_dir, tmp_path, sub, edit):
+    import shutil
+
+    import numpy as np
+
+    shutil.copytree(fixtures_dir / "nyuv2" / "mtan", tmp_path, dirs_exist_ok=True)
+    path = tmp_path / "val" / sub / "0.npy"
+    arr = np.load(path)
+    path.chmod(0o644)
+    np.save(path, edit(arr))
+    return path
+
+
+@pytest.mark.parametrize("sub,edit,dtype", [
+    ("label", lambda a: a.astype(str), r"<U\d+"),
+    ("depth", lambda a: a.astype(np.complex64) + 1j, "complex64"),
+    ("image", lambda a: a > 0.5, "bool"),
+])
+def test_mtan_non_numeric_or_complex_npy_refused(tmp_path, fixtures_dir, sub, edit, dtype):
+    _mtan_copy(fixtures_dir, tmp_path, sub, edit)
+    with pytest.raises(DatasetError, match=rf"nyuv2: .*val/{sub}/0.npy has dtype {dtype}; expected a real numeric "
+                                           r"array"):
+        build("nyuv2", root=tmp_path, split="test", modalities=["rgb", "depth"], use_cache=False)[0]
+
+
+def test_mtan_image_outside_0_1_refused(tmp_path, fixtures_dir):
+    _mtan_copy(fixtures_dir, tmp_path, "image", lambda a: a * 255)
+    # 0.9450980392156862 * 255 = 241 (the fixture's maximum, PROVENANCE: 0..0.945)
+    with pytest.raises(DatasetError, match=r"val/image/0.npy: values range 0..241; MTAN images are RGB scaled to "
+                                           r"\[0, 1\]"):
+        build("nyuv2", root=tmp_path, split="test", modalities=["rgb"], use_cache=False)[0]
+    # the unmodified copy loads, its maximum as in the file
+    s = build("nyuv2", root=fixtures_dir / "nyuv2" / "mtan", split="test", modalities=["rgb"], use_cache=False)[0]
+    assert float(s["modalities"]["rgb"].max()) == pytest.approx(0.9450980392156862)
+
+
+def test_mtan_string_label_through_data_prepare(tmp_path, fixtures_dir):
+    import subprocess
+    import sys
+
+    _mtan_copy(fixtures_dir, tmp_path / "root", "label", lambda a: a.astype(str))
+    r = subprocess.run([sys.executable, "-m", "fusebench", "data", "prepare", "nyuv2", "--data-root",
+                        str(tmp_path / "root"), "--split", "test", "--opt", "classes=13", "--out", str(tmp_path / "cache")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "label/0.npy has dtype <U" in r.stderr + r.stdout

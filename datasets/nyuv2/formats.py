@@ -262,6 +262,9 @@ class _FrameReaders:
                                "array; re-download or re-extract it") from e
         except (OSError, ValueError) as e:
             raise DatasetError(f"nyuv2: cannot read {path} as a .npy array (truncated or damaged file?): {e}") from e
+        if arr.dtype.kind not in "iuf":  # strings, objects, bools, complex (its imaginary part would be dropped)
+            raise DatasetError(f"nyuv2: {path} has dtype {arr.dtype}; expected a real numeric array (float or "
+                               f"integer; MTAN ships float32 / float64)")
         if arr.ndim != 2 + len(shape_tail) or tuple(arr.shape[2:]) != shape_tail:
             want = "[H, W" + "".join(f", {s}" for s in shape_tail) + "]"
             raise DatasetError(f"nyuv2: {path} has shape {arr.shape}; expected {want}")
@@ -273,7 +276,12 @@ class _FrameReaders:
         arrays: dict[str, np.ndarray] = {}
         label = self._npy(fr, "label", ())
         if "rgb" in self.modalities:
-            arrays["rgb"] = rearrange(self._npy(fr, "image", (3,)), "h w c -> c h w").astype(np.float32)
+            img = self._npy(fr, "image", (3,))
+            if img.size and (img.min() < 0 or img.max() > 1):
+                raise DatasetError(f"nyuv2: {self.root / fr.folder}/image/{fr.pos}.npy: values range "
+                                   f"{img.min():g}..{img.max():g}; MTAN images are RGB scaled to [0, 1] (rgb is "
+                                   f"documented as [0, 1]); an image in 0..255 was not divided by 255")
+            arrays["rgb"] = rearrange(img, "h w c -> c h w").astype(np.float32)
         if "depth" in self.modalities or ("normal" in self.modalities and self.normal_source == "computed"):
             arrays["depth"] = rearrange(self._npy(fr, "depth", (1,)), "h w c -> c h w")[0].astype(np.float32)
             self._check_depth(arrays["depth"], str(self.root / fr.folder / "depth" / f"{fr.pos}.npy"))

@@ -43,6 +43,45 @@ def carve_val(frames: list[int], val_fraction: float, split_seed: int) -> tuple[
     return sorted(f for f in frames if f not in val), sorted(val)
 
 
+#: frames of the NYUv2 labeled set (nyu_depth_v2_labeled.mat): the upper bound of a splits.mat index when the
+#: .mat itself is not read (with it, its own frame count is the bound)
+NUM_LABELED = 1449
+
+
+def split_indices(path: Path, mat: dict, key: str) -> list[int]:
+    """The 1-based frame numbers of variable ``key`` of ``splits.mat`` (``trainNdxs`` / ``testNdxs``).
+
+    Each must be a finite integer >= 1 (a real number: no string, complex or object array), listed once.
+    Any other value raises a DatasetError naming the file, the variable, the position and the value (NaN
+    used to give a traceback, 1.5 was read as frame 1, a repeated frame was read twice).
+    """
+    arr = np.asarray(mat[key])
+    if arr.dtype.kind not in "biuf":
+        raise DatasetError(f"nyuv2: {path}: variable {key!r} must hold 1-based frame numbers (integers), got dtype "
+                           f"{arr.dtype}")
+    vals = arr.astype(np.float64).ravel()
+    bad = ~np.isfinite(vals) | (vals != np.round(vals)) | (vals < 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DatasetError(f"nyuv2: {path}: variable {key!r} entry {i} is {vals[i]:g}; frame numbers must be "
+                           f"finite integers >= 1 (1-based), {int(bad.sum())} of {vals.size} entries are not")
+    out = [int(v) for v in vals]
+    uniq, counts = np.unique(vals, return_counts=True)
+    if (counts > 1).any():
+        dup = [int(v) for v in uniq[counts > 1]]
+        raise DatasetError(f"nyuv2: {path}: variable {key!r} lists frame(s) {dup[:10]}{' ...' if len(dup) > 10 else ''} "
+                           f"more than once; each frame may appear once in a split")
+    return out
+
+
+def check_upper(path: Path, key: str, frames: list[int], upper: int, what: str) -> None:
+    """Every frame number of ``key`` must be <= ``upper`` (the frames ``what`` holds)."""
+    over = [f for f in frames if f > upper]
+    if over:
+        raise DatasetError(f"nyuv2: {path}: variable {key!r} refers to frame {max(over)} but {what} holds {upper} "
+                           f"({len(over)} entries out of range 1..{upper})")
+
+
 class _LayoutIndex:
     """Mixin of :class:`~fusebench.datasets.nyuv2.NYUv2`: layout detection and the frame index."""
 
@@ -78,14 +117,13 @@ class _LayoutIndex:
 
     # official ---------------------------------------------------------------------------------
     def _index_official(self) -> list[_Frame]:
-        splits = _loadmat(self._require(SPLITS_MAT, "official train/test split"), ("trainNdxs", "testNdxs"))
-        self._split_file = _find(self.root, SPLITS_MAT)
-        train = [int(x) for x in np.asarray(splits["trainNdxs"]).ravel()]
-        test = [int(x) for x in np.asarray(splits["testNdxs"]).ravel()]
+        sp = self._require(SPLITS_MAT, "official train/test split")
+        splits = _loadmat(sp, ("trainNdxs", "testNdxs"))
+        self._split_file = sp
+        train = split_indices(sp, splits, "trainNdxs")
+        test = split_indices(sp, splits, "testNdxs")
         if set(train) & set(test):
-            raise DatasetError(f"nyuv2: {_find(self.root, SPLITS_MAT)}: trainNdxs and testNdxs overlap")
-        if min(train + test, default=1) < 1:
-            raise DatasetError(f"nyuv2: {_find(self.root, SPLITS_MAT)}: indices must be 1-based")
+            raise DatasetError(f"nyuv2: {sp}: trainNdxs and testNdxs overlap")
         self._train_set = frozenset(train)
         if self.split == "test":
             chosen = sorted(test)
@@ -103,9 +141,11 @@ class _LayoutIndex:
                     f"{self.modalities} / label_source={self.label_source!r}).\n{self.info()}"
                 )
             self.num_frames, self.frame_size = self._check_mat()
-            if max(train + test, default=0) > self.num_frames:
-                raise DatasetError(f"nyuv2: {_find(self.root, SPLITS_MAT)} refers to frame "
-                                   f"{max(train + test)} but {self._mat_path} holds {self.num_frames}")
+            for key, frames in (("trainNdxs", train), ("testNdxs", test)):
+                check_upper(sp, key, frames, self.num_frames, str(self._mat_path))
+        else:
+            for key, frames in (("trainNdxs", train), ("testNdxs", test)):
+                check_upper(sp, key, frames, NUM_LABELED, "the NYUv2 labeled set")
         self._lut = self._label_lut() if self.label_source == "mat" else None
         if not self.class_names:
             self.class_names = self._official_class_names()
@@ -141,7 +181,9 @@ class _LayoutIndex:
         ids = list(range(-1, -n - 1, -1))
         if sp is not None:
             s = _loadmat(sp, ("trainNdxs", "testNdxs"))
-            official = [int(x) for x in np.asarray(s["testNdxs" if folder == "val" else "trainNdxs"]).ravel()]
+            key = "testNdxs" if folder == "val" else "trainNdxs"
+            official = split_indices(sp, s, key)
+            check_upper(sp, key, official, NUM_LABELED, "the NYUv2 labeled set")
             if len(official) == n:
                 ids = official
             else:
