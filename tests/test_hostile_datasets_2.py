@@ -349,3 +349,58 @@ def test_mtan_string_label_through_data_prepare(tmp_path, fixtures_dir):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "label/0.npy has dtype <U" in r.stderr + r.stdout
+
+
+# -- 6. multi-view .mat v7.3 (HDF5) -------------------------------------------------------------------
+# multiview/100Leaves.mat (real, v5): X 1x3 cell of 1600 x 64 doubles, Y 1600 x 1. The copy is rewritten as
+# MATLAB v7.3 writes it: a 512-byte MAT header user block, X a (3, 1) dataset of object references into
+# '#refs#', every matrix stored transposed.
+def _leaves_v73(fixtures_dir, path, null_cell=None, vlen_y=False):
+    import h5py
+    import scipy.io
+
+    m = scipy.io.loadmat(fixtures_dir / "multiview" / "100Leaves.mat")
+    views, y = [np.asarray(v, np.float64) for v in m["X"].ravel()], np.asarray(m["Y"], np.float64)
+    assert [v.shape for v in views] == [(1600, 64)] * 3 and y.shape == (1600, 1)
+    with h5py.File(path, "w", userblock_size=512) as f:
+        refs = f.create_group("#refs#")
+        r = np.empty((len(views), 1), dtype=h5py.ref_dtype)
+        for i, v in enumerate(views):
+            d = refs.create_dataset(f"v{i}", data=v.T)
+            d.attrs["MATLAB_class"] = np.bytes_("double")
+            r[i, 0] = h5py.Reference() if i == null_cell else d.ref
+        x = f.create_dataset("X", data=r)
+        x.attrs["MATLAB_class"] = np.bytes_("cell")
+        if vlen_y:
+            yd = f.create_dataset("Y", (1,), dtype=h5py.vlen_dtype(np.float64))
+            yd[0] = y.ravel()
+        else:
+            yd = f.create_dataset("Y", data=y.T)
+        yd.attrs["MATLAB_class"] = np.bytes_("double")
+    with open(path, "r+b") as fh:
+        fh.write(b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Mon Jan  1 00:00:00 2024 HDF5 schema 1.00 ."
+                 .ljust(116, b" ") + b"\x00" * 8 + b"\x00\x02" + b"IM")
+    return path, views, y
+
+
+def test_v73_copy_of_a_real_file_reads_its_values(tmp_path, fixtures_dir):
+    from fusebench.datasets.multiview_mat.formats import read_mat
+
+    path, views, y = _leaves_v73(fixtures_dir, tmp_path / "100Leaves.mat")
+    part = read_mat(path)["parts"][0]
+    assert all(np.array_equal(a, b) for a, b in zip(part["views"], views))
+    assert np.array_equal(np.asarray(part["y"]).ravel(), y.ravel())
+
+
+def test_v73_null_reference_in_x_names_the_cell(tmp_path, fixtures_dir):
+    path, _, _ = _leaves_v73(fixtures_dir, tmp_path / "100Leaves.mat", null_cell=1)
+    with pytest.raises(DatasetError, match=r"100Leaves.mat: X\{2\} is a null object reference \(an empty or damaged "
+                                           r"cell entry\)"):
+        build("multiview_mat", root=path, use_cache=False)
+
+
+def test_v73_variable_length_y_refused(tmp_path, fixtures_dir):
+    path, _, _ = _leaves_v73(fixtures_dir, tmp_path / "100Leaves.mat", vlen_y=True)
+    with pytest.raises(DatasetError, match=r"100Leaves.mat: Y is a variable-length \(ragged\) dataset; expected a "
+                                           r"numeric \(dense or sparse\) MATLAB matrix"):
+        build("multiview_mat", root=path, use_cache=False)

@@ -34,6 +34,26 @@ def sha256_of(path: Path) -> str:
     return sha256_file(path)
 
 
+def _is_ref(dtype: Any) -> bool:
+    """Whether an HDF5 dataset's dtype is object references (a MATLAB cell). ``dtype == h5py.ref_dtype`` is not
+    a test: every variable-length dtype compares equal to it (both are numpy object dtypes)."""
+    import h5py
+
+    return h5py.check_dtype(ref=dtype) is not None
+
+
+def _deref(f: Any, ref: Any, where: str) -> Any:
+    """The object a cell entry's reference points to; a null or dangling reference raises naming ``where``."""
+    if not ref:
+        raise DatasetError(f"{where} is a null object reference (an empty or damaged cell entry); expected a "
+                           "reference to a numeric matrix")
+    try:
+        return f[ref]
+    except (ValueError, KeyError, OSError) as e:
+        raise DatasetError(f"{where}: cannot follow the object reference ({e}); the cell entry points nowhere "
+                           "(damaged file?)") from None
+
+
 def _h5_matrix(f: Any, obj: Any, where: str) -> Any:
     """One MATLAB v7.3 matrix in MATLAB's orientation (h5py stores the transpose)."""
     import h5py
@@ -47,8 +67,14 @@ def _h5_matrix(f: Any, obj: Any, where: str) -> Any:
         ir = np.asarray(obj["ir"][()]).astype(np.int64).ravel()
         data = np.asarray(obj["data"][()]).ravel() if "data" in obj else np.ones(ir.size)
         return sp.csc_matrix((data.astype(np.float64), ir, jc), shape=(n_rows, jc.size - 1))
-    if obj.dtype == h5py.ref_dtype:
+    if _is_ref(obj.dtype):
         return np.asarray(obj[()], dtype=object)  # a cell: caller resolves the references
+    if h5py.check_dtype(vlen=obj.dtype) is not None or obj.dtype.kind not in "biuf" or obj.dtype.names:
+        if obj.dtype.names and len(obj.dtype.names) == 2 and "real" in obj.dtype.names:
+            raise DatasetError(f"{where} is complex; only real views are supported")
+        kind = ("a variable-length (ragged) dataset" if h5py.check_dtype(vlen=obj.dtype) is not None
+                else f"of HDF5 dtype {obj.dtype}")
+        raise DatasetError(f"{where} is {kind}; expected a numeric (dense or sparse) MATLAB matrix")
     if "MATLAB_empty" in obj.attrs and int(np.asarray(obj.attrs["MATLAB_empty"]).ravel()[0]):
         return np.zeros((0, 0))
     need = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize  # what reading it allocates (a gzip'd
@@ -80,7 +106,7 @@ def _h5_listing(f: Any) -> dict[str, tuple[tuple[int, ...], str]]:
                 out[k] = (shape, "sparse")
             else:
                 out[k] = ((1, 1), cls or "struct")
-        elif obj.dtype == h5py.ref_dtype:
+        elif _is_ref(obj.dtype):
             out[k] = (tuple(obj.shape[::-1]), "cell")
         else:
             out[k] = (tuple(obj.shape[::-1]), cls or "double")
@@ -99,11 +125,12 @@ def _read_v73(path: Path, x_key: Any, y_key: Any) -> tuple[Layout, dict[str, Any
         values: dict[str, Any] = {}
         for name in layout.variables():
             obj = f[name]
-            if isinstance(obj, h5py.Dataset) and obj.dtype == h5py.ref_dtype:
+            if isinstance(obj, h5py.Dataset) and _is_ref(obj.dtype):
                 refs = np.asarray(obj[()], dtype=object)
                 cell = np.empty(refs.size, dtype=object)
                 for i, r in enumerate(refs.ravel()):  # h5py's C order of the transposed cell = MATLAB's column-major order
-                    v = _h5_matrix(f, f[r], f"{path}: {name}{{{i + 1}}}")
+                    where = f"{path}: {name}{{{i + 1}}}"
+                    v = _h5_matrix(f, _deref(f, r, where), where)
                     if isinstance(v, np.ndarray) and v.dtype == object:
                         raise DatasetError(f"{path}: {name}{{{i + 1}}} is itself a cell array, expected a numeric matrix")
                     cell[i] = v
