@@ -285,12 +285,21 @@ class MultimodalDataset(Dataset):
     @classmethod
     def check_files(cls, root: str | os.PathLike) -> list[tuple[str, str]]:
         """``(path, verdict)`` for every ``FILES`` entry that declares a sha256: ``ok``, ``missing`` or
-        ``sha256 X, expected Y`` (the file found first in ``FILE_DIRS`` under ``root``)."""
+        ``sha256 X, expected Y`` (the file found first in ``FILE_DIRS`` under ``root``).
+
+        ``root`` may also be a file (the adapters that read one file, e.g. ``mv_cub``, take the file itself as
+        the data root): it is checked against the entry of the same name, or against the only entry that
+        declares a sha256 whatever its name (the adapter reads it whatever its name); the other entries are
+        ``missing``."""
         out = []
-        for f in cls.FILES:
-            if not f.sha256:
-                continue
-            found = next((Path(root, d, f.path) for d in cls.FILE_DIRS if Path(root, d, f.path).is_file()), None)
+        with_sha = [f for f in cls.FILES if f.sha256]
+        root_file = Path(root) if Path(root).is_file() else None
+        for f in with_sha:
+            if root_file is not None:
+                hit = len(with_sha) == 1 or root_file.name == Path(f.path).name
+                found = root_file if hit else None
+            else:
+                found = next((Path(root, d, f.path) for d in cls.FILE_DIRS if Path(root, d, f.path).is_file()), None)
             if found is None:
                 out.append((f.path, "missing"))
                 continue

@@ -404,3 +404,27 @@ def test_v73_variable_length_y_refused(tmp_path, fixtures_dir):
     with pytest.raises(DatasetError, match=r"100Leaves.mat: Y is a variable-length \(ragged\) dataset; expected a "
                                            r"numeric \(dense or sparse\) MATLAB matrix"):
         build("multiview_mat", root=path, use_cache=False)
+
+
+# -- 7. `fusebench data check` on a file root -----------------------------------------------------------
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "fusebench", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_data_check_accepts_the_file_itself_as_root(tmp_path, fixtures_dir):
+    import hashlib
+
+    real = fixtures_dir / "multiview2" / "CUB.mat"
+    r = _cli("data", "check", "mv_cub", "--data-root", str(real), "--out", str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"ok       {real}" in r.stdout and "missing" not in r.stdout
+    # one byte changed in a copy: the registered sha256 no longer matches, computed here independently
+    data = bytearray(real.read_bytes())
+    data[-1] ^= 0xFF
+    bad = tmp_path / "CUB.mat"
+    bad.write_bytes(bytes(data))
+    r = _cli("data", "check", "mv_cub", "--data-root", str(bad), "--out", str(tmp_path / "cache"))
+    assert r.returncode == 1 and f"MISMATCH {bad}: sha256 {hashlib.sha256(bytes(data)).hexdigest()}" in r.stdout
