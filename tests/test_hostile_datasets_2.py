@@ -428,3 +428,25 @@ def test_data_check_accepts_the_file_itself_as_root(tmp_path, fixtures_dir):
     bad.write_bytes(bytes(data))
     r = _cli("data", "check", "mv_cub", "--data-root", str(bad), "--out", str(tmp_path / "cache"))
     assert r.returncode == 1 and f"MISMATCH {bad}: sha256 {hashlib.sha256(bytes(data)).hexdigest()}" in r.stdout
+
+
+# -- 8. a folder of several .mat files: the message says what it leaves out and the exact --set syntax ---
+def test_folder_of_many_mat_files_message(fixtures_dir):
+    import re
+
+    folder = fixtures_dir / "multiview2"
+    names = sorted(p.name for p in folder.glob("*.mat"))
+    assert len(names) == 11  # 3Sources, BBC, CUB, Cora, Movies, Prokaryotic, ProteinFold, Reuters-1200, ...
+    with pytest.raises(DatasetError) as e:
+        build("multiview_mat", root=folder, use_cache=False)
+    msg = str(e.value)
+    assert f"is a folder with 11 .mat files ({names[:10]} and 1 more not shown)" in msg
+    assert "--set dataset.options.file=NAME.mat" in msg and "--opt file=NAME.mat" in msg
+    assert re.search(r"--data-root \S*multiview2/NAME.mat", msg)
+
+
+def test_the_suggested_set_syntax_runs(tmp_path, fixtures_dir):
+    r = _cli("run", "multiview", "--data-root", str(fixtures_dir / "multiview2"), "--set",
+             "dataset.options.file=Movies.mat", "--objective", "raw", "--seeds", "0", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "multiview raw seed0: acc=" in r.stdout

@@ -344,8 +344,12 @@ class _FileLocation:
             return p
         mats = sorted(root.glob("*.mat"))
         if len(mats) != 1:
-            raise DatasetError(f"{self.id}: data root {root} is a folder with {len(mats)} .mat files "
-                               f"({[m.name for m in mats][:10]}); pass the file as the root or name it with file=NAME.mat")
+            names = [m.name for m in mats]
+            shown = f"{names[:10]}" + (f" and {len(names) - 10} more not shown" if len(names) > 10 else "")
+            raise DatasetError(f"{self.id}: data root {root} is a folder with {len(mats)} .mat files ({shown}); pass "
+                               f"the file itself as the root (--data-root {root / 'NAME.mat'}) or name it with the "
+                               f"option file=NAME.mat (fusebench run: --set dataset.options.file=NAME.mat; fusebench "
+                               f"data prepare: --opt file=NAME.mat; Python: build(..., file='NAME.mat'))")
         return mats[0]
 
     def _is_twin(self, path: Path) -> bool:
