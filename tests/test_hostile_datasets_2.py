@@ -450,3 +450,32 @@ def test_the_suggested_set_syntax_runs(tmp_path, fixtures_dir):
              "dataset.options.file=Movies.mat", "--objective", "raw", "--seeds", "0", "--out", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "multiview raw seed0: acc=" in r.stdout
+
+
+def test_aligned_mmsa_pickle_mask_cuts_every_modality(tmp_path, fixtures_dir):
+    """The real clip as a one-sample aligned MMSA pickle (no audio/vision_lengths): the attention-mask sum cuts
+    all three modalities; a sum of 0 leaves all three absent; a value 2 is refused."""
+    import pickle
+
+    from fusebench.datasets.safe_pickle import load
+
+    clip = load(fixtures_dir / "ch_sims" / "feature_aligned.pkl")
+
+    def write(mask):
+        part = {"text": clip["text"][None], "text_bert": clip["text_bert"][None].copy(), "audio": clip["audio"][None],
+                "vision": clip["vision"][None], "regression_labels": np.array([0.4], np.float32),
+                "id": np.array(["0001"])}
+        part["text_bert"][0, 1] = mask
+        (tmp_path / "unaligned_50.pkl").write_bytes(pickle.dumps({"train": part, "valid": part, "test": part}))
+
+    write([1] * 5 + [0] * 4)
+    s = build("mosi", root=tmp_path, use_cache=False)[0]
+    assert {k: tuple(v.shape) for k, v in s["modalities"].items()} == {"text": (5, 768), "audio": (5, 25),
+                                                                      "vision": (5, 171)}
+    assert s["modalities"]["audio"].numpy().tolist() == clip["audio"][:5].astype(np.float32).tolist()
+    write([0] * 9)
+    assert build("mosi", root=tmp_path, use_cache=False)[0]["modalities"] == {}
+    write([1, 1, 2, 1, 1, 1, 1, 1, 1])
+    with pytest.raises(DatasetError, match=r"unaligned_50.pkl \[train\]: key 'text_bert' row 1 \(attention mask\) of "
+                                           r"sample 0 \(id '0001'\) holds 2"):
+        build("mosi", root=tmp_path, use_cache=False)

@@ -178,15 +178,16 @@ class _PickleFormat:
                 lengths[m] = self._check_lengths(part, f"{m}_lengths", n, arrays[m].shape[1], where)
         mask = np.asarray(part["text_bert"]) if "text_bert" in part else None
         if mask is not None and mask.ndim == 3 and mask.shape[0] == n and mask.shape[1] == 3:
-            mask_len = self._mask_lengths(part, mask[:, 1], where)
-            if "text" in arrays:
-                lengths["text"] = self._mask_within(part, mask_len, "text", arrays["text"].shape[1], where)
-            if self.layout == "mmsa" and "audio_lengths" not in part and "vision_lengths" not in part:
-                # an aligned file: audio / vision share the text steps; MMSA runs them for the text_bert mask
-                # length too (models/multiTask/SELF_MM.py: `if self.aligned: audio_model(audio, text_lengths)`)
-                for m in ("audio", "vision"):
-                    if m in arrays and arrays[m].shape[1] == mask.shape[2]:
-                        lengths[m] = mask_len
+            # an aligned file: audio / vision share the text steps; MMSA runs them for the text_bert mask
+            # length too (models/multiTask/SELF_MM.py: `if self.aligned: audio_model(audio, text_lengths)`)
+            aligned = self.layout == "mmsa" and "audio_lengths" not in part and "vision_lengths" not in part
+            cut = [m for m in ("audio", "vision") if aligned and m in arrays and arrays[m].shape[1] == mask.shape[2]]
+            if "text" in arrays or cut:  # the mask is checked where it is used
+                mask_len = self._mask_lengths(part, mask[:, 1], where)
+                if "text" in arrays:
+                    lengths["text"] = self._mask_within(part, mask_len, "text", arrays["text"].shape[1], where)
+                for m in cut:
+                    lengths[m] = mask_len
         arrays["lengths"] = lengths
         arrays["id"] = [self._id_of(part, i) for i in range(n)]
         raw = part.get("raw_text")
