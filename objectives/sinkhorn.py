@@ -29,8 +29,9 @@ with equality at convergence (mass = 1, marginals 1/n).  Weak duality makes ``D`
 
 Three solvers, one sequence of iterates. This module is the reference: :func:`dense_sinkhorn`
 (``solver="reference"``, and ``matching_gap``) materialises the n^k tensor ``log K`` and runs Algorithm 1
-literally (memory and time O(n^k) per marginal, with one exp per entry), and the gap and its Danskin gradient
-are computed from its result. Behind it, for M3G's pairwise-separable cost, two fast paths take the same
+literally (memory and time O(n^k) per marginal, with one exp per entry; off the CPU its stopping errors are
+read once per block of sweeps, the same sweeps and answer), and the gap and its Danskin gradient are computed
+from its result. Behind it, for M3G's pairwise-separable cost, two fast paths take the same
 iterates without the n^k tensor: :func:`~fusebench.objectives.sinkhorn_scaling.scaling_sinkhorn`
 (``solver="auto"``, M3G's default; the scalings ``u_l = exp(g_l)``, GEMMs and pre-bound buffers; on CUDA its
 sweeps run in blocks, :mod:`fusebench.objectives.sinkhorn_blocked`) and its log-domain fallback
@@ -70,8 +71,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["SinkhornResult", "check_ot_hparams", "dense_sinkhorn", "dual_value", "marginal_l1", "outer_sum",
-           "gap_with_danskin_gradient", "gap_stats"]
+__all__ = ["SinkhornResult", "check_ot_hparams", "DENSE_BLOCK_SWEEPS", "dense_blocked_by_default", "dense_sinkhorn",
+           "dual_value", "marginal_l1", "outer_sum", "gap_with_danskin_gradient", "gap_stats"]
 
 
 @dataclass
@@ -81,7 +82,7 @@ class SinkhornResult:
     log_u: Tensor  # [k, n] scaled potentials g_l = f_l / eps
     iterations: int  # completed sweeps over the k views
     marginal_error: float  # sum_l ||m_l(P) - 1/n||_1 at the returned potentials
-    mass: float  # sum of P at the returned potentials
+    mass: float | Tensor  # sum of P at the returned potentials (a 0-dim float64 tensor from a blocked dense solve)
     converged: bool
     log_p: Tensor | None = None  # [n]*k, dense solver only
     pair_marginals: Tensor | None = None  # [k, k, n, n] (entries l < m) or [kn, kn]; pairwise solvers only
@@ -108,8 +109,13 @@ def outer_sum(vectors: Tensor) -> Tensor:
     return out
 
 
-def dual_value(log_u: Tensor, mass: float, eps: float) -> Tensor:
-    """``eps * sum_l mean(g_l) - eps * (mass - 1)``, a lower bound of ``min F`` (exact at convergence)."""
+def dual_value(log_u: Tensor, mass: float | Tensor, eps: float) -> Tensor:
+    """``eps * sum_l mean(g_l) - eps * (mass - 1)``, a lower bound of ``min F`` (exact at convergence).
+
+    ``mass`` a float, or a 0-dim float64 tensor (not read): ``eps * (mass - 1)`` is then formed in float64 and
+    rounded to ``log_u``'s dtype, the arithmetic the float takes (a Python number in a tensor operation)."""
+    if isinstance(mass, Tensor):
+        return eps * log_u.mean(dim=1).sum() - (eps * (mass.double() - 1.0)).to(log_u.dtype)
     return eps * log_u.mean(dim=1).sum() - eps * (mass - 1.0)
 
 
@@ -122,9 +128,35 @@ def marginal_l1(log_marg: Tensor, n: int) -> float:
 # ----------------------------------------------------------------------------------------------
 # reference: Algorithm 1 on the materialised tensor
 # ----------------------------------------------------------------------------------------------
+#: most sweeps :func:`dense_sinkhorn` runs between two reads of the stopping errors in its blocked mode
+DENSE_BLOCK_SWEEPS = 8
+
+
+def dense_blocked_by_default(device: torch.device) -> bool:
+    """Whether :func:`dense_sinkhorn` runs blocked (one host read per block of sweeps) on ``device`` unless told:
+    off the CPU yes (a read there waits for the device), on the CPU no (the per-sweep loop waits for nothing)."""
+    return device.type != "cpu"
+
+
 @torch.no_grad()
-def dense_sinkhorn(log_kernel: Tensor, tol: float, max_iter: int) -> SinkhornResult:
-    """Literal log-domain multi-marginal Sinkhorn (Algorithm 1) on ``log_kernel = -C / eps`` [n]*k."""
+def dense_sinkhorn(log_kernel: Tensor, tol: float, max_iter: int, blocked: bool | None = None,
+                   block: int | None = None) -> SinkhornResult:
+    """Literal log-domain multi-marginal Sinkhorn (Algorithm 1) on ``log_kernel = -C / eps`` [n]*k.
+
+    ``blocked`` (default :func:`dense_blocked_by_default`: off the CPU): run up to ``block`` sweeps
+    (:data:`DENSE_BLOCK_SWEEPS`) with every sweep's potentials ``[block, k, n]`` and per-view marginal errors
+    ``[block, k]`` kept on the device, read the errors once per block, and stop at the first sweep the per-sweep
+    loop would have stopped at (its error summed the same way: the Python sum of the per-view values in view
+    order), whose potentials are restored. Iterations, error, convergence, ``log_u``, ``log_p`` and the mass are
+    the per-sweep loop's, bit for bit (``tests/test_matching_gap_blocked.py``); the mass is then a 0-dim float64
+    tensor on the device (not read), the per-sweep loop's is a float.
+    """
+    if blocked is not None and not isinstance(blocked, bool):
+        raise ValueError(f"dense_sinkhorn: blocked must be True, False or None, got {blocked!r}")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
+        raise ValueError(f"dense_sinkhorn: block must be an integer >= 1 (sweeps per block), got {block!r}")
+    if dense_blocked_by_default(log_kernel.device) if blocked is None else blocked:
+        return _dense_sinkhorn_blocked(log_kernel, tol, max_iter, DENSE_BLOCK_SWEEPS if block is None else block)
     k = log_kernel.dim()
     n = log_kernel.shape[0]
     log_n = math.log(n)
@@ -134,11 +166,7 @@ def dense_sinkhorn(log_kernel: Tensor, tol: float, max_iter: int) -> SinkhornRes
     log_p = log_kernel
     while True:
         it += 1
-        for l in range(k):
-            log_p = log_kernel + outer_sum(g)
-            other = [a for a in range(k) if a != l]
-            g[l] = g[l] - (torch.logsumexp(log_p, dim=other) + log_n)
-        log_p = log_kernel + outer_sum(g)
+        g, log_p = _dense_sweep(log_kernel, g, log_n)
         err = sum(
             marginal_l1(torch.logsumexp(log_p, dim=[a for a in range(k) if a != l]), n) for l in range(k)
         )
@@ -149,6 +177,46 @@ def dense_sinkhorn(log_kernel: Tensor, tol: float, max_iter: int) -> SinkhornRes
                           log_p=log_p)
 
 
+def _dense_sweep(log_kernel: Tensor, g: Tensor, log_n: float) -> tuple[Tensor, Tensor]:
+    """One sweep of Algorithm 1 over the views in order (``g`` [k, n] updated in place); returns ``g`` and
+    ``log_p = log K + (+) g`` at the updated potentials."""
+    k = log_kernel.dim()
+    for l in range(k):
+        log_p = log_kernel + outer_sum(g)
+        other = [a for a in range(k) if a != l]
+        g[l] = g[l] - (torch.logsumexp(log_p, dim=other) + log_n)
+    return g, log_kernel + outer_sum(g)
+
+
+def _dense_sinkhorn_blocked(log_kernel: Tensor, tol: float, max_iter: int, block: int) -> SinkhornResult:
+    """:func:`dense_sinkhorn`'s blocked mode: the same sweeps, the stopping errors read once per block."""
+    k = log_kernel.dim()
+    n = log_kernel.shape[0]
+    log_n = math.log(n)
+    g = log_kernel.new_zeros(k, n)
+    hist = log_kernel.new_empty(block, k, n)  # [B, k, n]: the potentials at the end of each sweep of a block
+    errs = log_kernel.new_empty(block, k)  # [B, k]: each sweep's per-view marginal L1 errors (as marginal_l1)
+    done = 0
+    while True:
+        b = min(block, max_iter - done)  # never past max_iter
+        for j in range(b):  # queued back to back: no read, no branch on the device's values
+            g, log_p = _dense_sweep(log_kernel, g, log_n)
+            for l in range(k):
+                errs[j, l] = (torch.logsumexp(log_p, dim=[a for a in range(k) if a != l]).exp() - 1.0 / n).abs().sum()
+            hist[j] = g
+        vals = errs[:b].tolist()  # the one read of this block
+        for j in range(b):
+            it = done + j + 1
+            err = sum(vals[j])  # the per-sweep loop's sum: Python floats, views in order
+            if err < tol or it >= max_iter:
+                g = hist[j].clone()
+                log_p = log_kernel + outer_sum(g)
+                mass = torch.logsumexp(log_p.reshape(-1), dim=0).exp().double()
+                return SinkhornResult(log_u=g, iterations=it, marginal_error=err, mass=mass, converged=err < tol,
+                                      log_p=log_p)
+        done += b
+
+
 def gap_with_danskin_gradient(who: str, res, cost_j: Tensor, cost_p: Tensor, eps: float, n: int, tol: float,
                               max_iter: int) -> tuple[Tensor, dict[str, float]]:
     """The matching-gap value and gradient shared by ``matching_gap`` and ``m3g`` (reference solver).
@@ -156,20 +224,30 @@ def gap_with_danskin_gradient(who: str, res, cost_j: Tensor, cost_p: Tensor, eps
     Value: F(J) - min F = <J, C> - eps log n - (Sinkhorn dual value). Gradient (Danskin, M3G Prop. 3.2):
     that of the surrogate <J, C(z)> - <P*, C(z)> with P* detached; the returned scalar is the surrogate
     shifted by a detached constant. Also returns the solver diagnostics and warns when ``max_iter`` was hit.
+
+    The diagnostics are floats after a per-sweep solve (a float ``res.mass``: the CPU), and 0-dim float64
+    tensors, not read, after a blocked one (a tensor ``res.mass``: off the CPU; ``float()`` of each gives the
+    float the per-sweep path would hold for the same values).
     """
     with torch.no_grad():
         dual = dual_value(res.log_u, res.mass, eps)
         gap = cost_j.detach() - eps * math.log(n) - dual
     surrogate = cost_j - cost_p
     out = surrogate + (gap - surrogate).detach()
-    stats = gap_stats(who, res, float(cost_j.detach()), float(cost_p.detach()), float(dual), float(gap), eps, tol,
-                      max_iter, stacklevel=5)
+    values = (cost_j.detach(), cost_p.detach(), dual, gap)
+    if isinstance(res.mass, Tensor):  # kept on the device until read (objectives/base.py: ``stats``)
+        cj, cp, d, gp = (v.double() for v in values)
+    else:
+        cj, cp, d, gp = (float(v) for v in values)
+    stats = gap_stats(who, res, cj, cp, d, gp, eps, tol, max_iter, stacklevel=5)
     return out, stats
 
 
-def gap_stats(who: str, res, cost_j: float, cost_p: float, dual: float, gap: float, eps: float, tol: float,
-              max_iter: int, stacklevel: int = 4) -> dict[str, float]:
-    """The diagnostics of a matching-gap call (``module.stats``); warns when ``max_iter`` was hit."""
+def gap_stats(who: str, res, cost_j: float | Tensor, cost_p: float | Tensor, dual: float | Tensor,
+              gap: float | Tensor, eps: float, tol: float, max_iter: int,
+              stacklevel: int = 4) -> dict[str, float | Tensor]:
+    """The diagnostics of a matching-gap call (``module.stats``); warns when ``max_iter`` was hit. The values
+    given as 0-dim tensors (and a tensor ``res.mass``) stay tensors, on their device."""
     stats = {
         "iterations": float(res.iterations),
         "marginal_error": float(res.marginal_error),
@@ -179,7 +257,7 @@ def gap_stats(who: str, res, cost_j: float, cost_p: float, dual: float, gap: flo
         "plogp": (dual - cost_p) / eps,  # <P, log P> implied by the dual value
         "dual_value": dual,
         "gap": gap,
-        "mass": float(res.mass),
+        "mass": res.mass if isinstance(res.mass, Tensor) else float(res.mass),
     }
     if not res.converged:
         warnings.warn(

@@ -14,9 +14,13 @@ presence mask and the labels are checked there, on the CPU batch), the optimiser
 Exempt, explicitly:
 
 * M3G and the matching gap (``objectives/m3g.py``, ``matching_gap.py``, ``sinkhorn*.py``): their Sinkhorn
-  solver decides when to stop from the marginal error, so it reads the device by design; on CUDA the blocked
-  runner reads once per block of sweeps (``objectives/sinkhorn_blocked.py``), while on the CPU (this test)
-  the solver runs on the host (numpy / per-sweep reads), where a read waits for nothing.
+  solvers decide when to stop from the marginal error, so they read the device by design. Off the CPU they read
+  once per block of sweeps: M3G's scaling solver through the blocked runner (``objectives/sinkhorn_blocked.py``,
+  on CUDA), and the reference solver the matching gap (and M3G's ``solver="reference"`` / ``cost="csd"``) uses
+  through its own blocked mode (``dense_sinkhorn``, ``blocked``: the errors and potentials of up to
+  ``DENSE_BLOCK_SWEEPS`` sweeps kept on the device, the statistics left as 0-dim tensors; counted in
+  ``tests/test_matching_gap_blocked.py``). On the CPU (this test) both run their per-sweep loops (numpy /
+  per-sweep reads), where a read waits for nothing.
 * TupleInfoNCE's derangement (``random_derangement``): the permutation is drawn from the CPU generator (the
   same draws on every device) and its rejection test reads that CPU tensor, which waits for no device; the
   permutation then goes to the device through pinned memory without blocking.
