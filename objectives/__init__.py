@@ -48,6 +48,26 @@ OBJECTIVES = Registry("objective", entry_point_group="fusebench.objectives", des
                                 "matching_gap", "m3g")))
 
 
+def view_limits(obj: Any) -> tuple[int, int | None]:
+    """``(min_views, max_views)`` an objective (class, instance, or :class:`~fusebench.objectives.equivalence.Declared`
+    entry) declares; a plugin that declares none takes k >= 2 (:class:`~fusebench.objectives.base.MultiViewObjective`'s
+    defaults)."""
+    return getattr(obj, "min_views", 2), getattr(obj, "max_views", None)
+
+
+def accepts_views(obj: Any, k: int) -> bool:
+    """Whether objective ``obj`` can be called on the k views of a benchmark (k: its modalities): the one view-count
+    rule, read by the objective's own input check, the rows, the equivalence groups and ``fusebench list``."""
+    lo, hi = view_limits(obj)
+    return lo <= k and (hi is None or k <= hi)
+
+
+def views_text(obj: Any) -> str:
+    """The view counts ``obj`` accepts, in words (``exactly 2``, ``at least 2``, ``2 to 4``)."""
+    lo, hi = view_limits(obj)
+    return f"exactly {lo}" if hi == lo else f"at least {lo}" if hi is None else f"{lo} to {hi}"
+
+
 def available(pattern: str | None = None) -> list[str]:
     """Sorted ids of every registered objective (optionally filtered by a glob pattern)."""
     return OBJECTIVES.available(pattern)

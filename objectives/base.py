@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fusebench.objectives import accepts_views, views_text
 from fusebench.spec.precision import full_float32
 from fusebench.runtime.utils import value_checks
 
@@ -151,13 +152,26 @@ class MultiViewObjective(nn.Module):
         super().__init__()
         self.stats: dict[str, float | Tensor] = {}  # 0-dim tensors stay on the device until read
 
+    @classmethod
+    def accepts_views(cls, k: int) -> bool:
+        """Whether this loss takes k views (:attr:`min_views` / :attr:`max_views`;
+        :func:`fusebench.objectives.accepts_views`, the one rule)."""
+        return accepts_views(cls, k)
+
+    @classmethod
+    def views_text(cls) -> str:
+        """The view counts this loss takes, in words (:func:`fusebench.objectives.views_text`)."""
+        return views_text(cls)
+
     @property
     def name(self) -> str:
         return getattr(self, "registry_id", type(self).__name__)
 
-    def check_views(self, views: Tensor, arg: str = "views", finite: bool = True) -> None:
+    def check_views(self, views: Tensor, arg: str = "views", finite: bool = True, views_count: int | None = None) -> None:
         """Raise ``ValueError`` naming the loss and the expected shape for bad ``views``; ``finite=False``
-        skips the scan for NaN / Inf (for a loss that detects them on its own and then calls this again)."""
+        skips the scan for NaN / Inf (for a loss that detects them on its own and then calls this again);
+        ``views_count``: the number of views ``views`` must stack when it is not the class's view rule (a loss that
+        checks a fixed stack of its own, e.g. TupleInfoNCE's anchor and positive)."""
         who = self.name
         if not isinstance(views, Tensor):
             raise ValueError(f"{who}: {arg} must be a torch.Tensor [k, n, d], got {type(views).__name__}")
@@ -169,11 +183,12 @@ class MultiViewObjective(nn.Module):
         if not views.is_floating_point():
             raise ValueError(f"{who}: {arg} must be a floating-point tensor, got {views.dtype}")
         k, n, d = views.shape
-        if k < self.min_views or (self.max_views is not None and k > self.max_views):
-            want = f"exactly {self.min_views}" if self.max_views == self.min_views else (
-                f"at least {self.min_views}" if self.max_views is None else f"{self.min_views}..{self.max_views}"
-            )
-            raise ValueError(f"{who}: takes {want} views (k), got k={k} in {arg} of shape {tuple(views.shape)}")
+        if views_count is not None and k != views_count:
+            raise ValueError(f"{who}: {arg} must stack exactly {views_count} views (k), got k={k} in shape "
+                             f"{tuple(views.shape)}")
+        if views_count is None and not self.accepts_views(k):
+            raise ValueError(f"{who}: takes {self.views_text()} views (k), got k={k} in {arg} of shape "
+                             f"{tuple(views.shape)}")
         if n < 2:
             raise ValueError(f"{who}: needs n >= 2 samples in {arg} [k, n, d], got n={n}")
         if d < 1:

@@ -73,9 +73,9 @@ The identities hold for equal hyper-parameters only: ``multicrop(tau=0.5)`` is n
 conservative: it may keep apart runs that happen to train identically (``infonce_avg(renormalise=
 True)`` at k = 2, an additive-constant variant), never merge runs that differ.
 
-k is the number of views the objectives are called on (the dataset's modalities). The view limits of
-"views" and "pairs" objectives are checked against it; a "tuple" objective (``tuple_infonce``) is
-called on two fused tuples whatever the number of modalities, so its limits are not.
+k is the number of views the objectives are called on (the dataset's modalities). Every objective's view
+limits are checked against it (:func:`fusebench.objectives.accepts_views`, the one rule); a "tuple" objective
+(``tuple_infonce``) fuses the k modalities into tuples and declares k >= 2.
 
 Example::
 
@@ -105,7 +105,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from fusebench.objectives import OBJECTIVES
+from fusebench.objectives import OBJECTIVES, accepts_views, views_text
 
 __all__ = [
     "ALL",
@@ -184,7 +184,7 @@ BUILTIN: dict[str, Declared] = {
     "dhel": Declared("views", 2, 2, {"mv_dhel": 2}, {"tau": 0.1, "variant": "paper"}),
     "byol_pwe": Declared("pairs", 2, None, {}, {}),
     "byol_avg": Declared("pairs", 2, None, {"byol_pwe": 2}, {}),
-    "tuple_infonce": Declared("tuple", 2, 2, {}, {"tau": 0.07}),
+    "tuple_infonce": Declared("tuple", 2, None, {}, {"tau": 0.07}),
     "matching_gap": Declared("views", 2, 2, {}, {"eps": 0.5, "cost": "sqeuclid", "tol": 0.001, "max_iter": 1000}),
     "m3g": Declared("views", 2, None, {}, {"eps": 0.2, "cost": "cv", "tol": 0.001, "max_iter": 1000,
                                            "solver": "auto", "backend": "auto"}),
@@ -285,7 +285,7 @@ def _builtin_declarations() -> dict[tuple[str, str], Condition]:
 
 
 def _accepts(decl: Declared, k: int) -> bool:
-    return decl.input_kind == "tuple" or (decl.min_views <= k and (decl.max_views is None or k <= decl.max_views))
+    return accepts_views(decl, k)
 
 
 def _closure(k: int, builtin_only: bool) -> dict[str, str]:
@@ -334,8 +334,7 @@ def _check_ids(objectives: object, k: int, refs: set[str], unknown: str, arg: st
             _raise_unknown(o)
         decl = _info(o)
         if not _accepts(decl, k):
-            hi = "" if decl.max_views is None else decl.max_views
-            raise ValueError(f"{arg}: objective {o!r} takes {decl.min_views}..{hi} views, so it cannot have run "
+            raise ValueError(f"{arg}: objective {o!r} takes {views_text(decl)} views, so it cannot have run "
                              f"at k={k}")
         known.add(o)
     return ids, known

@@ -284,8 +284,10 @@ class TupleInfoNCE(MultiViewObjective):
     paper: ClassVar[str] = ("Liu et al. 2021 (TupleInfoNCE, ICCV), Eq. 2 (Sec. 4.2); negatives Sec. 4.1; "
                             "reward Eqs. 3-5; arXiv:2107.02575")
     input_kind: ClassVar[str] = "tuple"
-    min_views: ClassVar[int] = 2  # anchor and positive, stacked for validation
-    max_views: ClassVar[int | None] = 2
+    #: the modalities fused into each tuple (k >= 2, no maximum); the loss itself is called on two fused
+    #: tuples, anchor and positive, checked as a stack of exactly 2 in :meth:`_check`
+    min_views: ClassVar[int] = 2
+    max_views: ClassVar[int | None] = None
     #: tuple fusion, augmentation, k-disturbed negatives and Algorithm 1 (sample optimisation), with
     #: their options under ``pretrain.methods.tuple_infonce`` (fusebench.components.tuple_method)
     pretrain_methods: ClassVar[tuple[str, ...]] = ("tuple_infonce",)
@@ -306,7 +308,7 @@ class TupleInfoNCE(MultiViewObjective):
                 raise ValueError(f"{who}: {arg} must be a floating-point tensor, got {x.dtype}")
         if anchor.shape != positive.shape:
             raise ValueError(f"{who}: anchor {tuple(anchor.shape)} and positive {tuple(positive.shape)} must both be [n, d]")
-        self.check_views(torch.stack([anchor.detach(), positive.detach()]), arg="stack(anchor, positive)")
+        self.check_views(torch.stack([anchor.detach(), positive.detach()]), arg="stack(anchor, positive)", views_count=2)
         scan = value_checks()  # inside the training loop's steps the loop checks the loss instead (no device read)
         n, d = anchor.shape
         if negatives.shape[-1] != d or (negatives.dim() == 3 and negatives.shape[0] != n) or negatives.shape[-2] < 1:

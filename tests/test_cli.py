@@ -27,7 +27,7 @@ def test_list_objectives_shows_hyperparameters_defaults_and_paper(capsys) -> Non
     out = capsys.readouterr().out
     assert "eps=0.2" in out and "solver='auto'" in out and "paper: Piran et al. 2024 (M3G)" in out
     main(["list", "objectives", "matching_gap"])
-    assert "views: k = 2" in capsys.readouterr().out
+    assert "views (k): exactly 2" in capsys.readouterr().out
 
 
 def test_run_reports_bad_names_without_traceback(capsys) -> None:

@@ -116,9 +116,7 @@ def _describe(kind: str, name: str, where: Path | None = None) -> list[str]:
         if getattr(cls, "paper", ""):
             lines.append(f"    paper: {cls.paper}")
         mask = "honours mask" if getattr(cls, "supports_mask", False) else "refuses a mask with missing views"
-        lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
-        views = f"k = {lo}" if hi == lo else f"k >= {lo}" + (f", k <= {hi}" if hi else "")
-        lines.append(f"    views: {views}; called as {getattr(cls, 'input_kind', 'views')}; {mask}")
+        lines.append(f"    views (k): {pkg.views_text(cls)}; called as {getattr(cls, 'input_kind', 'views')}; {mask}")
         return lines
     if kind == "datasets":
         cls = pkg.get(name)

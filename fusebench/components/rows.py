@@ -133,10 +133,8 @@ class PretrainedRow(Row):
                 return (f"{spec.name}: pretrain.missing_rate = {rate:g}: the pretraining method(s) {owners} compute "
                         f"the loss without the presence mask; switch them off or set pretrain.missing_rate to 0")
         for k in pipeline.view_counts(spec):
-            lo, hi = getattr(cls, "min_views", 2), getattr(cls, "max_views", None)
-            if kind in ("views", "pairs") and (k < lo or (hi is not None and k > hi)):
-                want = f"exactly {lo}" if hi == lo else f"{lo}..{hi}" if hi else f">= {lo}"
-                return f"objective {self.id!r} takes {want} views but benchmark {spec.name!r} has k = {k}"
+            if not objectives.accepts_views(cls, k):
+                return f"objective {self.id!r} takes {objectives.views_text(cls)} views but benchmark {spec.name!r} has k = {k}"
         return None
 
 

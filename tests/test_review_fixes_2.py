@@ -1,0 +1,74 @@
+"""Review fixes (second round): one view-count rule, methods that declare whether they honour the presence
+mask, rules expressed through their owners, small guards.
+
+Values are worked out here from what each component is documented to take, not read back from the code under
+test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fusebench import benchmarks, objectives
+from fusebench.components import compat
+from fusebench.objectives import accepts_views, equivalence, views_text
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+# ------------------------------------------------------------------------------- 2. one view-count rule
+#: (objective, k) -> accepted, from the papers: matching gap and DHEL are two-view losses; M3G and the
+#: pairwise InfoNCE take any k >= 2; TupleInfoNCE fuses k >= 2 modalities into each tuple
+ACCEPTS = {("matching_gap", 2): True, ("matching_gap", 3): False, ("dhel", 3): False, ("m3g", 5): True,
+           ("infonce_pwe", 1): False, ("tuple_infonce", 1): False, ("tuple_infonce", 2): True,
+           ("tuple_infonce", 3): True, ("tuple_infonce", 6): True}
+
+
+@pytest.mark.parametrize("name,k", sorted(ACCEPTS))
+def test_one_rule_for_every_reader(name: str, k: int) -> None:
+    cls = objectives.OBJECTIVES.get(name)
+    want = ACCEPTS[(name, k)]
+    assert cls.accepts_views(k) is want
+    assert accepts_views(cls, k) is want
+    assert accepts_views(equivalence.BUILTIN[name], k) is want  # the torch-free table says the same
+
+
+def test_views_text() -> None:
+    assert objectives.OBJECTIVES.get("matching_gap").views_text() == "exactly 2"
+    assert objectives.OBJECTIVES.get("tuple_infonce").views_text() == "at least 2"
+
+    class Bounded:
+        min_views, max_views = 2, 4
+
+    assert views_text(Bounded) == "2 to 4"
+    assert views_text(object()) == "at least 2"  # a plugin that declares nothing: MultiViewObjective's defaults
+    assert [accepts_views(Bounded, k) for k in (1, 2, 4, 5)] == [False, True, True, False]
+
+
+def test_tuple_infonce_is_listed_with_its_real_view_range(capsys) -> None:
+    from fusebench.cli import main
+
+    main(["list", "objectives", "tuple_infonce"])
+    out = capsys.readouterr().out
+    assert "views (k): at least 2; called as tuple" in out and "exactly 2" not in out
+
+
+def test_tuple_infonce_fits_a_three_modality_benchmark() -> None:
+    spec = benchmarks.load("mosi-sentiment")
+    assert compat.num_views(spec) == 3
+    assert compat._incompatibility(spec, "tuple_infonce") is None
+    assert "takes exactly 2 views" in compat._incompatibility(spec, "matching_gap")
+    assert equivalence.groups(["tuple_infonce", "infonce_pwe"], 3) == [["tuple_infonce"], ["infonce_pwe"]]
+
+
+def test_tuple_infonce_checks_its_anchor_positive_pair_as_two() -> None:
+    loss = objectives.build("tuple_infonce")
+    g = torch.Generator().manual_seed(0)
+    anchor, positive = torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g)
+    value = loss(anchor, positive, torch.randn(4, 5, 3, generator=g))
+    assert value.dim() == 0 and torch.isfinite(value)
+    # the explicit count, not the class's k >= 2 rule: a stack of three is refused
+    with pytest.raises(ValueError, match="must stack exactly 2 views"):
+        loss.check_views(torch.randn(3, 4, 3), arg="stack(anchor, positive)", views_count=2)
+    loss.check_views(torch.randn(3, 4, 3))  # k = 3 modalities fit the class's own rule
