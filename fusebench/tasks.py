@@ -70,6 +70,11 @@ class Task:
     id: ClassVar[str] = ""
     #: its targets are class ids: a dataset of this task must declare ``num_classes`` (datasets/conformance.py)
     has_classes: ClassVar[bool] = True
+    #: the spec's encoder is built with the dataset's class count (its ``num_classes`` option, where it takes one
+    #: and ``encoder.config`` does not set it; ``fusebench.cells.standard.encoder_config``). False by default: a
+    #: task whose encoder's class count comes with other settings (a detector's per-class mean box sizes) or that
+    #: has no classes
+    encoder_takes_classes: ClassVar[bool] = False
 
     # -- the metrics ----------------------------------------------------------------------------
     @classmethod
@@ -185,6 +190,7 @@ class ClassificationTask(FlatTask):
     """Class logits ``[n, C]``; cross entropy against class ids ``[n]``; predictions: argmax."""
 
     id: ClassVar[str] = "classification"
+    encoder_takes_classes: ClassVar[bool] = True
 
     def default_head(self, backbone: nn.Module) -> nn.Module:
         return ConcatLinearHead(backbone.num_features * len(backbone.modalities), self.classes(backbone))
@@ -229,6 +235,7 @@ class SegmentationTask(Task):
     the loss and the predicted label maps."""
 
     id: ClassVar[str] = "segmentation"
+    encoder_takes_classes: ClassVar[bool] = True  # the decoder's classes (ESANet)
 
     def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
         target = torch.as_tensor(batch["target"], device=output.device)
@@ -264,6 +271,8 @@ class DetectionTask(Task):
     the decoding of a detector's output belong to its head (VoteNet's: ``loss`` / ``predict``)."""
 
     id: ClassVar[str] = "detection"
+    #: VoteNet's class count comes with its per-class mean box sizes (``encoder.config`` sets both)
+    encoder_takes_classes: ClassVar[bool] = False
 
     def add(self, pred: Any, target: Any) -> None:
         self.preds.extend({k: widen(v.detach().cpu()) for k, v in d.items()} for d in pred)

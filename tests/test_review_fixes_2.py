@@ -72,3 +72,57 @@ def test_tuple_infonce_checks_its_anchor_positive_pair_as_two() -> None:
     with pytest.raises(ValueError, match="must stack exactly 2 views"):
         loss.check_views(torch.randn(3, 4, 3), arg="stack(anchor, positive)", views_count=2)
     loss.check_views(torch.randn(3, 4, 3))  # k = 3 modalities fit the class's own rule
+
+
+# ------------------------------------------------------------------- 3. rules expressed through their owners
+def test_pretrain_methods_declare_whether_they_honour_the_mask() -> None:
+    from fusebench.spec.methods import METHODS, PretrainMethod
+
+    class Undeclared(PretrainMethod):  # a plugin that says nothing is taken to drop the mask
+        id = "undeclared_plugin_method"
+
+    assert Undeclared.honours_mask is False
+    # view_rotation calls the objective on mixed teacher / student views without the mask; tuple_infonce fuses
+    # every modality; ema_teacher computes no loss for a view objective (the objective's masked call does)
+    assert {m: METHODS.get(m).honours_mask for m in ("ema_teacher", "view_rotation", "tuple_infonce")} == \
+        {"ema_teacher": True, "view_rotation": False, "tuple_infonce": False}
+
+
+@pytest.mark.parametrize("switch", ["view_rotation", "ema_teacher"])
+def test_missing_views_refuse_the_methods_that_join_and_drop_the_mask(switch: str, monkeypatch) -> None:
+    from fusebench.spec.methods import METHODS
+
+    over = {"pretrain.missing_rate": 0.3, f"pretrain.methods.{switch}.enabled": True}
+    spec = benchmarks.load("mv-handwritten", overrides=over)
+    spec.dataset.modalities = [f"view{i}" for i in range(6)]
+    problem = compat._incompatibility(spec, "mv_infonce")
+    # either switch brings in the view rotation (ema_teacher on a view objective: M3G Sec. 4)
+    assert "['view_rotation']" in problem and "without the presence mask" in problem
+    monkeypatch.setattr(METHODS.get("view_rotation"), "honours_mask", True)  # the rule reads the class
+    assert compat._incompatibility(spec, "mv_infonce") is None
+    plain = benchmarks.load("mv-handwritten", overrides={"pretrain.missing_rate": 0.3})
+    plain.dataset.modalities = spec.dataset.modalities
+    monkeypatch.setattr(METHODS.get("view_rotation"), "honours_mask", False)
+    assert compat._incompatibility(plain, "mv_infonce") is None  # no method joins: nothing refused
+
+
+def _fake_ds(task: str, num_classes: int | None):
+    from types import SimpleNamespace
+
+    mods = [SimpleNamespace(name="points", channels=3), SimpleNamespace(name="color", channels=3)]
+    return SimpleNamespace(task=task, num_classes=num_classes, MODALITIES=mods, modalities=["points", "color"])
+
+
+def test_the_encoder_gets_the_class_count_where_the_task_says_so() -> None:
+    from fusebench import tasks
+    from fusebench.cells.standard import encoder_config
+
+    assert {t: tasks.TASKS.get(t).encoder_takes_classes
+            for t in ("classification", "segmentation", "regression", "detection")} == \
+        {"classification": True, "segmentation": True, "regression": False, "detection": False}
+    quick = benchmarks.load("quickstart")  # the mlp encoder takes num_classes
+    assert encoder_config(quick, _fake_ds("classification", 3))["num_classes"] == 3
+    assert "num_classes" not in encoder_config(quick, _fake_ds("regression", None))
+    # VoteNet takes num_classes too, but its class count comes with its mean box sizes: not passed
+    det = benchmarks.load("sunrgbd-det")
+    assert "num_classes" not in encoder_config(det, _fake_ds("detection", 3))

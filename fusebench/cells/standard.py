@@ -60,16 +60,17 @@ def build_model(spec: BenchmarkSpec, train_ds, objective: str | None = None) -> 
 
 def encoder_config(spec: BenchmarkSpec, train_ds) -> dict[str, Any]:
     """The spec's encoder config as the encoder is built with it: ``encoder.config`` with the modalities' input
-    sizes (name -> channels) and, for a classification or segmentation dataset, its class count when the
-    encoder's constructor takes ``num_classes`` (docs/adding-a-modality.md, the encoder contract), where the spec
-    does not set them."""
+    sizes (name -> channels) and, for a dataset whose task builds its encoder with the class count
+    (``Task.encoder_takes_classes``: classification, segmentation), its class count when the encoder's constructor
+    takes ``num_classes`` (docs/adding-a-modality.md, the encoder contract), where the spec does not set them."""
     import inspect
 
-    from fusebench import encoders
+    from fusebench import encoders, tasks
 
     cfg = dict(spec.encoder.config)
     cfg.setdefault("modalities", input_dims(train_ds))
-    if train_ds.num_classes is not None and "num_classes" not in cfg and train_ds.task in ("classification", "segmentation"):
+    if (train_ds.num_classes is not None and "num_classes" not in cfg
+            and tasks.TASKS.get(train_ds.task).encoder_takes_classes):
         params = inspect.signature(encoders.ENCODERS.get(spec.encoder.id)).parameters
         if "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
             cfg["num_classes"] = train_ds.num_classes

@@ -126,12 +126,13 @@ class PretrainedRow(Row):
             if kind != "views" or not getattr(cls, "supports_mask", False):
                 return (f"{spec.name}: pretrain.missing_rate = {rate:g} hands every pretraining batch a presence "
                         f"mask, but objective {self.id!r} does not honour masks (supports_mask is false)")
-            from fusebench.spec.methods import options_of
+            from fusebench.spec.methods import METHODS, joining
 
-            owners = [m for m in ("ema_teacher", "view_rotation") if options_of(spec.pretrain, m).enabled]
+            owners = [m for m in joining(cls, spec.pretrain) if not METHODS.get(m).honours_mask]
             if owners:
-                return (f"{spec.name}: pretrain.missing_rate = {rate:g}: the pretraining method(s) {owners} compute "
-                        f"the loss without the presence mask; switch them off or set pretrain.missing_rate to 0")
+                return (f"{spec.name}: pretrain.missing_rate = {rate:g}: the pretraining method(s) {owners} that join "
+                        f"the runs of {self.id!r} compute the loss without the presence mask; switch off the options "
+                        f"that bring them in (pretrain.methods.<id>) or set pretrain.missing_rate to 0")
         for k in pipeline.view_counts(spec):
             if not objectives.accepts_views(cls, k):
                 return f"objective {self.id!r} takes {objectives.views_text(cls)} views but benchmark {spec.name!r} has k = {k}"

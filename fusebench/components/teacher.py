@@ -59,6 +59,9 @@ class EMATeacherMethod(PretrainMethod):
     id: ClassVar[str] = "ema_teacher"
     Options: ClassVar[type] = EMATeacherOptions
     build_order: ClassVar[int] = 10  # after every student head: the copy is of the student as built
+    #: its own loss is BYOL's, for "pairs" objectives, which take no mask (a run with missing views refuses them
+    #: before this is asked); for a view objective it computes no loss (the objective's masked call does)
+    honours_mask: ClassVar[bool] = True
 
     @classmethod
     def wanted(cls, objective: nn.Module, declared: bool, options: Any, cfg: Any) -> bool:
@@ -107,6 +110,8 @@ class ViewRotation(PretrainMethod):
     id: ClassVar[str] = "view_rotation"
     Options: ClassVar[type] = ViewRotationOptions
     requires: ClassVar[tuple[str, ...]] = ("ema_teacher",)
+    #: the loss calls the objective on views mixing teacher and student, without the presence mask
+    honours_mask: ClassVar[bool] = False
 
     @classmethod
     def wanted(cls, objective: nn.Module, declared: bool, options: Any, cfg: Any) -> bool:

@@ -56,6 +56,8 @@ class TupleInfoNCEMethod(PretrainMethod):
     id: ClassVar[str] = "tuple_infonce"
     Options: ClassVar[type] = TupleInfoNCEOptions
     extensions: ClassVar[tuple[str, ...]] = ("fusebench.components.tuple_optim:TupleSampleOptimiser",)
+    #: the fused tuples are built from every modality, present or not: the presence mask is not read
+    honours_mask: ClassVar[bool] = False
 
     @classmethod
     def wanted(cls, objective: nn.Module, declared: bool, options: Any, cfg: Any) -> bool:

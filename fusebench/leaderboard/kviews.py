@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusebench.components.rows import BASELINE, RAW
 from fusebench.leaderboard.columns import mean_std
 from fusebench.studies.kviews import ARMS, CELL_NAME, LEGACY_CELL_NAME, METRICS, OBJECTIVES, PRIMARY
 from fusebench.studies.kviews import PAIRED_WITH  # the rows the gaps are paired with
@@ -191,10 +192,10 @@ def _summary(study: StudyRuns, pretrained: list[str], metric: str) -> list[str]:
             if both:
                 line += (f"; pretrained - `{r}` (mean over the {len(both)} pretrained rows) "
                          f"{_pts(sum(means[lo]) / len(both))} -> {_pts(sum(means[hi]) / len(both))} points")
-        wins = [(o, k) for o in pretrained for k in arm_ks if (g := pairs(study, arm, k, o, "raw", metric))
+        wins = [(o, k) for o in pretrained for k in arm_ks if (g := pairs(study, arm, k, o, RAW, metric))
                 and mean_std(g)[0] > 0]
-        total = sum(1 for o in pretrained for k in arm_ks if pairs(study, arm, k, o, "raw", metric))
-        line += f"; a pretrained row beats `raw` on average in {len(wins)} of {total} (objective, k) entries."
+        total = sum(1 for o in pretrained for k in arm_ks if pairs(study, arm, k, o, RAW, metric))
+        line += f"; a pretrained row beats `{RAW}` on average in {len(wins)} of {total} (objective, k) entries."
         out.append(line)
     return out
 
@@ -240,7 +241,7 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
     for m, label in metrics:
         for r in PAIRED_WITH:
             md += [f"## {label}: pretrained - `{r}` (points)", "", head, rule]
-            rows = pretrained + (["none"] if r == "raw" and "none" in order else [])
+            rows = pretrained + ([BASELINE] if r == RAW and BASELINE in order else [])
             for o in rows:
                 for arm in arms:
                     md.append(f"| `{o}` | {arm} | " + " | ".join(_fmt(pairs(study, arm, k, o, r, m), True)
@@ -285,7 +286,7 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
     for i, (m, label) in enumerate(metrics):
         for j, (arm, r) in enumerate(panels):
             ax = axes[i][j]
-            rows = pretrained + (["none"] if r == "raw" else [])
+            rows = pretrained + ([BASELINE] if r == RAW else [])
             for n, o in enumerate(rows):
                 gaps = {k: g for k in ks if (g := pairs(study, arm, k, o, r, m))}
                 if not gaps:
@@ -293,7 +294,7 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
                 xs, stats = list(gaps), [mean_std(g) for g in gaps.values()]
                 ax.errorbar([x + 0.04 * (n - len(rows) / 2) for x in xs], [100 * s[0] for s in stats],
                             yerr=[100 * s[1] for s in stats], marker="o", capsize=2, label=o,
-                            color="grey" if o == "none" else colors(n), linestyle="--" if o == "none" else "-")
+                            color="grey" if o == BASELINE else colors(n), linestyle="--" if o == BASELINE else "-")
             ax.axhline(0, color="black", linewidth=0.8)
             ax.set_xticks(ks)
             ax.set_xlabel("number of views k")

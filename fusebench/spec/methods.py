@@ -85,6 +85,12 @@ class PretrainMethod:
     #: ``val_batch_size(options)``, ``__init__(pretrainer, options, seed)``, ``epoch_update(...)``,
     #: ``state_dict()`` / ``load_state_dict()``
     extensions: ClassVar[tuple[str, ...]] = ()
+    #: whether a run this method joins still honours the batch's presence mask (missing views): its ``loss``
+    #: passes the mask on, or leaves the loss of every objective that takes a mask to the objective's own
+    #: (masked) call. False, the conservative default: a method that does not declare it is taken to compute
+    #: the loss without the mask, and a run with missing views (``pretrain.missing_rate > 0``) that it joins is
+    #: refused (``fusebench.components.rows``)
+    honours_mask: ClassVar[bool] = False
 
     def __init__(self, options: Any) -> None:
         self.options = options
