@@ -230,8 +230,8 @@ class M3G(MultiViewObjective):
         if self.solver != "auto" or self.cost != "cv":
             return super().forward(views, mask)
         # the fast path: normalisation, Gram matrix, solve and Danskin gradient in one autograd node; NaN / Inf
-        # in the views are caught there (a non-finite Gram matrix), without a separate scan of the views
-        self.check_views(views, finite=False)
+        # in the views are caught there (a non-finite Gram matrix), without a separate scan of the views (the shape
+        # was checked above)
         self.check_mask(mask, views)
         object.__setattr__(self, "stats", {})  # a plain dict (see _cv_gap_compiled)
         dtype = self.compute_dtype(views)

@@ -14,7 +14,7 @@ import torch
 from scipy.spatial import ConvexHull
 
 from fusebench import metrics
-from fusebench.encoders.boxes3d import box_corners, box_corners_bev, rotated_iou_3d
+from fusebench.geometry3d import box_corners, box_corners_bev, rotated_iou_3d
 from fusebench.metrics.detection import per_class_ap, per_class_recall, voc_ap
 
 

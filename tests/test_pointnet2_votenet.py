@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fusebench.encoders import build
-from fusebench.encoders.boxes3d import nms_3d
+from fusebench.geometry3d import nms_3d
 from fusebench.encoders.pointnet2 import (
     PointNet2Encoder,
     modality_inputs,

@@ -126,3 +126,40 @@ def test_the_encoder_gets_the_class_count_where_the_task_says_so() -> None:
     # VoteNet takes num_classes too, but its class count comes with its mean box sizes: not passed
     det = benchmarks.load("sunrgbd-det")
     assert "num_classes" not in encoder_config(det, _fake_ds("detection", 3))
+
+
+# ------------------------------------------------------------------------------------------------ 4. small
+def test_raw_pca_without_width_is_a_value_error_not_an_assert() -> None:
+    import numpy as np
+
+    from fusebench.components import reference_features as R
+
+    views = {"train": [np.ones((4, 2)), np.zeros((4, 3))]}
+    with pytest.raises(ValueError, match="raw_pca' needs width"):
+        R.KINDS["raw_pca"].compute(views, None)
+
+
+def test_the_boxes3d_shim_is_gone() -> None:
+    import importlib
+
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("fusebench.encoders.boxes3d")
+    from fusebench.geometry3d import nms_3d, rotated_iou_3d  # the one home of the box geometry
+
+    assert callable(nms_3d) and callable(rotated_iou_3d)
+
+
+def test_m3g_fast_path_checks_the_shape_once(monkeypatch) -> None:
+    loss = objectives.build("m3g")  # cost "cv", solver "auto": the fast path
+    calls = []
+    original = type(loss).check_views
+
+    def counting(self, views, *a, **kw):
+        calls.append(kw.get("finite", True))
+        return original(self, views, *a, **kw)
+
+    monkeypatch.setattr(type(loss), "check_views", counting)
+    loss(torch.randn(3, 6, 4, generator=torch.Generator().manual_seed(1)))
+    assert calls == [False]  # the shape (NaN / Inf are caught by the Gram matrix)
+    with pytest.raises(ValueError, match="takes at least 2 views"):
+        loss(torch.randn(1, 6, 4))

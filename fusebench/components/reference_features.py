@@ -115,7 +115,8 @@ def _raw_balanced(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[d
 
 
 def _raw_pca(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    assert width is not None  # checked by reference_features
+    if width is None:  # reference_features checks it first; a direct call is told the same
+        raise ValueError("reference_features: kind 'raw_pca' needs width (the number of principal components)")
     concat = {s: np.concatenate(v, axis=1) for s, v in vs.items()}
     mean, scale, _ = zscore_stats(concat["train"])
     z = {s: (concat[s] - mean) / scale for s in vs}
