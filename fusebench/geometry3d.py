@@ -1,7 +1,7 @@
 """Oriented 3D box geometry: corners, points-in-box, exact rotated 3D IoU and 3D NMS.
 
-Model-free and shared by the datasets, metrics and models (formerly ``fusebench.encoders.boxes3d``,
-which still re-exports these names).
+Model-free and shared by the datasets, metrics and models (formerly ``fusebench.encoders.boxes3d``, now
+removed: import these names from here).
 
 Boxes are ``[cx, cy, cz, dx, dy, dz, yaw]``: centre, *full* sizes along the box's own x / y / z axes,
 and ``yaw`` the counter-clockwise rotation about +z (radians) taking the world x axis onto the box's
