@@ -16,7 +16,9 @@ with ``J_n = I_n / n``.  On the bistochastic polytope ``<P, 1> = 1``, so the ``-
 the exact gap ``F(J) - min F`` with ``F(P) = <P, C> + eps <P, log P>``, the same definition as
 ``m3g`` with two marginals: ``F(J) = mean_i C_ii - eps log n``; ``min F`` is the dual value of the
 log-domain Sinkhorn solver (run until ``||P 1 - 1/n||_1 + ||P^T 1 - 1/n||_1 < tol``, the paper's
-threshold 1e-3 by default).  The gap is >= 0 and convex in ``C`` (paper, Prop. 1).
+threshold 1e-3 by default).  The gap is >= 0 and convex in ``C`` (paper, Prop. 1).  Off the CPU the solver
+reads the device once per block of sweeps (``dense_sinkhorn``'s blocked mode: the same sweeps and answer) and
+``stats`` holds 0-dim float64 tensors, read only when a caller reads them.
 
 Costs: ``cost="dot"``: ``c = 1 - x.y``; ``cost="sqeuclid"``: ``c = ||x - y||^2 = 2 - 2 x.y``.
 
