@@ -318,6 +318,28 @@ def test_two_concurrent_regenerations_into_one_folder_both_succeed(small_runs: P
             assert (out / name).read_bytes() == (reference / name).read_bytes()
 
 
+def test_the_manifest_lists_no_write_in_progress_of_another_regeneration(tmp_path: Path, monkeypatch) -> None:
+    """The race the test above can hit under load: one regeneration listed the other's temporary file (or a file it
+    renamed away meanwhile) among the folder's files, hashed it, and failed with 'No such file or directory'."""
+    import hashlib
+
+    from fusebench.leaderboard import fingerprint
+
+    (tmp_path / "quickstart.md").write_text("board")
+    (tmp_path / ".quickstart.md.k2j4x9.tmp").write_text("half")  # another process's atomic write in progress
+    (tmp_path / "..fusebench-regen.json.shk5ite8.tmp").write_text("{")
+    (tmp_path / "gone.md").write_text("x")
+    real = fingerprint.sha256_file
+
+    def vanishing(path: Path) -> str:
+        if path.name == "gone.md":  # renamed away between the listing and the read
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real(path)
+
+    monkeypatch.setattr(fingerprint, "sha256_file", vanishing)
+    assert fingerprint.out_files(tmp_path) == {"quickstart.md": hashlib.sha256(b"board").hexdigest()}
+
+
 # ---------------------------------------------------------------------------------------------
 # item 11: file modes follow the umask
 # ---------------------------------------------------------------------------------------------

@@ -127,15 +127,22 @@ def records_digest(runs: Path) -> str:
 
 
 def out_files(out: Path) -> dict[str, str]:
-    """name -> sha256 of every regular file directly inside ``out`` but the manifest (empty when absent)."""
+    """name -> sha256 of every regular file directly inside ``out`` but the manifest (empty when absent). Not the
+    temporary files of writes in progress (``.<name>.<random>.tmp``, :func:`fusebench.io.atomic_write`: another
+    regeneration into the same folder may be writing), nor a file gone before it was read (renamed away by one)."""
     found = {}
     try:
         entries = sorted(os.scandir(out), key=lambda e: e.name)
     except OSError:
         return found
     for e in entries:
-        if e.name != MANIFEST and e.is_file(follow_symlinks=False):
-            found[e.name] = sha256_file(Path(e.path))
+        if e.name == MANIFEST or (e.name.startswith(".") and e.name.endswith(".tmp")):
+            continue
+        try:
+            if e.is_file(follow_symlinks=False):
+                found[e.name] = sha256_file(Path(e.path))
+        except FileNotFoundError:
+            continue
     return found
 
 
