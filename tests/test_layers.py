@@ -318,8 +318,8 @@ def test_one_version() -> None:
 #: the declaration slots where a module may name a module of a higher layer by its import path (docs/architecture.md,
 #: "Layers": a lower layer finds what is registered above it by id, through a registry's module list or a declared
 #: import path): the arguments of a ``Registry(...)`` call, and a class-level ``cell`` (a pipeline's cell function),
-#: ``scorer`` (a protocol's) or ``extensions`` (a pretraining method's epoch steps)
-DECLARED_PATH_SLOTS = ("cell", "scorer", "extensions")
+#: ``scorer`` / ``option_checker`` (a protocol's) or ``extensions`` (a pretraining method's epoch steps)
+DECLARED_PATH_SLOTS = ("cell", "scorer", "option_checker", "extensions")
 _MODULE_PATH = re.compile(r"(fusebench(?:\.\w+)+)(?::[\w.]+)?")
 
 

@@ -99,11 +99,23 @@ class Protocol:
         epochs = spec.downstream.epochs
         return f"the best of its {epochs} downstream epochs" if epochs > 1 else None
 
+    #: the function that checks the values of the protocol's options for a spec, by import path
+    #: (``"module:function"``, called as ``function(options, metric ids, key)`` and returning a phrase per problem;
+    #: imported when a spec is loaded, as :attr:`scorer` is when a cell is scored); None: the values are not checked
+    option_checker: ClassVar[str | None] = None
+
     @classmethod
     def option_problems(cls, spec: Any) -> list[str]:
         """What is wrong with the values of the protocol's options (``options.<options_key>``) for ``spec``, each a
-        phrase naming the key (empty: nothing); checked when the spec is loaded, after the option names."""
-        return []
+        phrase naming the key (empty: nothing), by its :attr:`option_checker`; checked when the spec is loaded,
+        after the option names."""
+        if not cls.option_checker or not cls.options_key:
+            return []
+        import importlib
+
+        module, _, function = cls.option_checker.partition(":")
+        check = getattr(importlib.import_module(module), function)
+        return check(spec.options.get(cls.options_key) or {}, spec.metrics, f"options.{cls.options_key}")
 
     @classmethod
     def score(cls, cell: Any, **state: Any) -> Any:
@@ -136,6 +148,7 @@ class EmbeddingEval(Protocol):
     frozen_features = True
     options_key = "embedding_eval"
     scorer = "fusebench.cells.embedding_protocol:score"
+    option_checker = "fusebench.probes.embedding_eval:option_problems"
     options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
     metric_families = ("clustering",)
     cross_dataset_ranking = True
@@ -147,12 +160,6 @@ class EmbeddingEval(Protocol):
     @classmethod
     def selects_on_validation(cls, spec: Any) -> str | None:
         return "the probes' L2 weights, kNN's k and the few-shot probe"
-
-    @classmethod
-    def option_problems(cls, spec: Any) -> list[str]:
-        from fusebench.probes.embedding_eval import option_problems
-
-        return option_problems(spec.options.get(cls.options_key) or {}, spec.metrics, f"options.{cls.options_key}")
 
     missing_views_text = ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an "
                           "absent view's standardised features set to 0, the train mean); k-means clusters the "
