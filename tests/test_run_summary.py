@@ -36,7 +36,10 @@ def test_run_ends_with_records_boards_and_a_table(tmp_path: Path, capsys) -> Non
     tail = lines[lines.index(next(x for x in lines if x.startswith("records: "))):]
     assert tail[0] == f"records: {runs} (4 cell(s) of quickstart)"
     wrote = [x for x in tail if x.startswith("boards: ")]
-    assert wrote == [f"boards: wrote {boards / n}" for n in
+    # the formats line first (a new folder holds no html page: md, csv, json), then the files
+    assert wrote[0] == (f"boards: formats md, csv, json (no html page in {boards}: add one with fusebench "
+                        f"leaderboard --format md csv json html)")
+    assert wrote[1:] == [f"boards: wrote {boards / n}" for n in
                      ("quickstart-curves.png", "quickstart.md", "quickstart.csv", "quickstart.json",
                       "quickstart-seeds.csv", "README.md")]
     table = tail[1 + len(wrote):]
@@ -48,7 +51,8 @@ def test_run_ends_with_records_boards_and_a_table(tmp_path: Path, capsys) -> Non
         assert rows[obj] == ["quickstart", obj, "acc", shown, str(n)]
     # the same command again: every cell reused, every board file unchanged, the same table
     again = _run(tmp_path, capsys, "--leaderboard", str(boards))
-    assert [x for x in again if x.startswith("boards: ")] == [x.replace("wrote", "unchanged") for x in wrote]
+    assert [x for x in again if x.startswith("boards: ")] == [wrote[0]] + [x.replace("wrote", "unchanged")
+                                                                          for x in wrote[1:]]
     assert again[-3:] == table
 
 

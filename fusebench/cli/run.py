@@ -282,17 +282,42 @@ def _launcher_options(ns: argparse.Namespace) -> dict[str, object]:
     return given
 
 
+def _board_formats(board: str) -> tuple[str, ...]:
+    """The formats ``--leaderboard DIR`` is regenerated in: markdown with its plots and index, the results as data
+    (csv, json), and each other format the folder already holds, so that no file of it is left stale: ``html``
+    when it has an HTML page (``index.html`` or a board's ``<name>.html`` beside its ``<name>.md``), ``tex`` when it
+    has a board's ``<name>.tex`` beside its ``<name>.md``."""
+    folder = Path(board)
+    formats = ["md", "csv", "json"]
+    if not folder.is_dir():
+        return tuple(formats)
+    boards = {p.stem for p in folder.glob("*.md")}
+    if (folder / "index.html").is_file() or any(p.stem in boards for p in folder.glob("*.html")):
+        formats.append("html")
+    if any(p.stem in boards for p in folder.glob("*.tex")):
+        formats.append("tex")
+    return tuple(formats)
+
+
 def _regenerate_boards(records: list[dict], out: str, board: str) -> list[str] | None:
-    """``--leaderboard DIR``: the boards of ``out`` regenerated into ``DIR`` after the sweep; returns a line per
-    file, ``wrote PATH`` or ``unchanged PATH``. When cells were submitted and not waited for, the command that
-    does it once they are done (and None)."""
+    """``--leaderboard DIR``: the boards of ``out`` regenerated into ``DIR`` after the sweep, in the formats of
+    :func:`_board_formats` (md, csv, json and those DIR already holds: html, tex); returns a line naming the
+    formats, then a line per file, ``wrote PATH`` or ``unchanged PATH``. When cells were submitted and not waited
+    for, the command that does it once they are done (and None)."""
+    formats = _board_formats(board)
     if any(r.get("status") == "submitted" for r in records):
         print(f"jobs submitted, not waited for: when they are done, run\n  fusebench leaderboard --runs {out} "
-              f"--out {board} --format md csv json\n(fusebench status --out {out} shows where the cells stand)", file=sys.stderr)
+              f"--out {board} --format {' '.join(formats)}\n(fusebench status --out {out} shows where the cells "
+              f"stand)", file=sys.stderr)
         return None
     from fusebench.leaderboard import write_leaderboards
     from fusebench.leaderboard.outputs import file_lines, snapshot
 
     before = snapshot(board)
-    written = write_leaderboards(Path(out), Path(board), formats=("md", "csv", "json"))  # the committed boards' formats
-    return file_lines(written, before)
+    written = write_leaderboards(Path(out), Path(board), formats=formats)
+    kept = [f for f in formats if f not in ("md", "csv", "json")]
+    said = (f"formats {', '.join(formats)} ({' and '.join(kept)}: {board} already held "
+            f"{'them' if len(kept) > 1 else 'it'})" if kept else
+            f"formats {', '.join(formats)} (no html page in {board}: add one with fusebench leaderboard "
+            f"--format md csv json html)")
+    return [said] + file_lines(written, before)
