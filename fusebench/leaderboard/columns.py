@@ -39,6 +39,15 @@ def metric_info(metric: str, recs: list[RunRecord]) -> MetricInfo:
             if d != reg["direction"]:
                 raise RecordError(path, f"metric_directions.{metric}",
                                   f"{reg['direction']!r} (the metric registry's direction)", d)
+        if reg["unit"] == "fraction":  # built-in ids are checked when the record is read; a plugin's here
+            from fusebench.records.schema import fraction_floor
+
+            low = fraction_floor(metric)
+            for r in sorted(recs, key=lambda r: r.path):
+                x = r.metrics.get(metric)
+                if x is not None and math.isfinite(x) and not low <= x <= 1.0:
+                    raise RecordError(r.path, f"metrics.{metric}", f"a number in [{low:g}, 1] (metric {metric!r} "
+                                                                   f"has unit 'fraction' in the metric registry)", x)
         return MetricInfo(metric, reg["unit"], reg["direction"])
     if len(set(stated.values())) > 1:
         first = {d: p for p, d in sorted(stated.items(), reverse=True)}
@@ -64,6 +73,8 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     try:
         mean = sum(values) / n
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+        if not (math.isfinite(mean) and math.isfinite(std)):  # a sum past the float range is inf, not an error
+            raise OverflowError
     except OverflowError:  # |values| past ~1e154: the same formulas on values scaled by the largest magnitude
         scale = max(abs(v) for v in values)
         scaled = [v / scale for v in values]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fusebench.io import atomic_write, canonical_json, sha256_hex
-from fusebench.leaderboard.columns import natural_key
+from fusebench.leaderboard.columns import mean_std, natural_key
 from fusebench.leaderboard.groups import GroupView
 
 PLOT_VERSION = 1  # bump when plot_curves draws differently: every plot is redrawn once
@@ -27,8 +27,7 @@ def _mean_band(series: list[list[float]]) -> tuple[list[float], list[float], lis
     mean, lo, hi = [], [], []
     for i in range(n):
         xs = [c[i] for c in series if math.isfinite(c[i])]
-        m = sum(xs) / len(xs) if xs else math.nan
-        s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+        m, s = mean_std(xs) if xs else (math.nan, 0.0)  # values near the float limit: scaled, no overflow
         mean.append(m)
         lo.append(m - s)
         hi.append(m + s)

@@ -58,6 +58,27 @@ def default_reported(out_dir: Path) -> Path:
     return benchmarks.HERE / PACKAGED
 
 
+def _finite(v: int | float) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
+def _fraction_floor(metric: str) -> float | None:
+    """The lower bound of a metric of unit ``fraction`` (0; -1 for the chance-adjusted ARI), None for another unit
+    or a metric outside the registry (no range known)."""
+    from fusebench import metrics as M
+    from fusebench.records.schema import fraction_floor
+    from fusebench.registry import UnknownNameError
+
+    try:
+        unit = M.metadata(metric)["unit"]
+    except (UnknownNameError, KeyError):
+        return None
+    return fraction_floor(metric) if unit == "fraction" else None
+
+
 def load_reported(path: Path | None) -> dict[str, list[Reported]]:
     """Entries of a reported.yaml grouped by benchmark; a missing file gives none."""
     if path is None or not Path(path).is_file():
@@ -99,8 +120,13 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
         if e.get("objective") is not None and not valid_id(e["objective"]):
             raise ValueError(f"{where}: objective must be an objective id or null, got {e['objective']!r}")
         v = e["value"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v):
             raise ValueError(f"{where}: value must be a finite number (a fraction for percent metrics), got {v!r}")
+        low = _fraction_floor(e["metric"])
+        if low is not None and not low <= float(v) <= 1.0:
+            raise ValueError(f"{where} ({e['label']!r}, {e['metric']}): value must be a fraction in [{low:g}, 1] "
+                             f"({e['metric']} has unit 'fraction' in the metric registry; the board shows it x100: "
+                             f"write 85.3% as 0.853), got {v!r}")
         key = (e["benchmark"], e["label"], e["metric"])
         if key in seen:
             raise ValueError(f"{where}: {e['label']!r} reports {e['metric']} for {e['benchmark']} twice")

@@ -62,6 +62,8 @@ def _parse(sel: dict[str, Any], objective: str) -> Selection | None:
     :class:`Selection` (None when it holds no scores). A grid point's score is its recorded ``val`` when that is
     a finite number, else the mean of its defined ``val_by_seed`` entries (null / NaN ones left out), else
     undefined (None)."""
+    from fusebench.leaderboard.stats import safe_mean  # a sum past the float range is scaled, never an error
+
     scores = sel.get("scores") or []
     if not scores or not isinstance(sel.get("grid"), dict) or not isinstance(sel.get("choice"), dict):
         return None
@@ -74,7 +76,7 @@ def _parse(sel: dict[str, Any], objective: str) -> Selection | None:
             n = len(defined) if by_seed else max(1, len(sel.get("seeds") or []))
             points.append((dict(e["hparams"]), float(val), n))
         else:  # null or NaN: undefined, left out like an undefined metric value
-            points.append((dict(e["hparams"]), math.fsum(defined) / len(defined) if defined else None, len(defined)))
+            points.append((dict(e["hparams"]), safe_mean(defined) if defined else None, len(defined)))
     grid = {str(k): list(v) if isinstance(v, list) else [v] for k, v in sel["grid"].items()}
     edge = sel.get("at_edge")
     edge = sorted(map(str, edge)) if isinstance(edge, list) else at_edge(grid, sel["choice"])

@@ -32,12 +32,25 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["FriedmanResult", "average_ranks", "bootstrap_ci", "cd_groups", "friedman", "holm", "nemenyi_cd",
+__all__ = ["FriedmanResult", "average_ranks", "bootstrap_ci", "cd_groups", "friedman", "holm", "nemenyi_cd", "safe_mean",
            "nemenyi_q", "paired_vs_reference", "ranked_methods"]
 
 #: differences whose spread is below this fraction of their largest magnitude are treated as constant
 #: (what remains is floating-point rounding of equal differences, e.g. 0.7 - 0.6 vs 0.6 - 0.5)
 CONSTANT_RTOL = 1e-12
+#: past this magnitude a sum or square of finite values may overflow: such values are scaled by their largest
+#: magnitude first (the statistics are the same up to rounding; ordinary values take the unscaled formulas)
+HUGE = 1e150
+
+
+def safe_mean(values: Sequence[float]) -> float:
+    """The mean of a non-empty list of finite floats, ``math.fsum(values) / n``; values whose sum would overflow
+    are summed divided by their largest magnitude and the mean scaled back (finite: it lies between them)."""
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        scale = max(abs(v) for v in values)
+        return math.fsum(v / scale for v in values) / len(values) * scale
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +128,11 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 100
         return float(x[0]), float(x[0])
     rng = np.random.default_rng(int(seed))
     idx = rng.integers(0, x.size, size=(n_boot, x.size))
-    means = x[idx].mean(axis=1)
+    scale = float(np.max(np.abs(x)))
+    if scale * x.size < HUGE:
+        means = x[idx].mean(axis=1)
+    else:  # a sum of values near the float limit would overflow: resample x / scale (the same draws), then scale back
+        means = (x / scale)[idx].mean(axis=1) * scale
     lo, hi = np.quantile(means, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
     return float(lo), float(hi)
 
@@ -189,9 +206,13 @@ def paired_vs_reference(rows: Mapping[str, Mapping[int, float]], reference: str)
             continue
         seeds = sorted(set(clean[name]) & set(ref))
         n = len(seeds)
-        d = [clean[name][s] - ref[s] for s in seeds]
-        res: dict[str, Any] = {"mean_diff": math.fsum(d) / n if n else None, "t": None, "p": None, "p_holm": None,
-                               "n": n, "note": ""}
+        unit = max((max(abs(clean[name][s]), abs(ref[s])) for s in seeds), default=0.0)
+        # values near the float limit: the differences of x / unit (t is the same for any positive unit; the mean
+        # difference is scaled back, infinite only where it lies beyond the float range)
+        unit = unit if unit >= HUGE else 1.0
+        d = [clean[name][s] / unit - ref[s] / unit for s in seeds]
+        res: dict[str, Any] = {"mean_diff": math.fsum(d) / n * unit if n else None, "t": None, "p": None,
+                               "p_holm": None, "n": n, "note": ""}
         if n < 2:
             res["note"] = f"{n} seed(s) shared with the reference: no test"
         else:

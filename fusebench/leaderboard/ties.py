@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from fusebench.leaderboard.stats import _int_at_least, _matrix, _open_unit, _row, average_ranks, paired_vs_reference
+from fusebench.leaderboard.stats import (HUGE, _int_at_least, _matrix, _open_unit, _row, average_ranks,
+                                        paired_vs_reference, safe_mean)
 
 if TYPE_CHECKING:  # annotations only: this module needs numpy and scipy, not the records a view holds
     from fusebench.leaderboard.view import GroupView
@@ -84,7 +85,7 @@ def rank_intervals(rows: Mapping[str, Mapping[int, float]], higher_is_better: bo
     n_boot = _int_at_least(n_boot, 1, "n_boot")
     level = _open_unit(level, "level")
     names = sorted(clean, key=str)
-    point = standing({k: math.fsum(v.values()) / len(v) for k, v in clean.items() if v}, higher_is_better)
+    point = standing({k: safe_mean(list(v.values())) for k, v in clean.items() if v}, higher_is_better)
     shared = sorted(set.intersection(*(set(v) for v in clean.values()))) if clean else []
     why = (SEED_SETS_DIFFER if any(len(v) != len(shared) for v in clean.values())
            else "fewer than 2 seeds shared" if len(shared) < 2 else "one row" if len(names) < 2 else None)
@@ -93,6 +94,9 @@ def rank_intervals(rows: Mapping[str, Mapping[int, float]], higher_is_better: bo
         return out
     x = np.array([[clean[k][s] for s in shared] for k in names])  # [rows, n]
     idx = np.random.default_rng(int(seed)).integers(0, len(shared), size=(n_boot, len(shared)))
+    scale = float(np.max(np.abs(x)))
+    if scale * len(shared) >= HUGE:  # sums near the float limit would overflow: the same ranks on x / scale
+        x = x / scale
     means = np.round((1.0 if higher_is_better else -1.0) * x[:, idx].mean(axis=2), 12)  # [rows, B]
     ranks = 1 + (means[None, :, :] > means[:, None, :]).sum(axis=1)  # [rows, B]: 1 + rows strictly better
     for i, k in enumerate(names):

@@ -261,6 +261,26 @@ def _number(value: Any, path: str, name: str, allow_nan: bool = False, nonneg: b
 _JSON_NUMBER = frozenset((int, float))
 
 
+#: fraction metrics that may be negative, and their lower bound: the adjusted Rand index is corrected for chance, so a
+#: clustering worse than chance scores below 0 (its minimum is -1/2, Chacon & Rastrojo 2023; -1 leaves room)
+FRACTION_FLOORS = {"ari": -1.0}
+
+
+def fraction_floor(metric: str) -> float:
+    """The smallest value a metric of unit ``fraction`` may hold: 0, or its :data:`FRACTION_FLOORS` entry."""
+    return FRACTION_FLOORS.get(metric.lower(), 0.0)
+
+
+def _unit(metric: str) -> str | None:
+    """The unit of a built-in metric (``fusebench.metrics.catalog``, which imports nothing), else None: a metric of
+    unit ``fraction`` (accuracies, F1, NMI, ARI, ...) must lie in [0, 1]. A plugin metric's unit is checked when a
+    board reads it (``fusebench.leaderboard.columns.metric_info``)."""
+    from fusebench.metrics.catalog import CATALOG
+
+    declared = CATALOG.get(metric.lower())
+    return declared.unit if declared is not None else None
+
+
 def _fast_float(value: Any) -> float | None:
     """``float(value)`` for a JSON number that converts to a finite float or NaN, else None (the slow
     path, :func:`_number`, then says what is wrong)."""
@@ -575,6 +595,11 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         x = _fast_float(v)
         if x is None:  # null: undefined, as NaN is (strict JSON writes NaN as null)
             x = math.nan if v is None else _number(v, path, where, allow_nan=True, expected=METRIC_EXPECTED)
+        if math.isfinite(x) and _unit(k) == "fraction":  # NaN: undefined, allowed
+            low = fraction_floor(k)
+            if not low <= x <= 1.0:
+                raise RecordError(path, where, f"a number in [{low:g}, 1] (metric {k!r} has unit 'fraction' in the "
+                                               f"metric registry), or null when undefined", v)
         metrics[k] = x
     pretrain_time = _number(_need(obj, "pretrain_time_s", path), path, "pretrain_time_s", nonneg=True)
     peak = _number(_need(obj, "peak_memory_mb", path), path, "peak_memory_mb", nonneg=True)
