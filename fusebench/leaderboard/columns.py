@@ -145,3 +145,19 @@ def md_code(text: object) -> str:
     (shown as it is), else as :func:`md_text` (a code span would show an escape literally)."""
     text = " ".join(str(text).split())
     return f"`{text}`" if _MD_CODE_SAFE.fullmatch(text) else md_text(text)
+
+
+def md_inline(text: object) -> str:
+    """A one-line markdown text made of code spans and plain text (the "best on primary metric" line a board's
+    metadata gives the index) shown as it was meant and no more: each code span as :func:`md_code` of its
+    content, the rest as :func:`md_text` (its edge spaces kept), so a board file found in a folder cannot put
+    markup, a tag, a link or a table cell into the index. None or empty: empty."""
+    if not text:
+        return ""
+    out = []
+    for i, part in enumerate(re.split(r"(`[^`\n]*`)", " ".join(str(text).split()))):
+        if i % 2:
+            out.append(md_code(part[1:-1]))
+        elif part:
+            out.append((" " if part[0] == " " else "") + md_text(part) + (" " if part[-1] == " " and part.strip() else ""))
+    return "".join(out)

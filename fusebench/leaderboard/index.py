@@ -13,7 +13,7 @@ from typing import Any
 
 from fusebench.components.protocols import PROTOCOLS
 from fusebench.io import canonical_json, sha256_hex
-from fusebench.leaderboard.columns import fmt_p, md_code
+from fusebench.leaderboard.columns import fmt_p, md_code, md_inline, md_text
 from fusebench.leaderboard.plots import PLOT_KEY, cd_diagram, png_text
 
 CD_PLOT = "cd-diagram.png"  # the index's critical-difference diagram
@@ -351,7 +351,9 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
     rows: dict[str, list[str]] = {"real": [], "study": [], "pipeline_check": []}
     for name in sorted(boards):
         for g in boards[name]["groups"]:
-            link = f"[{name}]({name}.md)" + (f" ({g['title']})" if g.get("title") else "")
+            # name: a benchmark id (checked by read_board_meta); the title and the best line are text of a board
+            # file found in the folder: escaped, so no file can put markup into the index or break its table
+            link = f"[{name}]({name}.md)" + (f" ({md_text(g['title'])})" if g.get("title") else "")
             seeds = _seeds_text(g.get("seeds", []))
             if g["kind"] == "pipeline_check":
                 data = "synthetic" if g.get("synthetic", True) else "real"
@@ -360,7 +362,7 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
                     f"seeds {seeds} ({g.get('runs')} runs)")
             else:
                 rows[g["kind"]].append(f"| {link} | {md_code(g.get('dataset'))} | {g.get('objectives')} | {seeds} | "
-                                       f"{g.get('runs')} | {g.get('best') or '—'} |")
+                                       f"{g.get('runs')} | {md_inline(g.get('best')) or '—'} |")
     if ranking is None:
         ranking = cross_dataset_ranking(boards)
     head = "| benchmark | dataset | objectives | seeds | runs | best on primary metric |\n|---|---|---|---|---|---|"

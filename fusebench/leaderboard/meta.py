@@ -12,6 +12,7 @@ other line holds ``<!--``, and the comment's JSON writes ``<``, ``>`` and ``&`` 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -105,23 +106,69 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
         meta = json.loads(m.group(1))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: board metadata is not valid JSON ({e})") from None
+    if not valid_id(path.stem):  # the index links the board by its name: never markup from a file name
+        raise ValueError(f"{path}: a board file whose name is not a benchmark id ({ID_RULE}); rename or delete it")
     if not isinstance(meta, dict) or meta.get("benchmark") != path.stem or not isinstance(meta.get("groups"), list):
         raise ValueError(f"{path}: board metadata must name benchmark {path.stem!r} and list its groups")
-    for g in meta["groups"]:
+    for i, g in enumerate(meta["groups"]):
         if not isinstance(g, dict) or g.get("kind") not in KIND_TITLES:
-            raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind")
+            raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind"[:400])
+        _check_group_fields(path, i, g)
         means = g.get("means", {})
         if not isinstance(means, dict) or not all(
-                valid_id(k) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in means.items()):
-            raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: 'means' must map "
-                             f"objective ids ({ID_RULE}) to numbers, got {means!r}"[:400])
+                valid_id(k) and _is_number(v) and math.isfinite(v) for k, v in means.items()):
+            raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): 'means' must map "
+                             f"objective ids ({ID_RULE}) to finite numbers, got {means!r}"[:400])
         for field in ("merged_references", "merged_objectives"):
             merged = g.get(field, {})
             if not isinstance(merged, dict) or not all(
                     valid_id(k) and isinstance(v, list) and all(map(valid_id, v)) for k, v in merged.items()):
-                raise ValueError(f"{path}: board metadata group {g.get('title') or g['kind']!r}: '{field}' must map "
+                raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): '{field}' must map "
                                  f"objective ids ({ID_RULE}) to lists of objective ids, got {merged!r}"[:400])
     return meta
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+#: the fields of a group's metadata the index shows or reads, each with its check and what it expects: the index
+#: trusts no board file it finds in the folder (a planted or hand-edited one included); free text (``title``,
+#: ``best``) is escaped where the index renders it (:func:`fusebench.leaderboard.index.build_index`)
+_GROUP_FIELDS: dict[str, tuple[Any, str]] = {
+    "title": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "best": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "dataset": (lambda v: isinstance(v, str) and valid_id(v), f"a dataset id ({ID_RULE})"),
+    "synthetic": (lambda v: isinstance(v, bool), "true or false"),
+    "objectives": (_is_count, "a count (an integer >= 0)"),
+    "runs": (_is_count, "a count (an integer >= 0)"),
+    "seeds": (lambda v: isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in v),
+              "a list of integer seeds"),
+    "key": (lambda v: isinstance(v, str) and valid_id(v), "a comparability key (an id)"),
+    "protocol": (lambda v: v is None or (isinstance(v, str) and valid_id(v)), "a protocol id or null"),
+    "primary": (lambda v: v is None or (isinstance(v, str) and bool(METRIC_ID.fullmatch(v))), "a metric id or null"),
+    "reference": (lambda v: v is None or (isinstance(v, str) and valid_id(v)), "an objective id or null"),
+    "direction": (lambda v: v in (None, "higher", "lower"), "'higher', 'lower' or null"),
+    "family": (lambda v: isinstance(v, str) and bool(FAMILY_ID.fullmatch(v)), "a modality family (e.g. 'image+text')"),
+    "variant_of": (lambda v: isinstance(v, str) and valid_id(v), "a benchmark id"),
+}
+#: a metric id, as a record's metrics key (:mod:`fusebench.records.schema`)
+METRIC_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@\-]*")
+#: a modality family: modality names joined by '+'
+FAMILY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-]*")
+
+
+def _check_group_fields(path: Path, i: int, g: dict[str, Any]) -> None:
+    """Each field of :data:`_GROUP_FIELDS` that the group has is of its type; else one error naming the file, the
+    group and the field."""
+    for field, (ok, expected) in _GROUP_FIELDS.items():
+        if field in g and not ok(g[field]):
+            raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): field {field!r}: expected {expected}, "
+                             f"got {g[field]!r}"[:400])
 
 
 def _last_line_meta(text: str) -> re.Match[str] | None:
