@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
 
 from fusebench.records import RecordError, RunRecord
@@ -62,8 +63,14 @@ def natural_key(name: str) -> list:
 
 
 def fmt_value(unit: str, v: float) -> str:
-    """A value in the column's display units: fractions x100 with 2 decimals, others with 4."""
-    return f"{100 * v:.2f}" if unit == "fraction" else f"{v:.4f}"
+    """A value in the column's display units: fractions x100 with 2 decimals, others with 4 (in scientific notation
+    from 1e9 on: a value near the float limit would print 300 digits); a statistic beyond the float range (the std of
+    values near the limit) as the bound it exceeds."""
+    if not math.isfinite(v):
+        return "nan" if math.isnan(v) else f"{'>' if v > 0 else '<'} {math.copysign(sys.float_info.max, v):.1e}"
+    if unit == "fraction":
+        return f"{100 * v:.2f}"
+    return f"{v:.4f}" if abs(v) < 1e9 else f"{v:.4e}"
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

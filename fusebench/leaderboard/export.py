@@ -47,12 +47,14 @@ def check_formats(formats: Any) -> tuple[str, ...]:
 
 def number(x: float | int | None) -> float | int | None:
     """A value as exported: None stays None, an int stays an int, a float is rounded to
-    :data:`SIGNIFICANT` significant digits (-0.0 written as 0.0). Non-finite values are refused."""
+    :data:`SIGNIFICANT` significant digits (-0.0 written as 0.0). A non-finite value (a statistic beyond the float
+    range: the std or a difference of finite values near the float limit; record values are finite or undefined)
+    is None, as an undefined value is: strict JSON has no infinity."""
     if x is None or (isinstance(x, int) and not isinstance(x, bool)):
         return x
     x = float(x)
     if not math.isfinite(x):
-        raise ValueError(f"cannot export the non-finite value {x!r}")
+        return None
     return float(f"{x + 0.0:.{SIGNIFICANT}g}") + 0.0
 
 
