@@ -310,6 +310,8 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
                      family=spec_family(spec) if spec is not None else None,
                      variant_of=(spec.variant_of or None) if spec is not None else None)
     view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
+    if spec is not None:
+        view.spec_differences = spec_differences(spec.to_dict(), recs)
     for info in infos:
         view.best[info.id] = None
         if not view.ranked or info.direction is None:
@@ -325,6 +327,35 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
 
         settle_ties(view, level=CI_LEVEL, n_boot=RANK_RESAMPLES, seed=RANK_SEED)
     return view
+
+
+#: config keys (dotted prefixes) left out of :func:`spec_differences`: what names or lists the cells (each row and
+#: seed is on the board), the prose itself, and the ``--synthetic`` overrides (applied to the spec already)
+SPEC_TEXT_KEYS = ("name", "description", "objectives", "seeds", "protocol_notes", "synthetic", "comparison.why")
+
+
+def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[str, Any, list[Any]]]:
+    """Where the runs' config differs from the benchmark's current spec, whose protocol notes and comparison text a
+    board shows (they describe the spec: ``n_init: 100`` says "100 restarts" even for runs made with
+    ``--set options.embedding_eval.n_init=1``): ``[(dotted key, the spec's value, the runs' distinct values)]`` for
+    every config leaf (nested mappings flattened, lists whole) that the spec sets (not null) and every run records,
+    where some run's value is not the spec's. Keys of :data:`SPEC_TEXT_KEYS` are left out."""
+    from fusebench.records.schema import _flatten
+
+    want = {k: v for k, v in _flatten(spec).items()
+            if v is not None and not any(k == t or k.startswith(t + ".") for t in SPEC_TEXT_KEYS)}
+    flat = [_flatten(r.config) for r in oldest_first(recs)]
+    out = []
+    for key in sorted(want):
+        if not all(key in f for f in flat):  # an older record without the field: nothing to compare
+            continue
+        seen: list[Any] = []
+        for f in flat:
+            if f[key] not in seen:
+                seen.append(f[key])
+        if any(v != want[key] or isinstance(v, bool) != isinstance(want[key], bool) for v in seen):
+            out.append((key, want[key], seen))
+    return out
 
 
 def _set_reference(view: GroupView, comparison: dict[str, str], named_by: str = "the runs") -> None:

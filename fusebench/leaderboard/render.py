@@ -7,6 +7,8 @@ comment for the index last (:mod:`fusebench.leaderboard.meta`)."""
 
 from __future__ import annotations
 
+import json
+
 from fusebench.leaderboard.columns import md_code, md_text
 from fusebench.leaderboard.groups import (CI_RESAMPLES, CI_SEED, RANK_RESAMPLES, RANK_SEED, GroupView, group_runs,
                                           make_view, oldest_first)
@@ -60,6 +62,11 @@ def _comparison_lines(view: GroupView) -> list[str]:
             line += f" Reference row of the tests: {view.reference_text}."
         else:
             line += f" No tests: {view.reference_text}."
+    if view.spec_differences:  # the why above is the spec's text; the runs' own settings are under Protocol
+        keys = [k for k, _, _ in view.spec_differences]
+        line += (f" These runs were made with settings other than the current spec's ({', '.join(map(md_code, keys[:4]))}"
+                 f"{f' and {len(keys) - 4} more' if len(keys) > 4 else ''}): the text above and the protocol notes "
+                 f"describe the spec; the Protocol section gives the runs' values.")
     return [line, ""]
 
 
@@ -142,6 +149,9 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     else:
         for r in oldest_first(view.recs):  # no spec installed: the newest record's text of a note wins
             protocol.update(r.protocol)
+    differ = _spec_difference_line(view)
+    if differ:
+        out.append(differ)
     for key in sorted(protocol):
         out.append(f"- {md_text(key)}: {md_text(protocol[key])}")
     out.append(f"- runs: {len(view.recs)} run.json file(s), seeds {', '.join(map(str, view.seeds))}, "
@@ -163,6 +173,29 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     for study in view.studies:
         out += ["", f"{h} Study: {study[0]}", "", f"[{study[0]}]({study[1]}) — ![{study[0]}]({study[2]})"]
     return out
+
+
+def _setting(value: object, limit: int = 60) -> str:
+    """A config value as a board shows it: its JSON text as a code span (shortened past ``limit`` characters)."""
+    if isinstance(value, str) and len(value) <= limit:
+        return md_code(value)
+    text = json.dumps(value, sort_keys=True, default=str)
+    return md_code(text if len(text) <= limit else text[:limit - 1] + "…")
+
+
+def _spec_difference_line(view: GroupView, most: int = 12) -> str | None:
+    """A protocol line when the runs' config differs from the current spec whose notes (below it) and comparison
+    (above the table) the board shows (:attr:`GroupView.spec_differences`): each setting with the runs' value and
+    the spec's, so a note's "100 restarts" is not read as what these runs did."""
+    diffs = view.spec_differences
+    if not diffs:
+        return None
+    parts = [f"{md_code(key)} {' / '.join(_setting(v) for v in runs)} (spec: {_setting(spec)})"
+             for key, spec, runs in diffs[:most]]
+    more = f"; and {len(diffs) - most} more" if len(diffs) > most else ""
+    return ("- **these runs' config differs from the benchmark's current spec**, which the notes below and the "
+            "comparison above the table describe (where they state one of these settings, the runs' value is the one "
+            "given here, setting: runs' value (spec's)): " + "; ".join(parts) + more)
 
 
 def _precision_line(view: GroupView) -> str:

@@ -53,6 +53,9 @@ class GroupView:
     protocol_notes: dict[str, str] | None = None
     family: str | None = None  # the spec's ``family`` (the index ranks each family's boards too); None: not set
     variant_of: str | None = None  # the spec's ``variant_of``: the benchmark this board re-runs with a changed setting
+    # (dotted config key, the spec's value, the runs' values) where the runs' config differs from the current spec
+    # whose protocol notes and comparison the board shows (:func:`fusebench.leaderboard.groups.spec_differences`)
+    spec_differences: list[tuple[str, Any, list[Any]]] = field(default_factory=list)
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
     # reference rows merged because they are the same features for every probe (a subset of ``aliases``):
