@@ -282,7 +282,47 @@ def notes_lines(view: GroupView) -> list[str]:
     for lines in (aliases, refs):
         if lines:
             out += [""] + lines[:1] + [""] + lines[1:]
+    collapsed = collapsed_line(view)
+    if collapsed:
+        out += ["", collapsed]
     tests = _test_notes(view)
     if tests:
         out += ["", "Tests:", ""] + tests
     return out
+
+
+#: a run's k-means clustering counts as collapsed when its NMI with the labels is below this: its clusters carry
+#: under 1% of the information on the classes (all samples in one cluster, or clusters that cut across the
+#: classes), and its clustering accuracy is then about the majority-class rate, whatever the embedding
+COLLAPSED_NMI = 0.01
+
+
+def collapsed_runs(view: GroupView) -> dict[str, tuple[int, int]]:
+    """``{objective: (runs whose k-means collapsed, runs with an NMI)}`` for the objectives whose k-means cells the
+    table shows (its rows and the reference rows merged into them, which show their own k-means numbers) with at
+    least one collapsed run: NMI below :data:`COLLAPSED_NMI`, read from the records' ``nmi`` only (a run whose NMI is
+    undefined is not counted). Empty when the group has no ``nmi`` metric."""
+    if not any(m.id == "nmi" for m in view.metrics):
+        return {}
+    shown = [o for row in view.rows for o in [row, *sorted(view.reference_aliases.get(row, {}))]]
+    out = {}
+    for o in shown:
+        nmi = view.values.get((o, "nmi")) or {}
+        low = sum(1 for v in nmi.values() if v < COLLAPSED_NMI)
+        if low:
+            out[o] = (low, len(nmi))
+    return out
+
+
+def collapsed_line(view: GroupView) -> str | None:
+    """The note under a table whose rows have runs with a collapsed k-means clustering (:func:`collapsed_runs`):
+    which rows, in how many of their runs; their k-means cells mix collapsed and working clusterings."""
+    runs = collapsed_runs(view)
+    if not runs:
+        return None
+    rows = ", ".join(f"`{o}` {k} of {n}" for o, (k, n) in runs.items())
+    cols = ", ".join(f"`{m.id}`" for m in view.metrics if m.id in ("cluster_acc", "nmi", "ari"))
+    return (f"**k-means collapsed** (a run's NMI below {COLLAPSED_NMI:g}: its clusters carry almost no information "
+            f"on the classes, and its clustering accuracy is about the majority-class rate whatever the embedding) "
+            f"in these rows' runs: {rows} (collapsed of runs with an NMI). These rows' {cols} cells include the collapsed "
+            f"runs' numbers: do not compare the rows on them.")
