@@ -149,9 +149,10 @@ _GROUP_FIELDS: dict[str, tuple[Any, str]] = {
     "seeds": (lambda v: isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in v),
               "a list of integer seeds"),
     "key": (lambda v: isinstance(v, str) and valid_id(v), "a comparability key (an id)"),
-    "protocol": (lambda v: v is None or (isinstance(v, str) and valid_id(v)), "a protocol id or null"),
+    # the runs' own text (the index only compares it with the protocol ids; never shown)
+    "protocol": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "primary": (lambda v: v is None or (isinstance(v, str) and bool(METRIC_ID.fullmatch(v))), "a metric id or null"),
-    "reference": (lambda v: v is None or (isinstance(v, str) and valid_id(v)), "an objective id or null"),
+    "reference": (lambda v: v is None or isinstance(v, str), "a string or null"),  # not shown by the index
     "direction": (lambda v: v in (None, "higher", "lower"), "'higher', 'lower' or null"),
     "family": (lambda v: isinstance(v, str) and bool(FAMILY_ID.fullmatch(v)), "a modality family (e.g. 'image+text')"),
     "variant_of": (lambda v: isinstance(v, str) and valid_id(v), "a benchmark id"),
