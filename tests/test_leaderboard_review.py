@@ -72,9 +72,9 @@ def test_rank_over_differing_seed_sets_has_no_interval() -> None:
 
 def test_board_with_differing_seed_sets_shows_bare_ranks_and_says_why(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    for s in range(3):
-        _write(runs, _record("alpha", s, {"acc": 1.0}))
-    for s, v in enumerate([0.9, 0.9, 0.9, 2.0, 2.0]):
+    for s in range(3):  # acc is a fraction: in [0, 1] (the record schema refuses 2.0)
+        _write(runs, _record("alpha", s, {"acc": 0.5}))
+    for s, v in enumerate([0.45, 0.45, 0.45, 1.0, 1.0]):
         _write(runs, _record("beta", s, {"acc": v}))
     out = tmp_path / "lb"
     write_leaderboards(runs, out, plots=False, formats=("md", "json"))
