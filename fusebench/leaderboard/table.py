@@ -293,7 +293,8 @@ def notes_lines(view: GroupView) -> list[str]:
 
 #: a run's k-means clustering counts as collapsed when its NMI with the labels is below this: its clusters carry
 #: under 1% of the information on the classes (all samples in one cluster, or clusters that cut across the
-#: classes), and its clustering accuracy is then about the majority-class rate, whatever the embedding
+#: classes), and its clustering accuracy is then about what a partition blind to the labels scores (for one
+#: cluster, the majority-class rate), whatever the embedding
 COLLAPSED_NMI = 0.01
 
 
@@ -323,6 +324,7 @@ def collapsed_line(view: GroupView) -> str | None:
     rows = ", ".join(f"`{o}` {k} of {n}" for o, (k, n) in runs.items())
     cols = ", ".join(f"`{m.id}`" for m in view.metrics if m.id in ("cluster_acc", "nmi", "ari"))
     return (f"**k-means collapsed** (a run's NMI below {COLLAPSED_NMI:g}: its clusters carry almost no information "
-            f"on the classes, and its clustering accuracy is about the majority-class rate whatever the embedding) "
+            f"on the classes, so its clustering accuracy is about what a labelling-blind partition scores, the "
+            f"majority-class rate for one cluster, whatever the embedding) "
             f"in these rows' runs: {rows} (collapsed of runs with an NMI). These rows' {cols} cells include the collapsed "
             f"runs' numbers: do not compare the rows on them.")
