@@ -339,12 +339,18 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
     board shows (they describe the spec: ``n_init: 100`` says "100 restarts" even for runs made with
     ``--set options.embedding_eval.n_init=1``): ``[(dotted key, the spec's value, the runs' distinct values)]`` for
     every config leaf (nested mappings flattened, lists whole) that the spec sets (not null) and every run records,
-    where some run's value is not the spec's. Keys of :data:`SPEC_TEXT_KEYS` are left out."""
+    where some run's value is not the spec's. Keys of :data:`SPEC_TEXT_KEYS` are left out, and so are the fields the
+    pipeline's cell does not apply (:func:`fusebench.pipelines.applied_form`: a value there changed nothing)."""
+    from fusebench.pipelines import PIPELINES, applied_form
     from fusebench.records.schema import _flatten
 
-    want = {k: v for k, v in _flatten(spec).items()
+    def applied(form: dict[str, Any]) -> dict[str, Any]:
+        pipeline = form.get("pipeline", "standard")
+        return applied_form(form, pipeline) if pipeline in PIPELINES else form
+
+    want = {k: v for k, v in _flatten(applied(spec)).items()
             if v is not None and not any(k == t or k.startswith(t + ".") for t in SPEC_TEXT_KEYS)}
-    flat = [_flatten(r.config) for r in oldest_first(recs)]
+    flat = [_flatten(applied(r.config)) for r in oldest_first(recs)]
     out = []
     for key in sorted(want):
         if not all(key in f for f in flat):  # an older record without the field: nothing to compare

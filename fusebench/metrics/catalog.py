@@ -29,6 +29,11 @@ class Declared(NamedTuple):
         return "higher" if self.higher_is_better else "lower"
 
 
+#: the smallest value of a "fraction" metric where it is not 0: a chance-adjusted index that a clustering worse than
+#: chance scores below 0 (the adjusted Rand index: its minimum is -1/2, Chacon & Rastrojo 2023; -1 leaves room);
+#: read by the record schema's range check (``fusebench.records.schema.fraction_floor``)
+FRACTION_LOWER: dict[str, float] = {"ari": -1.0}
+
 #: the SUN RGB-D classes in label order (``fusebench.datasets.sunrgbd.classes.CLASSES``, which imports
 #: the dataset package; the detection module registers one AP per class, each declared here)
 SUNRGBD_CLASSES = ("bed", "table", "sofa", "chair", "toilet", "desk", "dresser", "night_stand", "bookshelf", "bathtub")

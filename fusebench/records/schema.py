@@ -261,14 +261,12 @@ def _number(value: Any, path: str, name: str, allow_nan: bool = False, nonneg: b
 _JSON_NUMBER = frozenset((int, float))
 
 
-#: fraction metrics that may be negative, and their lower bound: the adjusted Rand index is corrected for chance, so a
-#: clustering worse than chance scores below 0 (its minimum is -1/2, Chacon & Rastrojo 2023; -1 leaves room)
-FRACTION_FLOORS = {"ari": -1.0}
-
-
 def fraction_floor(metric: str) -> float:
-    """The smallest value a metric of unit ``fraction`` may hold: 0, or its :data:`FRACTION_FLOORS` entry."""
-    return FRACTION_FLOORS.get(metric.lower(), 0.0)
+    """The smallest value a metric of unit ``fraction`` may hold: 0, but for the chance-adjusted ARI
+    (:data:`fusebench.metrics.catalog.FRACTION_LOWER`, beside the built-in metrics' other metadata)."""
+    from fusebench.metrics.catalog import FRACTION_LOWER
+
+    return FRACTION_LOWER.get(metric.lower(), 0.0)
 
 
 def _unit(metric: str) -> str | None:
