@@ -83,7 +83,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusebench run", description=__doc__, epilog=EXAMPLES,
                                 formatter_class=TerminalHelp)
     p.add_argument("benchmark", help="benchmark id (fusebench list benchmarks)")
-    p.add_argument("--objective", nargs="+", action=Once, default=None, help="objective id(s); default: the benchmark's sweep")
+    p.add_argument("--objective", nargs="+", action=Once, default=None,
+                   help="objective id(s); default: the benchmark's sweep")
     p.add_argument("--seeds", nargs="+", action=Once, type=int, default=None, help="seeds (default: the benchmark's)")
     p.add_argument("--data-root", default=None, help="folder with the dataset's official files")
     p.add_argument("--synthetic", action="store_true", help="run on the dataset's synthetic twin at tiny size")

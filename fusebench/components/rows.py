@@ -135,7 +135,8 @@ class PretrainedRow(Row):
                         f"that bring them in (pretrain.methods.<id>) or set pretrain.missing_rate to 0")
         for k in pipeline.view_counts(spec):
             if not objectives.accepts_views(cls, k):
-                return f"objective {self.id!r} takes {objectives.views_text(cls)} views but benchmark {spec.name!r} has k = {k}"
+                return (f"objective {self.id!r} takes {objectives.views_text(cls)} views but benchmark {spec.name!r} "
+                        f"has k = {k}")
         return None
 
 

@@ -91,7 +91,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reported", default=None,
                    help="YAML file of numbers reported in the papers (default: <out>/reported.yaml when there is "
                         "one, else the list shipped with the benchmarks, fusebench/benchmarks/published/reported.yaml)")
-    p.add_argument("--format", dest="formats", nargs="+", action=Once, choices=FORMATS, default=["md"], metavar="FORMAT",
+    p.add_argument("--format", dest="formats", nargs="+", action=Once, choices=FORMATS, default=["md"],
+                   metavar="FORMAT",
                    help="what to write per board: md (the markdown board, its plots and the index), csv, json "
                         "(results as data beside the board), html (a self-contained page per board and index.html), "
                         "tex (a booktabs table per board for \\input); csv also writes <board>-seeds.csv, one row per "

@@ -120,7 +120,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--source", default=None,
                    help="time the fusebench of this checkout (put first on PYTHONPATH of the timed commands)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder and print where it is")
-    p.add_argument("--format", dest="formats", nargs="+", action=Once, default=["md", "csv", "json", "html"], metavar="FORMAT",
+    p.add_argument("--format", dest="formats", nargs="+", action=Once, default=["md", "csv", "json", "html"],
+                   metavar="FORMAT",
                    help="the formats regenerated (fusebench leaderboard --format; default: md csv json html)")
     ns = p.parse_args(argv)
     from fusebench.leaderboard import repository_boards

@@ -195,9 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-m3g", action="store_true", help="only the per-objective table")
     peer = parser.add_argument_group("--vs ott: our M3G against ott-jax's MMSinkhorn (needs the peers extra)")
     peer.add_argument("--vs", choices=["ott"], default=None, help="run only the side-by-side table against a peer")
-    peer.add_argument("--k", type=int, nargs="+", action=Once, default=None, help="views (default 3 4 5 6; --quick: a subset)")
-    peer.add_argument("--n", type=int, nargs="+", action=Once, default=None, help="batch sizes (default 16 32 64 128)")
-    peer.add_argument("--eps", type=float, nargs="+", action=Once, default=None, help="entropic regularisations (default 0.2 0.05)")
+    peer.add_argument("--k", type=int, nargs="+", action=Once, default=None,
+                      help="views (default 3 4 5 6; --quick: a subset)")
+    peer.add_argument("--n", type=int, nargs="+", action=Once, default=None,
+                      help="batch sizes (default 16 32 64 128)")
+    peer.add_argument("--eps", type=float, nargs="+", action=Once, default=None,
+                      help="entropic regularisations (default 0.2 0.05)")
     peer.add_argument("--dtype", choices=["float32", "float64"], default=None, help="(default float32)")
     peer.add_argument("--dim", type=int, default=None, help="embedding dimension d (default 32, the quickstart's)")
     peer.add_argument("--cell-seconds", type=float, default=None,

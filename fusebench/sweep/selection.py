@@ -256,8 +256,8 @@ def check_frozen(path: Path, spec: BenchmarkSpec, objective: str, options: RunOp
                                   "it) to select again")
     problem = _outcome_problem(outcome, spec, objective)
     if problem:  # edited, or not a selection: its choice would reach every cell
-        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective}: {problem}; "
-                                  "delete the file (and the cells made with it) to select again")
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective}: "
+                                  f"{problem}; delete the file (and the cells made with it) to select again")
     return outcome, digest
 
 
