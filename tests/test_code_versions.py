@@ -194,3 +194,31 @@ def test_status_names_the_records_a_rerun_would_refuse(tmp_path: Path, monkeypat
                              "cell away to rerun it")
     assert "  done: none/seed0: made by other code (encoder 'mlp'" in status.render({"quickstart": {("none", 0): state}})
     assert status.collect(tmp_path)["quickstart"][("none", 0)] == ("done", "")  # no spec named: not judged
+
+
+def test_a_pretraining_method_s_version_is_recorded_and_a_record_of_another_is_not_reused(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """TupleInfoNCE's loss is assembled by its pretraining method (augmentation, fusion, disturbed negatives): a
+    change there under unchanged options must be tracked as the objective's and the encoder's are."""
+    from fusebench.components.identity import method_versions
+    from fusebench.leaderboard.groups import group_runs
+    from fusebench.spec.methods import METHODS
+
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    old = _run(spec, "tuple_infonce", tmp_path / "a")
+    assert "methods" not in old["versions"] and method_versions(spec, "tuple_infonce") == {}  # all at version 1
+    monkeypatch.setattr(METHODS.get("tuple_infonce"), "version", "2")
+    assert method_versions(spec, "tuple_infonce") == {"tuple_infonce": "2"}
+    assert method_versions(spec, "infonce_pwe") == {} and method_versions(spec, "none") == {}  # not joined by them
+    with pytest.raises(ConfigMismatchError, match=r"made by other code .*pretraining method 'tuple_infonce' version "
+                                                  r"'1', now '2'"):
+        _run(spec, "tuple_infonce", tmp_path / "a")
+    new = _run(spec, "tuple_infonce", tmp_path / "b")
+    assert new["versions"]["methods"] == {"tuple_infonce": "2"}
+    assert validate_record(new, "run.json").versions.row == "1 (tuple_infonce 2)"
+    assert validate_record(old, "run.json").versions.row == "1"
+    # one board row never averages the two: its runs are refused together, naming both versions
+    recs = [validate_record(new, "b0.json"), validate_record(dict(old, seed=1), "b1.json")]
+    with pytest.raises(ValueError, match=r"mixes runs of different objective versions .*version 1: .*b1\.json.*"
+                                         r"version 1 \(tuple_infonce 2\): .*b0\.json"):
+        group_runs("quickstart", recs)

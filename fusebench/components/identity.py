@@ -189,7 +189,30 @@ def cell_versions(spec: BenchmarkSpec, objective: str) -> dict[str, Any]:
     entry = spec.encoder_weights.get(objective)
     if entry is not None:
         versions["objective"] = "sha256:" + entry["sha256"][:16]
+    methods = method_versions(spec, objective)
+    if methods:  # where a method that joins the runs is not at version 1 (records of version 1 keep their form)
+        versions["methods"] = methods
     return versions
+
+
+def method_versions(spec: BenchmarkSpec, objective: str) -> dict[str, str]:
+    """``{method id: version}`` of the pretraining methods that join ``objective``'s runs under ``spec``
+    (:func:`methods_used`) and are not at version ``"1"`` (:attr:`fusebench.spec.methods.PretrainMethod.version`)."""
+    from fusebench.components.rows import row_of
+    from fusebench.spec.config import canonical_pretrain
+    from fusebench.spec.methods import METHODS
+
+    if not row_of(spec, objective).pretrains:  # a reference or a weights row: no method computes anything
+        return {}
+    used = methods_used(objective, canonical_pretrain(spec.pretrain))
+    out = {}
+    for m in sorted(used if used is not None else METHODS.available()):
+        version = getattr(METHODS.get(m), "version", "1")
+        if isinstance(version, bool) or not isinstance(version, (str, int)):
+            raise ConfigError(f"pretraining method {m!r}: its version must be a string, got {type(version).__name__}")
+        if str(version) != "1":
+            out[m] = str(version)
+    return out
 
 
 def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
@@ -206,6 +229,10 @@ def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
     if made.get("encoder", "1") != now.get("encoder", "1"):
         changed.append(f"encoder {spec.encoder.id!r} version {made.get('encoder', '1')!r}, "
                        f"now {now.get('encoder', '1')!r}")
+    made_methods = made.get("methods") if isinstance(made.get("methods"), Mapping) else {}
+    now_methods = now.get("methods") or {}
+    changed += [f"pretraining method {m!r} version {made_methods.get(m, '1')!r}, now {now_methods.get(m, '1')!r}"
+                for m in sorted({*made_methods, *now_methods}) if made_methods.get(m, "1") != now_methods.get(m, "1")]
     if metrics:
         current = versions_block(objective, sorted(metrics))["metrics"]
         changed += [f"metric {m!r} version {v!r}, now {current[m]!r}" for m, v in sorted(metrics.items())
@@ -213,5 +240,5 @@ def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
     return changed
 
 
-__all__ = ["cell_identity", "cell_versions", "code_changes", "config_hash", "encoder_version", "methods_used",
-           "spec_hash", "versions_block"]
+__all__ = ["cell_identity", "cell_versions", "code_changes", "config_hash", "encoder_version", "method_versions",
+           "methods_used", "spec_hash", "versions_block"]

@@ -58,8 +58,8 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
             raise ValueError(f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
                              f"{other.path} and {r.path} (a table counts each (objective, seed) once; remove one)")
         by_version: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
-        for r in group:  # one row = one objective version: a loss whose definition changed is not averaged
-            by_version[r.objective][r.versions.objective].append(r)
+        for r in group:  # one row = one objective version (and its methods'): a changed loss is not averaged
+            by_version[r.objective][r.versions.row].append(r)
         for objective, versions in sorted(by_version.items()):
             if len(versions) > 1:
                 listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))

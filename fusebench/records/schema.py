@@ -98,6 +98,14 @@ class Versions:
     objective: str
     metrics: dict[str, str]
     encoder: str = "1"  # written where it is not "1"
+    methods: dict[str, str] = field(default_factory=dict)  # the pretraining methods not at "1" (absent: all at "1")
+
+    @property
+    def row(self) -> str:
+        """What one row of a board must share: the objective's version and its methods' (``"2"``,
+        ``"1 (tuple_infonce 2)"``)."""
+        return self.objective + (f" ({', '.join(f'{m} {v}' for m, v in sorted(self.methods.items()))})"
+                                 if self.methods else "")
 
 
 @dataclass(frozen=True)
@@ -529,8 +537,13 @@ def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str
         raise RecordError(path, "versions.suite", f"the suite_version {suite!r}", s)
     o = _str(_need(v, "objective", path, "versions."), path, "versions.objective")
     e = _str(v.get("encoder", "1"), path, "versions.encoder")  # absent: version 1
+    methods = _mapping(v.get("methods", {}), path, "versions.methods")  # absent: every method at version 1
+    for k, val in methods.items():
+        _name(k, path, "versions.methods key")
+        _str(val, path, f"versions.methods.{k}")
+    methods = dict(sorted(methods.items()))
     if entries is not None:  # schema 4: a metric's version is in its entry (a metric not computed has none)
-        return Versions(s, o, dict(sorted(entries.items())), e)
+        return Versions(s, o, dict(sorted(entries.items())), e, methods)
     ms = _mapping(_need(v, "metrics", path, "versions."), path, "versions.metrics")
     for k, val in ms.items():
         _name(k, path, "versions.metrics key")
@@ -538,7 +551,7 @@ def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str
     missing = [m for m in cfg.get("metrics") or [] if m not in ms]
     if missing:
         raise RecordError(path, "versions.metrics", f"a version for every metric in config.metrics (missing {missing})")
-    return Versions(s, o, dict(sorted(ms.items())), e)
+    return Versions(s, o, dict(sorted(ms.items())), e, methods)
 
 
 def _validate_plugins(plugins: Any, path: str) -> None:

@@ -91,6 +91,11 @@ class PretrainMethod:
     #: the loss without the mask, and a run with missing views (``pretrain.missing_rate > 0``) that it joins is
     #: refused (``fusebench.components.rows``)
     honours_mask: ClassVar[bool] = False
+    #: the version of what the method computes (its part of the loss: augmentations, a teacher, fused tuples, ...):
+    #: raised when that changes under unchanged options, as an objective's ``version`` is; a run it joins records it
+    #: where it is not "1" (``versions.methods``), and a record, checkpoint or selection made by another version is
+    #: not reused (``fusebench.components.identity.code_changes``)
+    version: ClassVar[str] = "1"
 
     def __init__(self, options: Any) -> None:
         self.options = options
