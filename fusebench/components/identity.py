@@ -99,10 +99,12 @@ def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | N
 
     if is_reference(objective):
         return frozenset()
-    registry = objectives.OBJECTIVES
-    if objective not in registry.available():
+    from fusebench.registry import UnknownNameError
+
+    try:  # the objective's own module (its registry's home), not every objective's
+        cls = objectives.OBJECTIVES.get(objective)
+    except (UnknownNameError, KeyError):
         return None
-    cls = registry.get(objective)
     try:
         base = {m: dict(v) for m, v in (pretrain.get("methods") or {}).items()}
         _, fixed = M.split_method_keys((pretrain.get("hparams") or {}).get(objective) or {})
