@@ -17,7 +17,6 @@ import html.parser
 import json
 import math
 import re
-import shutil
 import statistics
 from pathlib import Path
 from typing import Any, Callable
@@ -26,38 +25,12 @@ import pytest
 import yaml
 
 import fusebench.leaderboard as lb
-from fusebench.components.identity import config_hash
+from test_records_hostile import _copy, _edit  # committed records copied, edited (and rehashed)
 from fusebench.leaderboard import write_leaderboards
-from fusebench.records import RecordError, comparability_key, load_record
+from fusebench.records import RecordError, load_record
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "leaderboards" / "runs"
-
-
-def _copy(tmp_path: Path, bench: str, objectives: tuple[str, ...] | None = None,
-          seeds: tuple[int, ...] | None = None) -> Path:
-    runs = tmp_path / "runs"
-    for path in sorted((COMMITTED / bench).glob("*/seed*/run.json")):
-        obj, seed = path.parent.parent.name, int(path.parent.name[4:])
-        if (objectives is None or obj in objectives) and (seeds is None or seed in seeds):
-            dest = runs / bench / obj / f"seed{seed}" / "run.json"
-            dest.parent.mkdir(parents=True)
-            shutil.copy(path, dest)
-    return runs
-
-
-def _edit(runs: Path, change: Callable[[dict[str, Any]], None], objective: str = "*", seed: str = "*",
-          rehash: bool = False) -> list[Path]:
-    paths = sorted(runs.glob(f"*/{objective}/seed{seed}/run.json"))
-    assert paths
-    for path in paths:
-        rec = json.loads(path.read_text())
-        change(rec)
-        if rehash:  # as a run made with that config would have written them
-            rec["config_hash"] = config_hash(rec["config"], rec["objective"])
-            rec["comparability_key"] = comparability_key(rec)
-        path.write_text(json.dumps(rec, indent=2))
-    return paths
 
 
 def _set_metric(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
