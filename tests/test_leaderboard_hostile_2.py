@@ -30,7 +30,6 @@ from fusebench.leaderboard import write_leaderboards
 from fusebench.records import RecordError, load_record
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMITTED = ROOT / "leaderboards" / "runs"
 
 
 def _set_metric(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
