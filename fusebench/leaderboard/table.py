@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_text
+from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_code, md_text
 from fusebench.components.rows import is_reference
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.view import is_external, record_budget
@@ -315,14 +315,24 @@ def collapsed_runs(view: GroupView) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _task_of(metric: str) -> str | None:
+    """The task of a registered metric (the metric registry's metadata), None for another id."""
+    from fusebench import metrics as M
+
+    try:
+        return M.metadata(metric)["task"]
+    except (M.UnknownNameError, KeyError, TypeError):
+        return None
+
+
 def collapsed_line(view: GroupView) -> str | None:
     """The note under a table whose rows have runs with a collapsed k-means clustering (:func:`collapsed_runs`):
     which rows, in how many of their runs; their k-means cells mix collapsed and working clusterings."""
     runs = collapsed_runs(view)
     if not runs:
         return None
-    rows = ", ".join(f"`{o}` {k} of {n}" for o, (k, n) in runs.items())
-    cols = ", ".join(f"`{m.id}`" for m in view.metrics if m.id in ("cluster_acc", "nmi", "ari"))
+    rows = ", ".join(f"{md_code(o)} {k} of {n}" for o, (k, n) in runs.items())
+    cols = ", ".join(md_code(m.id) for m in view.metrics if _task_of(m.id) == "clustering")
     return (f"**k-means collapsed** (a run's NMI below {COLLAPSED_NMI:g}: its clusters carry almost no information "
             f"on the classes, so its clustering accuracy is about what a labelling-blind partition scores, the "
             f"majority-class rate for one cluster, whatever the embedding) "
