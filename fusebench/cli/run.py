@@ -194,7 +194,6 @@ def main(argv: list[str]) -> int:
             if board_dir.exists() and not board_dir.is_dir():
                 raise ConfigError(f"--leaderboard {board_dir}: exists and is not a folder; name a folder for the "
                                   f"boards")
-        # SIGTERM stops the sweep as Ctrl-C does: locks released, the finished cells' lines printed (below)
         if request.plan:  # what the sweep would do, cell by cell; nothing runs (fusebench.sweep.plan)
             from fusebench.sweep import plan
 
@@ -205,6 +204,7 @@ def main(argv: list[str]) -> int:
                 print(f"fusebench run: the run would stop before any cell: {len(stops)} refused (above)",
                       file=sys.stderr)
             return 2 if stops else 0
+        # SIGTERM stops the sweep as Ctrl-C does: locks released, the finished cells' lines printed (below)
         with sigterm_unwinds(), distributed.maybe_init(request.device):
             records = run(request)
         # after maybe_init's barrier: every rank is done; one process writes the boards
