@@ -41,14 +41,13 @@ def metric_info(metric: str, recs: list[RunRecord]) -> MetricInfo:
                 raise RecordError(path, f"metric_directions.{metric}",
                                   f"{reg['direction']!r} (the metric registry's direction)", d)
         if reg["unit"] == "fraction":  # built-in ids are checked when the record is read; a plugin's here
-            from fusebench.records.schema import fraction_floor
+            from fusebench.records.schema import fraction_range_problem
 
-            low = fraction_floor(metric)
             for r in sorted(recs, key=lambda r: r.path):
                 x = r.metrics.get(metric)
-                if x is not None and math.isfinite(x) and not low <= x <= 1.0:
-                    raise RecordError(r.path, f"metrics.{metric}", f"a number in [{low:g}, 1] (metric {metric!r} "
-                                                                   f"has unit 'fraction' in the metric registry)", x)
+                expected = fraction_range_problem(metric, reg["unit"], x) if x is not None else None
+                if expected:
+                    raise RecordError(r.path, f"metrics.{metric}", expected, x)
         return MetricInfo(metric, reg["unit"], reg["direction"])
     if len(set(stated.values())) > 1:
         first = {d: p for p, d in sorted(stated.items(), reverse=True)}
@@ -166,5 +165,6 @@ def md_inline(text: object) -> str:
         if i % 2:
             out.append(md_code(part[1:-1]))
         elif part:
-            out.append((" " if part[0] == " " else "") + md_text(part) + (" " if part[-1] == " " and part.strip() else ""))
+            edge = " " if part[-1] == " " and part.strip() else ""
+            out.append((" " if part[0] == " " else "") + md_text(part) + edge)
     return "".join(out)

@@ -277,6 +277,19 @@ def fraction_floor(metric: str) -> float:
     return FRACTION_LOWER.get(metric.lower(), 0.0)
 
 
+def fraction_range_problem(metric: str, unit: str | None, x: float) -> str | None:
+    """What a value ``x`` of ``metric`` must be, when its ``unit`` is ``fraction`` and the finite ``x`` lies outside
+    ``[fraction_floor(metric), 1]`` (None otherwise: in range, NaN for undefined, or another unit). The one rule of
+    the record schema (built-in metrics) and the boards (a plugin's metric, by its registered unit)."""
+    if unit != "fraction" or not math.isfinite(x):
+        return None
+    low = fraction_floor(metric)
+    if low <= x <= 1.0:
+        return None
+    return (f"a number in [{low:g}, 1] (metric {metric!r} has unit 'fraction' in the metric registry), or null when "
+            "undefined")
+
+
 def _unit(metric: str) -> str | None:
     """The unit of a built-in metric (``fusebench.metrics.catalog``, which imports nothing), else None: a metric of
     unit ``fraction`` (accuracies, F1, NMI, ARI, ...) must lie in [0, 1]. A plugin metric's unit is checked when a
@@ -606,11 +619,9 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         x = _fast_float(v)
         if x is None:  # null: undefined, as NaN is (strict JSON writes NaN as null)
             x = math.nan if v is None else _number(v, path, where, allow_nan=True, expected=METRIC_EXPECTED)
-        if math.isfinite(x) and _unit(k) == "fraction":  # NaN: undefined, allowed
-            low = fraction_floor(k)
-            if not low <= x <= 1.0:
-                raise RecordError(path, where, f"a number in [{low:g}, 1] (metric {k!r} has unit 'fraction' in the "
-                                               f"metric registry), or null when undefined", v)
+        expected = fraction_range_problem(k, _unit(k), x)
+        if expected:
+            raise RecordError(path, where, expected, v)
         metrics[k] = x
     pretrain_time = _number(_need(obj, "pretrain_time_s", path), path, "pretrain_time_s", nonneg=True)
     peak = _number(_need(obj, "peak_memory_mb", path), path, "peak_memory_mb", nonneg=True)
