@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from fusebench.metrics.arrays import to_numpy, widen
 from fusebench.registry import Registry
+from fusebench.runtime.gather import HostGather
 
 TASKS = Registry("task", entry_point_group="fusebench.tasks")
 
@@ -108,8 +109,7 @@ class Task:
     def __init__(self, ds: Any = None, *, num_classes: int | None = None, dataset_id: str | None = None) -> None:
         self.dataset_id = getattr(ds, "id", dataset_id)
         self.num_classes = getattr(ds, "num_classes", num_classes)
-        self.preds: list[Any] = []
-        self.targets: list[Any] = []
+        self._gathered = HostGather()  # (predictions, targets) of each batch, copied to the host in blocks
 
     # -- the head -------------------------------------------------------------------------------
     def build_head(self, backbone: nn.Module) -> nn.Module:
@@ -166,10 +166,20 @@ class Task:
 
     # -- gathering and scoring ------------------------------------------------------------------
     def add(self, pred: Any, target: Any) -> None:
-        """Keep one batch of predictions and targets (detached, on the CPU, half precision widened to
-        float32)."""
-        self.preds.append(widen(pred.detach().cpu()))
-        self.targets.append(widen(target.detach().cpu()))
+        """Keep one batch of predictions and targets (tensors, or lists / dicts of them: detached, half precision
+        widened to float32), on the host after the next block's copy: the evaluation loop never waits for the
+        device at a batch (:class:`fusebench.runtime.gather.HostGather`)."""
+        self._gathered.add((_detached_wide(pred), _detached_wide(target)))
+
+    @property
+    def preds(self) -> list[Any]:
+        """The predictions added so far, on the host: one entry per batch."""
+        return [p for p, _ in self._gathered.result()]
+
+    @property
+    def targets(self) -> list[Any]:
+        """The targets added so far, on the host: one entry per batch."""
+        return [t for _, t in self._gathered.result()]
 
     def score(self, metric_ids: list[str]) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -274,17 +284,34 @@ class DetectionTask(Task):
     #: VoteNet's class count comes with its per-class mean box sizes (``encoder.config`` sets both)
     encoder_takes_classes: ClassVar[bool] = False
 
-    def add(self, pred: Any, target: Any) -> None:
-        self.preds.extend({k: widen(v.detach().cpu()) for k, v in d.items()} for d in pred)
-        self.targets.extend({k: widen(v.detach().cpu()) for k, v in t.items()} for t in target)
+    @property
+    def preds(self) -> list[dict[str, Tensor]]:
+        """The detections added so far, one dict per scene (the batches' lists joined), on the host."""
+        return [d for p, _ in self._gathered.result() for d in p]
+
+    @property
+    def targets(self) -> list[dict[str, Tensor]]:
+        """The ground truths added so far, one dict per scene, on the host."""
+        return [t for _, ts in self._gathered.result() for t in ts]
 
     def score(self, metric_ids: list[str]) -> dict[str, float]:
         from fusebench import metrics as M
 
         if not self.num_classes:
             raise ValueError(f"{self.dataset_id}: a detection dataset must declare num_classes")
-        return {mid: float(M.get(mid)(self.preds, self.targets, num_classes=self.num_classes))
-                for mid in metric_ids}
+        preds, targets = self.preds, self.targets
+        return {mid: float(M.get(mid)(preds, targets, num_classes=self.num_classes)) for mid in metric_ids}
+
+
+def _detached_wide(tree: Any) -> Any:
+    """``tree`` (a tensor, or lists / tuples / dicts of tensors) detached, half precision widened to float32."""
+    if isinstance(tree, Tensor):
+        return widen(tree.detach())
+    if isinstance(tree, dict):
+        return {k: _detached_wide(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_detached_wide(v) for v in tree]
+    return tree
 
 
 def for_dataset(ds: Any) -> Task:

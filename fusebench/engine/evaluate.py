@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from fusebench.runtime import utils
+from fusebench.runtime.gather import HostGather
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.data import input_views, make_loader
 from fusebench.runtime.progress import cell_track
@@ -29,15 +30,17 @@ def evaluate(model: nn.Module, ds, spec: BenchmarkSpec, device: torch.device, se
 
 @torch.no_grad()
 def embeddings(model: nn.Module, ds, spec: BenchmarkSpec, device: torch.device, seed: int, limit: int = 512) -> torch.Tensor:
+    """The per-view embeddings ``[k, n, f]`` (float32, on the host) of the first ``limit`` samples of ``ds``."""
     model.eval()
     loader, _ = make_loader(ds, spec.downstream.batch_size, False, seed, 0)
-    out, n = [], 0
+    out, n = HostGather(), 0
     for batch in loader:
-        out.append(model.embed(utils.to_device(batch, device)).float().cpu())
-        n += out[-1].shape[1]
+        z = model.embed(utils.to_device(batch, device))
+        out.add(z.float())
+        n += z.shape[1]  # a shape: no read of the device
         if n >= limit:
             break
-    return torch.cat(out, dim=1)[:, :limit]
+    return torch.cat(out.result(), dim=1)[:, :limit]
 
 
 @torch.no_grad()
@@ -49,9 +52,10 @@ def features(model: nn.Module | None, ds, spec: BenchmarkSpec, device: torch.dev
         return torch.from_numpy(np.concatenate(views, axis=1)).float(), y
     model.eval()
     loader, per_epoch = make_loader(ds, spec.downstream.batch_size, False, seed, 0)
-    xs, ys = [], []
+    xs = HostGather()  # copied to the host in blocks of batches: no wait for the device at each batch
+    ys = []
     for batch in cell_track(loader, per_epoch, f"features {getattr(ds, 'split', '')}"):  # lines when slow
-        z = model.embed(utils.to_device(batch, device)).float().cpu()  # [k, n, f]
-        xs.append(z.permute(1, 0, 2).reshape(z.shape[1], -1))
-        ys.append(batch["target"].reshape(-1).cpu())
-    return torch.cat(xs), torch.cat(ys)
+        z = model.embed(utils.to_device(batch, device)).float()  # [k, n, f]
+        xs.add(z.permute(1, 0, 2).reshape(z.shape[1], -1))
+        ys.append(batch["target"].reshape(-1))  # the loader's batch, on the CPU: no copy
+    return torch.cat(xs.result()), torch.cat(ys)

@@ -93,6 +93,7 @@ import torch
 
 from fusebench.metrics.arrays import to_numpy
 from fusebench.runtime import distributed, utils
+from fusebench.runtime.gather import HostGather
 from fusebench.engine.data import make_loader
 from fusebench.components.protocols import MISSING_RULES, instance_rate_problem, missing_rate_problem, rate_id, view_id
 
@@ -257,11 +258,11 @@ def masked_features(model: Any, ds: Any, spec: Any, device: torch.device, seed: 
     """The frozen features ``[n, k * f]`` of ``ds`` (as :func:`fusebench.engine.evaluate.features`)
     computed with ``mask [n, k]`` (columns in ``model.modalities`` order) applied to every batch."""
     model.eval()
-    xs = []
+    xs = HostGather()  # copied to the host in blocks of batches (no wait for the device at each batch)
     for batch in _masked_batches(model, ds, spec, device, seed, mask):
-        z = model.embed(batch).float().cpu()  # [k, n, f]
-        xs.append(z.permute(1, 0, 2).reshape(z.shape[1], -1))
-    return torch.cat(xs)
+        z = model.embed(batch).float()  # [k, n, f]
+        xs.add(z.permute(1, 0, 2).reshape(z.shape[1], -1))
+    return torch.cat(xs.result())
 
 
 @torch.no_grad()
