@@ -2,8 +2,9 @@
 (from the metadata comments, :mod:`fusebench.leaderboard.meta`) by kind, real data, synthetic
 studies, pipeline checks; and the cross-dataset ranking of the objectives over the real-data boards
 of the ``embedding_eval`` protocol (:func:`cross_dataset_ranking`: average ranks, Friedman test,
-Nemenyi critical difference; Demšar 2006) with its CD diagram (:func:`draw_cd_diagram`), then the same
-ranking within each modality family of at least three boards (:func:`family_rankings`)."""
+Nemenyi critical difference; Demšar 2006) with its CD diagram (:func:`draw_cd_diagram`), the same ranking
+under each other metric of the boards (:mod:`fusebench.leaderboard.metric_rankings`), then within each modality
+family of at least three boards (:func:`family_rankings`)."""
 
 from __future__ import annotations
 
@@ -379,6 +380,10 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
     out += [head] + rows["real"] if rows["real"] else ["No real-data runs yet."]
     out += [""] + _ranking_section(ranking, cd_plot)
     if "friedman" in ranking:
+        from fusebench.leaderboard.metric_rankings import metric_rankings, metric_rankings_section
+
+        out += metric_rankings_section(ranking, metric_rankings(boards, ranking), lambda m: _family_label(ranking, m),
+                                       _ordered(ranking))
         out += _family_sections(family_rankings(boards, ranking))
     out += _variant_sections(variant_comparisons(boards))
     out += ["", "## Synthetic studies", "",

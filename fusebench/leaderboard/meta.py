@@ -82,6 +82,12 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
         meta["direction"] = view.info(view.primary).direction
         # rounded to 12 decimals: means equal but for the order of summation rank as ties
         meta["means"] = {o: round(m, 12) for o in view.valid_rows if (m := view.mean(o, view.primary)) is not None}
+        # every metric's per-row means: the index ranks the objectives over the boards under each metric too
+        # (fusebench.leaderboard.metric_rankings), so a reader sees whether the choice of primary metric decides it
+        meta["metric_means"] = {
+            m.id: {"direction": m.direction, "means": means}
+            for m in view.metrics if m.direction in ("higher", "lower")
+            and (means := {o: round(v, 12) for o in view.valid_rows if (v := view.mean(o, m.id)) is not None})}
         if view.reference_aliases:  # reference rows merged as the same features: the index's family counts them once
             meta["merged_references"] = {o: sorted(a) for o, a in sorted(view.reference_aliases.items())}
         # objectives merged into a row because they compute its loss on this board (e.g. at k = 2 views): the index
@@ -115,10 +121,18 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
             raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind"[:400])
         _check_group_fields(path, i, g)
         means = g.get("means", {})
-        if not isinstance(means, dict) or not all(
-                valid_id(k) and _is_number(v) and math.isfinite(v) for k, v in means.items()):
+        if not _finite_means(means):
             raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): 'means' must map "
                              f"objective ids ({ID_RULE}) to finite numbers, got {means!r}"[:400])
+        by_metric = g.get("metric_means", {})
+        if not isinstance(by_metric, dict) or not all(
+                isinstance(k, str) and METRIC_ID.fullmatch(k) and isinstance(v, dict)
+                and set(v) == {"direction", "means"} and v["direction"] in ("higher", "lower")
+                and _finite_means(v["means"])
+                for k, v in by_metric.items()):
+            raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): 'metric_means' must map metric ids to "
+                             f"{{\"direction\": \"higher\" | \"lower\", \"means\": {{objective id: finite number}}}}, "
+                             f"got {by_metric!r}"[:400])
         for field in ("merged_references", "merged_objectives"):
             merged = g.get(field, {})
             if not isinstance(merged, dict) or not all(
@@ -126,6 +140,11 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
                 raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): '{field}' must map "
                                  f"objective ids ({ID_RULE}) to lists of objective ids, got {merged!r}"[:400])
     return meta
+
+
+def _finite_means(means: Any) -> bool:
+    """``means`` maps objective ids to finite numbers."""
+    return isinstance(means, dict) and all(valid_id(k) and _is_number(v) and math.isfinite(v) for k, v in means.items())
 
 
 def _is_number(v: Any) -> bool:
