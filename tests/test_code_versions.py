@@ -5,6 +5,7 @@ changed from one to three blocks per module under an unchanged ``size: resnet34`
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,41 @@ def test_a_checkpoint_of_another_code_version_is_not_resumed(tmp_path: Path, mon
     assert ckpt["versions"] == {"suite": fusebench.__version__, "objective": "1", "encoder": "2"}
     rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "v2"), RunOptions(progress=False, resume=True))
     assert rec["versions"]["encoder"] == "2"
+
+
+def test_a_checkpoint_that_states_no_versions_resumes_only_under_version_1_code(tmp_path: Path,
+                                                                                monkeypatch) -> None:
+    """A last.pt written before checkpoints stated versions (no ``versions`` key) was made by version 1 of each: it
+    resumes where the code is at version 1 of each now, and is refused, left as it is, where it is not."""
+    import torch
+
+    spec = benchmarks.load("quickstart", overrides={**TINY, "checkpoint_every": 1})
+
+    def unversioned_checkpoint(out: Path) -> Path:  # a killed run's last.pt, then stripped of its versions
+        with pytest.raises(KeyboardInterrupt):
+            run_cell(CellRequest(spec, "infonce_pwe", 0, out), RunOptions(progress=False, max_steps=1))
+        last = cell_dir(out, "quickstart", "infonce_pwe", 0) / "last.pt"
+        ckpt = load_checkpoint(last)
+        assert ckpt.pop("versions") == {"suite": fusebench.__version__, "objective": "1"}
+        torch.save(ckpt, last)
+        assert "versions" not in load_checkpoint(last)
+        return last
+
+    last = unversioned_checkpoint(tmp_path / "a")  # the code at version 1 of each: resumed, and finished
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "a"), RunOptions(progress=False, resume=True))
+    assert rec["resumed"] is True and (last.parent / "run.json").exists()
+
+    last = unversioned_checkpoint(tmp_path / "b")
+    before = last.read_bytes()
+    monkeypatch.setattr(O.OBJECTIVES.get("infonce_pwe"), "version", "2")  # the loss changed since
+    with pytest.raises(ConfigMismatchError, match=rf"cannot resume {re.escape(str(last))}: it states no code "
+                                                  r"versions .*objective 'infonce_pwe' version '1', now '2'.*"
+                                                  r"delete last\.pt"):
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "b"), RunOptions(progress=False, resume=True))
+    assert last.read_bytes() == before and not (last.parent / "run.json").exists()
+    last.unlink()  # what the message says: the cell starts over, under the code now
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "b"), RunOptions(progress=False, resume=True))
+    assert rec["versions"]["objective"] == "2" and rec["resumed"] is False
 
 
 def test_records_of_older_schemas_are_judged_by_the_versions_they_state(tmp_path: Path, monkeypatch) -> None:

@@ -61,11 +61,20 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
             f"!= {spec_hash(spec, objective)} of the current spec and --set values); rerun with the same settings, or move the cell "
             "folder away to start over")
-    changed = code_changes(spec, objective, ckpt["versions"]) if isinstance(ckpt.get("versions"), dict) else []
-    if changed:  # a checkpoint written before versions were saved in it is not checked
-        raise ConfigMismatchError(f"cannot resume {path}: it was written by other code under the same configuration "
-                                  f"({'; '.join(changed)}: it computes differently now); move the cell folder away "
-                                  "to start over")
+    if isinstance(ckpt.get("versions"), dict):
+        changed = code_changes(spec, objective, ckpt["versions"])
+        if changed:
+            raise ConfigMismatchError(f"cannot resume {path}: it was written by other code under the same "
+                                      f"configuration ({'; '.join(changed)}: it computes differently now); move the "
+                                      "cell folder away to start over")
+    else:  # written before checkpoints stated versions: made by version 1 of each (code_changes' rule for what
+        # states none, as for a schema-1 record), the only code it is resumed under
+        changed = code_changes(spec, objective, {})
+        if changed:
+            raise ConfigMismatchError(f"cannot resume {path}: it states no code versions (written before checkpoints "
+                                      "recorded them), so only code at version 1 of each resumes it, and the code now "
+                                      f"is not ({'; '.join(changed)}); delete {path.name} (or move the cell folder "
+                                      "away) to start the cell over")
     if context is not None and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written while reading other data (fingerprint "
