@@ -230,6 +230,16 @@ def test_status_names_the_records_a_rerun_would_refuse(tmp_path: Path, monkeypat
                              "cell away to rerun it")
     assert "  done: none/seed0: made by other code (encoder 'mlp'" in status.render({"quickstart": {("none", 0): state}})
     assert status.collect(tmp_path)["quickstart"][("none", 0)] == ("done", "")  # no spec named: not judged
+    reads: list[str] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *a, **kw) -> str:
+        reads.append(self.name)
+        return read_text(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    assert status.collect(tmp_path, ["quickstart"])["quickstart"][("none", 0)] == state
+    assert reads.count("run.json") == 1  # the record is read once: its state, then its code versions from it
 
 
 def test_a_pretraining_method_s_version_is_recorded_and_a_record_of_another_is_not_reused(tmp_path: Path,

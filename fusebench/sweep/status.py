@@ -57,14 +57,21 @@ def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = 
     """(state, detail) of one cell folder; ``root``: the runs folder it lies in (``--out``), whose
     folders down to the cell must not be symbolic links (default: only the cell's own run.json is
     judged)."""
+    state, detail, _ = _read_cell(cell, queue, root)
+    return state, detail
+
+
+def _read_cell(cell: Path, queue: SlurmQueue | None, root: Path | None) -> tuple[str, str, dict[str, Any] | None]:
+    """:func:`cell_state`'s (state, detail) and, for a done cell, its record as read (None otherwise), so that
+    ``--benchmark`` judges the record's code versions without reading run.json again."""
     try:
         if check_record_file(cell / "run.json", root if root is not None else cell):
             return _done_or_unreadable(cell / "run.json")
     except RecordError as e:  # the leaderboard refuses it for the same reason
-        return UNREADABLE, str(e)
+        return UNREADABLE, str(e), None
     holder = read_lock(cell / LOCK, queue)
     if holder is not None and holder.alive:
-        return "running", holder.detail
+        return "running", holder.detail, None
     job = queued_job(cell, queue)
     note = ""
     if job is not None:
@@ -72,7 +79,7 @@ def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = 
         failed = cell / "failed.json"  # written by this job (it is ending) rather than by an earlier run
         failed_now = failed.is_file() and failed.stat().st_mtime >= float(marker.get("submitted", 0))
         if state in SLURM_ACTIVE and not failed_now:
-            return "running", f"starting on {node or '?'} (slurm job {marker['job_id']})"
+            return "running", f"starting on {node or '?'} (slurm job {marker['job_id']})", None
         if state not in (GONE, UNKNOWN, *SLURM_ACTIVE):
             note = f"queued: slurm job {marker['job_id']} ({state})"
         elif state == GONE:
@@ -82,20 +89,21 @@ def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = 
             error = str(json.loads((cell / "failed.json").read_text()).get("error", ""))
         except (OSError, ValueError, AttributeError, RecursionError):
             error = "failed.json unreadable"
-        return "failed", error.splitlines()[0] if error else ""
+        return "failed", error.splitlines()[0] if error else "", None
     if (cell / "last.pt").is_file():
-        return "interrupted", "resumable from last.pt" + (f"; {note}" if note else "")
-    return "pending", note
+        return "interrupted", "resumable from last.pt" + (f"; {note}" if note else ""), None
+    return "pending", note, None
 
 
-def _done_or_unreadable(run_json: Path) -> tuple[str, str]:
-    """``("done", "")`` for a record file that reads as a run record of its own cell (a JSON object naming the
-    benchmark, objective and seed of the folders it lies in), else ``(UNREADABLE, why)``: a rerun refuses such a
-    file (:func:`fusebench.records.cell_file.existing_record`), so it is not counted as done."""
+def _done_or_unreadable(run_json: Path) -> tuple[str, str, dict[str, Any] | None]:
+    """``("done", "", record)`` for a record file that reads as a run record of its own cell (a JSON object naming
+    the benchmark, objective and seed of the folders it lies in), else ``(UNREADABLE, why, None)``: a rerun refuses
+    such a file (:func:`fusebench.records.cell_file.existing_record`), so it is not counted as done."""
     try:
         rec = json.loads(run_json.read_text())
     except (OSError, ValueError, RecursionError) as e:
-        return UNREADABLE, f"{run_json} is not valid JSON ({type(e).__name__}); a rerun refuses it: move it away"
+        return (UNREADABLE, f"{run_json} is not valid JSON ({type(e).__name__}); a rerun refuses it: move it away",
+                None)
     seed = _SEED.fullmatch(run_json.parent.name)
     want = {"benchmark": run_json.parents[2].name, "objective": run_json.parents[1].name,
             "seed": int(seed.group(1)) if seed else None}
@@ -103,8 +111,8 @@ def _done_or_unreadable(run_json: Path) -> tuple[str, str]:
     if got != want:
         found = got if got is not None else "not a JSON object"
         return UNREADABLE, (f"{run_json} is not the run record of its cell ({found}, expected {want}); a rerun "
-                            "refuses it: move it away")
-    return "done", ""
+                            "refuses it: move it away"), None
+    return "done", "", rec
 
 
 def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tuple[str, int], tuple[str, str]]]:
@@ -129,6 +137,7 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
         names = []
     for bench in names:
         cells: dict[tuple[str, int], tuple[str, str]] = {}
+        records: dict[tuple[str, int], dict[str, Any]] = {}  # the done cells' records (with --benchmark)
         root = out / bench
         if root.is_dir():
             folders = {}
@@ -139,14 +148,16 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
                         folders[(obj_dir.name, int(m.group(1)))] = seed_dir
             queue.prefetch(slurm_jobs(list(folders.values())))
             for key, seed_dir in folders.items():
-                cells[key] = cell_state(seed_dir, queue, root=out)
+                state, detail, rec = _read_cell(seed_dir, queue, out)
+                cells[key] = (state, detail)
+                if rec is not None and benchmarks:  # judged below, from the record read here
+                    records[key] = rec
         if benchmarks:  # the default sweep of the spec: cells without a folder are pending
             from fusebench import benchmarks as B
 
             spec = B.load(bench)
-            for key, (state, _) in list(cells.items()):
-                if state == "done":
-                    cells[key] = ("done", _made_by_other_code(out / bench / key[0] / f"seed{key[1]}", spec, key[0]))
+            for key, rec in records.items():
+                cells[key] = ("done", _made_by_other_code(rec, spec, key[0]))
             for o in spec.objectives or [spec.pretrain.objective]:
                 for s in spec.seeds:
                     cells.setdefault((o, s), ("pending", ""))
@@ -154,19 +165,15 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
     return found
 
 
-def _made_by_other_code(cell: Path, spec: Any, objective: str) -> str:
-    """For a done cell of a benchmark whose spec is known: "" when its record was made by the objective, encoder and
-    metric versions the code computes now, else what changed (a rerun refuses the record:
-    :func:`fusebench.components.identity.code_changes`). A row of pretrained weights (its version is its file's
-    hash, named on the command line) and a record that cannot be read are not judged here."""
+def _made_by_other_code(rec: dict[str, Any], spec: Any, objective: str) -> str:
+    """For a done cell of a benchmark whose spec is known, given its record (``run.json`` as read): "" when the record
+    was made by the objective, encoder and metric versions the code computes now, else what changed (a rerun refuses
+    the record: :func:`fusebench.components.identity.code_changes`). A row of pretrained weights (its version is its
+    file's hash, named on the command line) is not judged here."""
     from fusebench.components.identity import code_changes
     from fusebench.records.cell_file import record_versions
 
-    try:
-        rec = json.loads((cell / "run.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return ""
-    if not isinstance(rec, dict) or rec.get("encoder_weights") or not isinstance(rec.get("schema_version", 1), int):
+    if rec.get("encoder_weights") or not isinstance(rec.get("schema_version", 1), int):
         return ""
     changed = code_changes(spec, objective, *record_versions(rec))
     return (f"made by other code ({'; '.join(changed)}): a rerun refuses it; move the cell away to rerun it"
