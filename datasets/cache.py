@@ -21,10 +21,11 @@ On-disk layout of one cache (``<base>/<dataset id>/<key>/``)::
 Variable-length sequences and detection boxes therefore become one concatenated array plus offsets.
 ``manifest.json`` records: the dataset id, adapter class, root, split, options, the adapter's
 ``PREPROCESS_VERSION`` (class attribute, default 1), the cache key, the sample count, per field the
-layout/dtype/shape, and the size + sha256 of every input file (the adapter's ``source_files()`` hook;
-default: every file under the root; relative paths from the hook are taken as the adapter built them
-from ``dataset.root``, so a relative root works) and every output file. Everything is written to a
-temporary folder next to the destination and renamed into place at the end, so an exception or
+layout/dtype/shape, and the size, mtime + sha256 of every input file (the adapter's ``source_files()``
+hook; default: every file under the root; relative paths from the hook are taken as the adapter built
+them from ``dataset.root``, so a relative root works) and of every output file (an older manifest's outputs
+have no mtime). Everything is written to a temporary folder next to the destination and renamed into place
+at the end (the files keep their mtimes), so an exception or
 Ctrl-C leaves nothing half-written; an ``OSError`` while writing (disk full, read-only folder)
 removes the temporary folder and raises :class:`CacheWriteError` naming the base folder and the OS
 error.
@@ -35,12 +36,14 @@ error.
 
 The identity a run records (``dataset.manifest_hash``) is :func:`content_identity`: the manifest's
 content without where, when and by which module the cache was made (``adapter``, ``root``, ``key``,
-``created``, the inputs' mtimes), so it depends only on the files and the options.
+``created``, the inputs' and outputs' mtimes), so it depends only on the files and the options.
 
-Opening a cache is cheap: the manifest is parsed, each output's size is compared with the manifest
-(a truncated file raises :class:`DatasetError` naming it) and each input's size and mtime are compared
-with the manifest (a changed input makes the cache stale: ignored with a warning). Full hashes are
-recomputed only by :func:`check` (``fusebench data check``).
+Opening a cache is cheap: the manifest is parsed, each output's size and mtime are compared with the
+manifest (:func:`_check_outputs`: a truncated file, or one modified in place, raises :class:`DatasetError`
+naming it; only a file whose mtime differs is hashed) and each input's size and mtime are compared
+with the manifest (a changed input makes the cache stale: ignored with a warning). Every hash is
+recomputed only by :func:`check` (``fusebench data check``), which also finds a same-size edit that left
+the mtime as it was.
 
 Shape: a loaded sample has exactly the tensors (shapes, dtypes) the raw reader returned; ``meta``
 goes through JSON (tuples come back as lists, numpy scalars as Python numbers).
@@ -351,6 +354,7 @@ def prepare(
             adapter = f"{type(dataset).__module__}:{type(dataset).__qualname__}"
             if (m["num_samples"] == n and m["adapter"] == adapter and _stale_reason(m, Path(dataset.root)) is None
                     and not _unread_modalities(m, dataset)):
+                _check_outputs(out, m)  # a changed output: rebuilt (the DatasetError below)
                 log.info("%s/%s: prepared cache %s is up to date", dataset.id, dataset.split, out)
                 return out
         except (DatasetError, KeyError, TypeError):
@@ -419,8 +423,10 @@ def prepare(
         (tmp / META).write_text(strict_json(metas))  # null for NaN / Inf: a strict parser reads it
         outputs = []
         for p in sorted(tmp.rglob("*")):
-            if p.is_file():
-                outputs.append({"path": p.relative_to(tmp).as_posix(), "size": p.stat().st_size, "sha256": sha256_file(p)})
+            if p.is_file():  # the mtime stays through the rename into place (_install): what opening compares
+                st = p.stat()
+                outputs.append({"path": p.relative_to(tmp).as_posix(), "size": st.st_size,
+                                "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(p)})
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -539,13 +545,15 @@ NOT_CONTENT = ("adapter", "root", "key", "created", "read_modalities")
 
 def content_identity(manifest: Mapping[str, Any]) -> str:
     """sha256 (hex) of what a prepared cache holds: the canonical JSON of its manifest without
-    :data:`NOT_CONTENT` and without the inputs' modification times -- the dataset id, split, options,
-    preprocessing version, field layouts, counts, and the path (relative to the root), size and
+    :data:`NOT_CONTENT` and without the inputs' and outputs' modification times -- the dataset id, split,
+    options, preprocessing version, field layouts, counts, and the path (relative to the root), size and
     sha256 of every input and output file. Two preparations of the same files with the same options
     have the same identity wherever and whenever they were made."""
     content = {k: v for k, v in manifest.items() if k not in NOT_CONTENT}
     content["inputs"] = [{**{k: v for k, v in rec.items() if k not in ("mtime_ns", "path")},
                           "path": _portable(rec.get("path", ""))} for rec in manifest.get("inputs", [])]
+    if "outputs" in manifest:  # the outputs' mtimes, recorded since 2026-11, left out as the inputs' are
+        content["outputs"] = [{k: v for k, v in rec.items() if k != "mtime_ns"} for rec in manifest["outputs"]]
     return sha256_hex(canonical_json(content))
 
 
@@ -588,6 +596,38 @@ def _stale_reason(manifest: dict[str, Any], root: Path) -> str | None:
         if st.st_size != rec["size"] or st.st_mtime_ns != rec["mtime_ns"]:
             return f"input {p} changed since preparation"
     return None
+
+
+def _check_outputs(folder: Path, manifest: Mapping[str, Any]) -> None:
+    """The cheap check of a prepared cache's files, made whenever it is opened: each output file of ``manifest`` is
+    there with its recorded size and, where the manifest records it (``mtime_ns``), its modification time; a file
+    whose time differs is hashed, and one whose sha256 differs too was modified in place (same size). Else a
+    :class:`DatasetError` naming the file. A same-size edit that leaves the time as it was (restored, or within the
+    filesystem's timestamp resolution of the preparation) is found by :func:`check` alone, which hashes every file.
+    A manifest written before outputs' times were recorded is judged by their sizes alone, as it was."""
+    name = manifest.get("dataset")
+    for rec in manifest["outputs"]:
+        p = folder / rec["path"]
+        try:
+            st = p.stat()
+        except OSError:
+            raise DatasetError(f"prepared cache: output file {p} is missing; re-run `fusebench data prepare`") from None
+        if st.st_size != rec["size"]:
+            raise DatasetError(
+                f"prepared cache: {p} is truncated or modified ({st.st_size} bytes, manifest says {rec['size']}); "
+                f"re-run `fusebench data prepare {name} --force`"
+            )
+        if "mtime_ns" not in rec or st.st_mtime_ns == rec["mtime_ns"]:
+            continue
+        if sha256_file(p) != rec["sha256"]:
+            raise DatasetError(
+                f"prepared cache: {p} was modified since preparation (its size is the manifest's, its modification "
+                f"time and sha256 are not); run `fusebench data check {name}` to list every changed file and re-run "
+                f"`fusebench data prepare {name} --force`"
+            )
+        log.warning("prepared cache: %s has another modification time than at preparation (copied without its "
+                    "times?); its sha256 is the manifest's, so it is read, and hashed again at every opening until "
+                    "the cache is prepared again (`fusebench data prepare %s --force`)", p, name)
 
 
 def _load_npy(path: Path) -> np.ndarray:
@@ -643,17 +683,7 @@ class CacheReader:
                 f"prepared cache {self.folder / MANIFEST}: holds {n} samples but the dataset indexes "
                 f"{num_samples}; re-run `fusebench data prepare {m['dataset']} --force`"
             )
-        for rec in m["outputs"]:
-            p = self.folder / rec["path"]
-            try:
-                size = p.stat().st_size
-            except OSError:
-                raise DatasetError(f"prepared cache: output file {p} is missing; re-run `fusebench data prepare`") from None
-            if size != rec["size"]:
-                raise DatasetError(
-                    f"prepared cache: {p} is truncated or modified ({size} bytes, manifest says {rec['size']}); "
-                    f"re-run `fusebench data prepare {m['dataset']} --force`"
-                )
+        _check_outputs(self.folder, m)
         self.n = n
         wanted = set(modalities) if modalities is not None else None
         self.modalities = {k: _Field(self.folder, e, n) for k, e in m["fields"]["modalities"].items()

@@ -295,10 +295,11 @@ def test_manifest_hash_is_the_content_of_the_prepared_cache(tmp_path, fixtures_d
     first = prepared(a, tmp_path / "prep1")
     manifest = json.loads((first.folder / "manifest.json").read_text())
     # the identity, worked out by hand from the manifest: sorted-key compact JSON, the where/when/who
-    # fields, the modalities the preparation read (what it stored is in "fields") and the inputs' mtimes dropped
+    # fields, the modalities the preparation read (what it stored is in "fields") and the files' mtimes dropped
     assert manifest["read_modalities"] == ["view0", "view1", "view2", "view3", "view4", "view5"]
     content = {k: v for k, v in manifest.items() if k not in ("adapter", "root", "key", "created", "read_modalities")}
     content["inputs"] = [{k: v for k, v in r.items() if k != "mtime_ns"} for r in manifest["inputs"]]
+    content["outputs"] = [{k: v for k, v in r.items() if k != "mtime_ns"} for r in manifest["outputs"]]
     expected = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert first.manifest_hash == expected
     second = prepared(b, tmp_path / "prep2")  # other folder, other base, later
@@ -321,6 +322,77 @@ def test_manifest_hash_is_the_content_of_the_prepared_cache(tmp_path, fixtures_d
     other = prepared(tmp_path / "other", tmp_path / "prep7", verify_sha256=False).manifest_hash
     assert same != other
 
+
+
+def test_a_cache_edited_in_place_is_refused_when_a_dataset_opens_it(tmp_path, fixtures_dir, monkeypatch,
+                                                                    caplog) -> None:
+    """Opening a prepared cache compares each file's size and modification time with the manifest and hashes only a
+    file whose time differs: one edited in place (same size) is refused, naming it; one whose bytes are the
+    manifest's under another time (touched, copied without its times) is read. A same-size edit that leaves the time
+    as it was is found by `fusebench data check` alone; so is any same-size edit under a manifest from before the
+    outputs' times were recorded."""
+    import logging
+    import re
+
+    from fusebench import datasets
+
+    monkeypatch.setenv("FUSEBENCH_PREPARED", str(tmp_path / "prep"))
+    src = fixtures_dir / "multiview" / "handwritten.mat"
+    (tmp_path / "data").mkdir()
+    shutil.copy2(src, tmp_path / "data" / src.name)
+
+    def opened(use_cache: bool = True):
+        return datasets.build("mv_handwritten", root=str(tmp_path / "data"), split="train", seed=0,
+                              use_cache=use_cache)
+
+    folder = cache.prepare(opened(use_cache=False), progress=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    rec = next(r for r in manifest["outputs"] if r["path"] == "modalities/view0.npy")
+    victim = folder / rec["path"]
+    assert (rec["size"], rec["mtime_ns"]) == (victim.stat().st_size, victim.stat().st_mtime_ns)
+    assert isinstance(opened()._cache, cache.CacheReader)
+    original = victim.read_bytes()
+
+    def edit_in_place(mtime_ns: int) -> None:  # the last byte flipped, the size kept; the time set, not waited for
+        with open(victim, "r+b") as f:
+            f.seek(len(original) - 1)
+            f.write(bytes([original[-1] ^ 0xFF]))
+        os.utime(victim, ns=(mtime_ns, mtime_ns))
+
+    later = rec["mtime_ns"] + 10**9  # a second after the preparation (a write's own time may share its clock tick)
+    edit_in_place(later)
+    assert victim.stat().st_size == rec["size"]
+    with pytest.raises(DatasetError, match=rf"{re.escape(str(victim))} was modified since preparation .*"
+                                           r"`fusebench data check mv_handwritten` .*"
+                                           r"`fusebench data prepare mv_handwritten --force`"):
+        opened()
+    problems = cache.check(folder)
+    assert len(problems) == 1 and str(victim) in problems[0] and "sha256" in problems[0]
+    # the same edit under the time of the preparation: not seen when opening, seen by data check
+    os.utime(victim, ns=(rec["mtime_ns"], rec["mtime_ns"]))
+    assert isinstance(opened()._cache, cache.CacheReader)
+    assert cache.check(folder) == problems
+    # the prepared bytes under another time: hashed, read, and said
+    victim.write_bytes(original)
+    os.utime(victim, ns=(later, later))
+    with caplog.at_level(logging.WARNING, logger=cache.log.name):
+        reader = opened()._cache
+    assert isinstance(reader, cache.CacheReader)
+    assert f"prepared cache: {victim} has another modification time than at preparation" in caplog.text
+    assert cache.check(folder) == []
+    # data prepare (no --force) rebuilds a cache whose output was edited, rather than call it up to date
+    edit_in_place(later)
+    assert cache.prepare(opened(use_cache=False), progress=False) == folder
+    assert victim.read_bytes() == original and cache.check(folder) == []
+    rebuilt = json.loads((folder / "manifest.json").read_text())
+    assert next(r for r in rebuilt["outputs"] if r["path"] == rec["path"])["mtime_ns"] == victim.stat().st_mtime_ns
+    # a manifest from before the outputs' times were recorded: sizes alone, as then; its identity is the same
+    old = {**rebuilt, "outputs": [{k: v for k, v in r.items() if k != "mtime_ns"} for r in rebuilt["outputs"]]}
+    assert cache.content_identity(old) == cache.content_identity(rebuilt)
+    (folder / "manifest.json").write_text(json.dumps(old, indent=1))
+    edit_in_place(later)
+    assert isinstance(opened()._cache, cache.CacheReader)
+    assert len(cache.check(folder)) == 1
 
 # -- relative roots (issue #12 item 9) ---------------------------------------------------------
 def _sha(p: Path) -> str:
