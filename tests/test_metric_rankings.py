@@ -84,3 +84,33 @@ def test_a_committed_board_carries_its_metric_means_and_a_damaged_entry_is_refus
         path.write_text(damaged)
         with pytest.raises(ValueError, match="'metric_means' must map metric ids"):
             read_board_meta(path)
+
+
+# ------------------------------------------------------------------------------------ the test split's own noise
+def _copy_runs(tmp_path: Path, edit=None) -> Path:
+    """The committed mv-3sources records of two rows, copied (``edit`` applied to each record)."""
+    runs = tmp_path / "runs"
+    for obj in ("raw", "mv_infonce"):
+        for src in sorted((ROOT / "leaderboards" / "runs" / "mv-3sources" / obj).glob("seed*/run.json")):
+            rec = json.loads(src.read_text())
+            if edit:
+                edit(rec)
+            dst = runs / "mv-3sources" / obj / src.parent.name / "run.json"
+            dst.parent.mkdir(parents=True)
+            dst.write_text(json.dumps(rec))
+    return runs
+
+
+def test_a_board_on_one_fixed_test_split_says_what_its_tests_leave_out(tmp_path: Path) -> None:
+    from fusebench.leaderboard import write_leaderboards
+
+    write_leaderboards(_copy_runs(tmp_path), tmp_path / "lb", plots=False, formats=("md",))
+    md = (tmp_path / "lb" / "mv-3sources.md").read_text()
+    # 3Sources: 34 test samples (20% of 169, stratified); sqrt(0.2 / 34) = 0.0767 -> 7.7 points
+    assert "Every run is scored on the same test split of 34 samples" in md and "7.7 points at d = 0.2" in md
+
+    def per_seed_split(rec: dict) -> None:  # a test split drawn per seed: the seeds do vary the test samples
+        rec["dataset"]["splits"].pop("outer_test_seed")
+
+    write_leaderboards(_copy_runs(tmp_path / "b", per_seed_split), tmp_path / "lb2", plots=False, formats=("md",))
+    assert "Every run is scored on the same test split" not in (tmp_path / "lb2" / "mv-3sources.md").read_text()

@@ -8,6 +8,7 @@ comment for the index last (:mod:`fusebench.leaderboard.meta`)."""
 from __future__ import annotations
 
 import json
+import math
 
 from fusebench.leaderboard.columns import md_code, md_text
 from fusebench.leaderboard.groups import (CI_RESAMPLES, CI_SEED, RANK_RESAMPLES, RANK_SEED, GroupView, group_runs,
@@ -95,12 +96,36 @@ def _cells_text(view: GroupView) -> str:
                 text += f" No rank interval here ({why}): the rank is shown bare."
         text += (f" Bold: the best mean of a column, only when it is separable from the second-best row (paired "
                  f"t-test over shared seeds, Holm over the rows, p ≤ {ALPHA}); no bold where it is not.")
+        text += _test_split_text(view)
     text += " Steps / samples seen: the pretraining budget of the row (0 for reference rows; — where not recorded)."
     if view.undefined:  # only boards with NaN metrics carry the note
         text += (" `k undefined`: runs whose value of the metric is undefined (null in their run.json, NaN in "
                  "older records; e.g. a correlation of constant predictions), left out of the mean, std, best and "
                  "tests.")
     return text
+
+
+def _test_split_text(view: GroupView) -> str:
+    """What the tests over seeds leave out, where every run is scored on one fixed test split (the records'
+    ``dataset.splits.outer_test_seed``, or a test split the data file ships) of the same size: the sampling noise of
+    that split, with its size."""
+    sizes, fixed = set(), True
+    for r in view.recs:
+        ds = r.raw.get("dataset") if isinstance(r.raw.get("dataset"), dict) else {}
+        splits = ds.get("splits") if isinstance(ds.get("splits"), dict) else {}
+        n = (ds.get("sizes") or {}).get("test") if isinstance(ds.get("sizes"), dict) else None
+        sizes.add(n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None)
+        shipped = splits.get("shipped_split")  # {"train", "test", "used"} where the file ships a split
+        fixed = fixed and (splits.get("outer_test_seed") is not None
+                           or (isinstance(shipped, dict) and shipped.get("used") is True))
+    if not fixed or len(sizes) != 1 or None in sizes:
+        return ""
+    n = sizes.pop()
+    return (f" Every run is scored on the same test split of {n:,} samples: the seeds vary the initialisation and the "
+            f"train / val partition, not the test samples, so the tests leave out the test split's own sampling noise "
+            f"(two rows whose predictions differ on a fraction d of the test samples have an accuracy difference with "
+            f"a test-sampling standard error of up to sqrt(d / n): {100 * math.sqrt(0.2 / n):.1f} points at d = 0.2); "
+            f"a separable difference smaller than that may not hold on another test split.")
 
 
 def group_section(view: GroupView, reported: list[Reported], plot_name: str | None, level: int = 2,
