@@ -312,6 +312,7 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     view.invalid = {o: "; ".join(invalid_by_obj[o]) for o in rows if invalid_by_obj.get(o)}
     if spec is not None:
         view.spec_differences = spec_differences(spec.to_dict(), recs)
+        view.code_differences = code_differences(spec, recs)
     for info in infos:
         view.best[info.id] = None
         if not view.ranked or info.direction is None:
@@ -362,6 +363,31 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
         if any(v != want[key] or isinstance(v, bool) != isinstance(want[key], bool) for v in seen):
             out.append((key, want[key], seen))
     return out
+
+
+def code_differences(spec: Any, recs: list[RunRecord]) -> list[tuple[str, int]]:
+    """Where the runs were made by other code than the current one, for the benchmark's current ``spec``: each change
+    :func:`fusebench.components.identity.code_changes` finds for a run (an objective's, encoder's, method's or
+    metric's version, as the run states them, :func:`fusebench.records.cell_file.record_versions`, against the
+    code's now) with the number of runs it concerns, in order of first appearance. Such runs are still the runs'
+    numbers, but a rerun would not reuse them: it computes them again with the current code."""
+    from fusebench.components.identity import code_changes
+    from fusebench.records.cell_file import record_versions
+    from fusebench.registry import UnknownNameError
+
+    counts: dict[str, int] = {}
+    seen: dict[str, list[str]] = {}
+    for r in recs:
+        made, metrics = record_versions(r.raw)
+        key = repr((r.objective, sorted(made.items(), key=str), sorted(metrics.items(), key=str)))
+        if key not in seen:
+            try:
+                seen[key] = code_changes(spec, r.objective, made, metrics)
+            except (UnknownNameError, KeyError, ValueError):  # a plugin's objective or metric not installed here
+                seen[key] = []
+        for change in seen[key]:
+            counts[change] = counts.get(change, 0) + 1
+    return list(counts.items())
 
 
 def _set_reference(view: GroupView, comparison: dict[str, str], named_by: str = "the runs") -> None:

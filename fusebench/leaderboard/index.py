@@ -69,7 +69,8 @@ def cross_dataset_ranking(boards: dict[str, dict[str, Any]]) -> dict[str, Any]:
             continue
         used[name] = g
     out: dict[str, Any] = {"boards": list(used), "skipped": skipped, "methods": [], "ranks": {}, "avg": {},
-                           "primary": {n: g["primary"] for n, g in used.items()}}
+                           "primary": {n: g["primary"] for n, g in used.items()},
+                           "other_code": {n: list(g["other_code"]) for n, g in used.items() if g.get("other_code")}}
     means, once = _credited_means(used)
     common = sorted(set.intersection(*(set(m) for m in means.values()))) if used else []
     out["methods"] = common
@@ -197,6 +198,12 @@ def _ranking_section(ranking: dict[str, Any], cd_plot: str | None) -> list[str]:
             + (f" ({where})" if where else "")
             + f"; one merged into the same row on every board is that row and counts once, under its displayed "
             f"id.{skipped}", ""]
+    other = ranking.get("other_code", {})
+    if any(other.get(b) for b in boards):
+        out += ["**Boards made by other code than the current one** (their runs' numbers, which a rerun would compute "
+                "again; each board says what changed): " + "; ".join(
+                    f"[{b}]({b}.md) ({', '.join(md_text(c) for c in other[b])})" for b in boards if other.get(b))
+                + ". The ranking mixes them with the others until they are re-run.", ""]
     out += [_family_line(ranking), ""]
     head = ["objective", "average rank", "place [95%]"] + [f"[{b}]({b}.md) ({md_code(ranking['primary'][b])})"
                                                          for b in boards]

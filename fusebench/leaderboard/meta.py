@@ -74,6 +74,8 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
             "seeds": view.seeds, "runs": len(view.recs), "best": best_line(view), "title": title,
             "key": view.recs[0].comparability_key, "protocol": view.protocol, "primary": view.primary or None,
             "reference": view.reference}
+    if view.code_differences:  # runs made by other code than the current one: the index names the board
+        meta["other_code"] = sorted({c for c, _ in view.code_differences})
     if view.family:  # the spec's modality family: the index ranks the boards of each family too
         meta["family"] = view.family
     if view.variant_of:  # a re-run of another benchmark: out of the cross-dataset ranking, compared with its base
@@ -175,6 +177,8 @@ _GROUP_FIELDS: dict[str, tuple[Any, str]] = {
     "direction": (lambda v: v in (None, "higher", "lower"), "'higher', 'lower' or null"),
     "family": (lambda v: isinstance(v, str) and bool(FAMILY_ID.fullmatch(v)), "a modality family (e.g. 'image+text')"),
     "variant_of": (lambda v: isinstance(v, str) and valid_id(v), "a benchmark id"),
+    # what of the code that made the runs differs from the current code (shown by the index, escaped)
+    "other_code": (lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v), "a list of strings"),
 }
 #: a metric id, as a record's metrics key (:mod:`fusebench.records.schema`)
 METRIC_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@\-]*")

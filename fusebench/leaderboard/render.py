@@ -68,6 +68,10 @@ def _comparison_lines(view: GroupView) -> list[str]:
         line += (f" These runs were made with settings other than the current spec's ({', '.join(map(md_code, keys[:4]))}"
                  f"{f' and {len(keys) - 4} more' if len(keys) > 4 else ''}): the text above and the protocol notes "
                  f"describe the spec; the Protocol section gives the runs' values.")
+    if view.code_differences:
+        changes = "; ".join(f"{md_text(c)} ({n:,} of {len(view.recs):,} runs)" for c, n in view.code_differences)
+        line += (f" **Made by other code than the current one**: {changes}. These numbers are what those runs "
+                 f"computed; {md_code(f'fusebench run {view.name}')} would not reuse them but compute them again.")
     return [line, ""]
 
 
