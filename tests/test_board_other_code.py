@@ -20,16 +20,19 @@ def _older_metric(rec: dict) -> None:
 
 
 def test_a_board_of_runs_made_by_other_code_says_what_changed_and_the_index_names_it(tmp_path: Path) -> None:
+    from fusebench import metrics as M
+
+    now = M.metadata("fs1_best_acc")["version"]
     runs = _copy_runs(tmp_path, _older_metric)
     write_leaderboards(runs, tmp_path / "lb", plots=False, formats=("md",))
     md = (tmp_path / "lb" / "mv-3sources.md").read_text()
     n = len(list(runs.glob("mv-3sources/*/seed*/run.json")))
     assert n == 20
-    assert (f"**Made by other code than the current one**: metric 'fs1_best_acc' version '0', now '1' ({n} of {n} runs)"
-            in md)
+    assert (f"**Made by other code than the current one**: metric 'fs1_best_acc' version '0', now '{now}' "
+            f"({n} of {n} runs)" in md)
     assert "`fusebench run mv-3sources` would not reuse them" in md
     meta = json.loads(md.rsplit("<!-- fusebench-board ", 1)[1].rsplit(" -->", 1)[0])
-    assert meta["groups"][0]["other_code"] == ["metric 'fs1_best_acc' version '0', now '1'"]
+    assert meta["groups"][0]["other_code"] == [f"metric 'fs1_best_acc' version '0', now '{now}'"]
     # the same runs as the current code states them: no note, no metadata field
     write_leaderboards(_copy_runs(tmp_path / "b"), tmp_path / "lb2", plots=False, formats=("md",))
     md2 = (tmp_path / "lb2" / "mv-3sources.md").read_text()

@@ -217,6 +217,12 @@ def test_boards_pending_a_rerun_are_of_another_configuration(name: str) -> None:
             f"{p} hashes as the current spec of {name}: the board was re-run, remove it from PENDING_RERUN")
 
 
+#: boards whose committed runs were made by other code than the current one and await a rerun (their boards and the
+#: index say so, "Made by other code than the current one"): board -> the changes (code_changes' text) its records and
+#: frozen selections may show, and no other. Once a board is re-run, the test below fails until its entry is removed.
+PENDING_CODE_RERUN: dict[str, frozenset[str]] = {}
+
+
 @pytest.mark.parametrize("name", [n for n in benchmarks.builtin() if n not in PENDING_RERUN])
 def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
     """Each committed run's hash is its benchmark's spec's hash for the run's objective; what may differ is
@@ -226,6 +232,7 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
     if not paths:
         pytest.skip(f"no committed runs of {name}")
     cache: dict[str, Any] = {}
+    allowed, seen = PENDING_CODE_RERUN.get(name, frozenset()), set()
     for p in paths:
         rec = json.loads(p.read_text())
         syn = bool(rec["dataset"].get("synthetic"))
@@ -240,7 +247,9 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
             cache[key] = benchmarks.load(name, synthetic=syn, overrides=diff) if diff else spec
         assert spec_hash(cache[key], rec["objective"]) == rec["config_hash"], p
         # and by the code now: the versions of its objective, encoder and metrics (else a rerun refuses the cell)
-        assert code_changes(cache[key], rec["objective"], *record_versions(rec)) == [], p
+        changes = set(code_changes(cache[key], rec["objective"], *record_versions(rec)))
+        assert changes <= allowed, (p, sorted(changes - allowed))
+        seen |= changes
     # the frozen selections: written before files stated versions, each judged by its trials' records (all there)
     from fusebench.sweep import selection
 
@@ -251,8 +260,11 @@ def test_builtin_spec_hashes_as_its_committed_runs(name: str) -> None:
         outcome = json.loads(frozen.read_text())
         assert selection._outcome_problem(outcome, spec, objective) is None, frozen  # as select_hparams writes it
         made = outcome.get("versions")
-        assert (code_changes(spec, objective, made, made.get("metrics")) if isinstance(made, dict) else
-                selection._trials_code_changes(spec, objective, RUN_FOLDERS[0], {})) == [], frozen
+        changes = set(code_changes(spec, objective, made, made.get("metrics")) if isinstance(made, dict) else
+                      selection._trials_code_changes(spec, objective, RUN_FOLDERS[0], {}))
+        assert changes <= allowed, (frozen, sorted(changes - allowed))
+    if name in PENDING_CODE_RERUN:
+        assert seen, f"{name}'s runs were made by the current code: the board was re-run, drop it from PENDING_CODE_RERUN"
 
 
 def test_every_committed_record_validates_with_its_hash_checked() -> None:
