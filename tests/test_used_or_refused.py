@@ -77,7 +77,7 @@ def test_a_hyper_parameter_the_selection_grid_replaces_is_refused_from_the_comma
     ngs = str(fixtures_dir / "multiview" / "NGs.mat")
     with pytest.raises(ConfigError, match=r"--set pretrain\.per_objective\.mv_infonce\.hparams\.tau: "
                                           r"pretrain\.per_objective\.mv_infonce\.grid\.tau = "
-                                          r"\[0\.05, 0\.1, 0\.2, 0\.5, 1\.0\] selects tau on validation, so this "
+                                          r"\[0\.05, 0\.1, 0\.2, 0\.5, 1\.0, 2\.0, 5\.0\] selects tau on validation, so this "
                                           r"value would be recorded and not used; set the grid instead"):
         fusebench.run("mv-ngs", objective="mv_infonce", seeds=[0], out=tmp_path, data_root=ngs, progress=False,
                       overrides={"pretrain.per_objective.mv_infonce.hparams.tau": 0.3}, plan=True)
