@@ -79,6 +79,7 @@ from torch import Tensor
 
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
+from fusebench.runtime.utils import value_checks
 
 __all__ = ["InfoNCEPairwise", "InfoNCEAverage", "check_tau", "masked_logsumexp", "ntxent_terms", "VARIANTS"]
 
@@ -178,14 +179,24 @@ def off_diagonal(x: Tensor) -> Tensor:
     return x.reshape(k * k, *x.shape[2:])[idx]
 
 
+def no_term_message(who: str) -> str:
+    """The error of a masked NT-Xent loss (``infonce_pwe``, ``infonce_avg``) whose mask leaves no usable term."""
+    return f"{who}: the mask leaves no usable term (every view pair needs >= 2 samples present in both views)"
+
+
 def masked_mean(terms: Tensor, keep: Tensor, who: str, count: int | None = None) -> Tensor:
-    """The mean of ``terms`` where ``keep``; ``count``: the number of kept terms when the caller knows it
-    (no mask: every term), else it is read from ``keep`` (one wait for the device)."""
-    if count is None:
-        count = int(keep.sum())
-    if count == 0:
-        raise ValueError(f"{who}: the mask leaves no usable term (every view pair needs >= 2 samples present in both views)")
-    return torch.where(keep, terms, torch.zeros_like(terms)).sum() / count
+    """The mean of ``terms`` where ``keep``, computed on the device: the kept sum over the number of kept terms
+    (a 0-dim tensor, never read: no wait for the device). ``count``: the number of kept terms when the caller
+    knows it (no mask: every term). No kept term: ``ValueError`` (:func:`no_term_message`) in a direct call
+    (``value_checks()``: one read of ``keep``); inside the training loop's steps the Pretrainer tested the
+    mask on the host before the copy (the loss's ``mask_problem``), and a call that skipped that test gets 0
+    (0 / 1, no gradient) instead of the error."""
+    kept = torch.where(keep, terms, torch.zeros_like(terms)).sum()
+    if count is not None:
+        return kept / count
+    if value_checks() and not bool(keep.any()):
+        raise ValueError(no_term_message(who))
+    return kept / keep.sum().clamp_min(1)
 
 
 @OBJECTIVES.register("infonce_pwe")
@@ -215,6 +226,14 @@ class InfoNCEPairwise(MultiViewObjective):
         terms, keep, pos = ntxent_terms(z[li], z[mi], valid, self.tau)
         self.stats = pair_stats(pos, valid, keep)
         return masked_mean(terms, keep, self.name, count=terms.numel() if mask is None else None)
+
+    def mask_problem(self, mask: Tensor) -> str | None:
+        """The error a call with ``mask`` [k, n] raises (no view pair with >= 2 samples present in both views:
+        no usable term), or None. Computed where ``mask`` is: the Pretrainer asks on the CPU batch before its
+        copy, so the loop's steps (which skip the test) raise what a direct call does, before the step."""
+        k = mask.shape[0]
+        li, mi = pair_index(k, mask.device)
+        return None if bool(((mask[li] & mask[mi]).sum(-1) >= 2).any()) else no_term_message(self.name)
 
 
 @OBJECTIVES.register("infonce_avg")
@@ -260,3 +279,14 @@ class InfoNCEAverage(MultiViewObjective):
         cos = pos / rest.norm(dim=-1).clamp_min(torch.finfo(z.dtype).tiny)  # cosine, for the diagnostics
         self.stats = pair_stats(cos, valid, keep)
         return masked_mean(terms, keep, self.name, count=terms.numel() if mask is None else None)
+
+    @staticmethod
+    def _valid(present: Tensor) -> Tensor:
+        """Bool [k, n]: sample i takes part in term l (present in l and in at least one other view)."""
+        w = present.to(torch.int64)
+        return present & (w.sum(0, keepdim=True) - w > 0)
+
+    def mask_problem(self, mask: Tensor) -> str | None:
+        """The error a call with ``mask`` [k, n] raises (no view l with >= 2 samples present in l and in
+        another view: no usable term), or None; computed where ``mask`` is (see ``InfoNCEPairwise``)."""
+        return None if bool((self._valid(mask).sum(-1) >= 2).any()) else no_term_message(self.name)

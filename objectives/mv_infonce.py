@@ -86,6 +86,7 @@ from torch import Tensor
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives.infonce import check_tau, check_variant, masked_logsumexp
+from fusebench.runtime.utils import value_checks
 
 __all__ = ["MVInfoNCE", "MVDHEL", "DHEL", "DHEL_VARIANTS"]
 
@@ -101,11 +102,21 @@ def _alignment(g: Tensor, present: Tensor, unordered: bool) -> Tensor:
     return masked_logsumexp(rearrange(pos, "l m i -> i (l m)"), rearrange(keep, "l m i -> i (l m)"), -1)
 
 
+def _few_samples(valid: Tensor, who: str) -> str | None:
+    """The error of a mask whose ``valid`` [n] samples (>= 2 present views) are fewer than 2 (one read), or None."""
+    count = int(valid.sum())
+    return f"{who}: the mask leaves {count} sample(s) with >= 2 present views; need >= 2" if count < 2 else None
+
+
 def _samples(present: Tensor, who: str, full: bool = False) -> Tensor:
-    """Bool [n]: the samples with >= 2 present views; ``full`` (no mask): all of them, known without a read."""
+    """Bool [n]: the samples with >= 2 present views; ``full`` (no mask): all of them, known without a read.
+    Fewer than 2 of them: ``ValueError`` in a direct call (``value_checks()``: one read); inside the training
+    loop's steps the Pretrainer tested the mask on the host before the copy (``mask_problem``)."""
     valid = present.sum(0) >= 2  # [n]
-    if not full and int(valid.sum()) < 2:
-        raise ValueError(f"{who}: the mask leaves {int(valid.sum())} sample(s) with >= 2 present views; need >= 2")
+    if not full and value_checks():
+        problem = _few_samples(valid, who)
+        if problem:
+            raise ValueError(problem)
     return valid
 
 
@@ -128,11 +139,21 @@ class _MVBase(MultiViewObjective):
         self.stats = {"pos_cos": ((cos * pk).sum() / pk.sum().clamp_min(1)).detach()}
         return g, present, valid
 
+    def mask_problem(self, mask: Tensor) -> str | None:
+        """The error a call with ``mask`` [k, n] raises (fewer than 2 samples with >= 2 present views), or None.
+        Computed where ``mask`` is: the Pretrainer asks on the CPU batch before its copy, so the loop's steps
+        (which skip the test) raise what a direct call does, before the step."""
+        return _few_samples(mask.sum(0) >= 2, self.name)
+
     @staticmethod
     def _mean(per: Tensor, valid: Tensor, mask: Tensor | None) -> Tensor:
-        """The mean of ``per`` [n] over the ``valid`` samples; without a mask every sample is valid and the
-        selection (a wait for the device: its size is data-dependent) is skipped (the same numbers)."""
-        return per.mean() if mask is None else per[valid].mean()
+        """The mean of ``per`` [n] over the ``valid`` samples, on the device: their sum over their number (no
+        boolean selection: its size is data-dependent, a wait for the device); the gradient is 1 / count on each
+        valid sample and 0 elsewhere, as for ``per[valid].mean()``. Without a mask every sample is valid: the
+        plain mean. (No valid sample, a call that skipped the checks: 0.)"""
+        if mask is None:
+            return per.mean()
+        return torch.where(valid, per, torch.zeros_like(per)).sum() / valid.sum().clamp_min(1)
 
 
 @OBJECTIVES.register("mv_infonce")

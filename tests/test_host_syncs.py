@@ -4,12 +4,16 @@ A tensor-to-Python conversion (``item``, ``float()``, ``bool()``, ``int()``, ``t
 of a tensor on a GPU makes the host wait for the device: the CPU can then never queue the next step while the
 GPU runs this one. On the CPU nothing waits, but the conversions are the same calls, so they are counted here
 with a ``torch.overrides.TorchFunctionMode`` on the CPU: per training step of every pipeline (the standard
-pretraining with each input kind of objective, the downstream head training of the linear probe and of
-fine-tuning) and per call of every registered objective. Left out of the count, as the issue says: data
-loading (the loader's own draws) and the host-side preparation of a batch before its copy (``hooks.host``: the
-presence mask and the labels are checked there, on the CPU batch), the optimisers' CPU step counters
-(``torch/optim``), and what happens at an epoch's end or a checkpoint. The loop reads its losses once per
-:data:`~fusebench.engine.loop.LOSS_READ_EVERY` steps (``read_losses``): that read is counted apart.
+pretraining with each input kind of objective, also with missing views (``pretrain.missing_rate``: the masked
+losses), the downstream head training of the linear probe and of fine-tuning) and per call of every registered
+objective, with and without a mask where it honours one. Counted with them: a boolean selection ``x[mask]`` (its
+size depends on the values) and indexing with a Python list (an index tensor made on the host and copied to the
+device). Left out of the count, as the issue says: data loading (the loader's own draws) and the host-side
+preparation of a batch before its copy (``hooks.host``: the presence mask is tested there, on the CPU batch, for
+what the masked losses would refuse (no usable term, fewer than 2 samples with 2 views), as are the labels), the
+optimisers' CPU step counters (``torch/optim``), and what happens at an epoch's end or a checkpoint. The loop
+reads its losses once per :data:`~fusebench.engine.loop.LOSS_READ_EVERY` steps (``read_losses``): that read is
+counted apart.
 
 Exempt, explicitly:
 
@@ -57,11 +61,12 @@ EXEMPT_FUNCTIONS = ("random_derangement",)
 
 
 def _bool_index(func, args) -> bool:
-    """``x[mask]`` with a boolean tensor: its size depends on the mask's values (a read)."""
+    """``x[mask]`` with a boolean tensor: its size depends on the mask's values (a read); ``x[[i, j]]`` with a
+    Python list: an index tensor made on the host and copied to the device (a blocking copy on a GPU)."""
     if getattr(func, "__name__", "") not in ("__getitem__", "__setitem__") or len(args) < 2:
         return False
     idx = args[1] if isinstance(args[1], tuple) else (args[1],)
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx)
+    return any(isinstance(i, list) or (isinstance(i, torch.Tensor) and i.dtype == torch.bool) for i in idx)
 
 
 class HostReads(TorchFunctionMode):
@@ -148,10 +153,22 @@ def _per_step(mode: HostReads) -> tuple[list, list]:
 
 
 # one objective per way the Pretrainer computes a loss: views (with and without a mask-honouring loss), the
-# TupleInfoNCE method (tuple), the EMA teacher (pairs), M3G (its solver exempt); downstream: the linear probe
-@pytest.mark.parametrize("objective", ["infonce_pwe", "mv_dhel", "tuple_infonce", "byol_avg", "m3g"])
-def test_no_host_read_per_training_step(objective: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    mode, rec = _count_cell(objective, monkeypatch, tmp_path)
+# TupleInfoNCE method (tuple), the EMA teacher (pairs), M3G (its solver exempt); downstream: the linear probe.
+# missing 0.3: a presence mask with missing views in every batch (the masked NT-Xent and MV losses; before:
+# infonce_pwe 1 read per step, the term count; mv_dhel 2, the sample count and the selection of valid samples)
+@pytest.mark.parametrize("objective, missing", [("infonce_pwe", 0), ("mv_dhel", 0), ("tuple_infonce", 0),
+                                                ("byol_avg", 0), ("m3g", 0), ("infonce_pwe", 0.3), ("mv_dhel", 0.3)])
+def test_no_host_read_per_training_step(objective: str, missing: float, monkeypatch: pytest.MonkeyPatch,
+                                        tmp_path: Path) -> None:
+    masks: list = []
+    if missing:
+        from fusebench.engine import pretrain
+
+        real_mask = pretrain.Pretrainer._mask
+        monkeypatch.setattr(pretrain.Pretrainer, "_mask", lambda self, b: masks.append(real_mask(self, b)) or masks[-1])
+    mode, rec = _count_cell(objective, monkeypatch, tmp_path, **({"pretrain.missing_rate": missing} if missing else {}))
+    if missing:  # the masked path ran: a mask with a missing view in the steps
+        assert masks and all(m is not None and not bool(m.all()) for m in masks)
     loss_reads, others = _per_step(mode)
     assert not others, f"{objective}: host reads in the steps: " + "; ".join(f"step {s}: {w} at {c}" for s, w, c in others)
     pre, down = mode.steps["pretrain"], mode.steps["downstream"]
@@ -177,9 +194,9 @@ def test_the_counter_sees_the_reads_it_must() -> None:
     t, m = torch.tensor([1.5]), torch.tensor([True, False])
     mode.active = 1
     with mode:
-        float(t), bool(m[0]), int(t), t.item(), t.tolist(), t.cpu(), t.numpy(), f"{t[0]}", t[m[:1]]
+        float(t), bool(m[0]), int(t), t.item(), t.tolist(), t.cpu(), t.numpy(), f"{t[0]}", t[m[:1]], t[[0]]
     assert [w for _, w, _ in mode.reads] == ["__float__", "__bool__", "__int__", "item", "tolist", "cpu", "numpy",
-                                             "__format__", "__getitem__"]
+                                             "__format__", "__getitem__", "__getitem__"]
 
 
 # ------------------------------------------------------------------------------------------ every objective
@@ -207,8 +224,13 @@ def test_every_objective_reads_nothing_in_a_training_step(name: str) -> None:
     backward: no read from its second call on (the first may build cached index tensors). Before issue 33:
     infonce_pwe 4 reads per call (the NaN scan, the term count, two statistics), mv_dhel 3, tuple_infonce 8+."""
     module = objectives.build(name)
-    for k in _view_counts(module):
+    for k, masked in [(k, m) for k in _view_counts(module) for m in (False, True) if not m or module.supports_mask]:
         args, kwargs = _inputs(module, k)
+        if masked:  # a missing view (as the Pretrainer passes it: the host found one, and what the loss refuses)
+            mask = torch.ones(k, args[0].shape[1], dtype=torch.bool)
+            mask[0, :3] = False
+            mask[-1, 5] = False
+            kwargs = {**kwargs, "mask": mask}
         mode = HostReads()
         with mode, deferred_value_checks():
             for call in range(3):
@@ -217,7 +239,7 @@ def test_every_objective_reads_nothing_in_a_training_step(name: str) -> None:
                 loss.backward()
                 mode.active = 0
         later = [r for r in mode.reads if r[0] >= 1]
-        assert not later, f"{name} (k={k}): " + "; ".join(f"{w} at {c}" for _, w, c in later)
+        assert not later, f"{name} (k={k}, mask={masked}): " + "; ".join(f"{w} at {c}" for _, w, c in later)
         assert all(isinstance(v, (float, torch.Tensor)) for v in module.stats.values())
 
 

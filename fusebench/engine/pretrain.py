@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from fusebench.encoders.heads import ProjectionHead
+from fusebench.runtime.utils import value_checks
 from fusebench.spec.config import PretrainConfig
 
 
@@ -96,15 +97,68 @@ class Pretrainer(nn.Module):
         for method in self.methods.values():
             method.after_step(self, step)
 
-    @staticmethod
-    def host_batch(batch: Any) -> Any:
+    def host_batch(self, batch: Any) -> Any:
         """``batch`` on the host, before its copy to the device, with ``present_all``: whether its presence
-        mask is full (read here, on the CPU, so that the step does not read it back from the device)."""
+        mask is full (read here, on the CPU, so that the step does not read it back from the device). With a
+        missing view, also ``mask_checked`` (whether the masks the step hands the objective were tested here)
+        and ``mask_problem``: the error a direct call of the objective raises for them (e.g. no usable term),
+        found on the CPU (:meth:`check_masks_on_host`; inside the loop's steps the objectives skip the tests
+        that read the device); the step raises it first thing (:meth:`forward`), as the objective did."""
         if isinstance(batch, dict) and isinstance(batch.get("present"), Tensor) and "present_all" not in batch:
-            return {**batch, "present_all": bool(batch["present"].all())}
+            if bool(batch["present"].all()):
+                return {**batch, "present_all": True}
+            checked, problem = self.check_masks_on_host(batch)
+            return {**batch, "present_all": False, "mask_checked": checked, "mask_problem": problem}
         return batch
 
+    def _masked_call(self) -> bool:
+        """Whether the objective of a batch with a missing view gets the mask: a view objective that honours masks
+        (``mask_problem``), every method of the run leaving the loss to its masked call or passing the mask on."""
+        return (self.kind == "views" and callable(getattr(self.objective, "mask_problem", None))
+                and all(getattr(m, "honours_mask", False) for m in self.methods.values()))
+
+    def chunks(self, n: int) -> list[tuple[int, int]]:
+        """The ``(lo, hi)`` sample ranges of the objective's calls on a batch of ``n`` (gathered) samples:
+        the whole batch, or its micro-batches (a last chunk of one sample joins the one before)."""
+        if self.micro_batch is None or n <= self.micro_batch:
+            return [(0, n)]
+        out = []
+        for lo in range(0, n, self.micro_batch):
+            hi = n if n - (lo + self.micro_batch) < 2 else lo + self.micro_batch
+            out.append((lo, hi))
+            if hi == n:
+                break
+        return out
+
+    def mask_problem(self, mask: Tensor) -> str | None:
+        """The error the objective raises in a direct call (its ``mask_problem``) for one of the chunks of
+        ``mask`` [k, n] it is called with, or None; computed where ``mask`` is."""
+        for lo, hi in self.chunks(mask.shape[1]):
+            problem = self.objective.mask_problem(mask[:, lo:hi])
+            if problem:
+                return problem
+        return None
+
+    def check_masks_on_host(self, batch: dict[str, Any]) -> tuple[bool, str | None]:
+        """(settled, problem): :meth:`mask_problem` of the CPU batch's mask, and whether that settles it. Not in a
+        distributed run, where the objective sees every rank's shard gathered: a shard that passes settles it
+        (the gathered batch passes too) unless the batch is cut into micro-batches; otherwise the step tests the
+        gathered mask (one read of the device, every rank alike)."""
+        if not self._masked_call():
+            return True, None  # the objective does not get the mask (or tests nothing)
+        from fusebench.runtime import distributed
+
+        mask = self._mask({**batch, "present_all": False})
+        if not distributed.is_distributed():
+            return True, self.mask_problem(mask)
+        if self.micro_batch is None and self.objective.mask_problem(mask) is None:
+            return True, None
+        return False, None
+
     def _mask(self, batch: dict[str, Any]) -> Tensor | None:
+        """The presence mask in the model's modality order (None when nothing is missing): integer indices of
+        the batch's rows and a stack on the device, not an index tensor made from a Python list (a copy from
+        the host at every step)."""
         present = batch.get("present")
         if present is None:
             return None
@@ -112,7 +166,9 @@ class Pretrainer(nn.Module):
         if full if full is not None else bool(present.all()):
             return None
         idx = [batch["names"].index(m) for m in self.model.modalities]
-        return present[idx]
+        if idx == list(range(present.shape[0])):
+            return present
+        return torch.stack([present[i] for i in idx])
 
     # -- the loss -------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Any], gather=None) -> Tensor:
@@ -122,6 +178,9 @@ class Pretrainer(nn.Module):
         if gather is not None and sizes is not None:
             gather = functools.partial(gather, sizes=tuple(sizes))
         gather = gather or (lambda t: t)
+        problem = batch.get("mask_problem") if isinstance(batch, dict) else None
+        if problem:  # found on the CPU batch (host_batch): the error the objective raises in a direct call
+            raise ValueError(problem)
         emb = self.model.embed(batch)  # [k, n, F]
         z = self.project(emb, self.proj)  # [k, n, P]
         mask = self._mask(batch)
@@ -132,16 +191,19 @@ class Pretrainer(nn.Module):
         if self.kind == "views":
             z = gather(z)
             mask = gather(mask.unsqueeze(-1)).squeeze(-1) if mask is not None else None
+            if mask is not None and not batch.get("mask_checked") and not value_checks() and self._masked_call():
+                # inside the loop's deferred checks, a mask the host did not settle (a distributed batch, or a batch
+                # that skipped host_batch): tested here, one read of the device (outside, the objective tests it)
+                problem = self.mask_problem(mask)
+                if problem:
+                    raise ValueError(problem)
             n = z.shape[1]
             if self.micro_batch is None or n <= self.micro_batch:
                 return self.objective(z, **({"mask": mask} if mask is not None else {}))
             total = z.new_zeros((), dtype=torch.float32)
-            for lo in range(0, n, self.micro_batch):  # a last chunk of one sample joins the one before
-                hi = n if n - (lo + self.micro_batch) < 2 else lo + self.micro_batch
+            for lo, hi in self.chunks(n):
                 kw = {"mask": mask[:, lo:hi]} if mask is not None else {}
                 total = total + self.objective(z[:, lo:hi], **kw).float() * ((hi - lo) / n)
-                if hi == n:
-                    break
             return total
         raise ValueError(f"objective input kind {self.kind!r}: no pretraining method computes its loss "
                          f"(attached: {sorted(self.methods) or 'none'}); name one in the objective's pretrain_methods")
