@@ -323,9 +323,19 @@ class VoteNetHead(nn.Module):
             boxes_all = dec["boxes"].float().to(points.device)
             # one scene at a time ([N, K] membership; a batch at once would hold n x N x K x 3 floats), one copy back
             inside = torch.stack([points_in_boxes(points[i:i + 1], boxes_all[i:i + 1])[0].sum(0)
-                                  for i in range(points.shape[0])]).cpu()
+                                  for i in range(points.shape[0])])
+        # one copy to the host (NMS runs there): the bytes of the boxes, scores, class probabilities and point
+        # counts concatenated, widest element first (each piece then starts aligned for its dtype), copied once,
+        # split and viewed back as their dtypes and shapes: the values of one .cpu() each, bit for bit
+        parts = [dec["boxes"], dec["objectness"], dec["sem_prob"]] + ([inside] if inside is not None else [])
+        order = sorted(range(len(parts)), key=lambda j: -parts[j].element_size())
+        dev = parts[0].device  # (the point counts were made where the points are: normally the same device)
+        raw = [parts[j].detach().to(dev).contiguous().reshape(-1).view(torch.uint8) for j in order]
+        pieces = torch.split(torch.cat(raw).cpu(), [r.numel() for r in raw])
+        host = {j: piece.view(parts[j].dtype).reshape(parts[j].shape) for j, piece in zip(order, pieces)}
+        inside = host.get(3)
         results = []
-        for i, (boxes, obj, sem) in enumerate(zip(dec["boxes"].cpu(), dec["objectness"].cpu(), dec["sem_prob"].cpu())):
+        for i, (boxes, obj, sem) in enumerate(zip(host[0], host[1], host[2])):
             cls = sem.argmax(-1)
             candidates = torch.arange(len(boxes))
             if inside is not None:
