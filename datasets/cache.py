@@ -24,11 +24,11 @@ Variable-length sequences and detection boxes therefore become one concatenated 
 layout/dtype/shape, and the size, mtime + sha256 of every input file (the adapter's ``source_files()``
 hook; default: every file under the root; relative paths from the hook are taken as the adapter built
 them from ``dataset.root``, so a relative root works) and of every output file (an older manifest's outputs
-have no mtime). Everything is written to a temporary folder next to the destination and renamed into place
-at the end (the files keep their mtimes), so an exception or
-Ctrl-C leaves nothing half-written; an ``OSError`` while writing (disk full, read-only folder)
-removes the temporary folder and raises :class:`CacheWriteError` naming the base folder and the OS
-error.
+have no mtime), and last ``manifest_sha256``: the sha256 of the manifest's canonical JSON without it
+(:func:`manifest_self_hash`; older manifests lack it). Everything is written to a temporary folder next to
+the destination and renamed into place at the end (the files keep their mtimes), so an exception or Ctrl-C
+leaves nothing half-written; an ``OSError`` while writing (disk full, read-only folder) removes the temporary
+folder and raises :class:`CacheWriteError` naming the base folder and the OS error.
 
 ``<base>`` is ``$FUSEBENCH_PREPARED`` when set (searched first by readers), else
 ``cache_home() / "prepared"``; ``<key>`` is a hash of (id, resolved root, split, options minus
@@ -38,12 +38,19 @@ The identity a run records (``dataset.manifest_hash``) is :func:`content_identit
 content without where, when and by which module the cache was made (``adapter``, ``root``, ``key``,
 ``created``, the inputs' and outputs' mtimes), so it depends only on the files and the options.
 
-Opening a cache is cheap: the manifest is parsed, each output's size and mtime are compared with the
-manifest (:func:`_check_outputs`: a truncated file, or one modified in place, raises :class:`DatasetError`
-naming it; only a file whose mtime differs is hashed) and each input's size and mtime are compared
-with the manifest (a changed input makes the cache stale: ignored with a warning). Every hash is
-recomputed only by :func:`check` (``fusebench data check``), which also finds a same-size edit that left
-the mtime as it was.
+Opening a cache is cheap. The manifest is parsed and checked (:func:`read_manifest`): its own sha256
+(``manifest_sha256``, written since 2026-11-29: an edited manifest is refused), and the types of the fields that
+are read. Every file the cache reads (``meta.json`` and each file a field names) must be listed in ``outputs``,
+and a manifest that records the outputs' modification times (one with ``manifest_sha256``, or one output with a
+time) must have a time for each. Then each output's size and mtime are compared with the manifest
+(:func:`_check_outputs`: a missing or truncated file, or one modified in place, raises :class:`DatasetError`
+naming it; only a file whose mtime differs is hashed) and each input's size and mtime are compared with the
+manifest (a changed input makes the cache stale: ignored with a warning). A manifest written before the
+outputs' times were recorded (none of them has one, and no ``manifest_sha256``) is checked by the outputs'
+sizes alone, as then. Every hash is recomputed only by :func:`check` (``fusebench data check``), which also
+finds a same-size edit that left the mtime as it was (or was set back), and one under an old-format manifest.
+The self-hash catches edits, not forgeries: whoever edits a manifest can recompute it, or drop it and every
+output time so that the manifest reads as an old one; only ``data check`` finds the changed files then.
 
 Shape: a loaded sample has exactly the tensors (shapes, dtypes) the raw reader returned; ``meta``
 goes through JSON (tuples come back as lists, numpy scalars as Python numbers).
@@ -100,6 +107,9 @@ META = "meta.json"
 _NON_KEY_OPTIONS = frozenset({"use_cache", "augment"})
 _HEADER_BYTES = 256  # fixed .npy header size, so the final shape can be written after the data
 _SCHEMA_KEYS = ("modalities", "target", "extra_targets", "meta")
+#: the manifest's own sha256 (:func:`manifest_self_hash`), written since 2026-11-29; a manifest that has it records
+#: every output's modification time too
+SELF_HASH = "manifest_sha256"
 
 
 # -- locations and keys ------------------------------------------------------------------------
@@ -448,6 +458,8 @@ def prepare(
             "outputs": outputs,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
+        manifest = json.loads(json.dumps(manifest))  # as a reader parses it: what the self-hash covers
+        manifest[SELF_HASH] = manifest_self_hash(manifest)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         _install(tmp, out)
     except BaseException as exc:
@@ -523,24 +535,152 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
         m = json.loads(path.read_text())
     except FileNotFoundError:
         raise DatasetError(f"prepared cache: {path} is missing") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON, an integer of > 4300 digits
         raise DatasetError(f"prepared cache: {path} is not a readable manifest ({e})") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise DatasetError(f"prepared cache: {path} is not a {FORMAT} manifest")
     if m.get("format_version") != FORMAT_VERSION:
         raise DatasetError(
-            f"prepared cache: {path} has format version {m.get('format_version')}, this fusebench reads "
-            f"{FORMAT_VERSION}; re-run `fusebench data prepare {m.get('dataset')}`"
+            f"prepared cache: {path} has format version {m.get('format_version')!r}, this fusebench reads "
+            f"{FORMAT_VERSION}; re-run `fusebench data prepare {_name(m)} --force`"
         )
+    try:
+        edited = SELF_HASH in m and m[SELF_HASH] != manifest_self_hash(m)
+    except (ValueError, RecursionError) as e:  # a value nested too deep to hash again
+        raise DatasetError(f"prepared cache: {path} is not a readable manifest ({e})") from None
+    if edited:
+        raise DatasetError(
+            f"prepared cache: {path} was edited since preparation (its content is not the one its "
+            f"{SELF_HASH!r} records); re-run `fusebench data prepare {_name(m)} --force`"
+        )
+    _check_manifest_shape(path, m)
     return m
+
+
+def manifest_self_hash(manifest: Mapping[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON of ``manifest`` without its :data:`SELF_HASH` field: written into the
+    manifest by :func:`prepare` and compared by :func:`read_manifest`, so that a hand-edited manifest (an output
+    dropped from ``outputs``, a recorded time removed) is refused when the cache is opened. It is no seal: whoever
+    edits the manifest can recompute it (no key is involved); it catches edits, not forgeries. A manifest written
+    before it existed (no such field) is read as before."""
+    return sha256_hex(canonical_json({k: v for k, v in manifest.items() if k != SELF_HASH}))
+
+
+def _name(m: Mapping[str, Any]) -> str:
+    """The dataset id a manifest names, for the `fusebench data prepare` hint (``NAME`` where it is not an id)."""
+    d = m.get("dataset")
+    return d if isinstance(d, str) and re.fullmatch(r"[A-Za-z0-9_.\-]+", d) else "NAME"
+
+
+#: the path of an output file inside the cache folder, as :func:`prepare` writes them (sanitised names joined by
+#: ``/``): nothing absolute, no ``..``, nothing that leaves the folder
+_OUTPUT_PATH = re.compile(r"(?!\.\.?(/|$))[A-Za-z0-9_.\-]+(/(?!\.\.?(/|$))[A-Za-z0-9_.\-]+)*")
+
+
+def _is_int(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 2**63
+
+
+def _is_sha256(v: Any) -> bool:
+    return isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None
+
+
+def _is_input_path(v: Any) -> bool:
+    """A recorded input path: text the file system can take (no NUL, no lone surrogate)."""
+    if not isinstance(v, str) or not v or "\0" in v:
+        return False
+    try:
+        os.fsencode(v)
+    except UnicodeError:
+        return False
+    return True
+
+
+def _check_manifest_shape(path: Path, m: Mapping[str, Any]) -> None:
+    """The fields of a manifest that opening and checking a cache read are of the types :func:`prepare` writes;
+    else one :class:`DatasetError` naming the manifest, the key and what was expected."""
+
+    def bad(key: str, expected: str, got: Any) -> DatasetError:
+        return DatasetError(f"prepared cache: {path}: {key}: expected {expected}, got {got!r}"[:500]
+                            + f"; re-run `fusebench data prepare {_name(m)} --force`")
+
+    for key, ok, expected in (
+            ("dataset", lambda v: isinstance(v, str) and bool(v), "a dataset id"),
+            ("split", lambda v: isinstance(v, str), "a split name"),
+            ("root", lambda v: _is_input_path(v), "the data root"),
+            ("num_samples", lambda v: _is_int(v, 1), "a sample count (an integer >= 1)"),
+            ("target_kind", lambda v: v in ("tensor", "dict", "none"), "'tensor', 'dict' or 'none'"),
+            ("fields", lambda v: isinstance(v, dict) and all(isinstance(v.get(g), dict)
+                                                             for g in ("modalities", "extra_targets", "target")),
+             "a mapping with the groups 'modalities', 'extra_targets' and 'target'"),
+            ("inputs", lambda v: isinstance(v, list), "a list"),
+            ("outputs", lambda v: isinstance(v, list), "a list")):
+        if key not in m or not ok(m[key]):
+            raise bad(key, expected, m.get(key, "(missing)"))
+    for i, rec in enumerate(m["outputs"]):
+        if not (isinstance(rec, dict) and isinstance(rec.get("path"), str) and _OUTPUT_PATH.fullmatch(rec["path"])
+                and _is_int(rec.get("size")) and _is_sha256(rec.get("sha256"))
+                and ("mtime_ns" not in rec or _is_int(rec["mtime_ns"], -2**63))):
+            raise bad(f"outputs[{i}]", "{\"path\": a path inside the cache folder, \"size\": bytes, \"sha256\": "
+                      "64 hex digits, \"mtime_ns\": an integer}", rec)
+    for i, rec in enumerate(m["inputs"]):
+        if not (isinstance(rec, dict) and _is_input_path(rec.get("path")) and _is_int(rec.get("size"))
+                and _is_sha256(rec.get("sha256")) and _is_int(rec.get("mtime_ns"), -2**63)):
+            raise bad(f"inputs[{i}]", "{\"path\": a file path, \"size\": bytes, \"sha256\": 64 hex digits, "
+                      "\"mtime_ns\": an integer}", rec)
+    for group, entries in m["fields"].items():
+        if group not in ("modalities", "extra_targets", "target"):
+            continue
+        for name, e in entries.items():
+            fixed = isinstance(e, dict) and e.get("layout") == "fixed"
+            files = ("file",) if fixed else ("file", "offsets", "shapes", "present")
+            if not (isinstance(e, dict) and e.get("layout") in ("fixed", "ragged") and isinstance(e.get("dtype"), str)
+                    and all(isinstance(e.get(k), str) and _OUTPUT_PATH.fullmatch(e[k]) for k in files)
+                    and (not fixed or (isinstance(e.get("shape"), list) and all(_is_int(d) for d in e["shape"])))):
+                raise bad(f"fields.{group}[{name!r}]", "{\"layout\": \"fixed\" (with \"shape\") or \"ragged\" "
+                          "(with \"offsets\", \"shapes\", \"present\"), \"dtype\", \"file\": paths inside the "
+                          "cache folder}", e)
+    if m["target_kind"] == "tensor" and "" not in m["fields"]["target"]:
+        raise bad("fields.target", "the tensor target (key \"\") of a manifest whose target_kind is 'tensor'",
+                  sorted(m["fields"]["target"]))
+
+
+def read_files(manifest: Mapping[str, Any]) -> list[str]:
+    """The files (paths in the cache folder) a reader of this cache reads: ``meta.json`` and every file that a
+    field of the manifest names (data, offsets, shapes, presence), of every field whether or not a dataset reads
+    it. Each must be one of the manifest's ``outputs``, so that opening checks it."""
+    out = {META}
+    for group in ("modalities", "extra_targets", "target"):
+        for e in manifest["fields"][group].values():
+            out.update(e[k] for k in ("file", "offsets", "shapes", "present") if k in e)
+    return sorted(out)
+
+
+def _manifest_problems(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """What makes a (well-formed) manifest unfit to check its cache by: a file the cache reads that is not among
+    its ``outputs`` (opening would read it unchecked), or -- in a manifest that records the outputs' modification
+    times (one with a :data:`SELF_HASH`, or one output with a time) -- an output without one (opening would
+    check it by its size alone). [] when there is nothing."""
+    name = _name(manifest)
+    path = folder / MANIFEST
+    listed = {r["path"] for r in manifest["outputs"]}
+    problems = [f"{folder / f} is read by the cache but not listed in the outputs of {path} (so its size and sha256 "
+                f"are not checked): the manifest was edited; re-run `fusebench data prepare {name} --force`"
+                for f in read_files(manifest) if f not in listed]
+    if SELF_HASH in manifest or any("mtime_ns" in r for r in manifest["outputs"]):
+        problems += [f"{path}: output {r['path']} has no recorded modification time (\"mtime_ns\") although this "
+                     f"manifest records them: the manifest was edited; re-run `fusebench data prepare {name} --force`"
+                     for r in manifest["outputs"] if "mtime_ns" not in r]
+    return problems
 
 
 #: manifest fields that say where, when and by which code path a cache was made, not what it holds:
 #: left out of :func:`content_identity` (so re-preparing, moving the data, or moving an adapter class
 #: to another module leaves the identity, and a leaderboard's comparability groups, as they were), nor which
 #: modalities the preparation read (what it stores of them is in ``fields``; recorded since 2026-11, left
-#: out so that the identities of older caches hold)
-NOT_CONTENT = ("adapter", "root", "key", "created", "read_modalities")
+#: out so that the identities of older caches hold), nor the manifest's own sha256 (:data:`SELF_HASH`: it covers
+#: the fields above too)
+NOT_CONTENT = ("adapter", "root", "key", "created", "read_modalities", SELF_HASH)
 
 
 def content_identity(manifest: Mapping[str, Any]) -> str:
@@ -604,8 +744,13 @@ def _check_outputs(folder: Path, manifest: Mapping[str, Any]) -> None:
     whose time differs is hashed, and one whose sha256 differs too was modified in place (same size). Else a
     :class:`DatasetError` naming the file. A same-size edit that leaves the time as it was (restored, or within the
     filesystem's timestamp resolution of the preparation) is found by :func:`check` alone, which hashes every file.
-    A manifest written before outputs' times were recorded is judged by their sizes alone, as it was."""
+    First, :func:`_manifest_problems`: a file the cache reads that ``outputs`` does not list, or an output without a
+    time in a manifest that records them, is refused as an edited manifest. A manifest written before outputs'
+    times were recorded (no output has one, no :data:`SELF_HASH`) is judged by their sizes alone, as it was."""
     name = manifest.get("dataset")
+    problems = _manifest_problems(folder, manifest)
+    if problems:
+        raise DatasetError(f"prepared cache: {problems[0]}")
     for rec in manifest["outputs"]:
         p = folder / rec["path"]
         try:
@@ -795,7 +940,7 @@ def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
         m = read_manifest(folder)
     except DatasetError as e:
         return [str(e)]
-    problems = []
+    problems = _manifest_problems(folder, m)
     root = Path(m["root"])
     recs = [("output", folder / r["path"], r) for r in m["outputs"]]
     recs += [("input", Path(r["path"]) if Path(r["path"]).is_absolute() else root / r["path"], r) for r in m["inputs"]]
@@ -810,7 +955,7 @@ def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
         digest = sha256_file(p)
         if digest != rec["sha256"]:
             problems.append(f"{role} file {p} has sha256 {digest[:16]}..., manifest says {rec['sha256'][:16]}...")
-    listed = {r["path"] for r in m["outputs"]} | {MANIFEST}
+    listed = {r["path"] for r in m["outputs"]} | {MANIFEST} | set(read_files(m))  # the latter: said above
     for p in folder.rglob("*"):
         if p.is_file() and p.relative_to(folder).as_posix() not in listed:
             problems.append(f"output folder holds an unlisted file {p}")

@@ -295,9 +295,11 @@ def test_manifest_hash_is_the_content_of_the_prepared_cache(tmp_path, fixtures_d
     first = prepared(a, tmp_path / "prep1")
     manifest = json.loads((first.folder / "manifest.json").read_text())
     # the identity, worked out by hand from the manifest: sorted-key compact JSON, the where/when/who
-    # fields, the modalities the preparation read (what it stored is in "fields") and the files' mtimes dropped
+    # fields, the modalities the preparation read (what it stored is in "fields"), the manifest's own sha256 and
+    # the files' mtimes dropped
     assert manifest["read_modalities"] == ["view0", "view1", "view2", "view3", "view4", "view5"]
-    content = {k: v for k, v in manifest.items() if k not in ("adapter", "root", "key", "created", "read_modalities")}
+    content = {k: v for k, v in manifest.items()
+               if k not in ("adapter", "root", "key", "created", "read_modalities", "manifest_sha256")}
     content["inputs"] = [{k: v for k, v in r.items() if k != "mtime_ns"} for r in manifest["inputs"]]
     content["outputs"] = [{k: v for k, v in r.items() if k != "mtime_ns"} for r in manifest["outputs"]]
     expected = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -386,9 +388,14 @@ def test_a_cache_edited_in_place_is_refused_when_a_dataset_opens_it(tmp_path, fi
     assert victim.read_bytes() == original and cache.check(folder) == []
     rebuilt = json.loads((folder / "manifest.json").read_text())
     assert next(r for r in rebuilt["outputs"] if r["path"] == rec["path"])["mtime_ns"] == victim.stat().st_mtime_ns
-    # a manifest from before the outputs' times were recorded: sizes alone, as then; its identity is the same
+    # a manifest from before the outputs' times (and its own sha256) were recorded: sizes alone, as then; its
+    # identity is the same
     old = {**rebuilt, "outputs": [{k: v for k, v in r.items() if k != "mtime_ns"} for r in rebuilt["outputs"]]}
     assert cache.content_identity(old) == cache.content_identity(rebuilt)
+    (folder / "manifest.json").write_text(json.dumps(old, indent=1))  # the times dropped, the self-hash kept: edited
+    with pytest.raises(DatasetError, match="manifest.json was edited since preparation"):
+        opened()
+    del old["manifest_sha256"]
     (folder / "manifest.json").write_text(json.dumps(old, indent=1))
     edit_in_place(later)
     assert isinstance(opened()._cache, cache.CacheReader)
