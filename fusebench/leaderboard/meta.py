@@ -102,8 +102,49 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
 
 
 def read_board_meta(path: Path) -> dict[str, Any] | None:
-    """The metadata comment of a board file (None for a markdown file that is not a board)."""
-    text = path.read_text()
+    """The metadata comment of a board file (None for a markdown file that is not a board). Anything wrong with a
+    board file is one ``ValueError`` naming the file and what was expected: its text (not UTF-8), its JSON (invalid,
+    nested too deeply, an integer too long to read), a value Python cannot show (a lone surrogate, anywhere), or a
+    field of the wrong type or size."""
+    max_depth = 16  # groups[i].metric_means.<metric>.means.<objective> is 6 levels deep
+    max_int = 2**64  # no integer of a board is larger (seeds are below 2**64, as torch's generators take them)
+    max_count = 10**12  # runs, objectives
+
+    def unreadable(value: Any) -> str | None:
+        """Where ``value`` nests deeper than ``max_depth``, holds an integer of magnitude ``max_int`` or more, or
+        text that is not valid Unicode (a lone surrogate such as ``"\\ud800"``: JSON can spell it, no UTF-8 file
+        can hold it) as a key or a value; None when nowhere. Iterative: no recursion on a hostile depth."""
+        stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+        while stack:
+            v, where, depth = stack.pop()
+            at = (where[:200] + "..." if len(where) > 200 else where) or "the top level"
+            if depth > max_depth:
+                return f"{at} is nested deeper than a board's metadata ever is ({max_depth} levels)"
+            if isinstance(v, str) and not encodable(v):
+                return f"{at} is not valid Unicode text (a lone surrogate such as '\\ud800')"
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= max_int:
+                return f"{at} is an integer of {len(str(abs(v)))} digits (below 2**64 expected)"
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    if not encodable(k):
+                        return f"a key of {at} is not valid Unicode text (a lone surrogate such as '\\ud800')"
+                    stack.append((x, f"{where}.{k}" if where else k, depth + 1))
+            elif isinstance(v, list):
+                stack.extend((x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v))
+        return None
+
+    def encodable(text: str) -> bool:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); regenerate it from its runs or "
+                         f"delete it") from None
     if not text.startswith("# Leaderboard: "):
         return None
     m = _last_line_meta(text)
@@ -114,6 +155,15 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
         meta = json.loads(m.group(1))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: board metadata is not valid JSON ({e})") from None
+    except RecursionError:  # e.g. [[[...]]] 100000 levels deep
+        raise ValueError(f"{path}: board metadata is nested too deeply to read (a board's is at most {max_depth} "
+                         f"levels deep); regenerate it from its runs or delete it") from None
+    except ValueError as e:  # an integer of more than 4300 digits (Python's limit on integer strings)
+        raise ValueError(f"{path}: board metadata holds a number too long to read ({e}); regenerate it from its "
+                         f"runs or delete it") from None
+    problem = unreadable(meta)  # before any field is checked, shown or quoted in a message
+    if problem:
+        raise ValueError(f"{path}: board metadata: {problem}; regenerate it from its runs or delete it")
     if not valid_id(path.stem):  # the index links the board by its name: never markup from a file name
         raise ValueError(f"{path}: a board file whose name is not a benchmark id ({ID_RULE}); rename or delete it")
     if not isinstance(meta, dict) or meta.get("benchmark") != path.stem or not isinstance(meta.get("groups"), list):
@@ -122,6 +172,10 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
         if not isinstance(g, dict) or g.get("kind") not in KIND_TITLES:
             raise ValueError(f"{path}: board metadata group {g!r} lacks a valid kind"[:400])
         _check_group_fields(path, i, g)
+        for field in ("objectives", "runs"):  # counts (type-checked above): of a size a board can have
+            if g.get(field, 0) >= max_count:
+                raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): field {field!r}: expected a count "
+                                 f"below 10**12, got {g[field]!r}")
         means = g.get("means", {})
         if not _finite_means(means):
             raise ValueError(f"{path}: board metadata group {i} ({g['kind']}): 'means' must map "
