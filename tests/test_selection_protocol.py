@@ -200,12 +200,12 @@ def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reu
     assert set(frozen["versions"]["metrics"]) == {same.validation_metric} == {"fs1_best_acc"}
     real = metrics.get
     for bumped_id, refused in (("acc", False), ("fs1_best_acc", True)):
-        monkeypatch.setattr(metrics, "get", lambda mid, b=bumped_id: dataclasses.replace(real(mid), version="2")
+        monkeypatch.setattr(metrics, "get", lambda mid, b=bumped_id: dataclasses.replace(real(mid), version="3")
                             if mid == b else real(mid))
         call = lambda: selection.freeze_selection(same, "infonce_pwe", out, RunOptions(data_root=_ngs(fixtures_dir)),
                                                   {"fingerprint": {"sha256": frozen["data_sha256"]}})
         if refused:
-            with pytest.raises(ConfigMismatchError, match=r"by other code .*metric 'fs1_best_acc' version '1', now '2'"):
+            with pytest.raises(ConfigMismatchError, match=r"by other code .*metric 'fs1_best_acc' version '2', now '3'"):
                 call()
         else:
             assert call()[1] == digest  # another metric's version: the selection stands
@@ -225,7 +225,7 @@ def test_a_trial_states_its_validation_metrics_versions_and_an_unversioned_file_
     for t in trials:
         rec = json.loads(t.read_text())
         assert rec["metrics"] == {}  # a trial is scored on validation alone
-        assert rec["selection"]["val_versions"] == {"fs1_acc": "1", "fs1_best_acc": "1", "fs1_proto_acc": "1"}
+        assert rec["selection"]["val_versions"] == {"fs1_acc": "2", "fs1_best_acc": "2", "fs1_proto_acc": "1"}
     spec = benchmarks.load("mv-ngs", overrides=small)
     runner.resolve_views(spec, False, ngs)
     fp = json.loads((out / "mv-ngs" / "infonce_pwe" / "seed0" / "run.json").read_text())["dataset"]["fingerprint"]
@@ -242,14 +242,14 @@ def test_a_trial_states_its_validation_metrics_versions_and_an_unversioned_file_
         selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)
     real = metrics.get
     monkeypatch.undo()
-    monkeypatch.setattr(metrics, "get", lambda mid: dataclasses.replace(real(mid), version="2")
+    monkeypatch.setattr(metrics, "get", lambda mid: dataclasses.replace(real(mid), version="3")
                         if mid == "fs1_best_acc" else real(mid))
-    with pytest.raises(ConfigMismatchError, match=r"by other code .*metric 'fs1_best_acc' version '1', now '2'"):
+    with pytest.raises(ConfigMismatchError, match=r"by other code .*metric 'fs1_best_acc' version '2', now '3'"):
         selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)
     # with the selection metric at another version a trial record is not reused as a score either
     path.unlink()
     with pytest.raises(ConfigMismatchError, match=r"trial0-tau0\.1/mv-ngs/infonce_pwe/seed1000/run\.json was made by "
-                                                   r"other code .*metric 'fs1_best_acc' version '1', now '2'"):
+                                                   r"other code .*metric 'fs1_best_acc' version '2', now '3'"):
         selection.select_hparams(spec, "infonce_pwe", out, opts, ctx)
     monkeypatch.undo()
     # no trial record left: nothing to judge the file by (the documented limit), it stands

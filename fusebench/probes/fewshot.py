@@ -11,12 +11,14 @@ ValueError. Features are z-scored with the statistics of **all** train embedding
 few-shot learner would not have: the unlabelled train pool).
 
 * the **logistic probe** (:func:`fewshot_probe`): the logistic regression of
-  :func:`fusebench.probes.logistic.fit_logistic`, its L2 weight fixed per s by the validation split: for
-  every searched value (:func:`fusebench.probes.logistic.search_l2`: ``fewshot_l2_grid``, default
-  ``l2_grid``, extended beyond its edges while that helps) all draws are fitted (batched over the draws);
-  the value with the highest **mean over draws** of the val accuracy is kept (ties to the larger value)
-  and the test accuracies of that value are reported. Keys ``val_fs<s>_acc``, ``test_fs<s>_acc`` = mean
-  over draws (metric ids ``fs1_acc``, ``fs5_acc``, ``fs10_acc``).
+  :func:`fusebench.probes.logistic.fit_logistic` (its batched form: every draw solved to its own optimum by damped
+  Newton-CG; metric version 2 -- version 1 scored an unconverged L-BFGS fit, see that module's doc), its L2
+  weight fixed per s by the validation split: for every searched value
+  (:func:`fusebench.probes.logistic.search_l2`: ``fewshot_l2_grid``, default ``l2_grid``, extended beyond its
+  edges while that helps) all draws are fitted (batched over the draws); the value with the highest **mean over
+  draws** of the val accuracy is kept (ties to the larger value) and the test accuracies of that value are
+  reported. Keys ``val_fs<s>_acc``, ``test_fs<s>_acc`` = mean over draws (metric ids ``fs1_acc``, ``fs5_acc``,
+  ``fs10_acc``).
 * the **prototype probe** (:func:`prototype_predict`; SimpleShot, Wang et al. 2019, "SimpleShot:
   Revisiting Nearest-Neighbor Classification for Few-Shot Learning", arXiv:1911.04623, its CL2N
   features, :data:`PROTOTYPE_RULE`): the features are **centred with the mean of all train-split
@@ -170,7 +172,8 @@ def fewshot_probe(ztr: np.ndarray, ytr: np.ndarray, zva: np.ndarray, yva: np.nda
         "selection": "per shot: l2 with the highest mean val accuracy over draws, ties to the larger l2; a grid of "
                      f"two or more values extended by decades beyond the chosen edge while strictly better, within "
                      f"[{L2_FLOOR:g}, {L2_CEILING:g}]",
-        "optimizer": "lbfgs_strong_wolfe_float64 (draws of one shot and l2 fitted jointly, separable sum)",
+        "optimizer": "newton_cg_float64 (every draw solved to its own optimum, gradient size <= 1e-12 max(1, its size "
+                     "at 0); draws of one shot and l2 batched)",
         "prototype": PROTOTYPE_RULE, "choice": FEWSHOT_CHOICE_RULE,
         "max_iter": int(max_iter), "per_shot": per_shot,
     }
