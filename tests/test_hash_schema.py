@@ -225,7 +225,11 @@ def test_boards_pending_a_rerun_are_of_another_configuration(name: str) -> None:
 #: boards whose committed runs were made by other code than the current one and await a rerun (their boards and the
 #: index say so, "Made by other code than the current one"): board -> the changes (code_changes' text) its records and
 #: frozen selections may show, and no other. Once a board is re-run, the test below fails until its entry is removed.
-PENDING_CODE_RERUN: dict[str, frozenset[str]] = {}
+PENDING_CODE_RERUN: dict[str, frozenset[str]] = {
+    # the 4x variants: their specs fix the hyper-parameters their base boards' first selection chose, and they were
+    # scored by the few-shot logistic probe of version 1 (an unconverged fit: docs/benchmarks.md)
+    board: frozenset(f"metric '{m}' version '1', now '2'" for s in (1, 5, 10) for m in (f"fs{s}_acc", f"fs{s}_best_acc"))
+    for board in ("mv-cub-4x", "mv-hw2sources-4x")}
 
 
 @pytest.mark.parametrize("name", [n for n in benchmarks.builtin() if n not in PENDING_RERUN])
