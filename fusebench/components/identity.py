@@ -194,7 +194,27 @@ def cell_versions(spec: BenchmarkSpec, objective: str) -> dict[str, Any]:
     methods = method_versions(spec, objective)
     if methods:  # where a method that joins the runs is not at version 1 (records of version 1 keep their form)
         versions["methods"] = methods
+    protocol = protocol_version(spec)
+    if protocol != "1":  # the downstream protocol's (records of version 1 keep their form)
+        versions["protocol"] = protocol
     return versions
+
+
+def protocol_version(spec: BenchmarkSpec) -> str:
+    """The version of the downstream protocol ``spec``'s cells are scored by
+    (:attr:`fusebench.components.protocols.Protocol.version`); ``"1"`` where the pipeline has no downstream protocol
+    or names one that is not registered here."""
+    from fusebench.components.protocols import PROTOCOLS
+    from fusebench.pipelines import PIPELINES
+
+    pipeline = PIPELINES.get(spec.pipeline) if spec.pipeline in PIPELINES else None
+    protocol = spec.downstream.protocol
+    if pipeline is None or not getattr(pipeline, "downstream", True) or protocol not in PROTOCOLS:
+        return "1"
+    version = PROTOCOLS.get(protocol).version
+    if isinstance(version, bool) or not isinstance(version, (str, int)):
+        raise ConfigError(f"downstream protocol {protocol!r}: its version must be a string, got {type(version).__name__}")
+    return str(version)
 
 
 def method_versions(spec: BenchmarkSpec, objective: str) -> dict[str, str]:
@@ -235,6 +255,9 @@ def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
     now_methods = now.get("methods") or {}
     changed += [f"pretraining method {m!r} version {made_methods.get(m, '1')!r}, now {now_methods.get(m, '1')!r}"
                 for m in sorted({*made_methods, *now_methods}) if made_methods.get(m, "1") != now_methods.get(m, "1")]
+    if made.get("protocol", "1") != now.get("protocol", "1"):
+        changed.append(f"downstream protocol {spec.downstream.protocol!r} version {made.get('protocol', '1')!r}, "
+                       f"now {now.get('protocol', '1')!r}")
     if metrics:
         current = versions_block(objective, sorted(metrics))["metrics"]
         changed += [f"metric {m!r} version {v!r}, now {current[m]!r}" for m, v in sorted(metrics.items())
@@ -243,4 +266,4 @@ def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
 
 
 __all__ = ["cell_identity", "cell_versions", "code_changes", "config_hash", "encoder_version", "method_versions",
-           "methods_used", "spec_hash", "versions_block"]
+           "methods_used", "protocol_version", "spec_hash", "versions_block"]

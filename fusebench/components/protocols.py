@@ -62,6 +62,11 @@ PROTOCOLS = Registry("downstream protocol", entry_point_group="fusebench.protoco
 class Protocol:
     """A downstream protocol's declaration (see the module docstring)."""
 
+    #: what the protocol's scoring computes, beyond its metrics' own versions (its probes' fits, its selection on
+    #: validation); bump when the same configuration and metrics would score differently. A record states it where
+    #: it is not "1" (``versions.protocol``), a run reuses a record only at the current one, and a board never mixes
+    #: two (:func:`fusebench.components.identity.cell_versions`, ``code_changes``; a comparability field)
+    version: ClassVar[str] = "1"
     #: the reference rows (ids of fusebench.components.rows) a benchmark of this protocol may list
     reference_rows: ClassVar[tuple[str, ...]] = ("none",)
     #: the encoder is trained downstream (fine-tuning) rather than frozen
@@ -144,6 +149,11 @@ class Finetune(Protocol):
 
 @PROTOCOLS.register("embedding_eval")
 class EmbeddingEval(Protocol):
+    #: version 2: the full linear probe's logistic fit (``acc``, ``mf1``, the missing-view probes) solved to its
+    #: optimum by damped Newton-CG (:func:`fusebench.probes.logistic.fit_logistic`); version 1 stopped L-BFGS on
+    #: absolute tolerances, short of the optimum at the L2 search's extremes (1e-8: up to 6% of the predictions
+    #: differed). The few-shot metrics carry their own version (2 for the same reason)
+    version = "2"
     reference_rows = ("none", "raw", "raw_l2", "raw_tfidf", "raw_balanced", "raw_pca")
     frozen_features = True
     options_key = "embedding_eval"

@@ -82,9 +82,12 @@ def comparability_fields(record: Mapping[str, Any] | HasRaw, legacy: bool = Fals
     versions = raw.get("versions") if isinstance(raw.get("versions"), dict) else {}
     # the encoder's version where it is not "1" (a field only then: records of version 1 keep their key)
     encoder = {"encoder_version": versions["encoder"]} if versions.get("encoder", "1") != "1" else {}
+    # likewise the downstream protocol's (how the rows are scored: a board never mixes two)
+    protocol = {"protocol_version": versions["protocol"]} if versions.get("protocol", "1") != "1" else {}
     return {
         "benchmark": raw.get("benchmark"),
         **encoder,
+        **protocol,
         "config": sha256_hex(canonical_json(comparable_view(cfg)), 16),
         "suite_version": raw.get("suite_version"),
         "metric_versions": dict(sorted(metric_versions.items())),

@@ -99,6 +99,7 @@ class Versions:
     metrics: dict[str, str]
     encoder: str = "1"  # written where it is not "1"
     methods: dict[str, str] = field(default_factory=dict)  # the pretraining methods not at "1" (absent: all at "1")
+    protocol: str = "1"  # the downstream protocol's, written where it is not "1"
 
     @property
     def row(self) -> str:
@@ -555,8 +556,9 @@ def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str
         _name(k, path, "versions.methods key")
         _str(val, path, f"versions.methods.{k}")
     methods = dict(sorted(methods.items()))
+    protocol = _str(v.get("protocol", "1"), path, "versions.protocol")  # absent: version 1
     if entries is not None:  # schema 4: a metric's version is in its entry (a metric not computed has none)
-        return Versions(s, o, dict(sorted(entries.items())), e, methods)
+        return Versions(s, o, dict(sorted(entries.items())), e, methods, protocol)
     ms = _mapping(_need(v, "metrics", path, "versions."), path, "versions.metrics")
     for k, val in ms.items():
         _name(k, path, "versions.metrics key")
@@ -564,7 +566,7 @@ def _validate_versions(raw: dict[str, Any], path: str, suite: str, cfg: dict[str
     missing = [m for m in cfg.get("metrics") or [] if m not in ms]
     if missing:
         raise RecordError(path, "versions.metrics", f"a version for every metric in config.metrics (missing {missing})")
-    return Versions(s, o, dict(sorted(ms.items())), e, methods)
+    return Versions(s, o, dict(sorted(ms.items())), e, methods, protocol)
 
 
 def _validate_plugins(plugins: Any, path: str) -> None:
