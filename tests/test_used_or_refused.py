@@ -115,7 +115,9 @@ def test_an_option_of_several_values_given_twice_is_refused_not_replaced(argv: l
     ({"knn_grid": []}, "metric knn_acc needs a non-empty options.embedding_eval.knn_grid (it is empty: no kNN probe "
                        "runs)"),
     ({"n_init": 0}, "options.embedding_eval.n_init = 0: expected a positive integer"),
-    ({"l2_grid": [-1]}, "options.embedding_eval.l2_grid = [-1]: expected a non-empty list of finite numbers >= 0"),
+    ({"l2_grid": [-1]}, "options.embedding_eval.l2_grid = [-1]: expected a non-empty list of finite numbers > 0"),
+    ({"fewshot_l2_grid": [0.0, 1.0]},  # 0: a separable few-shot draw has no optimum
+     "options.embedding_eval.fewshot_l2_grid = [0.0, 1.0]: expected a non-empty list of finite numbers > 0"),
     ({"fewshot_draws": 1.5}, "options.embedding_eval.fewshot_draws = 1.5: expected a positive integer"),
     ({"cluster_on": "val"}, "options.embedding_eval.cluster_on = 'val': expected 'all' or 'test'"),
 ])
