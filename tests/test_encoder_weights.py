@@ -189,6 +189,40 @@ def test_a_pickle_is_never_trusted(tmp_path: Path) -> None:
     assert not (tmp_path / "runs" / EMB).exists()
 
 
+def test_a_pickle_is_refused_in_one_line_of_our_own_naming_the_file_and_the_global(tmp_path: Path) -> None:
+    """torch's refusal text advises re-running torch.load with weights_only=False: never passed on. The weights
+    file and a cell's last.pt get one line naming the file and the global the pickle needs; nothing runs."""
+    from fusebench.components.encoder_weights import read_state
+    from fusebench.engine.cell import load_checkpoint
+    from fusebench.engine.loop import RunError
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {"layer.weight": torch.zeros(1)}, "payload": _Evil(marker)}, path)
+    with pytest.raises(ConfigError) as weights:
+        read_state(path)
+    with pytest.raises(RunError) as checkpoint:
+        load_checkpoint(path)
+    for err in (weights, checkpoint):
+        msg = str(err.value)
+        # Path.touch is pickled as getattr(Path, "touch"): the first global the unpickler meets
+        assert "\n" not in msg and str(path) in msg and "pickled Python object (getattr)" in msg, msg
+        assert "weights_only set to False" not in msg and "weights_only=False" not in msg
+        assert "add_safe_globals" not in msg and "will likely succeed" not in msg
+    assert str(weights.value).startswith(f"{path}: not a weights file fusebench reads safely")
+    assert str(checkpoint.value).startswith(f"cannot resume: checkpoint {path} is unreadable (it holds a pickled "
+                                            "Python object (")
+    assert not marker.exists()
+    junk = tmp_path / "junk.pt"  # not a pickle of anything: torch's text advises weights_only=False here too
+    junk.write_bytes(b"x")
+    with pytest.raises(RunError) as checkpoint:
+        load_checkpoint(junk)
+    assert str(checkpoint.value) == (f"cannot resume: checkpoint {junk} is unreadable (torch.load with weights_only=True "
+                                     "refuses it (Unsupported operand 120): not a file of tensors and plain containers "
+                                     "(fusebench never unpickles code)); the file was left as it is — delete it to "
+                                     "start over")  # 120: the byte 'x', read as a pickle opcode
+
+
 def test_cli_flag_shape_and_missing_file(tmp_path: Path, capsys) -> None:
     from fusebench.cli.run import main
 

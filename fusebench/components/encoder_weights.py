@@ -25,6 +25,7 @@ path: ``fusebench.components.identity.cell_identity``).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -100,6 +101,29 @@ def add_rows(spec: Any, given: Mapping[str, Any] | None, source: str) -> None:
     spec.encoder_weights = out
 
 
+_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
+_UNPICKLER = re.compile(r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)", re.DOTALL)
+
+
+def load_problem(e: BaseException) -> str:
+    """Why ``torch.load(..., weights_only=True)`` refused a file, in one line of our own: for a pickle that needs a
+    Python object (the global torch names, kept) that it holds pickled code, never torch's advice to load it with
+    ``weights_only=False``; otherwise the exception's type and its text on one line."""
+    import pickle
+
+    text = str(e)
+    if isinstance(e, pickle.UnpicklingError) and "weights only load failed" in text.lower():
+        found = _GLOBAL.search(text)
+        if found:
+            return (f"it holds a pickled Python object ({found.group(1)}) that loading would have to run; fusebench "
+                    "never unpickles code (torch.load weights_only=True): save tensors and plain containers only")
+        found = _UNPICKLER.search(text)
+        what = " ".join(found.group(1).split()).rstrip(".") if found else ""
+        return ("torch.load with weights_only=True refuses it" + (f" ({what[:200]})" if what else "")
+                + ": not a file of tensors and plain containers (fusebench never unpickles code)")
+    return f"{type(e).__name__}: {' '.join(text.split())[:300]}"
+
+
 def read_state(path: str | Path) -> dict[str, Any]:
     """The encoder's ``state_dict`` in the weights file ``path``, read safely (safetensors, or ``torch.load``
     with ``weights_only=True``): a checkpoint's ``model`` (``state_dict``, ``encoder``) entry when it has one,
@@ -117,8 +141,7 @@ def read_state(path: str | Path) -> dict[str, Any]:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
         raise ConfigError(f"{path}: not a weights file fusebench reads safely (safetensors, or a torch file of "
-                          f"tensors loadable with weights_only=True): {type(e).__name__}: "
-                          f"{' '.join(str(e).split())[:300]}") from None
+                          f"tensors loadable with weights_only=True): {load_problem(e)}") from None
     if isinstance(state, Mapping):
         for k in CHECKPOINT_KEYS:
             if isinstance(state.get(k), Mapping):
@@ -192,4 +215,5 @@ def record_field(name: str, entry: Mapping[str, str], encoder_id: str, config: M
             "encoder": {"id": encoder_id, "config": dict(config)}}
 
 
-__all__ = ["CHECKPOINT_KEYS", "add_rows", "load_into", "mismatch", "read_state", "record_field", "resolve"]
+__all__ = ["CHECKPOINT_KEYS", "add_rows", "load_into", "load_problem", "mismatch", "read_state", "record_field",
+           "resolve"]

@@ -32,8 +32,10 @@ class CellBusyError(RunError):
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
-    except Exception as e:  # corrupt / truncated / not a checkpoint
-        raise RunError(f"cannot resume: checkpoint {path} is unreadable ({type(e).__name__}: {e}); "
+    except Exception as e:  # corrupt / truncated / not a checkpoint / a pickle of code (refused, in our own words)
+        from fusebench.components.encoder_weights import load_problem
+
+        raise RunError(f"cannot resume: checkpoint {path} is unreadable ({load_problem(e)}); "
                        "the file was left as it is — delete it to start over") from None
     if not isinstance(ckpt, dict):  # e.g. a bare tensor or state list saved under the name
         raise RunError(f"cannot resume: {path} holds a {type(ckpt).__name__}, not a fusebench checkpoint (a mapping); "
