@@ -208,7 +208,9 @@ def test_run_applies_the_leaderboards_rule_of_what_is_a_record(tmp_path: Path) -
 
 def test_resume_on_another_data_folder_is_refused(tmp_path) -> None:
     spec = benchmarks.load("quickstart")
-    ckpt = {"config_hash": spec_hash(spec, "infonce_pwe"), "data_fingerprint": "a" * 64}
+    # what check_checkpoint_config reads of a checkpoint (load_checkpoint checked the rest of its structure)
+    ckpt = {"config_hash": spec_hash(spec, "infonce_pwe"), "data_fingerprint": "a" * 64, "phase": "pretrain",
+            "epoch": 0}
     same = {"fingerprint": {"sha256": "a" * 64}}
     other = {"fingerprint": {"sha256": "b" * 64}}  # no "data_file": the sweep reads a folder
     assert check_checkpoint_config(tmp_path / "last.pt", ckpt, spec, "infonce_pwe", same) is ckpt

@@ -6,12 +6,15 @@ A cell is only ever continued or returned for the configuration, the code and th
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fusebench.components.identity import code_changes, spec_hash
@@ -40,7 +43,184 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(ckpt, dict):  # e.g. a bare tensor or state list saved under the name
         raise RunError(f"cannot resume: {path} holds a {type(ckpt).__name__}, not a fusebench checkpoint (a mapping); "
                        "the file was left as it is — delete it to start over")
+    check_checkpoint(path, ckpt)
     return ckpt
+
+
+#: the loss curve of each phase, one value per counted step (``run_phase``'s ``curve``; read before every checkpoint)
+LOSS_CURVES = {"pretrain": "pretrain_loss", "downstream": "downstream_loss"}
+_MISSING = object()
+
+
+def checkpoint_error(path: Path, key: str, expected: str, got: Any = _MISSING, problem: str | None = None) -> RunError:
+    """The one error of a checkpoint that is not as this code writes it: the file, the key, what was expected (and
+    what was found; or ``problem``: why what was found does not do)."""
+    found = problem or ("it is missing" if got is _MISSING else f"got {_shown(got)}")
+    return RunError(f"cannot resume: {path}: key {key!r}: expected {expected}, {found} (a damaged or edited "
+                    "checkpoint?); the file was left as it is — delete it to start over")
+
+
+def _shown(v: Any) -> str:
+    if v is None or isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, (int, float)):
+        return f"{type(v).__name__} {v!r}"
+    if isinstance(v, str):
+        return f"string {v[:60]!r}"
+    if torch.is_tensor(v):
+        return f"a tensor of shape {list(v.shape)} ({v.dtype})"
+    if isinstance(v, (dict, list, tuple)):
+        return f"a {type(v).__name__} of {len(v)}"
+    return f"a {type(v).__name__}"
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _seconds(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(_number(t) and math.isfinite(t) and t >= 0 for t in v)
+
+
+def _curves(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(c, list) and all(_number(x) for x in c)
+                                       for k, c in v.items())
+
+
+def _state_dict(v: Any) -> bool:  # a module's state_dict: names to tensors (a module's own extra state aside)
+    return isinstance(v, dict) and all(isinstance(k, str) and (torch.is_tensor(t) or k.endswith("_extra_state"))
+                                       for k, t in v.items())
+
+
+def _optimizer_state(v: Any) -> bool:
+    return (isinstance(v, dict) and isinstance(v.get("state"), dict) and isinstance(v.get("param_groups"), list)
+            and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in v["param_groups"]))
+
+
+def _scheduler_state(v: Any) -> bool:  # what build_scheduler makes: a LambdaLR
+    return (isinstance(v, dict) and type(v.get("last_epoch")) is int and isinstance(v.get("base_lrs"), list)
+            and isinstance(v.get("lr_lambdas"), list))
+
+
+_SCHEDULER = "a LambdaLR scheduler's state_dict ({last_epoch, base_lrs, lr_lambdas, ...})"
+
+
+def _rng_problem(state: Any) -> str | None:
+    """Why ``state`` is not RNG states :func:`fusebench.runtime.utils.set_rng_state` restores (tried on fresh
+    generators, as it converts them: the process's own are left alone), or None."""
+    if not isinstance(state, dict):
+        return f"got {_shown(state)}"
+    try:
+        py = state["python"]
+        random.Random().setstate(tuple(py[:1]) + (tuple(py[1]),) + tuple(py[2:]))
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.RandomState().set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+        torch.Generator().set_state(state["torch"])
+        if not all(torch.is_tensor(t) and t.dtype == torch.uint8 for t in state.get("cuda", [])):
+            return "its 'cuda' entry is not a list of byte tensors"
+    except Exception as e:  # noqa: BLE001 - whatever the generators refuse
+        return f"the generators refuse it ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+    return None
+
+
+#: what each phase's checkpoint holds besides the counters, the curves and the RNG states, as the cells write it
+#: (fusebench.cells.standard: the pretraining phase; fusebench.cells.head_protocol: the downstream one); a module
+#: only some cells have (a gradient scaler, a pretraining method's state) is checked when it is restored
+#: (:meth:`fusebench.engine.loop.Phase.restore`)
+PHASE_KEYS: dict[str, dict[str, tuple[Any, str]]] = {
+    "pretrain": {"pretrainer": (_state_dict, "the pretrainer's state_dict (a mapping of names to tensors)"),
+                 "optimizer": (_optimizer_state, "an optimizer state_dict ({state, param_groups})"),
+                 "scheduler": (_scheduler_state, _SCHEDULER)},
+    "downstream": {"model": (_state_dict, "the model's state_dict (a mapping of names to tensors)"),
+                   "optimizer": (_optimizer_state, "an optimizer state_dict ({state, param_groups})"),
+                   "scheduler": (_scheduler_state, _SCHEDULER),
+                   "pretrained_state": (_state_dict, "the pretrained model's state_dict (a mapping of names to "
+                                                     "tensors)"),
+                   "pretrain_curves": (_curves, "a mapping of curve names to lists of numbers"),
+                   "pretrain_time": (lambda v: _number(v) and math.isfinite(v) and v >= 0, "seconds (a number >= 0)"),
+                   "best": (lambda v: isinstance(v, dict) and type(v.get("epoch")) is int and v["epoch"] >= -1
+                            and _number(v.get("score")) and (v.get("val") is None or isinstance(v.get("val"), dict)),
+                            "the best epoch so far ({epoch: an integer >= -1, score: a number, val: a mapping or "
+                            "None})")},
+}
+#: optional keys, checked where present
+OPTIONAL_KEYS: dict[str, tuple[Any, str]] = {
+    "time_segments_s": (_seconds, "a list of seconds (numbers >= 0)"),
+    "wall_segments_s": (_seconds, "a list of seconds (numbers >= 0)"),
+    "pretrain_time_segments_s": (_seconds, "a list of seconds (numbers >= 0)"),
+    "pretrain_budget": (lambda v: isinstance(v, dict), "a mapping (the pretraining budget)"),
+    "grad_scaler": (lambda v: isinstance(v, dict), "a gradient scaler state_dict (a mapping)"),
+    "config_hash": (lambda v: isinstance(v, str), "a string"),
+    "versions": (lambda v: v is None or isinstance(v, dict), "a mapping of code versions"),
+    "data_fingerprint": (lambda v: v is None or isinstance(v, str), "a string or None"),
+}
+
+
+def check_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
+    """A :class:`RunError` (:func:`checkpoint_error`: the file, the key, what was expected) unless ``ckpt`` holds
+    what resuming reads, of the types the loop and the cells read, as they write it: the phase, its counters
+    (integers >= 0; the step count is the length of the phase's loss curve, one loss per step, and at least the
+    step within the epoch), its curves, RNG states the generators take, the state of each of its modules, and the
+    optional keys where present. Needs no spec (``fusebench status`` judges a ``last.pt`` with it);
+    :func:`check_checkpoint_config` adds the bounds of the run's configuration, and
+    :meth:`fusebench.engine.loop.Phase.restore` the fit of each state into the cell's modules."""
+    def need(key: str, ok: Any, expected: str) -> Any:
+        if key not in ckpt:
+            raise checkpoint_error(path, key, expected)
+        if not ok(ckpt[key]):
+            raise checkpoint_error(path, key, expected, ckpt[key])
+        return ckpt[key]
+
+    phase = need("phase", lambda v: isinstance(v, str) and v in LOSS_CURVES, " or ".join(map(repr, LOSS_CURVES)))
+    step = need("step", _count, "an integer >= 0")
+    need("epoch", _count, "an integer >= 0")
+    in_epoch = need("step_in_epoch", _count, "an integer >= 0")
+    if in_epoch > step:
+        raise checkpoint_error(path, "step_in_epoch", f"at most the step count, {step}", in_epoch)
+    curves = need("curves", _curves, "a mapping of curve names to lists of numbers")
+    losses = len(curves.get(LOSS_CURVES[phase], []))
+    if step != losses:
+        raise checkpoint_error(path, "step", f"{losses}, the number of losses in curves[{LOSS_CURVES[phase]!r}] "
+                                             "(one per step)", step)
+    rng = need("rng", lambda v: True, "the RNG states of python, numpy and torch")
+    problem = _rng_problem(rng)
+    if problem:
+        raise checkpoint_error(path, "rng", "the RNG states of python, numpy and torch", problem=problem)
+    for key, (ok, expected) in PHASE_KEYS[phase].items():
+        need(key, ok, expected)
+    for key, (ok, expected) in OPTIONAL_KEYS.items():
+        if key in ckpt and not ok(ckpt[key]):
+            raise checkpoint_error(path, key, expected, ckpt[key])
+    if phase == "downstream":
+        best, epoch = ckpt["best"], ckpt["epoch"]
+        if best["epoch"] >= epoch:
+            raise checkpoint_error(path, "best", f"an epoch before the checkpoint's epoch {epoch}", best["epoch"])
+        model, pre = ckpt["model"], ckpt["pretrained_state"]
+        odd = sorted(set(model) ^ set(pre)) or sorted(k for k in model if torch.is_tensor(model[k])
+                                                        and model[k].shape != getattr(pre[k], "shape", None))
+        if odd:
+            raise checkpoint_error(path, "pretrained_state", f"the names and shapes of the model's state_dict (both "
+                                   f"are the task model's), differing at {odd[:3]}", pre)
+
+
+def check_checkpoint_bounds(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec, objective: str) -> None:
+    """The checkpoint's epoch within the run's (``spec``'s, for ``objective``): a pretraining checkpoint is written
+    within an epoch (epoch < the objective's pretraining epochs; none for a row that pretrains nothing), a downstream
+    one within or at the end of one (epoch <= ``downstream.epochs``)."""
+    from fusebench.components.rows import row_of
+
+    epoch = ckpt["epoch"]
+    if ckpt["phase"] == "pretrain":
+        epochs = spec.pretrain.settings(objective).epochs if row_of(spec, objective).pretrains else 0
+        if epoch >= epochs:
+            raise checkpoint_error(path, "epoch", f"below {epochs}, the pretraining epochs of {objective!r} (a "
+                                                  "pretraining checkpoint is written within an epoch)", epoch)
+    elif epoch > spec.downstream.epochs:
+        raise checkpoint_error(path, "epoch", f"at most {spec.downstream.epochs}, the downstream epochs", epoch)
 
 
 def data_fingerprint(context: dict[str, Any] | None) -> str | None:
@@ -51,6 +231,9 @@ def data_fingerprint(context: dict[str, Any] | None) -> str | None:
 
 def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec, objective: str,
                              context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``ckpt`` (as :func:`load_checkpoint` returned it: its structure checked) when the run of ``spec`` for
+    ``objective`` (and, with ``context``, its data) continues it: made with the same data, configuration and code,
+    its epoch within the run's (:func:`check_checkpoint_bounds`); else the error that says which differs."""
     named = (context or {}).get("data_file")  # one data file read: another file is said first (issue #32)
     if named and "data_fingerprint" in ckpt and ckpt["data_fingerprint"] != data_fingerprint(context):
         raise ConfigMismatchError(
@@ -82,6 +265,7 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
             f"cannot resume {path}: it was written while reading other data (fingerprint "
             f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}, now {data_fingerprint(context) or 'none (synthetic data)'}); "
             "resume with the same --data-root, or move the cell folder away to start over")
+    check_checkpoint_bounds(path, ckpt, spec, objective)
     return ckpt
 
 

@@ -121,12 +121,39 @@ class Phase:
                                  "data_fingerprint": self.data_fingerprint, **(extra or {})}, self.cell / "last.pt")
 
     def restore(self, ckpt: dict[str, Any]) -> None:
+        """Continue from ``ckpt`` (``last.pt`` as :func:`fusebench.engine.cell.load_checkpoint` returned it, its
+        structure checked): each module's state loaded into this phase's (strictly: a missing state, a name or a
+        shape that does not fit, an optimizer state of another parameter's shape is a :class:`RunError` naming the
+        file and the key, never a bare KeyError or a failure in a later step), then the counters, the curves, the
+        clock and the RNG states."""
+        from fusebench.engine.cell import checkpoint_error
+
+        path = self.cell / "last.pt"
         for k, m in self.mods.items():
-            m.load_state_dict(ckpt[k])
+            expected = f"the state of the {self.name} phase's {type(m).__name__}"
+            if k not in ckpt:
+                raise checkpoint_error(path, k, expected)
+            try:
+                m.load_state_dict(ckpt[k])
+                problem = _optimizer_shapes(m) if isinstance(m, torch.optim.Optimizer) else None
+            except Exception as e:  # noqa: BLE001 - a state that does not fit, whatever the module says of it
+                problem = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
+            if problem:
+                raise checkpoint_error(path, k, expected, problem=f"which it does not fit: {problem}")
         self.step, self.epoch, self.step_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["step_in_epoch"]
         self.curves = ckpt["curves"]
         self.clock = Clock(ckpt.get("time_segments_s", ()))  # the segments of the processes before this one
         utils.set_rng_state(ckpt["rng"])
+
+
+def _optimizer_shapes(opt: torch.optim.Optimizer) -> str | None:
+    """Where a loaded optimizer state holds a tensor (other than a scalar: a step count) of another shape than its
+    parameter (AdamW's moments, SGD's momentum are the parameter's shape; ``load_state_dict`` does not check), or
+    None."""
+    bad = [f"parameter {i} of group {g} (shape {list(p.shape)}): {name} of shape {list(v.shape)}"
+           for g, group in enumerate(opt.param_groups) for i, p in enumerate(group["params"])
+           for name, v in opt.state.get(p, {}).items() if torch.is_tensor(v) and v.dim() and v.shape != p.shape]
+    return f"state of another shape than its parameter: {'; '.join(bad[:3])}" if bad else None
 
 
 def nonfinite_tensors(modules: dict[str, Any]) -> list[str]:

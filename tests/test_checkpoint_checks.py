@@ -1,0 +1,184 @@
+"""A damaged but loadable ``last.pt`` (engine/cell.py: check_checkpoint, check_checkpoint_bounds; engine/loop.py:
+Phase.restore): one error naming the file, the key and what was expected, the same in ``--plan`` and in the run
+(which stops before any cell), never a bare KeyError in the training code; the file is left as it is.
+
+The checkpoints are real: written by a cell killed by its step budget (one in the pretraining phase, one in the
+downstream phase), then edited as a user or a disk might."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusebench
+from fusebench import benchmarks
+from fusebench.cells.execute import run_cell
+from fusebench.engine.cell import load_checkpoint
+from fusebench.engine.loop import RunError
+from fusebench.spec.request import CellRequest, RunOptions, cell_dir
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
+
+TINY = {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
+        "downstream.epochs": 1, "checkpoint_every": 1}
+OBJ = "infonce_pwe"
+TAIL = "(a damaged or edited checkpoint?); the file was left as it is — delete it to start over"
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """{phase: the bytes of a last.pt the code wrote in that phase}."""
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    found = {}
+    for steps in (1, 3):  # one step: pretraining; three: past its steps (one epoch of two batches at most)
+        out = tmp_path_factory.mktemp(f"killed{steps}")
+        with pytest.raises(KeyboardInterrupt):
+            run_cell(CellRequest(spec, OBJ, 0, out), RunOptions(progress=False, synthetic=True, max_steps=steps))
+        last = cell_dir(out, "quickstart", OBJ, 0) / "last.pt"
+        found[torch.load(last, weights_only=True)["phase"]] = last.read_bytes()
+    assert set(found) == {"pretrain", "downstream"}
+    return found
+
+
+def _cell_with(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
+    out = tmp_path / "runs"
+    cell = cell_dir(out, "quickstart", OBJ, 0)
+    cell.mkdir(parents=True)
+    (cell / "last.pt").write_bytes(data)
+    return out, cell / "last.pt"
+
+
+def _edited(tmp_path: Path, data: bytes, edit) -> tuple[Path, Path]:
+    ckpt = torch.load(_cell_with(tmp_path / "src", data)[1], weights_only=True)
+    edit(ckpt)
+    out = tmp_path / "runs"
+    cell = cell_dir(out, "quickstart", OBJ, 0)
+    cell.mkdir(parents=True)
+    torch.save(ckpt, cell / "last.pt")
+    return out, cell / "last.pt"
+
+
+def _plan(out: Path) -> tuple[str, str]:
+    rows = fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY,
+                         progress=False, plan=True)
+    (row,) = [r for r in rows if not r.get("selection")]
+    return row["action"], row["detail"]
+
+
+def _module(ckpt: dict) -> str:
+    return "pretrainer" if ckpt["phase"] == "pretrain" else "model"
+
+
+def _first_matrix(sd: dict) -> str:
+    return next(k for k, v in sd.items() if v.dim() == 2)
+
+
+def _set(key, value):
+    return lambda c: c.__setitem__(key, value)
+
+
+# (edit, the key named, what the message says after "expected ")
+DAMAGES = {
+    "module deleted": (lambda c: c.pop(_module(c)), None, "state_dict (a mapping of names to tensors), it is missing"),
+    "rng emptied": (_set("rng", {}), "rng", "the RNG states of python, numpy and torch, the generators refuse it "
+                                            "(KeyError: 'python')"),
+    "optimizer emptied": (_set("optimizer", {}), "optimizer", "an optimizer state_dict ({state, param_groups}), got "
+                                                              "a dict of 0"),
+    "scheduler emptied": (_set("scheduler", {}), "scheduler", "a LambdaLR scheduler's state_dict"),
+    "epoch a string": (_set("epoch", "x"), "epoch", "an integer >= 0, got string 'x'"),
+    "step a boolean": (_set("step", True), "step", "an integer >= 0, got True"),
+    "step out of reach": (_set("step", 10 ** 9), "step", "{losses}, the number of losses in curves[{curve!r}] (one "
+                                                         "per step), got int 1000000000"),
+    "phase unknown": (_set("phase", "finetune"), "phase", "'pretrain' or 'downstream', got string 'finetune'"),
+    "curves not lists": (_set("curves", {"pretrain_loss": "1.0"}), "curves", "a mapping of curve names to lists "
+                                                                             "of numbers, got a dict of 1"),
+}
+
+
+@pytest.mark.parametrize("phase", ["pretrain", "downstream"])
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_checkpoint_is_one_refusal_naming_file_and_key_in_the_plan_and_the_run(
+        tmp_path: Path, written: dict[str, bytes], phase: str, damage: str) -> None:
+    edit, key, said = DAMAGES[damage]
+    original = torch.load(_cell_with(tmp_path / "orig", written[phase])[1], weights_only=True)
+    key = key or _module(original)
+    said = said.replace("{losses}", str(original["step"])).replace("{curve!r}", repr(f"{phase}_loss"))
+    out, last = _edited(tmp_path, written[phase], edit)
+    before = last.read_bytes()
+    action, detail = _plan(out)
+    assert action == "refused"
+    assert detail.startswith(f"cannot resume: {last}: key {key!r}: expected ") and said in detail, detail
+    assert detail.endswith(TAIL) and "\n" not in detail
+    with pytest.raises(RunError) as err:  # the run stops before any cell, with the plan's words
+        fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY, progress=False)
+    assert str(err.value) == detail
+    assert last.read_bytes() == before and sorted(p.name for p in last.parent.iterdir()) == ["last.pt"]
+
+
+@pytest.mark.parametrize("phase", ["pretrain", "downstream"])
+def test_what_the_code_writes_passes_and_resumes_to_a_record(tmp_path: Path, written: dict[str, bytes],
+                                                            phase: str) -> None:
+    out, last = _cell_with(tmp_path, written[phase])
+    assert _plan(out) == ("resume", f"from {last}")
+    (rec,) = fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY,
+                           progress=False)
+    assert rec["objective"] == OBJ and (last.parent / "run.json").is_file()
+
+
+def test_epochs_beyond_the_runs_are_refused_by_its_configuration(tmp_path: Path, written: dict[str, bytes]) -> None:
+    """TINY has 1 pretraining epoch (a pretraining checkpoint is written within it: epoch 0) and 1 downstream epoch
+    (a downstream checkpoint is written within or at the end of it: epoch <= 1)."""
+    out, last = _edited(tmp_path / "pre", written["pretrain"], _set("epoch", 1))
+    assert _plan(out) == ("refused", f"cannot resume: {last}: key 'epoch': expected below 1, the pretraining epochs "
+                                     f"of '{OBJ}' (a pretraining checkpoint is written within an epoch), got int 1 "
+                                     f"{TAIL}")
+    out, last = _edited(tmp_path / "down", written["downstream"], _set("epoch", 2))
+    assert _plan(out) == ("refused", f"cannot resume: {last}: key 'epoch': expected at most 1, the downstream "
+                                     f"epochs, got int 2 {TAIL}")
+    with pytest.raises(RunError, match="key 'epoch': expected at most 1, the downstream epochs"):
+        fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY, progress=False)
+
+
+def test_the_downstream_pretrained_state_must_match_the_model(tmp_path: Path, written: dict[str, bytes]) -> None:
+    """Both are the task model's state_dict: a tensor of another shape in one is refused before any cell."""
+    def reshape(c: dict) -> None:
+        c["pretrained_state"][_first_matrix(c["model"])] = torch.zeros(3, 5)
+
+    out, last = _edited(tmp_path, written["downstream"], reshape)
+    action, detail = _plan(out)
+    assert action == "refused" and detail.startswith(f"cannot resume: {last}: key 'pretrained_state': expected the "
+                                                     "names and shapes of the model's state_dict")
+
+
+@pytest.mark.parametrize("where", ["module", "optimizer"])
+def test_a_state_of_another_shape_fails_the_cell_naming_file_and_key(tmp_path: Path, written: dict[str, bytes],
+                                                                    where: str) -> None:
+    """Shapes are known only to the cell's modules: the plan cannot see them; the cell refuses the state when it
+    restores it (a strict load; an optimizer moment of another shape than its parameter, which torch's
+    load_state_dict takes), with one message naming the file and the key, before any step."""
+    def reshape(c: dict) -> None:
+        if where == "module":
+            c["pretrainer"][_first_matrix(c["pretrainer"])] = torch.zeros(3, 5)
+        else:
+            state = c["optimizer"]["state"]
+            state[next(iter(state))]["exp_avg"] = torch.zeros(7)
+
+    out, last = _edited(tmp_path, written["pretrain"], reshape)
+    (row,) = fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY,
+                           progress=False)
+    assert row["status"] == "failed" and not (last.parent / "run.json").exists()
+    error = json.loads((last.parent / "failed.json").read_text())["error"]
+    key, cls = ("pretrainer", "Pretrainer") if where == "module" else ("optimizer", "AdamW")
+    assert error.startswith(f"RunError: cannot resume: {last}: key {key!r}: expected the state of the pretrain "
+                            f"phase's {cls}, which it does not fit: "), error
+    assert ("size mismatch" in error) if where == "module" else ("exp_avg of shape [7]" in error)
+    assert error.endswith(TAIL)
+
+
+def test_load_checkpoint_accepts_what_the_code_writes(tmp_path: Path, written: dict[str, bytes]) -> None:
+    for phase, data in written.items():
+        _, last = _cell_with(tmp_path / phase, data)
+        assert load_checkpoint(last)["phase"] == phase
