@@ -156,6 +156,7 @@ def test_records_of_older_schemas_are_judged_by_the_versions_they_state(tmp_path
     made by version 1 of everything (it was refused as "version None")."""
     import json
 
+    from fusebench.engine.loop import RunError
     from fusebench.records.cell_file import existing_record
 
     spec = benchmarks.load("quickstart", overrides=TINY)
@@ -164,38 +165,49 @@ def test_records_of_older_schemas_are_judged_by_the_versions_they_state(tmp_path
     rec = json.loads(run_json.read_text())
     assert {m: e["version"] for m, e in rec["metrics"].items()} == {"acc": "1", "bacc": "1"}
 
-    def as_written(**changes) -> Path:
+    def as_written(record: dict) -> Path:
         path = tmp_path / f"edited{len(list(tmp_path.glob('edited*')))}.json"
-        path.write_text(json.dumps({**rec, **changes}))
+        path.write_text(json.dumps(record))
         return path
 
-    older = as_written(schema_version=3, versions={**rec["versions"], "metrics": {"acc": "1", "bacc": "0"}})
+    def older(schema: int, metric_versions: dict | None = None) -> dict:
+        """The record as that schema wrote it (one the leaderboard reads; a reused record is validated): metric
+        values with their directions beside, the metrics' versions in versions.metrics (none in schema 1)."""
+        made = {k: v for k, v in rec.items() if k not in ("versions", "comparability_key")}
+        made.update(schema_version=schema, metrics={k: e["value"] for k, e in rec["metrics"].items()},
+                    metric_directions={k: e["direction"] for k, e in rec["metrics"].items()})
+        if schema >= 2:
+            made["versions"] = {**rec["versions"], "metrics": metric_versions}
+            made["comparability_key"] = comparability_key(made)
+        return made
+
+    older3 = as_written(older(3, {"acc": "1", "bacc": "0"}))
     with pytest.raises(ConfigMismatchError, match=r"metric 'bacc' version '0', now '1'"):
-        existing_record(older, spec, "none", seed=0)
-    same = as_written(schema_version=3, versions={**rec["versions"], "metrics": {"acc": "1", "bacc": "1"}})
+        existing_record(older3, spec, "none", seed=0)
+    same = as_written(older(3, {"acc": "1", "bacc": "1"}))
     assert existing_record(same, spec, "none", seed=0)["schema_version"] == 3
-    first = {k: v for k, v in rec.items() if k != "versions"}
     path = tmp_path / "schema1.json"
-    path.write_text(json.dumps({**first, "schema_version": 1}))
+    path.write_text(json.dumps(older(1)))
     assert existing_record(path, spec, "none", seed=0)["schema_version"] == 1  # version 1 of everything: reused
-    unstated = tmp_path / "unstated.json"  # no schema_version at all: schema 1
-    unstated.write_text(json.dumps({k: v for k, v in first.items() if k != "schema_version"}))
-    assert existing_record(unstated, spec, "none", seed=0)["objective"] == "none"
+    # no schema_version at all: the leaderboard refuses it (a record states its schema), so a rerun does not reuse it
+    unstated = tmp_path / "unstated.json"
+    unstated.write_text(json.dumps({k: v for k, v in older(1).items() if k != "schema_version"}))
+    with pytest.raises(RunError, match=rf"{re.escape(str(unstated))}: field 'schema_version': expected a value \(the "
+                                       r"field is missing\); the leaderboard refuses this record: move the cell"):
+        existing_record(unstated, spec, "none", seed=0)
     real = M.get  # a metric of the config at version 2 now: a schema-1 record's (version 1) is not reused
 
     def bumped(mid: str):
         return dataclasses.replace(real(mid), version="2") if mid == "bacc" else real(mid)
 
     monkeypatch.setattr(M, "get", bumped)
-    for old in (path, unstated):
-        with pytest.raises(ConfigMismatchError, match=r"metric 'bacc' version '1', now '2'"):
-            existing_record(old, spec, "none", seed=0)
+    with pytest.raises(ConfigMismatchError, match=r"metric 'bacc' version '1', now '2'"):
+        existing_record(path, spec, "none", seed=0)
     monkeypatch.undo()
-    from fusebench.engine.loop import RunError
-
-    for bad in ("4", True):
-        with pytest.raises(RunError, match=rf"schema_version is {bad!r}, not an integer; move it away"):
-            existing_record(as_written(schema_version=bad), spec, "none", seed=0)
+    for bad in ("4", True):  # the leaderboard's message
+        with pytest.raises(RunError, match=r"field 'schema_version': expected one of \[1, 2, 3, 4\], got .*the "
+                                           "leaderboard refuses this record"):
+            existing_record(as_written({**rec, "schema_version": bad}), spec, "none", seed=0)
 
 
 def test_an_encoder_version_that_is_not_a_string_is_refused(monkeypatch) -> None:

@@ -39,6 +39,16 @@ def test_bad_worker_counts_are_refused(bad, tmp_path: Path) -> None:
         fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, workers=bad, progress=False)
 
 
+def _record(obj: str, seed: int) -> str:
+    """A run record the leaderboard reads (schema 1: the fewest fields), of the cell quickstart/obj/seed<seed>."""
+    return json.dumps({
+        "schema_version": 1, "suite_version": "0.1.0", "benchmark": "quickstart", "objective": obj, "seed": seed,
+        "metrics": {"acc": 0.5}, "metric_directions": {"acc": "higher"},
+        "config": {"metrics": ["acc"], "selection_metric": "acc", "seeds": [0], "dataset": {"id": "synthetic"}},
+        "dataset": {"id": "synthetic", "synthetic": True, "manifest_hash": "synthetic"},
+        "pretrain_time_s": 1.0, "peak_memory_mb": 10.0})
+
+
 def _cell(root: Path, obj: str, seed: int) -> Path:
     d = root / "quickstart" / obj / f"seed{seed}"
     d.mkdir(parents=True)
@@ -47,8 +57,7 @@ def _cell(root: Path, obj: str, seed: int) -> Path:
 
 def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
-    (_cell(out, "m3g", 0) / "run.json").write_text(json.dumps({"benchmark": "quickstart", "objective": "m3g",
-                                                                "seed": 0}))
+    (_cell(out, "m3g", 0) / "run.json").write_text(_record("m3g", 0))
     (_cell(out, "m3g", 1) / ".lock").write_text(str(os.getpid()))  # a live process holds it
     (_cell(out, "m3g", 2) / "failed.json").write_text(json.dumps({"error": "RunError: loss is nan\nmore"}))
     (_cell(out, "none", 0) / "last.pt").write_bytes(b"x")
@@ -153,13 +162,24 @@ def test_a_record_file_a_rerun_would_refuse_is_unreadable_not_done(tmp_path: Pat
     (cells["none"] / "run.json").write_text("notjson")
     (cells["raw"] / "run.json").write_text('{"x": 1}')
     (cells["m3g"] / "run.json").write_text('{"benchmark": "quickstart", "objective": "mv_dhel", "seed": 0}')  # copied
-    (cells["mv_dhel"] / "run.json").write_text('{"benchmark": "quickstart", "objective": "mv_dhel", "seed": 0}')
+    (cells["mv_dhel"] / "run.json").write_text(_record("mv_dhel", 0))
     found = S.collect(tmp_path)["quickstart"]
-    assert found[("none", 0)] == ("unreadable", f"{cells['none'] / 'run.json'} is not valid JSON (JSONDecodeError); "
-                                                "a rerun refuses it: move it away")
+    assert found[("none", 0)][0] == "unreadable"
+    assert found[("none", 0)][1].startswith(f"{cells['none'] / 'run.json'}: field '(file)': expected a readable JSON "
+                                            "file (Expecting value")
+    assert found[("none", 0)][1].endswith("; a rerun refuses it: move it away")
     assert found[("raw", 0)] == ("unreadable", f"{cells['raw'] / 'run.json'} is not the run record of its cell "
                                                "({'benchmark': None, 'objective': None, 'seed': None}, expected "
                                                "{'benchmark': 'quickstart', 'objective': 'raw', 'seed': 0}); a rerun "
                                                "refuses it: move it away")
     assert found[("m3g", 0)][0] == "unreadable" and "'objective': 'mv_dhel'" in found[("m3g", 0)][1]
     assert found[("mv_dhel", 0)] == ("done", "")
+    # the record of its cell, but one the leaderboard's validator refuses: unreadable, with the validator's message
+    from fusebench.records import RecordError, load_record
+
+    (cells["mv_dhel"] / "run.json").write_text(_record("mv_dhel", 0).replace('"acc": 0.5', '"acc": 7.0'))
+    with pytest.raises(RecordError) as board:
+        load_record(cells["mv_dhel"] / "run.json")
+    assert str(board.value).startswith(f"{cells['mv_dhel'] / 'run.json'}: field 'metrics.acc': expected ")
+    assert S.collect(tmp_path)["quickstart"][("mv_dhel", 0)] == (
+        "unreadable", f"{board.value}; the leaderboard refuses this record: move the cell folder away to recompute it")

@@ -5,13 +5,12 @@ configuration and data (:func:`existing_record`), and writing it once, validated
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from fusebench.components.identity import code_changes, spec_hash
-from fusebench.records import RecordError, check_record_file, validate_record
+from fusebench.records import RecordError, check_record_file, read_record_json, validate_record
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError, data_fingerprint
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
@@ -32,20 +31,19 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
                     context: dict[str, Any] | None = None, seed: int | None = None) -> dict[str, Any]:
     """The finished cell's record, if it was made with ``spec``'s configuration for ``objective`` and, when ``context``
     is given, from the same data (the fingerprint of the files read: a rerun on another file of the
-    same shapes must not return the first file's record)."""
+    same shapes must not return the first file's record), and the leaderboard reads it: read and validated as the
+    leaderboard reads and validates a record (:func:`fusebench.records.read_record_json`, :func:`valid_record`),
+    never returned otherwise (a reused record is printed and compared as the run's)."""
     try:
-        rec = json.loads(run_json.read_text())
-    except (OSError, json.JSONDecodeError, RecursionError) as e:
-        raise RunError(f"{run_json} is unreadable ({type(e).__name__}: {str(e)[:200]}); move it away to rerun the "
-                       "cell") from None
-    if not isinstance(rec, dict):
-        raise RunError(f"{run_json} is not a run record (a JSON object expected); move it away to rerun the cell")
-    _undefined_as_nan(rec)
+        rec = read_record_json(run_json)  # the leaderboard's reader: a readable JSON object, no key given twice
+    except RecordError as e:
+        raise RunError(f"{e}; move it away to rerun the cell") from None
     want = {"benchmark": spec.name, "objective": objective, **({} if seed is None else {"seed": seed})}
     got = {k: rec.get(k) for k in want}
     if got != want:  # the config hash does not cover the seed: a record copied or edited into another cell
         raise RunError(f"{run_json} is the record of {got}, not of its cell {want} (copied from another cell, or "
                        f"edited?); move it away to rerun the cell")
+    valid_record(run_json, rec)  # before the checks below read its fields (typed by the validator)
     if context is not None:  # other data first: a different file usually changes the config too (its views)
         _check_same_data(run_json, rec, context)
     want_hash = spec_hash(spec, objective)
@@ -59,15 +57,27 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
                        f"!= {want_hash} of the current spec and --set values); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
     _check_same_code(run_json, rec, spec, objective)
+    _undefined_as_nan(rec)
     return rec
+
+
+def valid_record(run_json: Path, rec: dict[str, Any]) -> None:
+    """A RunError, with the leaderboard's message (:func:`fusebench.records.validate_record`: the file, the field,
+    what was expected), when the leaderboard refuses the record ``rec`` read from ``run_json``: it is not reused (nor
+    counted done by ``fusebench status``) either."""
+    try:
+        validate_record(rec, run_json)
+    except RecordError as e:
+        raise RunError(f"{e}; the leaderboard refuses this record: move the cell folder away to recompute it") from None
+    except RecursionError:  # as load_record: a config nested nearly as deep as the parser allows
+        raise RunError(f"{run_json}: a run record nested too deeply to check; move the cell folder away to recompute "
+                       "it") from None
 
 
 def _check_same_code(run_json: Path, rec: dict[str, Any], spec: BenchmarkSpec, objective: str) -> None:
     """The record was made by the versions of the objective, the encoder and the metrics this code computes
-    (:func:`fusebench.components.identity.code_changes`); else a ConfigMismatchError naming what changed."""
-    schema = rec.get("schema_version", 1)
-    if isinstance(schema, bool) or not isinstance(schema, int):
-        raise RunError(f"{run_json}: schema_version is {schema!r}, not an integer; move it away to rerun the cell")
+    (:func:`fusebench.components.identity.code_changes`); else a ConfigMismatchError naming what changed. ``rec`` is
+    valid (:func:`valid_record`: its schema_version an integer, its metric entries typed)."""
     changed = code_changes(spec, objective, *record_versions(rec))
     if changed:
         raise ConfigMismatchError(f"{run_json} was made by other code under the same configuration "
@@ -152,4 +162,4 @@ def write_record(cell: Path, record: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["existing_record", "record_there", "record_versions", "write_record"]
+__all__ = ["existing_record", "record_there", "record_versions", "valid_record", "write_record"]

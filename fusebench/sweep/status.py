@@ -16,7 +16,8 @@ Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
   shares (:func:`fusebench.records.check_record_file`): its ``run.json`` is a folder, a symbolic
   link or a special file, or the cell folder (or a folder above it, below ``--out``) is a symbolic
   link. The leaderboard refuses such a cell; the detail says why. So is a ``run.json`` a rerun refuses: not valid
-  JSON, or not the record of its cell (a JSON object naming the benchmark, objective and seed of its folders).
+  JSON, not the record of its cell (a JSON object naming the benchmark, objective and seed of its folders), or one
+  the leaderboard's validator refuses (the detail is its message: the file, the field, what was expected).
   Shown only when there is one.
 
 The lock (``.lock``) holds JSON: the owner's pid, host and, inside a SLURM job, the job id. Whether
@@ -97,21 +98,28 @@ def _read_cell(cell: Path, queue: SlurmQueue | None, root: Path | None) -> tuple
 
 def _done_or_unreadable(run_json: Path) -> tuple[str, str, dict[str, Any] | None]:
     """``("done", "", record)`` for a record file that reads as a run record of its own cell (a JSON object naming
-    the benchmark, objective and seed of the folders it lies in), else ``(UNREADABLE, why, None)``: a rerun refuses
-    such a file (:func:`fusebench.records.cell_file.existing_record`), so it is not counted as done."""
+    the benchmark, objective and seed of the folders it lies in) that the leaderboard reads (its validator:
+    :func:`fusebench.records.cell_file.valid_record`), else ``(UNREADABLE, why, None)``: a rerun refuses such a file
+    (:func:`fusebench.records.cell_file.existing_record`), so it is not counted as done."""
+    from fusebench.engine.loop import RunError
+    from fusebench.records import read_record_json
+    from fusebench.records.cell_file import valid_record
+
     try:
-        rec = json.loads(run_json.read_text())
-    except (OSError, ValueError, RecursionError) as e:
-        return (UNREADABLE, f"{run_json} is not valid JSON ({type(e).__name__}); a rerun refuses it: move it away",
-                None)
+        rec = read_record_json(run_json)  # the reader of the leaderboard and of a rerun
+    except RecordError as e:
+        return UNREADABLE, f"{e}; a rerun refuses it: move it away", None
     seed = _SEED.fullmatch(run_json.parent.name)
     want = {"benchmark": run_json.parents[2].name, "objective": run_json.parents[1].name,
             "seed": int(seed.group(1)) if seed else None}
-    got = {k: rec.get(k) for k in want} if isinstance(rec, dict) else None
+    got = {k: rec.get(k) for k in want}
     if got != want:
-        found = got if got is not None else "not a JSON object"
-        return UNREADABLE, (f"{run_json} is not the run record of its cell ({found}, expected {want}); a rerun "
+        return UNREADABLE, (f"{run_json} is not the run record of its cell ({got}, expected {want}); a rerun "
                             "refuses it: move it away"), None
+    try:
+        valid_record(run_json, rec)
+    except RunError as e:
+        return UNREADABLE, str(e), None
     return "done", "", rec
 
 

@@ -1,0 +1,90 @@
+"""A finished cell's ``run.json`` is reused only when the leaderboard would read it (records/cell_file.py:
+existing_record validates it with the leaderboard's own validator): an edited or damaged record is refused with
+the validator's message naming the file and the field, in ``--plan``, in the run and in ``fusebench status`` (the
+cell is "unreadable", not "done") alike, nothing recomputed or printed as the cell's result; the record is left as it
+is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import fusebench
+from fusebench.engine.loop import RunError
+from fusebench.records import RecordError, load_record
+from fusebench.spec.request import cell_dir
+from fusebench.sweep import status
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
+
+TINY = {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
+        "downstream.epochs": 1}
+OBJ = "none"  # a reference row: no pretraining, the record in a second
+HINT = "; the leaderboard refuses this record: move the cell folder away to recompute it"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The text of a run.json the code wrote."""
+    out = tmp_path_factory.mktemp("done")
+    fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY, progress=False)
+    return (cell_dir(out, "quickstart", OBJ, 0) / "run.json").read_text()
+
+
+def _set_acc(value):
+    def edit(rec: dict) -> None:
+        rec["metrics"]["acc"]["value"] = value
+    return edit
+
+
+def _bare_number(rec: dict) -> None:
+    rec["metrics"]["acc"] = 0.5
+
+
+EDITS = {
+    "accuracy above 1": (_set_acc(7.0), "metrics.acc.value"),
+    "accuracy a string": (_set_acc("0.9"), "metrics.acc.value"),
+    "entry a bare number": (_bare_number, "metrics.acc"),
+    "metrics deleted": (lambda rec: rec.pop("metrics"), "metrics"),
+    "schema 99": (lambda rec: rec.__setitem__("schema_version", 99), "schema_version"),
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_record_the_leaderboard_refuses_is_not_reused(tmp_path: Path, finished: str, edit: str) -> None:
+    change, field = EDITS[edit]
+    rec = json.loads(finished)
+    assert rec["schema_version"] == 4 and 0 <= rec["metrics"]["acc"]["value"] <= 1  # what the edits start from
+    change(rec)
+    cell = cell_dir(tmp_path, "quickstart", OBJ, 0)
+    cell.mkdir(parents=True)
+    path = cell / "run.json"
+    path.write_text(json.dumps(rec))
+    with pytest.raises(RecordError) as board:  # the leaderboard's reading of the file
+        load_record(path)
+    assert board.value.field == field and str(board.value).startswith(f"{path}: field {field!r}: expected ")
+    expected = f"{board.value}{HINT}"
+    rows = fusebench.run("quickstart", objective=OBJ, seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                         progress=False, plan=True)
+    assert [(r["action"], r["detail"]) for r in rows] == [("refused", expected)]
+    with pytest.raises(RunError) as run:
+        fusebench.run("quickstart", objective=OBJ, seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                      progress=False)
+    assert str(run.value) == expected
+    assert status.collect(tmp_path)["quickstart"][(OBJ, 0)] == ("unreadable", expected)  # not "done"
+    assert path.read_text() == json.dumps(rec) and sorted(p.name for p in cell.iterdir()) == ["run.json"]
+
+
+def test_the_record_as_written_is_reused(tmp_path: Path, finished: str) -> None:
+    cell = cell_dir(tmp_path, "quickstart", OBJ, 0)
+    cell.mkdir(parents=True)
+    (cell / "run.json").write_text(finished)
+    rows = fusebench.run("quickstart", objective=OBJ, seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                         progress=False, plan=True)
+    assert [(r["action"], r["detail"]) for r in rows] == [("reuse", str(cell / "run.json"))]
+    (rec,) = fusebench.run("quickstart", objective=OBJ, seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                           progress=False)
+    assert rec["metrics"] == json.loads(finished)["metrics"]
+    assert status.collect(tmp_path)["quickstart"][(OBJ, 0)] == ("done", "")
