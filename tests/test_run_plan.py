@@ -164,6 +164,38 @@ def test_plan_is_a_flag_of_the_typed_request() -> None:
         SweepRequest.of("quickstart", plan="yes")
 
 
+def test_an_unreadable_lock_is_judged_by_one_rule_in_the_plan_the_run_and_status(tmp_path: Path) -> None:
+    """An empty .lock (a run of an older version between creating and writing it) is another process's for a minute
+    after it was last written, then stale: the plan says busy / run, the run skips / takes the cell, status says
+    running / pending, all by the run's own rule (engine.cell.lock_holder)."""
+    import time
+
+    from fusebench.sweep import status
+
+    cell = cell_dir(tmp_path, "quickstart", "none", 0)
+    cell.mkdir(parents=True)
+    lock = cell / ".lock"
+    lock.write_text("")
+    kw = dict(objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY, progress=False)
+    held = ("another process (its lock is unreadable; taken as held for 60 s after it was last written, then as "
+            "stale)")
+    os.utime(lock)  # written now (before each judgement: no test depends on how fast the one before it ran)
+    assert _by_cell(fusebench.run("quickstart", plan=True, **kw)) == {
+        ("none", 0): ("busy", f"locked by {held}: another process runs it now")}
+    os.utime(lock)
+    (row,) = fusebench.run("quickstart", **kw)
+    assert row["status"] == "skipped" and "its lock is unreadable" in row["error"]
+    os.utime(lock)
+    assert status.collect(tmp_path)["quickstart"][("none", 0)] == ("running", held)
+    assert lock.read_text() == "" and not (cell / "run.json").exists()
+    old = time.time() - 120  # left empty by a run killed two minutes ago: stale
+    os.utime(lock, (old, old))
+    assert _by_cell(fusebench.run("quickstart", plan=True, **kw)) == {("none", 0): ("run", "")}
+    assert status.collect(tmp_path)["quickstart"][("none", 0)] == ("pending", "")
+    (rec,) = fusebench.run("quickstart", **kw)
+    assert rec["objective"] == "none" and (cell / "run.json").is_file() and not lock.exists()
+
+
 def test_a_last_pt_that_is_not_a_checkpoint_is_one_refusal_in_the_plan_and_the_run(tmp_path: Path) -> None:
     import torch
 

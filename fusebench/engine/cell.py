@@ -21,7 +21,7 @@ from fusebench.components.identity import code_changes, spec_hash
 from fusebench.io import create_once
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.loop import RunError
-from fusebench.engine.locks import lock_payload, read_lock
+from fusebench.engine.locks import LockHolder, SlurmQueue, lock_payload, read_lock
 
 
 class ConfigMismatchError(RunError):
@@ -273,6 +273,35 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
 UNREADABLE_LOCK_S = 60.0
 
 
+def lock_holder(path: Path, queue: SlurmQueue | None = None) -> tuple[bool, LockHolder | None]:
+    """Whether the cell lock ``path`` is held now, by the one rule the run (:class:`CellLock`), ``--plan``
+    (:func:`fusebench.sweep.plan.cell_plan`) and ``fusebench status`` apply, and its holder as read
+    (:func:`fusebench.engine.locks.read_lock`; None: no lock, or one that names no owner). A lock naming a live
+    process is held; one that names no owner (empty, unreadable, pid 0: one of an older suite version being written)
+    is held for :data:`UNREADABLE_LOCK_S` after it was last written, then stale; any other is stale (its owner is
+    gone: the run takes it over). Only the process taking the lock knows one thing more: a lock naming its own pid
+    is not its own (it is taking it now): an earlier run's under the same pid (a requeued job in a container), stale
+    (:class:`CellLock`)."""
+    holder = read_lock(path, queue)
+    if holder is not None and holder.pid <= 0 and not holder.slurm_job:
+        holder = None  # an empty lock names no owner (not a dead one)
+    if holder is None:
+        try:
+            return time.time() - os.stat(path).st_mtime < UNREADABLE_LOCK_S, None
+        except FileNotFoundError:
+            return False, None
+    return holder.alive, holder
+
+
+def lock_detail(holder: LockHolder | None) -> str:
+    """Who holds a lock that :func:`lock_holder` judged held (``holder``: as it returned it), as ``--plan`` and
+    ``fusebench status`` say it."""
+    if holder is not None:
+        return holder.detail
+    return (f"another process (its lock is unreadable; taken as held for {UNREADABLE_LOCK_S:.0f} s after it was last "
+            "written, then as stale)")
+
+
 class CellLock:
     """An exclusive per-cell lock file (``.lock``, holding the owner's pid, host and SLURM job): two
     processes never run one cell at once. A lock left by a process that no longer exists is taken
@@ -295,20 +324,12 @@ class CellLock:
                 judged = (os.stat(self.path).st_ino, self.path.read_bytes())
             except FileNotFoundError:
                 continue
-            holder = read_lock(self.path)
-            if holder is not None and holder.pid <= 0 and not holder.slurm_job:
-                holder = None  # an empty lock names no owner (not a dead one)
-            # an unreadable lock is a live owner's for a minute (one of an older suite version being written), then
-            # stale
-            try:
-                young = holder is None and time.time() - os.stat(self.path).st_mtime < UNREADABLE_LOCK_S
-            except FileNotFoundError:
-                continue
-            if young or (holder is not None and holder.alive and not (holder.local and holder.pid == os.getpid())):
+            held, holder = lock_holder(self.path)  # the rule --plan and status apply too
+            if held and not (holder is not None and holder.local and holder.pid == os.getpid()):
                 who = holder.owner if holder is not None else "another process (its lock is unreadable)"
                 raise CellBusyError(f"{self.path.parent} is being run by {who} "
                                     f"(lock {self.path}); not starting it twice") from None
-            self._take_over(judged)  # the stale lock of a killed run
+            self._take_over(judged)  # the stale lock of a killed run (or none: gone meanwhile, the loop retries)
         raise CellBusyError(f"cannot lock {self.path}")
 
     def _take_over(self, judged: tuple[int, bytes]) -> None:

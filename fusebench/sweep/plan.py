@@ -54,7 +54,8 @@ def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
               context: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One entry per cell, in sweep order: ``{"status": "plan", "benchmark", "objective", "seed", "action",
     "detail", "cell"}``, the action one of :data:`CELL_ACTIONS`; a refusal is an entry, not an exception."""
-    from fusebench.engine.locks import LOCK, read_lock
+    from fusebench.engine.cell import lock_detail, lock_holder
+    from fusebench.engine.locks import LOCK
 
     rows = []
     for o in objs:
@@ -66,9 +67,9 @@ def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
             except (ConfigMismatchError, RunError) as e:
                 action, detail = "refused", str(e)
             if action in ("run", "resume"):
-                holder = read_lock(cell / LOCK)
-                if holder is not None and holder.alive:
-                    action, detail = "busy", f"locked by {holder.detail}: another process runs it now"
+                held, holder = lock_holder(cell / LOCK)  # the run's own rule (CellLock)
+                if held:
+                    action, detail = "busy", f"locked by {lock_detail(holder)}: another process runs it now"
                 elif action == "resume":
                     detail = f"from {cell / 'last.pt'}"
                 elif (cell / "failed.json").is_file():

@@ -6,8 +6,10 @@ Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
   code (objective, encoder or metric versions: a rerun refuses it) is listed with what changed; whether its
   configuration and data are the ones a command would use needs that command's arguments: ``fusebench run ...
   --plan`` judges each cell as the run would (:mod:`fusebench.sweep.plan`);
-* ``running``: a ``.lock`` held by a live process (``fusebench run`` is on it now), or the cell's
-  SLURM job is running and has not taken the lock yet (it is starting);
+* ``running``: a ``.lock`` held by a live process (``fusebench run`` is on it now), or one that names no owner
+  (unreadable, empty) written less than a minute ago: the run's own rule
+  (:func:`fusebench.engine.cell.lock_holder`), which skips such a cell; or the cell's SLURM job is running and has
+  not taken the lock yet (it is starting);
 * ``failed``: ``failed.json`` exists and no ``run.json`` (rerunning the sweep retries it);
 * ``interrupted``: a ``last.pt`` checkpoint and no live lock (rerunning resumes it where it stopped);
 * ``pending``: nothing yet; with ``--benchmark``, every cell of the benchmark's default sweep
@@ -45,8 +47,7 @@ from typing import Any
 
 from fusebench.records import RecordError, check_record_file
 from fusebench.registry import ID_RULE, valid_id
-from fusebench.engine.locks import (GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, read_lock,
-                                      slurm_jobs)
+from fusebench.engine.locks import GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, slurm_jobs
 from fusebench.runtime.terminal_help import Once, TerminalHelp
 
 STATES = ("done", "running", "failed", "interrupted", "pending")
@@ -70,9 +71,11 @@ def _read_cell(cell: Path, queue: SlurmQueue | None, root: Path | None) -> tuple
             return _done_or_unreadable(cell / "run.json")
     except RecordError as e:  # the leaderboard refuses it for the same reason
         return UNREADABLE, str(e), None
-    holder = read_lock(cell / LOCK, queue)
-    if holder is not None and holder.alive:
-        return "running", holder.detail, None
+    from fusebench.engine.cell import lock_detail, lock_holder
+
+    held, holder = lock_holder(cell / LOCK, queue)  # the run's own rule (CellLock)
+    if held:
+        return "running", lock_detail(holder), None
     job = queued_job(cell, queue)
     note = ""
     if job is not None:
