@@ -1,6 +1,8 @@
 """A damaged but loadable ``last.pt`` (engine/cell.py: check_checkpoint, check_checkpoint_bounds; engine/loop.py:
 Phase.restore): one error naming the file, the key and what was expected, the same in ``--plan`` and in the run
-(which stops before any cell), never a bare KeyError in the training code; the file is left as it is.
+(which stops before any cell), never a bare KeyError in the training code; the file is left as it is. ``fusebench
+status`` judges a ``last.pt`` with the same checks ("not resumable: " and the run's message), with ``--benchmark``
+also by the spec (configuration, code, epochs).
 
 The checkpoints are real: written by a cell killed by its step budget (one in the pretraining phase, one in the
 downstream phase), then edited as a user or a disk might."""
@@ -18,7 +20,9 @@ from fusebench import benchmarks
 from fusebench.cells.execute import run_cell
 from fusebench.engine.cell import load_checkpoint
 from fusebench.engine.loop import RunError
+from fusebench.components.identity import spec_hash
 from fusebench.spec.request import CellRequest, RunOptions, cell_dir
+from fusebench.sweep import status
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
@@ -115,6 +119,7 @@ def test_a_damaged_checkpoint_is_one_refusal_naming_file_and_key_in_the_plan_and
     with pytest.raises(RunError) as err:  # the run stops before any cell, with the plan's words
         fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY, progress=False)
     assert str(err.value) == detail
+    assert status.collect(out)["quickstart"][(OBJ, 0)] == ("interrupted", f"not resumable: {detail}")
     assert last.read_bytes() == before and sorted(p.name for p in last.parent.iterdir()) == ["last.pt"]
 
 
@@ -123,6 +128,7 @@ def test_what_the_code_writes_passes_and_resumes_to_a_record(tmp_path: Path, wri
                                                             phase: str) -> None:
     out, last = _cell_with(tmp_path, written[phase])
     assert _plan(out) == ("resume", f"from {last}")
+    assert status.collect(out)["quickstart"][(OBJ, 0)] == ("interrupted", "resumable from last.pt")
     (rec,) = fusebench.run("quickstart", objective=OBJ, seeds=[0], out=out, synthetic=True, overrides=TINY,
                            progress=False)
     assert rec["objective"] == OBJ and (last.parent / "run.json").is_file()
@@ -182,3 +188,65 @@ def test_load_checkpoint_accepts_what_the_code_writes(tmp_path: Path, written: d
     for phase, data in written.items():
         _, last = _cell_with(tmp_path / phase, data)
         assert load_checkpoint(last)["phase"] == phase
+
+
+class _Evil:
+    """Pickled with a reduce that would create a file when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_status_calls_resumable_only_what_the_run_resumes(tmp_path: Path, written: dict[str, bytes]) -> None:
+    """A pickle with code, a dict of tensors, a checkpoint of another configuration or benchmark: "not resumable"
+    with the run's message (the spec's checks with --benchmark alone); a checkpoint of the benchmark's default
+    configuration, written by the code: resumable, with and without --benchmark."""
+    out = tmp_path / "runs"
+    cells = {name: cell_dir(out, "quickstart", name, 0) for name in ("m3g", "mv_dhel", "infonce_pwe")}
+    for cell in cells.values():
+        cell.mkdir(parents=True)
+    marker = tmp_path / "ran"
+    torch.save({"phase": "pretrain", "payload": _Evil(marker)}, cells["m3g"] / "last.pt")
+    torch.save({"weight": torch.zeros(2, 2)}, cells["mv_dhel"] / "last.pt")
+    (cells["infonce_pwe"] / "last.pt").write_bytes(written["pretrain"])  # made under TINY's settings
+    found = status.collect(out)["quickstart"]
+    assert found[("m3g", 0)] == ("interrupted", (
+        f"not resumable: cannot resume: checkpoint {cells['m3g'] / 'last.pt'} is unreadable (it holds a pickled Python "
+        "object (getattr) that loading would have to run; fusebench never unpickles code (torch.load "
+        "weights_only=True): save tensors and plain containers only); the file was left as it is — delete it to start "
+        "over"))
+    assert not marker.exists()
+    assert found[("mv_dhel", 0)] == ("interrupted", (
+        f"not resumable: cannot resume: {cells['mv_dhel'] / 'last.pt'}: key 'phase': expected 'pretrain' or "
+        f"'downstream', it is missing (a damaged or edited checkpoint?); the file was left as it is — delete it to "
+        "start over"))
+    assert found[("infonce_pwe", 0)] == ("interrupted", "resumable from last.pt")  # no spec: its structure only
+    # with the spec: written under other settings than the benchmark's defaults (a run with TINY's --set resumes it)
+    tiny, default = (spec_hash(benchmarks.load("quickstart", overrides=o), OBJ) for o in (TINY, {}))
+    assert tiny != default
+    judged = status.collect(out, ["quickstart"])["quickstart"]
+    assert judged[("infonce_pwe", 0)] == ("interrupted", (
+        f"not resumable: cannot resume {cells['infonce_pwe'] / 'last.pt'}: it was written with another configuration "
+        f"(config hash {tiny} != {default} of the current spec and --set values); rerun with the same settings, or "
+        "move the cell folder away to start over"))
+    assert judged[("m3g", 0)] == found[("m3g", 0)] and judged[("mv_dhel", 0)] == found[("mv_dhel", 0)]
+    # another benchmark's checkpoint under this one's folders
+    other = cell_dir(out, "mv-hw2sources", OBJ, 0)
+    other.mkdir(parents=True)
+    (other / "last.pt").write_bytes(written["pretrain"])
+    mv = spec_hash(benchmarks.load("mv-hw2sources"), OBJ)
+    assert status.collect(out, ["mv-hw2sources"])["mv-hw2sources"][(OBJ, 0)] == ("interrupted", (
+        f"not resumable: cannot resume {other / 'last.pt'}: it was written with another configuration (config hash "
+        f"{tiny} != {mv} of the current spec and --set values); rerun with the same settings, or move the cell folder "
+        "away to start over"))
+    # one the default sweep resumes: written by the code under the benchmark's own settings
+    spec = benchmarks.load("quickstart", overrides={"checkpoint_every": 1})  # not in the config hash
+    assert spec_hash(spec, OBJ) == default
+    (cells["infonce_pwe"] / "last.pt").unlink()
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(CellRequest(spec, OBJ, 0, out), RunOptions(progress=False, synthetic=True, max_steps=1))
+    assert status.collect(out, ["quickstart"])["quickstart"][(OBJ, 0)] == ("interrupted", "resumable from last.pt")
+    assert status.collect(out)["quickstart"][(OBJ, 0)] == ("interrupted", "resumable from last.pt")

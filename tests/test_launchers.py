@@ -211,6 +211,13 @@ def test_a_lock_is_written_with_host_and_slurm_job(tmp_path: Path, monkeypatch) 
     assert not (tmp_path / ".lock").exists()
 
 
+def _not_resumable(last) -> str:
+    """What status says of a last.pt holding the byte b"x" (not a checkpoint: the run refuses it)."""
+    return (f"not resumable: cannot resume: checkpoint {last} is unreadable (torch.load with weights_only=True refuses "
+            "it (Unsupported operand 120): not a file of tensors and plain containers (fusebench never unpickles "
+            "code)); the file was left as it is — delete it to start over")
+
+
 def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch) -> None:
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True).stdout)  # a pid that is not alive here
@@ -231,7 +238,7 @@ def test_a_lock_on_another_host_is_not_judged_by_pid(tmp_path: Path, monkeypatch
         CellLock(job).__enter__()
     # the job left the queue (cancelled, killed): the lock is stale and the cell can be taken over
     (job / "last.pt").write_bytes(b"x")
-    assert status.cell_state(job, FakeQueue({})) == ("interrupted", "resumable from last.pt")
+    assert status.cell_state(job, FakeQueue({})) == ("interrupted", _not_resumable(job / "last.pt"))
     monkeypatch.setattr(locks.SlurmQueue, "_squeue", lambda self, ids: {})
     with CellLock(job):
         assert json.loads((job / ".lock").read_text())["pid"] == os.getpid()
@@ -349,7 +356,8 @@ def test_status_names_the_slurm_job_of_a_submitted_cell(tmp_path: Path) -> None:
     assert states == {
         0: ("pending", "queued: slurm job 9_0 (PENDING)"),
         1: ("running", "starting on node3 (slurm job 9_1)"),  # its job runs, the cell is not locked yet
-        2: ("interrupted", "resumable from last.pt; queued: slurm job 9_2 (PENDING)"),  # requeued
+        2: ("interrupted", f"{_not_resumable(out / 'quickstart' / 'm3g' / 'seed2' / 'last.pt')}; queued: slurm job "
+                           "9_2 (PENDING)"),  # requeued
         3: ("pending", "slurm job 9_3 ended without a record (log: /logs/9_3_0_log.err)"),
     }
     assert locks.busy(out / "quickstart" / "m3g" / "seed0", queue) == ("slurm job 9_0 is on it (PENDING)", "9_0")

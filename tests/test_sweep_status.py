@@ -55,6 +55,13 @@ def _cell(root: Path, obj: str, seed: int) -> Path:
     return d
 
 
+def _not_resumable(last) -> str:
+    """What status says of a last.pt holding the byte b"x" (not a checkpoint: the run refuses it)."""
+    return (f"not resumable: cannot resume: checkpoint {last} is unreadable (torch.load with weights_only=True refuses "
+            "it (Unsupported operand 120): not a file of tensors and plain containers (fusebench never unpickles "
+            "code)); the file was left as it is — delete it to start over")
+
+
 def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
     (_cell(out, "m3g", 0) / "run.json").write_text(_record("m3g", 0))
@@ -70,8 +77,9 @@ def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
     found = status.collect(out)
     assert found == {"quickstart": {
         ("m3g", 0): ("done", ""), ("m3g", 1): ("running", f"pid {os.getpid()}"),
-        ("m3g", 2): ("failed", "RunError: loss is nan"), ("none", 0): ("interrupted", "resumable from last.pt"),
-        ("none", 1): ("interrupted", "resumable from last.pt"), ("none", 2): ("pending", "")}}
+        ("m3g", 2): ("failed", "RunError: loss is nan"),
+        ("none", 0): ("interrupted", _not_resumable(out / "quickstart" / "none" / "seed0" / "last.pt")),
+        ("none", 1): ("interrupted", _not_resumable(interrupted / "last.pt")), ("none", 2): ("pending", "")}}
     # with --benchmark, the spec's default sweep (5 objectives x 3 seeds) fills in the pending cells
     full = status.collect(out, ["quickstart"])["quickstart"]
     assert len(full) == 6 * 3 + 0 and full[("tuple_infonce", 2)] == ("pending", "")

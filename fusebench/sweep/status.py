@@ -11,7 +11,12 @@ Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
   (:func:`fusebench.engine.cell.lock_holder`), which skips such a cell; or the cell's SLURM job is running and has
   not taken the lock yet (it is starting);
 * ``failed``: ``failed.json`` exists and no ``run.json`` (rerunning the sweep retries it);
-* ``interrupted``: a ``last.pt`` checkpoint and no live lock (rerunning resumes it where it stopped);
+* ``interrupted``: a ``last.pt`` checkpoint and no live lock: "resumable from last.pt" when the run's own checks
+  pass it (rerunning resumes it where it stopped): it loads safely (``weights_only=True``) and holds what resuming
+  reads (:func:`fusebench.engine.cell.load_checkpoint`), and with ``--benchmark`` it was written under the spec's
+  default configuration, by the code here, within its epochs (:func:`fusebench.engine.cell.check_checkpoint_config`;
+  ``fusebench run ... --plan`` judges it with the command's own --set and --data-root); else "not resumable: " and
+  the message the run would stop at;
 * ``pending``: nothing yet; with ``--benchmark``, every cell of the benchmark's default sweep
   (objectives x seeds of its spec) without a folder counts as pending too;
 * ``unreadable``: the cell breaks the rule of what counts as a record file, which the leaderboard
@@ -55,15 +60,17 @@ UNREADABLE = "unreadable"  # a cell the leaderboard refuses (see the module docs
 _SEED = re.compile(r"^seed(\d+)$")
 
 
-def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = None) -> tuple[str, str]:
+def cell_state(cell: Path, queue: SlurmQueue | None = None, root: Path | None = None,
+               spec: Any = None) -> tuple[str, str]:
     """(state, detail) of one cell folder; ``root``: the runs folder it lies in (``--out``), whose
     folders down to the cell must not be symbolic links (default: only the cell's own run.json is
-    judged)."""
-    state, detail, _ = _read_cell(cell, queue, root)
+    judged); ``spec``: its benchmark's spec (``--benchmark``), by which its ``last.pt`` is judged too."""
+    state, detail, _ = _read_cell(cell, queue, root, spec)
     return state, detail
 
 
-def _read_cell(cell: Path, queue: SlurmQueue | None, root: Path | None) -> tuple[str, str, dict[str, Any] | None]:
+def _read_cell(cell: Path, queue: SlurmQueue | None, root: Path | None,
+               spec: Any = None) -> tuple[str, str, dict[str, Any] | None]:
     """:func:`cell_state`'s (state, detail) and, for a done cell, its record as read (None otherwise), so that
     ``--benchmark`` judges the record's code versions without reading run.json again."""
     try:
@@ -95,8 +102,26 @@ def _read_cell(cell: Path, queue: SlurmQueue | None, root: Path | None) -> tuple
             error = "failed.json unreadable"
         return "failed", error.splitlines()[0] if error else "", None
     if (cell / "last.pt").is_file():
-        return "interrupted", "resumable from last.pt" + (f"; {note}" if note else ""), None
+        return "interrupted", _resumable(cell / "last.pt", spec) + (f"; {note}" if note else ""), None
     return "pending", note, None
+
+
+def _resumable(last: Path, spec: Any) -> str:
+    """``"resumable from last.pt"`` when the run's own checks pass ``last``: it loads safely and holds what resuming
+    reads (:func:`fusebench.engine.cell.load_checkpoint`) and, with the benchmark's ``spec``, was written under its
+    default configuration, by the code here, within its epochs (:func:`fusebench.engine.cell.check_checkpoint_config`:
+    the data it read is judged by ``fusebench run ... --plan`` alone, which knows the command's --data-root and
+    --set); else ``"not resumable: "`` and the run's message."""
+    from fusebench.engine.cell import check_checkpoint_config, load_checkpoint
+    from fusebench.engine.loop import RunError
+
+    try:
+        ckpt = load_checkpoint(last)
+        if spec is not None:
+            check_checkpoint_config(last, ckpt, spec, last.parents[1].name)
+    except RunError as e:
+        return f"not resumable: {e}"
+    return "resumable from last.pt"
 
 
 def _done_or_unreadable(run_json: Path) -> tuple[str, str, dict[str, Any] | None]:
@@ -149,6 +174,11 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
     for bench in names:
         cells: dict[tuple[str, int], tuple[str, str]] = {}
         records: dict[tuple[str, int], dict[str, Any]] = {}  # the done cells' records (with --benchmark)
+        spec = None
+        if benchmarks:  # its spec judges the done cells' records and the interrupted cells' checkpoints
+            from fusebench import benchmarks as B
+
+            spec = B.load(bench)
         root = out / bench
         if root.is_dir():
             folders = {}
@@ -159,14 +189,11 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
                         folders[(obj_dir.name, int(m.group(1)))] = seed_dir
             queue.prefetch(slurm_jobs(list(folders.values())))
             for key, seed_dir in folders.items():
-                state, detail, rec = _read_cell(seed_dir, queue, out)
+                state, detail, rec = _read_cell(seed_dir, queue, out, spec)
                 cells[key] = (state, detail)
                 if rec is not None and benchmarks:  # judged below, from the record read here
                     records[key] = rec
-        if benchmarks:  # the default sweep of the spec: cells without a folder are pending
-            from fusebench import benchmarks as B
-
-            spec = B.load(bench)
+        if spec is not None:  # the default sweep of the spec: cells without a folder are pending
             for key, rec in records.items():
                 cells[key] = ("done", _made_by_other_code(rec, spec, key[0]))
             for o in spec.objectives or [spec.pretrain.objective]:
