@@ -10,8 +10,8 @@ older names kept beside them, and one record per evaluation:
 
 * the **linear probe** (``_linear_probe``): the multinomial logistic regression of
   :mod:`fusebench.probes.logistic` on all train samples, ``mean_i CE(softmax(x_i W + b), y_i) + l2 / 2 *
-  ||W||_F^2`` (bias not penalised; :func:`~fusebench.probes.logistic.fit_logistic`: full batch, float64,
-  L-BFGS from zero on one thread). The L2 weight is chosen on the **validation** split only
+  ||W||_F^2`` (bias not penalised; :func:`~fusebench.probes.logistic.fit_logistic`: float64, one thread, solved
+  to its optimum by damped Newton-CG from zero, an error if not there). The L2 weight is chosen on the **validation** split only
   (:func:`~fusebench.probes.logistic.search_l2`: the searched value with the highest val accuracy, ties to
   the larger value, the grid extended by decades beyond the edge it chose while that helps, within [1e-8,
   1e4]); the test split is scored once, with that value. Keys ``val_acc``, ``test_acc`` (metric ``acc``),
@@ -158,7 +158,8 @@ def _linear_probe(ztr: np.ndarray, zva: np.ndarray, zte: np.ndarray | None, ys: 
             "selection": "highest val accuracy, ties to the larger l2; a grid of two or more values extended by "
                          f"decades beyond the chosen edge while strictly better, within [{L2_FLOOR:g}, {L2_CEILING:g}]",
             "standardize": "zscore_train",
-            "optimizer": "lbfgs_strong_wolfe_float64", "max_iter": int(probe_max_iter),
+            "optimizer": "newton_cg_float64 (solved to its optimum, gradient size <= 1e-12 max(1, its size at 0))",
+            "max_iter": int(probe_max_iter),
         },
     }
     out["val_mf1"], out["test_mf1"] = out["val_macro_f1"], out["test_macro_f1"]

@@ -10,12 +10,20 @@ search of its L2 weight (probes layer).
 
   in float64 from zero on one thread, so the result depends on neither a seed nor the thread count.
 
-  - **One problem** (``x [n, d]``: the full linear probe, the missing-view probes): full batch L-BFGS
-    (``torch.optim.LBFGS``, strong-Wolfe line search, stop at max-abs gradient <= 1e-7 or a change <= 1e-12),
-    :func:`fusebench.runtime.utils.optimizer_class`'s (PyTorch's, without importing torch._dynamo). Its stop is
-    absolute and not checked. Measured (n 101-2700, d 32-10000, C 6-27; real and synthetic features): it ends at
-    max|grad| 2e-8 to 1e-5 of its value at 0; its val predictions did not move under a 1e-12 perturbation of the
-    features and were the optimum's at l2 1e-4 to 1, but not at 1e-8 (up to 6% differed) nor all at 1e4.
+  - **One problem** (``x [n, d]``: the full linear probe, the missing-view probes): solved to its optimum as a
+    batch of one (``x[None]``, ``y[None]``) of the B-problem fit below -- the same reduction, damped Newton-CG,
+    stopping rule (gradient size <= :data:`BATCHED_GRAD_RTOL` * max(1, its size at 0)) and
+    :class:`NotConvergedError`; l2 must be > 0. It was, before (the full probe's ``acc`` / ``mf1`` of every
+    ``embedding_eval`` record made with an earlier protocol version), full batch L-BFGS (``torch.optim.LBFGS``,
+    strong-Wolfe line search, stop at max-abs gradient <= 1e-7 or a change <= 1e-12), its stop absolute and not
+    checked. Measured (n 101-2700, d 32-10000, C 6-27; real and synthetic features): it ended at max|grad| 2e-8 to
+    1e-5 of its value at 0; its val predictions were the optimum's at l2 1e-4 to 1, but not at 1e-8 (up to 6%
+    differed) nor all at 1e4. Cost of a full-probe cell's L2 search, Newton-CG / that L-BFGS (CPU, one core,
+    synthetic z-scored features; n x d x C 400x64x10, 2700x192x27, 700x6000x6, 960x48x100, 2000x10000x10): the
+    default grid and its own extensions 0.5-1.1x; the grid extended down to 1e-8 (9 fits) 0.55-2.2x (worst: 100
+    classes, 960 x 48, 2.4-3.0 s vs 1.3 s); up to 1e4 0.2-0.45x. With more features than samples the reduction
+    (QR of x^T, an n x n eigh) is most of a fit (2000 x 10000: ~5 s of ~6.5 s), so the search's fits of one x
+    reuse it (:func:`_reduction`, identical bytes only: the same bits).
   - **B problems** (``x [B, n, d]``: the few-shot probe's draws, :mod:`fusebench.probes.fewshot`), each solved to
     its own optimum, independently, by damped Newton-CG. Every problem is first reduced, exactly: with more
     features than samples to the row space of x (``x^T = Q R``, ``W = Q V``: every gradient ``x^T G + l2 W`` from
@@ -60,13 +68,14 @@ Used by the full linear probe and the few-shot logistic probe (:mod:`fusebench.p
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from fusebench.components.reference_features import zscore_stats
-from fusebench.runtime.utils import optimizer_class, single_thread
+from fusebench.runtime.utils import single_thread
 
 #: the default L2 grid of the probes (searched on val, :func:`search_l2`)
 DEFAULT_L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -120,43 +129,66 @@ def standardize(fit: np.ndarray, *xs: np.ndarray) -> list[np.ndarray]:
 def fit_logistic(x: np.ndarray, y: np.ndarray, num_classes: int, l2: Any, max_iter: int = 300
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Multinomial logistic regression (mean CE + l2/2 ||W||_F^2, bias free) in float64 from zero, on one thread
-    (module doc). ``x [n, d]``, ``y [n]`` -> ``(W [d, C], b [C])``: full-batch L-BFGS (``torch.optim.LBFGS``,
-    strong-Wolfe line search, stop at max-abs gradient <= 1e-7 or a change <= 1e-12, at most ``max_iter``
-    iterations).
+    (module doc), solved to its optimum by damped Newton-CG, stopped when its gradient size is <=
+    :data:`BATCHED_GRAD_RTOL` * max(1, its size at 0); at most ``max_iter`` Newton steps, else
+    :class:`NotConvergedError`. ``W 1 = 0`` and ``sum b = 0``; l2 > 0.
+
+    ``x [n, d]``, ``y [n]``, ``l2`` a number -> ``(W [d, C], b [C])``: one problem (a batch of one of the form below).
 
     Batched form: ``x [B, n, d]``, ``y [B, n]``, ``l2`` a number or ``[B]`` (every value > 0) -> ``(W [B, d, C],
-    b [B, C])``: B independent problems (each its own mean CE and its own l2), each solved to its optimum by damped
-    Newton-CG, stopped when its gradient size is <= :data:`BATCHED_GRAD_RTOL` * max(1, its size at 0); at most
-    ``max_iter`` Newton steps, else :class:`NotConvergedError`. ``W 1 = 0`` and ``sum b = 0`` per problem.
+    b [B, C])``: B independent problems (each its own mean CE and its own l2), each solved to its own optimum.
     """
     if np.ndim(x) == 3:
         return _fit_logistic_batched(x, y, num_classes, l2, max_iter)
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))       # [n, d]
-    yt = torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))         # [n]
-    w = torch.zeros(x.shape[1], num_classes, dtype=torch.float64, requires_grad=True)
-    b = torch.zeros(num_classes, dtype=torch.float64, requires_grad=True)
-    with single_thread(), torch.enable_grad():
-        opt = optimizer_class(torch.optim.LBFGS)([w, b], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-7,
-                                tolerance_change=1e-12, history_size=10, line_search_fn="strong_wolfe")
-
-        def closure() -> torch.Tensor:
-            w.grad = b.grad = None  # opt.zero_grad() without its profiler scope (the same: set to None)
-            loss = torch.nn.functional.cross_entropy(xt @ w + b, yt) + 0.5 * l2 * (w * w).sum()
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-    return w.detach().numpy(), b.detach().numpy()
+    if np.ndim(x) != 2 or np.ndim(y) != 1:
+        raise ValueError(f"fit_logistic: x must be [n, d] with y [n], or x [B, n, d] with y [B, n]; got x "
+                         f"{np.shape(x)}, y {np.shape(y)}")
+    if np.ndim(l2) != 0:
+        raise ValueError(f"fit_logistic: one problem takes one l2, got shape {np.shape(l2)}")
+    w, b = _fit_logistic_batched(np.asarray(x)[None], np.asarray(y)[None], num_classes, l2, max_iter)
+    return w[0], b[0]
 
 
 class NotConvergedError(RuntimeError):
-    """The batched fit (:func:`fit_logistic` on ``x [B, n, d]``) left a problem short of its stopping rule."""
+    """The fit (:func:`fit_logistic`, one problem or a batch) left a problem short of its stopping rule."""
 
 
-#: the batched fit's stopping rule: every problem's gradient size (the largest 2-norm of a class column of dL/dW, or
-#: the largest |dL/db_c|) <= BATCHED_GRAD_RTOL * max(1, its gradient size at W = 0, b = 0)
+#: the fit's stopping rule (one problem or a batch): every problem's gradient size (the largest 2-norm of a class
+#: column of dL/dW, or the largest |dL/db_c|) <= BATCHED_GRAD_RTOL * max(1, its gradient size at W = 0, b = 0)
 BATCHED_GRAD_RTOL = 1e-12
 _EPS = float(np.finfo(np.float64).eps)
+
+
+#: the last reduction of :func:`_reduction`, keyed by its x's shape and digest: the L2 search fits the same x at every
+#: value it searches, and with more features than samples the reduction (QR of x^T, O(d n^2), and an n x n eigh) is
+#: most of a fit (n 2000, d 10000: ~6 s of ~7 s on one core). Reused only for identical bytes: the same bits as
+#: recomputing it.
+_REDUCTION_CACHE: dict[str, Any] = {}
+
+
+def _reduction(xt: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batched fit's exact reparametrisation of ``x [B, n, d]`` (float64, contiguous; module doc): ``q [B, d, n]``
+    (None when d <= n) with ``W = Q V``, the features' mean ``[B, 1, k]``, the rotation ``[B, k, k]``, and the
+    centred, rotated features beside a column of ones ``g [B, n, k + 1]``. Called on one thread."""
+    arr = xt.numpy()
+    key = f"{arr.shape}:{hashlib.blake2b(memoryview(arr).cast('B'), digest_size=32).hexdigest()}"
+    hit = _REDUCTION_CACHE.get(key)
+    if hit is not None:
+        return hit
+    nb, n, d = xt.shape
+    if d > n:   # W = Q V in the row space of x: x^T = Q R, features x Q = R^T [n, n]
+        q, r = torch.linalg.qr(xt.transpose(1, 2), mode="reduced")      # [B, d, n], [B, n, n]
+        feats = r.transpose(1, 2)
+    else:
+        q, feats = None, xt
+    mean = feats.mean(1, keepdim=True)                                   # [B, 1, k]
+    centred = feats - mean
+    _, rot = torch.linalg.eigh(centred.transpose(1, 2) @ centred)        # [B, k, k] orthogonal
+    g = torch.cat([centred @ rot, torch.ones(nb, n, 1, dtype=torch.float64)], 2)        # [B, n, k + 1]
+    out = (q, mean, rot, g)
+    _REDUCTION_CACHE.clear()
+    _REDUCTION_CACHE[key] = out
+    return out
 
 
 def _fit_logistic_batched(x: np.ndarray, y: np.ndarray, num_classes: int, l2: Any, max_iter: int
@@ -170,25 +202,17 @@ def _fit_logistic_batched(x: np.ndarray, y: np.ndarray, num_classes: int, l2: An
         raise ValueError(f"fit_logistic: batched y must be [B={nb}, n={n}], got {tuple(yt.shape)}")
     l2a = np.broadcast_to(np.asarray(l2, dtype=np.float64), (nb,)).copy()
     if not (np.isfinite(l2a).all() and (l2a > 0).all()):
-        raise ValueError(f"fit_logistic: the batched fit needs every l2 finite and > 0, got "
-                         f"{sorted(set(l2a.tolist()))} (at l2 = 0 a separable draw, e.g. every 1-shot draw, has no "
-                         f"minimiser)")
+        raise ValueError(f"fit_logistic: the fit needs every l2 finite and > 0, got {sorted(set(l2a.tolist()))} (at "
+                         f"l2 = 0 a separable problem, e.g. every 1-shot draw or any with more features than samples, "
+                         f"has no minimiser)")
     if not torch.isfinite(xt).all():
-        raise ValueError("fit_logistic: batched x contains NaN or Inf")
+        raise ValueError("fit_logistic: x contains NaN or Inf")
     if yt.numel() and (int(yt.min()) < 0 or int(yt.max()) >= num_classes):
         raise ValueError(f"fit_logistic: labels must lie in [0, {num_classes}), got [{int(yt.min())}, {int(yt.max())}]")
     l2t = torch.from_numpy(l2a)
     with single_thread():
-        if d > n:   # W = Q V in the row space of x: x^T = Q R, features x Q = R^T [n, n]
-            q, r = torch.linalg.qr(xt.transpose(1, 2), mode="reduced")      # [B, d, n], [B, n, n]
-            feats = r.transpose(1, 2)
-        else:
-            q, feats = None, xt
-        k = feats.shape[2]
-        mean = feats.mean(1, keepdim=True)                                   # [B, 1, k]
-        centred = feats - mean
-        _, rot = torch.linalg.eigh(centred.transpose(1, 2) @ centred)        # [B, k, k] orthogonal
-        g = torch.cat([centred @ rot, torch.ones(nb, n, 1, dtype=torch.float64)], 2)        # [B, n, k + 1]
+        q, mean, rot, g = _reduction(xt)
+        k = g.shape[2] - 1
         lam = torch.cat([l2t[:, None].expand(nb, k), torch.zeros(nb, 1, dtype=torch.float64)], 1)  # [B, k + 1]
         onehot = torch.nn.functional.one_hot(yt, num_classes).to(torch.float64)                # [B, n, C]
 
@@ -324,7 +348,7 @@ def _newton_cg(g: torch.Tensor, onehot: torch.Tensor, lam: torch.Tensor, max_ite
     bad = torch.nonzero(~(gsize <= tol)).flatten().tolist()
     if bad:
         raise NotConvergedError(
-            "fit_logistic: the batched fit did not reach gradient size <= {:g} * max(1, gradient size at 0) on "
+            "fit_logistic: the fit did not reach gradient size <= {:g} * max(1, gradient size at 0) on "
             "problem(s) {} (l2 {}; gradient size {}, at 0 {}; {})".format(
                 BATCHED_GRAD_RTOL, bad, [float(l2[i]) for i in bad], [float(gsize[i]) for i in bad],
                 [float(scale[i]) for i in bad],
