@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Keyed, Parser
 from fusebench.typed import load_yaml
 
 
@@ -44,17 +44,16 @@ def _parse_opts(items: list[str]) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fusebench data", description=__doc__,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench data", description=__doc__)
     sub = p.add_subparsers(dest="action", required=True)
     pp = sub.add_parser("prepare", help="build the fast cache of a dataset")
     pp.add_argument("name")
     pp.add_argument("--data-root", "--root", dest="root", metavar="DIR",
                     help="folder holding the official files (the word fusebench run uses; --root: the old name)")
-    pp.add_argument("--split", action="append", help="split to prepare (repeatable; default: all)")
+    pp.add_argument("--split", action=Keyed, help="split to prepare (repeatable; default: all)")
     pp.add_argument("--out", help="base folder of the cache (default: $FUSEBENCH_CACHE/prepared)")
     pp.add_argument("--synthetic", action="store_true", help="prepare the synthetic twin instead")
-    pp.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="adapter option (YAML value)")
+    pp.add_argument("--opt", action=Keyed, default=[], metavar="KEY=VALUE", help="adapter option (YAML value)")
     pp.add_argument("--force", action="store_true", help="rebuild even when an up-to-date cache exists")
     pp.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true",
                     help="no progress output (as fusebench run's --no-progress / --quiet)")

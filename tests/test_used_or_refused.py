@@ -92,21 +92,23 @@ def test_a_hyper_parameter_the_selection_grid_replaces_is_refused_from_the_comma
         runner.check_components(spec, ["mv_infonce"])
 
 
-@pytest.mark.parametrize("argv, option", [
-    (["run", "quickstart", "--objective", "raw", "--objective", "none", "--plan"], "--objective"),
-    (["run", "quickstart", "--seeds", "0", "--seeds", "1", "--plan"], "--seeds"),
-    (["status", "--benchmark", "quickstart", "--benchmark", "mv-ngs"], "--benchmark"),
-    (["leaderboard", "--format", "md", "--format", "csv"], "--format"),
+@pytest.mark.parametrize("argv, option, values", [
+    (["run", "quickstart", "--objective", "raw", "--objective", "none", "--plan"], "--objective", ("raw", "none")),
+    (["run", "quickstart", "--seeds", "0", "--seeds", "1", "--plan"], "--seeds", ("0", "1")),
+    (["status", "--benchmark", "quickstart", "--benchmark", "mv-ngs"], "--benchmark", ("quickstart", "mv-ngs")),
+    (["leaderboard", "--format", "md", "--format", "csv"], "--format", ("md", "csv")),
 ])
 def test_an_option_of_several_values_given_twice_is_refused_not_replaced(argv: list[str], option: str,
+                                                                         values: tuple[str, str],
                                                                          capsys: pytest.CaptureFixture) -> None:
     from fusebench.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2
-    assert (f"error: {option} given twice (the second would replace the first); give all its values after one "
-            f"{option}") in capsys.readouterr().err
+    first, second = values
+    assert (f"error: {option} given twice ({option} {first}, then {option} {second}): the second would replace the "
+            f"first; give all its values after one {option}") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("options, why", [

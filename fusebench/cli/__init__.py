@@ -20,7 +20,7 @@ import argparse
 import importlib
 import sys
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Parser
 
 # subcommand -> (module, function taking argv list and returning an exit code, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -40,11 +40,10 @@ DEVELOPER_BENCHES = "fusebench.perf"
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="fusebench",
         description="Benchmark suite for multimodal and multi-view representation learning.",
         epilog=__doc__.split("Examples::", 1)[1],
-        formatter_class=TerminalHelp,
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("command", nargs="?", choices=sorted(SUBCOMMANDS), metavar="COMMAND",

@@ -9,7 +9,6 @@ naming the plugin's distribution and entry point (or the spec file); the other i
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import json
@@ -18,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Parser
 
 KINDS = {
     "objectives": "fusebench.objectives",
@@ -147,7 +146,7 @@ def _describe(kind: str, name: str, where: Path | None = None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fusebench list", description=__doc__, formatter_class=TerminalHelp)
+    parser = Parser(prog="fusebench list", description=__doc__)
     parser.add_argument("kind", choices=sorted(KINDS))
     parser.add_argument("pattern", nargs="?", default=None, help="glob over ids, e.g. 'infonce*'")
     parser.add_argument("--details", action="store_true",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fusebench.runtime.terminal_help import Once, TerminalHelp
+from fusebench.runtime.terminal_help import Keyed, Once, Parser
 
 if TYPE_CHECKING:
     from fusebench.spec.request import SweepRequest
@@ -80,8 +80,7 @@ def parser() -> argparse.ArgumentParser:
     """``fusebench run``'s arguments (no torch imported: ``--help`` stays fast)."""
     from fusebench.engine.trackers import TRACKERS
 
-    p = argparse.ArgumentParser(prog="fusebench run", description=__doc__, epilog=EXAMPLES,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench run", description=__doc__, epilog=EXAMPLES)
     p.add_argument("benchmark", help="benchmark id (fusebench list benchmarks)")
     p.add_argument("--objective", nargs="+", action=Once, default=None,
                    help="objective id(s); default: the benchmark's sweep")
@@ -95,14 +94,14 @@ def parser() -> argparse.ArgumentParser:
                         "Objectives and metrics always compute in float32 or wider. Same as --set precision=P; "
                         "part of the config hash when not 32 (docs/gpu.md)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a spec value by dotted key, e.g. pretrain.epochs=3 (repeatable)")
+                   help="override a spec value by dotted key, e.g. pretrain.epochs=3 (repeatable, each key once)")
     p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
     p.add_argument("--encoder-weights", dest="encoder_weights", action="append", default=[], type=_weights_option,
                    metavar="NAME=PATH",
                    help="evaluate pretrained encoder weights (safetensors, or a torch state_dict / a run's best.pt, "
                         "read with weights_only=True) under the board's downstream protocol as the row NAME, "
                         "besides the objectives run (--objective NAME: that row alone); the file must fit the "
-                        "benchmark's encoder exactly (repeatable; docs/benchmarks.md)")
+                        "benchmark's encoder exactly (repeatable, each NAME once; docs/benchmarks.md)")
     p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
     p.add_argument("--plan", action="store_true",
                    help="check everything a run checks and print what it would do with each cell (reuse its "
@@ -143,9 +142,9 @@ def parser() -> argparse.ArgumentParser:
     cluster.add_argument("--time-min", type=int, default=None, metavar="MIN",
                          help="time limit of each job in minutes (default 60); a cell that reaches it is "
                               "requeued and resumes from last.pt (up to 3 times)")
-    cluster.add_argument("--sbatch", action="append", default=[], type=_sbatch_option, metavar="KEY=VALUE",
+    cluster.add_argument("--sbatch", action=Keyed, default=[], type=_sbatch_option, metavar="KEY=VALUE",
                          help="any other sbatch option, e.g. --sbatch qos=high --sbatch mem=16G "
-                              "--sbatch constraint=a100 (repeatable)")
+                              "--sbatch constraint=a100 (repeatable, each KEY once)")
     cluster.add_argument("--array-parallelism", type=int, default=None, metavar="N",
                          help="slurm: at most N cells running at once")
     cluster.add_argument("--no-wait", dest="wait", action="store_false",
@@ -252,7 +251,8 @@ def _weights_rows(given: list[tuple[str, str]]) -> dict[str, str] | None:
     out: dict[str, str] = {}
     for name, path in given:
         if name in out:
-            raise ConfigError(f"--encoder-weights {name}=...: the row {name!r} is given twice")
+            raise ConfigError(f"--encoder-weights {name} given twice ({name}={out[name]}, then {name}={path}): one "
+                              f"row has one weights file; give each row once, another name for another file")
         out[name] = path
     return out or None
 

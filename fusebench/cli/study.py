@@ -3,12 +3,11 @@ board (:mod:`fusebench.leaderboard.kviews`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from fusebench.runtime.terminal_help import Once, TerminalHelp
+from fusebench.runtime.terminal_help import Once, Parser
 from fusebench.cli.run import count_type
 from fusebench.studies import kviews
 from fusebench.studies.kviews import (ARMS, BUDGET, COPIES_BASE, COPIES_MASK, COPIES_NOISE, OBJECTIVES, Study,
@@ -20,8 +19,7 @@ from fusebench.leaderboard.kviews import render
 # command line
 # ---------------------------------------------------------------------------------------------
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="fusebench study kviews", description=kviews.__doc__,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench study kviews", description=kviews.__doc__)
     p.add_argument("--benchmark", default="mv-handwritten")
     p.add_argument("--data-root", default=None)
     p.add_argument("--synthetic", action="store_true", help="the benchmark's synthetic twin (a smoke run)")

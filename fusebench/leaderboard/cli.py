@@ -62,11 +62,10 @@ regeneration left them, it reads no record at all: :mod:`fusebench.leaderboard.f
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from fusebench.runtime.terminal_help import Once, TerminalHelp
+from fusebench.runtime.terminal_help import Once, Parser
 
 #: what ``--format`` accepts (:data:`fusebench.leaderboard.export.FORMATS`, checked equal by a test; written out
 #: here so that a regeneration with nothing to do imports neither the statistics nor the renderers)
@@ -77,8 +76,7 @@ def main(argv: list[str]) -> int:
     """``fusebench leaderboard [--runs DIR] [--out DIR] [--no-plots] [--split] [--reported FILE]
     [--format md csv json]``; returns the exit status (2, with the error on stderr, for a missing folder,
     an invalid record or a refused group; argparse's 2 for an unknown format)."""
-    p = argparse.ArgumentParser(prog="fusebench leaderboard", description=__doc__,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench leaderboard", description=__doc__)
     p.add_argument("--runs", default="leaderboards/runs",
                    help="folder searched for run.json files (default leaderboards/runs, from the current folder)")
     p.add_argument("--out", default="leaderboards",

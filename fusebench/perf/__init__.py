@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Parser
 
 TARGETS = {
     "objectives": "fusebench.perf.objectives",
@@ -26,8 +26,7 @@ TARGETS = {
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fusebench bench", description=__doc__.split("\n\n")[0],
-                                     formatter_class=TerminalHelp)
+    parser = Parser(prog="fusebench bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("target", choices=sorted(TARGETS))
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)

@@ -19,7 +19,6 @@ grid, where the checkouts' specs differ).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -28,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fusebench.runtime.terminal_help import Keyed, Parser
 from typing import Any
 
 #: the package directories an editable install maps (setuptools' finder), relative to a checkout
@@ -101,12 +102,12 @@ def _compared(record: dict[str, Any], where: Path) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fusebench bench cells", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="fusebench bench cells", description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", type=Path, default=None, help="another checkout (e.g. a git worktree of the "
                         "commit before a change), run first")
     parser.add_argument("--data-root", default=None, help="folder of HW2sources.mat (without it: quickstart only)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (default 1)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--set", dest="sets", action=Keyed, default=[], metavar="KEY=VALUE",
                         help="spec override for the mv-hw2sources runs of both checkouts (repeatable)")
     ns = parser.parse_args(argv)
     trees: list[tuple[str, Path | None]] = ([("old", ns.old.resolve())] if ns.old is not None else []) + [("new", None)]

@@ -15,13 +15,12 @@ command, not a measurement.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import tempfile
 import time
 from typing import Any
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Parser
 
 DEFAULT_SPEC = {"num_samples": 128}
 #: issue 3 targets by id, used when an adapter does not declare BENCH_TARGET
@@ -96,8 +95,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="fusebench bench data", description=__doc__,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench bench data", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small twins, short timings (smoke test)")
     p.add_argument("--datasets", default=None, help="glob over adapter ids (default: all)")
     p.add_argument("--seconds", type=float, default=None, help="time per measurement (default 2, quick 0.3)")

@@ -45,7 +45,7 @@ import sys
 import time
 from typing import Any
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Parser
 
 COLUMNS = ("encoder", "config", "inputs (batch)", "params (M)", "fwd+bwd (ms)", "peak mem (MiB)", "Δ mem (MiB)")
 
@@ -247,8 +247,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fusebench bench encoders", description=__doc__.split("\n\n")[0],
-                                     formatter_class=TerminalHelp)
+    parser = Parser(prog="fusebench bench encoders", description=__doc__.split("\n\n")[0])
     parser.add_argument("--names", nargs="*", help="encoder ids or glob patterns (default: all registered)")
     parser.add_argument("--batch-size", type=int, default=None, help="override each encoder's benchmark batch size")
     parser.add_argument("--warmup", type=int, default=1)

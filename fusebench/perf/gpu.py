@@ -53,7 +53,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from fusebench.perf.chip import PEAK_KIND, PEAKS, device_peaks, machine_line, peak_line, peaks_for_name
-from fusebench.runtime.terminal_help import Once, TerminalHelp
+from fusebench.runtime.terminal_help import Keyed, Once, Parser
 from fusebench.spec import precision
 
 if TYPE_CHECKING:  # imported where used: `fusebench bench gpu --help` imports no torch
@@ -294,8 +294,7 @@ def format_issue_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fusebench bench gpu", description=__doc__.split("\n\n")[0],
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench bench gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     p.add_argument("--encoders", nargs="+", action=Once, metavar="ID",
                    help=f"encoder ids (default: {' '.join(DEFAULT_BATCHES)}; none with --cell alone: pass --encoders)")
@@ -311,11 +310,11 @@ def _parser() -> argparse.ArgumentParser:
                    "benchmark's pretraining (e.g. nyuv2-seg)")
     p.add_argument("--data-root", help="the cell's data folder (its prepared cache is used as `fusebench run` uses it)")
     p.add_argument("--synthetic", action="store_true", help="run the cell on its benchmark's synthetic twin")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="overrides", action=Keyed, default=[], metavar="KEY=VALUE",
                    help="override a key of the cell's spec, as `fusebench run --set`")
     p.add_argument("--objective", help="the cell's objective (default: the benchmark's pretrain.objective)")
     p.add_argument("--cell-steps", type=int, default=20, help="steps per measured window of the cell (default 20)")
-    p.add_argument("--speed", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--speed", action=Keyed, default=[], metavar="KEY=VALUE",
                    help="a speed option for the rows and the cell, as a spec's speed.KEY (channels_last, "
                         "cudnn_benchmark, optimizer_impl, compile, compile_mode; docs/gpu.md), e.g. "
                         "--speed channels_last=true --speed cudnn_benchmark=true")

@@ -33,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -44,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fusebench.runtime.terminal_help import Once, TerminalHelp
+from fusebench.runtime.terminal_help import Once, Parser
 
 
 def _copy_boards(boards: Path, runs: Path, dest: Path) -> None:
@@ -109,8 +108,7 @@ def _machine() -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="fusebench bench leaderboard", description=__doc__,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench bench leaderboard", description=__doc__)
     p.add_argument("--boards", default=None,
                    help="the committed board folder (copied, never written; default: the repository's leaderboards/)")
     p.add_argument("--runs", default=None, help="run records (default: <boards>/runs; read only)")

@@ -41,7 +41,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Callable
 
-from fusebench.runtime.terminal_help import Once
+from fusebench.runtime.terminal_help import Once, Parser
 
 if TYPE_CHECKING:  # imported where used: `fusebench bench objectives --help` imports no torch
     import torch
@@ -181,7 +181,7 @@ def bench_pairwise(repeats: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="fusebench bench objectives",
         description="Forward+backward time and peak memory of every registered objective, and M3G solver checks.",
         epilog="Examples: fusebench bench objectives --repeats 5 --threads 2; fusebench bench objectives --vs ott "

@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fusebench.runtime.terminal_help import TerminalHelp
+from fusebench.runtime.terminal_help import Keyed, Parser
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -63,10 +62,9 @@ def run_cell(mode: str, out: Path, objective: str, overrides: list[str]) -> tupl
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="fusebench bench threads", description=__doc__,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench bench threads", description=__doc__)
     p.add_argument("--objective", default="infonce_pwe", help="the quickstart objective of the cell (default infonce_pwe)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="overrides", action=Keyed, default=[], metavar="KEY=VALUE",
                    help="override a spec value of the cell, as fusebench run --set (repeatable)")
     p.add_argument("--repeat", type=int, default=2, help="timed cells per setting (best time kept; default 2)")
     p.add_argument("--limit", type=float, default=1.1, help="the largest ratio default / one thread accepted")

@@ -1,7 +1,9 @@
 """Help texts for a terminal: the command-line parsers take their descriptions from module docstrings, which are
 written in reStructuredText for the API docs; :func:`plain` drops that markup, and :class:`TerminalHelp` (an
 ``argparse`` formatter) applies it to every description, epilog and argument help, keeping the docstrings' own
-line breaks. :class:`Once` is the action of an option that takes one or more values and may be given once.
+line breaks. :class:`Parser` is the parser of every ``fusebench`` command: its options that store a value (one, or
+several with ``nargs="+"``) may be given once (:class:`Once`), its ``KEY=VALUE`` options that repeat take each key once
+(:class:`Keyed`); argparse itself keeps the last of ``--out A --out B`` and drops the first without a word.
 
     >>> plain("``fusebench run NAME``: see :func:`~fusebench.sweep.runner.run` and :mod:`fusebench.engine.loop`")
     'fusebench run NAME: see run() and fusebench.engine.loop'
@@ -47,22 +49,77 @@ class TerminalHelp(argparse.RawDescriptionHelpFormatter):
         return plain(super()._expand_help(action))
 
 
-__all__ = ["Once", "TerminalHelp", "plain"]
+__all__ = ["Keyed", "Once", "Parser", "TerminalHelp", "plain"]
+
+
+def _shown(values: object) -> str:
+    """An option's value(s) as typed: a list as its items, a ``(key, value)`` pair as ``key=value``."""
+    if isinstance(values, tuple) and len(values) == 2:
+        key, value = values
+        return str(key) if value is True else f"{key}={value}"
+    if isinstance(values, list):
+        return " ".join(map(str, values))
+    return str(values)
 
 
 class Once(argparse.Action):
-    """The action of an option taking one or more values (``nargs="+"``) that may be given once: argparse keeps the
-    last of ``--seeds 0 --seeds 1`` and drops the first without a word; here the second is an error naming the
-    option (``parser.error``: usage and exit status 2)."""
+    """The action of an option that stores its value(s) (one, or several with ``nargs="+"``) and may be given once:
+    argparse keeps the last of ``--out A --out B`` (or ``--seeds 0 --seeds 1``) and drops the first without a word;
+    here the second is an error naming the option and both values (``parser.error``: usage and exit status 2). The
+    default action of :class:`Parser`; the same option under another of its names (``--data-root`` / ``--root``)
+    counts as the same option."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: str | None = None) -> None:
         seen = getattr(namespace, "_options_given", None)
         if seen is None:
-            seen = set()
+            seen = {}
             setattr(namespace, "_options_given", seen)
         if self.dest in seen:
-            parser.error(f"{option_string} given twice (the second would replace the first); give all its values "
-                         f"after one {option_string}")
-        seen.add(self.dest)
+            first, before = seen[self.dest]
+            fix = f"give all its values after one {option_string}" if self.nargs in ("+", "*") else "give it once"
+            parser.error(f"{option_string} given twice ({first} {_shown(before)}, then {option_string} "
+                         f"{_shown(values)}): the second would replace the first; {fix}")
+        seen[self.dest] = (option_string, values)
         setattr(namespace, self.dest, values)
+
+
+def key_of(value: object) -> object:
+    """The key of a ``KEY=VALUE`` option's value: a ``(key, value)`` pair's key, the text before ``=`` of a string
+    (stripped), else the value itself (``--split train``)."""
+    if isinstance(value, tuple) and value:
+        return value[0]
+    if isinstance(value, str):
+        return value.partition("=")[0].strip()
+    return value
+
+
+class Keyed(argparse.Action):
+    """The action of a repeatable ``KEY=VALUE`` option (``--sbatch mem=16G --sbatch qos=high``): the values in a
+    list, as ``action="append"`` keeps them, and a key given twice an error naming the option, the key and both
+    values (the second would replace the first where they become a mapping). The key: :func:`key_of`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])  # a copy: the default list is shared
+        key = key_of(values)
+        for before in items:
+            if key_of(before) == key:
+                parser.error(f"{option_string} {key} given twice ({option_string} {_shown(before)}, then "
+                             f"{option_string} {_shown(values)}): the second would replace the first; give "
+                             f"each key once")
+        items.append(values)
+        setattr(namespace, self.dest, items)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of a ``fusebench`` command: :class:`TerminalHelp` help (unless another ``formatter_class`` is
+    given) and :class:`Once` as the default action, so that no option that stores a value keeps the last of two
+    silently (an option meant to repeat says so: ``action="append"`` checked where its values are read, or
+    :class:`Keyed`). Its subcommands' parsers are of this class too (``add_subparsers``)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", TerminalHelp)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.register("action", None, Once)
+        self.register("action", "store", Once)

@@ -263,20 +263,22 @@ def check_counts(workers: Any, threads: Any, num_workers: Any) -> None:
 
 
 def _overrides(given: Any, precision: Any) -> dict[str, Any]:
-    """``overrides`` as one mapping (``KEY=VALUE`` strings parsed as ``--set`` does), with ``precision`` folded in
-    as ``precision`` (the two disagreeing is refused)."""
+    """``overrides`` as one mapping (``KEY=VALUE`` strings parsed as ``--set`` does, :func:`set_values`), with
+    ``precision`` folded in as ``precision`` (the two disagreeing is refused)."""
     if given is None:
         given = {}
     if isinstance(given, str):
         given = [given]
     if isinstance(given, Mapping):
-        out = dict(given)
+        pairs = list(given.items())
     elif isinstance(given, (list, tuple)) and all(isinstance(o, str) for o in given):
-        out = dict(parse_override(o) for o in given)
+        pairs = set_values(given)
     else:
         raise ConfigError(f"overrides: expected a mapping of dotted keys or KEY=VALUE strings, got {given!r}")
-    if not all(isinstance(k, str) for k in out):
-        raise ConfigError(f"overrides: keys must be dotted spec keys (strings), got {sorted(map(repr, out))}")
+    if not all(isinstance(k, str) for k, _ in pairs):
+        raise ConfigError(f"overrides: keys must be dotted spec keys (strings), got {sorted(repr(k) for k, _ in pairs)}")
+    _check_set_once(pairs)
+    out = dict(pairs)
     if precision is not None:
         if "precision" in out and str(out["precision"]) != str(precision):
             raise ConfigError(f"--precision {precision} and --set precision={out['precision']} disagree")
@@ -284,5 +286,38 @@ def _overrides(given: Any, precision: Any) -> dict[str, Any]:
     return out
 
 
+def set_values(texts: Any) -> list[tuple[str, Any]]:
+    """``--set KEY=VALUE`` texts as (key, value) pairs in their order, each parsed by
+    :func:`~fusebench.spec.config.parse_override` (the value as YAML)."""
+    return [parse_override(text) for text in texts]
+
+
+def _check_set_once(pairs: list[tuple[str, Any]]) -> None:
+    """Each setting set once: a key given twice (``--set k=1 --set k=2``, or one setting under both its names,
+    ``pretrain.per_objective.<id>.<setting>`` and ``pretrain.<table>.<id>``), or a key given after a key inside it
+    (``pretrain.hparams.m3g.eps=1`` then ``pretrain.hparams.m3g={...}``, or ``pretrain.per_objective.m3g={...}``,
+    which replace it), is a ConfigError naming the key and both values: the second would replace the first
+    without a word. A key inside one given before it refines that value: accepted."""
+    from fusebench.spec.config import GROUPED, PER_OBJECTIVE, grouped_override
+
+    seen: list[tuple[str, str, Any]] = []  # (the setting's canonical key, the key as given, the value)
+    for key, value in pairs:
+        canonical = grouped_override(key.strip(), f"--set {key}")
+        parts = canonical.split(".")
+        covers = [canonical]  # what setting this key replaces: its own key, and the keys inside it
+        if parts[:2] == ["pretrain", GROUPED] and len(parts) <= 3:  # a block spread over the per-objective tables
+            covers += [".".join(["pretrain", table, *parts[2:]]) for table in PER_OBJECTIVE]
+        for before_canonical, before, before_value in seen:
+            if canonical == before_canonical:
+                same = "" if before == key else f" (as {before} and as {key}: one setting)"
+                raise ConfigError(f"--set {key} given twice{same}: {before}={before_value!r}, then "
+                                  f"{key}={value!r}; the second would replace the first: give it once")
+            if any(before_canonical == c or before_canonical.startswith(c + ".") for c in covers):
+                raise ConfigError(f"--set {key}={value!r} replaces the whole of {key}, so the --set "
+                                  f"{before}={before_value!r} given before it would be dropped; give {before} "
+                                  f"after it, or inside its value")
+        seen.append((canonical, key, value))
+
+
 __all__ = ["COUNTED", "CellRequest", "RunOptions", "SweepCells", "SweepRequest", "cell_dir", "check_cell_ids",
-           "check_count", "check_counts", "objective_hparams"]
+           "check_count", "check_counts", "objective_hparams", "set_values"]

@@ -43,7 +43,6 @@ are skipped; the hyper-parameter selection of a benchmark is summarised in one l
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -53,7 +52,7 @@ from typing import Any
 from fusebench.records import RecordError, check_record_file
 from fusebench.registry import ID_RULE, valid_id
 from fusebench.engine.locks import GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, slurm_jobs
-from fusebench.runtime.terminal_help import Once, TerminalHelp
+from fusebench.runtime.terminal_help import Once, Parser
 
 STATES = ("done", "running", "failed", "interrupted", "pending")
 UNREADABLE = "unreadable"  # a cell the leaderboard refuses (see the module docstring); listed only when present
@@ -257,8 +256,7 @@ def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path |
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="fusebench status", description=__doc__,
-                                formatter_class=TerminalHelp)
+    p = Parser(prog="fusebench status", description=__doc__)
     p.add_argument("--out", default="runs", help="folder of run records (default runs/)")
     p.add_argument("--benchmark", nargs="+", action=Once, default=None,
                    help="only these benchmarks; their default sweep's missing cells count as pending")
