@@ -112,6 +112,6 @@ def test_generic_benchmark_caps_its_batch_at_a_tiny_file(tmp_path: Path, fixture
     # a file of a few thousand samples: the batch fits, nothing is capped or said
     big = fixtures_dir / "multiview" / "handwritten.mat"
     recs = fusebench.run("multiview", objective=["none"], seeds=[0], data_root=str(big), out=tmp_path / "B",
-                         overrides=fast, progress=False)
+                         overrides={"options.embedding_eval": fast["options.embedding_eval"]}, progress=False)
     assert "capped" not in capsys.readouterr().err
     assert recs[0]["config"]["pretrain"]["batch_size"] == 128

@@ -84,7 +84,7 @@ def test_outer_split_by_hand() -> None:
 
 
 def test_records_carry_the_outer_test_seed(tmp_path: Path, fixtures_dir: Path) -> None:
-    over = {"metrics": ["acc"], "comparison": {}, "pretrain.grid": {},
+    over = {"metrics": ["acc"], "comparison": {},
             "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "knn_grid": []}}
     recs = fusebench.run("mv-ngs", objective="raw", seeds=[0, 1], out=tmp_path, overrides=over, progress=False,
                          data_root=str(fixtures_dir / "multiview" / "NGs.mat"))

@@ -80,8 +80,7 @@ def test_a_scorer_that_returns_a_record_is_refused_naming_the_protocol(monkeypat
         monkeypatch.setattr(PROTOCOLS, attr, dict(getattr(PROTOCOLS, attr)))
     PROTOCOLS.register("oldcontract")(OldContract)
     over = {"downstream.protocol": "oldcontract", "metrics": ["acc"],
-            "comparison": {"reference": "none", "primary": "acc"}, "options": {}, "pretrain.grid": {},
-            "pretrain.selection_seeds": []}
+            "comparison": {"reference": "none", "primary": "acc"}, "options": {}}
     fusebench.run("mv-hw2sources", objective=["none"], seeds=[0], out=tmp_path, synthetic=True, overrides=over,
                   progress=False)
     cell = tmp_path / "mv-hw2sources" / "none" / "seed0"

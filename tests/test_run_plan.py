@@ -18,6 +18,8 @@ from fusebench.spec.request import CellRequest, RunOptions, cell_dir
 
 TINY = {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
         "downstream.epochs": 1}
+#: TINY for runs of reference rows only: they read no pretrain.* setting, and one given to them is refused
+TINY_REF = {k: v for k, v in TINY.items() if not k.startswith("pretrain.")}
 GRID = [0.1, 0.5, 1.0]
 FAST = {"pretrain.epochs": 1, "pretrain.batch_size": 32, "metrics": ["fs1_best_acc", "fs1_acc", "knn_acc", "acc"],
         "options.embedding_eval": {"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
@@ -91,12 +93,12 @@ def test_the_plan_of_cells_says_reuse_resume_run_busy_and_refused_and_writes_not
     failed = cell_dir(out, "quickstart", "none", 1)
     failed.mkdir(parents=True)
     (failed / "failed.json").write_text(json.dumps({"status": "failed", "error": "OSError: disk full"}))
-    rows = fusebench.run("quickstart", objective=["none"], seeds=[1], out=out, synthetic=True, overrides=TINY,
+    rows = fusebench.run("quickstart", objective=["none"], seeds=[1], out=out, synthetic=True, overrides=TINY_REF,
                          progress=False, plan=True)
     assert _by_cell(rows) == {("none", 1): ("run", f"a retry: it failed before ({failed / 'failed.json'})")}
-    code = cli_run.main(["quickstart", "--objective", "none", "--seeds", "0", "1", "--out", str(out), "--synthetic",
-                         "--plan", "--no-progress", *_sets(TINY)])
-    assert code == 0 and "plan: 2 cell(s): 1 reuse, 1 run;" in capsys.readouterr().out
+    code = cli_run.main(["quickstart", "--objective", "none", "infonce_pwe", "--seeds", "0", "1", "--out", str(out),
+                         "--synthetic", "--plan", "--no-progress", *_sets(TINY)])
+    assert code == 0 and "plan: 4 cell(s): 1 reuse, 1 resume, 2 run;" in capsys.readouterr().out
 
 
 def test_the_plan_of_a_selection_counts_its_trials_and_checks_a_frozen_file_as_the_run_does(
@@ -204,12 +206,12 @@ def test_a_last_pt_that_is_not_a_checkpoint_is_one_refusal_in_the_plan_and_the_r
     cell = cell_dir(tmp_path, "quickstart", "none", 0)
     cell.mkdir(parents=True)
     torch.save(torch.zeros(3), cell / "last.pt")  # loads under weights_only, but holds no checkpoint
-    rows = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+    rows = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY_REF,
                          progress=False, plan=True)
     assert _by_cell(rows) == {("none", 0): ("refused", f"cannot resume: {cell / 'last.pt'} holds a Tensor, not a "
                                                        "fusebench checkpoint (a mapping); the file was left as it "
                                                        "is — delete it to start over")}
     with pytest.raises(RunError, match="holds a Tensor, not a fusebench checkpoint"):
-        fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+        fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY_REF,
                       progress=False)
     assert (cell / "last.pt").is_file() and not (cell / "run.json").exists()

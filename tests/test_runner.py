@@ -30,6 +30,8 @@ TINY = {
     "downstream.batch_size": 64,
     "checkpoint_every": 1,
 }
+#: TINY for runs of reference rows only: they read no pretrain.* setting, and one given to them is refused
+TINY_REF = {k: v for k, v in TINY.items() if not k.startswith("pretrain.")}
 
 
 def _cli_set(overrides: dict) -> list[str]:
@@ -110,12 +112,12 @@ def test_nan_loss_stops_with_step_and_objective(tmp_path: Path, monkeypatch: pyt
 
 
 def test_records_are_immutable_and_sweeps_skip_finished_cells(tmp_path: Path) -> None:
-    recs = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    recs = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY_REF, progress=False)
     path = tmp_path / "quickstart" / "none" / "seed0" / "run.json"
     before = path.read_bytes()
     with pytest.raises(RunError, match="immutable"):
         write_record(path.parent, {"x": 1})
-    again = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    again = fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY_REF, progress=False)
     assert again == recs and path.read_bytes() == before
     rec = recs[0]
     for key in ("suite_version", "git", "seed", "config", "config_hash", "dataset", "device", "determinism",
@@ -130,9 +132,9 @@ def test_records_are_immutable_and_sweeps_skip_finished_cells(tmp_path: Path) ->
 
 def test_a_sweep_says_which_cells_it_skipped(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A rerun into the same --out says, before anything else, how many cells it did not run (issue #23)."""
-    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=True)
+    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY_REF, progress=True)
     assert "already have run.json" not in capsys.readouterr().err
-    fusebench.run("quickstart", objective=["none"], seeds=[0, 1], out=tmp_path, overrides=TINY, progress=True)
+    fusebench.run("quickstart", objective=["none"], seeds=[0, 1], out=tmp_path, overrides=TINY_REF, progress=True)
     err = capsys.readouterr().err
     line = f"1 of 2 cell(s) of quickstart already have run.json under {tmp_path}: skipped, their records reused"
     assert line in err
@@ -191,7 +193,7 @@ def test_few_shot_subset_takes_s_per_class(tmp_path: Path) -> None:
     assert sub.indices == few_shot_subset(ds, 3, seed=0).indices
     assert sub.indices != few_shot_subset(ds, 3, seed=1).indices
     rec = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path,
-                        overrides={**TINY, "downstream.shots": 2}, progress=False)[0]
+                        overrides={**TINY_REF, "downstream.shots": 2}, progress=False)[0]
     assert rec["config"]["downstream"]["shots"] == 2 and "acc" in rec["metrics"]
 
 

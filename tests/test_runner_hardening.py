@@ -33,6 +33,8 @@ TINY = {
     "downstream.batch_size": 64,
     "checkpoint_every": 1,
 }
+#: TINY for runs of reference rows only: they read no pretrain.* setting, and one given to them is refused
+TINY_REF = {k: v for k, v in TINY.items() if not k.startswith("pretrain.")}
 
 
 def _files(root: Path) -> set[str]:
@@ -107,7 +109,7 @@ def test_existing_record_of_another_config_is_not_returned(tmp_path: Path) -> No
 
 
 def test_cell_lock_refuses_a_live_owner_and_takes_over_a_dead_ones(tmp_path: Path) -> None:
-    spec = benchmarks.load("quickstart", overrides=TINY)
+    spec = benchmarks.load("quickstart", overrides=TINY_REF)
     cell = cell_dir(tmp_path, "quickstart", "none", 0)
     cell.mkdir(parents=True)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -115,7 +117,7 @@ def test_cell_lock_refuses_a_live_owner_and_takes_over_a_dead_ones(tmp_path: Pat
         (cell / ".lock").write_text(str(sleeper.pid))
         with pytest.raises(CellBusyError, match=f"being run by process {sleeper.pid}"):
             run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
-        recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+        recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY_REF, progress=False)
         assert recs[0]["status"] == "skipped"
         assert not (cell / "failed.json").exists() and not (cell / "run.json").exists()
     finally:
@@ -127,7 +129,7 @@ def test_cell_lock_refuses_a_live_owner_and_takes_over_a_dead_ones(tmp_path: Pat
 
 
 def test_losing_a_race_leaves_no_failed_json_beside_the_winner(tmp_path: Path, monkeypatch) -> None:
-    spec = benchmarks.load("quickstart", overrides=TINY)
+    spec = benchmarks.load("quickstart", overrides=TINY_REF)
     winner = run_cell(CellRequest(spec, "none", 0, tmp_path / "w"), RunOptions(progress=False))
     cell = cell_dir(tmp_path, "quickstart", "none", 0)
 
@@ -137,7 +139,7 @@ def test_losing_a_race_leaves_no_failed_json_beside_the_winner(tmp_path: Path, m
         raise RunError(f"{cell / 'run.json'} exists already; run records are immutable")
 
     monkeypatch.setattr(execute, "run_cell", loser)
-    recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY_REF, progress=False)
     assert recs == [winner]
     assert not (cell / "failed.json").exists()
 
@@ -197,7 +199,7 @@ def test_git_dirty_ignores_generated_leaderboards_but_not_sources(tmp_path: Path
 def test_git_state_is_measured_once_before_the_sweep_writes(tmp_path: Path, monkeypatch) -> None:
     calls = []
     monkeypatch.setattr(utils, "git_info", lambda repo=None: calls.append(1) or {"sha": "abc", "dirty": False})
-    recs = fusebench.run("quickstart", objective="none", seeds=[0, 1], out=tmp_path, overrides=TINY, progress=False)
+    recs = fusebench.run("quickstart", objective="none", seeds=[0, 1], out=tmp_path, overrides=TINY_REF, progress=False)
     assert len(calls) == 1 and all(r["git"] == {"sha": "abc", "dirty": False} for r in recs)
 
 

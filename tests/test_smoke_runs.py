@@ -59,7 +59,7 @@ def test_sleep_edf_fixture_recipe_is_a_pipeline_check(fixtures_dir, tmp_path):
     out, boards = tmp_path / "runs", tmp_path / "boards"
     overrides = {"dataset.options.pairs": PAIR,
                  "dataset.options.split_subjects": {"train": ["SC400"], "val": ["SC400"], "test": ["SC400"]},
-                 "pretrain.batch_size": 4, "downstream.batch_size": 4, "downstream.epochs": 2}
+                 "downstream.batch_size": 4, "downstream.epochs": 2}
     (rec,) = run("sleep-edf-staging", objective=["none"], seeds=[0], out=out, data_root=str(root),
                  overrides=overrides, progress=False, device="cpu")
     assert values_of(rec["metrics"])["bacc"] == 1.0  # the hostile number: measured on the samples it trained on

@@ -20,6 +20,8 @@ TINY = {
     "pretrain.batch_size": 32,
     "downstream.epochs": 1,
 }
+#: TINY for runs of reference rows only: they read no pretrain.* setting, and one given to them is refused
+TINY_REF = {k: v for k, v in TINY.items() if not k.startswith("pretrain.")}
 
 
 def test_workers_give_the_records_of_a_sequential_sweep(tmp_path: Path) -> None:
@@ -117,7 +119,7 @@ def test_status_says_how_far_the_selection_is(tmp_path: Path, capsys) -> None:
 
 
 def test_status_of_a_real_sweep(tmp_path: Path) -> None:
-    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY_REF, progress=False)
     assert status.collect(tmp_path) == {"quickstart": {("none", 0): ("done", "")}}
 
 
@@ -153,7 +155,7 @@ def test_a_retried_cell_that_is_interrupted_is_resumable_not_the_old_failure(tmp
 
 def test_status_of_a_benchmark_s_own_folder_says_which_folder_to_give(tmp_path: Path, capsys) -> None:
     """`--out runs/quickstart` (one level too deep) used to print "0 cells" for every objective with exit 0."""
-    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY, progress=False)
+    fusebench.run("quickstart", objective=["none"], seeds=[0], out=tmp_path, overrides=TINY_REF, progress=False)
     assert status.main(["--out", str(tmp_path / "quickstart")]) == 2
     err = capsys.readouterr().err
     assert (f"--out {tmp_path / 'quickstart'} is the folder of one benchmark (quickstart: its none/ holds seed "

@@ -48,9 +48,7 @@ def test_a_common_epoch_count_every_objective_overrides_is_refused_and_a_partial
     # written as a per-objective key it is that objective's own: used
     fusebench.run("quickstart-compute", objective="mv_dhel", seeds=[0], out=tmp_path,
                   overrides={"pretrain.per_objective.mv_dhel.epochs": 1}, progress=False, plan=True)
-    # reference rows pretrain nothing: the common value concerns no objective here, and is not judged
-    fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
-                  progress=False, plan=True)
+    # reference rows pretrain nothing: a common value given to them alone is refused (next test)
 
 
 @pytest.mark.parametrize("key", ["pretrain.per_objective.tuple_infonce.hparams.tau",
@@ -68,6 +66,71 @@ def test_one_objective_s_setting_for_an_objective_the_run_leaves_out_is_refused(
     rows = fusebench.run("quickstart", objective=["m3g", "tuple_infonce"], seeds=[0], out=tmp_path, synthetic=True,
                          overrides={**TINY, key: 5}, progress=False, plan=True)
     assert [r["action"] for r in rows] == ["run", "run"]
+
+
+def _weights_file(path: Path) -> Path:
+    """A weights file that fits the encoder quickstart's cells build (its config as the cell computes it)."""
+    import torch
+
+    from fusebench import encoders
+    from fusebench.cells.standard import encoder_config
+    from fusebench.engine.data import build_datasets
+
+    spec = benchmarks.load("quickstart", synthetic=True)
+    cfg = encoder_config(spec, build_datasets(spec, True, None, 0, roles=("train",))["train"])
+    torch.save(encoders.build(spec.encoder.id, **cfg).state_dict(), path)
+    return path
+
+
+@pytest.mark.parametrize("rows, key, value, said", [
+    (["raw"], "pretrain.epochs", "3", "pretrain.epochs=3: no row of this run pretrains (raw is a reference row: "
+                                      "nothing is pretrained for it)"),
+    (["none"], "pretrain.lr", "0.9", "pretrain.lr=0.9: no row of this run pretrains (none is a reference row: "
+                                     "nothing is pretrained for it)"),
+    (["raw", "none"], "pretrain.projection_dim", "7", "pretrain.projection_dim=7: no row of this run pretrains (raw "
+                                                      "and none are reference rows: nothing is pretrained for them)"),
+    (["none"], "pretrain.methods.tuple_infonce.disturbed", "false",
+     "pretrain.methods.tuple_infonce.disturbed=False: no row of this run pretrains (none is a reference row"),
+    (["mine"], "pretrain.lr", "0.9", "pretrain.lr=0.9: no row of this run pretrains (mine is a weights row: nothing "
+                                     "is pretrained for it)"),
+    (["mine", "raw"], "pretrain.batch_size", "8", "pretrain.batch_size=8: no row of this run pretrains (raw is a "
+                                                  "reference row, mine is a weights row: nothing is pretrained for "
+                                                  "them)"),
+    (["mine"], "pretrain.per_objective.mine.epochs", "3",
+     "pretrain.per_objective.mine.epochs: 'mine' is a weights row (--encoder-weights mine=...): nothing is pretrained "
+     "for it, so per-objective settings do not apply to it; drop the setting"),
+])
+def test_a_pretraining_setting_given_to_rows_that_pretrain_nothing_is_refused(
+        rows: list[str], key: str, value: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A reference row (none, raw) or a weights row pretrains nothing: a --set pretrain.* would be recorded in its
+    config (and its config hash) and never read (its budget: 0 epochs)."""
+    from fusebench.cli import main
+
+    weights = ["--encoder-weights", f"mine={_weights_file(tmp_path / 'w.pt')}"] if "mine" in rows else []
+    out = tmp_path / "runs"
+    argv = ["run", "quickstart", "--synthetic", "--seeds", "0", "--out", str(out), *weights, "--objective", *rows]
+    assert main([*argv, "--set", f"{key}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert f"fusebench run: --set {said}" in err and err.count("fusebench run:") == 1
+    if "per_objective" not in key:
+        assert "so the pretraining setting would be recorded and not used; drop it, or add an objective that " \
+               "pretrains" in err
+    assert not out.exists()
+    # with an objective that pretrains (and reads the setting), the setting is used: accepted
+    objective = "tuple_infonce" if "tuple_infonce" in key else "m3g"
+    assert main([*argv, objective, "--plan", "--set", f"{key.replace('.mine.', f'.{objective}.')}={value}"]) == 0
+    # without it, the rows run (the plan of the same command)
+    assert main([*argv, "--plan"]) == 0
+
+
+def test_a_pretraining_setting_of_the_python_api_for_reference_rows_only_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--set pretrain\.epochs=1: no row of this run pretrains \(none is a "
+                                          r"reference row"):
+        fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                      progress=False, plan=True)
+    # the rest of TINY is read by the row: accepted
+    fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, synthetic=True, progress=False, plan=True,
+                  overrides={k: v for k, v in TINY.items() if not k.startswith("pretrain.")})
 
 
 def test_a_hyper_parameter_the_selection_grid_replaces_is_refused_from_the_command_line_and_checked_in_a_spec(

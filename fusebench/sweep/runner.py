@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from fusebench.pipelines import pipeline_of  # what the spec's pipeline runs and declares (fusebench/pipelines.py)
 from fusebench.runtime import progress as progress_lines
@@ -111,8 +111,10 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
     """``--set`` values of objectives' settings are used or refused: one objective's own setting
     (``pretrain.per_objective.<id>...``, or a flat table ``pretrain.<table>.<id>...``) for an objective this run does
     not run, and a common ``pretrain.epochs`` / ``pretrain.batch_size`` that no objective of the run reads (each
-    pretraining objective has its own), are a ConfigError naming the key: the value would be recorded and not used.
-    Where some objectives read the common value and others keep their own, those are named on stderr."""
+    pretraining objective has its own), are a ConfigError naming the key: the value would be recorded and not used;
+    so is any ``pretrain.*`` value when no row of the run pretrains (reference rows and weights rows only,
+    :func:`pretrains_nothing` names them). Where some objectives read the common value and others keep their own,
+    those are named on stderr."""
     from fusebench.spec.config import GROUPED, PER_OBJECTIVE, grouped_override
 
     keys = list(overrides)
@@ -138,6 +140,14 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
                 raise ConfigError(f"--set {key}: objective(s) {', '.join(absent)} not in this run "
                                   f"({', '.join(objs)}): their settings would be recorded and not used")
     pretraining = [o for o in objs if row_of(spec, o).pretrains]
+    pretrain_keys = [k for k in keys if k.split(".")[0] == "pretrain"]
+    if pretrain_keys and not pretraining:  # reference and weights rows only: no pretraining setting is read
+        key = pretrain_keys[0]
+        shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
+        raise ConfigError(f"--set {shown}: no row of this run pretrains ({pretrains_nothing(spec, objs)}: nothing "
+                          f"is pretrained for {'it' if len(set(objs)) == 1 else 'them'}), so the pretraining setting "
+                          f"would be recorded and not used; drop it, or add an objective that pretrains "
+                          f"(--objective <id>; fusebench list objectives)")
     for common, table, name in (("pretrain.epochs", "objective_epochs", "epochs"),
                                 ("pretrain.batch_size", "objective_batch_size", "batch_size")):
         if common not in keys or not pretraining:
@@ -151,6 +161,44 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
         if own:
             print(f"{spec.name}: --set {common} applies to {', '.join(o for o in pretraining if o not in own)}; "
                   f"the others keep their own ({mine})", file=sys.stderr)
+
+
+def pretrains_nothing(spec: BenchmarkSpec, rows: Iterable[str]) -> str:
+    """``rows`` (none of which pretrains) said with what they are: ``raw and none are reference rows, mine is a
+    weights row``."""
+    rows = list(dict.fromkeys(rows))
+    weights = [o for o in rows if o in spec.encoder_weights]
+    refs = [o for o in rows if o not in weights]
+    said = []
+    for names, one, several in ((refs, "is a reference row", "are reference rows"),
+                                (weights, "is a weights row", "are weights rows")):
+        if names:
+            said.append(f"{' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)} "
+                        f"{one if len(names) == 1 else several}")
+    return ", ".join(said)
+
+
+def check_weights_row_settings(overrides: Mapping[str, Any], weights: Iterable[str]) -> None:
+    """Before the spec loads (which knows the weights rows of ``--encoder-weights`` not yet): a ``--set`` of
+    per-objective settings (``pretrain.per_objective.<name>...``) for a weights row ``name`` is a ConfigError
+    naming the key and the row, which pretrains nothing (not "not a registered objective")."""
+    from fusebench.spec.config import GROUPED, PER_OBJECTIVE, grouped_override
+
+    names = set(weights)
+    for key, value in overrides.items():
+        parts = grouped_override(key, "--set").split(".")
+        if parts[0] != "pretrain" or len(parts) < 2:
+            continue
+        if parts[1] in PER_OBJECTIVE and len(parts) >= 3:
+            given = [parts[2]]
+        elif parts[1] == GROUPED and len(parts) == 2 and isinstance(value, Mapping):
+            given = list(value)
+        else:
+            continue
+        hit = [n for n in given if n in names]
+        if hit:
+            raise ConfigError(f"--set {key}: {hit[0]!r} is a weights row (--encoder-weights {hit[0]}=...): nothing is "
+                              f"pretrained for it, so per-objective settings do not apply to it; drop the setting")
 
 
 def check_out(out: Path, create: bool = True) -> Path:
@@ -277,6 +325,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     loggers = check_trackers(list(req.loggers))  # unknown id / missing package
     from fusebench import benchmarks
 
+    check_weights_row_settings(req.overrides, req.encoder_weights)  # before the load says "not an objective"
     spec = benchmarks.load(req.benchmark, overrides=req.overrides, synthetic=synthetic)
     progress_lines.phases_enabled(progress)  # reading / hashing the data before the cells: said when slow
     seeds = list(req.seeds if req.seeds is not None else [check_seed(s) for s in spec.seeds])
@@ -400,4 +449,4 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
-           "finished_records", "resolve_views", "run"]
+           "check_weights_row_settings", "finished_records", "pretrains_nothing", "resolve_views", "run"]
