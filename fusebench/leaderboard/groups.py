@@ -367,8 +367,8 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
 
 def code_differences(spec: Any, recs: list[RunRecord]) -> list[tuple[str, int]]:
     """Where the runs were made by other code than the current one, for the benchmark's current ``spec``: each change
-    :func:`fusebench.components.identity.code_changes` finds for a run (an objective's, encoder's, method's or
-    metric's version, as the run states them, :func:`fusebench.records.cell_file.record_versions`, against the
+    :func:`fusebench.components.identity.code_changes` finds for a run (an objective's, encoder's, method's,
+    metric's or downstream protocol's version, as the run states them, :func:`fusebench.records.cell_file.record_versions`, against the
     code's now) with the number of runs it concerns, in order of first appearance. Such runs are still the runs'
     numbers, but a rerun would not reuse them: it computes them again with the current code."""
     from fusebench.components.identity import code_changes

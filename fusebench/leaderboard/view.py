@@ -57,7 +57,7 @@ class GroupView:
     # whose protocol notes and comparison the board shows (:func:`fusebench.leaderboard.groups.spec_differences`)
     spec_differences: list[tuple[str, Any, list[Any]]] = field(default_factory=list)
     # (what changed, how many runs) where the runs were made by other code than the current one: a version of their
-    # objective, encoder, method or metric (:func:`fusebench.leaderboard.groups.code_differences`)
+    # objective, encoder, method, metric or downstream protocol (:func:`fusebench.leaderboard.groups.code_differences`)
     code_differences: list[tuple[str, int]] = field(default_factory=list)
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # row -> stats.paired_vs_reference result
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # row -> bootstrap CI of the primary mean
