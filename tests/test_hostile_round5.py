@@ -73,7 +73,8 @@ def test_weights_that_cannot_be_loaded_as_they_are_are_refused_before_any_cell(e
                                                                                 expected: str) -> None:
     torch.save(make(enc_state), tmp_path / "w.pt")
     with pytest.raises(ConfigError, match=expected):
-        fusebench.run("quickstart", objective="mine", seeds=[0], out=tmp_path / "out", overrides={"downstream.epochs": 1},
+        fusebench.run("quickstart", objective="mine", seeds=[0], out=tmp_path / "out",
+                      overrides={"downstream.epochs": 1},
                       encoder_weights={"mine": str(tmp_path / "w.pt")}, progress=False)
     assert not (tmp_path / "out" / "quickstart").exists()
 

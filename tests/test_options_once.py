@@ -96,7 +96,8 @@ def test_every_option_of_every_command_refuses_a_repeat(monkeypatch: pytest.Monk
 @pytest.mark.parametrize("argv, said", [
     (["leaderboard", "--runs", "A", "--runs", "B"], "--runs given twice (--runs A, then --runs B)"),
     (["run", "quickstart", "--out", "A", "--out", "B"], "--out given twice (--out A, then --out B)"),
-    (["run", "quickstart", "--threads", "1", "--threads", "2"], "--threads given twice (--threads 1, then --threads 2)"),
+    (["run", "quickstart", "--threads", "1", "--threads", "2"],
+     "--threads given twice (--threads 1, then --threads 2)"),
     (["run", "quickstart", "--device", "cpu", "--device", "cuda"], "--device given twice (--device cpu, then --device "
                                                                    "cuda)"),
     (["run", "quickstart", "--seeds", "0", "1", "--seeds", "2"], "--seeds given twice (--seeds 0 1, then --seeds 2): "

@@ -117,7 +117,8 @@ def test_cell_lock_refuses_a_live_owner_and_takes_over_a_dead_ones(tmp_path: Pat
         (cell / ".lock").write_text(str(sleeper.pid))
         with pytest.raises(CellBusyError, match=f"being run by process {sleeper.pid}"):
             run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
-        recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY_REF, progress=False)
+        recs = fusebench.run("quickstart", objective="none", seeds=[0], out=tmp_path, overrides=TINY_REF,
+                             progress=False)
         assert recs[0]["status"] == "skipped"
         assert not (cell / "failed.json").exists() and not (cell / "run.json").exists()
     finally:

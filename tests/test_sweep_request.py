@@ -84,6 +84,39 @@ def test_overrides_as_set_strings_equal_the_mapping() -> None:
     assert a == b
 
 
+@pytest.mark.parametrize("text, comment, read", [
+    ("description=a # b", "# b", "'a'"),
+    ("description='a # b' # c", "# c", "'a # b'"),
+    ("pretrain.lr=0.1  # the paper's", "# the paper's", "0.1"),
+    ("seeds=[0, 1] # two", "# two", "[0, 1]"),
+    ("description=#all of it", "#all of it", "None"),
+])
+def test_a_set_value_yaml_would_cut_at_a_comment_is_refused_naming_the_key(text: str, comment: str, read: str,
+                                                                          tmp_path: Path, capsys) -> None:
+    key = text.partition("=")[0]
+    with pytest.raises(ConfigError) as e:
+        SweepRequest.of("quickstart", overrides=[text])
+    assert str(e.value).startswith(f"--set {text}: YAML reads {comment!r} as a comment, so {key} would be {read}; "
+                                   f"quote the whole value to keep the text")
+    from fusebench.cli import main
+
+    assert main(["run", "quickstart", "--objective", "raw", "--out", str(tmp_path / "runs"), "--set", text]) == 2
+    assert f"fusebench run: --set {key}=" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("text, value", [
+    ("description=a#b", "a#b"),  # no blank before '#': YAML keeps it
+    ('description="a # b"', "a # b"),  # quoted: the '#' is text
+    ("description='it''s # here'", "it's # here"),
+    ("protocol_notes.x=K = 256 (paper: 1024)", "K = 256 (paper: 1024)"),
+    ("protocol_notes.x=a: b, c: d # e", "a: b, c: d # e"),  # not YAML: kept as the text given
+])
+def test_a_set_value_with_a_hash_that_is_text_is_kept(text: str, value: str) -> None:
+    key = text.partition("=")[0]
+    assert SweepRequest.of("quickstart", overrides=[text]).overrides[key] == value
+
+
 def _no_accelerator(monkeypatch) -> None:
     """``auto`` resolves to the CPU whatever this machine has (the verdicts must not depend on a GPU being there)."""
     import torch

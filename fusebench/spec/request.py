@@ -276,7 +276,8 @@ def _overrides(given: Any, precision: Any) -> dict[str, Any]:
     else:
         raise ConfigError(f"overrides: expected a mapping of dotted keys or KEY=VALUE strings, got {given!r}")
     if not all(isinstance(k, str) for k, _ in pairs):
-        raise ConfigError(f"overrides: keys must be dotted spec keys (strings), got {sorted(repr(k) for k, _ in pairs)}")
+        raise ConfigError(f"overrides: keys must be dotted spec keys (strings), got "
+                          f"{sorted(repr(k) for k, _ in pairs)}")
     _check_set_once(pairs)
     out = dict(pairs)
     if precision is not None:
@@ -288,8 +289,44 @@ def _overrides(given: Any, precision: Any) -> dict[str, Any]:
 
 def set_values(texts: Any) -> list[tuple[str, Any]]:
     """``--set KEY=VALUE`` texts as (key, value) pairs in their order, each parsed by
-    :func:`~fusebench.spec.config.parse_override` (the value as YAML)."""
-    return [parse_override(text) for text in texts]
+    :func:`~fusebench.spec.config.parse_override` (the value as YAML). A value YAML would cut at a comment
+    (``description=a # b`` reads ``a``) is a ConfigError naming the key: the text after ``#`` would be dropped
+    without a word."""
+    pairs = []
+    for text in texts:
+        key, value = parse_override(text)
+        raw = text.partition("=")[2]
+        dropped = _yaml_comment(raw, value)
+        if dropped is not None:
+            shown = raw.strip()
+            quoted = "" if set(shown) & set("'\"") else f" (--set '{key}=\"{shown}\"')"
+            raise ConfigError(f"--set {key}={shown}: YAML reads {dropped!r} as a comment, so {key} would be "
+                              f"{value!r}; quote the whole value to keep the text{quoted}, or drop the comment")
+        pairs.append((key, value))
+    return pairs
+
+
+def _yaml_comment(raw: str, value: Any) -> str | None:
+    """The comment YAML drops from ``raw``, the text of a ``--set`` value that was read as ``value``: from a ``#``
+    at the start or after a blank, outside quotes (the text before it reads as the same value); None when there is
+    none, or when the text was kept as it is (YAML could not read it)."""
+    import re
+
+    import yaml
+
+    from fusebench.typed import load_yaml
+
+    if isinstance(value, str) and value == raw:
+        return None
+    for m in re.finditer(r"(?:^|(?<=\s))#", raw):
+        head = raw[:m.start()]
+        try:
+            read = load_yaml(head, "--set") if head.strip() else None
+        except (yaml.YAMLError, ConfigError):  # the '#' is inside a quoted (or unfinished) value
+            continue
+        if read == value or (read is None and value == ""):
+            return raw[m.start():].strip()
+    return None
 
 
 def _check_set_once(pairs: list[tuple[str, Any]]) -> None:

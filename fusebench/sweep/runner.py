@@ -202,19 +202,49 @@ def check_weights_row_settings(overrides: Mapping[str, Any], weights: Iterable[s
 
 
 def check_out(out: Path, create: bool = True) -> Path:
-    """``--out``: a folder that exists or can be made (made here unless ``create`` is False: a plan writes
-    nothing), and that this process can write to."""
+    """``--out``: a folder that exists or can be made, and that this process can write to; made here unless
+    ``create`` is False (a plan writes nothing; a run makes it with :func:`make_out` once every check that can refuse
+    has passed, so that a refused run leaves no empty folder behind)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a folder; name a folder for the run records")
-    if not create:
+    if create:
+        make_out(out)
         return out
+    if out.is_dir():
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ConfigError(f"--out {out}: the folder is not writable by this user; name a writable folder")
+        return out
+    above = next(p for p in out.absolute().parents if p.exists())  # the folder it would be made in
+    if not above.is_dir():
+        raise ConfigError(f"--out {out}: cannot create the folder ({above} is not a folder); name a writable folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: cannot create the folder ({above} is not writable by this user); name a "
+                          f"writable folder")
+    return out
+
+
+def make_out(out: Path) -> list[Path]:
+    """Make the ``--out`` folder (:func:`check_out` checked it); returns the folders this made, outermost first (none
+    when it existed), for :func:`remove_made` to take back when the run stops before writing into them."""
+    made = [p for p in (out, *out.absolute().parents) if not p.exists()][::-1]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out {out}: cannot create the folder ({e.strerror or e}); name a writable folder") from None
     if not os.access(out, os.W_OK | os.X_OK):
+        remove_made(made)
         raise ConfigError(f"--out {out}: the folder is not writable by this user; name a writable folder")
-    return out
+    return made
+
+
+def remove_made(made: list[Path]) -> None:
+    """The folders of :func:`make_out` removed, innermost first, while they are empty (one with a file in it, and
+    those above it, stay)."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int = 0) -> Any:
@@ -370,7 +400,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     if req.mlflow_uri is not None and "mlflow" not in loggers:  # used or refused, never taken and ignored
         raise ConfigError(f"--mlflow-uri {req.mlflow_uri}: read only with --logger mlflow, which this run does not "
                           f"use; add --logger mlflow or drop --mlflow-uri")
-    out = check_out(out, create=not req.plan)
+    out = check_out(out, create=False)  # made below, once every check that can refuse has passed
     mlflow_uri = default_mlflow_uri(out, req.mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     options = options.but(loggers=tuple(loggers), mlflow_uri=mlflow_uri)
@@ -402,16 +432,26 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     # --threads above the CPUs here is refused where the cells run here (a job's node may have more: it checks its own)
     n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once,
                                   bounded=launch.runs_here)
-    if pending and progress and launch.runs_here and not req.plan:
-        print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
-              f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
     if req.plan:  # what the selections would do; nothing is trained or written
         selecting = [o for o in objs if any(oo == o for oo, _ in pending)]
         return selection_plan(spec, selecting, out, options, context) + planned
-    if skipped and progress:  # said before anything runs: their records are reused, not recomputed
-        print(f"{skipped} of {len(objs) * len(seeds)} cell(s) of {spec.name} already have run.json under {out}: "
-              f"skipped, their records reused (another --out runs them afresh)", file=sys.stderr)
+    made = make_out(out)  # every check that can refuse has passed: a refused run leaves no folder behind
+    try:  # a refusal from here on, before anything is written into the folder, takes it back (remove_made)
+        if pending and progress and launch.runs_here:
+            print(f"{spec.name}: {len(pending)} cell(s) to run, {options.cells_at_once} at a time, {n_threads} torch "
+                  f"thread(s) each ({why}; --threads N or OMP_NUM_THREADS overrides)", file=sys.stderr)
+        if skipped and progress:  # said before anything runs: their records are reused, not recomputed
+            print(f"{skipped} of {len(objs) * len(seeds)} cell(s) of {spec.name} already have run.json under {out}: "
+                  f"skipped, their records reused (another --out runs them afresh)", file=sys.stderr)
+        return _select_and_launch(spec, objs, seeds, out, options, context, pending, launch)
+    except BaseException:
+        remove_made(made)
+        raise
 
+
+def _select_and_launch(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path, options: RunOptions,
+                       context: dict[str, Any], pending: list[tuple[str, int]], launch: Any) -> list[dict[str, Any]]:
+    """The sweep once every check has passed and ``out`` exists: the selections frozen, then the cells launched."""
     # hyper-parameters chosen on the validation split for every objective with pending cells, BEFORE any
     # evaluation cell starts, each frozen to <out>/<benchmark>/_selection/<objective>.json (a resumed sweep reuses
     # it); the cells get the frozen choice, outcome and file hash as inputs (fusebench.sweep.selection)
@@ -449,4 +489,5 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
-           "check_weights_row_settings", "finished_records", "pretrains_nothing", "resolve_views", "run"]
+           "check_weights_row_settings", "finished_records", "make_out", "pretrains_nothing", "remove_made",
+           "resolve_views", "run"]
