@@ -38,7 +38,7 @@ def test_each_other_metric_is_ranked_over_the_boards_reporting_it_with_tau_again
     boards = _boards()
     ranking = cross_dataset_ranking(boards)
     assert ranking["avg"] == pytest.approx({"a": 4 / 3, "b": 2.0, "c": 8 / 3}, abs=1e-12)
-    by = metric_rankings(boards, ranking)
+    by = metric_rankings(boards, ranking, cross_dataset_ranking)
     assert list(by) == ["acc"]  # fs1 is every board's primary: not repeated
     acc = by["acc"]
     assert acc["boards"] == ["b1", "b2"] and acc["missing"] == ["b3"]
@@ -58,7 +58,7 @@ def test_metrics_are_ordered_with_their_numbers_as_numbers_and_a_board_without_t
             g["metric_means"][m] = {"direction": "lower", "means": g["means"]}  # lower: the order reversed
     del boards["b1"]["groups"][0]["metric_means"]
     ranking = cross_dataset_ranking(boards)
-    by = metric_rankings(boards, ranking)
+    by = metric_rankings(boards, ranking, cross_dataset_ranking)
     assert list(by) == ["acc", "fs5", "fs10"]  # numbers as numbers; fs1, every board's primary, not repeated
     # fs10 (lower is better) on b2, b3: b2 b .4 < c .5 < a .6 -> a 3, b 1, c 2; b3 c .5 < a .6 < b .7 -> a 2, b 3,
     # c 1: averages a 2.5, b 2, c 1.5 against the primary's a 4/3, b 2, c 8/3: every pair discordant, tau-b = -1

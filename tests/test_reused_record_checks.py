@@ -19,8 +19,7 @@ from fusebench.sweep import status
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
-TINY = {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "pretrain.epochs": 1, "pretrain.batch_size": 32,
-        "downstream.epochs": 1}
+TINY = {"dataset.synthetic_spec": {"num_samples": 64, "seed": 0}, "downstream.epochs": 1}  # none pretrains nothing
 OBJ = "none"  # a reference row: no pretraining, the record in a second
 HINT = "; the leaderboard refuses this record: move the cell folder away to recompute it"
 

@@ -178,7 +178,7 @@ def test_an_unreadable_lock_is_judged_by_one_rule_in_the_plan_the_run_and_status
     cell.mkdir(parents=True)
     lock = cell / ".lock"
     lock.write_text("")
-    kw = dict(objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY, progress=False)
+    kw = dict(objective="none", seeds=[0], out=tmp_path, synthetic=True, overrides=TINY_REF, progress=False)
     held = ("another process (its lock is unreadable; taken as held for 60 s after it was last written, then as "
             "stale)")
     os.utime(lock)  # written now (before each judgement: no test depends on how fast the one before it ran)

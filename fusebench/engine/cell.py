@@ -20,7 +20,7 @@ import torch
 from fusebench.components.identity import code_changes, spec_hash
 from fusebench.io import create_once
 from fusebench.spec.config import BenchmarkSpec
-from fusebench.engine.loop import RunError
+from fusebench.engine.loop import RunError, checkpoint_error, shown_value
 from fusebench.engine.locks import LockHolder, SlurmQueue, lock_payload, read_lock
 
 
@@ -49,29 +49,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 #: the loss curve of each phase, one value per counted step (``run_phase``'s ``curve``; read before every checkpoint)
 LOSS_CURVES = {"pretrain": "pretrain_loss", "downstream": "downstream_loss"}
-_MISSING = object()
-
-
-def checkpoint_error(path: Path, key: str, expected: str, got: Any = _MISSING, problem: str | None = None) -> RunError:
-    """The one error of a checkpoint that is not as this code writes it: the file, the key, what was expected (and
-    what was found; or ``problem``: why what was found does not do)."""
-    found = problem or ("it is missing" if got is _MISSING else f"got {_shown(got)}")
-    return RunError(f"cannot resume: {path}: key {key!r}: expected {expected}, {found} (a damaged or edited "
-                    "checkpoint?); the file was left as it is — delete it to start over")
-
-
-def _shown(v: Any) -> str:
-    if v is None or isinstance(v, bool):
-        return repr(v)
-    if isinstance(v, (int, float)):
-        return f"{type(v).__name__} {v!r}"
-    if isinstance(v, str):
-        return f"string {v[:60]!r}"
-    if torch.is_tensor(v):
-        return f"a tensor of shape {list(v.shape)} ({v.dtype})"
-    if isinstance(v, (dict, list, tuple)):
-        return f"a {type(v).__name__} of {len(v)}"
-    return f"a {type(v).__name__}"
 
 
 def _count(v: Any) -> bool:
@@ -113,7 +90,7 @@ def _rng_problem(state: Any) -> str | None:
     """Why ``state`` is not RNG states :func:`fusebench.runtime.utils.set_rng_state` restores (tried on fresh
     generators, as it converts them: the process's own are left alone), or None."""
     if not isinstance(state, dict):
-        return f"got {_shown(state)}"
+        return f"got {shown_value(state)}"
     try:
         py = state["python"]
         random.Random().setstate(tuple(py[:1]) + (tuple(py[1]),) + tuple(py[2:]))

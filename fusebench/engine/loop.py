@@ -48,6 +48,32 @@ class RunError(RuntimeError):
     """A run cannot go on: diverged loss, unreadable checkpoint, existing record."""
 
 
+_MISSING = object()
+
+
+def checkpoint_error(path: Path, key: str, expected: str, got: Any = _MISSING, problem: str | None = None) -> RunError:
+    """The one error of a checkpoint that is not as this code writes it: the file, the key, what was expected (and
+    what was found; or ``problem``: why what was found does not do)."""
+    found = problem or ("it is missing" if got is _MISSING else f"got {shown_value(got)}")
+    return RunError(f"cannot resume: {path}: key {key!r}: expected {expected}, {found} (a damaged or edited "
+                    "checkpoint?); the file was left as it is — delete it to start over")
+
+
+def shown_value(v: Any) -> str:
+    """``v`` as a checkpoint error shows what was found: its type and, for a scalar, its value."""
+    if v is None or isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, (int, float)):
+        return f"{type(v).__name__} {v!r}"
+    if isinstance(v, str):
+        return f"string {v[:60]!r}"
+    if torch.is_tensor(v):
+        return f"a tensor of shape {list(v.shape)} ({v.dtype})"
+    if isinstance(v, (dict, list, tuple)):
+        return f"a {type(v).__name__} of {len(v)}"
+    return f"a {type(v).__name__}"
+
+
 @dataclass
 class StepBudget:
     """At most ``max_steps`` optimisation steps over all phases of a run (None: no limit). When the
@@ -126,8 +152,6 @@ class Phase:
         shape that does not fit, an optimizer state of another parameter's shape is a :class:`RunError` naming the
         file and the key, never a bare KeyError or a failure in a later step), then the counters, the curves, the
         clock and the RNG states."""
-        from fusebench.engine.cell import checkpoint_error
-
         path = self.cell / "last.pt"
         for k, m in self.mods.items():
             expected = f"the state of the {self.name} phase's {type(m).__name__}"

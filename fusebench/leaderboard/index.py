@@ -389,8 +389,8 @@ def build_index(boards: dict[str, dict[str, Any]], cd_plot: str | None = None,
     if "friedman" in ranking:
         from fusebench.leaderboard.metric_rankings import metric_rankings, metric_rankings_section
 
-        out += metric_rankings_section(ranking, metric_rankings(boards, ranking), lambda m: _family_label(ranking, m),
-                                       _ordered(ranking))
+        out += metric_rankings_section(ranking, metric_rankings(boards, ranking, cross_dataset_ranking),
+                                       lambda m: _family_label(ranking, m), _ordered(ranking))
         out += _family_sections(family_rankings(boards, ranking))
     out += _variant_sections(variant_comparisons(boards))
     out += ["", "## Synthetic studies", "",

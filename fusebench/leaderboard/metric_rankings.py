@@ -12,19 +12,19 @@ each such ranking's average ranks and the primary ranking's (``scipy.stats.kenda
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from fusebench.leaderboard.columns import fmt_p, md_code
 
 
-def metric_rankings(boards: dict[str, dict[str, Any]], ranking: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def metric_rankings(boards: dict[str, dict[str, Any]], ranking: dict[str, Any],
+                    rank: Callable[[dict[str, dict[str, Any]]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``{metric: ranking}`` for each metric of the boards ``ranking`` ranks other than the one every board ranks
     by, in the order of their ids (numbers as numbers): the
-    :func:`~fusebench.leaderboard.index.cross_dataset_ranking` of those boards with that metric as each board's
-    primary metric, over the boards that report it (``missing``: the others), with ``tau`` / ``tau_p``: Kendall's tau-b between its average ranks and ``ranking``'s over the
+    ranking ``rank`` makes (:func:`~fusebench.leaderboard.index.cross_dataset_ranking`, which the index passes) of
+    those boards with that metric as each board's primary metric, over the boards that report it (``missing``: the
+    others), with ``tau`` / ``tau_p``: Kendall's tau-b between its average ranks and ``ranking``'s over the
     objectives both rank (None with fewer than 3). Empty when ``ranking`` ranks nothing."""
-    from fusebench.leaderboard.index import cross_dataset_ranking
-
     used = ranking.get("boards", [])
     if "friedman" not in ranking:
         return {}
@@ -40,7 +40,7 @@ def metric_rankings(boards: dict[str, dict[str, Any]], ranking: dict[str, Any]) 
             if entry and entry["means"]:
                 sub[n] = {**boards[n], "groups": [{**g, "primary": m, "direction": entry["direction"],
                                                    "means": entry["means"]}]}
-        r = cross_dataset_ranking(sub)
+        r = rank(sub)
         r["missing"] = [n for n in used if n not in sub]
         r["tau"] = r["tau_p"] = None
         both = [o for o in ranking["methods"] if o in r.get("avg", {})]

@@ -11,6 +11,11 @@ recorded in ``<out>/<benchmark>/<objective>/seed<k>/failed.json`` and the sweep 
 
 One cell is :func:`fusebench.cells.execute.run_cell`; the standard pipeline's cell is
 :mod:`fusebench.cells.standard` (pretraining -> downstream protocol -> record).
+
+This module is longer than 450 lines: the checks made before any work (the run's settings used or refused, the
+components, the data, the existing cells) all read the same run arguments and each says what the run would do, so
+they stay beside the sweep that applies them; splitting the used-or-refused checks into their own module is the
+next cut when it grows.
 """
 
 from __future__ import annotations
