@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-import fusebench.leaderboard as lb
 from fusebench.leaderboard.meta import read_board_meta
 from test_leaderboard_hostile_2 import _one_error_line
 from test_records_hostile import _copy
