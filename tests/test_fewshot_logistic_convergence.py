@@ -174,11 +174,17 @@ def test_predictions_do_not_move_under_a_1e_12_perturbation_or_float32_rounding(
     features, the features times (1 + 1e-12 noise), and the features and queries rounded to float32 (then fitted in
     float64): the fit depends on its objective, not on where an optimiser happened to stop."""
     x, y, q = _data(5, shots, d, seed=2, batch=20, sep=1.5)
+    assert_predictions_stable(x, y, q, 5, l2)
+
+
+def assert_predictions_stable(x: np.ndarray, y: np.ndarray, q: np.ndarray, classes: int, l2: float) -> None:
+    """The classes ``fit_logistic`` predicts for the queries ``q`` are the same for ``x``, for ``x`` times
+    (1 + 1e-12 noise), and for ``x`` and ``q`` rounded to float32 (fitted in float64)."""
     pert = x * (1 + 1e-12 * np.random.default_rng(3).standard_normal(x.shape))
     x32, q32 = (a.astype(np.float32).astype(np.float64) for a in (x, q))
-    base = predict_classes(q, *fit_logistic(x, y, 5, l2))
-    assert np.array_equal(base, predict_classes(q, *fit_logistic(pert, y, 5, l2)))
-    assert np.array_equal(base, predict_classes(q32, *fit_logistic(x32, y, 5, l2)))
+    base = predict_classes(q, *fit_logistic(x, y, classes, l2))
+    assert np.array_equal(base, predict_classes(q, *fit_logistic(pert, y, classes, l2)))
+    assert np.array_equal(base, predict_classes(q32, *fit_logistic(x32, y, classes, l2)))
 
 
 def test_the_fit_is_the_same_bits_whatever_the_thread_count() -> None:

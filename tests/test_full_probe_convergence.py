@@ -19,7 +19,7 @@ import torch
 
 from fusebench.probes import logistic as LR
 from fusebench.probes.logistic import fit_logistic, predict_classes
-from test_fewshot_logistic_convergence import L2S, _gradient_size, _newton_reference
+from test_fewshot_logistic_convergence import L2S, _gradient_size, _newton_reference, assert_predictions_stable
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -83,11 +83,7 @@ def test_predictions_do_not_move_under_a_1e_12_perturbation_or_float32_rounding(
     """5 classes, 1000 queries: the same predicted classes for the features, the features times (1 + 1e-12 noise),
     and the features and queries rounded to float32 (fitted in float64)."""
     x, y, q = _data(5, n, d, seed=2, sep=0.7, queries=1000)
-    pert = x * (1 + 1e-12 * np.random.default_rng(3).standard_normal(x.shape))
-    x32, q32 = (a.astype(np.float32).astype(np.float64) for a in (x, q))
-    base = predict_classes(q, *fit_logistic(x, y, 5, l2))
-    assert np.array_equal(base, predict_classes(q, *fit_logistic(pert, y, 5, l2)))
-    assert np.array_equal(base, predict_classes(q32, *fit_logistic(x32, y, 5, l2)))
+    assert_predictions_stable(x, y, q, 5, l2)
 
 
 @pytest.mark.parametrize("l2", [1e-8, 1e4])
