@@ -177,6 +177,17 @@ def test_cpu_run_of_a_real_cell(capsys) -> None:
     assert r["loader"] == "0 workers (auto), not pinned"  # on the CPU: no loader workers, nothing to pin for
 
 
+def test_a_cell_row_lists_each_step_time_and_the_table_gives_their_median() -> None:
+    """A slow step inside a window (an epoch end, a loss read) shows in the row's per-step list; the median
+    (the table's figure) is of that list."""
+    import statistics
+
+    row = gpu_cell.measure_cell("quickstart", "32", torch.device("cpu"), warmup=1, steps=3)
+    assert len(row["step_times_ms"]) == 3 and all(t > 0 for t in row["step_times_ms"])
+    assert row["step_ms"] == statistics.median(row["step_times_ms"])
+    assert "profiled_step_times_ms" not in row  # the profiled window runs on CUDA only
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--device", "cpu", "--precision", "fp8"], r"--precision: unknown precision 'fp8'"),
     (["--device", "cpu", "--encoders", "no_such_encoder"], r"--encoders: unknown encoder"),

@@ -99,7 +99,7 @@ def _capture_objective_inputs(monkeypatch) -> list[torch.dtype]:
 def test_autocast_reaches_the_encoders_and_the_record_says_so(name, dtype, tmp_path: Path, monkeypatch) -> None:
     seen = _capture_objective_inputs(monkeypatch)
     spec = benchmarks.load("quickstart", overrides={**TINY, "precision": name})
-    rec = run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(progress=False))
+    rec = run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(device="cpu", progress=False))  # CPU autocast
     assert seen and set(seen) == {dtype}  # the encoders' (projection heads') outputs in the policy's dtype
     assert rec["config"]["precision"] == name and "precision" not in rec  # stated once (schema 3)
     num = rec["numerics"]
@@ -117,8 +117,9 @@ def test_autocast_reaches_the_encoders_and_the_record_says_so(name, dtype, tmp_p
 
 
 def test_tf32_on_the_cpu_is_the_float32_computation(tmp_path: Path) -> None:
-    a = run_cell(CellRequest(benchmarks.load("quickstart", overrides=TINY), "infonce_pwe", 0, tmp_path / "a"), RunOptions(progress=False))
-    b = run_cell(CellRequest(benchmarks.load("quickstart", overrides={**TINY, "precision": "tf32"}), "infonce_pwe", 0, tmp_path / "b"), RunOptions(progress=False))
+    cpu = RunOptions(device="cpu", progress=False)  # on CUDA tf32 is another computation (the encoders' products)
+    a = run_cell(CellRequest(benchmarks.load("quickstart", overrides=TINY), "infonce_pwe", 0, tmp_path / "a"), cpu)
+    b = run_cell(CellRequest(benchmarks.load("quickstart", overrides={**TINY, "precision": "tf32"}), "infonce_pwe", 0, tmp_path / "b"), cpu)
     assert b["metrics"] == a["metrics"]
     assert b["curves"]["pretrain_loss"] == pytest.approx(a["curves"]["pretrain_loss"], rel=1e-6)
     assert a["config_hash"] != b["config_hash"] and a["comparability_key"] != b["comparability_key"]
@@ -139,10 +140,11 @@ def test_16_mixed_resume_restores_the_gradient_scaler(tmp_path: Path) -> None:
 
 def _record_pair(tmp_path: Path) -> tuple[dict, dict]:
     spec = benchmarks.load("quickstart", overrides={**TINY, "pretrain.epochs": 0, "downstream.epochs": 1})
-    a = run_cell(CellRequest(spec, "none", 0, tmp_path / "runs"), RunOptions(progress=False))
+    cpu = RunOptions(device="cpu", progress=False)  # the boards' check below reads "runs on cpu"
+    a = run_cell(CellRequest(spec, "none", 0, tmp_path / "runs"), cpu)
     spec_b = benchmarks.load("quickstart", overrides={**TINY, "pretrain.epochs": 0, "downstream.epochs": 1,
                                                       "precision": "bf16-mixed"})
-    b = run_cell(CellRequest(spec_b, "none", 1, tmp_path / "runs"), RunOptions(progress=False))
+    b = run_cell(CellRequest(spec_b, "none", 1, tmp_path / "runs"), cpu)
     return a, b
 
 

@@ -213,16 +213,17 @@ TINY = {"dataset.synthetic_spec": {"num_samples": 96, "seed": 0}, "pretrain.epoc
 
 
 def cell(tmp_path: Path, name: str, over: dict, objective: str = "infonce_pwe", bench: str = "quickstart",
-         synthetic: bool = False) -> dict:
+         synthetic: bool = False, device: str = "auto") -> dict:
     spec = benchmarks.load(bench, overrides={**(TINY if bench == "quickstart" else {}), **over}, synthetic=synthetic)
-    rec = run_cell(CellRequest(spec, objective, 0, tmp_path / name), RunOptions(progress=False, synthetic=synthetic))
+    rec = run_cell(CellRequest(spec, objective, 0, tmp_path / name),
+                   RunOptions(device=device, progress=False, synthetic=synthetic))
     written = json.loads((tmp_path / name / bench / objective / "seed0" / "run.json").read_text())
     assert written["numerics"] == rec["numerics"]
     return rec
 
 
 def test_default_cell_records_the_speed_block(tmp_path: Path) -> None:
-    rec = cell(tmp_path, "plain", {})
+    rec = cell(tmp_path, "plain", {}, device="cpu")  # on CUDA the defaults pin memory
     assert rec["numerics"]["speed"] == {
         "num_workers": 0, "num_workers_from": "auto", "pin_memory": False, "persistent_workers": False,
         "prefetch_factor": None, "channels_last": False, "cudnn_benchmark": False, "optimizer_impl": "default",

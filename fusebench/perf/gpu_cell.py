@@ -16,11 +16,13 @@ inside a window bring them together) marks the windows, each ``--cell-steps`` st
 ``--warmup`` steps:
 
 1. *unprofiled*: the wall time of each step (``time.perf_counter`` between callbacks), so the step
-   time is not inflated by the profiler;
+   time is not inflated by the profiler; the table gives the median, the JSON every step's time;
 2. *profiled* (CUDA only): the same number of steps under ``torch.profiler`` with CUDA activity only
    (no CPU operator events, to keep its overhead low). **busy** = the union of the intervals during
    which a kernel ran on the GPU, divided by the wall time of the window; **busy incl. copies** also
-   counts memory copies and sets. Overlapping kernels on several streams count once.
+   counts memory copies and sets. Overlapping kernels on several streams count once. The window's wall time
+   is the sum of its steps, slow ones included (the JSON lists each: ``profiled_step_times_ms``), where the
+   table's ``step profiled`` is their median.
 
 Not in the windows: building the data, the model and the optimiser, the warm-up steps and the
 downstream phase. What the loop does between steps is in them, as it is in the cell: an epoch's end (a
@@ -190,6 +192,7 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
         "feed": cell.feed.record(),  # how the batches were fetched: a busy figure is read against it
         "overrides": dict(overrides or {}), "steps": steps, "warmup": warmup,
         "step_ms": statistics.median(plain) * 1e3,
+        "step_times_ms": [t * 1e3 for t in plain],  # each step: an outlier (epoch end, loss read) shows here
         "checkpoint_in_window": probe.checkpoint_in_window,
         "step_profiled_ms": None, "busy": None, "busy_incl_copies": None, "kernel_ms_per_step": None,
     }
@@ -199,6 +202,7 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
         kernels, copies = device_intervals(probe.prof)
         wall_ns = probe.profiled_wall * 1e9
         row.update(step_profiled_ms=statistics.median(prof_steps) * 1e3, profiled_wall_s=probe.profiled_wall,
+                   profiled_step_times_ms=[t * 1e3 for t in prof_steps],
                    busy=union_ns(kernels) / wall_ns, busy_incl_copies=union_ns(kernels + copies) / wall_ns,
                    kernel_ms_per_step=union_ns(kernels) / 1e6 / steps, kernels=len(kernels))
     return row
