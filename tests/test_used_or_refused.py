@@ -212,3 +212,21 @@ def test_a_mistyped_pretrain_key_is_matched_against_the_keys_a_spec_writes() -> 
     assert "pretrain: unknown key(s) ['per_objectiv'] (did you mean 'per_objective'?); valid keys: [" in msg
     listed = msg.split("valid keys: ")[1].split("]")[0]
     assert "'per_objective'" in listed and "'objective_epochs'" not in listed and "'grid'" not in listed
+
+
+def test_a_default_objective_the_run_does_not_make_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """pretrain.objective names the row of a run that names none; with --objective or the spec's objectives list it
+    would be recorded in the config and not used."""
+    from fusebench.cli import main
+
+    out = tmp_path / "runs"
+    base = ["run", "quickstart", "--synthetic", "--seeds", "0", "--out", str(out), "--plan"]
+    assert main([*base, "--objective", "infonce_pwe", "--set", "pretrain.objective=m3g"]) == 2
+    err = capsys.readouterr().err
+    assert "--set pretrain.objective=m3g: it names the row a run makes when neither --objective nor the spec's " \
+           "objectives list names them; this run's rows are infonce_pwe, so the value would be recorded and not " \
+           "used; drop it, or run --objective m3g" in err and err.count("fusebench run:") == 1
+    assert main([*base, "--set", "pretrain.objective=m3g"]) == 2  # the spec's objectives list names the rows
+    assert "this run's rows are none, raw, infonce_pwe, mv_dhel, m3g, tuple_infonce" in capsys.readouterr().err
+    assert main([*base, "--objective", "m3g", "--set", "pretrain.objective=m3g"]) == 0  # the same row: used
+    assert not out.exists()

@@ -144,6 +144,11 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
             if absent:
                 raise ConfigError(f"--set {key}: objective(s) {', '.join(absent)} not in this run "
                                   f"({', '.join(objs)}): their settings would be recorded and not used")
+    if "pretrain.objective" in keys and list(objs) != [spec.pretrain.objective]:  # the default row, not run here
+        raise ConfigError(f"--set pretrain.objective={spec.pretrain.objective}: it names the row a run makes when "
+                          f"neither --objective nor the spec's objectives list names them; this run's rows are "
+                          f"{', '.join(objs)}, so the value would be recorded and not used; drop it, or run "
+                          f"--objective {spec.pretrain.objective}")
     pretraining = [o for o in objs if row_of(spec, o).pretrains]
     pretrain_keys = [k for k in keys if k.split(".")[0] == "pretrain"]
     if pretrain_keys and not pretraining:  # reference and weights rows only: no pretraining setting is read
