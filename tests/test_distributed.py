@@ -51,7 +51,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, objective: str,
     real_all_gather = dist.all_gather
 
     def counting(parts, t, *args, **kwargs):
-        if not t.is_floating_point():
+        if not t.is_floating_point() and t.dtype != torch.bool:  # not the presence mask every rank gathers
             exchanged.append(t.numel())
         return real_all_gather(parts, t, *args, **kwargs)
 

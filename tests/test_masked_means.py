@@ -11,6 +11,8 @@ batch the objective would refuse raises the objective's error before any work, a
 
 from __future__ import annotations
 
+import datetime
+
 import itertools
 from pathlib import Path
 
@@ -246,7 +248,9 @@ def _dist_worker(rank: int, world: int, init_file: str, out_dir: str, present: t
     from fusebench.runtime.distributed import gather_with_grad, shard_sizes
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    # a rank left waiting in a collective the other never joins fails after a minute instead of hanging the suite
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     try:
         pre = _pretrainer("mv_dhel")
         full = _batch(present)
@@ -255,7 +259,7 @@ def _dist_worker(rank: int, world: int, init_file: str, out_dir: str, present: t
         shard = {**full, "present": present[:, lo:hi], "target": full["target"][lo:hi],
                  "modalities": {m: t[lo:hi] for m, t in full["modalities"].items()}, "shard_sizes": shard_sizes(n, world)}
         host = pre.host_batch(shard)
-        out = {"checked": host["mask_checked"], "problem": host["mask_problem"]}
+        out = {"checked": host.get("mask_checked"), "problem": host.get("mask_problem"), "full": host["present_all"]}
         try:
             with deferred_value_checks():
                 out["loss"] = pre(host, gather=gather_with_grad).detach()
@@ -279,18 +283,20 @@ def test_a_distributed_shard_the_host_cannot_settle_is_tested_on_the_gathered_ma
 
     ok = torch.ones(3, 8, dtype=torch.bool)
     ok[1:, 1:4] = False
-    ok[0, 7] = False  # a missing view on rank 1 too (a full shard would hand its objective no mask)
+    full = ok.clone()  # rank 1's shard complete: it gathers its full mask, as rank 0 gathers its own
+    ok[0, 7] = False  # a missing view on rank 1 too
     bad = ok.clone()
     bad[1:, 4:] = False
-    for case, present in (("ok", ok), ("bad", bad)):
+    for case, present in (("ok", ok), ("full", full), ("bad", bad)):
         folder = tmp_path / case
         folder.mkdir()
         mp.start_processes(_dist_worker, args=(2, str(folder / "init"), str(folder), present), nprocs=2, join=True,
                            start_method="spawn")
         got = [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in range(2)]
         assert got[0]["checked"] is False and got[0]["problem"] is None
-        if case == "ok":
-            assert got[1]["checked"] is True
+        assert got[1]["full"] is (case == "full")
+        if case in ("ok", "full"):
+            assert got[1]["checked"] is (True if case == "ok" else None)
             ref = _pretrainer("mv_dhel")(_batch(present)).detach()
             for g in got:
                 torch.testing.assert_close(g["loss"], ref, rtol=1e-10, atol=1e-12)

@@ -143,7 +143,8 @@ class Pretrainer(nn.Module):
         """(settled, problem): :meth:`mask_problem` of the CPU batch's mask, and whether that settles it. Not in a
         distributed run, where the objective sees every rank's shard gathered: a shard that passes settles it
         (the gathered batch passes too) unless the batch is cut into micro-batches; otherwise the step tests the
-        gathered mask (one read of the device, every rank alike)."""
+        gathered mask (one read of the device, on that rank; the gathered mask is the same on every rank, and every
+        rank gathers one, a complete shard its full mask, so the ranks' collectives match)."""
         if not self._masked_call():
             return True, None  # the objective does not get the mask (or tests nothing)
         from fusebench.runtime import distributed
@@ -175,6 +176,7 @@ class Pretrainer(nn.Module):
         """Pretraining loss of one batch. ``gather`` (distributed) maps [k, n, d] -> [k, N, d]; a sharded batch's
         ``shard_sizes`` (every rank's shard size, from the loader) go to it, so it exchanges no sizes."""
         sizes = batch.get("shard_sizes") if isinstance(batch, dict) else None
+        sharded = gather is not None
         if gather is not None and sizes is not None:
             gather = functools.partial(gather, sizes=tuple(sizes))
         gather = gather or (lambda t: t)
@@ -189,9 +191,16 @@ class Pretrainer(nn.Module):
             if loss is not None:
                 return loss
         if self.kind == "views":
+            if sharded and mask is None and isinstance(batch.get("present"), Tensor) and self._masked_call():
+                # a complete shard gathers its (full) mask too: every rank takes part in the same collectives, whether
+                # or not its own shard misses a view (the objective then sees the gathered batch's mask)
+                mask = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
             z = gather(z)
             mask = gather(mask.unsqueeze(-1)).squeeze(-1) if mask is not None else None
-            if mask is not None and not batch.get("mask_checked") and not value_checks() and self._masked_call():
+            checked = batch.get("mask_checked")
+            if checked is None and batch.get("present_all"):  # a complete shard passes, and settles the gathered
+                checked = self.micro_batch is None            # batch unless a micro-batch mixes the ranks' samples
+            if mask is not None and not checked and not value_checks() and self._masked_call():
                 # inside the loop's deferred checks, a mask the host did not settle (a distributed batch, or a batch
                 # that skipped host_batch): tested here, one read of the device (outside, the objective tests it)
                 problem = self.mask_problem(mask)
