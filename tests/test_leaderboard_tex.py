@@ -94,7 +94,9 @@ def test_text_from_records_is_escaped() -> None:
 
 
 def test_check_columns() -> None:
-    assert check_columns(["mean", "ci", "mean", "nmi"], ["nmi"]) == ("mean", "ci", "nmi")
+    assert check_columns(["mean", "ci", "nmi"], ["nmi"]) == ("mean", "ci", "nmi")
+    with pytest.raises(ValueError, match="^--tex-columns: 'mean' given twice; a table has each column once$"):
+        check_columns(["mean", "ci", "mean", "nmi"], ["nmi"])
     for bad in ("mean", [], ["nmi2"]):
         with pytest.raises(ValueError, match="--tex-columns"):
             check_columns(bad, ["nmi"])

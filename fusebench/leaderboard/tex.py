@@ -43,7 +43,8 @@ def tex_text(text: object) -> str:
 
 def check_columns(columns: Any, metrics: Any = None) -> tuple[str, ...]:
     """``columns`` as a tuple of distinct names of :data:`COLUMNS` or of ``metrics`` (metric ids; None: any
-    name is taken as a metric id); a ValueError naming the unknown one and the closest known name."""
+    name is taken as a metric id); a ValueError naming the unknown one and the closest known name, or the one
+    given twice."""
     if isinstance(columns, str) or not columns:
         raise ValueError(f"--tex-columns: expected one or more of {', '.join(COLUMNS)} or a metric id, got {columns!r}")
     out: list[str] = []
@@ -56,8 +57,9 @@ def check_columns(columns: Any, metrics: Any = None) -> tuple[str, ...]:
             raise ValueError(f"--tex-columns: unknown column {c!r}" + (f" (did you mean {hint!r}?)" if hint else "")
                              + f"; known: {', '.join(COLUMNS)} or a metric id of the records "
                              f"({', '.join(sorted(metrics or ())) or 'none'})")
-        if c not in out:
-            out.append(c)
+        if c in out:  # the second would be dropped: refused, not ignored
+            raise ValueError(f"--tex-columns: {c!r} given twice; a table has each column once")
+        out.append(c)
     return tuple(out)
 
 
