@@ -236,6 +236,27 @@ def test_cli_flag_shape_and_missing_file(tmp_path: Path, capsys) -> None:
     assert "given twice" in capsys.readouterr().err
 
 
+def test_a_set_of_an_encoder_weights_row_is_one_source_and_its_hash_is_hex(tmp_path: Path, capsys) -> None:
+    """--set encoder_weights.<row>... does not reach a row --encoder-weights gives (refused, naming both); a sha256
+    that is not 64 hex digits (YAML reads 00 as the integer 0) is refused as such, not as a mismatch."""
+    from fusebench.cli.run import main
+
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"not read: the refusals come first")
+    base = [EMB, "--synthetic", "--out", str(tmp_path / "runs"), "--objective", "mine", "--plan"]
+    assert main([*base, "--encoder-weights", f"mine={weights}", "--set", "encoder_weights.mine.sha256=00"]) == 2
+    err = capsys.readouterr().err
+    assert "--set encoder_weights.mine.sha256: the row 'mine' is given by --encoder-weights mine=PATH, which this " \
+           "--set would not reach (the two are not merged)" in err and err.count("fusebench run:") == 1
+    for given, shown in (("00", "0"), ("'00'", "'00'"), (f"'{_sha(weights).upper()}'", repr(_sha(weights).upper()))):
+        assert main([*base, "--set", f"encoder_weights.mine={{path: {weights}, sha256: {given}}}"]) == 2
+        assert f"encoder_weights.mine.sha256: expected the file's SHA-256 as 64 lowercase hex digits (a quoted " \
+               f"string: `sha256sum FILE`), got {shown}" in capsys.readouterr().err
+    assert main([*base, "--set", f"encoder_weights.mine={{path: {weights}, sha256: '{'0' * 64}'}}"]) == 2
+    assert f"has sha256 {_sha(weights)}, not the '{'0' * 64}' the spec expects" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_rerun_with_another_weights_file_names_both_files(tmp_path: Path) -> None:
     from fusebench.engine.cell import ConfigMismatchError
 

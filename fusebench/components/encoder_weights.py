@@ -74,6 +74,9 @@ def resolve(name: Any, given: Any, spec: Any, key: str) -> dict[str, str]:
             raise ConfigError(f"{key}: expected a path or a mapping {{path, sha256 (optional)}}, got keys "
                               f"{sorted(map(str, given))}")
         expected, given = given.get("sha256"), given["path"]
+        if expected is not None and not (isinstance(expected, str) and re.fullmatch(r"[0-9a-f]{64}", expected)):
+            raise ConfigError(f"{key}.sha256: expected the file's SHA-256 as 64 lowercase hex digits (a quoted "
+                              f"string: `sha256sum FILE`), got {expected!r}")
     if not isinstance(given, (str, Path)) or not str(given):
         raise ConfigError(f"{key}: expected the path of a weights file (.pt / .pth / .safetensors), got {given!r}")
     path = Path(given).expanduser().resolve()

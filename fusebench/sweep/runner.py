@@ -191,11 +191,22 @@ def pretrains_nothing(spec: BenchmarkSpec, rows: Iterable[str]) -> str:
 def check_weights_row_settings(overrides: Mapping[str, Any], weights: Iterable[str]) -> None:
     """Before the spec loads (which knows the weights rows of ``--encoder-weights`` not yet): a ``--set`` of
     per-objective settings (``pretrain.per_objective.<name>...``) for a weights row ``name`` is a ConfigError
-    naming the key and the row, which pretrains nothing (not "not a registered objective")."""
+    naming the key and the row, which pretrains nothing (not "not a registered objective"); so is a ``--set
+    encoder_weights.<name>...`` for a row ``--encoder-weights`` gives (it would not reach that row's entry)."""
     from fusebench.spec.config import GROUPED, PER_OBJECTIVE, grouped_override
 
     names = set(weights)
     for key, value in overrides.items():
+        head = key.split(".")
+        if head[0] == "encoder_weights":  # a row of --encoder-weights takes no --set: the two are not merged
+            given = [head[1]] if len(head) >= 2 else list(value) if isinstance(value, Mapping) else []
+            hit = [n for n in given if n in names]
+            if hit:
+                raise ConfigError(f"--set {key}: the row {hit[0]!r} is given by --encoder-weights {hit[0]}=PATH, "
+                                  f"which this --set would not reach (the two are not merged); give the row once: "
+                                  f"--set 'encoder_weights.{hit[0]}={{path: PATH, sha256: HEX}}' without "
+                                  f"--encoder-weights {hit[0]}, or in the spec")
+            continue
         parts = grouped_override(key, "--set").split(".")
         if parts[0] != "pretrain" or len(parts) < 2:
             continue
