@@ -19,7 +19,12 @@ def _as_current(rec: dict) -> None:
     from fusebench.records.comparability import comparability_key
 
     now = cell_versions(benchmarks.load(rec["benchmark"]), rec["objective"])
-    rec["versions"] = {**now, "metrics": {m: M.metadata(m)["version"] for m in rec["versions"]["metrics"]}}
+    if "metrics" in rec["versions"]:  # the metric versions in one table (records before schema 4)
+        rec["versions"] = {**now, "metrics": {m: M.metadata(m)["version"] for m in rec["versions"]["metrics"]}}
+    else:  # each metric entry states its version (schema 4)
+        rec["versions"] = now
+        for m, entry in rec["metrics"].items():
+            entry["version"] = M.metadata(m)["version"]
     rec["comparability_key"] = comparability_key(rec)
 
 
@@ -27,7 +32,10 @@ def _older_metric(rec: dict) -> None:
     from fusebench.records.comparability import comparability_key
 
     _as_current(rec)
-    rec["versions"]["metrics"]["fs1_best_acc"] = "0"  # a schema-2 record's metric versions
+    if "metrics" in rec["versions"]:
+        rec["versions"]["metrics"]["fs1_best_acc"] = "0"  # a schema-2 record's metric versions
+    else:
+        rec["metrics"]["fs1_best_acc"]["version"] = "0"  # a schema-4 record's metric entry
     rec["comparability_key"] = comparability_key(rec)  # which holds them: as that code would have written it
 
 

@@ -31,13 +31,15 @@ def test_a_record_of_the_older_protocol_is_made_by_other_code_and_never_compared
     assert code_changes(spec, "raw", {"objective": "1"}) == [
         "downstream protocol 'embedding_eval' version '1', now '2'"]
     assert code_changes(spec, "raw", {"objective": "1", "protocol": "2"}) == []
-    # a committed record (version 1: no versions.protocol) and the same record stating version 2
+    # a committed record of the current protocol (re-run: it states versions.protocol 2) and the same record as
+    # version 1 wrote it (no versions.protocol)
     path = ROOT / "leaderboards" / "runs" / "mv-ngs" / "raw" / "seed0" / "run.json"
-    old = json.loads(path.read_text())
-    assert "protocol" not in old["versions"]
-    new = copy.deepcopy(old)
-    new["versions"]["protocol"] = "2"
-    new["comparability_key"] = comparability_key(new)
+    new = json.loads(path.read_text())
+    assert new["versions"]["protocol"] == "2"
+    old = copy.deepcopy(new)
+    del old["versions"]["protocol"]
+    old["comparability_key"] = comparability_key(old)
+    assert new["comparability_key"] == comparability_key(new)
     assert new["comparability_key"] != old["comparability_key"]  # two groups on a board, never one
     assert validate_record(new, str(path)).versions.protocol == "2"
     assert validate_record(old, str(path)).versions.protocol == "1"
