@@ -91,12 +91,13 @@ def _rng_problem(state: Any) -> str | None:
     generators, as it converts them: the process's own are left alone), or None."""
     if not isinstance(state, dict):
         return f"got {shown_value(state)}"
+    from fusebench.runtime.utils import rng_states
+
     try:
-        py = state["python"]
-        random.Random().setstate(tuple(py[:1]) + (tuple(py[1]),) + tuple(py[2:]))
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.RandomState().set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-        torch.Generator().set_state(state["torch"])
+        py, npy, tor = rng_states(state)  # converted as set_rng_state converts them
+        random.Random().setstate(py)
+        np.random.RandomState().set_state(npy)
+        torch.Generator().set_state(tor)
         if not all(torch.is_tensor(t) and t.dtype == torch.uint8 for t in state.get("cuda", [])):
             return "its 'cuda' entry is not a list of byte tensors"
     except Exception as e:  # noqa: BLE001 - whatever the generators refuse

@@ -146,11 +146,21 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(tuple(state["python"][:1]) + (tuple(state["python"][1]),) + tuple(state["python"][2:]))
+def rng_states(state: dict[str, Any]) -> tuple[tuple, tuple, torch.Tensor]:
+    """The python, numpy and torch states of a checkpoint's ``rng`` entry (:func:`get_rng_state`) in the forms
+    ``random.setstate``, ``np.random.set_state`` and ``torch.set_rng_state`` take (a checkpoint holds lists and
+    tensors, what ``torch.load(weights_only=True)`` reads back)."""
+    py = state["python"]
     name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
+    return (tuple(py[:1]) + (tuple(py[1]),) + tuple(py[2:]),
+            (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached), state["torch"])
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    py, npy, tor = rng_states(state)
+    random.setstate(py)
+    np.random.set_state(npy)
+    torch.set_rng_state(tor)
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

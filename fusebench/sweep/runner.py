@@ -222,15 +222,12 @@ def check_weights_row_settings(overrides: Mapping[str, Any], weights: Iterable[s
                               f"pretrained for it, so per-objective settings do not apply to it; drop the setting")
 
 
-def check_out(out: Path, create: bool = True) -> Path:
-    """``--out``: a folder that exists or can be made, and that this process can write to; made here unless
-    ``create`` is False (a plan writes nothing; a run makes it with :func:`make_out` once every check that can refuse
-    has passed, so that a refused run leaves no empty folder behind)."""
+def check_out(out: Path) -> Path:
+    """``--out``: a folder that exists or can be made, and that this process can write to; not made here (a plan
+    writes nothing; a run makes it with :func:`make_out` once every check that can refuse has passed, so that a
+    refused run leaves no empty folder behind)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a folder; name a folder for the run records")
-    if create:
-        make_out(out)
-        return out
     if out.is_dir():
         if not os.access(out, os.W_OK | os.X_OK):
             raise ConfigError(f"--out {out}: the folder is not writable by this user; name a writable folder")
@@ -421,7 +418,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     if req.mlflow_uri is not None and "mlflow" not in loggers:  # used or refused, never taken and ignored
         raise ConfigError(f"--mlflow-uri {req.mlflow_uri}: read only with --logger mlflow, which this run does not "
                           f"use; add --logger mlflow or drop --mlflow-uri")
-    out = check_out(out, create=False)  # made below, once every check that can refuse has passed
+    out = check_out(out)  # made below, once every check that can refuse has passed
     mlflow_uri = default_mlflow_uri(out, req.mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     options = options.but(loggers=tuple(loggers), mlflow_uri=mlflow_uri)
