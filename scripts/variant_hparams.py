@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+from fusebench.registry import valid_id
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,6 +52,9 @@ def choices(base: str, runs: Path, base_spec: dict) -> tuple[dict[str, dict], di
             raise SystemExit(f"variant_hparams: {path}: expected the selection of {path.stem!r} on {base!r}, "
                              f"found benchmark {sel.get('benchmark')!r}, objective {objective!r}")
         grid = (per.get(objective) or {}).get("grid")
+        if not valid_id(objective) or not grid:  # its name is written into the spec: an objective the base selects
+            raise SystemExit(f"variant_hparams: {path}: {objective!r} is not an objective {base}'s spec selects "
+                             f"(one with pretrain.per_objective.<id>.grid)")
         if sel.get("grid") != grid or sel.get("metric") != primary:
             raise SystemExit(f"variant_hparams: {path}: made over grid {sel.get('grid')} on {sel.get('metric')!r}; "
                              f"{base}'s spec now selects over {grid} on {primary!r}: re-run {base} first")

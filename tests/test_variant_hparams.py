@@ -80,3 +80,8 @@ def test_a_selection_of_another_grid_or_disagreeing_methods_is_refused(tmp_path:
     with pytest.raises(SystemExit, match=r"byol_avg.json: made over grid .* re-run mv-cub first"):
         variant_hparams.main(argv)
     assert (bench / "mv-cub-4x.yaml").read_text() == before  # nothing written
+    path.unlink()  # a file of an objective the base does not select (its name would go into the spec)
+    (sel / "no_such.json").write_text(json.dumps({**data, "objective": "no_such"}))
+    with pytest.raises(SystemExit, match=r"no_such.json: 'no_such' is not an objective mv-cub's spec selects"):
+        variant_hparams.main(argv)
+    assert (bench / "mv-cub-4x.yaml").read_text() == before
