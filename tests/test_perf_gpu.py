@@ -99,6 +99,32 @@ def test_device_intervals_sorts_kernels_and_copies() -> None:
     assert gpu_cell.union_ns(kernels) == 10 and gpu_cell.union_ns(kernels + copies) == 15
 
 
+def test_kernel_table_groups_by_name_per_step() -> None:
+    """Launches and GPU time per step by kernel name, the largest first, the rest in one row; copies left out."""
+    class Prof:
+        class profiler:
+            class kineto_results:
+                @staticmethod
+                def events():
+                    return [_Event("gemm", "cuda", 0, 3000), _Event("add", "cuda", 0, 500), _Event("gemm", "cuda", 5, 1000),
+                            _Event("add", "cuda", 9, 700), _Event("add", "cuda", 9, 800), _Event("relu", "cuda", 1, 100),
+                            _Event("Memcpy HtoD (Pinned -> Device)", "cuda", 0, 9000), _Event("aten::mm", "cpu", 0, 9000)]
+
+    rows = gpu_cell.kernel_table(Prof(), steps=2, top=2)
+    # gemm: 2 launches, 4000 ns -> 1 launch and 0.002 ms per step, 2 us each; add: 3 launches, 2000 ns
+    assert rows[0] == {"kernel": "gemm", "calls_per_step": 1.0, "ms_per_step": 0.002, "mean_us": 2.0}
+    assert rows[1] == {"kernel": "add", "calls_per_step": 1.5, "ms_per_step": 0.001, "mean_us": 2000 / 3 / 1e3}
+    assert rows[2] == {"kernel": "(other 1 names)", "calls_per_step": 0.5, "ms_per_step": 0.00005, "mean_us": 0.1}
+    assert gpu_cell.kernel_table(Prof(), steps=1, top=5)[-1]["kernel"] == "relu"  # no rest row when all fit
+    row = {"benchmark": "b", "objective": "m3g", "precision": "32", "batch": 8, "data": "synthetic twin",
+           "feed": {"num_workers": 0, "num_workers_from": "default", "pin_memory": False}, "overrides": {},
+           "steps": 2, "step_ms": 1.0, "step_profiled_ms": 1.0, "busy": 0.5, "busy_incl_copies": 0.6,
+           "checkpoint_in_window": False, "kernels": 6, "kernel_top": rows}
+    text = gpu_cell.format_cells([row])
+    assert "3 launches per step" in text and "| `gemm` | 1.0 | 0.00 | 2.0 |" in text
+    assert "| `(other 1 names)` | 0.5 | 0.00 | 0.1 |" in text
+
+
 def test_device_intervals_reads_a_real_profile() -> None:
     """The profiler's own events have the methods device_intervals calls; a CPU-only profile has no GPU time."""
     from torch.profiler import ProfilerActivity, profile

@@ -22,7 +22,9 @@ inside a window bring them together) marks the windows, each ``--cell-steps`` st
    which a kernel ran on the GPU, divided by the wall time of the window; **busy incl. copies** also
    counts memory copies and sets. Overlapping kernels on several streams count once. The window's wall time
    is the sum of its steps, slow ones included (the JSON lists each: ``profiled_step_times_ms``), where the
-   table's ``step profiled`` is their median.
+   table's ``step profiled`` is their median. The same window's kernels grouped by name (:func:`kernel_table`:
+   launches and GPU ms per step, mean launch; JSON ``kernel_top``, and a second table) say what a step is
+   made of.
 
 Not in the windows: building the data, the model and the optimiser, the warm-up steps and the
 downstream phase. What the loop does between steps is in them, as it is in the cell: an epoch's end (a
@@ -61,18 +63,49 @@ def union_ns(intervals: Iterable[tuple[int, int]]) -> int:
     return total
 
 
-def device_intervals(prof: Any) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(kernel intervals, memory copy / set intervals) in ns of the GPU activities ``prof`` recorded."""
+def _gpu_events(prof: Any) -> list[tuple[str, int, int]]:
+    """``(name, start_ns, duration_ns)`` of each GPU activity ``prof`` recorded (kernels, copies and sets)."""
     from torch.autograd import DeviceType
 
+    return [(e.name(), int(e.start_ns()), int(e.duration_ns()))
+            for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA]
+
+
+def _is_copy(name: str) -> bool:
+    return name.startswith(("Memcpy", "Memset"))
+
+
+def device_intervals(prof: Any) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(kernel intervals, memory copy / set intervals) in ns of the GPU activities ``prof`` recorded."""
     kernels, copies = [], []
-    for e in prof.profiler.kineto_results.events():
-        if e.device_type() != DeviceType.CUDA:
-            continue
-        start = int(e.start_ns())
-        interval = (start, start + int(e.duration_ns()))
-        (copies if e.name().startswith(("Memcpy", "Memset")) else kernels).append(interval)
+    for name, start, duration in _gpu_events(prof):
+        (copies if _is_copy(name) else kernels).append((start, start + duration))
     return kernels, copies
+
+
+def kernel_table(prof: Any, steps: int, top: int = 15) -> list[dict[str, Any]]:
+    """The kernels ``prof`` recorded over ``steps`` steps, grouped by name: per step, how many launches and how
+    many ms of GPU time each name took (``calls_per_step``, ``ms_per_step``) and the mean launch in us; the
+    ``top`` names by GPU time, then a row ``(other N names)`` with the rest, so the rows add up to every kernel
+    of the window. Which kernels a step is made of: a step of many short kernels (``mean_us`` of a few us)
+    is bound by the host's launches, one of few long ones by the GPU."""
+    by_name: dict[str, list[int]] = {}
+    for name, _, duration in _gpu_events(prof):
+        if not _is_copy(name):
+            got = by_name.setdefault(name, [0, 0])
+            got[0] += 1
+            got[1] += duration
+
+    def row(name: str, calls: int, ns: int) -> dict[str, Any]:
+        return {"kernel": name, "calls_per_step": calls / steps, "ms_per_step": ns / 1e6 / steps,
+                "mean_us": ns / 1e3 / calls}
+
+    ranked = sorted(by_name.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    rows = [row(name, calls, ns) for name, (calls, ns) in ranked[:top]]
+    rest = ranked[top:]
+    if rest:
+        rows.append(row(f"(other {len(rest)} names)", sum(c for _, (c, _) in rest), sum(n for _, (_, n) in rest)))
+    return rows
 
 
 class _Windows:
@@ -204,7 +237,8 @@ def measure_cell(benchmark: str, precision_name: str, device: torch.device, data
         row.update(step_profiled_ms=statistics.median(prof_steps) * 1e3, profiled_wall_s=probe.profiled_wall,
                    profiled_step_times_ms=[t * 1e3 for t in prof_steps],
                    busy=union_ns(kernels) / wall_ns, busy_incl_copies=union_ns(kernels + copies) / wall_ns,
-                   kernel_ms_per_step=union_ns(kernels) / 1e6 / steps, kernels=len(kernels))
+                   kernel_ms_per_step=union_ns(kernels) / 1e6 / steps, kernels=len(kernels),
+                   kernel_top=kernel_table(probe.prof, steps))
     return row
 
 
@@ -229,7 +263,21 @@ def format_cells(rows: list[dict[str, Any]]) -> str:
                      f"| {pct(r['busy'])} | {pct(r['busy_incl_copies'])} |")
     if any(r["checkpoint_in_window"] for r in rows):
         lines += ["", "(a checkpoint was written inside a measured window: its time counts as idle GPU time)"]
+    for r in rows:
+        if r.get("kernel_top"):
+            lines += ["", f"Kernels of the profiled window, per step ({r['benchmark']}, {r['objective']}, "
+                          f"{r['precision']}; {r['kernels'] / r['steps']:.0f} launches per step), by GPU time:", "",
+                      "| kernel | launches per step | ms per step | mean (us) |", "|---|---|---|---|"]
+            lines += [f"| `{_short(k['kernel'])}` | {k['calls_per_step']:.1f} | {k['ms_per_step']:.2f} "
+                      f"| {k['mean_us']:.1f} |" for k in r["kernel_top"]]
     return "\n".join(lines)
 
 
-__all__ = ["COLUMNS", "device_intervals", "format_cells", "load_cell_spec", "measure_cell", "union_ns"]
+def _short(name: str, width: int = 100) -> str:
+    """A kernel's name for the table: one line, at most ``width`` characters (the JSON keeps it whole)."""
+    name = " ".join(name.split()).replace("|", "/").replace("`", "'")
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+__all__ = ["COLUMNS", "device_intervals", "format_cells", "kernel_table", "load_cell_spec", "measure_cell",
+           "union_ns"]
