@@ -6,14 +6,12 @@ import copy
 import json
 import math
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 import fusebench.leaderboard as lb
 from fusebench.leaderboard import benchmark_table, load_runs, main, plots, write_leaderboards
-from fusebench.leaderboard import index as index_page
 from fusebench.leaderboard.reported import PUBLISHED_TITLE
 from fusebench.leaderboard.writer import _inside
 from fusebench.records import RecordError, comparability_key, validate_record
@@ -136,30 +134,24 @@ def test_bad_run_file(tmp_path: Path) -> None:
         load_runs(tmp_path / "runs")
 
 
-def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monkeypatch) -> None:
+def test_committed_leaderboards_regenerate_byte_identically(committed_regeneration) -> None:
     """Every committed board is in the current format (``BOARD_FORMAT`` in its metadata) and is what its
-    committed runs give, byte for byte, and so is the index; regenerating twice gives the same bytes."""
-    root = Path(__file__).resolve().parents[1] / "leaderboards"
-    monkeypatch.setattr(plots, "plot_curves", lambda view, path: False)  # markdown only (plots are slow): none drawn
-    monkeypatch.setattr(index_page, "draw_cd_diagram", lambda ranking, path: False)
-    studies = {p.name for p in root.glob("*-kviews.md")}  # written by `fusebench study kviews`, checked below
-    for out in (tmp_path / "a", tmp_path / "b"):
-        out.mkdir()
-        for name in studies:  # a board links the study board found beside it
-            (out / name).write_bytes((root / name).read_bytes())
-    # a snapshot of the committed runs (runs being rewritten meanwhile must not make the two differ)
-    runs = tmp_path / "runs"
-    shutil.copytree(root / "runs", runs, ignore=shutil.ignore_patterns(".*"))
-    written = write_leaderboards(runs, tmp_path / "a")  # the published rows shipped with the specs (no --reported)
-    again = write_leaderboards(runs, tmp_path / "b")
+    committed runs give, byte for byte, and so is the index; regenerating twice gives the same bytes
+    (``committed_regeneration``: two regenerations into fresh folders; the CSV / JSON and HTML files are
+    compared in test_leaderboard_formats.py and test_leaderboard_html.py)."""
+    regen = committed_regeneration
+    root, studies = regen.root, {n for n in regen.studies if n.endswith(".md")}
+    written, again = regen.written, regen.again
     assert [p.name for p in written] == [p.name for p in again]
     for p, q in zip(written, again):
         assert p.read_bytes() == q.read_bytes(), f"{p.name}: two regenerations differ"
     assert {p.name for p in written} >= {p.name for p in root.glob("*.md")} - studies - {"README.md"}
     stale = []
     for p in written:
-        if p.suffix == ".png":  # the plots that are not stubbed out above (missing views, sensitivity): drawn
+        if p.suffix == ".png":  # the plots that are not stubbed out (missing views, sensitivity): drawn
             assert p.is_file()
+            continue
+        if p.suffix != ".md":
             continue
         committed = root / p.name
         meta = lb.read_board_meta(committed) if p.name != "README.md" and committed.exists() else None
@@ -169,7 +161,8 @@ def test_committed_leaderboards_regenerate_byte_identically(tmp_path: Path, monk
         assert p.read_bytes() == committed.read_bytes(), f"{p.name} differs from the committed one"
     boards = [n for n in stale if n != "README.md"]
     assert not boards, (f"committed boards missing or of another format than {lb.BOARD_FORMAT}: {boards}; regenerate "
-                        "them (fusebench leaderboard --runs leaderboards/runs --out leaderboards --format md csv json)")
+                        "them (fusebench leaderboard --runs leaderboards/runs --out leaderboards --format md csv json "
+                        "html)")
     index = next(p for p in written if p.name == "README.md")  # every board current: the index is too
     assert index.read_bytes() == (root / "README.md").read_bytes(), "leaderboards/README.md differs from its runs"
 

@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +17,7 @@ import numpy as np
 import pytest
 
 import fusebench.leaderboard as lb
-from fusebench.leaderboard import index as index_page
-from fusebench.leaderboard import main, plots, write_leaderboards
+from fusebench.leaderboard import main, write_leaderboards
 from fusebench.leaderboard.export import EXPORT_FORMAT, SIGNIFICANT, check_formats, number
 from fusebench.leaderboard.fingerprint import MANIFEST
 
@@ -229,29 +227,25 @@ def test_regenerating_twice_is_byte_identical(runs: Path, tmp_path: Path) -> Non
     assert sorted(p.name for p in c.iterdir()) == ["toy.json"]  # no markdown, plot or index
 
 
-def test_committed_boards_csv_and_json_regenerate_byte_identically(tmp_path: Path, monkeypatch) -> None:
+def test_committed_boards_csv_and_json_regenerate_byte_identically(committed_regeneration) -> None:
     """Every committed board has a CSV and a JSON, and they are what the committed runs give, byte for
-    byte (also on a second regeneration). Skipped until the CSV / JSON files are committed."""
+    byte (``committed_regeneration``: also on a second regeneration). Skipped until the CSV / JSON files are
+    committed."""
     root = ROOT / "leaderboards"
     if not list(root.glob("*.csv")):
         pytest.skip(f"no CSV in {root} yet: commit the results as data "
                     f"(fusebench leaderboard --runs leaderboards/runs --out leaderboards --format md csv json)")
-    monkeypatch.setattr(plots, "plot_curves", lambda view, path: False)  # markdown only (plots are slow): none drawn
-    monkeypatch.setattr(index_page, "draw_cd_diagram", lambda ranking, path: False)
-    out = tmp_path / "boards"
-    # a snapshot of the committed folder (runs being rewritten meanwhile must not make two regenerations differ)
-    shutil.copytree(root, out, ignore=shutil.ignore_patterns(".*"))
-    write_leaderboards(out / "runs", out, formats=("md", "csv", "json"))
-    first = _state(out)
-    write_leaderboards(out / "runs", out, formats=("md", "csv", "json"))
-    assert _state(out) == first
+    regen = committed_regeneration
     boards = [p.stem for p in root.glob("*.md") if p.name != "README.md" and lb.read_board_meta(p) is not None]
     missing = [f"{b}.{ext}" for b in boards for ext in ("csv", "json") if not (root / f"{b}.{ext}").exists()]
     assert not missing, f"committed boards without their results as data: {missing}"
+    written = {p.name for p in regen.written}
     for b in boards:
         for ext in ("csv", "json"):
-            assert (out / f"{b}.{ext}").read_bytes() == (root / f"{b}.{ext}").read_bytes(), \
-                f"{b}.{ext} differs from what the committed runs give"
+            assert f"{b}.{ext}" in written, f"{b}.{ext}: not written by the regeneration"
+            got = (regen.first / f"{b}.{ext}").read_bytes()
+            assert got == (regen.second / f"{b}.{ext}").read_bytes(), f"{b}.{ext}: two regenerations differ"
+            assert got == (root / f"{b}.{ext}").read_bytes(), f"{b}.{ext} differs from what the committed runs give"
 
 
 def test_split_board_has_one_line_per_group_and_row(tmp_path: Path) -> None:

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-import fusebench.leaderboard.index as index_page
-import fusebench.leaderboard.plots as plots
 from fusebench.leaderboard import main, write_leaderboards
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,22 +205,23 @@ def test_twenty_rows_ten_seeds_page_is_small(tmp_path: Path) -> None:
     assert page.count(b"<details") == 20 and page.count(b"<polyline") == 40  # 20 loss and 20 validation curves
 
 
-def test_committed_pages_regenerate_byte_identically(tmp_path: Path, monkeypatch) -> None:
+def test_committed_pages_regenerate_byte_identically(committed_regeneration) -> None:
+    """Each committed board's page and the index page are what the committed runs give (the committed boards'
+    formats, ``committed_regeneration``: each page's footer shows the command that made it), byte for byte."""
     root = ROOT / "leaderboards"
     if not list(root.glob("*.html")):
         pytest.skip(f"no HTML page in {root} yet: fusebench leaderboard --runs leaderboards/runs --out leaderboards "
                     f"--format md csv json html")
-    monkeypatch.setattr(plots, "plot_curves", lambda view, path: False)
-    monkeypatch.setattr(index_page, "draw_cd_diagram", lambda ranking, path: False)
-    out = tmp_path / "boards"
-    shutil.copytree(root, out, ignore=shutil.ignore_patterns(".*"))
-    # the committed boards' formats: each page's footer shows the command that made it
-    write_leaderboards(out / "runs", out, formats=("md", "csv", "json", "html"))
+    regen = committed_regeneration
     boards = [p.stem for p in root.glob("*.md") if p.name != "README.md" and (root / f"{p.stem}.json").exists()]
     missing = [f"{b}.html" for b in boards if not (root / f"{b}.html").exists()]
     assert not missing, f"committed boards without their page: {missing}"
+    written = {p.name for p in regen.written}
     for name in [f"{b}.html" for b in boards] + ["index.html"]:
-        assert (out / name).read_bytes() == (root / name).read_bytes(), f"{name} differs from what the runs give"
+        assert name in written, f"{name}: not written by the regeneration"
+        got = (regen.first / name).read_bytes()
+        assert got == (regen.second / name).read_bytes(), f"{name}: two regenerations differ"
+        assert got == (root / name).read_bytes(), f"{name} differs from what the runs give"
 
 
 # -- in a real browser ---------------------------------------------------------------------------------
