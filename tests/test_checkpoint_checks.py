@@ -190,6 +190,41 @@ def test_load_checkpoint_accepts_what_the_code_writes(tmp_path: Path, written: d
         assert load_checkpoint(last)["phase"] == phase
 
 
+def test_status_and_plan_map_the_weights_instead_of_reading_them(tmp_path: Path, written: dict[str, bytes],
+                                                                 monkeypatch) -> None:
+    """``mmap=True`` (status, --plan): torch.load maps the file (its ``mmap`` flag) and gives the same checkpoint; a
+    legacy-format file, which cannot be mapped, is read and judged as the run judges it; status asks for the
+    mapped load."""
+    _, last = _cell_with(tmp_path / "zip", written["pretrain"])
+    loads = []
+    real_load = torch.load
+
+    def spy_load(*args, **kwargs):
+        loads.append(kwargs.get("mmap"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy_load)
+    read, mapped = load_checkpoint(last), load_checkpoint(last, mmap=True)
+    assert loads == [False, True]
+    state = read["pretrainer"]  # a pretraining checkpoint: the encoder and projection heads' weights
+    assert state and set(mapped["pretrainer"]) == set(state)
+    assert all(torch.equal(t, state[name]) for name, t in mapped["pretrainer"].items())
+    assert mapped["curves"] == read["curves"] and mapped["step"] == read["step"]
+    legacy = tmp_path / "legacy.pt"
+    torch.save(read, legacy, _use_new_zipfile_serialization=False)
+    assert load_checkpoint(legacy, mmap=True)["step"] == read["step"] and loads[-1] is False
+    asked = []
+    real = load_checkpoint
+
+    def spy(path, mmap=False):
+        asked.append(mmap)
+        return real(path, mmap)
+
+    import fusebench.engine.cell as cell_module
+    monkeypatch.setattr(cell_module, "load_checkpoint", spy)
+    assert status._resumable(last, None) == "resumable from last.pt" and asked == [True]
+
+
 class _Evil:
     """Pickled with a reduce that would create a file when unpickled."""
 

@@ -32,9 +32,17 @@ class CellBusyError(RunError):
     """Another live process holds the cell's lock."""
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint ``path`` loaded safely (``weights_only``) and its structure checked (:func:`check_checkpoint`),
+    else the :class:`RunError` a resuming run stops with. ``mmap=True`` (``fusebench status``, ``--plan``: they judge
+    the file, never compute with it) maps the tensors' bytes instead of reading them: a large checkpoint costs its
+    metadata, not a read of every weight. PyTorch checks no checksum when it loads either way, so the verdict is the
+    same; a file of the legacy (non-zip) format, which cannot be mapped, is read as it is."""
+    import zipfile
+
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
+        mapped = mmap and zipfile.is_zipfile(path)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)  # never unpickle arbitrary objects
     except Exception as e:  # corrupt / truncated / not a checkpoint / a pickle of code (refused, in our own words)
         from fusebench.components.encoder_weights import load_problem
 

@@ -44,7 +44,7 @@ def judge_cell(spec: BenchmarkSpec, objective: str, seed: int, out: Path, contex
         existing_record(cell / "run.json", spec, objective, dict(context) if context is not None else None, seed)
         return "reuse"
     if (cell / "last.pt").exists():
-        check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt"), spec, objective,
+        check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt", mmap=True), spec, objective,
                                 dict(context) if context is not None else None)
         return "resume"
     return "run"

@@ -115,7 +115,7 @@ def _resumable(last: Path, spec: Any) -> str:
     from fusebench.engine.loop import RunError
 
     try:
-        ckpt = load_checkpoint(last)
+        ckpt = load_checkpoint(last, mmap=True)  # judged, not computed with: its weights are not read
         if spec is not None:
             check_checkpoint_config(last, ckpt, spec, last.parents[1].name)
     except RunError as e:
