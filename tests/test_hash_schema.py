@@ -209,8 +209,7 @@ def _dotted_diff(spec: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
 #: their own config (test_every_committed_record_validates_with_its_hash_checked), and the rows the change concerns
 #: (those with a grid) must NOT hash as the current spec: once a board is re-run, this test fails until its entry is
 #: removed here.
-PENDING_RERUN: set[str] = {"mv-bbc", "mv-cora", "mv-handwritten", "mv-hw2sources", "mv-leaves100",
-                           "mv-proteinfold", "mv-reuters1200", "mv-scene15"}
+PENDING_RERUN: set[str] = {"mv-bbc", "mv-cora", "mv-handwritten", "mv-leaves100", "mv-reuters1200", "mv-scene15"}
 
 
 @pytest.mark.parametrize("name", sorted(PENDING_RERUN))
@@ -229,12 +228,9 @@ def test_boards_pending_a_rerun_are_of_another_configuration(name: str) -> None:
 #: boards whose committed runs were made by other code than the current one and await a rerun (their boards and the
 #: index say so, "Made by other code than the current one"): board -> the changes (code_changes' text) its records and
 #: frozen selections may show, and no other. Once a board is re-run, the test below fails until its entry is removed.
-PENDING_CODE_RERUN: dict[str, frozenset[str]] = {
-    # the 4x variants: their specs fix the hyper-parameters their base boards' first selection chose, and they were
-    # scored by the few-shot logistic probe of version 1 (an unconverged fit: docs/benchmarks.md)
-    board: frozenset({*(f"metric '{m}' version '1', now '2'" for s in (1, 5, 10) for m in (f"fs{s}_acc", f"fs{s}_best_acc")),
-                      "downstream protocol 'embedding_eval' version '1', now '2'"})  # the full probe's fit too
-    for board in ("mv-hw2sources-4x",)}
+PENDING_CODE_RERUN: dict[str, frozenset[str]] = {}  # none now: the two 4x variants (current specs, records scored
+# by the few-shot probe's version 1) were re-run on 2026-11-30; the PENDING_RERUN boards are skipped by the test below.
+# An entry reads e.g. {"mv-cub-4x": frozenset({"metric 'fs1_acc' version '1', now '2'", ...})}
 
 
 @pytest.mark.parametrize("name", [n for n in benchmarks.builtin() if n not in PENDING_RERUN])
