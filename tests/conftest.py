@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -52,44 +53,48 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-class CommittedRegeneration:
-    """What :func:`committed_regeneration` made: ``first`` and ``second``, the two board folders (each with the
-    runs as ``runs`` and the study boards beside), and ``written`` / ``again``, the files each regeneration wrote
-    (``write_leaderboards``' list, in its order)."""
-
-    def __init__(self, root: Path, studies: list[str], first: Path, second: Path, written: list[Path],
-                 again: list[Path]) -> None:
-        self.root, self.studies, self.first, self.second = root, studies, first, second
-        self.written, self.again = written, again
+class CommittedRegeneration(NamedTuple):
+    """What :func:`committed_regeneration` made: ``folder`` (the boards, the runs as ``runs``, the study boards
+    beside), ``written`` / ``again`` (``write_leaderboards``' lists of the two regenerations) and ``first`` /
+    ``second`` (name -> (bytes, mtime_ns) of every file in ``folder`` after each)."""
+    root: Path
+    studies: list[str]
+    folder: Path
+    written: list[Path]
+    again: list[Path]
+    first: dict[str, tuple[bytes, int]]
+    second: dict[str, tuple[bytes, int]]
 
 
 @pytest.fixture(scope="session")
 def committed_regeneration(tmp_path_factory: pytest.TempPathFactory) -> CommittedRegeneration:
     """The committed boards regenerated twice, in the formats they are committed in (``md csv json html``), from one
-    snapshot of the committed runs (runs being rewritten meanwhile must not make the two differ), each into a fresh
-    folder that holds the runs as ``runs`` (the pages link the records by relative path: ``first/runs`` is the
-    snapshot, ``second/runs`` a link to it) and the study boards (``*-kviews.*``: a board links the study found
-    beside it). The curves plots and the CD diagram are not drawn (slow; tests/test_leaderboard_fingerprint.py
-    compares every committed file, plots included). One fixture for the session: the markdown, CSV / JSON and HTML
-    tests compare their own files of these two regenerations instead of regenerating every board themselves."""
+    snapshot of the committed runs (runs being rewritten meanwhile must not make the two differ): first into a fresh
+    folder holding the runs as ``runs`` (the pages link the records by relative path) and the study boards
+    (``*-kviews.*``: a board links the study found beside it), then again in place, which must leave every file as it
+    was, bytes and modification time (a file whose text did not change is not rewritten). The curves plots and the CD
+    diagram are not drawn (slow; tests/test_leaderboard_fingerprint.py compares every committed file, plots
+    included). One fixture for the session: the markdown, CSV / JSON and HTML tests compare their own files of these
+    regenerations instead of regenerating every board themselves."""
     import shutil
 
     from fusebench.leaderboard import index as index_page
     from fusebench.leaderboard import plots, write_leaderboards
 
+    def state(folder: Path) -> dict[str, tuple[bytes, int]]:
+        return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()}
+
     root = ROOT / "leaderboards"
-    base = tmp_path_factory.mktemp("committed-boards")
-    first, second = base / "first", base / "second"
-    shutil.copytree(root / "runs", first / "runs", ignore=shutil.ignore_patterns(".*"))
-    second.mkdir()
-    (second / "runs").symlink_to(first / "runs", target_is_directory=True)
+    folder = tmp_path_factory.mktemp("committed-boards") / "boards"
+    shutil.copytree(root / "runs", folder / "runs", ignore=shutil.ignore_patterns(".*"))
     studies = sorted(p.name for p in root.glob("*-kviews.*"))
-    for out in (first, second):
-        for name in studies:
-            (out / name).write_bytes((root / name).read_bytes())
+    for name in studies:
+        (folder / name).write_bytes((root / name).read_bytes())
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots, "plot_curves", lambda view, path: False)
         mp.setattr(index_page, "draw_cd_diagram", lambda ranking, path: False)
-        written = write_leaderboards(first / "runs", first, formats=("md", "csv", "json", "html"))
-        again = write_leaderboards(second / "runs", second, formats=("md", "csv", "json", "html"))
-    return CommittedRegeneration(root, studies, first, second, written, again)
+        written = write_leaderboards(folder / "runs", folder, formats=("md", "csv", "json", "html"))
+        first = state(folder)
+        again = write_leaderboards(folder / "runs", folder, formats=("md", "csv", "json", "html"))
+        second = state(folder)
+    return CommittedRegeneration(root, studies, folder, written, again, first, second)

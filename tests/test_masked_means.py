@@ -12,7 +12,6 @@ batch the objective would refuse raises the objective's error before any work, a
 from __future__ import annotations
 
 import datetime
-
 import itertools
 from pathlib import Path
 
