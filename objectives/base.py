@@ -4,7 +4,9 @@ Contract (see README, "Objectives"): an objective is an ``nn.Module`` called on 
 ``[k, n, d]`` (k views, n samples, d dims; ``views[l, i]`` is sample ``i`` seen in view ``l``) and an
 optional ``mask: BoolTensor[k, n]`` (True = present). It returns a scalar tensor in the compute dtype:
 float32 for half-precision inputs, otherwise the input dtype; differentiable w.r.t. ``views``; inputs
-are L2-normalised inside the loss; per-call diagnostics go to ``self.stats``.
+are L2-normalised inside the loss; per-call diagnostics go to ``self.stats``. An objective with an iterative
+solver (M3G, the matching gap) also counts its calls that stopped at ``max_iter`` in a ``solver_tally``
+(:mod:`fusebench.objectives.solver_tally`), which the pretraining cell records per epoch.
 
 Objectives always compute in float32 or better, whatever the caller's autocast: ``forward`` of this
 class and of every subclass (including one that overrides ``forward`` with other arguments, and

@@ -80,6 +80,7 @@ from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives import sinkhorn_scaling
 from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, gap_stats, gap_with_danskin_gradient
 from fusebench.objectives.sinkhorn_scaling import NonFiniteKernels, scaling_sinkhorn
+from fusebench.objectives.solver_tally import SolverTally
 
 #: R^2 floor of the csd cost (documented above)
 CSD_R2_FLOOR = 1e-6
@@ -154,6 +155,7 @@ class M3G(MultiViewObjective):
             raise ValueError(f"m3g: backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
         self.eps, self.cost, self.tol, self.max_iter, self.solver = float(eps), cost, float(tol), max_iter, solver
         self.backend = backend
+        self.solver_tally = SolverTally()  # the calls whose Sinkhorn solve stopped at max_iter (solver_tally.py)
 
     def extra_repr(self) -> str:
         return (f"eps={self.eps}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}, "
@@ -222,6 +224,7 @@ class M3G(MultiViewObjective):
         cost_p = (p * c).sum()  # <P*, C(z)>, P* detached
         out, self.stats = gap_with_danskin_gradient(self.name, res, cost_j, cost_p, eps, n, self.tol, self.max_iter)
         self.stats.update({"reference_solver": 1.0, **{k: float(v) for k, v in res.info.items()}})
+        self.solver_tally.add(self.stats)
         return out
 
     def forward(self, views: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -294,6 +297,7 @@ class M3G(MultiViewObjective):
         stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, self.eps, self.tol, self.max_iter, stacklevel=8)
         stats.update(reference_solver=0.0, scaling_domain=1.0, dense_stages=1.0, compiled=1.0)
         object.__setattr__(self, "stats", stats)  # a plain dict; nn.Module.__setattr__'s checks cost more than a solve
+        self.solver_tally.add(stats)
         if mode != mod.SYM:
             return gap, (torch.from_numpy(grad) if need_grad else None), -1
         gz = torch.mm(torch.from_numpy(sym), torch.from_numpy(z))  # -2 (W + W^T) Z in torch's BLAS (its threads)
@@ -351,6 +355,7 @@ class M3G(MultiViewObjective):
         self.stats = gap_stats(self.name, res, cost_j, cost_p, dual, gap, eps, self.tol, self.max_iter, stacklevel=9)
         self.stats["reference_solver"] = 0.0
         self.stats.update(res.info)
+        self.solver_tally.add(self.stats)
         if small:  # W (pm is the solver's fresh tensor)
             np.multiply(pm_np, -1.0 / k**2, out=pm_np)
             np.add(pm_np, jw_np, out=pm_np)

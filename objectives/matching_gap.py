@@ -57,6 +57,7 @@ from torch import Tensor
 from fusebench.objectives import OBJECTIVES
 from fusebench.objectives.base import MultiViewObjective
 from fusebench.objectives.sinkhorn import check_ot_hparams, dense_sinkhorn, gap_with_danskin_gradient
+from fusebench.objectives.solver_tally import SolverTally
 
 
 @OBJECTIVES.register("matching_gap")
@@ -75,6 +76,7 @@ class MatchingGap(MultiViewObjective):
         if cost not in ("dot", "sqeuclid"):
             raise ValueError(f"matching_gap: cost must be 'dot' or 'sqeuclid', got {cost!r}")
         self.eps, self.cost, self.tol, self.max_iter = float(eps), cost, float(tol), max_iter
+        self.solver_tally = SolverTally()  # the calls whose Sinkhorn solve stopped at max_iter (solver_tally.py)
 
     def extra_repr(self) -> str:
         return f"eps={self.eps}, cost={self.cost!r}, tol={self.tol}, max_iter={self.max_iter}"
@@ -94,6 +96,7 @@ class MatchingGap(MultiViewObjective):
         cost_j = torch.diagonal(c).mean()  # <J_n, C>
         cost_p = (p * c).sum()  # <P*, C>, P* detached
         out, self.stats = gap_with_danskin_gradient(self.name, res, cost_j, cost_p, eps, n, self.tol, self.max_iter)
+        self.solver_tally.add(self.stats)
         return out
 
 

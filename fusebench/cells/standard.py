@@ -229,6 +229,7 @@ class StandardCell:
     def pretrain(self) -> None:
         """Train the encoders with the objective (nothing for a reference row or zero epochs)."""
         from fusebench import objectives
+        from fusebench.objectives.solver_tally import tally_of
         from fusebench.spec.methods import split_method_keys, with_method_options
         from fusebench.probes.missing_views import with_missing_views
         from fusebench.engine.pretrain import Pretrainer
@@ -265,8 +266,14 @@ class StandardCell:
             if ext_cls.enabled(opts):
                 ext = phase.mods[ext_cls.state_key] = ext_cls(pre, opts, seed)
                 extensions.append((ext, opts))
+        # the objective's iterative solver, if it has one: its calls that stopped at max_iter, counted per epoch into
+        # the curves (solver_calls, solver_not_converged, solver_worst_marginal_error); the epoch's running count is
+        # saved with each checkpoint, so a resumed cell counts what an uninterrupted one does
+        tally = tally_of(obj)
         if self.ckpt is not None and self.ckpt["phase"] == "pretrain":
             phase.restore(self.ckpt)
+            if tally is not None and "solver_tally" in self.ckpt:
+                tally.load_state_dict(self.ckpt["solver_tally"])
         skip = self.resumed_downstream  # pretraining was finished; its results come from last.pt
         tp, start_step = time.time(), phase.step
         bar = progress_bar(total, phase.step, f"{self.request.where} pretrain", enabled=self.options.progress and not skip)
@@ -277,6 +284,9 @@ class StandardCell:
             pre.after_step(phase.step)
 
         def epoch_end() -> None:
+            if tally is not None:
+                for key, value in tally.take().items():
+                    phase.curves.setdefault(key, []).append(value)
             for ext, opts in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
                 ext.epoch_update(opt, phase.epoch,
                                  lambda: make_loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
@@ -292,7 +302,8 @@ class StandardCell:
                 seed, epoch, skip),
             on_epoch_start=pre.train,
             on_epoch_end=epoch_end,
-            extra=lambda: {"wall_segments_s": self.wall.segments()},
+            extra=lambda: {"wall_segments_s": self.wall.segments(),
+                           **({"solver_tally": tally.state_dict()} if tally is not None else {})},
             diverged=lambda v, step, epoch: (f"{spec.name}: loss of objective {objective!r} is {v} at pretraining "
                                              f"step {step} (epoch {epoch})"),
             postfix=lambda v: {"loss": f"{v:.4f}",

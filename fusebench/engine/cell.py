@@ -113,6 +113,16 @@ def _rng_problem(state: Any) -> str | None:
     return None
 
 
+def _solver_tally(v: Any) -> bool:
+    from fusebench.objectives.solver_tally import SolverTally
+
+    try:
+        SolverTally().load_state_dict(v)
+    except ValueError:
+        return False
+    return True
+
+
 #: what each phase's checkpoint holds besides the counters, the curves and the RNG states, as the cells write it
 #: (fusebench.cells.standard: the pretraining phase; fusebench.cells.head_protocol: the downstream one); a module
 #: only some cells have (a gradient scaler, a pretraining method's state) is checked when it is restored
@@ -143,6 +153,8 @@ OPTIONAL_KEYS: dict[str, tuple[Any, str]] = {
     "config_hash": (lambda v: isinstance(v, str), "a string"),
     "versions": (lambda v: v is None or isinstance(v, dict), "a mapping of code versions"),
     "data_fingerprint": (lambda v: v is None or isinstance(v, str), "a string or None"),
+    "solver_tally": (_solver_tally, "the epoch's running solver tally ({calls, not_converged: integers >= 0, worst: "
+                                    "a number >= 0}: fusebench.objectives.solver_tally)"),
 }
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from fusebench.leaderboard.groups import RANK_RESAMPLES, GroupView
 from fusebench.leaderboard.robustness import export_entries
+from fusebench.leaderboard.table import solver_counts
 
 FORMATS = ("md", "csv", "json", "html", "tex")  # what `fusebench leaderboard --format` writes (html: leaderboard.html;
 # tex: <board>.tex; csv also writes <board>-seeds.csv: fusebench.leaderboard.outputs)
@@ -95,7 +96,15 @@ def _row(view: GroupView, row: str) -> dict[str, Any]:
         "budget": {"steps": list(budget["optimizer_steps"]), "samples_seen": list(budget["samples_seen"])}
         if budget else None,
         "cost": {"pretrain_time_s": number(time_s), "peak_memory_mb": number(memory_mb)},
+        # an iterative solver's pretraining calls that stopped at max_iter (None: no solver, or not counted)
+        "solver": _solver_entry(solver_counts(view).get(row)),
     }
+
+
+def _solver_entry(counts: dict[str, Any] | None) -> dict[str, Any] | None:
+    if counts is None:
+        return None
+    return {**counts, "worst_marginal_error": number(counts["worst_marginal_error"])}
 
 
 def group_data(view: GroupView) -> dict[str, Any]:

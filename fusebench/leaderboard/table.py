@@ -285,6 +285,9 @@ def notes_lines(view: GroupView) -> list[str]:
     collapsed = collapsed_line(view)
     if collapsed:
         out += ["", collapsed]
+    solver = solver_line(view)
+    if solver:
+        out += ["", solver]
     tests = _test_notes(view)
     if tests:
         out += ["", "Tests:", ""] + tests
@@ -313,6 +316,49 @@ def collapsed_runs(view: GroupView) -> dict[str, tuple[int, int]]:
         if low:
             out[o] = (low, len(nmi))
     return out
+
+
+def solver_counts(view: GroupView) -> dict[str, dict[str, Any]]:
+    """``{objective: counts}`` for the objectives of the group with an iterative solver whose runs recorded its tally
+    (the per-epoch curves of :mod:`fusebench.objectives.solver_tally`): ``runs`` (runs with the curves), ``of`` (the
+    objective's runs), ``calls`` and ``not_converged`` (summed over those runs' epochs) and
+    ``worst_marginal_error`` (the largest over them). Objectives none of whose runs has the curves (no solver, or
+    records made before the tally) are left out."""
+    from fusebench.objectives.solver_tally import CURVES
+
+    out: dict[str, dict[str, Any]] = {}
+    for o in view.objectives:
+        recs = [r for r in view.recs if r.objective == o]
+        tallied = [r for r in recs if all(c in r.curves for c in CURVES)]
+        if not tallied:
+            continue
+        worst = [x for r in tallied for x in r.curves["solver_worst_marginal_error"] if math.isfinite(x)]
+        out[o] = {"runs": len(tallied), "of": len(recs),
+                  "calls": int(round(sum(sum(r.curves["solver_calls"]) for r in tallied))),
+                  "not_converged": int(round(sum(sum(r.curves["solver_not_converged"]) for r in tallied))),
+                  "worst_marginal_error": max(worst, default=0.0)}
+    return out
+
+
+def solver_line(view: GroupView) -> str | None:
+    """The note under a table whose objectives have an iterative solver (:func:`solver_counts`): per objective, of
+    its pretraining loss calls, how many stopped at ``max_iter`` before the solver's tolerance (their gap and
+    gradient are approximate), and the largest marginal error a call stopped at."""
+    counts = solver_counts(view)
+    if not counts:
+        return None
+    parts = []
+    for o, c in counts.items():
+        part = (f"{md_code(o)} {c['not_converged']:,} of {c['calls']:,} calls (largest marginal error "
+                f"{c['worst_marginal_error']:.2g})")
+        if c["runs"] < c["of"]:
+            part += f", counted in {c['runs']} of its {c['of']} runs (the others' records do not count them)"
+        parts.append(part)
+    flagged = any(c["not_converged"] for c in counts.values())
+    return ("**Solver did not converge**" if flagged else "Solver convergence") + (
+        " (pretraining loss calls whose Sinkhorn solve stopped at `max_iter` before its marginal error fell below the "
+        "tolerance `tol`: the gap and its gradient in such a call are approximate; the step still trains on them, as "
+        "with the authors' ott-jax solver): " + "; ".join(parts) + ".")
 
 
 def _task_of(metric: str) -> str | None:

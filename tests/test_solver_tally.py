@@ -1,0 +1,139 @@
+"""The convergence tally of the Sinkhorn objectives (fusebench.objectives.solver_tally): counted per call, taken into
+a run's per-epoch curves, kept across a resume, shown on the board and in its JSON. The expected counts are worked
+out independently: from the solver's own per-call ``stats`` and from the warnings it emits for each call that hit
+``max_iter``."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from fusebench import benchmarks, objectives
+from fusebench.cells.execute import run_cell
+from fusebench.engine.cell import check_checkpoint
+from fusebench.engine.loop import RunError
+from fusebench.objectives.solver_tally import CURVES, SolverTally, tally_of
+from fusebench.spec.request import CellRequest, RunOptions
+
+#: quickstart, tiny: 128 samples (2 batches of 64 per epoch), 3 epochs; M3G at a small eps with few iterations, so
+#: some solves stop at max_iter
+TINY = {"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "pretrain.epochs": 3, "pretrain.batch_size": 64,
+        "downstream.epochs": 2, "downstream.batch_size": 64, "checkpoint_every": 1,
+        "pretrain.per_objective.m3g.hparams": {"eps": 0.005, "max_iter": 3}}
+
+
+def test_the_tally_by_hand() -> None:
+    t = SolverTally()
+    for converged, err in [(1.0, 1e-4), (0.0, 0.03), (1.0, 5e-4), (0.0, 0.01), (0.0, math.nan)]:
+        t.add({"converged": converged, "marginal_error": err})
+    assert t.state_dict() == {"calls": 5, "not_converged": 3, "worst": 0.03}  # NaN: counted, never the worst
+    assert t.take() == {"solver_calls": 5.0, "solver_not_converged": 3.0, "solver_worst_marginal_error": 0.03}
+    assert t.state_dict() == {"calls": 0, "not_converged": 0, "worst": 0.0}  # taken: counting starts again
+    t.load_state_dict({"calls": 7, "not_converged": 2, "worst": 0.5})
+    assert t.take()["solver_calls"] == 7.0
+    assert set(CURVES) == {"solver_calls", "solver_not_converged", "solver_worst_marginal_error"}
+
+
+@pytest.mark.parametrize("state, key", [({"calls": -1, "not_converged": 0, "worst": 0.0}, "calls"),
+                                        ({"calls": 1.0, "not_converged": 0, "worst": 0.0}, "calls"),
+                                        ({"calls": 1, "worst": 0.0}, "not_converged"),
+                                        ({"calls": 1, "not_converged": 0, "worst": math.inf}, "worst"),
+                                        ({"calls": 1, "not_converged": 0, "worst": True}, "worst"),
+                                        ({"calls": 1, "not_converged": 2, "worst": 0.0}, "exceeds")])
+def test_a_bad_saved_tally_is_refused(state: dict, key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        SolverTally().load_state_dict(state)
+
+
+@pytest.mark.parametrize("name, kwargs, k", [
+    ("m3g", {"eps": 0.01, "max_iter": 6}, 3),  # the Gram-domain path (auto), stopped early
+    ("m3g", {"eps": 0.01, "max_iter": 6, "backend": "eager"}, 3),
+    ("m3g", {"eps": 0.01, "max_iter": 6, "solver": "reference"}, 3),  # the dense reference solver
+    ("m3g", {"eps": 0.5}, 3),  # converges
+    ("matching_gap", {"eps": 0.01, "max_iter": 4}, 2),
+    ("matching_gap", {"eps": 0.5}, 2),
+])
+def test_every_solver_path_counts_its_calls(name: str, kwargs: dict, k: int) -> None:
+    loss = objectives.build(name, **kwargs)
+    torch.manual_seed(0)
+    seen = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            v = torch.randn(k, 12, 6, requires_grad=True)
+            loss(v).backward()
+            seen.append((loss.stats["converged"], loss.stats["marginal_error"]))
+    hit = [w for w in caught if "hit max_iter" in str(w.message)]
+    tally = tally_of(loss)
+    assert tally is not None
+    assert tally.calls == 4
+    assert tally.not_converged == sum(1 for c, _ in seen if not c) == len(hit)
+    assert tally.worst == max(e for _, e in seen)
+    assert (tally.not_converged == 4) == ("max_iter" in kwargs)
+
+
+def test_objectives_without_a_solver_have_no_tally() -> None:
+    assert tally_of(objectives.build("infonce_pwe")) is None
+    assert tally_of(object()) is None
+
+
+def _run(tmp: Path, **options) -> dict:
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    return run_cell(CellRequest(spec, "m3g", 0, tmp), RunOptions(progress=False, **options))
+
+
+@pytest.mark.slow  # ~10 s: two tiny M3G cells
+@pytest.mark.filterwarnings("ignore:.*hit max_iter")
+def test_a_cell_records_its_solver_per_epoch_and_a_resume_counts_the_same(tmp_path: Path) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ref = _run(tmp_path / "a")
+    hit = sum(1 for w in caught if "hit max_iter" in str(w.message))
+    curves = ref["curves"]
+    steps = len(curves["pretrain_loss"])
+    assert steps == 3 * 2  # 3 epochs of 2 batches
+    assert len(curves["solver_calls"]) == len(curves["solver_not_converged"]) == 3  # one entry per epoch
+    assert curves["solver_calls"] == [2.0, 2.0, 2.0]  # one solve per step: no micro-batches
+    assert sum(curves["solver_not_converged"]) == hit > 0
+    assert all(0 < e for e in curves["solver_worst_marginal_error"])
+
+    # killed after 3 steps, in the middle of the second epoch, then resumed
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "b", max_steps=3)
+    ckpt = torch.load(tmp_path / "b" / "quickstart" / "m3g" / "seed0" / "last.pt", weights_only=True)
+    assert ckpt["solver_tally"]["calls"] == 1  # the second epoch's first step, not yet taken
+    resumed = _run(tmp_path / "b", resume=True)
+    for key in CURVES:
+        assert resumed["curves"][key] == curves[key]
+
+    # a damaged saved tally is one error naming the key, and the checkpoint is left as it was
+    bad = dict(ckpt, solver_tally={"calls": 1, "not_converged": 5, "worst": 0.0})
+    with pytest.raises(RunError, match="solver_tally"):
+        check_checkpoint(tmp_path / "last.pt", bad)
+
+
+@pytest.mark.slow  # ~8 s: one tiny M3G cell and a board
+@pytest.mark.filterwarnings("ignore:.*hit max_iter")
+def test_the_board_says_how_many_solves_did_not_converge(tmp_path: Path) -> None:
+    from fusebench.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec = _run(tmp_path / "runs")
+    calls = int(sum(rec["curves"]["solver_calls"]))
+    missed = int(sum(rec["curves"]["solver_not_converged"]))
+    worst = max(rec["curves"]["solver_worst_marginal_error"])
+    assert main(["leaderboard", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "lb"),
+                 "--format", "md", "json"]) == 0
+    md = (tmp_path / "lb" / "quickstart.md").read_text()
+    assert "**Solver did not converge**" in md
+    assert f"`m3g` {missed:,} of {calls:,} calls (largest marginal error {worst:.2g})" in md
+    row = json.loads((tmp_path / "lb" / "quickstart.json").read_text())["groups"][0]["rows"][0]
+    assert row["objective"] == "m3g"
+    assert row["solver"]["calls"] == calls == 6 and row["solver"]["not_converged"] == missed
+    assert row["solver"]["runs"] == row["solver"]["of"] == 1
