@@ -132,7 +132,7 @@ def test_the_board_says_how_many_solves_did_not_converge(tmp_path: Path) -> None
                  "--format", "md", "json"]) == 0
     md = (tmp_path / "lb" / "quickstart.md").read_text()
     assert "**Solver did not converge**" in md
-    assert f"`m3g` {missed:,} of {calls:,} calls (largest marginal error {worst:.2g})" in md
+    assert f"`m3g` {missed:,} of {calls:,} calls (largest marginal error {worst:.3g})" in md
     row = json.loads((tmp_path / "lb" / "quickstart.json").read_text())["groups"][0]["rows"][0]
     assert row["objective"] == "m3g"
     assert row["solver"]["calls"] == calls == 6 and row["solver"]["not_converged"] == missed

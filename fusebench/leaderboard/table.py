@@ -350,7 +350,7 @@ def solver_line(view: GroupView) -> str | None:
     parts = []
     for o, c in counts.items():
         part = (f"{md_code(o)} {c['not_converged']:,} of {c['calls']:,} calls (largest marginal error "
-                f"{c['worst_marginal_error']:.2g})")
+                f"{c['worst_marginal_error']:.3g})")
         if c["runs"] < c["of"]:
             part += f", counted in {c['runs']} of its {c['of']} runs (the others' records do not count them)"
         parts.append(part)
