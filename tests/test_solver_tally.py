@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import ROUND_DOWN, Decimal
 import warnings
 from pathlib import Path
 
@@ -77,6 +78,15 @@ def test_every_solver_path_counts_its_calls(name: str, kwargs: dict, k: int) -> 
     assert (tally.not_converged == 4) == ("max_iter" in kwargs)
 
 
+def test_the_largest_error_is_shown_rounded_down() -> None:
+    from fusebench.leaderboard.table import shown_down
+
+    assert shown_down(0.0009996076) == "0.000999"  # below tol = 0.001: never shown as 0.001
+    assert shown_down(0.0319421) == "0.0319"
+    assert shown_down(0.25) == "0.25" and shown_down(0.0) == "0" and shown_down(1.0) == "1"
+    assert shown_down(0.3) == "0.3" and shown_down(0.07) == "0.07"  # not 0.299 / 0.0699 by a float quotient
+
+
 def test_objectives_without_a_solver_have_no_tally() -> None:
     assert tally_of(objectives.build("infonce_pwe")) is None
     assert tally_of(object()) is None
@@ -132,7 +142,9 @@ def test_the_board_says_how_many_solves_did_not_converge(tmp_path: Path) -> None
                  "--format", "md", "json"]) == 0
     md = (tmp_path / "lb" / "quickstart.md").read_text()
     assert "**Solver did not converge**" in md
-    assert f"`m3g` {missed:,} of {calls:,} calls (largest marginal error {worst:.3g})" in md
+    # rounded down to 3 significant digits in decimal arithmetic
+    shown = f"{float(Decimal(repr(worst)).quantize(Decimal(1).scaleb(math.floor(math.log10(worst)) - 2), ROUND_DOWN)):.3g}"
+    assert f"`m3g` {missed:,} of {calls:,} calls (largest marginal error {shown})" in md
     row = json.loads((tmp_path / "lb" / "quickstart.json").read_text())["groups"][0]["rows"][0]
     assert row["objective"] == "m3g"
     assert row["solver"]["calls"] == calls == 6 and row["solver"]["not_converged"] == missed

@@ -340,6 +340,15 @@ def solver_counts(view: GroupView) -> dict[str, dict[str, Any]]:
     return out
 
 
+def shown_down(x: float, digits: int = 3) -> str:
+    """``x >= 0`` rounded down to ``digits`` significant digits: a marginal error just below the tolerance (0.0009996
+    against 0.001) never shows as the tolerance itself."""
+    if not x > 0 or not math.isfinite(x):
+        return f"{x:g}"
+    step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return f"{math.floor(x / step * (1 + 1e-12)) * step:.{digits}g}"  # (1 + 1e-12): 0.3 / 0.001 is 299.999...
+
+
 def solver_line(view: GroupView) -> str | None:
     """The note under a table whose objectives have an iterative solver (:func:`solver_counts`): per objective, of
     its pretraining loss calls, how many stopped at ``max_iter`` before the solver's tolerance (their gap and
@@ -350,7 +359,7 @@ def solver_line(view: GroupView) -> str | None:
     parts = []
     for o, c in counts.items():
         part = (f"{md_code(o)} {c['not_converged']:,} of {c['calls']:,} calls (largest marginal error "
-                f"{c['worst_marginal_error']:.3g})")
+                f"{shown_down(c['worst_marginal_error'])})")
         if c["runs"] < c["of"]:
             part += f", counted in {c['runs']} of its {c['of']} runs (the others' records do not count them)"
         parts.append(part)
