@@ -65,7 +65,7 @@ def _metric_entry(view: GroupView, row: str, metric: str) -> dict[str, Any]:
     return {"mean": number(mean), "std": number(std), "n": n, "undefined": view.undefined.get((row, metric), 0)}
 
 
-def _row(view: GroupView, row: str) -> dict[str, Any]:
+def _row(view: GroupView, row: str, solver: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One row of a group: the numbers the markdown row shows, unrounded (see the module docstring)."""
     ci = view.ci.get(row)
     test = view.tests.get(row)  # None for the reference row, invalid and untested rows, pipeline checks
@@ -97,7 +97,7 @@ def _row(view: GroupView, row: str) -> dict[str, Any]:
         if budget else None,
         "cost": {"pretrain_time_s": number(time_s), "peak_memory_mb": number(memory_mb)},
         # an iterative solver's pretraining calls that stopped at max_iter (None: no solver, or not counted)
-        "solver": _solver_entry(solver_counts(view).get(row)),
+        "solver": _solver_entry(solver.get(row)),  # solver_counts(view), computed once per group
     }
 
 
@@ -110,6 +110,7 @@ def _solver_entry(counts: dict[str, Any] | None) -> dict[str, Any] | None:
 def group_data(view: GroupView) -> dict[str, Any]:
     """One comparability group as the JSON file holds it."""
     first = view.recs[0]
+    solver = solver_counts(view)  # once per group, not once per row
     return {
         "key": first.comparability_key,
         "kind": view.kind,
@@ -126,7 +127,7 @@ def group_data(view: GroupView) -> dict[str, Any]:
         "family": view.family or None,
         "variant_of": view.variant_of or None,
         "metrics": [{"id": m.id, "unit": m.unit, "direction": m.direction} for m in view.metrics],
-        "rows": [_row(view, o) for o in view.rows],
+        "rows": [_row(view, o, solver) for o in view.rows],
     }
 
 
