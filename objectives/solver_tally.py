@@ -13,7 +13,9 @@ read already, so counting reads nothing from the device). The pretraining cell t
 (:meth:`SolverTally.take`) into the run's per-epoch curves ``solver_calls``, ``solver_not_converged`` and
 ``solver_worst_marginal_error``, and saves the epoch's running tally with every checkpoint
 (:meth:`SolverTally.state_dict`), so a resumed cell counts what an uninterrupted one counts. Leaderboards sum the
-curves per row (:func:`fusebench.leaderboard.groups.solver_summary`).
+curves per row (:func:`fusebench.leaderboard.table.solver_counts`); a hyper-parameter selection sums its trials'
+curves per grid point (:func:`summed`, :func:`merged`; the ``solver`` entry of a score in ``hparam_selection``), and
+the board's sensitivity section says which grid points' trials did not converge.
 """
 
 from __future__ import annotations
@@ -71,6 +73,27 @@ class SolverTally:
 
     def __repr__(self) -> str:
         return f"SolverTally(calls={self.calls}, not_converged={self.not_converged}, worst={self.worst:.3g})"
+
+
+def summed(curves: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One run's tally from its record's per-epoch ``curves`` (:data:`CURVES`): ``{"calls", "not_converged"}``
+    summed over the epochs (integers) and ``worst_marginal_error``, the largest finite value over them (0.0 when
+    none); None when the record does not hold the three curves (no iterative solver, or made before the count)."""
+    if not all(isinstance(curves.get(c), list) for c in CURVES):
+        return None
+    worst = [float(x) for x in curves["solver_worst_marginal_error"] if math.isfinite(x)]
+    return {"calls": int(round(sum(curves["solver_calls"]))),
+            "not_converged": int(round(sum(curves["solver_not_converged"]))),
+            "worst_marginal_error": max(worst, default=0.0)}
+
+
+def merged(tallies: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The tallies of several runs (:func:`summed`) as one: counts summed, the largest error; None when the list is
+    empty or any run has no tally (a partial count would read as a complete one)."""
+    if not tallies or any(t is None for t in tallies):
+        return None
+    return {"calls": sum(t["calls"] for t in tallies), "not_converged": sum(t["not_converged"] for t in tallies),
+            "worst_marginal_error": max(t["worst_marginal_error"] for t in tallies)}
 
 
 def tally_of(objective: Any) -> SolverTally | None:

@@ -149,3 +149,60 @@ def test_the_board_says_how_many_solves_did_not_converge(tmp_path: Path) -> None
     assert row["objective"] == "m3g"
     assert row["solver"]["calls"] == calls == 6 and row["solver"]["not_converged"] == missed
     assert row["solver"]["runs"] == row["solver"]["of"] == 1
+
+
+@pytest.mark.slow  # ~15 s: a 2-point eps grid on 2 selection seeds, one evaluation cell, a board
+@pytest.mark.filterwarnings("ignore:.*hit max_iter")
+def test_the_selection_counts_its_trials_solves_and_the_board_names_the_points_that_did_not_converge(
+        tmp_path: Path) -> None:
+    import fusebench
+    from fusebench.cli import main
+
+    eps = [0.005, 5.0]  # with max_iter = 3: the small eps stops at max_iter; at eps 5 the plan is near-uniform
+    overrides = {**TINY, "pretrain.per_objective.m3g.hparams": {"max_iter": 3},
+                 "pretrain.grid": {"m3g": {"eps": eps}}, "pretrain.selection_seeds": [1000, 1001]}
+    out = tmp_path / "runs"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec, = fusebench.run("quickstart", objective="m3g", seeds=[0], out=out, overrides=overrides, progress=False)
+    frozen = json.loads((out / "quickstart" / "_selection" / "m3g.json").read_text())
+    assert rec["hparam_selection"]["scores"] == frozen["scores"]
+    # each point's tally, summed here from its two trials' records
+    expected = []
+    for i, e in enumerate(eps):
+        calls = missed = 0
+        worst = 0.0
+        for seed in (1000, 1001):
+            trial, = (out / ".selection" / "quickstart" / "m3g").glob(f"trial{i}-*/seed{seed}/**/run.json")
+            curves = json.loads(trial.read_text())["curves"]
+            calls += sum(curves["solver_calls"])
+            missed += sum(curves["solver_not_converged"])
+            worst = max([worst, *curves["solver_worst_marginal_error"]])
+        expected.append({"calls": int(calls), "not_converged": int(missed), "worst_marginal_error": worst})
+    assert [s["solver"] for s in frozen["scores"]] == expected
+    assert expected[0]["calls"] == 2 * 6 and expected[0]["not_converged"] > 0  # 2 seeds x 3 epochs x 2 steps
+    assert main(["leaderboard", "--runs", str(out), "--out", str(tmp_path / "lb"), "--format", "md"]) == 0
+    md = (tmp_path / "lb" / "quickstart.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("**Selection trials' solver did not converge**"))
+    chosen = frozen["choice"]["eps"]
+    converged = sum(t["not_converged"] == 0 for t in expected)
+    assert (f"every call of its other {converged} grid point(s) converged" in line) == (0 < converged < len(eps))
+    for e, t in zip(eps, expected):
+        shown = f"eps = {e}: {t['not_converged']:,} of {t['calls']:,} calls"
+        assert (shown in line) == (t["not_converged"] > 0), line
+        assert (f"{shown} (largest marginal error" in line and ", the chosen point" in line.split(shown)[1].split(";")[0]
+                ) == (t["not_converged"] > 0 and e == chosen), line
+
+
+def test_a_bad_solver_tally_in_a_selection_score_is_refused() -> None:
+    from fusebench.records.schema import RecordError, _validate_selection_score
+
+    good = {"hparams": {"eps": 0.1}, "val": 0.5, "solver": {"calls": 4, "not_converged": 1, "worst_marginal_error": 0.01}}
+    _validate_selection_score(good, "run.json", "hparam_selection.scores[0]")
+    for bad, key in [({"calls": 4, "not_converged": 5, "worst_marginal_error": 0.0}, "not_converged"),
+                     ({"calls": -1, "not_converged": 0, "worst_marginal_error": 0.0}, "calls"),
+                     ({"calls": 4, "not_converged": 1.0, "worst_marginal_error": 0.0}, "not_converged"),
+                     ({"calls": 4, "not_converged": 1, "worst_marginal_error": float("nan")}, "worst_marginal_error"),
+                     ({"calls": 4, "not_converged": 1}, "worst_marginal_error")]:
+        with pytest.raises(RecordError, match=rf"hparam_selection\.scores\[0\]\.solver\.{key}"):
+            _validate_selection_score({**good, "solver": bad}, "run.json", "hparam_selection.scores[0]")

@@ -5,7 +5,9 @@ the chosen point marked, as tables (:func:`section_lines`) and a plot (:func:`pl
 
 Read from the records' ``hparam_selection`` (the frozen selection of :mod:`fusebench.sweep.selection`,
 copied into every record of the objective): ``grid`` ({key: values}), ``scores`` (one entry per grid point:
-``hparams``, ``val`` = the mean over the selection seeds, ``val_by_seed``), ``choice``, ``metric`` (the
+``hparams``, ``val`` = the mean over the selection seeds, ``val_by_seed``, and for an objective with an iterative
+solver ``solver``, the trials' tally: a line under the table names the points whose solves did not converge),
+``choice``, ``metric`` (the
 metric id; records written before issue #30 hold a text such as ``"validation acc (mean over 3 selection
 seeds)"``, whose metric id is read from it) and ``at_edge`` (absent in older records: computed here by the
 same rule, :func:`fusebench.grids.at_edge`). A score that is null or NaN is undefined, as a metric value is
@@ -25,6 +27,7 @@ from fusebench.grids import at_edge
 from fusebench.io import atomic_write, canonical_json, sha256_hex
 from fusebench.leaderboard.columns import fmt_value, md_code, md_text
 from fusebench.leaderboard.groups import GroupView, oldest_first
+from fusebench.leaderboard.table import shown_down
 
 SENSITIVITY_PLOT_VERSION = 1  # bump when the plot is drawn differently
 _METRIC_ID = r"[A-Za-z0-9][A-Za-z0-9_.@-]*"  # a metric name as fusebench.records.schema allows it
@@ -44,6 +47,8 @@ class Selection:
     choice: dict[str, Any]
     edge: list[str]  # grid keys whose chosen value is on an edge of the grid
     variants: int = 1  # distinct selections among the objective's runs (1: all runs carry the same)
+    # per point (grid order), its trials' solver tally ({calls, not_converged, worst_marginal_error}) or None
+    solver: list[dict[str, Any] | None] | None = None
 
 
 def _metric_id(text: Any) -> str | None:
@@ -80,7 +85,9 @@ def _parse(sel: dict[str, Any], objective: str) -> Selection | None:
     grid = {str(k): list(v) if isinstance(v, list) else [v] for k, v in sel["grid"].items()}
     edge = sel.get("at_edge")
     edge = sorted(map(str, edge)) if isinstance(edge, list) else at_edge(grid, sel["choice"])
-    return Selection(objective, _metric_id(sel.get("metric")), grid, points, dict(sel["choice"]), edge)
+    solver = [e.get("solver") if isinstance(e.get("solver"), dict) else None for e in scores]
+    return Selection(objective, _metric_id(sel.get("metric")), grid, points, dict(sel["choice"]), edge,
+                     solver=solver)
 
 
 def selections(view: GroupView) -> list[Selection]:
@@ -180,6 +187,9 @@ def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> lis
         if edges:
             any_edge = True
             out += ["", f"Chosen on an edge of this grid (the optimum may lie outside it): {', '.join(edges)}."]
+        line = _solver_line(grid, sels)
+        if line:
+            out += ["", line]
     if not any_edge:
         out += ["", "Every chosen point lies inside its grid."]
     if undefined:
@@ -188,6 +198,39 @@ def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> lis
     if plot_name:
         out += ["", f"![hyper-parameter sensitivity]({plot_name})"]
     return out
+
+
+def _solver_line(grid: dict[str, list[Any]], sels: list[Selection]) -> str | None:
+    """The note under a grid table whose objectives' trials counted their solver's calls (the ``solver`` entry of a
+    score): per objective, the grid points whose trials had Sinkhorn solves stop at ``max_iter``, with the counts
+    summed over the point's trials and the largest marginal error, the chosen point named; None when no trial of
+    the table counted."""
+    parts, flagged = [], False
+    for sel in sels:
+        counted = [(hp, t) for (hp, _, _), t in zip(sel.points, sel.solver or []) if t is not None]
+        if not counted:
+            continue
+        bad = [(hp, t) for hp, t in counted if t["not_converged"]]
+        flagged = flagged or bool(bad)
+        if bad:
+            text = "; ".join(
+                f"{', '.join(f'{md_text(k)} = {md_text(hp.get(k))}' for k in grid)}: {t['not_converged']:,} of "
+                f"{t['calls']:,} calls (largest marginal error {shown_down(t['worst_marginal_error'])})"
+                + (", the chosen point" if _same({k: hp.get(k) for k in sel.choice}, sel.choice) else "")
+                for hp, t in bad)
+            if len(bad) < len(counted):
+                text += f"; every call of its other {len(counted) - len(bad)} grid point(s) converged"
+        else:
+            text = f"every one of {sum(t['calls'] for _, t in counted):,} calls converged"
+        if len(counted) < len(sel.points):
+            text += f" (the trials of {len(sel.points) - len(counted)} grid point(s) did not count them)"
+        parts.append(f"{md_code(sel.objective)} {text}")
+    if not parts:
+        return None
+    return ("**Selection trials' solver did not converge**" if flagged else "Selection trials' solver convergence") + (
+        " (their pretraining loss calls whose Sinkhorn solve stopped at `max_iter` before its marginal error fell "
+        "below the tolerance `tol`, summed over each grid point's selection seeds; such a point is scored, not "
+        "refused): " + "; ".join(parts) + ".")
 
 
 def has_plot(view: GroupView) -> bool:

@@ -324,19 +324,14 @@ def solver_counts(view: GroupView) -> dict[str, dict[str, Any]]:
     objective's runs), ``calls`` and ``not_converged`` (summed over those runs' epochs) and
     ``worst_marginal_error`` (the largest over them). Objectives none of whose runs has the curves (no solver, or
     records made before the tally) are left out."""
-    from fusebench.objectives.solver_tally import CURVES
+    from fusebench.objectives.solver_tally import merged, summed
 
     out: dict[str, dict[str, Any]] = {}
     for o in view.objectives:
         recs = [r for r in view.recs if r.objective == o]
-        tallied = [r for r in recs if all(c in r.curves for c in CURVES)]
-        if not tallied:
-            continue
-        worst = [x for r in tallied for x in r.curves["solver_worst_marginal_error"] if math.isfinite(x)]
-        out[o] = {"runs": len(tallied), "of": len(recs),
-                  "calls": int(round(sum(sum(r.curves["solver_calls"]) for r in tallied))),
-                  "not_converged": int(round(sum(sum(r.curves["solver_not_converged"]) for r in tallied))),
-                  "worst_marginal_error": max(worst, default=0.0)}
+        tallied = [t for t in (summed(r.curves) for r in recs) if t is not None]
+        if tallied:
+            out[o] = {"runs": len(tallied), "of": len(recs), **merged(tallied)}
     return out
 
 

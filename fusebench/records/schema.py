@@ -422,8 +422,8 @@ SCORE_EXPECTED = "a number, or null / NaN (undefined: left out of the board's me
 
 def _validate_selection_score(e: Any, path: str, where: str) -> None:
     """One grid point of ``hparam_selection.scores``: a mapping with ``hparams`` (a mapping), ``val`` (the
-    mean validation score over the selection seeds) and ``val_by_seed`` (where present and not null, a
-    mapping seed -> score). A score is a finite number, or null / NaN: undefined, as a metric value is."""
+    mean validation score over the selection seeds), ``val_by_seed`` (where present and not null, a
+    mapping seed -> score) and ``solver`` (where present and not null, :func:`_validate_solver_tally`). A score is a finite number, or null / NaN: undefined, as a metric value is."""
     if not isinstance(e, dict) or not isinstance(e.get("hparams"), dict):
         raise RecordError(path, where, 'a mapping {"hparams": {...}, "val": number, "val_by_seed": {...}}', e)
     if e.get("val") is not None and _fast_float(e["val"]) is None:
@@ -434,6 +434,20 @@ def _validate_selection_score(e: Any, path: str, where: str) -> None:
         for seed, v in by_seed.items():
             if v is not None and _fast_float(v) is None:
                 _number(v, path, f"{where}.val_by_seed.{seed}", allow_nan=True, expected=SCORE_EXPECTED)
+    if e.get("solver") is not None:
+        _validate_solver_tally(e["solver"], path, f"{where}.solver")
+
+
+def _validate_solver_tally(t: Any, path: str, where: str) -> None:
+    """A grid point's solver tally over its trials (:func:`fusebench.objectives.solver_tally.merged`): ``calls``
+    and ``not_converged`` integers >= 0, ``not_converged <= calls``, ``worst_marginal_error`` a finite number >= 0."""
+    t = _mapping(t, path, where, 'a mapping {"calls": int, "not_converged": int, "worst_marginal_error": number}')
+    for key in ("calls", "not_converged"):
+        if _int(t.get(key), path, f"{where}.{key}") < 0:
+            raise RecordError(path, f"{where}.{key}", "an integer >= 0", t[key])
+    if t["not_converged"] > t["calls"]:
+        raise RecordError(path, f"{where}.not_converged", f"at most calls ({t['calls']})", t["not_converged"])
+    _number(t.get("worst_marginal_error"), path, f"{where}.worst_marginal_error", nonneg=True)
 
 
 def _validate_budget(b: Any, path: str) -> None:

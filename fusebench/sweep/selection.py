@@ -5,7 +5,8 @@ selection seeds (never evaluation seeds) and scored by the mean over those seeds
 the selection metric (``spec.validation_metric``: ``selection_metric``, by default the board's primary metric
 ``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
 once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
-(:func:`selection_path`): the grid, every point's per-seed validation scores, the choice, the grid keys whose
+(:func:`selection_path`): the grid, every point's per-seed validation scores (and, for an objective with an iterative
+solver, its trials' solver tally: how many of their Sinkhorn solves stopped at ``max_iter``), the choice, the grid keys whose
 choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's config hash, the
 code's versions and the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`);
 every record holds the outcome (``hparam_selection``) and the file's sha256 (``hparam_selection_sha256``). A later sweep
@@ -30,6 +31,7 @@ from fusebench.engine.cell import ConfigMismatchError
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.cells.execute import run_cell
 from fusebench.engine.loop import RunError
+from fusebench.objectives.solver_tally import merged, summed
 from fusebench.runtime.progress import say
 from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, check_cell_ids
@@ -62,7 +64,10 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     Every combination of ``pretrain.per_objective.<objective>.grid`` is run (pretraining + downstream protocol) once per
     selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
     seed); the combination with the best mean validation ``metric`` (default ``spec.validation_metric``) over
-    those seeds wins (ties: the first in grid order). Trial records go to
+    those seeds wins (ties: the first in grid order). Where every trial of a point counted its solver's calls
+    (M3G, the matching gap: :mod:`fusebench.objectives.solver_tally`), the point's score carries ``solver``
+    (``calls`` and ``not_converged`` summed over its trials, ``worst_marginal_error`` the largest): a point whose
+    solves did not converge is not refused, but the board says so. Trial records go to
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
     hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
     own = spec.pretrain.settings(objective)
@@ -77,6 +82,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     check_test_split_fixed(spec, options)
     trial_options = _trial_options(options)
     per_point: list[dict[str, float]] = [{} for _ in combos]
+    tallies: list[list[dict[str, Any] | None]] = [[] for _ in combos]  # per point, each trial's solver tally
     for i, combo, s, request, ctx in _trials(spec, objective, out, context):
         trial = trial_name(i, combo)
         if options.progress and s == seeds[0]:
@@ -94,8 +100,12 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
                            f"validation {metric} ({val[metric]}; record {request.out}); the grid point cannot be "
                            "scored, so no choice is made: narrow the grid or fix what makes the metric undefined")
         per_point[i][str(s)] = float(val[metric])
+        tallies[i].append(summed(rec.get("curves") or {}))
     scores = [{"hparams": combo, "val": sum(p.values()) / len(p), "val_by_seed": p}
               for combo, p in zip(combos, per_point)]
+    for score, t in zip(scores, tallies):  # the solver's tally over the point's trials (every trial counted it)
+        if (tally := merged(t)) is not None:
+            score["solver"] = tally
     sign = 1.0 if higher else -1.0
     best = max(range(len(combos)), key=lambda i: (sign * scores[i]["val"], -i))
     return {"benchmark": spec.name, "objective": objective, "metric": metric,
