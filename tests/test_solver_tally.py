@@ -157,6 +157,7 @@ def test_the_selection_counts_its_trials_solves_and_the_board_names_the_points_t
         tmp_path: Path) -> None:
     import fusebench
     from fusebench.cli import main
+    from fusebench.sweep import selection
 
     eps = [0.005, 5.0]  # with max_iter = 3: the small eps stops at max_iter; at eps 5 the plan is near-uniform
     overrides = {**TINY, "pretrain.per_objective.m3g.hparams": {"max_iter": 3},
@@ -181,6 +182,10 @@ def test_the_selection_counts_its_trials_solves_and_the_board_names_the_points_t
         expected.append({"calls": int(calls), "not_converged": int(missed), "worst_marginal_error": worst})
     assert [s["solver"] for s in frozen["scores"]] == expected
     assert expected[0]["calls"] == 2 * 6 and expected[0]["not_converged"] > 0  # 2 seeds x 3 epochs x 2 steps
+    chosen = frozen["scores"][[e["hparams"] for e in frozen["scores"]].index(frozen["choice"])]["solver"]
+    line = selection.selection_line(frozen, out / "quickstart" / "_selection" / "m3g.json")
+    assert (f"its trials' Sinkhorn solves stopped at max_iter in {chosen['not_converged']:,} of {chosen['calls']:,} "
+            "calls" in line) == (chosen["not_converged"] > 0), line
     assert main(["leaderboard", "--runs", str(out), "--out", str(tmp_path / "lb"), "--format", "md"]) == 0
     md = (tmp_path / "lb" / "quickstart.md").read_text()
     line = next(x for x in md.splitlines() if x.startswith("**Selection trials' solver did not converge**"))

@@ -318,16 +318,21 @@ def _trials_code_changes(spec: BenchmarkSpec, objective: str, out: Path, context
 
 
 def selection_line(outcome: Mapping[str, Any], path: Path, made_now: bool = True) -> str:
-    """What a frozen selection chose, in one line: the choice, its mean validation score, the file, and the grid
-    keys whose choice is on an edge of the grid (a wider grid may move it)."""
+    """What a frozen selection chose, in one line: the choice, its mean validation score, the file, the grid
+    keys whose choice is on an edge of the grid (a wider grid may move it), and how many of the chosen point's
+    trials' solver calls stopped at ``max_iter`` (where any did)."""
     choice = " ".join(f"{k}={v}" for k, v in (outcome.get("choice") or {}).items())
     best = next((p for p in outcome.get("scores") or [] if p.get("hparams") == outcome.get("choice")), None)
     score = f" (mean validation {outcome.get('metric')} {best['val']:.4g} over {len(best['val_by_seed'])} " \
             f"selection seed(s))" if best else ""
     edge = outcome.get("at_edge") or []
     where = "written to" if made_now else "reused from"
+    tally = (best or {}).get("solver") or {}
+    missed = (f"; its trials' Sinkhorn solves stopped at max_iter in {tally['not_converged']:,} of {tally['calls']:,} "
+              f"calls (an approximately solved objective)" if tally.get("not_converged") else "")
     return (f"selection {outcome.get('benchmark')}/{outcome.get('objective')}: chose {choice}{score}, {where} {path}"
-            + (f"; on the edge of its grid: {', '.join(edge)} (a wider grid may move the choice)" if edge else ""))
+            + (f"; on the edge of its grid: {', '.join(edge)} (a wider grid may move the choice)" if edge else "")
+            + missed)
 
 
 def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
