@@ -181,6 +181,13 @@ class M3G(MultiViewObjective):
             out = max(out, m3g_memory.compiled_bytes(k, n, d))
         return int(out)
 
+    @staticmethod
+    def joint_entries(n: int, k: int) -> int:
+        """The work declaration: the entries of the joint plan one loss call on ``k`` views of ``n`` samples solves
+        over, n^k (every Sinkhorn sweep visits each, stored or not). The sweep's memory refusal uses it to show
+        what a suggested micro-batch costs per step (:mod:`fusebench.components.memory_budget`)."""
+        return n**k
+
     def check_memory(self, views: Tensor) -> None:
         """Refuse (ValueError) a call on ``views`` [k, n, d] whose declared memory exceeds what this process can
         still get (``$FUSEBENCH_MEMORY_BUDGET_GB`` when set): its n^k cost would otherwise allocate until the

@@ -149,6 +149,18 @@ def test_ten_view_m3g_sweep_is_refused_before_any_cell(tmp_path, monkeypatch):
     m3g = build("m3g", eps=0.2)
     assert m3g.memory_bytes(largest_chunk(16, fits), 10, torch.float32, 32) <= 4 * GIB
     assert m3g.memory_bytes(largest_chunk(16, fits + 1), 10, torch.float32, 32) > 4 * GIB
+    # what a step costs there and at 2: the chunks' n^k entries, summed by hand (16 = m + ... with a last chunk of
+    # one sample joined to the one before)
+    def by_hand(m: int) -> int:
+        sizes, left = [], 16
+        while left:
+            take = left if left - m < 2 else m
+            sizes.append(take)
+            left -= take
+        return sum(c**10 for c in sizes)
+
+    assert fits > 2 and (f"at {fits} a step solves over {by_hand(fits):.3g} joint-plan entries" in msg
+                         and f"at 2 over {by_hand(2):.3g}" in msg and "m^9" in msg), msg
     # with the suggested micro-batch the same sweep passes the check
     spec = benchmarks.load("multiview", overrides={"pretrain.objective_micro_batch": {"m3g": fits}})
     spec.dataset.modalities = [f"view{v}" for v in range(10)]
@@ -297,3 +309,16 @@ def test_a_direct_m3g_call_over_the_memory_it_can_get_is_refused_before_it_alloc
     small = torch.randn(3, 16, 8)
     assert loss.memory_bytes(16, 3, torch.float32, 8) < m3g_module.MEMORY_CHECK_FROM
     assert torch.isfinite(loss(small))
+
+
+def test_the_budget_chunks_a_batch_as_the_pretrainer_does() -> None:
+    from fusebench.components.memory_budget import chunk_sizes
+    from fusebench.engine.pretrain import Pretrainer
+
+    trainer = Pretrainer.__new__(Pretrainer)  # only chunks(): it reads micro_batch
+    for n in range(1, 41):
+        for m in range(2, 13):
+            trainer.micro_batch = m
+            assert chunk_sizes(n, m) == [hi - lo for lo, hi in trainer.chunks(n)], (n, m)
+            assert max(chunk_sizes(n, m)) == largest_chunk(n, m)
+        assert chunk_sizes(n, None) == [n]

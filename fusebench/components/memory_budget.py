@@ -9,7 +9,8 @@ its grid, once the view count k is known (the spec's modalities, or the data fil
 starts. Over budget, the whole sweep is refused with one :class:`~fusebench.spec.config.ConfigError` per sweep
 naming, for each such objective, the estimate, the budget and the largest micro-batch that fits (the
 ``--set pretrain.per_objective.<id>.micro_batch=M`` that makes it run, recorded and shown on the board like
-any micro-batch), or that no micro-batch fits; leaving the objective out (``--objective ...``) is the
+any micro-batch; for an objective that declares the work of a call, ``joint_entries(n, k)``, also the work per
+step there and at a micro-batch of 2, since the largest that fits is the slowest), or that no micro-batch fits; leaving the objective out (``--objective ...``) is the
 other way on.
 
 The budget (:func:`fusebench.machine.memory_budget`, re-exported here): ``$FUSEBENCH_MEMORY_BUDGET_GB`` (GiB;
@@ -38,6 +39,35 @@ def largest_chunk(n: int, micro: int | None) -> int:
     if micro is None or n <= micro:
         return n
     return micro + 1 if n % micro == 1 else micro
+
+
+def chunk_sizes(n: int, micro: int | None) -> list[int]:
+    """The sample counts of the loss calls on a batch of ``n`` with micro-batches of ``micro`` (the chunks of
+    :meth:`fusebench.engine.pretrain.Pretrainer.chunks`: consecutive ``micro`` samples, a last chunk of one
+    sample joined to the one before)."""
+    if micro is None or n <= micro:
+        return [n]
+    sizes = [micro] * (n // micro) + ([n % micro] if n % micro else [])
+    if sizes[-1] == 1:
+        sizes[-2:] = [sizes[-2] + 1]
+    return sizes
+
+
+def _work_note(obj: Any, batch: int, fits: int, k: int) -> str:
+    """How much a step solves at micro-batch ``fits`` and at 2, for an objective that declares the work of one
+    loss call (``joint_entries(n, k)``: M3G's joint plan of n^k entries, each visited by every Sinkhorn sweep);
+    "" for one that does not. The largest micro-batch that fits the memory is also the slowest: the work per step
+    grows about as m^(k-1) with the micro-batch m."""
+    entries = getattr(obj, "joint_entries", None)
+    if not callable(entries) or fits <= 2:
+        return ""
+
+    def per_step(m: int) -> int:
+        return sum(entries(c, k) for c in chunk_sizes(batch, m))
+
+    return (f"; at {fits} a step solves over {per_step(fits):.3g} joint-plan entries, each visited by every Sinkhorn "
+            f"sweep, at 2 over {per_step(2):.3g} (the work per step grows about as m^{k - 1} with the micro-batch m: "
+            f"a smaller one trains faster, on smaller groups of samples)")
 
 
 def _instances(spec: BenchmarkSpec, objective: str) -> list[Any]:
@@ -115,8 +145,8 @@ def objective_problem(spec: BenchmarkSpec, objective: str, k: int, budget: float
                        (why if why else _size(at_two)) + f"): leave {objective} out (--objective ...) "
                        f"or give it a larger budget")
     return (head + f"; the largest micro-batch that fits is {fits}: --set {setting_key(objective, 'micro_batch')}={fits} "
-            f"(the loss on chunks of {fits} of each batch; steps and samples seen unchanged, recorded in the budget), "
-            f"or leave {objective} out (--objective ...)")
+            f"(the loss on chunks of {fits} of each batch; steps and samples seen unchanged, recorded in the budget)"
+            f"{_work_note(instances[0], batch, fits, k)}; or leave {objective} out (--objective ...)")
 
 
 def check_memory_budget(spec: BenchmarkSpec, objs: list[str], device: str = "auto", ranks: int = 1) -> None:
