@@ -233,3 +233,68 @@ def test_render_without_new_records_is_a_clear_error(tmp_path: Path) -> None:
     if legacy.is_dir() and any(kviews.LEGACY_CELL_NAME.match(p.name) for p in legacy.iterdir()):
         with pytest.raises(ValueError, match=r"of the superseded design .* rerun `fusebench study kviews`"):
             kviews_board.render(legacy, tmp_path / "b")
+
+
+# ---------------------------------------------------------------------------------------------
+# hyper-parameters: chosen once on validation in the selection cell, used in every other cell
+# ---------------------------------------------------------------------------------------------
+def test_the_study_selects_once_in_the_full_view_cell_and_every_cell_uses_the_choice(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    n, classes = 60, 3
+    y = np.repeat(np.arange(classes), n // classes)
+    cell = np.empty((1, 3), dtype=object)
+    for v, d in enumerate((5, 4, 6)):
+        cell[0, v] = rng.normal(size=(classes, d))[y] * 2 + rng.normal(size=(n, d))
+    mat = tmp_path / "three.mat"
+    sio.savemat(mat, {"X": cell, "Y": (y + 1).reshape(-1, 1)})
+    runs = tmp_path / "runs"
+    grid = [0.1, 1.0]
+    study = kviews.Study("multiview", objectives=("raw", "none", "mv_infonce", "m3g"), seeds=(0,), ks=(2, 3),
+                         subsets=1, arms=("views", "copies"), batch_size=16, epochs=1, m3g_micro_batch=4,
+                         eval_options={"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
+                                       "fewshot_draws": 2, "knn_grid": []},
+                         extra_overrides={"pretrain.per_objective.mv_infonce.grid": {"tau": grid},
+                                          "pretrain.selection_seeds": [1000, 1001]})
+    kviews.run_study(study, runs, str(mat))
+    chooser = "multiview-kv-views-k3d0"  # the largest k of the first arm, first draw: all three views
+    assert kviews.selection_cell(kviews.study_cells("multiview", 3, [2, 3], 1, 0)).name == chooser
+    # the trials ran once, in that cell only: one per grid point and selection seed
+    trials = sorted(p.relative_to(runs / ".selection").parts[:3] + (p.parts[-2],)
+                    for p in (runs / ".selection").rglob("run.json"))
+    assert trials == [(chooser, "mv_infonce", f"trial{i}-tau{t}", f"seed{s}")
+                      for i, t in enumerate(grid) for s in (1000, 1001)]
+    # the choice: the best mean validation fs1_best_acc of the two seeds, worked out here from the trials
+    means = []
+    for i, t in enumerate(grid):
+        vals = [json.loads(p.read_text())["selection"]["val_metrics"]["fs1_best_acc"]
+                for p in (runs / ".selection" / chooser / "mv_infonce").glob(f"trial{i}-*/**/run.json")]
+        assert len(vals) == 2
+        means.append(sum(vals) / 2)
+    best = grid[max(range(len(grid)), key=lambda i: (means[i], -i))]
+    frozen = json.loads((runs / chooser / "_selection" / "mv_infonce.json").read_text())
+    assert frozen["choice"] == {"tau": best}
+    recs = _records(runs)
+    assert {name for name, _, _ in recs} == {c.name for c in kviews.study_cells("multiview", 3, [2, 3], 1, 0)}
+    for (name, obj, seed), rec in recs.items():
+        note = rec["config"]["protocol_notes"]["hparams"]
+        if obj == "mv_infonce":
+            assert rec["hparams"] == {"tau": best}, name
+            assert (rec.get("hparam_selection") is not None) == (name == chooser), name
+        if obj == "m3g":
+            assert rec["hparams"] == {"eps": 0.2}  # no grid: the spec's own, in every cell
+        if name == chooser:
+            assert note.startswith("chosen once per objective on validation in this cell"), note
+        else:
+            assert f"in cell {chooser}" in note and f"mv_infonce tau={best}" in note, note
+            assert rec["config"]["pretrain"]["grid"] == {} and rec["config"]["pretrain"]["selection_seeds"] == []
+    # the board says which values every run used and where they were chosen
+    text = kviews_board.render(runs, tmp_path / "board", "multiview")[0].read_text()
+    n = {o: sum(1 for (_, oo, _) in recs if oo == o) for o in ("mv_infonce", "m3g")}
+    assert (f"`mv_infonce` tau = {best} in all {n['mv_infonce']} runs, chosen on validation in `{chooser}`"
+            in text), text
+    assert f"`m3g` eps = 0.2 in all {n['m3g']} runs, not selected on validation (the spec's values)" in text
+    # without selection the spec's default in every cell, and no trial
+    plain = kviews.Study(**{**study.__dict__, "select": False, "extra_overrides": None, "arms": ("views",)})
+    kviews.run_study(plain, tmp_path / "plain", str(mat))
+    assert not (tmp_path / "plain" / ".selection").exists()
+    assert {r["hparams"]["tau"] for (_, o, _), r in _records(tmp_path / "plain").items() if o == "mv_infonce"} == {0.2}

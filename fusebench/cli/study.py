@@ -46,6 +46,10 @@ def main(argv: list[str]) -> int:
                    help=f"every objective's epochs (default {BUDGET['real']['epochs']}; synthetic "
                         f"{BUDGET['synthetic']['epochs']})")
     p.add_argument("--m3g-micro-batch", type=int, default=8, help="M3G's loss chunk (%(default)s)")
+    p.add_argument("--no-select", dest="select", action="store_false",
+                   help="no hyper-parameter selection: the spec's default hyper-parameters in every cell (default: "
+                        "each objective's chosen once on validation in the full-view cell, over the benchmark's "
+                        "grids and selection seeds, and used in every cell)")
     p.add_argument("--workers", type=count_type("--workers"), default=1, help="cells run at a time (local processes)")
     p.add_argument("--render-only", action="store_true", help="only regenerate the markdown and the plot")
     p.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
@@ -79,7 +83,7 @@ def main(argv: list[str]) -> int:
                           arms=tuple(ns.arms),
                           copies_base=tuple(ns.copies_base) if ns.copies_base is not None else None,
                           noise=ns.copies_noise, mask=ns.copies_mask, batch_size=ns.batch_size, epochs=ns.epochs,
-                          m3g_micro_batch=ns.m3g_micro_batch)
+                          m3g_micro_batch=ns.m3g_micro_batch, select=ns.select)
             run_study(study, out, ns.data_root, synthetic=ns.synthetic, workers=ns.workers, progress=ns.progress,
                       counts=counts)
         md, png = render(out, board, ns.benchmark)

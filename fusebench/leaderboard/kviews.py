@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fusebench.components.rows import BASELINE, RAW
-from fusebench.leaderboard.columns import mean_std
+from fusebench.io import canonical_json
+from fusebench.leaderboard.columns import md_code, md_text, mean_std
 from fusebench.studies.kviews import ARMS, CELL_NAME, LEGACY_CELL_NAME, METRICS, OBJECTIVES, PRIMARY
 from fusebench.studies.kviews import PAIRED_WITH  # the rows the gaps are paired with
 
@@ -31,6 +32,10 @@ class StudyRuns:
     cells: dict[str, dict[int, dict[str, dict[str, Any]]]]
     records: int = 0
     widths: frozenset = frozenset()
+    # per pretrained objective: {its hyper-parameters as canonical JSON: runs}, and the cells whose records hold a
+    # selection (``hparam_selection``: the study's selection cell)
+    hparams: dict[str, dict[str, int]] = field(default_factory=dict)
+    selected_in: dict[str, set[str]] = field(default_factory=dict)
 
     def objectives(self) -> list[str]:
         seen = {o for arm in self.values.values() for k in arm.values() for c in k.values() for o in c}
@@ -64,6 +69,8 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
     cells: dict = defaultdict(lambda: defaultdict(dict))
     budgets = []
     widths = set()
+    hparams: dict[str, dict[str, int]] = {}
+    selected_in: dict[str, set[str]] = {}
     legacy = 0
     count = 0
     for path in (find_records(runs) if runs.is_dir() else []):  # the leaderboard's rule of what a record file is
@@ -89,6 +96,11 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
         width = (encoder.get("config") or {}).get("num_features") if isinstance(encoder.get("config"), dict) else None
         if isinstance(width, int) and not isinstance(width, bool):
             widths.add(width)
+        if rec.objective not in PAIRED_WITH and isinstance(rec.raw.get("hparams"), dict):
+            key = canonical_json(rec.raw["hparams"], compact=True, default=None)
+            hparams.setdefault(rec.objective, defaultdict(int))[key] += 1
+            if isinstance(rec.raw.get("hparam_selection"), dict):
+                selected_in.setdefault(rec.objective, set()).add(rec.benchmark)
         b = rec.raw.get("budget") or {}
         if b.get("batch_size") is not None:  # a pretrained run (none / raw kinds pretrain nothing)
             budgets.append((rec.objective, int(b.get("optimizer_steps", -1)), int(b.get("samples_seen", -1)),
@@ -98,7 +110,8 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
         old = (f"; {legacy} record(s) of the superseded design (one subset per k, {benchmark}-k<k>s<j>) are there: "
                "rerun `fusebench study kviews`" if legacy else "; run the study first")
         raise ValueError(f"kviews: no run records of {benchmark}-kv-<arm>-k<k>d<draw> under {runs}{old}")
-    return StudyRuns(values, budgets, cells, count, frozenset(widths))
+    return StudyRuns(values, budgets, cells, count, frozenset(widths), {o: dict(v) for o, v in hparams.items()},
+                     selected_in)
 
 
 def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | None, metric: str) -> list[float]:
@@ -152,6 +165,29 @@ def _budget_text(study: StudyRuns) -> str:
                            for (s, sm, b, e), n in sorted(kinds.items(), key=lambda kv: -kv[1]))
         text = f"the pretrained runs did NOT all take the same budget ({listed})"
     return text + (f" ({mtext})" if mtext else "")
+
+
+def _hparams_text(study: StudyRuns, pretrained: list[str]) -> str:
+    """Per pretrained objective, the hyper-parameters its runs used (read from the records' ``hparams``) and
+    where they were chosen: on validation in the cell whose records hold its ``hparam_selection``, or not at all
+    (the spec's values)."""
+    parts = []
+    for o in pretrained:
+        seen = study.hparams.get(o)
+        if not seen:
+            continue
+        shown = []
+        for key, n in sorted(seen.items(), key=lambda kv: -kv[1]):
+            hp = json.loads(key)
+            shown.append((", ".join(f"{md_text(k)} = {md_text(v)}" for k, v in sorted(hp.items())) or "none")
+                         + (f" ({n} runs)" if len(seen) > 1 else f" in all {n} runs"))
+        where = study.selected_in.get(o)
+        part = f"{md_code(o)} " + ("; ".join(shown) if len(seen) == 1 else "NOT the same in every run: "
+                                   + "; ".join(shown))
+        part += (f", chosen on validation in {', '.join(md_code(c) for c in sorted(where))} (its records' "
+                 "`hparam_selection`)" if where else ", not selected on validation (the spec's values)")
+        parts.append(part)
+    return "Hyper-parameters: " + ("; ".join(parts) if parts else "none recorded") + "."
 
 
 def _cells_text(study: StudyRuns, arm: str, k: int) -> str:
@@ -224,7 +260,8 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
           "`raw` row (the standardised input views concatenated), in points, mean ± std over seeds x cells (n); "
           "design and reasons: docs/kviews.md (`fusebench.studies.kviews`).", "",
           f"Read from {study.records} run records: seeds {study.seeds()}; k = {', '.join(map(str, ks))}; "
-          f"{_budget_text(study)}.", "",
+          f"{_budget_text(study)}.", "", _hparams_text(study, [o for o in study.objectives()
+                                                               if o not in PAIRED_WITH]), "",
           "The probes read the views' embeddings side by side, so their input width grows with k ("
           + (f"{' or '.join(map(str, sorted(study.widths)))} features per view" if study.widths
              else "the encoder's features per view") + " for the encoder rows, the input views' own widths for "

@@ -23,8 +23,11 @@ size and number of epochs for every pretrained objective and every k (``pretrain
 ``pretrain.epochs``; the spec's per-objective batch / epoch exceptions are cleared), so every
 pretrained cell takes the same optimiser steps and sees the same samples; M3G, whose loss costs n^k,
 computes it on micro-batches of ``m3g_micro_batch`` samples accumulated over the common batch
-(``pretrain.per_objective.m3g.micro_batch``) at every k, so its curve has no change of chunk size in it. No
-hyper-parameter search (no ``pretrain.per_objective.<id>.grid``: the spec's default tau / eps at every k). The cell's
+(``pretrain.per_objective.m3g.micro_batch``) at every k, so its curve has no change of chunk size in it. Each
+objective's hyper-parameters are chosen once on validation, in the **selection cell** (:func:`selection_cell`: the
+largest k of the first arm, draw 0 -- the full view set), over the benchmark's grids and selection seeds at the
+study's budget, and every other cell runs at that choice with no grid (:func:`chosen_overrides`; ``select=False``:
+the spec's default tau / eps everywhere, no search). The cell's
 draw, its permutation (arm ``views``) or base and augmentation (arm ``copies``) are recorded as JSON
 in ``config.protocol_notes.kviews`` of each run record, besides ``dataset.options``.
 
@@ -177,19 +180,21 @@ def study_cells(benchmark: str, num_views: int, ks: list[int], subsets: int, sub
 
 def study_overrides(cell: Cell, objectives: list[str], batch_size: int, epochs: int, m3g_micro_batch: int,
                     eval_options: dict[str, Any], subset_seed: int = 0,
-                    notes: dict[str, str] | None = None) -> dict[str, Any]:
+                    notes: dict[str, str] | None = None, hparams_note: str | None = None) -> dict[str, Any]:
     """The spec overrides of one cell: its name and data (``dataset.options.views`` or
     ``dataset.options.view_copies``), the matched budget (every objective: ``batch_size`` x ``epochs``;
     per-objective batch / epoch exceptions cleared; M3G's loss on micro-batches of ``m3g_micro_batch``),
     no hyper-parameter grid, the probe / k-means settings ``eval_options``, the metrics the study reads,
-    and the protocol notes (``notes`` from the spec, e.g. its data and split lines, plus the study's)."""
+    and the protocol notes (``notes`` from the spec, e.g. its data and split lines, plus the study's; ``hparams_note``
+    says where the objectives' hyper-parameters come from, default: the spec's, at every k). The selection cell
+    (:func:`selection_overrides`) and the cells that use its choice (:func:`chosen_overrides`) start from these."""
     key, value = cell.dataset_override()
     grid = ", ".join(f"{v:g}" for v in eval_options.get("l2_grid", []))
     own = {
         "budget": (f"every pretrained row and every k: batch {batch_size}, {epochs} epochs of the training split (the "
                    f"same optimiser steps and samples seen); M3G computes its loss on micro-batches of "
                    f"{m3g_micro_batch} accumulated over the batch of {batch_size} (its n^k cost), at every k"),
-        "hparams": "no per-k search: the spec's default hyper-parameters (pretrain.hparams) at every k",
+        "hparams": hparams_note or "no per-k search: the spec's default hyper-parameters (pretrain.hparams) at every k",
         "probe": (f"multinomial logistic regression on the frozen concatenated per-view embeddings (z-scored on "
                   f"train), L2 weight chosen on val from [{grid}], test scored once; 1-shot probes: one labelled "
                   f"training sample per class, {eval_options.get('fewshot_draws')} seeded draws, each scored by a "
@@ -221,13 +226,54 @@ def study_overrides(cell: Cell, objectives: list[str], batch_size: int, epochs: 
     }
 
 
+#: the protocol note of the cell whose selection every other cell uses
+SELECTION_NOTE = ("chosen once per objective on validation in this cell (the study's largest k, first draw, at the "
+                  "study's budget): the grid point with the best mean validation {metric} over the spec's selection "
+                  "seeds and grids (the records' hparam_selection); every other cell of both arms uses the same values")
+
+
+def selection_overrides(overrides: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The selection cell's overrides: ``overrides`` (:func:`study_overrides`) without the cleared grid and
+    selection seeds, so the benchmark's own grids and selection seeds apply (``extra`` last, e.g. a test's smaller
+    grid), and the note that its choice is every cell's."""
+    out = {k: v for k, v in overrides.items() if k not in ("pretrain.grid", "pretrain.selection_seeds")}
+    notes = dict(out["protocol_notes"], hparams=SELECTION_NOTE.format(metric=out["selection_metric"]))
+    return {**out, "protocol_notes": notes, **(extra or {})}
+
+
+def chosen_overrides(overrides: dict[str, Any], extra: dict[str, Any] | None, hparams: dict[str, dict[str, Any]],
+                     where: str) -> dict[str, Any]:
+    """A cell's overrides when the study selected (every cell but the selection cell): ``overrides``, ``extra``
+    (but its grids and selection seeds: the selection cell's), then no grid and no selection seeds (the selection
+    ran once, in cell ``where``) and each objective's
+    hyper-parameters ``hparams`` (its spec's with the chosen grid point), recorded in the protocol note."""
+    from fusebench.spec.config import GROUPED, grouped_key
+
+    def selects(key: str) -> bool:  # a grid or the selection seeds: the selection cell's, never another cell's
+        parts = grouped_key(key).split(".")
+        return (key in ("pretrain.grid", "pretrain.selection_seeds", "pretrain.selection_seed")
+                or (len(parts) >= 4 and parts[:2] == ["pretrain", GROUPED] and parts[3] == "grid"))
+
+    extra = {k: v for k, v in (extra or {}).items() if not selects(k)}
+    shown = "; ".join(f"{o} " + ", ".join(f"{k}={v}" for k, v in sorted(h.items())) for o, h in sorted(hparams.items()))
+    notes = dict(overrides["protocol_notes"], hparams=(
+        f"chosen once per objective on validation in cell {where} (its _selection/<objective>.json; the best mean "
+        f"validation {overrides['selection_metric']} over the spec's selection seeds and grids) and used at every k "
+        f"of both arms: {shown or 'no objective has a grid'}"))
+    return {**overrides, **extra, "pretrain.grid": {}, "pretrain.selection_seeds": [],
+            **{f"pretrain.per_objective.{o}.hparams": dict(h) for o, h in hparams.items()}, "protocol_notes": notes}
+
+
 @dataclass(frozen=True)
 class Study:
     """One k-views study: the cells it runs (the benchmark, the rows, the seeds, the view counts ``ks`` (default
     2..number of views), the draws per k (``subsets``, seeded by ``subset_seed``), the ``arms``, the view copies'
     base views, noise and mask) and the budget every cell gets (``batch_size`` / ``epochs`` / ``eval_options``,
     default :data:`BUDGET` -- ``real``, or ``synthetic`` for a synthetic run -- and M3G's micro-batch);
-    ``extra_overrides`` are applied to every cell's spec last (e.g. a test's smaller grid)."""
+    ``extra_overrides`` are applied to every cell's spec last (e.g. a test's smaller grid). ``select`` (default):
+    each objective's hyper-parameters are chosen once on validation, in the selection cell (the largest k of the
+    first arm, first draw: the full view set by default) over the benchmark's grids and selection seeds at the
+    study's budget, and used in every other cell; ``select=False``: the spec's default hyper-parameters everywhere."""
 
     benchmark: str = "mv-handwritten"
     objectives: tuple[str, ...] = OBJECTIVES
@@ -244,6 +290,37 @@ class Study:
     m3g_micro_batch: int = 8
     eval_options: dict[str, Any] | None = None
     extra_overrides: dict[str, Any] | None = None
+    select: bool = True
+
+
+def selection_cell(cells: list[Cell]) -> Cell:
+    """The cell whose hyper-parameter selection every cell uses: the largest k of the first arm, its first draw
+    (arm ``views`` at k = V: the benchmark's full view set)."""
+    arm = cells[0].arm
+    top = max(c.k for c in cells if c.arm == arm)
+    return next(c for c in cells if c.arm == arm and c.k == top)
+
+
+def chosen_hparams(spec: Any, objectives: list[str], out: str | Path) -> dict[str, dict[str, Any]]:
+    """Per objective of ``objectives`` with a grid in the selection cell's ``spec``, its hyper-parameters at the
+    choice frozen in ``<out>/<cell>/_selection/<objective>.json`` (a ValueError naming the file when it is not
+    there: the cell's records exist without it)."""
+    from fusebench.components.rows import row_of
+    from fusebench.sweep.selection import selection_path
+
+    out_hp = {}
+    for o in objectives:
+        own = spec.pretrain.settings(o)
+        if is_reference(o) or not own.grid or not row_of(spec, o).pretrains:
+            continue
+        path = selection_path(out, spec.name, o)
+        try:
+            choice = json.loads(path.read_text())["choice"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"kviews: {path}: the selection cell's frozen choice of {o} cannot be read ({e}); "
+                             f"delete the cell {spec.name} under {out} to select again") from None
+        out_hp[o] = own.at(choice)
+    return out_hp
 
 
 def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | None = None, *, synthetic: bool = False,
@@ -285,19 +362,31 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     # every variant's spec loaded and its views read before the first cell runs: a bad option of the copies arm
     # (noise, mask) stops the study before any work, not after the whole views arm
     plan = []
-    for cell in study_cells(benchmark, num_views, ks, study.subsets, study.subset_seed, study.arms, copies_base,
-                            study.noise, study.mask):
-        overrides = {**study_overrides(cell, list(objectives), batch_size, epochs, study.m3g_micro_batch,
-                                       eval_options, study.subset_seed, notes), **(study.extra_overrides or {})}
+    cells = study_cells(benchmark, num_views, ks, study.subsets, study.subset_seed, study.arms, copies_base,
+                        study.noise, study.mask)
+    chooser = selection_cell(cells) if study.select else None
+    for cell in cells:
+        base = study_overrides(cell, list(objectives), batch_size, epochs, study.m3g_micro_batch, eval_options,
+                               study.subset_seed, notes)
+        overrides = (selection_overrides(base, study.extra_overrides) if cell is chooser else
+                     chosen_overrides(base, study.extra_overrides, {}, chooser.name) if chooser else
+                     {**base, **(study.extra_overrides or {})})
         cell_spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
         runner.resolve_views(cell_spec, synthetic, data_root)
         compatible = set(compat.compatible_objectives(cell_spec))
-        plan.append((cell, overrides, [o for o in objectives if is_reference(o) or o in compatible]))
-    for cell, overrides, objs in plan:
+        plan.append((cell, base, overrides, [o for o in objectives if is_reference(o) or o in compatible]))
+    plan.sort(key=lambda p: p[0] is not chooser)  # the selection cell first: every other cell uses its choice
+    hparams: dict[str, dict[str, Any]] = {}
+    for cell, base, overrides, objs in plan:
+        if chooser is not None and cell is not chooser:
+            overrides = chosen_overrides(base, study.extra_overrides, {o: hparams[o] for o in objs if o in hparams},
+                                         chooser.name)
         existed = {(o, s) for o in objs for s in seeds
                    if (cell_dir(Path(out), cell.name, o, s) / "run.json").exists()}
         got = runner.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,
                             overrides=overrides, progress=progress, synthetic=synthetic, workers=workers)
+        if cell is chooser:
+            hparams = chosen_hparams(benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic), objs, out)
         if counts is not None:
             for r in got:
                 what = ("failed" if r.get("status") in ("failed", "skipped") else
@@ -307,5 +396,6 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     return records
 
 
-__all__ = ["ARMS", "CELL_NAME", "LEGACY_CELL_NAME", "OBJECTIVES", "Cell", "Study", "run_study", "study_cells",
-           "study_overrides", "view_permutation"]
+__all__ = ["ARMS", "CELL_NAME", "LEGACY_CELL_NAME", "OBJECTIVES", "Cell", "Study", "chosen_hparams",
+           "chosen_overrides", "run_study", "selection_cell", "selection_overrides", "study_cells", "study_overrides",
+           "view_permutation"]
