@@ -106,17 +106,22 @@ def test_run_study_refuses_rows_without_the_references(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # a tiny study end to end
 # ---------------------------------------------------------------------------------------------
+def _views_mat(path: Path, n: int, widths: tuple[int, ...], seed: int, classes: int = 3) -> Path:
+    """A multi-view .mat file (the ``X`` cell array of views, ``Y`` labels 1..classes) of ``n`` samples whose views
+    of ``widths`` features carry the class in their means."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(classes), n // classes)
+    cell = np.empty((1, len(widths)), dtype=object)
+    for v, d in enumerate(widths):
+        cell[0, v] = rng.normal(size=(classes, d))[y] * 2 + rng.normal(size=(n, d))
+    sio.savemat(path, {"X": cell, "Y": (y + 1).reshape(-1, 1)})
+    return path
+
+
 @pytest.fixture(scope="module")
 def tiny_study(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("kviews")
-    rng = np.random.default_rng(0)
-    n, classes = 90, 3
-    y = np.repeat(np.arange(classes), n // classes)
-    cell = np.empty((1, 4), dtype=object)
-    for v, d in enumerate((5, 4, 6, 3)):
-        cell[0, v] = rng.normal(size=(classes, d))[y] * 2 + rng.normal(size=(n, d))
-    mat = tmp / "four.mat"
-    sio.savemat(mat, {"X": cell, "Y": (y + 1).reshape(-1, 1)})
+    mat = _views_mat(tmp / "four.mat", 90, (5, 4, 6, 3), seed=0)
     runs = tmp / "runs"
     counts: dict[str, int] = {}
     args = dict(objectives=("raw", "none", "mv_infonce", "m3g"), seeds=(0, 1), ks=(2, 3), subsets=2, batch_size=16,
@@ -239,14 +244,7 @@ def test_render_without_new_records_is_a_clear_error(tmp_path: Path) -> None:
 # hyper-parameters: chosen once on validation in the selection cell, used in every other cell
 # ---------------------------------------------------------------------------------------------
 def test_the_study_selects_once_in_the_full_view_cell_and_every_cell_uses_the_choice(tmp_path: Path) -> None:
-    rng = np.random.default_rng(1)
-    n, classes = 60, 3
-    y = np.repeat(np.arange(classes), n // classes)
-    cell = np.empty((1, 3), dtype=object)
-    for v, d in enumerate((5, 4, 6)):
-        cell[0, v] = rng.normal(size=(classes, d))[y] * 2 + rng.normal(size=(n, d))
-    mat = tmp_path / "three.mat"
-    sio.savemat(mat, {"X": cell, "Y": (y + 1).reshape(-1, 1)})
+    mat = _views_mat(tmp_path / "three.mat", 60, (5, 4, 6), seed=1)
     runs = tmp_path / "runs"
     grid = [0.1, 1.0]
     study = kviews.Study("multiview", objectives=("raw", "none", "mv_infonce", "m3g"), seeds=(0,), ks=(2, 3),
