@@ -195,14 +195,16 @@ def test_the_selection_counts_its_trials_solves_and_the_board_names_the_points_t
     for e, t in zip(eps, expected):
         shown = f"eps = {e}: {t['not_converged']:,} of {t['calls']:,} calls"
         assert (shown in line) == (t["not_converged"] > 0), line
-        assert (f"{shown} (largest marginal error" in line and ", the chosen point" in line.split(shown)[1].split(";")[0]
+        segment = line.split(shown)[1].split(";")[0] if shown in line else ""
+        assert (segment.startswith(" (largest marginal error") and ", the chosen point" in segment
                 ) == (t["not_converged"] > 0 and e == chosen), line
 
 
 def test_a_bad_solver_tally_in_a_selection_score_is_refused() -> None:
     from fusebench.records.schema import RecordError, _validate_selection_score
 
-    good = {"hparams": {"eps": 0.1}, "val": 0.5, "solver": {"calls": 4, "not_converged": 1, "worst_marginal_error": 0.01}}
+    good = {"hparams": {"eps": 0.1}, "val": 0.5,
+            "solver": {"calls": 4, "not_converged": 1, "worst_marginal_error": 0.01}}
     _validate_selection_score(good, "run.json", "hparam_selection.scores[0]")
     for bad, key in [({"calls": 4, "not_converged": 5, "worst_marginal_error": 0.0}, "not_converged"),
                      ({"calls": -1, "not_converged": 0, "worst_marginal_error": 0.0}, "calls"),

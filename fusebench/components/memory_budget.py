@@ -10,8 +10,8 @@ starts. Over budget, the whole sweep is refused with one :class:`~fusebench.spec
 naming, for each such objective, the estimate, the budget and the largest micro-batch that fits (the
 ``--set pretrain.per_objective.<id>.micro_batch=M`` that makes it run, recorded and shown on the board like
 any micro-batch; for an objective that declares the work of a call, ``joint_entries(n, k)``, also the work per
-step there and at a micro-batch of 2, since the largest that fits is the slowest), or that no micro-batch fits; leaving the objective out (``--objective ...``) is the
-other way on.
+step there and at a micro-batch of 2, since the largest that fits is the slowest), or that no micro-batch fits;
+leaving the objective out (``--objective ...``) is the other way on.
 
 The budget (:func:`fusebench.machine.memory_budget`, re-exported here): ``$FUSEBENCH_MEMORY_BUDGET_GB`` (GiB;
 ``inf`` turns the check off), else :data:`DEFAULT_FRACTION` of the memory this process can still get -- on a CUDA

@@ -423,7 +423,8 @@ SCORE_EXPECTED = "a number, or null / NaN (undefined: left out of the board's me
 def _validate_selection_score(e: Any, path: str, where: str) -> None:
     """One grid point of ``hparam_selection.scores``: a mapping with ``hparams`` (a mapping), ``val`` (the
     mean validation score over the selection seeds), ``val_by_seed`` (where present and not null, a
-    mapping seed -> score) and ``solver`` (where present and not null, :func:`_validate_solver_tally`). A score is a finite number, or null / NaN: undefined, as a metric value is."""
+    mapping seed -> score) and ``solver`` (where present and not null, :func:`_validate_solver_tally`). A score is a
+    finite number, or null / NaN: undefined, as a metric value is."""
     if not isinstance(e, dict) or not isinstance(e.get("hparams"), dict):
         raise RecordError(path, where, 'a mapping {"hparams": {...}, "val": number, "val_by_seed": {...}}', e)
     if e.get("val") is not None and _fast_float(e["val"]) is None:

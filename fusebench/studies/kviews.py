@@ -180,21 +180,21 @@ def study_cells(benchmark: str, num_views: int, ks: list[int], subsets: int, sub
 
 def study_overrides(cell: Cell, objectives: list[str], batch_size: int, epochs: int, m3g_micro_batch: int,
                     eval_options: dict[str, Any], subset_seed: int = 0,
-                    notes: dict[str, str] | None = None, hparams_note: str | None = None) -> dict[str, Any]:
+                    notes: dict[str, str] | None = None) -> dict[str, Any]:
     """The spec overrides of one cell: its name and data (``dataset.options.views`` or
     ``dataset.options.view_copies``), the matched budget (every objective: ``batch_size`` x ``epochs``;
     per-objective batch / epoch exceptions cleared; M3G's loss on micro-batches of ``m3g_micro_batch``),
     no hyper-parameter grid, the probe / k-means settings ``eval_options``, the metrics the study reads,
-    and the protocol notes (``notes`` from the spec, e.g. its data and split lines, plus the study's; ``hparams_note``
-    says where the objectives' hyper-parameters come from, default: the spec's, at every k). The selection cell
-    (:func:`selection_overrides`) and the cells that use its choice (:func:`chosen_overrides`) start from these."""
+    and the protocol notes (``notes`` from the spec, e.g. its data and split lines, plus the study's: its ``hparams``
+    note says the spec's hyper-parameters are used at every k). The selection cell (:func:`selection_overrides`) and
+    the cells that use its choice (:func:`chosen_overrides`) start from these and say so in that note."""
     key, value = cell.dataset_override()
     grid = ", ".join(f"{v:g}" for v in eval_options.get("l2_grid", []))
     own = {
         "budget": (f"every pretrained row and every k: batch {batch_size}, {epochs} epochs of the training split (the "
                    f"same optimiser steps and samples seen); M3G computes its loss on micro-batches of "
                    f"{m3g_micro_batch} accumulated over the batch of {batch_size} (its n^k cost), at every k"),
-        "hparams": hparams_note or "no per-k search: the spec's default hyper-parameters (pretrain.hparams) at every k",
+        "hparams": "no per-k search: the spec's default hyper-parameters (pretrain.hparams) at every k",
         "probe": (f"multinomial logistic regression on the frozen concatenated per-view embeddings (z-scored on "
                   f"train), L2 weight chosen on val from [{grid}], test scored once; 1-shot probes: one labelled "
                   f"training sample per class, {eval_options.get('fewshot_draws')} seeded draws, each scored by a "

@@ -5,10 +5,10 @@ selection seeds (never evaluation seeds) and scored by the mean over those seeds
 the selection metric (``spec.validation_metric``: ``selection_metric``, by default the board's primary metric
 ``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
 once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
-(:func:`selection_path`): the grid, every point's per-seed validation scores (and, for an objective with an iterative
-solver, its trials' solver tally: how many of their Sinkhorn solves stopped at ``max_iter``), the choice, the grid keys whose
-choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's config hash, the
-code's versions and the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`);
+(:func:`selection_path`): the grid, every point's per-seed validation scores (and, for an objective with an
+iterative solver, its trials' solver tally: how many of their Sinkhorn solves stopped at ``max_iter``), the choice,
+the grid keys whose choice lies on an edge of the grid (``at_edge``) and what it was made from (the objective's
+config hash, the code's versions and the data's fingerprint). The cells read the choice from that file (:func:`freeze_selections`);
 every record holds the outcome (``hparam_selection``) and the file's sha256 (``hparam_selection_sha256``). A later sweep
 into the same ``--out`` (a resume) reuses the file and runs no trial again; a file made with another
 configuration, other code or other data is a :class:`~fusebench.engine.cell.ConfigMismatchError`, never mixed."""
