@@ -296,3 +296,14 @@ def test_the_study_selects_once_in_the_full_view_cell_and_every_cell_uses_the_ch
     kviews.run_study(plain, tmp_path / "plain", str(mat))
     assert not (tmp_path / "plain" / ".selection").exists()
     assert {r["hparams"]["tau"] for (_, o, _), r in _records(tmp_path / "plain").items() if o == "mv_infonce"} == {0.2}
+
+
+def test_an_objective_the_selection_cell_cannot_run_is_refused_before_any_work(tmp_path: Path) -> None:
+    # the 2-view matching gap runs at k = 2 but not in the k = 3 selection cell: its grid would never be searched
+    mat = _views_mat(tmp_path / "three.mat", 60, (5, 4, 6), seed=1)
+    study = kviews.Study("multiview", objectives=("raw", "none", "matching_gap"), seeds=(0,), ks=(2, 3), subsets=1,
+                         arms=("views",), batch_size=16, epochs=1,
+                         extra_overrides={"pretrain.per_objective.matching_gap.grid": {"eps": [0.1, 1.0]}})
+    with pytest.raises(ValueError, match="matching_gap cannot run in the selection cell multiview-kv-views-k3d0"):
+        kviews.run_study(study, tmp_path / "runs", str(mat))
+    assert not (tmp_path / "runs").exists()

@@ -375,7 +375,17 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
         runner.resolve_views(cell_spec, synthetic, data_root)
         compatible = set(compat.compatible_objectives(cell_spec))
         plan.append((cell, base, overrides, [o for o in objectives if is_reference(o) or o in compatible]))
+        if cell is chooser:
+            chooser_spec = cell_spec
     plan.sort(key=lambda p: p[0] is not chooser)  # the selection cell first: every other cell uses its choice
+    if chooser is not None:  # an objective with a grid must be selected in the selection cell, else it is run unselected
+        selected = set(plan[0][3])
+        unselected = sorted({o for _, _, _, objs in plan[1:] for o in objs if o not in selected and not is_reference(o)
+                             and chooser_spec.pretrain.settings(o).grid})
+        if unselected:
+            raise ValueError(f"kviews: {', '.join(unselected)} cannot run in the selection cell {chooser.name} (not "
+                             f"compatible with its views), so its grid would not be searched; leave it out "
+                             f"(--objective ...) or run the study with --no-select")
     hparams: dict[str, dict[str, Any]] = {}
     for cell, base, overrides, objs in plan:
         if chooser is not None and cell is not chooser:
