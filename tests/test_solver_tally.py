@@ -79,7 +79,7 @@ def test_every_solver_path_counts_its_calls(name: str, kwargs: dict, k: int) -> 
 
 
 def test_the_largest_error_is_shown_rounded_down() -> None:
-    from fusebench.leaderboard.table import shown_down
+    from fusebench.leaderboard.columns import shown_down
 
     assert shown_down(0.0009996076) == "0.000999"  # below tol = 0.001: never shown as 0.001
     assert shown_down(0.0319421) == "0.0319"

@@ -61,6 +61,15 @@ def natural_key(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
+def shown_down(x: float, digits: int = 3) -> str:
+    """``x >= 0`` rounded down to ``digits`` significant digits: a marginal error just below the tolerance (0.0009996
+    against 0.001) never shows as the tolerance itself."""
+    if not x > 0 or not math.isfinite(x):
+        return f"{x:g}"
+    step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return f"{math.floor(x / step * (1 + 1e-12)) * step:.{digits}g}"  # (1 + 1e-12): 0.3 / 0.001 is 299.999...
+
+
 def fmt_value(unit: str, v: float) -> str:
     """A value in the column's display units: fractions x100 with 2 decimals, others with 4 (in scientific notation
     from 1e9 on: a value near the float limit would print 300 digits); a statistic beyond the float range (the std of

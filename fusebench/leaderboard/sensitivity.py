@@ -25,9 +25,8 @@ from typing import Any
 
 from fusebench.grids import at_edge
 from fusebench.io import atomic_write, canonical_json, sha256_hex
-from fusebench.leaderboard.columns import fmt_value, md_code, md_text
+from fusebench.leaderboard.columns import fmt_value, md_code, md_text, shown_down
 from fusebench.leaderboard.groups import GroupView, oldest_first
-from fusebench.leaderboard.table import shown_down
 
 SENSITIVITY_PLOT_VERSION = 1  # bump when the plot is drawn differently
 _METRIC_ID = r"[A-Za-z0-9][A-Za-z0-9_.@-]*"  # a metric name as fusebench.records.schema allows it

@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_code, md_text
+from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_code, md_text, shown_down
 from fusebench.components.rows import is_reference
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.view import is_external, record_budget
@@ -333,15 +333,6 @@ def solver_counts(view: GroupView) -> dict[str, dict[str, Any]]:
         if tallied:
             out[o] = {"runs": len(tallied), "of": len(recs), **merged(tallied)}
     return out
-
-
-def shown_down(x: float, digits: int = 3) -> str:
-    """``x >= 0`` rounded down to ``digits`` significant digits: a marginal error just below the tolerance (0.0009996
-    against 0.001) never shows as the tolerance itself."""
-    if not x > 0 or not math.isfinite(x):
-        return f"{x:g}"
-    step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
-    return f"{math.floor(x / step * (1 + 1e-12)) * step:.{digits}g}"  # (1 + 1e-12): 0.3 / 0.001 is 299.999...
 
 
 def solver_line(view: GroupView) -> str | None:
