@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from decimal import ROUND_DOWN, Decimal
+from decimal import ROUND_UP, Decimal
 import warnings
 from pathlib import Path
 
@@ -78,18 +78,31 @@ def test_every_solver_path_counts_its_calls(name: str, kwargs: dict, k: int) -> 
     assert (tally.not_converged == 4) == ("max_iter" in kwargs)
 
 
-def test_the_largest_error_is_shown_rounded_down() -> None:
-    from fusebench.leaderboard.columns import shown_down
+def test_the_largest_error_is_shown_on_its_side_of_the_tolerance() -> None:
+    from fusebench.leaderboard.columns import shown_bound
 
-    assert shown_down(0.0009996076) == "0.000999"  # below tol = 0.001: never shown as 0.001
-    assert shown_down(0.0319421) == "0.0319"
-    assert shown_down(0.25) == "0.25" and shown_down(0.0) == "0" and shown_down(1.0) == "1"
-    assert shown_down(0.3) == "0.3" and shown_down(0.07) == "0.07"  # not 0.299 / 0.0699 by a float quotient
+    # every call converged (error < tol): rounded down, never shown as the tolerance
+    assert shown_bound(0.0009996076) == "0.000999"  # tol = 0.001
+    assert shown_bound(0.0319421) == "0.0319"
+    assert shown_bound(0.25) == "0.25" and shown_bound(0.0) == "0" and shown_bound(1.0) == "1"
+    assert shown_bound(0.3) == "0.3" and shown_bound(0.07) == "0.07"  # not 0.299 / 0.0699 by a float quotient
+    # some call stopped at max_iter (error >= tol): rounded up, never shown below or at the tolerance it exceeds
+    assert shown_bound(0.001006817213150227, up=True) == "0.00101"  # mv-scene15's M3G eps 0.02 trials, tol 0.001
+    assert shown_bound(0.03194212798964305, up=True) == "0.032"  # 0.0320: the next 3-digit value above
+    assert shown_bound(0.0018968008225783706, up=True) == "0.0019"
+    assert shown_bound(0.09995, up=True) == "0.1"  # the carry into the next decade
+    assert shown_bound(0.07, up=True) == "0.07" and shown_bound(0.3, up=True) == "0.3"  # exact: not 0.0701 / 0.301
+    assert shown_bound(0.001, up=True) == "0.001" and shown_bound(0.0, up=True) == "0"
 
 
 def test_objectives_without_a_solver_have_no_tally() -> None:
     assert tally_of(objectives.build("infonce_pwe")) is None
     assert tally_of(object()) is None
+
+
+def _up3(x: float) -> str:
+    """``x`` rounded up to 3 significant digits in decimal arithmetic."""
+    return f"{float(Decimal(repr(x)).quantize(Decimal(1).scaleb(math.floor(math.log10(x)) - 2), ROUND_UP)):.3g}"
 
 
 def _run(tmp: Path, **options) -> dict:
@@ -142,9 +155,8 @@ def test_the_board_says_how_many_solves_did_not_converge(tmp_path: Path) -> None
                  "--format", "md", "json"]) == 0
     md = (tmp_path / "lb" / "quickstart.md").read_text()
     assert "**Solver did not converge**" in md
-    # rounded down to 3 significant digits in decimal arithmetic
-    shown = f"{float(Decimal(repr(worst)).quantize(Decimal(1).scaleb(math.floor(math.log10(worst)) - 2), ROUND_DOWN)):.3g}"
-    assert f"`m3g` {missed:,} of {calls:,} calls (largest marginal error {shown})" in md
+    assert missed > 0  # the largest error is shown rounded up: some calls stopped at max_iter (error >= tol)
+    assert f"`m3g` {missed:,} of {calls:,} calls (largest marginal error {_up3(worst)})" in md
     row = json.loads((tmp_path / "lb" / "quickstart.json").read_text())["groups"][0]["rows"][0]
     assert row["objective"] == "m3g"
     assert row["solver"]["calls"] == calls == 6 and row["solver"]["not_converged"] == missed
@@ -198,6 +210,8 @@ def test_the_selection_counts_its_trials_solves_and_the_board_names_the_points_t
         segment = line.split(shown)[1].split(";")[0] if shown in line else ""
         assert (segment.startswith(" (largest marginal error") and ", the chosen point" in segment
                 ) == (t["not_converged"] > 0 and e == chosen), line
+        if t["not_converged"]:  # above the tolerance: rounded up
+            assert segment.startswith(f" (largest marginal error {_up3(t['worst_marginal_error'])})"), line
 
 
 def test_a_bad_solver_tally_in_a_selection_score_is_refused() -> None:

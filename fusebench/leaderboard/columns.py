@@ -61,13 +61,17 @@ def natural_key(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def shown_down(x: float, digits: int = 3) -> str:
-    """``x >= 0`` rounded down to ``digits`` significant digits: a marginal error just below the tolerance (0.0009996
-    against 0.001) never shows as the tolerance itself."""
+def shown_bound(x: float, up: bool = False, digits: int = 3) -> str:
+    """``x >= 0`` rounded to ``digits`` significant digits, down (``up=False``) or up: a bound on ``x`` that stays on
+    its side of a tolerance. A solver's largest marginal error is shown rounded down when every call converged (it
+    is <= the tolerance: 0.0009996 against 0.001 never shows as 0.001) and rounded up when some call stopped at
+    ``max_iter`` (it is above the tolerance: 0.0010068 shows as 0.00101, never as the tolerance itself)."""
     if not x > 0 or not math.isfinite(x):
         return f"{x:g}"
     step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
-    return f"{math.floor(x / step * (1 + 1e-12)) * step:.{digits}g}"  # (1 + 1e-12): 0.3 / 0.001 is 299.999...
+    if up:  # (1 - 1e-12), (1 + 1e-12): a float quotient such as 0.07 / 0.0001 = 700.0000000000001 or 0.3 / 0.001 =
+        return f"{math.ceil(x / step * (1 - 1e-12)) * step:.{digits}g}"  # 299.99999999999994 is the digit it shows
+    return f"{math.floor(x / step * (1 + 1e-12)) * step:.{digits}g}"
 
 
 def fmt_value(unit: str, v: float) -> str:

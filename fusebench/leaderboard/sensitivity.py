@@ -25,7 +25,7 @@ from typing import Any
 
 from fusebench.grids import at_edge
 from fusebench.io import atomic_write, canonical_json, sha256_hex
-from fusebench.leaderboard.columns import fmt_value, md_code, md_text, shown_down
+from fusebench.leaderboard.columns import fmt_value, md_code, md_text, shown_bound
 from fusebench.leaderboard.groups import GroupView, oldest_first
 
 SENSITIVITY_PLOT_VERSION = 1  # bump when the plot is drawn differently
@@ -214,7 +214,7 @@ def _solver_line(grid: dict[str, list[Any]], sels: list[Selection]) -> str | Non
         if bad:
             text = "; ".join(
                 f"{', '.join(f'{md_text(k)} = {md_text(hp.get(k))}' for k in grid)}: {t['not_converged']:,} of "
-                f"{t['calls']:,} calls (largest marginal error {shown_down(t['worst_marginal_error'])})"
+                f"{t['calls']:,} calls (largest marginal error {shown_bound(t['worst_marginal_error'], up=True)})"
                 + (", the chosen point" if _same({k: hp.get(k) for k in sel.choice}, sel.choice) else "")
                 for hp, t in bad)
             if len(bad) < len(counted):

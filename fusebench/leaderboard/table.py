@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_code, md_text, shown_down
+from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_stats, fmt_value, md_code, md_text, shown_bound
 from fusebench.components.rows import is_reference
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.view import is_external, record_budget
@@ -345,7 +345,7 @@ def solver_line(view: GroupView) -> str | None:
     parts = []
     for o, c in counts.items():
         part = (f"{md_code(o)} {c['not_converged']:,} of {c['calls']:,} calls (largest marginal error "
-                f"{shown_down(c['worst_marginal_error'])})")
+                f"{shown_bound(c['worst_marginal_error'], up=c['not_converged'] > 0)})")
         if c["runs"] < c["of"]:
             part += f", counted in {c['runs']} of its {c['of']} runs (the others' records do not count them)"
         parts.append(part)
