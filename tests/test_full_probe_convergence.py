@@ -144,3 +144,29 @@ def test_the_reused_reduction_changes_no_bit_and_follows_the_bytes() -> None:
     LR._REDUCTION_CACHE.clear()
     assert all(np.array_equal(a, b) for a, b in zip(edited, fit_logistic(x, y, c, 1e-2)))
     assert not np.array_equal(edited[0], fresh[0])
+
+
+def test_a_saturated_softmax_on_real_leaves_features_takes_the_damped_step_and_converges(
+        fixtures_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full probe of ``mv-leaves100``'s ``raw`` row (real 100Leaves.mat: 3 views of 64 features, 100 classes),
+    960 training samples (a seed-4 draw), z-scored, l2 = 1e-3. From its first Newton steps the softmax saturates: a
+    class is predicted nowhere (its probability ~1e-73 on every sample), the curvature along its bias (unpenalised)
+    rounds to ~1e-42, the Jacobi-preconditioned CG's first d^T H d rounds to a negative number and CG gives no
+    direction; the fit used to repeat that step 300 times and raise NotConvergedError (cells of several seeds of the
+    rerun did). The damped step (H + l2 on the bias row) is taken there; the fit meets its stopping rule, checked
+    with the gradient written out in numpy."""
+    import scipy.io
+
+    m = scipy.io.loadmat(fixtures_dir / "multiview" / "100Leaves.mat")
+    x = np.concatenate([np.asarray(v, dtype=np.float64) for v in m["X"].ravel()], 1)     # [1600, 192]
+    y = np.asarray(m["Y"]).ravel().astype(np.int64)
+    y -= y.min()
+    idx = np.random.default_rng(4).permutation(len(y))[:960]
+    xs, ys = LR.standardize(x[idx], x[idx])[0], y[idx]
+    damped = []
+    real = LR._damped_direction
+    monkeypatch.setattr(LR, "_damped_direction", lambda *a, **k: damped.append(1) or real(*a, **k))
+    w, b = fit_logistic(xs, ys, 100, 1e-3)
+    assert damped, "the Newton step no longer fails on this problem: the test does not reach the damped step"
+    at0 = max(1.0, _gradient_size(xs[None], ys[None], 1e-3, np.zeros((1, 192, 100)), np.zeros((1, 100)))[0])
+    assert _gradient_size(xs[None], ys[None], 1e-3, w[None], b[None])[0] <= 2 * LR.BATCHED_GRAD_RTOL * at0

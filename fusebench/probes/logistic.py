@@ -34,12 +34,17 @@ search of its L2 weight (probes layer).
     column, the penalty is not, so the minimiser has ``W 1 = 0``; the bias is only defined up to a constant (here
     ``sum b = 0``); the Hessian is positive definite there. Each Newton step solves ``H delta = -grad`` by
     conjugate gradients (Hessian-vector products, diagonal preconditioner, forcing term Eisenstat-Walker choice 2
-    bounded below by ``sqrt(|grad| / scale)``), then backtracks (Armijo, halving). **Stopping rule**, per problem:
+    bounded below by ``sqrt(|grad| / scale)``), then backtracks (Armijo, halving). Where that gives no direction or
+    no step along it decreases f -- a saturated softmax: the unpenalised bias of a class predicted nowhere has a
+    curvature that rounds to ~0, its Jacobi scale explodes and CG's first ``d^T H d`` rounds to a negative number,
+    as on several seeds of ``mv-leaves100``'s input rows (100 classes, l2 = 1e-3) -- the step is the damped one
+    (Levenberg-Marquardt: ``(H + l2 E) delta = -grad``, ``E`` the bias row), a descent direction whatever H rounds
+    to; a fit that never meets either case takes the same steps, bit for bit, as without it. **Stopping rule**, per problem:
     its gradient size -- the largest 2-norm of a class column of dL/dW, or the largest |dL/db_c| -- at most
     :data:`BATCHED_GRAD_RTOL` (1e-12) times max(1, its size at 0). Measured: the rounding floor of that gradient
     is ~1e-16 of that scale; at 1e-10 a few predictions at l2 = 1e-8 still differed from a dense Newton solve's,
-    at 1e-12 none. A problem not there within ``max_iter`` Newton steps, or whose line search finds no decrease,
-    raises :class:`NotConvergedError`: the fit never returns an unconverged problem. l2 must be > 0 (at 0 a
+    at 1e-12 none. A problem not there within ``max_iter`` Newton steps, or whose line search finds no decrease
+    along the damped step either, raises :class:`NotConvergedError`: the fit never returns an unconverged problem. l2 must be > 0 (at 0 a
     separable draw, e.g. any 1-shot draw, has no minimiser).
 
   **Version 1 of the few-shot metrics** (``fs<s>_acc``, ``fs<s>_best_acc``; every board committed before
@@ -295,6 +300,44 @@ def _conjugate_gradient(g: torch.Tensor, prob: torch.Tensor, lam: torch.Tensor, 
     return out
 
 
+def _line_search(g: torch.Tensor, onehot: torch.Tensor, lam: torch.Tensor, act: torch.Tensor, theta: torch.Tensor,
+                 f: torch.Tensor, grad: torch.Tensor, prob: torch.Tensor, ga: torch.Tensor, delta: torch.Tensor
+                 ) -> torch.Tensor:
+    """Backtracking from ``theta[act]`` along ``delta`` (Armijo 1e-4, halving, at most 60 times): the decrease is
+    tested with a rounding allowance of 64 eps (|f| + 1), so a step whose decrease f cannot resolve (at the optimum)
+    is taken. Each problem's accepted step updates ``theta``, ``f``, ``grad``, ``prob`` in place. -> the positions
+    (in ``act``) of the problems for which no step was accepted."""
+    fa = f[act]
+    slope = (ga * delta).sum((1, 2))                                    # < 0: CG from 0 descends
+    step = torch.ones(act.numel(), dtype=torch.float64)
+    todo = torch.arange(act.numel())
+    start = theta[act]
+    for _halving in range(60):
+        sub = act[todo]
+        trial = start[todo] + step[todo, None, None] * delta[todo]
+        ft, gt, pt = _objective(g[sub], onehot[sub], lam[sub], trial)
+        ok = ft <= fa[todo] + 1e-4 * step[todo] * slope[todo] + 64 * _EPS * (fa[todo].abs() + 1.0)
+        if bool(ok.any()):
+            took = sub[ok]
+            theta[took], f[took], grad[took], prob[took] = trial[ok], ft[ok], gt[ok], pt[ok]
+        todo = todo[~ok]
+        if todo.numel() == 0:
+            break
+        step[todo] *= 0.5
+    return todo
+
+
+def _damped_direction(g: torch.Tensor, prob: torch.Tensor, lam: torch.Tensor, l2: torch.Tensor, idx: torch.Tensor,
+                      rhs: torch.Tensor, tol: torch.Tensor, max_steps: int) -> torch.Tensor:
+    """The step of problems ``idx`` where the Newton step gave none: ``(H + l2 E) delta = rhs`` by the same
+    conjugate gradients, ``E`` the bias row (unpenalised, its curvature can round to 0 in a saturated softmax, where
+    the objective is nearly linear along it): a Levenberg-Marquardt step, a descent direction whatever H rounds to,
+    of size about |gradient| / l2 along the bias."""
+    damped = lam[idx].clone()
+    damped[:, -1] = l2[idx]
+    return _conjugate_gradient(g[idx], prob[idx], damped, rhs, tol, max_steps)
+
+
 def _newton_cg(g: torch.Tensor, onehot: torch.Tensor, lam: torch.Tensor, max_iter: int, l2: np.ndarray,
                grad_size: Any) -> torch.Tensor:
     """Damped Newton-CG from ``Theta = 0`` on every problem of the batch (module doc), each stopped on its own by the
@@ -302,6 +345,7 @@ def _newton_cg(g: torch.Tensor, onehot: torch.Tensor, lam: torch.Tensor, max_ite
     gradient size in its own ``W``, ``b`` (module doc). NotConvergedError names the problems that are not there
     after ``max_iter`` Newton steps or whose line search found no decrease."""
     nb, p, num_classes = g.shape[0], g.shape[2], onehot.shape[2]
+    l2t = torch.as_tensor(np.asarray(l2, dtype=np.float64))
     theta = torch.zeros(nb, p, num_classes, dtype=torch.float64)
     f, grad, prob = _objective(g, onehot, lam, theta)
     gsize = grad_size(grad)
@@ -315,7 +359,7 @@ def _newton_cg(g: torch.Tensor, onehot: torch.Tensor, lam: torch.Tensor, max_ite
         act = torch.nonzero(~(gsize <= tol) & ~stalled).flatten()
         if act.numel() == 0:
             break
-        ga, fa = grad[act], f[act]
+        ga = grad[act]
         gn = ga.flatten(1).norm(dim=1)                                     # 2-norm: W's and V's alike
         # forcing term: Eisenstat-Walker choice 2 (0.9 (|g_k| / |g_k-1|)^2, safeguarded), never below
         # sqrt(|g_k| / scale) (no over-solving far from the optimum), at most 0.5
@@ -325,25 +369,19 @@ def _newton_cg(g: torch.Tensor, onehot: torch.Tensor, lam: torch.Tensor, max_ite
         eta = torch.clamp(torch.maximum(eta, torch.sqrt(gn / scale[act])), max=0.5)
         g_prev[act], eta_prev[act] = gn, eta
         delta = _conjugate_gradient(g[act], prob[act], lam[act], -ga, eta * gn, max_steps)
-        slope = (ga * delta).sum((1, 2))                                    # < 0: CG from 0 descends
-        # backtracking (Armijo 1e-4, halving): the decrease is tested with a rounding allowance of 64 eps (|f| + 1),
-        # so a step whose decrease f cannot resolve (at the optimum) is taken
-        step = torch.ones(act.numel(), dtype=torch.float64)
-        todo = torch.arange(act.numel())
-        start = theta[act]
-        for _halving in range(60):
-            sub = act[todo]
-            trial = start[todo] + step[todo, None, None] * delta[todo]
-            ft, gt, pt = _objective(g[sub], onehot[sub], lam[sub], trial)
-            ok = ft <= fa[todo] + 1e-4 * step[todo] * slope[todo] + 64 * _EPS * (fa[todo].abs() + 1.0)
-            if bool(ok.any()):
-                took = sub[ok]
-                theta[took], f[took], grad[took], prob[took] = trial[ok], ft[ok], gt[ok], pt[ok]
-            todo = todo[~ok]
-            if todo.numel() == 0:
-                break
-            step[todo] *= 0.5
-        stalled[act[todo]] = True
+        # no direction (CG's first curvature not positive: in a saturated softmax, the bias of a class predicted
+        # nowhere has curvature ~1e-70, its Jacobi scale explodes and H d rounds to a negative d^T H d): the damped one
+        none = delta.flatten(1).abs().amax(1) == 0
+        if bool(none.any()):
+            delta[none] = _damped_direction(g, prob, lam, l2t, act[none], -ga[none], (eta * gn)[none], max_steps)
+        failed = _line_search(g, onehot, lam, act, theta, f, grad, prob, ga, delta)
+        # a direction along which no step decreases f: once more along the damped one, else the problem stalls
+        retry = failed[~none[failed]]
+        if retry.numel():
+            again = _damped_direction(g, prob, lam, l2t, act[retry], -ga[retry], (eta * gn)[retry], max_steps)
+            failed = torch.cat([failed[none[failed]],
+                                retry[_line_search(g, onehot, lam, act[retry], theta, f, grad, prob, ga[retry], again)]])
+        stalled[act[failed]] = True
         gsize = grad_size(grad)
     bad = torch.nonzero(~(gsize <= tol)).flatten().tolist()
     if bad:
