@@ -281,7 +281,8 @@ def test_the_study_selects_once_in_the_full_view_cell_and_every_cell_uses_the_ch
         if obj == "m3g":
             assert rec["hparams"] == {"eps": 0.2}  # no grid: the spec's own, in every cell
         if name == chooser:
-            assert note.startswith("chosen once per objective on validation in this cell"), note
+            assert note.startswith("each objective with a grid: chosen once on validation in this cell"), note
+            assert "(an objective without a grid: the spec's values)" in note, note  # m3g: not chosen here
         else:
             assert f"in cell {chooser}" in note and f"mv_infonce tau={best}" in note, note
             assert rec["config"]["pretrain"]["grid"] == {} and rec["config"]["pretrain"]["selection_seeds"] == []
@@ -290,6 +291,15 @@ def test_the_study_selects_once_in_the_full_view_cell_and_every_cell_uses_the_ch
     n = {o: sum(1 for (_, oo, _) in recs if oo == o) for o in ("mv_infonce", "m3g")}
     assert (f"`mv_infonce` tau = {best} in all {n['mv_infonce']} runs, chosen on validation in `{chooser}`"
             in text), text
+    assert f"`m3g` eps = 0.2 in all {n['m3g']} runs, not selected on validation (the spec's values)" in text
+    # the selection cell's records of mv_infonce gone: the other cells' note still says where its value was chosen
+    import shutil
+
+    shutil.copytree(runs, tmp_path / "partial")
+    shutil.rmtree(tmp_path / "partial" / chooser / "mv_infonce")
+    text = kviews_board.render(tmp_path / "partial", tmp_path / "board2", "multiview")[0].read_text()
+    assert (f"`mv_infonce` tau = {best} in all {n['mv_infonce'] - 1} runs, chosen on validation in `{chooser}` (the "
+            "other cells' protocol note; that cell's records of it are not here)") in text, text
     assert f"`m3g` eps = 0.2 in all {n['m3g']} runs, not selected on validation (the spec's values)" in text
     # without selection the spec's default in every cell, and no trial
     plain = kviews.Study(**{**study.__dict__, "select": False, "extra_overrides": None, "arms": ("views",)})
@@ -307,3 +317,22 @@ def test_an_objective_the_selection_cell_cannot_run_is_refused_before_any_work(t
     with pytest.raises(ValueError, match="matching_gap cannot run in the selection cell multiview-kv-views-k3d0"):
         kviews.run_study(study, tmp_path / "runs", str(mat))
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_grid_the_other_cells_would_keep_and_an_empty_study_are_refused_before_any_work(tmp_path: Path) -> None:
+    """A grid given in a nested form of ``extra_overrides`` (not the flat keys the selection cell takes over) would
+    stay in every cell after the selection cell, where the chosen values and the grid conflict: refused when the
+    study is planned, before any run (the selection cell's trials included). A study with no cell (no k >= 2) is one
+    ValueError, not an IndexError."""
+    mat = _views_mat(tmp_path / "three.mat", 60, (5, 4, 6), seed=1)
+    runs = tmp_path / "runs"
+    study = kviews.Study("multiview", objectives=("raw", "none", "mv_infonce"), seeds=(0,), ks=(2, 3), subsets=1,
+                         arms=("views",), batch_size=16, epochs=1,
+                         extra_overrides={"pretrain.per_objective.mv_infonce": {"grid": {"tau": [0.1, 1.0]}},
+                                          "pretrain.selection_seeds": [1000, 1001]})
+    with pytest.raises(ValueError, match=r"leave a grid for mv_infonce in cell multiview-kv-views-k2d0, which only "
+                                         r"the selection cell multiview-kv-views-k3d0 searches"):
+        kviews.run_study(study, runs, str(mat))
+    assert not runs.exists() or not any(runs.rglob("run.json"))
+    with pytest.raises(ValueError, match="the study has no cell"):
+        kviews.selection_cell([])

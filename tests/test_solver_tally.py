@@ -93,6 +93,7 @@ def test_the_largest_error_is_shown_on_its_side_of_the_tolerance() -> None:
     assert shown_bound(0.09995, up=True) == "0.1"  # the carry into the next decade
     assert shown_bound(0.07, up=True) == "0.07" and shown_bound(0.3, up=True) == "0.3"  # exact: not 0.0701 / 0.301
     assert shown_bound(0.001, up=True) == "0.001" and shown_bound(0.0, up=True) == "0"
+    assert shown_bound(5e-324) == shown_bound(5e-324, up=True) == "4.94e-324"  # a subnormal: no division by 0
 
 
 def test_objectives_without_a_solver_have_no_tally() -> None:

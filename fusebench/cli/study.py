@@ -48,7 +48,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--m3g-micro-batch", type=int, default=8, help="M3G's loss chunk (%(default)s)")
     p.add_argument("--no-select", dest="select", action="store_false",
                    help="no hyper-parameter selection: the spec's default hyper-parameters in every cell (default: "
-                        "each objective's chosen once on validation in the full-view cell, over the benchmark's "
+                        "each objective's chosen once on validation in the selection cell -- the largest k of the "
+                        "first arm, its first draw: the full view set when --k includes it -- over the benchmark's "
                         "grids and selection seeds, and used in every cell)")
     p.add_argument("--workers", type=count_type("--workers"), default=1, help="cells run at a time (local processes)")
     p.add_argument("--render-only", action="store_true", help="only regenerate the markdown and the plot")

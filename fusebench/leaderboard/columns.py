@@ -69,6 +69,8 @@ def shown_bound(x: float, up: bool = False, digits: int = 3) -> str:
     if not x > 0 or not math.isfinite(x):
         return f"{x:g}"
     step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    if step == 0.0:  # x near the smallest float (5e-324): its digits' step underflows
+        return f"{x:.{digits}g}"
     if up:  # (1 - 1e-12), (1 + 1e-12): a float quotient such as 0.07 / 0.0001 = 700.0000000000001 or 0.3 / 0.001 =
         return f"{math.ceil(x / step * (1 - 1e-12)) * step:.{digits}g}"  # 299.99999999999994 is the digit it shows
     return f"{math.floor(x / step * (1 + 1e-12)) * step:.{digits}g}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +33,12 @@ class StudyRuns:
     cells: dict[str, dict[int, dict[str, dict[str, Any]]]]
     records: int = 0
     widths: frozenset = frozenset()
-    # per pretrained objective: {its hyper-parameters as canonical JSON: runs}, and the cells whose records hold a
-    # selection (``hparam_selection``: the study's selection cell)
+    # per pretrained objective: {its hyper-parameters as canonical JSON: runs}, the cells whose records hold a
+    # selection (``hparam_selection``: the study's selection cell), and the cells that the other cells' protocol note
+    # names as where its values were chosen (:func:`fusebench.studies.kviews.chosen_overrides`)
     hparams: dict[str, dict[str, int]] = field(default_factory=dict)
     selected_in: dict[str, set[str]] = field(default_factory=dict)
+    noted_in: dict[str, set[str]] = field(default_factory=dict)
 
     def objectives(self) -> list[str]:
         seen = {o for arm in self.values.values() for k in arm.values() for c in k.values() for o in c}
@@ -71,6 +74,7 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
     widths = set()
     hparams: dict[str, dict[str, int]] = {}
     selected_in: dict[str, set[str]] = {}
+    noted_in: dict[str, set[str]] = {}
     legacy = 0
     count = 0
     for path in (find_records(runs) if runs.is_dir() else []):  # the leaderboard's rule of what a record file is
@@ -101,6 +105,9 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
             hparams.setdefault(rec.objective, defaultdict(int))[key] += 1
             if isinstance(rec.raw.get("hparam_selection"), dict):
                 selected_in.setdefault(rec.objective, set()).add(rec.benchmark)
+            chosen_in = _chosen_in(rec.config.get("protocol_notes", {}).get("hparams"), rec.objective)
+            if chosen_in:
+                noted_in.setdefault(rec.objective, set()).add(chosen_in)
         b = rec.raw.get("budget") or {}
         if b.get("batch_size") is not None:  # a pretrained run (none / raw kinds pretrain nothing)
             budgets.append((rec.objective, int(b.get("optimizer_steps", -1)), int(b.get("samples_seen", -1)),
@@ -111,7 +118,20 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
                "rerun `fusebench study kviews`" if legacy else "; run the study first")
         raise ValueError(f"kviews: no run records of {benchmark}-kv-<arm>-k<k>d<draw> under {runs}{old}")
     return StudyRuns(values, budgets, cells, count, frozenset(widths), {o: dict(v) for o, v in hparams.items()},
-                     selected_in)
+                     selected_in, noted_in)
+
+
+#: the protocol note of a cell that runs at the selection cell's choice (fusebench.studies.kviews.chosen_overrides)
+_CHOSEN_NOTE = re.compile(r"chosen once per objective on validation in cell (\S+) \(.*\) and used [^:]*: (.*)", re.S)
+
+
+def _chosen_in(note: Any, objective: str) -> str | None:
+    """The cell a record's protocol note names as where ``objective``'s values were chosen, when the note lists it
+    among the chosen objectives (``<id> key=value, ...; ...``), else None."""
+    m = _CHOSEN_NOTE.fullmatch(note) if isinstance(note, str) else None
+    if m is None or not CELL_NAME.fullmatch(m[1]):
+        return None
+    return m[1] if objective in {part.split(" ", 1)[0] for part in m[2].split("; ")} else None
 
 
 def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | None, metric: str) -> list[float]:
@@ -169,8 +189,9 @@ def _budget_text(study: StudyRuns) -> str:
 
 def _hparams_text(study: StudyRuns, pretrained: list[str]) -> str:
     """Per pretrained objective, the hyper-parameters its runs used (read from the records' ``hparams``) and
-    where they were chosen: on validation in the cell whose records hold its ``hparam_selection``, or not at all
-    (the spec's values)."""
+    where they were chosen: on validation in the cell whose records hold its ``hparam_selection``, else in the cell
+    the other cells' protocol note names (that cell's records of it are missing), else not at all (the spec's
+    values)."""
     parts = []
     for o in pretrained:
         seen = study.hparams.get(o)
@@ -184,8 +205,12 @@ def _hparams_text(study: StudyRuns, pretrained: list[str]) -> str:
         where = study.selected_in.get(o)
         part = f"{md_code(o)} " + ("; ".join(shown) if len(seen) == 1 else "NOT the same in every run: "
                                    + "; ".join(shown))
+        noted = study.noted_in.get(o)
         part += (f", chosen on validation in {', '.join(md_code(c) for c in sorted(where))} (its records' "
-                 "`hparam_selection`)" if where else ", not selected on validation (the spec's values)")
+                 "`hparam_selection`)" if where else
+                 f", chosen on validation in {', '.join(md_code(c) for c in sorted(noted))} (the other cells' "
+                 "protocol note; that cell's records of it are not here)" if noted else
+                 ", not selected on validation (the spec's values)")
         parts.append(part)
     return "Hyper-parameters: " + ("; ".join(parts) if parts else "none recorded") + "."
 

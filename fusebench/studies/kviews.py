@@ -227,9 +227,10 @@ def study_overrides(cell: Cell, objectives: list[str], batch_size: int, epochs: 
 
 
 #: the protocol note of the cell whose selection every other cell uses
-SELECTION_NOTE = ("chosen once per objective on validation in this cell (the study's largest k, first draw, at the "
-                  "study's budget): the grid point with the best mean validation {metric} over the spec's selection "
-                  "seeds and grids (the records' hparam_selection); every other cell of both arms uses the same values")
+SELECTION_NOTE = ("each objective with a grid: chosen once on validation in this cell (the largest k of the study's "
+                  "first arm, first draw, at the study's budget): the grid point with the best mean validation "
+                  "{metric} over the spec's selection seeds and grids (the records' hparam_selection); every other "
+                  "cell of the study uses the same values (an objective without a grid: the spec's values)")
 
 
 def selection_overrides(overrides: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -258,8 +259,8 @@ def chosen_overrides(overrides: dict[str, Any], extra: dict[str, Any] | None, hp
     shown = "; ".join(f"{o} " + ", ".join(f"{k}={v}" for k, v in sorted(h.items())) for o, h in sorted(hparams.items()))
     notes = dict(overrides["protocol_notes"], hparams=(
         f"chosen once per objective on validation in cell {where} (its _selection/<objective>.json; the best mean "
-        f"validation {overrides['selection_metric']} over the spec's selection seeds and grids) and used at every k "
-        f"of both arms: {shown or 'no objective has a grid'}"))
+        f"validation {overrides['selection_metric']} over the spec's selection seeds and grids) and used in every "
+        f"cell of the study: {shown or 'no objective has a grid'}"))
     return {**overrides, **extra, "pretrain.grid": {}, "pretrain.selection_seeds": [],
             **{f"pretrain.per_objective.{o}.hparams": dict(h) for o, h in hparams.items()}, "protocol_notes": notes}
 
@@ -296,6 +297,9 @@ class Study:
 def selection_cell(cells: list[Cell]) -> Cell:
     """The cell whose hyper-parameter selection every cell uses: the largest k of the first arm, its first draw
     (arm ``views`` at k = V: the benchmark's full view set)."""
+    if not cells:
+        raise ValueError("kviews: the study has no cell (no k >= 2 to run: a benchmark of fewer than 2 views, or --k "
+                         "empty), so no cell to select hyper-parameters in")
     arm = cells[0].arm
     top = max(c.k for c in cells if c.arm == arm)
     return next(c for c in cells if c.arm == arm and c.k == top)
@@ -374,9 +378,16 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
         cell_spec = benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic)
         runner.resolve_views(cell_spec, synthetic, data_root)
         compatible = set(compat.compatible_objectives(cell_spec))
-        plan.append((cell, base, overrides, [o for o in objectives if is_reference(o) or o in compatible]))
+        objs = [o for o in objectives if is_reference(o) or o in compatible]
+        plan.append((cell, base, overrides, objs))
         if cell is chooser:
             chooser_spec = cell_spec
+        elif chooser is not None:  # a grid only the selection cell searches: one left here (given in a nested form
+            gridded = [o for o in objs if not is_reference(o) and cell_spec.pretrain.settings(o).grid]  # of extra)
+            if gridded:                                                 # would be refused by the cell after the work
+                raise ValueError(f"kviews: the extra overrides leave a grid for {', '.join(gridded)} in cell "
+                                 f"{cell.name}, which only the selection cell {chooser.name} searches; give grids "
+                                 f"as flat keys (pretrain.per_objective.<id>.grid.<key> or pretrain.grid)")
     plan.sort(key=lambda p: p[0] is not chooser)  # the selection cell first: every other cell uses its choice
     if chooser is not None:  # an objective with a grid must be selected in the selection cell, else it is run unselected
         selected = set(plan[0][3])
