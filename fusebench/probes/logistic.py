@@ -39,13 +39,13 @@ search of its L2 weight (probes layer).
     curvature that rounds to ~0, its Jacobi scale explodes and CG's first ``d^T H d`` rounds to a negative number,
     as on several seeds of ``mv-leaves100``'s input rows (100 classes, l2 = 1e-3) -- the step is the damped one
     (Levenberg-Marquardt: ``(H + l2 E) delta = -grad``, ``E`` the bias row), a descent direction whatever H rounds
-    to; a fit that never meets either case takes the same steps, bit for bit, as without it. **Stopping rule**, per problem:
-    its gradient size -- the largest 2-norm of a class column of dL/dW, or the largest |dL/db_c| -- at most
+    to; a fit that never meets either case takes the same steps, bit for bit, as without it. **Stopping rule**, per
+    problem: its gradient size -- the largest 2-norm of a class column of dL/dW, or the largest |dL/db_c| -- at most
     :data:`BATCHED_GRAD_RTOL` (1e-12) times max(1, its size at 0). Measured: the rounding floor of that gradient
     is ~1e-16 of that scale; at 1e-10 a few predictions at l2 = 1e-8 still differed from a dense Newton solve's,
     at 1e-12 none. A problem not there within ``max_iter`` Newton steps, or whose line search finds no decrease
-    along the damped step either, raises :class:`NotConvergedError`: the fit never returns an unconverged problem. l2 must be > 0 (at 0 a
-    separable draw, e.g. any 1-shot draw, has no minimiser).
+    along the damped step either, raises :class:`NotConvergedError`: the fit never returns an unconverged problem.
+    l2 must be > 0 (at 0 a separable draw, e.g. any 1-shot draw, has no minimiser).
 
   **Version 1 of the few-shot metrics** (``fs<s>_acc``, ``fs<s>_best_acc``; every board committed before
   version 2) fitted the B problems jointly by L-BFGS on the **sum** of their objectives with the absolute
@@ -342,8 +342,9 @@ def _newton_cg(g: torch.Tensor, onehot: torch.Tensor, lam: torch.Tensor, max_ite
                grad_size: Any) -> torch.Tensor:
     """Damped Newton-CG from ``Theta = 0`` on every problem of the batch (module doc), each stopped on its own by the
     rule of :data:`BATCHED_GRAD_RTOL` on ``grad_size(reduced gradients [B, p, C]) -> [B]``, every problem's
-    gradient size in its own ``W``, ``b`` (module doc). NotConvergedError names the problems that are not there
-    after ``max_iter`` Newton steps or whose line search found no decrease."""
+    gradient size in its own ``W``, ``b`` (module doc); where the Newton step gives no direction or no decrease, the
+    damped step (:func:`_damped_direction`). NotConvergedError names the problems that are not there after
+    ``max_iter`` Newton steps or whose line search found no decrease along the damped step either."""
     nb, p, num_classes = g.shape[0], g.shape[2], onehot.shape[2]
     l2t = torch.as_tensor(np.asarray(l2, dtype=np.float64))
     theta = torch.zeros(nb, p, num_classes, dtype=torch.float64)

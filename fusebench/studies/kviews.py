@@ -382,9 +382,11 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
         plan.append((cell, base, overrides, objs))
         if cell is chooser:
             chooser_spec = cell_spec
-        elif chooser is not None:  # a grid only the selection cell searches: one left here (given in a nested form
-            gridded = [o for o in objs if not is_reference(o) and cell_spec.pretrain.settings(o).grid]  # of extra)
-            if gridded:                                                 # would be refused by the cell after the work
+        elif chooser is not None:
+            # a grid is the selection cell's alone: one left in another cell (given in a nested form of the extra
+            # overrides, which chosen_overrides does not clear) would be refused by that cell, after the work before it
+            gridded = [o for o in objs if not is_reference(o) and cell_spec.pretrain.settings(o).grid]
+            if gridded:
                 raise ValueError(f"kviews: the extra overrides leave a grid for {', '.join(gridded)} in cell "
                                  f"{cell.name}, which only the selection cell {chooser.name} searches; give grids "
                                  f"as flat keys (pretrain.per_objective.<id>.grid.<key> or pretrain.grid)")
