@@ -312,13 +312,25 @@ def test_a_direct_m3g_call_over_the_memory_it_can_get_is_refused_before_it_alloc
 
 
 def test_the_budget_chunks_a_batch_as_the_pretrainer_does() -> None:
-    from fusebench.components.memory_budget import chunk_sizes
+    """One rule (fusebench.components.micro_batches) for the pretraining step and the budget, checked against the
+    rule written out here: chunks of m in order, the remainder a chunk of its own unless it is one sample, which
+    joins the chunk before."""
+    from fusebench.components.micro_batches import chunk_sizes
     from fusebench.engine.pretrain import Pretrainer
+
+    def by_hand(n: int, m: int) -> list[int]:
+        full, rest = divmod(n, m)
+        if n <= m:
+            return [n]
+        return [m] * (full - 1) + [m + 1] if rest == 1 else [m] * full + ([rest] if rest else [])
 
     trainer = Pretrainer.__new__(Pretrainer)  # only chunks(): it reads micro_batch
     for n in range(1, 41):
         for m in range(2, 13):
             trainer.micro_batch = m
+            assert chunk_sizes(n, m) == by_hand(n, m), (n, m)
             assert chunk_sizes(n, m) == [hi - lo for lo, hi in trainer.chunks(n)], (n, m)
+            assert trainer.chunks(n)[0][0] == 0 and all(a[1] == b[0] for a, b in zip(trainer.chunks(n),
+                                                                                    trainer.chunks(n)[1:]))
             assert max(chunk_sizes(n, m)) == largest_chunk(n, m)
         assert chunk_sizes(n, None) == [n]

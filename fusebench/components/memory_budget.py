@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fusebench.components.micro_batches import chunk_sizes
 from fusebench.machine import DEFAULT_FRACTION, ENV_BUDGET, GIB, available_memory, memory_budget
 from fusebench.spec.config import BenchmarkSpec, ConfigError, setting_key
 
@@ -35,22 +36,8 @@ def _size(nbytes: float) -> str:
 
 def largest_chunk(n: int, micro: int | None) -> int:
     """The most samples one loss call sees on a batch of ``n`` with micro-batches of ``micro``
-    (:class:`fusebench.engine.pretrain.Pretrainer`: a last chunk of one sample joins the one before)."""
-    if micro is None or n <= micro:
-        return n
-    return micro + 1 if n % micro == 1 else micro
-
-
-def chunk_sizes(n: int, micro: int | None) -> list[int]:
-    """The sample counts of the loss calls on a batch of ``n`` with micro-batches of ``micro`` (the chunks of
-    :meth:`fusebench.engine.pretrain.Pretrainer.chunks`: consecutive ``micro`` samples, a last chunk of one
-    sample joined to the one before)."""
-    if micro is None or n <= micro:
-        return [n]
-    sizes = [micro] * (n // micro) + ([n % micro] if n % micro else [])
-    if sizes[-1] == 1:
-        sizes[-2:] = [sizes[-2] + 1]
-    return sizes
+    (:func:`fusebench.components.micro_batches.chunk_sizes`, the pretraining step's rule)."""
+    return max(chunk_sizes(n, micro))
 
 
 def _work_note(obj: Any, batch: int, fits: int, k: int) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fusebench.components.micro_batches import chunk_bounds
 from fusebench.encoders.heads import ProjectionHead
 from fusebench.runtime.utils import value_checks
 from fusebench.spec.config import PretrainConfig
@@ -119,16 +120,9 @@ class Pretrainer(nn.Module):
 
     def chunks(self, n: int) -> list[tuple[int, int]]:
         """The ``(lo, hi)`` sample ranges of the objective's calls on a batch of ``n`` (gathered) samples:
-        the whole batch, or its micro-batches (a last chunk of one sample joins the one before)."""
-        if self.micro_batch is None or n <= self.micro_batch:
-            return [(0, n)]
-        out = []
-        for lo in range(0, n, self.micro_batch):
-            hi = n if n - (lo + self.micro_batch) < 2 else lo + self.micro_batch
-            out.append((lo, hi))
-            if hi == n:
-                break
-        return out
+        the whole batch, or its micro-batches (:func:`fusebench.components.micro_batches.chunk_bounds`: a last chunk of
+        one sample joins the one before)."""
+        return chunk_bounds(n, self.micro_batch)
 
     def mask_problem(self, mask: Tensor) -> str | None:
         """The error the objective raises in a direct call (its ``mask_problem``) for one of the chunks of
