@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +33,8 @@ class StudyRuns:
     records: int = 0
     widths: frozenset = frozenset()
     # per pretrained objective: {its hyper-parameters as canonical JSON: runs}, the cells whose records hold a
-    # selection (``hparam_selection``: the study's selection cell), and the cells that the other cells' protocol note
-    # names as where its values were chosen (:func:`fusebench.studies.kviews.chosen_overrides`)
+    # selection (``hparam_selection``: the study's selection cell), and the cells that the other cells' JSON note
+    # names as where its values were chosen (``hparams_chosen_in``, :func:`fusebench.studies.kviews.chosen_overrides`)
     hparams: dict[str, dict[str, int]] = field(default_factory=dict)
     selected_in: dict[str, set[str]] = field(default_factory=dict)
     noted_in: dict[str, set[str]] = field(default_factory=dict)
@@ -93,9 +92,10 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
                                                                  for mid, _ in METRICS if mid in rec.metrics}
         note = rec.config.get("protocol_notes", {}).get("kviews")
         try:
-            cells[arm][k][rec.benchmark] = json.loads(note) if note else {}
+            info = json.loads(note) if note else {}
         except ValueError:
-            cells[arm][k][rec.benchmark] = {}
+            info = {}
+        info = cells[arm][k][rec.benchmark] = info if isinstance(info, dict) else {}
         encoder = rec.config.get("encoder") if isinstance(rec.config.get("encoder"), dict) else {}
         width = (encoder.get("config") or {}).get("num_features") if isinstance(encoder.get("config"), dict) else None
         if isinstance(width, int) and not isinstance(width, bool):
@@ -105,8 +105,9 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
             hparams.setdefault(rec.objective, defaultdict(int))[key] += 1
             if isinstance(rec.raw.get("hparam_selection"), dict):
                 selected_in.setdefault(rec.objective, set()).add(rec.benchmark)
-            chosen_in = _chosen_in(rec.config.get("protocol_notes", {}).get("hparams"), rec.objective)
-            if chosen_in:
+            chosen_in = info.get("hparams_chosen_in")  # the selection cell, as this cell's note names it
+            if (isinstance(chosen_in, str) and CELL_NAME.fullmatch(chosen_in)
+                    and rec.objective in (info.get("hparams_chosen") or [])):
                 noted_in.setdefault(rec.objective, set()).add(chosen_in)
         b = rec.raw.get("budget") or {}
         if b.get("batch_size") is not None:  # a pretrained run (none / raw kinds pretrain nothing)
@@ -119,19 +120,6 @@ def collect(runs: str | Path, benchmark: str) -> StudyRuns:
         raise ValueError(f"kviews: no run records of {benchmark}-kv-<arm>-k<k>d<draw> under {runs}{old}")
     return StudyRuns(values, budgets, cells, count, frozenset(widths), {o: dict(v) for o, v in hparams.items()},
                      selected_in, noted_in)
-
-
-#: the protocol note of a cell that runs at the selection cell's choice (fusebench.studies.kviews.chosen_overrides)
-_CHOSEN_NOTE = re.compile(r"chosen once per objective on validation in cell (\S+) \(.*\) and used [^:]*: (.*)", re.S)
-
-
-def _chosen_in(note: Any, objective: str) -> str | None:
-    """The cell a record's protocol note names as where ``objective``'s values were chosen, when the note lists it
-    among the chosen objectives (``<id> key=value, ...; ...``), else None."""
-    m = _CHOSEN_NOTE.fullmatch(note) if isinstance(note, str) else None
-    if m is None or not CELL_NAME.fullmatch(m[1]):
-        return None
-    return m[1] if objective in {part.split(" ", 1)[0] for part in m[2].split("; ")} else None
 
 
 def pairs(study: StudyRuns, arm: str, k: int, objective: str, reference: str | None, metric: str) -> list[float]:

@@ -247,7 +247,9 @@ def chosen_overrides(overrides: dict[str, Any], extra: dict[str, Any] | None, hp
     """A cell's overrides when the study selected (every cell but the selection cell): ``overrides``, ``extra``
     (but its grids and selection seeds: the selection cell's), then no grid and no selection seeds (the selection
     ran once, in cell ``where``) and each objective's
-    hyper-parameters ``hparams`` (its spec's with the chosen grid point), recorded in the protocol note."""
+    hyper-parameters ``hparams`` (its spec's with the chosen grid point), recorded in the protocol note ``hparams``
+    (text) and in the cell's JSON note ``kviews`` (``hparams_chosen_in``: ``where``; ``hparams_chosen``: the
+    objectives chosen there), which the board reads when the selection cell's records are missing."""
     from fusebench.spec.config import GROUPED, grouped_key
 
     def selects(key: str) -> bool:  # a grid or the selection seeds: the selection cell's, never another cell's
@@ -257,7 +259,9 @@ def chosen_overrides(overrides: dict[str, Any], extra: dict[str, Any] | None, hp
 
     extra = {k: v for k, v in (extra or {}).items() if not selects(k)}
     shown = "; ".join(f"{o} " + ", ".join(f"{k}={v}" for k, v in sorted(h.items())) for o, h in sorted(hparams.items()))
-    notes = dict(overrides["protocol_notes"], hparams=(
+    cell_note = {**json.loads(overrides["protocol_notes"]["kviews"]), "hparams_chosen_in": where,
+                 "hparams_chosen": sorted(hparams)}
+    notes = dict(overrides["protocol_notes"], kviews=json.dumps(cell_note, sort_keys=True), hparams=(
         f"chosen once per objective on validation in cell {where} (its _selection/<objective>.json; the best mean "
         f"validation {overrides['selection_metric']} over the spec's selection seeds and grids) and used in every "
         f"cell of the study: {shown or 'no objective has a grid'}"))
@@ -309,21 +313,19 @@ def chosen_hparams(spec: Any, objectives: list[str], out: str | Path) -> dict[st
     """Per objective of ``objectives`` with a grid in the selection cell's ``spec``, its hyper-parameters at the
     choice frozen in ``<out>/<cell>/_selection/<objective>.json`` (a ValueError naming the file when it is not
     there: the cell's records exist without it)."""
-    from fusebench.components.rows import row_of
-    from fusebench.sweep.selection import selection_path
+    from fusebench.sweep import selection
 
     out_hp = {}
     for o in objectives:
-        own = spec.pretrain.settings(o)
-        if is_reference(o) or not own.grid or not row_of(spec, o).pretrains:
+        if not selection.selects(spec, o):
             continue
-        path = selection_path(out, spec.name, o)
         try:
-            choice = json.loads(path.read_text())["choice"]
+            choice = selection.frozen_choice(spec, o, Path(out))
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"kviews: {path}: the selection cell's frozen choice of {o} cannot be read ({e}); "
-                             f"delete the cell {spec.name} under {out} to select again") from None
-        out_hp[o] = own.at(choice)
+            raise ValueError(f"kviews: {selection.selection_path(out, spec.name, o)}: the selection cell's frozen "
+                             f"choice of {o} cannot be read ({e}); delete the cell {spec.name} under {out} to select "
+                             "again") from None
+        out_hp[o] = spec.pretrain.settings(o).at(choice)
     return out_hp
 
 
@@ -334,7 +336,7 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     how many cells were ``reused`` (their record existed), ``run`` and ``failed`` (failed or skipped)."""
     from fusebench import benchmarks
     from fusebench.components import compat
-    from fusebench.sweep import runner
+    from fusebench.sweep import runner, selection
     from fusebench.spec.request import cell_dir
 
     if counts is not None:
@@ -385,7 +387,7 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
         elif chooser is not None:
             # a grid is the selection cell's alone: one left in another cell (given in a nested form of the extra
             # overrides, which chosen_overrides does not clear) would be refused by that cell, after the work before it
-            gridded = [o for o in objs if not is_reference(o) and cell_spec.pretrain.settings(o).grid]
+            gridded = [o for o in objs if selection.selects(cell_spec, o)]
             if gridded:
                 raise ValueError(f"kviews: the extra overrides leave a grid for {', '.join(gridded)} in cell "
                                  f"{cell.name}, which only the selection cell {chooser.name} searches; give grids "
@@ -393,8 +395,8 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     plan.sort(key=lambda p: p[0] is not chooser)  # the selection cell first: every other cell uses its choice
     if chooser is not None:  # an objective with a grid must be selected in the selection cell, else it is run unselected
         selected = set(plan[0][3])
-        unselected = sorted({o for _, _, _, objs in plan[1:] for o in objs if o not in selected and not is_reference(o)
-                             and chooser_spec.pretrain.settings(o).grid})
+        unselected = sorted({o for _, _, _, objs in plan[1:] for o in objs
+                             if o not in selected and selection.selects(chooser_spec, o)})
         if unselected:
             raise ValueError(f"kviews: {', '.join(unselected)} cannot run in the selection cell {chooser.name} (not "
                              f"compatible with its views), so its grid would not be searched; leave it out "
@@ -409,7 +411,7 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
         got = runner.run(benchmark, objective=objs, seeds=list(seeds), out=out, data_root=data_root,
                             overrides=overrides, progress=progress, synthetic=synthetic, workers=workers)
         if cell is chooser:
-            hparams = chosen_hparams(benchmarks.load(benchmark, overrides=overrides, synthetic=synthetic), objs, out)
+            hparams = chosen_hparams(chooser_spec, objs, out)
         if counts is not None:
             for r in got:
                 what = ("failed" if r.get("status") in ("failed", "skipped") else

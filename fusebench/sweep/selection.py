@@ -217,12 +217,23 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
     return outcome, hashlib.sha256(data).hexdigest()
 
 
+def selects(spec: BenchmarkSpec, objective: str) -> bool:
+    """Whether a sweep of ``spec`` selects ``objective``'s hyper-parameters: a pretrained row with a grid."""
+    return bool(spec.pretrain.settings(objective).grid) and row_of(spec, objective).pretrains
+
+
+def frozen_choice(spec: BenchmarkSpec, objective: str, out: Path) -> dict[str, Any]:
+    """The grid point frozen for ``objective`` in ``out`` (:func:`selection_path`), as a sweep wrote it: an OSError
+    when there is none, a ConfigMismatchError when it is not JSON, a KeyError when it holds no choice."""
+    return _read(selection_path(out, spec.name, objective))[0]["choice"]
+
+
 def freeze_selection(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
                      context: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
     """The frozen selection of ``objective`` and its file's sha256 (None: nothing to select): read from
     :func:`selection_path` when it is there (made from the same configuration and data, else a
     ConfigMismatchError naming the file), else selected now (:func:`select_hparams`) and written once."""
-    if not spec.pretrain.settings(objective).grid or not row_of(spec, objective).pretrains:
+    if not selects(spec, objective):
         return None
     path = selection_path(out, spec.name, objective)
     made_now = not path.exists()
