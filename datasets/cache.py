@@ -143,15 +143,24 @@ def key_options(dataset: CacheableDataset) -> dict[str, Any]:
 
 def cache_key(dataset: CacheableDataset) -> str:
     """Hash of (id, resolved root, split, options, preprocessing version, synthetic flag)."""
-    ident = {
-        "id": dataset.id,
-        "root": str(Path(dataset.root).resolve()),
-        "split": dataset.split,
-        "options": key_options(dataset),
-        "version": preprocess_version(dataset),
-        "synthetic": bool(getattr(dataset, "synthetic", False)),
-    }
+    return _key(dataset.id, str(Path(dataset.root).resolve()), dataset.split, key_options(dataset),
+                preprocess_version(dataset), bool(getattr(dataset, "synthetic", False)))
+
+
+def _key(dataset_id: Any, root: Any, split: Any, options: Any, version: Any, synthetic: Any) -> str:
+    """:func:`cache_key` of these values: the name of the cache folder, which a manifest's own fields reproduce
+    (:func:`_manifest_problems`)."""
+    ident = {"id": dataset_id, "root": root, "split": split, "options": options, "version": version,
+             "synthetic": synthetic}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def manifest_key(manifest: Mapping[str, Any]) -> str:
+    """The cache key the manifest's own fields (``dataset``, ``root``, ``split``, ``options``,
+    ``preprocess_version``, ``synthetic``) give: the name of the folder a preparation of that dataset, split and
+    options writes it to."""
+    return _key(manifest.get("dataset"), manifest.get("root"), manifest.get("split"), manifest.get("options"),
+                manifest.get("preprocess_version"), manifest.get("synthetic"))
 
 
 def cache_dir(dataset: CacheableDataset, base: str | os.PathLike | None = None) -> Path:
@@ -657,12 +666,22 @@ def read_files(manifest: Mapping[str, Any]) -> list[str]:
 
 
 def _manifest_problems(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
-    """What makes a (well-formed) manifest unfit to check its cache by: a file the cache reads that is not among
+    """What makes a (well-formed) manifest unfit to check its cache by: a manifest whose dataset, root, split,
+    options, preprocessing version and synthetic flag do not give the key of the folder it lies in
+    (:func:`manifest_key`: a cache copied under another split's name); a file the cache reads that is not among
     its ``outputs`` (opening would read it unchecked), or -- in a manifest that records the outputs' modification
     times (one with a :data:`SELF_HASH`, or one output with a time) -- an output without one (opening would
     check it by its size alone). [] when there is nothing."""
     name = _name(manifest)
     path = folder / MANIFEST
+    key = manifest_key(manifest)
+    if key != folder.name or manifest.get("key") != folder.name:
+        # a cache copied or moved under another dataset's, split's or options' folder: opening it would serve
+        # that dataset's samples (a test split's as the validation split's) with every file's hash intact
+        return [f"{path} describes the cache of {manifest.get('dataset')!r} split {manifest.get('split')!r} with "
+                f"options {manifest.get('options')!r} (key {key}), not the one this folder is named for "
+                f"({folder.name}): it was copied or moved here; delete the folder and re-run "
+                f"`fusebench data prepare {name} --force`"]
     listed = {r["path"] for r in manifest["outputs"]}
     problems = [f"{folder / f} is read by the cache but not listed in the outputs of {path} (so its size and sha256 "
                 f"are not checked): the manifest was edited; re-run `fusebench data prepare {name} --force`"

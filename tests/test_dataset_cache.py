@@ -146,6 +146,41 @@ def test_adapters_read_the_default_cache_transparently(tmp_path, monkeypatch):
     assert _build(tmp_path, use_cache=True)._cache is None
 
 
+def test_a_cache_copied_under_another_splits_folder_is_refused_and_rebuilt(tmp_path):
+    """Every file of a test split's cache, copied over the train split's folder, keeps its recorded hash; the
+    manifest's own dataset / root / split / options no longer give the folder's name, so opening refuses it
+    (naming the folder, the split it holds and what to do), `data check` reports it, and `prepare` rebuilds it."""
+    base = tmp_path / "prep"
+
+    def _build(tmp_path, **kw):  # 3 train samples, as many as the test split has: the sample counts agree
+        return ToyDet(root=None, synthetic=True, synthetic_spec={"num_samples": 3}, augment=False,
+                      **{"use_cache": False, **kw})
+
+    train, test = _build(tmp_path), _build(tmp_path, split="test")
+    assert len(train) == len(test) == 3
+    train_dir, test_dir = cache.prepare(train, base=base, progress=False), cache.prepare(test, base=base, progress=False)
+    assert cache.check(train_dir) == [] and cache.check(test_dir) == []
+    shutil.rmtree(train_dir)
+    shutil.copytree(test_dir, train_dir, copy_function=shutil.copy2)  # the times too: the cheap check passes
+    with pytest.raises(DatasetError) as e:
+        cache.open_cache(_build(tmp_path), base=base)
+    msg = str(e.value)
+    assert str(train_dir / "manifest.json") in msg and "split 'test'" in msg and "copied or moved" in msg
+    assert "fusebench data prepare toydet --force" in msg
+    problems = cache.check(train_dir)
+    assert len(problems) == 1 and "split 'test'" in problems[0]
+    # prepare does not take it for up to date: it writes the train split's cache again
+    assert cache.prepare(_build(tmp_path), base=base, progress=False) == train_dir
+    assert cache.check(train_dir) == [] and json.loads((train_dir / "manifest.json").read_text())["split"] == "train"
+    reopened = _build(tmp_path)
+    reopened._cache = cache.open_cache(reopened, base=base)
+    assert reopened._cache is not None
+    _same(train[2], reopened[2])
+    # the manifest records the key its folder is named by
+    m = json.loads((train_dir / "manifest.json").read_text())
+    assert m["key"] == train_dir.name == cache.cache_key(train)
+
+
 @pytest.mark.parametrize("how", ["fail_at", "interrupt_at"])
 def test_failure_midway_leaves_nothing(tmp_path, how):
     ds = _build(tmp_path, **{how: 4})
