@@ -153,15 +153,20 @@ def test_a_method_option_counts_once_the_teacher_is_switched_on() -> None:
 
 
 def test_selection_seed_is_no_part_of_the_identity_when_selection_seeds_is_set() -> None:
-    seeds = {"pretrain.selection_seeds": [1001, 1002]}
+    grid = {"pretrain.grid.m3g": {"eps": [0.1, 0.2]}, "pretrain.grid.infonce_pwe": {"tau": [0.1, 0.2]}}
+    selected = ("m3g", "infonce_pwe")
+    seeds = {**grid, "pretrain.selection_seeds": [1001, 1002]}
     a = _hashes("quickstart", {**seeds, "pretrain.selection_seed": 5}, OBJS)
     b = _hashes("quickstart", {**seeds, "pretrain.selection_seed": 7}, OBJS)
     assert a == b
-    # without selection_seeds it is the one selection seed: it counts
-    c, d = _hashes("quickstart", {"pretrain.selection_seed": 5}, OBJS), _hashes("quickstart", {"pretrain.selection_seed": 7}, OBJS)
-    assert all(c[o] != d[o] for o in OBJS)
-    # and the list itself counts
-    assert _hashes("quickstart", {"pretrain.selection_seeds": [1001, 1003]}, OBJS)["m3g"] != a["m3g"]
+    # without selection_seeds it is the one selection seed: it counts where a grid is searched (hash schema 4: only
+    # there; an objective without a grid, and a reference row, selects nothing)
+    c = _hashes("quickstart", {**grid, "pretrain.selection_seed": 5}, OBJS)
+    d = _hashes("quickstart", {**grid, "pretrain.selection_seed": 7}, OBJS)
+    assert {o for o in OBJS if c[o] != d[o]} == set(selected)
+    # and the list itself counts, where a grid is searched
+    e = _hashes("quickstart", {**grid, "pretrain.selection_seeds": [1001, 1003]}, OBJS)
+    assert {o for o in OBJS if e[o] != a[o]} == set(selected)
 
 
 def test_synthetic_spec_is_no_part_of_a_real_data_cell() -> None:

@@ -1,9 +1,10 @@
-"""The config hash, schema 3 (fusebench.spec.config; schema 2 plus issue #29's cuts: no field the
-pipeline does not apply, no unused method's options, no selection_seed beside selection_seeds): what enters a
+"""The config hash, schema 4 (fusebench.spec.config; schema 2 plus issue #29's cuts: no field the
+pipeline does not apply, no unused method's options, no selection_seed beside selection_seeds; and schema 4's:
+no pretraining setting for a row that pretrains nothing, no value a selection grid replaces): what enters a
 cell's hash and what does not, an independent computation of it, every committed record at the current
 schema with its hash reproduced from its own config and from its benchmark's spec, and the one-time
-migrations from schema 1 (scripts/migrate_hash_schema_2.py, then migrate_hash_schema_3.py) on a schema-1
-record rebuilt by hand. tests/test_config_identity.py has the hostile inputs of issue #29."""
+migrations from schema 1 (scripts/migrate_hash_schema_2.py, then migrate_hash_schema_3.py and
+migrate_hash_schema_4.py) on a schema-1 record rebuilt by hand, and schema 4's on mv-ngs files put back at schema 3. tests/test_config_identity.py has the hostile inputs of issue #29."""
 
 from __future__ import annotations
 
@@ -59,8 +60,12 @@ def _records() -> list[Path]:
 BUILDS_ON = {"byol_pwe": ("ema_teacher",), "byol_avg": ("ema_teacher",), "tuple_infonce": ("tuple_infonce",)}
 
 
+#: the rows that pretrain nothing, written out here (fusebench list rows)
+REFERENCE_ROWS = {"none", "raw", "raw_l2", "raw_pca", "raw_tfidf", "raw_balanced"}
+
+
 def _by_hand(canonical: dict[str, Any], objective: str) -> str:
-    """The schema-3 hash as docs/benchmarks.md states it, written out step by step (``pretrain.methods``, which
+    """The schema-4 hash as docs/benchmarks.md states it, written out step by step (``pretrain.methods``, which
     holds only options off their defaults, kept for the methods the objective builds on: :data:`BUILDS_ON`)."""
     assert set(canonical["pretrain"].get("methods") or {}) <= {"ema_teacher", "tuple_infonce"}, "extend BUILDS_ON"
     ident = copy.deepcopy(canonical)
@@ -84,6 +89,16 @@ def _by_hand(canonical: dict[str, Any], objective: str) -> str:
         ident["pretrain"] = {k: v for k, v in canonical["pretrain"].items() if f"pretrain.{k}" in GAUSSIAN_MI_READS}
         ident["pretrain"]["hparams"] = {objective: canonical["pretrain"]["hparams"][objective]} \
             if objective in canonical["pretrain"]["hparams"] else {}
+    if objective in REFERENCE_ROWS:  # schema 4: a row that pretrains nothing reads no pretraining setting
+        del ident["pretrain"]
+    else:  # schema 4: the values its selection grid replaces are not what the cells train with
+        searched = ident["pretrain"].get("grid", {}).get(objective, {})
+        own = ident["pretrain"]["hparams"].get(objective, {})
+        kept = {h: v for h, v in own.items() if h not in searched}
+        ident["pretrain"]["hparams"] = {objective: kept} if kept else {}
+        if not searched:  # and without a grid nothing is selected: no selection seed is used
+            ident["pretrain"].pop("selection_seed", None)
+            ident["pretrain"].pop("selection_seeds", None)
     ident["objective"] = objective
     text = json.dumps(ident, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -96,11 +111,15 @@ def test_the_hash_is_the_documented_identity_computed_independently() -> None:
     spec = benchmarks.load("mv-ngs")
     for objective in ("m3g", "byol_pwe", "raw", "infonce_pwe"):
         assert spec_hash(spec, objective) == _by_hand(_json(spec.to_dict()), objective)
+    quick = benchmarks.load("quickstart")  # no grid: nothing selected
+    for objective in ("m3g", "tuple_infonce", "none", "raw"):
+        assert spec_hash(quick, objective) == _by_hand(_json(quick.to_dict()), objective)
         assert config_hash(_json(spec.to_dict()), objective) == spec_hash(spec, objective)  # a record's config: the same
     # pinned: the schema does not move silently (a change of the canonical form changes these)
     quick = benchmarks.load("quickstart")
     assert (spec_hash(quick, "infonce_pwe"), spec_hash(quick, "m3g"), spec_hash(quick, "none")) == (
-        "037271e1a2055c5e", "9d4d4d794305ba64", "190df945937e8dce")
+        "d2ed8ace69708b10", "d248c487ebf6bd9e", "cf5cd66313836dc7")  # schema 3: 037271e1a2055c5e, 9d4d4d794305ba64,
+    # 190df945937e8dce (quickstart selects nothing: schema 4 leaves its selection seed out, and none's pretraining)
 
 
 def _hashes(overrides: dict[str, Any]) -> dict[str, str]:
@@ -118,10 +137,14 @@ def _hashes(overrides: dict[str, Any]) -> dict[str, str]:
     ({"family": "image+text"}, set()),  # the index's grouping of boards
     ({"pretrain.objective": "m3g"}, set()),  # the default objective of a run that names none
     ({"pretrain.grid.byol_pwe": {"methods.ema_teacher.momentum": [0.99, 0.996]}}, {"byol_pwe"}),
-    ({"pretrain.hparams.m3g": {"eps": 0.3}}, {"m3g"}),
+    # schema 4: a value the selection grid replaces is not what a cell trains with (mv-ngs selects m3g's eps)
+    ({"pretrain.hparams.m3g": {"eps": 0.3}}, set()),
+    ({"pretrain.hparams.m3g": {"eps": 0.2, "max_iter": 50}}, {"m3g"}),
+    ({"pretrain.grid.m3g": {"eps": [0.1, 0.2]}}, {"m3g"}),
     ({"pretrain.objective_batch_size": {"m3g": 16}}, {"m3g"}),
     ({"pretrain.objective_epochs": {"infonce_pwe": 3}}, {"infonce_pwe"}),
-    ({"pretrain.lr": 0.002}, {"infonce_pwe", "byol_pwe", "m3g", "raw"}),
+    ({"pretrain.lr": 0.002}, {"infonce_pwe", "byol_pwe", "m3g"}),  # schema 4: raw pretrains nothing
+    ({"pretrain.selection_seeds": [2000, 2001]}, {"infonce_pwe", "byol_pwe", "m3g"}),
     # schema 3: a method's options count only for the objectives it joins (schema 2 changed all four here)
     ({"pretrain.methods.ema_teacher.momentum": 0.9}, {"byol_pwe"}),
     ({"pretrain.methods.ema_teacher.enabled": True}, {"infonce_pwe", "byol_pwe", "m3g"}),
@@ -330,9 +353,82 @@ def test_the_migration_turns_a_schema_1_record_into_the_committed_one(tmp_path: 
     assert got == _at_schema(now, 2)
     assert script.main([str(tmp_path / "runs")]) == 0  # again: nothing to do, nothing changed
     assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == _at_schema(now, 2)
-    # then schema 3 (scripts/migrate_hash_schema_3.py): the committed record as it is now
+    # then schema 3 (scripts/migrate_hash_schema_3.py), then 4: the committed record as it is now
     assert _load_script("migrate_hash_schema_3").main([str(tmp_path / "runs")]) == 0
-    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == _at_schema(now, HASH_SCHEMA_VERSION)
+    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == _at_schema(now, 3)
+    assert _load_script("migrate_hash_schema_4").main([str(tmp_path / "runs")]) == 0
+    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text()) == now == _at_schema(now, HASH_SCHEMA_VERSION)
+
+
+def _file_sha256(selection: dict[str, Any]) -> str:
+    """The sha256 of a frozen selection file as the sweep writes it: indented, sorted keys, a final newline."""
+    return hashlib.sha256((json.dumps(selection, indent=2, sort_keys=True) + "\n").encode()).hexdigest()
+
+
+def _schema_3_board(tmp_path: Path, objective: str = "m3g") -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """mv-ngs' ``objective`` seed 0 and ``raw`` seed 0 with the frozen selection, as they were at hash schema 3
+    (the hashes recomputed at schema 3; the record's copy of the selection and its sha256 with them), in
+    ``tmp_path/runs``; returns the folder and the committed selection and record."""
+    board = RUN_FOLDERS[0] / "mv-ngs"
+    sel = json.loads((board / "_selection" / f"{objective}.json").read_text())
+    assert (board / "_selection" / f"{objective}.json").read_text() == json.dumps(sel, indent=2, sort_keys=True) + "\n"
+    rec = json.loads((board / objective / "seed0" / "run.json").read_text())
+    old_hash = config_hash(rec["config"], objective, 3)
+    old_sel = {**sel, "config_hash": old_hash}
+    old_rec = {**rec, "hash_schema": 3, "config_hash": old_hash, "hparam_selection": old_sel,
+               "hparam_selection_sha256": _file_sha256(old_sel)}
+    raw = json.loads((board / "raw" / "seed0" / "run.json").read_text())
+    old_raw = {**raw, "hash_schema": 3, "config_hash": config_hash(raw["config"], "raw", 3)}
+    out = tmp_path / "runs" / "mv-ngs"
+    for path, data in ((out / "_selection" / f"{objective}.json", old_sel),
+                       (out / objective / "seed0" / "run.json", old_rec), (out / "raw" / "seed0" / "run.json", old_raw)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return tmp_path / "runs", sel, rec
+
+
+def test_the_schema_4_migration_gives_the_committed_records_and_selection_files(tmp_path: Path) -> None:
+    """Schema 4 leaves ``pretrain`` out of a reference row's hash and the selected values out of an objective's: the
+    raw row's hash and m3g's (mv-ngs selects its eps beside ``hparams.m3g.eps``) both change; the migration writes
+    the committed files back, the selection file's hash and the record's copy of it with its new sha256 included."""
+    runs, sel, rec = _schema_3_board(tmp_path)
+    board = runs / "mv-ngs"
+    raw = json.loads((RUN_FOLDERS[0] / "mv-ngs" / "raw" / "seed0" / "run.json").read_text())
+    assert json.loads((board / "raw" / "seed0" / "run.json").read_text())["config_hash"] != raw["config_hash"]
+    assert json.loads((board / "m3g" / "seed0" / "run.json").read_text())["config_hash"] != rec["config_hash"]
+    assert _load_script("migrate_hash_schema_4").main([str(runs)]) == 0
+    assert json.loads((board / "m3g" / "seed0" / "run.json").read_text()) == rec
+    assert json.loads((board / "raw" / "seed0" / "run.json").read_text()) == raw
+    assert (board / "_selection" / "m3g.json").read_text() == json.dumps(sel, indent=2, sort_keys=True) + "\n"
+    assert rec["hparam_selection_sha256"] == hashlib.sha256((board / "_selection" / "m3g.json").read_bytes()).hexdigest()
+    before = {p: p.read_bytes() for p in runs.rglob("*.json")}
+    assert _load_script("migrate_hash_schema_4").main([str(runs)]) == 0  # again: nothing to do
+    assert {p: p.read_bytes() for p in runs.rglob("*.json")} == before
+
+
+@pytest.mark.parametrize("tamper", ["record's selection", "selection file", "orphan selection"])
+def test_the_schema_4_migration_writes_nothing_when_a_file_does_not_agree(tmp_path: Path, tamper: str, capsys) -> None:
+    runs, _, _ = _schema_3_board(tmp_path)
+    board = runs / "mv-ngs"
+    if tamper == "record's selection":  # its copy of the selection no longer the file it names by sha256
+        path = board / "m3g" / "seed0" / "run.json"
+        r = json.loads(path.read_text())
+        r["hparam_selection"]["choice"] = {"eps": 0.5}
+        path.write_text(json.dumps(r, indent=2, sort_keys=True) + "\n")
+        named = path
+    elif tamper == "selection file":  # the file no longer what the records copied
+        named = board / "_selection" / "m3g.json"
+        s = json.loads(named.read_text())
+        s["choice"] = {"eps": 0.5}
+        named.write_text(json.dumps(s, indent=2, sort_keys=True) + "\n")
+    else:  # no record of its objective beside it: its cells' config, so its new hash, is unknown
+        named = board / "_selection" / "byol_pwe.json"
+        named.write_text((RUN_FOLDERS[0] / "mv-ngs" / "_selection" / "byol_pwe.json").read_text())
+    before = {p: p.read_bytes() for p in runs.rglob("*.json")}
+    assert _load_script("migrate_hash_schema_4").main([str(runs)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(named if tamper != "selection file" else board / "m3g" / "seed0" / "run.json") in err
+    assert {p: p.read_bytes() for p in runs.rglob("*.json")} == before  # nothing written
 
 
 def _at_schema(rec: dict[str, Any], schema: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from fusebench.io import canonical_json, finite_json, strict_json
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ("migrate_hash_schema_2", "migrate_hash_schema_3", "migrate_data_fingerprint")
+SCRIPTS = ("migrate_hash_schema_2", "migrate_hash_schema_3", "migrate_hash_schema_4", "migrate_data_fingerprint")
 
 
 def _script(name: str):

@@ -69,7 +69,13 @@ def test_the_plan_of_cells_says_reuse_resume_run_busy_and_refused_and_writes_not
 
     # the same folders under another configuration: the record and the checkpoint are refused, each named (a run
     # stops at the first); the cell without a file would run, the busy one is still busy
-    other = {**TINY, "pretrain.epochs": 2}
+    # (hash schema 4: a pretraining setting alone leaves the reference row's record as it is, so the other
+    # configuration also changes what the probe of every row reads)
+    only_pretraining = fusebench.run("quickstart", objective=["none", "infonce_pwe"], seeds=[0], out=out,
+                                     synthetic=True, overrides={**TINY, "pretrain.epochs": 2}, progress=False,
+                                     plan=True)
+    assert [r["action"] for r in only_pretraining] == ["reuse", "refused"]
+    other = {**TINY, "pretrain.epochs": 2, "downstream.epochs": 2}
     rows = fusebench.run("quickstart", objective=["none", "infonce_pwe"], seeds=[0, 1], out=out, synthetic=True,
                          overrides=other, progress=False, plan=True)
     action, detail = _by_cell(rows)[("infonce_pwe", 0)]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import fusebench
 from fusebench.components.identity import spec_hash
@@ -79,6 +80,29 @@ def test_batch_larger_than_train_split_is_an_error_not_a_silent_clamp(tmp_path: 
         fusebench.run("quickstart", objective="m3g", out=tmp_path, progress=False,
                       overrides={**TINY, "pretrain.batch_size": 100_000_000})
     assert not any(tmp_path.rglob("*.json"))
+
+
+def test_a_checkpoint_written_before_the_schema_4_migration_resumes(tmp_path: Path) -> None:
+    """A ``last.pt`` carries its cell's config hash but no schema: one written before its runs folder was migrated to
+    hash schema 4 holds the schema-3 hash of the same spec (quickstart selects nothing, so the selection seed is
+    in schema 3's identity and not in schema 4's: the two differ), and resumes; a schema-3 hash of another spec
+    does not."""
+    from fusebench.components.identity import config_hash
+
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, max_steps=2))
+    ckpt_path = cell_dir(tmp_path, "quickstart", "infonce_pwe", 0) / "last.pt"
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    old = config_hash(spec.to_dict(), "infonce_pwe", 3)
+    assert ckpt["config_hash"] == spec_hash(spec, "infonce_pwe") != old
+    other = benchmarks.load("quickstart", overrides={**TINY, "pretrain.lr": 0.05})
+    torch.save({**ckpt, "config_hash": config_hash(other.to_dict(), "infonce_pwe", 3)}, ckpt_path)
+    with pytest.raises(RunError, match="written with another configuration"):
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True))
+    torch.save({**ckpt, "config_hash": old}, ckpt_path)
+    rec = run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True))
+    assert rec["config_hash"] == spec_hash(spec, "infonce_pwe") and rec["hash_schema"] == 4
 
 
 def test_resume_with_another_config_is_refused(tmp_path: Path) -> None:

@@ -43,6 +43,8 @@ def cell_identity(canonical: dict[str, Any], objective: str, schema: int = HASH_
         out["pretrain"] = pre
     if schema >= 3:
         out = _unused_by_the_cell(out, objective)
+    if schema >= 4:
+        out = _unread_by_the_row(out, objective)
     _weights_identity(out, objective)
     out["objective"] = objective
     return out
@@ -81,6 +83,34 @@ def _unused_by_the_cell(ident: dict[str, Any], objective: str) -> dict[str, Any]
                 del pre["methods"]
     ident["pretrain"] = pre
     return ident
+
+
+def _unread_by_the_row(ident: dict[str, Any], objective: str) -> dict[str, Any]:
+    """Hash schema 4: ``ident`` (an identity of schema 3's cuts) without ``pretrain`` for a row that pretrains
+    nothing (a reference row, or a weights row: a name of ``encoder_weights``; its cells read no pretraining
+    setting), and, for an objective's row, without the values of ``pretrain.hparams.<id>`` that its selection grid
+    ``pretrain.grid.<id>`` replaces (every cell trains at the grid point frozen by the selection, so the spec's
+    value is not what it computes with), and without the selection seeds when it has no grid (nothing is
+    selected); an objective's empty ``hparams`` entry counts as none."""
+    from fusebench.components.rows import is_reference
+
+    weights = ident.get("encoder_weights")
+    if is_reference(objective) or (isinstance(weights, dict) and objective in weights):
+        return {k: v for k, v in ident.items() if k != "pretrain"}
+    pre = ident.get("pretrain")
+    if not isinstance(pre, dict):
+        return ident
+    grid = pre.get("grid") if isinstance(pre.get("grid"), dict) else {}
+    searched = grid.get(objective) if isinstance(grid.get(objective), dict) else {}
+    pre = dict(pre)
+    if not searched:  # nothing is selected (fusebench.sweep.selection.selects): no selection seed is used
+        pre.pop("selection_seed", None)
+        pre.pop("selection_seeds", None)
+    own = pre["hparams"].get(objective) if isinstance(pre.get("hparams"), dict) else None
+    if isinstance(own, dict):
+        kept = {h: v for h, v in own.items() if h not in searched}
+        pre["hparams"] = {objective: kept} if kept else {}
+    return {**ident, "pretrain": pre}
 
 
 def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | None:
@@ -125,6 +155,16 @@ def config_hash(canonical: dict[str, Any], objective: str, schema: int = HASH_SC
     """sha256 (16 hex digits) of :func:`cell_identity` of a canonical spec dict (``BenchmarkSpec.to_dict()``,
     a record's ``config``) for ``objective``'s cells, under hash ``schema`` (a record's ``hash_schema``)."""
     return sha256_hex(canonical_json(cell_identity(canonical, objective, schema)), 16)
+
+
+def same_config_hashes(spec: BenchmarkSpec, objective: str) -> set[str]:
+    """The hashes under every readable hash schema (:data:`HASH_SCHEMAS`) of ``objective``'s cells of ``spec``: a
+    checkpoint written before its runs folder was migrated to the current schema carries one of the older ones.
+    Each schema's identity is a function of the older one's on the same canonical form (it only leaves more out),
+    so a checkpoint whose hash is the older schema's hash of the current spec was made with the same
+    configuration."""
+    canonical = spec.to_dict()
+    return {config_hash(canonical, objective, s) for s in HASH_SCHEMAS}
 
 
 def spec_hash(spec: BenchmarkSpec, objective: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fusebench.components.identity import code_changes, spec_hash
+from fusebench.components.identity import code_changes, same_config_hashes, spec_hash
 from fusebench.io import create_once
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.loop import RunError, checkpoint_error, shown_value
@@ -239,7 +239,7 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
             f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}): a different data file, now {named['name']} "
             f"(sha256 {named['sha256']}); "
             "resume with the same --data-root, or move the cell folder away to start over")
-    if ckpt.get("config_hash") != spec_hash(spec, objective):
+    if ckpt.get("config_hash") not in same_config_hashes(spec, objective):  # a last.pt written before a migration too
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
             f"!= {spec_hash(spec, objective)} of the current spec and --set values); rerun with the same settings, or move the cell "

@@ -48,9 +48,12 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
         _check_same_data(run_json, rec, context)
     want_hash = spec_hash(spec, objective)
     if rec.get("config_hash") != want_hash and rec.get("hash_schema") != HASH_SCHEMA_VERSION:
-        raise ConfigMismatchError(f"{run_json} carries a config hash of schema {rec.get('hash_schema')!r}, not "
-                                  f"{HASH_SCHEMA_VERSION}: migrate the runs folder once (python "
-                                  "scripts/migrate_hash_schema_3.py RUNS_FOLDER), then rerun")
+        old = rec.get("hash_schema")
+        first = old + 1 if type(old) is int and 1 <= old < HASH_SCHEMA_VERSION else 2  # no field: before schema 2
+        scripts = " then ".join(f"scripts/migrate_hash_schema_{n}.py" for n in range(first, HASH_SCHEMA_VERSION + 1))
+        raise ConfigMismatchError(f"{run_json} carries a config hash of schema {old!r}, not {HASH_SCHEMA_VERSION}: "
+                                  f"migrate the runs folder once (python {scripts}, each with RUNS_FOLDER), then "
+                                  "rerun")
     if rec.get("config_hash") != want_hash:
         _check_same_weights(run_json, rec, spec, objective)  # a row's weights file: said as that, not as a --set
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "

@@ -279,16 +279,20 @@ class BenchmarkSpec:
 #: are written only when they differ from their default, so adding a field leaves every hash as it was. The
 #: hash of a cell is that of :func:`cell_identity`: the canonical form without what does not change what
 #: the cell computes (:data:`NOT_IDENTITY`, ``pretrain.objective``) and with the per-objective tables of
-#: ``pretrain`` (:data:`PER_OBJECTIVE`) cut to the cell's objective. Version 3 (this one; issue #29, records
+#: ``pretrain`` (:data:`PER_OBJECTIVE`) cut to the cell's objective. Version 3 (issue #29, records
 #: migrated once by ``scripts/migrate_hash_schema_3.py``): the same form, and the identity also leaves out
 #: the fields the cell's pipeline does not apply (``fusebench.pipelines.Pipeline.applies``), the options of
 #: the pretraining methods that do not join the objective's runs (``fusebench.spec.methods.joining``),
-#: and ``pretrain.selection_seed`` when ``pretrain.selection_seeds`` is set (it is unused then).
+#: and ``pretrain.selection_seed`` when ``pretrain.selection_seeds`` is set (it is unused then). Version 4
+#: (this one; records migrated once by ``scripts/migrate_hash_schema_4.py``): the same form, and the identity
+#: also leaves out ``pretrain`` for the rows that pretrain nothing (reference rows, weights rows), the values
+#: of ``pretrain.hparams.<id>`` that the objective's selection grid replaces, and the selection seeds of an
+#: objective without a grid.
 #: docs/benchmarks.md ("The config hash").
-HASH_SCHEMA_VERSION = 3
+HASH_SCHEMA_VERSION = 4
 #: the hash schemas a record may carry: its hash is checked under its own schema (older records stay
 #: readable; ``fusebench run`` reuses a record only at the current one)
-HASH_SCHEMAS: tuple[int, ...] = (2, 3)
+HASH_SCHEMAS: tuple[int, ...] = (2, 3, 4)
 
 #: top-level spec keys that do not change what a cell computes: the board's text, the sweep's lists, the
 #: synthetic override block (applied or not, the resulting values are in the form), checkpoint spacing
