@@ -28,7 +28,9 @@ have no mtime), and last ``manifest_sha256``: the sha256 of the manifest's canon
 (:func:`manifest_self_hash`; older manifests lack it). Everything is written to a temporary folder next to
 the destination and renamed into place at the end (the files keep their mtimes), so an exception or Ctrl-C
 leaves nothing half-written; an ``OSError`` while writing (disk full, read-only folder) removes the temporary
-folder and raises :class:`CacheWriteError` naming the base folder and the OS error.
+folder and raises :class:`CacheWriteError` naming the base folder and the OS error. The folders a killed
+``prepare`` left (``.<key>.tmp-<pid>-<host>-*``) are removed by the next one of the same key once their process has
+ended (:func:`remove_stale_work_folders`).
 
 ``<base>`` is ``$FUSEBENCH_PREPARED`` when set (searched first by readers), else
 ``cache_home() / "prepared"``; ``<key>`` is a hash of (id, resolved root, split, options minus
@@ -64,14 +66,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import glob
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import socket
 import struct
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol
 
@@ -367,6 +372,7 @@ def prepare(
     n = len(dataset)
     if n == 0:
         raise DatasetError(f"{dataset.id}/{dataset.split}: nothing to prepare (0 samples)")
+    remove_stale_work_folders(out)
     if not force and (out / MANIFEST).exists():
         try:
             m = read_manifest(out)
@@ -383,7 +389,7 @@ def prepare(
     made = [d for d in (out.parent, *out.parent.parents) if not d.exists()]  # removed again on failure
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{_owner_tag()}-", dir=out.parent))
         inputs = _collect_inputs(dataset, _hash_memo, progress)
         metas: list[Any] = []
         target_kind: str | None = None
@@ -491,6 +497,80 @@ class CacheWriteError(DatasetError):
         self.errno = os_error.errno
 
 
+#: a work folder of another host (or of a version that did not name its owner) untouched for this long is taken
+#: as left by a killed ``prepare``: no live one goes a day without writing into it (each sample is written)
+STALE_WORK_S = 24 * 3600
+
+
+def _host() -> str:
+    """This host's name as it goes into a work folder's name (letters, digits, '.' and '-')."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64] or "host"
+
+
+def _owner_tag() -> str:
+    """``<pid>-<host>``: the owner a work folder's name records (``.<key>.tmp-<pid>-<host>-<8 random>``, and
+    ``.<key>.old-<pid>-<host>-<8>`` for the cache being replaced), read by :func:`remove_stale_work_folders`."""
+    return f"{os.getpid()}-{_host()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (as ``fusebench.engine.locks.pid_alive``, which this layer
+    may not import)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, OSError):
+        return False
+    return True
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time (s) of ``folder`` and everything in it (0 when it is gone)."""
+    newest = 0.0
+    for p in (folder, *folder.rglob("*")):
+        try:
+            newest = max(newest, p.lstat().st_mtime)
+        except OSError:
+            pass
+    return newest
+
+
+def remove_stale_work_folders(out: Path) -> list[Path]:
+    """Remove the work folders of cache ``out`` that a killed ``prepare`` left beside it, and return them.
+
+    ``prepare`` writes into ``.<key>.tmp-*`` and moves the cache it replaces to ``.<key>.old-*``; both are
+    removed when it ends, even by an exception or Ctrl-C, but not when the process is killed (SIGKILL, the OOM
+    killer, a node lost), and they stayed forever, each as large as the cache. Another ``prepare`` of the same
+    key may be writing its own at the same time, so a folder is removed only when its owner is known to be gone:
+    its name records the owner's pid and host (:func:`_owner_tag`), and a folder of this host whose process has
+    ended is removed; one of another host (whose processes cannot be checked from here), or with a name
+    written before the owner was recorded, is removed once nothing in it was written for :data:`STALE_WORK_S`.
+    """
+    removed = []
+    if not out.parent.is_dir():
+        return removed
+    now = time.time()
+    for kind in ("tmp", "old"):
+        prefix = f".{out.name}.{kind}-"
+        for folder in out.parent.glob(f"{glob.escape(prefix)}*"):
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            m = re.fullmatch(r"(\d+)-(.+)-[a-z0-9_]{8}", folder.name[len(prefix):])
+            host = m.group(2) if m else None
+            if host is not None and (host == _host() or host.split(".")[0] == _host().split(".")[0]):
+                gone = int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1)))
+            else:
+                gone = now - _last_write(folder) > STALE_WORK_S
+            if gone:
+                shutil.rmtree(folder, ignore_errors=True)
+                log.info("prepared cache: removed %s, left by an interrupted prepare", folder)
+                removed.append(folder)
+    return removed
+
+
 def _discard(writers: Iterable[_FieldWriter], tmp: Path | None, made: list[Path] = ()) -> None:
     """Close every writer, remove the temporary folder and the (empty) folders ``made`` for it;
     never raises (cleanup after a failure)."""
@@ -523,7 +603,7 @@ def _install(tmp: Path, out: Path) -> None:
     """Rename the finished ``tmp`` folder to ``out``, replacing an older cache there."""
     old = None
     if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}-{tmp.name[-8:]}"
+        old = out.parent / f".{out.name}.old-{_owner_tag()}-{tmp.name[-8:]}"
         os.replace(out, old)
     try:
         os.replace(tmp, out)
@@ -984,5 +1064,5 @@ def check(folder: str | os.PathLike, progress: bool = False) -> list[str]:
 __all__ = [
     "CacheReader", "CacheWriteError", "cache_dir", "cache_key", "check", "find_cache", "list_caches", "open_cache",
     "prepare",
-    "content_identity", "prepared_bases", "read_manifest", "source_files",
+    "content_identity", "prepared_bases", "read_manifest", "remove_stale_work_folders", "source_files",
 ]

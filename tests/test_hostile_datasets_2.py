@@ -466,7 +466,9 @@ def test_aligned_mmsa_pickle_mask_cuts_every_modality(tmp_path, fixtures_dir):
                 "vision": clip["vision"][None], "regression_labels": np.array([0.4], np.float32),
                 "id": np.array(["0001"])}
         part["text_bert"][0, 1] = mask
-        (tmp_path / "unaligned_50.pkl").write_bytes(pickle.dumps({"train": part, "valid": part, "test": part}))
+        # the clip under another id in valid and test: a clip id in two splits is refused (leakage)
+        splits = {"train": part, "valid": {**part, "id": np.array(["0002"])}, "test": {**part, "id": np.array(["0003"])}}
+        (tmp_path / "unaligned_50.pkl").write_bytes(pickle.dumps(splits))
 
     write([1] * 5 + [0] * 4)
     s = build("mosi", root=tmp_path, use_cache=False)[0]

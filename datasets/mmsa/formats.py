@@ -6,9 +6,11 @@ An MMSA split is a dict of ``text`` [n, T, 768] and/or ``text_bert`` [n, 3, T], 
 optional ``audio_lengths`` / ``vision_lengths`` [n], ``id`` and ``raw_text``. A feature file is one
 clip's dict (``text`` [T, 768], ``text_bert`` [3, T], ``audio`` [T, d_a], ``vision`` [T, d_v]),
 wrapped as a split with n = 1 (:meth:`_PickleFormat._feature_file_split`). Validation
-(:meth:`_PickleFormat._validate_split`): shapes, finite features (``nonfinite``), label ranges,
+(:meth:`_PickleFormat._validate_split`): real numeric dtypes (:func:`_require_real`), values within float32,
+``id`` / ``raw_text`` of one entry per sample, shapes, finite features (``nonfinite``), label ranges,
 lengths in 0..T (:meth:`_PickleFormat._check_lengths`) and one feature dimension per modality across
-the splits of a pickle (:meth:`_PickleFormat._check_dims_across_splits`), feature widths >= 1 and a
+the splits of a pickle (:meth:`_PickleFormat._check_dims_across_splits`), no clip id in two splits
+(:meth:`_PickleFormat._check_ids_across_splits`), feature widths >= 1 and a
 ``text_bert`` attention mask of 0/1 values only (:meth:`_PickleFormat._mask_lengths`; its sum is the
 text length, 0 = text absent).
 
@@ -55,7 +57,33 @@ class _PickleFormat:
         self._arrays = self._validate_split(part, where)
         if self.layout == "mmsa" and self._n > 0:
             self._check_dims_across_splits(obj, path)
+            self._check_ids_across_splits(obj, path)
         return list(range(self._n))
+
+    @staticmethod
+    def _check_ids_across_splits(obj: dict[str, Any], path: Path) -> None:
+        """No clip ``id`` may occur in two splits of an MMSA pickle: its features and label would be trained on
+        and then scored (leakage). Splits without ``id`` are not compared; repeats within one split are left
+        alone. Raises naming the file, both splits and the first ids found in both."""
+        seen: dict[str, str] = {}
+        for split_key in ("train", "valid", "test"):
+            part = obj.get(split_key)
+            ids = part.get("id") if isinstance(part, dict) else None
+            if ids is None:
+                continue
+            both: dict[str, list[str]] = {}
+            for v in np.asarray(ids, dtype=object).reshape(-1):
+                clip = v.decode() if isinstance(v, bytes) else str(v)
+                other = seen.get(clip)
+                if other is not None and other != split_key:
+                    both.setdefault(other, []).append(clip)
+            for other, clips in both.items():
+                shown = ", ".join(repr(c) for c in clips[:5]) + (", ..." if len(clips) > 5 else "")
+                raise DatasetError(f"{path}: {len(clips)} clip id(s) occur in both split [{other}] and split "
+                                   f"[{split_key}] ({shown}); a clip in two splits leaks its features and label "
+                                   "between them: each clip must belong to one split")
+            for v in np.asarray(ids, dtype=object).reshape(-1):
+                seen.setdefault(v.decode() if isinstance(v, bytes) else str(v), split_key)
 
     def _check_dims_across_splits(self, obj: dict[str, Any], path: Path) -> None:
         """Every split of an MMSA pickle must give a modality the same feature dimension."""
@@ -119,6 +147,16 @@ class _PickleFormat:
         if short:
             raise DatasetError(f"{where}: label keys {sorted(short)} have {sorted(set(short.values()))} entries, but "
                                f"'regression_labels' has {n}; every label key holds one value per sample")
+        for key in ("id", "raw_text"):  # a wrong length used to be replaced by indices / "" without a word
+            if part.get(key) is not None:
+                try:
+                    size = len(part[key])
+                except TypeError:
+                    size = None
+                if size != n:
+                    got = f"{size} entries" if size is not None else f"the {type(part[key]).__name__} {part[key]!r:.40}"
+                    raise DatasetError(f"{where}: key {key!r} holds {got}, but 'regression_labels' has {n}; {key!r} "
+                                       "must hold one entry per sample")
         self._n = n
         arrays: dict[str, Any] = {"labels": labels}
         text_key = self.text_field
@@ -147,11 +185,8 @@ class _PickleFormat:
                                    + (" (zero feature width)" if arr.shape[2] == 0 else ""))
             if key == "text_bert":
                 arr = rearrange(arr, "n r t -> n t r")  # [n, 3, T] -> [n, T, 3] (ids, mask, type)
-            try:
-                arr = np.ascontiguousarray(arr, dtype=np.float32)
-            except (TypeError, ValueError) as e:
-                raise DatasetError(f"{where}: key {key!r} must hold numbers, got dtype {arr.dtype} "
-                                   f"({str(e)[:80]})") from None
+            _require_real(arr, f"{where}: key {key!r}")
+            arr = self._as_float32(part, arr, f"{where}: key {key!r}")
             bad = ~np.isfinite(arr).all(axis=(1, 2))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
@@ -200,6 +235,23 @@ class _PickleFormat:
         )
         return arrays
 
+    def _as_float32(self, part: dict[str, Any], arr: np.ndarray, what: str) -> np.ndarray:
+        """A real feature array [n, T, d] as contiguous float32. Finite values beyond float32's range (float64
+        1e300) raise naming the sample: the cast would turn them into Inf, reported as NaN/Inf values that the
+        file does not hold (and that nonfinite='zero' would zero)."""
+        with np.errstate(over="ignore"):
+            out = np.ascontiguousarray(arr, dtype=np.float32)
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
+            over = (np.isfinite(arr) & ~np.isfinite(out)).any(axis=(1, 2))
+            if over.any():
+                i = int(np.flatnonzero(over)[0])
+                big = float(np.abs(arr[i][np.isfinite(arr[i])]).max())
+                raise DatasetError(
+                    f"{what} holds values that overflow float32 (the features are read as float32, largest "
+                    f"±{np.finfo(np.float32).max:.4g}) in {int(over.sum())} samples, first sample {i} (id "
+                    f"{self._id_of(part, i)!r}, magnitude up to {big:g}); rescale the features")
+        return out
+
     @staticmethod
     def _label_array(value: Any, key: str, where: str) -> np.ndarray:
         """Label ``key`` as float32 [n]: one number per sample (a [n], [n, 1] or [1, n] array), else a DatasetError
@@ -207,11 +259,18 @@ class _PickleFormat:
         if value is None:
             raise DatasetError(f"{where}: label {key!r} is None; expected one number per sample (regression scores)")
         try:
-            arr = np.asarray(value, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            kind = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
-            raise DatasetError(f"{where}: label {key!r} must hold one number per sample (regression scores), got "
-                               f"{kind} ({str(e)[:80]})") from None
+            raw = np.asarray(value)
+        except ValueError as e:  # a ragged list
+            raise DatasetError(f"{where}: label {key!r} must hold one number per sample (regression scores), got a "
+                               f"ragged {type(value).__name__} ({str(e)[:80]})") from None
+        _require_real(raw, f"{where}: label {key!r}", "one number per sample (real regression scores)")
+        with np.errstate(over="ignore"):
+            arr = raw.astype(np.float32)
+        over = np.isfinite(raw) & ~np.isfinite(arr)
+        if over.any():
+            i = int(np.flatnonzero(over.reshape(-1))[0])
+            raise DatasetError(f"{where}: label {key!r} holds {raw.reshape(-1)[i]:g} (entry {i}), beyond the float32 "
+                               f"range (±{np.finfo(np.float32).max:.4g}) the labels are read as")
         if arr.ndim == 2 and 1 in arr.shape:
             arr = arr.reshape(-1)
         if arr.ndim != 1:
@@ -277,3 +336,13 @@ class _PickleFormat:
             return str(i)
         v = ids[i]
         return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _require_real(arr: np.ndarray, what: str, expected: str = "real numbers") -> None:
+    """Raise unless ``arr`` has a real numeric (or bool) dtype. Casting did not refuse the others: a complex
+    array lost its imaginary part with only a ComplexWarning, and an array of strings such as '0.5' was parsed
+    as numbers."""
+    if arr.dtype.kind in "biuf":
+        return
+    kind = {"c": "complex", "U": "text", "S": "bytes", "O": "Python objects"}.get(arr.dtype.kind, "non-numeric")
+    raise DatasetError(f"{what} must hold {expected}, got dtype {arr.dtype} ({kind} values)")

@@ -3,7 +3,7 @@ read with h5py.
 
 In v7.3 files cells are object references into ``#refs#`` and every matrix is stored transposed
 (:func:`_h5_matrix` turns it back into MATLAB's orientation); sparse matrices are groups holding
-``data`` / ``ir`` / ``jc``. Both list the file's variables first (``whosmat`` / the HDF5 keys) for
+``data`` / ``ir`` / ``jc``. Every sparse matrix of either format is checked (:func:`check_sparse`) before use. Both list the file's variables first (``whosmat`` / the HDF5 keys) for
 :func:`.layouts.find_layout`, then read only the variables of the layout found (a label cell is reduced
 to its one label vector, checked identical). :func:`read_mat` returns the raw views and labels as stored
 (one block, or the shipped train and test blocks) and keeps the
@@ -54,6 +54,65 @@ def _deref(f: Any, ref: Any, where: str) -> Any:
                            "(damaged file?)") from None
 
 
+def _sparse_index(obj: Any, where: str) -> np.ndarray:
+    """A v7.3 sparse matrix's ``ir`` or ``jc`` as int64 (MATLAB writes uint64); an integer above int64's range
+    (which ``astype`` would wrap to a negative number) or a non-integer dtype raises naming ``where``."""
+    raw = np.asarray(obj[()]).ravel()
+    if raw.dtype.kind not in "iu":
+        raise DatasetError(f"{where} is of HDF5 dtype {raw.dtype}; expected integer indices")
+    if raw.dtype.kind == "u" and raw.size and int(raw.max()) > np.iinfo(np.int64).max:
+        raise DatasetError(f"{where} holds the index {int(raw.max())}, beyond any matrix's size")
+    return raw.astype(np.int64)
+
+
+def check_sparse(jc: np.ndarray, ir: np.ndarray, n_data: int, n_rows: int, n_cols: int, where: str) -> None:
+    """Raise :class:`DatasetError` naming ``where`` unless (``jc``, ``ir``, data) is a well-formed MATLAB (CSC)
+    sparse matrix of ``n_rows`` x ``n_cols``.
+
+    MATLAB stores column j's nonzeros at positions ``jc[j] .. jc[j+1] - 1`` of ``ir`` (their rows, 0-based) and
+    of the data, so ``jc`` must hold ``n_cols + 1`` non-decreasing entries from 0 to the number of nonzeros,
+    ``ir`` and the data one entry per nonzero, and every row index must lie in ``0 .. n_rows - 1``. scipy does
+    not check the indices when it builds the matrix (neither ``loadmat`` nor ``csc_matrix``): a row index past
+    the end or a column pointer past the nonzeros made ``toarray()`` write or read outside its buffers (a
+    segfault, or values silently lost), and a pointer short of the nonzeros dropped data without a word.
+    """
+    problem = None
+    if n_rows < 0:
+        problem = f"a negative row count {n_rows}"
+    elif jc.size != n_cols + 1:
+        problem = f"{jc.size} column pointers (jc) for {n_cols} columns; expected {n_cols + 1}"
+    elif jc[0] != 0:
+        problem = f"the first column pointer (jc) is {int(jc[0])}; expected 0"
+    elif (np.diff(jc) < 0).any():
+        j = int(np.flatnonzero(np.diff(jc) < 0)[0])
+        problem = (f"the column pointers (jc) decrease at column {j + 1} ({int(jc[j])} then {int(jc[j + 1])}); "
+                   "expected a non-decreasing sequence")
+    elif not int(jc[-1]) == ir.size == n_data:
+        problem = (f"the last column pointer (jc) says {int(jc[-1])} nonzeros, the row indices (ir) hold "
+                   f"{ir.size} and the data {n_data}; expected all three equal")
+    elif ir.size and (int(ir.min()) < 0 or int(ir.max()) >= n_rows):
+        bad = np.flatnonzero((ir < 0) | (ir >= n_rows))
+        problem = (f"{bad.size} row index(es) (ir) outside 0..{n_rows - 1} (the first: {int(ir[bad[0]])} at "
+                   f"nonzero {int(bad[0]) + 1})")
+    if problem is not None:
+        raise DatasetError(f"{where}: malformed sparse matrix ({n_rows} x {n_cols}): {problem}; the file is damaged "
+                           "or was not written by MATLAB / scipy.io")
+
+
+def _check_v5_sparse(value: Any, where: str) -> None:
+    """:func:`check_sparse` on a sparse matrix ``scipy.io.loadmat`` returned (also inside a cell), and refuse a
+    complex one (only real views are supported)."""
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        for i, entry in enumerate(value.ravel(order="F")):  # MATLAB's (column-major) cell order
+            _check_v5_sparse(entry, f"{where}{{{i + 1}}}")
+    elif sp.issparse(value):
+        m = value.tocsc(copy=False) if value.format != "csc" else value
+        if np.iscomplexobj(m.data):
+            raise DatasetError(f"{where} is a complex sparse matrix; only real views are supported")
+        check_sparse(np.asarray(m.indptr, np.int64), np.asarray(m.indices, np.int64), m.data.size, m.shape[0],
+                     m.shape[1], where)
+
+
 def _h5_matrix(f: Any, obj: Any, where: str) -> Any:
     """One MATLAB v7.3 matrix in MATLAB's orientation (h5py stores the transpose)."""
     import h5py
@@ -62,10 +121,18 @@ def _h5_matrix(f: Any, obj: Any, where: str) -> Any:
         if "MATLAB_sparse" not in obj.attrs or "jc" not in obj or "ir" not in obj:
             raise DatasetError(f"{where} is a MATLAB {obj.attrs.get('MATLAB_class', b'?')!r} group, not a numeric "
                                "(dense or sparse) matrix")
-        n_rows = int(obj.attrs["MATLAB_sparse"])
-        jc = np.asarray(obj["jc"][()]).astype(np.int64).ravel()
-        ir = np.asarray(obj["ir"][()]).astype(np.int64).ravel()
-        data = np.asarray(obj["data"][()]).ravel() if "data" in obj else np.ones(ir.size)
+        n_rows = int(np.asarray(obj.attrs["MATLAB_sparse"]).ravel()[0])
+        jc, ir = (_sparse_index(obj[k], f"{where} ({k})") for k in ("jc", "ir"))
+        if "data" in obj:  # a logical sparse matrix stores no data: its nonzeros are true
+            data = np.asarray(obj["data"][()])
+            if data.dtype.names:  # MATLAB complex: compound (real, imag)
+                raise DatasetError(f"{where} is a complex sparse matrix; only real views are supported")
+            if data.dtype.kind not in "biuf":
+                raise DatasetError(f"{where}: the sparse matrix's data is of HDF5 dtype {data.dtype}; expected numbers")
+            data = data.ravel()
+        else:
+            data = np.ones(ir.size)
+        check_sparse(jc, ir, data.size, n_rows, max(jc.size - 1, 0), where)
         return sp.csc_matrix((data.astype(np.float64), ir, jc), shape=(n_rows, jc.size - 1))
     if _is_ref(obj.dtype):
         return np.asarray(obj[()], dtype=object)  # a cell: caller resolves the references
@@ -184,10 +251,24 @@ def _check_v5_complete(path: Path) -> None:
             pos, index = end, index + 1
 
 
+def _failing_variable(path: Path, names: tuple[str, ...] | list[str]) -> str | None:
+    """The first of ``names`` that ``scipy.io.loadmat`` cannot read alone (to name it when reading them all
+    failed); None when each reads alone."""
+    import scipy.io
+
+    for name in names:
+        try:
+            scipy.io.loadmat(str(path), variable_names=[name])
+        except Exception:
+            return name
+    return None
+
+
 def _read_v5(path: Path, x_key: Any, y_key: Any) -> tuple[Layout, dict[str, Any]]:
     import scipy.io
 
     _check_v5_complete(path)
+    layout = None
     try:
         listing = {name: (tuple(shape), cls) for name, shape, cls in scipy.io.whosmat(str(path))}
         layout = find_layout(path, listing, x_key, y_key)
@@ -195,12 +276,21 @@ def _read_v5(path: Path, x_key: Any, y_key: Any) -> tuple[Layout, dict[str, Any]
     except DatasetError:
         raise
     except Exception as e:  # scipy raises ValueError / TypeError / struct errors on non-.mat bytes
-        raise DatasetError(f"{path}: not a readable MATLAB .mat file (v4/v5/v7 or v7.3): "
+        culprit = _failing_variable(path, layout.variables()) if layout is not None else None
+        if culprit is not None and isinstance(e, ValueError) and ("index pointer" in str(e) or "indices" in str(e)):
+            # loadmat builds a sparse matrix with csc_matrix, which checks the sizes of jc / ir / data (not the
+            # index values: those are checked by _check_v5_sparse below)
+            raise DatasetError(f"{path}: {culprit}: malformed sparse matrix: {e} (its column pointers jc, row "
+                               "indices ir and data disagree); the file is damaged or was not written by MATLAB / "
+                               "scipy.io") from None
+        where = f" (variable {culprit!r})" if culprit is not None else ""
+        raise DatasetError(f"{path}: not a readable MATLAB .mat file (v4/v5/v7 or v7.3){where}: "
                            f"{type(e).__name__}: {e}") from None
     for key in layout.variables():  # scipy warns and returns "Read error: ..." for a variable it cannot decode
         if isinstance(m.get(key), str) and m[key].startswith("Read error"):
             raise DatasetError(f"{path}: variable {key!r} is damaged and cannot be read ({m[key]}); re-download "
                                "or re-export the file")
+        _check_v5_sparse(m[key], f"{path}: {key}")
     return layout, {k: m[k] for k in layout.variables()}
 
 

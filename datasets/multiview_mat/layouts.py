@@ -232,12 +232,18 @@ def label_cell(cell: np.ndarray, path: Path, name: str) -> np.ndarray:
 
 
 def label_vector(y: Any, path: Path, y_key: str = "Y") -> np.ndarray:
-    """A MATLAB label array (N-by-1 or 1-by-N, dense or sparse, numeric) as a 1-D array, values as stored."""
+    """A MATLAB label array (N-by-1 or 1-by-N, dense or sparse, real numeric) as a 1-D array, values as stored.
+
+    A complex array is refused: ``np.number`` includes the complex types, which were accepted as classes (and
+    their values recorded as complex label values) although no class label is complex."""
     if sp.issparse(y):
         y = y.toarray()
     y = np.asarray(y)
     if y.dtype == object or not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
         raise DatasetError(f"{path}: {y_key} must be a numeric label vector, got dtype {y.dtype}")
+    if np.iscomplexobj(y):
+        raise DatasetError(f"{path}: {y_key} is complex ({y.dtype}); class labels must be real numbers (integers, or "
+                           "integral floats such as 1.0, 2.0)")
     if y.ndim > 2 or (y.ndim == 2 and min(y.shape) > 1):
         raise DatasetError(f"{path}: {y_key} must be an N-by-1 or 1-by-N label vector, got shape {y.shape}")
     return y.ravel()

@@ -198,10 +198,15 @@ class _LayoutIndex:
         return [_Frame(pos=i, frame=ids[i] if ids[i] > 0 else -1, folder=folder) for i in positions]
 
     def source_files(self) -> list[Path]:
-        """The input files the samples of this split depend on (for the prepared-cache manifest)."""
+        """The input files the samples of this split depend on (for the prepared-cache manifest).
+
+        MTAN: the split's npy files, and ``splits.mat`` where one lies beside them (:meth:`_index_mtan` reads the
+        frame numbers of ``meta["frame"]`` from it, so a changed ``splits.mat`` makes a prepared cache stale)."""
         if self.layout == "mtan":
             base = self.root / ("val" if self.split == "test" else "train")
-            return sorted(p for sub in _MTAN_FOLDERS if (base / sub).is_dir() for p in (base / sub).glob("*.npy"))
+            files = sorted(p for sub in _MTAN_FOLDERS if (base / sub).is_dir() for p in (base / sub).glob("*.npy"))
+            splits = _find(self.root, SPLITS_MAT)
+            return files + ([splits] if splits is not None else [])
         files = [p for p in (_find(self.root, n) for n in (SPLITS_MAT, MAP40_MAT, MAP13_MAT)) if p is not None]
         if self._mat_path.is_file():
             files.append(self._mat_path)

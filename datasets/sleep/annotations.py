@@ -165,7 +165,10 @@ def stage_epochs(onsets: np.ndarray, durations: np.ndarray, descriptions: Sequen
 
     An epoch takes an annotation's stage when the annotation covers it entirely; epochs covered by
     none (or by a dropped description: ``Movement time``, ``Sleep stage ?``) are -1. Annotations
-    beyond the grid are clipped away. A description outside :data:`STAGE_MAP` (e.g. a damaged
+    beyond the grid are clipped away. An epoch covered entirely by two annotations of different stage
+    ids (Movement time and ``?`` count as -1; R&K stages 3 and 4 both as N3) raises
+    :class:`DatasetError` naming ``source`` and both annotations (onset, duration, description): the
+    last one used to win silently. Overlaps that agree are kept (the official hypnograms have none). A description outside :data:`STAGE_MAP` (e.g. a damaged
     ``Sleep stafe W``) raises :class:`DatasetError` naming ``source`` and the text, wherever it lies
     in the night; ``unknown_stages="skip"`` drops its epochs with a warning instead.
     Shape: -> [n_epochs] int64.
@@ -185,13 +188,27 @@ def stage_epochs(onsets: np.ndarray, durations: np.ndarray, descriptions: Sequen
             "The file may be damaged or not a Sleep-EDF hypnogram; pass the option unknown_stages='skip' "
             "(--set dataset.options.unknown_stages=skip) to drop the epochs of unknown descriptions instead")
     labels = np.full(n_epochs, -1, dtype=np.int64)
-    for onset, dur, desc in zip(onsets, durations, descriptions):
+    owner = np.full(n_epochs, -1, dtype=np.int64)  # the annotation that scored each epoch (-1: none)
+    for a, (onset, dur, desc) in enumerate(zip(onsets, durations, descriptions)):
         if desc not in STAGE_MAP:
             continue
         k0 = max(0, int(math.ceil(onset / epoch_s - 1e-6)))
         k1 = min(n_epochs, int(math.floor((onset + dur) / epoch_s + 1e-6)))
-        if k1 > k0:
-            labels[k0:k1] = STAGE_MAP[desc]
+        if k1 <= k0:
+            continue
+        stage = STAGE_MAP[desc]
+        clash = np.flatnonzero((owner[k0:k1] >= 0) & (labels[k0:k1] != stage))
+        if clash.size:
+            b, k = int(owner[k0 + clash[0]]), k0 + int(clash[0])
+            n_both = int(((owner[k0:k1] == b) & (labels[k0:k1] != stage)).sum())
+            ann = [f"onset {float(onsets[i]):g} s, duration {float(durations[i]):g} s, {descriptions[i]!r}"
+                   for i in (b, a)]
+            raise DatasetError(
+                f"{source or 'hypnogram'}: overlapping annotations give {n_both} epoch(s) two different stages, "
+                f"first epoch {k} ({k * epoch_s:g}..{(k + 1) * epoch_s:g} s): the annotation at {ann[0]} and the one "
+                f"at {ann[1]}; each epoch must have one stage (the file is damaged or was edited)")
+        labels[k0:k1] = stage
+        owner[k0:k1] = a
     if unknown:
         log.warning("%s: unknown_stages='skip': dropped the epochs of unknown hypnogram descriptions %s", source,
                     sorted(unknown))

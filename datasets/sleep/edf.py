@@ -18,7 +18,7 @@ import logging
 import math
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -49,7 +49,9 @@ def read_edf_header(path: Path) -> dict[str, Any]:
     silently read them as data). Raises :class:`DatasetError` naming the file and the field.
 
     Every signal's physical range must be finite and non-empty and its digital range integer with
-    minimum < maximum (:func:`_signal_scales`).
+    minimum < maximum (:func:`_signal_scales`). A record duration of 0 is accepted only in a file of
+    'EDF Annotations' signals alone (an EDF+ hypnogram), as the EDF+ spec says: it would give the
+    other signals an infinite sampling rate.
 
     Returns: start (datetime), n_records, record_s, n_signals, header_bytes, record_bytes, reserved,
     labels [ns], spr [ns] (samples per record), file_bytes, pmin / pmax / dmin / dmax [ns].
@@ -106,6 +108,11 @@ def read_edf_header(path: Path) -> dict[str, Any]:
         raise bad(f"non-numeric samples-per-record field ({e})") from e
     if min(spr) < 1:
         raise bad(f"samples per record {spr} must all be >= 1")
+    signals = [lab for lab in fields["label"] if lab != "EDF Annotations"]
+    if record_s == 0 and signals:  # the EDF+ spec allows records of 0 s only in a file without ordinary signals
+        raise bad(f"the record duration (bytes 244-252) is 0 s, but the file holds the signals {signals[:8]}"
+                  f"{' ...' if len(signals) > 8 else ''}, whose sampling rates (samples per record / record "
+                  "duration) it makes infinite; only an EDF+ file of annotations alone may have records of 0 s")
     scale = _signal_scales(fields, bad)
     record_bytes = 2 * sum(spr)
     data_bytes = size - header_bytes
@@ -172,15 +179,43 @@ def _edf_start(path: Path) -> _dt.datetime:
     return read_edf_header(path)["start"]
 
 
-def read_edf_channels(path: Path, labels: Sequence[str], sfreq_hz: float) -> tuple[np.ndarray, float]:
+def check_native_rates(path: Path, hdr: dict[str, Any], native_hz: Mapping[str, float]) -> None:
+    """Raise :class:`DatasetError` unless each channel of ``native_hz`` that the EDF holds is stored at that
+    rate: samples per record / record duration (``hdr`` from :func:`read_edf_header`).
+
+    The rate is never stored in an EDF, only derived, so a wrong record duration (header bytes 244-252) or
+    samples-per-record field reads the signal at the wrong rate, and the resampling to ``sfreq_hz`` then
+    silently stretches or squeezes it (a record duration of 15 instead of 30 s put 60 s of EEG into each 30-s
+    epoch). Channels missing from the file are left to the reader, which names them.
+    """
+    record_s = float(hdr["record_s"])
+    for label, want in native_hz.items():
+        if label not in hdr["labels"]:
+            continue
+        spr = int(hdr["spr"][hdr["labels"].index(label)])
+        rate = spr / record_s if record_s > 0 else math.inf
+        if not math.isclose(rate, want, rel_tol=1e-6):
+            raise DatasetError(
+                f"{path}: channel {label!r} is stored at {rate:g} Hz ({spr} samples per {record_s:g}-s data "
+                f"record), expected {want:g} Hz (the rate the dataset records it at); the header's record duration "
+                "(bytes 244-252) or the channel's samples-per-record field is wrong (a damaged or edited file)")
+
+
+def read_edf_channels(path: Path, labels: Sequence[str], sfreq_hz: float,
+                      native_hz: Mapping[str, float] | None = None) -> tuple[np.ndarray, float]:
     """Channels ``labels`` of an EDF in microvolts resampled to ``sfreq_hz``.
+
+    ``native_hz``: the rate each named channel must be stored at (:func:`check_native_rates`), checked before
+    any sample is read.
 
     Shape: -> [C, n_samples] float32; also returns the native (mne) sampling rate. A channel with a
     non-finite value after scaling (e.g. a physical range too wide for float32) raises naming it.
     """
     import mne
 
-    _edf_start(path)
+    hdr = read_edf_header(path)
+    if native_hz:
+        check_native_rates(path, hdr, native_hz)
     try:
         raw = mne.io.read_raw_edf(path, preload=False, verbose="error")
     except Exception as e:  # mne raises many kinds on a corrupt file

@@ -19,7 +19,7 @@ from .. import DATASETS
 from ..base import DataFile, DatasetError, Modality, SyntheticSpec
 from .annotations import EPOCH_S, UNKNOWN_STAGES, read_hypnogram, stage_epochs
 from .dataset import _SleepDataset
-from .edf import _edf_start, read_edf_channels, write_edf
+from .edf import _edf_start, check_native_rates, read_edf_channels, read_edf_header, write_edf
 from .layouts import _NAME_RE
 from .synthetic import synth_eeg, synth_hypnogram
 
@@ -36,6 +36,9 @@ class SleepEDF(_SleepDataset):
     #: the files of a recording a prepared cache depends on (keys of a recording's index entry)
     SOURCE_KEYS = ("psg", "hyp")
     CHANNELS = ("EEG Fpz-Cz", "EEG Pz-Oz")
+    #: the rate Sleep-EDF stores each channel read at (PhysioNet's description of sleep-edfx: EEG and EOG at 100 Hz;
+    #: the 1 Hz channels are not read): checked against each PSG's header (:func:`.edf.check_native_rates`)
+    NATIVE_HZ = {"EEG Fpz-Cz": 100.0, "EEG Pz-Oz": 100.0}
     MODALITIES = (
         Modality("fpz_cz", "signal", 1, description="EEG Fpz-Cz, µV"),
         Modality("pz_oz", "signal", 1, description="EEG Pz-Oz, µV"),
@@ -104,8 +107,9 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
     def _epoch_labels(self, rec: dict[str, Any]) -> np.ndarray:
         import mne
 
-        start_psg = _edf_start(rec["psg"])
-        start_hyp = _edf_start(rec["hyp"])
+        hdr = read_edf_header(rec["psg"])
+        check_native_rates(rec["psg"], hdr, {c: self.NATIVE_HZ[c] for c in self._labels})
+        start_psg, start_hyp = hdr["start"], _edf_start(rec["hyp"])
         try:
             raw = mne.io.read_raw_edf(rec["psg"], preload=False, verbose="error")
         except Exception as e:
@@ -116,7 +120,8 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
         return stage_epochs(onset, dur, desc, n_epochs, source=str(rec["hyp"]), unknown_stages=self._unknown_stages())
 
     def _read_signals(self, rec: dict[str, Any]) -> np.ndarray:
-        return read_edf_channels(rec["psg"], self._labels, self.sfreq_hz)[0]
+        return read_edf_channels(rec["psg"], self._labels, self.sfreq_hz,
+                                 native_hz={c: self.NATIVE_HZ[c] for c in self._labels})[0]
 
     @classmethod
     def write_synthetic(cls, root: Path, spec: SyntheticSpec) -> None:
