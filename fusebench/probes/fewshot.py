@@ -76,7 +76,8 @@ def fewshot_indices(y: np.ndarray, s: int, draws: int, seed: int, num_classes: i
     if short:
         c, have = short[0]
         raise ValueError(f"probe_and_cluster: fewshot_shots asks for s = {s} train samples per class, but class "
-                         f"{c} has only {have} (classes short of samples: {[c for c, _ in short]})")
+                         f"{c} has only {have} (classes short of samples: {[c for c, _ in short]}); drop {s} from "
+                         f"options.embedding_eval.fewshot_shots (and fs{s}_* from metrics) for this dataset")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(s)]))
     out = np.empty((draws, num_classes * s), dtype=np.int64)
     for j in range(draws):
