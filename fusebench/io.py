@@ -30,11 +30,12 @@ import numbers
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "canonical_json",
-           "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "sha256_hex", "strict_json",
+           "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "sha256_hex", "strict_json",
            "write_if_changed"]
 
 
@@ -152,12 +153,32 @@ def _disk_full(error: BaseException, folder: Path) -> bool:
         return False
 
 
-def remove_stale_temps(path: str | os.PathLike) -> None:
+def remove_stale_temps(path: str | os.PathLike, older_than: float | None = None) -> None:
     """Remove the temporary files an :func:`atomic_write` of ``path`` killed in the middle of its write left beside
-    it (``.<name>.*.tmp``). Call it only where no live writer of ``path`` can exist (e.g. under the cell's lock)."""
+    it (``.<name>.*.tmp``). Call it only where no live writer of ``path`` can exist (e.g. under the cell's lock), or
+    pass ``older_than`` (seconds): then only a temporary file last modified that long ago or earlier is removed. A
+    live write's file is modified as it is written and renamed away once whole, so where every write of ``path``
+    takes far less than ``older_than`` (a board, a plot) a concurrent writer's file is never touched."""
     path = Path(path)
+    now = time.time()
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if older_than is not None:
+            try:
+                if now - tmp.stat().st_mtime < older_than:
+                    continue
+            except FileNotFoundError:  # renamed or removed meanwhile
+                continue
         tmp.unlink(missing_ok=True)
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` as a message shows it: as it is when every character prints, else Python's quoted ``repr`` of it,
+    so a control character (a newline, an escape sequence) or a bidirectional-text control (U+202E, which reverses
+    the text after it) in a file name reaches a terminal or a log escaped (``'runs/a\\x1b[2J/run.json'``),
+    never raw. Ordinary paths (non-ASCII letters included) print as before."""
+    text = os.fspath(path)
+    text = text if isinstance(text, str) else os.fsdecode(text)
+    return text if text.isprintable() else repr(text)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fusebench.io import shown_path
 from fusebench.records import RunRecord, duplicate_runs, find_records, load_record
 
 FIXED = ("benchmark", "objective", "seed", "key")
@@ -41,13 +42,15 @@ def read_records(runs_dir: str | os.PathLike) -> list[RunRecord]:
     """Every record under ``runs_dir``, validated; a ValueError when the folder does not exist."""
     root = Path(runs_dir)
     if not root.is_dir():
-        raise ValueError(f"runs folder {root} does not exist (a folder of run.json files, e.g. leaderboards/runs)")
+        raise ValueError(f"runs folder {shown_path(root)} does not exist (a folder of run.json files, e.g. "
+                         "leaderboards/runs)")
     records = [load_record(p) for p in find_records(root)]
     twice = duplicate_runs(records)  # as the board: each (objective, seed) of one comparable group once
     if twice is not None:
         other, r = twice
         raise ValueError(f"duplicate runs of benchmark {r.benchmark!r}, objective {r.objective!r}, seed {r.seed}: "
-                         f"{other.path} and {r.path} (a per-seed table counts each (objective, seed) once; remove one)")
+                         f"{shown_path(other.path)} and {shown_path(r.path)} (a per-seed table counts each (objective, "
+                         f"seed) once; remove one)")
     return records
 
 

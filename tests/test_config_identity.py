@@ -259,12 +259,18 @@ def test_the_board_shows_the_current_spec_comparison_without_a_rerun(tmp_path: P
     assert "`raw` (the standardised input views; the default reference)" in md
 
 
-def test_without_its_spec_the_board_takes_the_newest_record_comparison(tmp_path: Path, monkeypatch) -> None:
+def test_without_its_spec_records_disagreeing_on_the_comparison_are_refused(tmp_path: Path, monkeypatch) -> None:
     runs = _toy_runs(tmp_path / "runs")
     monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(tmp_path / "none-here"))
-    # before: "runs of one table disagree on how to compare the rows"
+    # the newest record (beta seed 2) names another reference than the other eight: no spec says which is right
+    beta2 = runs / "toycmp" / "beta" / "seed2" / "run.json"
+    with pytest.raises(ValueError, match=re.escape(f'{{"primary":"acc","reference":"beta"}} in {beta2}. Install the '
+                                                   "benchmark's spec")):
+        benchmark_table("toycmp", load_runs(runs)["toycmp"])
+    beta2.unlink()  # the runs agree: the board takes their comparison, and says where it came from
     md = benchmark_table("toycmp", load_runs(runs)["toycmp"])
-    assert "Reference row of the tests: `beta`, set by the benchmark." in md and "Δ acc vs `beta`" in md
+    assert ("Reference row of the tests: `raw`, set by the run records' `comparison` (no spec of this benchmark is "
+            "installed).") in md and "Δ acc vs `raw`" in md
 
 
 # ---------------------------------------------------------------------------------------------

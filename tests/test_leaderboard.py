@@ -107,7 +107,7 @@ def test_table_cells_by_hand(runs: Path) -> None:
     # no budget recorded: dashes; cost columns: mean pretraining time (10 + seed over seeds 0..2) = 11.0
     assert rows["`alpha`"][6:] == ["—", "—", "11.0", "100"]
     assert "Primary metric: `acc` (chosen because accuracy is what the toy task is scored by). Reference row of " \
-           "the tests: `alpha`, set by the benchmark." in md
+           "the tests: `alpha`, set by the run records' `comparison` (no spec of this benchmark is installed)." in md
     assert "Holm-adjusted over the 1 row(s) tested" in md
     assert "- not tested (fewer than 2 seeds shared with `alpha`): `gamma`" in md
     assert "Pretraining budget: not recorded in these runs" in md
@@ -663,15 +663,16 @@ def test_reference_falls_back_to_none_and_a_missing_named_reference_is_said(tmp_
     assert "No tests: the runs name `zeta` as the reference row, but it has no runs in this table." in md
 
 
-def test_records_disagreeing_on_the_comparison_take_the_newest(tmp_path: Path) -> None:
-    # no spec named toy: the newest record's copy of the comparison (issue #29; the spec's when it is found,
-    # tests/test_config_identity.py)
+def test_records_disagreeing_on_the_comparison_are_refused(tmp_path: Path) -> None:
+    # no spec named toy (the spec's comparison wins when it is found, tests/test_config_identity.py): the records'
+    # copies must agree, else one record (the newest, before) would set the reference row of the whole board
     runs = _ref_runs(tmp_path / "runs", {"raw": [0.9], "alpha": [0.5], "none": [0.3]}, comparison={"reference": "raw"},
                      finished_at="2026-01-01T00:00:00+00:00")
     rec = _record("beta", 0, {"acc": 0.5, "mae": 0.5}, synthetic=False, comparison={"reference": "none"},
                   finished_at="2026-01-02T00:00:00+00:00")
     path = _write(runs, rec)
-    assert "Reference row of the tests: `none`, set by the benchmark." in benchmark_table("toy", load_runs(runs)["toy"])
+    with pytest.raises(ValueError, match=re.escape(f'/raw/seed0/run.json; {{"reference":"none"}} in {path}. Install')):
+        benchmark_table("toy", load_runs(runs)["toy"])
     rec["comparison"] = "raw"
     path.write_text(json.dumps(rec))
     with pytest.raises(RecordError, match=re.escape(f"{path}: field 'comparison': expected a mapping")):

@@ -223,7 +223,8 @@ def test_board_says_which_source_set_the_comparison(tmp_path: Path) -> None:
         return render_board(BENCH, [make_view(BENCH, recs)], [], [None], [None], [None])
 
     md = board(_cmp_runs(tmp_path / "a", {"reference": "alpha", "primary": "acc", "why": "toy"}))
-    assert "copied into the newest run record (no spec of this benchmark is installed)" in _protocol_line(md)
+    assert ("copied into the run records, the same in every record that has one (no spec of this benchmark is "
+            "installed)") in _protocol_line(md)
     md = board(_cmp_runs(tmp_path / "b", None))
     assert "neither the benchmark's spec nor the run records have a `comparison`" in _protocol_line(md)
     (tmp_path / "specs" / f"{BENCH}.yaml").write_text(SPEC)  # the spec overrides the records' copy

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fusebench
-from fusebench.components.identity import spec_hash
+from fusebench.components.identity import config_hash, spec_hash
 from fusebench import benchmarks
 from fusebench.records import comparability_key, validate_record, RecordError
 from fusebench.metrics import values_of
@@ -172,7 +172,9 @@ def test_an_edited_precision_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match=r"field 'precision': expected '32', the precision in config"):
         validate_record(old, "run.json")
     bad_cfg = {**a, "config": {**a["config"], "precision": "fp8"}}
-    bad_cfg.pop("hash_schema", None)  # (else the stored hash no longer matching the config is found first)
+    # rehashed (else the stored hash no longer matching the config is found first; a schema-4 record must state
+    # its hash schema, so the check cannot be switched off by leaving it out)
+    bad_cfg["config_hash"] = config_hash(bad_cfg["config"], bad_cfg["objective"], bad_cfg["hash_schema"])
     with pytest.raises(RecordError, match=r"config\.precision"):
         validate_record(bad_cfg, "run.json")
 

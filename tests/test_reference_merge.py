@@ -109,7 +109,8 @@ def test_board_merges_identical_reference_rows_and_keeps_both_clusterings(tmp_pa
     assert merged[1] == "32.00 ± 2.00 (3); `raw_balanced`: 42.00 ± 2.65 (3)"
     assert merged[2] == "10.00 ± 0.00 (3); `raw_balanced`: 10.00 ± 0.00 (3)"  # nmi is a k-means metric too
     # the named reference raw_balanced is shown as its row; the tests' family: m3g and raw_l2 only
-    assert "Reference row of the tests: `raw_balanced`, set by the benchmark (shown as `raw`)" in md
+    assert ("Reference row of the tests: `raw_balanced` (shown as `raw`), set by the run records' `comparison` (no "
+            "spec of this benchmark is installed).") in md
     assert "Holm-adjusted over the 2 row(s) tested" in md
     assert ("- `raw_balanced` gives the same features as `raw` for every probe: identical probe numbers on every "
             "shared seed. k-means clusters them differently") in md

@@ -4,11 +4,13 @@ markdown-safe text). Shared by the table, the published rows, the index and the 
 
 from __future__ import annotations
 
+import html
 import math
 import re
 import sys
 from dataclasses import dataclass
 
+from fusebench.io import shown_path
 from fusebench.records import RecordError, RunRecord
 
 
@@ -51,8 +53,8 @@ def metric_info(metric: str, recs: list[RunRecord]) -> MetricInfo:
         return MetricInfo(metric, reg["unit"], reg["direction"])
     if len(set(stated.values())) > 1:
         first = {d: p for p, d in sorted(stated.items(), reverse=True)}
-        raise ValueError(f"metric {metric!r} has direction 'higher' in {first['higher']} but 'lower' in "
-                         f"{first['lower']}")
+        raise ValueError(f"metric {metric!r} has direction 'higher' in {shown_path(first['higher'])} but 'lower' in "
+                         f"{shown_path(first['lower'])}")
     return MetricInfo(metric, "raw", next(iter(stated.values()), None))
 
 
@@ -79,9 +81,10 @@ def shown_bound(x: float, up: bool = False, digits: int = 3) -> str:
 def fmt_value(unit: str, v: float) -> str:
     """A value in the column's display units: fractions x100 with 2 decimals, others with 4 (in scientific notation
     from 1e9 on: a value near the float limit would print 300 digits); a statistic beyond the float range (the std of
-    values near the limit) as the bound it exceeds."""
+    values near the limit) as the bound it exceeds; -0.0 as 0."""
     if not math.isfinite(v):
         return "nan" if math.isnan(v) else f"{'>' if v > 0 else '<'} {math.copysign(sys.float_info.max, v):.1e}"
+    v += 0.0  # -0.0 (a record's value) shows as 0.00, not -0.00
     if unit == "fraction":
         return f"{100 * v:.2f}"
     return f"{v:.4f}" if abs(v) < 1e9 else f"{v:.4e}"
@@ -138,6 +141,15 @@ _MD_ESCAPES = {c: "\\" + c for c in "\\`*[]|~$"} | {"&": "&amp;", "<": "&lt;", "
 #: C0 control characters other than whitespace, and DEL: shown as U+FFFD (never a NUL in a board; the HTML
 #: page keys its hooks with one, :func:`fusebench.leaderboard.html.render_board_page`)
 _MD_ESCAPES |= {chr(c): "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F]}
+#: the Unicode bidirectional-text controls (embeddings, overrides, isolates, the implicit marks): one in a record's
+#: text reorders what follows it on the page (U+202E shows "txt.exe" as "exe.txt"); every board format shows each as
+#: a visible escape ``\u202e`` instead (:func:`no_bidi`)
+BIDI_CONTROLS = ("\u061c\u200e\u200f" + "".join(map(chr, range(0x202A, 0x202F)))
+                 + "".join(map(chr, range(0x2066, 0x206A))))
+_BIDI_ESCAPES = {c: f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
+_BIDI_TABLE = str.maketrans(_BIDI_ESCAPES)
+#: in markdown with its backslash escaped, as a record's own backslash is: ``\\u202e`` shows ``\u202e``
+_MD_ESCAPES |= {c: "\\" + e for c, e in _BIDI_ESCAPES.items()}
 _MD_TABLE = str.maketrans(_MD_ESCAPES)
 #: an underscore that can open or close emphasis: not between two letters or digits (CommonMark: an
 #: intraword ``_``, as in ``tuple_infonce``, never does)
@@ -155,10 +167,22 @@ def md_text(text: object) -> str:
     with a backslash (``_`` where it could delimit emphasis, not inside a word), ``&``, ``<`` and ``>``
     become HTML entities, and a marker that would start a block at the start of the text (``#``, ``-``,
     ``+``, ``=`` followed by a space, ``1.``) is escaped; safe inside a table cell (``|`` escaped) and
-    never a heading, a tag or an HTML comment. The one escaping helper of every text a board or the
-    index renders from records."""
+    never a heading, a tag or an HTML comment; a bidirectional-text control (:data:`BIDI_CONTROLS`) shows as its
+    escape (``\\u202e``), never reordering the text after it. The one escaping helper of every text a board or
+    the index renders from records."""
     text = _MD_UNDERSCORE.sub(r"\\_", " ".join(str(text).split()).translate(_MD_TABLE))
     return _MD_BLOCK_START.sub(lambda m: f"\\{m[1]}" if m[1] else f"{m[2]}\\{m[3]}", text)
+
+
+def no_bidi(text: object) -> str:
+    """``text`` with each of :data:`BIDI_CONTROLS` replaced by its visible escape (``\\u202e``): for the formats
+    that show record text without :func:`md_text` (CSV cells, HTML attributes and text)."""
+    return str(text).translate(_BIDI_TABLE)
+
+
+def html_escape(text: object, quote: bool = True) -> str:
+    """:func:`html.escape` of :func:`no_bidi` of ``text``: the one escaping of every text an HTML page shows."""
+    return html.escape(no_bidi(text), quote)
 
 
 def md_code(text: object) -> str:

@@ -23,6 +23,7 @@ import json
 import math
 from typing import Any
 
+from fusebench.leaderboard.columns import no_bidi
 from fusebench.leaderboard.groups import RANK_RESAMPLES, GroupView
 from fusebench.leaderboard.robustness import export_entries
 from fusebench.leaderboard.table import solver_counts
@@ -167,7 +168,8 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 def _cell(x: Any) -> str:
     """A CSV cell: "" for None, true / false, integers as such, floats as the repr of :func:`number`;
-    text prefixed with ``'`` when it starts with one of :data:`FORMULA_START`."""
+    text with its bidirectional-text controls as visible escapes (:func:`~fusebench.leaderboard.columns.no_bidi`),
+    prefixed with ``'`` when it starts with one of :data:`FORMULA_START`."""
     if x is None:
         return ""
     if isinstance(x, bool):
@@ -176,7 +178,7 @@ def _cell(x: Any) -> str:
         return str(x)
     if isinstance(x, float):
         return repr(number(x))
-    text = str(x)
+    text = no_bidi(x)
     return "'" + text if text.startswith(FORMULA_START) else text
 
 

@@ -180,10 +180,12 @@ def save(out: Path, inputs: str, reported: list[Path]) -> None:
     """Write the manifest after a regeneration that reported ``reported`` (files directly inside ``out``).
     ``inputs`` is :func:`inputs_digest` taken **before** the regeneration read anything: a record written
     while it ran is then a changed input next time, never one the boards are wrongly said to include."""
-    from fusebench.io import atomic_write_text
+    from fusebench.io import atomic_write_text, remove_stale_temps
+    from fusebench.leaderboard.writer import STALE_TEMP_S
 
     doc = {"format": FORMAT, "inputs": inputs, "reported": [Path(p).name for p in reported],
            "out_files": out_files(out)}
+    remove_stale_temps(out / MANIFEST, older_than=STALE_TEMP_S)  # a killed regeneration's, as the boards' own
     atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 

@@ -13,10 +13,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from fusebench.components.identity import cell_identity, config_hash
+from fusebench.io import canonical_json, shown_path
 from fusebench.leaderboard.columns import md_code, metric_info, natural_key
 from fusebench.leaderboard.view import GroupView
 from fusebench.records import (RecordError, RunRecord, board_kind, differing_fields, duplicate_runs, find_records,
                                load_record)
+from fusebench.records.schema import _flatten, finished_time
+from fusebench.spec.config import HASH_SCHEMA_VERSION
 from fusebench.components.rows import DEFAULT_REFERENCES, ROWS, is_reference
 from fusebench.components.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
 
@@ -40,7 +44,8 @@ def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
 
 
 def _files(recs: list[RunRecord], limit: int = 6) -> str:
-    paths = sorted(r.path for r in recs)
+    """The files of ``recs``, sorted, the first ``limit`` named (a control character escaped: :func:`shown_path`)."""
+    paths = [shown_path(p) for p in sorted(r.path for r in recs)]
     shown = ", ".join(paths[:limit])
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
@@ -56,7 +61,8 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
         if twice is not None:
             other, r = twice
             raise ValueError(f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
-                             f"{other.path} and {r.path} (a table counts each (objective, seed) once; remove one)")
+                             f"{shown_path(other.path)} and {shown_path(r.path)} (a table counts each (objective, "
+                             f"seed) once; remove one)")
         by_version: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
         for r in group:  # one row = one objective version (and its methods'): a changed loss is not averaged
             by_version[r.objective][r.versions.row].append(r)
@@ -65,6 +71,7 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
                 listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))
                 raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs of different objective "
                                  f"versions (the loss changed between them): {listing}. Move the old runs away.")
+        _check_one_config(name, group)
     groups = sorted(by_key.values(), key=lambda g: (-len(g), g[0].comparability_key))
     if len(groups) > 1 and not split:
         fields = differing_fields([g[0] for g in groups])
@@ -75,6 +82,40 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
         lines.append("Move the odd runs to another runs folder, or pass --split for one table per group.")
         raise ValueError("\n".join(lines))
     return groups
+
+
+def _current_hash(r: RunRecord) -> str:
+    """The config hash of ``r``'s config under the current hash schema (:data:`HASH_SCHEMA_VERSION`): the stored
+    one when the record was written under it (the schema checked it), else recomputed, so a schema-2 record and a
+    schema-3 record of one config give one hash."""
+    if r.raw.get("hash_schema") == HASH_SCHEMA_VERSION and r.config_hash is not None:
+        return r.config_hash
+    return config_hash(r.config, r.objective, HASH_SCHEMA_VERSION)
+
+
+def _check_one_config(name: str, group: list[RunRecord]) -> None:
+    """Refuse a row whose runs were made under different configs. Runs of one comparability group share everything
+    but each row's own settings (``pretrain``'s per-objective tables: hyper-parameters, grid, batch, epochs,
+    micro-batch; the row's encoder weights): one objective's runs are one config, and its row averages them over
+    seeds. Compared by :func:`_current_hash`, one hash schema for all; the message names the files of each hash and
+    the config keys in which they differ. Budgets may still differ by seed under one config (each seed draws its
+    own split: the board's budget line says ``varies by seed``)."""
+    by_objective: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
+    for r in group:
+        by_objective[r.objective][_current_hash(r)].append(r)
+    for objective, hashes in sorted(by_objective.items()):
+        if len(hashes) < 2:
+            continue
+        firsts = [min(rs, key=lambda r: r.path) for _, rs in sorted(hashes.items())]
+        flat = [_flatten(cell_identity(r.config, objective, HASH_SCHEMA_VERSION)) for r in firsts]
+        keys = [k for k in sorted(set().union(*flat))
+                if len({canonical_json(f.get(k, "<absent>")) for f in flat}) > 1]
+        listing = "; ".join(f"config hash {h}: {_files(rs)}" for h, rs in sorted(hashes.items()))
+        differ = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs made under different configs (a row "
+                         f"averages the seeds of one config; hashes of hash schema {HASH_SCHEMA_VERSION}): {listing}; "
+                         f"they differ in {differ or 'their config'}. Move the runs of the other config away, or rerun "
+                         f"them.")
 
 
 def _group_kind(recs: list[RunRecord]) -> str:
@@ -162,8 +203,14 @@ def oldest_first(recs: list[RunRecord]) -> list[RunRecord]:
     """``recs`` by the time they were written (``finished_at``; records written before the field existed
     first, in their given order). The board's text (description, protocol notes, the objectives' display
     order) is the newest record's: re-running some rows of a board under an amended spec (e.g. one row's
-    new grid, hash schema 2 keeps the other rows' records) brings the spec's amended text with it."""
-    return sorted(recs, key=lambda r: r.raw.get("finished_at") or "")
+    new grid, hash schema 2 keeps the other rows' records) brings the spec's amended text with it. Times are
+    compared as times (:func:`fusebench.records.schema.finished_time`), not as text: ``10:00+05:00`` is before
+    ``06:00+00:00``."""
+    def key(r: RunRecord) -> tuple:
+        t = r.raw.get("finished_at")
+        return (0,) if t is None else (1, finished_time(t, r.path))
+
+    return sorted(recs, key=key)
 
 
 def _display_order(recs: list[RunRecord]) -> list[str]:
@@ -240,13 +287,24 @@ def spec_comparison(spec) -> dict[str, str] | None:
 def _comparison(recs: list[RunRecord], spec) -> tuple[dict[str, str], str]:
     """(how the group's rows are compared, who says so: ``"the benchmark"``, ``"the runs"`` or ``""``): the
     benchmark's current spec when it is found (:func:`spec_comparison`: a changed comparison block reaches
-    the board without re-running a cell), else the copy in the newest record that carries one, else ({}, "").
-    Every record's copy is checked."""
-    copies = [(r, c) for r in oldest_first(recs) if (c := _record_comparison(r)) is not None]
+    the board without re-running a cell), else the copy the records carry, else ({}, ""). Every record's copy is
+    checked. Without a spec the records' copies must agree: one record's block would otherwise set the primary
+    metric and the reference row of the whole board (a ValueError names a file of each block)."""
+    copies = [(r, c) for r in sorted(recs, key=lambda r: r.path) if (c := _record_comparison(r)) is not None]
     current = spec_comparison(spec)
     if current is not None:
         return current, "the benchmark"
-    return (dict(copies[-1][1]), "the runs") if copies else ({}, "")
+    if not copies:
+        return {}, ""
+    blocks: dict[str, list[RunRecord]] = {}
+    for r, c in copies:
+        blocks.setdefault(canonical_json(c), []).append(r)
+    if len(blocks) > 1:
+        listing = "; ".join(f"{b} in {_files(rs, limit=3)}" for b, rs in blocks.items())
+        raise ValueError(f"the runs of board {recs[0].benchmark!r} disagree on how to compare the rows (no spec of "
+                         f"this benchmark is installed to say it): comparison {listing}. Install the benchmark's "
+                         f"spec, or keep the runs of one comparison in this runs folder.")
+    return dict(copies[0][1]), "the runs"
 
 
 def _validity(r: RunRecord) -> str | None:
@@ -343,7 +401,6 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
     where some run's value is not the spec's. Keys of :data:`SPEC_TEXT_KEYS` are left out, and so are the fields the
     pipeline's cell does not apply (:func:`fusebench.pipelines.applied_form`: a value there changed nothing)."""
     from fusebench.pipelines import PIPELINES, applied_form
-    from fusebench.records.schema import _flatten
 
     def applied(form: dict[str, Any]) -> dict[str, Any]:
         pipeline = form.get("pipeline", "standard")
@@ -400,8 +457,10 @@ def _set_reference(view: GroupView, comparison: dict[str, str], named_by: str = 
         row = shown.get(named, named)
         if row in view.rows:
             view.reference = row
-            view.reference_text = (f"{md_code(named)}, set by the benchmark"
-                                   + (f" (shown as `{row}`)" if row != named else ""))
+            as_row = f" (shown as `{row}`)" if row != named else ""
+            view.reference_text = (f"{md_code(named)}, set by the benchmark{as_row}" if named_by == "the benchmark"
+                                   else f"{md_code(named)}{as_row}, set by the run records' `comparison` (no spec of "
+                                   "this benchmark is installed)")
         else:
             verb = "names" if named_by == "the benchmark" else "name"
             view.reference_text = f"{named_by} {verb} {md_code(named)} as the reference row, but it has no runs in this table"

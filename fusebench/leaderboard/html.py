@@ -5,8 +5,9 @@ the same :class:`~fusebench.leaderboard.groups.GroupView` the markdown, CSV and 
 every table cell is the markdown table's cell (:func:`fusebench.leaderboard.table.table_lines`), the
 prose (data line, notes, published results, protocol) is the markdown's, converted by
 :mod:`fusebench.leaderboard.html_markdown` (record text arrives escaped by
-:func:`fusebench.leaderboard.columns.md_text` and leaves escaped by :func:`html.escape`); the SVG is
-:mod:`fusebench.leaderboard.html_svg`'s. What the page adds: per metric cell the seed values as an inline-SVG strip
+:func:`fusebench.leaderboard.columns.md_text` and leaves escaped by
+:func:`~fusebench.leaderboard.columns.html_escape`: HTML's special characters, and the bidirectional-text controls
+as visible escapes); the SVG is :mod:`fusebench.leaderboard.html_svg`'s. What the page adds: per metric cell the seed values as an inline-SVG strip
 plot with the mean and its interval (the bootstrap CI for the primary metric, mean ± std otherwise),
 the tie-with-best mark, the rank interval as a bar; per row a permalink anchor and a ``<details>`` panel
 of its run records with relative links to each ``run.json``; the training curves as inline SVG; the
@@ -27,10 +28,10 @@ import os
 import re
 import shlex
 import urllib.parse
-from html import escape
 from pathlib import Path
 from typing import Any
 
+from fusebench.leaderboard.columns import html_escape as escape  # html.escape, bidi controls shown as escapes
 from fusebench.leaderboard.export import number
 from fusebench.components.rows import is_reference
 from fusebench.leaderboard.groups import GroupView

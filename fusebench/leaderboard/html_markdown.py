@@ -1,14 +1,16 @@
 """The markdown subset of the boards as HTML, for the HTML pages (:mod:`fusebench.leaderboard.html`):
 headings, paragraphs, lists, tables, code spans, bold, relative links (:func:`md_blocks`,
 :func:`md_inline`). Record text arrives escaped by :func:`fusebench.leaderboard.columns.md_text`
-(backslash escapes, ``&amp;`` / ``&lt;`` / ``&gt;``) and leaves escaped by :func:`html.escape`; a link is
+(backslash escapes, ``&amp;`` / ``&lt;`` / ``&gt;``) and leaves escaped by
+:func:`~fusebench.leaderboard.columns.html_escape` (bidirectional-text controls as visible escapes); a link is
 written only to a relative path in the folder (:func:`safe_href`: no scheme, no host), an image becomes a
 link to its file (the pages load no file)."""
 
 from __future__ import annotations
 
 import re
-from html import escape
+
+from fusebench.leaderboard.columns import html_escape as escape  # html.escape, bidi controls shown as escapes
 
 _INLINE = re.compile(r"`([^`]*)`|\\(.)|(&(?:amp|lt|gt|quot|#\d{1,7}|#x[0-9a-fA-F]{1,6});)|(\*\*)"
                      r"|(!?)\[((?:\\.|[^\]\\])*)\]\(([^()\s]*)\)")

@@ -7,10 +7,9 @@ one decimal, so the same inputs give the same bytes."""
 from __future__ import annotations
 
 import math
-from html import escape
 from typing import Any
 
-from fusebench.leaderboard.columns import fmt_value
+from fusebench.leaderboard.columns import fmt_value, html_escape as escape  # html.escape, bidi controls escaped
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.html_assets import PALETTE
 

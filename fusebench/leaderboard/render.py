@@ -26,7 +26,8 @@ from fusebench.records import RunRecord, differing_fields
 _COMPARED_BY = {
     "the benchmark": "the `comparison` block of the benchmark's current spec (read when the board is made; it "
                      "overrides the copy in the run records)",
-    "the runs": "the `comparison` copied into the newest run record (no spec of this benchmark is installed)",
+    "the runs": "the `comparison` copied into the run records, the same in every record that has one (no spec of "
+                "this benchmark is installed)",
     "": "neither the benchmark's spec nor the run records have a `comparison`: the records' selection metric and "
         "the default reference row",
 }

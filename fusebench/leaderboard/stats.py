@@ -109,7 +109,8 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 100
     m_b = (1/n) sum_i x*_{b,i}, and return the empirical quantiles of m_1..m_B at (1 - level)/2 and
     (1 + level)/2 (``numpy.quantile``, linear interpolation between order statistics, Hyndman & Fan
     type 7). Efron & Tibshirani (1993), ch. 13. Deterministic: the same ``seed`` gives the same
-    interval. With one value, or all values equal, the interval is that value: (v, v).
+    interval. With one value, or all values equal, the interval is that value: (v, v). A bound is never -0.0
+    (a board would print it as ``-0.00``): it is 0.0.
 
     With few seeds the percentile interval is too narrow (it ignores the uncertainty of the spread;
     with n = 2 it is [min, max] for any level above 50%): read it as a description of the seeds,
@@ -124,8 +125,8 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 100
         raise ValueError(f"seed must be an integer, got {seed!r}")
     if x.size == 0:
         raise ValueError("values must hold at least one number, got an empty sequence")
-    if np.all(x == x[0]):
-        return float(x[0]), float(x[0])
+    if np.all(x == x[0]):  # + 0.0: -0.0 (the value, or a quantile of -0.0 means) is 0.0, never "-0.00" on a board
+        return float(x[0]) + 0.0, float(x[0]) + 0.0
     rng = np.random.default_rng(int(seed))
     idx = rng.integers(0, x.size, size=(n_boot, x.size))
     scale = float(np.max(np.abs(x)))
@@ -134,7 +135,7 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 100
     else:  # a sum of values near the float limit would overflow: resample x / scale (the same draws), then scale back
         means = (x / scale)[idx].mean(axis=1) * scale
     lo, hi = np.quantile(means, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
-    return float(lo), float(hi)
+    return float(lo) + 0.0, float(hi) + 0.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,13 +19,19 @@ import fusebench.leaderboard.plots as plotting
 import fusebench.leaderboard.outputs as outputs
 import fusebench.leaderboard.robustness as robustness
 import fusebench.leaderboard.sensitivity as sensitivity
-from fusebench.io import write_if_changed
+from fusebench.io import remove_stale_temps, write_if_changed
 from fusebench.leaderboard.groups import GroupView, group_runs, load_runs, make_view
 from fusebench.leaderboard.meta import read_board_meta, rendered_meta
 from fusebench.leaderboard.render import render_board
 from fusebench.leaderboard.reported import default_reported, load_reported
 from fusebench.registry import ID_RULE, valid_id
 from fusebench.runtime.progress import phase, track
+
+
+#: seconds after which a temporary file of a target (``.<name>.<random>.tmp``, :func:`fusebench.io.atomic_write`)
+#: is a killed regeneration's and is removed: a live write modifies its file as it goes and renames it within
+#: seconds (a board is one write, a plot renders and writes in a few), so a concurrent regeneration's is never touched
+STALE_TEMP_S = 600.0
 
 
 def _inside(out_dir: Path, filename: str) -> Path:
@@ -45,7 +51,8 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     :mod:`fusebench.leaderboard.html`), with ``md`` their plots and the index with its CD diagram (with
     ``html``, ``index.html``). A file
     whose text did not change is left untouched, like a plot whose inputs did not. Without ``md`` no
-    markdown, plot or index README is written. Everything is validated before the first file is written.
+    markdown, plot or index README is written. Everything is validated before the first file is written. The
+    temporary files a killed regeneration left beside these files (older than :data:`STALE_TEMP_S`) are removed.
     ``progress``: say what it does while it reads the records and renders the boards (bars on a terminal, log
     lines elsewhere; ``fusebench leaderboard``)."""
     formats = export.check_formats(formats)
@@ -117,6 +124,11 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         index_md = index_page.build_index(metas, cd_plot, ranking)
         index_html = html_page.render_index_page(index_md, ranking, pages, command) if web else ""
     out_dir.mkdir(parents=True, exist_ok=True)
+    targets = [*extras, *(["README.md", index_page.CD_PLOT] if md else []), *(["index.html"] if web else [])]
+    for name, _, plot_names, missing_names, sens_names in boards:
+        targets += [*plot_names, *missing_names, *sens_names, *(f"{name}.{fmt}" for fmt in formats)]
+    for filename in targets:  # what a regeneration killed mid-write left: never kept forever
+        remove_stale_temps(_inside(out_dir, filename), older_than=STALE_TEMP_S)
     for name, views, shown, missing, sens, texts in track(rendered, len(rendered), "leaderboard: boards written "
                                                           "(with their plots)", progress and bool(rendered)):
         if md:

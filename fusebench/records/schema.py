@@ -8,6 +8,7 @@ typed view they build; split, a field's type would live in two places."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fusebench.io import canonical_json
+from fusebench.io import canonical_json, shown_path
 from fusebench.records.comparability import (comparability_fields, comparability_key, comparable_view,
                                              synthetic_overrides_applied)
 from fusebench.spec.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
@@ -49,7 +50,7 @@ class RecordError(ValueError):
     def __init__(self, path: str | Path, field_name: str, expected: str, got: Any = ...) -> None:
         self.path = str(path)
         self.field = field_name
-        msg = f"{path}: field {field_name!r}: expected {expected}"
+        msg = f"{shown_path(path)}: field {field_name!r}: expected {expected}"  # a control character escaped
         if got is not ...:
             msg += f", got {_describe(got)}"
         super().__init__(msg)
@@ -596,6 +597,42 @@ def _validate_plugins(plugins: Any, path: str) -> None:
                 _str(info[key], path, f"plugins.{kind}.{key}")
 
 
+def _validate_repeated_seeds(obj: Mapping[str, Any], seed: int, path: str, version: int) -> None:
+    """Schemas 1-2 state the run's seed again where it was used (:data:`REPEATED_FIELDS`: ``seeds.<library>``,
+    ``determinism.seed``, ``clustering.seed``); each, where present, must be ``seed``. Without this check a run copied
+    into another seed's folder with only ``seed`` edited would count as a new seed (schema 3 on has no such field)."""
+    for dotted, source in REPEATED_FIELDS.items():
+        if source != "seed":
+            continue
+        head, _, leaf = dotted.partition(".")
+        if head not in obj:
+            continue
+        if not leaf:  # seeds: {library: seed}
+            for lib, v in _mapping(obj[head], path, head, "a mapping library -> seed").items():
+                if type(v) is not int or v != seed:
+                    raise RecordError(path, f"{head}.{lib}", f"the record's seed {seed} (a schema-{version} record "
+                                      "states it here again; a copy of another seed's run?)", v)
+        elif isinstance(obj[head], dict) and leaf in obj[head]:
+            v = obj[head][leaf]
+            if type(v) is not int or v != seed:
+                raise RecordError(path, dotted, f"the record's seed {seed} (a schema-{version} record states it here "
+                                  "again; a copy of another seed's run?)", v)
+
+
+def finished_time(value: Any, path: str | Path = "<record>") -> datetime.datetime:
+    """A record's ``finished_at`` (ISO 8601, as :func:`datetime.datetime.fromisoformat` reads it) as an aware
+    datetime: the builder writes UTC with its offset; a time without an offset is read as UTC. The boards order
+    records by it (:func:`fusebench.leaderboard.groups.oldest_first`): as text, ``+05:00`` would sort wrong."""
+    if isinstance(value, str):
+        try:
+            t = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            return t if t.tzinfo is not None else t.replace(tzinfo=datetime.timezone.utc)
+    raise RecordError(path, "finished_at", "an ISO 8601 time (e.g. '2026-11-29T04:52:51+00:00')", value)
+
+
 def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
     """Check ``obj`` (the parsed JSON of a run.json) against the schema; see the module docstring."""
     path = str(path)
@@ -685,15 +722,19 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         where = "config.protocol_notes"
     else:
         protocol, where = _mapping(obj.get("protocol") or {}, path, "protocol"), "protocol"
+        _validate_repeated_seeds(obj, seed, path, version)
     for k, v in protocol.items():
         _str(v, path, f"{where}.{k}")
     config_hash = obj.get("config_hash")
-    if config_hash is not None:
-        _str(config_hash, path, "config_hash")
+    if config_hash is not None and (not isinstance(config_hash, str) or not re.fullmatch(r"[0-9a-f]{16}", config_hash)):
+        raise RecordError(path, "config_hash", "16 lowercase hex digits (the config hash)", config_hash)
     if obj.get("finished_at") is not None:
-        _str(obj["finished_at"], path, "finished_at")
+        finished_time(obj["finished_at"], path)
+    if version >= 3 and "hash_schema" not in obj:  # the builder has written it since hash schema 2, before schema 3
+        raise RecordError(path, "hash_schema", f"one of {list(HASH_SCHEMAS)} (every schema-{version} record is written "
+                          "with it, and its config hash is checked under it; the field is missing)")
     hash_schema = obj.get("hash_schema")
-    if hash_schema is not None:
+    if hash_schema is not None or version >= 3:
         if type(hash_schema) is not int or hash_schema not in HASH_SCHEMAS:
             raise RecordError(path, "hash_schema", f"one of {list(HASH_SCHEMAS)}", hash_schema)
         want = cell_config_hash(cfg, objective, hash_schema)  # reproduced from the record's own config
