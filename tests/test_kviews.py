@@ -252,6 +252,7 @@ def test_the_study_selects_once_in_the_full_view_cell_and_every_cell_uses_the_ch
                          eval_options={"l2_grid": [1.0], "cluster_on": "all", "n_init": 1, "fewshot_shots": [1],
                                        "fewshot_draws": 2, "knn_grid": []},
                          extra_overrides={"pretrain.per_objective.mv_infonce.grid": {"tau": grid},
+                                          "pretrain.per_objective.m3g.grid": {},  # one objective without a grid
                                           "pretrain.selection_seeds": [1000, 1001]})
     kviews.run_study(study, runs, str(mat))
     chooser = "multiview-kv-views-k3d0"  # the largest k of the first arm, first draw: all three views

@@ -1,5 +1,5 @@
 """Run records a board must refuse or show safely (the leaderboard review, round 3). Each test copies committed run
-records (``leaderboards/runs/quickstart``: schema-2 records at hash schema 3) into a temporary runs folder, tampers
+records (``leaderboards/runs/quickstart``: schema-2 records at hash schema 4) into a temporary runs folder, tampers
 with them as a hostile or careless hand would, runs the real regeneration and checks the exact refusal or rendering:
 
 - one row never averages runs of two configs (compared under one hash schema: an older schema's record of the same
@@ -33,6 +33,7 @@ from test_records_hostile import _copy, _edit  # committed records copied, edite
 from fusebench.components.identity import config_hash
 from fusebench.leaderboard import stats, write_leaderboards
 from fusebench.records import RecordError, comparability_key, load_record, validate_record
+from fusebench.spec.config import HASH_SCHEMA_VERSION, HASH_SCHEMAS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "leaderboards" / "runs"
@@ -89,7 +90,7 @@ def test_a_row_of_runs_made_under_two_configs_is_refused_naming_the_files_and_ha
     listing = "; ".join(f"config hash {h}: {files[h]}" for h in sorted(files))
     assert _one_error_line(runs, tmp_path / "out", capsys) == (
         "fusebench leaderboard: benchmark 'quickstart', objective 'm3g' mixes runs made under different configs (a "
-        f"row averages the seeds of one config; hashes of hash schema 3): {listing}; they differ in "
+        f"row averages the seeds of one config; hashes of hash schema {HASH_SCHEMA_VERSION}): {listing}; they differ in "
         "pretrain.hparams.m3g.eps. Move the runs of the other config away, or rerun them.")
 
 
@@ -128,12 +129,12 @@ def test_a_schema_3_or_4_record_without_hash_schema_is_refused(tmp_path: Path) -
     del rec["hash_schema"]
     with pytest.raises(RecordError) as e:
         validate_record(rec, path)
-    assert str(e.value) == (f"{path}: field 'hash_schema': expected one of [2, 3] (every schema-4 record is written "
+    assert str(e.value) == (f"{path}: field 'hash_schema': expected one of {list(HASH_SCHEMAS)} (every schema-4 record is written "
                             "with it, and its config hash is checked under it; the field is missing)")
     three = json.loads((ROOT / "tests" / "records" / "mv-scene15-raw-seed0.schema3.json").read_text())
     validate_record(three, "three.json")
     three["hash_schema"] = None
-    with pytest.raises(RecordError, match=r"^three\.json: field 'hash_schema': expected one of \[2, 3\], got null$"):
+    with pytest.raises(RecordError, match=rf"^three\.json: field 'hash_schema': expected one of {re.escape(str(list(HASH_SCHEMAS)))}, got null$"):
         validate_record(three, "three.json")
 
 
