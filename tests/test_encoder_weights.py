@@ -96,6 +96,13 @@ def test_linear_probe_round_trip(tmp_path: Path) -> None:
     # the same encoder and, built right after the same seed, the same initial head: the same probe
     assert mine["metrics"] == src["metrics"] and mine["metrics"] != none["metrics"]
     assert mine["encoder_weights"]["sha256"] == _sha(best)
+    # the board: the row's version is its file's hash, as the run computed it, not "made by other code" (the
+    # installed spec names no weights file; the record does)
+    from fusebench.leaderboard import write_leaderboards
+
+    write_leaderboards(tmp_path, tmp_path / "boards", formats=("md",))
+    board = (tmp_path / "boards" / f"{LP}.md").read_text()
+    assert "| `mine` |" in board and "other code than the current one" not in board
 
 
 def test_hash_follows_the_content_not_the_path(tmp_path: Path) -> None:

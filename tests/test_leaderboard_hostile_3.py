@@ -94,6 +94,43 @@ def test_a_row_of_runs_made_under_two_configs_is_refused_naming_the_files_and_ha
         "pretrain.hparams.m3g.eps. Move the runs of the other config away, or rerun them.")
 
 
+def test_a_reference_row_made_under_other_pretraining_settings_joins_the_pretrained_rows(tmp_path: Path,
+                                                                                         capsys) -> None:
+    """Hash schema 4 leaves ``pretrain`` out of a reference row's hash, so a sweep whose pretraining settings changed
+    reuses its ``raw`` records: their configs state the old settings, their comparability key differs from the new
+    pretrained rows'. The board groups them together (they read no pretraining setting) and says nothing of
+    those values; a pretrained row under the old settings is still another board."""
+    runs = _copy(tmp_path, objectives=("raw", "none", "m3g"))
+    before = _board(runs, tmp_path / "before")
+
+    def old_budget(rec: dict[str, Any]) -> None:
+        rec["config"]["pretrain"]["epochs"], rec["config"]["pretrain"]["lr"] = 7, 0.05
+
+    kept = {p: json.loads(p.read_text())["config_hash"] for p in runs.glob("quickstart/raw/*/run.json")}
+    for path in _edit(runs, old_budget, "raw", rehash=False):
+        rec = json.loads(path.read_text())
+        _rehash(rec)
+        assert rec["config_hash"] == kept[path]  # the same cell: a sweep reuses it
+        assert rec["comparability_key"] != json.loads(path.read_text())["comparability_key"]
+        path.write_text(json.dumps(rec, indent=2))
+    after = _board(runs, tmp_path / "after")
+    # the per-seed CSV lists each record's comparability key as the record states it; all else is as before: one
+    # table, and no "config differs" note about values the row never read
+    seeds_before, seeds_after = before.pop("quickstart-seeds.csv"), after.pop("quickstart-seeds.csv")
+    assert after == before
+    assert [ln for ln in seeds_after.splitlines() if ",raw," not in ln] == \
+        [ln for ln in seeds_before.splitlines() if ",raw," not in ln]
+    # the pretrained rows' own settings still decide their board
+    (m3g0,) = _edit(runs, old_budget, "m3g", "0", rehash=False)
+    rec = json.loads(m3g0.read_text())
+    _rehash(rec)
+    m3g0.write_text(json.dumps(rec, indent=2))
+    assert lb.main(["--runs", str(runs), "--out", str(tmp_path / "mixed"), "--no-plots", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert ("mixes runs that must not be compared: 2 comparability groups differing in config.pretrain.epochs, "
+            "config.pretrain.lr:") in err and "Traceback" not in err
+
+
 def test_a_record_of_an_older_hash_schema_and_the_same_config_is_still_one_row(tmp_path: Path) -> None:
     # mv-3sources: its cells' hash schema 2 and 3 hashes differ (schema 3 leaves out the selection seed its
     # selection seeds replace), so a record not migrated to schema 3 states another hash for the same config

@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from fusebench.leaderboard.columns import no_bidi
-from fusebench.leaderboard.groups import RANK_RESAMPLES, GroupView
+from fusebench.leaderboard.groups import RANK_RESAMPLES, GroupView, group_key
 from fusebench.leaderboard.robustness import export_entries
 from fusebench.leaderboard.table import solver_counts
 
@@ -113,7 +113,7 @@ def group_data(view: GroupView) -> dict[str, Any]:
     first = view.recs[0]
     solver = solver_counts(view)  # once per group, not once per row
     return {
-        "key": first.comparability_key,
+        "key": group_key(view.recs),
         "kind": view.kind,
         "dataset": first.dataset.id,
         "synthetic": first.dataset.synthetic,

@@ -50,12 +50,55 @@ def _files(recs: list[RunRecord], limit: int = 6) -> str:
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
+def _pretrains_nothing(r: RunRecord) -> bool:
+    """Whether ``r``'s row pretrains nothing: a reference row, or a weights row (its record's ``encoder_weights``
+    names it)."""
+    from fusebench.components.rows import is_reference
+
+    weights = r.config.get("encoder_weights") if isinstance(r.config, dict) else None
+    return is_reference(r.objective) or (isinstance(weights, dict) and r.objective in weights)
+
+
+def board_keys(recs: list[RunRecord]) -> list[str]:
+    """The comparability key each record is grouped by: its own (:attr:`RunRecord.comparability_key`), except for a
+    row that pretrains nothing (:func:`_pretrains_nothing`), which reads no ``pretrain`` setting (hash schema 4
+    leaves them out of its config hash, so a sweep reuses its record when only the pretraining settings changed):
+    it joins the group of the pretrained rows whose key, ``pretrain`` left out, is its own, where those rows are
+    one group. Otherwise (no pretrained row, or pretrained rows of two pretraining configs) it keeps its own key."""
+    from fusebench.records.comparability import comparability_key
+
+    def without_pretrain(r: RunRecord) -> str:
+        return comparability_key({**r.raw, "config": {k: v for k, v in r.config.items() if k != "pretrain"}})
+
+    pretrains = [not _pretrains_nothing(r) for r in recs]
+    pretrained_keys = {r.comparability_key for r, p in zip(recs, pretrains) if p}
+    if not pretrained_keys or all(p or r.comparability_key in pretrained_keys for r, p in zip(recs, pretrains)):
+        return [r.comparability_key for r in recs]  # every record's own key (the common case: nothing to join)
+    joined: dict[str, set[str]] = defaultdict(set)  # without pretrain -> the pretrained rows' keys
+    for r, p in zip(recs, pretrains):
+        if p:
+            joined[without_pretrain(r)].add(r.comparability_key)
+    keys = []
+    for r in recs:
+        target = joined.get(without_pretrain(r)) if _pretrains_nothing(r) else None
+        keys.append(next(iter(target)) if target and len(target) == 1 else r.comparability_key)
+    return keys
+
+
+def group_key(recs: list[RunRecord]) -> str:
+    """The comparability key a group of records (:func:`group_runs`) is named by: its pretrained rows' (the rows
+    that pretrain nothing may state another, :func:`board_keys`), else its first record's."""
+    own = [r.comparability_key for r in recs if not _pretrains_nothing(r)]
+    return own[0] if own else recs[0].comparability_key
+
+
 def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[list[RunRecord]]:
-    """Split ``recs`` (one benchmark) by comparability key; refuse duplicates and, unless ``split``,
+    """Split ``recs`` (one benchmark) by comparability key (:func:`board_keys`: a row that pretrains nothing joins
+    the pretrained rows' group whatever its ``pretrain`` settings); refuse duplicates and, unless ``split``,
     a benchmark with more than one group. Groups are ordered largest first, then by key."""
     by_key: dict[str, list[RunRecord]] = defaultdict(list)
-    for r in recs:
-        by_key[r.comparability_key].append(r)
+    for r, key in zip(recs, board_keys(recs)):
+        by_key[key].append(r)
     for key, group in by_key.items():
         twice = duplicate_runs(group)
         if twice is not None:
@@ -72,16 +115,16 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
                 raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs of different objective "
                                  f"versions (the loss changed between them): {listing}. Move the old runs away.")
         _check_one_config(name, group)
-    groups = sorted(by_key.values(), key=lambda g: (-len(g), g[0].comparability_key))
+    groups = sorted(by_key.items(), key=lambda kg: (-len(kg[1]), kg[0]))
     if len(groups) > 1 and not split:
-        fields = differing_fields([g[0] for g in groups])
+        fields = differing_fields([g[0] for _, g in groups])
         lines = [f"benchmark {name!r} mixes runs that must not be compared: {len(groups)} comparability groups "
                  f"differing in {', '.join(fields) or 'their comparability key'}:"]
-        for g in groups:
-            lines.append(f"  group {g[0].comparability_key} ({len(g)} run(s)): {_files(g)}")
+        for key, g in groups:
+            lines.append(f"  group {key} ({len(g)} run(s)): {_files(g)}")
         lines.append("Move the odd runs to another runs folder, or pass --split for one table per group.")
         raise ValueError("\n".join(lines))
-    return groups
+    return [g for _, g in groups]
 
 
 def _current_hash(r: RunRecord) -> str:
@@ -399,7 +442,8 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
     ``--set options.embedding_eval.n_init=1``): ``[(dotted key, the spec's value, the runs' distinct values)]`` for
     every config leaf (nested mappings flattened, lists whole) that the spec sets (not null) and every run records,
     where some run's value is not the spec's. Keys of :data:`SPEC_TEXT_KEYS` are left out, and so are the fields the
-    pipeline's cell does not apply (:func:`fusebench.pipelines.applied_form`: a value there changed nothing)."""
+    pipeline's cell does not apply (:func:`fusebench.pipelines.applied_form`: a value there changed nothing), and
+    the ``pretrain.*`` values of the rows that pretrain nothing (:func:`_pretrains_nothing`: they read none)."""
     from fusebench.pipelines import PIPELINES, applied_form
 
     def applied(form: dict[str, Any]) -> dict[str, Any]:
@@ -408,13 +452,19 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
 
     want = {k: v for k, v in _flatten(applied(spec)).items()
             if v is not None and not any(k == t or k.startswith(t + ".") for t in SPEC_TEXT_KEYS)}
-    flat = [_flatten(applied(r.config)) for r in oldest_first(recs)]
+    ordered = oldest_first(recs)
+    flat = [_flatten(applied(r.config)) for r in ordered]
+    nothing = [_pretrains_nothing(r) for r in ordered]  # their pretrain.* values changed nothing (board_keys)
     out = []
     for key in sorted(want):
         if not all(key in f for f in flat):  # an older record without the field: nothing to compare
             continue
+        if key.startswith("pretrain."):
+            flat_used = [f for f, n in zip(flat, nothing) if not n]
+        else:
+            flat_used = flat
         seen: list[Any] = []
-        for f in flat:
+        for f in flat_used:
             if f[key] not in seen:
                 seen.append(f[key])
         if any(v != want[key] or isinstance(v, bool) != isinstance(want[key], bool) for v in seen):
@@ -439,12 +489,25 @@ def code_differences(spec: Any, recs: list[RunRecord]) -> list[tuple[str, int]]:
         key = repr((r.objective, sorted(made.items(), key=str), sorted(metrics.items(), key=str)))
         if key not in seen:
             try:
-                seen[key] = code_changes(spec, r.objective, made, metrics)
+                seen[key] = code_changes(_with_weights_row(spec, r), r.objective, made, metrics)
             except (UnknownNameError, KeyError, ValueError):  # a plugin's objective or metric not installed here
                 seen[key] = []
         for change in seen[key]:
             counts[change] = counts.get(change, 0) + 1
     return list(counts.items())
+
+
+def _with_weights_row(spec: Any, r: RunRecord) -> Any:
+    """``spec`` with the run's own ``encoder_weights`` entry when its row is a weights row (``--encoder-weights
+    NAME=FILE`` names the file at run time, so the benchmark's installed spec does not hold it): the row's version is
+    its file's hash (:func:`fusebench.components.identity.cell_versions`), which the spec alone would read as an
+    objective's."""
+    entry = (r.config.get("encoder_weights") or {}).get(r.objective) if isinstance(r.config, dict) else None
+    if not isinstance(entry, dict) or r.objective in (getattr(spec, "encoder_weights", None) or {}):
+        return spec
+    import dataclasses
+
+    return dataclasses.replace(spec, encoder_weights={**spec.encoder_weights, r.objective: entry})
 
 
 def _set_reference(view: GroupView, comparison: dict[str, str], named_by: str = "the runs") -> None:

@@ -34,7 +34,7 @@ from typing import Any
 from fusebench.leaderboard.columns import html_escape as escape  # html.escape, bidi controls shown as escapes
 from fusebench.leaderboard.export import number
 from fusebench.components.rows import is_reference
-from fusebench.leaderboard.groups import GroupView
+from fusebench.leaderboard.groups import GroupView, group_key
 from fusebench.leaderboard.html_assets import CSS, JS, csp
 from fusebench.leaderboard.html_markdown import md_blocks, md_inline, slug, split_row
 from fusebench.leaderboard.html_svg import cd_svg, curves_svg, missing_svg, rank_bar_svg, sensitivity_svg, strip_svg
@@ -271,7 +271,7 @@ def _controls(views: list[GroupView]) -> str:
            f'<option value="">all</option>{opts}</select></label>'
            f'<label><input type="checkbox" id="f-refs" checked> reference rows</label>')
     if len(views) > 1:
-        keys = "".join(f'<option value="{escape(v.recs[0].comparability_key)}">{escape(v.recs[0].comparability_key)}'
+        keys = "".join(f'<option value="{escape(group_key(v.recs))}">{escape(group_key(v.recs))}'
                        f"</option>" for v in views)
         out += f'<label>comparability group <select id="f-group"><option value="">all</option>{keys}</select></label>'
     return out + " (click a column header to sort)</form>"
@@ -309,14 +309,14 @@ def render_board_page(name: str, views: list[GroupView], markdown: str, data: di
         body.append(md_blocks(lines[:starts[0]], pages, hooks))
         body.append(_controls(views))
         for view, a, b in zip(views, starts, ends):
-            body.append(f'<section class="group" data-group="{escape(view.recs[0].comparability_key)}">'
+            body.append(f'<section class="group" data-group="{escape(group_key(view.recs))}">'
                         + md_blocks(lines[a:b], pages, hooks) + "</section>")
         body.append(md_blocks(lines[ends[-1]:], pages, hooks))
     else:
         head = 2 if len(lines) > 2 else len(lines)  # the title (and blank line) above the controls
         body.append(md_blocks(lines[:head], pages, hooks))
         body.append(_controls(views))
-        body.append(f'<section class="group" data-group="{escape(views[0].recs[0].comparability_key)}">'
+        body.append(f'<section class="group" data-group="{escape(group_key(views[0].recs))}">'
                     + md_blocks(lines[head:], pages, hooks) + "</section>")
     body.insert(0, '<nav><a href="index.html">all leaderboards</a></nav>')
     return page(f"Leaderboard: {name}", "\n".join(body), data, _footer(views, command or command_line(runs_rel)))

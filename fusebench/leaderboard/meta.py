@@ -20,7 +20,7 @@ from typing import Any
 from fusebench.io import strict_json
 from fusebench.leaderboard.columns import fmt_cell
 from fusebench.components.rows import is_reference
-from fusebench.leaderboard.groups import GroupView
+from fusebench.leaderboard.groups import GroupView, group_key
 from fusebench.registry import ID_RULE, valid_id
 
 BOARD_META = "fusebench-board"
@@ -72,7 +72,7 @@ def board_meta(view: GroupView, title: str | None) -> dict[str, Any]:
     meta = {"kind": view.kind, "dataset": view.recs[0].dataset.id, "synthetic": view.recs[0].dataset.synthetic,
             "objectives": len(view.objectives),
             "seeds": view.seeds, "runs": len(view.recs), "best": best_line(view), "title": title,
-            "key": view.recs[0].comparability_key, "protocol": view.protocol, "primary": view.primary or None,
+            "key": group_key(view.recs), "protocol": view.protocol, "primary": view.primary or None,
             "reference": view.reference}
     if view.code_differences:  # runs made by other code than the current one: the index names the board
         meta["other_code"] = sorted({c for c, _ in view.code_differences})
