@@ -209,7 +209,7 @@ dataset: {id: quickstart}
 encoder: {id: mlp}
 metrics: [acc, mae]
 objectives: [raw, alpha, beta]
-comparison: {reference: alpha, primary: mae, why: "Errors matter here."}
+comparison: {reference: alpha, primary: acc, why: "Accuracy matters here."}
 """
 
 
@@ -245,18 +245,31 @@ def test_the_board_shows_the_current_spec_comparison_without_a_rerun(tmp_path: P
     (specs / "toycmp.yaml").write_text(TOY_SPEC)
     monkeypatch.setenv("FUSEBENCH_BENCHMARKS", str(specs))
     md = benchmark_table("toycmp", load_runs(runs)["toycmp"])
-    assert "Primary metric: `mae` (chosen because errors matter here)." in md
-    assert "Reference row of the tests: `alpha`, set by the benchmark." in md and "Δ mae vs `alpha`" in md
-    # the spec changes its comparison: the next board shows it, no record touched
-    (specs / "toycmp.yaml").write_text(TOY_SPEC.replace("{reference: alpha, primary: mae, why: \"Errors matter here.\"}",
+    assert "Primary metric: `acc` (chosen because accuracy matters here)." in md
+    assert "Reference row of the tests: `alpha`, set by the benchmark." in md and "Δ acc vs `alpha`" in md
+    # the spec changes its reference row: the next board shows it, no record touched
+    (specs / "toycmp.yaml").write_text(TOY_SPEC.replace("{reference: alpha, primary: acc, why: \"Accuracy matters here.\"}",
                                                         "{reference: raw}"))
     md = benchmark_table("toycmp", load_runs(runs)["toycmp"])
     assert "Primary metric: `acc`." in md and "Δ acc vs `raw`" in md
     # a spec without a comparison block: the board's default reference (raw is in the table)
-    (specs / "toycmp.yaml").write_text(TOY_SPEC.replace("comparison: {reference: alpha, primary: mae, why: \"Errors matter "
-                                                        "here.\"}\n", ""))
+    (specs / "toycmp.yaml").write_text(TOY_SPEC.replace("comparison: {reference: alpha, primary: acc, why: \"Accuracy "
+                                                        "matters here.\"}\n", ""))
     md = benchmark_table("toycmp", load_runs(runs)["toycmp"])
     assert "`raw` (the standardised input views; the default reference)" in md
+    # but not its primary metric: the runs chose everything on validation acc, so a board ranking them by mae is
+    # refused, naming the metric they selected on (the spec's own rule: selection_metric follows comparison.primary)
+    (specs / "toycmp.yaml").write_text(TOY_SPEC.replace("primary: acc, why: \"Accuracy", "primary: mae, why: \"Errors"))
+    with pytest.raises(ValueError, match=re.escape("benchmark 'toycmp': the board ranks by 'mae' (the benchmark's "
+                                                   "current spec) but 9 of its 9 runs chose their hyper-parameters, "
+                                                   "checkpoints and probes on validation 'acc'")):
+        benchmark_table("toycmp", load_runs(runs)["toycmp"])
+    # runs whose spec chose on acc on purpose and said why (selection_metric_why) rank by the other metric
+    for path in runs.rglob("run.json"):
+        rec = json.loads(path.read_text())
+        rec["config"]["selection_metric_why"] = "mae has no validation value here"
+        path.write_text(json.dumps(rec))
+    assert "Primary metric: `mae`" in benchmark_table("toycmp", load_runs(runs)["toycmp"])
 
 
 def test_without_its_spec_records_disagreeing_on_the_comparison_are_refused(tmp_path: Path, monkeypatch) -> None:

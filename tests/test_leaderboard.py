@@ -680,7 +680,9 @@ def test_records_disagreeing_on_the_comparison_are_refused(tmp_path: Path) -> No
 
 
 def test_primary_metric_from_the_comparison(tmp_path: Path) -> None:
-    runs = _ref_runs(tmp_path / "runs", REF_ACCS, comparison={"primary": "mae", "why": "Errors matter here."})
+    config = {**_record("raw", 0, {})["config"], "selection_metric": "mae"}  # as runs of that comparison select
+    runs = _ref_runs(tmp_path / "runs", REF_ACCS, comparison={"primary": "mae", "why": "Errors matter here."},
+                     config=config)
     md = benchmark_table("toy", load_runs(runs)["toy"])
     assert "Primary metric: `mae` (chosen because errors matter here)." in md
     assert "| mae 95% CI | Δ mae vs `raw` (Holm p) |" in md

@@ -196,7 +196,7 @@ dataset: {id: quickstart}
 encoder: {id: mlp}
 metrics: [acc, mae]
 objectives: [raw, alpha]
-comparison: {reference: raw, primary: mae, why: "Errors matter here."}
+comparison: {reference: raw, primary: acc, why: "Accuracy matters here."}
 """
 
 
@@ -230,7 +230,7 @@ def test_board_says_which_source_set_the_comparison(tmp_path: Path) -> None:
     (tmp_path / "specs" / f"{BENCH}.yaml").write_text(SPEC)  # the spec overrides the records' copy
     md = board(_cmp_runs(tmp_path / "c", {"reference": "alpha", "primary": "acc", "why": "toy"}))
     assert "the `comparison` block of the benchmark's current spec" in _protocol_line(md)
-    assert "Primary metric: `mae` (chosen because errors matter here)." in md
+    assert "Primary metric: `acc` (chosen because accuracy matters here)." in md
 
 
 def test_board_shows_the_specs_current_protocol_notes(tmp_path: Path) -> None:

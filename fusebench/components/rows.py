@@ -281,7 +281,8 @@ def comparison_of(spec: Any) -> dict[str, str]:
     """How the board compares the rows of benchmark spec ``spec`` (``spec.comparison`` with its defaults): the
     fixed reference row of the tests (``raw`` when the sweep has it, else ``none``), the primary metric and why
     it was chosen. Every record carries it; the board takes it from the benchmark's current spec when it is
-    found (``fusebench.leaderboard.groups``), so a changed comparison needs no re-run."""
+    found (``fusebench.leaderboard.groups``), so a changed reference row needs no re-run (a changed primary metric
+    is refused by the board unless the runs selected on it)."""
     out = {k: v for k, v in spec.comparison.items() if v}
     if "reference" not in out:
         ref = next((r for r in DEFAULT_REFERENCES if r in spec.objectives), None)

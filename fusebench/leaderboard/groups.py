@@ -359,6 +359,26 @@ def _validity(r: RunRecord) -> str | None:
     return " ".join(v.get("why", "").split()) or "no reason given"
 
 
+def _check_selected_on_primary(name: str, recs: list[RunRecord], primary: str, compared_by: str) -> None:
+    """Refuse a board that ranks by another metric than the one its runs chose on validation (their
+    ``config.selection_metric``: hyper-parameters, checkpoints, probe choices), unless the runs' spec says why
+    (``selection_metric_why``, as a spec must to load with a ``selection_metric`` other than its
+    ``comparison.primary``). A comparison block changed after the runs (the board takes the current spec's) would
+    otherwise rank objectives by a metric nothing was selected on."""
+    odd = [r for r in recs if isinstance(r.config.get("selection_metric"), str) and primary
+           and r.config["selection_metric"] != primary and not str(r.config.get("selection_metric_why") or "").strip()]
+    if not odd:
+        return
+    chosen = sorted({r.config["selection_metric"] for r in odd})
+    where = {"the benchmark": "the benchmark's current spec", "the runs": "the runs' comparison block"}.get(
+        compared_by, "the runs")
+    raise ValueError(f"benchmark {name!r}: the board ranks by {primary!r} ({where}) but {len(odd)} of its {len(recs)} "
+                     f"runs chose their hyper-parameters, checkpoints and probes on validation {', '.join(map(repr, chosen))} "
+                     f"(their selection_metric; e.g. {_files(odd, 3)}): a ranking must be decided on the metric that "
+                     f"selected. Rank by it (comparison.primary: {chosen[0]}), or re-run the runs with the new primary "
+                     "(a spec whose selection_metric differs from comparison.primary states why in selection_metric_why)")
+
+
 def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     """Everything one comparability group's table shows: metric columns, the primary metric, per-(objective, metric) values, the rows
     (merged aliases, invalid rows), the best row per metric, and for ranked groups the fixed
@@ -373,6 +393,7 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     primary = comparison.get("primary") or recs[0].validation_metric
     if primary not in seen:
         primary = ids[0] if seen else ""
+    _check_selected_on_primary(name, recs, primary, compared_by)
     kind = _group_kind(recs)
     values: dict[tuple[str, str], dict[int, float]] = {}
     undefined: dict[tuple[str, str], int] = {}
