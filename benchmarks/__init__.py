@@ -6,10 +6,12 @@
 ``fusebench.benchmarks`` (value: a folder path or a ``module:attribute`` naming one).
 
 A benchmark's id is its file's stem. A spec file whose stem is not an id (``My Bench.yaml``), a folder
-that does not exist and an entry point that cannot be imported are each named in one
-:class:`~fusebench.registry.PluginWarning` and left out: the other specs still load. Two files with one
-stem, or a spec whose ``name:`` key claims another file's id, are a :class:`DuplicateIdError` naming both
-files (a ``name:`` that differs from the stem is refused when the spec is read:
+that does not exist, an entry point that cannot be imported, and a spec of an entry point's folder whose id
+is taken already (by a shipped spec, a ``FUSEBENCH_BENCHMARKS`` spec or an earlier plugin) are each named in
+one :class:`~fusebench.registry.PluginWarning` and left out: the other specs still load, as for every other
+kind of plugin. Two files with one stem among the shipped and ``FUSEBENCH_BENCHMARKS`` folders (the folders
+this installation or its user chose), or a spec whose ``name:`` key claims another file's id, are a
+:class:`DuplicateIdError` naming both files (a ``name:`` that differs from the stem is refused when the spec is read:
 :func:`fusebench.spec.config.read_spec`).
 """
 
@@ -31,10 +33,12 @@ from fusebench.registry import (ID_RULE, DuplicateIdError, PluginWarning, Regist
 HERE = Path(__file__).resolve().parent
 
 
-def _folders() -> list[Path]:
-    folders = [HERE]
+def _folders() -> list[tuple[Path, str | None]]:
+    """The spec folders in the order they are read, each with the entry point it comes from (None: the shipped
+    folder or a ``FUSEBENCH_BENCHMARKS`` one)."""
+    folders: list[tuple[Path, str | None]] = [(HERE, None)]
     for extra in filter(None, os.environ.get("FUSEBENCH_BENCHMARKS", "").split(os.pathsep)):
-        folders.append(Path(extra))
+        folders.append((Path(extra), None))
     for ep in entry_points(group="fusebench.benchmarks"):
         value = ep.value
         if ":" in value:
@@ -46,17 +50,20 @@ def _folders() -> list[Path]:
                               f"{' '.join(str(e).split())}; expected a folder path or 'module:attribute' naming "
                               f"one", PluginWarning, stacklevel=3)
                 continue
-        folders.append(Path(value))
+        folders.append((Path(value), describe_entry_point(ep)))
     return folders
 
 
 def registry() -> Registry:
     """The benchmark registry, read afresh from the spec folders (cheap: a folder listing); entries
     are spec paths. Two specs with the same id in different folders are a :class:`DuplicateIdError`
-    naming both files (a plugin or ``FUSEBENCH_BENCHMARKS`` folder never silently shadows a spec)."""
+    naming both files (a ``FUSEBENCH_BENCHMARKS`` folder never silently shadows a spec); a spec of an entry point's
+    folder whose id is taken is left out with a :class:`PluginWarning` naming it, its entry point and distribution,
+    and the spec that has the id (an installed plugin never shadows a spec, nor stops the others loading)."""
     reg = Registry("benchmark")
     seen: set[Path] = set()
-    for folder in _folders():
+    where: dict[str, Path] = {}  # id -> its spec file
+    for folder, plugin in _folders():
         if folder.resolve() in seen:
             continue
         seen.add(folder.resolve())
@@ -70,7 +77,13 @@ def registry() -> Registry:
                 warnings.warn(f"benchmark spec left out: {f}: its file name {f.stem!r} is not a benchmark id "
                               f"({ID_RULE}); rename the file", PluginWarning, stacklevel=2)
                 continue
+            if plugin is not None and f.stem in where:
+                warnings.warn(f"benchmark plugin left out: {f} of {plugin}: benchmark id {f.stem!r} is taken already "
+                              f"(by {where[f.stem]}); expected a unique benchmark id (rename the plugin's "
+                              f"file)", PluginWarning, stacklevel=2)
+                continue
             reg.add(f.stem, f, origin=str(f))
+            where[f.stem] = f
     return reg
 
 
@@ -96,14 +109,17 @@ def builtin() -> list[str]:
 
 
 def path(name: str) -> Path:
+    """The spec file of the benchmark ``name``, an id matched exactly (ids are lowercase, as ``fusebench status
+    --benchmark`` and ``--objective`` take them): another name, ``QuickStart`` too, is an :class:`UnknownNameError`
+    naming the closest id and the valid ones."""
     idx = index()
-    if name.lower() not in idx:
+    if name not in idx:
         hint = closest(name, list(idx))
         msg = f"unknown benchmark {name!r}."
         if hint:
             msg += f" Did you mean {hint!r}?"
         raise UnknownNameError(msg + f" Valid benchmark ids: {', '.join(sorted(idx))}")
-    return idx[name.lower()]
+    return idx[name]
 
 
 def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = False):

@@ -82,6 +82,21 @@ class SyntheticSpec:
     informativeness: dict[str, float] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
 
+    def problems(self, key: str = "synthetic_spec") -> list[str]:
+        """What is out of range (empty: nothing), each a phrase naming ``key.<field>``: checked when a spec is
+        loaded, so that a twin of -10 samples is refused by its key, not by numpy ("negative dimensions") when
+        the twin is written. The adapter's ``write_synthetic`` reads ``options`` (checked there)."""
+        out = []
+        n, seed = self.num_samples, self.seed
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            out.append(f"{key}.num_samples must be an integer >= 1 (the samples of the synthetic twin), got {n!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1:
+            out.append(f"{key}.seed must be an integer in 0..{2**32 - 1}, got {seed!r}")
+        for name, v in (self.informativeness.items() if isinstance(self.informativeness, dict) else ()):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                out.append(f"{key}.informativeness.{name} must be a number in [0, 1], got {v!r}")
+        return out
+
 
 #: options every adapter accepts (read by the base class and the cache), with their types
 BASE_OPTION_TYPES: dict[str, Any] = {"seed": int, "augment": bool, "synthetic_spec": dict, "use_cache": bool,

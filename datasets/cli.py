@@ -94,8 +94,14 @@ def _prepare(ns: argparse.Namespace) -> int:
             continue
         folder = cache.prepare(ds, base=ns.out, progress=not ns.quiet, force=ns.force, _hash_memo=memo)
         print(f"{cls.id}/{split}: {len(ds)} samples -> {folder}")
+    info = cls.info()  # a split's message may end with the adapter's `data info` text: said once, after them all
+    with_info = False
     for message, stopped in errors.items():
+        if info and info in message:
+            message, with_info = message.replace(info, "").rstrip(), True
         print(f"fusebench data prepare: {cls.id}/{','.join(stopped)}: {message}", file=sys.stderr)
+    if with_info:
+        print(info, file=sys.stderr)
     if ns.out and len(failed) < len(splits):
         print(f"(set FUSEBENCH_PREPARED={Path(ns.out).resolve()} so that adapters read this cache)")
     if failed:

@@ -59,6 +59,23 @@ class Backbone(nn.Module):
     #: initialisation, its pooling): a record made by another version is not reused for a cell and not compared
     #: with this version's on a board (``versions.encoder`` of a record, written where it is not "1")
     version: ClassVar[str] = "1"
+    #: the options of ``encoder.config`` that are widths or counts of layers (``num_features``, ``hidden``, ...):
+    #: each, when given, must be an integer >= 1, checked when a spec is loaded (:meth:`config_problems`)
+    width_options: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def config_problems(cls, config: Mapping[str, Any]) -> list[str]:
+        """What is wrong with the values of ``config`` (a spec's ``encoder.config``), each a phrase naming the key
+        (empty: nothing); the spec loader calls it, so ``num_features: 0`` is refused by ``--plan`` and before any
+        cell, not in the middle of one by a layer that cannot be 0 wide (or, on a reference row, by a chance-level
+        record). The base checks :attr:`width_options`; an encoder adds its own checks by overriding it."""
+        out = []
+        for key in cls.width_options:
+            v = config.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                out.append(f"encoder.config.{key} = {v!r}: expected an integer >= 1 (of the encoder's widths and "
+                           f"layer counts: {', '.join(cls.width_options)})")
+        return out
 
     @classmethod
     def version_of(cls, config: Mapping[str, Any]) -> str:

@@ -115,6 +115,7 @@ class EEGConvEncoder(Backbone):
     """
 
     input_kinds = ("signal",)  # the modality kinds it reads (encoders/base.py)
+    width_options = ("channels", "out_dim")  # checked when a spec is loaded (Backbone.config_problems)
 
     default_task = "classification"
 

@@ -29,6 +29,7 @@ class MLPEncoder(Backbone):
 
     default_task = "classification"
     input_kinds = ("vector",)  # [n, d_m] per modality
+    width_options = ("num_features", "hidden")  # checked when a spec is loaded (Backbone.config_problems)
 
     def __init__(self, modalities: dict[str, int], num_features: int = 32, hidden: int = 64, num_classes: int = 4) -> None:
         super().__init__()

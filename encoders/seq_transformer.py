@@ -135,6 +135,8 @@ class SeqTransformer(Backbone):
     """
 
     input_kinds = ("sequence", "vector")  # the modality kinds it reads (encoders/base.py)
+    #: checked when a spec is loaded (Backbone.config_problems)
+    width_options = ("d_model", "num_heads", "num_layers", "ff_dim", "head_hidden")
 
     default_task = "regression"
 

@@ -208,5 +208,21 @@ def load_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: nested too deeply to read (limit {YAML_MAX_DEPTH} levels)") from None
 
 
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML parser error as one line: what is wrong and where in the file (``expected ',' or '}', but got
+    '<stream end>' at line 3, column 1 (while parsing a flow mapping at line 2, column 10)``), not PyYAML's
+    several lines quoting an ``"<unicode string>"`` and a caret: a message of a spec file stays one line."""
+    if not isinstance(error, yaml.MarkedYAMLError) or not error.problem:
+        return " ".join(str(error).split())
+
+    def at(mark: Any) -> str:
+        return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+    said = f"{error.problem}{at(error.problem_mark)}"
+    if error.context:
+        said += f" ({error.context}{at(error.context_mark)})"
+    return said
+
+
 __all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "DeprecatedKeyWarning",
-           "check_type", "from_dict", "load_yaml"]
+           "check_type", "from_dict", "load_yaml", "yaml_problem"]

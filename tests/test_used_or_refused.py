@@ -196,7 +196,17 @@ def test_probe_options_a_cell_would_fail_on_after_pretraining_are_refused_when_t
 
 
 def test_an_encoder_config_its_constructor_refuses_is_one_error_before_any_cell(tmp_path: Path,
-                                                                               fixtures_dir: Path) -> None:
+                                                                               fixtures_dir: Path,
+                                                                               monkeypatch) -> None:
+    # a width the encoder declares (Backbone.width_options) is refused when the spec loads, by its key
+    with pytest.raises(ConfigError, match=r"mv-ngs\.yaml: encoder\.config\.hidden = -5: expected an integer >= 1 "
+                                          r"\(of the encoder's widths and layer counts: num_features, hidden\)"):
+        fusebench.run("mv-ngs", objective="raw", seeds=[0], out=tmp_path, progress=False, plan=True,
+                      data_root=str(fixtures_dir / "multiview" / "NGs.mat"), overrides={"encoder.config.hidden": -5})
+    # what the encoder does not declare is still met by building it once before any cell (a plugin's encoder)
+    from fusebench.encoders.mlp import MLPEncoder
+
+    monkeypatch.setattr(MLPEncoder, "width_options", ())
     with pytest.raises(ConfigError, match=r"^mv-ngs: encoder 'mlp' cannot be built with encoder\.config "
                                           r"\{'num_features': 16, 'hidden': -5\} \(and the data's input sizes\): "
                                           r"RuntimeError: .*negative dimension -5"):

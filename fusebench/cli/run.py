@@ -34,7 +34,7 @@ launchers (--launcher; docs/cluster.md):
   local            this process, or --workers N local processes (the default)
   slurm            one SLURM job per (objective, seed) cell, a job array submitted through submitit
                    (pip install -e .[slurm]); a preempted or timed-out job is requeued and resumes
-                   from last.pt; rerun with --resume to finish cells whose jobs were cancelled
+                   from last.pt; rerun the same command to finish cells whose jobs were cancelled
   submitit_local   the same path through submitit's LocalExecutor (local processes, no scheduler)
 """
 
@@ -102,7 +102,10 @@ def parser() -> argparse.ArgumentParser:
                         "read with weights_only=True) under the board's downstream protocol as the row NAME, "
                         "besides the objectives run (--objective NAME: that row alone); the file must fit the "
                         "benchmark's encoder exactly (repeatable, each NAME once; docs/benchmarks.md)")
-    p.add_argument("--resume", action="store_true", help="continue from last.pt where present")
+    p.add_argument("--resume", action="store_true",
+                   help="accepted for older command lines; it changes nothing: a run always continues each cell "
+                        "that has a last.pt from it (one made with another configuration, data or code is refused, "
+                        "never overwritten); to run a cell afresh, move its folder away or use another --out")
     p.add_argument("--plan", action="store_true",
                    help="check everything a run checks and print what it would do with each cell (reuse its "
                         "record, resume from last.pt, run it, or refuse it and why) and each hyper-parameter "
@@ -217,8 +220,12 @@ def main(argv: list[str]) -> int:
         for r in done:
             print(_result_line(r), flush=True)
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-        print(f"fusebench run: {what}; {len(done)} cell(s) have a record under {ns.out}; rerun the same command to "
-              "run the rest (a cell with last.pt resumes from it)", file=sys.stderr, flush=True)
+        if not done and not Path(ns.out).is_dir():  # stopped before the folder was made (or it was taken back)
+            print(f"fusebench run: {what} before any cell started; nothing was written ({ns.out} was not created); "
+                  "rerun the same command to run the sweep", file=sys.stderr, flush=True)
+        else:
+            print(f"fusebench run: {what}; {len(done)} cell(s) have a record under {ns.out}; rerun the same command "
+                  "to run the rest (a cell with last.pt resumes from it)", file=sys.stderr, flush=True)
         return 128 + int(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     failed = [r for r in records if r.get("status") == "failed"]
     interrupted = [r for r in records if r.get("status") == "interrupted"]
@@ -235,7 +242,7 @@ def main(argv: list[str]) -> int:
         print(f"{len(failed)} cell(s) failed; see failed.json in their folders", file=sys.stderr)
     if interrupted:
         print(f"{len(interrupted)} cell(s) interrupted (their jobs ended without a result); rerun the same "
-              "command with --resume to finish them", file=sys.stderr)
+              "command to finish them (each resumes from its last.pt)", file=sys.stderr)
     if int(os.environ.get("RANK", "0")) == 0:  # where and what (issue #32): records, boards, a compact table
         from fusebench.cli.run_summary import closing_lines, tracker_lines
 

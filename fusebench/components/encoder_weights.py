@@ -26,6 +26,7 @@ path: ``fusebench.components.identity.cell_identity``).
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -127,6 +128,35 @@ def load_problem(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(text.split())[:300]}"
 
 
+#: how a file torch.save wrote before its zip format (``_use_new_zipfile_serialization=False``) begins: the pickled
+#: magic number of torch's legacy format (torch.serialization.MAGIC_NUMBER, pickle protocol 2)
+LEGACY_TORCH_HEAD = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19."
+
+
+def torch_file_problem(path: Path) -> str | None:
+    """Why ``path`` is no file ``torch.save`` wrote (None: it is one, zip or legacy format), said before torch reads
+    it: torch's own answer to an empty file, a text file or a plain pickle is ``EOFError``, ``KeyError: 101`` or a
+    warning about pickle protocols, none of which says what the file is."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        return None
+    with open(path, "rb") as f:
+        head = f.read(len(LEGACY_TORCH_HEAD))
+    if head == LEGACY_TORCH_HEAD:
+        return None
+    expected = "expected the encoder's state_dict saved by torch.save(state_dict, PATH) or as a .safetensors file"
+    if not head:
+        return f"the file is empty; {expected}"
+    if head[:1] == b"\x80":  # a pickle's PROTO opcode: pickle.dump, not torch.save
+        return (f"a plain Python pickle, not a PyTorch checkpoint (torch.save zip format), and fusebench never "
+                f"unpickles one; {expected}")
+    if head[8:9] == b"{":  # safetensors: an 8-byte header length, then the JSON header
+        return ("not a PyTorch checkpoint (torch.save zip format) but, by its first bytes, safetensors: name it "
+                ".safetensors")
+    return f"not a PyTorch checkpoint (torch.save zip format); {expected}"
+
+
 def read_state(path: str | Path) -> dict[str, Any]:
     """The encoder's ``state_dict`` in the weights file ``path``, read safely (safetensors, or ``torch.load``
     with ``weights_only=True``): a checkpoint's ``model`` (``state_dict``, ``encoder``) entry when it has one,
@@ -141,7 +171,14 @@ def read_state(path: str | Path) -> dict[str, Any]:
 
             state: Any = load_file(str(path), device="cpu")
         else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            problem = torch_file_problem(path)
+            if problem:
+                raise ConfigError(f"{path}: {problem}")
+            with warnings.catch_warnings():  # torch's remarks on a file (pickle protocols) are not the user's
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location="cpu", weights_only=True)
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
         raise ConfigError(f"{path}: not a weights file fusebench reads safely (safetensors, or a torch file of "
                           f"tensors loadable with weights_only=True): {load_problem(e)}") from None

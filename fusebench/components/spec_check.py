@@ -122,11 +122,13 @@ def spec_options_problems(spec: BenchmarkSpec, pipeline: Any) -> list[str]:
         hint = closest(str(key), sorted(valid))
         out.append(f"options.{key}: unknown option of the {spec.pipeline} pipeline"
                    + (f" (did you mean {hint!r}?)" if hint else "") + f"; valid: {', '.join(sorted(valid))}")
-    if pipeline.reads_dataset and spec.dataset.synthetic_spec:  # the synthetic twin's fields, typed
+    if pipeline.reads_dataset and spec.dataset.synthetic_spec:  # the synthetic twin's fields, typed and in range
         try:
-            from_dict(SyntheticSpec, spec.dataset.synthetic_spec, "dataset.synthetic_spec")
+            twin = from_dict(SyntheticSpec, spec.dataset.synthetic_spec, "dataset.synthetic_spec")
         except ConfigError as e:
             out.append(str(e))
+        else:
+            out += twin.problems("dataset.synthetic_spec")
     return out
 
 
@@ -153,6 +155,11 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
     unread = unapplied_downstream(spec)  # recorded and silently unused otherwise
     if unread:
         return unread
+    reads_epochs = protocol.downstream_fields is None or "epochs" in protocol.downstream_fields
+    if reads_epochs and not protocol.frozen_features and spec.downstream.epochs < 1:  # the task head's epochs
+        return [f"downstream.epochs = {spec.downstream.epochs}: the {spec.downstream.protocol} protocol trains a task "
+                f"head for downstream.epochs epochs, and with none it would score an untrained head as a result; "
+                f"set downstream.epochs to 1 or more"]
     given = spec.options.get(protocol.options_key) if protocol.options_key else None
     if given is None:
         return missing_view_problems(spec, _views_known_now(spec))
@@ -230,6 +237,9 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
         if pipeline.builds_encoder and spec.encoder.id in encoders.ENCODERS:
             encoder = encoders.ENCODERS.get(spec.encoder.id)
             check_options(spec.encoder.config, encoder, f"{source}: encoder.config ({spec.encoder.id})")
+            problems = encoder_config_problems(encoder, spec.encoder.config)  # the encoder's own value checks
+            if problems:
+                raise ConfigError(f"{source}: " + "; ".join(problems))
             problem = encoder_kind_problem(spec, encoder) if pipeline.reads_dataset else None
             if problem:
                 raise ConfigError(f"{source}: {problem}")
@@ -259,6 +269,15 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                                       f"trials would be identical; search an option {name} reads")
     except OptionsError as e:
         raise ConfigError(str(e)) from None
+
+
+def encoder_config_problems(encoder: Any, config: Any) -> list[str]:
+    """What the encoder class ``encoder`` finds wrong with the values of ``config`` (a spec's ``encoder.config``),
+    each a phrase naming the key (``encoder.config.num_features = 0: ...``), by its ``config_problems`` (a
+    :class:`~fusebench.encoders.base.Backbone` classmethod: its widths at least 1, and what else it declares); a
+    plugin encoder without one is not checked here (its constructor still is, in the first cell)."""
+    check = getattr(encoder, "config_problems", None)
+    return list(check(dict(config))) if callable(check) and isinstance(config, dict) else []
 
 
 def check_dataset_task(adapter: Any, where: str) -> None:
@@ -318,6 +337,6 @@ def check_objective_tables(spec: BenchmarkSpec, source: str) -> None:
                               + f"); valid objective ids: {', '.join(valid)}")
 
 
-__all__ = ["check_against_components", "check_component_options", "check_objective_tables", "encoder_kind_problem",
-           "load_spec",
-           "protocol_problems", "spec_options_problems"]
+__all__ = ["check_against_components", "check_component_options", "check_objective_tables",
+           "encoder_config_problems", "encoder_kind_problem", "load_spec", "protocol_problems",
+           "spec_options_problems"]

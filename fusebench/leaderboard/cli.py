@@ -64,12 +64,39 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from fusebench.runtime.terminal_help import Once, Parser
 
 #: what ``--format`` accepts (:data:`fusebench.leaderboard.export.FORMATS`, checked equal by a test; written out
 #: here so that a regeneration with nothing to do imports neither the statistics nor the renderers)
 FORMATS = ("md", "csv", "json", "html", "tex")
+
+
+def _what(path: Path) -> str:
+    """What ``path`` is, for a message: ``does not exist``, ``is a file``, ``is a folder``, ``is not a file or
+    folder`` (a socket, a device...)."""
+    if not path.exists():
+        return "does not exist"
+    return "is a file" if path.is_file() else "is a folder" if path.is_dir() else "is neither a file nor a folder"
+
+
+def path_problems(ns: Any) -> str | None:
+    """The paths of the command line checked before anything is read or written, each refused in one line saying
+    what it is and what was expected (None: they fit): ``--runs`` a folder, ``--reported`` a YAML file, ``--out``
+    a folder or a path where one can be made."""
+    runs, out = Path(ns.runs), Path(ns.out)
+    if not runs.is_dir():
+        return f"--runs {runs} {_what(runs)}; expected the folder of run records (run.json files) to read"
+    if ns.reported is not None and not Path(ns.reported).is_file():
+        return (f"--reported {ns.reported} {_what(Path(ns.reported))}; expected a YAML file of the numbers the papers "
+                f"report")
+    if out.exists() and not out.is_dir():
+        return f"--out {out} {_what(out)}; expected the folder to write the boards into (made if it does not exist)"
+    above = next((q for q in out.absolute().parents if q.exists()), None)
+    if not out.exists() and above is not None and not above.is_dir():
+        return f"--out {out}: cannot be made ({above} {_what(above)}); expected a folder for the boards"
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -105,11 +132,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
                    help="no progress output (the list of files written is still printed)")
     ns = p.parse_args(argv)
-    if not Path(ns.runs).is_dir():
-        print(f"fusebench leaderboard: runs folder {ns.runs} does not exist", file=sys.stderr)
-        return 2
-    if ns.reported is not None and not Path(ns.reported).is_file():
-        print(f"fusebench leaderboard: --reported {ns.reported} does not exist", file=sys.stderr)
+    problem = path_problems(ns)
+    if problem:
+        print(f"fusebench leaderboard: {problem}", file=sys.stderr)
         return 2
     from fusebench.leaderboard import fingerprint
 

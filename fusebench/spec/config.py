@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml
+from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml, yaml_problem
 from fusebench.registry import closest, valid_id
 
 
@@ -547,6 +547,13 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
          f"pretrain.weight_decay must be a finite number >= 0, got {pt.weight_decay!r}"),
         *((type(v) is int and v >= 1, f"pretrain.{name} must be an integer >= 1 (a width), got {v!r}")
           for name, v in (("projection_dim", pt.projection_dim), ("projection_hidden", pt.projection_hidden))),
+        # each objective's own epochs before the warmup that must fit in them: a bad value is named by its key
+        *((isinstance(v, int) and not isinstance(v, bool) and v >= least,
+           f"{setting_key(o, setting)} must be an integer >= {least}, got {v!r}")
+          for setting, table, least in (("batch_size", pt.objective_batch_size, 2),
+                                        ("epochs", pt.objective_epochs, 0),
+                                        ("micro_batch", pt.objective_micro_batch, 2))
+          for o, v in sorted(table.items())),
         *((type(pt.warmup_epochs) is int and 0 <= pt.warmup_epochs <= e,
            f"pretrain.warmup_epochs must be an integer in 0..{e} (the {where} epochs), got {pt.warmup_epochs!r}")
           for where, e in (("pretraining", pt.epochs),
@@ -556,12 +563,6 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
                                       "entries absent from every pretraining batch)"),
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),
         (pt.schedule in ("cosine", "constant"), "pretrain.schedule must be 'cosine' or 'constant'"),
-        *((isinstance(v, int) and not isinstance(v, bool) and v >= least,
-           f"{setting_key(o, setting)} must be an integer >= {least}, got {v!r}")
-          for setting, table, least in (("batch_size", pt.objective_batch_size, 2),
-                                        ("epochs", pt.objective_epochs, 0),
-                                        ("micro_batch", pt.objective_micro_batch, 2))
-          for o, v in sorted(table.items())),
         *((not isinstance(v, int) or v <= pt.objective_batch_size.get(o, pt.batch_size),
            f"{setting_key(o, 'micro_batch')} = {v} must be at most the batch it splits "
            f"({pt.objective_batch_size.get(o, pt.batch_size)}): no chunk of the batch could be that large")
@@ -694,7 +695,7 @@ def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
     try:
         data = load_yaml(path.read_text(encoding="utf-8"), str(path))
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot be read as a UTF-8 YAML file: {e}") from None
     if not isinstance(data, dict):

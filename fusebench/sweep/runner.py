@@ -118,8 +118,10 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
     not run, and a common ``pretrain.epochs`` / ``pretrain.batch_size`` that no objective of the run reads (each
     pretraining objective has its own), are a ConfigError naming the key: the value would be recorded and not used;
     so is any ``pretrain.*`` value when no row of the run pretrains (reference rows and weights rows only,
-    :func:`pretrains_nothing` names them). Where some objectives read the common value and others keep their own,
-    those are named on stderr."""
+    :func:`pretrains_nothing` names them), and a ``pretrain.selection_seed`` / ``selection_seeds`` off its default
+    when no pretraining objective of the run has a selection grid (:func:`fusebench.sweep.selection.selects`: the
+    seeds of a search nothing runs; hash schema 4 leaves them out of the cells' identity). Where some objectives
+    read the common value and others keep their own, those are named on stderr."""
     from fusebench.spec.config import GROUPED, PER_OBJECTIVE, grouped_override
 
     keys = list(overrides)
@@ -151,6 +153,18 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
                           f"--objective {spec.pretrain.objective}")
     pretraining = [o for o in objs if row_of(spec, o).pretrains]
     pretrain_keys = [k for k in keys if k.split(".")[0] == "pretrain"]
+    defaults = type(spec.pretrain)()  # a key set back to its default (selection_seeds=[]: off) changes nothing
+    seeds_keys = [k for k in keys if k in ("pretrain.selection_seed", "pretrain.selection_seeds")
+                  and getattr(spec.pretrain, k.split(".")[1]) != getattr(defaults, k.split(".")[1])]
+    if seeds_keys and pretraining:  # the seeds of a hyper-parameter search, and no row of the run searches
+        from fusebench.sweep.selection import selects
+
+        if not any(selects(spec, o) for o in pretraining):
+            key = seeds_keys[0]
+            shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
+            raise ConfigError(f"--set {shown}: the seeds of the hyper-parameter selection, and no objective of this "
+                              f"run ({', '.join(pretraining)}) has a selection grid (pretrain.{GROUPED}.<id>.grid), "
+                              f"so the setting would be recorded and not used; drop it, or give a grid to select on")
     if pretrain_keys and not pretraining:  # reference and weights rows only: no pretraining setting is read
         key = pretrain_keys[0]
         shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
@@ -171,6 +185,22 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
         if own:
             print(f"{spec.name}: --set {common} applies to {', '.join(o for o in pretraining if o not in own)}; "
                   f"the others keep their own ({mine})", file=sys.stderr)
+
+
+def check_pretraining_epochs(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
+    """Every row of the run that pretrains (:attr:`fusebench.components.rows.Row.pretrains`) gets at least one
+    epoch: with 0 (``pretrain.epochs``, or its own ``pretrain.per_objective.<id>.epochs``) the cell would record a
+    pretrained row that nothing trained, the ``none`` row under another name. A ConfigError naming the key. A spec
+    may still say 0 epochs for a run of reference rows only (nothing is pretrained, so nothing is read)."""
+    for o in dict.fromkeys(objs):
+        if not row_of(spec, o).pretrains:
+            continue
+        epochs = spec.pretrain.settings(o).epochs
+        if epochs < 1:
+            key = setting_key(o, "epochs") if o in spec.pretrain.objective_epochs else "pretrain.epochs"
+            raise ConfigError(f"{spec.name}: {key}={epochs}: objective {o!r} pretrains, and {epochs} epochs would "
+                              f"record a pretrained row that nothing trained (the 'none' row under another name); "
+                              f"set {key} to 1 or more, or run the reference row alone (--objective none)")
 
 
 def pretrains_nothing(spec: BenchmarkSpec, rows: Iterable[str]) -> str:
@@ -220,6 +250,18 @@ def check_weights_row_settings(overrides: Mapping[str, Any], weights: Iterable[s
         if hit:
             raise ConfigError(f"--set {key}: {hit[0]!r} is a weights row (--encoder-weights {hit[0]}=...): nothing is "
                               f"pretrained for it, so per-objective settings do not apply to it; drop the setting")
+
+
+def weights_rows_set(overrides: Mapping[str, Any]) -> list[str]:
+    """The weights rows a ``--set`` gives (``encoder_weights.<name>=...``, or ``encoder_weights={name: ...}``): rows
+    of this command line, which join the run's rows as ``--encoder-weights NAME=PATH`` does."""
+    names: list[str] = []
+    for key, value in overrides.items():
+        head = key.split(".")
+        if head[0] != "encoder_weights":
+            continue
+        names += [head[1]] if len(head) >= 2 else [str(n) for n in value] if isinstance(value, Mapping) else []
+    return list(dict.fromkeys(names))
 
 
 def check_out(out: Path) -> Path:
@@ -383,7 +425,10 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     if encoder_weights or spec.encoder_weights:  # pretrained encoders as rows (issue #32): hashed, names checked
         from fusebench.components.encoder_weights import add_rows
 
-        own = list(spec.encoder_weights) if req.objectives is None else []
+        # the spec's rows join its default sweep; a row given on the command line (--set encoder_weights.<name>,
+        # like --encoder-weights NAME=PATH) joins whatever objectives are run: never read, checked and dropped
+        own = list(spec.encoder_weights) if req.objectives is None else \
+            [n for n in spec.encoder_weights if n in weights_rows_set(req.overrides)]
         add_rows(spec, encoder_weights or None, spec.name)
         objs += [o for o in [*own, *encoder_weights] if o not in objs]
     for o in objs:  # validate every requested name first
@@ -397,6 +442,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
         options = options.resolved()
     device = options.device
     check_objective_overrides_used(spec, objs, req.overrides)
+    check_pretraining_epochs(spec, objs)
     check_components(spec, objs)
     check_method_options_used(spec, objs, req.overrides)
     pipeline = pipeline_of(spec)
@@ -507,5 +553,5 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
-           "check_weights_row_settings", "finished_records", "make_out", "pretrains_nothing", "remove_made",
-           "resolve_views", "run"]
+           "check_pretraining_epochs", "check_weights_row_settings", "finished_records", "make_out",
+           "pretrains_nothing", "remove_made", "resolve_views", "run", "weights_rows_set"]

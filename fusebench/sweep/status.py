@@ -168,6 +168,13 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
         if inside:
             raise ValueError(f"--out {out} is the folder of one benchmark ({out.name}: its {inside[0]}/ holds seed "
                              f"folders); give the folder above it, --out {out.parent} (and --benchmark {out.name})")
+        # a folder above several runs folders (<out>/<runs>/<benchmark>/<objective>/seedN one level too high): each
+        # would be listed as a benchmark of 0 cells
+        runs = [n for n in names if _holds_cells(out / n, depth=3)]
+        if runs:
+            shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+            raise ValueError(f"--out {out} holds folders of run records, not benchmarks ({shown}: each holds "
+                             f"<benchmark>/<objective>/seed<k>/); give one of them, e.g. --out {out / runs[0]}")
     else:
         names = []
     for bench in names:
@@ -200,6 +207,15 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
                     cells.setdefault((o, s), ("pending", ""))
         found[bench] = cells
     return found
+
+
+def _holds_cells(folder: Path, depth: int) -> bool:
+    """Whether ``folder`` holds a seed folder ``depth`` levels down (hidden folders skipped): depth 3 is a folder of
+    run records (``<benchmark>/<objective>/seed<k>``)."""
+    level = [folder]
+    for _ in range(depth - 1):
+        level = [q for p in level for q in p.iterdir() if q.is_dir() and not q.name.startswith(".")]
+    return any(_SEED.fullmatch(q.name) and q.is_dir() for p in level for q in p.iterdir())
 
 
 def _made_by_other_code(rec: dict[str, Any], spec: Any, objective: str) -> str:
