@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fusebench.components.identity import config_hash
+from fusebench.components.identity import config_hash, row_known
 from fusebench.io import atomic_write_json, strict_json
 from fusebench.records import read_record_json, validate_record
 
@@ -54,6 +54,11 @@ def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
         raise ValueError(f"{where}: hash_schema {schema!r}: only schema-{FROM_SCHEMA} records are migrated (run "
                          f"scripts/migrate_hash_schema_{FROM_SCHEMA}.py first)")
     config, objective = record["config"], record["objective"]
+    weights = config.get("encoder_weights") if isinstance(config, dict) else None
+    if not row_known(objective) and not (isinstance(weights, dict) and objective in weights):
+        raise ValueError(f"{where}: row {objective!r} is neither an objective nor a reference row here (a plugin not "
+                         "installed?): whether it pretrains decides its schema-4 hash; install the plugin and migrate "
+                         "again")
     if record.get("config_hash") != config_hash(config, objective, FROM_SCHEMA):
         raise ValueError(f"{where}: config_hash {record.get('config_hash')!r} is not the schema-{FROM_SCHEMA} hash of "
                          "the record's config (was the record edited?)")

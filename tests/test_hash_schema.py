@@ -111,12 +111,11 @@ def test_the_hash_is_the_documented_identity_computed_independently() -> None:
     spec = benchmarks.load("mv-ngs")
     for objective in ("m3g", "byol_pwe", "raw", "infonce_pwe"):
         assert spec_hash(spec, objective) == _by_hand(_json(spec.to_dict()), objective)
+        assert config_hash(_json(spec.to_dict()), objective) == spec_hash(spec, objective)  # a record's config: the same
     quick = benchmarks.load("quickstart")  # no grid: nothing selected
     for objective in ("m3g", "tuple_infonce", "none", "raw"):
         assert spec_hash(quick, objective) == _by_hand(_json(quick.to_dict()), objective)
-        assert config_hash(_json(spec.to_dict()), objective) == spec_hash(spec, objective)  # a record's config: the same
     # pinned: the schema does not move silently (a change of the canonical form changes these)
-    quick = benchmarks.load("quickstart")
     assert (spec_hash(quick, "infonce_pwe"), spec_hash(quick, "m3g"), spec_hash(quick, "none")) == (
         "d2ed8ace69708b10", "d248c487ebf6bd9e", "cf5cd66313836dc7")  # schema 3: 037271e1a2055c5e, 9d4d4d794305ba64,
     # 190df945937e8dce (quickstart selects nothing: schema 4 leaves its selection seed out, and none's pretraining)
@@ -474,3 +473,23 @@ def test_no_committed_record_names_a_machine_specific_absolute_path() -> None:
     sweeps' ``--data-root`` was given; an absolute path would name one machine's folders."""
     found = [str(p) for p in _records() if '": "/' in p.read_text()]
     assert not found, f"records with an absolute path: {found[:5]} (+{max(0, len(found) - 5)} more)"
+
+
+def test_a_row_of_a_plugin_not_installed_here_validates_either_way() -> None:
+    """Hash schema 4 leaves ``pretrain`` out of a reference row's hash, and whether a row is one is its registry's
+    to say: a record of a plugin's row (``myref``, registered nowhere here) validates with the hash the plugin's
+    runs wrote, as a reference row (pretrain left out) or as an objective (pretrain in); any other hash is refused."""
+    from fusebench.records import RecordError
+
+    rec = json.loads((RUN_FOLDERS[0] / "mv-ngs" / "raw" / "seed0" / "run.json").read_text())
+    rec["objective"] = "myref"
+    as_reference, as_objective = (config_hash(rec["config"], "myref", 4, reference=r) for r in (True, False))
+    assert as_reference != as_objective
+    for stated in (as_reference, as_objective):
+        validate_record({**rec, "config_hash": stated}, "myref.json")
+    with pytest.raises(RecordError, match=r"field 'config_hash': expected '"):
+        validate_record({**rec, "config_hash": config_hash(rec["config"], "myref", 3)}, "myref.json")
+    # a registered row is judged by its registry alone: raw's hash with pretrain in is refused
+    raw = json.loads((RUN_FOLDERS[0] / "mv-ngs" / "raw" / "seed0" / "run.json").read_text())
+    with pytest.raises(RecordError, match=r"field 'config_hash'"):
+        validate_record({**raw, "config_hash": config_hash(raw["config"], "raw", 4, reference=False)}, "raw.json")

@@ -185,6 +185,20 @@ def test_selection_is_frozen_before_the_first_cell_scored_on_the_primary_and_reu
                                                    r"selection .* another configuration or other data: config_hash"):
         selection.freeze_selection(benchmarks.load("mv-ngs", overrides=other), "infonce_pwe", out,
                                    RunOptions(data_root=_ngs(fixtures_dir)), {})
+    # one written before its folder was migrated to hash schema 4 (the same configuration's schema-3 hash): the
+    # advice is the migration, not deleting the file and the cells made with it
+    from fusebench.components.identity import config_hash
+
+    current = benchmarks.load("mv-ngs", overrides=FAST)
+    runner.resolve_views(current, False, _ngs(fixtures_dir))
+    old_hash = config_hash(current.to_dict(), "infonce_pwe", 3)
+    assert old_hash != frozen["config_hash"]
+    kept = path.read_bytes()
+    path.write_text(json.dumps({**json.loads(kept), "config_hash": old_hash}, indent=2, sort_keys=True) + "\n")
+    with pytest.raises(ConfigMismatchError, match=r"_selection/infonce_pwe\.json: the frozen hyper-parameter "
+                                                   r"selection .* under an older hash schema .*migrate_hash_schema_4\.py"):
+        selection.freeze_selection(current, "infonce_pwe", out, RunOptions(data_root=_ngs(fixtures_dir)), {})
+    path.write_bytes(kept)
     # so is one whose trials another version of the loss ran (the config hash covers the configuration, not the code)
     assert frozen["versions"]["objective"] == "1"
     monkeypatch.setattr(objectives.OBJECTIVES.get("infonce_pwe"), "version", "2")

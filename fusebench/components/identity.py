@@ -24,12 +24,15 @@ from fusebench.typed import ConfigError
 from fusebench.version import __version__
 
 
-def cell_identity(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION) -> dict[str, Any]:
+def cell_identity(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION,
+                  reference: bool | None = None) -> dict[str, Any]:
     """What determines the cells of ``objective`` in a canonical spec (``BenchmarkSpec.to_dict()``, a
     record's ``config``): the form without :data:`NOT_IDENTITY` and ``pretrain.objective`` (the default
     objective of a run that names none), the :data:`PER_OBJECTIVE` tables cut to ``objective``'s entry,
     and ``objective`` itself; from hash ``schema`` 3 on, also without what the cell does not compute with
-    (:func:`_unused_by_the_cell`). Read-only view: nested values are shared with ``canonical``."""
+    (:func:`_unused_by_the_cell`); from schema 4 on, also without what the row does not read
+    (:func:`_unread_by_the_row`; ``reference``: whether ``objective`` is a reference row, None: as the row registry
+    says). Read-only view: nested values are shared with ``canonical``."""
     if schema not in HASH_SCHEMAS:
         raise ValueError(f"hash schema {schema!r} is not one of {list(HASH_SCHEMAS)}")
     out = {k: v for k, v in canonical.items() if k not in NOT_IDENTITY}
@@ -44,7 +47,7 @@ def cell_identity(canonical: dict[str, Any], objective: str, schema: int = HASH_
     if schema >= 3:
         out = _unused_by_the_cell(out, objective)
     if schema >= 4:
-        out = _unread_by_the_row(out, objective)
+        out = _unread_by_the_row(out, objective, reference)
     _weights_identity(out, objective)
     out["objective"] = objective
     return out
@@ -85,17 +88,16 @@ def _unused_by_the_cell(ident: dict[str, Any], objective: str) -> dict[str, Any]
     return ident
 
 
-def _unread_by_the_row(ident: dict[str, Any], objective: str) -> dict[str, Any]:
+def _unread_by_the_row(ident: dict[str, Any], objective: str, reference: bool | None = None) -> dict[str, Any]:
     """Hash schema 4: ``ident`` (an identity of schema 3's cuts) without ``pretrain`` for a row that pretrains
     nothing (a reference row, or a weights row: a name of ``encoder_weights``; its cells read no pretraining
     setting), and, for an objective's row, without the values of ``pretrain.hparams.<id>`` that its selection grid
     ``pretrain.grid.<id>`` replaces (every cell trains at the grid point frozen by the selection, so the spec's
     value is not what it computes with), and without the selection seeds when it has no grid (nothing is
     selected); an objective's empty ``hparams`` entry counts as none."""
-    from fusebench.components.rows import is_reference
+    from fusebench.components.rows import reads_no_pretraining
 
-    weights = ident.get("encoder_weights")
-    if is_reference(objective) or (isinstance(weights, dict) and objective in weights):
+    if reads_no_pretraining(objective, ident, reference):
         return {k: v for k, v in ident.items() if k != "pretrain"}
     pre = ident.get("pretrain")
     if not isinstance(pre, dict):
@@ -151,10 +153,21 @@ def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | N
     return frozenset(used)
 
 
-def config_hash(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION) -> str:
+def config_hash(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION,
+                reference: bool | None = None) -> str:
     """sha256 (16 hex digits) of :func:`cell_identity` of a canonical spec dict (``BenchmarkSpec.to_dict()``,
-    a record's ``config``) for ``objective``'s cells, under hash ``schema`` (a record's ``hash_schema``)."""
-    return sha256_hex(canonical_json(cell_identity(canonical, objective, schema)), 16)
+    a record's ``config``) for ``objective``'s cells, under hash ``schema`` (a record's ``hash_schema``);
+    ``reference``: :func:`cell_identity`'s."""
+    return sha256_hex(canonical_json(cell_identity(canonical, objective, schema, reference)), 16)
+
+
+def row_known(objective: str) -> bool:
+    """Whether ``objective`` is a registered objective or reference row here (else, e.g., a row of a plugin not
+    installed: whether it pretrains, which hash schema 4 reads, cannot be told)."""
+    from fusebench import objectives
+    from fusebench.components.rows import ROWS
+
+    return objective in ROWS.available() or objective in objectives.OBJECTIVES.available()
 
 
 def same_config_hashes(spec: BenchmarkSpec, objective: str) -> set[str]:

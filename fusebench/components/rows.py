@@ -19,7 +19,7 @@ rows`` and the boards read it; the cells ask a row for its model, its features a
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from fusebench.registry import Registry, matching
 
@@ -256,6 +256,14 @@ def is_reference(name: str) -> bool:
     return name in ROWS
 
 
+def reads_no_pretraining(name: str, config: Any, reference: bool | None = None) -> bool:
+    """Whether the row ``name`` of a canonical spec ``config`` (a record's ``config``) pretrains nothing, so its
+    cells read no ``pretrain`` setting: a reference row (``reference``, None: :func:`is_reference`) or a weights
+    row (the config's ``encoder_weights`` names it). The record alone says the second; the registry the first."""
+    weights = config.get("encoder_weights") if isinstance(config, Mapping) else None
+    return (is_reference(name) if reference is None else reference) or (isinstance(weights, Mapping) and name in weights)
+
+
 def row_of(spec: Any, name: str) -> Row:
     """The row ``name`` of benchmark spec ``spec``: a weights row (a name of ``spec.encoder_weights``), a
     registered reference row, else the pretrained row of objective ``name``."""
@@ -298,4 +306,5 @@ PRETRAINED_LINE = ("every objective id (fusebench list objectives) is a pretrain
 
 
 __all__ = ["BASELINE", "DEFAULT_REFERENCES", "InputFeatureRow", "PRETRAINED_LINE", "PretrainedRow", "RAW", "ROWS", "RandomInitRow", "RawRow",
-           "Row", "WeightsRow", "available", "comparison_of", "describe", "is_reference", "references", "row_of"]
+           "Row", "WeightsRow", "available", "comparison_of", "describe", "is_reference", "reads_no_pretraining",
+           "references", "row_of"]

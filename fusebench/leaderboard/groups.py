@@ -53,10 +53,9 @@ def _files(recs: list[RunRecord], limit: int = 6) -> str:
 def _pretrains_nothing(r: RunRecord) -> bool:
     """Whether ``r``'s row pretrains nothing: a reference row, or a weights row (its record's ``encoder_weights``
     names it)."""
-    from fusebench.components.rows import is_reference
+    from fusebench.components.rows import reads_no_pretraining
 
-    weights = r.config.get("encoder_weights") if isinstance(r.config, dict) else None
-    return is_reference(r.objective) or (isinstance(weights, dict) and r.objective in weights)
+    return reads_no_pretraining(r.objective, r.config)
 
 
 def board_keys(recs: list[RunRecord]) -> list[str]:

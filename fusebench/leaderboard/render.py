@@ -11,7 +11,7 @@ import json
 import math
 
 from fusebench.leaderboard.columns import md_code, md_text
-from fusebench.leaderboard.groups import (CI_RESAMPLES, CI_SEED, RANK_RESAMPLES, RANK_SEED, GroupView, group_runs,
+from fusebench.leaderboard.groups import (CI_RESAMPLES, CI_SEED, RANK_RESAMPLES, RANK_SEED, GroupView, group_key, group_runs,
                                           make_view, oldest_first)
 from fusebench.leaderboard.meta import KIND_TITLES, board_meta, meta_comment
 from fusebench.leaderboard.reported import Reported, published_section
@@ -185,7 +185,7 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     for key in sorted(protocol):
         out.append(f"- {md_text(key)}: {md_text(protocol[key])}")
     out.append(f"- runs: {len(view.recs)} run.json file(s), seeds {', '.join(map(str, view.seeds))}, "
-               f"fusebench {md_text(', '.join(suites))}, comparability key `{first.comparability_key}`")
+               f"fusebench {md_text(', '.join(suites))}, comparability key `{group_key(view.recs)}`")
     chosen = _chosen_hparams(view)
     if chosen:
         out.append(f"- hyper-parameters chosen on the validation split: {chosen}")
@@ -303,7 +303,7 @@ def render_board(name: str, views: list[GroupView], reported: list[Reported],
                 f"compared), one table each; they differ in {', '.join(fields)}.", ""]
         for i, (view, plot, missing, sens) in enumerate(zip(views, plot_names, missing_plots, sensitivity_plots), 1):
             title = f"group {i} of {len(views)}"
-            out += [f"## Group {i} of {len(views)}: key `{view.recs[0].comparability_key}`", ""]
+            out += [f"## Group {i} of {len(views)}: key `{group_key(view.recs)}`", ""]
             out += group_section(view, [], plot, level=3, missing_plot=missing, sensitivity_plot=sens)
             out.append("")
             metas.append(board_meta(view, title))

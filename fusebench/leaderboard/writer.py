@@ -20,7 +20,7 @@ import fusebench.leaderboard.outputs as outputs
 import fusebench.leaderboard.robustness as robustness
 import fusebench.leaderboard.sensitivity as sensitivity
 from fusebench.io import remove_stale_temps, write_if_changed
-from fusebench.leaderboard.groups import GroupView, group_runs, load_runs, make_view
+from fusebench.leaderboard.groups import GroupView, group_key, group_runs, load_runs, make_view
 from fusebench.leaderboard.meta import read_board_meta, rendered_meta
 from fusebench.leaderboard.render import render_board
 from fusebench.leaderboard.reported import default_reported, load_reported
@@ -71,12 +71,12 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         if (out_dir / f"{name}-kviews.md").exists():  # written by `fusebench study kviews`
             for v in views:
                 v.studies.append(("k-views study", f"{name}-kviews.md", f"{name}-kviews.png"))
-        plot_names = [f"{name}-curves.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-curves.png"
+        plot_names = [f"{name}-curves.png" if len(views) == 1 else f"{name}-{group_key(v.recs)}-curves.png"
                       for v in views]
-        missing_names = [f"{name}-missing.png" if len(views) == 1 else f"{name}-{v.recs[0].comparability_key}-missing.png"
+        missing_names = [f"{name}-missing.png" if len(views) == 1 else f"{name}-{group_key(v.recs)}-missing.png"
                          for v in views]  # drawn only for groups with missing-view metrics
         sens_names = [f"{name}-sensitivity.png" if len(views) == 1
-                      else f"{name}-{v.recs[0].comparability_key}-sensitivity.png" for v in views]  # tuned rows only
+                      else f"{name}-{group_key(v.recs)}-sensitivity.png" for v in views]  # tuned rows only
         for p in plot_names + missing_names + sens_names + [f"{name}.{fmt}" for fmt in formats] + \
                 outputs.extra_names(name, formats):  # -seeds.csv, .tex (issue #32)
             _inside(out_dir, p)

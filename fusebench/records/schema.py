@@ -20,7 +20,7 @@ from fusebench.io import canonical_json, shown_path
 from fusebench.records.comparability import (comparability_fields, comparability_key, comparable_view,
                                              synthetic_overrides_applied)
 from fusebench.spec.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
-from fusebench.components.identity import config_hash as cell_config_hash
+from fusebench.components.identity import config_hash as cell_config_hash, row_known
 from fusebench.registry import ID_RULE, valid_id
 
 SCHEMA_VERSIONS = (1, 2, 3, 4)
@@ -738,6 +738,10 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         if type(hash_schema) is not int or hash_schema not in HASH_SCHEMAS:
             raise RecordError(path, "hash_schema", f"one of {list(HASH_SCHEMAS)}", hash_schema)
         want = cell_config_hash(cfg, objective, hash_schema)  # reproduced from the record's own config
+        if config_hash != want and hash_schema >= 4 and not row_known(objective):
+            # a row of a plugin not installed here: whether it pretrains (and so reads pretrain) is its plugin's to
+            # say; the hash of a row that pretrains nothing is the other one
+            want = config_hash if config_hash == cell_config_hash(cfg, objective, hash_schema, True) else want
         if config_hash != want:
             raise RecordError(path, "config_hash", f"{want!r}, the hash schema {hash_schema} hash of the record's "
                               "config (was the record edited?)", config_hash)

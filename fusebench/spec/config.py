@@ -721,7 +721,14 @@ def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
     except ConfigError as e:
         raise name_overrides(ConfigError(f"{path}: {e}"), overrides) from None
     if not synthetic and not spec.dataset.synthetic_only:
-        # the synthetic generator is not used: its settings are neither recorded nor hashed (issue #29)
+        # the synthetic generator is not used: its settings are neither recorded nor hashed (issue #29); one given on
+        # the command line would be recorded nowhere and used by nothing: refused
+        given = [k for k in (overrides or {}) if k == "dataset.synthetic_spec" or k.startswith("dataset.synthetic_spec.")
+                 or (k == "dataset" and isinstance(overrides[k], dict) and "synthetic_spec" in overrides[k])]
+        if given:
+            raise ConfigError(f"--set {given[0]}: {path.stem} runs on the real data here, so the synthetic generator's "
+                              "settings would be used by nothing; drop the setting, or add --synthetic to run the "
+                              "synthetic twin")
         spec.dataset.synthetic_spec = {}
     try:
         return validate(spec, str(path))

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from fusebench.components.identity import cell_versions, code_changes, spec_hash, versions_block
+from fusebench.components.identity import cell_versions, code_changes, same_config_hashes, spec_hash, versions_block
 from fusebench import metrics as M
 from fusebench.grids import at_edge  # the rule the board reads back (fusebench.grids)
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError
-from fusebench.spec.config import BenchmarkSpec
+from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
 from fusebench.cells.execute import run_cell
 from fusebench.engine.loop import RunError
 from fusebench.objectives.solver_tally import merged, summed
@@ -260,6 +260,12 @@ def check_frozen(path: Path, spec: BenchmarkSpec, objective: str, options: RunOp
         raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection is not a JSON object; delete it to "
                                   "select again")
     made = {k: outcome.get(k) for k in ident}
+    if made["config_hash"] != ident["config_hash"] and made["config_hash"] in same_config_hashes(spec, objective):
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
+                                  f"with this configuration under an older hash schema (config hash "
+                                  f"{made['config_hash']}, now {ident['config_hash']}): migrate the runs folder once "
+                                  f"(python scripts/migrate_hash_schema_{HASH_SCHEMA_VERSION}.py "
+                                  f"{path.parents[2]}), then rerun")
     if made != ident:
         diff = ", ".join(f"{k} {made[k]!r} (now {ident[k]!r})" for k in ident if made[k] != ident[k])
         raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective} was made "
