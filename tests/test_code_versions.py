@@ -259,7 +259,7 @@ def test_a_pretraining_method_s_version_is_recorded_and_a_record_of_another_is_n
     """TupleInfoNCE's loss is assembled by its pretraining method (augmentation, fusion, disturbed negatives): a
     change there under unchanged options must be tracked as the objective's and the encoder's are."""
     from fusebench.components.identity import method_versions
-    from fusebench.leaderboard.groups import group_runs
+    from fusebench.leaderboard.grouping import group_runs
     from fusebench.spec.methods import METHODS
 
     spec = benchmarks.load("quickstart", overrides=TINY)

@@ -105,7 +105,9 @@ def test_aligned_mmsa_pickle_is_trimmed_to_the_text_bert_mask(tmp_path):
                 "raw_text": np.array(["x y z", "x y z u v w"])}
 
     with open(tmp_path / "aligned_50.pkl", "wb") as f:
-        pickle.dump({"train": split(), "valid": split(), "test": split()}, f)
+        # each split its own clips (a clip id in two splits is refused: it would leak between them)
+        pickle.dump({name: {**split(), "id": np.array([f"{name}-a", f"{name}-b"])} for name in ("train", "valid", "test")},
+                    f)
     ds = build("mosi", root=tmp_path, split="train", aligned=True)
     # MMSA: aligned audio / vision run for the text_bert mask length (3 and 6 here), as the text does
     assert {k: v.shape[0] for k, v in ds[0]["modalities"].items()} == {"text": 3, "audio": 3, "vision": 3}

@@ -1,7 +1,7 @@
 """Nothing starts that cannot finish (issue 29 item 6, issue 31 item 2): M3G's n^k memory against a budget,
 and progress lines from the long phases of a large file.
 
-The hostile input: M3G on a 10-view file (the multiview benchmark pretrains it at batch 16), which passed
+The hostile input: M3G on a 10-view file (the multiview benchmark then pretrained it at batch 16), which passed
 14.8 GB within a minute on a 24 GB machine; a 1e6-sample file that printed nothing for 400 s."""
 
 from __future__ import annotations
@@ -141,18 +141,19 @@ def test_ten_view_m3g_sweep_is_refused_before_any_cell(tmp_path, monkeypatch):
                    progress=False, device="cpu")
     msg = str(err.value)
     assert not started and not list(out.rglob("run.json")) and not list(out.rglob("failed.json"))
-    assert "'m3g' on k = 10 views at batch 16" in msg and "over the memory budget of 4.00 GiB" in msg
+    batch = benchmarks.load("multiview").pretrain.batch_size  # every pretrained row's batch (32; 36 train samples)
+    assert f"'m3g' on k = 10 views at batch {batch}" in msg and "over the memory budget of 4.00 GiB" in msg
     assert "objective 'mv_infonce'" not in msg  # its cost is not n^k: only m3g is named
     fits = int(msg.split("largest micro-batch that fits is ")[1].split(":")[0])
     assert f"--set pretrain.per_objective.m3g.micro_batch={fits}" in msg
     # the suggestion fits the budget, one more sample per chunk does not (the declaration at k = 10, d = 32)
     m3g = build("m3g", eps=0.2)
-    assert m3g.memory_bytes(largest_chunk(16, fits), 10, torch.float32, 32) <= 4 * GIB
-    assert m3g.memory_bytes(largest_chunk(16, fits + 1), 10, torch.float32, 32) > 4 * GIB
-    # what a step costs there and at 2: the chunks' n^k entries, summed by hand (16 = m + ... with a last chunk of
-    # one sample joined to the one before)
+    assert m3g.memory_bytes(largest_chunk(batch, fits), 10, torch.float32, 32) <= 4 * GIB
+    assert m3g.memory_bytes(largest_chunk(batch, fits + 1), 10, torch.float32, 32) > 4 * GIB
+    # what a step costs there and at 2: the chunks' n^k entries, summed by hand (the batch = m + ... with a last
+    # chunk of one sample joined to the one before)
     def by_hand(m: int) -> int:
-        sizes, left = [], 16
+        sizes, left = [], batch
         while left:
             take = left if left - m < 2 else m
             sizes.append(take)

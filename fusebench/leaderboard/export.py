@@ -24,7 +24,8 @@ import math
 from typing import Any
 
 from fusebench.leaderboard.columns import no_bidi
-from fusebench.leaderboard.groups import RANK_RESAMPLES, GroupView, group_key
+from fusebench.leaderboard.grouping import group_key
+from fusebench.leaderboard.groups import RANK_RESAMPLES, GroupView
 from fusebench.leaderboard.robustness import export_entries
 from fusebench.leaderboard.table import solver_counts
 

@@ -1,6 +1,7 @@
 """From run records to what one table shows: the records of a runs folder by benchmark
-(:func:`load_runs`), split into comparability groups (:func:`group_runs`: runs share a table only
-when their comparability key is equal; duplicates and mixed objective versions are refused), and one
+(:func:`load_runs`), split into comparability groups (:func:`~fusebench.leaderboard.grouping.group_runs`,
+re-exported here: runs share a table only when their comparability key is equal; duplicates, mixed objective
+versions and a row of two configs are refused), and one
 group's :class:`~fusebench.leaderboard.view.GroupView` (:func:`make_view`): metric columns, per-(objective, metric) values over
 seeds, rows with the objectives that compute the same loss merged into one (alias rows,
 :func:`equivalence_groups`), rows flagged invalid, the best row per metric, the fixed reference row,
@@ -13,14 +14,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from fusebench.components.identity import cell_identity, config_hash
-from fusebench.io import canonical_json, shown_path
+from fusebench.io import canonical_json
 from fusebench.leaderboard.columns import md_code, metric_info, natural_key
+from fusebench.leaderboard.differences import code_differences, spec_differences
+from fusebench.leaderboard.grouping import _files, oldest_first
 from fusebench.leaderboard.view import GroupView
-from fusebench.records import (RecordError, RunRecord, board_kind, differing_fields, duplicate_runs, find_records,
-                               load_record)
-from fusebench.records.schema import _flatten, finished_time
-from fusebench.spec.config import HASH_SCHEMA_VERSION
+from fusebench.records import RecordError, RunRecord, board_kind, find_records, load_record
 from fusebench.components.rows import DEFAULT_REFERENCES, ROWS, is_reference
 from fusebench.components.reference_features import CLUSTER_METRICS, cluster_identical, probe_identical_groups
 
@@ -41,123 +40,6 @@ def load_runs(runs_dir: Path) -> dict[str, list[RunRecord]]:
     for recs in out.values():
         recs.sort(key=lambda r: (r.objective, r.seed, r.path))
     return dict(sorted(out.items()))
-
-
-def _files(recs: list[RunRecord], limit: int = 6) -> str:
-    """The files of ``recs``, sorted, the first ``limit`` named (a control character escaped: :func:`shown_path`)."""
-    paths = [shown_path(p) for p in sorted(r.path for r in recs)]
-    shown = ", ".join(paths[:limit])
-    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
-
-
-def _pretrains_nothing(r: RunRecord) -> bool:
-    """Whether ``r``'s row pretrains nothing: a reference row, or a weights row (its record's ``encoder_weights``
-    names it)."""
-    from fusebench.components.rows import reads_no_pretraining
-
-    return reads_no_pretraining(r.objective, r.config)
-
-
-def board_keys(recs: list[RunRecord]) -> list[str]:
-    """The comparability key each record is grouped by: its own (:attr:`RunRecord.comparability_key`), except for a
-    row that pretrains nothing (:func:`_pretrains_nothing`), which reads no ``pretrain`` setting (hash schema 4
-    leaves them out of its config hash, so a sweep reuses its record when only the pretraining settings changed):
-    it joins the group of the pretrained rows whose key, ``pretrain`` left out, is its own, where those rows are
-    one group. Otherwise (no pretrained row, or pretrained rows of two pretraining configs) it keeps its own key."""
-    from fusebench.records.comparability import comparability_key
-
-    def without_pretrain(r: RunRecord) -> str:
-        return comparability_key({**r.raw, "config": {k: v for k, v in r.config.items() if k != "pretrain"}})
-
-    pretrains = [not _pretrains_nothing(r) for r in recs]
-    pretrained_keys = {r.comparability_key for r, p in zip(recs, pretrains) if p}
-    if not pretrained_keys or all(p or r.comparability_key in pretrained_keys for r, p in zip(recs, pretrains)):
-        return [r.comparability_key for r in recs]  # every record's own key (the common case: nothing to join)
-    joined: dict[str, set[str]] = defaultdict(set)  # without pretrain -> the pretrained rows' keys
-    for r, p in zip(recs, pretrains):
-        if p:
-            joined[without_pretrain(r)].add(r.comparability_key)
-    keys = []
-    for r in recs:
-        target = joined.get(without_pretrain(r)) if _pretrains_nothing(r) else None
-        keys.append(next(iter(target)) if target and len(target) == 1 else r.comparability_key)
-    return keys
-
-
-def group_key(recs: list[RunRecord]) -> str:
-    """The comparability key a group of records (:func:`group_runs`) is named by: its pretrained rows' (the rows
-    that pretrain nothing may state another, :func:`board_keys`), else its first record's."""
-    own = [r.comparability_key for r in recs if not _pretrains_nothing(r)]
-    return own[0] if own else recs[0].comparability_key
-
-
-def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[list[RunRecord]]:
-    """Split ``recs`` (one benchmark) by comparability key (:func:`board_keys`: a row that pretrains nothing joins
-    the pretrained rows' group whatever its ``pretrain`` settings); refuse duplicates and, unless ``split``,
-    a benchmark with more than one group. Groups are ordered largest first, then by key."""
-    by_key: dict[str, list[RunRecord]] = defaultdict(list)
-    for r, key in zip(recs, board_keys(recs)):
-        by_key[key].append(r)
-    for key, group in by_key.items():
-        twice = duplicate_runs(group)
-        if twice is not None:
-            other, r = twice
-            raise ValueError(f"duplicate runs of benchmark {name!r}, objective {r.objective!r}, seed {r.seed}: "
-                             f"{shown_path(other.path)} and {shown_path(r.path)} (a table counts each (objective, "
-                             f"seed) once; remove one)")
-        by_version: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
-        for r in group:  # one row = one objective version (and its methods'): a changed loss is not averaged
-            by_version[r.objective][r.versions.row].append(r)
-        for objective, versions in sorted(by_version.items()):
-            if len(versions) > 1:
-                listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))
-                raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs of different objective "
-                                 f"versions (the loss changed between them): {listing}. Move the old runs away.")
-        _check_one_config(name, group)
-    groups = sorted(by_key.items(), key=lambda kg: (-len(kg[1]), kg[0]))
-    if len(groups) > 1 and not split:
-        fields = differing_fields([g[0] for _, g in groups])
-        lines = [f"benchmark {name!r} mixes runs that must not be compared: {len(groups)} comparability groups "
-                 f"differing in {', '.join(fields) or 'their comparability key'}:"]
-        for key, g in groups:
-            lines.append(f"  group {key} ({len(g)} run(s)): {_files(g)}")
-        lines.append("Move the odd runs to another runs folder, or pass --split for one table per group.")
-        raise ValueError("\n".join(lines))
-    return [g for _, g in groups]
-
-
-def _current_hash(r: RunRecord) -> str:
-    """The config hash of ``r``'s config under the current hash schema (:data:`HASH_SCHEMA_VERSION`): the stored
-    one when the record was written under it (the schema checked it), else recomputed, so a schema-2 record and a
-    schema-3 record of one config give one hash."""
-    if r.raw.get("hash_schema") == HASH_SCHEMA_VERSION and r.config_hash is not None:
-        return r.config_hash
-    return config_hash(r.config, r.objective, HASH_SCHEMA_VERSION)
-
-
-def _check_one_config(name: str, group: list[RunRecord]) -> None:
-    """Refuse a row whose runs were made under different configs. Runs of one comparability group share everything
-    but each row's own settings (``pretrain``'s per-objective tables: hyper-parameters, grid, batch, epochs,
-    micro-batch; the row's encoder weights): one objective's runs are one config, and its row averages them over
-    seeds. Compared by :func:`_current_hash`, one hash schema for all; the message names the files of each hash and
-    the config keys in which they differ. Budgets may still differ by seed under one config (each seed draws its
-    own split: the board's budget line says ``varies by seed``)."""
-    by_objective: dict[str, dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
-    for r in group:
-        by_objective[r.objective][_current_hash(r)].append(r)
-    for objective, hashes in sorted(by_objective.items()):
-        if len(hashes) < 2:
-            continue
-        firsts = [min(rs, key=lambda r: r.path) for _, rs in sorted(hashes.items())]
-        flat = [_flatten(cell_identity(r.config, objective, HASH_SCHEMA_VERSION)) for r in firsts]
-        keys = [k for k in sorted(set().union(*flat))
-                if len({canonical_json(f.get(k, "<absent>")) for f in flat}) > 1]
-        listing = "; ".join(f"config hash {h}: {_files(rs)}" for h, rs in sorted(hashes.items()))
-        differ = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-        raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs made under different configs (a row "
-                         f"averages the seeds of one config; hashes of hash schema {HASH_SCHEMA_VERSION}): {listing}; "
-                         f"they differ in {differ or 'their config'}. Move the runs of the other config away, or rerun "
-                         f"them.")
 
 
 def _group_kind(recs: list[RunRecord]) -> str:
@@ -239,20 +121,6 @@ def _hparams(recs: list[RunRecord]) -> dict[str, dict[str, Any] | None]:
         elif out[r.objective] is not None and h != out[r.objective]:
             out[r.objective] = None
     return out
-
-
-def oldest_first(recs: list[RunRecord]) -> list[RunRecord]:
-    """``recs`` by the time they were written (``finished_at``; records written before the field existed
-    first, in their given order). The board's text (description, protocol notes, the objectives' display
-    order) is the newest record's: re-running some rows of a board under an amended spec (e.g. one row's
-    new grid, hash schema 2 keeps the other rows' records) brings the spec's amended text with it. Times are
-    compared as times (:func:`fusebench.records.schema.finished_time`), not as text: ``10:00+05:00`` is before
-    ``06:00+00:00``."""
-    def key(r: RunRecord) -> tuple:
-        t = r.raw.get("finished_at")
-        return (0,) if t is None else (1, finished_time(t, r.path))
-
-    return sorted(recs, key=key)
 
 
 def _display_order(recs: list[RunRecord]) -> list[str]:
@@ -449,85 +317,6 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
 
         settle_ties(view, level=CI_LEVEL, n_boot=RANK_RESAMPLES, seed=RANK_SEED)
     return view
-
-
-#: config keys (dotted prefixes) left out of :func:`spec_differences`: what names or lists the cells (each row and
-#: seed is on the board), the prose itself, and the ``--synthetic`` overrides (applied to the spec already)
-SPEC_TEXT_KEYS = ("name", "description", "objectives", "seeds", "protocol_notes", "synthetic", "comparison.why")
-
-
-def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[str, Any, list[Any]]]:
-    """Where the runs' config differs from the benchmark's current spec, whose protocol notes and comparison text a
-    board shows (they describe the spec: ``n_init: 100`` says "100 restarts" even for runs made with
-    ``--set options.embedding_eval.n_init=1``): ``[(dotted key, the spec's value, the runs' distinct values)]`` for
-    every config leaf (nested mappings flattened, lists whole) that the spec sets (not null) and every run records,
-    where some run's value is not the spec's. Keys of :data:`SPEC_TEXT_KEYS` are left out, and so are the fields the
-    pipeline's cell does not apply (:func:`fusebench.pipelines.applied_form`: a value there changed nothing), and
-    the ``pretrain.*`` values of the rows that pretrain nothing (:func:`_pretrains_nothing`: they read none)."""
-    from fusebench.pipelines import PIPELINES, applied_form
-
-    def applied(form: dict[str, Any]) -> dict[str, Any]:
-        pipeline = form.get("pipeline", "standard")
-        return applied_form(form, pipeline) if pipeline in PIPELINES else form
-
-    want = {k: v for k, v in _flatten(applied(spec)).items()
-            if v is not None and not any(k == t or k.startswith(t + ".") for t in SPEC_TEXT_KEYS)}
-    ordered = oldest_first(recs)
-    flat = [_flatten(applied(r.config)) for r in ordered]
-    nothing = [_pretrains_nothing(r) for r in ordered]  # their pretrain.* values changed nothing (board_keys)
-    out = []
-    for key in sorted(want):
-        if not all(key in f for f in flat):  # an older record without the field: nothing to compare
-            continue
-        if key.startswith("pretrain."):
-            flat_used = [f for f, n in zip(flat, nothing) if not n]
-        else:
-            flat_used = flat
-        seen: list[Any] = []
-        for f in flat_used:
-            if f[key] not in seen:
-                seen.append(f[key])
-        if any(v != want[key] or isinstance(v, bool) != isinstance(want[key], bool) for v in seen):
-            out.append((key, want[key], seen))
-    return out
-
-
-def code_differences(spec: Any, recs: list[RunRecord]) -> list[tuple[str, int]]:
-    """Where the runs were made by other code than the current one, for the benchmark's current ``spec``: each change
-    :func:`fusebench.components.identity.code_changes` finds for a run (an objective's, encoder's, method's,
-    metric's or downstream protocol's version, as the run states them, :func:`fusebench.records.cell_file.record_versions`, against the
-    code's now) with the number of runs it concerns, in order of first appearance. Such runs are still the runs'
-    numbers, but a rerun would not reuse them: it computes them again with the current code."""
-    from fusebench.components.identity import code_changes
-    from fusebench.records.cell_file import record_versions
-    from fusebench.registry import UnknownNameError
-
-    counts: dict[str, int] = {}
-    seen: dict[str, list[str]] = {}
-    for r in recs:
-        made, metrics = record_versions(r.raw)
-        key = repr((r.objective, sorted(made.items(), key=str), sorted(metrics.items(), key=str)))
-        if key not in seen:
-            try:
-                seen[key] = code_changes(_with_weights_row(spec, r), r.objective, made, metrics)
-            except (UnknownNameError, KeyError, ValueError):  # a plugin's objective or metric not installed here
-                seen[key] = []
-        for change in seen[key]:
-            counts[change] = counts.get(change, 0) + 1
-    return list(counts.items())
-
-
-def _with_weights_row(spec: Any, r: RunRecord) -> Any:
-    """``spec`` with the run's own ``encoder_weights`` entry when its row is a weights row (``--encoder-weights
-    NAME=FILE`` names the file at run time, so the benchmark's installed spec does not hold it): the row's version is
-    its file's hash (:func:`fusebench.components.identity.cell_versions`), which the spec alone would read as an
-    objective's."""
-    entry = (r.config.get("encoder_weights") or {}).get(r.objective) if isinstance(r.config, dict) else None
-    if not isinstance(entry, dict) or r.objective in (getattr(spec, "encoder_weights", None) or {}):
-        return spec
-    import dataclasses
-
-    return dataclasses.replace(spec, encoder_weights={**spec.encoder_weights, r.objective: entry})
 
 
 def _set_reference(view: GroupView, comparison: dict[str, str], named_by: str = "the runs") -> None:

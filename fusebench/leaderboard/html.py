@@ -34,7 +34,8 @@ from typing import Any
 from fusebench.leaderboard.columns import html_escape as escape  # html.escape, bidi controls shown as escapes
 from fusebench.leaderboard.export import number
 from fusebench.components.rows import is_reference
-from fusebench.leaderboard.groups import GroupView, group_key
+from fusebench.leaderboard.grouping import group_key
+from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.html_assets import CSS, JS, csp
 from fusebench.leaderboard.html_markdown import md_blocks, md_inline, slug, split_row
 from fusebench.leaderboard.html_svg import cd_svg, curves_svg, missing_svg, rank_bar_svg, sensitivity_svg, strip_svg

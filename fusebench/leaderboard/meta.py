@@ -20,7 +20,8 @@ from typing import Any
 from fusebench.io import strict_json
 from fusebench.leaderboard.columns import fmt_cell
 from fusebench.components.rows import is_reference
-from fusebench.leaderboard.groups import GroupView, group_key
+from fusebench.leaderboard.grouping import group_key
+from fusebench.leaderboard.groups import GroupView
 from fusebench.registry import ID_RULE, valid_id
 
 BOARD_META = "fusebench-board"

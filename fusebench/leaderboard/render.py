@@ -11,7 +11,8 @@ import json
 import math
 
 from fusebench.leaderboard.columns import md_code, md_text
-from fusebench.leaderboard.groups import (CI_RESAMPLES, CI_SEED, RANK_RESAMPLES, RANK_SEED, GroupView, group_key, group_runs,
+from fusebench.leaderboard.grouping import group_key, group_runs
+from fusebench.leaderboard.groups import (CI_RESAMPLES, CI_SEED, RANK_RESAMPLES, RANK_SEED, GroupView,
                                           make_view, oldest_first)
 from fusebench.leaderboard.meta import KIND_TITLES, board_meta, meta_comment
 from fusebench.leaderboard.reported import Reported, published_section

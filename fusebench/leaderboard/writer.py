@@ -20,7 +20,8 @@ import fusebench.leaderboard.outputs as outputs
 import fusebench.leaderboard.robustness as robustness
 import fusebench.leaderboard.sensitivity as sensitivity
 from fusebench.io import remove_stale_temps, write_if_changed
-from fusebench.leaderboard.groups import GroupView, group_key, group_runs, load_runs, make_view
+from fusebench.leaderboard.grouping import group_key, group_runs
+from fusebench.leaderboard.groups import GroupView, load_runs, make_view
 from fusebench.leaderboard.meta import read_board_meta, rendered_meta
 from fusebench.leaderboard.render import render_board
 from fusebench.leaderboard.reported import default_reported, load_reported

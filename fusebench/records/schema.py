@@ -622,7 +622,7 @@ def _validate_repeated_seeds(obj: Mapping[str, Any], seed: int, path: str, versi
 def finished_time(value: Any, path: str | Path = "<record>") -> datetime.datetime:
     """A record's ``finished_at`` (ISO 8601, as :func:`datetime.datetime.fromisoformat` reads it) as an aware
     datetime: the builder writes UTC with its offset; a time without an offset is read as UTC. The boards order
-    records by it (:func:`fusebench.leaderboard.groups.oldest_first`): as text, ``+05:00`` would sort wrong."""
+    records by it (:func:`fusebench.leaderboard.grouping.oldest_first`): as text, ``+05:00`` would sort wrong."""
     if isinstance(value, str):
         try:
             t = datetime.datetime.fromisoformat(value)
