@@ -262,3 +262,15 @@ def test_leaderboard_paths_of_the_wrong_kind_are_one_line_each(capsys, tmp_path:
         code, out, err = _run(capsys, "leaderboard", *args)
         assert code == 2 and out == "" and err.splitlines() == [f"fusebench leaderboard: {said}"]
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("args,key", [(("--precision", "tf32"), "precision=tf32"),
+                                      (("--set", "speed.cudnn_benchmark=true"), "speed.cudnn_benchmark=true")])
+def test_a_cuda_only_setting_is_refused_for_cells_that_run_on_the_cpu(capsys, tmp_path: Path, args, key) -> None:
+    """TF32 matrix units and cuDNN's autotuner act on CUDA only: on the CPU the run would record them (a board of its
+    own) and compute the same numbers as without them."""
+    code, out, err = _plan(capsys, tmp_path, "--objective", "none", "--device", "cpu", *args)
+    assert code == 2 and "Traceback" not in err
+    assert (f"quickstart: {key}: it acts on CUDA only, and the cells run on the CPU here, so it would be recorded and "
+            "change nothing") in err
+    assert not (tmp_path / "runs").exists()

@@ -203,6 +203,23 @@ def check_pretraining_epochs(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
                               f"set {key} to 1 or more, or run the reference row alone (--objective none)")
 
 
+def check_cuda_only_settings(spec: BenchmarkSpec, device: str) -> None:
+    """A setting that acts on CUDA only (``precision: tf32``, TF32 matrix units; ``speed.cudnn_benchmark``, cuDNN's
+    autotuner) is refused for cells that run on a CPU here: it would be recorded (and split the board from runs
+    without it) and change no number. Cells a SLURM launcher sends to other nodes decide their device there."""
+    from fusebench.runtime.utils import resolve_device
+
+    if resolve_device(device).type != "cpu":
+        return
+    found = [key for key, on in (("precision=tf32", spec.precision == "tf32"),
+                                 ("speed.cudnn_benchmark=true", bool(getattr(spec.speed, "cudnn_benchmark", False))))
+             if on]
+    if found:
+        raise ConfigError(f"{spec.name}: {found[0]}: it acts on CUDA only, and the cells run on the CPU here, so it "
+                          "would be recorded and change nothing; drop it (precision 32, the CPU's float32 matrix "
+                          "products) or run on a GPU (--device cuda)")
+
+
 def pretrains_nothing(spec: BenchmarkSpec, rows: Iterable[str]) -> str:
     """``rows`` (none of which pretrains) said with what they are: ``raw and none are reference rows, mine is a
     weights row``."""
@@ -488,6 +505,8 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     # an objective whose declared cost (M3G: n^k) exceeds the memory budget at its batch: refused before any
     # cell, after check_data (a batch larger than the train split is named as that, not as a memory estimate)
     check_memory_budget(spec, list(dict.fromkeys(o for o, _ in pending)), device, distributed.world_size())
+    if pending and launch.runs_here:  # the cells run on this machine: a CUDA-only setting on its CPU changes nothing
+        check_cuda_only_settings(spec, device)
     skipped = len(objs) * len(seeds) - len(pending)
     from fusebench.engine.threads import cell_threads
 
