@@ -339,3 +339,15 @@ def test_a_bootstrap_interval_is_never_negative_zero(tmp_path: Path) -> None:
     for name, text in files.items():  # no "-0.00" printed as a number (-0.0042 is a number of its own)
         assert not re.search(r"-0\.00(?![0-9])", text), name
 
+
+
+def test_a_board_file_name_with_control_characters_is_escaped_in_the_message(tmp_path: Path) -> None:
+    """A file of the boards folder is named in the message of its metadata problem with its control characters
+    escaped (``fusebench.io.shown_path``), as record paths are."""
+    from fusebench.leaderboard.meta import read_board_meta
+
+    bad = tmp_path / "q\x1b]0;pwn\x07.md"
+    bad.write_text("# Leaderboard: q\n\nno metadata comment\n", encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        read_board_meta(bad)
+    assert str(e.value).startswith(repr(str(bad)) + ": a board without the") and "\x1b" not in str(e.value)

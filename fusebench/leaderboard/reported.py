@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from fusebench.io import shown_path
 from fusebench.leaderboard.columns import fmt_value, md_text, metric_info, natural_key
 from fusebench.leaderboard.groups import GroupView
 from fusebench.registry import ID_RULE, valid_id
@@ -90,11 +91,11 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
     try:  # the bounded safe loader of every settings file: an alias bomb or a too deep document is one error
         data = load_yaml(Path(path).read_text(), str(path))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"{path}: not a readable YAML file ({e})") from None
+        raise ValueError(f"{shown_path(path)}: not a readable YAML file ({e})") from None
     if data is None:
         return {}
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a list of entries {{{', '.join(_REPORTED_REQUIRED)}, ...}}")
+        raise ValueError(f"{shown_path(path)}: expected a list of entries {{{', '.join(_REPORTED_REQUIRED)}, ...}}")
     out: dict[str, list[Reported]] = defaultdict(list)
     seen = set()
     for i, e in enumerate(data):
