@@ -452,3 +452,16 @@ def test_the_folder_of_a_killed_prepare_is_removed_by_the_next(tmp_path, fixture
     cache.prepare(ds, base=base, progress=False)
     assert [p.name for p in out.parent.iterdir()] == [out.name]
     assert cache.open_cache(ds, base=base) is not None
+
+
+@pytest.mark.parametrize("key,value,kind", [
+    ("audio_lengths", np.array(["1", "1", "1", "1"]), r"<U1 \(text values\)"),
+    ("vision_lengths", np.array([1, 1, 1, 1 + 1j]), r"complex128 \(complex values\)"),
+])
+def test_text_or_complex_lengths_refused(tmp_path, fixtures_dir, key, value, kind):
+    """A length parsed from text ('1') or cast from a complex number was read as a number before."""
+    path = _mmsa_pickle(tmp_path, fixtures_dir, lambda part: part.__setitem__(key, value))
+    t = _clip(fixtures_dir)[key.split("_")[0]].shape[0]  # the padded length T of the modality
+    with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))} \[train\]: {key} must hold integers in "
+                                           rf"0\.\.{t}, got dtype {kind}$"):
+        build("mosi", root=path, split="train", use_cache=False)

@@ -284,6 +284,7 @@ class _PickleFormat:
         raw = np.asarray(part[key]).reshape(-1)
         if raw.shape[0] != n:
             raise DatasetError(f"{where}: {key} has {raw.shape[0]} entries for {n} samples")
+        _require_real(raw, f"{where}: {key}", f"integers in 0..{t}")  # '3' as text, 3+1j: not a length
         try:
             vals = raw.astype(np.float64)
         except (TypeError, ValueError) as e:
@@ -305,6 +306,7 @@ class _PickleFormat:
         clipped). A length of 0 (no token attended) leaves the text (and, in an aligned file, audio / vision)
         absent from that sample, like ``audio_lengths`` = 0.
         """
+        _require_real(np.asarray(mask), f"{where}: key 'text_bert' row 1 (attention mask)", "0/1")
         try:
             vals = np.asarray(mask).astype(np.float64)
         except (TypeError, ValueError):
