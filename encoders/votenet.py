@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -367,6 +367,17 @@ class VoteNet(Backbone):
     large_model = True  # convolutions on images / point sets: intra-op threads pay (engine/threads.py)
 
     default_task = "detection"
+
+    @classmethod
+    def config_problems(cls, config: Mapping[str, Any]) -> list[str]:
+        """The base checks, and ``config`` (the preset) one of :data:`CONFIGS` by name: a spec names a preset (a
+        mapping in its place reached the layers and failed there)."""
+        out = super().config_problems(config)
+        preset = config.get("config", "votenet")
+        if not isinstance(preset, str) or preset not in CONFIGS:
+            out.append(f"encoder.config.config = {preset!r}: expected the name of a VoteNet preset, one of "
+                       f"{sorted(CONFIGS)}")
+        return out
 
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"), config: str | VoteNetConfig = "votenet",
                  fusion: str = "late", num_classes: int = 10, mean_sizes: Sequence[Sequence[float]] | None = None,

@@ -274,3 +274,36 @@ def test_a_cuda_only_setting_is_refused_for_cells_that_run_on_the_cpu(capsys, tm
     assert (f"quickstart: {key}: it acts on CUDA only, and the cells run on the CPU here, so it would be recorded and "
             "change nothing") in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_modality_named_twice_is_refused_when_the_spec_loads() -> None:
+    """Two copies of one modality passed --plan and failed mid-cell as "takes at least 2 views, got k=1"."""
+    from fusebench.spec.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"dataset\.modalities must name each modality once .*got \['rgb', 'rgb'\]"):
+        benchmarks.load("nyuv2-seg", overrides={"dataset.modalities": ["rgb", "rgb"]}, synthetic=True)
+
+
+@pytest.mark.parametrize("bench,key,value,expected", [
+    ("nyuv2-seg", "encoder.config.context_bins", [0], r"encoder\.config\.context_bins = \[0\]: expected a non-empty "
+                                                       r"list of integers >= 1"),
+    ("nyuv2-seg", "encoder.config.context_bins", [], r"encoder\.config\.context_bins = \[\]: expected a non-empty"),
+    ("sunrgbd-det", "encoder.config.config", {"num_proposals": 1000},
+     r"encoder\.config\.config = \{'num_proposals': 1000\}: expected the name of a VoteNet preset, one of "
+     r"\['tiny', 'votenet'\]"),
+])
+def test_encoder_options_the_layers_cannot_take_are_refused_when_the_spec_loads(bench, key, value, expected) -> None:
+    """They passed --plan and failed in the middle of a cell (a 0 x 0 pooling, a division by zero, a dict where the
+    code reads a preset)."""
+    from fusebench.spec.config import ConfigError
+
+    with pytest.raises(ConfigError, match=expected):
+        benchmarks.load(bench, overrides={key: value}, synthetic=True)
+
+
+def test_sunrgbd_num_points_0_is_refused_not_read_as_every_point(tmp_path: Path) -> None:
+    from fusebench.datasets import DatasetError, build
+
+    with pytest.raises(DatasetError, match=r"sunrgbd: num_points must be a positive integer or None \(every point\), "
+                                           r"got 0"):
+        build("sunrgbd", root=None, synthetic=True, split="train", num_points=0, use_cache=False)

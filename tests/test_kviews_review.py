@@ -47,3 +47,34 @@ def test_render_only_refuses_run_options(tmp_path, capsys) -> None:
 
     assert study.main(["--render-only", "--out", str(tmp_path), "--board", str(tmp_path), "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err
+
+
+def test_a_cell_of_another_configuration_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch) -> None:
+    """The study re-run with other settings into the same --out meets a record of another configuration: the sweep's
+    ConfigMismatchError (a RunError, not a ValueError) is the command's one line and exit status 2, as for `run`."""
+    from fusebench.cli import study
+    from fusebench.engine.cell import ConfigMismatchError
+
+    def refused(*args, **kwargs):
+        raise ConfigMismatchError(f"{tmp_path}/runs/x/run.json was made with another configuration")
+
+    monkeypatch.setattr(study, "run_study", refused)
+    code = study.main(["--out", str(tmp_path / "runs"), "--board", str(tmp_path), "--synthetic", "--k", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip() == f"fusebench study kviews: {tmp_path}/runs/x/run.json was made with another configuration"
+
+
+def test_a_benchmark_the_study_cannot_vary_is_named_as_that(tmp_path) -> None:
+    """quickstart (no views option, a linear probe) was reported as "k = 2 is outside 2..0"; nyuv2-seg blamed --set
+    values nobody passed."""
+    import pytest
+
+    from fusebench.studies import kviews
+
+    for name, dataset, protocol in (("quickstart", "quickstart", "linear_probe"), ("nyuv2-seg", "nyuv2", "finetune")):
+        with pytest.raises(ValueError, match=rf"^kviews: benchmark '{name}' cannot be studied: .* and '{name}' has "
+                                             rf"dataset '{dataset}' and protocol '{protocol}'; study a multi-view "
+                                             r"\.mat benchmark"):
+            kviews.run_study(kviews.Study(benchmark=name, ks=(2,)), tmp_path / "runs", synthetic=True)
+    assert not (tmp_path / "runs").exists()

@@ -84,9 +84,9 @@ of VoteNet; version='v1' for the _v1_ folders)."""
         if unknown:
             raise DatasetError(f"sunrgbd: unknown options {unknown}; valid options are {list(OPTIONS)}")
         n = o.get("num_points", 20000)
-        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0):
-            raise DatasetError(f"sunrgbd: num_points must be a positive integer or None, got {n!r}")
-        self.num_points = int(n) if n else None
+        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
+            raise DatasetError(f"sunrgbd: num_points must be a positive integer or None (every point), got {n!r}")
+        self.num_points = None if n is None else int(n)
         self.version = o.get("version", "v2")
         if self.version not in ("v1", "v2"):
             raise DatasetError(f"sunrgbd: version must be 'v2' (label/) or 'v1' (label_v1/), got {self.version!r}")

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from fusebench.engine.loop import RunError
 from fusebench.runtime.terminal_help import Once, Parser
 from fusebench.cli.run import count_type
 from fusebench.studies import kviews
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> int:
             run_study(study, out, ns.data_root, synthetic=ns.synthetic, workers=ns.workers, progress=ns.progress,
                       counts=counts)
         md, png = render(out, board, ns.benchmark)
-    except ValueError as e:  # includes ConfigError, DatasetError, RecordError
+    except (ValueError, RunError) as e:  # ConfigError, DatasetError, RecordError; a cell of another config, a busy cell
         print(f"fusebench study kviews: {e}", file=sys.stderr)
         return 2
     if ns.render_only:

@@ -559,6 +559,9 @@ def validate(spec: BenchmarkSpec, source: str) -> BenchmarkSpec:
           for where, e in (("pretraining", pt.epochs),
                            *((f"{o!r} objective's own", v) for o, v in sorted(pt.objective_epochs.items())
                              if isinstance(v, int)))),
+        (spec.dataset.modalities is None or len(set(map(str, spec.dataset.modalities))) == len(spec.dataset.modalities),
+         f"dataset.modalities must name each modality once (each is one view of the objectives), got "
+         f"{spec.dataset.modalities!r}"),
         (0.0 <= pt.missing_rate < 1.0, "pretrain.missing_rate must be in [0, 1) (the fraction of (sample, view) "
                                       "entries absent from every pretraining batch)"),
         (pt.optimizer in ("adamw", "sgd"), "pretrain.optimizer must be 'adamw' or 'sgd'"),

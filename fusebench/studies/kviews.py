@@ -359,6 +359,16 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
             registry.OBJECTIVES.get(o)  # an unknown id: one error with the closest match, before any run
 
     spec = benchmarks.load(benchmark, synthetic=synthetic)
+    from fusebench import datasets
+
+    adapter_options = getattr(datasets.get(spec.dataset.id), "OPTIONS", frozenset())
+    needed = {"views"} | ({"view_copies"} if "copies" in study.arms else set())
+    if spec.downstream.protocol != "embedding_eval" or not needed <= set(adapter_options):
+        raise ValueError(f"kviews: benchmark {benchmark!r} cannot be studied: the study subsets and copies views "
+                         f"through the dataset options {sorted(needed)} and scores frozen embeddings "
+                         f"(downstream.protocol embedding_eval), and {benchmark!r} has dataset "
+                         f"{spec.dataset.id!r} and protocol {spec.downstream.protocol!r}; study a multi-view .mat "
+                         "benchmark (mv-*, or multiview with --data-root)")
     runner.resolve_views(spec, synthetic, data_root)
     num_views = len(spec.dataset.modalities or [])
     notes = {k: v for k, v in spec.protocol_notes.items() if k in ("data", "splits")}
