@@ -28,7 +28,9 @@ arXiv:2203.12441) for the MOSI / MOSEI / CH-SIMS feature files:
 
 The model-based extractors never download: ``weights`` must be a local folder written by
 ``save_pretrained`` (config + weights, and the vocabulary for BERT), loaded with
-``local_files_only=True``. Without it they refuse with a ``ValueError`` saying what to pass.
+``local_files_only=True``. Without it they refuse with a ``ValueError`` saying what to pass; they also
+refuse a folder of another model type (``config.json`` ``model_type``), one missing weights the features use
+(they would be random), and for BERT one without ``vocab.txt`` / ``tokenizer.json``.
 ``transformers`` is imported lazily (``pip install 'fusebench[extract]'``).
 
 Audio files (command line, :func:`load_audio`): integer PCM WAV (8/16/24/32-bit, any rate and channel
@@ -95,6 +97,49 @@ def _weights_dir(who: str, weights: str | os.PathLike | None) -> Path:
     return path
 
 
+def _check_model_type(who: str, path: Path, model_types: tuple[str, ...]) -> str:
+    """The ``model_type`` of ``path/config.json``; a ``ValueError`` naming the folder, the type found and
+    the types needed when it is not one of ``model_types`` (transformers would load it anyway)."""
+    import json
+
+    try:
+        found = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{who}: cannot read {str(path / 'config.json')!r}: {e}") from None
+    if found not in model_types:
+        raise ValueError(f"{who}: weights folder {str(path)!r} holds a model of type {found!r} (config.json "
+                         f"model_type), this extractor needs {' or '.join(repr(t) for t in model_types)}")
+    return found
+
+
+def _load_checked(who: str, cls: Any, path: Path, model_types: tuple[str, ...],
+                  unused: tuple[str, ...] = ()) -> Any:
+    """``cls.from_pretrained(path)``, refusing weights that would give random features.
+
+    transformers loads a folder of another model (a BERT folder into ``HubertModel``) with only a
+    warning and initialises every weight it does not find at random, so the features would be noise
+    with exit status 0. Refused here, with one ``ValueError`` naming the folder: a ``config.json``
+    whose ``model_type`` is not one of ``model_types`` (checked before loading), and any weight of the
+    model missing from the checkpoint except those whose name starts with one of ``unused`` (weights
+    the features never go through, e.g. BERT's pooler). Unexpected weights are accepted once the
+    model type matches and nothing is missing: they are the checkpoint's other heads (bert-base's
+    ``cls.*`` pre-training head, a full CLIP's text tower), not the model's."""
+    found = _check_model_type(who, path, model_types)
+    need = " or ".join(repr(t) for t in model_types)
+    try:
+        model, info = cls.from_pretrained(path, local_files_only=True, output_loading_info=True)
+    except RuntimeError as e:  # weights of the wrong shape for the config (transformers' load report)
+        raise ValueError(f"{who}: cannot load weights folder {str(path)!r} (model type {found!r}): "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(unused))
+    if missing or info.get("mismatched_keys"):
+        bad = missing or sorted(str(k) for k in info["mismatched_keys"])
+        raise ValueError(f"{who}: weights folder {str(path)!r} (model type {found!r}) lacks {len(bad)} weight(s) "
+                         f"the {need} model needs{' with the right shape' if not missing else ''}, e.g. {bad[0]!r} "
+                         f"(they would be random); expected a folder written by save_pretrained of that model")
+    return model
+
+
 def _mono_16k(who: str, waveform: Tensor, sample_rate_hz: int) -> Tensor:
     """``[T]`` or ``[C, T]`` -> mono ``[T']`` at 16 kHz."""
     import torchaudio.functional as AF
@@ -119,9 +164,16 @@ class TextExtractor:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"TextExtractor: batch_size must be a positive int, got {batch_size!r}")
         path = _weights_dir("TextExtractor", weights)
+        _check_model_type("TextExtractor", path, ("bert",))  # first: a HuBERT folder has no vocabulary either
+        # without its vocabulary BertTokenizer falls back to five special tokens: every word [UNK]
+        if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
+            raise ValueError(f"TextExtractor: weights folder {str(path)!r} has no tokenizer: neither vocab.txt nor "
+                             f"tokenizer.json (save the tokenizer too: tokenizer.save_pretrained(folder))")
         tf = _transformers()
         self.tokenizer = tf.BertTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = tf.BertModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        # the pooler is not in the features (last hidden layer): checkpoints without one are fine
+        self.model = _load_checked("TextExtractor", tf.BertModel, path, ("bert",),
+                                   unused=("pooler.",)).to(device).eval()
         self.max_length = max_length
         self.batch_size = batch_size
         self.device = torch.device(device)
@@ -159,7 +211,9 @@ class HubertExtractor:
     def __init__(self, weights: str | os.PathLike | None = None, device: str | torch.device = "cpu") -> None:
         path = _weights_dir("HubertExtractor", weights)
         tf = _transformers()
-        self.model = tf.HubertModel.from_pretrained(path, local_files_only=True).to(device).eval()
+        # masked_spec_embed is SpecAugment's training-time mask vector, unused in eval
+        self.model = _load_checked("HubertExtractor", tf.HubertModel, path, ("hubert",),
+                                   unused=("masked_spec_embed",)).to(device).eval()
         self.device = torch.device(device)
         self.dim = int(self.model.config.hidden_size)
         # receptive field of the conv front end (400 samples = 25 ms for HuBERT-base): the shortest input
@@ -185,7 +239,8 @@ class CLIPExtractor:
         path = _weights_dir("CLIPExtractor", weights)
         tf = _transformers()
         cls = tf.CLIPVisionModelWithProjection if projection else tf.CLIPVisionModel
-        self.model = cls.from_pretrained(path, local_files_only=True).to(device).eval()
+        # a CLIPVisionModel folder ("clip_vision_model") or a whole CLIP ("clip", its text tower unused)
+        self.model = _load_checked("CLIPExtractor", cls, path, ("clip_vision_model", "clip")).to(device).eval()
         self.projection = projection
         self.device = torch.device(device)
         cfg = self.model.config
@@ -325,6 +380,21 @@ def load_audio(path: str | os.PathLike) -> tuple[Tensor, int]:
     return torch.from_numpy(data.T.copy()), int(rate)
 
 
+# what str.splitlines treats as a line break besides "\n": inside a line, a space
+_INLINE_BREAKS = str.maketrans({c: " " for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def _text_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file, split on ``"\\n"`` only (a trailing ``"\\r"`` goes with it), each
+    stripped of surrounding whitespace. ``str.splitlines`` and universal newlines also split on a lone
+    ``"\\r"``, U+2028/U+2029, U+0085, ``\\x0b``, ``\\x0c`` and ``\\x1c``-``\\x1e``, which turned one line of the
+    file into several outputs and shifted every later one against the other modalities (output i =
+    line i). Those characters stay in their line, each replaced by a space (what they separate are words)."""
+    with open(path, encoding="utf-8", newline="") as fh:  # newline="": no translation of a lone CR
+        text = fh.read()
+    return [ln.translate(_INLINE_BREAKS).strip() for ln in text.split("\n")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fusebench.encoders.extractors",
                                      description="Extract feature sequences (see module docstring).")
@@ -337,16 +407,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="output .pt file (list of [T_i, d] tensors)")
     parser.add_argument("--projection", action="store_true", help="vision: CLIP projected image embedding")
     ns = parser.parse_args(argv)
+    # a setting is used or refused: --weights with lld or --projection with text/audio would be ignored silently
+    if ns.weights is not None and ns.kind == "lld":
+        parser.error("--weights: the lld extractor uses no weights (torchaudio descriptors only)")
+    if ns.projection and ns.kind != "vision":
+        parser.error(f"--projection: only the vision extractor uses it, not {ns.kind}")
     out = Path(ns.output)
-    if not out.parent.is_dir():  # before minutes of extraction, not after
+    # before minutes of extraction, not after (the output is renamed into place at the end)
+    if out.is_dir():
+        parser.error(f"--output {ns.output}: is a folder; expected a .pt file path")
+    if not out.parent.is_dir():
         parser.error(f"--output {ns.output}: the folder {str(out.parent)!r} does not exist")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        parser.error(f"--output {ns.output}: the folder {str(out.parent)!r} is not writable")
     try:
         feats: list[Tensor] = []
         if ns.kind == "text":
             ext = TextExtractor(ns.weights)
             for f in ns.input:
                 try:
-                    lines = [ln.strip() for ln in Path(f).read_text(encoding="utf-8").splitlines()]
+                    lines = _text_lines(Path(f))
                 except (OSError, UnicodeDecodeError) as e:
                     raise ValueError(f"cannot read text file {f!r}: {e}") from None
                 while lines and not lines[-1]:
