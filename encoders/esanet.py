@@ -291,11 +291,9 @@ class ESANet(Backbone):
 
     @classmethod
     def config_problems(cls, config: Mapping[str, Any]) -> list[str]:
-        """The base checks, and ``context_bins`` a non-empty list of integers >= 1 (the pyramid pooling's grid
-        sizes: 0, an empty list or text reached the layers and failed in the middle of a cell)."""
-        out = super().config_problems(config)
-        bins = config.get("context_bins")
-        if bins is not None and (isinstance(bins, (str, bytes)) or not isinstance(bins, (list, tuple)) or not bins
+        """The base checks, and ``context_bins`` a non-empty list of integers >= 1 (the pooling's grid sizes)."""
+        out, bins = super().config_problems(config), config.get("context_bins")
+        if bins is not None and (not isinstance(bins, (list, tuple)) or not bins
                                  or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bins)):
             out.append(f"encoder.config.context_bins = {bins!r}: expected a non-empty list of integers >= 1 (the "
                        "pyramid pooling's grid sizes, e.g. [1, 5])")

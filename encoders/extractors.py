@@ -1,5 +1,8 @@
 """Feature extractors producing the sequence features :mod:`fusebench.encoders.seq_transformer` reads.
 
+This module is longer than ~450 lines because its four extractors share one command line and the checks of a
+weights folder (model type, missing weights, tokenizer) and of the inputs that keep output i = input i.
+
 From raw text, audio and video frames, following the conventions of MMSA-FET
 (https://github.com/thuiar/MMSA-FET, the feature-extraction toolkit of M-SENA, Mao et al. 2022,
 arXiv:2203.12441) for the MOSI / MOSEI / CH-SIMS feature files:

@@ -1,5 +1,8 @@
 """VoteNet for the 10 SUN RGB-D classes: voting, vote aggregation, proposals, losses, 3D NMS.
 
+This module is longer than ~450 lines because it is the paper's one model: the backbone's options, voting,
+aggregation, the proposal head, its losses and NMS share their shapes and conventions, as in the reference code.
+
 Implements Qi, Litany, He & Guibas, "Deep Hough Voting for 3D Object Detection in Point Clouds"
 (ICCV 2019, arXiv:1904.09664, https://arxiv.org/abs/1904.09664; reference code
 https://github.com/facebookresearch/votenet), Sec. 4 and supplementary A.1 / A.2, on top of
@@ -370,15 +373,11 @@ class VoteNet(Backbone):
 
     @classmethod
     def config_problems(cls, config: Mapping[str, Any]) -> list[str]:
-        """The base checks, and ``config`` (the preset) one of :data:`CONFIGS` by name: a spec names a preset (a
-        mapping in its place reached the layers and failed there)."""
-        out = super().config_problems(config)
-        preset = config.get("config", "votenet")
+        """The base checks, and ``config`` (the preset) one of :data:`CONFIGS` by name (not a mapping)."""
+        out, preset = super().config_problems(config), config.get("config", "votenet")
         if not isinstance(preset, str) or preset not in CONFIGS:
-            out.append(f"encoder.config.config = {preset!r}: expected the name of a VoteNet preset, one of "
-                       f"{sorted(CONFIGS)}")
+            out.append(f"encoder.config.config = {preset!r}: expected a VoteNet preset's name, one of {sorted(CONFIGS)}")
         return out
-
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"), config: str | VoteNetConfig = "votenet",
                  fusion: str = "late", num_classes: int = 10, mean_sizes: Sequence[Sequence[float]] | None = None,
                  nms_iou: float = 0.25, per_class_proposal: bool = True, conf_thresh: float = 0.05,

@@ -289,7 +289,7 @@ def test_a_modality_named_twice_is_refused_when_the_spec_loads() -> None:
                                                        r"list of integers >= 1"),
     ("nyuv2-seg", "encoder.config.context_bins", [], r"encoder\.config\.context_bins = \[\]: expected a non-empty"),
     ("sunrgbd-det", "encoder.config.config", {"num_proposals": 1000},
-     r"encoder\.config\.config = \{'num_proposals': 1000\}: expected the name of a VoteNet preset, one of "
+     r"encoder\.config\.config = \{'num_proposals': 1000\}: expected a VoteNet preset's name, one of "
      r"\['tiny', 'votenet'\]"),
 ])
 def test_encoder_options_the_layers_cannot_take_are_refused_when_the_spec_loads(bench, key, value, expected) -> None:

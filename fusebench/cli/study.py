@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from fusebench.engine.loop import RunError
 from fusebench.runtime.terminal_help import Once, Parser
 from fusebench.cli.run import count_type
 from fusebench.studies import kviews
@@ -78,6 +77,8 @@ def main(argv: list[str]) -> int:
     out = Path(ns.out) if ns.out is not None else repo / "runs-kviews"
     board = Path(ns.board) if ns.board is not None else repo
     counts: dict[str, int] = {}
+    from fusebench.engine.loop import RunError  # torch: not for --help
+
     try:
         if not ns.render_only:
             study = Study(benchmark=ns.benchmark, objectives=tuple(ns.objective), seeds=tuple(ns.seeds),

@@ -8,8 +8,10 @@ One concept per module, each importing only those above it:
 
 - :mod:`~fusebench.leaderboard.columns`: a metric's unit, direction and header; how numbers print;
 - :mod:`~fusebench.leaderboard.stats`: bootstrap CIs, Holm, paired tests, Friedman, Nemenyi CD (numpy, scipy);
-- :mod:`~fusebench.leaderboard.groups`: run records -> comparability groups -> one group's view (rows with
-  aliases merged, reference row, tests);
+- :mod:`~fusebench.leaderboard.grouping`: which run records share a table (comparability groups, one config
+  per row); :mod:`~fusebench.leaderboard.differences`: where the runs differ from the current spec and code;
+- :mod:`~fusebench.leaderboard.groups`: one comparability group's view (rows with aliases merged, reference row,
+  tests);
 - :mod:`~fusebench.leaderboard.meta`: the metadata comment a board ends with, read back by the index;
 - :mod:`~fusebench.leaderboard.table`: one group's table and the notes under it;
 - :mod:`~fusebench.leaderboard.reported`: numbers printed in the papers (``reported.yaml``) and their section;
@@ -31,7 +33,7 @@ from typing import Any
 
 #: public name -> the module that defines it, imported on first use (PEP 562): ``fusebench leaderboard`` on
 #: unchanged inputs (:mod:`~fusebench.leaderboard.fingerprint`) must not pay for the statistics and renderers
-_LAZY = {"main": "cli", "group_runs": "groups", "load_runs": "groups",
+_LAZY = {"main": "cli", "group_runs": "grouping", "load_runs": "groups",
          "make_view": "groups", "build_index": "index", "BOARD_FORMAT": "meta", "read_board_meta": "meta",
          "benchmark_table": "render", "repository_boards": "writer", "write_leaderboards": "writer"}
 
