@@ -85,6 +85,7 @@ import torch
 
 from fusebench.datasets.errors import DatasetError
 from fusebench.io import canonical_json, sha256_file, sha256_hex, strict_json
+from fusebench.runtime.processes import pid_alive
 
 
 class CacheableDataset(Protocol):
@@ -513,20 +514,6 @@ def _owner_tag() -> str:
     return f"{os.getpid()}-{_host()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (as ``fusebench.engine.locks.pid_alive``, which this layer
-    may not import)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, OSError):
-        return False
-    return True
-
-
 def _last_write(folder: Path) -> float:
     """The newest modification time (s) of ``folder`` and everything in it (0 when it is gone)."""
     newest = 0.0
@@ -561,7 +548,7 @@ def remove_stale_work_folders(out: Path) -> list[Path]:
             m = re.fullmatch(r"(\d+)-(.+)-[a-z0-9_]{8}", folder.name[len(prefix):])
             host = m.group(2) if m else None
             if host is not None and (host == _host() or host.split(".")[0] == _host().split(".")[0]):
-                gone = int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1)))
+                gone = int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1)))
             else:
                 gone = now - _last_write(folder) > STALE_WORK_S
             if gone:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusebench.runtime.processes import pid_alive
+
 LOCK = ".lock"  # the per-cell lock (cell.CellLock)
 MARKER = ".launcher.json"  # written when a cell is submitted to a scheduler (fusebench.sweep.launchers)
 # squeue job states in which the job's processes exist (the lock's owner may be alive)
@@ -22,17 +24,6 @@ SLURM_ACTIVE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "
                           "STAGE_OUT", "RESIZING"})
 GONE = "GONE"  # the job is not in the queue (finished, cancelled, or never there)
 UNKNOWN = "UNKNOWN"  # squeue is not available or failed: nothing can be said
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (used for cell locks; see cell.CellLock)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def hostname() -> str:
