@@ -238,11 +238,11 @@ def _check_selected_on_primary(name: str, recs: list[RunRecord], primary: str, c
         return
     chosen = sorted({r.config["selection_metric"] for r in odd})
     where = {"the benchmark": "the benchmark's current spec", "the runs": "the runs' comparison block"}.get(
-        compared_by, "the runs")
+        compared_by, "the board's choice: no comparison names a metric these runs scored")
     raise ValueError(f"benchmark {name!r}: the board ranks by {primary!r} ({where}) but {len(odd)} of its {len(recs)} "
                      f"runs chose their hyper-parameters, checkpoints and probes on validation {', '.join(map(repr, chosen))} "
                      f"(their selection_metric; e.g. {_files(odd, 3)}): a ranking must be decided on the metric that "
-                     f"selected. Rank by it (comparison.primary: {chosen[0]}), or re-run the runs with the new primary "
+                     f"selected. Rank by it (comparison.primary: {chosen[0]!r}), or re-run the runs with the new primary "
                      "(a spec whose selection_metric differs from comparison.primary states why in selection_metric_why)")
 
 
@@ -260,7 +260,7 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     primary = comparison.get("primary") or recs[0].validation_metric
     if primary not in seen:
         primary = ids[0] if seen else ""
-    _check_selected_on_primary(name, recs, primary, compared_by)
+    _check_selected_on_primary(name, recs, primary, compared_by if primary == comparison.get("primary") else "")
     kind = _group_kind(recs)
     values: dict[tuple[str, str], dict[int, float]] = {}
     undefined: dict[tuple[str, str], int] = {}
