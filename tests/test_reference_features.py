@@ -178,3 +178,95 @@ def test_errors_are_clear():
         reference_features("raw", {**views, "val": [views["val"][0], np.full((10, 5), np.nan)]})
     with pytest.raises(ValueError, match="2-D"):
         reference_features("raw", {**views, "val": [views["val"][0], views["val"][1][0]]})
+
+
+# ---------------------------------------------------------------------------------------------
+# raw_pca's width chosen on validation (row version 2)
+# ---------------------------------------------------------------------------------------------
+def test_width_grid_by_hand():
+    from fusebench.components.reference_features import width_grid
+
+    assert width_grid(96) == [2, 4, 8, 16, 32, 64, 96]
+    assert width_grid(64) == [2, 4, 8, 16, 32, 64]
+    assert width_grid(65) == [2, 4, 8, 16, 32, 64, 65]
+    assert width_grid(3) == [2, 3] and width_grid(2) == [2] and width_grid(1) == [1]
+    for bad in (0, -4, 2.0, True, None):
+        with pytest.raises(ValueError, match="cap must be a positive integer"):
+            width_grid(bad)
+
+
+def test_raw_pca_narrower_width_is_a_prefix_of_a_wider_one(fixtures_dir):
+    """The selection projects once at the largest width and slices: the first w columns at width W must be the
+    features at width w (same components, same signs) on real data."""
+    views, _ = _mat_views(fixtures_dir, "handwritten.mat")
+    rows = {"train": np.arange(0, 1200), "val": np.arange(1200, 1600)}
+    split = {s: [v[r] for v in views] for s, r in rows.items()}
+    wide = reference_features("raw_pca", split, width=96)[0]
+    for w in (2, 8, 33):
+        narrow = reference_features("raw_pca", split, width=w)[0]
+        for s in rows:
+            np.testing.assert_array_equal(wide[s][:, :w], narrow[s])
+
+
+def _by_hand_pca(train, val, w):
+    """z-score the concatenation with train statistics (constant columns 0), project on the top-w right singular
+    vectors of the train matrix, each signed so its largest-|.| loading is positive."""
+    xtr, xva = np.hstack(train), np.hstack(val)
+    mu, sd = xtr.mean(axis=0), xtr.std(axis=0)
+    keep = sd > 0
+    ztr = np.where(keep, (xtr - mu) / np.where(keep, sd, 1), 0)
+    zva = np.where(keep, (xva - mu) / np.where(keep, sd, 1), 0)
+    vt = np.linalg.svd(ztr, full_matrices=False)[2][:w]
+    vt = vt * np.sign(vt[np.arange(w), np.abs(vt).argmax(axis=1)])[:, None]
+    return ztr @ vt.T, zva @ vt.T
+
+
+def test_select_width_scores_every_width_on_validation_and_never_reads_test(fixtures_dir):
+    """On real handwritten views: the width chosen is the one whose by-hand PCA features give the best validation
+    1-shot score (each width scored by the probe on features computed here from scratch), the fewer components on
+    a tie; test views full of NaN are never read."""
+    from fusebench.cells.embedding_protocol import select_width, trial_parts
+    from fusebench.components.rows import row_of
+    from fusebench.probes.embedding_eval import probe_and_cluster
+
+    views, y = _mat_views(fixtures_dir, "handwritten.mat")
+    y = y - 1
+    rng = np.random.default_rng(3)
+    perm = rng.permutation(2000)
+    rows = {"train": perm[:300], "val": perm[300:700]}
+    split = {s: [v[r] for v in views] for s, r in rows.items()}
+    split["test"] = [np.full((5, v.shape[1]), np.nan) for v in views]  # a test sample read would raise
+    kw = {"fewshot_draws": 4, "l2_grid": [0.01, 1.0], **trial_parts("fs1_best_acc")}
+    got = select_width(row_of(None, "raw_pca"), split, y[rows["train"]], y[rows["val"]], 24, 10, 0, kw,
+                       "fs1_best_acc")
+    assert got["widths"] == [2, 4, 8, 16, 24] and got["metric"] == "fs1_best_acc"
+    want = []
+    for w in got["widths"]:
+        ftr, fva = _by_hand_pca(split["train"], split["val"], w)
+        res = probe_and_cluster(ftr, y[rows["train"]], fva, y[rows["val"]], None, None, 10, 0,
+                                cluster_standardize="none", **kw)
+        want.append(res["val_fs1_best_acc"])
+    np.testing.assert_allclose(got["val"], want, rtol=0, atol=1e-12)
+    best = max(want)
+    assert got["chosen"] == min(w for w, v in zip(got["widths"], want) if v >= best - 1e-12)
+    assert len(set(np.round(want, 6))) > 1  # the widths score differently on this data: the choice matters
+
+
+def test_select_width_takes_the_fewer_components_on_a_tie(monkeypatch):
+    from fusebench.cells import embedding_protocol as ep
+    from fusebench.components.rows import row_of
+    from fusebench.probes import embedding_eval
+
+    monkeypatch.setattr(embedding_eval, "probe_and_cluster", lambda *a, **k: {"val_acc": 0.5})
+    views = _views(n=(40, 12, 12), widths=(6, 6))
+    got = ep.select_width(row_of(None, "raw_pca"), views, np.arange(40) % 2, np.arange(12) % 2, 12, 2, 0, {}, "acc")
+    assert got["widths"] == [2, 4, 8, 12] and got["val"] == [0.5] * 4 and got["chosen"] == 2
+
+
+def test_raw_pca_is_row_version_2_and_the_other_rows_version_1():
+    """Version 2 (the width chosen on validation): a record of version 1 (the fixed width) is not reused and a
+    board does not average the two."""
+    from fusebench.components.identity import versions_block
+
+    assert versions_block("raw_pca")["objective"] == "2"
+    assert {versions_block(r)["objective"] for r in ("none", "raw", "raw_l2", "raw_tfidf", "raw_balanced")} == {"1"}

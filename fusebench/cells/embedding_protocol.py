@@ -78,7 +78,14 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
     if from_inputs:
         # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
         width = min(len(views["train"]) * int(model.num_features), len(ytr) - 1, sum(v.shape[1] for v in views["train"]))
+        chosen = None
+        if row.selects_width:  # raw_pca: the width scored on validation by the selection metric, test not read
+            chosen = select_width(row, views, ytr, yva, width, data["train"].num_classes, seed,
+                                  {**kwargs, **(trial_parts(spec.validation_metric) or {})}, spec.validation_metric)
+            width = chosen["chosen"]
         feats, reference, cluster_standardize = row.features(views, width)
+        if chosen is not None:
+            reference["width_selection"] = chosen
         xtr, xva, xte = (feats.get(r) for r in ("train", "val", "test"))
         kwargs["cluster_standardize"] = cluster_standardize
     with phase("probes and clustering"):  # said while it runs when it takes more than a few seconds
@@ -124,6 +131,34 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
             rules=requested_rules(spec))
     return Scores(test, val, -1, model=enc, diagnostics=diag, fields=fields,
                   selection={"rule": SELECTION_RULE, **{k: res[k] for k in ("probe", "fewshot", "knn") if k in res}})
+
+
+def select_width(row: Row, views: dict[str, list[Any]], ytr: Any, yva: Any, cap: int, num_classes: int, seed: int,
+                 probe_kwargs: dict[str, Any], metric: str) -> dict[str, Any]:
+    """The width of a width-selecting reference row (``raw_pca``, :attr:`Row.selects_width`) chosen on the
+    validation split: each width of :func:`~fusebench.components.reference_features.width_grid` (``cap``) scored
+    by ``metric``'s validation value, the probes of ``probe_kwargs`` (those that compute it alone, as a trial is
+    scored) run on train and val only -- no test sample is read; the highest wins, the fewer components on a tie.
+    One projection at the largest width serves every width (its first ``w`` columns are width ``w``'s features).
+    -> the record's ``width_selection``: ``{"metric", "rule", "widths", "val", "chosen"}``."""
+    from fusebench.components.reference_features import width_grid
+    from fusebench.probes.embedding_eval import probe_and_cluster
+
+    widths = width_grid(cap)
+    feats, _, standardize = row.features({"train": views["train"], "val": views["val"]}, widths[-1])
+    key = f"val_{ {'mf1': 'macro_f1'}.get(metric, metric)}"
+    scores = []
+    with phase(f"{row.id}: width on validation ({len(widths)} widths)"):
+        for w in widths:
+            res = probe_and_cluster(feats["train"][:, :w], ytr, feats["val"][:, :w], yva, None, None, num_classes,
+                                    seed, **{**probe_kwargs, "cluster_standardize": standardize})
+            if res.get(key) is None:
+                raise RunError(f"{row.id}: the probes give no validation value of the selection metric {metric!r} "
+                               f"to choose the width by")
+            scores.append(float(res[key]))
+    best = max(range(len(widths)), key=lambda i: (scores[i], -widths[i]))
+    return {"metric": metric, "rule": "highest validation value; the fewer components on a tie",
+            "widths": widths, "val": scores, "chosen": widths[best]}
 
 
 def trial_parts(metric: str) -> dict[str, Any] | None:

@@ -210,7 +210,8 @@ def encoder_version(encoder: str, config: Mapping[str, Any]) -> str:
 
 def versions_block(objective: str, metric_ids: list[str] | None = None, encoder: str = "1") -> dict[str, Any]:
     """The ``versions`` field of a schema-2 record: suite, objective and metric versions from the
-    registries (``"1"`` for an id that is not registered, e.g. ``none`` or pipeline-computed metrics); a
+    registries (a reference row's ``objective`` version is the row's own, :attr:`fusebench.components.rows.Row.version`;
+    ``"1"`` for an id that is not registered, e.g. pipeline-computed metrics); a
     schema-4 record keeps suite and objective here and each metric's version in its ``metrics`` entry
     (``metric_ids`` None: no ``metrics`` key). ``encoder``, the encoder's version (:func:`encoder_version`),
     is written where it is not ``"1"`` (a record without it was made by version 1)."""
@@ -218,10 +219,12 @@ def versions_block(objective: str, metric_ids: list[str] | None = None, encoder:
     from fusebench import objectives as O
     from fusebench.registry import UnknownNameError
 
+    from fusebench.components.rows import ROWS
+
     try:
         obj_version = str(getattr(O.OBJECTIVES.get(objective), "version", "1"))
-    except (UnknownNameError, KeyError):
-        obj_version = "1"
+    except (UnknownNameError, KeyError):  # a reference row states its own version (Row.version)
+        obj_version = str(getattr(ROWS.get(objective), "version", "1")) if objective in ROWS else "1"
     mv = {}
     for m in metric_ids or []:
         try:

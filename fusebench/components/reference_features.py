@@ -39,6 +39,17 @@ Kinds (``x_v`` = the rows of view v, ``n`` = n_train):
 
 For kinds other than ``"raw_pca"`` ``width`` is ignored (a caller may pass it for every kind).
 
+**``raw_pca``'s width is chosen on validation** (row version 2; version 1 fixed it at the cap below). The
+``embedding_eval`` protocol (:mod:`fusebench.cells.embedding_protocol`) scores every width of
+:func:`width_grid` -- the powers of two from 2 below the cap, and the cap, the pretrained rows' embedding width
+``k x d`` (at most ``min(n_train - 1, D)``, the rank PCA can give) -- by the benchmark's selection metric on the
+validation split (the probe that computes it alone, as a hyper-parameter trial is scored), keeps the best (the
+fewer components on a tie) and scores test once with it. Every probe z-scores each column, so a component of
+noise weighs as much as the first one: the width that fits the data is a hyper-parameter, chosen where the
+objectives' are. The first ``w`` columns of the features at width ``W >= w`` are, bit for bit, the features at width ``w``
+(every component is projected on and the product cut to ``width``; the components are the same rows of ``V^T``
+with the same signs), so one projection serves every width.
+
 Errors (ValueError, naming the argument): unknown kind (the valid ones listed), no ``"train"``
 split, views that are not 2-D, mismatched view counts / widths across splits or row counts across
 the views of a split, NaN / Inf, negative values for ``"raw_tfidf"``, ``width`` missing, not an
@@ -121,12 +132,14 @@ def _raw_pca(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[s
     mean, scale, _ = zscore_stats(concat["train"])
     z = {s: (concat[s] - mean) / scale for s in vs}
     _, sing, vt = np.linalg.svd(z["train"], full_matrices=False)                  # vt [r, D]
-    comps = vt[:width]                                                            # [width, D]
-    lead = np.argmax(np.abs(comps), axis=1)
-    comps = comps * np.sign(comps[np.arange(comps.shape[0]), lead])[:, None]
+    lead = np.argmax(np.abs(vt), axis=1)
+    comps = vt * np.sign(vt[np.arange(vt.shape[0]), lead])[:, None]               # every component, signed
     total = float((sing ** 2).sum())
     ratio = (sing[:width] ** 2) / total if total > 0 else np.zeros(width)
-    return {s: z[s] @ comps.T for s in vs}, {"width": width, "explained_variance_ratio": [float(r) for r in ratio]}
+    # projected on every component, then cut: the product's shape does not depend on width, so the features
+    # at width w are bit for bit the first w columns of those at any wider width (the width selection's slices)
+    return ({s: np.ascontiguousarray((z[s] @ comps.T)[:, :width]) for s in vs},
+            {"width": width, "explained_variance_ratio": [float(r) for r in ratio]})
 
 
 #: the input-feature kinds computed here, in the order the boards list them
@@ -141,6 +154,19 @@ KINDS: dict[str, ReferenceKind] = {k.id: k for k in (
     ReferenceKind("raw_pca", "zscore_train(concat(x_v)) @ V[:, :width], V the right singular vectors of the z-scored "
                   "train matrix; sign: largest-|.| loading positive", "none", "raw_pca", _raw_pca, needs_width=True),
 )}
+def width_grid(cap: int) -> list[int]:
+    """The widths a width-selecting kind (``raw_pca``) is scored at on validation: the powers of two ``2, 4, 8,
+    ...`` below ``cap`` and ``cap`` itself (the pretrained rows' embedding width, at most the rank PCA can give),
+    ascending; ``[cap]`` when ``cap <= 2``. ``cap`` must be a positive integer."""
+    if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
+        raise ValueError(f"width_grid: cap must be a positive integer, got {cap!r}")
+    out, w = [], 2
+    while w < cap:
+        out.append(w)
+        w *= 2
+    return [*out, int(cap)]
+
+
 #: the input-feature kinds computed here (each the reference row of that id, fusebench.components.rows), in the
 #: order the boards list them
 REFERENCE_KINDS = tuple(KINDS)
@@ -268,4 +294,4 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
 
 
 __all__ = ["CLUSTER_METRICS", "KINDS", "PROBE_BASE", "REFERENCE_KINDS", "ReferenceKind", "cluster_identical",
-           "probe_identical_groups", "reference_features"]
+           "probe_identical_groups", "reference_features", "width_grid"]

@@ -52,6 +52,13 @@ class Row:
     #: the features mix the views (a projection of their concatenation): with a view absent they are computed
     #: again from the imputed inputs instead of blanking that view's columns
     mixes_views: ClassVar[bool] = False
+    #: the version of what a reference row computes (a record of another version is not reused, and a board
+    #: does not average two: :func:`fusebench.components.identity.cell_versions`); a pretrained row's is its
+    #: objective's
+    version: ClassVar[str] = "1"
+    #: the width of the row's features is chosen on validation by the protocol
+    #: (:func:`fusebench.components.reference_features.width_grid`; ``raw_pca``)
+    selects_width: ClassVar[bool] = False
 
     def __init__(self, name: str) -> None:
         self.id = name
@@ -230,9 +237,13 @@ class RawRow(InputFeatureRow):
         return not protocol_of(spec).frozen_features
 
 
-def _input_feature_row(name: str, order: int, text: str, mixes: bool = False) -> type[InputFeatureRow]:
-    cls = type(f"InputFeatureRow_{name}", (InputFeatureRow,), {"board_order": order, "description": text,
-                                                               "mixes_views": mixes, "__doc__": text})
+def _input_feature_row(name: str, order: int, text: str, mixes: bool = False, version: str = "1"
+                       ) -> type[InputFeatureRow]:
+    from fusebench.components.reference_features import KINDS
+
+    cls = type(f"InputFeatureRow_{name}", (InputFeatureRow,), {
+        "board_order": order, "description": text, "mixes_views": mixes, "__doc__": text, "version": version,
+        "selects_width": KINDS[name].needs_width})
     return ROWS.register(name)(cls)
 
 
@@ -242,8 +253,9 @@ _input_feature_row("raw_tfidf", 3, "per view: tf = x / row sum, idf = ln((1 + n_
                                    "(smooth idf), row-L2(tf * idf); concatenated; count views only (embedding_eval)")
 _input_feature_row("raw_balanced", 4, "per view: zscore_train(x_v) / sqrt(d'_v), d'_v = its columns not constant "
                                       "on train: every view the same total variance; concatenated (embedding_eval)")
-_input_feature_row("raw_pca", 5, "zscore_train(concat(x_v)) projected on its first principal components fitted on "
-                                 "train, as many as the pretrained rows' embedding width (embedding_eval)", mixes=True)
+_input_feature_row("raw_pca", 5, "zscore_train(concat(x_v)) projected on its first w principal components fitted on "
+                                 "train, w chosen on validation by the selection metric among 2, 4, 8, ... and the "
+                                 "pretrained rows' embedding width (embedding_eval)", mixes=True, version="2")
 
 
 def references() -> tuple[str, ...]:
