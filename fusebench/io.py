@@ -8,6 +8,8 @@ checkpoint or a cache file goes through :func:`atomic_write`, every file digest 
   so two processes writing one path both succeed and the last rename wins), gives it the mode a plain
   ``open(path, "w")`` would (``0o666 & ~umask``: ``mkstemp`` alone leaves 0600), and renames it over
   ``path``. On any error the temporary file is removed and the previous ``path``, if any, is kept.
+  :func:`atomic_write_together` does the same for the files of one output (a board and its plot): every
+  temporary file is whole before the first is renamed into place.
 - :func:`canonical_json` is sorted-key JSON. Its two separator styles are both in use by hashes that
   committed files carry, so both are kept and named: ``compact`` (``","`` / ``":"``, the config hash
   and the comparability key of every record) and the ``json.dumps`` default (``", "`` / ``": "``, the
@@ -32,10 +34,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Sequence
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "canonical_json",
-           "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "sha256_hex", "strict_json",
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "atomic_write_together",
+           "canonical_json", "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "sha256_hex", "strict_json",
            "write_if_changed"]
 
 
@@ -114,6 +116,34 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Ca
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_together(files: Sequence[tuple[str | os.PathLike, Callable[[IO[bytes]], Any]]]) -> list[Path]:
+    """Create the files of one output together: each ``(path, write)`` fills a temporary file beside its path (as
+    :func:`atomic_write` does, in the given order), and only once every one is whole are they renamed into place,
+    in the same order. An error or an interruption (Ctrl-C) before the renames leaves every path as it was (new,
+    missing or old alike) and removes the temporary files written so far; a process killed outright (SIGKILL)
+    leaves its temporary files, which :func:`remove_stale_temps` finds. The renames are several steps: list the
+    file that refers to the others (a page linking its plot) last, so it never appears before them."""
+    done: list[tuple[Path, str]] = []
+    try:
+        for path, write in files:
+            path = Path(path)
+            done.append((path, _write_temp(path, write, False)))
+    except BaseException:
+        for _, tmp in done:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        for i, (path, tmp) in enumerate(done):
+            os.replace(tmp, path)
+            done[i] = (path, "")
+    except BaseException:
+        for _, tmp in done:
+            if tmp:
+                Path(tmp).unlink(missing_ok=True)
+        raise
+    return [path for path, _ in done]
 
 
 def create_once(path: str | os.PathLike, data: bytes) -> bool:

@@ -516,6 +516,28 @@ def test_atomic_write_that_cannot_replace_leaves_no_temporary_file(tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir()] == ["board.md"]
 
 
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_files_written_together_appear_together_or_not_at_all(tmp_path: Path, failure: type) -> None:
+    """atomic_write_together: the second file failing after the first one's temporary file is whole leaves both
+    paths as they were (one old, one absent) and no temporary file; without a failure both are replaced."""
+    from fusebench import io
+
+    (tmp_path / "a.png").write_bytes(b"old a")
+
+    def fails(f):
+        f.write(b"half of b")
+        raise failure("interrupted")
+
+    with pytest.raises(failure):
+        io.atomic_write_together([(tmp_path / "a.png", lambda f: f.write(b"new a")), (tmp_path / "b.md", fails)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+    assert (tmp_path / "a.png").read_bytes() == b"old a"
+    got = io.atomic_write_together([(tmp_path / "a.png", lambda f: f.write(b"new a")),
+                                    (tmp_path / "b.md", lambda f: f.write(b"new b"))])
+    assert got == [tmp_path / "a.png", tmp_path / "b.md"]
+    assert [(p.name, p.read_bytes()) for p in sorted(tmp_path.iterdir())] == [("a.png", b"new a"), ("b.md", b"new b")]
+
+
 def test_a_killed_create_once_leaves_a_temporary_file_the_cell_start_removes(tmp_path: Path, monkeypatch) -> None:
     """The temporary file of create_once is named as atomic_write names its own (``.<name>.<random>.tmp``), so
     remove_stale_temps, which a cell's start calls under its lock, finds it (it was ``..run.json.<pid>...``)."""

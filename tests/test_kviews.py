@@ -240,6 +240,57 @@ def test_render_without_new_records_is_a_clear_error(tmp_path: Path) -> None:
             kviews_board.render(legacy, tmp_path / "b")
 
 
+def test_an_interrupted_render_leaves_the_pair_as_it_was_and_the_next_render_removes_its_leftovers(
+        tmp_path: Path, monkeypatch) -> None:
+    """The markdown used to be written before the plot was drawn: Ctrl-C (or a crash) while drawing left a new .md
+    beside the old .png, or, on a first render, a .md whose plot link is broken. Both are now written to temporary
+    files and renamed into place once both are whole."""
+    import os
+    import time
+
+    from fusebench.leaderboard.writer import STALE_TEMP_S
+
+    runs = ROOT / "leaderboards" / "runs-kviews"
+    if not any(kviews.CELL_NAME.match(p.name) for p in runs.iterdir()):
+        pytest.skip(f"no k-views run records of the current design under {runs}")
+    md, png = "mv-handwritten-kviews.md", "mv-handwritten-kviews.png"
+
+    def interrupted(*args, **kwargs):  # the plot is drawn once the markdown's text is complete
+        raise KeyboardInterrupt
+
+    # a first render interrupted: neither file appears, no temporary file is left
+    fresh = tmp_path / "fresh"
+    monkeypatch.setattr(kviews_board, "_plot", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        kviews_board.render(runs, fresh)
+    assert sorted(p.name for p in fresh.iterdir()) == []
+    # a render over an existing pair interrupted: the pair keeps its bytes
+    board = tmp_path / "board"
+    board.mkdir()
+    (board / md).write_text("old board\n")
+    (board / png).write_bytes(b"old plot")
+    with pytest.raises(KeyboardInterrupt):
+        kviews_board.render(runs, board)
+    assert sorted(p.name for p in board.iterdir()) == [md, png]
+    assert (board / md).read_text() == "old board\n" and (board / png).read_bytes() == b"old plot"
+    monkeypatch.undo()
+    # what a killed render (SIGKILL: nothing cleans up) left: removed by the next render once older than
+    # STALE_TEMP_S; a young one may be a concurrent render's and stays
+    old = time.time() - STALE_TEMP_S - 60
+    stale = [board / f".{md}.k1ll3d.tmp", board / f".{png}.k1ll3d.tmp"]
+    for p in stale:
+        p.write_bytes(b"partial")
+        os.utime(p, (old, old))
+    young = board / f".{png}.l1v3.tmp"
+    young.write_bytes(b"partial")
+    got = kviews_board.render(runs, board)
+    assert got == (board / md, board / png)
+    assert sorted(p.name for p in board.iterdir()) == sorted([md, png, young.name])
+    assert (board / md).read_bytes() == (ROOT / "leaderboards" / md).read_bytes()  # the committed board
+    assert (board / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"]({png})" in (board / md).read_text()
+
+
 # ---------------------------------------------------------------------------------------------
 # hyper-parameters: chosen once on validation in the selection cell, used in every other cell
 # ---------------------------------------------------------------------------------------------

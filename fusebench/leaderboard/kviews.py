@@ -8,7 +8,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fusebench.components.rows import BASELINE, RAW
 from fusebench.io import canonical_json
@@ -250,8 +250,13 @@ def _summary(study: StudyRuns, pretrained: list[str], metric: str) -> list[str]:
 
 
 def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten") -> tuple[Path, Path]:
-    """Write ``<board>/<benchmark>-kviews.md`` and ``-kviews.png`` from the study's run records."""
-    from fusebench.io import atomic_write_text
+    """Write ``<board>/<benchmark>-kviews.md`` and ``-kviews.png`` from the study's run records, together or not
+    at all (:func:`fusebench.io.atomic_write_together`): both are rendered to temporary files beside them first,
+    so a render interrupted or failing (Ctrl-C while the plot is drawn) leaves the pair that was there as it was
+    and never a new markdown without its plot. The temporary files a killed render left (older than
+    :data:`fusebench.leaderboard.writer.STALE_TEMP_S`, as the boards' writer removes them) are removed first."""
+    from fusebench.io import atomic_write_together, remove_stale_temps
+    from fusebench.leaderboard.writer import STALE_TEMP_S
     from fusebench.registry import ID_RULE, valid_id
 
     if not valid_id(benchmark):  # it names the files written under ``board``
@@ -313,20 +318,23 @@ def render(runs: str | Path, board: str | Path, benchmark: str = "mv-handwritten
                 md.append(f"| {arm} | {k} | {_cells_text(study, arm, k)} |")
     md += ["", f"![k-views study: gaps vs k]({png.name})", ""]
     mdp = board / f"{benchmark}-kviews.md"
-    atomic_write_text(mdp, "\n".join(md))
-    _plot(study, pretrained, ks, png, benchmark)
+    text = "\n".join(md).encode("utf-8")
+    for path in (png, mdp):  # what a render killed mid-write left: never kept forever
+        remove_stale_temps(path, older_than=STALE_TEMP_S)
+    # the markdown, which links the plot, is renamed into place last
+    atomic_write_together([(png, lambda f: _plot(study, pretrained, ks, f, benchmark)),
+                           (mdp, lambda f: f.write(text))])
     return mdp, png
 
 
-def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, benchmark: str) -> None:
-    """Rows: metrics; columns: (arm, reference); one line per pretrained objective (error bars: std over
-    the pairs), the `none` row's gap to `raw` dashed in grey."""
+def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], out: IO[bytes], benchmark: str) -> None:
+    """The PNG written to ``out`` (:func:`render` hands it a temporary file). Rows: metrics; columns: (arm,
+    reference); one line per pretrained objective (error bars: std over the pairs), the `none` row's gap to `raw`
+    dashed in grey."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fusebench.io import atomic_write
 
     panels = [(arm, r) for arm in study.arms() for r in PAIRED_WITH]
     metrics = study.metrics()
@@ -355,8 +363,8 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], path: Path, be
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"{benchmark}: k-views study (mean ± std over seeds x cells)", fontsize=11)
     fig.tight_layout()
-    try:  # whole or not at all, like the board's markdown and the leaderboard plots
-        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100, metadata={"Software": None}))
+    try:
+        fig.savefig(out, format="png", dpi=100, metadata={"Software": None})
     finally:
         plt.close(fig)
 
