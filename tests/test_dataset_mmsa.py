@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import warnings
 
 import h5py
 import numpy as np
@@ -72,6 +73,54 @@ def test_chsims_feature_file_loads(fixtures_dir):
     assert s["modalities"]["text"].shape == (9, 3) and ids[0] == 101 and ids[-1] == 102 and ids[3] == 100
     # the same feature file through the CMU adapter (same code path)
     assert build("mosi", root=path, use_cache=False)[0]["modalities"]["vision"].shape == (9, 171)
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """The test's own restricted reader of the real feature file: numpy arrays and plain containers only."""
+
+    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar"), ("numpy._core.numeric", "_frombuffer"),
+               ("numpy.core.numeric", "_frombuffer")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not an array global")
+        return super().find_class(module, name)
+
+
+def test_sample_keys_of_the_real_files(fixtures_dir):
+    """sample_keys(): each sample's clip id in delivery order, the ids split_overlap compares across splits."""
+    from fusebench.records.builder import split_overlap
+
+    # the CH-SIMS feature file holds no 'id' (read here without the product's reader): its one sample is named by
+    # the file, and it is the same sample in train, val and test, so a run on it is a pipeline check
+    path = fixtures_dir / "ch_sims" / "feature_aligned.pkl"
+    with open(path, "rb") as f, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the file names numpy.core.* (numpy 1.x pickles)
+        raw = _ArraysOnly(f).load()
+    assert sorted(raw) == ["align", "audio", "config", "text", "text_bert", "vision"]
+    data = {s: build("chsims", root=path, split=s, use_cache=False) for s in ("train", "val", "test")}
+    assert all(ds.sample_keys() == ["feature_aligned"] == [ds[0]["meta"]["id"]] for ds in data.values())
+    assert split_overlap(data).startswith("the splits are not disjoint: train and val share 1 sample(s) (of 1 and 1; "
+                                          "e.g. feature_aligned)")
+    # the MOSI labels sequence (csd layout), read here with h5py: <video>[<segment>] for every labelled segment,
+    # each split's videos in its order, segments in file order; the three splits disjoint and covering all 2199
+    labels = fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd"
+    with h5py.File(labels, "r") as f:
+        g = f["Opinion Segment Labels"]["data"]
+        segments = {vid: g[vid]["features"].shape[0] for vid in g}
+    data = {s: build("mosi", root=fixtures_dir / "mosi", split=s, modalities=[], use_cache=False)
+            for s in ("train", "val", "test")}
+    keys = {s: ds.sample_keys() for s, ds in data.items()}
+    for s, ds in data.items():
+        videos = list(dict.fromkeys(v for v, _ in ds.samples))
+        assert keys[s] == [f"{v}[{i}]" for v in videos for i in range(segments[v])]
+        assert [ds[j]["meta"]["id"] for j in (0, len(ds) - 1)] == [keys[s][0], keys[s][-1]]
+    every = [k for s in ("train", "val", "test") for k in keys[s]]
+    assert len(every) == len(set(every)) == sum(segments.values()) == 2199
+    assert "03bSnISJMiM[12]" in every and "03bSnISJMiM[13]" not in every  # 13 segments, 0-based
+    assert split_overlap(data) is None
 
 
 # -- synthetic twins ------------------------------------------------------------------------------

@@ -389,6 +389,65 @@ def test_clip_in_two_splits_refused_in_every_split(tmp_path, fixtures_dir):
             build("mosi", root=path, split=split, use_cache=False)
 
 
+def _three_splits(tmp_path, fixtures_dir, train, valid=("v0", "v1"), test=("t0", "t1")):
+    clip = _clip(fixtures_dir)
+    obj = {"train": _split(clip, list(train)), "valid": _split(clip, list(valid)), "test": _split(clip, list(test))}
+    path = tmp_path / "unaligned_50.pkl"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    return path
+
+
+def test_clip_repeated_within_one_split_refused_in_every_split(tmp_path, fixtures_dir):
+    """A clip id twice in one split (here 'a1' at samples 1 and 3 of [train]) used to be read as two samples: the
+    repeat weighed twice in training (or, in [test], in the metric). Refused whichever split is built."""
+    path = _three_splits(tmp_path, fixtures_dir, train=("a0", "a1", "a2", "a1", "a4"))
+    for split in ("train", "val", "test"):
+        with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))}: split \[train\] holds 1 clip id\(s\) more "
+                                               r"than once \(1 repeated sample\(s\) of 5: 'a1' at samples 1, 3\); a "
+                                               r"repeated clip weighs twice in training or in the test metric: each "
+                                               r"clip id must occur once in a split$"):
+            build("mosi", root=path, split=split, use_cache=False)
+    # the count and the first ids of several repeats; an id thrice; a repeat in [test] is named there
+    path = _three_splits(tmp_path, fixtures_dir, train=("a0", "a1"),
+                         test=("b", "c", "b", "d", "c", "e", "d", "f", "e", "b"))
+    with pytest.raises(DatasetError, match=r": split \[test\] holds 4 clip id\(s\) more than once \(5 repeated "
+                                           r"sample\(s\) of 10: 'b' at samples 0, 2, 9; 'c' at samples 1, 4; 'd' at "
+                                           r"samples 3, 6; \.\.\.\); a repeated clip"):
+        build("mosi", root=path, split="train", use_cache=False)
+
+
+def test_ids_that_are_rows_are_one_id_each(tmp_path, fixtures_dir):
+    """An ``id`` array of rows (``[video, start]`` per sample) is one id per row: entries shared by rows of
+    different clips (a video, a start time '0.0') are neither a repeat nor a clip in two splits (the check across
+    splits used to compare the entries one by one)."""
+    rows = lambda *pairs: [list(p) for p in pairs]  # noqa: E731
+    path = _three_splits(tmp_path, fixtures_dir, train=rows(("vidA", "0.0"), ("vidA", "4.5"), ("vidB", "0.0")),
+                         valid=rows(("vidC", "0.0"),), test=rows(("vidD", "0.0"), ("vidD", "4.5")))
+    ds = build("mosi", root=path, split="train", use_cache=False)
+    assert ds.sample_keys() == [ds[i]["meta"]["id"] for i in range(3)]
+    assert len(set(ds.sample_keys())) == 3
+
+
+def test_sample_keys_are_the_clip_ids_in_sample_order(tmp_path, fixtures_dir):
+    from fusebench.records.builder import split_overlap
+
+    path = _three_splits(tmp_path, fixtures_dir, train=("a3", "a0", "a2", "a1"), valid=("v1", "v0"), test=("t0",))
+    data = {role: build("mosi", root=path, split=split, use_cache=False)
+            for role, split in (("train", "train"), ("val", "val"), ("test", "test"))}
+    assert data["train"].sample_keys() == ["a3", "a0", "a2", "a1"]  # as written, not sorted
+    assert data["val"].sample_keys() == ["v1", "v0"] and data["test"].sample_keys() == ["t0"]
+    assert [data["train"][i]["meta"]["id"] for i in range(4)] == ["a3", "a0", "a2", "a1"]
+    assert split_overlap(data) is None  # disjoint: a run on them is ranked
+    # bytes ids read as text, as the meta ids are
+    path = _three_splits(tmp_path, fixtures_dir, train=(b"a0", b"a1"))
+    assert build("mosi", root=path, use_cache=False).sample_keys() == ["a0", "a1"]
+    # no 'id': the meta ids are the indices 0, 1, ..., which name no clip (split [valid] would share them)
+    clip = _clip(fixtures_dir)
+    obj = {k: {key: v for key, v in _split(clip, ["x", "y"]).items() if key != "id"} for k in ("train", "valid", "test")}
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    assert build("mosi", root=path, use_cache=False).sample_keys() is None
+
+
 # -- 7. work folders of a killed prepare ----------------------------------------------------------------------
 def _nyu_test(fixtures_dir):
     return build("nyuv2", root=fixtures_dir / "nyuv2" / "mtan", split="test", modalities=["depth"], use_cache=False)

@@ -82,6 +82,17 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
             return files + ([self.root / "folds.json"] if (self.root / "folds.json").is_file() else [])
         return [Path(self.source)]
 
+    def sample_keys(self) -> list[str] | None:
+        """The clip id of every sample of this split, in the order the samples are delivered (their ``meta`` id),
+        without reading a sample: an MMSA pickle's ``id`` entries (``<video_id>$_$<clip_id>``), a feature
+        file's name (its one sample, the same in every split), the ``csd`` layout's ``<video>[<segment>]``. None
+        for an MMSA split without ``id``: its ``meta`` ids are the sample indices, which do not name a clip."""
+        if self.layout == "csd":
+            return [f"{vid}[{i}]" for vid, i in self.samples]
+        if not self._has_ids:
+            return None
+        return list(self._arrays["id"])
+
     # -- samples ---------------------------------------------------------------------------------
     def _load_raw(self, index: int) -> dict[str, Any]:
         if self.layout == "csd":

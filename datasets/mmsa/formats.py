@@ -9,7 +9,8 @@ wrapped as a split with n = 1 (:meth:`_PickleFormat._feature_file_split`). Valid
 (:meth:`_PickleFormat._validate_split`): real numeric dtypes (:func:`_require_real`), values within float32,
 ``id`` / ``raw_text`` of one entry per sample, shapes, finite features (``nonfinite``), label ranges,
 lengths in 0..T (:meth:`_PickleFormat._check_lengths`) and one feature dimension per modality across
-the splits of a pickle (:meth:`_PickleFormat._check_dims_across_splits`), no clip id in two splits
+the splits of a pickle (:meth:`_PickleFormat._check_dims_across_splits`), no clip id twice in a split
+(:meth:`_PickleFormat._check_ids_within_splits`) nor in two splits
 (:meth:`_PickleFormat._check_ids_across_splits`), feature widths >= 1 and a
 ``text_bert`` attention mask of 0/1 values only (:meth:`_PickleFormat._mask_lengths`; its sum is the
 text length, 0 = text absent).
@@ -55,35 +56,75 @@ class _PickleFormat:
             part, where = obj[_SPLIT_KEYS[self.split]], f"{path} [{_SPLIT_KEYS[self.split]}]"
         self._split_file = where  # named by the base class when the split is empty
         self._arrays = self._validate_split(part, where)
+        self._has_ids = isinstance(part, dict) and part.get("id") is not None
         if self.layout == "mmsa" and self._n > 0:
             self._check_dims_across_splits(obj, path)
+            self._check_ids_within_splits(obj, path)
             self._check_ids_across_splits(obj, path)
         return list(range(self._n))
 
-    @staticmethod
-    def _check_ids_across_splits(obj: dict[str, Any], path: Path) -> None:
+    @classmethod
+    def _clip_ids(cls, part: Any) -> list[str] | None:
+        """The clip id of each sample of a split (its ``meta`` id, :meth:`_id_of`), or None when the split has no
+        ``id``. One id per sample: a row of a 2-D ``id`` array is one id, never split into its entries."""
+        ids = part.get("id") if isinstance(part, dict) else None
+        if ids is None:
+            return None
+        try:
+            n = len(ids)
+        except TypeError:  # not one entry per sample: refused when that split is built
+            return None
+        return [cls._id_of(part, i) for i in range(n)]
+
+    @classmethod
+    def _check_ids_within_splits(cls, obj: dict[str, Any], path: Path) -> None:
+        """No clip ``id`` may occur twice in one split of an MMSA pickle: the repeated sample would weigh twice in
+        training or in the test metric. MMSA builds an id as ``<video_id>$_$<clip_id>`` from the two key columns of
+        its ``label.csv`` (one row per clip), so a repeat is not the official layout: it comes from concatenated or
+        re-exported splits. It is refused whether the rows hold the same sample or different ones (a copy still
+        weighs twice; two samples under one id leave ``meta`` ids and a split's ``sample_keys`` ambiguous), in every
+        split built from the file, naming the file, the split, the count and the first ids with their samples.
+        Splits without ``id`` cannot be checked. (The ``csd`` layout's ``<video>[<segment>]`` ids are unique by
+        construction.)"""
+        for split_key in ("train", "valid", "test"):
+            clips = cls._clip_ids(obj.get(split_key))
+            if clips is None:
+                continue
+            rows: dict[str, list[int]] = {}
+            for i, clip in enumerate(clips):
+                rows.setdefault(clip, []).append(i)
+            repeated = [(clip, at) for clip, at in rows.items() if len(at) > 1]
+            if repeated:
+                extra = sum(len(at) - 1 for _, at in repeated)
+                shown = "; ".join(f"{clip!r} at samples {', '.join(map(str, at[:4]))}{', ...' if len(at) > 4 else ''}"
+                                  for clip, at in repeated[:3]) + ("; ..." if len(repeated) > 3 else "")
+                raise DatasetError(f"{path}: split [{split_key}] holds {len(repeated)} clip id(s) more than once "
+                                   f"({extra} repeated sample(s) of {len(clips)}: {shown}); a repeated clip weighs "
+                                   "twice in training or in the test metric: each clip id must occur once in a split")
+
+    @classmethod
+    def _check_ids_across_splits(cls, obj: dict[str, Any], path: Path) -> None:
         """No clip ``id`` may occur in two splits of an MMSA pickle: its features and label would be trained on
-        and then scored (leakage). Splits without ``id`` are not compared; repeats within one split are left
-        alone. Raises naming the file, both splits and the first ids found in both."""
+        and then scored (leakage). Splits without ``id`` are not compared; repeats within one split are refused
+        before (:meth:`_check_ids_within_splits`). Raises naming the file, both splits and the first ids found in
+        both."""
         seen: dict[str, str] = {}
         for split_key in ("train", "valid", "test"):
-            part = obj.get(split_key)
-            ids = part.get("id") if isinstance(part, dict) else None
-            if ids is None:
+            clips = cls._clip_ids(obj.get(split_key))
+            if clips is None:
                 continue
             both: dict[str, list[str]] = {}
-            for v in np.asarray(ids, dtype=object).reshape(-1):
-                clip = v.decode() if isinstance(v, bytes) else str(v)
+            for clip in clips:
                 other = seen.get(clip)
                 if other is not None and other != split_key:
                     both.setdefault(other, []).append(clip)
-            for other, clips in both.items():
-                shown = ", ".join(repr(c) for c in clips[:5]) + (", ..." if len(clips) > 5 else "")
-                raise DatasetError(f"{path}: {len(clips)} clip id(s) occur in both split [{other}] and split "
+            for other, found in both.items():
+                shown = ", ".join(repr(c) for c in found[:5]) + (", ..." if len(found) > 5 else "")
+                raise DatasetError(f"{path}: {len(found)} clip id(s) occur in both split [{other}] and split "
                                    f"[{split_key}] ({shown}); a clip in two splits leaks its features and label "
                                    "between them: each clip must belong to one split")
-            for v in np.asarray(ids, dtype=object).reshape(-1):
-                seen.setdefault(v.decode() if isinstance(v, bytes) else str(v), split_key)
+            for clip in clips:
+                seen.setdefault(clip, split_key)
 
     def _check_dims_across_splits(self, obj: dict[str, Any], path: Path) -> None:
         """Every split of an MMSA pickle must give a modality the same feature dimension."""
