@@ -85,7 +85,7 @@ import torch
 
 from fusebench.datasets.errors import DatasetError
 from fusebench.io import canonical_json, sha256_file, sha256_hex, strict_json
-from fusebench.runtime.processes import pid_alive
+from fusebench.runtime.processes import pid_alive, space_tag
 
 
 class CacheableDataset(Protocol):
@@ -509,9 +509,12 @@ def _host() -> str:
 
 
 def _owner_tag() -> str:
-    """``<pid>-<host>``: the owner a work folder's name records (``.<key>.tmp-<pid>-<host>-<8 random>``, and
-    ``.<key>.old-<pid>-<host>-<8>`` for the cache being replaced), read by :func:`remove_stale_work_folders`."""
-    return f"{os.getpid()}-{_host()}"
+    """``<pid>-<host>~<space>``: the owner a work folder's name records (``.<key>.tmp-<pid>-<host>~<space>-<8
+    random>``, and ``.<key>.old-...`` for the cache being replaced), read by :func:`remove_stale_work_folders`;
+    ``<space>`` is the boot and pid namespace its pid belongs to (:func:`fusebench.runtime.processes.space_tag`;
+    left out, with its ``~``, where the platform tells neither)."""
+    space = space_tag()
+    return f"{os.getpid()}-{_host()}" + (f"~{space}" if space else "")
 
 
 def _last_write(folder: Path) -> float:
@@ -532,9 +535,11 @@ def remove_stale_work_folders(out: Path) -> list[Path]:
     removed when it ends, even by an exception or Ctrl-C, but not when the process is killed (SIGKILL, the OOM
     killer, a node lost), and they stayed forever, each as large as the cache. Another ``prepare`` of the same
     key may be writing its own at the same time, so a folder is removed only when its owner is known to be gone:
-    its name records the owner's pid and host (:func:`_owner_tag`), and a folder of this host whose process has
-    ended is removed; one of another host (whose processes cannot be checked from here), or with a name
+    its name records the owner's pid, host and process space (:func:`_owner_tag`), and a folder of this host and
+    space whose process has ended is removed; one of another host, of another pid namespace of this host (a
+    container sharing the host name: its pids mean other processes here) or of an earlier boot, or with a name
     written before the owner was recorded, is removed once nothing in it was written for :data:`STALE_WORK_S`.
+    (A name with a pid and a host but no space, written before spaces were recorded, is checked by pid.)
     """
     removed = []
     if not out.parent.is_dir():
@@ -546,8 +551,10 @@ def remove_stale_work_folders(out: Path) -> list[Path]:
             if not folder.is_dir() or folder.is_symlink():
                 continue
             m = re.fullmatch(r"(\d+)-(.+)-[a-z0-9_]{8}", folder.name[len(prefix):])
-            host = m.group(2) if m else None
-            if host is not None and (host == _host() or host.split(".")[0] == _host().split(".")[0]):
+            host, _, space = (m.group(2) if m else "").partition("~")
+            checkable = bool(host) and (host == _host() or host.split(".")[0] == _host().split(".")[0]) \
+                and (not space or space == space_tag())
+            if checkable:
                 gone = int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1)))
             else:
                 gone = now - _last_write(folder) > STALE_WORK_S

@@ -490,6 +490,28 @@ def test_prepare_removes_the_work_folders_of_ended_processes_only(tmp_path, fixt
     assert not any(p.exists() for p in gone)
 
 
+def test_a_work_folder_of_another_pid_namespace_or_boot_is_judged_by_age(tmp_path, fixtures_dir):
+    """A container sharing this host's name numbers its processes apart: a folder named with this host but another
+    process space (``~<8 hex>``: another pid namespace or an earlier boot) is not judged by pid here -- a live pid
+    of ours does not keep it, a pid that is not alive here does not remove it; only a day without writes does. One
+    of our own space is judged by pid."""
+    from fusebench.runtime.processes import space_tag
+
+    ds = _nyu_test(fixtures_dir)
+    out = cache.cache_dir(ds, tmp_path / "prep")
+    out.parent.mkdir(parents=True)
+    key, host, dead, live, day = out.name, cache._host(), _ended_pid(), os.getppid(), cache.STALE_WORK_S
+    ours = space_tag()
+    other = "0" * 8 if ours != "0" * 8 else "1" * 8
+    gone = [_work_folder(out.parent, f".{key}.tmp-{dead}-{host}~{ours}-abcdefgh"),  # our space, process ended
+            _work_folder(out.parent, f".{key}.tmp-{live}-{host}~{other}-abcdefgh", age_s=day + 60)]  # idle a day
+    kept = [_work_folder(out.parent, f".{key}.tmp-{dead}-{host}~{other}-abcdefgh", age_s=day - 600),
+            _work_folder(out.parent, f".{key}.tmp-{live}-{host}~{ours}-ijklmnop")]
+    assert cache.prepare(ds, base=tmp_path / "prep", progress=False) == out
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted([key] + [p.name for p in kept])
+    assert not any(p.exists() for p in gone)
+
+
 def test_the_folder_of_a_killed_prepare_is_removed_by_the_next(tmp_path, fixtures_dir):
     """A prepare killed just before it renames its finished folder into place (os._exit: no cleanup runs, as
     under SIGKILL) leaves ``.<key>.tmp-<its pid>-<host>-*``; the next prepare removes it and installs its own."""
@@ -506,7 +528,7 @@ def test_the_folder_of_a_killed_prepare_is_removed_by_the_next(tmp_path, fixture
     ds = _nyu_test(fixtures_dir)
     out = cache.cache_dir(ds, base)
     [left] = list(out.parent.iterdir())
-    assert re.fullmatch(rf"\.{out.name}\.tmp-\d+-{re.escape(cache._host())}-[a-z0-9_]{{8}}", left.name)
+    assert re.fullmatch(rf"\.{out.name}\.tmp-\d+-{re.escape(cache._host())}~[0-9a-f]{{8}}-[a-z0-9_]{{8}}", left.name)
     assert (left / "manifest.json").is_file()  # it had finished writing
     cache.prepare(ds, base=base, progress=False)
     assert [p.name for p in out.parent.iterdir()] == [out.name]

@@ -198,6 +198,16 @@ def _lock(cell: Path, **data) -> None:
     (cell / ".lock").write_text(json.dumps(data))
 
 
+def _space_by_hand() -> dict:
+    """This process's boot id and pid namespace, read here from /proc (absent keys where there is no /proc)."""
+    out = {}
+    if Path("/proc/sys/kernel/random/boot_id").exists():
+        out["boot_id"] = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    if Path("/proc/self/ns/pid").exists():
+        out["pid_ns"] = os.readlink("/proc/self/ns/pid")
+    return out
+
+
 def test_a_lock_is_written_with_host_and_slurm_job(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4240")
@@ -206,7 +216,8 @@ def test_a_lock_is_written_with_host_and_slurm_job(tmp_path: Path, monkeypatch) 
         data = json.loads((tmp_path / ".lock").read_text())
         token = data.pop("token")  # this lock's own: a later lock given the same inode number is not taken for it
         assert len(token) == 32 and int(token, 16) >= 0
-        assert data == {"pid": os.getpid(), "host": locks.hostname(), "slurm_job": "4240_2", "slurm_job_id": "4242"}
+        assert data == {"pid": os.getpid(), "host": locks.hostname(), "slurm_job": "4240_2", "slurm_job_id": "4242",
+                        **_space_by_hand()}
         assert status.cell_state(tmp_path) == ("running", f"running on {locks.hostname()} (slurm job 4240_2)")
     assert not (tmp_path / ".lock").exists()
 
@@ -400,3 +411,51 @@ def test_each_launcher_says_where_its_cells_run_and_how_many_share_this_machine(
     sub = get("submitit_local")()  # its executor runs every job side by side (--array-parallelism is SLURM's)
     assert sub.runs_here and sub.trial_workers == 1
     assert [sub.cells_at_once(n) for n in (0, 3, 8)] == [1, 3, 8]
+
+
+@pytest.mark.skipif(not Path("/proc/self/ns/pid").exists(), reason="needs /proc (Linux)")
+def test_a_lock_of_another_pid_namespace_or_boot_on_this_host(tmp_path: Path, monkeypatch) -> None:
+    """A container sharing this host's name numbers its processes apart: its lock is not judged by pid here (a pid
+    not alive here does not free it); a lock written before this host last booted is stale whatever its pid."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    here = _space_by_hand()
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    box = tmp_path / "container"
+    _lock(box, pid=dead, host=locks.hostname(), boot_id=here["boot_id"], pid_ns="pid:[1]")
+    assert status.cell_state(box) == (
+        "running", f"running on {locks.hostname()} (pid {dead} of another pid namespace, e.g. another container: "
+                   f"not checked from here)")
+    with pytest.raises(CellBusyError, match=f"being run by process {dead} of another pid namespace on "):
+        CellLock(box).__enter__()
+    # our own pid number in another namespace is another process, not this one
+    _lock(box, pid=os.getpid(), host=locks.hostname(), boot_id=here["boot_id"], pid_ns="pid:[1]")
+    with pytest.raises(CellBusyError, match="another pid namespace"):
+        CellLock(box).__enter__()
+    # an earlier boot: gone, whatever its pid (ours here is alive): the lock is taken over
+    booted = tmp_path / "rebooted"
+    _lock(booted, pid=os.getppid(), host=locks.hostname(), boot_id="00000000-0000-0000-0000-000000000000",
+          pid_ns=here["pid_ns"])
+    with CellLock(booted):
+        assert json.loads((booted / ".lock").read_text())["pid"] == os.getpid()
+    # the same space: judged by pid (a live one holds)
+    same = tmp_path / "same"
+    _lock(same, pid=os.getppid(), host=locks.hostname(), **here)
+    with pytest.raises(CellBusyError, match=f"being run by process {os.getppid()}"):
+        CellLock(same).__enter__()
+
+
+def test_space_relation_by_hand(monkeypatch) -> None:
+    from fusebench.runtime import processes
+
+    monkeypatch.setattr(processes, "process_space", lambda: {"boot_id": "b1", "pid_ns": "pid:[7]"})
+    assert processes.space_relation({}) == processes.SAME  # written before spaces were recorded
+    assert processes.space_relation({"boot_id": "b1", "pid_ns": "pid:[7]"}) == processes.SAME
+    assert processes.space_relation({"boot_id": "b0", "pid_ns": "pid:[7]"}) == processes.REBOOTED
+    assert processes.space_relation({"boot_id": "b0", "pid_ns": "pid:[9]"}) == processes.REBOOTED
+    assert processes.space_relation({"boot_id": "b1", "pid_ns": "pid:[9]"}) == processes.OTHER
+    assert processes.space_relation({"pid_ns": "pid:[9]"}) == processes.OTHER
+    assert processes.space_relation({"boot_id": 5, "pid_ns": None}) == processes.SAME  # not text: not told
+    monkeypatch.setattr(processes, "process_space", lambda: {})  # no /proc: the pid is all there is
+    assert processes.space_relation({"boot_id": "b0", "pid_ns": "pid:[9]"}) == processes.SAME
+    assert processes.space_tag() == ""

@@ -323,7 +323,7 @@ class CellLock:
             except FileNotFoundError:
                 continue
             held, holder = lock_holder(self.path)  # the rule --plan and status apply too
-            if held and not (holder is not None and holder.local and holder.pid == os.getpid()):
+            if held and not (holder is not None and holder.local and not holder.elsewhere and holder.pid == os.getpid()):
                 who = holder.owner if holder is not None else "another process (its lock is unreadable)"
                 raise CellBusyError(f"{self.path.parent} is being run by {who} "
                                     f"(lock {self.path}); not starting it twice") from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fusebench.runtime.processes import pid_alive
+from fusebench.runtime.processes import OTHER, REBOOTED, SAME, pid_alive, process_space, space_relation
 
 LOCK = ".lock"  # the per-cell lock (cell.CellLock)
 MARKER = ".launcher.json"  # written when a cell is submitted to a scheduler (fusebench.sweep.launchers)
@@ -48,10 +48,12 @@ def current_slurm_job() -> dict[str, str]:
 
 
 def lock_payload(token: str | None = None) -> str:
-    """What a cell lock holds: the owner's pid, host and SLURM job (if any), and ``token`` when given (what tells
+    """What a cell lock holds: the owner's pid, host, process space (``boot_id``, ``pid_ns``:
+    :func:`fusebench.runtime.processes.process_space`) and SLURM job (if any), and ``token`` when given (what tells
     one lock from another of the same process: a file system may give a new file the inode a removed one had)."""
     extra = {"token": token} if token else {}
-    return json.dumps({"pid": os.getpid(), "host": hostname(), **current_slurm_job(), **extra}, sort_keys=True)
+    return json.dumps({"pid": os.getpid(), "host": hostname(), **process_space(), **current_slurm_job(), **extra},
+                      sort_keys=True)
 
 
 class SlurmQueue:
@@ -109,12 +111,16 @@ class LockHolder:
     slurm_job_id: str | None
     alive: bool
     local: bool  # written on this host
+    #: written on this host in another pid namespace (another container sharing the host name): not checked
+    elsewhere: bool = False
 
     @property
     def owner(self) -> str:
         """The holder, for a message (``process 123``, ``slurm job 7_1 on node3 (pid 123)``)."""
         if self.slurm_job:
             return f"slurm job {self.slurm_job} on {self.host} (pid {self.pid})"
+        if self.elsewhere:
+            return f"process {self.pid} of another pid namespace on {self.host} (e.g. another container)"
         return f"process {self.pid}" if self.local else f"process {self.pid} on {self.host}"
 
     @property
@@ -122,6 +128,9 @@ class LockHolder:
         """``fusebench status``'s detail of a running cell."""
         if self.slurm_job:
             return f"running on {self.host} (slurm job {self.slurm_job})"
+        if self.elsewhere:
+            return (f"running on {self.host} (pid {self.pid} of another pid namespace, e.g. another container: not "
+                    f"checked from here)")
         if self.local:
             return f"pid {self.pid}"
         return f"running on {self.host} (pid {self.pid}; another host, not checked from {hostname()})"
@@ -130,7 +139,10 @@ class LockHolder:
 def read_lock(path: Path, queue: SlurmQueue | None = None) -> LockHolder | None:
     """The holder of the lock file ``path`` (None when there is none or it is unreadable).
 
-    A lock written on this host is alive while its pid is; one written on another host by a SLURM
+    A lock written on this host is alive while its pid is -- in the same process space (boot and pid namespace,
+    :func:`fusebench.runtime.processes.space_relation`): one written before this host last booted is dead, one
+    of another pid namespace (another container sharing the host name) cannot be checked and is taken as alive;
+    one written on another host by a SLURM
     job is alive while squeue lists the job as running (when squeue cannot be asked it is taken as
     alive), except when that job is this process's own job: an earlier run of a requeued job; one
     written on another host outside SLURM cannot be checked and is taken as alive."""
@@ -145,7 +157,12 @@ def read_lock(path: Path, queue: SlurmQueue | None = None) -> LockHolder | None:
         return None
     host, job, job_id = data.get("host"), data.get("slurm_job"), data.get("slurm_job_id")
     local = host is None or same_host(host, hostname())
-    if local:
+    space = space_relation(data) if local else SAME
+    if space == REBOOTED:
+        alive = False  # written before this host last booted: its process is gone
+    elif space == OTHER:
+        alive = True  # another container on this host: its pid means another process here
+    elif local:
         alive = pid > 0 and pid_alive(pid)
     elif job_id and str(job_id) == os.environ.get("SLURM_JOB_ID"):
         alive = False  # our own job ran the cell before it was requeued (on another node)
@@ -154,7 +171,7 @@ def read_lock(path: Path, queue: SlurmQueue | None = None) -> LockHolder | None:
         alive = state in SLURM_ACTIVE or state == UNKNOWN
     else:
         alive = True
-    return LockHolder(pid, host, job, job_id, alive, local)
+    return LockHolder(pid, host, job, job_id, alive, local, space == OTHER)
 
 
 def read_marker(cell: Path) -> dict[str, Any] | None:
