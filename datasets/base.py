@@ -22,7 +22,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import torch
 from torch.utils.data import Dataset
@@ -96,6 +96,19 @@ class SyntheticSpec:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
                 out.append(f"{key}.informativeness.{name} must be a number in [0, 1], got {v!r}")
         return out
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One fact about every sample an adapter will deliver, known from the spec's ``dataset.options`` alone, before
+    any data is read (:meth:`MultimodalDataset.delivers`): its ``value``, ``source`` (where it comes from, as an
+    error names it: ``dataset.options.num_points = 16``, ``dataset.options.num_points (not set: the sunrgbd
+    adapter's default 20000)``, ``dataset sunrgbd's num_classes = 10``) and ``key`` (the dotted spec key that sets
+    it; None where no option does)."""
+
+    value: Any
+    source: str
+    key: str | None = None
 
 
 #: options every adapter accepts (read by the base class and the cache), with their types
@@ -252,6 +265,30 @@ class MultimodalDataset(Dataset):
         sig = {o.name: o for o in from_signature(cls.__init__, SUPPLIED["adapter"]) or []}
         types = {**BASE_OPTION_TYPES, **getattr(cls, "OPTION_TYPES", {})}
         return [sig.get(n, Option(n, types.get(n, Any))) for n in sorted(set(names) | set(BASE_OPTION_TYPES))]
+
+    @classmethod
+    def delivers(cls, options: Mapping[str, Any]) -> dict[str, Delivered]:
+        """What every sample of this adapter will be under ``options`` (a spec's ``dataset.options``), known before
+        any data is read; the spec loader hands it to the encoder's ``data_problems``
+        (:meth:`fusebench.encoders.base.Backbone.data_problems`), so a data / encoder mismatch is refused when the
+        spec loads (``--plan``), not at the first step of a cell. Names: ``num_classes`` (the targets are class ids
+        ``0 .. num_classes - 1``) and ``points_per_sample`` (the points of each sample's point cloud); a name left
+        out is not known until the data is read. By default the declared :attr:`num_classes`; an adapter whose
+        count or sizes follow its options (nyuv2's ``classes``, sunrgbd's ``num_points``) or its files
+        (multiview_mat) overrides this."""
+        n = getattr(cls, "num_classes", None)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            return {}
+        return {"num_classes": Delivered(n, f"dataset {cls.id}'s num_classes = {n}")}
+
+    @classmethod
+    def option_delivered(cls, options: Mapping[str, Any], name: str, default: Any) -> Delivered:
+        """``dataset.options.<name>`` as :meth:`delivers` reports it: the value given, else the adapter's
+        ``default``, each with its source."""
+        key = f"dataset.options.{name}"
+        if name in options:
+            return Delivered(options[name], f"{key} = {options[name]!r}", key)
+        return Delivered(default, f"{key} (not set: the {cls.id} adapter's default {default!r})", key)
 
     @classmethod
     def write_synthetic(cls, root: Path, spec: SyntheticSpec) -> None:

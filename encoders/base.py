@@ -78,6 +78,33 @@ class Backbone(nn.Module):
         return out
 
     @classmethod
+    def data_problems(cls, config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
+        """What in ``config`` (a spec's ``encoder.config``, with ``num_classes`` set where the cell sets it from the
+        dataset) cannot take what the dataset will deliver, each a phrase naming the keys and the values on both
+        sides and what would fit (empty: nothing). ``data`` is the adapter's
+        :meth:`~fusebench.datasets.base.MultimodalDataset.delivers` under the spec's ``dataset.options``: name ->
+        :class:`~fusebench.datasets.base.Delivered` (``.value``, ``.source``, ``.key``), a name left out not known
+        before the data is read. The spec loader calls it, so a mismatch is refused by ``--plan``, not at the first
+        step of a cell. The base checks the class count: a task head built for ``num_classes`` (the encoder's
+        ``num_classes``, its constructor's default where the config does not set it) against the dataset's
+        ``num_classes`` (the task refuses the two unequal when it builds the head); an encoder adds its own checks
+        by overriding it (PointNet++ / VoteNet: the points of a scene against the centres they sample)."""
+        from fusebench.options import REQUIRED, options_of
+
+        classes = data.get("num_classes")
+        if classes is None:
+            return []
+        if "num_classes" in config:
+            n, where = config["num_classes"], f"encoder.config.num_classes = {config['num_classes']!r}"
+        else:
+            n = next((o.default for o in options_of(cls) or [] if o.name == "num_classes"), REQUIRED)
+            where = f"encoder.config.num_classes (not set: the encoder's default {n!r})"
+        if isinstance(n, bool) or not isinstance(n, int) or n == classes.value:
+            return []
+        return [f"{where}, but {classes.source}: the head would predict {n} classes and the targets are class ids "
+                f"0..{classes.value - 1}; expected encoder.config.num_classes = {classes.value} (the dataset's count)"]
+
+    @classmethod
     def version_of(cls, config: Mapping[str, Any]) -> str:
         """The version of what this encoder computes under ``config`` (a spec's ``encoder.config``); by default
         :attr:`version` for every config. An encoder whose presets changed one at a time says which changed."""

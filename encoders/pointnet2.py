@@ -72,7 +72,7 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from einops import rearrange, repeat
@@ -357,6 +357,30 @@ def get_config(config: str | BackboneConfig) -> BackboneConfig:
     return CONFIGS[config]
 
 
+def scene_points_problems(where: str, backbone: BackboneConfig, presets: Mapping[str, BackboneConfig],
+                          data: Mapping[str, Any]) -> list[str]:
+    """The points of each scene the dataset delivers (``data["points_per_sample"]``, a
+    :class:`~fusebench.datasets.base.Delivered`; absent: not known before the data is read) against what
+    ``backbone`` needs: its first set-abstraction level picks ``npoints[0]`` centres among the scene's points by
+    farthest point sampling, so a scene needs at least that many (the later levels sample from the centres of the
+    level before, and a ball query pads a ball of fewer than ``nsample`` points). One phrase naming the dataset's
+    key and value, ``where`` (the encoder key that chose the backbone), the count needed and each preset's."""
+    fact = data.get("points_per_sample")
+    n, need = getattr(fact, "value", None), backbone.npoints[0]
+    if isinstance(n, bool) or not isinstance(n, int) or n >= need:
+        return []
+    each = ", ".join(f"{name} {cfg.npoints[0]}" for name, cfg in sorted(presets.items(), key=lambda p: p[1].npoints[0]))
+    return [f"{fact.source}: fewer points per scene than the {need} centres the first set-abstraction layer of "
+            f"{where} samples (farthest point sampling picks them among the scene's points); expected "
+            f"{fact.key or 'points per scene'} >= {need} (the first layer's centres of each preset: {each})"]
+
+
+def preset_key(config: Mapping[str, Any], default: str) -> str:
+    """``encoder.config.config`` as an error names it: its value, or the default preset it means when not set."""
+    return (f"encoder.config.config = {config['config']!r}" if "config" in config
+            else f"encoder.config.config (not set: {default!r})")
+
+
 class PointNet2Backbone(nn.Module):
     """VoteNet's backbone: 4 SA levels and 2 FP levels back to the SA2 centroids (the seeds)."""
 
@@ -479,6 +503,15 @@ class PointNet2Encoder(Backbone):
         })
         self.num_features = self.cfg.fp_mlps[-1][-1]
 
+    @classmethod
+    def data_problems(cls, config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
+        """The base checks, and the points of a scene against the centres the preset's first layer samples
+        (:func:`scene_points_problems`); a preset that is not a name of :data:`CONFIGS` is the constructor's error."""
+        out, preset = super().data_problems(config, data), config.get("config", "votenet")
+        if isinstance(preset, str) and preset in CONFIGS:
+            out += scene_points_problems(preset_key(config, "votenet"), CONFIGS[preset], CONFIGS, data)
+        return out
+
     def features(self, batch: dict[str, Any]) -> dict[str, Any]:
         xyz, feats = modality_inputs(batch, self.modalities)
         first = next(iter(self.branches.values()))
@@ -552,6 +585,8 @@ __all__ = [
     "gather_points",
     "get_backend",
     "modality_inputs",
+    "preset_key",
+    "scene_points_problems",
     "set_backend",
     "synthetic_scenes",
     "three_nn_interpolate",

@@ -79,6 +79,8 @@ from fusebench.encoders.pointnet2 import (
     SetAbstraction,
     get_config,
     modality_inputs,
+    preset_key,
+    scene_points_problems,
     synthetic_scenes,
 )
 from fusebench.geometry3d import nms_3d, points_in_boxes
@@ -378,6 +380,17 @@ class VoteNet(Backbone):
         if not isinstance(preset, str) or preset not in CONFIGS:
             out.append(f"encoder.config.config = {preset!r}: expected a VoteNet preset's name, one of {sorted(CONFIGS)}")
         return out
+
+    @classmethod
+    def data_problems(cls, config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
+        """The base checks (the class count), and the points of a scene against the centres the first
+        set-abstraction layer of the preset's backbone samples (:func:`.pointnet2.scene_points_problems`)."""
+        out, preset = super().data_problems(config, data), config.get("config", "votenet")
+        if isinstance(preset, str) and preset in CONFIGS:
+            backbones = {name: get_config(c.backbone) for name, c in CONFIGS.items()}
+            out += scene_points_problems(preset_key(config, "votenet"), backbones[preset], backbones, data)
+        return out
+
     def __init__(self, modalities: Sequence[str] = ("points", "color", "height"), config: str | VoteNetConfig = "votenet",
                  fusion: str = "late", num_classes: int = 10, mean_sizes: Sequence[Sequence[float]] | None = None,
                  nms_iou: float = 0.25, per_class_proposal: bool = True, conf_thresh: float = 0.05,

@@ -33,6 +33,7 @@ Tasks are registered like every other component (lowercase ids, entry-point grou
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 import torch
@@ -76,6 +77,17 @@ class Task:
     #: task whose encoder's class count comes with other settings (a detector's per-class mean box sizes) or that
     #: has no classes
     encoder_takes_classes: ClassVar[bool] = False
+
+    @classmethod
+    def gives_classes(cls, encoder: Any) -> bool:
+        """Whether the encoder class ``encoder`` is built with the dataset's class count under this task, where
+        ``encoder.config`` does not set ``num_classes``: :attr:`encoder_takes_classes`, and its constructor takes
+        ``num_classes`` (or ``**kwargs``). The cell builds it so (``fusebench.cells.standard.encoder_config``), and
+        the spec loader checks it so (``fusebench.components.spec_check.encoder_data_problems``)."""
+        if not cls.encoder_takes_classes:
+            return False
+        params = inspect.signature(encoder).parameters
+        return "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     # -- the metrics ----------------------------------------------------------------------------
     @classmethod

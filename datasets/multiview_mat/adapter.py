@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from .. import DATASETS
-from ..base import BASE_OPTIONS, DataFile, DatasetError, Modality, MultimodalDataset, SyntheticSpec
+from ..base import BASE_OPTIONS, DataFile, DatasetError, Delivered, Modality, MultimodalDataset, SyntheticSpec
 from .copies import augmented_copies, parse_view_copies
 from .formats import _file_sha256, read_mat
 from .layouts import _FileLocation, label_vector, labels_to_ids, log, orient
@@ -100,6 +100,12 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             self.mat_path = self._resolve_path(root)
         self._prepare(bool(synthetic), int(opts.get("seed", 0)))
         super().__init__(root=root, split=split, modalities=modalities, synthetic=synthetic, **opts)
+
+    @classmethod
+    def delivers(cls, options: Mapping[str, Any]) -> dict[str, Delivered]:
+        """Nothing known before the file is read: its labels say the class count (the declared
+        :attr:`num_classes` is the registered file's, and the synthetic twin's default)."""
+        return {}
 
     # -- reading, validating, splitting, standardising -----------------------------------------
     def _prepare(self, synthetic: bool, run_seed: int) -> None:

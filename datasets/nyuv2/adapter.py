@@ -8,7 +8,7 @@ index, split files), :mod:`.formats` (frame readers), :mod:`.normal_cache` (norm
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from fusebench.datasets import DATASETS
 from fusebench.datasets.base import (
     DataFile,
     DatasetError,
+    Delivered,
     Modality,
     MultimodalDataset,
     SyntheticSpec,
@@ -30,6 +31,8 @@ from .synthetic import _write_synthetic
 from .transforms import _Flip
 
 CLASS_OPTIONS = (40, 13, 894)
+#: the class count of each layout where ``classes`` is not set (the MTAN release ships 13-class labels)
+DEFAULT_CLASSES = {"official": 40, "mtan": 13}
 LABEL_SOURCES = ("mat", "png")
 DEPTH_SOURCES = ("depths", "rawDepths")
 NORMAL_SOURCES = ("shipped", "computed")
@@ -100,6 +103,21 @@ NYU Depth Dataset V2, labeled set (Silberman et al., ECCV 2012). Research use; c
 Splits: test = official 654 test frames; train/val carved from the 795 official train frames
 (val_fraction=0.1, split_seed=0)."""
 
+    @classmethod
+    def delivers(cls, options: Mapping[str, Any]) -> dict[str, Delivered]:
+        """The class count: ``classes`` where it is set, else the default of the layout where ``layout`` names it;
+        with neither it depends on the layout found under the data root (40 official, 13 mtan): not known yet."""
+        if "classes" in options:
+            c = options["classes"]
+            return {"num_classes": Delivered(c, f"dataset.options.classes = {c!r}", "dataset.options.classes")} \
+                if c in CLASS_OPTIONS and not isinstance(c, bool) else {}  # another value: the adapter refuses it
+        layout = options.get("layout")
+        if layout not in DEFAULT_CLASSES:
+            return {}
+        n = DEFAULT_CLASSES[layout]
+        return {"num_classes": Delivered(n, f"dataset.options.classes (not set: {n} with dataset.options.layout = "
+                                            f"{layout!r})", "dataset.options.classes")}
+
     # -- construction -------------------------------------------------------------------------
     def _index(self) -> list[_Frame]:
         opts = dict(self._opts_rest)
@@ -107,8 +125,7 @@ Splits: test = official 654 test frames; train/val carved from the 795 official 
         if unknown:
             raise DatasetError(f"nyuv2: unknown option(s) {unknown}; valid options: {list(_OPTIONS)}")
         self.layout = self._detect_layout(opts.get("layout"))
-        default_classes = 13 if self.layout == "mtan" else 40
-        self.classes = int(opts.get("classes", default_classes))
+        self.classes = int(opts.get("classes", DEFAULT_CLASSES[self.layout]))
         if self.classes not in CLASS_OPTIONS:
             raise DatasetError(f"nyuv2: classes={self.classes} is not one of {CLASS_OPTIONS}")
         if self.layout == "mtan" and self.classes != 13:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ import torch
 from fusebench.datasets import DATASETS
 
 from .. import pointcloud as pc
-from ..base import DataFile, DatasetError, Modality, MultimodalDataset, SyntheticSpec
+from ..base import DataFile, DatasetError, Delivered, Modality, MultimodalDataset, SyntheticSpec
 from .classes import CLASSES
 from .formats import _filter_classes, parse_label_file, read_calib, read_votenet_bbox
 from .layouts import LAYOUTS, POINT_SOURCES, SunRGBDLayouts, _Frame
@@ -24,6 +24,8 @@ log = logging.getLogger(__package__)
 
 OPTIONS = ("num_points", "version", "layout", "info_file", "points_source", "val_fraction", "val_seed",
            "voxel_size", "voxel_backend", "use_cache")
+#: points sampled per scene when ``num_points`` is not set (VoteNet's input size)
+DEFAULT_NUM_POINTS = 20000
 
 
 @DATASETS.register("sunrgbd")
@@ -77,13 +79,23 @@ holding train_data_idx.txt (or its parent with sunrgbd_trainval/), or at the fol
 or at the folder holding VoteNet's sunrgbd_pc_bbox_votes_50k_<version>_{train,val}/ (sunrgbd/sunrgbd_data.py
 of VoteNet; version='v1' for the _v1_ folders)."""
 
+    @classmethod
+    def delivers(cls, options: Mapping[str, Any]) -> dict[str, Delivered]:
+        """The 10 classes, and ``num_points`` points per scene (every scene is sampled to exactly that many, with
+        repeats where it has fewer; ``None``, every point of the scene, is known only once the data is read)."""
+        out = super().delivers(options)
+        points = cls.option_delivered(options, "num_points", DEFAULT_NUM_POINTS)
+        if isinstance(points.value, int) and not isinstance(points.value, bool):
+            out["points_per_sample"] = points
+        return out
+
     # -- construction -------------------------------------------------------------------------
     def _options(self) -> None:
         o = self._opts_rest
         unknown = sorted(set(o) - set(OPTIONS))
         if unknown:
             raise DatasetError(f"sunrgbd: unknown options {unknown}; valid options are {list(OPTIONS)}")
-        n = o.get("num_points", 20000)
+        n = o.get("num_points", DEFAULT_NUM_POINTS)
         if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
             raise DatasetError(f"sunrgbd: num_points must be a positive integer or None (every point), got {n!r}")
         self.num_points = None if n is None else int(n)

@@ -63,17 +63,13 @@ def encoder_config(spec: BenchmarkSpec, train_ds) -> dict[str, Any]:
     sizes (name -> channels) and, for a dataset whose task builds its encoder with the class count
     (``Task.encoder_takes_classes``: classification, segmentation), its class count when the encoder's constructor
     takes ``num_classes`` (docs/adding-a-modality.md, the encoder contract), where the spec does not set them."""
-    import inspect
-
     from fusebench import encoders, tasks
 
     cfg = dict(spec.encoder.config)
     cfg.setdefault("modalities", input_dims(train_ds))
     if (train_ds.num_classes is not None and "num_classes" not in cfg
-            and tasks.TASKS.get(train_ds.task).encoder_takes_classes):
-        params = inspect.signature(encoders.ENCODERS.get(spec.encoder.id)).parameters
-        if "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            cfg["num_classes"] = train_ds.num_classes
+            and tasks.TASKS.get(train_ds.task).gives_classes(encoders.ENCODERS.get(spec.encoder.id))):
+        cfg["num_classes"] = train_ds.num_classes
     return cfg
 
 

@@ -243,6 +243,9 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
             problem = encoder_kind_problem(spec, encoder) if pipeline.reads_dataset else None
             if problem:
                 raise ConfigError(f"{source}: {problem}")
+            problems = encoder_data_problems(spec, encoder) if pipeline.reads_dataset else []
+            if problems:  # what the dataset delivers against what the encoder takes (points, classes)
+                raise ConfigError(f"{source}: " + "; ".join(problems))
         check_objective_tables(spec, source)
         for name, hp in spec.pretrain.hparams.items():
             check_options(hp, objectives.OBJECTIVES.get(name), f"{source}: {setting_key(name, 'hparams')}")
@@ -278,6 +281,27 @@ def encoder_config_problems(encoder: Any, config: Any) -> list[str]:
     plugin encoder without one is not checked here (its constructor still is, in the first cell)."""
     check = getattr(encoder, "config_problems", None)
     return list(check(dict(config))) if callable(check) and isinstance(config, dict) else []
+
+
+def encoder_data_problems(spec: BenchmarkSpec, encoder: Any) -> list[str]:
+    """What the encoder class ``encoder`` finds it cannot take of what the spec's dataset will deliver, each a
+    phrase naming the keys and the values on both sides (empty: nothing, or a side that does not say): the
+    adapter's ``delivers(dataset.options)`` (:meth:`~fusebench.datasets.base.MultimodalDataset.delivers`: its class
+    count, the points of a scene) handed to the encoder's ``data_problems`` (a
+    :class:`~fusebench.encoders.base.Backbone` classmethod) with ``encoder.config`` as the cell builds it: with the
+    dataset's ``num_classes`` where the task gives it to the encoder (``Task.gives_classes``) and the config does
+    not set it. A plugin encoder or adapter without the method is not checked here."""
+    check = getattr(encoder, "data_problems", None)
+    if not callable(check) or spec.dataset.id not in fb_datasets.DATASETS or not isinstance(spec.encoder.config, dict):
+        return []
+    adapter = fb_datasets.DATASETS.get(spec.dataset.id)
+    delivers = getattr(adapter, "delivers", None)
+    data = dict(delivers(dict(spec.dataset.options))) if callable(delivers) else {}
+    config = dict(spec.encoder.config)
+    classes = data.get("num_classes")
+    if classes is not None and "num_classes" not in config and TASKS.get(adapter.task).gives_classes(encoder):
+        config["num_classes"] = classes.value
+    return list(check(config, data))
 
 
 def check_dataset_task(adapter: Any, where: str) -> None:
@@ -338,5 +362,5 @@ def check_objective_tables(spec: BenchmarkSpec, source: str) -> None:
 
 
 __all__ = ["check_against_components", "check_component_options", "check_objective_tables",
-           "encoder_config_problems", "encoder_kind_problem", "load_spec", "protocol_problems",
+           "encoder_config_problems", "encoder_data_problems", "encoder_kind_problem", "load_spec", "protocol_problems",
            "spec_options_problems"]
