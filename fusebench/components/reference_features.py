@@ -154,6 +154,8 @@ KINDS: dict[str, ReferenceKind] = {k.id: k for k in (
     ReferenceKind("raw_pca", "zscore_train(concat(x_v)) @ V[:, :width], V the right singular vectors of the z-scored "
                   "train matrix; sign: largest-|.| loading positive", "none", "raw_pca", _raw_pca, needs_width=True),
 )}
+
+
 def width_grid(cap: int) -> list[int]:
     """The widths a width-selecting kind (``raw_pca``) is scored at on validation: the powers of two ``2, 4, 8,
     ...`` below ``cap`` and ``cap`` itself (the pretrained rows' embedding width, at most the rank PCA can give),
