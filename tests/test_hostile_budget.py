@@ -113,6 +113,13 @@ def test_largest_chunk_follows_the_pretrainer():
     assert largest_chunk(13, 4) == 5     # 4 + 4 + 5
     assert largest_chunk(16, 5) == 6     # 5 + 5 + 6
     assert largest_chunk(8, 16) == 8
+    # computed without listing the chunks: the largest of the chunks the pretrainer's rule lists, for every small case
+    from fusebench.components.micro_batches import chunk_bounds
+
+    for n in range(1, 80):
+        for micro in [None, *range(1, 25)]:
+            assert largest_chunk(n, micro) == max(hi - lo for lo, hi in chunk_bounds(n, micro)), (n, micro)
+    assert largest_chunk(10**8, 2) == 2 and largest_chunk(10**8 + 1, 2) == 3 and largest_chunk(10**8 + 1, 10) == 11
 
 
 def _ten_view_mat(path: Path, n: int = 60, k: int = 10) -> Path:

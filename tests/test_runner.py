@@ -278,7 +278,7 @@ def test_the_head_protocol_keeps_the_best_validation_epoch_and_scores_test_with_
     overrides = {"downstream.epochs": len(vals), "checkpoint_every": 1}
     if bench == "quickstart":
         overrides.update({"dataset.synthetic_spec": {"num_samples": 128, "seed": 0}, "downstream.batch_size": 64})
-    spec = benchmarks.load(bench, overrides=overrides)
+    spec = benchmarks.load(bench, overrides=overrides, synthetic=True)  # the synthetic run's tiny sizes
     assert spec.validation_metric == metric
     calls = _spy(monkeypatch, metric, vals)
     rec = run_cell(CellRequest(spec, objective, 0, tmp_path), RunOptions(progress=False, synthetic=True))

@@ -35,9 +35,15 @@ def _size(nbytes: float) -> str:
 
 
 def largest_chunk(n: int, micro: int | None) -> int:
-    """The most samples one loss call sees on a batch of ``n`` with micro-batches of ``micro``
-    (:func:`fusebench.components.micro_batches.chunk_sizes`, the pretraining step's rule)."""
-    return max(chunk_sizes(n, micro))
+    """The most samples one loss call sees on a batch of ``n`` with micro-batches of ``micro``: the largest of
+    :func:`fusebench.components.micro_batches.chunk_sizes` (the pretraining step's rule), computed without listing
+    the chunks (a batch of 1e8 samples in micro-batches of 2 would list 5e7): chunks of ``micro`` from sample 0, the
+    last one starting at the first multiple of ``micro`` that leaves at most ``micro + 1`` samples (a lone last
+    sample joins the chunk before)."""
+    if micro is None or n <= micro:
+        return n
+    last_lo = -(-(n - micro - 1) // micro) * micro  # ceil((n - micro - 1) / micro) chunks of micro before the last
+    return max(micro if last_lo > 0 else 0, n - last_lo)
 
 
 def _work_note(obj: Any, batch: int, fits: int, k: int) -> str:
