@@ -952,3 +952,36 @@ def test_comparability_key_separates_other_data_and_other_metric_versions() -> N
     same = copy.deepcopy(a)
     same["dataset"]["fingerprint"]["files"] = [["NGs.mat", 12]]
     assert comparability_key(same) == comparability_key(a)
+
+
+def test_the_board_says_which_width_each_raw_pca_run_chose(tmp_path: Path) -> None:
+    """raw_pca chooses its number of components on validation in each run (row version 2): the board's protocol
+    section lists each width with its number of runs, counted here from the committed records themselves; a record's
+    text is escaped there like every other."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "leaderboards" / "runs" / "mv-3sources"
+    runs = tmp_path / "runs"
+    shutil.copytree(src, runs / "mv-3sources", ignore=shutil.ignore_patterns(".*", "_selection"))
+    picks: dict[int, int] = {}
+    for p in sorted((runs / "mv-3sources" / "raw_pca").glob("seed*/run.json")):
+        sel = json.loads(p.read_text())["reference_features"]["width_selection"]
+        assert sel["widths"] == [2, 4, 8, 16, 32, 48]  # 3 views x 16, the embedding width
+        picks[sel["chosen"]] = picks.get(sel["chosen"], 0) + 1
+    assert sum(picks.values()) == 10 and len(picks) > 1
+    order = sorted(picks.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    want = ("- feature widths chosen on the validation split in each run (the record's "
+            "`reference_features.width_selection`): `raw_pca` " + ", ".join(f"{w} in {n}" for w, n in order)
+            + " of 10 runs, of [2, 4, 8, 16, 32, 48]")
+    write_leaderboards(runs, tmp_path / "out", formats=("md",), plots=False)
+    lines = (tmp_path / "out" / "mv-3sources.md").read_text().splitlines()
+    assert want in lines
+    # a hostile record: its text is escaped, one line
+    p = runs / "mv-3sources" / "raw_pca" / "seed0" / "run.json"
+    rec = json.loads(p.read_text())
+    rec["reference_features"]["width_selection"]["chosen"] = "<b>|\n# x"
+    p.write_text(json.dumps(rec))
+    write_leaderboards(runs, tmp_path / "out2", formats=("md",), plots=False)
+    line = next(x for x in (tmp_path / "out2" / "mv-3sources.md").read_text().splitlines()
+                if x.startswith("- feature widths chosen"))
+    assert "&lt;b&gt;\\| # x in 1" in line and "<b>" not in line

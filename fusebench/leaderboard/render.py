@@ -190,6 +190,10 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     chosen = _chosen_hparams(view)
     if chosen:
         out.append(f"- hyper-parameters chosen on the validation split: {chosen}")
+    widths = _chosen_widths(view)
+    if widths:
+        out.append(f"- feature widths chosen on the validation split in each run (the record's "
+                   f"`reference_features.width_selection`): {widths}")
     wall = sum(float(r.raw.get("wall_time_s") or 0.0) for r in view.recs)  # fields typed by validate_record
     # one run per grid point and selection seed (records of several selection seeds list the seeds)
     trials = sum(len((r.raw.get("hparam_selection") or {}).get("scores", []))
@@ -266,6 +270,32 @@ def _chosen_hparams(view: GroupView) -> str:
                            + (" (on the grid's edge)" if k in edge else "")
                            for k, v in sorted(sel["choice"].items()))
         parts.append(f"`{r.objective}` {choice}")
+    return "; ".join(parts)
+
+
+def _chosen_widths(view: GroupView) -> str:
+    """Per row whose runs chose their features' width on validation (``raw_pca``: the record's
+    ``reference_features.width_selection``), each width chosen with its number of runs, most often first, and the
+    widths scored, e.g. ``raw_pca 16 in 6, 32 in 4 of 10 runs, of [2, 4, 8, 16, 32, 48]`` (the id as code)."""
+    parts = []
+    for o in view.objectives:
+        picks: dict[str, int] = {}
+        grids: list[str] = []
+        runs = 0
+        for r in view.recs:
+            feats = r.raw.get("reference_features") if r.objective == o else None
+            sel = feats.get("width_selection") if isinstance(feats, dict) else None
+            if not isinstance(sel, dict) or "chosen" not in sel:
+                continue
+            runs += 1
+            picks[_value_text(sel["chosen"])] = picks.get(_value_text(sel["chosen"]), 0) + 1
+            grid = _value_text(sel.get("widths"))
+            if grid not in grids:
+                grids.append(grid)
+        if runs:
+            ordered = sorted(picks.items(), key=lambda kv: (-kv[1], kv[0]))
+            parts.append(f"{md_code(o)} " + ", ".join(f"{w} in {n}" for w, n in ordered) + f" of {runs} runs, of "
+                         + " / ".join(grids))
     return "; ".join(parts)
 
 
