@@ -101,6 +101,10 @@ def test_run_study_refuses_rows_without_the_references(tmp_path: Path) -> None:
         kviews.run_study(kviews.Study("multiview", objectives=("raw", "none")), tmp_path, str(tmp_path))
     with pytest.raises(ValueError, match="mv_infonse"):
         kviews.run_study(kviews.Study("multiview", objectives=("raw", "none", "mv_infonse")), tmp_path, str(tmp_path))
+    # another reference row would be shown as a pretrained row (its width, "not selected" hyper-parameters)
+    with pytest.raises(ValueError, match=r"the other reference row\(s\) \['raw_pca', 'raw_l2'\] are not part of it"):
+        kviews.run_study(kviews.Study("multiview", objectives=("raw", "none", "raw_pca", "raw_l2", "mv_infonce")),
+                         tmp_path, str(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,6 +86,17 @@ def test_a_row_says_why_it_cannot_run() -> None:
     gm = benchmarks.load("polyview-gaussian-mi")
     with pytest.raises(ValueError, match="'none' baseline applies to standard benchmarks only"):
         check_compatible(gm, "none")
+    # raw_pca chooses its width on validation by the selection metric: a k-means metric is scored on test only
+    mv = benchmarks.load("mv-handwritten", synthetic=True)
+    check_compatible(mv, "raw_pca")  # fs1_best_acc: a probe's, given on validation
+    for metric in ("cluster_acc", "nmi", "ari"):
+        spec = benchmarks.load("mv-handwritten", synthetic=True, overrides={"comparison.primary": metric})
+        with pytest.raises(ValueError, match=f"the 'raw_pca' row chooses its number of components on the validation "
+                                             f"split by the selection metric, and '{metric}' is a k-means metric"):
+            check_compatible(spec, "raw_pca")
+        check_compatible(spec, "raw")  # a row that selects nothing runs
+    check_compatible(benchmarks.load("mv-handwritten", synthetic=True, overrides={"comparison.primary": "acc"}),
+                     "raw_pca")
 
 
 class SquaredRow(rows.InputFeatureRow):

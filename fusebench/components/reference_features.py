@@ -45,8 +45,11 @@ For kinds other than ``"raw_pca"`` ``width`` is ignored (a caller may pass it fo
 ``k x d`` (at most ``min(n_train - 1, D)``, the rank PCA can give) -- by the benchmark's selection metric on the
 validation split (the probe that computes it alone, as a hyper-parameter trial is scored), keeps the best (the
 fewer components on a tie) and scores test once with it. Every probe z-scores each column, so a component of
-noise weighs as much as the first one: the width that fits the data is a hyper-parameter, chosen where the
-objectives' are. The first ``w`` columns of the features at width ``W >= w`` are, bit for bit, the features at width ``w``
+noise weighs as much as the first one: the width that fits the data is a hyper-parameter. It is chosen in each run on
+that run's validation split, as the probes' L2 weight and the few-shot probe are -- not once on the selection seeds and
+frozen, as the objectives' hyper-parameters are (a per-run choice: the board lists how often each width was chosen).
+A selection metric the validation split does not give (the k-means metrics, scored on test only) is refused
+(``Row.problem``). The first ``w`` columns of the features at width ``W >= w`` are, bit for bit, the features at width ``w``
 (every component is projected on and the product cut to ``width``; the components are the same rows of ``V^T``
 with the same signs), so one projection serves every width.
 

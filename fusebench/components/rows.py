@@ -197,6 +197,21 @@ class InputFeatureRow(Row):
 
         return reference_features(self.id, views, width=width)
 
+    def problem(self, spec: Any) -> str | None:
+        """The protocol must offer the row; a row that chooses its width on validation (``raw_pca``) needs a
+        selection metric the validation split gives: k-means (``cluster_acc``, ``nmi``, ``ari``) is scored on the
+        test split only."""
+        from fusebench.components.reference_features import CLUSTER_METRICS
+
+        base = super().problem(spec)
+        metric = getattr(spec, "validation_metric", None)
+        if base is None and self.selects_width and metric in CLUSTER_METRICS:
+            return (f"{spec.name}: the '{self.id}' row chooses its number of components on the validation split by "
+                    f"the selection metric, and {metric!r} is a k-means metric, scored on the test split only (k-means "
+                    f"selects nothing); select on a probe's metric (comparison.primary or selection_metric, e.g. "
+                    f"fs1_best_acc or acc), or leave '{self.id}' out of the sweep")
+        return base
+
 
 @ROWS.register(RAW)
 class RawRow(InputFeatureRow):

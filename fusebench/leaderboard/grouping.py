@@ -83,8 +83,11 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
         for objective, versions in sorted(by_version.items()):
             if len(versions) > 1:
                 listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))
+                from fusebench.components.rows import is_reference  # (imports numpy: only on this error)
+
+                what = "the row's features" if is_reference(objective) else "the loss"
                 raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs of different objective "
-                                 f"versions (the loss changed between them): {listing}. Move the old runs away.")
+                                 f"versions ({what} changed between them): {listing}. Move the old runs away.")
         _check_one_config(name, group)
     groups = sorted(by_key.items(), key=lambda kg: (-len(kg[1]), kg[0]))
     if len(groups) > 1 and not split:

@@ -354,6 +354,11 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
     if not set(PAIRED_WITH) <= set(objectives) or not [o for o in objectives if not is_reference(o)]:
         raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
                          "(the gaps are paired with them) and at least one pretrained objective")
+    others = [o for o in objectives if is_reference(o) and o not in PAIRED_WITH]
+    if others:  # the board pairs every other row with them as a pretrained row (its width, its hyper-parameters)
+        raise ValueError(f"kviews: objectives={list(objectives)!r}: the study pairs pretrained objectives with the "
+                         f"reference rows {list(PAIRED_WITH)}; the other reference row(s) {others} are not part of it "
+                         "(run them on the benchmark's own board)")
     for o in objectives:
         if not is_reference(o):
             registry.OBJECTIVES.get(o)  # an unknown id: one error with the closest match, before any run
