@@ -5,6 +5,7 @@ changed from one to three blocks per module under an unchanged ``size: resnet34`
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -280,3 +281,18 @@ def test_a_pretraining_method_s_version_is_recorded_and_a_record_of_another_is_n
     with pytest.raises(ValueError, match=r"mixes runs of different objective versions .*version 1: .*b1\.json.*"
                                          r"version 1 \(tuple_infonce 2\): .*b0\.json"):
         group_runs("quickstart", recs)
+
+
+def test_a_reference_row_of_two_versions_is_refused_as_a_change_of_its_features() -> None:
+    """raw_pca is at row version 2 (its width chosen on validation): a version-1 record beside a version-2 one is
+    refused on a board, and the message speaks of the row's features (a reference row has no loss)."""
+    root = Path(__file__).resolve().parents[1] / "leaderboards" / "runs" / "mv-3sources" / "raw_pca"
+    new = json.loads((root / "seed0" / "run.json").read_text())
+    assert new["versions"]["objective"] == "2"
+    old = json.loads((root / "seed1" / "run.json").read_text())
+    old["versions"] = dict(old["versions"], objective="1")
+    recs = [validate_record(new, "new.json"), validate_record(old, "old.json")]
+    with pytest.raises(ValueError, match=r"objective 'raw_pca' mixes runs of different objective versions \(the "
+                                         r"row's features changed between them\): version 1: .*old\.json.*version 2: "
+                                         r".*new\.json"):
+        group_runs("mv-3sources", recs)
