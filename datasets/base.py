@@ -266,6 +266,9 @@ class MultimodalDataset(Dataset):
         types = {**BASE_OPTION_TYPES, **getattr(cls, "OPTION_TYPES", {})}
         return [sig.get(n, Option(n, types.get(n, Any))) for n in sorted(set(names) | set(BASE_OPTION_TYPES))]
 
+    #: every sample's class ids are ``0 .. num_classes - 1`` whatever the options: :meth:`delivers` reports the count
+    fixed_num_classes: ClassVar[bool] = False
+
     @classmethod
     def delivers(cls, options: Mapping[str, Any]) -> dict[str, Delivered]:
         """What every sample of this adapter will be under ``options`` (a spec's ``dataset.options``), known before
@@ -273,11 +276,13 @@ class MultimodalDataset(Dataset):
         (:meth:`fusebench.encoders.base.Backbone.data_problems`), so a data / encoder mismatch is refused when the
         spec loads (``--plan``), not at the first step of a cell. Names: ``num_classes`` (the targets are class ids
         ``0 .. num_classes - 1``) and ``points_per_sample`` (the points of each sample's point cloud); a name left
-        out is not known until the data is read. By default the declared :attr:`num_classes`; an adapter whose
-        count or sizes follow its options (nyuv2's ``classes``, sunrgbd's ``num_points``) or its files
-        (multiview_mat) overrides this."""
+        out is not known until the data is read. By default the declared :attr:`num_classes` where the adapter
+        declares :attr:`fixed_num_classes` (its count is the same under every option: quickstart, the sleep
+        adapters, sunrgbd), else nothing (a plugin adapter whose count follows its options or files is never refused
+        by a count it does not deliver); an adapter whose count or sizes follow its options (nyuv2's ``classes``,
+        sunrgbd's ``num_points``) overrides this."""
         n = getattr(cls, "num_classes", None)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not cls.fixed_num_classes or isinstance(n, bool) or not isinstance(n, int) or n < 1:
             return {}
         return {"num_classes": Delivered(n, f"dataset {cls.id}'s num_classes = {n}")}
 

@@ -77,6 +77,10 @@ class Backbone(nn.Module):
                            f"layer counts: {', '.join(cls.width_options)})")
         return out
 
+    #: the constructor's default ``num_classes`` is the count of the task's head (VoteNet: its per-class box sizes),
+    #: so :meth:`data_problems` checks it against the dataset's where ``encoder.config`` does not set it
+    default_num_classes_is_the_heads: ClassVar[bool] = False
+
     @classmethod
     def data_problems(cls, config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
         """What in ``config`` (a spec's ``encoder.config``, with ``num_classes`` set where the cell sets it from the
@@ -86,7 +90,8 @@ class Backbone(nn.Module):
         :class:`~fusebench.datasets.base.Delivered` (``.value``, ``.source``, ``.key``), a name left out not known
         before the data is read. The spec loader calls it, so a mismatch is refused by ``--plan``, not at the first
         step of a cell. The base checks the class count: a task head built for ``num_classes`` (the encoder's
-        ``num_classes``, its constructor's default where the config does not set it) against the dataset's
+        ``num_classes``; its constructor's default where the config does not set it only for an encoder that declares
+        :attr:`default_num_classes_is_the_heads`, VoteNet's) against the dataset's
         ``num_classes`` (the task refuses the two unequal when it builds the head); an encoder adds its own checks
         by overriding it (PointNet++ / VoteNet: the points of a scene against the centres they sample)."""
         from fusebench.options import REQUIRED, options_of
@@ -96,9 +101,11 @@ class Backbone(nn.Module):
             return []
         if "num_classes" in config:
             n, where = config["num_classes"], f"encoder.config.num_classes = {config['num_classes']!r}"
-        else:
+        elif cls.default_num_classes_is_the_heads:
             n = next((o.default for o in options_of(cls) or [] if o.name == "num_classes"), REQUIRED)
             where = f"encoder.config.num_classes (not set: the encoder's default {n!r})"
+        else:  # a default the task does not compare (e.g. a plugin's own classifier): nothing to check
+            return []
         if isinstance(n, bool) or not isinstance(n, int) or n == classes.value:
             return []
         return [f"{where}, but {classes.source}: the head would predict {n} classes and the targets are class ids "

@@ -372,6 +372,7 @@ class VoteNet(Backbone):
     large_model = True  # convolutions on images / point sets: intra-op threads pay (engine/threads.py)
 
     default_task = "detection"
+    default_num_classes_is_the_heads = True  # its head's count (its mean box sizes are per class), checked at load
 
     @classmethod
     def config_problems(cls, config: Mapping[str, Any]) -> list[str]:

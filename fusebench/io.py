@@ -124,7 +124,9 @@ def atomic_write_together(files: Sequence[tuple[str | os.PathLike, Callable[[IO[
     in the same order. An error or an interruption (Ctrl-C) before the renames leaves every path as it was (new,
     missing or old alike) and removes the temporary files written so far; a process killed outright (SIGKILL)
     leaves its temporary files, which :func:`remove_stale_temps` finds. The renames are several steps: list the
-    file that refers to the others (a page linking its plot) last, so it never appears before them."""
+    file that refers to the others (a page linking its plot) last, so it never appears before them; a rename that
+    fails puts the files already renamed back as they were (each replaced file is kept as a hard link until the last
+    rename succeeded)."""
     done: list[tuple[Path, str]] = []
     try:
         for path, write in files:
@@ -134,16 +136,50 @@ def atomic_write_together(files: Sequence[tuple[str | os.PathLike, Callable[[IO[
         for _, tmp in done:
             Path(tmp).unlink(missing_ok=True)
         raise
+    # the files being replaced, kept (hard links beside them) until every rename succeeded: a rename that fails
+    # (a folder in the way, a file held open on Windows) puts the ones already renamed back as they were
+    kept: dict[Path, Path | None] = {}
+    renamed: list[Path] = []
     try:
-        for i, (path, tmp) in enumerate(done):
+        for path, tmp in done:
+            kept[path] = _keep(path) if path not in kept else kept[path]
             os.replace(tmp, path)
-            done[i] = (path, "")
+            renamed.append(path)
     except BaseException:
+        for path in reversed(renamed):
+            old = kept.get(path)
+            try:
+                if old is not None:
+                    os.replace(old, path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                pass
         for _, tmp in done:
-            if tmp:
-                Path(tmp).unlink(missing_ok=True)
+            Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        for old in kept.values():
+            if old is not None:
+                old.unlink(missing_ok=True)
     return [path for path, _ in done]
+
+
+def _keep(path: Path) -> Path | None:
+    """A hard link to the file at ``path`` beside it (a hidden ``.<name>.*.kept`` name, found by
+    :func:`remove_stale_temps` if the process dies), or None where there is no file to keep or it cannot be linked."""
+    if not path.is_file() or path.is_symlink():
+        return None
+    for attempt in range(100):
+        old = path.with_name(f".{path.name}.{os.getpid()}-{attempt}.kept")
+        try:
+            os.link(path, old)
+            return old
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None
 
 
 def create_once(path: str | os.PathLike, data: bytes) -> bool:
@@ -185,13 +221,15 @@ def _disk_full(error: BaseException, folder: Path) -> bool:
 
 def remove_stale_temps(path: str | os.PathLike, older_than: float | None = None) -> None:
     """Remove the temporary files an :func:`atomic_write` of ``path`` killed in the middle of its write left beside
-    it (``.<name>.*.tmp``). Call it only where no live writer of ``path`` can exist (e.g. under the cell's lock), or
+    it (``.<name>.*.tmp``; ``.<name>.*.kept``, the replaced file :func:`atomic_write_together` keeps while it renames). Call it only where no live writer of ``path`` can exist (e.g. under the cell's lock), or
     pass ``older_than`` (seconds): then only a temporary file last modified that long ago or earlier is removed. A
     live write's file is modified as it is written and renamed away once whole, so where every write of ``path``
     takes far less than ``older_than`` (a board, a plot) a concurrent writer's file is never touched."""
     path = Path(path)
     now = time.time()
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+    leftovers = [*path.parent.glob(f".{glob.escape(path.name)}.*.tmp"),
+                 *path.parent.glob(f".{glob.escape(path.name)}.*.kept")]  # atomic_write_together's kept files
+    for tmp in leftovers:
         if older_than is not None:
             try:
                 if now - tmp.stat().st_mtime < older_than:

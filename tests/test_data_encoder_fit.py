@@ -201,3 +201,25 @@ def test_a_multiview_file_says_its_class_count_only_when_read() -> None:
     from fusebench.datasets import DATASETS
 
     assert DATASETS.get("multiview_mat").delivers({}) == {}
+
+
+def test_a_default_or_a_count_nobody_declared_is_not_checked() -> None:
+    """Only what a component declares is compared: a plugin encoder's default ``num_classes`` (its own classifier,
+    which the task does not compare) and a plugin adapter's class attribute (its count may follow its options)
+    refuse nothing; VoteNet's default is its head's count, so it is checked (test above)."""
+    from fusebench.datasets.base import Delivered, MultimodalDataset
+    from fusebench.encoders.base import Backbone
+
+    class OwnClassifier(Backbone):
+        def __init__(self, modalities=None, num_classes: int = 40) -> None:
+            super().__init__()
+
+    assert OwnClassifier.data_problems({}, {"num_classes": Delivered(10, "dataset d's num_classes = 10")}) == []
+    assert OwnClassifier.data_problems({"num_classes": 40}, {"num_classes": Delivered(10, "dataset d's num_classes = "
+                                                                                     "10")})  # set: compared
+
+    class Coarse(MultimodalDataset):  # 12 classes, 6 with an option: it does not say which
+        id = "coarse"
+        num_classes = 12
+
+    assert Coarse.delivers({"coarse": True}) == {}

@@ -538,6 +538,19 @@ def test_files_written_together_appear_together_or_not_at_all(tmp_path: Path, fa
                                     (tmp_path / "b.md", lambda f: f.write(b"new b"))])
     assert got == [tmp_path / "a.png", tmp_path / "b.md"]
     assert [(p.name, p.read_bytes()) for p in sorted(tmp_path.iterdir())] == [("a.png", b"new a"), ("b.md", b"new b")]
+    # a rename that fails (a folder in the way of the second) puts the first back as it was; nothing is left
+    (tmp_path / "b.md").unlink()
+    (tmp_path / "b.md").mkdir()
+    with pytest.raises(OSError):
+        io.atomic_write_together([(tmp_path / "a.png", lambda f: f.write(b"newer a")),
+                                  (tmp_path / "b.md", lambda f: f.write(b"newer b"))])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.md"] and (tmp_path / "b.md").is_dir()
+    assert (tmp_path / "a.png").read_bytes() == b"new a"
+    (tmp_path / "b.md").rmdir()
+    (tmp_path / "c").mkdir()
+    with pytest.raises(OSError):  # a first file that did not exist is removed again
+        io.atomic_write_together([(tmp_path / "new.png", lambda f: f.write(b"x")), (tmp_path / "c", lambda f: None)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "c"]
 
 
 def test_a_killed_create_once_leaves_a_temporary_file_the_cell_start_removes(tmp_path: Path, monkeypatch) -> None:

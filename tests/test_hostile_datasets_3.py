@@ -428,6 +428,40 @@ def test_ids_that_are_rows_are_one_id_each(tmp_path, fixtures_dir):
     assert len(set(ds.sample_keys())) == 3
 
 
+def test_ids_that_are_rows_are_read_entry_by_entry_not_as_numpy_prints_them(tmp_path, fixtures_dir):
+    """A row's entries are read as text one by one (bytes decoded, full float precision), joined by '|': a clip
+    stored as bytes in one split and as text in another is the same clip, and two rows that differ beyond numpy's
+    8 printed digits are two clips (numpy's printed form used to decide both)."""
+    clip = _clip(fixtures_dir)
+    obj = {"train": _split(clip, ["x0", "x1"]), "valid": _split(clip, ["v0"]), "test": _split(clip, ["t0"])}
+    obj["train"]["id"] = np.array([[b"vidA", b"0.0"], [b"vidA", b"4.5"]])
+    obj["test"]["id"] = np.array([["vidA", "0.0"]])
+    path = tmp_path / "unaligned_50.pkl"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    with pytest.raises(DatasetError, match=r"1 clip id\(s\) occur in both split \[train\] and split \[test\] "
+                                           r"\('vidA\|0\.0'\)"):
+        build("mosi", root=path, use_cache=False)
+    obj["test"]["id"] = np.array([["vidD", "0.0"]])
+    obj["train"]["id"] = np.array([[1, 0.123456789012], [1, 0.123456789013]], dtype=object)
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    ds = build("mosi", root=path, use_cache=False)
+    assert ds.sample_keys() == ["1|0.123456789012", "1|0.123456789013"]
+
+
+def test_missing_ids_are_no_clip_and_other_splits_malformed_ids_are_not_compared(tmp_path, fixtures_dir):
+    clip = _clip(fixtures_dir)
+    obj = {"train": _split(clip, ["a0", "a1", "a2"]), "valid": _split(clip, ["v0"]), "test": _split(clip, ["t0"])}
+    obj["train"]["id"] = np.array(["a0", None, None], dtype=object)  # two missing ids: no repeat of one clip
+    obj["valid"]["id"] = {"v0"}  # not a sequence: not compared here (refused when [valid] is built)
+    path = tmp_path / "unaligned_50.pkl"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    ds = build("mosi", root=path, use_cache=False)
+    assert len(ds) == 3 and ds.sample_keys() is None  # a split with missing ids cannot name every sample
+    with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))} \[valid\]: key 'id' is a set; expected a list or "
+                                           r"an array of one entry per sample, in the samples' order$"):
+        build("mosi", root=path, split="val", use_cache=False)
+
+
 def test_sample_keys_are_the_clip_ids_in_sample_order(tmp_path, fixtures_dir):
     from fusebench.records.builder import split_overlap
 

@@ -416,7 +416,9 @@ def test_each_launcher_says_where_its_cells_run_and_how_many_share_this_machine(
 @pytest.mark.skipif(not Path("/proc/self/ns/pid").exists(), reason="needs /proc (Linux)")
 def test_a_lock_of_another_pid_namespace_or_boot_on_this_host(tmp_path: Path, monkeypatch) -> None:
     """A container sharing this host's name numbers its processes apart: its lock is not judged by pid here (a pid
-    not alive here does not free it); a lock written before this host last booted is stale whatever its pid."""
+    not alive here does not free it) but as another host's (squeue for a SLURM job, our own requeued job's is stale);
+    a lock of another boot id is stale when written before this host last booted, else another machine's of the
+    same name (judged as another host's)."""
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     here = _space_by_hand()
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -424,25 +426,49 @@ def test_a_lock_of_another_pid_namespace_or_boot_on_this_host(tmp_path: Path, mo
     box = tmp_path / "container"
     _lock(box, pid=dead, host=locks.hostname(), boot_id=here["boot_id"], pid_ns="pid:[1]")
     assert status.cell_state(box) == (
-        "running", f"running on {locks.hostname()} (pid {dead} of another pid namespace, e.g. another container: "
-                   f"not checked from here)")
-    with pytest.raises(CellBusyError, match=f"being run by process {dead} of another pid namespace on "):
+        "running", f"running on {locks.hostname()} (pid {dead} of another process space: another container or "
+                   f"machine of that name, not checked from here; delete the lock if that process is gone)")
+    with pytest.raises(CellBusyError, match=f"being run by process {dead} of another process space on "):
         CellLock(box).__enter__()
     # our own pid number in another namespace is another process, not this one
     _lock(box, pid=os.getpid(), host=locks.hostname(), boot_id=here["boot_id"], pid_ns="pid:[1]")
-    with pytest.raises(CellBusyError, match="another pid namespace"):
+    with pytest.raises(CellBusyError, match="another process space"):
         CellLock(box).__enter__()
-    # an earlier boot: gone, whatever its pid (ours here is alive): the lock is taken over
+    # a SLURM job in another container: squeue decides; our own job's lock (a requeued job) is stale
+    job = tmp_path / "job"
+    _lock(job, pid=dead, host=locks.hostname(), boot_id=here["boot_id"], pid_ns="pid:[1]", slurm_job="77_1",
+          slurm_job_id="78")
+    assert status.cell_state(job, FakeQueue({"77_1": ("RUNNING", "node7")}))[0] == "running"
+    assert status.cell_state(job, FakeQueue({}))[0] != "running"  # gone from the queue: stale
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    with CellLock(job):
+        assert json.loads((job / ".lock").read_text())["pid"] == os.getpid()
+    monkeypatch.delenv("SLURM_JOB_ID")
+    # another boot id, written before this host last booted: gone, whatever its pid (ours here is alive)
     booted = tmp_path / "rebooted"
     _lock(booted, pid=os.getppid(), host=locks.hostname(), boot_id="00000000-0000-0000-0000-000000000000",
           pid_ns=here["pid_ns"])
+    from fusebench.runtime.processes import boot_time
+
+    before = boot_time() - 60
+    os.utime(booted / ".lock", (before, before))
     with CellLock(booted):
         assert json.loads((booted / ".lock").read_text())["pid"] == os.getpid()
+    # another boot id written since this host booted: another machine of this name, its pid not checked here
+    other = tmp_path / "other-machine"
+    _lock(other, pid=dead, host=locks.hostname(), boot_id="00000000-0000-0000-0000-000000000000",
+          pid_ns=here["pid_ns"])
+    with pytest.raises(CellBusyError, match=f"being run by process {dead} of another process space on "):
+        CellLock(other).__enter__()
     # the same space: judged by pid (a live one holds)
     same = tmp_path / "same"
     _lock(same, pid=os.getppid(), host=locks.hostname(), **here)
     with pytest.raises(CellBusyError, match=f"being run by process {os.getppid()}"):
         CellLock(same).__enter__()
+    # a host that is not text: another host's lock, no crash
+    odd = tmp_path / "odd-host"
+    _lock(odd, pid=dead, host=7)
+    assert status.cell_state(odd)[0] == "running"
 
 
 def test_space_relation_by_hand(monkeypatch) -> None:

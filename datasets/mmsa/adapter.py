@@ -86,7 +86,8 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
         """The clip id of every sample of this split, in the order the samples are delivered (their ``meta`` id),
         without reading a sample: an MMSA pickle's ``id`` entries (``<video_id>$_$<clip_id>``), a feature
         file's name (its one sample, the same in every split), the ``csd`` layout's ``<video>[<segment>]``. None
-        for an MMSA split without ``id``: its ``meta`` ids are the sample indices, which do not name a clip."""
+        for an MMSA split without ``id`` (its ``meta`` ids are the sample indices, which do not name a clip) or with a
+        missing id (``None``, NaN) among them."""
         if self.layout == "csd":
             return [f"{vid}[{i}]" for vid, i in self.samples]
         if not self._has_ids:

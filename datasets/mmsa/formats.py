@@ -56,7 +56,8 @@ class _PickleFormat:
             part, where = obj[_SPLIT_KEYS[self.split]], f"{path} [{_SPLIT_KEYS[self.split]}]"
         self._split_file = where  # named by the base class when the split is empty
         self._arrays = self._validate_split(part, where)
-        self._has_ids = isinstance(part, dict) and part.get("id") is not None
+        clips = self._clip_ids(part)  # every sample named by a clip id (else sample_keys cannot say)
+        self._has_ids = clips is not None and None not in clips
         if self.layout == "mmsa" and self._n > 0:
             self._check_dims_across_splits(obj, path)
             self._check_ids_within_splits(obj, path)
@@ -64,17 +65,15 @@ class _PickleFormat:
         return list(range(self._n))
 
     @classmethod
-    def _clip_ids(cls, part: Any) -> list[str] | None:
-        """The clip id of each sample of a split (its ``meta`` id, :meth:`_id_of`), or None when the split has no
-        ``id``. One id per sample: a row of a 2-D ``id`` array is one id, never split into its entries."""
+    def _clip_ids(cls, part: Any) -> list[str | None] | None:
+        """The clip id of each sample of a split (its ``meta`` id, :meth:`_id_of`; None for a missing id, ``None`` or
+        NaN, which names no clip and is compared with nothing), or None when the split has no ``id`` or an ``id``
+        that is not a sequence (a set, a mapping: refused when that split is built). One id per sample: a row of a
+        2-D ``id`` array is one id, never split into its entries."""
         ids = part.get("id") if isinstance(part, dict) else None
-        if ids is None:
+        if ids is None or not isinstance(ids, (list, tuple, np.ndarray)):
             return None
-        try:
-            n = len(ids)
-        except TypeError:  # not one entry per sample: refused when that split is built
-            return None
-        return [cls._id_of(part, i) for i in range(n)]
+        return [None if _missing_id(ids[i]) else cls._id_of(part, i) for i in range(len(ids))]
 
     @classmethod
     def _check_ids_within_splits(cls, obj: dict[str, Any], path: Path) -> None:
@@ -92,7 +91,8 @@ class _PickleFormat:
                 continue
             rows: dict[str, list[int]] = {}
             for i, clip in enumerate(clips):
-                rows.setdefault(clip, []).append(i)
+                if clip is not None:  # a missing id is no clip
+                    rows.setdefault(clip, []).append(i)
             repeated = [(clip, at) for clip, at in rows.items() if len(at) > 1]
             if repeated:
                 extra = sum(len(at) - 1 for _, at in repeated)
@@ -115,7 +115,7 @@ class _PickleFormat:
                 continue
             both: dict[str, list[str]] = {}
             for clip in clips:
-                other = seen.get(clip)
+                other = seen.get(clip) if clip is not None else None
                 if other is not None and other != split_key:
                     both.setdefault(other, []).append(clip)
             for other, found in both.items():
@@ -124,7 +124,8 @@ class _PickleFormat:
                                    f"[{split_key}] ({shown}); a clip in two splits leaks its features and label "
                                    "between them: each clip must belong to one split")
             for clip in clips:
-                seen.setdefault(clip, split_key)
+                if clip is not None:
+                    seen.setdefault(clip, split_key)
 
     def _check_dims_across_splits(self, obj: dict[str, Any], path: Path) -> None:
         """Every split of an MMSA pickle must give a modality the same feature dimension."""
@@ -194,6 +195,9 @@ class _PickleFormat:
                     size = len(part[key])
                 except TypeError:
                     size = None
+                if size is not None and not isinstance(part[key], (list, tuple, np.ndarray)):  # a set, a mapping, text
+                    raise DatasetError(f"{where}: key {key!r} is a {type(part[key]).__name__}; expected a list or an "
+                                       "array of one entry per sample, in the samples' order")
                 if size != n:
                     got = f"{size} entries" if size is not None else f"the {type(part[key]).__name__} {part[key]!r:.40}"
                     raise DatasetError(f"{where}: key {key!r} holds {got}, but 'regression_labels' has {n}; {key!r} "
@@ -377,8 +381,30 @@ class _PickleFormat:
         ids = part.get("id")
         if ids is None or i >= len(ids):
             return str(i)
-        v = ids[i]
-        return v.decode() if isinstance(v, bytes) else str(v)
+        return _clip_text(ids[i])
+
+
+def _clip_text(v: Any) -> str:
+    """A clip id as text: bytes decoded, a numpy scalar as its Python value, a row (an id stored as several columns:
+    array, list or tuple) as its entries' texts joined by ``|`` (a row of one entry: that entry) -- never numpy's
+    printed form of a row, which rounds floats, follows the print options and keeps ``b'...'``."""
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
+        parts = [_clip_text(x) for x in v]
+        return parts[0] if len(parts) == 1 else "|".join(parts)
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "backslashreplace")
+    return str(v)
+
+
+def _missing_id(v: Any) -> bool:
+    """An id entry that names no clip: None, or a float NaN (a missing value in a numeric id column)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    return v is None or (isinstance(v, float) and v != v)
 
 
 def _require_real(arr: np.ndarray, what: str, expected: str = "real numbers") -> None:

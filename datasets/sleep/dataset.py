@@ -36,6 +36,7 @@ class _SleepDataset(MultimodalDataset):
 
     task = "classification"
     num_classes = 5
+    fixed_num_classes = True  # the same count under every option (MultimodalDataset.delivers)
     CHANNELS: ClassVar[tuple[str, ...]] = ()
     #: the files of a recording a prepared cache depends on (keys of a recording's index entry); each adapter's own
     SOURCE_KEYS: ClassVar[tuple[str, ...]]

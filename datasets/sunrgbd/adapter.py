@@ -47,6 +47,7 @@ class SUNRGBD(SunRGBDLayouts, MultimodalDataset):
     id = "sunrgbd"
     task = "detection"
     num_classes = len(CLASSES)
+    fixed_num_classes = True  # the same count under every option (MultimodalDataset.delivers)
     classes = CLASSES
     SYNTHETIC_VERSION = 1
     CONFORMANCE_SPEC = {"num_samples": 16, "options": {"points_per_scene": 2000}}

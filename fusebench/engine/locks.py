@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fusebench.runtime.processes import OTHER, REBOOTED, SAME, pid_alive, process_space, space_relation
+from fusebench.runtime.processes import OTHER, REBOOTED, SAME, boot_time, pid_alive, process_space, space_relation
 
 LOCK = ".lock"  # the per-cell lock (cell.CellLock)
 MARKER = ".launcher.json"  # written when a cell is submitted to a scheduler (fusebench.sweep.launchers)
@@ -32,7 +32,7 @@ def hostname() -> str:
 
 def same_host(a: str | None, b: str | None) -> bool:
     """Host names equal, or equal up to the domain (``node1`` and ``node1.cluster``)."""
-    if not a or not b:
+    if not isinstance(a, str) or not isinstance(b, str) or not a or not b:  # a lock's host of another type: not ours
         return False
     return a == b or a.split(".")[0] == b.split(".")[0]
 
@@ -111,7 +111,8 @@ class LockHolder:
     slurm_job_id: str | None
     alive: bool
     local: bool  # written on this host
-    #: written on this host in another pid namespace (another container sharing the host name): not checked
+    #: written under this host's name in another process space (another container sharing the host name, or another
+    #: machine of that name since this host booted): its pid is not checked here
     elsewhere: bool = False
 
     @property
@@ -120,7 +121,7 @@ class LockHolder:
         if self.slurm_job:
             return f"slurm job {self.slurm_job} on {self.host} (pid {self.pid})"
         if self.elsewhere:
-            return f"process {self.pid} of another pid namespace on {self.host} (e.g. another container)"
+            return f"process {self.pid} of another process space on {self.host} (another container or machine of that name)"
         return f"process {self.pid}" if self.local else f"process {self.pid} on {self.host}"
 
     @property
@@ -129,8 +130,8 @@ class LockHolder:
         if self.slurm_job:
             return f"running on {self.host} (slurm job {self.slurm_job})"
         if self.elsewhere:
-            return (f"running on {self.host} (pid {self.pid} of another pid namespace, e.g. another container: not "
-                    f"checked from here)")
+            return (f"running on {self.host} (pid {self.pid} of another process space: another container or machine "
+                    f"of that name, not checked from here; delete the lock if that process is gone)")
         if self.local:
             return f"pid {self.pid}"
         return f"running on {self.host} (pid {self.pid}; another host, not checked from {hostname()})"
@@ -140,9 +141,9 @@ def read_lock(path: Path, queue: SlurmQueue | None = None) -> LockHolder | None:
     """The holder of the lock file ``path`` (None when there is none or it is unreadable).
 
     A lock written on this host is alive while its pid is -- in the same process space (boot and pid namespace,
-    :func:`fusebench.runtime.processes.space_relation`): one written before this host last booted is dead, one
-    of another pid namespace (another container sharing the host name) cannot be checked and is taken as alive;
-    one written on another host by a SLURM
+    :func:`fusebench.runtime.processes.space_relation`): one of another boot id written before this host last
+    booted is dead; one of another pid namespace (another container sharing the host name), or of another boot id
+    written since (another machine of the same name), is judged as a lock of another host: one written on another host by a SLURM
     job is alive while squeue lists the job as running (when squeue cannot be asked it is taken as
     alive), except when that job is this process's own job: an earlier run of a requeued job; one
     written on another host outside SLURM cannot be checked and is taken as alive."""
@@ -158,19 +159,24 @@ def read_lock(path: Path, queue: SlurmQueue | None = None) -> LockHolder | None:
     host, job, job_id = data.get("host"), data.get("slurm_job"), data.get("slurm_job_id")
     local = host is None or same_host(host, hostname())
     space = space_relation(data) if local else SAME
-    if space == REBOOTED:
-        alive = False  # written before this host last booted: its process is gone
-    elif space == OTHER:
-        alive = True  # another container on this host: its pid means another process here
-    elif local:
+    if space == REBOOTED:  # an earlier boot of this host, or another machine of the same name
+        booted = boot_time()
+        try:
+            earlier = booted is not None and path.stat().st_mtime < booted
+        except OSError:
+            earlier = False
+        if earlier:
+            return LockHolder(pid, host, job, job_id, False, local)  # its process is gone with that boot
+        space = OTHER  # written since this boot by another machine: its pid cannot be checked here
+    if local and space == SAME:
         alive = pid > 0 and pid_alive(pid)
     elif job_id and str(job_id) == os.environ.get("SLURM_JOB_ID"):
-        alive = False  # our own job ran the cell before it was requeued (on another node)
+        alive = False  # our own job ran the cell before it was requeued (on another node, or in another container)
     elif job:
         state, _ = (queue or SlurmQueue()).state(str(job))
         alive = state in SLURM_ACTIVE or state == UNKNOWN
     else:
-        alive = True
+        alive = True  # another host, or another pid namespace of this one, outside SLURM: cannot be checked
     return LockHolder(pid, host, job, job_id, alive, local, space == OTHER)
 
 

@@ -51,8 +51,9 @@ def process_space() -> dict[str, str]:
 def space_relation(recorded: Mapping[str, Any]) -> str:
     """How the process space an owner recorded (``boot_id`` / ``pid_ns`` of :func:`process_space`; a record
     written before they were recorded has neither) stands to this process's, on the same host: :data:`REBOOTED`
-    (another boot: every process of that boot is gone), :data:`OTHER` (another pid namespace of this boot, e.g.
-    another container: its pids cannot be checked from here), else :data:`SAME` (the pid can be checked; also
+    (another boot id: written in an earlier boot of this host -- or on another machine of the same name, which only
+    the time it was written can tell apart, :func:`boot_time`), :data:`OTHER` (another pid namespace of this boot,
+    e.g. another container: its pids cannot be checked from here), else :data:`SAME` (the pid can be checked; also
     when either side does not tell)."""
     here = process_space()
     boot = recorded.get("boot_id")
@@ -64,6 +65,19 @@ def space_relation(recorded: Mapping[str, Any]) -> str:
     return SAME
 
 
+def boot_time() -> float | None:
+    """When this host last booted (seconds since the epoch: ``btime`` of ``/proc/stat``); None where the platform
+    does not tell it."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def space_tag() -> str:
     """:func:`process_space` in 8 hex digits, for a file name (empty where the platform tells neither)."""
     space = process_space()
@@ -72,4 +86,4 @@ def space_tag() -> str:
     return hashlib.sha256(f"{space.get('boot_id', '')}|{space.get('pid_ns', '')}".encode()).hexdigest()[:8]
 
 
-__all__ = ["OTHER", "REBOOTED", "SAME", "pid_alive", "process_space", "space_relation", "space_tag"]
+__all__ = ["OTHER", "REBOOTED", "SAME", "boot_time", "pid_alive", "process_space", "space_relation", "space_tag"]
