@@ -291,12 +291,19 @@ class ESANet(Backbone):
 
     @classmethod
     def config_problems(cls, config: Mapping[str, Any]) -> list[str]:
-        """The base checks, and ``context_bins`` a non-empty list of integers >= 1 (the pooling's grid sizes)."""
+        """The base checks, and ``context_bins`` a non-empty list of integers >= 1 (the pooling's grid sizes), at most
+        as many as the last stage's channels (each bin's branch gets ``channels // len(bins)`` of them)."""
         out, bins = super().config_problems(config), config.get("context_bins")
         if bins is not None and (not isinstance(bins, (list, tuple)) or not bins
                                  or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bins)):
             out.append(f"encoder.config.context_bins = {bins!r}: expected a non-empty list of integers >= 1 (the "
                        "pyramid pooling's grid sizes, e.g. [1, 5])")
+        elif bins is not None:  # each bin's branch gets the last stage's channels // len(bins): at least 1
+            size = config.get("size", DEFAULT_SIZE)
+            last = SIZES[size]["widths"][-1] if isinstance(size, str) and size in SIZES else None
+            if last is not None and len(bins) > last:
+                out.append(f"encoder.config.context_bins has {len(bins)} bins: the pyramid pooling splits the last "
+                           f"stage's {last} channels (size {size!r}) among them, so at most {last} bins")
         return out
 
     input_kinds = ("image", "depth", "normal")  # the modality kinds it reads (encoders/base.py)

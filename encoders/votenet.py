@@ -384,9 +384,20 @@ class VoteNet(Backbone):
 
     @classmethod
     def data_problems(cls, config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
-        """The base checks (the class count), and the points of a scene against the centres the first
-        set-abstraction layer of the preset's backbone samples (:func:`.pointnet2.scene_points_problems`)."""
+        """The base checks (the class count; another count than SUN RGB-D's 10 needs ``mean_sizes``, the per-class
+        box sizes, which the advice and a count the dataset agrees with both say), and the points of a scene against
+        the centres the first set-abstraction layer of the preset's backbone samples
+        (:func:`.pointnet2.scene_points_problems`)."""
         out, preset = super().data_problems(config, data), config.get("config", "votenet")
+        classes = data.get("num_classes")
+        n = config.get("num_classes", 10)
+        if out and classes is not None and classes.value != 10 and config.get("mean_sizes") is None:
+            out[-1] += (f", with encoder.config.mean_sizes: one [l, w, h] per class ({classes.value} rows; the built-in "
+                        f"mean sizes are SUN RGB-D's 10 classes)")
+        elif (not out and isinstance(n, int) and not isinstance(n, bool) and n != 10
+              and config.get("mean_sizes") is None):
+            out.append(f"encoder.config.num_classes = {n} needs encoder.config.mean_sizes: one [l, w, h] per class "
+                       f"({n} rows; the built-in mean sizes are SUN RGB-D's 10 classes)")
         if isinstance(preset, str) and preset in CONFIGS:
             backbones = {name: get_config(c.backbone) for name, c in CONFIGS.items()}
             out += scene_points_problems(preset_key(config, "votenet"), backbones[preset], backbones, data)

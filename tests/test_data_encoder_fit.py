@@ -186,7 +186,8 @@ def test_an_encoders_default_class_count_is_checked_where_the_task_does_not_give
     assert votenet.data_problems({}, {"num_classes": Delivered(5, "dataset mine's num_classes = 5")}) == [
         "encoder.config.num_classes (not set: the encoder's default 10), but dataset mine's num_classes = 5: the head "
         "would predict 10 classes and the targets are class ids 0..4; expected encoder.config.num_classes = 5 (the "
-        "dataset's count)"]
+        "dataset's count), with encoder.config.mean_sizes: one [l, w, h] per class (5 rows; the built-in mean sizes "
+        "are SUN RGB-D's 10 classes)"]
 
 
 def test_quickstart_with_a_head_of_another_class_count_is_refused() -> None:
@@ -223,3 +224,24 @@ def test_a_default_or_a_count_nobody_declared_is_not_checked() -> None:
         num_classes = 12
 
     assert Coarse.delivers({"coarse": True}) == {}
+
+
+def test_votenet_with_another_class_count_needs_its_mean_sizes_when_the_spec_loads() -> None:
+    """The advice 'expected encoder.config.num_classes = N' led to the constructor's 'mean_sizes ... is required' in
+    the cell; the check says it: VoteNet's built-in mean box sizes are SUN RGB-D's 10 classes."""
+    from fusebench import encoders
+    from fusebench.datasets.base import Delivered
+
+    votenet = encoders.ENCODERS.get("votenet")
+    eighteen = {"num_classes": Delivered(18, "dataset d's num_classes = 18")}
+    assert votenet.data_problems({}, eighteen) == [
+        "encoder.config.num_classes (not set: the encoder's default 10), but dataset d's num_classes = 18: the head "
+        "would predict 10 classes and the targets are class ids 0..17; expected encoder.config.num_classes = 18 (the "
+        "dataset's count), with encoder.config.mean_sizes: one [l, w, h] per class (18 rows; the built-in mean sizes "
+        "are SUN RGB-D's 10 classes)"]
+    assert votenet.data_problems({"num_classes": 18}, eighteen) == [
+        "encoder.config.num_classes = 18 needs encoder.config.mean_sizes: one [l, w, h] per class (18 rows; the "
+        "built-in mean sizes are SUN RGB-D's 10 classes)"]
+    assert votenet.data_problems({"num_classes": 18, "mean_sizes": [[1.0, 1.0, 1.0]] * 18}, eighteen) == []
+    with pytest.raises(ValueError, match="mean_sizes"):  # what the cell said before
+        votenet(num_classes=18, config="tiny")

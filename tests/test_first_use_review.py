@@ -301,6 +301,24 @@ def test_encoder_options_the_layers_cannot_take_are_refused_when_the_spec_loads(
         benchmarks.load(bench, overrides={key: value}, synthetic=True)
 
 
+def test_more_pyramid_bins_than_the_last_stage_has_channels_are_refused() -> None:
+    """The pooling gives each bin ``channels // len(bins)`` of the last stage's channels (64 at size tiny, the
+    synthetic run's): 64 bins load and run their layers, 65 were a 0-channel convolution at the first forward."""
+    import torch
+
+    from fusebench.encoders import esanet as module
+    from fusebench.spec.config import ConfigError
+
+    spec = benchmarks.load("nyuv2-seg", overrides={"encoder.config.context_bins": [1] * 64}, synthetic=True)
+    assert spec.encoder.config["size"] == "tiny"
+    assert module.PyramidPooling(64, 8, [1] * 64).eval()(torch.zeros(2, 64, 4, 4)).shape == (2, 8, 4, 4)
+    with pytest.warns(UserWarning, match="zero-element"), pytest.raises(RuntimeError):  # 0-channel branches
+        module.PyramidPooling(64, 8, [1] * 65).eval()(torch.zeros(2, 64, 4, 4))
+    with pytest.raises(ConfigError, match=r"encoder\.config\.context_bins has 65 bins: the pyramid pooling splits the "
+                                          r"last stage's 64 channels \(size 'tiny'\) among them, so at most 64 bins"):
+        benchmarks.load("nyuv2-seg", overrides={"encoder.config.context_bins": [1] * 65}, synthetic=True)
+
+
 def test_sunrgbd_num_points_0_is_refused_not_read_as_every_point(tmp_path: Path) -> None:
     from fusebench.datasets import DatasetError, build
 
