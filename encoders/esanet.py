@@ -1,5 +1,8 @@
 """ESANet: efficient multi-branch RGB-D(-normal) semantic segmentation.
 
+This module is longer than ~450 lines because it is the paper's one model: the encoder branches, their fusion, the
+context module, the decoder and the load-time checks of its options.
+
 Implements Seichter, Köhler, Lewandowski, Wengefeld, Gross, "Efficient RGB-D Semantic Segmentation
 for Indoor Scene Analysis", ICRA 2021, arXiv:2011.06961, https://arxiv.org/abs/2011.06961 (authors'
 code: https://github.com/TUI-NICR/ESANet), Sec. III and Fig. 2:
