@@ -169,12 +169,15 @@ def test_the_refused_class_count_is_one_the_task_refuses_when_it_builds_the_head
         tasks.create("segmentation", num_classes=40).build_head(backbone)
 
 
-def test_votenet_on_sunrgbd_with_another_class_count_is_refused() -> None:
-    """SUN RGB-D's 10 classes are the adapter's own (no option sets them)."""
-    assert _refused("sunrgbd-det", {"encoder.config.num_classes": 5}) == (
-        f"{benchmarks.path('sunrgbd-det')}: encoder.config.num_classes = 5, but dataset sunrgbd's num_classes = 10: "
-        f"the head would predict 5 classes and the targets are class ids 0..9; expected encoder.config.num_classes = "
-        f"10 (the dataset's count) [with --set encoder.config.num_classes=5]")
+@pytest.mark.parametrize("bench,dataset,count,given", [
+    ("sunrgbd-det", "sunrgbd", 10, 5),  # SUN RGB-D's 10 classes are the adapter's own (no option sets them)
+    ("quickstart", "quickstart", 4, 3),
+])
+def test_a_head_of_another_class_count_than_the_datasets_is_refused(bench, dataset, count, given) -> None:
+    assert _refused(bench, {"encoder.config.num_classes": given}) == (
+        f"{benchmarks.path(bench)}: encoder.config.num_classes = {given}, but dataset {dataset}'s num_classes = "
+        f"{count}: the head would predict {given} classes and the targets are class ids 0..{count - 1}; expected "
+        f"encoder.config.num_classes = {count} (the dataset's count) [with --set encoder.config.num_classes={given}]")
 
 
 def test_an_encoders_default_class_count_is_checked_where_the_task_does_not_give_the_dataset_one() -> None:
@@ -188,13 +191,6 @@ def test_an_encoders_default_class_count_is_checked_where_the_task_does_not_give
         "would predict 10 classes and the targets are class ids 0..4; expected encoder.config.num_classes = 5 (the "
         "dataset's count), with encoder.config.mean_sizes: one [l, w, h] per class (5 rows; the built-in mean sizes "
         "are SUN RGB-D's 10 classes)"]
-
-
-def test_quickstart_with_a_head_of_another_class_count_is_refused() -> None:
-    assert _refused("quickstart", {"encoder.config.num_classes": 3}) == (
-        f"{benchmarks.path('quickstart')}: encoder.config.num_classes = 3, but dataset quickstart's num_classes = 4: "
-        f"the head would predict 3 classes and the targets are class ids 0..3; expected encoder.config.num_classes = "
-        f"4 (the dataset's count) [with --set encoder.config.num_classes=3]")
 
 
 def test_a_multiview_file_says_its_class_count_only_when_read() -> None:
