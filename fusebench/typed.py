@@ -224,5 +224,17 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     return said
 
 
+def read_yaml_file(path: Any) -> Any:
+    """The YAML file at ``path`` (a spec), read as UTF-8 within :func:`load_yaml`'s limits; one :class:`ConfigError`
+    naming the file for what is not valid YAML (:func:`yaml_problem`'s one line) or cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return load_yaml(f.read(), str(path))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read as a UTF-8 YAML file: {e}") from None
+
+
 __all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "DeprecatedKeyWarning",
-           "check_type", "from_dict", "load_yaml", "yaml_problem"]
+           "check_type", "from_dict", "load_yaml", "read_yaml_file", "yaml_problem"]

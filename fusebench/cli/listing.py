@@ -129,17 +129,10 @@ def _describe(kind: str, name: str, where: Path | None = None) -> list[str]:
         arrow = "higher is better" if m.higher_is_better else "lower is better"
         return [f"{name}: [{m.task}, {arrow}] {m.description.splitlines()[0] if m.description else ''}"]
     if kind == "benchmarks":  # the file's description only (no torch import); --details checks the whole spec
-        from fusebench.typed import ConfigError, load_yaml, yaml_problem
-
-        import yaml
+        from fusebench.typed import ConfigError, read_yaml_file
 
         where = where or pkg.path(name)  # (``where``: the spec path when the caller has read the folders once)
-        try:  # a file that is not YAML is one warning line naming it (as `fusebench run` says it), not a traceback
-            raw = load_yaml(where.read_text(encoding="utf-8"), str(where))
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{where}: not valid YAML: {yaml_problem(e)}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{where}: cannot be read as a UTF-8 YAML file: {e}") from None
+        raw = read_yaml_file(where)  # a file that is not YAML: one line naming it (as `fusebench run` says), no traceback
         if not isinstance(raw, dict) or not isinstance(raw.get("description"), str):
             raise ConfigError(f"{where}: a benchmark spec is a mapping with a 'description' string")
         return [f"{name}: {raw['description']}"]

@@ -128,22 +128,23 @@ def load_problem(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(text.split())[:300]}"
 
 
-#: how a file torch.save wrote before its zip format (``_use_new_zipfile_serialization=False``) begins: the pickled
-#: magic number of torch's legacy format (torch.serialization.MAGIC_NUMBER, pickle protocol 2)
-LEGACY_TORCH_HEAD = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19."
-
-
 def torch_file_problem(path: Path) -> str | None:
     """Why ``path`` is no file ``torch.save`` wrote (None: it is one, zip or legacy format), said before torch reads
     it: torch's own answer to an empty file, a text file or a plain pickle is ``EOFError``, ``KeyError: 101`` or a
     warning about pickle protocols, none of which says what the file is."""
+    import pickle
     import zipfile
+
+    import torch.serialization
 
     if zipfile.is_zipfile(path):
         return None
+    # how a file torch.save wrote before its zip format (_use_new_zipfile_serialization=False) begins: torch's
+    # legacy magic number, pickled with protocol 2 (written here, never unpickled)
+    legacy = pickle.dumps(torch.serialization.MAGIC_NUMBER, protocol=2)
     with open(path, "rb") as f:
-        head = f.read(len(LEGACY_TORCH_HEAD))
-    if head == LEGACY_TORCH_HEAD:
+        head = f.read(len(legacy))
+    if head == legacy:
         return None
     expected = "expected the encoder's state_dict saved by torch.save(state_dict, PATH) or as a .safetensors file"
     if not head:

@@ -83,7 +83,7 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
         for objective, versions in sorted(by_version.items()):
             if len(versions) > 1:
                 listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))
-                from fusebench.components.rows import is_reference  # (imports numpy: only on this error)
+                from fusebench.components.rows import is_reference
 
                 what = "the row's features" if is_reference(objective) else "the loss"
                 raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs of different objective "

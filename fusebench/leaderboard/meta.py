@@ -141,45 +141,46 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
             return False
         return True
 
+    shown = shown_path(path)  # a control character in the name escaped in every message
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{shown_path(path)}: not UTF-8 text ({e.reason} at byte {e.start}); regenerate it from its runs or "
+        raise ValueError(f"{shown}: not UTF-8 text ({e.reason} at byte {e.start}); regenerate it from its runs or "
                          f"delete it") from None
     if not text.startswith("# Leaderboard: "):
         return None
     m = _last_line_meta(text)
     if not m:
-        raise ValueError(f"{shown_path(path)}: a board without the '{BOARD_META}' metadata comment (written by an older "
+        raise ValueError(f"{shown}: a board without the '{BOARD_META}' metadata comment (written by an older "
                          f"fusebench?); regenerate it from its runs or delete it")
     try:
         meta = json.loads(m.group(1))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{shown_path(path)}: board metadata is not valid JSON ({e})") from None
+        raise ValueError(f"{shown}: board metadata is not valid JSON ({e})") from None
     except RecursionError:  # e.g. [[[...]]] 100000 levels deep
-        raise ValueError(f"{shown_path(path)}: board metadata is nested too deeply to read (a board's is at most {max_depth} "
+        raise ValueError(f"{shown}: board metadata is nested too deeply to read (a board's is at most {max_depth} "
                          f"levels deep); regenerate it from its runs or delete it") from None
     except ValueError as e:  # an integer of more than 4300 digits (Python's limit on integer strings)
-        raise ValueError(f"{shown_path(path)}: board metadata holds a number too long to read ({e}); regenerate it from its "
+        raise ValueError(f"{shown}: board metadata holds a number too long to read ({e}); regenerate it from its "
                          f"runs or delete it") from None
     problem = unreadable(meta)  # before any field is checked, shown or quoted in a message
     if problem:
-        raise ValueError(f"{shown_path(path)}: board metadata: {problem}; regenerate it from its runs or delete it")
+        raise ValueError(f"{shown}: board metadata: {problem}; regenerate it from its runs or delete it")
     if not valid_id(path.stem):  # the index links the board by its name: never markup from a file name
-        raise ValueError(f"{shown_path(path)}: a board file whose name is not a benchmark id ({ID_RULE}); rename or delete it")
+        raise ValueError(f"{shown}: a board file whose name is not a benchmark id ({ID_RULE}); rename or delete it")
     if not isinstance(meta, dict) or meta.get("benchmark") != path.stem or not isinstance(meta.get("groups"), list):
-        raise ValueError(f"{shown_path(path)}: board metadata must name benchmark {path.stem!r} and list its groups")
+        raise ValueError(f"{shown}: board metadata must name benchmark {path.stem!r} and list its groups")
     for i, g in enumerate(meta["groups"]):
         if not isinstance(g, dict) or g.get("kind") not in KIND_TITLES:
-            raise ValueError(f"{shown_path(path)}: board metadata group {g!r} lacks a valid kind"[:400])
+            raise ValueError(f"{shown}: board metadata group {g!r} lacks a valid kind"[:400])
         _check_group_fields(path, i, g)
         for field in ("objectives", "runs"):  # counts (type-checked above): of a size a board can have
             if g.get(field, 0) >= max_count:
-                raise ValueError(f"{shown_path(path)}: board metadata group {i} ({g['kind']}): field {field!r}: expected a count "
+                raise ValueError(f"{shown}: board metadata group {i} ({g['kind']}): field {field!r}: expected a count "
                                  f"below 10**12, got {g[field]!r}")
         means = g.get("means", {})
         if not _finite_means(means):
-            raise ValueError(f"{shown_path(path)}: board metadata group {i} ({g['kind']}): 'means' must map "
+            raise ValueError(f"{shown}: board metadata group {i} ({g['kind']}): 'means' must map "
                              f"objective ids ({ID_RULE}) to finite numbers, got {means!r}"[:400])
         by_metric = g.get("metric_means", {})
         if not isinstance(by_metric, dict) or not all(
@@ -187,14 +188,14 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
                 and set(v) == {"direction", "means"} and v["direction"] in ("higher", "lower")
                 and _finite_means(v["means"])
                 for k, v in by_metric.items()):
-            raise ValueError(f"{shown_path(path)}: board metadata group {i} ({g['kind']}): 'metric_means' must map metric ids to "
+            raise ValueError(f"{shown}: board metadata group {i} ({g['kind']}): 'metric_means' must map metric ids to "
                              f"{{\"direction\": \"higher\" | \"lower\", \"means\": {{objective id: finite number}}}}, "
                              f"got {by_metric!r}"[:400])
         for field in ("merged_references", "merged_objectives"):
             merged = g.get(field, {})
             if not isinstance(merged, dict) or not all(
                     valid_id(k) and isinstance(v, list) and all(map(valid_id, v)) for k, v in merged.items()):
-                raise ValueError(f"{shown_path(path)}: board metadata group {i} ({g['kind']}): '{field}' must map "
+                raise ValueError(f"{shown}: board metadata group {i} ({g['kind']}): '{field}' must map "
                                  f"objective ids ({ID_RULE}) to lists of objective ids, got {merged!r}"[:400])
     return meta
 

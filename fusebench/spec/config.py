@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml, yaml_problem
+from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml, read_yaml_file
 from fusebench.registry import closest, valid_id
 
 
@@ -695,12 +695,7 @@ def read_spec(path: str | Path, overrides: dict[str, Any] | None = None, synthet
     the limits of :func:`fusebench.typed.load_yaml` (nesting depth, size with aliases expanded); a ``name:``
     key must equal the file's stem (:class:`SpecNameError`; ``--set name=...`` may still rename a run)."""
     path = Path(path)
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8"), str(path))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot be read as a UTF-8 YAML file: {e}") from None
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     if isinstance(data.get("name"), str) and data["name"] != path.stem:

@@ -164,7 +164,7 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
         names = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
         # a benchmark's own folder given as --out (<out>/<benchmark>/<objective>/seedN one level too deep): its
         # subfolders hold seed folders, which would be read as objectives without cells
-        inside = [n for n in names if any(_SEED.fullmatch(q.name) for q in (out / n).iterdir() if q.is_dir())]
+        inside = [n for n in names if _holds_cells(out / n, depth=1)]
         if inside:
             raise ValueError(f"--out {out} is the folder of one benchmark ({out.name}: its {inside[0]}/ holds seed "
                              f"folders); give the folder above it, --out {out.parent} (and --benchmark {out.name})")
@@ -210,8 +210,8 @@ def collect(out: Path, benchmarks: list[str] | None = None) -> dict[str, dict[tu
 
 
 def _holds_cells(folder: Path, depth: int) -> bool:
-    """Whether ``folder`` holds a seed folder ``depth`` levels down (hidden folders skipped): depth 3 is a folder of
-    run records (``<benchmark>/<objective>/seed<k>``)."""
+    """Whether ``folder`` holds a seed folder ``depth`` levels down (hidden folders skipped): depth 1 is a
+    benchmark's folder (``<objective>/seed<k>``), depth 3 a folder of run records (``<benchmark>/<objective>/seed<k>``)."""
     level = [folder]
     for _ in range(depth - 1):
         level = [q for p in level for q in p.iterdir() if q.is_dir() and not q.name.startswith(".")]
