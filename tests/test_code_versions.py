@@ -284,17 +284,17 @@ def test_a_pretraining_method_s_version_is_recorded_and_a_record_of_another_is_n
 
 
 def test_a_reference_row_of_two_versions_is_refused_as_a_change_of_its_features() -> None:
-    """raw_pca is at row version 2 (its width chosen on validation): a version-1 record beside a version-2 one is
-    refused on a board, and the message speaks of the row's features (a reference row has no loss)."""
+    """raw_pca is at row version 3 (its width selected on the selection seeds): a version-2 record (the width
+    chosen in each run) beside a version-3 one is refused on a board, and the message speaks of the row's features (a reference row has no loss)."""
     from fusebench.leaderboard.grouping import group_runs
 
     root = Path(__file__).resolve().parents[1] / "leaderboards" / "runs" / "mv-3sources" / "raw_pca"
     new = json.loads((root / "seed0" / "run.json").read_text())
-    assert new["versions"]["objective"] == "2"
+    assert new["versions"]["objective"] == "3"
     old = json.loads((root / "seed1" / "run.json").read_text())
-    old["versions"] = dict(old["versions"], objective="1")
+    old["versions"] = dict(old["versions"], objective="2")
     recs = [validate_record(new, "new.json"), validate_record(old, "old.json")]
     with pytest.raises(ValueError, match=r"objective 'raw_pca' mixes runs of different objective versions \(the "
-                                         r"row's features changed between them\): version 1: .*old\.json.*version 2: "
+                                         r"row's features changed between them\): version 2: .*old\.json.*version 3: "
                                          r".*new\.json"):
         group_runs("mv-3sources", recs)

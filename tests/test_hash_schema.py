@@ -62,6 +62,8 @@ BUILDS_ON = {"byol_pwe": ("ema_teacher",), "byol_avg": ("ema_teacher",), "tuple_
 
 #: the rows that pretrain nothing, written out here (fusebench list rows)
 REFERENCE_ROWS = {"none", "raw", "raw_l2", "raw_pca", "raw_tfidf", "raw_balanced"}
+#: the rows whose features' width is a hyper-parameter (options.<protocol>.pca_widths)
+WIDTH_ROWS = {"raw_pca"}
 
 
 def _by_hand(canonical: dict[str, Any], objective: str, reference: bool | None = None) -> str:
@@ -80,6 +82,12 @@ def _by_hand(canonical: dict[str, Any], objective: str, reference: bool | None =
         else:
             del ident["pretrain"]["methods"]
     del ident["pretrain"]["objective"]
+    widths = False  # schema 4: the widths are raw_pca's alone
+    for entry in (ident.get("options") or {}).values():
+        if isinstance(entry, dict) and "pca_widths" in entry:
+            widths = widths or bool(entry["pca_widths"])
+            if objective not in WIDTH_ROWS:
+                del entry["pca_widths"]
     for table in ("hparams", "grid", "objective_batch_size", "objective_epochs", "objective_micro_batch"):
         mine = ident["pretrain"][table].get(objective)
         ident["pretrain"][table] = {} if mine is None else {objective: mine}
@@ -91,7 +99,10 @@ def _by_hand(canonical: dict[str, Any], objective: str, reference: bool | None =
         ident["pretrain"]["hparams"] = {objective: canonical["pretrain"]["hparams"][objective]} \
             if objective in canonical["pretrain"]["hparams"] else {}
     if (objective in REFERENCE_ROWS if reference is None else reference):  # schema 4: a row that pretrains nothing reads no pretraining setting
+        seeds = {k: ident["pretrain"][k] for k in ("selection_seed", "selection_seeds") if k in ident["pretrain"]}
         del ident["pretrain"]
+        if objective in WIDTH_ROWS and widths:  # but raw_pca's width is selected on the selection seeds
+            ident["pretrain"] = seeds
     else:  # schema 4: the values its selection grid replaces are not what the cells train with
         searched = ident["pretrain"].get("grid", {}).get(objective, {})
         own = ident["pretrain"]["hparams"].get(objective, {})
@@ -110,7 +121,7 @@ def _by_hand(canonical: dict[str, Any], objective: str, reference: bool | None =
 # ---------------------------------------------------------------------------------------------
 def test_the_hash_is_the_documented_identity_computed_independently() -> None:
     spec = benchmarks.load("mv-ngs")
-    for objective in ("m3g", "byol_pwe", "raw", "infonce_pwe"):
+    for objective in ("m3g", "byol_pwe", "raw", "raw_pca", "infonce_pwe"):
         assert spec_hash(spec, objective) == _by_hand(_json(spec.to_dict()), objective)
         assert config_hash(_json(spec.to_dict()), objective) == spec_hash(spec, objective)  # a record's config: the same
     quick = benchmarks.load("quickstart")  # no grid: nothing selected
@@ -130,7 +141,8 @@ def _hashes(overrides: dict[str, Any]) -> dict[str, str]:
 @pytest.mark.parametrize("overrides,changed", [
     ({"description": "another text"}, set()),
     ({"protocol_notes.hparams": "another note"}, set()),
-    ({"objectives": ["raw", "m3g"]}, set()),
+    ({"objectives": ["raw", "raw_pca", "m3g"]}, set()),
+    ({"options.embedding_eval.pca_widths": [2, 4]}, set()),  # raw_pca's alone (not hashed here)
     ({"seeds": [0, 1]}, set()),
     ({"checkpoint_every": 7}, set()),
     ({"comparison.why": "another reason"}, set()),

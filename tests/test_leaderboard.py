@@ -954,45 +954,28 @@ def test_comparability_key_separates_other_data_and_other_metric_versions() -> N
     assert comparability_key(same) == comparability_key(a)
 
 
-def test_the_board_says_which_width_each_raw_pca_run_chose(tmp_path: Path) -> None:
-    """raw_pca chooses its number of components on validation in each run (row version 2): the board's protocol
-    section lists each width with its number of runs, counted here from the committed records themselves; a record's
-    text is escaped there like every other."""
+def test_the_board_names_the_width_raw_pca_chose_on_the_selection_seeds(tmp_path: Path) -> None:
+    """raw_pca's number of components is a hyper-parameter (row version 3), chosen once on the selection seeds and
+    frozen: every committed record uses the choice of mv-3sources' _selection/raw_pca.json, and the board's
+    hyper-parameters line names it with its grid, read here from the frozen file itself."""
     import shutil
 
     src = Path(__file__).resolve().parents[1] / "leaderboards" / "runs" / "mv-3sources"
-    runs = tmp_path / "runs"
-    shutil.copytree(src, runs / "mv-3sources", ignore=shutil.ignore_patterns(".*", "_selection"))
-    picks: dict[int, int] = {}
-    for p in sorted((runs / "mv-3sources" / "raw_pca").glob("seed*/run.json")):
-        sel = json.loads(p.read_text())["reference_features"]["width_selection"]
-        assert sel["widths"] == [2, 4, 8, 16, 32, 48]  # 3 views x 16, the embedding width
-        picks[sel["chosen"]] = picks.get(sel["chosen"], 0) + 1
-    assert sum(picks.values()) == 10 and len(picks) > 1
-    order = sorted(picks.items(), key=lambda kv: (-kv[1], kv[0]))  # most often first, then the narrower
-    want = ("- feature widths chosen on the validation split in each run (the record's "
-            "`reference_features.width_selection`): `raw_pca` "
-            + ", ".join(f"{w}{' (the largest scored)' if w == 48 else ''} in {n}" for w, n in order)
-            + " of 10 runs, of [2, 4, 8, 16, 32, 48]")
-    write_leaderboards(runs, tmp_path / "out", formats=("md",), plots=False)
-    lines = (tmp_path / "out" / "mv-3sources.md").read_text().splitlines()
-    assert want in lines
-    # records that state no valid choice (text, a float, a width not scored, none at all) are counted apart
-    bad = {0: "<b>|\n# x", 1: 16.0, 2: 5, 3: None}
-    for seed, chosen in bad.items():
-        p = runs / "mv-3sources" / "raw_pca" / f"seed{seed}" / "run.json"
+    frozen = json.loads((src / "_selection" / "raw_pca.json").read_text())
+    assert frozen["grid"] == {"width": [2, 4, 8, 16, 32, 48]}  # 3 views x 16, the embedding width, and below
+    width = frozen["choice"]["width"]
+    best = max(p["val"] for p in frozen["scores"])
+    assert width == min(p["hparams"]["width"] for p in frozen["scores"] if p["val"] == best)
+    records = sorted((src / "raw_pca").glob("seed*/run.json"))
+    assert len(records) == 10
+    for p in records:
         rec = json.loads(p.read_text())
-        picks[rec["reference_features"]["width_selection"]["chosen"]] -= 1
-        if chosen is None:
-            del rec["reference_features"]["width_selection"]
-        else:
-            rec["reference_features"]["width_selection"]["chosen"] = chosen
-        p.write_text(json.dumps(rec))
-    write_leaderboards(runs, tmp_path / "out2", formats=("md",), plots=False)
-    line = next(x for x in (tmp_path / "out2" / "mv-3sources.md").read_text().splitlines()
-                if x.startswith("- feature widths chosen"))
-    order = sorted(((w, n) for w, n in picks.items() if n), key=lambda kv: (-kv[1], kv[0]))
-    assert line.endswith("`raw_pca` " + ", ".join(f"{w}{' (the largest scored)' if w == 48 else ''} in {n}"
-                                                  for w, n in order)
-                         + ", no valid choice recorded in 4 of 10 runs, of [2, 4, 8, 16, 32, 48]"), line
-    assert "<b>" not in line
+        assert rec["hparams"] == {"width": width} == rec["hparam_selection"]["choice"]
+        assert rec["reference_features"]["width"] == width
+    runs = tmp_path / "runs"
+    shutil.copytree(src, runs / "mv-3sources", ignore=shutil.ignore_patterns(".*"))
+    write_leaderboards(runs, tmp_path / "out", formats=("md",), plots=False)
+    line = next(x for x in (tmp_path / "out" / "mv-3sources.md").read_text().splitlines()
+                if x.startswith("- hyper-parameters chosen on the validation split: "))
+    edge = " (on the grid's edge)" if width in (2, 48) else ""
+    assert f"`raw_pca` width={width} of [2, 4, 8, 16, 32, 48]{edge}" in line.split("; ")

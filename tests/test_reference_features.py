@@ -196,8 +196,8 @@ def test_width_grid_by_hand():
 
 
 def test_raw_pca_narrower_width_is_a_prefix_of_a_wider_one(fixtures_dir):
-    """The selection projects once at the largest width and slices: the first w columns at width W must be the
-    features at width w (same components, same signs) on real data."""
+    """The grid's widths are nested feature sets: the first w columns at width W are, bit for bit, the features at
+    width w (same components, same signs) on real data."""
     views, _ = _mat_views(fixtures_dir, "handwritten.mat")
     rows = {"train": np.arange(0, 1200), "val": np.arange(1200, 1600)}
     split = {s: [v[r] for v in views] for s, r in rows.items()}
@@ -208,71 +208,131 @@ def test_raw_pca_narrower_width_is_a_prefix_of_a_wider_one(fixtures_dir):
             np.testing.assert_array_equal(wide[s][:, :w], narrow[s])
 
 
-def _by_hand_pca(train, val, w):
-    """z-score the concatenation with train statistics (constant columns 0), project on the top-w right singular
-    vectors of the train matrix, each signed so its largest-|.| loading is positive."""
-    xtr, xva = np.hstack(train), np.hstack(val)
-    mu, sd = xtr.mean(axis=0), xtr.std(axis=0)
-    keep = sd > 0
-    ztr = np.where(keep, (xtr - mu) / np.where(keep, sd, 1), 0)
-    zva = np.where(keep, (xva - mu) / np.where(keep, sd, 1), 0)
-    vt = np.linalg.svd(ztr, full_matrices=False)[2][:w]
-    vt = vt * np.sign(vt[np.arange(w), np.abs(vt).argmax(axis=1)])[:, None]
-    return ztr @ vt.T, zva @ vt.T
+def test_raw_pca_refuses_a_width_beyond_the_numerical_rank():
+    """Components past the numerical rank are rounding noise (machine-dependent), so such a width is refused. By
+    hand: a view whose third column is the sum of the first two has z-scored columns spanning 2 dimensions (a z-scored
+    sum is a combination of the z-scored parts), plus a second view of 1 column: rank 3 of 4 columns; 40 rows."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((40, 2))
+    views = {"train": [np.hstack([a, a.sum(axis=1, keepdims=True)]), rng.standard_normal((40, 1))]}
+    feats, rec, _ = reference_features("raw_pca", views, width=3)
+    assert rec["rank"] == 3 and feats["train"].shape == (40, 3)
+    with pytest.raises(ValueError, match=r"raw_pca: width 4 is more than the 3 principal component\(s\) the z-scored "
+                                         r"train matrix \(40 x 4\) has \(its numerical rank\); choose widths up to 3"):
+        reference_features("raw_pca", views, width=4)
+    # centring takes one dimension from n rows: 5 rows of 10 full-rank columns span 4
+    wide = {"train": [rng.standard_normal((5, 10))]}
+    assert reference_features("raw_pca", wide, width=4)[1]["rank"] == 4
+    with pytest.raises(ValueError, match="more than the 4 principal component"):
+        reference_features("raw_pca", wide, width=5)
 
 
-def test_select_width_scores_every_width_on_validation_and_never_reads_test(fixtures_dir):
-    """On real handwritten views: the width chosen is the one whose PCA features give the best validation 1-shot
-    score, the fewer components on a tie; test views full of NaN are never read. The features of each width are
-    checked against a by-hand PCA (to 1e-8), and the probe scores the row's own features of that width (bit for bit
-    what the selection slices): an accuracy compared across two float paths could flip on a rounding tie, with the
-    thread count."""
-    from fusebench.cells.embedding_protocol import select_width, trial_parts
+SELECTION_SEEDS = [1000, 1001]
+
+
+@pytest.fixture(scope="module")
+def pca_sweep(tmp_path_factory):
+    """raw_pca on the synthetic mv-handwritten, its width selected from [2, 4, 8] on two selection seeds."""
+    import fusebench
+
+    out = tmp_path_factory.mktemp("pca-runs")
+    recs = fusebench.run("mv-handwritten", objective=["raw_pca"], seeds=[0, 1], out=out, synthetic=True,
+                         progress=False, overrides={"options.embedding_eval.pca_widths": [2, 4, 8],
+                                                    "pretrain.selection_seeds": SELECTION_SEEDS})
+    return out, recs
+
+
+def test_raw_pca_width_is_chosen_on_the_selection_seeds_and_frozen(pca_sweep):
+    """As an objective's hyper-parameters: every width scored on each selection seed's validation split (a trial
+    record per width and seed, no test value in it), the best mean wins (the first width in grid order on a tie),
+    frozen in _selection/raw_pca.json before any evaluation cell, and every evaluation run uses that width."""
+    import json
+
+    out, recs = pca_sweep
+    trials = out / ".selection" / "mv-handwritten" / "raw_pca"
+    means = {}
+    for i, w in enumerate([2, 4, 8]):
+        vals = []
+        for seed in SELECTION_SEEDS:
+            [path] = (trials / f"trial{i}-width{w}" / f"seed{seed}").rglob("run.json")
+            rec = json.loads(path.read_text())
+            assert rec["seed"] == seed and rec["hparams"] == {"width": w}
+            assert rec["reference_features"]["width"] == w
+            assert all(m.get("value") is None for m in rec["metrics"].values())  # a trial reads no test sample
+            vals.append(rec["selection"]["val_metrics"]["fs1_best_acc"])
+        means[w] = sum(vals) / len(vals)
+    best = max(means.values())
+    want = min(w for w, v in means.items() if v == best)
+    frozen = json.loads((out / "mv-handwritten" / "_selection" / "raw_pca.json").read_text())
+    assert frozen["grid"] == {"width": [2, 4, 8]} and frozen["seeds"] == SELECTION_SEEDS
+    assert frozen["choice"] == {"width": want} and frozen["metric"] == "fs1_best_acc"
+    assert [p["val"] for p in frozen["scores"]] == pytest.approx([means[w] for w in (2, 4, 8)], abs=1e-12)
+    assert len(set(means.values())) > 1  # the widths score differently here: the choice is a real one
+    assert len(recs) == 2
+    for rec in recs:
+        assert rec["hparams"] == {"width": want} and rec["reference_features"]["width"] == want
+        assert rec["hparam_selection"]["choice"] == {"width": want}
+        assert rec["metrics"]["fs1_best_acc"]["value"] is not None
+
+
+def test_raw_pca_without_widths_takes_the_embedding_width():
+    """No pca_widths: nothing is selected; the width is the pretrained rows' embedding width (k views x d
+    features), at most n_train - 1 and the input columns; with widths but no chosen one the cell refuses."""
+    from fusebench import benchmarks
+    from fusebench.cells.embedding_protocol import input_width
     from fusebench.components.rows import row_of
-    from fusebench.probes.embedding_eval import probe_and_cluster
+    from fusebench.engine.loop import RunError
 
-    views, y = _mat_views(fixtures_dir, "handwritten.mat")
-    y = y - 1
-    rng = np.random.default_rng(3)
-    perm = rng.permutation(2000)
-    rows = {"train": perm[:300], "val": perm[300:700]}
-    split = {s: [v[r] for v in views] for s, r in rows.items()}
-    split["test"] = [np.full((5, v.shape[1]), np.nan) for v in views]  # a test sample read would raise
-    kw = {"fewshot_draws": 4, "l2_grid": [0.01, 1.0], **trial_parts("fs1_best_acc")}
-    got = select_width(row_of(None, "raw_pca"), split, y[rows["train"]], y[rows["val"]], 24, 10, 0, kw,
-                       "fs1_best_acc")
-    assert got["widths"] == [2, 4, 8, 16, 24] and got["metric"] == "fs1_best_acc"
-    want = []
-    trval = {"train": split["train"], "val": split["val"]}
-    for w in got["widths"]:
-        feats = reference_features("raw_pca", trval, width=w)[0]
-        ftr, fva = _by_hand_pca(split["train"], split["val"], w)
-        for mine, hand in ((feats["train"], ftr), (feats["val"], fva)):
-            np.testing.assert_allclose(mine, hand, rtol=0, atol=1e-8 * np.abs(hand).max())
-        res = probe_and_cluster(feats["train"], y[rows["train"]], feats["val"], y[rows["val"]], None, None, 10, 0,
-                                cluster_standardize="none", **kw)
-        want.append(res["val_fs1_best_acc"])
-    assert got["val"] == want
-    best = max(want)
-    assert got["chosen"] == min(w for w, v in zip(got["widths"], want) if v == best)
-    assert len(set(np.round(want, 6))) > 1  # the widths score differently on this data: the choice matters
+    spec = benchmarks.load("mv-handwritten", synthetic=True)
+    row = row_of(spec, "raw_pca")
+    assert row.selection_grid(spec) == {}
+    views = {"train": [np.zeros((50, 7)), np.zeros((50, 9))]}
+    assert input_width(row, {}, spec, views, 50, 16) == 16   # 2 views x 16 = 32 > 7 + 9 input columns
+    assert input_width(row, {}, spec, views, 12, 4) == 8    # 2 x 4
+    assert input_width(row, {}, spec, views, 6, 16) == 5    # n_train - 1
+    chosen = benchmarks.load("mv-handwritten", synthetic=True, overrides={"options.embedding_eval.pca_widths": [2, 4]})
+    assert row.selection_grid(chosen) == {"width": [2, 4]}
+    assert input_width(row, {"hparams": {"raw_pca": {"width": 4}}}, chosen, views, 50, 16) == 4
+    with pytest.raises(RunError, match=r"its width is selected from \[2, 4\], but the cell was given no chosen width"):
+        input_width(row, {}, chosen, views, 50, 16)
 
 
-def test_select_width_takes_the_fewer_components_on_a_tie(monkeypatch):
-    from fusebench.cells import embedding_protocol as ep
-    from fusebench.components.rows import row_of
-    from fusebench.probes import embedding_eval
+def test_pca_widths_is_checked_when_the_spec_loads():
+    from fusebench import benchmarks
+    from fusebench.typed import ConfigError
 
-    monkeypatch.setattr(embedding_eval, "probe_and_cluster", lambda *a, **k: {"val_acc": 0.5})
-    views = _views(n=(40, 12, 12), widths=(6, 6))
-    got = ep.select_width(row_of(None, "raw_pca"), views, np.arange(40) % 2, np.arange(12) % 2, 12, 2, 0, {}, "acc")
-    assert got["widths"] == [2, 4, 8, 12] and got["val"] == [0.5] * 4 and got["chosen"] == 2
+    for bad in ([], [2, 2], [0, 4], [2.0], "8", [True]):
+        with pytest.raises(ConfigError, match=r"options\.embedding_eval\.pca_widths = .*expected a non-empty list of "
+                                              r"distinct positive integers"):
+            benchmarks.load("mv-handwritten", synthetic=True, overrides={"options.embedding_eval.pca_widths": bad})
+    with pytest.raises(ConfigError, match=r"pca_widths: no row of this benchmark's objectives has its width selected "
+                                          r"\(raw_pca\), so the widths would be recorded and not used"):
+        benchmarks.load("mv-handwritten", synthetic=True, overrides={"options.embedding_eval.pca_widths": [2],
+                                                                     "objectives": ["none", "raw"]})
 
 
-def test_raw_pca_is_row_version_2_and_the_other_rows_version_1():
-    """Version 2 (the width chosen on validation): a record of version 1 (the fixed width) is not reused and a
-    board does not average the two."""
+def test_pca_widths_and_the_selection_seeds_enter_raw_pca_identity_alone():
+    """The widths (and, with them, the selection seeds) are read by raw_pca alone: every other row's config hash is
+    the same with or without them (committed records stay valid), raw_pca's changes with each."""
+    from fusebench import benchmarks
+    from fusebench.components.identity import spec_hash
+
+    plain = benchmarks.load("mv-handwritten", synthetic=True)
+    widths = benchmarks.load("mv-handwritten", synthetic=True, overrides={"options.embedding_eval.pca_widths": [2, 4]})
+    seeds = benchmarks.load("mv-handwritten", synthetic=True, overrides={"options.embedding_eval.pca_widths": [2, 4],
+                                                                         "pretrain.selection_seeds": [1000, 1001]})
+    for row in ("none", "raw", "raw_l2", "raw_balanced", "mv_infonce", "m3g"):
+        assert spec_hash(plain, row) == spec_hash(widths, row) == spec_hash(seeds, row), row
+    assert len({spec_hash(plain, "raw_pca"), spec_hash(widths, "raw_pca"), spec_hash(seeds, "raw_pca")}) == 3
+    # without widths raw_pca reads no pretraining setting: the selection seeds do not enter its hash
+    no_widths = benchmarks.load("mv-handwritten", synthetic=True, overrides={"pretrain.selection_seeds": [1000, 1001]})
+    assert spec_hash(no_widths, "raw_pca") == spec_hash(plain, "raw_pca")
+
+
+def test_raw_pca_is_row_version_3_and_the_other_rows_version_1():
+    """Version 3 (the width a hyper-parameter chosen on the selection seeds; 2 chose it in each run, 1 fixed it): a
+    record of another version is not reused and a board does not average the two."""
     from fusebench.components.identity import versions_block
 
-    assert versions_block("raw_pca")["objective"] == "2"
+    assert versions_block("raw_pca")["objective"] == "3"
     assert {versions_block(r)["objective"] for r in ("none", "raw", "raw_l2", "raw_tfidf", "raw_balanced")} == {"1"}

@@ -86,17 +86,21 @@ def test_a_row_says_why_it_cannot_run() -> None:
     gm = benchmarks.load("polyview-gaussian-mi")
     with pytest.raises(ValueError, match="'none' baseline applies to standard benchmarks only"):
         check_compatible(gm, "none")
-    # raw_pca chooses its width on validation by the selection metric: a k-means metric is scored on test only
-    mv = benchmarks.load("mv-handwritten", synthetic=True)
+    # raw_pca's width, selected from pca_widths on validation by the selection metric: a k-means metric is scored on
+    # test only; without pca_widths nothing is selected and any metric will do
+    widths = {"options.embedding_eval.pca_widths": [2, 4]}
+    mv = benchmarks.load("mv-handwritten", synthetic=True, overrides=widths)
     check_compatible(mv, "raw_pca")  # fs1_best_acc: a probe's, given on validation
     for metric in ("cluster_acc", "nmi", "ari"):
-        spec = benchmarks.load("mv-handwritten", synthetic=True, overrides={"comparison.primary": metric})
-        with pytest.raises(ValueError, match=f"the 'raw_pca' row chooses its number of components on the validation "
+        spec = benchmarks.load("mv-handwritten", synthetic=True, overrides={"comparison.primary": metric, **widths})
+        with pytest.raises(ValueError, match=f"the 'raw_pca' row's number of components is chosen on the validation "
                                              f"split by the selection metric, and '{metric}' is a k-means metric"):
             check_compatible(spec, "raw_pca")
         check_compatible(spec, "raw")  # a row that selects nothing runs
-    check_compatible(benchmarks.load("mv-handwritten", synthetic=True, overrides={"comparison.primary": "acc"}),
-                     "raw_pca")
+        check_compatible(benchmarks.load("mv-handwritten", synthetic=True, overrides={"comparison.primary": metric}),
+                         "raw_pca")  # no widths to select among: the embedding width, nothing chosen
+    check_compatible(benchmarks.load("mv-handwritten", synthetic=True,
+                                     overrides={"comparison.primary": "acc", **widths}), "raw_pca")
 
 
 class SquaredRow(rows.InputFeatureRow):

@@ -76,16 +76,11 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
     kwargs.update(trial or {})
     reference = None
     if from_inputs:
-        # the pretrained rows' embedding width, at most the rank PCA can give (tiny synthetic runs)
-        width = min(len(views["train"]) * int(model.num_features), len(ytr) - 1, sum(v.shape[1] for v in views["train"]))
-        chosen = None
-        if row.selects_width:  # raw_pca: the width scored on validation by the selection metric, test not read
-            chosen = select_width(row, views, ytr, yva, width, data["train"].num_classes, seed,
-                                  {**kwargs, **(trial_parts(spec.validation_metric) or {})}, spec.validation_metric)
-            width = chosen["chosen"]
-        feats, reference, cluster_standardize = row.features(views, width)
-        if chosen is not None:
-            reference["width_selection"] = chosen
+        width = input_width(row, sc.context, spec, views, len(ytr), int(model.num_features))
+        try:
+            feats, reference, cluster_standardize = row.features(views, width)
+        except ValueError as e:  # a width the train matrix cannot give (raw_pca: beyond its numerical rank)
+            raise RunError(f"{spec.name}/{row.id}: {e}") from None
         xtr, xva, xte = (feats.get(r) for r in ("train", "val", "test"))
         kwargs["cluster_standardize"] = cluster_standardize
     with phase("probes and clustering"):  # said while it runs when it takes more than a few seconds
@@ -133,32 +128,21 @@ def score(sc: Any, protocol: Any, pretrained_state: Any = None, ckpt: Any = None
                   selection={"rule": SELECTION_RULE, **{k: res[k] for k in ("probe", "fewshot", "knn") if k in res}})
 
 
-def select_width(row: Row, views: dict[str, list[Any]], ytr: Any, yva: Any, cap: int, num_classes: int, seed: int,
-                 probe_kwargs: dict[str, Any], metric: str) -> dict[str, Any]:
-    """The width of a width-selecting reference row (``raw_pca``, :attr:`Row.selects_width`) chosen on the
-    validation split: each width of :func:`~fusebench.components.reference_features.width_grid` (``cap``) scored
-    by ``metric``'s validation value, the probes of ``probe_kwargs`` (those that compute it alone, as a trial is
-    scored) run on train and val only -- no test sample is read; the highest wins, the fewer components on a tie.
-    One projection at the largest width serves every width (its first ``w`` columns are width ``w``'s features).
-    -> the record's ``width_selection``: ``{"metric", "rule", "widths", "val", "chosen"}``."""
-    from fusebench.components.reference_features import width_grid
-    from fusebench.probes.embedding_eval import probe_and_cluster
-
-    widths = width_grid(cap)
-    feats, _, standardize = row.features({"train": views["train"], "val": views["val"]}, widths[-1])
-    key = f"val_{ {'mf1': 'macro_f1'}.get(metric, metric)}"
-    scores = []
-    with phase(f"{row.id}: width on validation ({len(widths)} widths)"):
-        for w in widths:
-            res = probe_and_cluster(feats["train"][:, :w], ytr, feats["val"][:, :w], yva, None, None, num_classes,
-                                    seed, **{**probe_kwargs, "cluster_standardize": standardize})
-            if res.get(key) is None:
-                raise RunError(f"{row.id}: the probes give no validation value of the selection metric {metric!r} "
-                               f"to choose the width by")
-            scores.append(float(res[key]))
-    best = max(range(len(widths)), key=lambda i: (scores[i], -widths[i]))
-    return {"metric": metric, "rule": "highest validation value; the fewer components on a tie",
-            "widths": widths, "val": scores, "chosen": widths[best]}
+def input_width(row: Row, context: Any, spec: Any, views: dict[str, list[Any]], n_train: int,
+                num_features: int) -> int:
+    """The width of an input-feature row's features (used by ``raw_pca``; the others ignore it): the grid point of
+    its selection (``context["hparams"][row]["width"]``: a selection trial's, or the choice frozen on the selection
+    seeds, :mod:`fusebench.sweep.selection`) when the spec gives it widths to select among
+    (:meth:`~fusebench.components.rows.Row.selection_grid`), else the pretrained rows' embedding width (the views
+    times the encoder's ``num_features``), at most ``n_train - 1`` and the input columns (tiny synthetic runs)."""
+    if row.selection_grid(spec):
+        width = ((context or {}).get("hparams") or {}).get(row.id, {}).get("width")
+        if type(width) is not int:
+            raise RunError(f"{spec.name}/{row.id}: its width is selected from "
+                           f"{row.selection_grid(spec)['width']}, but the cell was given no chosen width (got "
+                           f"{width!r}); run it through a sweep, which freezes the selection before any cell")
+        return width
+    return min(len(views["train"]) * num_features, n_train - 1, sum(v.shape[1] for v in views["train"]))
 
 
 def trial_parts(metric: str) -> dict[str, Any] | None:

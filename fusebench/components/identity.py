@@ -94,11 +94,21 @@ def _unread_by_the_row(ident: dict[str, Any], objective: str, reference: bool | 
     setting), and, for an objective's row, without the values of ``pretrain.hparams.<id>`` that its selection grid
     ``pretrain.grid.<id>`` replaces (every cell trains at the grid point frozen by the selection, so the spec's
     value is not what it computes with), and without the selection seeds when it has no grid (nothing is
-    selected); an objective's empty ``hparams`` entry counts as none."""
-    from fusebench.components.rows import reads_no_pretraining
+    selected); an objective's empty ``hparams`` entry counts as none. The protocol option
+    :data:`~fusebench.components.protocols.WIDTH_OPTION` is read by a width-selecting row (``raw_pca``) alone: left
+    out of every other row's identity; that row, when its width is selected, keeps the selection seeds of
+    ``pretrain`` (no other ``pretrain`` setting)."""
+    from fusebench.components.rows import reads_no_pretraining, width_grid_of
 
+    ident = _without_width_grid(ident, objective)
     if reads_no_pretraining(objective, ident, reference):
-        return {k: v for k, v in ident.items() if k != "pretrain"}
+        out = {k: v for k, v in ident.items() if k != "pretrain"}
+        pre = ident.get("pretrain")
+        if width_grid_of(objective, ident) and isinstance(pre, dict):  # selected on the selection seeds
+            seeds = {k: pre[k] for k in ("selection_seed", "selection_seeds") if k in pre}
+            if seeds:
+                out["pretrain"] = seeds
+        return out
     pre = ident.get("pretrain")
     if not isinstance(pre, dict):
         return ident
@@ -113,6 +123,21 @@ def _unread_by_the_row(ident: dict[str, Any], objective: str, reference: bool | 
         kept = {h: v for h, v in own.items() if h not in searched}
         pre["hparams"] = {objective: kept} if kept else {}
     return {**ident, "pretrain": pre}
+
+
+def _without_width_grid(ident: dict[str, Any], objective: str) -> dict[str, Any]:
+    """``ident`` without :data:`~fusebench.components.protocols.WIDTH_OPTION` in its protocol options, unless
+    ``objective`` is a width-selecting row (a copy where anything is left out; ``ident`` itself is not changed)."""
+    from fusebench.components.protocols import WIDTH_OPTION
+    from fusebench.components.rows import ROWS
+
+    options = ident.get("options")
+    if (objective in ROWS and ROWS.get(objective).selects_width) or not isinstance(options, dict) or not any(
+            isinstance(v, dict) and WIDTH_OPTION in v for v in options.values()):
+        return ident
+    cut = {k: ({o: x for o, x in v.items() if o != WIDTH_OPTION} if isinstance(v, dict) else v)
+           for k, v in options.items()}
+    return {**ident, "options": cut}
 
 
 def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | None:

@@ -12,8 +12,8 @@ embeddings), so the cell does not branch on the protocol.
 * ``embedding_eval``: frozen embeddings (or a reference row's features) of every split -> linear probe
   (L2 weight chosen on val), few-shot and kNN probes, k-means (``fusebench.probes.embedding_eval``).
   Reference rows: ``none`` and every input-feature row of :mod:`fusebench.components.reference_features`;
-  options: ``options.embedding_eval`` with the keys of :data:`EMBEDDING_EVAL_OPTIONS` and
-  :data:`MISSING_VIEW_OPTIONS`.
+  options: ``options.embedding_eval`` with the keys of :data:`EMBEDDING_EVAL_OPTIONS`, :data:`WIDTH_OPTION`
+  and :data:`MISSING_VIEW_OPTIONS`.
 
 Every protocol reads the missing-view options :data:`MISSING_VIEW_OPTIONS` (``missing_rates``: the test
 data scored again with a seeded fraction r of its (sample, view) entries absent; ``single_view``: with
@@ -43,6 +43,10 @@ from fusebench.registry import Registry
 #: the probe / clustering options of ``options.embedding_eval`` (passed on to probe_and_cluster as given)
 EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "fewshot_draws", "fewshot_l2_grid",
                           "knn_grid")
+#: the option of ``options.embedding_eval`` that makes the features' width of a width-selecting reference row
+#: (``raw_pca``) a hyper-parameter: the widths its selection scores on the selection seeds
+#: (:meth:`fusebench.components.rows.Row.selection_grid`); read by that row alone (not a cell identity of another)
+WIDTH_OPTION = "pca_widths"
 #: the missing-view evaluation options every protocol reads (fusebench.probes.missing_views); off by default
 MISSING_VIEW_OPTIONS = ("missing_rates", "single_view", "missing_n_init", "missing_rules")
 #: how a missing-view rate r counts (option ``missing_rules``, default ``["entry"]``): ``entry`` = a fraction r of
@@ -159,7 +163,7 @@ class EmbeddingEval(Protocol):
     options_key = "embedding_eval"
     scorer = "fusebench.cells.embedding_protocol:score"
     option_checker = "fusebench.probes.embedding_eval:option_problems"
-    options = EMBEDDING_EVAL_OPTIONS + MISSING_VIEW_OPTIONS
+    options = EMBEDDING_EVAL_OPTIONS + (WIDTH_OPTION,) + MISSING_VIEW_OPTIONS
     metric_families = ("clustering",)
     cross_dataset_ranking = True
     #: frozen embeddings are computed in batches of ``downstream.batch_size``; no head is trained, so the head's
@@ -170,6 +174,28 @@ class EmbeddingEval(Protocol):
     @classmethod
     def selects_on_validation(cls, spec: Any) -> str | None:
         return "the probes' L2 weights, kNN's k and the few-shot probe"
+
+    @classmethod
+    def option_problems(cls, spec: Any) -> list[str]:
+        """The probe options (:func:`fusebench.probes.embedding_eval.option_problems`) and :data:`WIDTH_OPTION`: a
+        list of distinct positive integers, read by a width-selecting row the spec lists (else it would be recorded
+        and not used)."""
+        out = super().option_problems(spec)
+        given = spec.options.get(cls.options_key) or {}
+        if WIDTH_OPTION not in given:
+            return out
+        from fusebench.components.rows import ROWS
+
+        key, widths = f"options.{cls.options_key}.{WIDTH_OPTION}", given[WIDTH_OPTION]
+        readers = [o for o in ROWS.available() if ROWS.get(o).selects_width]
+        if (not isinstance(widths, list) or not widths or len(set(widths)) != len(widths)
+                or any(type(w) is not int or w < 1 for w in widths)):
+            out.append(f"{key} = {widths!r}: expected a non-empty list of distinct positive integers (the numbers of "
+                       f"components the selection scores)")
+        elif not any(o in readers for o in spec.objectives):
+            out.append(f"{key}: no row of this benchmark's objectives has its width selected ({', '.join(readers)}), "
+                       f"so the widths would be recorded and not used; remove it, or list {' / '.join(readers)}")
+        return out
 
     missing_views_text = ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an "
                           "absent view's standardised features set to 0, the train mean); k-means clusters the "
@@ -307,6 +333,6 @@ def missing_view_problems(spec: Any, k: int | None) -> list[str]:
     return out
 
 
-__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "PROTOCOLS", "EmbeddingEval", "Finetune",
+__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "WIDTH_OPTION", "PROTOCOLS", "EmbeddingEval", "Finetune",
            "LinearProbe", "Protocol", "instance_rate_problem", "missing_rate_problem", "missing_view_problems",
            "offered_rows", "protocol_of", "rate_id", "view_id"]

@@ -34,29 +34,31 @@ Kinds (``x_v`` = the rows of view v, ``n`` = n_train):
   by the evaluation), projected on its first ``width`` principal components fitted on train:
   ``Z_train = U S V^T`` (thin SVD; Z_train has zero column means), features ``Z V_{:, :width}``.
   Component signs are fixed so that the entry of largest absolute value of each component (the
-  first such entry on ties) is positive. ``width`` is required, ``1 <= width <= min(n, D)``.
+  first such entry on ties) is positive. ``width`` is required, ``1 <= width <= rank(Z_train)``
+  (numerical rank; the record's ``rank``).
   ``"none"`` (the projection keeps the z-scored geometry; z-scoring the scores would whiten it).
 
 For kinds other than ``"raw_pca"`` ``width`` is ignored (a caller may pass it for every kind).
 
-**``raw_pca``'s width is chosen on validation** (row version 2; version 1 fixed it at the cap below). The
-``embedding_eval`` protocol (:mod:`fusebench.cells.embedding_protocol`) scores every width of
-:func:`width_grid` -- the powers of two from 2 below the cap, and the cap, the pretrained rows' embedding width
-``k x d`` (at most ``min(n_train - 1, D)``, the rank PCA can give) -- by the benchmark's selection metric on the
-validation split (the probe that computes it alone, as a hyper-parameter trial is scored), keeps the best (the
-fewer components on a tie) and scores test once with it. Every probe z-scores each column, so a component of
-noise weighs as much as the first one: the width that fits the data is a hyper-parameter. It is chosen in each run on
-that run's validation split, as the probes' L2 weight and the few-shot probe are -- not once on the selection seeds and
-frozen, as the objectives' hyper-parameters are (a per-run choice: the board lists how often each width was chosen).
-A selection metric the validation split does not give (the k-means metrics, scored on test only) is refused
-(``Row.problem``). The first ``w`` columns of the features at width ``W >= w`` are, bit for bit, the features at width ``w``
-(every component is projected on and the product cut to ``width``; the components are the same rows of ``V^T``
-with the same signs), so one projection serves every width.
+**``raw_pca``'s width is a hyper-parameter** (row version 3). Every probe z-scores each column, so a component
+of noise weighs as much as the first one: the width that fits the data must be chosen. With
+``options.embedding_eval.pca_widths`` (one board's are :func:`width_grid` of its cap, the pretrained rows'
+embedding width ``k x d``) the sweep chooses it as it chooses an objective's hyper-parameters
+(:mod:`fusebench.sweep.selection`): each width is a grid point, scored by the mean validation selection metric over
+the selection seeds (each seed its own train / val split of the non-test samples), frozen in
+``_selection/raw_pca.json`` before any evaluation cell, and every evaluation run uses that width. (Version 2 chose
+it in each run on that run's validation split, an adaptivity the objectives' frozen hyper-parameters did not have;
+version 1 fixed it at the cap.) Without ``pca_widths`` the width is the cap, at most ``n_train - 1`` and ``D``. A
+width beyond the train matrix's numerical rank (``numpy.linalg.matrix_rank``'s tolerance) is refused: those
+components are rounding noise. A selection metric the validation split does not give (the k-means metrics, scored
+on test only) is refused (``Row.problem``). The first ``w`` columns of the features at width ``W >= w`` are, bit
+for bit, the features at width ``w`` (every component is projected on and the product cut to ``width``; the
+components are the same rows of ``V^T`` with the same signs).
 
 Errors (ValueError, naming the argument): unknown kind (the valid ones listed), no ``"train"``
 split, views that are not 2-D, mismatched view counts / widths across splits or row counts across
 the views of a split, NaN / Inf, negative values for ``"raw_tfidf"``, ``width`` missing, not an
-integer or out of range for ``"raw_pca"``.
+integer, out of range or beyond the numerical rank for ``"raw_pca"``.
 
 **When two reference rows are the same features** (:func:`probe_identical_groups`, read by the boards, which
 show such rows as one, ``raw (≡ raw_balanced)``, the way objectives computing the same loss are merged). Every
@@ -135,6 +137,14 @@ def _raw_pca(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[s
     mean, scale, _ = zscore_stats(concat["train"])
     z = {s: (concat[s] - mean) / scale for s in vs}
     _, sing, vt = np.linalg.svd(z["train"], full_matrices=False)                  # vt [r, D]
+    # the numerical rank (numpy.linalg.matrix_rank's tolerance): a component past it is rounding noise, whose
+    # projection no two machines compute alike; a width beyond it is refused, not filled with noise
+    tol = (float(sing[0]) * max(z["train"].shape) * np.finfo(np.float64).eps) if sing.size else 0.0
+    rank = int((sing > tol).sum())
+    if width > rank:
+        raise ValueError(f"raw_pca: width {width} is more than the {rank} principal component(s) the z-scored train "
+                         f"matrix ({z['train'].shape[0]} x {z['train'].shape[1]}) has (its numerical rank); choose "
+                         f"widths up to {rank}")
     lead = np.argmax(np.abs(vt), axis=1)
     comps = vt * np.sign(vt[np.arange(vt.shape[0]), lead])[:, None]               # every component, signed
     total = float((sing ** 2).sum())
@@ -142,7 +152,7 @@ def _raw_pca(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[s
     # projected on every component, then cut: the product's shape does not depend on width, so the features
     # at width w are bit for bit the first w columns of those at any wider width (the width selection's slices)
     return ({s: np.ascontiguousarray((z[s] @ comps.T)[:, :width]) for s in vs},
-            {"width": width, "explained_variance_ratio": [float(r) for r in ratio]})
+            {"width": width, "rank": rank, "explained_variance_ratio": [float(r) for r in ratio]})
 
 
 #: the input-feature kinds computed here, in the order the boards list them
@@ -160,9 +170,9 @@ KINDS: dict[str, ReferenceKind] = {k.id: k for k in (
 
 
 def width_grid(cap: int) -> list[int]:
-    """The widths a width-selecting kind (``raw_pca``) is scored at on validation: the powers of two ``2, 4, 8,
-    ...`` below ``cap`` and ``cap`` itself (the pretrained rows' embedding width, at most the rank PCA can give),
-    ascending; ``[cap]`` when ``cap <= 2``. ``cap`` must be a positive integer."""
+    """The widths the committed boards let ``raw_pca``'s selection choose among (their
+    ``options.embedding_eval.pca_widths``): the powers of two ``2, 4, 8, ...`` below ``cap`` and ``cap`` itself (the
+    pretrained rows' embedding width), ascending; ``[cap]`` when ``cap <= 2``. ``cap`` must be a positive integer."""
     if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
         raise ValueError(f"width_grid: cap must be a positive integer, got {cap!r}")
     out, w = [], 2
@@ -277,7 +287,7 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     """Features of reference row ``kind`` for every split of ``views`` (fitted on ``"train"``); see the
     module doc for the formulas. -> ``(features {split: [n, D]}, record, cluster_standardize)``;
     ``record = {"kind", "formula", "fitted_on", "view_widths", "width", "cluster_standardize", ...}``
-    (``"raw_pca"`` adds ``"explained_variance_ratio"``, ``"raw_balanced"`` ``"view_scale"``)."""
+    (``"raw_pca"`` adds ``"rank"`` and ``"explained_variance_ratio"``, ``"raw_balanced"`` ``"view_scale"``)."""
     if kind not in KINDS:
         raise ValueError(f"reference_features: unknown kind {kind!r}; valid kinds: {list(REFERENCE_KINDS)}")
     spec = KINDS[kind]

@@ -56,8 +56,8 @@ class Row:
     #: does not average two: :func:`fusebench.components.identity.cell_versions`); a pretrained row's is its
     #: objective's
     version: ClassVar[str] = "1"
-    #: the width of the row's features is chosen on validation by the protocol
-    #: (:func:`fusebench.components.reference_features.width_grid`; ``raw_pca``)
+    #: the width of the row's features is a hyper-parameter (``width``; ``raw_pca``): its grid is the protocol
+    #: option :data:`~fusebench.components.protocols.WIDTH_OPTION` (:meth:`selection_grid`)
     selects_width: ClassVar[bool] = False
 
     def __init__(self, name: str) -> None:
@@ -77,6 +77,12 @@ class Row:
     def uses_encoder(self, spec: Any) -> bool:
         """Whether the protocol scores an encoder for this row (False: features computed from the inputs)."""
         return True
+
+    def selection_grid(self, spec: Any) -> dict[str, list[Any]]:
+        """The hyper-parameter grid a sweep of ``spec`` selects for this row on the selection seeds, before any
+        evaluation cell (:mod:`fusebench.sweep.selection`): ``{name: values}``, ``{}`` when nothing is selected
+        (here: a row with no hyper-parameter)."""
+        return {}
 
     def from_inputs(self, spec: Any) -> bool:
         """Whether the cell builds its data unstandardised and computes the features from the input views
@@ -102,6 +108,10 @@ class PretrainedRow(Row):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.objective = name
+
+    def selection_grid(self, spec: Any) -> dict[str, list[Any]]:
+        """The objective's grid, ``pretrain.per_objective.<id>.grid``."""
+        return dict(spec.pretrain.settings(self.id).grid or {})
 
     def problem(self, spec: Any) -> str | None:
         """The objective must accept the benchmark's view count(s) k, honour a presence mask when pretraining
@@ -197,16 +207,22 @@ class InputFeatureRow(Row):
 
         return reference_features(self.id, views, width=width)
 
+    def selection_grid(self, spec: Any) -> dict[str, list[Any]]:
+        """A width-selecting row's ``{"width": options.<protocol>.pca_widths}`` where the spec sets the widths
+        (:func:`width_grid_of`), else ``{}`` (the width is the pretrained rows' embedding width)."""
+        widths = width_grid_of(self.id, {"options": getattr(spec, "options", None)})
+        return {"width": widths} if widths else {}
+
     def problem(self, spec: Any) -> str | None:
-        """The protocol must offer the row; a row that chooses its width on validation (``raw_pca``) needs a
-        selection metric the validation split gives: k-means (``cluster_acc``, ``nmi``, ``ari``) is scored on the
-        test split only."""
+        """The protocol must offer the row; a row whose width is selected (``raw_pca`` with ``pca_widths``) needs
+        a selection metric the validation split gives: k-means (``cluster_acc``, ``nmi``, ``ari``) is scored on
+        the test split only."""
         from fusebench.components.reference_features import CLUSTER_METRICS
 
         base = super().problem(spec)
         metric = getattr(spec, "validation_metric", None)
-        if base is None and self.selects_width and metric in CLUSTER_METRICS:
-            return (f"{spec.name}: the '{self.id}' row chooses its number of components on the validation split by "
+        if base is None and self.selection_grid(spec) and metric in CLUSTER_METRICS:
+            return (f"{spec.name}: the '{self.id}' row's number of components is chosen on the validation split by "
                     f"the selection metric, and {metric!r} is a k-means metric, scored on the test split only (k-means "
                     f"selects nothing); select on a probe's metric (comparison.primary or selection_metric, e.g. "
                     f"fs1_best_acc or acc), or leave '{self.id}' out of the sweep")
@@ -268,9 +284,12 @@ _input_feature_row("raw_tfidf", 3, "per view: tf = x / row sum, idf = ln((1 + n_
                                    "(smooth idf), row-L2(tf * idf); concatenated; count views only (embedding_eval)")
 _input_feature_row("raw_balanced", 4, "per view: zscore_train(x_v) / sqrt(d'_v), d'_v = its columns not constant "
                                       "on train: every view the same total variance; concatenated (embedding_eval)")
+# version 3: w is a hyper-parameter chosen on the selection seeds like an objective's (version 2 chose it in each
+# run on that run's validation split; version 1 fixed it at the embedding width)
 _input_feature_row("raw_pca", 5, "zscore_train(concat(x_v)) projected on its first w principal components fitted on "
-                                 "train, w chosen on validation by the selection metric among 2, 4, 8, ... and the "
-                                 "pretrained rows' embedding width (embedding_eval)", mixes=True, version="2")
+                                 "train; w chosen from options.embedding_eval.pca_widths on the selection seeds' "
+                                 "validation splits, as an objective's hyper-parameters are, else the pretrained rows' "
+                                 "embedding width (embedding_eval)", mixes=True, version="3")
 
 
 def references() -> tuple[str, ...]:
@@ -281,6 +300,23 @@ def references() -> tuple[str, ...]:
 def is_reference(name: str) -> bool:
     """Whether ``name`` is a registered reference row (nothing pretrained)."""
     return name in ROWS
+
+
+def width_grid_of(name: str, config: Any) -> list[Any]:
+    """The widths a width-selecting reference row ``name`` (:attr:`Row.selects_width`) of ``config`` (a canonical
+    spec, a record's ``config``, or ``{"options": spec.options}``) is selected among: its protocol options'
+    :data:`~fusebench.components.protocols.WIDTH_OPTION` (every protocol's options mapping is looked in: the spec
+    loader allows it in the frozen-features protocol's alone); ``[]`` for another row, or none set."""
+    from fusebench.components.protocols import WIDTH_OPTION
+
+    if name not in ROWS or not ROWS.get(name).selects_width:
+        return []
+    options = config.get("options") if isinstance(config, Mapping) else None
+    for entry in (options.values() if isinstance(options, Mapping) else ()):
+        widths = entry.get(WIDTH_OPTION) if isinstance(entry, Mapping) else None
+        if widths:
+            return list(widths)
+    return []
 
 
 def reads_no_pretraining(name: str, config: Any, reference: bool | None = None) -> bool:

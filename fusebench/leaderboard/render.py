@@ -190,10 +190,6 @@ def group_section(view: GroupView, reported: list[Reported], plot_name: str | No
     chosen = _chosen_hparams(view)
     if chosen:
         out.append(f"- hyper-parameters chosen on the validation split: {chosen}")
-    widths = _chosen_widths(view)
-    if widths:
-        out.append(f"- feature widths chosen on the validation split in each run (the record's "
-                   f"`reference_features.width_selection`): {widths}")
     wall = sum(float(r.raw.get("wall_time_s") or 0.0) for r in view.recs)  # fields typed by validate_record
     # one run per grid point and selection seed (records of several selection seeds list the seeds)
     trials = sum(len((r.raw.get("hparam_selection") or {}).get("scores", []))
@@ -270,48 +266,6 @@ def _chosen_hparams(view: GroupView) -> str:
                            + (" (on the grid's edge)" if k in edge else "")
                            for k, v in sorted(sel["choice"].items()))
         parts.append(f"`{r.objective}` {choice}")
-    return "; ".join(parts)
-
-
-def _chosen_widths(view: GroupView) -> str:
-    """Per row whose runs chose their features' width on validation (``raw_pca``: the record's
-    ``reference_features.width_selection``), each width chosen with its number of runs (most often first, then
-    the narrower), the largest width scored marked as the grid's edge, and the widths scored, e.g. ``raw_pca 16 in
-    6, 32 in 4 of 10 runs, of [2, 4, 8, 16, 32, 48]`` (the id as code). A run whose record states no choice among
-    integer widths (none, beside runs of the row that state one, or not of that form) is counted apart, never as a
-    width."""
-    parts = []
-    for o in view.objectives:
-        picks: dict[int, int] = {}
-        grids: list[list[int]] = []
-        runs = bad = without = 0
-        for r in view.recs:
-            if r.objective != o:
-                continue
-            feats = r.raw.get("reference_features")
-            sel = feats.get("width_selection") if isinstance(feats, dict) else None
-            if sel is None:  # a row that never chooses a width; or, beside runs that did, a record without it
-                without += 1
-                continue
-            runs += 1
-            chosen, widths = (sel.get("chosen"), sel.get("widths")) if isinstance(sel, dict) else (None, None)
-            if not (isinstance(widths, list) and widths and all(type(w) is int for w in widths)
-                    and type(chosen) is int and chosen in widths):
-                bad += 1
-                continue
-            picks[chosen] = picks.get(chosen, 0) + 1
-            if widths not in grids:
-                grids.append(widths)
-        if not runs:
-            continue
-        runs, bad = runs + without, bad + without
-        edge = {g[-1] for g in grids}
-        shown = [f"{w}{' (the largest scored)' if w in edge else ''} in {n}"
-                 for w, n in sorted(picks.items(), key=lambda kv: (-kv[1], kv[0]))]
-        if bad:
-            shown.append(f"no valid choice recorded in {bad}")
-        parts.append(f"{md_code(o)} " + ", ".join(shown) + f" of {runs} runs"
-                     + (", of " + " / ".join(_value_text(g) for g in grids) if grids else ""))
     return "; ".join(parts)
 
 

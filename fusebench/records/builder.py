@@ -197,7 +197,9 @@ def record_of(run: CellRun, scores: Scores) -> dict[str, Any]:
         "peak_memory_mb": utils.peak_memory_mb(device),
         "parameters": sum(p.numel() for p in scores.model.parameters()) if scores.model is not None else 0,
         "diagnostics": dict(scores.diagnostics),
-        "hparams": objective_hparams(spec, objective, context) if row_of(spec, objective).pretrains else {},
+        # a reference row's: the grid point its selection chose (raw_pca's width), where it has a grid
+        "hparams": (objective_hparams(spec, objective, context) if row_of(spec, objective).pretrains
+                    else dict(context.get("hparams", {}).get(objective) or {})),
         "hparam_selection": context.get("hparam_selection", {}).get(objective),
         # sha256 of the frozen selection file the cell's hyper-parameters came from (fusebench.sweep.selection)
         **({"hparam_selection_sha256": digest} if (digest := context.get("hparam_selection_sha256", {})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import math
 import re
 import typing
@@ -24,6 +23,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from fusebench.grids import points as grid_points
 from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml, read_yaml_file
 from fusebench.registry import closest, valid_id
 
@@ -67,8 +67,7 @@ class ObjectiveSettings:
     def points(self) -> list[dict[str, Any]]:
         """Every point of the selection grid, in grid order (names sorted, the last varying fastest); ``[{}]``
         without a grid (the hyper-parameters alone)."""
-        names = sorted(self.grid)
-        return [dict(zip(names, values)) for values in itertools.product(*(self.grid[n] for n in names))]
+        return grid_points(self.grid)
 
     def at(self, point: dict[str, Any]) -> dict[str, Any]:
         """The hyper-parameters at grid ``point``: :attr:`hparams` updated with it."""

@@ -118,9 +118,10 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
     not run, and a common ``pretrain.epochs`` / ``pretrain.batch_size`` that no objective of the run reads (each
     pretraining objective has its own), are a ConfigError naming the key: the value would be recorded and not used;
     so is any ``pretrain.*`` value when no row of the run pretrains (reference rows and weights rows only,
-    :func:`pretrains_nothing` names them), and a ``pretrain.selection_seed`` / ``selection_seeds`` off its default
-    when no pretraining objective of the run has a selection grid (:func:`fusebench.sweep.selection.selects`: the
-    seeds of a search nothing runs; hash schema 4 leaves them out of the cells' identity). Where some objectives
+    :func:`pretrains_nothing` names them; the selection seeds are read by a reference row whose width is selected),
+    and a ``pretrain.selection_seed`` / ``selection_seeds`` off its default when no row of the run has a selection
+    grid (:func:`fusebench.sweep.selection.selects`: the seeds of a search nothing runs; hash schema 4 leaves them
+    out of the cells' identity). Where some objectives
     read the common value and others keep their own, those are named on stderr."""
     from fusebench.spec.config import GROUPED, PER_OBJECTIVE, grouped_override
 
@@ -151,20 +152,23 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
                           f"neither --objective nor the spec's objectives list names them; this run's rows are "
                           f"{', '.join(objs)}, so the value would be recorded and not used; drop it, or run "
                           f"--objective {spec.pretrain.objective}")
-    pretraining = [o for o in objs if row_of(spec, o).pretrains]
-    pretrain_keys = [k for k in keys if k.split(".")[0] == "pretrain"]
-    defaults = type(spec.pretrain)()  # a key set back to its default (selection_seeds=[]: off) changes nothing
-    seeds_keys = [k for k in keys if k in ("pretrain.selection_seed", "pretrain.selection_seeds")
-                  and getattr(spec.pretrain, k.split(".")[1]) != getattr(defaults, k.split(".")[1])]
-    if seeds_keys and pretraining:  # the seeds of a hyper-parameter search, and no row of the run searches
-        from fusebench.sweep.selection import selects
+    from fusebench.sweep.selection import selects
 
-        if not any(selects(spec, o) for o in pretraining):
-            key = seeds_keys[0]
-            shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
-            raise ConfigError(f"--set {shown}: the seeds of the hyper-parameter selection, and no objective of this "
-                              f"run ({', '.join(pretraining)}) has a selection grid (pretrain.{GROUPED}.<id>.grid), "
-                              f"so the setting would be recorded and not used; drop it, or give a grid to select on")
+    pretraining = [o for o in objs if row_of(spec, o).pretrains]
+    selecting = [o for o in objs if selects(spec, o)]  # objectives with a grid; raw_pca with pca_widths
+    seed_names = ("pretrain.selection_seed", "pretrain.selection_seeds")
+    # a reference row whose width is selected reads the selection seeds (and no other pretraining setting)
+    pretrain_keys = [k for k in keys if k.split(".")[0] == "pretrain" and not (selecting and k in seed_names)]
+    defaults = type(spec.pretrain)()  # a key set back to its default (selection_seeds=[]: off) changes nothing
+    seeds_keys = [k for k in keys if k in seed_names
+                  and getattr(spec.pretrain, k.split(".")[1]) != getattr(defaults, k.split(".")[1])]
+    if seeds_keys and pretraining and not selecting:  # the seeds of a hyper-parameter search no row of the run makes
+        key = seeds_keys[0]
+        shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
+        raise ConfigError(f"--set {shown}: the seeds of the hyper-parameter selection, and no row of this run "
+                          f"({', '.join(objs)}) has a selection grid (pretrain.{GROUPED}.<id>.grid; raw_pca: "
+                          f"options.embedding_eval.pca_widths), so the setting would be recorded and not used; drop it, "
+                          f"or give a grid to select on")
     if pretrain_keys and not pretraining:  # reference and weights rows only: no pretraining setting is read
         key = pretrain_keys[0]
         shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key

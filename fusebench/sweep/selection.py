@@ -1,7 +1,8 @@
 """Hyper-parameter selection on the validation split (sweep layer), frozen before any evaluation cell.
 
-For every objective of a sweep with a grid (``pretrain.per_objective.<objective>.grid``) every combination is run on the
-selection seeds (never evaluation seeds) and scored by the mean over those seeds of its validation value of
+For every objective of a sweep with a grid (``pretrain.per_objective.<objective>.grid``; a width-selecting reference
+row's widths, ``options.embedding_eval.pca_widths``: :meth:`fusebench.components.rows.Row.selection_grid`) every
+combination is run on the selection seeds (never evaluation seeds) and scored by the mean over those seeds of its validation value of
 the selection metric (``spec.validation_metric``: ``selection_metric``, by default the board's primary metric
 ``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
 once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
@@ -26,6 +27,7 @@ from typing import Any, Mapping
 from fusebench.components.identity import cell_versions, code_changes, same_config_hashes, spec_hash, versions_block
 from fusebench import metrics as M
 from fusebench.grids import at_edge  # the rule the board reads back (fusebench.grids)
+from fusebench.grids import points as grid_points
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
@@ -58,10 +60,9 @@ def selection_path(out: str | Path, benchmark: str, objective: str) -> Path:
 
 def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
                    context: Mapping[str, Any], metric: str | None = None) -> dict[str, Any] | None:
-    """Run ``objective``'s grid and return the outcome (None: no grid, or a reference row); writes nothing
-    but the trials' records.
+    """Run row ``objective``'s grid and return the outcome (None: no grid); writes nothing but the trials' records.
 
-    Every combination of ``pretrain.per_objective.<objective>.grid`` is run (pretraining + downstream protocol) once per
+    Every combination of the row's grid (:meth:`~fusebench.components.rows.Row.selection_grid`) is run (pretraining + downstream protocol) once per
     selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
     seed); the combination with the best mean validation ``metric`` (default ``spec.validation_metric``) over
     those seeds wins (ties: the first in grid order). Where every trial of a point counted its solver's calls
@@ -70,13 +71,12 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     solves did not converge is not refused, but the board says so. Trial records go to
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
     hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
-    own = spec.pretrain.settings(objective)
-    grid = own.grid
-    if not grid or not row_of(spec, objective).pretrains:
+    grid = row_of(spec, objective).selection_grid(spec)
+    if not grid:
         return None
     metric = metric or spec.validation_metric
     names = sorted(grid)
-    combos = own.points()
+    combos = grid_points(grid)
     higher = M.get(metric).higher_is_better
     seeds = spec.selection_seeds
     check_test_split_fixed(spec, options)
@@ -124,7 +124,7 @@ def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str
     request, context)``. Records go to ``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or
     ``.../<trial>/seed<S>``; the context gives the objective the combination's hyper-parameters."""
     seeds = spec.selection_seeds
-    for i, combo in enumerate(spec.pretrain.settings(objective).points()):
+    for i, combo in enumerate(grid_points(row_of(spec, objective).selection_grid(spec))):
         ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
         folder = out / TRIALS_DIR / spec.name / objective / trial_name(i, combo)
         for s in seeds:
@@ -133,8 +133,8 @@ def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str
 
 def trials_of(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]) -> list[CellRequest]:
     """The requests of every trial ``objective``'s selection runs (grid points x selection seeds), in the order they
-    run; empty when the sweep selects nothing for it (no grid, or a row that pretrains nothing)."""
-    if not spec.pretrain.settings(objective).grid or not row_of(spec, objective).pretrains:
+    run; empty when the sweep selects nothing for it (a row without a grid)."""
+    if not selects(spec, objective):
         return []
     return [request for _, _, _, request, _ in _trials(spec, objective, out, context)]
 
@@ -149,8 +149,7 @@ def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path
     to run, nothing is run here."""
     if workers < 2:
         return 0
-    todo = [o for o in objectives
-            if spec.pretrain.settings(o).grid and row_of(spec, o).pretrains and not selection_path(out, spec.name, o).exists()]
+    todo = [o for o in objectives if selects(spec, o) and not selection_path(out, spec.name, o).exists()]
     if todo:
         check_test_split_fixed(spec, options)  # the same for every objective: once, before any trial
     trial_options = _trial_options(options)
@@ -218,8 +217,9 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
 
 
 def selects(spec: BenchmarkSpec, objective: str) -> bool:
-    """Whether a sweep of ``spec`` selects ``objective``'s hyper-parameters: a pretrained row with a grid."""
-    return bool(spec.pretrain.settings(objective).grid) and row_of(spec, objective).pretrains
+    """Whether a sweep of ``spec`` selects the hyper-parameters of row ``objective``: a row with a grid
+    (:meth:`~fusebench.components.rows.Row.selection_grid`: an objective's, or a width-selecting reference row's)."""
+    return bool(row_of(spec, objective).selection_grid(spec))
 
 
 def frozen_choice(spec: BenchmarkSpec, objective: str, out: Path) -> dict[str, Any]:
@@ -292,10 +292,11 @@ def _outcome_problem(outcome: Mapping[str, Any], spec: BenchmarkSpec, objective:
     """Why a frozen selection's outcome is not what :func:`select_hparams` writes for ``objective``'s grid (None
     when it is): ``choice`` one point of the grid, ``scores`` one entry per point in grid order, and the choice the
     best mean score in the metric's direction (ties: the first)."""
-    points = spec.pretrain.settings(objective).points()
+    grid = row_of(spec, objective).selection_grid(spec)
+    points = grid_points(grid)
     choice, scores = outcome.get("choice"), outcome.get("scores")
     if not isinstance(choice, dict) or choice not in points:
-        return f"its choice {choice!r} is not a point of the grid {dict(spec.pretrain.settings(objective).grid)}"
+        return f"its choice {choice!r} is not a point of the grid {dict(grid)}"
     if (not isinstance(scores, list) or len(scores) != len(points)
             or any(not isinstance(e, dict) or e.get("hparams") != p for e, p in zip(scores, points))):
         return f"its scores are not one entry per grid point in grid order ({len(points)} points)"
