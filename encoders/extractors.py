@@ -116,7 +116,7 @@ def _check_model_type(who: str, path: Path, model_types: tuple[str, ...]) -> str
 
 
 def _load_checked(who: str, cls: Any, path: Path, model_types: tuple[str, ...],
-                  unused: tuple[str, ...] = ()) -> Any:
+                  unused: tuple[str, ...] = (), found: str | None = None) -> Any:
     """``cls.from_pretrained(path)``, refusing weights that would give random features.
 
     transformers loads a folder of another model (a BERT folder into ``HubertModel``) with only a
@@ -126,8 +126,9 @@ def _load_checked(who: str, cls: Any, path: Path, model_types: tuple[str, ...],
     model missing from the checkpoint except those whose name starts with one of ``unused`` (weights
     the features never go through, e.g. BERT's pooler). Unexpected weights are accepted once the
     model type matches and nothing is missing: they are the checkpoint's other heads (bert-base's
-    ``cls.*`` pre-training head, a full CLIP's text tower), not the model's."""
-    found = _check_model_type(who, path, model_types)
+    ``cls.*`` pre-training head, a full CLIP's text tower), not the model's. ``found``: the model type a caller
+    has already read with :func:`_check_model_type` (``config.json`` is then not read again)."""
+    found = found or _check_model_type(who, path, model_types)
     need = " or ".join(repr(t) for t in model_types)
     try:
         model, info = cls.from_pretrained(path, local_files_only=True, output_loading_info=True)
@@ -167,7 +168,7 @@ class TextExtractor:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"TextExtractor: batch_size must be a positive int, got {batch_size!r}")
         path = _weights_dir("TextExtractor", weights)
-        _check_model_type("TextExtractor", path, ("bert",))  # first: a HuBERT folder has no vocabulary either
+        found = _check_model_type("TextExtractor", path, ("bert",))  # first: a HuBERT folder has no vocabulary either
         # without its vocabulary BertTokenizer falls back to five special tokens: every word [UNK]
         if not (path / "vocab.txt").is_file() and not (path / "tokenizer.json").is_file():
             raise ValueError(f"TextExtractor: weights folder {str(path)!r} has no tokenizer: neither vocab.txt nor "
@@ -176,7 +177,7 @@ class TextExtractor:
         self.tokenizer = tf.BertTokenizer.from_pretrained(path, local_files_only=True)
         # the pooler is not in the features (last hidden layer): checkpoints without one are fine
         self.model = _load_checked("TextExtractor", tf.BertModel, path, ("bert",),
-                                   unused=("pooler.",)).to(device).eval()
+                                   unused=("pooler.",), found=found).to(device).eval()
         self.max_length = max_length
         self.batch_size = batch_size
         self.device = torch.device(device)

@@ -29,14 +29,12 @@ run again). Nothing is written until every record of every folder has been conve
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from fusebench.io import atomic_write_json
-from fusebench.records import comparability_key, read_record_json, validate_record
+from fusebench.records import comparability_key
+from fusebench.records.migration import run_migration
 from fusebench.spec import methods as M
 from fusebench.components.identity import config_hash
 from fusebench.spec.config import RENAMED_PRETRAIN_KEYS, BenchmarkSpec, spec_from_dict
@@ -108,36 +106,9 @@ def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="+", type=Path, help="runs folders (e.g. leaderboards/runs leaderboards/runs-kviews)")
-    p.add_argument("--check", action="store_true", help="convert and check only; write nothing")
-    args = p.parse_args(argv)
-    todo: list[tuple[Path, dict[str, Any]]] = []
-    seen = 0
-    for folder in args.folders:
-        if not folder.is_dir():
-            print(f"error: {folder} is not a folder", file=sys.stderr)
-            return 2
-        for path in sorted(folder.rglob("run.json")):
-            seen += 1
-            try:
-                rec = read_record_json(path)  # a file that is not a JSON object: a RecordError naming it
-                new = migrate(rec, str(path))
-                if new is not None:
-                    validate_record(new, path)
-            except ValueError as e:  # names the file (RecordError, migrate's errors)
-                print(f"error: {e}", file=sys.stderr)
-                return 1
-            except (KeyError, TypeError) as e:  # a field missing or of another type
-                print(f"error: {path}: {type(e).__name__} {e}", file=sys.stderr)
-                return 1
-            if new is not None:
-                todo.append((path, new))
-    print(f"{seen} record(s): {len(todo)} to migrate, {seen - len(todo)} at hash schema {HASH_SCHEMA_VERSION} already")
-    if not args.check:
-        for path, new in todo:
-            atomic_write_json(path, new)
-    return 0
+    return run_migration(__doc__, argv, migrate, "convert and check only; write nothing",
+                         lambda seen, todo: f"{seen} record(s): {len(todo)} to migrate, {seen - len(todo)} at hash schema "
+                                            f"{HASH_SCHEMA_VERSION} already")
 
 
 if __name__ == "__main__":

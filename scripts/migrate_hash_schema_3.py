@@ -28,15 +28,14 @@ old and new hash differ), per benchmark.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fusebench.io import atomic_write_json
-from fusebench.records import comparability_key, read_record_json, validate_record
+from fusebench.records import comparability_key
+from fusebench.records.migration import run_migration
 from fusebench.components.identity import config_hash
 
 FROM_SCHEMA = 2
@@ -71,41 +70,13 @@ def migrate(record: dict[str, Any], where: str) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="+", type=Path, help="runs folders (e.g. leaderboards/runs leaderboards/runs-kviews)")
-    p.add_argument("--check", action="store_true", help="convert and report only; write nothing")
-    args = p.parse_args(argv)
-    todo: list[tuple[Path, dict[str, Any]]] = []
-    seen = 0
-    changed: Counter[str] = Counter()
-    for folder in args.folders:
-        if not folder.is_dir():
-            print(f"error: {folder} is not a folder", file=sys.stderr)
-            return 2
-        for path in sorted(folder.rglob("run.json")):
-            seen += 1
-            try:
-                rec = read_record_json(path)  # a file that is not a JSON object: a RecordError naming it
-                new = migrate(rec, str(path))
-                if new is not None:
-                    validate_record(new, path)
-            except ValueError as e:  # names the file (RecordError, migrate's errors)
-                print(f"error: {e}", file=sys.stderr)
-                return 1
-            except (KeyError, TypeError) as e:  # a field missing or of another type
-                print(f"error: {path}: {type(e).__name__} {e}", file=sys.stderr)
-                return 1
-            if new is not None:
-                todo.append((path, new))
-                if new["config_hash"] != rec["config_hash"]:
-                    changed[str(rec.get("benchmark"))] += 1
-    print(f"{seen} record(s): {len(todo)} to migrate to hash schema {TO_SCHEMA}, {seen - len(todo)} there "
-          f"already; {sum(changed.values())} get a new config_hash"
-          + (" (" + ", ".join(f"{b}: {n}" for b, n in sorted(changed.items())) + ")" if changed else ""))
-    if not args.check:
-        for path, new in todo:
-            atomic_write_json(path, new)
-    return 0
+    def summary(seen: int, todo: list[tuple[Path, dict[str, Any], dict[str, Any]]]) -> str:
+        changed = Counter(str(old.get("benchmark")) for _, old, new in todo if new["config_hash"] != old["config_hash"])
+        return (f"{seen} record(s): {len(todo)} to migrate to hash schema {TO_SCHEMA}, {seen - len(todo)} there "
+                f"already; {sum(changed.values())} get a new config_hash"
+                + (" (" + ", ".join(f"{b}: {n}" for b, n in sorted(changed.items())) + ")" if changed else ""))
+
+    return run_migration(__doc__, argv, migrate, "convert and report only; write nothing", summary)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ reports only: how many records and selection files there are, how many get a new
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -37,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.components.identity import config_hash, row_known
-from fusebench.io import atomic_write_json, strict_json
-from fusebench.records import read_record_json, validate_record
+from fusebench.io import strict_json
+from fusebench.records.migration import MigrationError, migrated_records, missing_folder, parse_args, write_all
 
 FROM_SCHEMA = 3
 TO_SCHEMA = 4  # what this script writes, whatever fusebench.spec.config.HASH_SCHEMA_VERSION is now
@@ -103,42 +102,31 @@ def migrate_selection(selection: dict[str, Any], where: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="+", type=Path, help="runs folders (e.g. leaderboards/runs leaderboards/runs-kviews)")
-    p.add_argument("--check", action="store_true", help="convert and report only; write nothing")
-    args = p.parse_args(argv)
+    args = parse_args(__doc__, argv, "convert and report only; write nothing")
+    if missing_folder(args.folders):
+        return 2
     todo: list[tuple[Path, dict[str, Any]]] = []
     seen = selections = 0
     changed: Counter[str] = Counter()
     for folder in args.folders:
-        if not folder.is_dir():
-            print(f"error: {folder} is not a folder", file=sys.stderr)
-            return 2
         new_hash: dict[tuple[str, str, str], set[str]] = {}  # per folder: a selection names the cells beside it
         embedded: dict[tuple[str, str], list[tuple[Path, dict[str, Any]]]] = {}  # the records' copies of selections
-        for path in sorted(folder.rglob("run.json")):
-            seen += 1
-            try:
-                rec = read_record_json(path)  # a file that is not a JSON object: a RecordError naming it
-                new = migrate(rec, str(path))
+        try:
+            for path, rec, new in migrated_records(folder, migrate):
+                seen += 1
+                after = rec if new is None else new
+                new_hash.setdefault((rec.get("benchmark"), rec.get("objective"), rec.get("config_hash")),
+                                    set()).add(after["config_hash"])
+                if isinstance(after.get("hparam_selection"), dict):
+                    embedded.setdefault((rec.get("benchmark"), rec.get("objective")), []).append(
+                        (path, after["hparam_selection"]))
                 if new is not None:
-                    validate_record(new, path)
-            except ValueError as e:  # names the file (RecordError, migrate's errors)
-                print(f"error: {e}", file=sys.stderr)
-                return 1
-            except (KeyError, TypeError) as e:  # a field missing or of another type
-                print(f"error: {path}: {type(e).__name__} {e}", file=sys.stderr)
-                return 1
-            after = rec if new is None else new
-            new_hash.setdefault((rec.get("benchmark"), rec.get("objective"), rec.get("config_hash")),
-                                set()).add(after["config_hash"])
-            if isinstance(after.get("hparam_selection"), dict):
-                embedded.setdefault((rec.get("benchmark"), rec.get("objective")), []).append(
-                    (path, after["hparam_selection"]))
-            if new is not None:
-                todo.append((path, new))
-                if new["config_hash"] != rec["config_hash"]:
-                    changed[str(rec.get("benchmark"))] += 1
+                    todo.append((path, new))
+                    if new["config_hash"] != rec["config_hash"]:
+                        changed[str(rec.get("benchmark"))] += 1
+        except MigrationError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         for path in sorted(folder.glob("*/_selection/*.json")):
             selections += 1
             try:
@@ -162,12 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{seen} record(s) and {selections} frozen selection(s): {len(todo)} file(s) to migrate to hash schema "
           f"{TO_SCHEMA}; {sum(changed.values())} get a new config_hash"
           + (" (" + ", ".join(f"{b}: {n}" for b, n in sorted(changed.items())) + ")" if changed else ""))
+    write_all(todo, args.check)
     if not args.check:
-        for path, new in todo:
-            atomic_write_json(path, new)
         print(f"written: {len(todo)} file(s) under {', '.join(str(f) for f in args.folders)}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
