@@ -22,7 +22,7 @@ from fusebench.spec.config import (PER_OBJECTIVE, BenchmarkSpec, ConfigError, gr
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
 from fusebench.components.protocols import (PROTOCOLS, Protocol, missing_view_problems, protocol_of,
                                             unapplied_downstream)
-from fusebench.components.rows import is_reference
+from fusebench.components.rows import is_reference, row_of
 from fusebench.typed import from_dict
 
 
@@ -146,7 +146,8 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
                 f"protocol's scorer to the function that scores a cell ('package.module:function')"]
     ds = spec.dataset
     if ds.val_split == ds.test_split:  # whatever is chosen on validation would be chosen on the test samples
-        grids = "the hyper-parameters of the selection grids" if any(spec.pretrain.grid.values()) else None
+        gridded = any(spec.pretrain.grid.values()) or any(row_of(spec, o).selection_grid(spec) for o in spec.objectives)
+        grids = "the hyper-parameters of the selection grids" if gridded else None
         chosen = [c for c in (protocol.selects_on_validation(spec), grids, *validation_steps(spec)) if c]
         if chosen:
             return [f"dataset.val_split and dataset.test_split are both {ds.test_split!r}: {' and '.join(chosen)} "
