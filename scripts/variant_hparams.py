@@ -9,7 +9,9 @@ BASE's validation selection chose; after BASE is re-run, its frozen selection fi
 
 For every objective with a selection file, ``pretrain.per_objective.<id>.hparams`` becomes the file's choice of
 objective hyper-parameters, and a choice of ``methods.<method>.<key>`` (BYOL's EMA momentum and predictor width)
-goes to ``pretrain.methods.<method>.<key>``; two objectives sharing a method must have chosen the same value. A
+goes to ``pretrain.methods.<method>.<key>``; two objectives sharing a method must have chosen the same value.
+``raw_pca``'s chosen width becomes the variant's one width, ``options.embedding_eval.pca_widths: [w]`` (a grid of
+one point: the variant's selection has nothing left to choose). A
 selection file must be BASE's, made by the selection of BASE's current spec (its grid and metric): an older one is
 refused, naming it. Only those lines of the variant's file change (its comments and layout stay). ``--check``
 changes nothing and exits 1 when the spec differs from the selections.
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from fusebench.components.protocols import WIDTH_OPTION
 from fusebench.registry import valid_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +38,10 @@ def _flow(mapping: dict) -> str:
 
 
 def choices(base: str, runs: Path, base_spec: dict) -> tuple[dict[str, dict], dict[str, dict]]:
-    """(objective -> its hparams choice, method -> its settings choice) from BASE's selection files."""
+    """(objective -> its hparams choice, method -> its settings choice) from BASE's selection files; a
+    width-selecting reference row's (``raw_pca``) as ``{"raw_pca": {"width": w}}`` among the first."""
+    from fusebench.components.rows import width_grid_of
+
     folder = runs / base / "_selection"
     files = sorted(folder.glob("*.json"))
     if not files:
@@ -51,10 +57,12 @@ def choices(base: str, runs: Path, base_spec: dict) -> tuple[dict[str, dict], di
         if sel.get("benchmark") != base or objective != path.stem:
             raise SystemExit(f"variant_hparams: {path}: expected the selection of {path.stem!r} on {base!r}, "
                              f"found benchmark {sel.get('benchmark')!r}, objective {objective!r}")
-        grid = (per.get(objective) or {}).get("grid")
+        widths = width_grid_of(objective, base_spec) if isinstance(objective, str) else []
+        grid = {"width": widths} if widths else (per.get(objective) or {}).get("grid")
         if not valid_id(objective) or not grid:  # its name is written into the spec: an objective the base selects
-            raise SystemExit(f"variant_hparams: {path}: {objective!r} is not an objective {base}'s spec selects "
-                             f"(one with pretrain.per_objective.<id>.grid)")
+            raise SystemExit(f"variant_hparams: {path}: {objective!r} is not a row {base}'s spec selects "
+                             f"(an objective with pretrain.per_objective.<id>.grid, or raw_pca with "
+                             f"options.embedding_eval.pca_widths)")
         if sel.get("grid") != grid or sel.get("metric") != primary:
             raise SystemExit(f"variant_hparams: {path}: made over grid {sel.get('grid')} on {sel.get('metric')!r}; "
                              f"{base}'s spec now selects over {grid} on {primary!r}: re-run {base} first")
@@ -73,8 +81,15 @@ def choices(base: str, runs: Path, base_spec: dict) -> tuple[dict[str, dict], di
     return hparams, methods
 
 
-def rewrite(text: str, hparams: dict[str, dict], methods: dict[str, dict], where: str) -> str:
-    """``text`` (the variant's YAML) with its per-objective hparams and chosen method settings replaced."""
+def rewrite(text: str, hparams: dict[str, dict], methods: dict[str, dict], where: str, where_from: str = "") -> str:
+    """``text`` (the variant's YAML) with its per-objective hparams, chosen method settings and raw_pca's width
+    (``options.<protocol>.pca_widths``, a line of its own) replaced; ``where_from``: the base board, named in that
+    line's comment."""
+    from fusebench.components.rows import ROWS
+
+    hparams = dict(hparams)
+    width_rows = [o for o in hparams if o in ROWS and ROWS.get(o).selects_width]
+    widths = {"width": [hparams.pop(o)["width"] for o in width_rows][0]} if width_rows else {}
     lines = text.splitlines(keepends=True)
     out: list[str] = []
     i = 0
@@ -96,12 +111,17 @@ def rewrite(text: str, hparams: dict[str, dict], methods: dict[str, dict], where
                     out.append(f"{' ' * (indent + 2)}{objective}:\n{' ' * (indent + 4)}hparams: {_flow(hparams[objective])}\n")
                 continue
             parts = path.split(".")
+            if len(parts) == 3 and parts[0] == "options" and parts[2] == WIDTH_OPTION and widths:
+                line = (f"{' ' * indent}{WIDTH_OPTION}: {_flow([widths.pop('width')])}  # {where_from}: the base board's "
+                        f"choice (scripts/variant_hparams.py)\n")
             if len(parts) == 4 and parts[:2] == ["pretrain", "methods"] and parts[3] in methods.get(parts[2], {}):
                 value = methods[parts[2]].pop(parts[3])
                 line = f"{' ' * indent}{parts[3]}: {_flow(value) if isinstance(value, (dict, list)) else yaml.safe_dump(value).splitlines()[0]}\n"
         out.append(line)
         i += 1
     left = {f"pretrain.methods.{m}.{k}" for m, kv in methods.items() for k in kv}
+    if widths:
+        left.add(f"options.embedding_eval.{WIDTH_OPTION}")
     if left:
         raise SystemExit(f"variant_hparams: {where} has no line for {sorted(left)}: add them by hand first")
     return "".join(out)
@@ -121,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"variant_hparams: {path} names no variant_of: not a variant")
     base_spec = yaml.safe_load((args.benchmarks / f"{base}.yaml").read_text())
     hparams, methods = choices(base, args.runs, base_spec)
-    new = rewrite(text, hparams, methods, str(path))
+    new = rewrite(text, hparams, methods, str(path), base)
     yaml.safe_load(new)  # still YAML
     if new == text:
         print(f"{path}: already holds {base}'s selections")
@@ -132,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(new)
     tmp.replace(path)
-    print(f"{path}: written with {base}'s selections ({len(hparams)} objectives' hparams"
+    print(f"{path}: written with {base}'s selections ({len(hparams)} rows' choices"
           + (f", pretrain.methods: {', '.join(sorted(methods))}" if methods else "") + ")")
     return 0
 

@@ -941,6 +941,21 @@ def test_cd_diagram_written_and_linked_from_the_index(tmp_path: Path) -> None:
     assert not (tmp_path / "md" / "cd-diagram.png").exists()
 
 
+def test_comparability_key_ignores_each_rows_own_settings_only() -> None:
+    """raw_pca's widths (options.embedding_eval.pca_widths) are that row's own setting, like an objective's grid:
+    a board compares its records with the other rows', which were made without them; another probe option is not
+    a row's own and separates."""
+    a = _record("alpha", 0, {"acc": 0.5})
+    a["config"]["options"] = {"embedding_eval": {"l2_grid": [1.0]}}
+    own = copy.deepcopy(a)
+    own["config"]["options"]["embedding_eval"]["pca_widths"] = [2, 4, 8]
+    own["config"]["pretrain"]["grid"] = {"alpha": {"tau": [0.1, 0.2]}}
+    assert comparability_key(own) == comparability_key(a)
+    other = copy.deepcopy(a)
+    other["config"]["options"]["embedding_eval"]["l2_grid"] = [0.1, 1.0]
+    assert comparability_key(other) != comparability_key(a)
+
+
 def test_comparability_key_separates_other_data_and_other_metric_versions() -> None:
     a = _v2(_record("alpha", 0, {"acc": 0.5}, synthetic=False))
     a["dataset"]["fingerprint"] = {"files": [["NGs.mat", 12]], "sha256": "a" * 64}

@@ -33,6 +33,11 @@ def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
         (sel / f"{objective}.json").write_text(json.dumps({
             "benchmark": "mv-cub", "objective": objective, "grid": table["grid"], "choice": choice,
             "metric": base["comparison"]["primary"]}))
+    widths = base["options"]["embedding_eval"]["pca_widths"]  # raw_pca's width, selected like a hyper-parameter
+    chosen["raw_pca"] = {"width": widths[1]}
+    (sel / "raw_pca.json").write_text(json.dumps({
+        "benchmark": "mv-cub", "objective": "raw_pca", "grid": {"width": widths}, "choice": chosen["raw_pca"],
+        "metric": base["comparison"]["primary"]}))
     return bench, sel, chosen
 
 
@@ -47,6 +52,9 @@ def test_the_variant_takes_every_choice_and_nothing_else_changes(tmp_path: Path)
     new = yaml.safe_load(after)
     old = yaml.safe_load(before)
     hp = {o: t.get("hparams") for o, t in new["pretrain"]["per_objective"].items()}
+    # raw_pca's chosen width: the variant's one width (its line rewritten, with a comment naming the base)
+    assert new["options"]["embedding_eval"]["pca_widths"] == [chosen.pop("raw_pca")["width"]]
+    assert "raw_pca" not in hp and "pca_widths: [4]  # mv-cub: the base board's choice" in after
     for objective, choice in chosen.items():
         plain = {k: v for k, v in choice.items() if not k.startswith("methods.")}
         if plain:
@@ -59,6 +67,7 @@ def test_the_variant_takes_every_choice_and_nothing_else_changes(tmp_path: Path)
     for spec_ in (new, old):
         spec_["pretrain"].pop("per_objective")
         spec_["pretrain"]["methods"].pop("ema_teacher")
+        spec_["options"]["embedding_eval"].pop("pca_widths")
     assert new == old
     assert [line for line in after.splitlines() if line.startswith("#")] == \
         [line for line in before.splitlines() if line.startswith("#")]
@@ -82,6 +91,6 @@ def test_a_selection_of_another_grid_or_disagreeing_methods_is_refused(tmp_path:
     assert (bench / "mv-cub-4x.yaml").read_text() == before  # nothing written
     path.unlink()  # a file of an objective the base does not select (its name would go into the spec)
     (sel / "no_such.json").write_text(json.dumps({**data, "objective": "no_such"}))
-    with pytest.raises(SystemExit, match=r"no_such.json: 'no_such' is not an objective mv-cub's spec selects"):
+    with pytest.raises(SystemExit, match=r"no_such.json: 'no_such' is not a row mv-cub's spec selects"):
         variant_hparams.main(argv)
     assert (bench / "mv-cub-4x.yaml").read_text() == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, Protocol
 
+from fusebench.components.protocols import WIDTH_OPTION
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.spec.config import NOT_IDENTITY, PER_OBJECTIVE
 
@@ -32,8 +33,9 @@ def comparable_view(config: Mapping[str, Any]) -> dict[str, Any]:
     copying every nested value was most of the cost of validating a record."""
     # encoder_weights (issue #32): each weights row's own file, like the per-objective tables of pretrain
     cfg = {k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED and k != "encoder_weights"}
-    if isinstance(cfg.get("options"), dict):
-        cfg["options"] = {k: v for k, v in cfg["options"].items() if k != "board"}
+    if isinstance(cfg.get("options"), dict):  # and raw_pca's own widths, like an objective's grid
+        cfg["options"] = {k: ({o: x for o, x in v.items() if o != WIDTH_OPTION} if isinstance(v, dict) else v)
+                          for k, v in cfg["options"].items() if k != "board"}
     if isinstance(cfg.get("pretrain"), dict):  # each row's own settings (hash schema 2): not the board's
         cfg["pretrain"] = {k: v for k, v in cfg["pretrain"].items() if k not in PER_OBJECTIVE and k != "objective"}
     return cfg
@@ -42,7 +44,8 @@ def comparable_view(config: Mapping[str, Any]) -> dict[str, Any]:
 def comparable_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` without :data:`CONFIG_KEYS_IGNORED`, ``options.board`` and what is each row's own: the
     per-objective tables of ``pretrain`` (hyper-parameters, grid, batch, epochs, micro-batch; the budget each
-    row got is a column of the board) and the default objective (a deep copy)."""
+    row got is a column of the board), ``raw_pca``'s widths (``options.<protocol>.pca_widths``) and the default
+    objective (a deep copy)."""
     return copy.deepcopy(comparable_view(config))
 
 
