@@ -128,16 +128,12 @@ def _unread_by_the_row(ident: dict[str, Any], objective: str, reference: bool | 
 def _without_width_grid(ident: dict[str, Any], objective: str) -> dict[str, Any]:
     """``ident`` without :data:`~fusebench.components.protocols.WIDTH_OPTION` in its protocol options, unless
     ``objective`` is a width-selecting row (a copy where anything is left out; ``ident`` itself is not changed)."""
-    from fusebench.components.protocols import WIDTH_OPTION
+    from fusebench.components.protocols import without_width_option
     from fusebench.components.rows import ROWS
 
-    options = ident.get("options")
-    if (objective in ROWS and ROWS.get(objective).selects_width) or not isinstance(options, dict) or not any(
-            isinstance(v, dict) and WIDTH_OPTION in v for v in options.values()):
+    if objective in ROWS and ROWS.get(objective).selects_width or "options" not in ident:
         return ident
-    cut = {k: ({o: x for o, x in v.items() if o != WIDTH_OPTION} if isinstance(v, dict) else v)
-           for k, v in options.items()}
-    return {**ident, "options": cut}
+    return {**ident, "options": without_width_option(ident["options"])}
 
 
 def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | None:

@@ -47,6 +47,18 @@ EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "f
 #: (``raw_pca``) a hyper-parameter: the widths its selection scores on the selection seeds
 #: (:meth:`fusebench.components.rows.Row.selection_grid`); read by that row alone (not a cell identity of another)
 WIDTH_OPTION = "pca_widths"
+
+
+def without_width_option(options: Any) -> Any:
+    """A spec's ``options`` mapping without :data:`WIDTH_OPTION` in any protocol's entry (a new mapping where one
+    is left out, else ``options`` itself): what every row but a width-selecting one reads, and what a board's rows
+    must share (the widths are ``raw_pca``'s own setting, like an objective's grid)."""
+    if not isinstance(options, dict) or not any(isinstance(v, dict) and WIDTH_OPTION in v for v in options.values()):
+        return options
+    return {k: ({o: x for o, x in v.items() if o != WIDTH_OPTION} if isinstance(v, dict) else v)
+            for k, v in options.items()}
+
+
 #: the missing-view evaluation options every protocol reads (fusebench.probes.missing_views); off by default
 MISSING_VIEW_OPTIONS = ("missing_rates", "single_view", "missing_n_init", "missing_rules")
 #: how a missing-view rate r counts (option ``missing_rules``, default ``["entry"]``): ``entry`` = a fraction r of
@@ -335,4 +347,4 @@ def missing_view_problems(spec: Any, k: int | None) -> list[str]:
 
 __all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "WIDTH_OPTION", "PROTOCOLS", "EmbeddingEval", "Finetune",
            "LinearProbe", "Protocol", "instance_rate_problem", "missing_rate_problem", "missing_view_problems",
-           "offered_rows", "protocol_of", "rate_id", "view_id"]
+           "offered_rows", "protocol_of", "rate_id", "view_id", "without_width_option"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, Protocol
 
-from fusebench.components.protocols import WIDTH_OPTION
+from fusebench.components.protocols import without_width_option
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.spec.config import NOT_IDENTITY, PER_OBJECTIVE
 
@@ -34,8 +34,7 @@ def comparable_view(config: Mapping[str, Any]) -> dict[str, Any]:
     # encoder_weights (issue #32): each weights row's own file, like the per-objective tables of pretrain
     cfg = {k: v for k, v in config.items() if k not in CONFIG_KEYS_IGNORED and k != "encoder_weights"}
     if isinstance(cfg.get("options"), dict):  # and raw_pca's own widths, like an objective's grid
-        cfg["options"] = {k: ({o: x for o, x in v.items() if o != WIDTH_OPTION} if isinstance(v, dict) else v)
-                          for k, v in cfg["options"].items() if k != "board"}
+        cfg["options"] = without_width_option({k: v for k, v in cfg["options"].items() if k != "board"})
     if isinstance(cfg.get("pretrain"), dict):  # each row's own settings (hash schema 2): not the board's
         cfg["pretrain"] = {k: v for k, v in cfg["pretrain"].items() if k not in PER_OBJECTIVE and k != "objective"}
     return cfg
