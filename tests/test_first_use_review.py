@@ -69,8 +69,9 @@ def test_selection_seeds_without_a_grid_are_refused(capsys, tmp_path: Path) -> N
         shown = "[7, 8]" if key.endswith("s") else "7"
         assert code == 2
         assert err.strip() == (f"fusebench run: --set {key}={shown}: the seeds of the hyper-parameter selection, and "
-                               f"no objective of this run (m3g, infonce_pwe) has a selection grid "
-                               f"(pretrain.per_objective.<id>.grid), so the setting would be recorded and not used; "
+                               f"no row of this run (m3g, infonce_pwe) has a selection grid "
+                               f"(pretrain.per_objective.<id>.grid; raw_pca: options.embedding_eval.pca_widths), so "
+                               f"the setting would be recorded and not used; "
                                f"drop it, or give a grid to select on")
     # with a grid to select on, they are read
     code, out, _ = _plan(capsys, tmp_path, "--objective", "m3g", "--set", "pretrain.selection_seeds=[7,8]",

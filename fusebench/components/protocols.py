@@ -189,24 +189,16 @@ class EmbeddingEval(Protocol):
 
     @classmethod
     def option_problems(cls, spec: Any) -> list[str]:
-        """The probe options (:func:`fusebench.probes.embedding_eval.option_problems`) and :data:`WIDTH_OPTION`: a
-        list of distinct positive integers, read by a width-selecting row the spec lists (else it would be recorded
-        and not used)."""
+        """The probe options (:func:`fusebench.probes.embedding_eval.option_problems`) and :data:`WIDTH_OPTION`, a
+        list of distinct positive integers (that a row of the spec reads it is the spec loader's check,
+        :func:`fusebench.components.rows.unread_width_option`)."""
         out = super().option_problems(spec)
         given = spec.options.get(cls.options_key) or {}
-        if WIDTH_OPTION not in given:
-            return out
-        from fusebench.components.rows import ROWS
-
-        key, widths = f"options.{cls.options_key}.{WIDTH_OPTION}", given[WIDTH_OPTION]
-        readers = [o for o in ROWS.available() if ROWS.get(o).selects_width]
-        if (not isinstance(widths, list) or not widths or len(set(widths)) != len(widths)
-                or any(type(w) is not int or w < 1 for w in widths)):
-            out.append(f"{key} = {widths!r}: expected a non-empty list of distinct positive integers (the numbers of "
-                       f"components the selection scores)")
-        elif not any(o in readers for o in spec.objectives):
-            out.append(f"{key}: no row of this benchmark's objectives has its width selected ({', '.join(readers)}), "
-                       f"so the widths would be recorded and not used; remove it, or list {' / '.join(readers)}")
+        widths = given.get(WIDTH_OPTION)
+        if WIDTH_OPTION in given and (not isinstance(widths, list) or not widths or len(set(widths)) != len(widths)
+                                      or any(type(w) is not int or w < 1 for w in widths)):
+            out.append(f"options.{cls.options_key}.{WIDTH_OPTION} = {widths!r}: expected a non-empty list of distinct "
+                       f"positive integers (the numbers of components the selection scores)")
         return out
 
     missing_views_text = ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an "

@@ -319,6 +319,20 @@ def width_grid_of(name: str, config: Any) -> list[Any]:
     return []
 
 
+def unread_width_option(spec: Any) -> str | None:
+    """Why the spec's :data:`~fusebench.components.protocols.WIDTH_OPTION` would be recorded and not used (None
+    when a width-selecting row of its ``objectives`` reads it, or it is not set)."""
+    from fusebench.components.protocols import WIDTH_OPTION
+
+    keys = [k for k, v in (getattr(spec, "options", None) or {}).items() if isinstance(v, Mapping) and WIDTH_OPTION in v]
+    readers = [o for o in ROWS.available() if ROWS.get(o).selects_width]
+    if not keys or any(o in readers for o in spec.objectives):
+        return None
+    return (f"options.{keys[0]}.{WIDTH_OPTION}: no row of this benchmark's objectives has its width selected "
+            f"({', '.join(readers)}), so the widths would be recorded and not used; remove it, or list "
+            f"{' / '.join(readers)}")
+
+
 def reads_no_pretraining(name: str, config: Any, reference: bool | None = None) -> bool:
     """Whether the row ``name`` of a canonical spec ``config`` (a record's ``config``) pretrains nothing, so its
     cells read no ``pretrain`` setting: a reference row (``reference``, None: :func:`is_reference`) or a weights

@@ -22,7 +22,7 @@ from fusebench.spec.config import (PER_OBJECTIVE, BenchmarkSpec, ConfigError, gr
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
 from fusebench.components.protocols import (PROTOCOLS, Protocol, missing_view_problems, protocol_of,
                                             unapplied_downstream)
-from fusebench.components.rows import is_reference, row_of
+from fusebench.components.rows import is_reference, row_of, unread_width_option
 from fusebench.typed import from_dict
 
 
@@ -170,7 +170,8 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
     if unknown:
         return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} "
                 f"protocol takes {', '.join(protocol.options)}"]
-    return protocol.option_problems(spec) or missing_view_problems(spec, _views_known_now(spec))
+    unread = unread_width_option(spec)
+    return protocol.option_problems(spec) or ([unread] if unread else []) or missing_view_problems(spec, _views_known_now(spec))
 
 
 def validation_steps(spec: BenchmarkSpec) -> list[str]:
