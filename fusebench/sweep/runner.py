@@ -162,19 +162,20 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
     defaults = type(spec.pretrain)()  # a key set back to its default (selection_seeds=[]: off) changes nothing
     seeds_keys = [k for k in keys if k in seed_names
                   and getattr(spec.pretrain, k.split(".")[1]) != getattr(defaults, k.split(".")[1])]
+
+    def shown(key: str) -> str:  # as given: KEY=VALUE where the overrides are a mapping
+        return f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
+
     if seeds_keys and pretraining and not selecting:  # the seeds of a hyper-parameter search no row of the run makes
-        key = seeds_keys[0]
-        shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
-        raise ConfigError(f"--set {shown}: the seeds of the hyper-parameter selection, and no row of this run "
-                          f"({', '.join(objs)}) has a selection grid (pretrain.{GROUPED}.<id>.grid; raw_pca: "
+        raise ConfigError(f"--set {shown(seeds_keys[0])}: the seeds of the hyper-parameter selection, and no row of "
+                          f"this run ({', '.join(objs)}) has a selection grid (pretrain.{GROUPED}.<id>.grid; raw_pca: "
                           f"options.embedding_eval.pca_widths), so the setting would be recorded and not used; drop it, "
                           f"or give a grid to select on")
     if pretrain_keys and not pretraining:  # reference and weights rows only: no pretraining setting is read
-        key = pretrain_keys[0]
-        shown = f"{key}={overrides[key]!r}" if isinstance(overrides, Mapping) else key
-        raise ConfigError(f"--set {shown}: no row of this run pretrains ({pretrains_nothing(spec, objs)}: nothing "
-                          f"is pretrained for {'it' if len(set(objs)) == 1 else 'them'}), so the pretraining setting "
-                          f"would be recorded and not used; drop it, or add an objective that pretrains "
+        raise ConfigError(f"--set {shown(pretrain_keys[0])}: no row of this run pretrains "
+                          f"({pretrains_nothing(spec, objs)}: nothing is pretrained for "
+                          f"{'it' if len(set(objs)) == 1 else 'them'}), so the pretraining setting would be recorded "
+                          f"and not used; drop it, or add an objective that pretrains "
                           f"(--objective <id>; fusebench list objectives)")
     for common, table, name in (("pretrain.epochs", "objective_epochs", "epochs"),
                                 ("pretrain.batch_size", "objective_batch_size", "batch_size")):
