@@ -336,3 +336,24 @@ def test_raw_pca_is_row_version_3_and_the_other_rows_version_1():
 
     assert versions_block("raw_pca")["objective"] == "3"
     assert {versions_block(r)["objective"] for r in ("none", "raw", "raw_l2", "raw_tfidf", "raw_balanced")} == {"1"}
+
+
+def test_selection_seeds_are_read_by_raw_pca_when_its_width_is_selected():
+    """A run of raw_pca alone reads no pretraining setting but the selection seeds, when pca_widths gives it a
+    grid; without widths the seeds would be recorded and not used, so they are refused."""
+    from fusebench import benchmarks
+    from fusebench.sweep.runner import check_objective_overrides_used
+    from fusebench.typed import ConfigError
+
+    seeds = {"pretrain.selection_seeds": [70, 80]}
+    widths = {"options.embedding_eval.pca_widths": [2, 4]}
+    check_objective_overrides_used(benchmarks.load("mv-handwritten", synthetic=True, overrides={**widths, **seeds}),
+                                   ["raw_pca"], seeds)
+    with pytest.raises(ConfigError, match=r"selection_seeds=\[70, 80\]: no row of this run pretrains \(raw_pca is a "
+                                          r"reference row"):
+        check_objective_overrides_used(benchmarks.load("mv-handwritten", synthetic=True, overrides=seeds),
+                                       ["raw_pca"], seeds)
+    with pytest.raises(ConfigError, match=r"lr=0.5: no row of this run pretrains"):  # any other pretraining setting
+        check_objective_overrides_used(benchmarks.load("mv-handwritten", synthetic=True,
+                                                       overrides={**widths, "pretrain.lr": 0.5}),
+                                       ["raw_pca"], {"pretrain.lr": 0.5})
