@@ -112,8 +112,8 @@ def rewrite(text: str, hparams: dict[str, dict], methods: dict[str, dict], where
                 continue
             parts = path.split(".")
             if len(parts) == 3 and parts[0] == "options" and parts[2] == WIDTH_OPTION and widths:
-                line = (f"{' ' * indent}{WIDTH_OPTION}: {_flow([widths.pop('width')])}  # {where_from}: the base board's "
-                        f"choice (scripts/variant_hparams.py)\n")
+                line = (f"{' ' * indent}{WIDTH_OPTION}: {_flow([widths.pop('width')])}  # {where_from}: the base "
+                        f"board's choice (scripts/variant_hparams.py)\n")
             if len(parts) == 4 and parts[:2] == ["pretrain", "methods"] and parts[3] in methods.get(parts[2], {}):
                 value = methods[parts[2]].pop(parts[3])
                 line = f"{' ' * indent}{parts[3]}: {_flow(value) if isinstance(value, (dict, list)) else yaml.safe_dump(value).splitlines()[0]}\n"

@@ -324,7 +324,8 @@ def unread_width_option(spec: Any) -> str | None:
     when a width-selecting row of its ``objectives`` reads it, or it is not set)."""
     from fusebench.components.protocols import WIDTH_OPTION
 
-    keys = [k for k, v in (getattr(spec, "options", None) or {}).items() if isinstance(v, Mapping) and WIDTH_OPTION in v]
+    options = getattr(spec, "options", None) or {}
+    keys = [k for k, v in options.items() if isinstance(v, Mapping) and WIDTH_OPTION in v]
     readers = [o for o in ROWS.available() if ROWS.get(o).selects_width]
     if not keys or any(o in readers for o in spec.objectives):
         return None

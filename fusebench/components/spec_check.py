@@ -171,7 +171,8 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
         return [f"options.{protocol.options_key}: unknown option(s) {unknown}; the {spec.downstream.protocol} "
                 f"protocol takes {', '.join(protocol.options)}"]
     unread = unread_width_option(spec)
-    return protocol.option_problems(spec) or ([unread] if unread else []) or missing_view_problems(spec, _views_known_now(spec))
+    return (protocol.option_problems(spec) or ([unread] if unread else [])
+            or missing_view_problems(spec, _views_known_now(spec)))
 
 
 def validation_steps(spec: BenchmarkSpec) -> list[str]:

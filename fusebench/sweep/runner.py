@@ -169,8 +169,8 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
     if seeds_keys and pretraining and not selecting:  # the seeds of a hyper-parameter search no row of the run makes
         raise ConfigError(f"--set {shown(seeds_keys[0])}: the seeds of the hyper-parameter selection, and no row of "
                           f"this run ({', '.join(objs)}) has a selection grid (pretrain.{GROUPED}.<id>.grid; raw_pca: "
-                          f"options.embedding_eval.pca_widths), so the setting would be recorded and not used; drop it, "
-                          f"or give a grid to select on")
+                          f"options.embedding_eval.pca_widths), so the setting would be recorded and not used; drop "
+                          f"it, or give a grid to select on")
     if pretrain_keys and not pretraining:  # reference and weights rows only: no pretraining setting is read
         raise ConfigError(f"--set {shown(pretrain_keys[0])}: no row of this run pretrains "
                           f"({pretrains_nothing(spec, objs)}: nothing is pretrained for "

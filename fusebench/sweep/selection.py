@@ -1,9 +1,9 @@
 """Hyper-parameter selection on the validation split (sweep layer), frozen before any evaluation cell.
 
-For every objective of a sweep with a grid (``pretrain.per_objective.<objective>.grid``; a width-selecting reference
-row's widths, ``options.embedding_eval.pca_widths``: :meth:`fusebench.components.rows.Row.selection_grid`) every
-combination is run on the selection seeds (never evaluation seeds) and scored by the mean over those seeds of its validation value of
-the selection metric (``spec.validation_metric``: ``selection_metric``, by default the board's primary metric
+For every row of a sweep with a grid (an objective's ``pretrain.per_objective.<objective>.grid``; a width-selecting
+reference row's widths, ``options.embedding_eval.pca_widths``: :meth:`fusebench.components.rows.Row.selection_grid`)
+every combination is run on the selection seeds (never evaluation seeds) and scored by the mean over those seeds of
+its validation value of the selection metric (``spec.validation_metric``: ``selection_metric``, by default the board's primary metric
 ``comparison.primary``: the hyper-parameters are chosen on what the board ranks). The outcome is written
 once, before any evaluation cell of the sweep starts, to ``<out>/<benchmark>/_selection/<objective>.json``
 (:func:`selection_path`): the grid, every point's per-seed validation scores (and, for an objective with an
@@ -62,8 +62,8 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
                    context: Mapping[str, Any], metric: str | None = None) -> dict[str, Any] | None:
     """Run row ``objective``'s grid and return the outcome (None: no grid); writes nothing but the trials' records.
 
-    Every combination of the row's grid (:meth:`~fusebench.components.rows.Row.selection_grid`) is run (pretraining + downstream protocol) once per
-    selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
+    Every combination of the row's grid (:meth:`~fusebench.components.rows.Row.selection_grid`) is run (pretraining,
+    where the row pretrains, and the downstream protocol) once per selection seed (``pretrain.selection_seeds``, else ``[pretrain.selection_seed]``; none is an evaluation
     seed); the combination with the best mean validation ``metric`` (default ``spec.validation_metric``) over
     those seeds wins (ties: the first in grid order). Where every trial of a point counted its solver's calls
     (M3G, the matching gap: :mod:`fusebench.objectives.solver_tally`), the point's score carries ``solver``
