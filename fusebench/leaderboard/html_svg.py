@@ -186,7 +186,7 @@ def missing_svg(view: GroupView) -> str:
 
 def sensitivity_svg(view: GroupView) -> str:
     """The hyper-parameter sensitivity of the group (:mod:`fusebench.leaderboard.sensitivity`): per table,
-    each tuned objective's mean validation score at each grid point (in grid order)."""
+    each tuned row's mean validation score at each grid point (in grid order)."""
     from fusebench.leaderboard.sensitivity import tables, unit_of
 
     charts = []

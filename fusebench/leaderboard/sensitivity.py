@@ -150,7 +150,8 @@ def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> lis
         return []
     h = "#" * level
     out = ["", f"{h} Hyper-parameter sensitivity", "",
-           "Validation score of every grid point of each tuned objective: the mean over its selection seeds (runs "
+           "Validation score of every grid point of each tuned row (an objective's hyper-parameters; `raw_pca`'s "
+           "number of components, `width`): the mean over its selection seeds (runs "
            "on their own train / val splits, never an evaluation seed), read from the runs' `hparam_selection`; "
            "**bold ✓** marks the chosen point (the best mean; ties: the first in grid order). Only validation "
            "scores are shown: no test score of a selection run is read. Metrics marked (%) are fractions shown x100."]
