@@ -389,15 +389,15 @@ class VoteNet(Backbone):
         the centres the first set-abstraction layer of the preset's backbone samples
         (:func:`.pointnet2.scene_points_problems`)."""
         out, preset = super().data_problems(config, data), config.get("config", "votenet")
-        classes = data.get("num_classes")
-        n = config.get("num_classes", 10)
-        if out and classes is not None and classes.value != 10 and config.get("mean_sizes") is None:
+        classes, builtin = data.get("num_classes"), len(SUNRGBD_MEAN_SIZES)  # the built-in sizes' class count
+        n = config.get("num_classes", builtin)
+        if out and classes is not None and classes.value != builtin and config.get("mean_sizes") is None:
             out[-1] += (f", with encoder.config.mean_sizes: one [l, w, h] per class ({classes.value} rows; the built-in "
-                        f"mean sizes are SUN RGB-D's 10 classes)")
-        elif (not out and isinstance(n, int) and not isinstance(n, bool) and n != 10
+                        f"mean sizes are SUN RGB-D's {builtin} classes)")
+        elif (not out and isinstance(n, int) and not isinstance(n, bool) and n != builtin
               and config.get("mean_sizes") is None):
             out.append(f"encoder.config.num_classes = {n} needs encoder.config.mean_sizes: one [l, w, h] per class "
-                       f"({n} rows; the built-in mean sizes are SUN RGB-D's 10 classes)")
+                       f"({n} rows; the built-in mean sizes are SUN RGB-D's {builtin} classes)")
         if isinstance(preset, str) and preset in CONFIGS:
             backbones = {name: get_config(c.backbone) for name, c in CONFIGS.items()}
             out += scene_points_problems(preset_key(config, "votenet"), backbones[preset], backbones, data)

@@ -221,8 +221,9 @@ def _disk_full(error: BaseException, folder: Path) -> bool:
 
 def remove_stale_temps(path: str | os.PathLike, older_than: float | None = None) -> None:
     """Remove the temporary files an :func:`atomic_write` of ``path`` killed in the middle of its write left beside
-    it (``.<name>.*.tmp``; ``.<name>.*.kept``, the replaced file :func:`atomic_write_together` keeps while it renames). Call it only where no live writer of ``path`` can exist (e.g. under the cell's lock), or
-    pass ``older_than`` (seconds): then only a temporary file last modified that long ago or earlier is removed. A
+    it (``.<name>.*.tmp``; ``.<name>.*.kept``, the replaced file :func:`atomic_write_together` keeps while it
+    renames). Call it only where no live writer of ``path`` can exist (e.g. under the cell's lock), or pass
+    ``older_than`` (seconds): then only a temporary file last modified that long ago or earlier is removed. A
     live write's file is modified as it is written and renamed away once whole, so where every write of ``path``
     takes far less than ``older_than`` (a board, a plot) a concurrent writer's file is never touched."""
     path = Path(path)

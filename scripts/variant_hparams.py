@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     base = yaml.safe_load(text).get("variant_of")
     if not base:
         raise SystemExit(f"variant_hparams: {path} names no variant_of: not a variant")
+    if not isinstance(base, str) or not valid_id(base):  # it names a file and goes into the spec's comments
+        raise SystemExit(f"variant_hparams: {path}: variant_of {base!r} is not a benchmark id")
     base_spec = yaml.safe_load((args.benchmarks / f"{base}.yaml").read_text())
     hparams, methods = choices(base, args.runs, base_spec)
     new = rewrite(text, hparams, methods, str(path), base)

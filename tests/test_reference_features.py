@@ -195,6 +195,32 @@ def test_width_grid_by_hand():
             width_grid(bad)
 
 
+def test_the_committed_boards_widths_follow_the_rule():
+    """Every base mv-* board lets raw_pca choose among width_grid(k x d) -- 2, 4, 8, ... and the pretrained rows'
+    embedding width, k views (counted in the committed records) times the encoder's d features -- and a 4x variant
+    has the one width its base chose (its frozen selection file): what docs/benchmarks.md and the README say."""
+    import json
+    from pathlib import Path
+
+    from fusebench import benchmarks
+    from fusebench.components.reference_features import width_grid
+
+    root = Path(__file__).resolve().parents[1]
+    specs = sorted(p.stem for p in (root / "benchmarks").glob("mv-*.yaml"))
+    assert len(specs) == 17
+    for name in specs:
+        spec = benchmarks.load(name)
+        widths = spec.options["embedding_eval"]["pca_widths"]
+        if spec.variant_of:
+            frozen = json.loads((root / "leaderboards" / "runs" / spec.variant_of / "_selection" / "raw_pca.json")
+                                .read_text())
+            assert widths == [frozen["choice"]["width"]], name
+            continue
+        rec = json.loads((root / "leaderboards" / "runs" / name / "raw_pca" / "seed0" / "run.json").read_text())
+        k, d = len(rec["reference_features"]["view_widths"]), spec.encoder.config["num_features"]
+        assert widths == width_grid(k * d), name
+
+
 def test_raw_pca_narrower_width_is_a_prefix_of_a_wider_one(fixtures_dir):
     """The grid's widths are nested feature sets: the first w columns at width W are, bit for bit, the features at
     width w (same components, same signs) on real data."""

@@ -94,3 +94,12 @@ def test_a_selection_of_another_grid_or_disagreeing_methods_is_refused(tmp_path:
     with pytest.raises(SystemExit, match=r"no_such.json: 'no_such' is not a row mv-cub's spec selects"):
         variant_hparams.main(argv)
     assert (bench / "mv-cub-4x.yaml").read_text() == before
+
+
+def test_a_variant_of_that_is_no_id_is_refused(tmp_path: Path) -> None:
+    """variant_of names the base's spec file and is written into the variant's comments: an id only."""
+    bench, _, _ = _setup(tmp_path)
+    text = (bench / "mv-cub-4x.yaml").read_text()
+    (bench / "mv-cub-4x.yaml").write_text(text.replace("variant_of: mv-cub", 'variant_of: "mv-cub\\n#x"'))
+    with pytest.raises(SystemExit, match=r"variant_of 'mv-cub\\n#x' is not a benchmark id"):
+        variant_hparams.main(["mv-cub-4x", "--runs", str(tmp_path / "runs"), "--benchmarks", str(bench)])

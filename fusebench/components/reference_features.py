@@ -170,8 +170,8 @@ KINDS: dict[str, ReferenceKind] = {k.id: k for k in (
 
 
 def width_grid(cap: int) -> list[int]:
-    """The widths the committed boards let ``raw_pca``'s selection choose among (their
-    ``options.embedding_eval.pca_widths``): the powers of two ``2, 4, 8, ...`` below ``cap`` and ``cap`` itself (the
+    """The widths the committed base boards let ``raw_pca``'s selection choose among (their
+    ``options.embedding_eval.pca_widths``; a 4x variant has its base's chosen width alone): the powers of two ``2, 4, 8, ...`` below ``cap`` and ``cap`` itself (the
     pretrained rows' embedding width), ascending; ``[cap]`` when ``cap <= 2``. ``cap`` must be a positive integer."""
     if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
         raise ValueError(f"width_grid: cap must be a positive integer, got {cap!r}")
