@@ -49,8 +49,9 @@ def test_sigterm_keeps_finished_cells_and_releases_locks(tmp_path):
     with log.open("w") as fh:  # stdout and stderr to a file, as a batch job's log
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         first = out / "quickstart" / "infonce_pwe" / "seed0" / "run.json"
+        done0 = "done quickstart/infonce_pwe/seed0"  # said once run.json is written: the signal comes after both
         deadline = time.monotonic() + 600
-        while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        while done0 not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert first.exists(), log.read_text()[-2000:]
         proc.send_signal(signal.SIGTERM)
@@ -65,7 +66,36 @@ def test_sigterm_keeps_finished_cells_and_releases_locks(tmp_path):
         # the finished cell's result line (stdout) and its done line (stderr) are in the log
         line = f"quickstart infonce_pwe seed{rec['seed']}: acc={rec['metrics']['acc']['value']:.4f}"
         assert line in text, text[-2000:]
-        assert f"done quickstart/infonce_pwe/seed{rec['seed']}" in text
+        # a cell with a record is never said to be interrupted, even when the signal came just after the write
+        assert f"interrupted quickstart/infonce_pwe/seed{rec['seed']}" not in text, text[-2000:]
+    assert done0 in text
     assert "terminated (SIGTERM)" in text
     assert not list(out.rglob(".lock")), "a lock was left behind"
     assert not list(out.rglob("failed.json"))
+
+
+def test_a_cell_interrupted_after_its_record_is_written_is_said_done(tmp_path, monkeypatch, capsys):
+    """SIGTERM between the record's write and the cell's return (here: raised by the trackers' final log, which
+    runs after run.json is written): the record stays, and the cell's line says done with its score, not
+    interrupted."""
+    from fusebench import benchmarks
+    from fusebench.cells import execute
+    from fusebench.engine.trackers import Trackers
+    from fusebench.runtime.interrupt import Terminated
+    from fusebench.spec.request import CellRequest, RunOptions
+
+    def terminated(self, record, path):
+        assert path.exists()  # the record is written before the trackers see it
+        raise Terminated("terminated by signal SIGTERM")
+
+    monkeypatch.setattr(Trackers, "log_record", terminated)
+    spec = benchmarks.load("quickstart", overrides={"dataset.synthetic_spec": {"num_samples": 64, "seed": 0},
+                                                    "pretrain.epochs": 1, "downstream.epochs": 1})
+    request = CellRequest(spec, "infonce_pwe", 0, tmp_path)
+    with pytest.raises(Terminated):
+        execute.run_cell(request, RunOptions(progress=True, synthetic=True))
+    err = capsys.readouterr().err
+    rec = json.loads((request.cell / "run.json").read_text())
+    score = rec["metrics"][spec.validation_metric]["value"]
+    assert f"done quickstart/infonce_pwe/seed0 in " in err and f"({spec.validation_metric} {score:.4f})" in err
+    assert "interrupted quickstart/infonce_pwe/seed0" not in err

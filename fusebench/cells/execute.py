@@ -102,17 +102,32 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
                 record = pipeline_of(spec).run_cell(request, options, context, trk)
                 trk.log_record(record, run_json)  # final metrics, run.json as an artifact
         except BaseException as e:
-            if progress:
+            if progress and run_json.exists():  # the record was written before the interruption (SIGTERM just
+                say_done(where, t0, None, run_json, spec.validation_metric)  # after it): the cell is done
+            elif progress:
                 what = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
                 say(f"{what} {where} after {time.monotonic() - t0:.1f}s ({type(e).__name__})")
             raise
         if progress:
-            from fusebench.metrics import values_of
-
-            score = values_of(record.get("metrics")).get(spec.validation_metric)
-            shown = f" ({spec.validation_metric} {score:.4f})" if isinstance(score, (int, float)) else ""
-            say(f"done {where} in {time.monotonic() - t0:.1f}s{shown}")
+            say_done(where, t0, record, run_json, spec.validation_metric)
         return record
+
+
+def say_done(where: str, t0: float, record: Mapping[str, Any] | None, run_json: Any, metric: str) -> None:
+    """The done line of a cell whose record is written: its time and validation score (read from ``run_json``
+    when the cell was interrupted after writing it, before it returned ``record``)."""
+    import json
+
+    from fusebench.metrics import values_of
+
+    if record is None:
+        try:
+            record = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            record = {}
+    score = values_of(record.get("metrics")).get(metric)
+    shown = f" ({metric} {score:.4f})" if isinstance(score, (int, float)) else ""
+    say(f"done {where} in {time.monotonic() - t0:.1f}s{shown}")
 
 
 def sweep_context(spec: BenchmarkSpec, synthetic: bool, data_root: str | None) -> dict[str, Any]:
