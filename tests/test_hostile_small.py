@@ -97,5 +97,5 @@ def test_a_cell_interrupted_after_its_record_is_written_is_said_done(tmp_path, m
     err = capsys.readouterr().err
     rec = json.loads((request.cell / "run.json").read_text())
     score = rec["metrics"][spec.validation_metric]["value"]
-    assert f"done quickstart/infonce_pwe/seed0 in " in err and f"({spec.validation_metric} {score:.4f})" in err
+    assert "done quickstart/infonce_pwe/seed0 in " in err and f"({spec.validation_metric} {score:.4f})" in err
     assert "interrupted quickstart/infonce_pwe/seed0" not in err
