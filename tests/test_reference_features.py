@@ -383,3 +383,94 @@ def test_selection_seeds_are_read_by_raw_pca_when_its_width_is_selected():
         check_objective_overrides_used(benchmarks.load("mv-handwritten", synthetic=True,
                                                        overrides={**widths, "pretrain.lr": 0.5}),
                                        ["raw_pca"], {"pretrain.lr": 0.5})
+
+
+def _rank_of_zscored(views):
+    """The numerical rank of the train views side by side, each column z-scored (population std, a constant column
+    0), by numpy alone: what bounds raw_pca's width."""
+    z = np.concatenate(views, axis=1)
+    sd = z.std(axis=0)
+    z = (z - z.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    return int(np.linalg.matrix_rank(z))
+
+
+def test_pca_widths_auto_is_worked_out_from_the_real_file(fixtures_dir):
+    """``multiview`` (views known from the file) writes pca_widths: auto; a sweep replaces it by 2, 4, ... and
+    k views x 16 features, as the mv-* boards write theirs out: the real HW2sources.mat (2 views) gives
+    mv-hw2sources' [2, 4, 8, 16, 32], the real handwritten.mat (6 views) mv-handwritten's [2, ..., 64, 96]; the
+    spec's recorded options hold the list."""
+    from fusebench import benchmarks
+    from fusebench.components.rows import row_of
+    from fusebench.sweep.runner import resolve_views, resolve_width_grid
+
+    for name, want in (("HW2sources.mat", [2, 4, 8, 16, 32]), ("handwritten.mat", [2, 4, 8, 16, 32, 64, 96])):
+        spec = benchmarks.load("multiview")
+        assert spec.options["embedding_eval"]["pca_widths"] == "auto"
+        assert row_of(spec, "raw_pca").selection_grid(spec) == {"width": ["auto"]}  # selects; points not known yet
+        root = str(fixtures_dir / "multiview" / name)
+        train = resolve_views(spec, False, root, 0)
+        assert resolve_width_grid(spec, False, root, 0, train) == want
+        assert spec.to_dict()["options"]["embedding_eval"]["pca_widths"] == want
+        assert row_of(spec, "raw_pca").selection_grid(spec) == {"width": want}
+        mine = benchmarks.load(f"mv-{name[:-4].lower()}")
+        assert mine.options["embedding_eval"]["pca_widths"] == want  # the curated board's list
+
+
+def test_pca_widths_auto_stops_at_the_train_matrix_rank(tmp_path):
+    """A file whose views repeat one another: the z-scored train matrix has rank 3 (by numpy in the test) though
+    2 views x 16 = 32 and the columns number 6, so the widths are [2, 3]; a sweep selects among them, records the
+    list and the choice, and a rerun resolves the same list (its records reused)."""
+    import json
+
+    import fusebench
+    from fusebench import benchmarks
+    from fusebench.engine.data import input_views
+    from fusebench.sweep.runner import resolve_views, resolve_width_grid
+
+    rng = np.random.default_rng(0)
+    n = 120
+    y = np.repeat(np.arange(3), n // 3)
+    base = rng.standard_normal((n, 3)) + y[:, None]
+    v1 = np.column_stack([base, np.ones(n)])         # 3 informative columns and a constant one
+    v2 = np.column_stack([base[:, 0] * 2.0, base[:, 1] * 4.0])  # v1's columns scaled by powers of two (exact)
+    path = tmp_path / "dup.mat"
+    cell = np.empty((1, 2), dtype=object)
+    cell[0, 0], cell[0, 1] = v1, v2
+    scipy.io.savemat(str(path), {"X": cell, "Y": y[:, None].astype(float)})
+    spec = benchmarks.load("multiview")
+    train = resolve_views(spec, False, str(path), 0)
+    views, _ = input_views(train, spec, 0)
+    assert _rank_of_zscored(views) == 3
+    assert resolve_width_grid(spec, False, str(path), 0, train) == [2, 3]
+
+    small = {"pretrain.selection_seeds": [1000, 1001], "options.embedding_eval.n_init": 2,
+             "options.embedding_eval.fewshot_draws": 2}
+    out = tmp_path / "runs"
+    (rec,) = fusebench.run("multiview", objective=["raw_pca"], seeds=[0], out=out, data_root=str(path),
+                           progress=False, overrides=small)
+    assert rec["config"]["options"]["embedding_eval"]["pca_widths"] == [2, 3]
+    assert rec["hparams"]["width"] in (2, 3) and rec["reference_features"]["rank"] >= rec["hparams"]["width"]
+    frozen = json.loads((out / "multiview" / "_selection" / "raw_pca.json").read_text())
+    assert frozen["grid"] == {"width": [2, 3]} and frozen["choice"] == rec["hparams"]
+    (again,) = fusebench.run("multiview", objective=["raw_pca"], seeds=[0], out=out, data_root=str(path),
+                             progress=False, overrides=small)
+    assert again == rec  # the same list resolved again: the record is reused, not refused as another config
+
+
+def test_pca_widths_auto_is_refused_where_no_sweep_resolves_it(fixtures_dir, tmp_path):
+    """A selection called on a spec whose widths are still ``auto`` (no sweep opened the data) says so; other
+    strings are refused when the spec loads."""
+    from fusebench import benchmarks
+    from fusebench.spec.request import RunOptions
+    from fusebench.sweep.selection import select_hparams
+    from fusebench.typed import ConfigError
+
+    spec = benchmarks.load("multiview")
+    with pytest.raises(ConfigError, match=r"multiview/raw_pca: options\.embedding_eval\.pca_widths is 'auto', worked "
+                                          r"out from the data when a sweep opens it"):
+        select_hparams(spec, "raw_pca", tmp_path, RunOptions(progress=False, data_root=str(
+            fixtures_dir / "multiview" / "HW2sources.mat")), {})
+    for bad in ("Auto", "all"):
+        with pytest.raises(ConfigError, match=r"pca_widths = .*expected a non-empty list of distinct positive "
+                                              r"integers .*or 'auto'"):
+            benchmarks.load("mv-handwritten", synthetic=True, overrides={"options.embedding_eval.pca_widths": bad})

@@ -47,6 +47,10 @@ EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "f
 #: (``raw_pca``) a hyper-parameter: the widths its selection scores on the selection seeds
 #: (:meth:`fusebench.components.rows.Row.selection_grid`); read by that row alone (not a cell identity of another)
 WIDTH_OPTION = "pca_widths"
+#: :data:`WIDTH_OPTION`'s value for a benchmark whose views are known only from its file (``multiview``): a sweep
+#: replaces it, once the train split is open, by the list the curated boards write out, ``width_grid`` of the
+#: pretrained rows' embedding width at most the train matrix's rank (:func:`fusebench.sweep.runner.resolve_width_grid`)
+WIDTHS_AUTO = "auto"
 
 
 def without_width_option(options: Any) -> Any:
@@ -195,10 +199,13 @@ class EmbeddingEval(Protocol):
         out = super().option_problems(spec)
         given = spec.options.get(cls.options_key) or {}
         widths = given.get(WIDTH_OPTION)
-        if WIDTH_OPTION in given and (not isinstance(widths, list) or not widths or len(set(widths)) != len(widths)
-                                      or any(type(w) is not int or w < 1 for w in widths)):
+        if WIDTH_OPTION in given and widths != WIDTHS_AUTO and (
+                not isinstance(widths, list) or not widths or len(set(widths)) != len(widths)
+                or any(type(w) is not int or w < 1 for w in widths)):
             out.append(f"options.{cls.options_key}.{WIDTH_OPTION} = {widths!r}: expected a non-empty list of distinct "
-                       f"positive integers (the numbers of components the selection scores)")
+                       f"positive integers (the numbers of components the selection scores), or {WIDTHS_AUTO!r} "
+                       f"(the powers of two below the pretrained rows' embedding width and that width, worked out "
+                       f"from the data)")
         return out
 
     missing_views_text = ("The linear probe chosen and fitted on the complete data scores the incomplete test split (an "
@@ -337,7 +344,7 @@ def missing_view_problems(spec: Any, k: int | None) -> list[str]:
     return out
 
 
-__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "WIDTH_OPTION", "PROTOCOLS",
+__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "WIDTH_OPTION", "WIDTHS_AUTO", "PROTOCOLS",
            "EmbeddingEval", "Finetune",
            "LinearProbe", "Protocol", "instance_rate_problem", "missing_rate_problem", "missing_view_problems",
            "offered_rows", "protocol_of", "rate_id", "view_id", "without_width_option"]

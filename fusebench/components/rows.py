@@ -306,14 +306,17 @@ def width_grid_of(name: str, config: Any) -> list[Any]:
     """The widths a width-selecting reference row ``name`` (:attr:`Row.selects_width`) of ``config`` (a canonical
     spec, a record's ``config``, or ``{"options": spec.options}``) is selected among: its protocol options'
     :data:`~fusebench.components.protocols.WIDTH_OPTION` (every protocol's options mapping is looked in: the spec
-    loader allows it in the frozen-features protocol's alone); ``[]`` for another row, or none set."""
-    from fusebench.components.protocols import WIDTH_OPTION
+    loader allows it in the frozen-features protocol's alone); ``[]`` for another row, or none set; ``["auto"]``
+    while :data:`~fusebench.components.protocols.WIDTHS_AUTO` waits for the data to be read."""
+    from fusebench.components.protocols import WIDTH_OPTION, WIDTHS_AUTO
 
     if name not in ROWS or not ROWS.get(name).selects_width:
         return []
     options = config.get("options") if isinstance(config, Mapping) else None
     for entry in (options.values() if isinstance(options, Mapping) else ()):
         widths = entry.get(WIDTH_OPTION) if isinstance(entry, Mapping) else None
+        if widths == WIDTHS_AUTO:  # not resolved from the data yet (fusebench.sweep.runner.resolve_width_grid)
+            return [WIDTHS_AUTO]
         if widths:
             return list(widths)
     return []

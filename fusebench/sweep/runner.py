@@ -343,6 +343,38 @@ def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, s
     return ds
 
 
+def resolve_width_grid(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
+                       train: Any = None) -> list[int] | None:
+    """``options.<protocol>.pca_widths: auto`` (:data:`~fusebench.components.protocols.WIDTHS_AUTO`: ``multiview``,
+    whose views are known only from its file) replaced in the spec by the widths the curated boards write out,
+    :func:`~fusebench.components.reference_features.width_grid` of the cap, so that the recorded config and its
+    hash say what was selected among, and said once on stderr. The cap is the pretrained rows' embedding width (the
+    views times the encoder's ``num_features``) at most the numerical rank of the z-scored train matrix of
+    ``seed``'s split (a width past it is refused: rounding noise), which is also at most ``n_train - 1`` and the input
+    columns. Returns the widths (None: nothing to resolve). ``train``: the split when the caller has it open."""
+    from fusebench.components.protocols import WIDTH_OPTION, WIDTHS_AUTO
+
+    keys = [k for k, v in (spec.options or {}).items() if isinstance(v, dict) and v.get(WIDTH_OPTION) == WIDTHS_AUTO]
+    if not keys or not pipeline_of(spec).reads_dataset:
+        return None
+    from fusebench.cells.standard import build_model
+    from fusebench.components.reference_features import reference_features, width_grid
+    from fusebench.engine.data import input_views
+
+    if train is None:
+        train = build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"]
+    views, _ = input_views(train, spec, seed)
+    k_d = len(views) * int(build_model(spec, train).num_features)
+    rank = reference_features("raw_pca", {"train": views}, width=1)[1]["rank"]
+    widths = width_grid(max(1, min(k_d, rank)))
+    for key in keys:
+        spec.options[key] = {**spec.options[key], WIDTH_OPTION: widths}
+    print(f"{spec.name}: options.{keys[0]}.{WIDTH_OPTION} {WIDTHS_AUTO} -> {widths} (the powers of two below "
+          f"min({len(views)} views x {k_d // len(views)} features = {k_d}, the z-scored train matrix's rank {rank}) "
+          f"and that width; recorded in the run config)", file=sys.stderr)
+    return widths
+
+
 def cap_batch_sizes(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
                     train: Any = None) -> list[str]:
     """On data defined by the file alone (adapters with ``VIEWS_FROM_DATA``: any multi-view ``.mat`` of the
@@ -483,6 +515,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     if pipeline.reads_dataset:
         cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
+        resolve_width_grid(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
     if req.mlflow_uri is not None and "mlflow" not in loggers:  # used or refused, never taken and ignored
         raise ConfigError(f"--mlflow-uri {req.mlflow_uri}: read only with --logger mlflow, which this run does not "
                           f"use; add --logger mlflow or drop --mlflow-uri")
@@ -578,4 +611,4 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
            "check_pretraining_epochs", "check_weights_row_settings", "finished_records", "make_out",
-           "pretrains_nothing", "remove_made", "resolve_views", "run", "weights_rows_set"]
+           "pretrains_nothing", "remove_made", "resolve_views", "resolve_width_grid", "run", "weights_rows_set"]

@@ -30,7 +30,7 @@ from fusebench.grids import at_edge  # the rule the board reads back (fusebench.
 from fusebench.grids import points as grid_points
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError
-from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
+from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec, ConfigError
 from fusebench.cells.execute import run_cell
 from fusebench.engine.loop import RunError
 from fusebench.objectives.solver_tally import merged, summed
@@ -58,6 +58,20 @@ def selection_path(out: str | Path, benchmark: str, objective: str) -> Path:
     return Path(out) / benchmark / SELECTION_DIR / f"{objective}.json"
 
 
+def _grid(spec: BenchmarkSpec, objective: str) -> dict[str, list[Any]]:
+    """Row ``objective``'s selection grid (:meth:`~fusebench.components.rows.Row.selection_grid`); a width grid
+    still ``auto`` (resolved when a sweep opens the data, :func:`fusebench.sweep.runner.resolve_width_grid`) is
+    refused: its points are not known."""
+    from fusebench.components.protocols import WIDTH_OPTION, WIDTHS_AUTO
+
+    grid = row_of(spec, objective).selection_grid(spec)
+    if any(WIDTHS_AUTO in v for v in grid.values()):
+        raise ConfigError(f"{spec.name}/{objective}: options.embedding_eval.{WIDTH_OPTION} is {WIDTHS_AUTO!r}, worked "
+                          f"out from the data when a sweep opens it (fusebench run); give the widths as a list to "
+                          f"select without one")
+    return grid
+
+
 def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunOptions,
                    context: Mapping[str, Any], metric: str | None = None) -> dict[str, Any] | None:
     """Run row ``objective``'s grid and return the outcome (None: no grid); writes nothing but the trials' records.
@@ -71,7 +85,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     solves did not converge is not refused, but the board says so. Trial records go to
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
     hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
-    grid = row_of(spec, objective).selection_grid(spec)
+    grid = _grid(spec, objective)
     if not grid:
         return None
     metric = metric or spec.validation_metric
@@ -124,7 +138,7 @@ def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str
     request, context)``. Records go to ``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or
     ``.../<trial>/seed<S>``; the context gives the objective the combination's hyper-parameters."""
     seeds = spec.selection_seeds
-    for i, combo in enumerate(grid_points(row_of(spec, objective).selection_grid(spec))):
+    for i, combo in enumerate(grid_points(_grid(spec, objective))):
         ctx = {**context, "hparams": {**context.get("hparams", {}), objective: combo}}
         folder = out / TRIALS_DIR / spec.name / objective / trial_name(i, combo)
         for s in seeds:
@@ -292,7 +306,7 @@ def _outcome_problem(outcome: Mapping[str, Any], spec: BenchmarkSpec, objective:
     """Why a frozen selection's outcome is not what :func:`select_hparams` writes for ``objective``'s grid (None
     when it is): ``choice`` one point of the grid, ``scores`` one entry per point in grid order, and the choice the
     best mean score in the metric's direction (ties: the first)."""
-    grid = row_of(spec, objective).selection_grid(spec)
+    grid = _grid(spec, objective)
     points = grid_points(grid)
     choice, scores = outcome.get("choice"), outcome.get("scores")
     if not isinstance(choice, dict) or choice not in points:
