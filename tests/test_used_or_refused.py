@@ -215,6 +215,26 @@ def test_an_encoder_config_its_constructor_refuses_is_one_error_before_any_cell(
     assert not tmp_path.joinpath("mv-ngs").exists()
 
 
+def test_a_class_count_the_file_contradicts_is_refused_before_any_cell(tmp_path: Path, fixtures_dir: Path) -> None:
+    """A multi-view .mat's class count is known once the file is read (NGs.mat: 5 newsgroups, counted here from
+    its labels): encoder.config.num_classes = 3 is refused at --plan, with the file's count, not in each cell."""
+    import scipy.io
+
+    classes = len(set(scipy.io.loadmat(str(fixtures_dir / "multiview" / "NGs.mat"))["Y"].ravel().tolist()))
+    assert classes == 5
+    for plan in (True, False):
+        with pytest.raises(ConfigError, match=rf"^mv-ngs: encoder 'mlp' cannot be built with encoder\.config .*"
+                                              rf"'num_classes': 3\}} \(and the data's input sizes\): ValueError: "
+                                              rf"mv_ngs: the dataset has {classes} classes but the encoder "
+                                              rf"MLPEncoder was built for num_classes=3"):
+            fusebench.run("mv-ngs", objective="none", seeds=[0], out=tmp_path, progress=False, plan=plan,
+                          data_root=str(fixtures_dir / "multiview" / "NGs.mat"),
+                          overrides={"encoder.config.num_classes": 3})
+        assert not tmp_path.joinpath("mv-ngs").exists()
+    fusebench.run("mv-ngs", objective="none", seeds=[0], out=tmp_path, progress=False, plan=True,
+                  data_root=str(fixtures_dir / "multiview" / "NGs.mat"), overrides={"encoder.config.num_classes": 5})
+
+
 def test_a_mistyped_pretrain_key_is_matched_against_the_keys_a_spec_writes() -> None:
     with pytest.raises(ConfigError) as e:
         benchmarks.load("quickstart", overrides={"pretrain.per_objectiv.m3g.hparams.eps": 0.1})
