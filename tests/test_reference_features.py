@@ -474,3 +474,32 @@ def test_pca_widths_auto_is_refused_where_no_sweep_resolves_it(fixtures_dir, tmp
         with pytest.raises(ConfigError, match=r"pca_widths = .*expected a non-empty list of distinct positive "
                                               r"integers .*or 'auto'"):
             benchmarks.load("mv-handwritten", synthetic=True, overrides={"options.embedding_eval.pca_widths": bad})
+
+
+def test_fitted_features_equal_a_fresh_fit_bit_for_bit_and_fit_once(fixtures_dir, monkeypatch):
+    """The missing-view scores compute a row's features of each masked test split; fitted once on train
+    (raw_pca: one SVD for every mask), they equal a fresh reference_features call on {train, masked} bit for bit
+    for every kind, on the real handwritten views."""
+    from fusebench.components import reference_features as RF
+
+    views, _ = _mat_views(fixtures_dir, "handwritten.mat")
+    train = [v[:300] for v in views]
+    rng = np.random.default_rng(0)
+    masks = [rng.random((200, len(views))) < r for r in (0.1, 0.5)]
+    tests = [[np.where(m[:, j:j + 1], v[300:500], 0.0) for j, v in enumerate(views)] for m in masks]
+    for kind in [k for k in REFERENCE_KINDS if k != "raw_tfidf"]:
+        width = 24 if kind == "raw_pca" else None
+        apply = RF.fitted(kind, train, width=width)
+        for x in tests:
+            want = reference_features(kind, {"train": train, "x": x}, width=width)[0]["x"]
+            got = apply(x)
+            assert got.shape == want.shape and np.array_equal(got, want), kind
+    calls = []
+    real_svd = np.linalg.svd
+    monkeypatch.setattr(np.linalg, "svd", lambda *a, **k: calls.append(1) or real_svd(*a, **k))
+    apply = RF.fitted("raw_pca", train, width=8)
+    for x in tests:
+        apply(x)
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match=r"raw_pca: width 5 is more than the 3 principal component"):
+        RF.fitted("raw_pca", [np.column_stack([v, v]) for v in [train[5][:, :3]]], width=5)  # 6 columns, rank 3

@@ -187,11 +187,12 @@ def _feature_source(row: Row, enc: Any, data: dict[str, Any], spec: Any, dev: to
     train = [np.asarray(v, dtype=np.float64) for v in views["train"]]
     mean = zscore_stats(np.concatenate(train, axis=1))[0]  # the statistics raw_pca z-scores with
     bounds = np.cumsum([0, *widths])
+    apply = row.fitted(train, width)  # fitted once (raw_pca: one SVD) for every mask
 
     def masked(split: str, mask: np.ndarray) -> np.ndarray:
         imputed = [np.where(mask[:, j:j + 1], np.asarray(v, dtype=np.float64), mean[bounds[j]:bounds[j + 1]])
                    for j, v in enumerate(views[split])]
-        return row.features({"train": train, "masked": imputed}, width)[0]["masked"]
+        return apply(imputed)
 
     return FeatureSource(names, None, masked)
 

@@ -137,25 +137,69 @@ def _raw_pca(vs: dict[str, list[np.ndarray]], width: int | None) -> tuple[dict[s
     if width is None:  # reference_features checks it first; a direct call is told the same
         raise ValueError("reference_features: kind 'raw_pca' needs width (the number of principal components)")
     concat = {s: np.concatenate(v, axis=1) for s, v in vs.items()}
-    mean, scale, _ = zscore_stats(concat["train"])
-    z = {s: (concat[s] - mean) / scale for s in vs}
-    _, sing, vt = np.linalg.svd(z["train"], full_matrices=False)                  # vt [r, D]
-    # the numerical rank (numpy.linalg.matrix_rank's tolerance): a component past it is rounding noise, whose
-    # projection no two machines compute alike; a width beyond it is refused, not filled with noise
-    tol = (float(sing[0]) * max(z["train"].shape) * np.finfo(np.float64).eps) if sing.size else 0.0
-    rank = int((sing > tol).sum())
-    if width > rank:
-        raise ValueError(f"raw_pca: width {width} is more than the {rank} principal component(s) the z-scored train "
-                         f"matrix ({z['train'].shape[0]} x {z['train'].shape[1]}) has (its numerical rank); choose "
-                         f"widths up to {rank}")
-    lead = np.argmax(np.abs(vt), axis=1)
-    comps = vt * np.sign(vt[np.arange(vt.shape[0]), lead])[:, None]               # every component, signed
-    total = float((sing ** 2).sum())
-    ratio = (sing[:width] ** 2) / total if total > 0 else np.zeros(width)
-    # projected on every component, then cut: the product's shape does not depend on width, so the features
-    # at width w are bit for bit the first w columns of those at any wider width (the width selection's slices)
-    return ({s: np.ascontiguousarray((z[s] @ comps.T)[:, :width]) for s in vs},
-            {"width": width, "rank": rank, "explained_variance_ratio": [float(r) for r in ratio]})
+    fit = _PCAFit.of(concat["train"])
+    fit.check(width)
+    ratio = (fit.sing[:width] ** 2) / fit.total if fit.total > 0 else np.zeros(width)
+    return ({s: fit.project(concat[s], width) for s in vs},
+            {"width": width, "rank": fit.rank, "explained_variance_ratio": [float(r) for r in ratio]})
+
+
+@dataclass(frozen=True)
+class _PCAFit:
+    """``raw_pca``'s fit on the train matrix: its z-scoring statistics, every principal component (signed) and the
+    numerical rank."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    comps: np.ndarray  # [r, D], every component, signed
+    sing: np.ndarray
+    rank: int
+    total: float
+    shape: tuple[int, int]
+
+    @classmethod
+    def of(cls, train: np.ndarray) -> "_PCAFit":
+        mean, scale, _ = zscore_stats(train)
+        z = (train - mean) / scale
+        _, sing, vt = np.linalg.svd(z, full_matrices=False)                      # vt [r, D]
+        # the numerical rank (numpy.linalg.matrix_rank's tolerance): a component past it is rounding noise, whose
+        # projection no two machines compute alike; a width beyond it is refused, not filled with noise
+        tol = (float(sing[0]) * max(z.shape) * np.finfo(np.float64).eps) if sing.size else 0.0
+        lead = np.argmax(np.abs(vt), axis=1)
+        comps = vt * np.sign(vt[np.arange(vt.shape[0]), lead])[:, None]
+        return cls(mean, scale, comps, sing, int((sing > tol).sum()), float((sing ** 2).sum()), z.shape)
+
+    def check(self, width: int) -> None:
+        if width > self.rank:
+            raise ValueError(f"raw_pca: width {width} is more than the {self.rank} principal component(s) the "
+                             f"z-scored train matrix ({self.shape[0]} x {self.shape[1]}) has (its numerical rank); "
+                             f"choose widths up to {self.rank}")
+
+    def project(self, x: np.ndarray, width: int) -> np.ndarray:
+        # projected on every component, then cut: the product's shape does not depend on width, so the features
+        # at width w are bit for bit the first w columns of those at any wider width (the width selection's slices)
+        return np.ascontiguousarray((((x - self.mean) / self.scale) @ self.comps.T)[:, :width])
+
+
+def fitted(kind: str, train: Sequence[Any], *, width: int | None = None) -> Callable[[Sequence[Any]], np.ndarray]:
+    """Reference row ``kind`` fitted once on the train views ``train``, as a function of other views of the same
+    widths: ``fitted(kind, train, width=w)(views)`` is ``reference_features(kind, {"train": train, "x": views},
+    width=w)[0]["x"]`` bit for bit (the same operations on the same arrays), without fitting again at each call:
+    ``raw_pca``'s SVD once for every missing-view mask (:mod:`fusebench.probes.missing_views`). Checked as
+    :func:`reference_features` checks (the width against the rank here, once)."""
+    if kind != "raw_pca":
+        reference_features(kind, {"train": train}, width=width)  # every check, once
+        return lambda views: reference_features(kind, {"train": train, "x": views}, width=width)[0]["x"]
+    trained = _check_views({"train": train})["train"]
+    _check_width(kind, {"train": trained}, width)
+    fit = _PCAFit.of(np.concatenate(trained, axis=1))
+    fit.check(int(width))  # type: ignore[arg-type]
+
+    def apply(views: Sequence[Any]) -> np.ndarray:
+        x = _check_views({"train": trained, "x": views})["x"]
+        return fit.project(np.concatenate(x, axis=1), int(width))  # type: ignore[arg-type]
+
+    return apply
 
 
 #: the input-feature kinds computed here, in the order the boards list them
@@ -285,6 +329,21 @@ def _tfidf(vs: dict[str, np.ndarray], view: int) -> tuple[dict[str, np.ndarray],
     return out, idf
 
 
+def _check_width(kind: str, vs: dict[str, list[np.ndarray]], width: Any) -> None:
+    """A kind that needs a width (``raw_pca``) is given an integer in 1..min(n_train, total view width)."""
+    if not KINDS[kind].needs_width:
+        return
+    widths = [a.shape[1] for a in vs["train"]]
+    n = vs["train"][0].shape[0]
+    limit = min(n, sum(widths))
+    if width is None or isinstance(width, bool) or not isinstance(width, (int, np.integer)):
+        raise ValueError(f"reference_features: kind {kind!r} needs width = the number of principal "
+                         f"components, an integer in 1..{limit} (min(n_train, total view width)), got {width!r}")
+    if not 1 <= int(width) <= limit:
+        raise ValueError(f"reference_features: width = {width} is out of range for kind {kind!r}: it must be "
+                         f"in 1..{limit} = min(n_train = {n}, total view width = {sum(widths)})")
+
+
 def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: int | None = None
                        ) -> tuple[dict[str, np.ndarray], dict[str, Any], str]:
     """Features of reference row ``kind`` for every split of ``views`` (fitted on ``"train"``); see the
@@ -296,20 +355,12 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     spec = KINDS[kind]
     vs = _check_views(views)
     widths = [a.shape[1] for a in vs["train"]]
-    if spec.needs_width:
-        n = vs["train"][0].shape[0]
-        limit = min(n, sum(widths))
-        if width is None or isinstance(width, bool) or not isinstance(width, (int, np.integer)):
-            raise ValueError(f"reference_features: kind {kind!r} needs width = the number of principal "
-                             f"components, an integer in 1..{limit} (min(n_train, total view width)), got {width!r}")
-        if not 1 <= int(width) <= limit:
-            raise ValueError(f"reference_features: width = {width} is out of range for kind {kind!r}: it must be "
-                             f"in 1..{limit} = min(n_train = {n}, total view width = {sum(widths)})")
+    _check_width(kind, vs, width)
     feats, extra = spec.compute(vs, int(width) if spec.needs_width else None)  # type: ignore[arg-type]
     record: dict[str, Any] = {"kind": kind, "formula": spec.formula, "fitted_on": "train", "view_widths": widths,
                               "width": None, "cluster_standardize": spec.cluster_standardize, **extra}
     return feats, record, spec.cluster_standardize
 
 
-__all__ = ["CLUSTER_METRICS", "KINDS", "PROBE_BASE", "REFERENCE_KINDS", "ReferenceKind", "cluster_identical",
+__all__ = ["CLUSTER_METRICS", "KINDS", "PROBE_BASE", "REFERENCE_KINDS", "ReferenceKind", "cluster_identical", "fitted",
            "probe_identical_groups", "reference_features", "width_grid"]

@@ -99,6 +99,11 @@ class Row:
         ``views["train"]`` (:func:`fusebench.components.reference_features.reference_features`)."""
         raise NotImplementedError(f"row {self.id!r} computes no features from the inputs")
 
+    def fitted(self, train: Any, width: int | None) -> Any:
+        """The row's features fitted once on the train views ``train``, as a function of other views (the masked
+        test views of the missing-view scores): :func:`fusebench.components.reference_features.fitted`."""
+        raise NotImplementedError(f"row {self.id!r} computes no features from the inputs")
+
 
 class PretrainedRow(Row):
     """An objective's row: the benchmark's encoders pretrained with it, then scored by the protocol."""
@@ -206,6 +211,11 @@ class InputFeatureRow(Row):
         from fusebench.components.reference_features import reference_features
 
         return reference_features(self.id, views, width=width)
+
+    def fitted(self, train: Any, width: int | None) -> Any:
+        from fusebench.components.reference_features import fitted
+
+        return fitted(self.id, train, width=width)
 
     def selection_grid(self, spec: Any) -> dict[str, list[Any]]:
         """A width-selecting row's ``{"width": options.<protocol>.pca_widths}`` where the spec sets the widths
