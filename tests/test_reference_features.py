@@ -409,7 +409,10 @@ def test_pca_widths_auto_is_worked_out_from_the_real_file(fixtures_dir):
         assert row_of(spec, "raw_pca").selection_grid(spec) == {"width": ["auto"]}  # selects; points not known yet
         root = str(fixtures_dir / "multiview" / name)
         train = resolve_views(spec, False, root, 0)
-        assert resolve_width_grid(spec, False, root, 0, train) == want
+        # a run without raw_pca leaves the widths alone (no other row reads or hashes them)
+        assert resolve_width_grid(spec, False, root, 0, train, ["m3g", "raw"]) is None
+        assert spec.options["embedding_eval"]["pca_widths"] == "auto"
+        assert resolve_width_grid(spec, False, root, 0, train, ["m3g", "raw_pca"]) == want
         assert spec.to_dict()["options"]["embedding_eval"]["pca_widths"] == want
         assert row_of(spec, "raw_pca").selection_grid(spec) == {"width": want}
         mine = benchmarks.load(f"mv-{name[:-4].lower()}")

@@ -344,18 +344,21 @@ def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, s
 
 
 def resolve_width_grid(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
-                       train: Any = None) -> list[int] | None:
+                       train: Any = None, objectives: Iterable[str] | None = None) -> list[int] | None:
     """``options.<protocol>.pca_widths: auto`` (:data:`~fusebench.components.protocols.WIDTHS_AUTO`: ``multiview``,
     whose views are known only from its file) replaced in the spec by the widths the curated boards write out,
     :func:`~fusebench.components.reference_features.width_grid` of the cap, so that the recorded config and its
     hash say what was selected among, and said once on stderr. The cap is the pretrained rows' embedding width (the
     views times the encoder's ``num_features``) at most the numerical rank of the z-scored train matrix of
     ``seed``'s split (a width past it is refused: rounding noise), which is also at most ``n_train - 1`` and the input
-    columns. Returns the widths (None: nothing to resolve). ``train``: the split when the caller has it open."""
+    columns. Returns the widths (None: nothing to resolve). ``train``: the split when the caller has it open;
+    ``objectives``: the rows of the run (None: the spec's), resolved for only where one of them selects its width
+    (the widths are that row's setting alone, in no other row's hash or comparison)."""
     from fusebench.components.protocols import WIDTH_OPTION, WIDTHS_AUTO
 
     keys = [k for k, v in (spec.options or {}).items() if isinstance(v, dict) and v.get(WIDTH_OPTION) == WIDTHS_AUTO]
-    if not keys or not pipeline_of(spec).reads_dataset:
+    rows = list(spec.objectives if objectives is None else objectives)
+    if not keys or not pipeline_of(spec).reads_dataset or not any(row_of(spec, o).selects_width for o in rows):
         return None
     from fusebench.cells.standard import build_model
     from fusebench.components.reference_features import reference_features, width_grid
@@ -515,7 +518,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     if pipeline.reads_dataset:
         cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
-        resolve_width_grid(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
+        resolve_width_grid(spec, synthetic, data_root, seeds[0] if seeds else 0, train, objs)
     if req.mlflow_uri is not None and "mlflow" not in loggers:  # used or refused, never taken and ignored
         raise ConfigError(f"--mlflow-uri {req.mlflow_uri}: read only with --logger mlflow, which this run does not "
                           f"use; add --logger mlflow or drop --mlflow-uri")
