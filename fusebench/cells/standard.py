@@ -76,9 +76,10 @@ def encoder_config(spec: BenchmarkSpec, train_ds) -> dict[str, Any]:
 def check_weights_fit(spec: BenchmarkSpec, train_ds, names: list[str]) -> None:
     """Before any cell: the spec's encoder builds for ``train_ds`` with its ``encoder.config``, its task head with
     it (a value its constructor refuses, say ``hidden: -5``, or a ``num_classes`` other than the data's, is one
-    ConfigError naming the key, not a failure in every cell after its pretraining), and (issue #32) the encoder weights of each row in ``names`` (``spec.encoder_weights``) fit it
-    -- the strict ``load_state_dict`` as a dry run on a model built here and thrown away; one ConfigError naming
-    the row, the file and the mismatching parameters."""
+    ConfigError naming the key, not a failure in every cell after its pretraining), and (issue #32) the encoder
+    weights of each row in ``names`` (``spec.encoder_weights``) fit it -- the strict ``load_state_dict`` as a dry
+    run on a model built here and thrown away; one ConfigError naming the row, the file and the mismatching
+    parameters."""
     from fusebench import encoders, tasks
     from fusebench.components import encoder_weights as W
 

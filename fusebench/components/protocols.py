@@ -344,7 +344,7 @@ def missing_view_problems(spec: Any, k: int | None) -> list[str]:
     return out
 
 
-__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "WIDTH_OPTION", "WIDTHS_AUTO", "PROTOCOLS",
-           "EmbeddingEval", "Finetune",
+__all__ = ["EMBEDDING_EVAL_OPTIONS", "MISSING_RULES", "MISSING_VIEW_OPTIONS", "WIDTH_OPTION", "WIDTHS_AUTO",
+           "PROTOCOLS", "EmbeddingEval", "Finetune",
            "LinearProbe", "Protocol", "instance_rate_problem", "missing_rate_problem", "missing_view_problems",
            "offered_rows", "protocol_of", "rate_id", "view_id", "without_width_option"]

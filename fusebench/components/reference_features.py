@@ -181,6 +181,11 @@ class _PCAFit:
         return np.ascontiguousarray((((x - self.mean) / self.scale) @ self.comps.T)[:, :width])
 
 
+def pca_rank(train: Sequence[Any]) -> int:
+    """The numerical rank of the z-scored train views side by side: the most components ``raw_pca`` may keep."""
+    return _PCAFit.of(np.concatenate(_check_views({"train": train})["train"], axis=1)).rank
+
+
 def fitted(kind: str, train: Sequence[Any], *, width: int | None = None) -> Callable[[Sequence[Any]], np.ndarray]:
     """Reference row ``kind`` fitted once on the train views ``train``, as a function of other views of the same
     widths: ``fitted(kind, train, width=w)(views)`` is ``reference_features(kind, {"train": train, "x": views},
@@ -362,5 +367,5 @@ def reference_features(kind: str, views: Mapping[str, Sequence[Any]], *, width: 
     return feats, record, spec.cluster_standardize
 
 
-__all__ = ["CLUSTER_METRICS", "KINDS", "PROBE_BASE", "REFERENCE_KINDS", "ReferenceKind", "cluster_identical", "fitted",
-           "probe_identical_groups", "reference_features", "width_grid"]
+__all__ = ["CLUSTER_METRICS", "KINDS", "PROBE_BASE", "REFERENCE_KINDS", "ReferenceKind", "cluster_identical",
+           "fitted", "pca_rank", "probe_identical_groups", "reference_features", "width_grid"]

@@ -361,14 +361,14 @@ def resolve_width_grid(spec: BenchmarkSpec, synthetic: bool, data_root: str | No
     if not keys or not pipeline_of(spec).reads_dataset or not any(row_of(spec, o).selects_width for o in rows):
         return None
     from fusebench.cells.standard import build_model
-    from fusebench.components.reference_features import reference_features, width_grid
+    from fusebench.components.reference_features import pca_rank, width_grid
     from fusebench.engine.data import input_views
 
     if train is None:
         train = build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"]
     views, _ = input_views(train, spec, seed)
     k_d = len(views) * int(build_model(spec, train).num_features)
-    rank = reference_features("raw_pca", {"train": views}, width=1)[1]["rank"]
+    rank = pca_rank(views)  # >= 1 where a column varies (the cells refuse a width past it, naming the rank)
     widths = width_grid(max(1, min(k_d, rank)))
     for key in keys:
         spec.options[key] = {**spec.options[key], WIDTH_OPTION: widths}
