@@ -409,10 +409,7 @@ def test_pca_widths_auto_is_worked_out_from_the_real_file(fixtures_dir):
         assert row_of(spec, "raw_pca").selection_grid(spec) == {"width": ["auto"]}  # selects; points not known yet
         root = str(fixtures_dir / "multiview" / name)
         train = resolve_views(spec, False, root, 0)
-        # a run without raw_pca leaves the widths alone (no other row reads or hashes them)
-        assert resolve_width_grid(spec, False, root, 0, train, ["m3g", "raw"]) is None
-        assert spec.options["embedding_eval"]["pca_widths"] == "auto"
-        assert resolve_width_grid(spec, False, root, 0, train, ["m3g", "raw_pca"]) == want
+        assert resolve_width_grid(spec, False, root, (0, train)) == want
         assert spec.to_dict()["options"]["embedding_eval"]["pca_widths"] == want
         assert row_of(spec, "raw_pca").selection_grid(spec) == {"width": want}
         mine = benchmarks.load(f"mv-{name[:-4].lower()}")
@@ -444,7 +441,7 @@ def test_pca_widths_auto_stops_at_the_train_matrix_rank(tmp_path):
     train = resolve_views(spec, False, str(path), 0)
     views, _ = input_views(train, spec, 0)
     assert _rank_of_zscored(views) == 3
-    assert resolve_width_grid(spec, False, str(path), 0, train) == [2, 3]
+    assert resolve_width_grid(spec, False, str(path), (0, train)) == [2, 3]
 
     small = {"pretrain.selection_seeds": [1000, 1001], "options.embedding_eval.n_init": 2,
              "options.embedding_eval.fewshot_draws": 2}
@@ -458,6 +455,40 @@ def test_pca_widths_auto_stops_at_the_train_matrix_rank(tmp_path):
     (again,) = fusebench.run("multiview", objective=["raw_pca"], seeds=[0], out=out, data_root=str(path),
                              progress=False, overrides=small)
     assert again == rec  # the same list resolved again: the record is reused, not refused as another config
+    # the board takes the written-out list for the spec's auto: not "made with settings other than the spec's"
+    from fusebench.leaderboard.writer import write_leaderboards
+
+    write_leaderboards(out, tmp_path / "board", plots=False)
+    board = (tmp_path / "board" / "multiview.md").read_text()
+    [flagged] = [line for line in board.splitlines() if "settings other than the current spec" in line]
+    assert "raw_pca" in board and "`options.embedding_eval.n_init`" in flagged and "pca_widths" not in flagged
+
+
+def test_pca_widths_auto_stops_at_the_lowest_rank_of_the_spec_splits(fixtures_dir):
+    """The cap is the lowest rank over the train splits of the spec's seeds and selection seeds (a width past a
+    split's rank is refused there), so the widths do not depend on the seeds a run asks for: with 512 features
+    per view (2 x 512 > every rank) the real HW2sources.mat's splits differ in rank, each counted here by numpy,
+    and the list is width_grid of the lowest, whichever split the run opened first."""
+    from fusebench import benchmarks
+    from fusebench.components.reference_features import width_grid
+    from fusebench.engine.data import build_datasets, input_views
+    from fusebench.sweep.runner import resolve_views, resolve_width_grid
+
+    root = str(fixtures_dir / "multiview" / "HW2sources.mat")
+    wide = {"encoder.config.num_features": 512}
+    spec = benchmarks.load("multiview", overrides=wide)
+    resolve_views(spec, False, root, 0)
+    seeds = sorted(set(spec.seeds) | set(spec.selection_seeds))
+    ranks = {s: _rank_of_zscored(input_views(build_datasets(spec, False, root, s, roles=("train",))["train"], spec,
+                                             s)[0]) for s in seeds}
+    assert len(set(ranks.values())) > 1 and min(ranks.values()) < 2 * 512  # the splits differ; the rank binds
+    want = width_grid(min(ranks.values()))
+    got = []
+    for first in (0, 1002):
+        spec = benchmarks.load("multiview", overrides=wide)
+        train = resolve_views(spec, False, root, first)
+        got.append(resolve_width_grid(spec, False, root, (first, train)))
+    assert got == [want, want]
 
 
 def test_pca_widths_auto_is_refused_where_no_sweep_resolves_it(fixtures_dir, tmp_path):

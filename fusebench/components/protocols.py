@@ -49,7 +49,7 @@ EMBEDDING_EVAL_OPTIONS = ("l2_grid", "cluster_on", "n_init", "fewshot_shots", "f
 WIDTH_OPTION = "pca_widths"
 #: :data:`WIDTH_OPTION`'s value for a benchmark whose views are known only from its file (``multiview``): a sweep
 #: replaces it, once the train split is open, by the list the curated boards write out, ``width_grid`` of the
-#: pretrained rows' embedding width at most the train matrix's rank (:func:`fusebench.sweep.runner.resolve_width_grid`)
+#: pretrained rows' embedding width at most the train matrices' rank (:func:`fusebench.sweep.runner.resolve_width_grid`)
 WIDTHS_AUTO = "auto"
 
 

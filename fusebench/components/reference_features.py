@@ -49,7 +49,8 @@ the selection seeds (each seed its own train / val split of the non-test samples
 ``_selection/raw_pca.json`` before any evaluation cell, and every evaluation run uses that width. (Version 2 chose
 it in each run on that run's validation split, an adaptivity the objectives' frozen hyper-parameters did not have;
 version 1 fixed it at the cap.) ``pca_widths: auto`` (``multiview``, whose views are known from its file alone) is
-written out as :func:`width_grid` of the cap at most the train matrix's rank when a sweep opens the data
+written out as :func:`width_grid` of the cap at most the lowest rank of the spec's train splits when a sweep
+opens the data
 (:func:`fusebench.sweep.runner.resolve_width_grid`). Without ``pca_widths`` the width is the cap, at most
 ``n_train - 1`` and ``D``. A
 width beyond the train matrix's numerical rank (``numpy.linalg.matrix_rank``'s tolerance) is refused: those

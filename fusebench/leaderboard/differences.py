@@ -24,7 +24,8 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
     every config leaf (nested mappings flattened, lists whole) that the spec sets (not null) and every run records,
     where some run's value is not the spec's. Keys of :data:`SPEC_TEXT_KEYS` are left out, and so are the fields the
     pipeline's cell does not apply (:func:`fusebench.pipelines.applied_form`: a value there changed nothing), and
-    the ``pretrain.*`` values of the rows that pretrain nothing (:func:`_pretrains_nothing`: they read none)."""
+    the ``pretrain.*`` values of the rows that pretrain nothing (:func:`_pretrains_nothing`: they read none), and a
+    ``pca_widths`` the spec gives as ``auto`` (each sweep writes it out from the data it reads)."""
     from fusebench.pipelines import PIPELINES, applied_form
 
     def applied(form: dict[str, Any]) -> dict[str, Any]:
@@ -36,9 +37,13 @@ def spec_differences(spec: dict[str, Any], recs: list[RunRecord]) -> list[tuple[
     ordered = oldest_first(recs)
     flat = [_flatten(applied(r.config)) for r in ordered]
     nothing = [_pretrains_nothing(r) for r in ordered]  # their pretrain.* values changed nothing (board_keys)
+    from fusebench.components.protocols import WIDTH_OPTION, WIDTHS_AUTO
+
     out = []
     for key in sorted(want):
         if not all(key in f for f in flat):  # an older record without the field: nothing to compare
+            continue
+        if key.endswith(f".{WIDTH_OPTION}") and want[key] == WIDTHS_AUTO:  # each sweep writes it out from the data
             continue
         if key.startswith("pretrain."):
             flat_used = [f for f, n in zip(flat, nothing) if not n]

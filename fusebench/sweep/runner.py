@@ -343,38 +343,46 @@ def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, s
     return ds
 
 
-def resolve_width_grid(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
-                       train: Any = None, objectives: Iterable[str] | None = None) -> list[int] | None:
+def resolve_width_grid(spec: BenchmarkSpec, synthetic: bool, data_root: str | None,
+                       train: tuple[int, Any] | None = None) -> list[int] | None:
     """``options.<protocol>.pca_widths: auto`` (:data:`~fusebench.components.protocols.WIDTHS_AUTO`: ``multiview``,
     whose views are known only from its file) replaced in the spec by the widths the curated boards write out,
     :func:`~fusebench.components.reference_features.width_grid` of the cap, so that the recorded config and its
     hash say what was selected among, and said once on stderr. The cap is the pretrained rows' embedding width (the
-    views times the encoder's ``num_features``) at most the numerical rank of the z-scored train matrix of
-    ``seed``'s split (a width past it is refused: rounding noise), which is also at most ``n_train - 1`` and the input
-    columns. Returns the widths (None: nothing to resolve). ``train``: the split when the caller has it open;
-    ``objectives``: the rows of the run (None: the spec's), resolved for only where one of them selects its width
-    (the widths are that row's setting alone, in no other row's hash or comparison)."""
+    views times the encoder's ``num_features``) at most the numerical rank of the z-scored train matrix of every
+    split the spec runs -- its seeds' and its selection seeds' (a width past a split's rank is refused there:
+    rounding noise) --, so the widths depend on the spec and the file alone, not on the seeds a run asks for (a run
+    of a seed outside the spec's whose split has a lower rank is refused in its cell, naming the rank). Resolved
+    whatever rows a run has, so that every record of a sweep carries the same config. Returns the widths (None:
+    nothing to resolve). ``train``: ``(seed, train split)`` when the caller has one open."""
     from fusebench.components.protocols import WIDTH_OPTION, WIDTHS_AUTO
 
     keys = [k for k, v in (spec.options or {}).items() if isinstance(v, dict) and v.get(WIDTH_OPTION) == WIDTHS_AUTO]
-    rows = list(spec.objectives if objectives is None else objectives)
-    if not keys or not pipeline_of(spec).reads_dataset or not any(row_of(spec, o).selects_width for o in rows):
+    if not keys or not pipeline_of(spec).reads_dataset:
         return None
     from fusebench.cells.standard import build_model
     from fusebench.components.reference_features import pca_rank, width_grid
     from fusebench.engine.data import input_views
 
-    if train is None:
-        train = build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"]
-    views, _ = input_views(train, spec, seed)
-    k_d = len(views) * int(build_model(spec, train).num_features)
-    rank = pca_rank(views)  # >= 1 where a column varies (the cells refuse a width past it, naming the rank)
-    widths = width_grid(max(1, min(k_d, rank)))
+    seeds = sorted({check_seed(s) for s in spec.seeds} | set(spec.selection_seeds))
+    ranks, k_d, n_views = {}, 0, 1
+    with progress_lines.phase(f"working out raw_pca's widths: the rank of the train split of {len(seeds)} seed(s)"):
+        for s in seeds:
+            split = train[1] if train is not None and train[0] == s else \
+                build_datasets(spec, synthetic, data_root, s, roles=("train",))["train"]
+            views, _ = input_views(split, spec, s)
+            if not k_d:
+                n_views = len(views)
+                k_d = n_views * int(build_model(spec, split).num_features)
+            ranks[s] = pca_rank(views)  # >= 1 where a column varies (a width past it is refused, naming the rank)
+    low = min(ranks, key=lambda s: (ranks[s], s))
+    widths = width_grid(max(1, min(k_d, ranks[low])))
     for key in keys:
         spec.options[key] = {**spec.options[key], WIDTH_OPTION: widths}
     print(f"{spec.name}: options.{keys[0]}.{WIDTH_OPTION} {WIDTHS_AUTO} -> {widths} (the powers of two below "
-          f"min({len(views)} views x {k_d // len(views)} features = {k_d}, the z-scored train matrix's rank {rank}) "
-          f"and that width; recorded in the run config)", file=sys.stderr)
+          f"min({n_views} views x {k_d // n_views} features = {k_d}, the lowest rank of the z-scored train matrices "
+          f"of the spec's {len(seeds)} seeds and selection seeds, {ranks[low]} at seed {low}) and that width; "
+          f"recorded in the run config)", file=sys.stderr)
     return widths
 
 
@@ -518,7 +526,8 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
             raise DatasetNotFoundError(f"{spec.name}: {where}; or pass --synthetic to use the synthetic twin.\n{cls.info()}")
     if pipeline.reads_dataset:
         cap_batch_sizes(spec, synthetic, data_root, seeds[0] if seeds else 0, train)
-        resolve_width_grid(spec, synthetic, data_root, seeds[0] if seeds else 0, train, objs)
+        opened = (seeds[0] if seeds else 0, train) if train is not None else None
+        resolve_width_grid(spec, synthetic, data_root, opened)
     if req.mlflow_uri is not None and "mlflow" not in loggers:  # used or refused, never taken and ignored
         raise ConfigError(f"--mlflow-uri {req.mlflow_uri}: read only with --logger mlflow, which this run does not "
                           f"use; add --logger mlflow or drop --mlflow-uri")
