@@ -147,7 +147,10 @@ _MD_ESCAPES |= {chr(c): "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *rang
 BIDI_CONTROLS = ("\u061c\u200e\u200f" + "".join(map(chr, range(0x202A, 0x202F)))
                  + "".join(map(chr, range(0x2066, 0x206A))))
 _BIDI_ESCAPES = {c: f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
-_BIDI_TABLE = str.maketrans(_BIDI_ESCAPES)
+#: what every board format shows for text outside markdown (:func:`no_bidi`): the bidi escapes, and U+FFFD for the
+#: C0 controls other than tab / newline / carriage return and DEL (as in markdown, :data:`_MD_ESCAPES`)
+_BIDI_TABLE = str.maketrans({**_BIDI_ESCAPES, **{chr(c): "\ufffd" for c in [*range(0x00, 0x09), 0x0B, 0x0C,
+                                                                          *range(0x0E, 0x20), 0x7F]}})
 #: in markdown with its backslash escaped, as a record's own backslash is: ``\\u202e`` shows ``\u202e``
 _MD_ESCAPES |= {c: "\\" + e for c, e in _BIDI_ESCAPES.items()}
 _MD_TABLE = str.maketrans(_MD_ESCAPES)
@@ -175,8 +178,9 @@ def md_text(text: object) -> str:
 
 
 def no_bidi(text: object) -> str:
-    """``text`` with each of :data:`BIDI_CONTROLS` replaced by its visible escape (``\\u202e``): for the formats
-    that show record text without :func:`md_text` (CSV cells, HTML attributes and text)."""
+    """``text`` with each of :data:`BIDI_CONTROLS` replaced by its visible escape (``\\u202e``) and each control
+    character but tab, newline and carriage return by U+FFFD (never a NUL or a terminal escape in a board): for the
+    formats that show record text without :func:`md_text` (CSV cells, HTML attributes and text)."""
     return str(text).translate(_BIDI_TABLE)
 
 

@@ -72,6 +72,21 @@ def _is_seeds_csv(path: Path) -> bool:
         return False
 
 
+def check_targets(planned: dict[str, list[str]], out_dir: Path) -> None:
+    """Before anything is written: a ValueError when two writers of one regeneration would write one file (a
+    benchmark named ``index`` beside the index's ``index.html``), or a file's path in ``out_dir`` is a folder (or
+    anything else that is not a file): one message naming the path, instead of the boards written before it and
+    an OS error at its rename. ``planned``: file name -> who writes it."""
+    for name, writers in planned.items():
+        if len(writers) > 1:
+            raise ValueError(f"{out_dir / name} would be written by both {' and '.join(writers[:2])}; write the "
+                             f"boards into another --out folder, or rename the benchmark")
+        path = out_dir / name
+        if path.exists() and not path.is_file():
+            raise ValueError(f"{path} is a folder (or another non-file) where {writers[0]} writes a file; move it "
+                             f"away or write the boards into another --out folder")
+
+
 def check_extras(runs: dict[str, list], formats: tuple[str, ...] | list[str], out_dir: Path,
                  tex_columns: tuple[str, ...] | list[str] | None = None) -> None:
     """Before anything is written: a ValueError when ``tex_columns`` are given without ``tex`` in ``formats``

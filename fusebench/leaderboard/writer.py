@@ -63,6 +63,7 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
     out_dir = Path(out_dir)
     reported_map = load_reported(Path(reported) if reported is not None else default_reported(out_dir))
     boards: list[tuple[str, list[GroupView], list[str], list[str], list[str]]] = []  # name, views, plots
+    planned: dict[str, list[str]] = {}  # every file this regeneration may write -> who writes it
     for name, recs in track(runs.items(), len(runs), "leaderboard: tables computed (groups, statistics)",
                             progress and bool(runs)):
         if not valid_id(name):  # validated by the record schema already; never build paths from anything else
@@ -78,10 +79,15 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
                          for v in views]  # drawn only for groups with missing-view metrics
         sens_names = [f"{name}-sensitivity.png" if len(views) == 1
                       else f"{name}-{group_key(v.recs)}-sensitivity.png" for v in views]  # tuned rows only
-        for p in plot_names + missing_names + sens_names + [f"{name}.{fmt}" for fmt in formats] + \
-                outputs.extra_names(name, formats):  # -seeds.csv, .tex (issue #32)
+        for p in dict.fromkeys(plot_names + missing_names + sens_names + [f"{name}.{fmt}" for fmt in formats] +
+                               outputs.extra_names(name, formats)):  # -seeds.csv, .tex (issue #32)
+            planned.setdefault(p, []).append(f"the board {name!r}")
             _inside(out_dir, p)
         boards.append((name, views, plot_names, missing_names, sens_names))
+    for p in (["README.md", index_page.CD_PLOT] if "md" in formats else []) + (["index.html"] if "html" in formats
+                                                                               else []):
+        planned.setdefault(p, []).append("the index")
+    outputs.check_targets(planned, out_dir)  # two writers of one file, a folder where a file goes
     outputs.check_extras(runs, formats, out_dir, tex_columns)  # -seeds.csv collisions, tex columns
     md = "md" in formats
     web = "html" in formats  # the pages need the markdown text and the index (made, not written, without md)

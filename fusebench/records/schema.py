@@ -409,6 +409,10 @@ def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
             _validate_selection_score(score, path, f"hparam_selection.scores[{i}]")
     if obj.get("missing_views") is not None:
         _validate_missing_views(obj["missing_views"], path)
+    if obj.get("git") is not None:  # the checkout's state: the boards show its sha
+        git = _mapping(obj["git"], path, "git", 'a mapping {"sha": ..., "dirty": ..., ...}')
+        if git.get("sha") is not None:
+            _str(git["sha"], path, "git.sha")
     if obj.get("validity") is not None:
         v = obj["validity"]
         if not isinstance(v, dict) or not isinstance(v.get("valid"), bool) or not isinstance(v.get("why", ""), str):
@@ -467,9 +471,21 @@ def _validate_budget(b: Any, path: str) -> None:
             raise RecordError(path, f"budget.{key}", "an integer >= 0 or null", v)
 
 
+def _scored_metric(key: str) -> str | None:
+    """The built-in metric a missing-view metric id ends with (``miss10_cluster_acc`` -> ``cluster_acc``,
+    ``only_view_0_acc`` -> ``acc``: the longest suffix after an ``_`` that the metric catalog names), else None."""
+    from fusebench.metrics.catalog import CATALOG
+
+    parts = key.lower().split("_")
+    for i in range(1, len(parts)):
+        if "_".join(parts[i:]) in CATALOG:
+            return "_".join(parts[i:])
+    return None
+
+
 def _validate_missing_views(mv: Any, path: str) -> None:
     """``missing_views`` (:mod:`fusebench.probes.missing_views`): ``metrics`` a mapping of metric names
-    to numbers (null / NaN: undefined), ``rates`` a list of numbers in [0, 1), ``views`` a list of
+    to numbers (null / NaN: undefined; in the range of the metric each scores, a fraction in [0, 1]), ``rates`` a list of numbers in [0, 1), ``views`` a list of
     strings, ``shown`` a list of metric names, ``single_view`` a boolean, ``protocol`` a string,
     ``clustering.n_init`` an integer."""
     mv = _mapping(mv, path, "missing_views", 'a mapping {"metrics": {id: value}, "rates": [...], "views": [...], '
@@ -477,8 +493,15 @@ def _validate_missing_views(mv: Any, path: str) -> None:
     metrics = _mapping(_need(mv, "metrics", path, "missing_views."), path, "missing_views.metrics")
     for k, v in metrics.items():
         _name(k, path, "missing_views.metrics key")
-        if v is not None and _fast_float(v) is None:
-            _number(v, path, f"missing_views.metrics.{k}", allow_nan=True, expected=METRIC_EXPECTED)
+        if v is None:
+            continue
+        x = _fast_float(v)
+        if x is None:
+            x = _number(v, path, f"missing_views.metrics.{k}", allow_nan=True, expected=METRIC_EXPECTED)
+        base = _scored_metric(k)  # miss10_acc, only_<view>_nmi: the metric scored under the mask
+        expected = fraction_range_problem(base, _unit(base), x) if base is not None else None
+        if expected:
+            raise RecordError(path, f"missing_views.metrics.{k}", expected, v)
     for i, r in enumerate(_list(mv.get("rates", []), path, "missing_views.rates", "a list of missing rates")):
         if _number(r, path, f"missing_views.rates[{i}]", nonneg=True) >= 1.0:
             raise RecordError(path, f"missing_views.rates[{i}]", "a missing rate in [0, 1)", r)

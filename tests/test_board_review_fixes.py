@@ -1,0 +1,88 @@
+"""A hostile review of the boards (2026-12-01), each finding reproduced on committed records copied and edited:
+a ``git`` field that is no mapping crashed the HTML page; a benchmark named ``index`` overwrote the index page; a
+folder where a board file goes left half the boards written; missing-view metrics were not range-checked; control
+characters reached the CSV and the HTML page."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+
+import pytest
+
+import fusebench.leaderboard as lb
+from fusebench.components.identity import config_hash
+from fusebench.records import comparability_key
+from test_records_hostile import COMMITTED, _copy, _edit, _one_error_line
+
+
+def test_a_git_field_that_is_no_mapping_is_one_line_naming_the_file(tmp_path, capsys):
+    runs = _copy(tmp_path, objectives=("m3g",))
+    [path, *_] = _edit(runs, lambda r: r.__setitem__("git", "deadbeef"), objective="m3g", seed="0")
+    line = _one_error_line(runs, tmp_path / "out", capsys)
+    assert str(path) in line and "git" in line and "a mapping" in line
+    _edit(runs, lambda r: r.__setitem__("git", {"sha": 5}), objective="m3g", seed="0")
+    assert "git.sha" in _one_error_line(runs, tmp_path / "out", capsys)
+
+
+@pytest.mark.parametrize("value", [7.5, -3.0, 1e308])
+def test_a_missing_view_metric_out_of_its_range_is_refused(tmp_path, capsys, value):
+    runs = tmp_path / "runs"
+    src = COMMITTED / "mv-handwritten" / "m3g" / "seed0"
+    (runs / "mv-handwritten" / "m3g" / "seed0").mkdir(parents=True)
+    shutil.copy(src / "run.json", runs / "mv-handwritten" / "m3g" / "seed0" / "run.json")
+    rec = json.loads((src / "run.json").read_text())
+    assert rec["missing_views"]["metrics"]["miss10_acc"] is not None  # the committed record has the metric
+
+    def change(r):
+        r["missing_views"]["metrics"]["miss10_acc"] = value
+
+    [path] = _edit(runs, change)
+    line = _one_error_line(runs, tmp_path / "out", capsys)
+    assert str(path) in line and "missing_views.metrics.miss10_acc" in line and "[0, 1]" in line
+
+
+def test_control_characters_are_shown_as_the_replacement_character_in_csv_and_html(tmp_path):
+    runs = _copy(tmp_path, objectives=("m3g", "raw"))
+
+    def change(r):
+        r["device"] = "cp\x00u\x1b[2J"
+        r["validity"] = {"valid": False, "why": "a\x00b\x1b[31m"}
+
+    _edit(runs, change, objective="m3g", seed="0")
+    out = tmp_path / "out"
+    assert lb.main(["--runs", str(runs), "--out", str(out), "--no-plots", "--format", "md", "csv", "json",
+                    "html"]) == 0
+    for name in ("quickstart.csv", "quickstart-seeds.csv", "quickstart.html", "quickstart.md"):
+        text = (out / name).read_text(encoding="utf-8")
+        assert "\x00" not in text and "\x1b" not in text, name
+    rows = list(csv.reader(io.StringIO((out / "quickstart.csv").read_text(encoding="utf-8"))))
+    assert any("a\ufffdb\ufffd[31m" in cell for row in rows for cell in row)
+    assert "a\ufffdb\ufffd[31m" in (out / "quickstart.html").read_text(encoding="utf-8")
+    json.loads((out / "quickstart.json").read_text())  # the JSON keeps the text, escaped as JSON does
+
+
+def test_a_benchmark_named_index_or_a_folder_in_a_files_place_is_refused_before_anything_is_written(tmp_path, capsys):
+    runs = _copy(tmp_path, objectives=("m3g", "raw"))
+    shutil.copytree(runs / "quickstart", runs / "index")
+
+    for path in sorted((runs / "index").glob("*/seed*/run.json")):  # the same records as benchmark 'index'
+        rec = json.loads(path.read_text())
+        rec["benchmark"] = rec["config"]["name"] = "index"
+        rec["config_hash"] = config_hash(rec["config"], rec["objective"])
+        rec["comparability_key"] = comparability_key(rec)
+        path.write_text(json.dumps(rec))
+    out = tmp_path / "out"
+    status = lb.main(["--runs", str(runs), "--out", str(out), "--no-plots", "--format", "md", "html"])
+    err = capsys.readouterr().err
+    assert status == 2 and "index.html would be written by both the board 'index' and the index" in err, err
+    assert not out.exists() or not any(out.iterdir())
+    # a folder where a board's file goes: one line, and none of the other files written before it
+    shutil.rmtree(runs / "index")
+    (out / "quickstart.json").mkdir(parents=True)
+    status = lb.main(["--runs", str(runs), "--out", str(out), "--no-plots", "--format", "md", "csv", "json"])
+    err = capsys.readouterr().err
+    assert status == 2 and f"{out / 'quickstart.json'} is a folder" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["quickstart.json"]
