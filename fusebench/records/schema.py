@@ -485,9 +485,9 @@ def _scored_metric(key: str) -> str | None:
 
 def _validate_missing_views(mv: Any, path: str) -> None:
     """``missing_views`` (:mod:`fusebench.probes.missing_views`): ``metrics`` a mapping of metric names
-    to numbers (null / NaN: undefined; in the range of the metric each scores, a fraction in [0, 1]), ``rates`` a list of numbers in [0, 1), ``views`` a list of
-    strings, ``shown`` a list of metric names, ``single_view`` a boolean, ``protocol`` a string,
-    ``clustering.n_init`` an integer."""
+    to numbers (null / NaN: undefined; in the range of the metric each scores, a fraction in [0, 1]), ``rates``
+    a list of numbers in [0, 1), ``views`` a list of strings, ``shown`` a list of metric names, ``single_view`` a
+    boolean, ``protocol`` a string, ``clustering.n_init`` an integer."""
     mv = _mapping(mv, path, "missing_views", 'a mapping {"metrics": {id: value}, "rates": [...], "views": [...], '
                                              '"shown": [...], ...}')
     metrics = _mapping(_need(mv, "metrics", path, "missing_views."), path, "missing_views.metrics")
