@@ -282,3 +282,45 @@ def test_a_rerun_with_another_weights_file_names_both_files(tmp_path: Path) -> N
         f"{out / EMB / 'mine' / 'seed0' / 'run.json'} was made from another weights file for the row 'mine' (sha256 "
         f"{_sha(first)} of {first.resolve()}, now {_sha(other)} of {other.resolve()}); records are immutable: write "
         "to another --out, name the row otherwise, or move that cell's folder away to rerun it")
+
+
+class _System:
+    """Pickled as os.system: a module torch's weights_only unpickler blocks by name (another wording of its
+    refusal than an unknown global's)."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("true",))
+
+
+def test_a_blocked_global_is_named_and_a_damaged_zip_is_called_damaged(tmp_path: Path) -> None:
+    import os
+
+    from fusebench.components.encoder_weights import read_state
+
+    path = tmp_path / "system.pt"
+    torch.save({"model": {"layer.weight": torch.zeros(1)}, "payload": _System()}, path)
+    with pytest.raises(ConfigError) as e:
+        read_state(path)
+    name = f"{os.system.__module__}.system"  # posix.system on Linux
+    assert f"pickled Python object ({name})" in str(e.value), str(e.value)
+    good = tmp_path / "good.pt"
+    torch.save({"layer.weight": torch.zeros(3)}, good)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(good.read_bytes()[:-10])  # the zip's end record gone
+    with pytest.raises(ConfigError, match=r"cut\.pt: a torch\.save \(zip\) file that is truncated or damaged"):
+        read_state(cut)
+
+
+def test_a_task_models_keys_other_than_backbone_and_head_are_named_not_dropped(tmp_path: Path) -> None:
+    from fusebench.components.encoder_weights import read_state
+
+    path = tmp_path / "task.pt"
+    state = {"backbone.layer.weight": torch.zeros(2), "head.fc.weight": torch.zeros(1)}
+    torch.save({"model": state}, path)
+    assert list(read_state(path)) == ["layer.weight"]  # the head left out, as documented
+    torch.save({"model": {**state, "projector.w": torch.zeros(2)}}, path)
+    with pytest.raises(ConfigError, match=r"neither the encoder's \(backbone\.\*\) nor its head's \(head\.\*\): "
+                                          r"\['projector\.w'\]"):
+        read_state(path)

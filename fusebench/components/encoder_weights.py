@@ -105,7 +105,9 @@ def add_rows(spec: Any, given: Mapping[str, Any] | None, source: str) -> None:
     spec.encoder_weights = out
 
 
-_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
+#: torch's words for a pickled global weights_only refuses: "GLOBAL x.y was not an allowed global" (an unknown
+#: one), "unsupported GLOBAL x.y whose module x is blocked" (os, posix, sys, subprocess, ...)
+_GLOBAL = re.compile(r"GLOBAL (\S+) (?:was not an allowed global|whose module)")
 _UNPICKLER = re.compile(r"WeightsUnpickler error:\s*(.*?)\s*(?:Please use|Check the documentation|$)", re.DOTALL)
 
 
@@ -139,6 +141,11 @@ def torch_file_problem(path: Path) -> str | None:
 
     if zipfile.is_zipfile(path):
         return None
+    with open(path, "rb") as f:
+        zip_head = f.read(4)
+    if zip_head == b"PK\x03\x04":  # a zip's first entry, but no end record: cut short or damaged
+        return ("a torch.save (zip) file that is truncated or damaged (its zip directory is missing): copy or save it "
+                "again")
     # how a file torch.save wrote before its zip format (_use_new_zipfile_serialization=False) begins: torch's
     # legacy magic number, pickled with protocol 2 (written here, never unpickled)
     legacy = pickle.dumps(torch.serialization.MAGIC_NUMBER, protocol=2)
@@ -192,6 +199,11 @@ def read_state(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a state_dict (a mapping of parameter names to tensors), or a checkpoint "
                           f"with one under {' / '.join(repr(k) for k in CHECKPOINT_KEYS)}")
     if any(isinstance(k, str) and k.startswith("backbone.") for k in state):  # a TaskModel: its encoder part
+        other = [k for k in state if not (isinstance(k, str) and k.startswith(("backbone.", "head.")))]
+        if other:  # a task model holds its encoder and its head, nothing else: what would be dropped is named
+            raise ConfigError(f"{path}: a task model's state_dict (backbone.* keys) with keys that are neither the "
+                              f"encoder's (backbone.*) nor its head's (head.*): {other[:5]}; expected the encoder's "
+                              f"state_dict, or a task model's")
         state = {k[len("backbone."):]: v for k, v in state.items() if isinstance(k, str) and k.startswith("backbone.")}
     bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
     if bad:
