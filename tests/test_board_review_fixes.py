@@ -86,3 +86,17 @@ def test_a_benchmark_named_index_or_a_folder_in_a_files_place_is_refused_before_
     err = capsys.readouterr().err
     assert status == 2 and f"{out / 'quickstart.json'} is a folder" in err, err
     assert sorted(p.name for p in out.iterdir()) == ["quickstart.json"]
+
+
+def test_a_weights_row_has_its_own_family_and_an_unknown_id_is_not_put_in_a_loss_family():
+    """The HTML page's family filter: ``enc.infonce`` (a weights row) was filed under the InfoNCE family because
+    the registry names a module for any id."""
+    from types import SimpleNamespace
+
+    from fusebench.leaderboard.html import WEIGHTS_FAMILY, family
+
+    weights = SimpleNamespace(objective="enc.infonce", config={"encoder_weights": {"enc.infonce": {"sha256": "0"}}})
+    assert family("enc.infonce", [weights]) == WEIGHTS_FAMILY
+    assert family("enc.infonce") == "enc.infonce" and family("mine.v2-x") == "mine.v2-x"
+    assert [family(o) for o in ("infonce_pwe", "mv_dhel", "suff_stats", "raw")] == \
+        ["infonce", "mv_infonce", "polyview", "reference"]

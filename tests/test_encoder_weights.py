@@ -282,6 +282,17 @@ def test_a_rerun_with_another_weights_file_names_both_files(tmp_path: Path) -> N
         f"{out / EMB / 'mine' / 'seed0' / 'run.json'} was made from another weights file for the row 'mine' (sha256 "
         f"{_sha(first)} of {first.resolve()}, now {_sha(other)} of {other.resolve()}); records are immutable: write "
         "to another --out, name the row otherwise, or move that cell's folder away to rerun it")
+    # seed 1 from the other file into another folder, both under one runs folder: the board names the two files
+    fusebench.run(EMB, objective="mine", seeds=[1], out=tmp_path / "runs2", synthetic=True, progress=False,
+                  encoder_weights={"mine": str(other)})
+    shutil.copytree(tmp_path / "runs2" / EMB / "mine" / "seed1", out / EMB / "mine" / "seed1")
+    from fusebench.leaderboard import write_leaderboards
+
+    with pytest.raises(ValueError) as e:
+        write_leaderboards(out, tmp_path / "board", plots=False)
+    msg = str(e.value)
+    assert "row 'mine' mixes runs of different encoder weights files" in msg, msg
+    assert f"sha256 {_sha(first)[:12]}: " in msg and f"sha256 {_sha(other)[:12]}: " in msg
 
 
 class _System:
@@ -324,3 +335,34 @@ def test_a_task_models_keys_other_than_backbone_and_head_are_named_not_dropped(t
     with pytest.raises(ConfigError, match=r"neither the encoder's \(backbone\.\*\) nor its head's \(head\.\*\): "
                                           r"\['projector\.w'\]"):
         read_state(path)
+
+
+def test_a_checkpoint_of_a_weights_row_whose_file_changed_names_the_row_and_the_file(tmp_path: Path) -> None:
+    """A weights row's cell stopped mid-probe (last.pt), then its file changed in place: the refusal to resume says
+    the row's hash covers the file's content and names the file with its sha256 now, not only "another
+    configuration"."""
+    from fusebench.cells.execute import run_cell
+    from fusebench.components.encoder_weights import add_rows
+    from fusebench.engine.cell import ConfigMismatchError, check_checkpoint_config, load_checkpoint
+    from fusebench.spec.request import CellRequest, RunOptions
+
+    fusebench.run(LP, objective="infonce_pwe", seeds=[0], out=tmp_path / "a", progress=False, overrides=LP_SET)
+    weights = tmp_path / "w.pt"
+    shutil.copy(tmp_path / "a" / LP / "infonce_pwe" / "seed0" / "best.pt", weights)
+    spec = benchmarks.load(LP, overrides={"downstream.epochs": 2})
+    add_rows(spec, {"mine": str(weights)}, spec.name)
+    out = tmp_path / "runs"
+    with pytest.raises(KeyboardInterrupt):  # stopped by its step budget: last.pt written
+        run_cell(CellRequest(spec, "mine", 0, out), RunOptions(progress=False, max_steps=1))
+    last = out / LP / "mine" / "seed0" / "last.pt"
+    assert last.is_file()
+    state = torch.load(weights, map_location="cpu", weights_only=True)
+    first = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][first] = state["model"][first] + 1.0
+    torch.save(state, weights)  # the same path, other weights
+    again = benchmarks.load(LP, overrides={"downstream.epochs": 2})
+    add_rows(again, {"mine": str(weights)}, again.name)
+    with pytest.raises(ConfigMismatchError) as e:
+        check_checkpoint_config(last, load_checkpoint(last), again, "mine")
+    assert (f"(the row 'mine' scores a weights file and its hash covers the file's content: now sha256 "
+            f"{_sha(weights)} of {weights.resolve()}; a file changed since is another configuration)") in str(e.value)

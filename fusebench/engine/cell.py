@@ -240,10 +240,14 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
             f"(sha256 {named['sha256']}); "
             "resume with the same --data-root, or move the cell folder away to start over")
     if ckpt.get("config_hash") not in same_config_hashes(spec, objective):  # a last.pt written before a migration too
+        weights = (getattr(spec, "encoder_weights", None) or {}).get(objective)
+        why = (f" (the row {objective!r} scores a weights file and its hash covers the file's content: now sha256 "
+               f"{weights.get('sha256')} of {weights.get('path')}; a file changed since is another configuration)"
+               if isinstance(weights, dict) else "")
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
-            f"!= {spec_hash(spec, objective)} of the current spec and --set values); rerun with the same settings, or move the cell "
-            "folder away to start over")
+            f"!= {spec_hash(spec, objective)} of the current spec and --set values){why}; rerun with the same "
+            "settings, or move the cell folder away to start over")
     if isinstance(ckpt.get("versions"), dict):
         changed = code_changes(spec, objective, ckpt["versions"])
         if changed:

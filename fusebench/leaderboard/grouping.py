@@ -63,6 +63,18 @@ def group_key(recs: list[RunRecord]) -> str:
     return own[0] if own else recs[0].comparability_key
 
 
+def _weights_files(row: str, recs: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    """The records of a weights row by the sha256 of the file they scored (``config.encoder_weights.<row>``);
+    empty for another row."""
+    out: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in recs:
+        entry = (r.config.get("encoder_weights") or {}).get(row) if isinstance(r.config.get("encoder_weights"),
+                                                                                dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get("sha256"), str):
+            out[entry["sha256"]].append(r)
+    return dict(out)
+
+
 def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[list[RunRecord]]:
     """Split ``recs`` (one benchmark) by comparability key (:func:`board_keys`: a row that pretrains nothing joins
     the pretrained rows' group whatever its ``pretrain`` settings); refuse duplicates and, unless ``split``,
@@ -82,6 +94,12 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
             by_version[r.objective][r.versions.row].append(r)
         for objective, versions in sorted(by_version.items()):
             if len(versions) > 1:
+                shas = _weights_files(objective, [r for rs in versions.values() for r in rs])
+                if len(shas) > 1:  # a weights row: its "version" is the file's content
+                    listing = "; ".join(f"sha256 {sha[:12]}: {_files(rs)}" for sha, rs in sorted(shas.items()))
+                    raise ValueError(f"benchmark {name!r}, row {objective!r} mixes runs of different encoder weights "
+                                     f"files (the row's encoder changed between them): {listing}. Move the runs of "
+                                     f"one file away, or give the other file another row name.")
                 listing = "; ".join(f"version {v}: {_files(rs)}" for v, rs in sorted(versions.items()))
                 from fusebench.components.rows import is_reference
 

@@ -53,16 +53,28 @@ def _v(x: float | int | None) -> str:
     return repr(number(x))
 
 
-def family(row: str) -> str:
-    """The objective family of a row: ``reference`` for reference rows, else the loss module defining it."""
+#: the family of the rows that score an encoder from a weights file (``--encoder-weights NAME=PATH``)
+WEIGHTS_FAMILY = "encoder weights"
+
+
+def family(row: str, recs: Any = ()) -> str:
+    """The objective family of a row: ``reference`` for reference rows, :data:`WEIGHTS_FAMILY` for a weights row
+    (a record of it among ``recs`` names it in its ``encoder_weights``), else the built-in loss module defining it,
+    else (a plugin's id) the row itself."""
     if is_reference(row):
         return "reference"
+    for r in recs:
+        weights = r.config.get("encoder_weights") if r.objective == row else None
+        if isinstance(weights, dict) and row in weights:
+            return WEIGHTS_FAMILY
     try:
         from fusebench.objectives import OBJECTIVES  # the registry's module of an id (home); imports no torch
 
-        return OBJECTIVES.home(row).rsplit(".", 1)[-1]
+        home = OBJECTIVES.home(row)
     except Exception:  # noqa: BLE001 - a plugin or unknown id: its own family
         return row
+    # home() names a module for any id (the id itself when unknown): a family only where a built-in module is it
+    return home.rsplit(".", 1)[-1] if home in OBJECTIVES.modules else row
 
 
 def _anchor(view_index: int, row: str) -> str:
@@ -157,7 +169,8 @@ def board_table(view: GroupView, vi: int) -> str:
                 extra = rank_bar_svg(view, o)
             tds.append(f'<td class="num" data-v="{dv}">{md_inline(cell)}{extra}</td>')
         cls = ' class="ref"' if ref else ""
-        trs.append(f'<tr id="{anchor}"{cls} data-i="{i}" data-family="{escape(family(o))}" data-ref="{int(ref)}">'
+        fam = escape(family(o, view.recs))
+        trs.append(f'<tr id="{anchor}"{cls} data-i="{i}" data-family="{fam}" data-ref="{int(ref)}">'
                    + "".join(tds) + "</tr>")
     return (f'<div class="wrap"><table class="board"><thead><tr>{"".join(ths)}</tr></thead>'
             f"<tbody>\n" + "\n".join(trs) + "\n</tbody></table></div>")
@@ -266,7 +279,7 @@ def _footer(views: list[GroupView] | None, command: str) -> str:
 
 
 def _controls(views: list[GroupView]) -> str:
-    fams = sorted({family(o) for v in views for o in v.rows})
+    fams = sorted({family(o, v.recs) for v in views for o in v.rows})
     opts = "".join(f'<option value="{escape(f)}">{escape(f)}</option>' for f in fams)
     out = (f'<form id="controls" class="controls" hidden><label>objective family <select id="f-family">'
            f'<option value="">all</option>{opts}</select></label>'
