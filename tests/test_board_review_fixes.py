@@ -100,3 +100,25 @@ def test_a_weights_row_has_its_own_family_and_an_unknown_id_is_not_put_in_a_loss
     assert family("enc.infonce") == "enc.infonce" and family("mine.v2-x") == "mine.v2-x"
     assert [family(o) for o in ("infonce_pwe", "mv_dhel", "suff_stats", "raw")] == \
         ["infonce", "mv_infonce", "polyview", "reference"]
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("pretrain_time_s", 1.7e308, "field 'pretrain_time_s': expected a number in [0, 1e+10)"),
+    ("peak_memory_mb", 1e12, "field 'peak_memory_mb': expected a number in [0, 1e+12)"),
+    ("wall_time_s", 1e300, "field 'wall_time_s': expected a number in [0, 1e+10)"),
+    ("budget.optimizer_steps", 10 ** 400, "field 'budget.optimizer_steps': expected an integer in [0, 2**63)"),
+])
+def test_costs_and_counts_no_run_can_have_are_refused(tmp_path, capsys, field, value, expected):
+    """A 309-digit time or a 400-digit step count was printed in full on the board (its mean as inf)."""
+    runs = _copy(tmp_path, objectives=("m3g",))
+
+    def change(r):
+        head, _, leaf = field.partition(".")
+        if leaf:
+            r[head][leaf] = value
+        else:
+            r[head] = value
+
+    [path, *_] = _edit(runs, change, objective="m3g", seed="0")
+    line = _one_error_line(runs, tmp_path / "out", capsys)
+    assert str(path) in line and expected in line, line

@@ -730,7 +730,7 @@ def test_budget_line_names_the_rows_that_differ(tmp_path: Path) -> None:
 def test_bad_budget_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path / "runs", _record("alpha", 0, {"acc": 0.5}, budget={"optimizer_steps": -1}))
     with pytest.raises(RecordError, match=re.escape(f"{path}: field 'budget.optimizer_steps': expected an integer "
-                                                    f">= 0, got number -1")):
+                                                    f"in [0, 2**63), got number -1")):
         benchmark_table("toy", load_runs(tmp_path / "runs")["toy"])
 
 

@@ -387,7 +387,7 @@ def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
     mappings), ``missing_views``
     (:func:`_validate_missing_views`), ``validity`` (``{"valid": bool, "why": str}``) and ``budget``
     (:func:`_validate_budget`)."""
-    _optional_number(obj, "wall_time_s", path, "wall_time_s", nonneg=True)
+    _cost(obj, "wall_time_s", path, MAX_SECONDS, required=False)
     if obj.get("device") is not None:
         _str(obj["device"], path, "device")
     if obj.get("host") is not None:
@@ -463,12 +463,29 @@ def _validate_budget(b: Any, path: str) -> None:
     b = _mapping(b, path, "budget", "a mapping {optimizer_steps, samples_seen, batch_size, micro_batch, epochs}")
     for key in ("optimizer_steps", "samples_seen"):
         v = b.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise RecordError(path, f"budget.{key}", "an integer >= 0", v)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_COUNT:
+            raise RecordError(path, f"budget.{key}", "an integer in [0, 2**63)", v)
     for key in ("batch_size", "micro_batch", "epochs", "candidate_steps"):
         v = b.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise RecordError(path, f"budget.{key}", "an integer >= 0 or null", v)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_COUNT):
+            raise RecordError(path, f"budget.{key}", "an integer in [0, 2**63) or null", v)
+
+
+#: the largest counts and costs a run can have recorded (a counter of int64; a run of 300 years; an exabyte): a
+#: record past them was not written by a run, and the boards would print it in full or as inf
+MAX_COUNT = 2 ** 63
+MAX_SECONDS = 1e10
+MAX_MEGABYTES = 1e12
+
+
+def _cost(obj: Mapping[str, Any], key: str, path: str, upper: float, required: bool = True) -> float | None:
+    """``obj[key]``: a number in [0, ``upper``) (``required``: present; else null or absent allowed)."""
+    if not required and obj.get(key) is None:
+        return None
+    x = _number(_need(obj, key, path) if required else obj[key], path, key, nonneg=True)
+    if x >= upper:
+        raise RecordError(path, key, f"a number in [0, {upper:g})", obj[key])
+    return x
 
 
 def _scored_metric(key: str) -> str | None:
@@ -700,8 +717,8 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
         if expected:
             raise RecordError(path, where, expected, v)
         metrics[k] = x
-    pretrain_time = _number(_need(obj, "pretrain_time_s", path), path, "pretrain_time_s", nonneg=True)
-    peak = _number(_need(obj, "peak_memory_mb", path), path, "peak_memory_mb", nonneg=True)
+    pretrain_time = _cost(obj, "pretrain_time_s", path, MAX_SECONDS)
+    peak = _cost(obj, "peak_memory_mb", path, MAX_MEGABYTES)
     if version >= 4:
         for dotted, source in METRIC_FIELDS_OF_4.items():
             head, _, leaf = dotted.partition(".")
