@@ -183,7 +183,8 @@ class _PCAFit:
 
 
 def pca_rank(train: Sequence[Any]) -> int:
-    """The numerical rank of the z-scored train views side by side: the most components ``raw_pca`` may keep."""
+    """The numerical rank of the z-scored train views side by side: the most components ``raw_pca`` may keep
+    (the fit's own SVD, so the rank is the one the row's width check computes, bit for bit)."""
     return _PCAFit.of(np.concatenate(_check_views({"train": train})["train"], axis=1)).rank
 
 

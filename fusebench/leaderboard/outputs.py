@@ -90,9 +90,10 @@ def check_targets(planned: dict[str, list[str]], out_dir: Path) -> None:
 def check_extras(runs: dict[str, list], formats: tuple[str, ...] | list[str], out_dir: Path,
                  tex_columns: tuple[str, ...] | list[str] | None = None) -> None:
     """Before anything is written: a ValueError when ``tex_columns`` are given without ``tex`` in ``formats``
-    (:func:`check_tex_columns`), when a board's per-seed CSV would overwrite another board's file (a benchmark
-    ``X-seeds`` beside ``X`` in ``runs``; in ``out_dir`` a board ``X-seeds``: its ``.md``, ``.json``, ``.html`` or
-    ``.tex``, or an ``X-seeds.csv`` that is not a per-seed CSV, so not board ``X``'s), or when a ``tex_columns``
+    (:func:`check_tex_columns`), when a board's per-seed CSV would overwrite the file of another board already in
+    ``out_dir``, a board ``X-seeds``: its ``.md``, ``.json``, ``.html`` or ``.tex``, or an ``X-seeds.csv`` that is not
+    a per-seed CSV, so not board ``X``'s (a benchmark ``X-seeds`` beside ``X`` in ``runs`` is two writers of one file,
+    :func:`check_targets`), or when a ``tex_columns``
     name is neither a column of :mod:`fusebench.leaderboard.tex` nor a metric of any record (a metric some boards
     lack is a column of dashes there)."""
     check_tex_columns(formats, tex_columns)
@@ -100,7 +101,7 @@ def check_extras(runs: dict[str, list], formats: tuple[str, ...] | list[str], ou
         for name in runs:
             other = f"{name}-seeds"
             csv = out_dir / f"{other}.csv"
-            if (other in runs or any((out_dir / f"{other}.{ext}").is_file() for ext in ("md", "json", "html", "tex"))
+            if (any((out_dir / f"{other}.{ext}").is_file() for ext in ("md", "json", "html", "tex"))
                     or (csv.is_file() and not _is_seeds_csv(csv))):
                 raise ValueError(f"benchmark {name!r}: its per-seed CSV {name}-seeds.csv would overwrite the CSV of "
                                  f"the board {other!r} in {out_dir}; write the boards of one of them into another "

@@ -365,22 +365,21 @@ def resolve_width_grid(spec: BenchmarkSpec, synthetic: bool, data_root: str | No
     from fusebench.engine.data import input_views
 
     seeds = sorted({check_seed(s) for s in spec.seeds} | set(spec.selection_seeds))
-    ranks, k_d, n_views = {}, 0, 1
+    ranks = {}
     with progress_lines.phase(f"working out raw_pca's widths: the rank of the train split of {len(seeds)} seed(s)"):
         for s in seeds:
             split = train[1] if train is not None and train[0] == s else \
                 build_datasets(spec, synthetic, data_root, s, roles=("train",))["train"]
             views, _ = input_views(split, spec, s)
-            if not k_d:
-                n_views = len(views)
-                k_d = n_views * int(build_model(spec, split).num_features)
             ranks[s] = pca_rank(views)  # >= 1 where a column varies (a width past it is refused, naming the rank)
+    features = int(build_model(spec, split).num_features)  # every split has the same views and encoder
+    k_d = len(views) * features
     low = min(ranks, key=lambda s: (ranks[s], s))
     widths = width_grid(max(1, min(k_d, ranks[low])))
     for key in keys:
         spec.options[key] = {**spec.options[key], WIDTH_OPTION: widths}
     print(f"{spec.name}: options.{keys[0]}.{WIDTH_OPTION} {WIDTHS_AUTO} -> {widths} (the powers of two below "
-          f"min({n_views} views x {k_d // n_views} features = {k_d}, the lowest rank of the z-scored train matrices "
+          f"min({len(views)} views x {features} features = {k_d}, the lowest rank of the z-scored train matrices "
           f"of the spec's {len(seeds)} seeds and selection seeds, {ranks[low]} at seed {low}) and that width; "
           f"recorded in the run config)", file=sys.stderr)
     return widths
