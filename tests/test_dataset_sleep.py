@@ -104,6 +104,36 @@ def test_hypnogram_start_offset(tmp_path):
     np.testing.assert_allclose(ds[1]["modalities"]["pz_oz"][0].numpy(), -x[6000:9000], atol=0.01)
 
 
+def _pair_with_hypnogram_start(folder, fixtures_dir, subject: str, start: bytes) -> None:
+    """The real fixture PSG and hypnogram as SC4<subject>1E0-PSG.edf / SC4<subject>1EC-Hypnogram.edf, the
+    hypnogram's start date/time (header bytes 168-184, 'dd.mm.yyhh.mm.ss') replaced by ``start``."""
+    src = fixtures_dir / "sleep_edf"
+    (folder / f"SC4{subject}1E0-PSG.edf").write_bytes((src / "short_psg.edf").read_bytes())
+    hyp = bytearray((src / "SC4001EC-Hypnogram.edf").read_bytes())
+    assert hyp[168:184] == b"24.04.8916.13.00"
+    hyp[168:184] = start
+    (folder / f"SC4{subject}1EC-Hypnogram.edf").write_bytes(bytes(hyp))
+
+
+@pytest.mark.parametrize("start, span", [(b"25.04.8916.13.00", "86400..172800"),   # the next day
+                                         (b"24.04.8917.13.00", "3600..90000"),     # an hour after the PSG
+                                         (b"23.04.8916.13.00", "-86400..0")])      # ends as the PSG starts
+def test_hypnogram_that_misses_its_recording_is_an_error(tmp_path, fixtures_dir, start, span):
+    """Two real recordings; the second's hypnogram (22 h of annotations from its header start) lies entirely
+    outside its 300-s PSG. Every one of its epochs was unscored and the recording silently dropped: the split
+    held 10 epochs instead of 20, with no word."""
+    _pair_with_hypnogram_start(tmp_path, fixtures_dir, "00", b"24.04.8916.13.00")
+    _pair_with_hypnogram_start(tmp_path, fixtures_dir, "01", start)
+    with pytest.raises(DatasetError, match=r"SC4011EC-Hypnogram.edf: the hypnogram does not overlap its recording "
+                                           r".*SC4011E0-PSG.edf: its 154 annotation\(s\) span " + span +
+                                           r" s on the PSG's time axis, the signal 0..300 s"):
+        build("sleep_edf", root=tmp_path, use_cache=False, split_subjects={"train": ["SC400", "SC401"]})
+    # the same pair with its original start reads both recordings: 2 x 10 wake epochs
+    _pair_with_hypnogram_start(tmp_path, fixtures_dir, "01", b"24.04.8916.13.00")
+    ds = build("sleep_edf", root=tmp_path, use_cache=False, split_subjects={"train": ["SC400", "SC401"]})
+    assert len(ds) == 20 and sorted({ds[i]["meta"]["subject"] for i in range(20)}) == ["SC400", "SC401"]
+
+
 def test_bad_edf_header(tmp_path, fixtures_dir):
     src = fixtures_dir / "sleep_edf"
     (tmp_path / "SC4001EC-Hypnogram.edf").write_bytes((src / "SC4001EC-Hypnogram.edf").read_bytes())

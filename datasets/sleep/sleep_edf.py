@@ -24,6 +24,27 @@ from .layouts import _NAME_RE
 from .synthetic import synth_eeg, synth_hypnogram
 
 
+def _check_overlap(rec: dict[str, Any], onset: np.ndarray, dur: np.ndarray, span_s: float,
+                   start_psg: _dt.datetime, start_hyp: _dt.datetime, shift: float) -> None:
+    """Raise :class:`DatasetError` unless some annotation of the hypnogram (any description, ``?`` included),
+    laid on the PSG's time axis, overlaps the recording's ``span_s`` seconds of signal.
+
+    A hypnogram that covers none of its recording (another night's file, or a start date / time edited in one
+    of the two headers) scored no epoch, and the recording was silently left out of its split."""
+    end = onset + np.maximum(dur, 0.0)
+    hits = (onset < span_s) & ((end > 0) | (onset >= 0))
+    if hits.any():
+        return
+    what = (f"its {len(onset)} annotation(s) span {float(onset.min()):g}..{float(end.max()):g} s on the PSG's time "
+            f"axis" if len(onset) else "it holds no annotation")
+    raise DatasetError(
+        f"{rec['hyp']}: the hypnogram does not overlap its recording {rec['psg']}: {what}, the signal "
+        f"0..{span_s:g} s (PSG start {start_psg:%d.%m.%Y %H:%M:%S}, hypnogram start {start_hyp:%d.%m.%Y %H:%M:%S}, "
+        f"{shift:+g} s apart); not one epoch of the recording could be scored. The hypnogram belongs to another "
+        "recording, or a start date/time in one header (bytes 168-184) is wrong; pair the right files "
+        "(pairs=... or pairs.tsv)")
+
+
 @DATASETS.register("sleep_edf")
 class SleepEDF(_SleepDataset):
     """Sleep-EDF Expanded: Fpz-Cz and Pz-Oz EEG at 100 Hz, R&K hypnograms mapped to 5 AASM stages."""
@@ -116,7 +137,9 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
             raise DatasetError(f"{rec['psg']}: not a readable EDF file ({type(e).__name__}: {e})") from e
         n_epochs = int(raw.n_times / raw.info["sfreq"] // EPOCH_S)
         onset, dur, desc = read_hypnogram(rec["hyp"])
-        onset = onset + (start_hyp - start_psg).total_seconds()
+        shift = (start_hyp - start_psg).total_seconds()
+        onset = onset + shift
+        _check_overlap(rec, onset, dur, n_epochs * EPOCH_S, start_psg, start_hyp, shift)
         return stage_epochs(onset, dur, desc, n_epochs, source=str(rec["hyp"]), unknown_stages=self._unknown_stages())
 
     def _read_signals(self, rec: dict[str, Any]) -> np.ndarray:
