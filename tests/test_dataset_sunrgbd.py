@@ -451,3 +451,35 @@ def test_val_fraction_zero_leaves_val_empty_error(synth_copy: Path) -> None:
     assert len(train) == len(sunrgbd.read_index_file(synth_copy / "train_data_idx.txt"))
     with pytest.raises(DatasetError, match=r"split 'val' is empty.*val_fraction"):
         _ds(synth_copy, split="val", val_fraction=0.0)
+
+
+def _copy_real(v0_root: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "sun"
+    shutil.copytree(v0_root, root)
+    return root
+
+
+def test_frame_listed_twice_or_in_both_official_lists_is_an_error(v0_root: Path, tmp_path: Path) -> None:
+    """The real extracted frames (train_data_idx.txt 1, 2; val_data_idx.txt 3, 4). A frame listed twice in one
+    list was read twice (the train split held frame 1 twice), and a frame in both lists was in the train and
+    the test split at once; both are errors naming the list(s) and the frame."""
+    root = _copy_real(v0_root, tmp_path)
+    assert len(_ds(root, split="train")) == 2 and len(_ds(root, split="test")) == 2
+    (root / "train_data_idx.txt").write_text("1\n2\n1\n")
+    for split in ("train", "val"):
+        with pytest.raises(DatasetError, match=r"train_data_idx\.txt lists 1 frame\(s\) more than once: "
+                                               r"000001 \(2 times\)"):
+            _ds(root, split=split, val_fraction=0.5)
+    (root / "train_data_idx.txt").write_text("1\n2\n")
+    (root / "val_data_idx.txt").write_text("2\n3\n4\n")
+    for split in ("train", "test"):
+        with pytest.raises(DatasetError, match=r"1 frame\(s\) are listed both in .*_data_idx\.txt .* and in "
+                                               r".*_data_idx\.txt .*: 000002; .*leakage"):
+            _ds(root, split=split)
+    # an info pickle listing frame 1 twice (the real v0 train infos, first entry appended again)
+    (root / "val_data_idx.txt").write_text("3\n4\n")
+    infos = safe_pickle.load(root / "sunrgbd_infos_train.pkl")
+    assert [i["point_cloud"]["lidar_idx"] for i in infos] == [1, 2]
+    (root / "twice.pkl").write_bytes(pickle.dumps(infos + infos[:1]))
+    with pytest.raises(DatasetError, match=r"twice\.pkl lists 1 frame\(s\) more than once: 000001 \(2 times\)"):
+        _ds(root, split="train", layout="infos", info_file="twice.pkl")

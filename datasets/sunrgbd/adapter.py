@@ -128,6 +128,7 @@ of VoteNet; version='v1' for the _v1_ folders)."""
         self._listing: Path | None = None  # the idx file or info pickle listing the pool's frames
         self._split_file: Path | None = None  # what defines the split, named by the base class's empty-split error
         frames = self._pool(pool)
+        self._check_frames_once(frames, pool)
         # an empty pool (empty *_data_idx.txt, info list or folder) or an empty carved-out val gives [] here:
         # the base class then raises its DatasetError naming self._split_file / self._listing (allow_empty=True
         # builds the empty split on purpose); nothing is swallowed here
@@ -142,6 +143,42 @@ of VoteNet; version='v1' for the _v1_ folders)."""
         perm = np.random.default_rng(self.val_seed).permutation(n)
         chosen = set(perm[:n_val].tolist())
         return [f for i, f in enumerate(frames) if (i in chosen) == (self.split == "val")]
+
+    def _check_frames_once(self, frames: list[_Frame], pool: str) -> None:
+        """Raise :class:`DatasetError` when a frame is listed twice in the pool's listing, or also in the other
+        official pool (train vs val, whose frames become the test split): the frame would weigh twice, or be
+        trained on and tested on. The other pool is checked when it can be read (and no ``info_file`` replaces
+        the default listings); its own problems are reported when a split of it is built."""
+        where = self._listing or self._split_file or self.root
+        seen: dict[int, int] = {}
+        for f in frames:
+            seen[f.frame] = seen.get(f.frame, 0) + 1
+        repeated = sorted(k for k, n in seen.items() if n > 1)
+        if repeated:
+            shown = ", ".join(f"{k:06d} ({seen[k]} times)" for k in repeated[:5])
+            raise DatasetError(
+                f"sunrgbd: {where} lists {len(repeated)} frame(s) more than once: {shown}"
+                f"{' ...' if len(repeated) > 5 else ''}; a repeated frame weighs twice in training or in the test "
+                f"metric: each frame must be listed once")
+        if self.info_file is not None:
+            return
+        other = "train" if pool == "val" else "val"
+        listing, split_file = self._listing, self._split_file
+        try:
+            other_frames = self._pool(other)
+            other_where = self._listing or self._split_file
+        except DatasetError:  # no other pool (or a damaged one, reported when its split is built)
+            return
+        finally:
+            self._listing, self._split_file = listing, split_file
+        both = sorted(set(seen) & {f.frame for f in other_frames})
+        if both:
+            shown = ", ".join(f"{k:06d}" for k in both[:10])
+            raise DatasetError(
+                f"sunrgbd: {len(both)} frame(s) are listed both in {where} ({pool} pool) and in {other_where} "
+                f"({other} pool, {'the test split' if other == 'val' else 'train and val'}): {shown}"
+                f"{' ...' if len(both) > 10 else ''}; a frame in both is trained on and tested on (leakage): the "
+                f"official train and val frame lists are disjoint")
 
     # -- indexing: layout discovery in SunRGBDLayouts (layouts.py) ------------------------------
     def source_files(self) -> list[Path]:
