@@ -483,3 +483,28 @@ def test_frame_listed_twice_or_in_both_official_lists_is_an_error(v0_root: Path,
     (root / "twice.pkl").write_bytes(pickle.dumps(infos + infos[:1]))
     with pytest.raises(DatasetError, match=r"twice\.pkl lists 1 frame\(s\) more than once: 000001 \(2 times\)"):
         _ds(root, split="train", layout="infos", info_file="twice.pkl")
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda info: info["calib"].update(K=np.arange(8.0)), r"info entry 0\.calib\.K must be 9 finite numbers .*shape \(8,\)"),
+    (lambda info: info["calib"].update(K=np.full(9, np.nan)), r"info entry 0\.calib\.K must be 9 finite numbers .*NaN"),
+    (lambda info: info["calib"].update(Rt=np.eye(2)), r"info entry 0\.calib\.Rt must be 9 finite numbers .*shape \(2, 2\)"),
+    (lambda info: info["annos"].update({"class": np.array([0, 7, 16])}),
+     r"info entry 0\.annos\.class holds 1 id\(s\) outside 0\.\.9 \(\[16\]\)"),
+    (lambda info: info["annos"].update({"class": np.array([0.0, 7.5, 6.0])}),
+     r"info entry 0\.annos\.class must hold integer class ids"),
+])
+def test_damaged_v0_info_calib_or_class_is_an_error(v0_root: Path, tmp_path: Path, edit, expected) -> None:
+    """The real v0 train infos (frame 1: 3 boxes of classes bed 0, night_stand 7, dresser 6, and its calib).
+    A K of 8 values was a raw numpy reshape error, a NaN K or Rt went into meta["K"] unchecked (the calib text
+    file refuses both), an id outside 0..9 dropped its box silently and 7.5 was read as night_stand (7)."""
+    root = _copy_real(v0_root, tmp_path)
+    infos = safe_pickle.load(root / "sunrgbd_infos_train.pkl")
+    assert infos[0]["point_cloud"]["lidar_idx"] == 1 and infos[0]["annos"]["class"].tolist() == [0, 7, 6]
+    ok = _ds(root, split="train", layout="infos")
+    k = next(ok[i]["meta"]["K"] for i in range(len(ok)) if ok[i]["meta"]["frame"] == 1)
+    assert k == [[529.5, 0.0, 365.0], [0.0, 529.5, 265.0], [0.0, 0.0, 1.0]]  # PROVENANCE: column-major K
+    edit(infos[0])
+    (root / "sunrgbd_infos_train.pkl").write_bytes(pickle.dumps(infos))
+    with pytest.raises(DatasetError, match=r"sunrgbd_infos_train\.pkl: " + expected):
+        _ds(root, split="train", layout="infos")

@@ -190,7 +190,12 @@ class SunRGBDLayouts:
         boxes, labels = np.zeros((0, 7)), np.zeros((0,), dtype=np.int64)
         if annos is not None and int(_require(annos, "gt_num", f"{where}.annos", path)) > 0:
             gt = np.asarray(_require(annos, "gt_boxes_upright_depth", f"{where}.annos", path), dtype=np.float64)
-            cls = np.asarray(_require(annos, "class", f"{where}.annos", path)).astype(np.int64)
+            raw_cls = np.asarray(_require(annos, "class", f"{where}.annos", path))
+            if raw_cls.dtype.kind not in "iuf" or (raw_cls.dtype.kind == "f" and not (
+                    np.isfinite(raw_cls).all() and (raw_cls == np.round(raw_cls)).all())):
+                raise DatasetError(f"{path}: {where}.annos.class must hold integer class ids 0..{len(CLASSES) - 1}, "
+                                   f"got {raw_cls.dtype} values {raw_cls.ravel()[:5].tolist()}")
+            cls = raw_cls.astype(np.int64)
             if gt.ndim != 2 or gt.shape[1] != 7 or len(cls) != len(gt):
                 raise DatasetError(
                     f"{path}: {where}.annos: gt_boxes_upright_depth {gt.shape} / class {cls.shape} "
@@ -198,15 +203,32 @@ class SunRGBDLayouts:
                 )
             if not np.isfinite(gt).all():
                 raise DatasetError(f"{path}: {where}.annos.gt_boxes_upright_depth contains NaN or Inf")
+            bad = (cls < 0) | (cls >= len(CLASSES))
+            if bad.any():  # mmdet3d v0 keeps only the 10 classes in annos (ids 0..9): another id is damage
+                raise DatasetError(
+                    f"{path}: {where}.annos.class holds {int(bad.sum())} id(s) outside 0..{len(CLASSES) - 1} "
+                    f"({sorted(set(cls[bad].tolist()))[:5]}); the v0 infos keep only the {len(CLASSES)} VoteNet "
+                    f"classes {list(CLASSES)}, so such a box would be dropped silently")
             boxes = gt.copy()
             boxes[:, 6] = -gt[:, 6]  # v0 depth boxes turn clockwise; ours counter-clockwise
-            keep = (cls >= 0) & (cls < len(CLASSES))
-            boxes, labels = boxes[keep], cls[keep]
+            labels = cls
         rtilt = k = None
         calib = info.get("calib") if isinstance(info, dict) else None
         if isinstance(calib, dict) and "K" in calib and "Rt" in calib:
-            k = np.reshape(np.asarray(calib["K"], dtype=np.float64), (3, 3), order="F")
-            rtilt = np.asarray(calib["Rt"], dtype=np.float64).reshape(3, 3)
+            mats = {}
+            for key in ("K", "Rt"):
+                try:
+                    m = np.asarray(calib[key], dtype=np.float64)
+                except (TypeError, ValueError):
+                    m = None
+                if m is None or m.size != 9 or not np.isfinite(m).all():
+                    got = "non-numeric values" if m is None else f"shape {m.shape}" + (
+                        "" if m.size != 9 else " with NaN or Inf")
+                    raise DatasetError(f"{path}: {where}.calib.{key} must be 9 finite numbers (a 3x3 matrix), "
+                                       f"got {got}")
+                mats[key] = m
+            k = np.reshape(mats["K"], (3, 3), order="F")
+            rtilt = mats["Rt"].reshape(3, 3)
         return _Frame(frame=frame, layout="mmdet3d_infos_v0", points_path=self._find_points(frame, "infos", base),
                       num_features=nfeat, boxes=boxes, labels=labels, rtilt=rtilt, k=k)
 
