@@ -506,3 +506,24 @@ def test_official_label_png_of_another_size_than_the_mat_frame(nyu: Path, tmp_pa
     with pytest.raises(DatasetError, match=r"new_nyu_class13_0001.png: the label image is 480 x 640 but frame "
                                            r"1's rgb in .*nyu_depth_v2_labeled.mat is 4 x 5"):
         ds[0]
+
+
+def test_shipped_normals_must_be_unit_vectors(nyu: Path, tmp_path: Path) -> None:
+    """The real MTAN normal (val/0.npy: unit vectors, (0, 0, 0) at the 3.3 % of pixels without depth). Stored
+    as (n + 1) / 2 in [0, 1] (as image releases encode normals), or scaled, it was delivered as if it were unit
+    normals; a float32 copy of the real file still reads."""
+    root = tmp_path / "mtan"
+    shutil.copytree(nyu / "mtan", root)
+    path = root / "val" / "normal" / "0.npy"
+    real = np.load(path)
+    n_valid = int(np.any(real != 0, axis=-1).sum())
+    assert real.shape == (288, 384, 3) and n_valid == 288 * 384 - int(np.all(real == 0, axis=-1).sum())
+    np.save(path, real.astype(np.float32))
+    assert build("nyuv2", root=root, split="test", modalities=["normal"], use_cache=False)[0]["modalities"]["normal"].shape == (3, 288, 384)
+    encoded = np.where(np.any(real != 0, axis=-1, keepdims=True), (real + 1.0) / 2.0, 0.0)
+    np.save(path, encoded)
+    with pytest.raises(DatasetError, match=rf"val/normal/0\.npy: \d+ of {n_valid} non-zero normals are not unit vectors"):
+        build("nyuv2", root=root, split="test", modalities=["normal"], use_cache=False)[0]
+    np.save(path, real * 2.0)
+    with pytest.raises(DatasetError, match=rf"{n_valid} of {n_valid} non-zero normals are not unit vectors \(lengths 2\.\.2\)"):
+        build("nyuv2", root=root, split="test", modalities=["normal"], use_cache=False)[0]

@@ -286,7 +286,9 @@ class _FrameReaders:
             arrays["depth"] = rearrange(self._npy(fr, "depth", (1,)), "h w c -> c h w")[0].astype(np.float32)
             self._check_depth(arrays["depth"], str(self.root / fr.folder / "depth" / f"{fr.pos}.npy"))
         if "normal" in self.modalities and self.normal_source == "shipped":
-            n = mtan_to_camera(self._npy(fr, "normal", (3,)))
+            raw = self._npy(fr, "normal", (3,))
+            self._check_unit_normals(raw, str(self.root / fr.folder / "normal" / f"{fr.pos}.npy"))
+            n = mtan_to_camera(raw)
             arrays["normal"] = rearrange(n, "h w c -> c h w").astype(np.float32)
         for k, a in arrays.items():
             if a.shape[-2:] != label.shape:
@@ -297,6 +299,24 @@ class _FrameReaders:
             raise DatasetError(f"nyuv2: {self.root / fr.folder}/label/{fr.pos}.npy: labels must be integers in "
                                f"-1..12, got range {label.min()}..{label.max()}")
         return arrays, lab
+
+    #: how far from 1 the length of a shipped normal may be (MTAN's float64 normals: within 1e-15; float32: 1e-7)
+    NORMAL_LENGTH_TOL = 1e-3
+
+    @classmethod
+    def _check_unit_normals(cls, normal: np.ndarray, where: str) -> None:
+        """Shipped normals are unit vectors, or exactly (0, 0, 0) where invalid (PROVENANCE: MTAN's normal GT);
+        anything else (normals scaled, or encoded as (n + 1) / 2 in [0, 1] as image releases store them) was
+        passed on as if it were unit normals. Raises :class:`DatasetError` naming the file."""
+        length = np.sqrt(np.einsum("...c,...c->...", normal.astype(np.float64), normal.astype(np.float64)))
+        valid = length > 0
+        bad = valid & (np.abs(length - 1.0) > cls.NORMAL_LENGTH_TOL)
+        if bad.any():
+            raise DatasetError(
+                f"nyuv2: {where}: {int(bad.sum())} of {int(valid.sum())} non-zero normals are not unit vectors "
+                f"(lengths {length[bad].min():.4g}..{length[bad].max():.4g}); expected unit normals with components "
+                "in [-1, 1], and (0, 0, 0) where invalid (normals stored as (n + 1) / 2 or scaled must be decoded "
+                "first)")
 
     # shared -----------------------------------------------------------------------------------
     @staticmethod
