@@ -422,3 +422,31 @@ def test_chsims_folder_without_pickle_message(tmp_path):
         build("mosi", root=tmp_path, use_cache=False)
     assert str(err.value).splitlines()[0] == (f"mosi: {tmp_path} holds neither an MMSA pickle (unaligned_50.pkl, "
                                               f"aligned_50.pkl) nor .csd computational sequences.")
+
+
+def test_text_bert_of_the_wrong_shape_or_length_is_an_error(fixtures_dir, tmp_path):
+    """The real CH-SIMS feature file: text (9, 768) and text_bert (3, 9), both 9 steps ([CLS] + 7 characters +
+    [SEP]). A transposed text (768, 9) was cut to its first 9 rows by the 9-step mask and delivered as text
+    [9, 9]; a transposed text_bert (9, 3) was ignored (no mask: the text kept every padded step)."""
+    from fusebench.datasets import safe_pickle
+
+    real = safe_pickle.load(fixtures_dir / "ch_sims" / "feature_aligned.pkl")
+    assert real["text"].shape == (9, 768) and real["text_bert"].shape == (3, 9)
+    path = tmp_path / "clip.pkl"
+    _write(path, real)
+    assert tuple(build("chsims", root=path, split="train", use_cache=False)[0]["modalities"]["text"].shape) == (9, 768)
+    _write(path, {**real, "text": real["text"].T})
+    with pytest.raises(DatasetError, match=r"clip\.pkl: key 'text' has 768 steps .* but 'text_bert' 9"):
+        build("chsims", root=path, split="train", use_cache=False)
+    _write(path, {**real, "text_bert": real["text_bert"].T})
+    with pytest.raises(DatasetError, match=r"clip\.pkl: key 'text_bert' has shape \(1, 9, 3\), expected \[n=1, 3, T\]"):
+        build("chsims", root=path, split="train", use_cache=False)
+    # an MMSA split whose text is padded to 12 steps but whose text_bert to 9 (the keys of two different files)
+    part = {"text": np.zeros((2, 12, 4), np.float32), "text_bert": np.ones((2, 3, 9), np.int64),
+            "audio": np.ones((2, 5, 3), np.float32), "vision": np.ones((2, 5, 2), np.float32),
+            "audio_lengths": [5, 5], "vision_lengths": [5, 5], "regression_labels": np.zeros(2, np.float32),
+            "id": ["a", "b"]}
+    _write(tmp_path / "unaligned_50.pkl", {"train": part, "valid": {**part, "id": ["c", "d"]},
+                                           "test": {**part, "id": ["e", "f"]}})
+    with pytest.raises(DatasetError, match=r"\[train\]: key 'text' has 12 steps .* but 'text_bert' 9"):
+        build("mosi", root=tmp_path, split="train", use_cache=False)

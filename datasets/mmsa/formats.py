@@ -257,10 +257,23 @@ class _PickleFormat:
             if m in arrays and f"{m}_lengths" in part:
                 lengths[m] = self._check_lengths(part, f"{m}_lengths", n, arrays[m].shape[1], where)
         mask = np.asarray(part["text_bert"]) if "text_bert" in part else None
+        aligned = self.layout == "mmsa" and "audio_lengths" not in part and "vision_lengths" not in part
+        if mask is not None and ("text" in arrays or aligned):
+            # its attention mask gives the text lengths (a malformed text_bert was ignored: the zero padding was
+            # delivered as text steps); MMSA pads text [n, T, 768] and text_bert [n, 3, T] to one T
+            if mask.ndim != 3 or mask.shape[0] != n or mask.shape[1] != 3:
+                raise DatasetError(
+                    f"{where}: key 'text_bert' has shape {mask.shape}, expected [n={n}, 3, T] (input ids, attention "
+                    "mask, token type ids; a feature file's [3, T]): its attention mask gives the text lengths")
+            if self._text_key == "text" and "text" in arrays and arrays["text"].shape[1] != mask.shape[2]:
+                raise DatasetError(
+                    f"{where}: key 'text' has {arrays['text'].shape[1]} steps (shape {tuple(arrays['text'].shape)}) but "
+                    f"'text_bert' {mask.shape[2]} (shape {mask.shape}); both are padded to the same length T (text "
+                    "[n, T, d], text_bert [n, 3, T]), so the attention mask would cut the text at the wrong steps "
+                    "(a transposed text, or the two keys of different files)")
         if mask is not None and mask.ndim == 3 and mask.shape[0] == n and mask.shape[1] == 3:
             # an aligned file: audio / vision share the text steps; MMSA runs them for the text_bert mask
             # length too (models/multiTask/SELF_MM.py: `if self.aligned: audio_model(audio, text_lengths)`)
-            aligned = self.layout == "mmsa" and "audio_lengths" not in part and "vision_lengths" not in part
             cut = [m for m in ("audio", "vision") if aligned and m in arrays and arrays[m].shape[1] == mask.shape[2]]
             if "text" in arrays or cut:  # the mask is checked where it is used
                 mask_len = self._mask_lengths(part, mask[:, 1], where)
