@@ -486,3 +486,23 @@ def test_an_epoch_is_labelled_only_when_an_annotation_covers_it_entirely():
     assert got.tolist() == [0, -1, -1, 2, -1]
     # an annotation starting mid-epoch: [15, 75) covers epoch 1 [30, 60) only
     assert stage_epochs(np.array([15.0]), np.array([60.0]), ["Sleep stage R"], 3).tolist() == [-1, 4, -1]
+
+
+@pytest.mark.parametrize("key, value, first", [("wake", np.nan, "nan"), ("rem", -1.0, "-1.0"), ("nonrem2", 0.5, "0.5")])
+def test_physionet_stage_indicators_other_than_0_1_are_an_error(tmp_path, key, value, first):
+    """The stage vectors are sample-wise 0/1 indicators. NaN in the first 3000 samples of `wake` made the
+    twin's undefined first epoch a wake epoch (17 epochs instead of 16); -1 in `rem` dropped the REM epochs;
+    0.5 counted half. No real PhysioNet 2018 file is in the fixtures, so the twin's arousal file is edited."""
+    PhysioNet2018.write_synthetic(tmp_path, SyntheticSpec(num_samples=16, seed=0, options={"n_subjects": 1}))
+    rec = next((tmp_path / "training").iterdir())
+    opts = dict(use_cache=False, split_subjects={"train": [rec.name]})
+    assert len(build("physionet2018", root=tmp_path, **opts)) == 16
+    with h5py.File(rec / f"{rec.name}-arousal.mat", "r+") as f:
+        g = f["data/sleep_stages"]
+        a = g[key][()]
+        hit = np.flatnonzero(a[0] == 1)[:3000] if key != "wake" else np.arange(3000)
+        a[0, hit] = value
+        g[key][...] = a
+    with pytest.raises(DatasetError, match=rf"-arousal\.mat: data/sleep_stages/{key} holds {hit.size} value\(s\) other "
+                                           rf"than 0 and 1 \(first at sample {hit[0]}: {first}\)"):
+        build("physionet2018", root=tmp_path, **opts)

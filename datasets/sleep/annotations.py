@@ -249,6 +249,17 @@ def read_arousal_stages(path: Path) -> np.ndarray:
         rows = [np.asarray(g[k][()]).reshape(-1) for k in PHYSIONET_STAGE_KEYS]
     if len({r.shape[0] for r in rows}) != 1:
         raise DatasetError(f"{path}: sleep_stages vectors differ in length {[r.shape[0] for r in rows]}")
+    for key, row in zip(PHYSIONET_STAGE_KEYS, rows):
+        # sample-wise 0/1 indicators: a NaN won the per-epoch argmax (an undefined epoch became wake), a
+        # negative value lost it (REM epochs dropped), each silently
+        if row.dtype.kind not in "biuf":
+            raise DatasetError(f"{path}: data/sleep_stages/{key} has dtype {row.dtype}; expected 0/1 indicators")
+        bad = ~np.isin(row, (0, 1))
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise DatasetError(
+                f"{path}: data/sleep_stages/{key} holds {int(bad.sum())} value(s) other than 0 and 1 (first at sample "
+                f"{first}: {row[first].item()!r}); the stage vectors are sample-wise 0/1 indicators")
     return np.stack(rows)
 
 
