@@ -558,3 +558,18 @@ def test_v73_square_view_and_explicit_sample_axis_read_like_v5(tmp_path):
                                          sample_axis=0))
     np.testing.assert_array_equal(vals["view1"], views[1][rows].astype(np.float32))
     np.testing.assert_array_equal(vals["view0"], views[0][rows].astype(np.float32))
+
+
+def test_dangling_symlink_as_the_folders_only_mat_is_named(fixtures_dir, tmp_path):
+    """A folder root whose only .mat is a symbolic link to a file that is gone (a moved data disk): the sha256
+    step's stat raised a raw FileNotFoundError; now the file and the link target are named. A link to the real
+    file reads it."""
+    import os
+
+    os.symlink(tmp_path / "gone" / "HW2sources.mat", tmp_path / "HW2sources.mat")
+    with pytest.raises(DatasetNotFoundError, match=r"HW2sources\.mat \(the only \.mat in the data root .*\) is a "
+                                                   r"symbolic link to '.*gone/HW2sources\.mat', which does not exist"):
+        datasets.build("multiview_mat", root=tmp_path, split="train", use_cache=False)
+    os.remove(tmp_path / "HW2sources.mat")
+    os.symlink(fixtures_dir / "multiview" / "HW2sources.mat", tmp_path / "HW2sources.mat")
+    assert len(datasets.build("multiview_mat", root=tmp_path, split="train", use_cache=False)) == 1200  # 60 % of 2000

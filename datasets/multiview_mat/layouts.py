@@ -9,6 +9,7 @@ holding one ``.mat`` file, or this adapter's synthetic-twin folder), how the lab
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -356,6 +357,11 @@ class _FileLocation:
                                f"the file itself as the root (--data-root {root / 'NAME.mat'}) or name it with the "
                                f"option file=NAME.mat (fusebench run: --set dataset.options.file=NAME.mat; fusebench "
                                f"data prepare: --opt file=NAME.mat; Python: build(..., file='NAME.mat'))")
+        if not mats[0].is_file():  # a dangling symbolic link (or a folder named *.mat): its stat was a raw OSError
+            what = (f"a symbolic link to {os.readlink(mats[0])!r}, which does not exist" if mats[0].is_symlink()
+                    else "not a regular file")
+            raise DatasetNotFoundError(f"{self.id}: {mats[0]} (the only .mat in the data root {root}) is {what}."
+                                       f"\n{self.info()}")
         return mats[0]
 
     def _is_twin(self, path: Path) -> bool:
