@@ -3,6 +3,7 @@ board (:mod:`fusebench.leaderboard.kviews`)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -113,7 +114,12 @@ def study_main(argv: list[str]) -> int:
               f"(docs/kviews.md). fusebench study kviews --help for its options.")
         return 0
     if not argv or argv[0] != "kviews":
-        print(usage, file=sys.stderr)
+        if not argv:
+            said = "name a study: fusebench study kviews"
+        else:
+            hint = difflib.get_close_matches(argv[0].lower(), ["kviews"], n=1, cutoff=0.5)
+            said = f"unknown study {argv[0]!r}" + (f"; did you mean {hint[0]!r}?" if hint else " (the one study is kviews)")
+        print(f"{usage}\nfusebench study: {said}", file=sys.stderr)
         return 2
     return main(argv[1:])
 

@@ -14,6 +14,7 @@ several with ``nargs="+"``) may be given once (:class:`Once`), its ``KEY=VALUE``
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 
 _ROLE = re.compile(r":(?:py:)?(mod|func|meth|class|attr|data|obj|exc|ref|doc):`([^`]+)`")
@@ -123,3 +124,16 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.register("action", None, Once)
         self.register("action", "store", Once)
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        """argparse's check of a value against ``choices``, with the closest choice named on a typo
+        (``fusebench list objectivs``: ``invalid choice: 'objectivs' (choose from ...); did you mean 'objectives'?``),
+        as the registries name the closest id."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            choices = [str(c) for c in (action.choices or ())]
+            hits = difflib.get_close_matches(str(value).lower(), choices, n=1, cutoff=0.5)
+            if not hits or "meant" in str(e.message):  # Python 3.14's suggest_on_error says it already
+                raise
+            raise argparse.ArgumentError(action, f"{e.message}; did you mean {hits[0]!r}?") from None
