@@ -96,9 +96,12 @@ def test_the_run_says_where_each_tracker_wrote(tmp_path: Path, monkeypatch) -> N
     assert tracker_lines(["csv", "tensorboard", "mlflow"], str(out)) == [
         f"logs (csv): metrics.csv in each cell folder under {out}",
         f"logs (tensorboard): tb/ in each cell folder under {out} (tensorboard --logdir {out})",
-        f"logs (mlflow): tracking URI {(out.resolve() / '.mlruns').as_uri()} (mlflow ui --backend-store-uri ...)"]
+        f"logs (mlflow): tracking URI file://{out.resolve()}/.mlruns (MLFLOW_ALLOW_FILE_STORE=true mlflow ui "
+        f"--backend-store-uri file://{out.resolve()}/.mlruns)"]
     assert tracker_lines(["mlflow"], str(out), "http://host:5000") == [
-        "logs (mlflow): tracking URI http://host:5000 (mlflow ui --backend-store-uri ...)"]
+        "logs (mlflow): tracking URI http://host:5000 (open it in a browser)"]
+    assert tracker_lines(["mlflow"], str(out), "sqlite:///runs/mlflow.db") == [
+        "logs (mlflow): tracking URI sqlite:///runs/mlflow.db (mlflow ui --backend-store-uri sqlite:///runs/mlflow.db)"]
     assert tracker_lines(None, str(out)) == []
     assert main(["run", "quickstart", "--objective", "none", "--seeds", "0", "--set", "downstream.epochs=1",
                  "--out", str(out), "--logger", "csv", "tensorboard", "--no-progress"]) == 0

@@ -25,6 +25,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -301,8 +302,17 @@ def _tensorboard(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
     return TensorBoardTracker(cell)
 
 
-@TRACKERS.register("mlflow", requires="mlflow", where=lambda out, uri: (
-    f"tracking URI {default_mlflow_uri(out, uri)} (mlflow ui --backend-store-uri ...)"))
+def _mlflow_where(out: str | Path, uri: str | None) -> str:
+    """The tracking URI and how to look at it: a server's page, else the ``mlflow ui`` command for the store (a
+    ``file:`` store needs ``MLFLOW_ALLOW_FILE_STORE=true`` with MLflow 3, docs/trackers.md)."""
+    store = default_mlflow_uri(out, uri)
+    if store.startswith(("http://", "https://")):
+        return f"tracking URI {store} (open it in a browser)"
+    env = "MLFLOW_ALLOW_FILE_STORE=true " if store.startswith("file:") else ""
+    return f"tracking URI {store} ({env}mlflow ui --backend-store-uri {shlex.quote(store)})"
+
+
+@TRACKERS.register("mlflow", requires="mlflow", where=_mlflow_where)
 def _mlflow(cell: Path, out: Path, mlflow_uri: str | None) -> Tracker:
     return MLflowTracker(default_mlflow_uri(out, mlflow_uri), cell)
 
