@@ -196,6 +196,24 @@ def test_sha256_checked_for_registered_files(mv_dir, tmp_path):
         datasets.build("multiview_mat", root=tmp_path / "NGs.mat", split="train", sha256="00ff")
 
 
+def test_sha256_mismatch_names_the_dataset_whose_file_it_is_and_the_cli_option(mv_dir, tmp_path):
+    """Another registered dataset's file given as the root of mv_ngs is named as that dataset's, with its benchmark;
+    any mismatch says how to skip the check from the command line too (run: --set, data prepare: --opt)."""
+    import hashlib
+
+    wrong = mv_dir / "handwritten.mat"
+    assert hashlib.sha256(wrong.read_bytes()).hexdigest() == datasets.get("mv_handwritten").SHA256
+    with pytest.raises(DatasetError) as e:
+        datasets.build("mv_ngs", root=wrong, split="train", use_cache=False)
+    said = str(e.value)
+    assert "it is the file of the dataset 'mv_handwritten': its benchmark is fusebench run mv-handwritten" in said
+    assert "--set dataset.options.verify_sha256=false" in said and "--opt verify_sha256=false" in said
+    views, y = random_views(0, n=50)
+    write_v5(tmp_path / "NGs.mat", views, y)  # no registered file
+    with pytest.raises(DatasetError, match=r"\(a different release or a corrupt copy\); to use it anyway"):
+        datasets.build("mv_ngs", root=tmp_path, split="train", use_cache=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # formats and layouts written here
 # ---------------------------------------------------------------------------------------------

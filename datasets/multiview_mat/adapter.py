@@ -42,6 +42,22 @@ _PREPARED_SIZE = 2
 _PREPARED: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
 
 
+def _whose_file(sha256: str, id_: str) -> str:
+    """Why a file's sha256 is not the registered one: the registered dataset whose file it is (a folder or file of
+    another dataset passed as the data root), else another release or a damaged copy."""
+    todo, seen = list(MultiviewMat.__subclasses__()), []
+    while todo:
+        cls = todo.pop()
+        seen.append(cls)
+        todo.extend(cls.__subclasses__())
+    for cls in seen:
+        if cls.SHA256 == sha256 and cls.id != id_:
+            bench = cls.id.replace("_", "-")  # the built-in mv_* datasets each have the benchmark mv-*
+            return f"it is the file of the dataset {cls.id!r}" + (
+                f": its benchmark is fusebench run {bench}" if cls.__module__ == _MODULE else "")
+    return "a different release or a corrupt copy"
+
+
 @DATASETS.register("multiview_mat")
 class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     """Any multi-view learning .mat file (X = cell of views, Y = labels): views are vector modalities."""
@@ -140,8 +156,10 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         self.sha256 = _file_sha256(path)
         synthetic = synthetic or self._is_twin(path)
         if expected and not synthetic and o.get("verify_sha256", True) and self.sha256 != str(expected).lower():
-            raise DatasetError(f"{self.id}: {path} has sha256 {self.sha256}, expected {expected} (a different "
-                               "release or a corrupt copy); pass verify_sha256=False to use it anyway")
+            raise DatasetError(f"{self.id}: {path} has sha256 {self.sha256}, expected {expected} "
+                               f"({_whose_file(self.sha256, self.id)}); to use it anyway pass verify_sha256=False "
+                               "(fusebench run: --set dataset.options.verify_sha256=false; fusebench data prepare: "
+                               "--opt verify_sha256=false; Python: build(..., verify_sha256=False))")
         raw = read_mat(path, x_key, y_key)
         self.file_format, self.layout = raw["format"], raw["layout"]
         x_key, y_key = self.layout.x_label, self.layout.y_label  # the variables read, as messages name them
