@@ -393,7 +393,8 @@ def test_bad_roots_and_options(tmp_path):
     err(None, "no data root given", DatasetNotFoundError)
     err(tmp_path, "missing.mat does not exist", DatasetNotFoundError, file="missing.mat")
     (tmp_path / "empty_dir").mkdir()
-    err(tmp_path / "empty_dir", "0 .mat files")
+    err(tmp_path / "empty_dir", r"empty_dir holds no \.mat file \(a multi-view \.mat file, or the folder that holds it, "
+        r"is the data root: --data-root path/to/NAME\.mat\)", DatasetNotFoundError)  # not "0 .mat files ([])"
     err(path, r"unknown option\(s\) \['split_fraction'\]", split_fraction=[0.5, 0.25, 0.25])
     err(path, "split_fractions .* summing to 1", split_fractions=[0.5, 0.5, 0.5])
     err(path, "split_fractions .* summing to 1", split_fractions=[1.0, 0.0, 0.0])

@@ -350,6 +350,10 @@ class _FileLocation:
                 raise DatasetNotFoundError(f"{self.id}: {p} does not exist (data root {root}, file {name!r}).\n{self.info()}")
             return p
         mats = sorted(root.glob("*.mat"))
+        if not mats:  # "a folder with 0 .mat files ([]); ... name it with file=NAME.mat" named nothing to choose
+            raise DatasetNotFoundError(f"{self.id}: data root {root} holds no .mat file (a multi-view .mat file, or "
+                                       f"the folder that holds it, is the data root: --data-root path/to/NAME.mat)"
+                                       f".\n{self.info()}")
         if len(mats) != 1:
             names = [m.name for m in mats]
             shown = f"{names[:10]}" + (f" and {len(names) - 10} more not shown" if len(names) > 10 else "")
