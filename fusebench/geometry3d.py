@@ -154,7 +154,10 @@ def paired_rotated_iou_3d(a: Tensor, b: Tensor) -> Tensor:
     if a.shape[0] == 0:
         return a.new_zeros(0)
     poly, count = _clip_convex(box_corners_bev(a), torch.full_like(a[:, 0], 4, dtype=torch.long), box_corners_bev(b))
-    area = _polygon_area(poly, count)
+    # a footprint of zero area (dx * dy = 0) meets nothing: clipped by a point (dx = dy = 0) every edge test is
+    # 0 >= 0, so the clip would keep the whole other footprint (IoU of a unit cube and a point box 1.0, not 0)
+    flat = (a[:, 3] * a[:, 4] == 0) | (b[:, 3] * b[:, 4] == 0)
+    area = torch.where(flat, torch.zeros_like(a[:, 0]), _polygon_area(poly, count))
     z_lo = torch.maximum(a[:, 2] - 0.5 * a[:, 5], b[:, 2] - 0.5 * b[:, 5])
     z_hi = torch.minimum(a[:, 2] + 0.5 * a[:, 5], b[:, 2] + 0.5 * b[:, 5])
     inter = area * (z_hi - z_lo).clamp(min=0)

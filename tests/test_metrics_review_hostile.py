@@ -1,0 +1,35 @@
+"""Hostile inputs for the metrics, the probes and the 3D box geometry (review of the boards' numbers): each
+expected value is derived by hand from the definition, not from the code under test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fusebench.geometry3d import rotated_iou_3d
+
+CUBE = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("flat", [
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0],   # a point footprint (dx = dy = 0) inside the cube, half its height
+    [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.3],   # the same, full height, rotated
+    [0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.0],   # a segment footprint (dx = 0)
+    [0.2, 0.1, 0.0, 0.5, 0.0, 0.5, 1.0],   # a segment footprint (dy = 0)
+])
+def test_iou_with_a_zero_area_footprint_is_zero_in_both_orders(flat):
+    # a box of zero footprint area has volume 0, so its intersection with anything has volume 0: IoU = 0
+    a = torch.tensor([CUBE], dtype=torch.float64)
+    b = torch.tensor([flat], dtype=torch.float64)
+    assert float(rotated_iou_3d(a, b)[0, 0]) == 0.0
+    assert float(rotated_iou_3d(b, a)[0, 0]) == 0.0
+
+
+def test_detection_against_a_point_ground_truth_box_is_not_a_hit():
+    from fusebench.metrics.detection import per_class_ap
+
+    # the only ground-truth box has zero volume: no detection can overlap it by IoU > 0.25, so AP = 0
+    gts = [{"boxes": np.array([[0.0, 0, 0, 0, 0, 0.5, 0]]), "labels": np.array([0])}]
+    dets = [{"boxes": np.array([CUBE]), "labels": np.array([0]), "scores": np.array([0.9])}]
+    assert per_class_ap(dets, gts, 0.25, 1)[0] == 0.0
