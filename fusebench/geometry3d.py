@@ -180,7 +180,7 @@ def nms_3d(boxes: Tensor, scores: Tensor, iou_threshold: float = 0.25, labels: T
     """Greedy 3D NMS; returns the kept indices in decreasing score order.
 
     A box is suppressed by a higher-scoring kept box with ``IoU > iou_threshold`` (and, when ``labels``
-    is given, the same label: per-class NMS).
+    is given, the same label: per-class NMS). NaN scores raise ValueError.
     """
     boxes = _as_boxes(boxes, "boxes")
     if boxes.dim() != 2 or scores.shape != boxes.shape[:1]:
@@ -189,6 +189,8 @@ def nms_3d(boxes: Tensor, scores: Tensor, iou_threshold: float = 0.25, labels: T
         raise ValueError(f"nms_3d: labels must have shape [K] = {tuple(scores.shape)}, got {tuple(labels.shape)}")
     if boxes.shape[0] == 0:
         return torch.zeros(0, dtype=torch.long, device=boxes.device)
+    if bool(torch.isnan(scores).any()):  # sorted first, a NaN box would suppress its betters
+        raise ValueError("nms_3d: scores contain NaN")
     order = torch.sort(scores, descending=True, stable=True).indices
     iou = rotated_iou_3d(boxes[order], boxes[order])
     overlap = iou > iou_threshold

@@ -33,3 +33,22 @@ def test_detection_against_a_point_ground_truth_box_is_not_a_hit():
     gts = [{"boxes": np.array([[0.0, 0, 0, 0, 0, 0.5, 0]]), "labels": np.array([0])}]
     dets = [{"boxes": np.array([CUBE]), "labels": np.array([0]), "scores": np.array([0.9])}]
     assert per_class_ap(dets, gts, 0.25, 1)[0] == 0.0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_detection_scores_must_be_finite(bad):
+    from fusebench import metrics
+
+    gts = [{"boxes": np.array([CUBE]), "labels": np.array([0])}]
+    far = [5.0, 5.0, 5.0, 1.0, 1.0, 1.0, 0.0]
+    dets = [{"boxes": np.array([far, CUBE]), "labels": np.array([0, 0]), "scores": np.array([bad, 0.3])}]
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        metrics.get("map_0.25")(dets, gts)
+
+
+def test_nms_rejects_nan_scores():
+    from fusebench.geometry3d import nms_3d
+
+    boxes = torch.tensor([CUBE, CUBE], dtype=torch.float64)
+    with pytest.raises(ValueError, match="NaN"):
+        nms_3d(boxes, torch.tensor([float("nan"), 0.9], dtype=torch.float64))

@@ -28,7 +28,8 @@ class has no ground truth. :func:`per_class_ap` / :func:`per_class_recall` give 
 Call form: ``get(id)(detections, ground_truths, num_classes=10) -> float``, one entry per scene.
 
 Shape:
-    detections[s]: ``{"boxes": [K, 7], "scores": [K], "labels": [K]}`` (numpy or torch);
+    detections[s]: ``{"boxes": [K, 7], "scores": [K], "labels": [K]}`` (numpy or torch; finite scores, else
+    ValueError);
     ground_truths[s]: ``{"boxes": [G, 7], "labels": [G]}``; ``per_class_ap`` -> ``ndarray[C]``.
 """
 
@@ -76,6 +77,8 @@ def _scenes(items: Sequence[dict], kind: str, num_classes: int, with_scores: boo
             scores = _np(d["scores"], f"{kind}[{s}]['scores']", np.float64).reshape(-1)
             if scores.shape[0] != boxes.shape[0]:
                 raise ValueError(f"detection metric: {kind}[{s}] has {boxes.shape[0]} boxes but {scores.shape[0]} scores")
+            if not np.all(np.isfinite(scores)):  # a NaN would be ranked last (or first) without a word
+                raise ValueError(f"detection metric: {kind}[{s}]['scores'] contains NaN or Inf")
             entry["scores"] = scores
         out.append(entry)
     return out
