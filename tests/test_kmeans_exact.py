@@ -50,7 +50,12 @@ def _ref_lloyd(xt, x_sq, c, max_iter, tol_abs):
         if previous is not None and torch.equal(labels, previous):
             return c, labels, float(d[rows, labels].sum())
         for j in np.flatnonzero(torch.bincount(labels, minlength=k).numpy() == 0):
-            far = int(d[rows, labels].argmax())
+            # the worst-fit row among the clusters of two or more rows (a move never empties another cluster;
+            # the module before took the worst-fit row of any cluster, and with fewer distinct rows than k moved the
+            # first row into every empty cluster in turn, leaving NaN centres)
+            sizes = torch.bincount(labels, minlength=k)
+            fit = torch.where(sizes[labels] > 1, d[rows, labels], torch.full((n,), -1.0, dtype=d.dtype))
+            far = int(fit.argmax())
             labels[far] = int(j)
             d[far] = 0.0
         sums = torch.zeros_like(c).index_add_(0, labels, xt)

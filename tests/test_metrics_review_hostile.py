@@ -52,3 +52,27 @@ def test_nms_rejects_nan_scores():
     boxes = torch.tensor([CUBE, CUBE], dtype=torch.float64)
     with pytest.raises(ValueError, match="NaN"):
         nms_3d(boxes, torch.tensor([float("nan"), 0.9], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("max_iter", [1, 2, 3, 300])
+def test_kmeans_with_fewer_distinct_rows_than_clusters_has_no_nan(max_iter):
+    from fusebench.probes.kmeans import kmeans
+
+    # 3 distinct rows, k = 5: every cluster can hold copies of one row, the optimum inertia is 0
+    x = np.array([[0.0], [0.0], [0.0], [1.0], [2.0]])
+    for seed in range(4):
+        labels, centres, inertia = kmeans(x, 5, seed, n_init=1, max_iter=max_iter)
+        assert np.isfinite(centres).all() and inertia == 0.0
+        assert len({tuple(np.flatnonzero(labels == c)) for c in np.unique(labels)}) == 3
+
+
+def test_kmeans_duplicated_rows_reach_the_zero_inertia_partition():
+    from fusebench.probes.kmeans import kmeans
+
+    p, q, r = [-1.14, 1.3], [-0.96, -3.11], [-1.18, -1.77]
+    x = np.array([p, p, q, q, p, p, r, q])
+    labels, centres, inertia = kmeans(x, 5, 83, n_init=1)
+    assert np.isfinite(centres).all()
+    # the rows of one value share a cluster, the three values three clusters: inertia 0 (it was 1.45: r merged)
+    groups = {tuple(np.flatnonzero(labels == c)) for c in np.unique(labels)}
+    assert groups == {(0, 1, 4, 5), (2, 3, 7), (6,)} and inertia <= 1e-24

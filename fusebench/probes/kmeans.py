@@ -69,9 +69,17 @@ def _lloyd(xt: torch.Tensor, x_sq: torch.Tensor, c: torch.Tensor, max_iter: int,
         if previous is not None and torch.equal(labels, previous):
             return c, labels, float(d[rows, labels].sum())  # a fixed point: the means are c already
         counts = torch.bincount(labels, minlength=k)
-        empty = np.flatnonzero(counts.numpy() == 0)
+        members = counts.numpy().copy()
+        empty = np.flatnonzero(members == 0)
         for j in empty:
-            far = int(d[rows, labels].argmax())  # re-seed an emptied cluster with the worst-fit point
+            # re-seed an emptied cluster with the worst-fit point among the clusters of two or more rows (one exists:
+            # n >= k), so the move never empties another cluster (whose centre would be 0 / 0 = NaN: with fewer
+            # distinct rows than k every distance is 0, and the first row was moved into every empty cluster in turn)
+            fit = d[rows, labels].numpy()
+            movable = np.flatnonzero(members[labels.numpy()] > 1)
+            far = int(movable[np.argmax(fit[movable])])  # the first of equal distances, as argmax over all rows
+            members[int(labels[far])] -= 1
+            members[j] += 1
             labels[far] = int(j)
             d[far] = 0.0
         if empty.size:  # the counts after the re-seeding
@@ -96,7 +104,7 @@ def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = DEFAULT_N_INIT, max_i
     first r restarts do not depend on ``n_init``): greedy k-means++ seeding (:func:`kmeans_plusplus`),
     then Lloyd iterations (assign every row to its nearest centre, ties to the lower centre index;
     move each centre to the mean of its rows; a cluster left empty gets the row farthest from its
-    centre) until the partition stops changing, or the total squared centre shift is <= ``tol`` times
+    centre among the clusters of two or more rows, so no other cluster is emptied) until the partition stops changing, or the total squared centre shift is <= ``tol`` times
     the mean per-column variance of ``x`` (scikit-learn's rule), or ``max_iter`` iterations (the
     rows are then assigned to the final centres). Squared distances are computed as
     ``||x||^2 - 2 x.c + ||c||^2`` (clipped at 0); the restart of lowest inertia in that form is kept
