@@ -71,6 +71,11 @@ def test_chsims_feature_file_loads(fixtures_dir):
     assert float(s["target"]) == pytest.approx(0.4) and float(s["extra_targets"]["A"]) == -1.0
     ids = s["modalities"]["text"][:, 0].tolist()
     assert s["modalities"]["text"].shape == (9, 3) and ids[0] == 101 and ids[-1] == 102 and ids[3] == 100
+    # label= without every unimodal label: the error names the option (it said "label 'regression_labels_T' is not
+    # finite", naming a key the user never wrote)
+    for uni in (None, {"T": 0.2, "A": -1.0}):
+        with pytest.raises(DatasetError, match=r"no unimodal label for \[('T', 'A', )?'V'\].*unimodal_labels="):
+            build("chsims", root=path, use_cache=False, label=0.4, **({"unimodal_labels": uni} if uni else {}))
     # the same feature file through the CMU adapter (same code path)
     assert build("mosi", root=path, use_cache=False)[0]["modalities"]["vision"].shape == (9, 171)
 

@@ -165,6 +165,13 @@ class _PickleFormat:
         part["regression_labels"] = np.array([label], dtype=np.float32)
         if self.UNIMODAL:
             uni = self._opts_rest.get("unimodal_labels", {}) or {}
+            missing = [m for m in "TAV" if m not in uni]
+            if "label" in self._opts_rest and missing:  # else: "label 'regression_labels_T' is not finite", no option
+                raise DatasetError(
+                    f"{path}: a feature file holds no labels: label={label!r} was given, but no unimodal label for "
+                    f"{missing} (CH-SIMS scores the text, audio and vision labels too); pass unimodal_labels="
+                    "{'T': .., 'A': .., 'V': ..} beside label= (fusebench run: --set dataset.options.unimodal_labels="
+                    "'{\"T\": 0.2, \"A\": -1.0, \"V\": 1.0}'), or neither for an unlabelled clip")
             for m in "TAV":
                 part[f"regression_labels_{m}"] = np.array([uni.get(m, float("nan"))], dtype=np.float32)
         part["id"] = np.array([path.stem])
