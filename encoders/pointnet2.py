@@ -195,9 +195,10 @@ def farthest_point_sample(xyz: Tensor, npoint: int, backend: str | None = None) 
             c = xyz[rows, last]  # [B, 3]
             torch.sub(coords[0], c[:, 0:1], out=d)
             d.square_()
-            for k in (1, 2):
-                torch.sub(coords[k], c[:, k : k + 1], out=t)
-                d.addcmul_(t, t)
+            for k in (1, 2):  # dx^2, + dy^2, + dz^2, each product rounded: not addcmul_, which the CPU kernels fuse
+                torch.sub(coords[k], c[:, k : k + 1], out=t)  # into one FMA on some CPUs, so a tie of distances
+                t.square_()  # (a grid of points) went to another index there than on others and under Triton
+                d.add_(t)
             torch.minimum(dist, d, out=dist)
             last = torch.argmax(dist, dim=1)
             idx[:, j] = last

@@ -443,3 +443,18 @@ def test_example_batch_runs_a_training_step():
     loss = model.task_loss(model(batch), batch)
     assert torch.isfinite(loss)
     loss.backward()
+
+
+def test_fps_ties_on_a_grid_go_to_the_first_index_with_each_square_rounded():
+    """Squared distances are dx^2 + dy^2 + dz^2 with every product rounded (as the Triton kernel and the slow
+    loop compute them): on a float32 grid many distances tie exactly and the first index wins. A fused
+    multiply-add (``addcmul_`` on CPUs with FMA) rounded one of the tied sums differently and picked 106 for 64."""
+    grid = torch.stack(torch.meshgrid(*[torch.arange(7.0)] * 3, indexing="ij"), -1).reshape(1, -1, 3) * 0.1
+    pts = grid[0].numpy()  # float32
+    want, dist = [0], np.full(len(pts), np.inf, dtype=np.float32)
+    for _ in range(1, 30):  # numpy float32 ufuncs: one rounding per product and per sum, no FMA
+        diff = pts - pts[want[-1]]
+        dist = np.minimum(dist, diff[:, 0] * diff[:, 0] + diff[:, 1] * diff[:, 1] + diff[:, 2] * diff[:, 2])
+        want.append(int(np.flatnonzero(dist == dist.max())[0]))
+    assert want[21] == 64  # the tie with point 106 (both at squared distance 0.06 in float32)
+    assert farthest_point_sample(grid, 30).tolist() == [want]
