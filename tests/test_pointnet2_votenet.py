@@ -458,3 +458,16 @@ def test_fps_ties_on_a_grid_go_to_the_first_index_with_each_square_rounded():
         want.append(int(np.flatnonzero(dist == dist.max())[0]))
     assert want[21] == 64  # the tie with point 106 (both at squared distance 0.06 in float32)
     assert farthest_point_sample(grid, 30).tolist() == [want]
+
+
+def test_three_nn_ties_go_to_the_lower_index():
+    """Equally near known points: the 3 lowest indices are the neighbours (VoteNet's three_nn kernel and the Triton
+    one compare strictly in index order); topk's order among ties took others."""
+    known = torch.tensor([[[2.0, 0, 0], [1, 0, 0], [0, 1, 0], [-1, 0, 0], [0, -1, 0], [0, 0, 1], [0, 0, -1]]])
+    feats = torch.arange(7.0).view(1, 1, 7)
+    # from the origin: index 0 at distance 2, indices 1..6 at distance 1 -> neighbours 1, 2, 3, equal weights
+    assert three_nn_interpolate(torch.zeros(1, 1, 3), known, feats).item() == pytest.approx(2.0)
+    for m in (4, 8, 40):  # duplicated known points: neighbours 0, 1, 2
+        got = three_nn_interpolate(torch.tensor([[[1.0, 0, 0], [0.5, 0.5, 0.5]]]), torch.zeros(1, m, 3),
+                                   torch.arange(float(m)).view(1, 1, m))
+        assert got.flatten().tolist() == pytest.approx([1.0, 1.0])
