@@ -510,6 +510,15 @@ class PointNet2Encoder(Backbone):
         self.num_features = self.cfg.fp_mlps[-1][-1]
 
     @classmethod
+    def config_problems(cls, config: Mapping[str, Any]) -> list[str]:
+        """The base checks, and ``config`` (the preset) one of :data:`CONFIGS` by name, so that a mistyped preset is
+        refused when the spec is loaded (as ``votenet``'s is), not when the cell builds the encoder."""
+        out, preset = super().config_problems(config), config.get("config", "votenet")
+        if not isinstance(preset, str) or preset not in CONFIGS:
+            out.append(f"encoder.config.config = {preset!r}: expected a PointNet++ preset's name, one of {sorted(CONFIGS)}")
+        return out
+
+    @classmethod
     def data_problems(cls, config: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
         """The base checks, and the points of a scene against the centres the preset's first layer samples
         (:func:`scene_points_problems`); a preset that is not a name of :data:`CONFIGS` is the constructor's error."""

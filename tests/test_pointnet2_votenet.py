@@ -471,3 +471,12 @@ def test_three_nn_ties_go_to_the_lower_index():
         got = three_nn_interpolate(torch.tensor([[[1.0, 0, 0], [0.5, 0.5, 0.5]]]), torch.zeros(1, m, 3),
                                    torch.arange(float(m)).view(1, 1, m))
         assert got.flatten().tolist() == pytest.approx([1.0, 1.0])
+
+
+def test_pointnet2_preset_checked_when_the_spec_is_loaded():
+    """A mistyped or non-name preset is refused by config_problems (the spec loader), as votenet's is."""
+    for bad in ("votnet", 5, ["tiny"]):
+        problems = PointNet2Encoder.config_problems({"config": bad})
+        assert len(problems) == 1 and "encoder.config.config" in problems[0] and "'tiny', 'votenet'" in problems[0]
+    assert PointNet2Encoder.config_problems({"config": "tiny"}) == []
+    assert PointNet2Encoder.config_problems({}) == []
