@@ -119,6 +119,16 @@ class EEGConvEncoder(Backbone):
 
     default_task = "classification"
 
+    @classmethod
+    def config_problems(cls, config: Mapping[str, Any]) -> list[str]:
+        """The base checks, and ``channels`` divisible by the ``channels // 2`` groups of its GroupNorm (1, 2, 3 or
+        an even count), refused when the spec is loaded rather than by GroupNorm when the cell builds the encoder."""
+        out, c = super().config_problems(config), config.get("channels")
+        if not out and isinstance(c, int) and not isinstance(c, bool) and c > 3 and c % 2:
+            out.append(f"encoder.config.channels = {c}: GroupNorm splits the channels into channels // 2 = {c // 2} "
+                       f"groups, which {c} is not divisible by; expected 1, 2, 3 or an even count (e.g. {c + 1})")
+        return out
+
     def __init__(self, modalities: Sequence[str] | Mapping[str, int] | None = None, size: str = "default",
                  num_classes: int = 5, dropout: float = 0.1, channels: int | None = None,
                  out_dim: int | None = None) -> None:

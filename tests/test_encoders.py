@@ -495,3 +495,17 @@ def test_bench_encoders_eeg(capsys):
     assert len(row) == 1 and "| 0.70 |" in row[0] and "c3 1x1x3000" in row[0]
     with pytest.raises(SystemExit):
         bench.main(["--names", "no_such_encoder"])
+
+
+def test_eeg_channels_that_groupnorm_cannot_split_are_refused_at_load():
+    """GroupNorm(channels // 2) needs channels divisible by channels // 2: 1, 2, 3 or even; 5, 7, 255 are refused by
+    config_problems (the spec loader), and every count it accepts builds."""
+    for c in (5, 7, 255):
+        problems = EEGConvEncoder.config_problems({"channels": c})
+        assert len(problems) == 1 and f"encoder.config.channels = {c}" in problems[0]
+        with pytest.raises(ValueError):
+            EEGConvEncoder(size="tiny", channels=c)
+    for c in (1, 2, 3, 4, 6, 16):
+        assert EEGConvEncoder.config_problems({"channels": c}) == []
+        EEGConvEncoder(size="tiny", channels=c)
+    assert len(EEGConvEncoder.config_problems({"channels": 0})) == 1  # the base check, said once
