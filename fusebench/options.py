@@ -25,6 +25,7 @@ fusebench.options.OptionsError: pretrain.per_objective.infonce_pwe.hparams: unkn
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import inspect
@@ -109,7 +110,10 @@ def options_of(obj: Any) -> list[Option] | None:
 
 
 def _type_ok(value: Any, t: Any) -> bool:
-    """A conservative check of ``value`` against annotation ``t``: only plain types are enforced."""
+    """A conservative check of ``value`` against annotation ``t``: plain types, and containers with their items
+    (``Sequence[float]`` / ``list[int]`` / ``tuple[int, ...]``: a list or tuple, not text, of such items;
+    ``Mapping[str, int]``: a mapping of such keys and values), as a spec's YAML gives them; anything richer
+    passes."""
     if t is Any or value is None and _optional(t):
         return True
     if t is type(None):
@@ -117,6 +121,16 @@ def _type_ok(value: Any, t: Any) -> bool:
     origin = typing.get_origin(t)
     if origin is typing.Union or type(t).__name__ == "UnionType":
         return any(_type_ok(value, a) for a in typing.get_args(t))
+    args = typing.get_args(t)
+    if origin in (list, tuple, collections.abc.Sequence):  # a YAML list (a string is a sequence too: refused)
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, float]: one item per slot
+            return len(value) == len(args) and all(_type_ok(v, a) for v, a in zip(value, args))
+        return not args or all(_type_ok(v, args[0]) for v in value)
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, dict) and (len(args) != 2 or all(
+            _type_ok(k, args[0]) and _type_ok(v, args[1]) for k, v in value.items()))
     if origin is not None:
         t = origin
     if t is float:

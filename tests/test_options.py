@@ -96,6 +96,28 @@ def test_spec_grid_encoder_and_dataset_options_are_checked_at_load_time() -> Non
         benchmarks.load("mv-ngs", overrides={"dataset.options.split_seed": "1"})
 
 
+def test_container_options_are_checked_item_by_item_at_load_time() -> None:
+    """A list / mapping option is checked with its items (votenet's ``mean_sizes: "abc"`` passed the spec check and
+    failed when the cell built the encoder; ``Sequence`` annotations were not checked at all)."""
+    from typing import Mapping, Sequence
+
+    from fusebench.options import _type_ok
+
+    # (value, annotation, expected): worked out by hand from what a spec's YAML can hold
+    cases = [("abc", Sequence[Sequence[float]], False), ([[1, 2, 3.5]], Sequence[Sequence[float]], True),
+             ([[1, "x", 3]], Sequence[Sequence[float]], False), ([1.0, 2.0], Sequence[Sequence[float]], False),
+             (["rgb", "depth"], Sequence[str] | Mapping[str, int] | None, True),
+             ({"rgb": 3}, Sequence[str] | Mapping[str, int] | None, True),
+             ({"rgb": "3"}, Sequence[str] | Mapping[str, int] | None, False), ("rgb", Sequence[str], False),
+             ([1, 2], tuple[int, ...], True), ([1, 2.5], tuple[int, ...], False), ([1, 2.5], tuple[int, float], True),
+             ([1], tuple[int, float], False), ([True], list[int], False), ({}, dict, True), ([], Sequence[int], True)]
+    assert [_type_ok(v, t) for v, t, _ in cases] == [want for _, _, want in cases]
+    with pytest.raises(ConfigError, match=r"encoder.config \(votenet\)\.mean_sizes: expected .*got str 'abc'"):
+        benchmarks.load("sunrgbd-det", overrides={"encoder.config.mean_sizes": "abc"})
+    with pytest.raises(ConfigError, match=r"encoder.config \(esanet\)\.context_bins: expected .*got list \[1, 'a'\]"):
+        benchmarks.load("nyuv2-seg", overrides={"encoder.config.context_bins": [1, "a"]})
+
+
 def test_options_are_checked_before_any_data_is_read(tmp_path: Path) -> None:
     # the data root does not exist: a typo must be reported, not the missing files
     with pytest.raises(ConfigError, match=r"pretrain.per_objective.m3g.hparams: unknown options \['epss'\]"):
