@@ -146,14 +146,14 @@ class M3G(MultiViewObjective):
     def __init__(self, eps: float = 0.2, cost: str = "cv", tol: float = 1e-3, max_iter: int = 1000,
                  solver: str = "auto", backend: str = "auto") -> None:
         super().__init__()
-        check_ot_hparams("m3g", eps, tol, max_iter)
+        eps, tol, max_iter = check_ot_hparams("m3g", eps, tol, max_iter)
         if cost not in ("cv", "csd"):
             raise ValueError(f"m3g: cost must be 'cv' or 'csd', got {cost!r}")
         if solver not in ("auto", "reference"):
             raise ValueError(f"m3g: solver must be 'auto' or 'reference', got {solver!r}")
         if backend not in BACKENDS:
             raise ValueError(f"m3g: backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
-        self.eps, self.cost, self.tol, self.max_iter, self.solver = float(eps), cost, float(tol), max_iter, solver
+        self.eps, self.cost, self.tol, self.max_iter, self.solver = eps, cost, tol, max_iter, solver
         self.backend = backend
         self.solver_tally = SolverTally()  # the calls whose Sinkhorn solve stopped at max_iter (solver_tally.py)
 

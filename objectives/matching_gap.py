@@ -72,10 +72,10 @@ class MatchingGap(MultiViewObjective):
 
     def __init__(self, eps: float = 0.5, cost: str = "sqeuclid", tol: float = 1e-3, max_iter: int = 1000) -> None:
         super().__init__()
-        check_ot_hparams("matching_gap", eps, tol, max_iter)
+        eps, tol, max_iter = check_ot_hparams("matching_gap", eps, tol, max_iter)
         if cost not in ("dot", "sqeuclid"):
             raise ValueError(f"matching_gap: cost must be 'dot' or 'sqeuclid', got {cost!r}")
-        self.eps, self.cost, self.tol, self.max_iter = float(eps), cost, float(tol), max_iter
+        self.eps, self.cost, self.tol, self.max_iter = eps, cost, tol, max_iter
         self.solver_tally = SolverTally()  # the calls whose Sinkhorn solve stopped at max_iter (solver_tally.py)
 
     def extra_repr(self) -> str:

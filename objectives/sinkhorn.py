@@ -65,6 +65,7 @@ Example (k = 3 views of n = 4 points: every marginal of the coupling is 1/n at c
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass, field
 
@@ -89,13 +90,27 @@ class SinkhornResult:
     info: dict[str, float] = field(default_factory=dict)
 
 
-def check_ot_hparams(who: str, eps: float, tol: float, max_iter: int) -> None:
-    """Shared validation of the entropic-OT hyperparameters (ValueError naming the loss)."""
+def check_ot_hparams(who: str, eps: float, tol: float, max_iter: int) -> tuple[float, float, int]:
+    """Shared validation of the entropic-OT hyperparameters (ValueError naming the loss and the setting).
+
+    Any real number (``numbers.Real``: a Python or numpy float / int, not a bool) is taken for ``eps`` and
+    ``tol``, any integer (``numbers.Integral``: Python or numpy, not a bool) for ``max_iter``, as ``tau``
+    of the contrastive losses is (:func:`fusebench.objectives.infonce.check_tau`); returns them as
+    ``(float, float, int)``."""
+    out = []
     for name, val in (("eps", eps), ("tol", tol)):
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val <= 0:
+        num = None
+        if not isinstance(val, bool) and isinstance(val, numbers.Real):
+            try:
+                num = float(val)
+            except OverflowError:  # an integer too large for a float
+                num = math.inf
+        if num is None or not math.isfinite(num) or num <= 0:
             raise ValueError(f"{who}: {name} must be a finite number > 0, got {val!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        out.append(num)
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
         raise ValueError(f"{who}: max_iter must be an integer >= 1, got {max_iter!r}")
+    return out[0], out[1], int(max_iter)
 
 
 def outer_sum(vectors: Tensor) -> Tensor:
