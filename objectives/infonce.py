@@ -90,9 +90,15 @@ VARIANTS = ("paper", "reference_code")
 
 def check_tau(tau: object, who: str) -> float:
     """Validate a temperature: a finite real number > 0."""
-    if isinstance(tau, bool) or not isinstance(tau, Real) or not math.isfinite(float(tau)) or float(tau) <= 0:
+    value = None
+    if not isinstance(tau, bool) and isinstance(tau, Real):
+        try:
+            value = float(tau)
+        except OverflowError:  # an integer too large for a float
+            value = math.inf
+    if value is None or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{who}: tau must be a finite number > 0, got {tau!r}")
-    return float(tau)
+    return value
 
 
 def check_variant(variant: object, who: str, allowed: tuple[str, ...] = VARIANTS) -> str:

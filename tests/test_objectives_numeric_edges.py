@@ -36,3 +36,17 @@ def test_ot_settings_take_numpy_numbers(name):
 def test_ot_settings_refused_naming_the_setting(name, setting, value):
     with pytest.raises(ValueError, match=rf"^{name}: {setting} must be "):
         build(name, **{setting: value})
+
+
+@pytest.mark.parametrize("name", ["infonce_pwe", "infonce_avg", "multicrop", "mv_infonce", "mv_dhel", "dhel",
+                                  "pvc_geometric", "pvc_arithmetic", "suff_stats", "tuple_infonce"])
+@pytest.mark.parametrize("value", [-0.1, 0, math.nan, math.inf, "0.1", True, 10**400, -(10**400)])
+def test_tau_refused_naming_the_setting(name, value):
+    """An integer too large for a float raised OverflowError from ``float(tau)`` instead of the ValueError."""
+    with pytest.raises(ValueError, match=rf"^{name}: tau must be a finite number > 0"):
+        build(name, tau=value)
+
+
+def test_tau_takes_numpy_numbers():
+    f = build("infonce_pwe", tau=np.float32(0.25))
+    assert type(f.tau) is float and f.tau == 0.25
