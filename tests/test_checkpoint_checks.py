@@ -265,18 +265,22 @@ def test_status_calls_resumable_only_what_the_run_resumes(tmp_path: Path, writte
     judged = status.collect(out, ["quickstart"])["quickstart"]
     assert judged[("infonce_pwe", 0)] == ("interrupted", (
         f"not resumable: cannot resume {cells['infonce_pwe'] / 'last.pt'}: it was written with another configuration "
-        f"(config hash {tiny} != {default} of the current spec and --set values); rerun with the same settings, or "
-        "move the cell folder away to start over"))
+        f"(config hash {tiny} != {default} of the current spec and --set values); changed: "
+        "dataset.synthetic_spec.num_samples: 64 in the checkpoint, now 1024; downstream.epochs: 1 in the checkpoint, "
+        "now 10; pretrain.batch_size: 32 in the checkpoint, now 64; pretrain.epochs: 1 in the checkpoint, now 20; "
+        "rerun with the same settings, or move the cell folder away to start over"))
     assert judged[("m3g", 0)] == found[("m3g", 0)] and judged[("mv_dhel", 0)] == found[("mv_dhel", 0)]
     # another benchmark's checkpoint under this one's folders
     other = cell_dir(out, "mv-hw2sources", OBJ, 0)
     other.mkdir(parents=True)
     (other / "last.pt").write_bytes(written["pretrain"])
     mv = spec_hash(benchmarks.load("mv-hw2sources"), OBJ)
-    assert status.collect(out, ["mv-hw2sources"])["mv-hw2sources"][(OBJ, 0)] == ("interrupted", (
+    state, why = status.collect(out, ["mv-hw2sources"])["mv-hw2sources"][(OBJ, 0)]
+    assert state == "interrupted" and why.startswith(
         f"not resumable: cannot resume {other / 'last.pt'}: it was written with another configuration (config hash "
-        f"{tiny} != {mv} of the current spec and --set values); rerun with the same settings, or move the cell folder "
-        "away to start over"))
+        f"{tiny} != {mv} of the current spec and --set values); changed: dataset.id: 'quickstart' in the checkpoint, "
+        "now 'mv_hw2sources'; ") and why.endswith("; rerun with the same settings, or move the cell folder away to "
+                                                 "start over"), why
     # one the default sweep resumes: written by the code under the benchmark's own settings
     spec = benchmarks.load("quickstart", overrides={"checkpoint_every": 1})  # not in the config hash
     assert spec_hash(spec, OBJ) == default

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fusebench.components.identity import code_changes, same_config_hashes, spec_hash
+from fusebench.components.identity import cell_identity, code_changes, same_config_hashes, spec_hash
 from fusebench.io import create_once
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.loop import RunError, checkpoint_error, shown_value
@@ -153,6 +153,7 @@ OPTIONAL_KEYS: dict[str, tuple[Any, str]] = {
     "config_hash": (lambda v: isinstance(v, str), "a string"),
     "versions": (lambda v: v is None or isinstance(v, dict), "a mapping of code versions"),
     "data_fingerprint": (lambda v: v is None or isinstance(v, str), "a string or None"),
+    "config": (lambda v: isinstance(v, dict), "a mapping (the spec's canonical form)"),
     "solver_tally": (_solver_tally, "the epoch's running solver tally ({calls, not_converged: integers >= 0, worst: "
                                     "a number >= 0}: fusebench.objectives.solver_tally)"),
 }
@@ -227,6 +228,42 @@ def data_fingerprint(context: dict[str, Any] | None) -> str | None:
     return fp.get("sha256") if isinstance(fp, dict) else None
 
 
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``tree``'s leaves by dotted key (a mapping's entries; anything else, lists included, is a leaf)."""
+    if not isinstance(tree, dict):  # (an empty mapping has no leaf: {} and no entry read alike)
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_changes(saved: Any, spec: BenchmarkSpec, objective: str, most: int = 8) -> str | None:
+    """What differs between the configuration a checkpoint saved (``saved``: the spec's canonical form, as
+    :meth:`fusebench.engine.loop.Phase.save` writes it) and ``spec``, for ``objective``'s cell: the dotted keys of
+    the cell's identity (:func:`fusebench.components.identity.cell_identity`) with the checkpoint's value and the
+    current one (``pretrain.lr: 0.001 in the checkpoint, now 0.01``); None when the checkpoint saved none (written
+    before checkpoints carried it) or no key of the identity differs."""
+    if not isinstance(saved, dict):
+        return None
+    try:
+        old, new = _flat(cell_identity(saved, objective)), _flat(cell_identity(spec.to_dict(), objective))
+    except Exception:  # noqa: BLE001 - a saved form this code cannot read: the hashes alone say it differs
+        return None
+    absent = "(not set)"
+    def shown(d: dict[str, Any], k: str) -> str:
+        if k not in d:
+            return absent
+        r = repr(d[k])
+        return r if len(r) <= 60 else r[:57] + "..."
+
+    diff = [f"{k}: {shown(old, k)} in the checkpoint, now {shown(new, k)}" for k in sorted(set(old) | set(new))
+            if old.get(k, absent) != new.get(k, absent)]
+    if not diff:
+        return None
+    return "; ".join(diff[:most]) + (f"; and {len(diff) - most} more" if len(diff) > most else "")
+
+
 def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpec, objective: str,
                              context: dict[str, Any] | None = None) -> dict[str, Any]:
     """``ckpt`` (as :func:`load_checkpoint` returned it: its structure checked) when the run of ``spec`` for
@@ -244,10 +281,12 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
         why = (f" (the row {objective!r} scores a weights file and its hash covers the file's content: now sha256 "
                f"{weights.get('sha256')} of {weights.get('path')}; a file changed since is another configuration)"
                if isinstance(weights, dict) else "")
+        changed = config_changes(ckpt.get("config"), spec, objective)
         raise ConfigMismatchError(
             f"cannot resume {path}: it was written with another configuration (config hash {ckpt.get('config_hash')} "
-            f"!= {spec_hash(spec, objective)} of the current spec and --set values){why}; rerun with the same "
-            "settings, or move the cell folder away to start over")
+            f"!= {spec_hash(spec, objective)} of the current spec and --set values){why}"
+            f"{'; changed: ' + changed if changed else ''}; rerun with the same settings, or move the cell folder "
+            "away to start over")
     if isinstance(ckpt.get("versions"), dict):
         changed = code_changes(spec, objective, ckpt["versions"])
         if changed:

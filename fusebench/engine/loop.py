@@ -121,6 +121,7 @@ class Phase:
         self.config_hash: str | None = None
         self.versions: dict[str, Any] | None = None
         self.data_fingerprint: str | None = None
+        self.config: dict[str, Any] | None = None  # the spec's canonical form, saved so a refused resume names what changed
         self.clock = Clock()
         self.finite_at: int | None = None  # the step whose weights check_finite_state found finite
 
@@ -129,6 +130,7 @@ class Phase:
         fingerprint of the data read."""
         self.config_hash, self.versions = spec_hash(spec, objective), cell_versions(spec, objective)
         self.data_fingerprint = data_fingerprint
+        self.config = spec.to_dict()
 
     def state(self) -> dict[str, Any]:
         return {
@@ -144,7 +146,8 @@ class Phase:
             return
         check_finite_state(self, f"checkpoint {self.cell / 'last.pt'}")
         utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash, "versions": self.versions,
-                                 "data_fingerprint": self.data_fingerprint, **(extra or {})}, self.cell / "last.pt")
+                                 "data_fingerprint": self.data_fingerprint,
+                                 **({"config": self.config} if self.config is not None else {}), **(extra or {})}, self.cell / "last.pt")
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         """Continue from ``ckpt`` (``last.pt`` as :func:`fusebench.engine.cell.load_checkpoint` returned it, its
