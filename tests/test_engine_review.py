@@ -30,3 +30,35 @@ def test_resume_with_changed_set_values_names_what_changed(tmp_path: Path) -> No
                                                      "pretrain.per_objective.m3g.hparams": {"eps": 0.5}})
     with pytest.raises(ConfigMismatchError, match=r"changed: pretrain\.epochs: 2 in the checkpoint, now 3; rerun"):
         run_cell(CellRequest(third, "infonce_pwe", 0, tmp_path), RunOptions(progress=False, resume=True))
+
+
+GRID = {**TINY, "pretrain.per_objective.infonce_pwe.grid": {"tau": [0.1, 0.2]}}
+
+
+def test_a_selection_trial_killed_midway_resumes_from_its_last_pt(tmp_path: Path) -> None:
+    import json
+
+    import fusebench
+    from fusebench.cells.execute import sweep_context
+    from fusebench.sweep import selection
+
+    ref = fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=tmp_path / "a", overrides=GRID,
+                        progress=False)[0]
+    spec = benchmarks.load("quickstart", overrides=GRID)
+    out = tmp_path / "b"
+    trial = selection.trials_of(spec, "infonce_pwe", out, sweep_context(spec, False, None))[1]  # tau 0.2
+    ctx = {**sweep_context(spec, False, None), "hparams": {"infonce_pwe": {"tau": 0.2}}}
+    with pytest.raises(KeyboardInterrupt):  # the sweep killed 5 steps into trial 1 (the trial run_cell call)
+        run_cell(trial, RunOptions(progress=False, max_steps=5, selection_trial=True), ctx)
+    assert (trial.cell / "last.pt").exists() and not (trial.cell / "run.json").exists()
+    plan = fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=out, overrides=GRID, plan=True)
+    sel = [r for r in plan if r.get("selection")]
+    assert sel[0]["action"] == "select" and sel[0]["detail"].startswith("2 of 2 trial(s) to run (1 resumed from "
+                                                                        "last.pt) "), sel
+    got = fusebench.run("quickstart", objective="infonce_pwe", seeds=[0], out=out, overrides=GRID, progress=False)[0]
+    rec = json.loads((trial.cell / "run.json").read_text())
+    assert rec["resumed"] is True  # continued from the kill, not started over
+    want = json.loads(next((tmp_path / "a").rglob("trial1-tau0.2/**/run.json")).read_text())
+    assert rec["metrics"] == want["metrics"] and rec["curves"] == want["curves"]
+    assert got["metrics"] == ref["metrics"] and got["curves"] == ref["curves"]
+    assert got["hparam_selection"] == ref["hparam_selection"]

@@ -102,11 +102,25 @@ def selection_plan(spec: BenchmarkSpec, objectives: list[str], out: Path, option
             except (ConfigMismatchError, RunError, OSError) as e:
                 action, detail = "refused", str(e)
         else:
-            left = sum(1 for t in trials if not (t.cell / "run.json").exists())
-            action = "select"
-            detail = (f"{left} of {len(trials)} trial(s) to run ({len(trials) // len(spec.selection_seeds)} grid "
-                      f"point(s) x {len(spec.selection_seeds)} selection seed(s)) under "
-                      f"{out / S.TRIALS_DIR / spec.name / o}, then the choice frozen to {path}")
+            todo = [t for t in trials if not (t.cell / "run.json").exists()]
+            resumed, refusal = 0, None
+            for t in todo:  # a trial with a last.pt continues from it, as the run's trials do (or is refused)
+                if (t.cell / "last.pt").exists():
+                    try:
+                        check_checkpoint_config(t.cell / "last.pt", load_checkpoint(t.cell / "last.pt", mmap=True),
+                                                spec, o, dict(context))
+                        resumed += 1
+                    except (ConfigMismatchError, RunError) as e:
+                        refusal = refusal or str(e)
+            if refusal is not None:
+                action, detail = "refused", refusal
+            else:
+                action = "select"
+                detail = (f"{len(todo)} of {len(trials)} trial(s) to run"
+                          f"{f' ({resumed} resumed from last.pt)' if resumed else ''} "
+                          f"({len(trials) // len(spec.selection_seeds)} grid point(s) x {len(spec.selection_seeds)} "
+                          f"selection seed(s)) under {out / S.TRIALS_DIR / spec.name / o}, then the choice frozen to "
+                          f"{path}")
         rows.append({"status": "plan", "benchmark": spec.name, "objective": o, "selection": True, "action": action,
                      "detail": detail})
     return rows

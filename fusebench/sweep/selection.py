@@ -84,7 +84,8 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     (``calls`` and ``not_converged`` summed over its trials, ``worst_marginal_error`` the largest): a point whose
     solves did not converge is not refused, but the board says so. Trial records go to
     ``<out>/.selection/<benchmark>/<objective>/<trial>/`` (one seed) or ``<trial>/seed<S>/`` (several), a
-    hidden folder the leaderboard does not read; a trial whose record is there is not run again."""
+    hidden folder the leaderboard does not read; a trial whose record is there is not run again, one with a
+    ``last.pt`` (a sweep killed during it) continues from it."""
     grid = _grid(spec, objective)
     if not grid:
         return None
@@ -130,7 +131,9 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
 
 
 def _trial_options(options: RunOptions) -> RunOptions:
-    return options.but(resume=False, max_steps=None, loggers=(), selection_trial=True)  # not tracked
+    """A trial's options: not tracked, no step budget, and continued from its ``last.pt`` where a killed sweep left
+    one (as every cell is: one of another configuration, data or code is refused, never overwritten)."""
+    return options.but(resume=True, max_steps=None, loggers=(), selection_trial=True)
 
 
 def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]):
