@@ -256,8 +256,8 @@ def test_statistics_stay_tensors_until_read() -> None:
 # ------------------------------------------------------------------------------------------ the loop's guard
 def test_a_non_finite_loss_read_late_stops_before_the_next_checkpoint(monkeypatch: pytest.MonkeyPatch,
                                                                        tmp_path: Path) -> None:
-    """The losses are read every N steps; a NaN at step 5 (read at the checkpoint of step 8) stops the cell
-    naming step 5, and last.pt stays the checkpoint of step 4, written before (finite parameters)."""
+    """The losses are read every N steps; a NaN at the 6th step (read at the checkpoint of step 8) stops the cell
+    naming step 6, and last.pt stays the checkpoint of step 4, written before (finite parameters)."""
     from fusebench.engine import pretrain
     from fusebench.engine.loop import RunError
 
@@ -272,7 +272,7 @@ def test_a_non_finite_loss_read_late_stops_before_the_next_checkpoint(monkeypatc
     monkeypatch.setattr(pretrain.Pretrainer, "forward", nan_at_step_5)
     monkeypatch.setattr(loop, "LOSS_READ_EVERY", 16)
     spec = benchmarks.load("quickstart", overrides={**TINY, "checkpoint_every": 4, "pretrain.epochs": 4})
-    with pytest.raises(RunError, match=r"objective 'infonce_pwe' is nan at pretraining step 5 \(epoch 1\); "
+    with pytest.raises(RunError, match=r"objective 'infonce_pwe' is nan at pretraining step 6 \(epoch 1\); "
                                        r"checkpoint kept at .*last.pt \(step 4, written before the loss diverged\)"):
         run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False))
     assert calls["n"] == 8  # the steps after it ran until the read (the device never waited for the host)
@@ -299,7 +299,7 @@ def test_a_step_that_fails_after_a_non_finite_loss_names_the_loss(monkeypatch: p
 
     monkeypatch.setattr(pretrain.Pretrainer, "forward", nan_then_error)
     spec = benchmarks.load("quickstart", overrides=TINY)
-    with pytest.raises(RunError, match=r"is nan at pretraining step 1 \(epoch 0\); no checkpoint written yet"):
+    with pytest.raises(RunError, match=r"is nan at pretraining step 2 \(epoch 0\); no checkpoint written yet"):
         run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path), RunOptions(progress=False))
 
 

@@ -106,7 +106,7 @@ def test_nan_loss_stops_with_step_and_objective(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(pretrain.Pretrainer, "forward", sometimes_nan)
     spec = benchmarks.load("quickstart", overrides=TINY)
-    with pytest.raises(RunError, match=r"objective 'm3g' is nan at pretraining step 2"):
+    with pytest.raises(RunError, match=r"objective 'm3g' is nan at pretraining step 3"):
         run_cell(CellRequest(spec, "m3g", 0, tmp_path), RunOptions(progress=False))
     assert (tmp_path / "quickstart" / "m3g" / "seed0" / "last.pt").exists()
 

@@ -241,8 +241,8 @@ class PhaseHooks:
     ``skip``; ``on_epoch_start`` / ``on_epoch_end``: called before the first batch and after the last
     one of every epoch (before the epoch counter moves); ``extra()``: state saved with every
     checkpoint besides the phase's modules; ``diverged(value, step, epoch)``: the message of the
-    :class:`RunError` raised on a non-finite loss at step ``step`` (counted from 0, as ``Phase.step`` before
-    it) of epoch ``epoch`` (the loop adds which checkpoint was kept); ``postfix(value)``: progress-bar fields (also the
+    :class:`RunError` raised on a non-finite loss at step ``step`` (counted from 1, as the loop's other messages,
+    the checkpoint's step count and the trackers' x count steps) of epoch ``epoch`` (the loop adds which checkpoint was kept); ``postfix(value)``: progress-bar fields (also the
     fields of the progress lines written when stderr is not a terminal)."""
 
     loss: Callable[[Any], torch.Tensor]
@@ -291,7 +291,7 @@ class _Unread:
         curve = self.phase.curves.setdefault(self.curve, [])
         for (step, epoch, size), value in zip(steps, values):
             if not math.isfinite(value):
-                raise RunError(f"{self.hooks.diverged(value, step, epoch)}; {self.kept()}")
+                raise RunError(f"{self.hooks.diverged(value, step + 1, epoch)}; {self.kept()}")  # counted from 1
             curve.append(value)
             if self.on_step is not None:
                 self.on_step(self.phase, value, size)
