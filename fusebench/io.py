@@ -74,6 +74,25 @@ def new_file_mode() -> int:
 
 
 # -- atomic writes -------------------------------------------------------------------------------
+def _sync(name: str | os.PathLike, folder: bool = False) -> None:
+    """``fsync`` the file (or, ``folder=True``, the folder: its entries, i.e. a rename into it) ``name``: its data
+    on the disk, not only in the page cache. A folder that cannot be opened or synced (another OS, some network
+    file systems) is left as it is; a file's failure is an error, as a failed write is."""
+    try:
+        fd = os.open(name, os.O_RDONLY)
+    except OSError:
+        if folder:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not folder:
+            raise
+    finally:
+        os.close(fd)
+
+
 def _write_temp(path: Path, write: Callable[[IO[bytes]], Any] | Callable[[str], Any], by_name: bool) -> str:
     """A whole temporary file beside ``path`` (``.<name>.<random>.tmp``: what :func:`remove_stale_temps` finds),
     filled by ``write``; removed again if writing fails, a full disk reported as one ``OSError(ENOSPC)`` naming
@@ -92,6 +111,7 @@ def _write_temp(path: Path, write: Callable[[IO[bytes]], Any] | Callable[[str], 
                 os.close(fd)
         if by_name:
             write(tmp)  # type: ignore[arg-type]
+        _sync(tmp)  # on the disk before the rename makes it the file: else a power loss can leave it empty
     except BaseException as e:
         full = isinstance(e, (OSError, RuntimeError)) and _disk_full(e, path.parent)
         Path(tmp).unlink(missing_ok=True)
@@ -106,8 +126,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Ca
                  by_name: bool = False) -> Path:
     """Create ``path`` whole or not at all: ``write`` fills a temporary file in the same folder, which
     is then renamed over ``path``. ``write`` gets the open binary file, or with ``by_name=True`` the
-    temporary file's name (for writers that open it themselves: ``torch.save``, h5py). A full disk is
-    reported as one ``OSError(ENOSPC)`` naming ``path`` (torch reports it as a zip-writer error)."""
+    temporary file's name (for writers that open it themselves: ``torch.save``, h5py). The file's data is
+    synced to the disk before the rename and the folder after it, so a power loss leaves the old file or the
+    new one, never an empty or partial one. A full disk is reported as one ``OSError(ENOSPC)`` naming ``path``
+    (torch reports it as a zip-writer error)."""
     path = Path(path)
     tmp = _write_temp(path, write, by_name)
     try:
@@ -115,6 +137,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any] | Ca
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sync(path.parent, folder=True)  # the rename itself on the disk
     return path
 
 
@@ -162,6 +185,8 @@ def atomic_write_together(files: Sequence[tuple[str | os.PathLike, Callable[[IO[
         for old in kept.values():
             if old is not None:
                 old.unlink(missing_ok=True)
+    for folder in dict.fromkeys(path.parent for path, _ in done):  # the renames on the disk
+        _sync(folder, folder=True)
     return [path for path, _ in done]
 
 

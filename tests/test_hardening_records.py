@@ -541,6 +541,43 @@ def test_atomic_write_that_cannot_replace_leaves_no_temporary_file(tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir()] == ["board.md"]
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names the synced descriptors through /proc")
+@pytest.mark.parametrize("writer", ["atomic_write", "by_name", "together", "create_once"])
+def test_atomic_writes_sync_the_data_before_the_file_appears(tmp_path: Path, monkeypatch, writer: str) -> None:
+    """A power loss after the rename must not leave an empty last.pt / run.json: the temporary file's data is
+    fsync'ed before it is renamed (or linked) into place, and the folder after the rename. The calls are logged in
+    order, each fsync with what its descriptor names (read from /proc/self/fd)."""
+    import os
+
+    from fusebench import io
+
+    log: list[tuple[str, str]] = []
+    real_fsync, real_replace, real_link = os.fsync, os.replace, os.link
+
+    def fsync(fd):
+        log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", lambda a, b: (log.append(("place", str(b))), real_replace(a, b))[1])
+    monkeypatch.setattr(os, "link", lambda a, b: (log.append(("place", str(b))), real_link(a, b))[1])
+    target = tmp_path / "run.json"
+    if writer == "atomic_write":
+        io.atomic_write_text(target, "x")
+    elif writer == "by_name":
+        io.atomic_write(target, lambda name: Path(name).write_text("x"), by_name=True)
+    elif writer == "together":
+        io.atomic_write_together([(target, lambda f: f.write(b"x"))])
+    else:
+        assert io.create_once(target, b"x")
+    assert target.read_text() == "x"
+    placed = log.index(("place", str(target)))
+    synced = [i for i, (what, name) in enumerate(log) if what == "fsync" and Path(name).name.startswith(".run.json.")]
+    assert synced and synced[0] < placed, log  # the temporary file's data, before it becomes run.json
+    if writer != "create_once":  # (its link needs no folder sync to be whole: the linked data is)
+        assert ("fsync", str(tmp_path)) in log[placed:], log
+
+
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
 def test_files_written_together_appear_together_or_not_at_all(tmp_path: Path, failure: type) -> None:
     """atomic_write_together: the second file failing after the first one's temporary file is whole leaves both
