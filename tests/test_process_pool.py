@@ -80,3 +80,76 @@ def test_a_worker_told_to_end_during_a_call_starts_no_further_cell(monkeypatch: 
     request = type("R", (), {"spec": type("S", (), {"name": "b"})(), "objective": "o", "seed": 0})()
     assert launchers._worker_cell(request, None, {}) == {"status": "interrupted", "benchmark": "b", "objective": "o",
                                                           "seed": 0}
+
+
+def _pool_calls_module(folder: Path) -> None:
+    (folder / "poolcrash.py").write_text(textwrap.dedent("""
+        import os
+        import signal
+        from pathlib import Path
+
+        def call(folder, name):
+            if name == "dies":  # as the out-of-memory killer ends a worker
+                os.kill(os.getpid(), signal.SIGKILL)
+            if name == "raises":
+                raise ValueError("a call's own error")
+            Path(folder, name).write_text("ran")
+            return name.upper()
+    """))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+@pytest.mark.parametrize("with_on_crash", [True, False])
+def test_a_worker_dying_in_a_call_fails_that_call_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       with_on_crash: bool) -> None:
+    """A worker killed during its call (SIGKILL, as the out-of-memory killer sends it) broke the whole pool: every
+    call still queued failed with BrokenProcessPool and the sweep stopped. Now that call alone is the crash (its
+    result from ``on_crash``, or WorkerDied raised once the rest have run) and every other call runs."""
+    from fusebench.sweep.process_pool import WorkerDied, run_in_processes
+
+    _pool_calls_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")  # the workers
+    import poolcrash
+
+    names = ["a", "b", "dies", "c", "d", "e"]
+    calls = [(str(tmp_path), n) for n in names]
+    if with_on_crash:
+        got = run_in_processes(poolcrash.call, calls, 2, on_crash=lambda args, how: f"crashed {args[1]}: {how}")
+        assert got[:2] == ["A", "B"] and got[3:] == ["C", "D", "E"], got
+        assert got[2] == "crashed dies: killed by SIGKILL: the kernel's out-of-memory killer sends it", got
+    else:
+        with pytest.raises(WorkerDied, match=r"a worker process died running call 3 of 6: killed by SIGKILL"):
+            run_in_processes(poolcrash.call, calls, 2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == "") == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_call_error_and_a_crash_both_leave_the_others_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call that raises is raised after the others have run, as before, also when another call's worker died."""
+    from fusebench.sweep.process_pool import run_in_processes
+
+    _pool_calls_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    import poolcrash
+
+    calls = [(str(tmp_path), n) for n in ["raises", "a", "dies", "b"]]
+    with pytest.raises(ValueError, match="a call's own error"):
+        run_in_processes(poolcrash.call, calls, 2, on_crash=lambda args, how: "crashed")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == "") == ["a", "b"]
+
+
+def test_a_cell_whose_worker_died_is_a_failed_cell_with_its_failed_json(tmp_path: Path) -> None:
+    """The local launcher's record of such a cell: failed.json naming how the worker died, as any failed cell."""
+    import json
+
+    from fusebench import benchmarks
+    from fusebench.spec.request import CellRequest
+    from fusebench.sweep.launchers import _crashed_cell
+
+    request = CellRequest(benchmarks.load("quickstart"), "m3g", 1, tmp_path)
+    got = _crashed_cell((request, None, {}), "killed by SIGKILL")
+    on_disk = json.loads((request.cell / "failed.json").read_text())
+    assert got == on_disk and got["status"] == "failed" and (got["objective"], got["seed"]) == ("m3g", 1)
+    assert got["error"] == "WorkerDied: the worker process running the cell died, killed by SIGKILL"

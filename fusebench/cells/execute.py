@@ -180,16 +180,24 @@ def sweep_cell(request: CellRequest, options: RunOptions, context: Mapping[str, 
     except Exception as e:  # record the failed cell, go on with the sweep
         if (cell / "run.json").exists():  # a concurrent run of the cell won the race: keep its record
             return existing_record(cell / "run.json", spec, o, context, s)
-        failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s,
-                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-        try:
-            cell.mkdir(parents=True, exist_ok=True)
-            utils.atomic_write_json(cell / "failed.json", failure)
-        except OSError as w:  # e.g. the disk that made the cell fail is full: say so, do not hide the failure
-            print(f"(could not write {cell / 'failed.json'}: {w.strerror or w})", file=sys.stderr)
-        log.error("%s/%s/seed%s failed: %s", spec.name, o, s, e)
-        print(f"FAILED {spec.name}/{o}/seed{s}: {type(e).__name__}: {e}", file=sys.stderr)
-        return failure
+        return record_failure(request, f"{type(e).__name__}: {e}", traceback.format_exc())
 
 
-__all__ = ["data_file", "run_cell", "sweep_cell", "sweep_context"]
+def record_failure(request: CellRequest, error: str, trace: str = "") -> dict[str, Any]:
+    """The ``failed`` entry of the cell of ``request`` (``error``: the exception as one line, ``trace``: its
+    traceback), written to the cell's ``failed.json`` and said on stderr; the sweep goes on with the other cells.
+    Also what the local launcher records for a cell whose worker process died in it."""
+    spec, o, s, cell = request.spec, request.objective, request.seed, request.cell
+    failure = {"status": "failed", "benchmark": spec.name, "objective": o, "seed": s, "error": error,
+               "traceback": trace}
+    try:
+        cell.mkdir(parents=True, exist_ok=True)
+        utils.atomic_write_json(cell / "failed.json", failure)
+    except OSError as w:  # e.g. the disk that made the cell fail is full: say so, do not hide the failure
+        print(f"(could not write {cell / 'failed.json'}: {w.strerror or w})", file=sys.stderr)
+    log.error("%s/%s/seed%s failed: %s", spec.name, o, s, error)
+    print(f"FAILED {spec.name}/{o}/seed{s}: {error}", file=sys.stderr)
+    return failure
+
+
+__all__ = ["data_file", "record_failure", "run_cell", "sweep_cell", "sweep_context"]

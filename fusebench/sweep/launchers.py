@@ -125,7 +125,18 @@ class LocalLauncher(Launcher):
 
         # SIGTERM in a worker unwinds its cell like Ctrl-C (lock released); the sweep's own SIGTERM is passed on
         return run_in_processes(_worker_cell, [(cells.request(o, s), cells.options, cells.context)
-                                               for o in objs for s in seeds], self.workers)  # in sweep order
+                                               for o in objs for s in seeds], self.workers,  # in sweep order
+                                on_crash=_crashed_cell)
+
+
+def _crashed_cell(args: tuple[Any, ...], how: str) -> dict[str, Any]:
+    """The ``failed`` entry of a cell whose worker process died in it (``how``: the exit status in words), written
+    to its ``failed.json`` as any failure is; the other cells of the sweep run on."""
+    from fusebench.cells.execute import record_failure
+
+    request = args[0]
+    kept = " (its last.pt is kept: a rerun continues from it)" if (request.cell / "last.pt").exists() else ""
+    return record_failure(request, f"WorkerDied: the worker process running the cell died, {how}{kept}")
 
 
 def _worker_cell(request: CellRequest, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:

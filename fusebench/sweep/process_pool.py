@@ -10,12 +10,21 @@ lock for ever) and dies at once on SIGTERM. Ctrl-C in the parent starts no furth
 (the running calls unwind), kills one that has not ended after :data:`GRACE_S` seconds, and re-raises without
 waiting on the pool. A call that raises is raised in the parent once the pool has finished the other calls (each
 writes its own record, which a resumed sweep reuses).
+
+A worker that dies during a call (killed by the out-of-memory killer, a segmentation fault) breaks the pool:
+every call not finished gets ``BrokenProcessPool``, and the others still running are terminated. Each call marks
+its start and end in a folder of the parent's (a file named by its index, holding the worker's pid), so the parent
+knows which call the worker died in: that call is the crash (``on_crash(args, exit code)`` gives its result, else a
+:class:`WorkerDied` is raised once the others are done), and the calls the breakage interrupted or never started
+run again in a new pool (a cell continues from its ``last.pt``).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import tempfile
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fusebench.runtime import interrupt
@@ -60,20 +69,94 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], workers: int) -> list[Any]:
-    """``[fn(*args) for args in calls]``, ``workers`` calls at a time in spawned processes."""
+def _marked_call(marks: str, index: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """:func:`_call` with its start marked in ``marks`` (a file named ``index`` holding this worker's pid), removed
+    when the call ends, whichever way; a file left there names the call a worker died in."""
+    mark = Path(marks) / str(index)
+
+    def marked(*a: Any) -> Any:  # (run by _call: with its signal handlers, so a SIGTERM here unwinds it too)
+        try:
+            mark.write_text(str(os.getpid()))
+            return fn(*a)
+        finally:
+            mark.unlink(missing_ok=True)
+
+    return _call(marked, *args)
+
+
+class WorkerDied(RuntimeError):
+    """A worker process died during a call (no ``on_crash`` to make a result of it)."""
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "its exit status unknown"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        why = ": the kernel's out-of-memory killer sends it" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{why}"
+    return f"exit code {code}"
+
+
+def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], workers: int,
+                     on_crash: Callable[[tuple[Any, ...], str], Any] | None = None) -> list[Any]:
+    """``[fn(*args) for args in calls]``, ``workers`` calls at a time in spawned processes. A call whose worker
+    died gets ``on_crash(args, how)`` as its result (``how``: the exit status in words), or, without ``on_crash``,
+    a :class:`WorkerDied` raised once every other call has run; the calls a dying worker's pool left unfinished
+    run again in a new pool (see the module docstring)."""
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+    todo = list(range(len(calls)))
+    with tempfile.TemporaryDirectory(prefix="fusebench-pool-") as marks:
+        while todo:
+            crashed = _round(fn, calls, todo, workers, marks, results, errors)
+            for i, how in crashed:
+                if on_crash is not None:
+                    results[i] = on_crash(calls[i], how)
+                else:
+                    cell = getattr(calls[i][0], "cell", None) if calls[i] else None
+                    errors.append(WorkerDied(f"a worker process died running call {i + 1} of {len(calls)}"
+                                             f"{f' (cell {cell})' if cell is not None else ''}: {how}"))
+            left = [i for i in todo if i not in results and i not in dict(crashed) and not _raised(i, errors)]
+            if left == todo:  # the pool broke with no call started, ended or crashed: not a call's doing
+                raise WorkerDied(f"the pool of {workers} worker process(es) broke before any call started")
+            todo = left
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(len(calls))]
+
+
+def _raised(index: int, errors: list[BaseException]) -> bool:
+    return any(getattr(e, "_fusebench_call", None) == index for e in errors)
+
+
+def _round(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], todo: list[int], workers: int, marks: str,
+           results: dict[int, Any], errors: list[BaseException]) -> list[tuple[int, str]]:
+    """Run the calls ``todo`` in one pool, their results into ``results`` and the exceptions they raised into
+    ``errors`` (each tagged with its call's index); returns the calls a worker died in, with how it died (the
+    calls that pool left unfinished otherwise are neither: the caller runs them again)."""
     import concurrent.futures as cf
     import multiprocessing as mp
+    from concurrent.futures.process import BrokenProcessPool
 
-    pool = cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(calls))), mp_context=mp.get_context("spawn"),
+    pool = cf.ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=mp.get_context("spawn"),
                                   initializer=_idle_worker)
     procs: list[Any] = []
     try:
-        futures = [pool.submit(_call, fn, *args) for args in calls]
+        futures = {i: pool.submit(_marked_call, marks, i, fn, *calls[i]) for i in todo}
         procs = list((getattr(pool, "_processes", None) or {}).values())  # started with the first submissions
-        results = [f.result() for f in futures]  # in the order of the calls
+        broken = False
+        for i, future in futures.items():  # in the order of the calls
+            try:
+                results[i] = future.result()
+            except BrokenProcessPool:
+                broken = True
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # a call raised: the others finish (each writes its own record), then it is raised
+                e._fusebench_call = i  # type: ignore[attr-defined]
+                errors.append(e)
         pool.shutdown(wait=True)  # (a Ctrl-C while it waits ends the workers too: they ignore it when idle)
-        return results
     except KeyboardInterrupt:  # no further call starts; the running ones are interrupted, then the pool ends
         procs += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in procs]
         pool.shutdown(wait=False, cancel_futures=True)
@@ -85,9 +168,18 @@ def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], w
                 proc.kill()
                 proc.join()
         raise
-    except BaseException:  # a call raised: the others finish (each writes its own record), then it is raised
-        pool.shutdown(wait=True)
-        raise
+    if not broken:
+        return []
+    exits = {}
+    for proc in procs:
+        proc.join(GRACE_S)  # the pool terminated the other workers: each has ended, or ends now
+        exits[proc.pid] = proc.exitcode
+    crashed = []
+    for mark in Path(marks).iterdir():  # a call still marked: its worker died in it (the others unwound)
+        i, pid = int(mark.name), int(mark.read_text() or 0)
+        mark.unlink()
+        crashed.append((i, _exit_text(exits.get(pid))))
+    return sorted(crashed)
 
 
-__all__ = ["run_in_processes"]
+__all__ = ["WorkerDied", "run_in_processes"]
