@@ -5,6 +5,7 @@ of the run overrides with its own, and one objective's own setting given for an 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,19 @@ def test_a_default_objective_the_run_does_not_make_is_refused(tmp_path: Path, ca
     assert "this run's rows are none, raw, infonce_pwe, mv_dhel, m3g, tuple_infonce" in capsys.readouterr().err
     assert main([*base, "--objective", "m3g", "--set", "pretrain.objective=m3g"]) == 0  # the same row: used
     assert not out.exists()
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"data_root": "/nowhere"}, "--data-root /nowhere: the gaussian_mi pipeline reads no dataset"),
+    ({"num_workers": 2}, "--num-workers 2: the gaussian_mi pipeline reads no dataset"),
+])
+def test_data_options_a_pipeline_without_a_dataset_never_reads_are_refused(given: dict, said: str,
+                                                                            tmp_path: Path) -> None:
+    """The gaussian_mi cell draws its views in closed form: no data folder, no DataLoader; a --data-root or
+    --num-workers given to it was accepted and silently unused."""
+    kw = dict(objective="pvc_geometric", seeds=[0], out=tmp_path / "runs", synthetic=True, progress=False, plan=True)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(said)} \(its cell draws its own data\), so the option "
+                                          r"would be used by nothing; drop it"):
+        fusebench.run("polyview-gaussian-mi", **kw, **given)
+    assert not (tmp_path / "runs").exists()
+    fusebench.run("polyview-gaussian-mi", **kw)  # without it: accepted

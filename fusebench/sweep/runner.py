@@ -510,6 +510,11 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     check_components(spec, objs)
     check_method_options_used(spec, objs, req.overrides)
     pipeline = pipeline_of(spec)
+    if not pipeline.reads_dataset:  # no data folder and no DataLoader: used or refused, never taken and ignored
+        for flag, value in (("--data-root", data_root), ("--num-workers", req.num_workers)):
+            if value is not None:
+                raise ConfigError(f"{flag} {value}: the {spec.pipeline} pipeline reads no dataset (its cell draws its "
+                                  f"own data), so the option would be used by nothing; drop it")
     if pipeline.downstream:
         from fusebench import metrics as M
 
