@@ -277,3 +277,45 @@ def test_data_options_a_pipeline_without_a_dataset_never_reads_are_refused(given
         fusebench.run("polyview-gaussian-mi", **kw, **given)
     assert not (tmp_path / "runs").exists()
     fusebench.run("polyview-gaussian-mi", **kw)  # without it: accepted
+
+
+@pytest.mark.parametrize("sets, num_workers, said", [
+    ({"loader.pin_memory": True}, None, "loader.pin_memory=true: page-locked batches are for copies to a GPU, and "
+                                        "the cells run on the CPU here"),
+    ({"loader.prefetch_factor": 4}, None, "loader.prefetch_factor=4: it sets the DataLoader's worker processes, and "
+                                          "the cells fetch their batches with none (loader.num_workers unset: none "
+                                          "on the CPU)"),
+    ({"loader.persistent_workers": False}, None, "loader.persistent_workers=false: it sets the DataLoader's worker "
+                                                 "processes, and the cells fetch their batches with none"),
+    ({"loader.prefetch_factor": 4, "loader.num_workers": 1}, 0, "loader.prefetch_factor=4: it sets the "
+                                                                "DataLoader's worker processes, and the cells fetch "
+                                                                "their batches with none (--num-workers 0)"),
+])
+def test_loader_settings_the_cells_dataloaders_would_not_apply_are_refused(sets: dict, num_workers: int | None,
+                                                                           said: str, tmp_path: Path) -> None:
+    """On the CPU a cell fetches its batches in the training process and pins nothing: loader.pin_memory,
+    prefetch_factor and persistent_workers were recorded in every record's config and never applied."""
+    kw = dict(objective="raw", seeds=[0], out=tmp_path / "runs", synthetic=True, progress=False, plan=True,
+              device="cpu", overrides={"downstream.epochs": 1, **sets})
+    with pytest.raises(ConfigError, match=rf"^quickstart: {re.escape(said)}.*so it would be recorded and change "
+                                          r"nothing"):
+        fusebench.run("quickstart", num_workers=num_workers, **kw)
+    # with worker processes they are applied: accepted
+    if "loader.pin_memory" not in sets:
+        fusebench.run("quickstart", num_workers=1, **kw)
+
+
+def test_worker_settings_for_data_held_in_memory_on_cuda_are_refused(monkeypatch) -> None:
+    """On CUDA, data held in memory is sliced in the training process unless a worker count is given."""
+    import torch
+
+    from fusebench.runtime import utils
+    from fusebench.sweep.runner import check_loader_settings_used
+
+    monkeypatch.setattr(utils, "resolve_device", lambda device: torch.device("cuda"))
+    spec = benchmarks.load("quickstart", overrides={"loader.prefetch_factor": 4, "loader.pin_memory": True})
+    with pytest.raises(ConfigError, match=r"loader\.prefetch_factor=4: .*none on CUDA for data held in memory"):
+        check_loader_settings_used(spec, "cuda", None, in_memory=True)
+    check_loader_settings_used(spec, "cuda", None, in_memory=False)  # workers: applied (pinning too)
+    check_loader_settings_used(spec, "cuda", 2, in_memory=True)  # workers given: applied
+    check_loader_settings_used(spec, None, None, in_memory=True)  # cells on other nodes: decided there

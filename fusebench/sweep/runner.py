@@ -225,6 +225,47 @@ def check_cuda_only_settings(spec: BenchmarkSpec, device: str) -> None:
                           "products) or run on a GPU (--device cuda)")
 
 
+def check_loader_settings_used(spec: BenchmarkSpec, device: str | None, num_workers: int | None,
+                               in_memory: bool) -> None:
+    """A ``loader`` setting the cells' DataLoaders would not apply is refused (it would be recorded in every
+    record's config and change nothing): ``loader.pin_memory: true`` for cells that run on a CPU (pinning is for
+    copies to a GPU), and ``loader.persistent_workers`` / ``loader.prefetch_factor`` off their defaults where the
+    cells fetch their batches with no worker process (``--num-workers 0`` or ``loader.num_workers: 0``; with
+    neither, the automatic count on the CPU, and on CUDA for data held in memory). ``device``: where the cells run
+    (None: on other nodes, decided there); ``num_workers``: ``--num-workers`` (None: not given)."""
+    from fusebench.spec.config import LoaderConfig
+
+    cfg, default = spec.loader, LoaderConfig()
+    cuda = None
+    if device is not None:
+        from fusebench.runtime.utils import resolve_device
+
+        cuda = resolve_device(device).type == "cuda"
+    if cfg.pin_memory is True and cuda is False:
+        raise ConfigError(f"{spec.name}: loader.pin_memory=true: page-locked batches are for copies to a GPU, and the "
+                          "cells run on the CPU here, so it would be recorded and change nothing; drop it or run on a "
+                          "GPU (--device cuda)")
+    if num_workers is not None:
+        workers, why = num_workers, f"--num-workers {num_workers}"
+    elif cfg.num_workers is not None:
+        workers, why = cfg.num_workers, f"loader.num_workers={cfg.num_workers}"
+    elif cuda is False:
+        workers, why = 0, "loader.num_workers unset: none on the CPU"
+    elif cuda and in_memory:
+        workers, why = 0, "loader.num_workers unset: none on CUDA for data held in memory, sliced in the training process"
+    else:
+        return
+    if workers != 0:
+        return
+    for key in ("persistent_workers", "prefetch_factor"):
+        value = getattr(cfg, key)
+        if value != getattr(default, key):
+            shown = str(value).lower() if isinstance(value, bool) else value
+            raise ConfigError(f"{spec.name}: loader.{key}={shown}: it sets the DataLoader's worker processes, and the "
+                              f"cells fetch their batches with none ({why}), so it would be recorded and change "
+                              f"nothing; drop it, or give the cells workers (--num-workers N)")
+
+
 def pretrains_nothing(spec: BenchmarkSpec, rows: Iterable[str]) -> str:
     """``rows`` (none of which pretrains) said with what they are: ``raw and none are reference rows, mine is a
     weights row``."""
@@ -548,6 +589,10 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
     if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
         data = check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
+        from fusebench.engine.data import held_in_memory
+
+        check_loader_settings_used(spec, device if launch.runs_here else None, req.num_workers,
+                                   held_in_memory(data["train"]))
         weights = [o for o, _ in pending if o in spec.encoder_weights]
         if pipeline.builds_encoder:  # the encoder builds from encoder.config, and each weights file fits it (#32)
             from fusebench.cells.standard import check_weights_fit
