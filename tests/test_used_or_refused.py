@@ -319,3 +319,26 @@ def test_worker_settings_for_data_held_in_memory_on_cuda_are_refused(monkeypatch
     check_loader_settings_used(spec, "cuda", None, in_memory=False)  # workers: applied (pinning too)
     check_loader_settings_used(spec, "cuda", 2, in_memory=True)  # workers given: applied
     check_loader_settings_used(spec, None, None, in_memory=True)  # cells on other nodes: decided there
+
+
+def test_channels_last_for_a_model_without_2d_convolutions_is_refused(tmp_path: Path) -> None:
+    """speed.channels_last enters the config hash, and the cell leaves a model without 2-D convolutions as it is
+    (quickstart's MLP): it was recorded, hashed and changed nothing."""
+    kw = dict(objective="m3g", seeds=[0], out=tmp_path / "runs", synthetic=True, progress=False, plan=True,
+              device="cpu", overrides={**TINY, "speed.channels_last": True})
+    with pytest.raises(ConfigError, match=r"^quickstart: speed\.channels_last=true: encoder 'mlp' and its task head "
+                                          r"have no 2-D convolutions .*so it would be recorded and hashed and change "
+                                          r"nothing; drop it"):
+        fusebench.run("quickstart", **kw)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_channels_last_for_a_model_with_2d_convolutions_is_used(monkeypatch) -> None:
+    from fusebench.cells import standard
+    from fusebench.engine import speed
+    from fusebench.engine.data import build_datasets
+
+    spec = benchmarks.load("quickstart", synthetic=True, overrides={"speed.channels_last": True})
+    train = build_datasets(spec, True, None, 0, roles=("train",))["train"]
+    monkeypatch.setattr(speed, "has_conv2d", lambda model: True)  # as ESANet's
+    standard.check_weights_fit(spec, train, [])

@@ -88,11 +88,16 @@ def check_weights_fit(spec: BenchmarkSpec, train_ds, names: list[str]) -> None:
         backbone = encoders.build(spec.encoder.id, **cfg)
         # the head the task builds on it, thrown away: a num_classes the data contradicts (a multi-view .mat's
         # class count is known once the file is read) is refused here, not in every cell
-        tasks.for_dataset(train_ds).build_head(backbone)
+        head = tasks.for_dataset(train_ds).build_head(backbone)
     except (ValueError, TypeError, RuntimeError) as e:
         given = {k: v for k, v in cfg.items() if k in spec.encoder.config}
         raise ConfigError(f"{spec.name}: encoder {spec.encoder.id!r} cannot be built with encoder.config {given} "
                           f"(and the data's input sizes): {type(e).__name__}: {e}") from None
+    if spec.speed.channels_last and not (speed.has_conv2d(backbone) or speed.has_conv2d(head)):
+        # the cell would leave the model as it is (speed.to_channels_last), with the setting in the config hash
+        raise ConfigError(f"{spec.name}: speed.channels_last=true: encoder {spec.encoder.id!r} and its task head have "
+                          f"no 2-D convolutions (the layers the channels-last format is for), so it would be recorded "
+                          f"and hashed and change nothing; drop it")
     for name in names:
         W.load_into(backbone, name, spec.encoder_weights[name], spec.encoder.id, cfg)
 
