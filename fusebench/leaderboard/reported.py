@@ -49,7 +49,7 @@ PACKAGED = "published/reported.yaml"
 def default_reported(out_dir: Path) -> Path:
     """The published numbers a board shows when ``--reported`` is not given: ``<out_dir>/reported.yaml`` when
     there is one (your own list), else the list shipped with the benchmark definitions
-    (``fusebench/benchmarks/published/reported.yaml``), so a board written to a new folder keeps its
+    (``benchmarks/published/reported.yaml`` in the checkout, package ``fusebench.benchmarks`` once installed), so a board written to a new folder keeps its
     "Published results" section."""
     own = Path(out_dir) / "reported.yaml"
     if own.is_file():
