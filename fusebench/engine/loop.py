@@ -121,7 +121,7 @@ class Phase:
         self.config_hash: str | None = None
         self.versions: dict[str, Any] | None = None
         self.data_fingerprint: str | None = None
-        self.config: dict[str, Any] | None = None  # the spec's canonical form, saved so a refused resume names what changed
+        self.config: dict[str, Any] | None = None  # the spec's canonical form: a refused resume names what changed
         self.clock = Clock()
         self.finite_at: int | None = None  # the step whose weights check_finite_state found finite
 
@@ -147,7 +147,8 @@ class Phase:
         check_finite_state(self, f"checkpoint {self.cell / 'last.pt'}")
         utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash, "versions": self.versions,
                                  "data_fingerprint": self.data_fingerprint,
-                                 **({"config": self.config} if self.config is not None else {}), **(extra or {})}, self.cell / "last.pt")
+                                 **({"config": self.config} if self.config is not None else {}), **(extra or {})},
+                                self.cell / "last.pt")
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         """Continue from ``ckpt`` (``last.pt`` as :func:`fusebench.engine.cell.load_checkpoint` returned it, its
@@ -242,8 +243,9 @@ class PhaseHooks:
     one of every epoch (before the epoch counter moves); ``extra()``: state saved with every
     checkpoint besides the phase's modules; ``diverged(value, step, epoch)``: the message of the
     :class:`RunError` raised on a non-finite loss at step ``step`` (counted from 1, as the loop's other messages,
-    the checkpoint's step count and the trackers' x count steps) of epoch ``epoch`` (the loop adds which checkpoint was kept); ``postfix(value)``: progress-bar fields (also the
-    fields of the progress lines written when stderr is not a terminal)."""
+    the checkpoint's step count and the trackers' x count steps) of epoch ``epoch`` (the loop adds which checkpoint
+    was kept); ``postfix(value)``: progress-bar fields (also the fields of the progress lines written when stderr is
+    not a terminal)."""
 
     loss: Callable[[Any], torch.Tensor]
     optimise: Callable[[torch.Tensor], None]

@@ -115,7 +115,8 @@ def main(argv: list[str]) -> int:
                    help="one table per comparability group instead of refusing a benchmark whose runs mix groups")
     p.add_argument("--reported", default=None,
                    help="YAML file of numbers reported in the papers (default: <out>/reported.yaml when there is "
-                        "one, else the list shipped with the benchmarks, benchmarks/published/reported.yaml in the checkout)")
+                        "one, else the list shipped with the benchmarks, benchmarks/published/reported.yaml in the "
+                        "checkout)")
     p.add_argument("--format", dest="formats", nargs="+", action=Once, choices=FORMATS, default=["md"],
                    metavar="FORMAT",
                    help="what to write per board: md (the markdown board, its plots and the index), csv, json "

@@ -49,8 +49,8 @@ PACKAGED = "published/reported.yaml"
 def default_reported(out_dir: Path) -> Path:
     """The published numbers a board shows when ``--reported`` is not given: ``<out_dir>/reported.yaml`` when
     there is one (your own list), else the list shipped with the benchmark definitions
-    (``benchmarks/published/reported.yaml`` in the checkout, package ``fusebench.benchmarks`` once installed), so a board written to a new folder keeps its
-    "Published results" section."""
+    (``benchmarks/published/reported.yaml`` in the checkout, package ``fusebench.benchmarks`` once installed), so a
+    board written to a new folder keeps its "Published results" section."""
     own = Path(out_dir) / "reported.yaml"
     if own.is_file():
         return own

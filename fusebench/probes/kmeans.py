@@ -104,7 +104,8 @@ def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = DEFAULT_N_INIT, max_i
     first r restarts do not depend on ``n_init``): greedy k-means++ seeding (:func:`kmeans_plusplus`),
     then Lloyd iterations (assign every row to its nearest centre, ties to the lower centre index;
     move each centre to the mean of its rows; a cluster left empty gets the row farthest from its
-    centre among the clusters of two or more rows, so no other cluster is emptied) until the partition stops changing, or the total squared centre shift is <= ``tol`` times
+    centre among the clusters of two or more rows, so no other cluster is emptied) until the partition stops
+    changing, or the total squared centre shift is <= ``tol`` times
     the mean per-column variance of ``x`` (scikit-learn's rule), or ``max_iter`` iterations (the
     rows are then assigned to the final centres). Squared distances are computed as
     ``||x||^2 - 2 x.c + ||c||^2`` (clipped at 0); the restart of lowest inertia in that form is kept
