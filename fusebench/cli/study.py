@@ -67,6 +67,13 @@ def main(argv: list[str]) -> int:
                   f"the board from every record in --out (drop the option(s), or run without --render-only)",
                   file=sys.stderr)
             return 2
+    elif "copies" not in ns.arms:  # the copies arm's options would be accepted and never read
+        unused = [f"--{a.dest.replace('_', '-')}" for a in p._actions
+                  if a.dest.startswith("copies_") and getattr(ns, a.dest) != a.default]
+        if unused:
+            print(f"fusebench study kviews: {', '.join(unused)} only change(s) the copies arm, which --arms "
+                  f"{' '.join(ns.arms)} leaves out (add copies to --arms, or drop the option(s))", file=sys.stderr)
+            return 2
     from fusebench.leaderboard import repository_boards
 
     repo = repository_boards()

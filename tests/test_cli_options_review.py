@@ -1,0 +1,33 @@
+"""Options of the commands other than `fusebench run` are used, or refused in one line naming them before anything
+runs -- never accepted and ignored (`fusebench study kviews`, `fusebench bench ...`, `fusebench status`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fusebench.cli import study
+
+
+def _no_run(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Any cell or render the command would start is recorded instead of done."""
+    from fusebench.sweep import runner
+
+    started: list = []
+    monkeypatch.setattr(runner, "run", lambda *a, **k: started.append(("run", a, k)) or [])
+    monkeypatch.setattr(study, "render", lambda *a, **k: started.append(("render", a, k)) or ("md", "png"))
+    return started
+
+
+@pytest.mark.parametrize("extra, named", [(["--copies-noise", "0.1"], "--copies-noise"),
+                                          (["--copies-mask", "0.1"], "--copies-mask"),
+                                          (["--copies-base", "0"], "--copies-base")])
+def test_kviews_copies_options_without_the_copies_arm_are_refused(extra: list[str], named: str, tmp_path: Path,
+                                                                 monkeypatch, capsys) -> None:
+    started = _no_run(monkeypatch)
+    argv = ["--synthetic", "--out", str(tmp_path / "runs"), "--board", str(tmp_path), "--arms", "views"]
+    assert study.main(argv + extra) == 2
+    err = capsys.readouterr().err
+    assert named in err and "copies arm" in err and "--arms views" in err and err.count("\n") == 1, err
+    assert started == []
