@@ -31,3 +31,13 @@ def test_kviews_copies_options_without_the_copies_arm_are_refused(extra: list[st
     err = capsys.readouterr().err
     assert named in err and "copies arm" in err and "--arms views" in err and err.count("\n") == 1, err
     assert started == []
+
+
+def test_kviews_m3g_micro_batch_without_m3g_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    started = _no_run(monkeypatch)
+    argv = ["--synthetic", "--out", str(tmp_path / "runs"), "--board", str(tmp_path),
+            "--objective", "raw", "none", "infonce_pwe"]
+    assert study.main(argv + ["--m3g-micro-batch", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--m3g-micro-batch 4" in err and "m3g is not among --objective" in err and err.count("\n") == 1, err
+    assert started == []

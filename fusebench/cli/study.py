@@ -74,6 +74,11 @@ def main(argv: list[str]) -> int:
             print(f"fusebench study kviews: {', '.join(unused)} only change(s) the copies arm, which --arms "
                   f"{' '.join(ns.arms)} leaves out (add copies to --arms, or drop the option(s))", file=sys.stderr)
             return 2
+    if not ns.render_only and "m3g" not in ns.objective and ns.m3g_micro_batch != p.get_default("m3g_micro_batch"):
+        print(f"fusebench study kviews: --m3g-micro-batch {ns.m3g_micro_batch} is M3G's loss chunk, and m3g is not "
+              f"among --objective {' '.join(ns.objective)} (add m3g to --objective, or drop the option)",
+              file=sys.stderr)
+        return 2
     from fusebench.leaderboard import repository_boards
 
     repo = repository_boards()
