@@ -41,3 +41,25 @@ def test_kviews_m3g_micro_batch_without_m3g_is_refused(tmp_path: Path, monkeypat
     err = capsys.readouterr().err
     assert "--m3g-micro-batch 4" in err and "m3g is not among --objective" in err and err.count("\n") == 1, err
     assert started == []
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--encoders", "identity", "--cell-steps", "5"], "--cell-steps describe the cell: name it with --cell"),
+    (["--cell", "quickstart", "--synthetic", "--small"], "--small describe(s) the encoder rows"),
+    (["--cell", "quickstart", "--synthetic", "--batch", "4"], "--batch describe(s) the encoder rows"),
+    (["--cell", "quickstart", "--synthetic", "--steps", "2"], "--steps describe(s) the encoder rows"),
+])
+def test_bench_gpu_options_of_a_part_that_is_not_measured_are_refused(argv: list[str], said: str, monkeypatch,
+                                                                      capsys) -> None:
+    from fusebench.perf import gpu, gpu_cell
+
+    started: list = []
+    monkeypatch.setattr(gpu, "bench_row", lambda *a, **k: started.append(a) or {})
+    monkeypatch.setattr(gpu_cell, "measure_cell", lambda *a, **k: started.append(a) or {})
+    monkeypatch.setattr(gpu_cell, "format_cells", lambda cells: "")
+    monkeypatch.setattr(gpu, "format_table", lambda rows: "")
+    monkeypatch.setattr(gpu, "format_issue_table", lambda rows: "")
+    with pytest.raises(SystemExit) as e:
+        gpu.main(["--device", "cpu", "--precision", "32", *argv])
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert started == []

@@ -355,8 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in available()]
     if unknown:
         parser.error(f"--encoders: unknown encoder(s) {unknown}; registered: {', '.join(available())}")
-    if (ns.data_root or ns.synthetic or ns.overrides or ns.objective) and not ns.cell:
-        parser.error("--data-root, --synthetic, --set and --objective describe the cell: name it with --cell BENCHMARK")
+    cell_steps = ns.cell_steps != parser.get_default("cell_steps")
+    if (ns.data_root or ns.synthetic or ns.overrides or ns.objective or cell_steps) and not ns.cell:
+        parser.error("--data-root, --synthetic, --set, --objective and --cell-steps describe the cell: name it with "
+                     "--cell BENCHMARK")
+    rows_only = [o for o, given in (("--steps", ns.steps != parser.get_default("steps")), ("--batch", ns.batch),
+                                    ("--small", ns.small)) if given]
+    if not names and rows_only:  # --cell alone: no encoder row, and the cell takes its own batch and --cell-steps
+        parser.error(f"{', '.join(rows_only)} describe(s) the encoder rows, and --cell without --encoders measures "
+                     f"no row (the cell runs its spec's batch for --cell-steps); add --encoders ID, or drop "
+                     f"{', '.join(rows_only)}")
     from fusebench.spec.config import ConfigError, parse_override, speed_config
 
     bad = [o for o in ns.speed if "=" not in o]
