@@ -63,3 +63,25 @@ def test_bench_gpu_options_of_a_part_that_is_not_measured_are_refused(argv: list
         gpu.main(["--device", "cpu", "--precision", "32", *argv])
     assert e.value.code == 2 and said in capsys.readouterr().err
     assert started == []
+
+
+@pytest.mark.parametrize("bench", ["gpu", "encoders"])
+@pytest.mark.parametrize("where", ["a_file/rows.json", "."])
+def test_bench_json_that_cannot_be_written_is_refused_before_anything_runs(bench: str, where: str, tmp_path: Path,
+                                                                          monkeypatch, capsys) -> None:
+    from fusebench.perf import encoders as perf_encoders
+    from fusebench.perf import gpu
+
+    (tmp_path / "a_file").write_text("")
+    started: list = []
+    monkeypatch.setattr(gpu, "bench_row", lambda *a, **k: started.append(a) or {})
+    monkeypatch.setattr(perf_encoders, "run_one", lambda *a, **k: started.append(a) or {})
+    monkeypatch.setattr(perf_encoders, "pointnet_ops", lambda *a, **k: started.append(a) or [])
+    path = str(tmp_path / where)
+    argv = (["--device", "cpu", "--small", "--encoders", "identity", "--precision", "32"] if bench == "gpu" else
+            ["--device", "cpu", "--pointnet-ops", "--pointnet-config", "tiny"])
+    with pytest.raises(SystemExit) as e:
+        (gpu.main if bench == "gpu" else perf_encoders.main)([*argv, "--json", path])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--json {path}" in err and "Traceback" not in err, err
+    assert started == []

@@ -264,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.repeats < 1 or ns.warmup < 0 or ns.threads < 1 or (ns.batch_size is not None and ns.batch_size < 1):
         parser.error("--repeats and --threads must be >= 1, --warmup >= 0, --batch-size >= 1")
+    from fusebench.perf import json_path_problem
+
+    if ns.json and json_path_problem(ns.json):
+        parser.error(json_path_problem(ns.json))
     if not ns.worker:  # a device that cannot run is a usage error, said once, not a table of failed rows
         from fusebench.runtime.utils import resolve_device
 

@@ -337,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--batch: batch sizes must be >= 1, got {ns.batch}")
     if ns.threads is not None and ns.threads < 1:
         parser.error(f"--threads must be >= 1, got {ns.threads}")
+    from fusebench.perf import json_path_problem
+
+    if ns.json and json_path_problem(ns.json):
+        parser.error(json_path_problem(ns.json))
     try:
         precisions = list(dict.fromkeys(precision.check(p, "--precision") for p in ns.precision))
     except ValueError as e:
