@@ -85,3 +85,24 @@ def test_bench_json_that_cannot_be_written_is_refused_before_anything_runs(bench
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"--json {path}" in err and "Traceback" not in err, err
     assert started == []
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--names", "mlp", "--pointnet-config", "tiny"], "--pointnet-config sizes the --pointnet-ops timings only"),
+    (["--pointnet-ops", "--names", "mlp"], "--names choose(s) how the encoders are timed"),
+    (["--pointnet-ops", "--in-process"], "--in-process choose(s) how the encoders are timed"),
+])
+def test_bench_encoders_options_of_the_other_mode_are_refused(argv: list[str], said: str, monkeypatch,
+                                                             capsys) -> None:
+    from fusebench.perf import encoders as perf_encoders
+
+    started: list = []
+    monkeypatch.setattr(perf_encoders, "run_one", lambda *a, **k: started.append(a) or {"encoder": a[0]})
+    monkeypatch.setattr(perf_encoders, "pointnet_ops", lambda *a, **k: started.append(a) or [])
+    monkeypatch.setattr(perf_encoders, "format_table", lambda rows: "")
+    monkeypatch.setattr(perf_encoders, "format_pointnet_table", lambda rows: "")
+    monkeypatch.setattr(perf_encoders.subprocess, "run", lambda *a, **k: started.append(a))
+    with pytest.raises(SystemExit) as e:
+        perf_encoders.main(["--device", "cpu", *argv])
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert started == []

@@ -276,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             parser.error(str(e))
 
+    if ns.pointnet_config != parser.get_default("pointnet_config") and not ns.pointnet_ops:
+        parser.error("--pointnet-config sizes the --pointnet-ops timings only; add --pointnet-ops, or drop it")
+    encoder_only = [o for o, given in (("--names", ns.names is not None), ("--in-process", ns.in_process)) if given]
+    if ns.pointnet_ops and encoder_only:  # the ops table times PointNet++'s ops in this process, no encoder
+        parser.error(f"{', '.join(encoder_only)} choose(s) how the encoders are timed, and --pointnet-ops times "
+                     f"PointNet++'s point-cloud ops instead of encoders; drop {', '.join(encoder_only)}")
     if ns.pointnet_ops:
         from fusebench.encoders.pointnet2 import CONFIGS
 
