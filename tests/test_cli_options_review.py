@@ -106,3 +106,24 @@ def test_bench_encoders_options_of_the_other_mode_are_refused(argv: list[str], s
         perf_encoders.main(["--device", "cpu", *argv])
     assert e.value.code == 2 and said in capsys.readouterr().err
     assert started == []
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--step-time", "--only", "m3g*"], "--only shapes the default tables, and --step-time runs only its own table"),
+    (["--crossover", "--skip-m3g"], "--skip-m3g shapes the default tables, and --crossover"),
+    (["--pairwise", "--only", "m3g", "--skip-m3g"], "--only, --skip-m3g shape the default tables"),
+    (["--step-time", "--repeats", "3"], "--repeats is not read by --step-time (its count is --rounds)"),
+    (["--crossover", "--repeats", "3"], "--repeats is not read by --crossover"),
+])
+def test_bench_objectives_options_a_special_run_does_not_read_are_refused(argv: list[str], said: str, monkeypatch,
+                                                                         capsys) -> None:
+    from fusebench.perf import crossover, objectives, step_time
+
+    started: list = []
+    monkeypatch.setattr(step_time, "run", lambda ns: started.append(ns) or 0)
+    monkeypatch.setattr(crossover, "run", lambda ns: started.append(ns) or 0)
+    monkeypatch.setattr(objectives, "bench_pairwise", lambda *a: started.append(a) or [])
+    with pytest.raises(SystemExit) as e:
+        objectives.main(argv)
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert started == []

@@ -249,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     step_options = [name for name, on in (("--rounds", ns.rounds is not None), ("--profile", ns.profile)) if on]
     if step_options and not ns.step_time:
         parser.error(f"{', '.join(step_options)} {'applies' if len(step_options) == 1 else 'apply'} to --step-time only")
+    table_options = [name for name, on in (("--only", ns.only is not None), ("--skip-m3g", ns.skip_m3g)) if on]
+    if special and table_options:  # they shape the default tables, which a special run does not print
+        parser.error(f"{', '.join(table_options)} {'shapes' if len(table_options) == 1 else 'shape'} the default "
+                     f"tables, and {special[0]} runs only its own table; drop {', '.join(table_options)}")
+    if ns.repeats != parser.get_default("repeats") and (ns.step_time or ns.crossover):
+        parser.error(f"--repeats is not read by {'--step-time (its count is --rounds)' if ns.step_time else '--crossover'}"
+                     f"; drop --repeats")
     if ns.vs:  # the --vs ott defaults
         ns.dtype, ns.dim = ns.dtype or "float32", 32 if ns.dim is None else ns.dim
         ns.cell_seconds = 20.0 if ns.cell_seconds is None else ns.cell_seconds
