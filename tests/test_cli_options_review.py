@@ -127,3 +127,23 @@ def test_bench_objectives_options_a_special_run_does_not_read_are_refused(argv: 
         objectives.main(argv)
     assert e.value.code == 2 and said in capsys.readouterr().err
     assert started == []
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--set", "pretrain.epochs=1"], "--set applies to the mv-hw2sources runs, which run only with --data-root"),
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
+    (["--old", "NOPE"], "not a fusebench checkout"),
+    (["--data-root", "NOPE"], "does not exist"),
+])
+def test_bench_cells_bad_or_unused_options_are_refused_before_any_run(argv: list[str], said: str, tmp_path: Path,
+                                                                     monkeypatch, capsys) -> None:
+    from fusebench.perf import cells
+
+    started: list = []
+    monkeypatch.setattr(cells, "run_case", lambda *a, **k: started.append(a) or {"cpu_s": 1.0, "wall_s": 1.0,
+                                                                                 "records": {}})
+    argv = [str(tmp_path / "nope") if a == "NOPE" else a for a in argv]
+    with pytest.raises(SystemExit) as e:
+        cells.main(argv)
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert started == []

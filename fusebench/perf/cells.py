@@ -13,7 +13,7 @@ checkout whatever ``PYTHONPATH`` says; the child is started through a launcher t
 table gives new / old per case, and whether the two checkouts' records agree on every metric (a
 protocol change between the checkouts, e.g. another hyperparameter grid, shows there and in the trial
 counts). ``--set KEY=VALUE`` is passed to the mv-hw2sources runs of both checkouts (e.g. the same selection
-grid, where the checkouts' specs differ).
+grid, where the checkouts' specs differ); without ``--data-root`` there is no such run and ``--set`` is refused.
 ``--threads`` sets ``OMP_NUM_THREADS`` of the children (default 1). docs/speed.md has the figures.
 """
 
@@ -110,6 +110,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--set", dest="sets", action=Keyed, default=[], metavar="KEY=VALUE",
                         help="spec override for the mv-hw2sources runs of both checkouts (repeatable)")
     ns = parser.parse_args(argv)
+    if ns.threads < 1:
+        parser.error(f"--threads must be >= 1, got {ns.threads}")
+    if ns.sets and not ns.data_root:  # only the mv-hw2sources case takes them, and it runs with --data-root
+        parser.error("--set applies to the mv-hw2sources runs, which run only with --data-root DIR (the folder of "
+                     "HW2sources.mat); add --data-root, or drop --set")
+    if ns.data_root and not Path(ns.data_root).exists():
+        parser.error(f"--data-root {ns.data_root} does not exist; expected the folder of HW2sources.mat")
+    if ns.old is not None and not (ns.old / "fusebench" / "__init__.py").is_file():
+        parser.error(f"--old {ns.old}: not a fusebench checkout (no fusebench/__init__.py there); e.g. "
+                     "git worktree add /tmp/old <commit>")
     trees: list[tuple[str, Path | None]] = ([("old", ns.old.resolve())] if ns.old is not None else []) + [("new", None)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fusebench-bench-cells-") as tmp:
