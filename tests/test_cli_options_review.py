@@ -147,3 +147,12 @@ def test_bench_cells_bad_or_unused_options_are_refused_before_any_run(argv: list
         cells.main(argv)
     assert e.value.code == 2 and said in capsys.readouterr().err
     assert started == []
+
+
+def test_status_out_that_is_a_file_is_refused_with_benchmark_too(tmp_path: Path, capsys) -> None:
+    from fusebench.sweep import status
+
+    (tmp_path / "runs").write_text("")
+    assert status.main(["--out", str(tmp_path / "runs"), "--benchmark", "quickstart"]) == 2
+    assert capsys.readouterr().err == f"fusebench status: --out {tmp_path / 'runs'} is a file; expected the folder " \
+                                      "of run records\n"
