@@ -371,6 +371,11 @@ class MultimodalDataset(Dataset):
                               "opt": spec.options, "v": cls.SYNTHETIC_VERSION}, compact=False)
         digest = sha256_hex(key, 12)
         base = Path(base) if base is not None else cache_home() / "synthetic"
+        above = next((q for q in (base, *base.absolute().parents) if q.exists()), None)
+        if above is not None and not above.is_dir():  # else a FileExistsError / NotADirectoryError traceback
+            raise DatasetError(f"{cls.id}: the synthetic twin is written under the data root {base}, and {above} is a "
+                               f"file, not a folder; give --data-root a folder (or leave it out: "
+                               f"{cache_home() / 'synthetic'})")
         out = base / f"{cls.id}-{digest}"
         if (out / ".complete").exists():
             return out

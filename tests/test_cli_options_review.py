@@ -156,3 +156,23 @@ def test_status_out_that_is_a_file_is_refused_with_benchmark_too(tmp_path: Path,
     assert status.main(["--out", str(tmp_path / "runs"), "--benchmark", "quickstart"]) == 2
     assert capsys.readouterr().err == f"fusebench status: --out {tmp_path / 'runs'} is a file; expected the folder " \
                                       "of run records\n"
+
+
+@pytest.mark.parametrize("command", ["run", "data", "study"])
+def test_a_synthetic_data_root_that_is_a_file_is_one_error(command: str, tmp_path: Path, monkeypatch,
+                                                           capsys) -> None:
+    from fusebench.cli import main
+
+    if command == "study":
+        _no_run(monkeypatch)
+    file = tmp_path / "a_file"
+    file.write_text("")
+    argv = {"run": ["run", "mv-handwritten", "--synthetic", "--data-root", str(file), "--plan"],
+            "data": ["data", "prepare", "mv_handwritten", "--synthetic", "--data-root", str(file), "--out",
+                     str(tmp_path / "prep")],
+            "study": ["study", "kviews", "--synthetic", "--data-root", str(file), "--out", str(tmp_path / "runs"),
+                      "--board", str(tmp_path)]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"the synthetic twin is written under the data root {file}, and {file} is a file" in err, err
+    assert "Traceback" not in err
