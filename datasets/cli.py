@@ -74,6 +74,11 @@ def _prepare(ns: argparse.Namespace) -> int:
 
     cls = datasets.get(ns.name)
     opts = _parse_opts(ns.opt)
+    fixed = {"augment": "a cache holds the samples without augmentation (augment applies when a run reads it)",
+             "use_cache": "prepare always reads the source files and writes the cache"}
+    set_here = [k for k in opts if k in fixed]
+    if set_here:
+        raise ValueError("; ".join(f"--opt {k}: {fixed[k]}" for k in set_here) + " (drop it)")
     if ns.root is None and not ns.synthetic:
         raise datasets.DatasetNotFoundError(f"{cls.id}: give --data-root DIR (or --synthetic).\n{cls.info()}")
     splits = ns.split or list(cls.SPLITS)

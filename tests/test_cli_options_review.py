@@ -176,3 +176,13 @@ def test_a_synthetic_data_root_that_is_a_file_is_one_error(command: str, tmp_pat
     err = capsys.readouterr().err
     assert f"the synthetic twin is written under the data root {file}, and {file} is a file" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("key", ["augment", "use_cache"])
+def test_data_prepare_opt_that_prepare_sets_itself_is_one_error(key: str, tmp_path: Path, capsys) -> None:
+    from fusebench.cli import main
+
+    assert main(["data", "prepare", "quickstart", "--synthetic", "--opt", f"{key}=true", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fusebench data prepare: --opt {key}: ") and err.count("\n") == 1, err
+    assert not any(tmp_path.iterdir())
