@@ -186,3 +186,16 @@ def test_data_prepare_opt_that_prepare_sets_itself_is_one_error(key: str, tmp_pa
     err = capsys.readouterr().err
     assert err.startswith(f"fusebench data prepare: --opt {key}: ") and err.count("\n") == 1, err
     assert not any(tmp_path.iterdir())
+
+
+def test_bench_leaderboard_unknown_format_is_refused_before_anything_is_copied(monkeypatch, capsys) -> None:
+    from fusebench.perf import leaderboard as perf_leaderboard
+
+    started: list = []
+    monkeypatch.setattr(perf_leaderboard, "_copy_boards", lambda *a: started.append(a))
+    monkeypatch.setattr(perf_leaderboard, "_run", lambda *a: started.append(a) or 0.0)
+    with pytest.raises(SystemExit) as e:
+        perf_leaderboard.main(["--format", "md", "pdf", "--repeat", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--format" in err and "'pdf'" in err, err
+    assert started == []

@@ -118,8 +118,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--source", default=None,
                    help="time the fusebench of this checkout (put first on PYTHONPATH of the timed commands)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder and print where it is")
+    from fusebench.leaderboard.cli import FORMATS
+
     p.add_argument("--format", dest="formats", nargs="+", action=Once, default=["md", "csv", "json", "html"],
-                   metavar="FORMAT",
+                   choices=FORMATS, metavar="FORMAT",
                    help="the formats regenerated (fusebench leaderboard --format; default: md csv json html)")
     ns = p.parse_args(argv)
     from fusebench.leaderboard import repository_boards
