@@ -199,3 +199,25 @@ def test_bench_leaderboard_unknown_format_is_refused_before_anything_is_copied(m
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--format" in err and "'pdf'" in err, err
     assert started == []
+
+
+@pytest.mark.parametrize("argv, said", [(["--max-samples", "0"], "--max-samples must be >= 1"),
+                                        (["--seconds", "-1"], "--seconds > 0"), (["--seconds", "0"], "--seconds 0")])
+def test_bench_data_measurement_sizes_out_of_range_are_refused(argv: list[str], said: str, monkeypatch,
+                                                              capsys) -> None:
+    from fusebench.perf import data as perf_data
+
+    started: list = []
+    monkeypatch.setattr(perf_data, "bench_adapter", lambda *a: started.append(a) or {"id": "x", "error": "-"})
+    with pytest.raises(SystemExit) as e:
+        perf_data.main(["--datasets", "quickstart", "--quick", *argv])
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert started == []
+
+
+def test_bench_data_datasets_matching_nothing_is_said_on_stderr(capsys) -> None:
+    from fusebench.perf import data as perf_data
+
+    assert perf_data.main(["--datasets", "no_such*"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("fusebench bench data: --datasets 'no_such*' matches no dataset adapter")

@@ -16,6 +16,7 @@ command, not a measurement.
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
 import time
 from typing import Any
@@ -101,6 +102,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=None, help="time per measurement (default 2, quick 0.3)")
     p.add_argument("--max-samples", type=int, default=256, help="distinct samples read per measurement")
     ns = p.parse_args(argv)
+    if ns.max_samples < 1 or (ns.seconds is not None and not ns.seconds > 0):
+        p.error(f"--max-samples must be >= 1 and --seconds > 0, got --max-samples {ns.max_samples}"
+                + (f", --seconds {ns.seconds:g}" if ns.seconds is not None else ""))
     import torch  # after parsing: `fusebench bench data --help` imports no torch
 
     from fusebench import datasets
@@ -110,7 +114,8 @@ def main(argv: list[str]) -> int:
     logging.getLogger("fusebench").setLevel(logging.ERROR)
     names = datasets.available(ns.datasets)
     if not names:
-        print(f"no dataset adapter matches {ns.datasets!r}; registered: {datasets.available()}")
+        print(f"fusebench bench data: --datasets {ns.datasets!r} matches no dataset adapter; registered: "
+              f"{', '.join(datasets.available())}", file=sys.stderr)
         return 2
     rows = []
     for name in names:
