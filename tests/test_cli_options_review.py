@@ -221,3 +221,14 @@ def test_bench_data_datasets_matching_nothing_is_said_on_stderr(capsys) -> None:
     assert perf_data.main(["--datasets", "no_such*"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("fusebench bench data: --datasets 'no_such*' matches no dataset adapter")
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_bench_threads_limit_that_no_run_can_meet_is_refused(limit: str, monkeypatch, capsys) -> None:
+    from fusebench.perf import threads
+
+    started: list = []
+    monkeypatch.setattr(threads, "run_cell", lambda *a: started.append(a) or (1.0, {}, "1"))
+    assert threads.main(["--no-busy", "--repeat", "1", "--limit", limit]) == 2
+    assert capsys.readouterr().err == f"fusebench bench threads: --limit must be a ratio > 0, got {limit}\n"
+    assert started == []

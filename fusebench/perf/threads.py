@@ -75,6 +75,9 @@ def main(argv: list[str]) -> int:
     if ns.repeat < 1:
         print("fusebench bench threads: --repeat must be >= 1", file=sys.stderr)
         return 2
+    if not ns.limit > 0:  # a ratio of two times: at most 0 fails every run whatever it measures
+        print(f"fusebench bench threads: --limit must be a ratio > 0, got {ns.limit:g}", file=sys.stderr)
+        return 2
     from fusebench.machine import cpu_model
 
     modes = ["default", "one"] + (["torch"] if ns.torch_default else [])
