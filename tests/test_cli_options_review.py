@@ -223,6 +223,22 @@ def test_bench_data_datasets_matching_nothing_is_said_on_stderr(capsys) -> None:
     assert out == "" and err.startswith("fusebench bench data: --datasets 'no_such*' matches no dataset adapter")
 
 
+def test_bench_data_gives_back_the_log_level_and_threads_it_set(capsys) -> None:
+    """The bench silences fusebench's warnings and runs on at most 2 torch threads; called in a process that goes
+    on (a test session), it left both so: every later test reading a fusebench warning with caplog saw nothing."""
+    import logging
+
+    import torch
+
+    from fusebench.perf import data as perf_data
+
+    log = logging.getLogger("fusebench")
+    before = (log.level, torch.get_num_threads())
+    assert perf_data.main(["--datasets", "quickstart", "--quick", "--seconds", "0.05", "--max-samples", "8"]) == 0
+    assert (log.level, torch.get_num_threads()) == before
+    assert "quickstart: done" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("limit", ["0", "-1"])
 def test_bench_threads_limit_that_no_run_can_meet_is_refused(limit: str, monkeypatch, capsys) -> None:
     from fusebench.perf import threads

@@ -110,21 +110,28 @@ def main(argv: list[str]) -> int:
     from fusebench import datasets
 
     seconds = ns.seconds if ns.seconds is not None else (0.3 if ns.quick else 2.0)
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    logging.getLogger("fusebench").setLevel(logging.ERROR)
     names = datasets.available(ns.datasets)
     if not names:
         print(f"fusebench bench data: --datasets {ns.datasets!r} matches no dataset adapter; registered: "
               f"{', '.join(datasets.available())}", file=sys.stderr)
         return 2
-    rows = []
-    for name in names:
-        try:
-            rows.append(bench_adapter(datasets.get(name), ns.quick, seconds, ns.max_samples))
-        except Exception as e:  # one broken adapter must not hide the others' figures
-            rows.append({"id": name, "error": f"{type(e).__name__}: {e}"})
-        print(f"  {name}: done", flush=True)
-    print(f"Data loading, single process, torch threads={torch.get_num_threads()}"
-          f"{' (--quick: smoke test, not a measurement)' if ns.quick else ''}")
+    # the bench's own settings, given back when it ends: called in a process that goes on (a test, a notebook),
+    # it left fusebench's warnings silenced and the torch threads at 2 for whatever ran after it
+    log, level, threads = logging.getLogger("fusebench"), logging.getLogger("fusebench").level, torch.get_num_threads()
+    torch.set_num_threads(min(2, threads))
+    log.setLevel(logging.ERROR)
+    try:
+        rows = []
+        for name in names:
+            try:
+                rows.append(bench_adapter(datasets.get(name), ns.quick, seconds, ns.max_samples))
+            except Exception as e:  # one broken adapter must not hide the others' figures
+                rows.append({"id": name, "error": f"{type(e).__name__}: {e}"})
+            print(f"  {name}: done", flush=True)
+        print(f"Data loading, single process, torch threads={torch.get_num_threads()}"
+              f"{' (--quick: smoke test, not a measurement)' if ns.quick else ''}")
+    finally:
+        log.setLevel(level)
+        torch.set_num_threads(threads)
     print(format_table(rows))
     return 1 if any("error" in r for r in rows) else 0
