@@ -19,8 +19,13 @@ def test_list_an_id_that_does_not_exist_is_an_error_naming_the_closest(capsys) -
     assert main(["list", "benchmarks", "quickstarx"]) == 1
     assert "did you mean 'quickstart'?" in capsys.readouterr().err
     assert main(["list", "objectives", "m3g"]) == 0  # an existing id
-    assert main(["list", "datasets", "nothing-matches*"]) == 0  # a glob that matches nothing: an empty listing
     assert capsys.readouterr().err == ""
+    # a glob that matches nothing: no listing, exit status 0, and said on stderr (it printed nothing at all)
+    for kind in ("datasets", "benchmarks", "rows"):
+        assert main(["list", kind, "nothing-matches*"]) == 0
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"fusebench list: no {kind[:-1]} matches 'nothing-matches*' (fusebench list " \
+                                    f"{kind} lists them)\n"
 
 
 def test_bench_encoders_refuses_a_device_it_cannot_use_before_running(capsys) -> None:

@@ -159,7 +159,9 @@ def main(argv: list[str]) -> int:
         names = matching(table, ns.pattern)
         for name in names:
             print("\n".join(table[name]["lines"] + (table[name]["details"] if ns.details else [])))
-        return 0 if names or not _is_exact(ns.pattern) else _nothing_matches(ns.kind, ns.pattern, list(table))
+        if not names and ns.pattern is not None:
+            return _nothing_matches(ns.kind, ns.pattern, list(table))
+        return 0
     pkg = importlib.import_module(KINDS[ns.kind])
     registry = getattr(pkg, REGISTRIES.get(ns.kind, ""), None)
     with warnings.catch_warnings(record=True) as caught:
@@ -193,7 +195,7 @@ def main(argv: list[str]) -> int:
                 print(f"warning: {w.message}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    if not names and _is_exact(ns.pattern):
+    if not names and ns.pattern is not None:
         return _nothing_matches(ns.kind, ns.pattern, pkg.available())
     return 0
 
@@ -205,10 +207,14 @@ def _is_exact(pattern: str | None) -> bool:
 
 def _nothing_matches(kind: str, pattern: str, ids: list[str]) -> int:
     """An id that is not registered (a typo such as ``m3gg``) is said on stderr with the closest id, as
-    ``fusebench run`` says it, instead of an empty listing and exit status 0; returns 1. (A glob that matches
-    nothing stays an empty listing.)"""
+    ``fusebench run`` says it, instead of an empty listing and exit status 0; returns 1. A glob that matches
+    nothing is a query with no answer, not an error: said on stderr (an empty listing looked like a failure to
+    print), exit status 0."""
     from fusebench.registry import closest
 
+    if not _is_exact(pattern):
+        print(f"fusebench list: no {kind[:-1]} matches {pattern!r} (fusebench list {kind} lists them)", file=sys.stderr)
+        return 0
     hint = closest(pattern, list(ids))
     print(f"fusebench list: no {kind[:-1]} {pattern!r}"
           + (f"; did you mean {hint!r}?" if hint else f" (fusebench list {kind} lists them)"), file=sys.stderr)
