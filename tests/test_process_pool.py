@@ -110,6 +110,8 @@ def test_a_worker_dying_in_a_call_fails_that_call_only(tmp_path: Path, monkeypat
     _pool_calls_module(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")  # the workers
+    monkeypatch.setitem(sys.modules, "poolcrash", None)  # gone again after the test, as before it
+    del sys.modules["poolcrash"]  # this test's module imported below, not an earlier test's cached one
     import poolcrash
 
     names = ["a", "b", "dies", "c", "d", "e"]
@@ -132,6 +134,8 @@ def test_a_call_error_and_a_crash_both_leave_the_others_running(tmp_path: Path, 
     _pool_calls_module(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setitem(sys.modules, "poolcrash", None)  # gone again after the test, as before it
+    del sys.modules["poolcrash"]  # this test's module imported below, not an earlier test's cached one
     import poolcrash
 
     calls = [(str(tmp_path), n) for n in ["raises", "a", "dies", "b"]]
