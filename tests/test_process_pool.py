@@ -157,3 +157,27 @@ def test_a_cell_whose_worker_died_is_a_failed_cell_with_its_failed_json(tmp_path
     on_disk = json.loads((request.cell / "failed.json").read_text())
     assert got == on_disk and got["status"] == "failed" and (got["objective"], got["seed"]) == ("m3g", 1)
     assert got["error"] == "WorkerDied: the worker process running the cell died, killed by SIGKILL"
+
+
+def test_a_sibling_terminated_in_its_calls_finally_is_not_blamed_for_the_crash(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken pool's SIGTERM reaching a sibling after its call returned, in the ``finally`` just before its start
+    mark is removed, unwinds it there: the mark stayed and the parent counted that call as the crash (a cell
+    recorded failed, or WorkerDied) though its worker was merely terminated."""
+    from fusebench.runtime import interrupt
+    from fusebench.sweep import process_pool
+
+    monkeypatch.setattr(interrupt, "_RECEIVED", [])
+    real_unlink, sent = Path.unlink, []
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if not sent:  # the pool's SIGTERM lands as the mark is about to go
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with pytest.raises(interrupt.Terminated):
+        process_pool._marked_call(str(tmp_path), 3, lambda: "done")
+    assert sent and not (tmp_path / "3").exists()
+

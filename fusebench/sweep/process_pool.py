@@ -41,12 +41,15 @@ def _idle_worker() -> None:
 
 
 _SIGNALS: list[int] = []  # the signals received during the running call
+_MARK: list[Path] = []  # the start mark of the running call (:func:`_marked_call`)
 
 
 def _once(signum: int, frame: object) -> None:
     """During a call: the first SIGINT / SIGTERM unwinds it; a later one (the parent's SIGTERM after the process
     group's Ctrl-C) is noted, not raised into the unwinding (a second exception there printed a traceback)."""
     _SIGNALS.append(signum)
+    for mark in _MARK:  # a call interrupted by a signal (the broken pool's SIGTERM) is no crash, whenever it lands,
+        mark.unlink(missing_ok=True)  # even in the call's ``finally`` before the mark's own removal
     if signum == signal.SIGTERM:  # told to end: a call this worker takes after this one starts no cell
         interrupt.note(signum)
     if len(_SIGNALS) == 1:
@@ -75,11 +78,13 @@ def _marked_call(marks: str, index: int, fn: Callable[..., Any], *args: Any) -> 
     mark = Path(marks) / str(index)
 
     def marked(*a: Any) -> Any:  # (run by _call: with its signal handlers, so a SIGTERM here unwinds it too)
+        _MARK[:] = [mark]  # (before the write: a signal from here on removes it)
         try:
             mark.write_text(str(os.getpid()))
             return fn(*a)
         finally:
             mark.unlink(missing_ok=True)
+            _MARK.clear()
 
     return _call(marked, *args)
 
