@@ -181,3 +181,24 @@ def test_a_sibling_terminated_in_its_calls_finally_is_not_blamed_for_the_crash(t
         process_pool._marked_call(str(tmp_path), 3, lambda: "done")
     assert sent and not (tmp_path / "3").exists()
 
+
+def test_a_crash_whose_on_crash_raises_leaves_the_other_calls_running(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """on_crash raising (e.g. the crashed cell's record unwritable) was raised at once: the calls the broken pool
+    left were never run again; it is raised once they ran, as a call's own error is."""
+    from fusebench.sweep.process_pool import run_in_processes
+
+    _pool_calls_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "poolcrash", None)
+    del sys.modules["poolcrash"]
+    import poolcrash
+
+    def on_crash(args: tuple, how: str) -> None:
+        raise OSError("cannot record the crash")
+
+    calls = [(str(tmp_path), "dies"), *[(str(tmp_path), f"ok{i}") for i in range(4)]]
+    with pytest.raises(OSError, match="cannot record"):
+        run_in_processes(poolcrash.call, calls, 1, on_crash=on_crash)
+    assert all((tmp_path / f"ok{i}").exists() for i in range(4))
+

@@ -117,7 +117,11 @@ def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], w
             crashed = _round(fn, calls, todo, workers, marks, results, errors)
             for i, how in crashed:
                 if on_crash is not None:
-                    results[i] = on_crash(calls[i], how)
+                    try:
+                        results[i] = on_crash(calls[i], how)
+                    except Exception as e:  # (e.g. its record unwritable): raised once the others ran, as a call's
+                        e._fusebench_call = i  # type: ignore[attr-defined]
+                        errors.append(e)
                 else:
                     cell = getattr(calls[i][0], "cell", None) if calls[i] else None
                     errors.append(WorkerDied(f"a worker process died running call {i + 1} of {len(calls)}"
