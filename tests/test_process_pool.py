@@ -202,3 +202,31 @@ def test_a_crash_whose_on_crash_raises_leaves_the_other_calls_running(tmp_path: 
         run_in_processes(poolcrash.call, calls, 1, on_crash=on_crash)
     assert all((tmp_path / f"ok{i}").exists() for i in range(4))
 
+
+def test_a_pool_broken_during_the_submissions_is_a_broken_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker dying while the parent still submits (a quick crash, many calls) makes ``submit`` raise
+    BrokenProcessPool: it escaped run_in_processes as such, the other calls never run; it is a broken round."""
+    import concurrent.futures as cf
+    from concurrent.futures.process import BrokenProcessPool
+
+    from fusebench.sweep.process_pool import run_in_processes
+
+    _pool_calls_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "poolcrash", None)
+    del sys.modules["poolcrash"]
+    import poolcrash
+
+    real_submit, rounds = cf.ProcessPoolExecutor.submit, []
+
+    def submit(self, fn, *args, **kwargs):  # the first round's pool breaks after its first submission
+        if len(rounds) == 1 and getattr(self, "_first_done", False):
+            raise BrokenProcessPool("A child process terminated abruptly, the process pool is not usable anymore")
+        if not getattr(self, "_first_done", False):
+            rounds.append(self)
+            self._first_done = True
+        return real_submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(cf.ProcessPoolExecutor, "submit", submit)
+    calls = [(str(tmp_path), f"ok{i}") for i in range(3)]
+    assert run_in_processes(poolcrash.call, calls, 1) == ["OK0", "OK1", "OK2"]

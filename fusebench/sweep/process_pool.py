@@ -152,9 +152,15 @@ def _round(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], todo: list[
                                   initializer=_idle_worker)
     procs: list[Any] = []
     try:
-        futures = {i: pool.submit(_marked_call, marks, i, fn, *calls[i]) for i in todo}
-        procs = list((getattr(pool, "_processes", None) or {}).values())  # started with the first submissions
+        futures = {}
         broken = False
+        for i in todo:
+            try:
+                futures[i] = pool.submit(_marked_call, marks, i, fn, *calls[i])
+                procs += [p for p in (getattr(pool, "_processes", None) or {}).values() if p not in procs]
+            except BrokenProcessPool:  # a worker died while the calls were still being submitted: the rest run again
+                broken = True
+                break
         for i, future in futures.items():  # in the order of the calls
             try:
                 results[i] = future.result()
