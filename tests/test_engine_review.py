@@ -62,3 +62,20 @@ def test_a_selection_trial_killed_midway_resumes_from_its_last_pt(tmp_path: Path
     assert rec["metrics"] == want["metrics"] and rec["curves"] == want["curves"]
     assert got["metrics"] == ref["metrics"] and got["curves"] == ref["curves"]
     assert got["hparam_selection"] == ref["hparam_selection"]
+
+
+def test_config_changes_of_a_checkpoint_with_a_tensor_in_its_config_is_no_crash() -> None:
+    """A last.pt loads under weights_only with tensors anywhere, its ``config`` too: a tensor of several values there
+    made config_changes raise 'Boolean value of Tensor ... is ambiguous' instead of the refusal naming the hashes."""
+    import copy
+
+    import torch
+
+    from fusebench.engine.cell import config_changes
+
+    spec = benchmarks.load("quickstart", overrides=TINY)
+    saved = copy.deepcopy(spec.to_dict())
+    saved["pretrain"]["lr"] = torch.tensor([1.0, 2.0])
+    assert config_changes(saved, spec, "infonce_pwe") is None
+    saved["pretrain"]["lr"] = 0.5  # a plain difference is still named
+    assert "pretrain.lr: 0.5 in the checkpoint" in config_changes(saved, spec, "infonce_pwe")

@@ -257,8 +257,11 @@ def config_changes(saved: Any, spec: BenchmarkSpec, objective: str, most: int = 
         r = repr(d[k])
         return r if len(r) <= 60 else r[:57] + "..."
 
-    diff = [f"{k}: {shown(old, k)} in the checkpoint, now {shown(new, k)}" for k in sorted(set(old) | set(new))
-            if old.get(k, absent) != new.get(k, absent)]
+    try:  # (a saved value that does not compare as one bool, e.g. a tensor a hostile last.pt put there: no list)
+        diff = [f"{k}: {shown(old, k)} in the checkpoint, now {shown(new, k)}" for k in sorted(set(old) | set(new))
+                if bool(old.get(k, absent) != new.get(k, absent))]
+    except Exception:  # noqa: BLE001 - the hashes alone say it differs
+        return None
     if not diff:
         return None
     return "; ".join(diff[:most]) + (f"; and {len(diff) - most} more" if len(diff) > most else "")
