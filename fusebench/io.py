@@ -31,6 +31,7 @@ import math
 import numbers
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -78,16 +79,18 @@ def _sync(name: str | os.PathLike, folder: bool = False) -> None:
     """``fsync`` the file (or, ``folder=True``, the folder: its entries, i.e. a rename into it) ``name``: its data
     on the disk, not only in the page cache. A folder that cannot be opened or synced (another OS, some network
     file systems) is left as it is; a file's failure is an error, as a failed write is."""
+    # (Windows: fsync is _commit, which refuses a read-only descriptor with EBADF; a folder cannot be opened there)
+    flags = os.O_RDWR if sys.platform == "win32" and not folder else os.O_RDONLY
     try:
-        fd = os.open(name, os.O_RDONLY)
+        fd = os.open(name, flags)
     except OSError:
         if folder:
             return
         raise
     try:
         os.fsync(fd)
-    except OSError:
-        if not folder:
+    except OSError as e:  # a file system without fsync (EINVAL / ENOTSUP: some FUSE and special ones) has no more to do
+        if not folder and e.errno not in (errno.EINVAL, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", errno.ENOTSUP)):
             raise
     finally:
         os.close(fd)

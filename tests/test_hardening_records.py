@@ -668,3 +668,34 @@ def test_a_selection_file_another_sweep_is_still_writing_is_waited_for(tmp_path:
     monkeypatch.setattr(selection.time, "sleep", no_wait)
     with pytest.raises(ConfigMismatchError, match="is not valid JSON"):  # at once
         selection._read(path)
+
+
+def test_atomic_writes_sync_a_file_where_fsync_needs_write_access_or_is_unsupported(tmp_path: Path, monkeypatch) -> None:
+    """Windows' fsync (_commit) refuses a read-only descriptor (EBADF): the temporary file was opened read-only to be
+    synced, so every atomic write failed there; a file system without fsync (EINVAL) failed every write too."""
+    import errno
+    import fcntl
+    import os
+    import sys
+
+    from fusebench import io as fio
+
+    real_fsync = os.fsync
+
+    def commit(fd: int) -> None:  # as Windows' _commit: the descriptor must allow writing
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        real_fsync(fd)
+
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(os, "fsync", commit)
+    fio.atomic_write(tmp_path / "a.bin", lambda f: f.write(b"x"))
+    assert (tmp_path / "a.bin").read_bytes() == b"x"
+    monkeypatch.undo()
+
+    def unsupported(fd: int) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "fsync", unsupported)
+    fio.atomic_write(tmp_path / "b.bin", lambda f: f.write(b"y"))
+    assert (tmp_path / "b.bin").read_bytes() == b"y"
