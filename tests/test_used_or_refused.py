@@ -319,6 +319,13 @@ def test_worker_settings_for_data_held_in_memory_on_cuda_are_refused(monkeypatch
     check_loader_settings_used(spec, "cuda", None, in_memory=False)  # workers: applied (pinning too)
     check_loader_settings_used(spec, "cuda", 2, in_memory=True)  # workers given: applied
     check_loader_settings_used(spec, None, None, in_memory=True)  # cells on other nodes: decided there
+    # the automatic count on CUDA is every core of the cell's share but one: with one core, none (the check follows
+    # resolve_feed, so this case is refused too; it used to be let through)
+    from fusebench.engine import data
+
+    monkeypatch.setattr(data, "usable_cores", lambda: 1)
+    with pytest.raises(ConfigError, match=r"loader\.prefetch_factor=4: .*none on CUDA here \(no core to spare"):
+        check_loader_settings_used(spec, "cuda", None, in_memory=False)
 
 
 def test_channels_last_for_a_model_without_2d_convolutions_is_refused(tmp_path: Path) -> None:

@@ -228,35 +228,30 @@ def check_cuda_only_settings(spec: BenchmarkSpec, device: str) -> None:
 def check_loader_settings_used(spec: BenchmarkSpec, device: str | None, num_workers: int | None,
                                in_memory: bool) -> None:
     """A ``loader`` setting the cells' DataLoaders would not apply is refused (it would be recorded in every
-    record's config and change nothing): ``loader.pin_memory: true`` for cells that run on a CPU (pinning is for
-    copies to a GPU), and ``loader.persistent_workers`` / ``loader.prefetch_factor`` off their defaults where the
-    cells fetch their batches with no worker process (``--num-workers 0`` or ``loader.num_workers: 0``; with
-    neither, the automatic count on the CPU, and on CUDA for data held in memory). ``device``: where the cells run
-    (None: on other nodes, decided there); ``num_workers``: ``--num-workers`` (None: not given)."""
+    record's config and change nothing), judged on the feed a cell resolves (:func:`fusebench.engine.data.resolve_feed`,
+    the one rule): ``loader.pin_memory: true`` where it pins nothing (cells on a CPU), and
+    ``loader.persistent_workers`` / ``loader.prefetch_factor`` off their defaults where the feed has no worker
+    process. ``device``: where the cells run (None: on other nodes, decided there: only an explicit worker count is
+    judged); ``num_workers``: ``--num-workers`` (None: not given)."""
+    from fusebench.engine.data import resolve_feed
+    from fusebench.runtime.utils import resolve_device
     from fusebench.spec.config import LoaderConfig
 
     cfg, default = spec.loader, LoaderConfig()
-    cuda = None
-    if device is not None:
-        from fusebench.runtime.utils import resolve_device
-
-        cuda = resolve_device(device).type == "cuda"
-    if cfg.pin_memory is True and cuda is False:
+    if device is None and num_workers is None and cfg.num_workers is None:
+        return
+    dev = resolve_device(device if device is not None else "cpu")  # (None: the count is explicit, the device moot)
+    feed = resolve_feed(cfg, num_workers, dev, in_memory)
+    if device is not None and cfg.pin_memory is True and not feed.pin_memory:
         raise ConfigError(f"{spec.name}: loader.pin_memory=true: page-locked batches are for copies to a GPU, and the "
                           "cells run on the CPU here, so it would be recorded and change nothing; drop it or run on a "
                           "GPU (--device cuda)")
-    if num_workers is not None:
-        workers, why = num_workers, f"--num-workers {num_workers}"
-    elif cfg.num_workers is not None:
-        workers, why = cfg.num_workers, f"loader.num_workers={cfg.num_workers}"
-    elif cuda is False:
-        workers, why = 0, "loader.num_workers unset: none on the CPU"
-    elif cuda and in_memory:
-        workers, why = 0, "loader.num_workers unset: none on CUDA for data held in memory, sliced in the training process"
-    else:
+    if feed.num_workers:
         return
-    if workers != 0:
-        return
+    why = {"--num-workers": f"--num-workers {num_workers}", "spec": f"loader.num_workers={cfg.num_workers}"}.get(
+        feed.num_workers_from, "loader.num_workers unset: none " + (
+            "on the CPU" if dev.type != "cuda" else "on CUDA for data held in memory, sliced in the training process"
+            if in_memory else "on CUDA here (no core to spare for a worker)"))
     for key in ("persistent_workers", "prefetch_factor"):
         value = getattr(cfg, key)
         if value != getattr(default, key):
