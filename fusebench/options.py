@@ -25,13 +25,13 @@ fusebench.options.OptionsError: pretrain.per_objective.infonce_pwe.hparams: unkn
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import difflib
 import inspect
 import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
+from fusebench.typed import matches
 
 REQUIRED = inspect.Parameter.empty
 
@@ -110,44 +110,10 @@ def options_of(obj: Any) -> list[Option] | None:
 
 
 def _type_ok(value: Any, t: Any) -> bool:
-    """A conservative check of ``value`` against annotation ``t``: plain types, and containers with their items
-    (``Sequence[float]`` / ``list[int]`` / ``tuple[int, ...]``: a list or tuple, not text, of such items;
-    ``Mapping[str, int]``: a mapping of such keys and values), as a spec's YAML gives them; anything richer
-    passes."""
-    if t is Any or value is None and _optional(t):
-        return True
-    if t is type(None):
-        return value is None
-    origin = typing.get_origin(t)
-    if origin is typing.Union or type(t).__name__ == "UnionType":
-        return any(_type_ok(value, a) for a in typing.get_args(t))
-    args = typing.get_args(t)
-    if origin in (list, tuple, collections.abc.Sequence):  # a YAML list (a string is a sequence too: refused)
-        if not isinstance(value, (list, tuple)):
-            return False
-        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, float]: one item per slot
-            return len(value) == len(args) and all(_type_ok(v, a) for v, a in zip(value, args))
-        return not args or all(_type_ok(v, args[0]) for v in value)
-    if origin in (dict, collections.abc.Mapping):
-        return isinstance(value, dict) and (len(args) != 2 or all(
-            _type_ok(k, args[0]) and _type_ok(v, args[1]) for k, v in value.items()))
-    if origin is not None:
-        t = origin
-    if t is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if t is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if t in (bool, str):
-        return isinstance(value, t)
-    if t in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if t is dict:
-        return isinstance(value, dict)
-    return True  # anything richer (callables, tensors, classes) is not checked here
-
-
-def _optional(t: Any) -> bool:
-    return type(None) in typing.get_args(t)
+    """Whether ``value`` passes the settings' one type check against annotation ``t``
+    (:func:`fusebench.typed.check_type`: plain types, and containers with their items, as a spec's YAML gives them;
+    anything richer passes)."""
+    return matches(value, t)
 
 
 def check_options(given: Mapping[str, Any], obj: Any, where: str, values: bool = True) -> None:

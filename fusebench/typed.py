@@ -12,6 +12,7 @@ the limit (never a ``RecursionError``, never a run that serialises the expansion
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import re
@@ -27,13 +28,22 @@ class ConfigError(ValueError):
 
 
 def check_type(value: Any, tp: Any, where: str) -> Any:
-    """``value`` checked against the type hint ``tp`` (``Any``, unions / optionals, ``list[T]``, ``dict``,
-    a dataclass, ``int`` / ``float`` / ``str`` / ``bool``; an int is widened to a float, a bool is never
-    a number), returned as checked; a :class:`ConfigError` naming ``where`` otherwise."""
+    """``value`` checked against the type hint ``tp``, returned as checked; a :class:`ConfigError` naming ``where``
+    otherwise. The one type check of settings (the spec's dataclasses here, the components' declared options in
+    :func:`fusebench.options.check_options`). Checked: ``Any``; unions / optionals; ``int`` / ``float`` / ``str`` /
+    ``bool`` (an int is widened to a float, a bool is never a number); sequences (``list[T]``, ``tuple[T, ...]``,
+    ``tuple[A, B]`` one item per slot, ``Sequence[T]``, bare ``list`` / ``tuple``: a list or a tuple, never text, with
+    each item checked; a ``list[T]`` comes back as a list); mappings (``dict[K, V]``, ``Mapping[K, V]``, bare
+    ``dict``: each key and value checked); a dataclass (built with :func:`from_dict`). Anything richer (a callable, a
+    tensor, a class) passes unchecked."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
         return value
+    if tp is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected None, got {type(value).__name__} {value!r}")
+        return None
     if origin is typing.Union or origin is types.UnionType:  # Optional[X] and X | None
         if value is None and type(None) in args:
             return None
@@ -45,17 +55,27 @@ def check_type(value: Any, tp: Any, where: str) -> Any:
                 return check_type(value, a, where)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
-    if origin is list:
-        if not isinstance(value, list):
+        raise ConfigError(errors[0] if len(errors) == 1 else
+                          f"{where}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    if origin in (list, tuple, collections.abc.Sequence) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):  # a YAML list (a string is a sequence too: refused)
             raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
-        return [check_type(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)] if args else value
-    if origin is dict:
+        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, float]: one item per slot
+            if len(value) != len(args):
+                raise ConfigError(f"{where}: expected a list of {len(args)} items ({_type_name(tp)}), got "
+                                  f"{len(value)}: {value!r}")
+            items = [check_type(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args))]
+        else:
+            items = [check_type(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)] if args else list(value)
+        return items if origin is list or tp is list else type(value)(items)
+    if origin in (dict, collections.abc.Mapping) or tp is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
-        if len(args) == 2 and args[1] is not Any:  # dict[str, str], dict[str, int], ...: every value checked
-            return {k: check_type(v, args[1], f"{where}.{k}") for k, v in value.items()}
-        return value
+        if len(args) != 2:
+            return value
+        for k in value:
+            check_type(k, args[0], f"{where} key {k!r}")
+        return {k: check_type(v, args[1], f"{where}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, where)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -67,6 +87,21 @@ def check_type(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
         return value
     return value
+
+
+def matches(value: Any, tp: Any) -> bool:
+    """Whether ``value`` passes :func:`check_type` against ``tp`` (the same rules, as a predicate)."""
+    try:
+        check_type(value, tp, "")
+    except ConfigError:
+        return False
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    """``tp`` as a spec writer reads it: ``float``, ``list[int]``, ``int | None``."""
+    return getattr(tp, "__name__", None) if isinstance(tp, type) and not typing.get_args(tp) else \
+        str(tp).replace("typing.", "").replace("collections.abc.", "")
 
 
 def from_dict(cls: type, data: Any, where: str = "") -> Any:
@@ -237,4 +272,4 @@ def read_yaml_file(path: Any) -> Any:
 
 
 __all__ = ["YAML_MAX_DEPTH", "YAML_MAX_EXPANDED", "BoundedSafeLoader", "ConfigError", "DeprecatedKeyWarning",
-           "check_type", "from_dict", "load_yaml", "read_yaml_file", "yaml_problem"]
+           "check_type", "from_dict", "matches", "load_yaml", "read_yaml_file", "yaml_problem"]

@@ -4,12 +4,12 @@ any value."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import pytest
 
 from fusebench import benchmarks
-from fusebench.typed import ConfigError, check_type
+from fusebench.typed import ConfigError, check_type, matches
 
 
 @pytest.mark.parametrize("hint", [int | None, Optional[int]])
@@ -33,3 +33,27 @@ def test_unions_lists_and_numbers() -> None:
 def test_an_optional_spec_field_refuses_a_wrong_type_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"downstream.shots: expected int, got str 'five'"):
         benchmarks.load("quickstart", overrides={"downstream.shots": "five"})
+
+
+def test_containers_are_checked_item_by_item_with_the_item_named() -> None:
+    """One check for the spec's fields and the components' options (fusebench.options used a second, looser copy):
+    sequences and mappings with their items, each failure naming the item; expected values worked out by hand."""
+    assert check_type((1, 2), list[int], "l") == [1, 2]  # a tuple (Python API) for a list field: a list back
+    assert check_type([1, 2.5], tuple[int, float], "t") == [1, 2.5]  # as given (YAML gives lists)
+    assert check_type((1, 2), tuple[float, ...], "t") == (1.0, 2.0)  # ints widened, the container kept
+    for value, hint, message in [
+            ("abc", Sequence[float], r"^s: expected a list, got str 'abc'"),  # text is no list of numbers
+            ("ab", list, r"^s: expected a list, got str"),
+            ([[1, "x"]], Sequence[Sequence[float]], r"^s\[0\]\[1\]: expected float, got str 'x'"),
+            ([1], tuple[int, float], r"^s: expected a list of 2 items \(tuple\[int, float\]\), got 1"),
+            ({"a": "3"}, Mapping[str, int], r"^s\.a: expected int, got str '3'"),
+            ({1: 3}, dict[str, int], r"^s key 1: expected str, got int 1"),
+            ([], dict, r"^s: expected a mapping, got list"),
+            ([1.5], str | list[int], r"^s: expected str \| list\[int\], got list \[1\.5\]")]:
+        with pytest.raises(ConfigError, match=message):
+            check_type(value, hint, "s")
+    # the predicate the options check uses gives the same verdicts
+    assert [matches(v, t) for v, t in [([1, 2], tuple[int, ...]), ([1, 2.5], tuple[int, ...]), ({}, dict),
+                                      ([], Sequence[int]), ("rgb", Sequence[str]), (None, int | None),
+                                      (None, int), (object(), Any)]] == [True, False, True, True, False, True,
+                                                                          False, True]
