@@ -323,6 +323,35 @@ def test_the_gaussian_mi_pipeline_refuses_speed_options() -> None:
     benchmarks.load("polyview-gaussian-mi")  # defaults: fine
 
 
+
+@pytest.mark.parametrize("objective, over, message", [
+    ("raw", {"speed.compile": True}, r"speed\.compile=true: no row of this run runs an encoder .*: raw"),
+    ("raw", {"speed.channels_last": True}, r"speed\.channels_last=true: no row of this run runs an encoder"),
+    ("none", {"speed.optimizer_impl": "foreach"}, r"speed\.optimizer_impl='foreach': no row of this run trains "
+                                                  r"anything with an optimiser .*: none"),
+    ("raw", {"speed.optimizer_impl": "fused"}, r"speed\.optimizer_impl='fused': no row of this run trains")])
+def test_speed_options_no_row_of_the_run_applies_are_refused_before_any_cell(
+        tmp_path: Path, objective: str, over: dict, message: str) -> None:
+    """mv-ngs scores frozen features: its raw row runs no encoder (the input views are its features) and neither
+    it nor the none row runs an optimiser (the probes fit without one), so these settings would be hashed into
+    the records and change no number."""
+    import fusebench
+
+    with pytest.raises(ConfigError, match=message):
+        fusebench.run("mv-ngs", objective=objective, seeds=[0], out=tmp_path / "out", synthetic=True,
+                      progress=False, overrides=over)
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_speed_options_a_row_of_the_run_applies_pass_the_check() -> None:
+    from fusebench.sweep.runner import check_speed_settings_used
+
+    spec = benchmarks.load("mv-ngs", overrides={"speed.compile": True, "speed.optimizer_impl": "foreach"})
+    check_speed_settings_used(spec, ["raw", "m3g"])  # m3g's cells pretrain and score the encoder
+    check_speed_settings_used(benchmarks.load("mv-ngs", overrides={"speed.compile": True}), ["none"])  # an encoder
+    with pytest.raises(ConfigError, match="optimizer_impl"):
+        check_speed_settings_used(spec, ["none"])
+
 # ---- issue 33 ---------------------------------------------------------------------------------------------------------
 def test_ema_teacher_update_with_foreach_equals_the_per_parameter_loop() -> None:
     """The EMA update as multi-tensor kernels gives bit for bit what the loop of the earlier code gave: per

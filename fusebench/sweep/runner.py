@@ -192,6 +192,35 @@ def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrid
                   f"the others keep their own ({mine})", file=sys.stderr)
 
 
+def check_speed_settings_used(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
+    """The ``speed`` options (off their defaults) are used or refused by the rows of the run ``objs``: those that act
+    on the encoder (``channels_last``, ``cudnn_benchmark``, ``compile`` / ``compile_mode``) when no row scores an
+    encoder (:meth:`~fusebench.components.rows.Row.uses_encoder`: the ``raw`` row of a frozen-features benchmark
+    reads the input views), and ``optimizer_impl`` when no row's cell runs an optimiser (nothing pretrained, and a
+    frozen-features protocol, whose probes fit without one). Each enters the config hash, so it would be recorded,
+    split the rows' records from runs without it, and change nothing: a ConfigError naming the key and the rows."""
+    from fusebench.components.protocols import protocol_of
+    from fusebench.spec.config import SpeedConfig
+
+    rows = [row_of(spec, o) for o in dict.fromkeys(objs)]
+    default = SpeedConfig()
+    scores_encoder = any(r.uses_encoder(spec) for r in rows)
+    optimises = any(r.pretrains for r in rows) or not protocol_of(spec).frozen_features
+    for key in ("channels_last", "cudnn_benchmark", "compile", "compile_mode", "optimizer_impl"):
+        value = getattr(spec.speed, key)
+        if value == getattr(default, key):
+            continue
+        used = optimises if key == "optimizer_impl" else scores_encoder
+        if used:
+            continue
+        what = ("no row of this run trains anything with an optimiser (nothing is pretrained, and the "
+                f"{spec.name} probes fit on frozen features without one)" if key == "optimizer_impl" else
+                "no row of this run runs an encoder (its features are the input views)")
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        raise ConfigError(f"{spec.name}: speed.{key}={shown}: {what}: {', '.join(r.id for r in rows)}; so it would "
+                          f"be recorded and hashed and change nothing; drop it, or run a row it acts on")
+
+
 def check_pretraining_epochs(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
     """Every row of the run that pretrains (:attr:`fusebench.components.rows.Row.pretrains`) gets at least one
     epoch: with 0 (``pretrain.epochs``, or its own ``pretrain.per_objective.<id>.epochs``) the cell would record a
@@ -546,6 +575,8 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     check_components(spec, objs)
     check_method_options_used(spec, objs, req.overrides)
     pipeline = pipeline_of(spec)
+    if pipeline.builds_encoder:  # (a pipeline that applies no speed option refuses them when the spec loads)
+        check_speed_settings_used(spec, objs)
     if not pipeline.reads_dataset:  # no data folder and no DataLoader: used or refused, never taken and ignored
         for flag, value in (("--data-root", data_root), ("--num-workers", req.num_workers)):
             if value is not None:
@@ -666,5 +697,5 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
-           "check_pretraining_epochs", "check_weights_row_settings", "finished_records", "make_out",
+           "check_pretraining_epochs", "check_speed_settings_used", "check_weights_row_settings", "finished_records", "make_out",
            "pretrains_nothing", "remove_made", "resolve_views", "resolve_width_grid", "run", "weights_rows_set"]
