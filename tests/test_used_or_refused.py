@@ -349,3 +349,20 @@ def test_channels_last_for_a_model_with_2d_convolutions_is_used(monkeypatch) -> 
     train = build_datasets(spec, True, None, 0, roles=("train",))["train"]
     monkeypatch.setattr(speed, "has_conv2d", lambda model: True)  # as ESANet's
     standard.check_weights_fit(spec, train, [])
+
+
+def test_checkpoint_spacing_set_for_rows_that_write_no_checkpoint_is_refused(tmp_path: Path) -> None:
+    """mv-ngs scores frozen features: its reference rows train nothing in steps, so no last.pt is ever written and a
+    --set checkpoint_every would be recorded in every record's config and used by nothing."""
+    with pytest.raises(ConfigError, match=r"--set checkpoint_every=5: no row of this run trains in steps \(raw, none: "
+                                          r"nothing is pretrained"):
+        fusebench.run("mv-ngs", objective=["raw", "none"], seeds=[0], out=tmp_path / "out", synthetic=True,
+                      progress=False, overrides={"checkpoint_every": 5})
+    assert not (tmp_path / "out").exists()
+    from fusebench.sweep.runner import check_checkpoint_every_used
+
+    spec = benchmarks.load("mv-ngs", overrides={"checkpoint_every": 5})
+    check_checkpoint_every_used(spec, ["raw", "m3g"], ["checkpoint_every"])  # m3g pretrains: its last.pt spacing
+    check_checkpoint_every_used(spec, ["raw"], [])  # the spec's own value: the spacing of its other rows
+    check_checkpoint_every_used(benchmarks.load("quickstart", overrides={"checkpoint_every": 5}), ["none"],
+                                ["checkpoint_every"])  # a head protocol trains its head in steps

@@ -221,6 +221,24 @@ def check_speed_settings_used(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
                           f"be recorded and hashed and change nothing; drop it, or run a row it acts on")
 
 
+def check_checkpoint_every_used(spec: BenchmarkSpec, objs: Iterable[str], overrides: Iterable[str] = ()) -> None:
+    """``--set checkpoint_every=N`` (``overrides``: the ``--set`` keys) is refused when no row of the run ``objs``
+    has a training loop that writes ``last.pt`` (nothing pretrained, and a frozen-features protocol, whose probes
+    fit without one): it would be recorded in every record's config and used by nothing. (A spec's own value
+    stays: it is the spacing of the benchmark's other rows.)"""
+    from fusebench.components.protocols import protocol_of
+
+    if "checkpoint_every" not in list(overrides):
+        return
+    rows = [row_of(spec, o) for o in dict.fromkeys(objs)]
+    if any(r.pretrains for r in rows) or not protocol_of(spec).frozen_features:
+        return
+    raise ConfigError(f"--set checkpoint_every={spec.checkpoint_every}: no row of this run trains in steps "
+                      f"({', '.join(r.id for r in rows)}: nothing is pretrained, and the {spec.name} probes fit on "
+                      f"frozen features), so no last.pt is written and the setting would be recorded and not used; "
+                      f"drop it")
+
+
 def check_pretraining_epochs(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
     """Every row of the run that pretrains (:attr:`fusebench.components.rows.Row.pretrains`) gets at least one
     epoch: with 0 (``pretrain.epochs``, or its own ``pretrain.per_objective.<id>.epochs``) the cell would record a
@@ -577,6 +595,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     pipeline = pipeline_of(spec)
     if pipeline.builds_encoder:  # (a pipeline that applies no speed option refuses them when the spec loads)
         check_speed_settings_used(spec, objs)
+    check_checkpoint_every_used(spec, objs, req.overrides)
     if not pipeline.reads_dataset:  # no data folder and no DataLoader: used or refused, never taken and ignored
         for flag, value in (("--data-root", data_root), ("--num-workers", req.num_workers)):
             if value is not None:
@@ -697,5 +716,5 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
-           "check_pretraining_epochs", "check_speed_settings_used", "check_weights_row_settings", "finished_records", "make_out",
+           "check_pretraining_epochs", "check_checkpoint_every_used", "check_speed_settings_used", "check_weights_row_settings", "finished_records", "make_out",
            "pretrains_nothing", "remove_made", "resolve_views", "resolve_width_grid", "run", "weights_rows_set"]
