@@ -11,7 +11,8 @@ when a metric's definition changes, so runs scored with different definitions ar
 * detection: ``get(id)(detections, ground_truths, num_classes=10) -> float``.
 
 Inputs may be of any dtype, half precision included (bfloat16 / float16 outputs of a mixed-precision
-model): :func:`fusebench.metrics.arrays.to_numpy` widens them exactly, and every metric reduces in
+model) and sparse arrays (``scipy.sparse``, torch sparse layouts): :func:`fusebench.metrics.arrays.to_numpy`
+widens half precision and makes sparse input dense, both exactly, and every metric reduces in
 float64 (counts in exact integers), whatever the caller's autocast; a metric's CUDA matrix products run in
 full float32 (the TF32 switches set to ``ieee`` for the call: :func:`fusebench.spec.precision.full_float32`).
 

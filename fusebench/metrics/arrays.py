@@ -32,10 +32,16 @@ def widen(t: Any) -> Any:
 
 def to_numpy(x: Any, dtype: Any = None) -> np.ndarray:
     """``x`` (torch tensor on any device, numpy array, sequence, scalar) as a numpy array: a tensor is
-    detached and moved to the CPU; half precision (torch or numpy) is widened to float32 (exact);
-    ``dtype``, where given, is then applied with ``np.asarray(..., dtype=dtype)``."""
+    detached and moved to the CPU; a sparse one (torch sparse layout, or a ``scipy.sparse`` matrix / array) is
+    made dense first (exact: its implicit entries are 0); half precision (torch or numpy) is widened to float32
+    (exact); ``dtype``, where given, is then applied with ``np.asarray(..., dtype=dtype)``."""
     if hasattr(x, "detach"):  # a torch tensor (duck-typed: this module does not import torch)
-        x = widen(x.detach().cpu()).numpy()
+        x = x.detach().cpu()
+        if str(x.layout) != "torch.strided":  # sparse COO / CSR / CSC / BSR: numpy() refuses them
+            x = x.to_dense()
+        x = widen(x).numpy()
+    elif hasattr(x, "toarray") and hasattr(x, "nnz"):  # scipy.sparse: np.asarray gives a 0-d object array
+        x = x.toarray()
     a = np.asarray(x, dtype=dtype)
     if dtype is None and a.dtype.kind == "f" and a.dtype.itemsize < 4:
         a = a.astype(np.float32)

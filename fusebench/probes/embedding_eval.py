@@ -58,7 +58,7 @@ probe about 0.06 s, the full probe about 0.7 s, k-means with n_init = 100 on the
 same n_init).
 
 Shape: ``*_emb`` [n, d], or per-view ``[k, n, d]`` (the views of a sample concatenated: ``[n, k*d]``);
-numpy or torch, any float dtype. ``*_y`` [n] integer class
+numpy or torch, any float dtype, dense or sparse (``scipy.sparse``, torch sparse: made dense). ``*_y`` [n] integer class
 ids in 0..num_classes-1.
 
 Every public name of the probes is importable from here as well (``__all__``: the few-shot, kNN and
