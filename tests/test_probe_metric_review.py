@@ -36,3 +36,42 @@ def test_probe_and_cluster_takes_sparse_embeddings_as_their_dense_values():
     sparse = probe_and_cluster(sp.csr_matrix(x), y, sp.csr_matrix(x), y, sp.csr_matrix(x), y, 2, 0, **kw)
     keys = [k for k, v in dense.items() if isinstance(v, float)]
     assert keys and all(sparse[k] == dense[k] for k in keys)
+
+
+def _head_run_with_val_acc(tmp_path, monkeypatch, values):
+    """A quickstart reference-row cell (linear_probe, 3 downstream epochs) whose validation ``acc`` at epoch e is
+    ``values[e]`` (NaN: undefined there); -> run_cell's record."""
+    import math
+
+    import fusebench.cells.head_protocol as head_protocol
+    from fusebench import benchmarks
+    from fusebench.cells.execute import run_cell
+    from fusebench.spec.request import CellRequest, RunOptions
+
+    real, epochs = head_protocol.evaluate, iter(values)
+
+    def evaluate(model, ds, spec, dev, seed):
+        out = real(model, ds, spec, dev, seed)
+        if getattr(ds, "split", None) == "val" and spec.validation_metric == "acc":
+            out["acc"] = next(epochs, math.nan)  # after the epochs: the zero-epoch path would read one more
+        return out
+
+    monkeypatch.setattr(head_protocol, "evaluate", evaluate)
+    spec = benchmarks.load("quickstart", overrides={"dataset.synthetic_spec": {"num_samples": 128, "seed": 0},
+                                                    "downstream.epochs": 3, "downstream.batch_size": 64})
+    return run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
+
+
+def test_head_selection_skips_an_undefined_validation_value(tmp_path, monkeypatch):
+    rec = _head_run_with_val_acc(tmp_path, monkeypatch, [float("nan"), 0.25, float("nan")])
+    assert rec["selection"]["best_epoch"] == 1 and rec["selection"]["val_metrics"]["acc"] == 0.25
+
+
+def test_head_selection_with_no_finite_validation_value_is_an_error(tmp_path, monkeypatch):
+    from fusebench.engine.loop import RunError
+
+    # it scored the last epoch's model and recorded best_epoch -1, the mark of zero downstream epochs, under the rule
+    # "best validation acc over downstream epochs ... test scored once with the selected weights"
+    with pytest.raises(RunError, match=r"validation acc was not a finite number at any of the 3 downstream epoch"):
+        _head_run_with_val_acc(tmp_path, monkeypatch, [float("nan")] * 3)
+    assert not (tmp_path / "quickstart" / "none" / "seed0" / "run.json").exists()

@@ -14,7 +14,7 @@ from torch import nn
 
 from fusebench.engine.data import few_shot_subset, make_loader
 from fusebench.engine.evaluate import embeddings, evaluate
-from fusebench.engine.loop import Phase, PhaseHooks, check_finite_state, run_phase
+from fusebench.engine.loop import Phase, PhaseHooks, RunError, check_finite_state, run_phase
 from fusebench.engine.optim import build_optimizer, build_scheduler
 from fusebench.records.builder import Scores
 from fusebench.runtime import utils
@@ -103,6 +103,11 @@ def score(sc: Any, protocol: Any, pretrained_state: dict[str, torch.Tensor],
     bar.close()
     if best["epoch"] >= 0:
         model.load_state_dict(torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"])
+    elif phase.curves.get(f"val_{primary}"):  # epochs ran, and none had a validation value that can be compared
+        raise RunError(f"{spec.name}/{objective}: the validation {primary} was not a finite number at any of the "
+                       f"{len(phase.curves[f'val_{primary}'])} downstream epoch(s) ({phase.curves[f'val_{primary}']}; "
+                       f"a metric undefined there, e.g. a correlation of constant predictions), so no epoch can be "
+                       f"selected; choose a selection_metric defined on this validation split")
     else:  # zero downstream epochs: score the model as it is
         best = {"epoch": -1, "val": evaluate(model, data["val"], spec, dev, seed), "score": None}
     # the test split, scored once with the model chosen on validation; a hyper-parameter trial has none (its
