@@ -75,3 +75,14 @@ def test_head_selection_with_no_finite_validation_value_is_an_error(tmp_path, mo
     with pytest.raises(RunError, match=r"validation acc was not a finite number at any of the 3 downstream epoch"):
         _head_run_with_val_acc(tmp_path, monkeypatch, [float("nan")] * 3)
     assert not (tmp_path / "quickstart" / "none" / "seed0" / "run.json").exists()
+
+
+def test_probe_grids_refuse_booleans_and_repeated_weights() -> None:
+    """True == 1 passed as a kNN k / a shot count / an L2 weight of 1.0; a weight given twice (1e-3 and 0.001) made
+    a grid of one value that the record showed as searched."""
+    rng = np.random.default_rng(0)
+    z, y = rng.normal(size=(12, 3)), np.arange(12) % 2
+    for key, value in (("knn_grid", [True, 3]), ("l2_grid", [True]), ("l2_grid", [1e-3, 0.001]),
+                       ("fewshot_shots", [np.True_])):
+        with pytest.raises(ValueError, match=rf"probe_and_cluster: {key}"):
+            probe_and_cluster(z, y, z, y, z, y, num_classes=2, seed=0, **{key: value})

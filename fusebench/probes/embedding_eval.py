@@ -111,7 +111,8 @@ def _positive_ints(values: Sequence[Any], name: str) -> list[int]:
     """``values`` as a non-empty list of distinct positive ints (order kept), else a ValueError naming ``name``."""
     try:
         out = [int(v) for v in values]
-        ok = bool(out) and all(o == v and o >= 1 for o, v in zip(out, values)) and len(set(out)) == len(out)
+        ok = (bool(out) and all(o == v and o >= 1 and not isinstance(v, (bool, np.bool_)) for o, v in zip(out, values))
+              and len(set(out)) == len(out))  # a bool is no count (True == 1)
     except (TypeError, ValueError):
         ok = False
     if not ok:
@@ -122,12 +123,14 @@ def _positive_ints(values: Sequence[Any], name: str) -> list[int]:
 
 def _l2_values(values: Sequence[Any], name: str) -> list[float]:
     try:
-        grid = [float(v) for v in values]
+        grid = [float(v) for v in values if not isinstance(v, (bool, np.bool_))]  # a bool is no weight (True == 1)
+        grid = grid if len(grid) == len(values) else []
     except (TypeError, ValueError):
         grid = []
-    if not grid or any(not np.isfinite(v) or v <= 0 for v in grid):  # at 0 a separable draw has no optimum
+    if not grid or any(not np.isfinite(v) or v <= 0 for v in grid) or len(set(grid)) != len(grid):
+        # (at 0 a separable draw has no optimum; a value given twice would make a grid of one look searched)
         raise ValueError(f"probe_and_cluster: {name} {list(values) if hasattr(values, '__iter__') else values!r} "
-                         f"must be a non-empty sequence of finite values > 0")
+                         f"must be a non-empty sequence of distinct finite values > 0")
     return grid
 
 
