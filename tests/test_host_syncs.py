@@ -36,6 +36,7 @@ TupleInfoNCE mixture weights); every later step must read nothing.
 from __future__ import annotations
 
 import collections
+import contextlib
 import traceback
 from pathlib import Path
 
@@ -409,3 +410,73 @@ def test_a_downstream_epoch_with_non_finite_weights_writes_no_best_pt(monkeypatc
                                        r"epoch's validation and .*best.pt not written"):
         run_cell(CellRequest(spec, "none", 0, tmp_path), RunOptions(progress=False))
     assert not (tmp_path / "quickstart" / "none" / "seed0" / "best.pt").exists()
+
+
+# ------------------------------------------------------------------------------------------ the gaussian_mi cell
+def _gaussian_mi_cell(objective: str, tmp_path: Path, mode: HostReads | None = None):
+    """The polyview-gaussian-mi synthetic cell (K = 128, M in {2, 4}, 5 steps, 2 evaluation batches per M), with the
+    objective's calls counted in ``mode`` (the n-th call of the objective built for an M is ``mode.step`` n: a first
+    call may build what later calls reuse, e.g. the cached index tensors of a new view count)."""
+    spec = benchmarks.load("polyview-gaussian-mi", synthetic=True)
+    real_build = objectives.build
+    calls = [0]
+
+    def build(*a, **k):
+        module = real_build(*a, **k)
+        forward, mine = module.forward, [0]
+
+        def counted(*x, **y):
+            mode.step, mine[0], calls[0] = mine[0], mine[0] + 1, calls[0] + 1
+            mode.active += 1
+            try:
+                return forward(*x, **y)
+            finally:
+                mode.active -= 1
+
+        if mode is not None:
+            module.forward = counted
+        return module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(objectives, "build", build)
+        with (mode or contextlib.nullcontext()):
+            rec = run_cell(CellRequest(spec, objective, 0, tmp_path), RunOptions(progress=False, synthetic=True))
+    return rec, calls[0]
+
+
+@pytest.mark.parametrize("objective", ["suff_stats", "pvc_geometric"])
+def test_no_host_read_per_gaussian_mi_step(objective: str, tmp_path: Path) -> None:
+    """The poly-view Gaussian MI cell's own training and evaluation loops (cells/gaussian_mi.py) read nothing per
+    call of the objective after its first for an M (before: the objective's NaN scan of its inputs, one read per
+    training step and per evaluation batch: 13 of its 14 calls); its losses are read once per M."""
+    mode = HostReads()
+    rec, calls = _gaussian_mi_cell(objective, tmp_path, mode)
+    assert calls == 2 * (5 + 2)  # M in {2, 4}: 5 training steps and 2 evaluation batches each
+    later = [r for r in mode.reads if r[0] >= 1]
+    assert not later, f"{objective}: " + "; ".join(f"call {s}: {w} at {c}" for s, w, c in later)
+    assert [len(rec["curves"][f"loss_M{m}"]) for m in (2, 4)] == [5, 5]
+
+
+@pytest.mark.parametrize("bad_call, message", [
+    (3, r"M=2: the training loss is nan at step 3 of 5; no record written"),  # the 3rd training batch of M = 2
+    (7, r"M=2: the network's embeddings of the evaluation batches are not finite"),  # its 2nd evaluation batch
+])
+def test_a_non_finite_gaussian_mi_step_stops_the_cell_naming_m_and_step(bad_call: int, message: str,
+                                                                         tmp_path: Path) -> None:
+    """With the objective's input scan deferred, a NaN in a step is found when the losses are read (per M): the
+    cell stops with a RunError naming M and the step, and writes no record (before: the next step's scan raised a
+    bare ValueError of the objective, naming neither)."""
+    from fusebench.cells import gaussian_mi
+
+    real, drawn = gaussian_mi.sample_views, [0]
+
+    def sample(*a, **k):  # the training batches of M = 2 are draws 1-5, its evaluation batches draws 6-7
+        x = real(*a, **k)
+        drawn[0] += 1
+        return torch.where(torch.arange(x.shape[1])[None, :, None] == 0, float("nan"), x) if drawn[0] == bad_call else x
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gaussian_mi, "sample_views", sample)
+        with pytest.raises(loop.RunError, match=rf"^polyview-gaussian-mi/suff_stats/seed0: {message}"):
+            _gaussian_mi_cell("suff_stats", tmp_path)
+    assert not (tmp_path / "run.json").exists() and not list(tmp_path.rglob("run.json"))

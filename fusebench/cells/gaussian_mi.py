@@ -169,6 +169,7 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
                     context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Train and evaluate one (objective, seed) cell for every M; write and return its run record."""
     from fusebench import objectives
+    from fusebench.engine.loop import RunError
     from fusebench.records.cell_file import write_record
     from fusebench.records.builder import CellRun, Scores, record_of
 
@@ -206,22 +207,36 @@ def run_gaussian_mi(request: CellRequest, device: str = "auto", progress: bool =
         # every batch drawn on the CPU generator (device-independent numbers), then one copy to the device:
         # a pageable host-to-device copy per step would wait for the GPU at every step
         batches = torch.stack([sample_views(k, m, sigma0, sigma, g) for _ in range(steps)]).to(dev) if steps else None
-        for step in range(steps):
-            loss = loss_fn(net(batches[step]))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.detach())
-            if progress and (step + 1) % shown == 0:
-                bar.set_postfix(refresh=False, loss=f"{float(losses[-1]):.4f}")
-            bar.update(1)
+        # the objective's NaN / Inf scan of its inputs would read the device at every step: deferred, as in the
+        # training loop (engine/loop.py); the losses are read once per M below and a non-finite one stops the cell
+        with utils.deferred_value_checks():
+            for step in range(steps):
+                loss = loss_fn(net(batches[step]))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+                if progress and (step + 1) % shown == 0:
+                    bar.set_postfix(refresh=False, loss=f"{float(losses[-1]):.4f}")
+                bar.update(1)
         bar.close()
-        curves[f"loss_M{m}"] = torch.stack(losses).tolist() if losses else []
+        curve = torch.stack(losses).tolist() if losses else []
+        bad = next((i for i, v in enumerate(curve) if not math.isfinite(v)), None)
+        if bad is not None:
+            raise RunError(f"{spec.name}/{objective}/seed{seed}: M={m}: the training loss is {curve[bad]} at step "
+                           f"{bad + 1} of {steps}; no record written")
+        curves[f"loss_M{m}"] = curve
         ge = torch.Generator().manual_seed(10**6 + seed * 31 + m)  # fresh evaluation batches
         const = bound_constant(objective, k, m)
-        with torch.no_grad():
+        with torch.no_grad(), utils.deferred_value_checks():  # one read per M (below), not one per batch
             held_out = torch.stack([sample_views(k, m, sigma0, sigma, ge) for _ in range(eval_batches)]).to(dev)
-            evals = torch.stack([loss_fn(net(x)) for x in held_out])
+            outs = [net(x) for x in held_out]
+            evals = torch.stack([loss_fn(o) for o in outs])
+            finite = torch.stack([torch.isfinite(o).all() for o in outs]).all() if outs else torch.tensor(True)
+        if not bool(finite):  # what the objective's scan refused: e.g. weights a last non-finite gradient left
+            raise RunError(f"{spec.name}/{objective}/seed{seed}: M={m}: the network's embeddings of the evaluation "
+                           "batches are not finite (its weights after training: a non-finite gradient?); no record "
+                           "written")
         batch_bounds = [const - v for v in evals.tolist()]
         true = true_one_vs_rest_mi(m, sigma0, sigma)
         check = bound_excess_test(batch_bounds, true, alpha)
