@@ -80,6 +80,7 @@ __all__ = [
     "mixture_weights",
     "assemble_negatives",
     "cross_modal_discrimination_accuracy",
+    "discrimination_hits",
     "cross_modal_discrimination_reward",
 ]
 
@@ -252,13 +253,19 @@ def cross_modal_discrimination_accuracy(single: Tensor, rest: Tensor) -> float:
         raise ValueError("cross_modal_discrimination_accuracy: needs M >= 2 validation tuples")
     if not (torch.isfinite(single).all() and torch.isfinite(rest).all()):
         raise ValueError("cross_modal_discrimination_accuracy: embeddings contain NaN or Inf")
+    return float(discrimination_hits(single, rest))
+
+
+def discrimination_hits(single: Tensor, rest: Tensor) -> Tensor:
+    """:func:`cross_modal_discrimination_accuracy` as a 0-dim float64 tensor on the inputs' device, without its
+    checks (the caller's): a loop over many accuracies reads them in one copy instead of one wait each."""
     with torch.no_grad():
         dt = torch.float64 if single.dtype == torch.float64 else torch.float32
         sim = F.normalize(single.to(dt), dim=-1) @ F.normalize(rest.to(dt), dim=-1).T  # [M, M]
         m = sim.shape[0]
         diag = sim.diagonal()
         others = sim.masked_fill(torch.eye(m, dtype=torch.bool, device=sim.device), float("-inf")).amax(-1)
-        return float((diag > others).double().mean())
+        return (diag > others).double().mean()
 
 
 def cross_modal_discrimination_reward(

@@ -174,8 +174,10 @@ def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tens
     The augmentation of modality k is ``(e_k + zeta_k * eps_k) * mask_k`` (the training augmentation:
     Gaussian noise, then dropout with probability ``dropout``); eps [K, M, F] and the dropout mask are
     drawn once from a generator seeded with ``seed`` and reused for every row (common random numbers).
+    The G x K accuracies stay on the device until one copy at the end (with the test that every embedding
+    was finite): no wait for the device per accuracy.
     """
-    from fusebench.objectives.tuple_infonce import cross_modal_discrimination_accuracy
+    from fusebench.objectives.tuple_infonce import discrimination_hits
 
     was_training = pre.training
     pre.eval()
@@ -184,6 +186,8 @@ def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tens
         k = emb.shape[0]
         if zetas.dim() != 2 or zetas.shape[1] != k:
             raise ValueError(f"discrimination_accuracies: zetas must be [G, K={k}], got {tuple(zetas.shape)}")
+        if emb.shape[1] < 2:
+            raise ValueError("cross_modal_discrimination_accuracy: needs M >= 2 validation tuples")
         gen = torch.Generator().manual_seed(int(seed))
         eps = torch.randn(emb.shape, generator=gen, dtype=emb.dtype).to(emb.device)  # [K, M, F]
         if not 0.0 <= dropout < 1.0:
@@ -191,14 +195,21 @@ def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tens
         keep_mask = (torch.rand(emb.shape, generator=gen) >= dropout).to(emb.device, emb.dtype) / (1.0 - dropout)
         z = pre.project(emb, pre.proj).float()  # [K, M, P], unaugmented
         rests = [fuse_partial(pre, z, [l != j for l in range(k)]) for j in range(k)]  # g(v_bar^j): [M, P]
-        out = torch.zeros(zetas.shape, dtype=torch.float64)
+        zeta = zetas.to(emb)  # [G, K]: one copy of the grid, the values zetas[gi].to(emb) gives row by row
+        hits, finite = [], [torch.isfinite(r).all() for r in rests]
         for gi in range(zetas.shape[0]):
-            aug = (emb + zetas[gi].to(emb).view(k, 1, 1) * eps) * keep_mask  # [K, M, F]
+            aug = (emb + zeta[gi].view(k, 1, 1) * eps) * keep_mask  # [K, M, F]
             za = pre.project(aug, pre.proj).float()
             for j in range(k):
                 single = fuse_partial(pre, za, [l == j for l in range(k)])  # g(v'^j): [M, P]
-                out[gi, j] = cross_modal_discrimination_accuracy(single, rests[j])
-        return out
+                hits.append(discrimination_hits(single, rests[j]))
+                finite.append(torch.isfinite(single).all())
+        if not hits:
+            return torch.zeros(zetas.shape, dtype=torch.float64)
+        values = torch.cat([torch.stack(hits), torch.stack(finite).all().double().view(1)]).tolist()  # the one copy
+        if values[-1] != 1.0:
+            raise ValueError("cross_modal_discrimination_accuracy: embeddings contain NaN or Inf")
+        return torch.tensor(values[:-1], dtype=torch.float64).view(zetas.shape)  # on the host, as before
     finally:
         pre.train(was_training)
 
