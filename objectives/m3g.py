@@ -127,7 +127,7 @@ def diagonal_cost(z: Tensor, cost: str) -> Tensor:
     """``<J, C> = (1/n) sum_i c(z_1[i], ..., z_k[i])`` (differentiable).  [k, n, d] -> scalar."""
     k = z.shape[0]
     dots = torch.einsum("lid,mid->lmi", z, z)
-    iu = torch.triu_indices(k, k, offset=1)
+    iu = torch.triu_indices(k, k, offset=1, device=z.device)  # made on the device: no host-to-device copy a call
     s = dots[iu[0], iu[1]].sum(dim=0)  # [n]
     if cost == "cv":
         return ((k * (k - 1) - 2.0 * s) / k**2).mean()
