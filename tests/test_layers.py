@@ -14,7 +14,9 @@ computed at run time through a registry's module list or an entry point are not 
 lower layer finds the components registered above it.
 
 ``docs/architecture.md``'s layer table is read back and compared with :data:`FOLDERS` and :data:`ROOT_MODULES`
-(:func:`test_the_architecture_doc_places_every_module_as_the_layer_rule_does`)."""
+(:func:`test_the_architecture_doc_places_every_module_as_the_layer_rule_does`), and the layer rule is checked a second
+time from that table alone, with relative imports resolved by ``importlib.util.resolve_name`` and ``__import__`` /
+``pkgutil.resolve_name`` calls counted too (:func:`test_an_independent_reading_finds_no_upward_import`)."""
 
 from __future__ import annotations
 
@@ -379,3 +381,94 @@ def test_string_edges_sees_a_helper_import_and_skips_the_declared_slots() -> Non
                      "G = 'fusebench.rows'\n"
                      "H = importlib.import_module(f'fusebench.cells.{name}')\n")
     assert sorted(_string_edges(tree)) == [("fusebench.cells", 7), ("fusebench.pipelines", 5), ("fusebench.rows", 6)]
+
+
+# ---------------------------------------------------------------------------------------------
+# a second, independent reading of the layer rule: the layers straight from docs/architecture.md's table (not
+# FOLDERS / ROOT_MODULES), relative imports resolved by importlib's own rule, and the dynamic import calls
+# (``importlib.import_module``, ``__import__``, ``pkgutil.resolve_name``) with a literal name counted as imports
+# ---------------------------------------------------------------------------------------------
+def _doc_layer_of_path(rel: str, table: dict[str, int]) -> int | None:
+    """The layer docs/architecture.md gives the file ``rel`` (a repository path): its own row, else the row of the
+    nearest folder above it."""
+    if rel in table:
+        return table[rel]
+    parts = rel.split("/")
+    for i in range(len(parts) - 1, 0, -1):
+        folder = "/".join(parts[:i]) + "/"
+        if folder in table:
+            return table[folder]
+    return None
+
+
+def _imported_names(module: str, is_pkg: bool, source: str) -> list[tuple[str, int]]:
+    """(absolute dotted name, line) of every import of ``source`` executed at run time (anywhere: module level,
+    functions, classes; not under ``if TYPE_CHECKING:``), ``from a import b`` giving ``a.b`` (the owner lookup
+    falls back to ``a`` when ``b`` is not a module)."""
+    from importlib.util import resolve_name
+
+    package = module if is_pkg else module.rpartition(".")[0]
+    tree = ast.parse(source)
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            skipped.update(id(n) for s in node.body for n in ast.walk(s))
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
+            out += [(f"{base}.{a.name}", node.lineno) for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) \
+                and ast.unparse(node.func).rpartition(".")[2] in ("import_module", "__import__", "resolve_name"):
+            out.append((node.args[0].value.partition(":")[0], node.lineno))
+    return out
+
+
+def _upward_imports_by_the_doc(mods: dict[str, tuple[str, bool, str]], table: dict[str, int]) -> list[str]:
+    """``mods``: module -> (repository path, is a package, source). Every import that goes to a module of a
+    higher layer than the importer's, both layers read from ``table`` (path -> layer)."""
+    def owner(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out = []
+    for m, (rel, is_pkg, source) in sorted(mods.items()):
+        mine = _doc_layer_of_path(rel, table)
+        for name, line in _imported_names(m, is_pkg, source):
+            target = owner(name)
+            if target is None or target == m:
+                continue
+            theirs = _doc_layer_of_path(mods[target][0], table)
+            if mine is None or theirs is None or theirs > mine:
+                out.append(f"{rel}:{line}: {m} (layer {mine}) imports {target} (layer {theirs})")
+    return out
+
+
+def test_an_independent_reading_finds_no_upward_import() -> None:
+    mods = {m: (str(p.relative_to(ROOT)), p.name == "__init__.py", p.read_text()) for m, p in _modules().items()}
+    upward = _upward_imports_by_the_doc(mods, _doc_layers())
+    assert not upward, "imports that go up a layer of docs/architecture.md's table:\n" + "\n".join(upward)
+
+
+def test_the_independent_reading_sees_relative_function_level_and_dynamic_imports() -> None:
+    table = {"pkg/low/": 0, "pkg/high/": 3, "pkg/top.py": 5}
+    mods = {
+        "fusebench.low": ("pkg/low/__init__.py", True, "def f():\n    from ..high import thing\n"),
+        "fusebench.low.a": ("pkg/low/a.py", False, "import importlib\nX = importlib.import_module('fusebench.top')\n"
+                            "if TYPE_CHECKING:\n    import fusebench.top\n"),
+        "fusebench.low.b": ("pkg/low/b.py", False, "from . import a\nfrom .a import X\n"),  # same layer: fine
+        "fusebench.high": ("pkg/high/__init__.py", False, "from fusebench.low import b\n"),  # downward: fine
+        "fusebench.top": ("pkg/top.py", False, "__import__('fusebench.high')\n"),
+        "fusebench": ("pkg/__init__.py", True, ""),
+    }
+    got = _upward_imports_by_the_doc(mods, table)
+    assert [g.split(": ", 1)[1] for g in got] == [
+        "fusebench.low (layer 0) imports fusebench.high (layer 3)",
+        "fusebench.low.a (layer 0) imports fusebench.top (layer 5)",
+    ], got
