@@ -8,11 +8,13 @@ adapter's ``CONFORMANCE_SPEC`` class attribute, a dict of :class:`SyntheticSpec`
 * ``declaration``: id, task, MODALITIES (unique names, known kinds), SPLITS, INFO are declared;
 * ``schema``: every split's samples have the declared modalities laid out as in
   ``base.MODALITY_LAYOUT`` (float32, finite, right rank and channel count), a target of the task's
-  type, and ``meta["id"]`` (a string, unique within the split);
+  type (the four built-in task families; a plugin task's targets are not checked here), and ``meta["id"]`` (a
+  string, unique within the split);
 * ``determinism``: two independent builds give identical tensors (also with seeded augmentation);
 * ``length``: ``len > 0`` for every split, ``ds[len]`` raises IndexError, ``ds[-1] == ds[len-1]``;
 * ``collate``: :func:`fusebench.datasets.collate.collate` batches a few samples in the documented
-  layout (``[n, ...]`` per modality, masks for variable-length ones, ``present`` ``[k, n]``);
+  layout (``[n, ...]`` per modality, masks for variable-length ones, ``present`` ``[k, n]``; tensor targets
+  stacked ``[n, ...]``, any others, whatever the task, a list of n);
 * ``missing_modality``: a sample lacking a modality is zero-filled and marked absent;
 * ``synthetic_twin``: the twin's root holds the official-format files the adapter declares (each
   required ``DataFile.path`` is a glob relative to the root; ``<name>`` placeholders match anything), a
@@ -296,9 +298,11 @@ def _check_batch(cls: type, batch: dict[str, Any], samples: list[dict[str, Any]]
             if bool(batch["present"][li, i]) != (t is not None):
                 _fail(cls, f"collate: present[{li}, {i}] is wrong for modality {name!r}")
     tgt = batch["target"]
-    if cls.task == "detection":
+    # collate's own rule, whatever the task: tensor targets are stacked, any other (detection's dicts, a plugin
+    # task's) stay a list of the samples' targets
+    if not all(isinstance(s.get("target"), torch.Tensor) for s in samples):
         if not isinstance(tgt, list) or len(tgt) != n:
-            _fail(cls, f"collate: detection targets must stay a list of {n} dicts, got {_desc(tgt)}")
+            _fail(cls, f"collate: targets that are not all tensors must stay a list of {n}, got {_desc(tgt)}")
     elif not isinstance(tgt, torch.Tensor) or tgt.shape[0] != n:
         _fail(cls, f"collate: target batch must be a tensor [n, ...] with n = {n}, got {_desc(tgt)}")
     if len(batch["meta"]) != n:

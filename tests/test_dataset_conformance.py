@@ -152,3 +152,31 @@ def test_every_adapter_names_a_registered_task_with_its_classes(name):
     from fusebench.components.spec_check import check_dataset_task
 
     check_dataset_task(datasets.get(name), name)
+
+
+def test_the_collate_check_follows_collate_not_the_task_id():
+    """collate keeps targets that are not all tensors as a list, whatever the task; the conformance check asked a list
+    of the task id ``detection`` only, so a plugin task's dataset with dict targets failed ``collate`` ("target batch
+    must be a tensor") though collate and the run handle it."""
+    import torch
+
+    from fusebench.datasets.collate import collate
+    from fusebench.datasets.conformance import ConformanceError, _check_batch
+
+    class Toy:
+        id, task = "toy_rank", "ranking"  # a plugin task family's id
+
+    samples = [{"modalities": {"x": torch.full((2,), float(i))}, "target": {"order": torch.tensor([i, 0])}, "meta": {}}
+               for i in range(3)]
+    batch = collate(samples, names=["x"])
+    assert isinstance(batch["target"], list) and len(batch["target"]) == 3
+    _check_batch(Toy, batch, samples, ["x"])
+    with pytest.raises(ConformanceError, match=r"toy_rank: collate: targets that are not all tensors must stay a "
+                                               r"list of 3, got list"):
+        _check_batch(Toy, {**batch, "target": batch["target"][:2]}, samples, ["x"])
+    # tensor targets are still required stacked, [n, ...]
+    flat = [{**s, "target": torch.tensor(i)} for i, s in enumerate(samples)]
+    good = collate(flat, names=["x"])
+    _check_batch(Toy, good, flat, ["x"])
+    with pytest.raises(ConformanceError, match=r"target batch must be a tensor \[n, \.\.\.\] with n = 3"):
+        _check_batch(Toy, {**good, "target": list(good["target"])}, flat, ["x"])
