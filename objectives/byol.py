@@ -3,7 +3,7 @@
 
 BYOL (Grill et al. 2020, "Bootstrap Your Own Latent: A New Approach to Self-Supervised Learning",
 NeurIPS 2020, arXiv:2006.07733, https://arxiv.org/abs/2006.07733) as written in Piran et al. 2024
-(M3G, ICML 2024, arXiv:2405.19532, https://arxiv.org/abs/2405.19532), Eq. 2:
+(M3G, ICML 2024, arXiv:2405.19532, https://arxiv.org/abs/2405.19532), Sec. 2.2, Eq. 2:
 
     L_BYOL(P, T) = 2 - 2/n sum_i <p_i, t_i>      (p_i, t_i unit vectors)
 
@@ -11,10 +11,10 @@ with P the student's predictions and T the teacher's projections. The module is 
 ``module(predictions, targets)``; targets are detached (the teacher gets no gradient; its EMA update
 belongs to the trainer).
 
-- ``byol_pwe`` (M3G Eq. 3 with the symmetric BYOL pair loss): the mean over ordered view pairs
+- ``byol_pwe`` (M3G Sec. 2.2, Eq. 3, with the symmetric BYOL pair loss): the mean over ordered view pairs
   (l, m), l != m, of L_BYOL(P^l, T^m) = 2/(k(k-1)) sum_{l<m} [L_BYOL(P^l, T^m) + L_BYOL(P^m, T^l)] / 2.
   (BYOL's paper adds the two directions of a pair instead of averaging them: twice this value at k=2.)
-- ``byol_avg`` (M3G Eq. 4): 1/k sum_l L_BYOL(P^l, normalise(mean_{m != l} T^m)).
+- ``byol_avg`` (M3G Sec. 2.2, Eq. 4): 1/k sum_l L_BYOL(P^l, normalise(mean_{m != l} T^m)).
   At k = 2 both equal the symmetrised two-view BYOL loss.
 
 Mask: not supported (refused).
@@ -83,8 +83,8 @@ class BYOLPairwise(_BYOLBase):
     """BYOL (M3G Eq. 2) averaged over ordered view pairs (prediction of l vs target of m, l != m)."""
 
     registry_id: ClassVar[str] = "byol_pwe"
-    paper: ClassVar[str] = ("Grill et al. 2020 (BYOL), arXiv:2006.07733, as M3G Eq. 2, aggregated over view pairs "
-                            "(M3G Eq. 3; Piran et al. 2024, arXiv:2405.19532)")
+    paper: ClassVar[str] = ("Grill et al. 2020 (BYOL), arXiv:2006.07733, as M3G Sec. 2.2 Eq. 2, aggregated over view "
+                            "pairs (M3G Eq. 3; Piran et al. 2024, arXiv:2405.19532)")
 
     def byol(self, p: Tensor, t: Tensor) -> Tensor:
         cos = torch.einsum("lid,mid->lm", p, t) / p.shape[1]  # mean cosine of P^l vs T^m
@@ -98,8 +98,8 @@ class BYOLAverage(_BYOLBase):
     """BYOL (M3G Eq. 2) of each view's prediction against the normalised mean of the other targets."""
 
     registry_id: ClassVar[str] = "byol_avg"
-    paper: ClassVar[str] = ("Grill et al. 2020 (BYOL), arXiv:2006.07733, as M3G Eq. 2, one vs average-of-rest "
-                            "(M3G Eq. 4; Piran et al. 2024, arXiv:2405.19532)")
+    paper: ClassVar[str] = ("Grill et al. 2020 (BYOL), arXiv:2006.07733, as M3G Sec. 2.2 Eq. 2, one vs "
+                            "average-of-rest (M3G Eq. 4; Piran et al. 2024, arXiv:2405.19532)")
     #: at k = 2 the normalised mean of the other targets is the other target (fusebench.objectives.equivalence)
     same_loss_as: ClassVar[dict[str, int | str]] = {"byol_pwe": 2}
 

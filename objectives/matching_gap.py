@@ -1,7 +1,7 @@
 """Matching gap: optimality gap of the ground-truth pairing for entropic optimal matching.
 
 Paper: "Self-Supervised Learning with the Matching Gap", a submission to ICLR 2024, OpenReview
-https://openreview.net/forum?id=P50qJuu4IY (Eqs. 3, 6-8). The text we follow is the anonymous
+https://openreview.net/forum?id=P50qJuu4IY (Sec. 2.2 Eq. 3; Sec. 3 Eqs. 6-8). The text we follow is the anonymous
 double-blind version: it names no authors, arXiv id or code repository, so none is cited here.
 Sinkhorn: Cuturi 2013, "Sinkhorn Distances: Lightspeed Computation of Optimal Transport", NeurIPS 2013,
 arXiv:1306.0895, https://arxiv.org/abs/1306.0895. ``m3g`` (Piran et al. 2024, arXiv:2405.19532) is the
@@ -64,8 +64,8 @@ from fusebench.objectives.solver_tally import SolverTally
 class MatchingGap(MultiViewObjective):
     """Two-view matching gap: exact entropic optimality gap of the identity pairing (Danskin gradient)."""
 
-    paper: ClassVar[str] = ('"Self-Supervised Learning with the Matching Gap" (ICLR 2024 submission), Eq. 6 '
-                            "(Eqs. 3-8), https://openreview.net/forum?id=P50qJuu4IY")
+    paper: ClassVar[str] = ('"Self-Supervised Learning with the Matching Gap" (ICLR 2024 submission), Sec. 3 '
+                            "Eq. 6 (Eqs. 3-8), https://openreview.net/forum?id=P50qJuu4IY")
     min_views = 2
     max_views = 2
     supports_mask = False
