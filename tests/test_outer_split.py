@@ -95,7 +95,12 @@ def test_records_carry_the_outer_test_seed(tmp_path: Path, fixtures_dir: Path) -
 
 
 def test_an_outer_test_seed_is_refused_where_it_cannot_apply(tmp_path: Path) -> None:
-    spec = load_spec(benchmarks.path("quickstart"), overrides={"dataset.outer_test_seed": 3})
+    with pytest.raises(ConfigError, match=r"quickstart\.yaml: dataset\.outer_test_seed: the runner passes the seed "
+                       r"of the one fixed test split to adapter 'quickstart' as its option 'outer_test_seed', which "
+                       r"the adapter does not declare"):
+        load_spec(benchmarks.path("quickstart"), overrides={"dataset.outer_test_seed": 3})
+    spec = load_spec(benchmarks.path("quickstart"))
+    spec.dataset.outer_test_seed = 3  # a spec built around the loader: the runner refuses it too
     with pytest.raises(ConfigError, match="dataset.outer_test_seed: dataset 'quickstart' draws no fixed outer test"):
         build_datasets(spec, True, None, 0)
     for bad in (-1, "x", True, 2**32):
@@ -105,3 +110,30 @@ def test_an_outer_test_seed_is_refused_where_it_cannot_apply(tmp_path: Path) -> 
 
     with pytest.raises(DatasetError, match="outer_test_seed"):
         datasets.build("mv_ngs", synthetic=True, split="train", outer_test_seed=-2)
+
+
+def test_split_keys_the_adapter_does_not_read_are_refused_when_the_spec_loads(monkeypatch) -> None:
+    """``dataset.split_per_seed`` / ``outer_test_seed`` reach the adapter as its options ``split_seed`` /
+    ``outer_test_seed``: an adapter (a plugin's) that declares neither was refused only when the first split was
+    built, as unknown options "(dataset.options / --set dataset.options.NAME)" the user never wrote. Now the spec
+    is refused when it loads (``--plan``, ``fusebench list``), naming the spec key and the option to declare."""
+    from fusebench import datasets
+
+    cls = datasets.get("mv_ngs")
+    assert load_spec(benchmarks.path("mv-ngs")).dataset.split_per_seed  # declares both: loads
+    monkeypatch.setattr(cls, "OPTIONS", cls.OPTIONS - {"split_seed"})
+    with pytest.raises(ConfigError, match=r"mv-ngs\.yaml: dataset\.split_per_seed: the runner passes each run's "
+                       r"seed to adapter 'mv_ngs' as its option 'split_seed', which the adapter does not declare "
+                       r"\(its OPTIONS: \['allow_fractional_labels', .*'outer_test_seed', .*\]\); declare "
+                       r"'split_seed' in the adapter's OPTIONS .* or drop dataset\.split_per_seed"):
+        load_spec(benchmarks.path("mv-ngs"))
+    load_spec(benchmarks.path("mv-ngs"), overrides={"dataset.split_per_seed": False})  # nothing passed: loads
+    monkeypatch.setattr(cls, "OPTIONS", cls.OPTIONS - {"outer_test_seed"})
+    with pytest.raises(ConfigError, match=r"dataset\.outer_test_seed: .* option 'outer_test_seed', which the adapter "
+                       r"does not declare"):
+        load_spec(benchmarks.path("mv-ngs"), overrides={"dataset.split_per_seed": False})
+    load_spec(benchmarks.path("mv-ngs"), overrides={"dataset.split_per_seed": False, "dataset.outer_test_seed": None})
+    # a synthetic_only dataset is given no split seed: split_per_seed passes nothing to refuse
+    load_spec(benchmarks.path("quickstart"), overrides={"dataset.split_per_seed": True})
+    monkeypatch.setattr(cls, "OPTIONS", None)  # open-ended options: not checked
+    load_spec(benchmarks.path("mv-ngs"))

@@ -230,6 +230,7 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                 check_options(spec.dataset.options, adapter, f"{source}: dataset.options, adapter {spec.dataset.id}")
             except OptionsError as e:  # the error the adapter itself would raise, only earlier
                 raise DatasetError(str(e)) from None
+            check_split_keys(spec, adapter, source)
             check_dataset_task(adapter, f"{source}: dataset {spec.dataset.id}")
             try:  # the dataset's task says which metrics it can report
                 added = PROTOCOLS.get(spec.downstream.protocol).metric_families \
@@ -305,6 +306,29 @@ def encoder_data_problems(spec: BenchmarkSpec, encoder: Any) -> list[str]:
     if classes is not None and "num_classes" not in config and TASKS.get(adapter.task).gives_classes(encoder):
         config["num_classes"] = classes.value
     return list(check(config, data))
+
+
+def check_split_keys(spec: BenchmarkSpec, adapter: Any, source: str) -> None:
+    """``dataset.split_per_seed`` and ``dataset.outer_test_seed`` become the adapter options ``split_seed`` (each
+    run's seed) and ``outer_test_seed``: an adapter that declares neither would refuse them when the first split is
+    built, as options the user never wrote in ``dataset.options``. Said here, when the spec is loaded, naming the
+    spec key and what the adapter must declare. An adapter with open-ended options (``OPTIONS = None``) is not
+    checked; ``split_per_seed`` is not either on a ``synthetic_only`` dataset (the runner passes no split seed to a
+    synthetic twin)."""
+    declared = getattr(adapter, "OPTIONS", None)
+    if declared is None:
+        return
+    keys = []
+    if spec.dataset.split_per_seed and not spec.dataset.synthetic_only:
+        keys.append(("split_per_seed", "split_seed", "each run's seed"))
+    if spec.dataset.outer_test_seed is not None:
+        keys.append(("outer_test_seed", "outer_test_seed", "the seed of the one fixed test split"))
+    for key, option, what in keys:
+        if option not in declared:
+            raise ConfigError(f"{source}: dataset.{key}: the runner passes {what} to adapter {spec.dataset.id!r} as "
+                              f"its option {option!r}, which the adapter does not declare (its OPTIONS: "
+                              f"{sorted(declared)}); declare {option!r} in the adapter's OPTIONS and draw the "
+                              f"split from it (docs/adding-a-modality.md), or drop dataset.{key}")
 
 
 def check_dataset_task(adapter: Any, where: str) -> None:
