@@ -366,3 +366,32 @@ def test_a_checkpoint_of_a_weights_row_whose_file_changed_names_the_row_and_the_
         check_checkpoint_config(last, load_checkpoint(last), again, "mine")
     assert (f"(the row 'mine' scores a weights file and its hash covers the file's content: now sha256 "
             f"{_sha(weights)} of {weights.resolve()}; a file changed since is another configuration)") in str(e.value)
+
+
+def test_a_last_pt_of_a_run_stopped_while_pretraining_is_refused_by_name(tmp_path: Path) -> None:
+    """A run's last.pt written in its pretraining phase holds the encoder mid-way, inside the pretrainer's state, and
+    no ``model`` entry: it was refused as "entries that are not tensors: ['phase', 'step', ...]", which does not say
+    what the file is. Now one line says it is a pretraining checkpoint and to pass the finished run's best.pt. A
+    last.pt of the downstream phase (the encoder frozen by the linear probe) is still read, and its encoder is the one
+    of the run's best.pt, parameter for parameter."""
+    from fusebench.cells.execute import run_cell
+    from fusebench.components.encoder_weights import read_state
+    from fusebench.spec.request import CellRequest, RunOptions
+
+    spec = benchmarks.load(LP, overrides=LP_SET)
+    with pytest.raises(KeyboardInterrupt):  # stopped by its step budget in pretraining: last.pt written
+        run_cell(CellRequest(spec, "infonce_pwe", 0, tmp_path / "stopped"), RunOptions(progress=False, max_steps=1))
+    last = tmp_path / "stopped" / LP / "infonce_pwe" / "seed0" / "last.pt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["phase"] == "pretrain"
+    with pytest.raises(ConfigError) as e:
+        read_state(last)
+    assert str(e.value) == (f"{last}: a run's checkpoint of its pretraining phase (the last.pt of a run stopped while "
+                            "pretraining, step 1): it holds no finished encoder; pass the best.pt of the run once it has "
+                            "finished (rerun its command to finish it), or your encoder's state_dict")
+    fusebench.run(LP, objective="infonce_pwe", seeds=[0], out=tmp_path / "done", progress=False, overrides=LP_SET)
+    cell = tmp_path / "done" / LP / "infonce_pwe" / "seed0"
+    assert torch.load(cell / "last.pt", map_location="cpu", weights_only=True)["phase"] == "downstream"
+    best = torch.load(cell / "best.pt", map_location="cpu", weights_only=True)["model"]
+    from_last = read_state(cell / "last.pt")
+    assert set(from_last) == {k[len("backbone."):] for k in best if k.startswith("backbone.")}
+    assert all(torch.equal(from_last[k], best["backbone." + k]) for k in from_last)

@@ -190,6 +190,13 @@ def read_state(path: str | Path) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same user error
         raise ConfigError(f"{path}: not a weights file fusebench reads safely (safetensors, or a torch file of "
                           f"tensors loadable with weights_only=True): {load_problem(e)}") from None
+    if isinstance(state, Mapping) and state.get("phase") == "pretrain" and isinstance(state.get("pretrainer"), Mapping):
+        # a run's last.pt written while it pretrained (fusebench.engine.cell.PHASE_KEYS): the encoder mid-way through
+        # pretraining, inside the pretrainer's state; not an encoder of the run to score
+        raise ConfigError(f"{path}: a run's checkpoint of its pretraining phase (the last.pt of a run stopped while "
+                          f"pretraining, step {state.get('step')!r}): it holds no finished encoder; pass the best.pt of "
+                          f"the run once it has finished (rerun its command to finish it), or your encoder's "
+                          f"state_dict")
     if isinstance(state, Mapping):
         for k in CHECKPOINT_KEYS:
             if isinstance(state.get(k), Mapping):
