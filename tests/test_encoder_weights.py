@@ -73,15 +73,23 @@ def test_embedding_protocol_keeps_best_pt_and_round_trips(emb_runs: Path, tmp_pa
     # on the board as its own row, ranked beside the others (one comparability group)
     from fusebench.leaderboard import write_leaderboards
 
-    write_leaderboards(emb_runs, tmp_path / "boards", formats=("md",))
+    write_leaderboards(emb_runs, tmp_path / "boards", formats=("md", "json", "csv", "tex"))
     board = (tmp_path / "boards" / f"{EMB}.md").read_text()
     assert "| `mine` |" in board
-    # its steps are not a budget: not compared with the pretrained row's, shown as not known ("—")
+    # its steps are not a budget: not compared with the pretrained row's, shown as not known ("—"); nor is its
+    # pretraining time (its record's 0 s are this run's: a 0.0 in the "lower is better" column ranked it cheapest)
     budget = next(line for line in board.splitlines() if line.startswith("Pretraining budget"))
     assert budget.startswith("Pretraining budget: **equal** across the 1 pretrained row(s)")
-    assert budget.endswith("Trained elsewhere (budget not known here): `mine`.")
+    assert budget.endswith("Trained elsewhere (budget and pretraining time not known here): `mine`.")
     row = next(line for line in board.splitlines() if line.startswith("| `mine` |")).split(" | ")
-    assert row[-4:-2] == ["—", "—"]  # steps, samples seen
+    assert row[-4:-1] == ["—", "—", "—"]  # steps, samples seen, pretrain time (s)
+    none_row = next(line for line in board.splitlines() if line.startswith("| `none` |")).split(" | ")
+    assert none_row[-2] == "0.0"  # a reference row pretrains nothing: 0 s, known
+    rows = {r["objective"]: r for g in json.loads((tmp_path / "boards" / f"{EMB}.json").read_text())["groups"]
+            for r in g["rows"]}
+    assert rows["mine"]["cost"]["pretrain_time_s"] is None and rows["none"]["cost"]["pretrain_time_s"] == 0.0
+    assert rows["mine"]["cost"]["peak_memory_mb"] == mine["peak_memory_mb"]
+    assert rows["infonce_pwe"]["cost"]["pretrain_time_s"] == pytest.approx(src["pretrain_time_s"], rel=1e-5)
 
 
 def test_linear_probe_round_trip(tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def table_lines(view: GroupView) -> list[str]:
                 row += [_rank_cell(view, o), _best_cell(view, o)]
         row += list(_row_budget(view, o))
         time_s, memory_mb = view.cost(o)
-        row.append(f"{time_s:.1f}")
+        row.append("—" if time_s is None else f"{time_s:.1f}")
         row.append(f"{memory_mb:.0f}")
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -143,7 +143,7 @@ def _budget_line(view: GroupView) -> str | None:
     """Whether the pretrained rows (all but the reference rows) had equal pretraining budgets."""
     external = [o for o in view.rows if any(r.objective == o and is_external(r) for r in view.recs)]
     pretrained = [o for o in view.rows if not is_reference(o) and o not in external]
-    outside = (f" Trained elsewhere (budget not known here): {', '.join(f'`{o}`' for o in external)}."
+    outside = (f" Trained elsewhere (budget and pretraining time not known here): {', '.join(f'`{o}`' for o in external)}."
                if external else "")
     if not pretrained:
         return outside.strip() or None

@@ -116,11 +116,15 @@ class GroupView:
         return {key: (min(b[key] for b in budgets), max(b[key] for b in budgets))
                 for key in ("optimizer_steps", "samples_seen")}
 
-    def cost(self, row: str) -> tuple[float, float]:
-        """(mean pretraining time in s, mean peak memory in MiB) over the row's runs."""
-        times = [r.pretrain_time_s for r in self.recs if r.objective == row]
-        mems = [r.peak_memory_mb for r in self.recs if r.objective == row]
-        return sum(times) / len(times), sum(mems) / len(mems)
+    def cost(self, row: str) -> tuple[float | None, float]:
+        """(mean pretraining time in s, mean peak memory in MiB) over the row's runs. The time is None for a row of
+        encoder weights trained elsewhere (as its budget is, :func:`record_budget`): its records' 0 s are this run's,
+        not what training the weights cost, which is not known here (a "lower is better" 0.0 would rank it cheapest)."""
+        recs = [r for r in self.recs if r.objective == row]
+        times = [r.pretrain_time_s for r in recs]
+        mems = [r.peak_memory_mb for r in recs]
+        time_s = None if all(is_external(r) for r in recs) else sum(times) / len(times)
+        return time_s, sum(mems) / len(mems)
 
 
 __all__ = ["GroupView", "record_budget"]
