@@ -403,3 +403,29 @@ def test_a_last_pt_of_a_run_stopped_while_pretraining_is_refused_by_name(tmp_pat
     from_last = read_state(cell / "last.pt")
     assert set(from_last) == {k[len("backbone."):] for k in best if k.startswith("backbone.")}
     assert all(torch.equal(from_last[k], best["backbone." + k]) for k in from_last)
+
+
+def test_a_file_named_for_the_other_format_says_which_it_is(tmp_path: Path) -> None:
+    """A torch.save file named .safetensors was refused with safetensors' "Error while deserializing header: header
+    too large", which does not say what the file is; the reverse (safetensors named .pt) already said "name it
+    .safetensors". Both now say the format their first bytes show and the name to give; renamed, each loads."""
+    from safetensors.torch import save_file
+
+    from fusebench.components.encoder_weights import read_state
+
+    state = _mlp_state()
+    for legacy in (False, True):  # torch.save's zip format and its older one
+        pt_named = tmp_path / f"enc{int(legacy)}.safetensors"
+        torch.save(state, pt_named, _use_new_zipfile_serialization=not legacy)
+        with pytest.raises(ConfigError) as e:
+            read_state(pt_named)
+        assert str(e.value) == (f"{pt_named}: not a safetensors file but, by its first bytes, a torch.save file: "
+                                "name it .pt")
+        renamed = pt_named.rename(pt_named.with_suffix(".pt"))
+        assert all(torch.equal(read_state(renamed)[k], v) for k, v in state.items())
+    st_named = tmp_path / "enc.pt"
+    save_file(state, str(st_named))
+    with pytest.raises(ConfigError, match=r"by its first bytes, safetensors: name it \.safetensors"):
+        read_state(st_named)
+    renamed = st_named.rename(tmp_path / "enc.safetensors")
+    assert all(torch.equal(read_state(renamed)[k], v) for k, v in state.items())

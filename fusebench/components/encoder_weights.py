@@ -177,6 +177,10 @@ def read_state(path: str | Path) -> dict[str, Any]:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
+            if torch_file_problem(path) is None:  # a zip or legacy torch.save file under a .safetensors name
+                raise ConfigError(f"{path}: not a safetensors file but, by its first bytes, a torch.save file: name "
+                                  f"it .pt")
+
             state: Any = load_file(str(path), device="cpu")
         else:
             problem = torch_file_problem(path)
