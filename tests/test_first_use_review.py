@@ -134,6 +134,14 @@ def test_a_spec_that_is_not_yaml_is_one_warning_and_the_others_are_listed(capsys
     assert err.splitlines() == [
         f"warning: benchmark 'broken' left out: {tmp_path / 'broken.yaml'}: not valid YAML: expected ',' or '}}', but "
         f"got '<stream end>' at line 3, column 1 (while parsing a flow mapping at line 2, column 10)"]
+    # asked for by its id (the check docs/adding-a-modality.md step 4 gives): the same warning, and a failing exit
+    # status, as for an id that does not exist (it was 0, with nothing on stdout); a glob naming it is a query: 0
+    code, out, err = _run(capsys, "list", "benchmarks", "broken")
+    assert (code, out) == (1, "") and err.splitlines()[0].startswith("warning: benchmark 'broken' left out: ")
+    code, out, err = _run(capsys, "list", "benchmarks", "brok*")
+    assert (code, out) == (0, "") and err.startswith("warning: benchmark 'broken' left out: ")
+    code, out, err = _run(capsys, "list", "benchmarks", "quickstart")
+    assert code == 0 and out.startswith("quickstart: ")
     code, out, err = _run(capsys, "run", "broken", "--plan", "--out", str(tmp_path / "runs"))
     assert code == 2 and err.splitlines() == [
         f"fusebench run: {tmp_path / 'broken.yaml'}: not valid YAML: expected ',' or '}}', but got '<stream end>' at "

@@ -173,6 +173,7 @@ def main(argv: list[str]) -> int:
             return 2
         # benchmarks: the spec folders and entry points read once, not at every id (half the listing's time)
         paths = pkg.index() if ns.kind == "benchmarks" else {}
+        left_out = []
         for name in names:
             try:
                 print("\n".join(describe(ns.kind, name, ns.details, paths.get(name))))
@@ -185,6 +186,7 @@ def main(argv: list[str]) -> int:
                 else:
                     raise
                 print(f"warning: {ns.kind[:-1]} {name!r} left out: {' '.join(why.split())}", file=sys.stderr)
+                left_out.append(name)
     if ns.kind == "rows" and ns.pattern is None:
         print(pkg.PRETRAINED_LINE)
     shown = set()
@@ -197,7 +199,9 @@ def main(argv: list[str]) -> int:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if not names and ns.pattern is not None:
         return _nothing_matches(ns.kind, ns.pattern, pkg.available())
-    return 0
+    # the one id asked for could not be described (a plugin that does not import, a spec file that does not
+    # load): the warning says why, and the status says it failed, as for an id that does not exist
+    return 1 if _is_exact(ns.pattern) and ns.pattern in left_out else 0
 
 
 def _is_exact(pattern: str | None) -> bool:
