@@ -8,7 +8,8 @@ adapter's ``CONFORMANCE_SPEC`` class attribute, a dict of :class:`SyntheticSpec`
 * ``declaration``: id, task, MODALITIES (unique names, known kinds), SPLITS, INFO are declared;
 * ``schema``: every split's samples have the declared modalities laid out as in
   ``base.MODALITY_LAYOUT`` (float32, finite, right rank and channel count), a target of the task's
-  type (the four built-in task families; a plugin task's targets are not checked here), and ``meta["id"]`` (a
+  type (as the task family says: :meth:`fusebench.tasks.Task.target_problem`; a plugin task checks nothing
+  unless it overrides it), and ``meta["id"]`` (a
   string, unique within the split);
 * ``determinism``: two independent builds give identical tensors (also with seeded augmentation);
 * ``length``: ``len > 0`` for every split, ``ds[len]`` raises IndexError, ``ds[-1] == ds[len-1]``;
@@ -163,34 +164,12 @@ def _check_modality(cls: type, m: Any, t: Any, where: str, sample: dict[str, Any
 
 
 def _check_target(cls: type, t: Any, where: str) -> None:
-    task = cls.task
-    if task == "segmentation":
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.dim() != 2:
-            _fail(cls, f"{where}: segmentation target must be a LongTensor [H, W], got {_desc(t)}")
-        if t.numel() and (t.min() < -1 or t.max() >= cls.num_classes):
-            _fail(cls, f"{where}: segmentation labels in [{t.min()}, {t.max()}], expected -1..{cls.num_classes - 1}")
-    elif task == "detection":
-        if not isinstance(t, dict) or not {"boxes", "labels"} <= set(t):
-            _fail(cls, f"{where}: detection target must be a dict with boxes and labels, got {_desc(t)}")
-        b, lab = t["boxes"], t["labels"]
-        if not isinstance(b, torch.Tensor) or b.dtype != torch.float32 or b.dim() != 2 or b.shape[1] != 7:
-            _fail(cls, f"{where}: boxes must be float32 [G, 7], got {_desc(b)}")
-        if not isinstance(lab, torch.Tensor) or lab.dtype != torch.int64 or tuple(lab.shape) != (b.shape[0],):
-            _fail(cls, f"{where}: labels must be int64 [G] with G = {b.shape[0]}, got {_desc(lab)}")
-        if lab.numel() and (lab.min() < 0 or lab.max() >= cls.num_classes):
-            _fail(cls, f"{where}: detection labels outside 0..{cls.num_classes - 1}")
-        if b.numel() and (b[:, 3:6] <= 0).any():
-            _fail(cls, f"{where}: box sizes (dx, dy, dz) must be positive")
-    elif task == "regression":
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 0:
-            _fail(cls, f"{where}: regression target must be a float scalar tensor, got {_desc(t)}")
-        if not torch.isfinite(t):
-            _fail(cls, f"{where}: regression target is not finite")
-    elif task == "classification":
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.dim() != 0:
-            _fail(cls, f"{where}: classification target must be a long scalar tensor, got {_desc(t)}")
-        if not 0 <= int(t) < cls.num_classes:
-            _fail(cls, f"{where}: class {int(t)} outside 0..{cls.num_classes - 1}")
+    """The dataset's task family says what a target must be (:meth:`fusebench.tasks.Task.target_problem`)."""
+    from fusebench.tasks import TASKS
+
+    problem = TASKS.get(cls.task).target_problem(t, getattr(cls, "num_classes", None))
+    if problem:
+        _fail(cls, f"{where}: {problem}")
 
 
 def _desc(t: Any) -> str:

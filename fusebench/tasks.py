@@ -89,6 +89,13 @@ class Task:
         params = inspect.signature(encoder).parameters
         return "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
+    @classmethod
+    def target_problem(cls, target: Any, num_classes: int | None) -> str | None:
+        """What is wrong with one sample's ``target`` for this task (None: nothing), for the dataset conformance
+        suite (``datasets/conformance.py``, check ``schema``); ``num_classes``: the dataset's. The base class
+        checks nothing (a plugin task says what its targets are by overriding this)."""
+        return None
+
     # -- the metrics ----------------------------------------------------------------------------
     @classmethod
     def metric_families(cls, added: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -214,6 +221,14 @@ class ClassificationTask(FlatTask):
     id: ClassVar[str] = "classification"
     encoder_takes_classes: ClassVar[bool] = True
 
+    @classmethod
+    def target_problem(cls, target: Any, num_classes: int | None) -> str | None:
+        if not isinstance(target, torch.Tensor) or target.dtype != torch.int64 or target.dim() != 0:
+            return f"classification target must be a long scalar tensor, got {_desc(target)}"
+        if num_classes is not None and not 0 <= int(target) < num_classes:
+            return f"class {int(target)} outside 0..{num_classes - 1}"
+        return None
+
     def default_head(self, backbone: nn.Module) -> nn.Module:
         return ConcatLinearHead(backbone.num_features * len(backbone.modalities), self.classes(backbone))
 
@@ -234,6 +249,14 @@ class RegressionTask(FlatTask):
 
     id: ClassVar[str] = "regression"
     has_classes: ClassVar[bool] = False
+
+    @classmethod
+    def target_problem(cls, target: Any, num_classes: int | None) -> str | None:
+        if not isinstance(target, torch.Tensor) or not target.is_floating_point() or target.dim() != 0:
+            return f"regression target must be a float scalar tensor, got {_desc(target)}"
+        if not torch.isfinite(target):
+            return "regression target is not finite"
+        return None
 
     def default_head(self, backbone: nn.Module) -> nn.Module:
         return ConcatLinearHead(backbone.num_features * len(backbone.modalities), 1, squeeze=True)
@@ -258,6 +281,14 @@ class SegmentationTask(Task):
 
     id: ClassVar[str] = "segmentation"
     encoder_takes_classes: ClassVar[bool] = True  # the decoder's classes (ESANet)
+
+    @classmethod
+    def target_problem(cls, target: Any, num_classes: int | None) -> str | None:
+        if not isinstance(target, torch.Tensor) or target.dtype != torch.int64 or target.dim() != 2:
+            return f"segmentation target must be a LongTensor [H, W], got {_desc(target)}"
+        if num_classes is not None and target.numel() and (target.min() < -1 or target.max() >= num_classes):
+            return f"segmentation labels in [{target.min()}, {target.max()}], expected -1..{num_classes - 1}"
+        return None
 
     def task_loss(self, output: Tensor, batch: dict[str, Any]) -> Tensor:
         target = torch.as_tensor(batch["target"], device=output.device)
@@ -296,6 +327,21 @@ class DetectionTask(Task):
     #: VoteNet's class count comes with its per-class mean box sizes (``encoder.config`` sets both)
     encoder_takes_classes: ClassVar[bool] = False
 
+    @classmethod
+    def target_problem(cls, target: Any, num_classes: int | None) -> str | None:
+        if not isinstance(target, dict) or not {"boxes", "labels"} <= set(target):
+            return f"detection target must be a dict with boxes and labels, got {_desc(target)}"
+        b, lab = target["boxes"], target["labels"]
+        if not isinstance(b, torch.Tensor) or b.dtype != torch.float32 or b.dim() != 2 or b.shape[1] != 7:
+            return f"boxes must be float32 [G, 7], got {_desc(b)}"
+        if not isinstance(lab, torch.Tensor) or lab.dtype != torch.int64 or tuple(lab.shape) != (b.shape[0],):
+            return f"labels must be int64 [G] with G = {b.shape[0]}, got {_desc(lab)}"
+        if num_classes is not None and lab.numel() and (lab.min() < 0 or lab.max() >= num_classes):
+            return f"detection labels outside 0..{num_classes - 1}"
+        if b.numel() and (b[:, 3:6] <= 0).any():
+            return "box sizes (dx, dy, dz) must be positive"
+        return None
+
     @property
     def preds(self) -> list[dict[str, Tensor]]:
         """The detections added so far, one dict per scene (the batches' lists joined), on the host."""
@@ -324,6 +370,10 @@ def _detached_wide(tree: Any) -> Any:
     if isinstance(tree, (list, tuple)):
         return [_detached_wide(v) for v in tree]
     return tree
+
+
+def _desc(t: Any) -> str:
+    return f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
 
 
 def for_dataset(ds: Any) -> Task:

@@ -180,3 +180,41 @@ def test_the_collate_check_follows_collate_not_the_task_id():
     _check_batch(Toy, good, flat, ["x"])
     with pytest.raises(ConformanceError, match=r"target batch must be a tensor \[n, \.\.\.\] with n = 3"):
         _check_batch(Toy, {**good, "target": list(good["target"])}, flat, ["x"])
+
+
+def test_the_target_check_is_the_task_family_s_own(monkeypatch):
+    """The schema check asks the dataset's task (Task.target_problem) what a target must be; it branched on the four
+    built-in ids, so a plugin task's targets were never checked. Expected verdicts worked out by hand."""
+    import torch
+
+    from fusebench import tasks
+    from fusebench.datasets.conformance import ConformanceError, _check_target
+
+    class Ranking(tasks.Task):  # a plugin task family: its targets are permutations
+        id = "ranking_t"
+
+        @classmethod
+        def target_problem(cls, target, num_classes):
+            ok = isinstance(target, torch.Tensor) and sorted(target.tolist()) == list(range(target.numel()))
+            return None if ok else f"ranking target must be a permutation, got {target!r}"
+
+    tasks.TASKS.get("classification")  # the built-ins registered before the table is replaced
+    monkeypatch.setattr(tasks.TASKS, "_entries", {**tasks.TASKS._entries, "ranking_t": Ranking})
+    Toy = type("Toy", (), {"id": "toy", "task": "ranking_t", "num_classes": None})
+    _check_target(Toy, torch.tensor([2, 0, 1]), "train[0]")
+    with pytest.raises(ConformanceError, match=r"toy: train\[0\]: ranking target must be a permutation"):
+        _check_target(Toy, torch.tensor([2, 2, 1]), "train[0]")
+    # the built-in families, one wrong target each
+    Cls = type("Cls", (), {"id": "c", "task": "classification", "num_classes": 3})
+    _check_target(Cls, torch.tensor(2), "s")
+    for bad, message in ((torch.tensor(3), r"class 3 outside 0\.\.2"), (torch.tensor(1.0), r"long scalar tensor")):
+        with pytest.raises(ConformanceError, match=message):
+            _check_target(Cls, bad, "s")
+    Det = type("Det", (), {"id": "d", "task": "detection", "num_classes": 2})
+    boxes = torch.tensor([[0, 0, 0, 1, 1, 1, 0.0]])
+    _check_target(Det, {"boxes": boxes, "labels": torch.tensor([1])}, "s")
+    with pytest.raises(ConformanceError, match=r"box sizes \(dx, dy, dz\) must be positive"):
+        _check_target(Det, {"boxes": boxes * torch.tensor([1, 1, 1, 1, 0, 1, 1]), "labels": torch.tensor([1])}, "s")
+    Seg = type("Seg", (), {"id": "g", "task": "segmentation", "num_classes": 4})
+    with pytest.raises(ConformanceError, match=r"segmentation labels in \[-2, 1\], expected -1\.\.3"):
+        _check_target(Seg, torch.tensor([[-2, 1]]), "s")

@@ -40,10 +40,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fusebench.datasets.sunrgbd.classes import CLASSES as SUNRGBD_CLASSES
 from fusebench.geometry3d import rotated_iou_3d
 from fusebench.metrics import register
 from fusebench.metrics.arrays import to_numpy
+from fusebench.metrics.catalog import SUNRGBD_CLASSES  # = fusebench.datasets.sunrgbd.classes.CLASSES (tested)
 
 
 def _np(x: Any, name: str, dtype: Any) -> np.ndarray:
