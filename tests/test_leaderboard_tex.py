@@ -100,3 +100,23 @@ def test_check_columns() -> None:
     for bad in ("mean", [], ["nmi2"]):
         with pytest.raises(ValueError, match="--tex-columns"):
             check_columns(bad, ["nmi"])
+
+
+def test_a_std_beyond_the_float_range_is_shown_as_its_bound(tmp_path: Path) -> None:
+    """The std of -1.7e308 and 1.6e308 is |a - b| / sqrt(2) = 2.33e308, past the float range: the JSON holds null
+    (strict JSON has no infinity) beside a finite mean, and the table shows the bound it exceeds, as the markdown
+    board does ("> 1.8e+308", with LaTeX's escape for '>'); it stopped the regeneration with a TypeError."""
+    from test_leaderboard_hostile_2 import _set_metric
+    from test_records_hostile import _copy, _edit
+
+    runs = _copy(tmp_path, "mosi-sentiment", objectives=("none", "infonce_pwe"), seeds=(0, 1))
+    for seed, v in enumerate((-1.7e308, 1.6e308)):
+        _edit(runs, _set_metric("mae", v), objective="infonce_pwe", seed=str(seed))
+    out = tmp_path / "boards"
+    assert leaderboard_main(["--runs", str(runs), "--out", str(out), "--no-plots", "--no-progress",
+                             "--format", "json", "tex", "--tex-columns", "mae"]) == 0
+    entry = json.loads((out / "mosi-sentiment.json").read_text())["groups"][0]["rows"]
+    entry = next(r for r in entry if r["objective"] == "infonce_pwe")["metrics"]["mae"]
+    assert entry["std"] is None and entry["mean"] == pytest.approx(-5e306, rel=1e-9)  # (-1.7e308 + 1.6e308) / 2
+    rows = _table_rows((out / "mosi-sentiment.tex").read_text())
+    assert rows["infonce\\_pwe"] == ["-5.0000e+306 $\\pm$ \\textgreater{} 1.8e+308"]

@@ -21,6 +21,7 @@ changed, like every board file.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fusebench.leaderboard.columns import fmt_delta, fmt_p, fmt_value
@@ -80,7 +81,9 @@ def _mean_std(group: dict[str, Any], row: dict[str, Any], metric: str | None, bo
         return "--"
     unit = _unit(group, metric)
     mean = fmt_value(unit, entry["mean"])
-    return (rf"\textbf{{{mean}}}" if bold else mean) + rf" $\pm$ {fmt_value(unit, entry['std'])}"
+    # a null std beside a mean: beyond the float range (export.number), shown as the bound it exceeds, "> 1.8e+308"
+    std = tex_text(fmt_value(unit, math.inf if entry.get("std") is None else entry["std"]))
+    return (rf"\textbf{{{mean}}}" if bold else mean) + rf" $\pm$ {std}"
 
 
 def _range(pair: list[int] | None) -> str:
