@@ -246,6 +246,18 @@ def _check_selected_on_primary(name: str, recs: list[RunRecord], primary: str, c
                      "(a spec whose selection_metric differs from comparison.primary states why in selection_metric_why)")
 
 
+def _check_primary_scored(name: str, recs: list[RunRecord], named: str | None, compared_by: str,
+                          scored: list[str]) -> None:
+    """Refuse a comparison whose primary metric no run of the group scored: the board would rank by another metric
+    in its place (its first) under the comparison's "why", a sentence about the metric it names."""
+    if not named or named in scored:
+        return
+    where = {"the benchmark": "the benchmark's current spec"}.get(compared_by, "the runs' comparison block")
+    raise ValueError(f"benchmark {name!r}: the board ranks by {named!r} ({where}) but no run of this table scored it "
+                     f"(they scored {', '.join(map(repr, scored)) or 'no metric'}; e.g. {_files(recs, 3)}): re-run the "
+                     f"runs with a config that scores it, or rank by a metric they scored (comparison.primary)")
+
+
 def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     """Everything one comparability group's table shows: metric columns, the primary metric, per-(objective, metric) values, the rows
     (merged aliases, invalid rows), the best row per metric, and for ranked groups the fixed
@@ -257,6 +269,7 @@ def make_view(name: str, recs: list[RunRecord]) -> GroupView:
     infos = [metric_info(m, recs) for m in ids]
     spec = current_spec(name, recs)
     comparison, compared_by = _comparison(recs, spec)
+    _check_primary_scored(name, recs, comparison.get("primary"), compared_by, ids)
     primary = comparison.get("primary") or recs[0].validation_metric
     if primary not in seen:
         primary = ids[0] if seen else ""
