@@ -3,6 +3,7 @@ records (``leaderboards/runs/quickstart``) into a temporary runs folder, edits t
 
 - a comparison whose primary metric no run of the table scored is refused (the board ranked by its first metric in
   its place, under the comparison's "why" about the other metric);
+- a tuned row's grid names and values are drawn on the sensitivity plot as text, never parsed as mathtext.
 """
 
 from __future__ import annotations
@@ -28,3 +29,36 @@ def test_a_primary_metric_no_run_scored_is_refused_not_replaced(tmp_path: Path, 
         "but no run of this table scored it (they scored 'acc', 'bacc'; e.g. "
         f"{', '.join(map(str, first))} and 6 more): re-run the runs with a config that scores it, or rank by a metric "
         "they scored (comparison.primary)")
+
+
+def test_a_grid_name_with_dollar_signs_is_drawn_as_text_not_mathtext(tmp_path: Path) -> None:
+    """A tuned row's grid name and values are the records' text: the sensitivity plot shows them as they are. A "$"
+    pair was parsed as mathtext, and a bad one ("$\\bad{$") stopped the regeneration with a pyparsing traceback
+    after the curves plot was written."""
+    from PIL import Image
+
+    from fusebench.leaderboard import write_leaderboards
+    from fusebench.leaderboard.plots import PLOT_KEY
+    from test_records_hostile import _edit
+
+    name = "$\\bad{$"
+    runs = _copy(tmp_path, "mv-3sources", objectives=("raw", "m3g"), seeds=(0, 1))
+
+    def rename(rec: dict) -> None:  # the selection's grid key eps renamed (hparam_selection is outside the hash)
+        hs = rec["hparam_selection"]
+        hs["grid"] = {name: hs["grid"]["eps"] + ["$x^$"]}
+        hs["choice"] = {name: hs["choice"]["eps"]}
+        for s in hs["scores"]:
+            s["hparams"] = {name: s["hparams"]["eps"]}
+        hs["scores"].append({"hparams": {name: "$x^$"}, "val": 0.25})
+        hs.pop("at_edge", None)
+
+    _edit(runs, rename, objective="m3g")
+    out = tmp_path / "out"
+    write_leaderboards(runs, out, plots=True, formats=("md",))
+    with Image.open(out / "mv-3sources-sensitivity.png") as im:
+        assert im.format == "PNG" and PLOT_KEY in im.info
+    md = (out / "mv-3sources.md").read_text()
+    # the board's table: md_text of the name and the value, by hand ("$" and "\\" escaped with a backslash)
+    assert "Grid \\$\\\\bad{\\$; validation `fs1_best_acc` (%)" in md
+    assert "| 1.0 | 2.0 | \\$x^\\$ |" in md and "| 36.57 | 25.00 |" in md

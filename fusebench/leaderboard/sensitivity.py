@@ -272,8 +272,10 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
                 if v is not None and all(_same(hp.get(k), c) for k, c in row["choice"].items()):
                     ax.plot([x], [scale * v], color=f"C{j % 10}", marker="*", markersize=11, linestyle="none")
         ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, fontsize=6, rotation=30 if len(labels) > 4 else 0)
-        ax.set_xlabel(" x ".join(panel["grid"]), fontsize=7)
+        # the grid's names and values are the records' text, shown as it is: never parsed as mathtext (a "$" pair in
+        # one would be, and a bad one stopped the regeneration with a traceback after the files written before it)
+        ax.set_xticklabels(labels, fontsize=6, rotation=30 if len(labels) > 4 else 0, parse_math=False)
+        ax.set_xlabel(" x ".join(panel["grid"]), fontsize=7, parse_math=False)
         ax.set_ylabel(f"validation {panel['metric'] or '?'}{' (%)' if panel['unit'] == 'fraction' else ''}",
                       fontsize=7)
         ax.tick_params(labelsize=6)
