@@ -3,7 +3,8 @@ records (``leaderboards/runs/quickstart``) into a temporary runs folder, edits t
 
 - a comparison whose primary metric no run of the table scored is refused (the board ranked by its first metric in
   its place, under the comparison's "why" about the other metric);
-- a tuned row's grid names and values are drawn on the sensitivity plot as text, never parsed as mathtext.
+- a tuned row's grid names and values are drawn on the sensitivity plot as text, never parsed as mathtext;
+- values near the float limit (a curve's, a selection score's) are left out of the plots, which are drawn.
 """
 
 from __future__ import annotations
@@ -62,3 +63,32 @@ def test_a_grid_name_with_dollar_signs_is_drawn_as_text_not_mathtext(tmp_path: P
     # the board's table: md_text of the name and the value, by hand ("$" and "\\" escaped with a backslash)
     assert "Grid \\$\\\\bad{\\$; validation `fs1_best_acc` (%)" in md
     assert "| 1.0 | 2.0 | \\$x^\\$ |" in md and "| 36.57 | 25.00 |" in md
+
+
+def test_values_near_the_float_limit_leave_the_plots_drawn(tmp_path: Path, capsys) -> None:
+    """A record's curves may hold any finite value (and NaN, infinities: a plot skips them); one near the float limit
+    (1e308 beside -1e308) and a selection score of 1e306 (x100 on a fraction metric's axis: 1e308) made matplotlib
+    fail to lay out the axis ("arange: cannot compute length") while the boards were being written: one line naming
+    no file, after the files written before it. Such values are left out of the plots as non-finite ones are."""
+    from PIL import Image
+
+    from fusebench.leaderboard import main
+    from fusebench.leaderboard.plots import PLOT_KEY, drawable
+    from test_records_hostile import _edit
+
+    assert [drawable(x) for x in (1e300, -1e300, 1.0000001e300, 1e308, float("inf"), float("nan"))] == [
+        True, True, False, False, False, False]
+    runs = _copy(tmp_path, "mv-3sources", objectives=("raw", "m3g"), seeds=(0, 1))
+
+    def huge(rec: dict) -> None:  # curves and hparam_selection are outside the config hash
+        loss = rec["curves"]["pretrain_loss"]
+        loss[:2] = [1e308, -1e308]
+        rec["hparam_selection"]["scores"][0]["val"] = 1e306
+        rec["hparam_selection"]["scores"][0].pop("val_by_seed", None)
+
+    _edit(runs, huge, objective="m3g")
+    out = tmp_path / "out"
+    assert main(["--runs", str(runs), "--out", str(out), "--format", "md", "--no-progress"]) == 0, capsys.readouterr()
+    for plot in ("mv-3sources-curves.png", "mv-3sources-sensitivity.png"):
+        with Image.open(out / plot) as im:
+            assert im.format == "PNG" and PLOT_KEY in im.info

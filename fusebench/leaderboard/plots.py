@@ -19,14 +19,23 @@ from fusebench.leaderboard.groups import GroupView
 
 PLOT_VERSION = 1  # bump when plot_curves draws differently: every plot is redrawn once
 PLOT_KEY = "fusebench-inputs"  # PNG text chunk holding the hash of what a plot was drawn from
+#: the largest magnitude a plot draws: past about 1e308 matplotlib cannot lay out an axis (its tick arithmetic
+#: overflows: "arange: cannot compute length"), so a value beyond this bound is left out as a non-finite one is
+DRAWABLE = 1e300
+
+
+def drawable(x: float) -> bool:
+    """Whether a plot draws ``x``: finite and of magnitude at most :data:`DRAWABLE`."""
+    return abs(x) <= DRAWABLE  # False for NaN and the infinities
 
 
 def _mean_band(series: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
-    """Per step (up to the shortest curve): mean of the finite values over seeds, and mean ∓ 1 sample std."""
+    """Per step (up to the shortest curve): mean of the drawable values over seeds (:func:`drawable`: NaN, the
+    infinities and values beyond :data:`DRAWABLE` left out), and mean ∓ 1 sample std."""
     n = min(len(c) for c in series)
     mean, lo, hi = [], [], []
     for i in range(n):
-        xs = [c[i] for c in series if math.isfinite(c[i])]
+        xs = [c[i] for c in series if drawable(c[i])]
         m, s = mean_std(xs) if xs else (math.nan, 0.0)  # values near the float limit: scaled, no overflow
         mean.append(m)
         lo.append(m - s)

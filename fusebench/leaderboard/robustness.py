@@ -24,7 +24,7 @@ from pathlib import Path
 from fusebench.io import atomic_write, canonical_json, sha256_hex
 from fusebench.leaderboard.columns import MetricInfo, fmt_cell, md_code, mean_std, metric_info
 from fusebench.leaderboard.groups import GroupView
-from fusebench.leaderboard.plots import PLOT_KEY, png_text
+from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text
 from fusebench.components.protocols import PROTOCOLS, Protocol, rate_id, view_id
 
 PLOT_VERSION = 1  # bump when plot_missing draws differently: every such plot is redrawn once
@@ -199,7 +199,8 @@ def plot_missing(view: GroupView, path: Path) -> bool:
     for ax, info in zip(axes, rb.shown):
         scale = 100.0 if info.unit == "fraction" else 1.0
         for i, o in enumerate(rb.rows):
-            pts = [(x, s[0] * scale, s[1] * scale) for x, s in zip(xs, series[info.id][o]) if s is not None]
+            pts = [(x, s[0] * scale, s[1] * scale) for x, s in zip(xs, series[info.id][o])
+                   if s is not None and drawable(s[0] * scale) and drawable(s[1] * scale)]  # else: no axis fits it
             if not pts:
                 continue
             ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], color=f"C{i % 10}",

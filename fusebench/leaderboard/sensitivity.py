@@ -243,7 +243,7 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
     points (in grid order), the chosen point a star. Deterministic; the PNG carries a hash of its inputs and
     is left untouched when that hash is unchanged (like the curves plot); written atomically. Returns False
     (writing nothing) when there is nothing to plot."""
-    from fusebench.leaderboard.plots import PLOT_KEY, png_text
+    from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text
 
     found = tables(view) if view.ranked else []
     if not found:
@@ -266,11 +266,12 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
         labels = [", ".join(str(hp.get(k)) for k in panel["grid"]) for hp, _ in panel["rows"][0]["points"]]
         for j, row in enumerate(panel["rows"]):
             xs = list(range(len(row["points"])))
-            ys = [math.nan if v is None else scale * v for _, v in row["points"]]  # undefined: a gap
+            # undefined, or beyond what an axis can lay out (plots.drawable): a gap
+            ys = [scale * v if v is not None and drawable(scale * v) else math.nan for _, v in row["points"]]
             ax.plot(xs, ys, color=f"C{j % 10}", linewidth=1.0, marker="o", markersize=3, label=row["objective"])
-            for x, (hp, v) in zip(xs, row["points"]):
-                if v is not None and all(_same(hp.get(k), c) for k, c in row["choice"].items()):
-                    ax.plot([x], [scale * v], color=f"C{j % 10}", marker="*", markersize=11, linestyle="none")
+            for x, (hp, v), y in zip(xs, row["points"], ys):
+                if drawable(y) and all(_same(hp.get(k), c) for k, c in row["choice"].items()):
+                    ax.plot([x], [y], color=f"C{j % 10}", marker="*", markersize=11, linestyle="none")
         ax.set_xticks(range(len(labels)))
         # the grid's names and values are the records' text, shown as it is: never parsed as mathtext (a "$" pair in
         # one would be, and a bad one stopped the regeneration with a traceback after the files written before it)

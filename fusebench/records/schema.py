@@ -743,7 +743,8 @@ def validate_record(obj: Any, path: str | Path = "<record>") -> RunRecord:
                 fast = [float(x) for x in c]
             except OverflowError:  # an integer beyond the float range: the slow path makes it infinite
                 pass
-        # the slow path names the first bad element; curves may hold NaN and infinities (a plot skips them),
+        # the slow path names the first bad element; curves may hold NaN and infinities (a plot skips them, and
+        # values past fusebench.leaderboard.plots.DRAWABLE),
         # and null (a non-finite value, as strict JSON writes it): read as NaN
         curves[k] = fast if fast is not None else [
             math.nan if x is None else
