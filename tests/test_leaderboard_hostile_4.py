@@ -67,7 +67,7 @@ def test_a_grid_name_with_dollar_signs_is_drawn_as_text_not_mathtext(tmp_path: P
 
 def test_values_near_the_float_limit_leave_the_plots_drawn(tmp_path: Path, capsys) -> None:
     """A record's curves may hold any finite value (and NaN, infinities: a plot skips them); one near the float limit
-    (1e308 beside -1e308) and a selection score of 1e306 (x100 on a fraction metric's axis: 1e308) made matplotlib
+    (1e308 beside -1e308) and a selection score of 1.7e308 (of a metric of unit raw, as a plugin's is) made matplotlib
     fail to lay out the axis ("arange: cannot compute length") while the boards were being written: one line naming
     no file, after the files written before it. Such values are left out of the plots as non-finite ones are."""
     from PIL import Image
@@ -83,7 +83,8 @@ def test_values_near_the_float_limit_leave_the_plots_drawn(tmp_path: Path, capsy
     def huge(rec: dict) -> None:  # curves and hparam_selection are outside the config hash
         loss = rec["curves"]["pretrain_loss"]
         loss[:2] = [1e308, -1e308]
-        rec["hparam_selection"]["scores"][0]["val"] = 1e306
+        rec["hparam_selection"]["metric"] = "plugin_score"  # no metric of the registry: unit raw, any number
+        rec["hparam_selection"]["scores"][0]["val"] = 1.7e308
         rec["hparam_selection"]["scores"][0].pop("val_by_seed", None)
 
     _edit(runs, huge, objective="m3g")
@@ -92,3 +93,37 @@ def test_values_near_the_float_limit_leave_the_plots_drawn(tmp_path: Path, capsy
     for plot in ("mv-3sources-curves.png", "mv-3sources-sensitivity.png"):
         with Image.open(out / plot) as im:
             assert im.format == "PNG" and PLOT_KEY in im.info
+
+
+def test_a_selection_score_outside_its_fraction_metrics_range_is_refused(tmp_path: Path, capsys) -> None:
+    """A tuned row's validation scores (``hparam_selection.scores``) of a metric of unit fraction lie in [0, 1], as
+    the record's own value of that metric must: the board showed a score of 1e20 as a 23-digit percentage and a seed's
+    -3.0 inside a mean of -66.67 %. Undefined scores (null, NaN) stay accepted."""
+    from test_records_hostile import _edit
+
+    runs = _copy(tmp_path, "mv-3sources", objectives=("raw", "m3g"), seeds=(0,))
+    path = runs / "mv-3sources" / "m3g" / "seed0" / "run.json"
+    committed = json.loads(path.read_text())
+    assert committed["hparam_selection"]["metric"] == "fs1_best_acc"
+
+    def scores(val: object, by_seed: object) -> None:
+        def change(rec: dict) -> None:
+            rec["hparam_selection"]["scores"][0]["val"] = val
+            rec["hparam_selection"]["scores"][1]["val_by_seed"]["1001"] = by_seed
+        path.write_text(json.dumps(committed))
+        _edit(runs, change, objective="m3g")
+
+    scores(1.5, 0.5)
+    assert _one_error_line(runs, tmp_path / "out", capsys) == (
+        f"fusebench leaderboard: {path}: field 'hparam_selection.scores[0].val': expected a number in [0, 1] (metric "
+        "'fs1_best_acc' has unit 'fraction' in the metric registry), or null / NaN when undefined, got number 1.5")
+    scores(0.5, -3.0)
+    assert _one_error_line(runs, tmp_path / "out", capsys) == (
+        f"fusebench leaderboard: {path}: field 'hparam_selection.scores[1].val_by_seed.1001': expected a number in "
+        "[0, 1] (metric 'fs1_best_acc' has unit 'fraction' in the metric registry), or null / NaN when undefined, got "
+        "number -3.0")
+    scores(None, float("nan"))  # undefined: accepted, the board is written
+    from fusebench.leaderboard import write_leaderboards
+
+    write_leaderboards(runs, tmp_path / "out", plots=False, formats=("md",))
+    assert (tmp_path / "out" / "mv-3sources.md").is_file()

@@ -166,7 +166,7 @@ def test_html_sensitivity_chart_scales_a_catalog_fraction_metric(tmp_path: Path)
 
 # -- 9. metric ids with '@' (allowed by the record schema) ---------------------------------------------------------
 def test_selection_metric_id_with_at_sign_is_read(tmp_path: Path) -> None:
-    from fusebench.leaderboard.sensitivity import _metric_id
+    from fusebench.records.schema import selection_metric_id as _metric_id
 
     assert _metric_id("recall@10") == "recall@10"
     assert _metric_id("validation recall@10 (mean over 3 selection seeds)") == "recall@10"

@@ -18,7 +18,6 @@ score is never shown, even where a record carries one."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,9 @@ from fusebench.grids import at_edge
 from fusebench.io import atomic_write, canonical_json, sha256_hex
 from fusebench.leaderboard.columns import fmt_value, md_code, md_text, shown_bound
 from fusebench.leaderboard.groups import GroupView, oldest_first
+from fusebench.records.schema import selection_metric_id  # the id in a record's hparam_selection.metric
 
 SENSITIVITY_PLOT_VERSION = 1  # bump when the plot is drawn differently
-_METRIC_ID = r"[A-Za-z0-9][A-Za-z0-9_.@-]*"  # a metric name as fusebench.records.schema allows it
-_OLD_METRIC = re.compile(rf"validation ({_METRIC_ID}) \(mean over")  # pre-#30 records' "metric" text
 UNDEFINED = "— (undefined)"  # a grid point without a defined validation score
 
 
@@ -48,13 +46,6 @@ class Selection:
     variants: int = 1  # distinct selections among the objective's runs (1: all runs carry the same)
     # per point (grid order), its trials' solver tally ({calls, not_converged, worst_marginal_error}) or None
     solver: list[dict[str, Any] | None] | None = None
-
-
-def _metric_id(text: Any) -> str | None:
-    if not isinstance(text, str):
-        return None
-    m = _OLD_METRIC.match(text)
-    return m.group(1) if m else (text if re.fullmatch(_METRIC_ID, text) else None)
 
 
 def _finite(v: Any) -> bool:
@@ -85,7 +76,7 @@ def _parse(sel: dict[str, Any], objective: str) -> Selection | None:
     edge = sel.get("at_edge")
     edge = sorted(map(str, edge)) if isinstance(edge, list) else at_edge(grid, sel["choice"])
     solver = [e.get("solver") if isinstance(e.get("solver"), dict) else None for e in scores]
-    return Selection(objective, _metric_id(sel.get("metric")), grid, points, dict(sel["choice"]), edge,
+    return Selection(objective, selection_metric_id(sel.get("metric")), grid, points, dict(sel["choice"]), edge,
                      solver=solver)
 
 

@@ -405,8 +405,9 @@ def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
         for key in ("choice", "grid"):
             if sel.get(key) is not None:
                 _mapping(sel[key], path, f"hparam_selection.{key}")
+        metric = selection_metric_id(sel.get("metric"))  # a built-in fraction metric's scores lie in its range
         for i, score in enumerate(sel.get("scores") or []):
-            _validate_selection_score(score, path, f"hparam_selection.scores[{i}]")
+            _validate_selection_score(score, path, f"hparam_selection.scores[{i}]", metric)
     if obj.get("missing_views") is not None:
         _validate_missing_views(obj["missing_views"], path)
     if obj.get("git") is not None:  # the checkout's state: the boards show its sha
@@ -423,23 +424,45 @@ def _validate_board_fields(obj: Mapping[str, Any], path: str) -> None:
 
 #: what a grid point's validation score must be (undefined like a metric: null or NaN)
 SCORE_EXPECTED = "a number, or null / NaN (undefined: left out of the board's means)"
+#: ``hparam_selection.metric`` of a record written before issue #30: a text naming the metric id
+_OLD_SELECTION_METRIC = re.compile(r"validation ([A-Za-z0-9][A-Za-z0-9_.@\-]*) \(mean over")
 
 
-def _validate_selection_score(e: Any, path: str, where: str) -> None:
+def selection_metric_id(text: Any) -> str | None:
+    """The metric id of a frozen selection's ``metric``: the id itself, or the id a pre-#30 record's text
+    ``"validation acc (mean over 3 selection seeds)"`` names; None for anything else."""
+    if not isinstance(text, str):
+        return None
+    m = _OLD_SELECTION_METRIC.match(text)
+    return m.group(1) if m else (text if _NAME.fullmatch(text) else None)
+
+
+def _validate_selection_score(e: Any, path: str, where: str, metric: str | None = None) -> None:
     """One grid point of ``hparam_selection.scores``: a mapping with ``hparams`` (a mapping), ``val`` (the
     mean validation score over the selection seeds), ``val_by_seed`` (where present and not null, a
     mapping seed -> score) and ``solver`` (where present and not null, :func:`_validate_solver_tally`). A score is a
-    finite number, or null / NaN: undefined, as a metric value is."""
+    finite number, or null / NaN: undefined, as a metric value is; a score of a built-in ``metric`` of unit
+    ``fraction`` lies in its range (:func:`fraction_range_problem`), as the record's value of that metric does."""
     if not isinstance(e, dict) or not isinstance(e.get("hparams"), dict):
         raise RecordError(path, where, 'a mapping {"hparams": {...}, "val": number, "val_by_seed": {...}}', e)
-    if e.get("val") is not None and _fast_float(e["val"]) is None:
-        _number(e["val"], path, f"{where}.val", allow_nan=True, expected=SCORE_EXPECTED)
+    unit = _unit(metric) if metric else None
+
+    def score(v: Any, at: str) -> None:
+        x = _fast_float(v)
+        if x is None:
+            x = _number(v, path, at, allow_nan=True, expected=SCORE_EXPECTED)
+        expected = fraction_range_problem(metric, unit, x) if metric else None
+        if expected:
+            raise RecordError(path, at, expected.replace("null when undefined", "null / NaN when undefined"), v)
+
+    if e.get("val") is not None:
+        score(e["val"], f"{where}.val")
     by_seed = e.get("val_by_seed")
     if by_seed is not None:
         _mapping(by_seed, path, f"{where}.val_by_seed", f"a mapping seed -> score ({SCORE_EXPECTED})")
         for seed, v in by_seed.items():
-            if v is not None and _fast_float(v) is None:
-                _number(v, path, f"{where}.val_by_seed.{seed}", allow_nan=True, expected=SCORE_EXPECTED)
+            if v is not None:
+                score(v, f"{where}.val_by_seed.{seed}")
     if e.get("solver") is not None:
         _validate_solver_tally(e["solver"], path, f"{where}.solver")
 
