@@ -354,7 +354,7 @@ def test_bad_files_give_one_clear_error(tmp_path):
     err(p / "nox.mat", r"nox.mat: no variable\(s\) \['X'\] in the file \(it holds \['Y'\]\)")
     scipy.io.savemat(str(p / "noy.mat"), {"X": cell(views)})
     err(p / "noy.mat", r"noy.mat: no variable\(s\) \['Y'\]")
-    err(write_v5(p / "rows.mat", [views[0], views[1][:-2]], y), r"rows.mat: view 1 has shape \(28, 7\); neither axis matches the 30 labels")
+    err(write_v5(p / "rows.mat", [views[0], views[1][:-2]], y), r"rows.mat: view 1 \(X\{2\}\) has shape \(28, 7\); neither axis matches the 30 labels of Y")
     bad = views[2].copy()
     bad[0, 0], bad[3, 1], bad[4, 2] = np.nan, np.inf, -np.inf
     err(write_v5(p / "nan.mat", [views[0], bad], y), r"nan.mat: view 1 \(view1\) has 3 NaN/Inf values")
@@ -403,7 +403,7 @@ def test_bad_roots_and_options(tmp_path):
     err(path, "view_names=.* must be 2 distinct", views=[0, 1], view_names=["a"])
     err(path, "sample_axis=2", sample_axis=2)
     err(path, "must be one value or a list of 3", sample_axis=[0, 0])
-    err(path, r"view 0 has shape \(30, 5\); sample_axis=1 needs 30", sample_axis=1)
+    err(path, r"view 0 \(X\{1\}\) has shape \(30, 5\); sample_axis=1 needs 30", sample_axis=1)
     err(path, "split_seed='x'", split_seed="x")
     err(write_v5(tmp_path / "tiny.mat", [np.eye(3)[:, :2] + 0.5, np.ones((3, 2))], [1, 2, 1]), "leave split")
 

@@ -462,3 +462,37 @@ def test_every_registered_multiview_spec_fits_its_view_count(bench: str) -> None
     k = len(datasets.get(spec.dataset.id).MODALITIES)
     assert missing_view_problems(spec, k) == []
     assert missing_view_problems(benchmarks.load(bench, synthetic=True), k) == []
+
+
+def test_a_sample_count_mismatch_names_the_variable_at_fault(mv2: Path, tmp_path: Path) -> None:
+    """Real files with one vector cut short: a label vector of the wrong length is named as such (every view has
+    the file's N samples), not reported as view 0 failing to match "the labels of Y"; a view of the wrong length
+    is named by its own variable (``X{2}``, ``x2_test``) and the labels by theirs (``y``, ``gt``, ``gt_test``)."""
+    src = scipy.io.loadmat(str(mv2 / "3Sources.mat"))
+    n = src["y"].size  # 169 (PROVENANCE.md)
+    _save(tmp_path / "short_y.mat", {"X": src["X"], "y": src["y"][:-1]})
+    with pytest.raises(DatasetError, match=rf"short_y\.mat: the label vector y has {n - 1} entries, but no view has "
+                                           rf"{n - 1} samples along either axis \(X\{{1\}} {n}x3560, X\{{2\}} {n}x3631, "
+                                           rf"X\{{3\}} {n}x3068\); every view has {n} along one axis, so y has the "
+                                           "wrong length"):
+        datasets.build("multiview_mat", root=tmp_path / "short_y.mat", split="train", use_cache=False)
+    x = src["X"].copy()
+    x[1, 0] = x[1, 0][:-1]
+    _save(tmp_path / "short_x.mat", {"X": x, "y": src["y"]})
+    with pytest.raises(DatasetError, match=rf"short_x\.mat: view 1 \(X\{{2\}}\) has shape \({n - 1}, 3631\); neither "
+                                           rf"axis matches the {n} labels of y"):
+        datasets.build("multiview_mat", root=tmp_path / "short_x.mat", split="train", use_cache=False)
+    scene = scipy.io.loadmat(str(mv2 / "Scene15.mat"))  # views d x N, labels gt
+    _save(tmp_path / "scene.mat", {"X": scene["X"], "gt": scene["gt"][:-3]})
+    with pytest.raises(DatasetError, match=r"scene\.mat: the label vector gt has 4482 entries.*X\{1\} 20x4485, "
+                                           r"X\{2\} 59x4485, X\{3\} 40x4485\); every view has 4485 along one axis"):
+        datasets.build("multiview_mat", root=tmp_path / "scene.mat", split="train", use_cache=False)
+    cub = {k: v for k, v in scipy.io.loadmat(str(mv2 / "CUB.mat")).items() if not k.startswith("__")}
+    _save(tmp_path / "cub_y.mat", {**cub, "gt_test": cub["gt_test"][:-1]})
+    with pytest.raises(DatasetError, match=r"cub_y\.mat: the label vector gt_test has 119 entries.*\(x1_test "
+                                           r"120x1024, x2_test 120x300\)"):
+        datasets.build("multiview_mat", root=tmp_path / "cub_y.mat", split="train", use_cache=False)
+    _save(tmp_path / "cub_x.mat", {**cub, "x2_test": cub["x2_test"][:-1]})
+    with pytest.raises(DatasetError, match=r"cub_x\.mat: view 1 \(x2_test\) has shape \(119, 300\); neither axis "
+                                           r"matches the 120 labels of gt_test"):
+        datasets.build("multiview_mat", root=tmp_path / "cub_x.mat", split="train", use_cache=False)

@@ -21,7 +21,7 @@ from .. import DATASETS
 from ..base import BASE_OPTIONS, DataFile, DatasetError, Delivered, Modality, MultimodalDataset, SyntheticSpec
 from .copies import augmented_copies, parse_view_copies
 from .formats import _file_sha256, read_mat
-from .layouts import _FileLocation, label_vector, labels_to_ids, log, orient
+from .layouts import _FileLocation, check_sample_counts, label_vector, labels_to_ids, log, orient, view_variable
 from .splits import (SPLIT_NAMES, min_class_size, outer_split, parse_fractions, stratified_split, view_problem,
                      zscore_stats)
 from .synthetic import _SyntheticTwin
@@ -225,11 +225,18 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             axes = list(sample_axis)
         else:
             axes = [sample_axis] * n_views
+        suffixes = dict(zip((p["split"] for p in raw_parts), self.layout.parts))
+        for part, n_part in zip(raw_parts, sizes):  # labels of the wrong length: named as such, not as view 0's fault
+            suffix = suffixes[part["split"]]
+            check_sample_counts(part["views"], n_part, path, self.layout.y_name + suffix,
+                                [view_variable(self.layout, i, suffix) for i in range(n_views)])
         views, layouts = [], []
         for v in sel:
             blocks, block_layouts = [], []
             for part, n_part in zip(raw_parts, sizes):
-                x, layout = orient(part["views"][v], n_part, v, path, axes[v])
+                suffix = suffixes[part["split"]]
+                x, layout = orient(part["views"][v], n_part, v, path, axes[v], view_variable(self.layout, v, suffix),
+                                   self.layout.y_name + suffix)
                 vals = x.data if sp.issparse(x) else x
                 if np.issubdtype(np.asarray(vals).dtype, np.floating):
                     bad_count = int((~np.isfinite(vals)).sum())

@@ -281,33 +281,61 @@ def labels_to_ids(y: Any, path: Path, y_key: str = "Y",
     return ids.astype(np.int64).ravel(), values
 
 
-def orient(x: Any, n: int, view: int, path: Path, sample_axis: Any = "auto") -> tuple[Any, str]:
-    """The view as (N, d) and how it was stored ("N x d" or "d x N")."""
+def view_variable(layout: Layout, view: int, suffix: str = "") -> str:
+    """How MATLAB names view ``view`` (0-based) of a file's part ``suffix``: ``X{2}`` (the cell's 1-based entry)
+    or the view's own variable ``x2`` / ``x2_test``."""
+    if layout.x_kind == "cell":
+        return f"{layout.x_names[0]}{suffix}{{{view + 1}}}"
+    return layout.x_names[view] + suffix
+
+
+def check_sample_counts(views: list[Any], n: int, path: Path, labels: str, names: list[str]) -> None:
+    """Raise one :class:`DatasetError` naming the label variable when no view of a part has ``n`` (the labels'
+    length) along either axis: the label vector is then the odd one out (too short or too long), not the first
+    view the orientation check would have named."""
+    shapes = [tuple(getattr(x, "shape", ())) for x in views]
+    if not views or any(len(s) != 2 or n in s for s in shapes):
+        return
+    shown = ", ".join(f"{name} {'x'.join(map(str, s))}" for name, s in zip(names, shapes))
+    counts = sorted({a for s in shapes for a in s if all(a in t for t in shapes)})
+    common = (f"; every view has {' or '.join(map(str, counts))} along one axis, so {labels} has the wrong length"
+              if counts else "")
+    raise DatasetError(f"{path}: the label vector {labels} has {n} entries, but no view has {n} samples along either "
+                       f"axis ({shown}){common}. Each view needs one row (or column) per label; fix the file or name "
+                       "the right label variable with y_key")
+
+
+def orient(x: Any, n: int, view: int, path: Path, sample_axis: Any = "auto", name: str | None = None,
+           labels: str = "Y") -> tuple[Any, str]:
+    """The view as (N, d) and how it was stored ("N x d" or "d x N"). ``name`` / ``labels``: the view's and the
+    labels' variables, for messages (a view's variable is :func:`view_variable`)."""
+    what = f"view {view} ({name})" if name else f"view {view}"
     if not (sp.issparse(x) or isinstance(x, np.ndarray)):
-        raise DatasetError(f"{path}: view {view} is a {type(x).__name__}, not a numeric matrix")
+        raise DatasetError(f"{path}: {what} is a {type(x).__name__}, not a numeric matrix")
     if isinstance(x, np.ndarray) and (x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool)):
-        raise DatasetError(f"{path}: view {view} has dtype {x.dtype}, not a numeric matrix")
+        raise DatasetError(f"{path}: {what} has dtype {x.dtype}, not a numeric matrix")
     if isinstance(x, np.ndarray) and np.iscomplexobj(x):
-        raise DatasetError(f"{path}: view {view} is complex; only real views are supported")
+        raise DatasetError(f"{path}: {what} is complex; only real views are supported")
     if x.ndim != 2:
-        raise DatasetError(f"{path}: view {view} has shape {x.shape}, expected a 2-D matrix")
+        raise DatasetError(f"{path}: {what} has shape {x.shape}, expected a 2-D matrix")
     rows, cols = x.shape
     if sample_axis in (0, 1):
         if x.shape[sample_axis] != n:
-            raise DatasetError(f"{path}: view {view} has shape {x.shape}; sample_axis={sample_axis} needs {n} "
-                               f"(the number of labels) along that axis")
+            raise DatasetError(f"{path}: {what} has shape {x.shape}; "
+                               f"sample_axis={sample_axis} needs {n} (the number of labels of {labels}) along that axis")
         axis = sample_axis
     elif sample_axis == "auto":
         if rows == n and cols == n:
-            log.warning("%s: view %d is %d x %d, both axes match the %d labels; taking rows as samples "
-                        "(pass sample_axis=1 if columns are)", path, view, rows, cols, n)
+            log.warning("%s: %s is %d x %d, both axes match the %d labels of %s; taking rows as samples "
+                        "(pass sample_axis=1 if columns are)", path, what, rows, cols, n, labels)
             axis = 0
         elif rows == n:
             axis = 0
         elif cols == n:
             axis = 1
         else:
-            raise DatasetError(f"{path}: view {view} has shape {x.shape}; neither axis matches the {n} labels of Y")
+            raise DatasetError(f"{path}: {what} has shape {x.shape}; neither axis "
+                               f"matches the {n} labels of {labels}")
     else:
         raise DatasetError(f"multiview_mat: sample_axis={sample_axis!r} must be 'auto', 0 or 1")
     return (x if axis == 0 else x.T), ("N x d" if axis == 0 else "d x N")
