@@ -496,3 +496,22 @@ def test_a_sample_count_mismatch_names_the_variable_at_fault(mv2: Path, tmp_path
     with pytest.raises(DatasetError, match=r"cub_x\.mat: view 1 \(x2_test\) has shape \(119, 300\); neither axis "
                                            r"matches the 120 labels of gt_test"):
         datasets.build("multiview_mat", root=tmp_path / "cub_x.mat", split="train", use_cache=False)
+
+
+def test_a_square_block_of_a_shipped_split_follows_its_other_part(mv2: Path, tmp_path: Path, caplog) -> None:
+    """CUB.mat written features x samples, with view 0 cut to 120 features: its test block x1_test is then 120 x
+    120 (both axes match the 120 test labels) while x1_train (120 x 480) is unambiguously features x samples. The
+    test block is read by columns, as the train block is: its samples are the real file's x1_test rows (taking
+    its rows transposed the test split's view 0 without an error, the feature counts being equal)."""
+    cub = {k: v for k, v in scipy.io.loadmat(str(mv2 / "CUB.mat")).items() if not k.startswith("__")}
+    want = np.vstack([cub["x1_train"][:, :120], cub["x1_test"][:, :120]]).astype(np.float32)  # (600, 120), rows=samples
+    _save(tmp_path / "cub_dxn.mat", {"x1_train": cub["x1_train"][:, :120].T, "x1_test": cub["x1_test"][:, :120].T,
+                                     "x2_train": cub["x2_train"].T, "x2_test": cub["x2_test"].T,
+                                     "gt_train": cub["gt_train"], "gt_test": cub["gt_test"]})
+    caplog.clear()
+    for s in SPLITS:
+        ds = datasets.build("multiview_mat", root=tmp_path / "cub_dxn.mat", split=s, standardize=False, use_cache=False)
+        rows, got, _ = collect(ds)
+        np.testing.assert_array_equal(got["view0"], want[rows])
+    assert "both axes match" not in caplog.text
+    assert ds.split_info()["view_layouts"] == ["d x N", "d x N"]

@@ -58,6 +58,23 @@ def _whose_file(sha256: str, id_: str) -> str:
     return "a different release or a corrupt copy"
 
 
+def _part_axes(blocks: list[Any], sizes: list[int], sample_axis: Any) -> list[Any]:
+    """The ``sample_axis`` to orient each stored block of one view with (:func:`.layouts.orient`).
+
+    With ``"auto"`` and a shipped split, a block whose two axes both equal its part's sample count (a square
+    ``x1_test`` of 120 x 120 beside an ``x1_train`` of 120 x 480) takes the axis the view's other blocks show
+    unambiguously: taking its rows (the rule for a square view seen alone) transposed a d x N view's test block
+    while its train block was read by columns, with the same feature count, so nothing failed."""
+    if sample_axis != "auto" or len(blocks) < 2:
+        return [sample_axis] * len(blocks)
+    shapes = [tuple(getattr(b, "shape", ())) for b in blocks]
+    seen = {0 if s[0] == n else 1 for s, n in zip(shapes, sizes) if len(s) == 2 and (s[0] == n) != (s[1] == n)}
+    if len(seen) != 1:
+        return [sample_axis] * len(blocks)
+    axis = seen.pop()
+    return [axis if len(s) == 2 and s[0] == s[1] == n else sample_axis for s, n in zip(shapes, sizes)]
+
+
 @DATASETS.register("multiview_mat")
 class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     """Any multi-view learning .mat file (X = cell of views, Y = labels): views are vector modalities."""
@@ -233,9 +250,10 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         views, layouts = [], []
         for v in sel:
             blocks, block_layouts = [], []
-            for part, n_part in zip(raw_parts, sizes):
+            part_axes = _part_axes([part["views"][v] for part in raw_parts], sizes, axes[v])
+            for part, n_part, axis in zip(raw_parts, sizes, part_axes):
                 suffix = suffixes[part["split"]]
-                x, layout = orient(part["views"][v], n_part, v, path, axes[v], view_variable(self.layout, v, suffix),
+                x, layout = orient(part["views"][v], n_part, v, path, axis, view_variable(self.layout, v, suffix),
                                    self.layout.y_name + suffix)
                 vals = x.data if sp.issparse(x) else x
                 if np.issubdtype(np.asarray(vals).dtype, np.floating):
