@@ -515,3 +515,28 @@ def test_a_square_block_of_a_shipped_split_follows_its_other_part(mv2: Path, tmp
         np.testing.assert_array_equal(got["view0"], want[rows])
     assert "both axes match" not in caplog.text
     assert ds.split_info()["view_layouts"] == ["d x N", "d x N"]
+
+
+def test_a_square_view_follows_the_way_the_files_other_views_are_stored(mv2: Path, tmp_path: Path, caplog) -> None:
+    """Scene15.mat stores its views features x samples (20, 59 and 40 x 4485). 59 of its samples (three classes)
+    make view 1 a 59 x 59 square: it is read by columns, as the file's other views are (rows would transpose it);
+    Cora.mat's square citation matrix beside samples x features views stays read by rows."""
+    m = scipy.io.loadmat(str(mv2 / "Scene15.mat"))
+    gt = m["gt"].ravel()
+    pick = np.concatenate([np.flatnonzero(gt == c)[:k] for c, k in ((1, 20), (2, 20), (3, 19))])  # 59 samples
+    x = _cell([m["X"][0, v][:, pick] for v in range(3)], (1, 3))
+    _save(tmp_path / "scene59.mat", {"X": x, "gt": gt[pick][:, None]})
+    caplog.clear()
+    ds = datasets.build("multiview_mat", root=tmp_path / "scene59.mat", split="train", standardize=False,
+                        use_cache=False)
+    rows, got, targets = collect(ds)
+    for v in range(3):  # the real file's columns of the picked samples
+        np.testing.assert_array_equal(got[f"view{v}"], m["X"][0, v][:, pick].T[rows].astype(np.float32))
+    np.testing.assert_array_equal(targets, gt[pick][rows] - 1)
+    assert ds.split_info()["view_layouts"] == ["d x N"] * 3
+    assert "view 1 (X{2}) is square" in caplog.text and "taking columns as samples" in caplog.text
+    caplog.clear()
+    cora = datasets.build("mv_cora", root=mv2, split="val", standardize=False, use_cache=False)
+    rows, got, _ = collect(cora)
+    np.testing.assert_array_equal(got["cites"], scipy.io.loadmat(str(mv2 / "Cora.mat"))["X"][0, 0][rows])
+    assert "taking rows as samples" in caplog.text

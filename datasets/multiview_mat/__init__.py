@@ -18,8 +18,9 @@ and most multi-view clustering code), found by the variables' names (:func:`.lay
 Both MATLAB v5/v7 (read with ``scipy.io.loadmat``) and v7.3 (HDF5, read with h5py: cells are object
 references into ``#refs#`` and every matrix is stored transposed; sparse matrices are groups holding
 ``data``/``ir``/``jc``) are accepted. Orientation: a view's sample axis is the one whose length equals
-len(Y); when both axes do (square view) rows are taken as samples with a warning, unless the same view's
-other part of a shipped split shows its axis (option ``sample_axis`` decides explicitly). Labels: the sorted unique values map to 0..C-1 (so 0- and 1-based
+len(Y); when both axes do (square view) the same view's other part of a shipped split decides, else the way
+every other view of the file is stored (with a warning), else rows are taken as samples with a warning
+(option ``sample_axis`` decides explicitly). Labels: the sorted unique values map to 0..C-1 (so 0- and 1-based
 files give the same classes); non-integer values are refused (``allow_fractional_labels``), and so
 are classes with fewer samples than the split fractions need to put one in every split
 (:func:`.splits.min_class_size`, 5 at 0.6/0.2/0.2; ``allow_small_classes``). Sparse views are

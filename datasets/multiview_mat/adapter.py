@@ -58,21 +58,36 @@ def _whose_file(sha256: str, id_: str) -> str:
     return "a different release or a corrupt copy"
 
 
-def _part_axes(blocks: list[Any], sizes: list[int], sample_axis: Any) -> list[Any]:
-    """The ``sample_axis`` to orient each stored block of one view with (:func:`.layouts.orient`).
+def _unambiguous_axis(block: Any, n: int) -> int | None:
+    """The sample axis of a stored block when exactly one of its axes has the part's ``n`` samples, else None."""
+    shape = tuple(getattr(block, "shape", ()))
+    if len(shape) != 2 or (shape[0] == n) == (shape[1] == n):
+        return None
+    return 0 if shape[0] == n else 1
 
-    With ``"auto"`` and a shipped split, a block whose two axes both equal its part's sample count (a square
-    ``x1_test`` of 120 x 120 beside an ``x1_train`` of 120 x 480) takes the axis the view's other blocks show
-    unambiguously: taking its rows (the rule for a square view seen alone) transposed a d x N view's test block
-    while its train block was read by columns, with the same feature count, so nothing failed."""
-    if sample_axis != "auto" or len(blocks) < 2:
-        return [sample_axis] * len(blocks)
-    shapes = [tuple(getattr(b, "shape", ())) for b in blocks]
-    seen = {0 if s[0] == n else 1 for s, n in zip(shapes, sizes) if len(s) == 2 and (s[0] == n) != (s[1] == n)}
-    if len(seen) != 1:
-        return [sample_axis] * len(blocks)
-    axis = seen.pop()
-    return [axis if len(s) == 2 and s[0] == s[1] == n else sample_axis for s, n in zip(shapes, sizes)]
+
+def _part_axes(blocks: list[Any], sizes: list[int], sample_axis: Any, file_axes: set[int]) -> tuple[list[Any], str]:
+    """The ``sample_axis`` to orient each stored block of one view with (:func:`.layouts.orient`), and how a
+    square block's axis was decided ("" when none was decided here).
+
+    With ``"auto"``, a block whose two axes both equal its part's sample count takes the axis the same view's
+    other blocks show (a square ``x1_test`` of 120 x 120 beside an ``x1_train`` of 120 x 480), else the one every
+    unambiguous block of the file's views shows (``file_axes``, a file stored features x samples throughout):
+    taking its rows (the rule for a square view with no other evidence, which warns) transposed a d x N view
+    while the file's other blocks were read by columns, with the same feature count, so nothing failed."""
+    plain = [sample_axis] * len(blocks)
+    square = [len(s) == 2 and s[0] == s[1] == n for s, n in
+              zip((tuple(getattr(b, "shape", ())) for b in blocks), sizes)]
+    if sample_axis != "auto" or not any(square):
+        return plain, ""
+    own = {a for b, n in zip(blocks, sizes) if (a := _unambiguous_axis(b, n)) is not None}
+    if len(own) == 1:
+        axis, why = own.pop(), "its other part"
+    elif not own and len(file_axes) == 1:
+        axis, why = next(iter(file_axes)), "every other view of the file"
+    else:
+        return plain, ""
+    return [axis if sq else sample_axis for sq in square], why
 
 
 @DATASETS.register("multiview_mat")
@@ -247,10 +262,16 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             suffix = suffixes[part["split"]]
             check_sample_counts(part["views"], n_part, path, self.layout.y_name + suffix,
                                 [view_variable(self.layout, i, suffix) for i in range(n_views)])
+        file_axes = {a for part, n_part in zip(raw_parts, sizes) for x in part["views"]
+                     if (a := _unambiguous_axis(x, n_part)) is not None}  # how the file's views are stored
         views, layouts = [], []
         for v in sel:
             blocks, block_layouts = [], []
-            part_axes = _part_axes([part["views"][v] for part in raw_parts], sizes, axes[v])
+            part_axes, why = _part_axes([part["views"][v] for part in raw_parts], sizes, axes[v], file_axes)
+            if why == "every other view of the file":
+                log.warning("%s: view %d (%s) is square, both axes match the labels; taking %s as samples, as %s "
+                            "is stored (pass sample_axis to say otherwise)", path, v, view_variable(self.layout, v),
+                            "columns" if 1 in part_axes else "rows", why)
             for part, n_part, axis in zip(raw_parts, sizes, part_axes):
                 suffix = suffixes[part["split"]]
                 x, layout = orient(part["views"][v], n_part, v, path, axis, view_variable(self.layout, v, suffix),
