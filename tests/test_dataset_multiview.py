@@ -5,6 +5,7 @@ v7.3 written here with h5py in MATLAB's layout, sparse and transposed views, lab
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import h5py
@@ -192,8 +193,17 @@ def test_sha256_checked_for_registered_files(mv_dir, tmp_path):
         datasets.build("mv_ngs", root=tmp_path, split="train")
     ds = datasets.build("mv_ngs", root=tmp_path, split="train", verify_sha256=False, use_cache=False)
     assert [m.channels for m in ds.MODALITIES] == [5, 7, 3] and ds.num_classes == 3  # follows the file
-    with pytest.raises(DatasetError, match="expected 00ff"):  # a user-given digest for any file
+    digest = "00ff" * 16  # a user-given digest for any file
+    with pytest.raises(DatasetError, match=f"has sha256 {mvm.sha256_of(tmp_path / 'NGs.mat')}, expected {digest}"):
+        datasets.build("multiview_mat", root=tmp_path / "NGs.mat", split="train", sha256=digest)
+    ok = datasets.build("multiview_mat", root=tmp_path / "NGs.mat", split="train", use_cache=False,
+                        sha256=hashlib.sha256((tmp_path / "NGs.mat").read_bytes()).hexdigest().upper())
+    assert ok.num_classes == 3
+    # a digest that could never match (a shortened one), or one that would not be checked, is refused by name
+    with pytest.raises(DatasetError, match=r"multiview_mat: sha256='00ff' is not a sha256 digest \(64 hexadecimal"):
         datasets.build("multiview_mat", root=tmp_path / "NGs.mat", split="train", sha256="00ff")
+    with pytest.raises(DatasetError, match=r"sha256='0{64}' with verify_sha256=False: the digest would be recorded"):
+        datasets.build("mv_ngs", root=tmp_path, split="train", sha256="0" * 64, verify_sha256=False)
 
 
 def test_sha256_mismatch_names_the_dataset_whose_file_it_is_and_the_cli_option(mv_dir, tmp_path):

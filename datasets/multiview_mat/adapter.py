@@ -9,6 +9,7 @@ z-scoring) and :mod:`.synthetic` (the synthetic twin writer).
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -185,6 +186,13 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
         path = self.mat_path
         x_key, y_key = o.get("x_key"), o.get("y_key")  # None: the layout is found by the variables' names
         expected = o.get("sha256", self.SHA256)
+        if "sha256" in o:  # a digest the user gives is checked, never recorded and ignored
+            if not re.fullmatch(r"[0-9a-fA-F]{64}", str(o["sha256"])):
+                raise DatasetError(f"{self.id}: sha256={o['sha256']!r} is not a sha256 digest (64 hexadecimal "
+                                   f"characters); it could never match {path.name}")
+            if o.get("verify_sha256", True) is False:
+                raise DatasetError(f"{self.id}: sha256={o['sha256']!r} with verify_sha256=False: the digest would be "
+                                   "recorded and not checked; drop one of the two options")
         self.sha256 = _file_sha256(path)
         synthetic = synthetic or self._is_twin(path)
         if expected and not synthetic and o.get("verify_sha256", True) and self.sha256 != str(expected).lower():
