@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Sequence
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "atomic_write_together",
-           "canonical_json", "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "sha256_hex", "strict_json",
+__all__ = ["DuplicateKeyError", "atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "atomic_write_together",
+           "canonical_json", "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "sha256_hex", "strict_json", "unique_keys",
            "write_if_changed"]
 
 
@@ -360,6 +360,21 @@ def finite_json(obj: Any, default: Callable[[Any], Any] | None = None, _path: fr
             return {k: finite_json(v, default, inner) for k, v in obj.items()}
         return [finite_json(v, default, inner) for v in obj]
     return obj if default is None else finite_json(default(obj), default, _path)
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object that gives one key twice (:func:`unique_keys`)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of a strict JSON read: an object that gives one key twice is a
+    :class:`DuplicateKeyError` naming it (``json`` keeps the last of two equal keys silently)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(f"key {k!r} given twice in one object")
+        out[k] = v
+    return out
 
 
 def strict_json(obj: Any, default: Callable[[Any], Any] | None = None, **kw: Any) -> str:

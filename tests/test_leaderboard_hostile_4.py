@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from test_leaderboard_hostile_3 import _one_error_line, _without_spec
 from test_records_hostile import _copy
 
@@ -127,3 +129,21 @@ def test_a_selection_score_outside_its_fraction_metrics_range_is_refused(tmp_pat
 
     write_leaderboards(runs, tmp_path / "out", plots=False, formats=("md",))
     assert (tmp_path / "out" / "mv-3sources.md").is_file()
+
+
+def test_board_metadata_giving_a_key_twice_is_refused_naming_the_board(tmp_path: Path) -> None:
+    """A board's metadata comment is read as strictly as a record: two equal keys in one object (json keeps the last
+    silently, so the board would say what its second copy says) are one error naming the file and the key."""
+    from fusebench.leaderboard.meta import read_board_meta
+
+    text = (Path(__file__).resolve().parents[1] / "leaderboards" / "quickstart.md").read_text(encoding="utf-8")
+    assert read_board_meta(_write(tmp_path / "quickstart.md", text))  # as committed: read
+    doubled = text.replace('"primary": "acc",', '"primary": "acc", "primary": "bacc",', 1)
+    assert doubled != text
+    with pytest.raises(ValueError, match=r"quickstart\.md: board metadata: key 'primary' given twice in one object"):
+        read_board_meta(_write(tmp_path / "quickstart.md", doubled))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -98,3 +98,24 @@ def test_migrate_hash_schema_2_docstring_keeps_its_list_whole() -> None:
     assert later > bullets[-1]
     block = doc.splitlines()[bullets[0]:bullets[-1] + 1]
     assert all(line.startswith(("* ", "  ")) for line in block)  # bullets and their continuation lines only
+
+
+def test_a_record_is_read_as_utf8_whatever_the_locale(tmp_path) -> None:
+    """Records are written as UTF-8 (fusebench.io.atomic_write_text); they were read with the locale's encoding, so
+    a record holding non-ASCII text (a device name, a note) failed to read under an ASCII or Latin-1 locale (Windows'
+    cp1252 misreads it silently). Read here in a Python whose locale encoding is ASCII (no UTF-8 mode, no coercion)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "run.json"
+    path.write_bytes(json.dumps({"note": "Müller — 測試"}, ensure_ascii=False).encode("utf-8"))
+    code = ("import locale, sys; from fusebench.records.schema import read_record_json; "
+            "assert locale.getencoding().lower() in ('ascii', 'ansi_x3.4-1968'), locale.getencoding(); "
+            "print(ascii(read_record_json(sys.argv[1])['note']))")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    out = subprocess.run([sys.executable, "-X", "utf8=0", "-c", code, str(path)], env=env, capture_output=True,
+                         text=True, encoding="utf-8", timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ascii("Müller — 測試")

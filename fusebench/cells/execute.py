@@ -122,7 +122,7 @@ def say_done(where: str, t0: float, record: Mapping[str, Any] | None, run_json: 
 
     if record is None:
         try:
-            record = json.loads(run_json.read_text())
+            record = json.loads(run_json.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             record = {}
     score = values_of(record.get("metrics")).get(metric)

@@ -183,7 +183,7 @@ def read_lock(path: Path, queue: SlurmQueue | None = None) -> LockHolder | None:
 def read_marker(cell: Path) -> dict[str, Any] | None:
     """The cell's ``.launcher.json`` (its scheduler job), or None."""
     try:
-        data = json.loads((cell / MARKER).read_text())
+        data = json.loads((cell / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("job_id") else None

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fusebench.io import shown_path, strict_json
+from fusebench.io import DuplicateKeyError, shown_path, strict_json, unique_keys
 from fusebench.leaderboard.columns import fmt_cell
 from fusebench.components.rows import is_reference
 from fusebench.leaderboard.grouping import group_key
@@ -154,9 +154,11 @@ def read_board_meta(path: Path) -> dict[str, Any] | None:
         raise ValueError(f"{shown}: a board without the '{BOARD_META}' metadata comment (written by an older "
                          f"fusebench?); regenerate it from its runs or delete it")
     try:
-        meta = json.loads(m.group(1))
+        meta = json.loads(m.group(1), object_pairs_hook=unique_keys)  # a key given twice: refused, as in a record
     except json.JSONDecodeError as e:
         raise ValueError(f"{shown}: board metadata is not valid JSON ({e})") from None
+    except DuplicateKeyError as e:
+        raise ValueError(f"{shown}: board metadata: {e}; regenerate it from its runs or delete it") from None
     except RecursionError:  # e.g. [[[...]]] 100000 levels deep
         raise ValueError(f"{shown}: board metadata is nested too deeply to read (a board's is at most {max_depth} "
                          f"levels deep); regenerate it from its runs or delete it") from None

@@ -89,7 +89,7 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
     from fusebench.typed import load_yaml
 
     try:  # the bounded safe loader of every settings file: an alias bomb or a too deep document is one error
-        data = load_yaml(Path(path).read_text(), str(path))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ValueError(f"{shown_path(path)}: not a readable YAML file ({e})") from None
     if data is None:

@@ -83,7 +83,7 @@ def run_case(root: Path | None, args: list[str], out: Path, threads: int) -> dic
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    records = {str(p.relative_to(out)): _compared(json.loads(p.read_text()), p.relative_to(out))
+    records = {str(p.relative_to(out)): _compared(json.loads(p.read_text(encoding="utf-8")), p.relative_to(out))
                for p in sorted(out.rglob("run.json"))}
     return {"cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), "wall_s": wall,
             "records": records}

@@ -53,7 +53,7 @@ def run_cell(mode: str, out: Path, objective: str, overrides: list[str]) -> tupl
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
-    record = json.loads((out / "quickstart" / objective / "seed0" / "run.json").read_text())
+    record = json.loads((out / "quickstart" / objective / "seed0" / "run.json").read_text(encoding="utf-8"))
     threads = next((w.split("=", 1)[1] for line in proc.stderr.splitlines() if " start quickstart/" in line
                     for w in line.split() if w.startswith("threads=")), "?")
     from fusebench.metrics import values_of

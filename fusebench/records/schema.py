@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from fusebench.io import canonical_json, shown_path
+from fusebench.io import canonical_json, shown_path, unique_keys
 from fusebench.records.comparability import (comparability_fields, comparability_key, comparable_view,
                                              synthetic_overrides_applied)
 from fusebench.spec.config import HASH_SCHEMAS as _READABLE_HASH_SCHEMAS
@@ -835,17 +835,8 @@ def read_record_json(path: str | Path) -> dict[str, Any]:
     """The parsed JSON object of a run.json, not validated (what a migration script converts); a file that
     cannot be read, is not JSON or is not a JSON object is a :class:`RecordError` naming it."""
     path = Path(path)
-
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:  # json keeps the last of two equal keys silently
-        out: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in out:
-                raise ValueError(f"key {k!r} given twice in one object")
-            out[k] = v
-        return out
-
-    try:
-        obj = json.loads(path.read_text(), object_pairs_hook=unique)
+    try:  # (two equal keys in one object are refused: json keeps the last one silently)
+        obj = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
     except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: JSONDecodeError, a too long integer
         raise RecordError(path, "(file)", f"a readable JSON file ({e})") from None
     except RecursionError:

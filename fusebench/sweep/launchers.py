@@ -414,7 +414,7 @@ class SubmititLauncher(Launcher):
         base = {"benchmark": spec.name, "objective": o, "seed": s, "job_id": job.job_id}
         if (job.cell / "failed.json").exists():
             try:
-                error = str(json.loads((job.cell / "failed.json").read_text()).get("error", ""))
+                error = str(json.loads((job.cell / "failed.json").read_text(encoding="utf-8")).get("error", ""))
             except (OSError, ValueError):
                 error = "failed.json unreadable"
             return {"status": "failed", **base, "error": error}

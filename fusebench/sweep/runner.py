@@ -709,7 +709,7 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
         for s in seeds:
             path = CellRequest(spec, o, s, out).cell / "run.json"
             try:
-                found.append(json.loads(path.read_text()))
+                found.append(json.loads(path.read_text(encoding="utf-8")))
             except (OSError, ValueError):
                 continue
     return found

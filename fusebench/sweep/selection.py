@@ -341,7 +341,7 @@ def _trials_code_changes(spec: BenchmarkSpec, objective: str, out: Path, context
     metric, changed = spec.validation_metric, []
     for request in trials_of(spec, objective, out, context):
         try:
-            rec = json.loads((request.cell / "run.json").read_text())
+            rec = json.loads((request.cell / "run.json").read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(rec, dict) or not isinstance(rec.get("schema_version", 1), int):

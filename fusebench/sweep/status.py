@@ -96,7 +96,7 @@ def _read_cell(cell: Path, queue: SlurmQueue | None, root: Path | None,
             note = f"slurm job {marker['job_id']} ended without a record (log: {marker.get('stderr', '?')})"
     if (cell / "failed.json").is_file():
         try:
-            error = str(json.loads((cell / "failed.json").read_text()).get("error", ""))
+            error = str(json.loads((cell / "failed.json").read_text(encoding="utf-8")).get("error", ""))
         except (OSError, ValueError, AttributeError, RecursionError):
             error = "failed.json unreadable"
         return "failed", error.splitlines()[0] if error else "", None
