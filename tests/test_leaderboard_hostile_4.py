@@ -147,3 +147,28 @@ def test_board_metadata_giving_a_key_twice_is_refused_naming_the_board(tmp_path:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def test_a_plot_that_fails_to_draw_leaves_the_folder_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    """The plots are drawn into memory before the first file is written: a plot that fails (here, after the curves
+    plot was drawn) stops the regeneration with no file written. They were drawn and written board by board, so a
+    failure left the folder part new, part old (the PNGs drawn before it written, the boards not)."""
+    import fusebench.leaderboard.plots as plotting
+    from fusebench.leaderboard.writer import write_leaderboards
+
+    runs = _copy(tmp_path)
+    real = plotting.plot_curves
+
+    def draws_then_fails(view, path):
+        assert real(view, path)  # drawn (into memory while staged)
+        raise RuntimeError("the next plot failed")
+
+    monkeypatch.setattr(plotting, "plot_curves", draws_then_fails)
+    out = tmp_path / "boards"
+    with pytest.raises(RuntimeError, match="the next plot failed"):
+        write_leaderboards(runs, out)
+    assert not out.exists() or not any(out.iterdir())
+    monkeypatch.setattr(plotting, "plot_curves", real)
+    written = write_leaderboards(runs, out)
+    assert {p.name for p in written} >= {"quickstart.md", "quickstart-curves.png", "README.md"}
+    assert (out / "quickstart-curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

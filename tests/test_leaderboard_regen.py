@@ -291,7 +291,8 @@ def test_the_command_says_what_it_does_warns_on_no_runs_and_names_an_interruptio
     monkeypatch.setenv("FUSEBENCH_LOG_EVERY", "0")  # a line per board
     assert main(["--runs", str(runs), "--out", str(tmp_path / "a"), "--no-plots"]) == 0
     err = capsys.readouterr().err
-    assert "[fusebench] leaderboard: boards written (with their plots): step 2/2 (100%)" in err
+    assert "[fusebench] leaderboard: boards written: step 2/2 (100%)" in err  # (--no-plots: no "plots drawn" line)
+    assert "plots drawn" not in err
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["--runs", str(empty), "--out", str(tmp_path / "b")]) == 0

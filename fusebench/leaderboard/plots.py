@@ -7,11 +7,14 @@ never redrawn."""
 
 from __future__ import annotations
 
+import contextvars
+import io
 import math
 import os
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from fusebench.io import atomic_write, canonical_json, sha256_hex
 from fusebench.leaderboard.columns import mean_std, natural_key
@@ -27,6 +30,38 @@ DRAWABLE = 1e300
 def drawable(x: float) -> bool:
     """Whether a plot draws ``x``: finite and of magnitude at most :data:`DRAWABLE`."""
     return abs(x) <= DRAWABLE  # False for NaN and the infinities
+
+
+#: the PNGs drawn while :func:`staged_pngs` is active: path -> bytes, written by its caller once every file of a
+#: regeneration is rendered (None: each PNG is written as it is drawn)
+_STAGED: contextvars.ContextVar[dict[Path, bytes] | None] = contextvars.ContextVar("fusebench_staged_pngs",
+                                                                                   default=None)
+
+
+@contextmanager
+def staged_pngs() -> Iterator[dict[Path, bytes]]:
+    """Within this block every plot of the boards (:func:`save_png`) is drawn into memory instead of its file; the
+    mapping it yields (path -> PNG bytes) is what the caller writes once everything else is rendered too, so a
+    plot that fails to draw leaves no folder of part new, part old files (:mod:`fusebench.leaderboard.writer`)."""
+    staged: dict[Path, bytes] = {}
+    token = _STAGED.set(staged)
+    try:
+        yield staged
+    finally:
+        _STAGED.reset(token)
+
+
+def save_png(path: str | os.PathLike, fig: Any, metadata: Mapping[str, Any]) -> Path:
+    """``fig`` as a PNG (with the text chunks ``metadata``, matplotlib's ``Software`` stamp left out) at ``path``:
+    written atomically, or held in memory for the caller of :func:`staged_pngs` when that is active."""
+    meta = {"Software": None, **dict(metadata)}
+    staged = _STAGED.get()
+    if staged is None:  # a temporary name of its own (two regenerations into one folder draw the same plot at once)
+        return atomic_write(path, lambda f: fig.savefig(f, format="png", metadata=meta))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata=meta)
+    staged[Path(path)] = buf.getvalue()
+    return Path(path)
 
 
 def _mean_band(series: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
@@ -162,8 +197,8 @@ def plot_curves(view: GroupView, path: Path) -> bool:
     what = "pretraining loss" + (f" and validation {view.primary}" if has_val else "")
     fig.suptitle(f"{view.name}: {what}; line = mean over seeds, band = ± 1 std", fontsize=10)
     fig.tight_layout()
-    try:  # a temporary name of its own (two regenerations into one folder draw the same plot at once)
-        atomic_write(path, lambda f: fig.savefig(f, format="png", metadata={"Software": None, PLOT_KEY: inputs_key}))
+    try:
+        save_png(path, fig, {PLOT_KEY: inputs_key})
     finally:
         plt.close(fig)
     return True
@@ -240,6 +275,4 @@ def cd_diagram(avg_ranks: Mapping[str, float], cd: float, path: str | os.PathLik
         ax.plot([r, r, hi_axis + 0.15], [0, y, y], color="black", linewidth=0.8)
         ax.text(hi_axis + 0.2, y, f"({r:.2f}) {name}", ha="left", va="center", fontsize=8)
     ax.text((lo_axis + hi_axis) / 2, top + 0.02, title, ha="center", va="top", fontsize=9)
-    meta: dict[str, Any] = {"Software": None}
-    meta.update(dict(metadata or {}))
-    return atomic_write(path, lambda f: fig.savefig(f, format="png", metadata=meta))
+    return save_png(path, fig, dict(metadata or {}))

@@ -21,10 +21,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fusebench.io import atomic_write, canonical_json, sha256_hex
+from fusebench.io import canonical_json, sha256_hex
 from fusebench.leaderboard.columns import MetricInfo, fmt_cell, md_code, mean_std, metric_info
 from fusebench.leaderboard.groups import GroupView
-from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text
+from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text, save_png
 from fusebench.components.protocols import PROTOCOLS, Protocol, rate_id, view_id
 
 PLOT_VERSION = 1  # bump when plot_missing draws differently: every such plot is redrawn once
@@ -218,7 +218,7 @@ def plot_missing(view: GroupView, path: Path) -> bool:
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
     fig.suptitle(f"{view.name}: missing-view robustness; mean over seeds, error bars ± 1 std", fontsize=10)
     fig.tight_layout(rect=(0.0, 0.0, right, 1.0))
-    atomic_write(path, lambda f: fig.savefig(f, format="png", metadata={"Software": None, PLOT_KEY: key}))
+    save_png(path, fig, {PLOT_KEY: key})
     return True
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fusebench.grids import at_edge
-from fusebench.io import atomic_write, canonical_json, sha256_hex
+from fusebench.io import canonical_json, sha256_hex
 from fusebench.leaderboard.columns import fmt_value, md_code, md_text, shown_bound
 from fusebench.leaderboard.groups import GroupView, oldest_first
 from fusebench.records.schema import selection_metric_id  # the id in a record's hparam_selection.metric
@@ -234,7 +234,7 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
     points (in grid order), the chosen point a star. Deterministic; the PNG carries a hash of its inputs and
     is left untouched when that hash is unchanged (like the curves plot); written atomically. Returns False
     (writing nothing) when there is nothing to plot."""
-    from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text
+    from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text, save_png
 
     found = tables(view) if view.ranked else []
     if not found:
@@ -275,5 +275,5 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
     fig.suptitle(f"{view.name}: validation score per grid point (mean over selection seeds); star = chosen",
                  fontsize=9)
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", metadata={"Software": None, PLOT_KEY: key}))
+    save_png(path, fig, {PLOT_KEY: key})
     return True

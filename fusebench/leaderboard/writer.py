@@ -1,7 +1,7 @@
 """Writing a leaderboards folder (:func:`write_leaderboards`): every board of the benchmarks with runs,
 their curves plots (and missing-view plots, :mod:`fusebench.leaderboard.robustness`), the index and its CD diagram, and on request each board's results as data (CSV,
-JSON: :mod:`fusebench.leaderboard.export`). Everything is validated and rendered before the
-first file is written, files are written only inside the output folder, and a file whose content is
+JSON: :mod:`fusebench.leaderboard.export`). Everything is validated and rendered, the plots drawn (into memory,
+:func:`fusebench.leaderboard.plots.staged_pngs`), before the first file is written, files are written only inside the output folder, and a file whose content is
 unchanged (or a plot whose inputs are) is left untouched. Also where the committed boards of a
 repository checkout are (:func:`repository_boards`)."""
 
@@ -19,7 +19,7 @@ import fusebench.leaderboard.plots as plotting
 import fusebench.leaderboard.outputs as outputs
 import fusebench.leaderboard.robustness as robustness
 import fusebench.leaderboard.sensitivity as sensitivity
-from fusebench.io import remove_stale_temps, write_if_changed
+from fusebench.io import atomic_write_bytes, remove_stale_temps, write_if_changed
 from fusebench.leaderboard.grouping import group_key, group_runs
 from fusebench.leaderboard.groups import GroupView, load_runs, make_view
 from fusebench.leaderboard.meta import read_board_meta, rendered_meta
@@ -136,21 +136,23 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         targets += [*plot_names, *missing_names, *sens_names, *(f"{name}.{fmt}" for fmt in formats)]
     for filename in targets:  # what a regeneration killed mid-write left: never kept forever
         remove_stale_temps(_inside(out_dir, filename), older_than=STALE_TEMP_S)
-    for name, views, shown, missing, sens, texts in track(rendered, len(rendered), "leaderboard: boards written "
-                                                          "(with their plots)", progress and bool(rendered)):
-        if md:
-            for view, plot in zip(views, shown):
-                if plot:
-                    if plotting.plot_curves(view, _inside(out_dir, plot)):  # True: the PNG is there
-                        written.append(out_dir / plot)
-            for view, plot in zip(views, missing):
-                if plot:
-                    if robustness.plot_missing(view, _inside(out_dir, plot)):  # True: the PNG is there
-                        written.append(out_dir / plot)
-            for view, plot in zip(views, sens):
-                if plot:
-                    if sensitivity.plot_sensitivity(view, _inside(out_dir, plot)):  # True: the PNG is there
-                        written.append(out_dir / plot)
+    # the plots drawn into memory first (plots.staged_pngs): one that fails to draw stops the regeneration before any
+    # file is written, so the folder is never left part new, part old; an unchanged plot is neither drawn nor written
+    with plotting.staged_pngs() as staged:
+        for name, views, shown, missing, sens, texts in track(rendered, len(rendered), "leaderboard: plots drawn",
+                                                              progress and bool(rendered) and md and plots):
+            if md:
+                for drawn, names in ((plotting.plot_curves, shown), (robustness.plot_missing, missing),
+                                     (sensitivity.plot_sensitivity, sens)):
+                    for view, plot in zip(views, names):
+                        if plot and drawn(view, _inside(out_dir, plot)):  # True: the PNG is (or will be) there
+                            written.append(out_dir / plot)
+        if md and cd_plot and index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot)):
+            written.append(out_dir / cd_plot)
+    for path, png in staged.items():
+        atomic_write_bytes(path, png)
+    for name, views, shown, missing, sens, texts in track(rendered, len(rendered), "leaderboard: boards written",
+                                                          progress and bool(rendered)):
         for fmt in export.FORMATS:
             if fmt in texts:
                 path = _inside(out_dir, f"{name}.{fmt}")
@@ -160,9 +162,6 @@ def write_leaderboards(runs_dir: Path, out_dir: Path, plots: bool = True, split:
         write_if_changed(_inside(out_dir, filename), text)
         written.append(out_dir / filename)
     if md:
-        if cd_plot:
-            if index_page.draw_cd_diagram(ranking, _inside(out_dir, cd_plot)):
-                written.append(out_dir / cd_plot)
         index_path = _inside(out_dir, "README.md")
         write_if_changed(index_path, index_md)
         written.append(index_path)
