@@ -348,6 +348,26 @@ def test_a_selection_that_could_see_test_samples_is_refused_before_any_trial(
         selection.select_hparams(ok, "infonce_pwe", tmp_path, RunOptions(data_root=_ngs(fixtures_dir)), {})
 
 
+def test_an_evaluation_seed_that_is_a_selection_seed_is_refused_before_anything_runs(
+        tmp_path: Path, fixtures_dir: Path) -> None:
+    """An evaluation cell at a selection seed, with the chosen point, is the winning trial itself: the same train /
+    val partition of the non-test samples, the same initialisation and draws. Refused
+    whether the seed comes from --seeds or from the spec (``pretrain.selection_seed``, which the spec's own check of
+    ``selection_seeds`` against ``seeds`` does not cover); a run whose rows select nothing may use any seed."""
+    common = dict(objective="infonce_pwe", out=tmp_path, data_root=_ngs(fixtures_dir), progress=False, plan=True)
+    with pytest.raises(ConfigError, match=r"mv-ngs: seed\(s\) 1000 of this run are selection seeds "
+                                          r"\(pretrain.selection_seeds: \[1000, 1001\]\) of infonce_pwe"):
+        fusebench.run("mv-ngs", seeds=[1000, 3], overrides=FAST, **common)
+    with pytest.raises(ConfigError, match=r"seed\(s\) 1000 of this run are selection seeds \(pretrain.selection_seed: "
+                                          r"\[1000\]\)"):
+        fusebench.run("mv-ngs", overrides={**FAST, "seeds": [1000, 1], "pretrain.selection_seeds": []}, **common)
+    assert not (tmp_path / "mv-ngs").exists() and not (tmp_path / selection.TRIALS_DIR).exists()
+    # apart from the selection seeds, or no row selecting: planned
+    assert fusebench.run("mv-ngs", seeds=[3], overrides=FAST, **common)
+    assert fusebench.run("mv-ngs", seeds=[1000], overrides={"metrics": ["acc"], "comparison": {}},
+                         **{**common, "objective": "raw"})
+
+
 def test_a_trial_without_a_finite_validation_score_stops_the_selection(tmp_path: Path, monkeypatch) -> None:
     """NaN compared in max() keeps the first grid point: a trial that could not be scored must not win."""
     from fusebench.engine.loop import RunError

@@ -202,6 +202,25 @@ def check_test_split_fixed(spec: BenchmarkSpec, options: RunOptions) -> None:
                        "test split")
 
 
+def check_seeds_apart(spec: BenchmarkSpec, objectives: list[str], seeds: list[int]) -> None:
+    """Refuse evaluation ``seeds`` that are selection seeds (``spec.selection_seeds``: ``pretrain.selection_seeds``,
+    else ``pretrain.selection_seed``) where a row of ``objectives`` selects its hyper-parameters: the evaluation cell
+    of such a seed is, with the chosen point, the very trial that won the validation (the same split of the non-test
+    samples, the same initialisation, the same few-shot draws), so its number would be that of the run the choice
+    was made on. A ConfigError naming the seeds, before anything runs. The spec's own check covers
+    ``pretrain.selection_seeds`` against ``seeds`` alone; this one the resolved selection seeds against the seeds
+    a run asks for (``--seeds``)."""
+    selecting = [o for o in dict.fromkeys(objectives) if selects(spec, o)]
+    clash = sorted(set(int(s) for s in seeds) & set(spec.selection_seeds))
+    if selecting and clash:
+        key = "pretrain.selection_seeds" if spec.pretrain.selection_seeds else "pretrain.selection_seed"
+        raise ConfigError(f"{spec.name}: seed(s) {', '.join(map(str, clash))} of this run are selection seeds "
+                          f"({key}: {spec.selection_seeds}) of {', '.join(selecting)}, whose hyper-parameters are "
+                          "selected on them: an evaluation run of such a seed would repeat the winning selection "
+                          "trial (its split, initialisation and few-shot draws) and report the run the choice was "
+                          f"made on; evaluate on other seeds, or set {key} apart from the evaluation seeds")
+
+
 def _identity(spec: BenchmarkSpec, objective: str, options: RunOptions, context: Mapping[str, Any]) -> dict[str, Any]:
     """What a frozen selection was made from: the objective's config hash (its grid, selection seeds and
     metric, dataset and budget) and the data (the fingerprint's sha256; synthetic or not)."""
@@ -389,6 +408,7 @@ def freeze_selections(spec: BenchmarkSpec, objectives: list[str], out: Path, opt
     return ctx
 
 
-__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "check_frozen", "freeze_selection", "freeze_selections",
+__all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "check_frozen", "check_seeds_apart", "freeze_selection",
+           "freeze_selections",
            "run_trials_in_parallel",
            "select_hparams", "selection_line", "selection_path", "trial_name", "trials_of"]
