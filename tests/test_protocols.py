@@ -115,3 +115,21 @@ def test_a_validation_split_that_is_the_test_split_is_refused_where_anything_is_
         benchmarks.load(bench, overrides={"dataset.val_split": "test", **overrides})
     shared = benchmarks.load("sunrgbd-det-real20")
     assert shared.dataset.val_split == shared.dataset.test_split == "test" and shared.downstream.epochs == 1
+
+
+@pytest.mark.parametrize("bench", ["quickstart", "mv-ngs", "sunrgbd-det-real20"])
+def test_the_training_split_is_never_the_test_split_nor_a_validation_that_chooses(bench: str) -> None:
+    """``dataset.test_split = train`` scored every row on the samples it was trained on (quickstart's `raw` row reported
+    98.4% test accuracy on its own training samples), and every selection trial trained on the test samples;
+    ``dataset.val_split = train`` chose the best epoch, the probes' L2 weights and the grids on training samples.
+    Both were accepted. The test split is refused whatever is chosen; the validation where anything is chosen."""
+    with pytest.raises(ConfigError, match=r"dataset.test_split is 'train', the split every cell trains on .* the "
+                                          r"test score would be measured on training samples"):
+        benchmarks.load(bench, overrides={"dataset.test_split": "train"})
+    if bench == "sunrgbd-det-real20":  # one downstream epoch, no grid: nothing is chosen on its validation split
+        assert benchmarks.load(bench, overrides={"dataset.val_split": "train"}).dataset.val_split == "train"
+        return
+    chosen = "the best of its 10 downstream epochs" if bench == "quickstart" else "the probes' L2 weights"
+    with pytest.raises(ConfigError, match=r"dataset.val_split is 'train', the split every cell trains on: " + chosen
+                       + r".* would be chosen on training samples"):
+        benchmarks.load(bench, overrides={"dataset.val_split": "train"})

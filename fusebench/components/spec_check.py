@@ -17,8 +17,8 @@ from fusebench.options import OptionsError, check_options
 from fusebench.pipelines import PIPELINES, pipeline_of, unapplied_settings
 from fusebench.registry import closest
 from fusebench.tasks import TASKS
-from fusebench.spec.config import (PER_OBJECTIVE, BenchmarkSpec, ConfigError, grouped_key, name_overrides, read_spec,
-                                   setting_key)
+from fusebench.spec.config import (PER_OBJECTIVE, TRAIN_SPLIT, BenchmarkSpec, ConfigError, grouped_key,
+                                   name_overrides, read_spec, setting_key)
 from fusebench.spec.methods import check_methods, joining, split_method_keys, with_method_options
 from fusebench.components.protocols import (PROTOCOLS, Protocol, missing_view_problems, protocol_of,
                                             unapplied_downstream)
@@ -145,10 +145,17 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
                 f"own (its scorer is the task-head training of linear_probe / finetune, {Protocol.scorer}); set the "
                 f"protocol's scorer to the function that scores a cell ('package.module:function')"]
     ds = spec.dataset
-    if ds.val_split == ds.test_split:  # whatever is chosen on validation would be chosen on the test samples
+    if ds.test_split == TRAIN_SPLIT:  # every row trains on it: the test score would be one on training samples
+        return [f"dataset.test_split is {TRAIN_SPLIT!r}, the split every cell trains on (pretraining, the probes, the "
+                f"task head) and every selection trial too: the test score would be measured on training samples; "
+                f"name the dataset's held-out test split"]
+    if ds.val_split in (ds.test_split, TRAIN_SPLIT):  # what is chosen on validation would be chosen on those samples
         gridded = any(spec.pretrain.grid.values()) or any(row_of(spec, o).selection_grid(spec) for o in spec.objectives)
         grids = "the hyper-parameters of the selection grids" if gridded else None
         chosen = [c for c in (protocol.selects_on_validation(spec), grids, *validation_steps(spec)) if c]
+        if chosen and ds.val_split == TRAIN_SPLIT:
+            return [f"dataset.val_split is {TRAIN_SPLIT!r}, the split every cell trains on: {' and '.join(chosen)} "
+                    f"would be chosen on training samples, not on held-out ones; give the validation its own split"]
         if chosen:
             return [f"dataset.val_split and dataset.test_split are both {ds.test_split!r}: {' and '.join(chosen)} "
                     f"would be chosen on the test samples; give the validation its own split (only a pipeline check "

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from fusebench.runtime import distributed
 from fusebench.runtime.progress import cell_track, phase
-from fusebench.spec.config import BenchmarkSpec, LoaderConfig
+from fusebench.spec.config import TRAIN_SPLIT, BenchmarkSpec, LoaderConfig
 
 def build_datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int,
               roles: tuple[str, ...] = ("train", "val", "test"), extra_options: dict[str, Any] | None = None):
@@ -44,7 +44,7 @@ def build_datasets(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, 
     if synthetic:
         common["synthetic_spec"] = dict(ds_cfg.synthetic_spec)
     out = {}
-    for role, split in (("train", "train"), ("val", ds_cfg.val_split), ("test", ds_cfg.test_split)):
+    for role, split in (("train", TRAIN_SPLIT), ("val", ds_cfg.val_split), ("test", ds_cfg.test_split)):
         if role not in roles:
             continue
         with phase(f"reading the {role} split of {ds_cfg.id}"):  # reading, indexing, standardising: said when slow

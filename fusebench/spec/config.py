@@ -28,6 +28,11 @@ from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_
 from fusebench.registry import closest, valid_id
 
 
+#: the split every cell trains on (the train role of :func:`fusebench.engine.data.build_datasets`): never a spec's
+#: val_split or test_split
+TRAIN_SPLIT = "train"
+
+
 @dataclass
 class DatasetConfig:
     id: str = ""
