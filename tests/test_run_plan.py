@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,26 @@ def test_the_plan_of_a_selection_counts_its_trials_and_checks_a_frozen_file_as_t
                                     f"another configuration or other data: config_hash '{'0' * 16}' (now ")
     with pytest.raises(fusebench.engine.cell.ConfigMismatchError, match="frozen hyper-parameter selection"):
         fusebench.run("mv-ngs", objective=["infonce_pwe"], seeds=[0, 1], out=out, data_root=ngs, overrides=FAST,
+                      progress=False)
+
+
+def test_the_plan_of_a_selection_that_could_see_test_samples_is_the_run_s_refusal(tmp_path: Path,
+                                                                                 fixtures_dir: Path) -> None:
+    """split_per_seed without a fixed test split: the run refuses the selection before its first trial (selection
+    seed 1000's train / val would hold test samples of seed 0); the plan said it would run its 6 trials."""
+    from fusebench.engine.loop import RunError
+
+    out, ngs = tmp_path / "runs", str(fixtures_dir / "multiview" / "NGs.mat")
+    over = {**FAST, "dataset.outer_test_seed": None}
+    plan = fusebench.run("mv-ngs", objective=["none", "infonce_pwe"], seeds=[0], out=out, data_root=ngs,
+                         overrides=over, progress=False, plan=True)
+    (sel,) = [r for r in plan if r.get("selection")]
+    why = (r"mv-ngs: dataset.split_per_seed draws a split per seed, so the selection seeds \[1000, 1001\] would train "
+           r"and validate on test samples of the evaluation seeds")
+    assert sel["action"] == "refused" and re.match(why, sel["detail"]), sel
+    assert not out.exists()
+    with pytest.raises(RunError, match=why):
+        fusebench.run("mv-ngs", objective=["none", "infonce_pwe"], seeds=[0], out=out, data_root=ngs, overrides=over,
                       progress=False)
 
 

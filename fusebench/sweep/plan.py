@@ -90,6 +90,17 @@ def selection_plan(spec: BenchmarkSpec, objectives: list[str], out: Path, option
     from fusebench.sweep import selection as S
 
     rows = []
+    unfixed: list[str | None] = []  # why no selection may run here (a test split not fixed), checked once
+
+    def test_split_refusal() -> str | None:  # the check select_hparams makes before its first trial
+        if not unfixed:
+            try:
+                S.check_test_split_fixed(spec, options)
+                unfixed.append(None)
+            except RunError as e:
+                unfixed.append(str(e))
+        return unfixed[0]
+
     for o in objectives:
         trials = S.trials_of(spec, o, out, context)
         if not trials:
@@ -101,6 +112,8 @@ def selection_plan(spec: BenchmarkSpec, objectives: list[str], out: Path, option
                 action, detail = "reuse", S.selection_line(outcome, path, made_now=False)
             except (ConfigMismatchError, RunError, OSError) as e:
                 action, detail = "refused", str(e)
+        elif (refusal := test_split_refusal()) is not None:  # the run refuses it before any trial
+            action, detail = "refused", refusal
         else:
             todo = [t for t in trials if not (t.cell / "run.json").exists()]
             resumed, refusal = 0, None
