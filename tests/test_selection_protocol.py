@@ -368,6 +368,36 @@ def test_an_evaluation_seed_that_is_a_selection_seed_is_refused_before_anything_
                          **{**common, "objective": "raw"})
 
 
+def test_a_record_made_with_another_frozen_choice_is_not_reused(tmp_path: Path, fixtures_dir: Path) -> None:
+    """The config hash does not cover the chosen point (the grid replaces it). A selection made again with another
+    choice (its file deleted and the trials rerun on another machine: simulated here by a file whose scores make
+    another point the best) let a sweep reuse seed 0's record, run at the old point, beside seed 1 run at the new
+    one: one row, two hyper-parameters. Now the reuse is refused, naming both choices; a file with the same choice
+    (other scores) is no reason to refuse."""
+    from fusebench.engine.cell import ConfigMismatchError
+
+    out = tmp_path / "runs"
+    over = {**FAST, "pretrain.selection_seeds": [1000], "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}}}
+    common = dict(objective="infonce_pwe", out=out, data_root=_ngs(fixtures_dir), overrides=over, progress=False)
+    (rec,) = fusebench.run("mv-ngs", seeds=[0], **common)
+    path = out / "mv-ngs" / "_selection" / "infonce_pwe.json"
+    frozen = json.loads(path.read_text())
+    old = frozen["choice"]
+    new = next(e["hparams"] for e in frozen["scores"] if e["hparams"] != old)
+    scores = [{**e, "val": 0.9 if e["hparams"] == new else 0.1, "val_by_seed": {"1000": 0.9 if e["hparams"] == new
+                                                                               else 0.1}} for e in frozen["scores"]]
+    path.write_text(json.dumps({**frozen, "scores": scores, "choice": new, "at_edge": ["tau"]}))
+    with pytest.raises(ConfigMismatchError, match=rf"seed0/run.json was made with the hyper-parameters of another "
+                                                  rf"frozen selection \(choice {old!r}.*this sweep's: choice {new!r}"):
+        fusebench.run("mv-ngs", seeds=[0, 1], **common)
+    assert rec["hparams"]["tau"] == old["tau"]
+    # a selection file with the same choice (here: other bytes, other scores): seed 0 reused, seed 1 run at its point
+    path.write_text(json.dumps({**frozen, "scores": [{**e, "val": e["val"] / 2, "val_by_seed": {
+        k: v / 2 for k, v in e["val_by_seed"].items()}} for e in frozen["scores"]]}))
+    recs = fusebench.run("mv-ngs", seeds=[0, 1], **common)
+    assert [r["hparams"]["tau"] for r in recs] == [old["tau"]] * 2 and recs[0]["finished_at"] == rec["finished_at"]
+
+
 def test_a_trial_without_a_finite_validation_score_stops_the_selection(tmp_path: Path, monkeypatch) -> None:
     """NaN compared in max() keeps the first grid point: a trial that could not be scored must not win."""
     from fusebench.engine.loop import RunError
