@@ -389,7 +389,8 @@ def test_a_record_made_with_another_frozen_choice_is_not_reused(tmp_path: Path, 
     path.write_text(json.dumps({**frozen, "scores": scores, "choice": new, "at_edge": ["tau"]}))
     with pytest.raises(ConfigMismatchError, match=rf"seed0/run.json was made with the hyper-parameters of another "
                                                   rf"frozen selection \(choice {old!r}.*this sweep's: choice {new!r}"):
-        fusebench.run("mv-ngs", seeds=[0, 1], **common)
+        fusebench.run("mv-ngs", seeds=[1, 0], **common)  # refused before seed 1 runs
+    assert not (out / "mv-ngs" / "infonce_pwe" / "seed1").exists()
     assert rec["hparams"]["tau"] == old["tau"]
     # a selection file with the same choice (here: other bytes, other scores): seed 0 reused, seed 1 run at its point
     path.write_text(json.dumps({**frozen, "scores": [{**e, "val": e["val"] / 2, "val_by_seed": {

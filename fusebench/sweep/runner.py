@@ -690,6 +690,9 @@ def _select_and_launch(spec: BenchmarkSpec, objs: list[str], seeds: list[int], o
     # (with --workers N the trials run N at a time, each the same call as in one process: the same records)
     context.update(freeze_selections(spec, [o for o in objs if any(oo == o for oo, _ in pending)], out, options,
                                      context, workers=launch.trial_workers))
+    for o in (context.get("hparam_selection") or {}):  # a finished cell made at another point: before any cell runs
+        for s in seeds:
+            judge_cell(spec, o, s, out, context)
 
     cells = SweepCells(spec, out, options, context)
     # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local
