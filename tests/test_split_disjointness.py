@@ -113,3 +113,26 @@ def test_no_selection_trial_sees_a_test_row_of_the_raw_file(name: str, fixtures_
             assert not (parts["train"] | parts["val"]) & test
     # the seeds do vary the train / val partition (the split is drawn per seed)
     assert len({frozenset(p["val"]) for p in splits.values()}) == len(splits)
+
+
+def test_the_held_out_splits_under_each_other_s_role_are_refused(fixtures_dir: Path) -> None:
+    """``val_split: test, test_split: val`` was accepted: on a board whose train / val partition is drawn per seed,
+    the evaluation's "test" is then each seed's validation part of the non-test samples, which the selection seeds'
+    trials train on (shown here from the rows), while the selection validates on the fixed held-out split."""
+    from fusebench.spec.config import ConfigError
+
+    path = fixtures_dir / "multiview" / "NGs.mat"
+    swapped = {"dataset.val_split": "test", "dataset.test_split": "val"}
+    spec = load_spec(benchmarks.path("mv-ngs"))
+    spec.dataset.val_split, spec.dataset.test_split = "test", "val"  # as the spec was taken before
+    tested = set().union(*(_rows_and_labels(build_datasets(spec, False, str(path), s, roles=("test",))["test"])[0]
+                           for s in spec.seeds[:3]))
+    trained = set().union(*(_rows_and_labels(build_datasets(spec, False, str(path), s, roles=("train",))["train"])[0]
+                            for s in spec.selection_seeds))
+    assert len(tested & trained) > 0.9 * len(tested)
+    with pytest.raises(ConfigError, match=r"dataset.val_split is 'test', the adapter's held-out test split, while "
+                                          r"dataset.test_split is 'val': the test score would be measured on another "
+                                          r"split than the held-out one"):
+        load_spec(benchmarks.path("mv-ngs"), overrides=swapped)
+    shared = load_spec(benchmarks.path("sunrgbd-det-real20"))  # val and test one split (nothing chosen): as before
+    assert shared.dataset.val_split == shared.dataset.test_split == "test"

@@ -149,6 +149,15 @@ def protocol_problems(spec: BenchmarkSpec) -> list[str]:
         return [f"dataset.test_split is {TRAIN_SPLIT!r}, the split every cell trains on (pretraining, the probes, the "
                 f"task head) and every selection trial too: the test score would be measured on training samples; "
                 f"name the dataset's held-out test split"]
+    # the adapters' held-out splits under each other's role (multiview_mat with a split drawn per seed: the test score
+    # on a per-seed partition whose samples the selection trials and the other seeds trained on)
+    for key, name, other, what in (("val_split", "test", "test_split", "test"), ("test_split", "val", "val_split",
+                                                                                  "validation")):
+        if getattr(ds, key) == name and getattr(ds, other) != name:
+            return [f"dataset.{key} is {name!r}, the adapter's held-out {what} split, while dataset.{other} is "
+                    f"{getattr(ds, other)!r}: the test score would be measured on another split than the held-out one "
+                    f"(with a split drawn per seed, on samples the selection trials and the other seeds trained on); "
+                    f"keep val_split: val and test_split: test"]
     if ds.val_split in (ds.test_split, TRAIN_SPLIT):  # what is chosen on validation would be chosen on those samples
         gridded = any(spec.pretrain.grid.values()) or any(row_of(spec, o).selection_grid(spec) for o in spec.objectives)
         grids = "the hyper-parameters of the selection grids" if gridded else None
