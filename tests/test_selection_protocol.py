@@ -399,6 +399,43 @@ def test_a_record_made_with_another_frozen_choice_is_not_reused(tmp_path: Path, 
     assert [r["hparams"]["tau"] for r in recs] == [old["tau"]] * 2 and recs[0]["finished_at"] == rec["finished_at"]
 
 
+def test_a_checkpoint_written_at_another_frozen_choice_is_not_resumed(
+        tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evaluation cell killed while it pretrained at the frozen choice: its last.pt says at which point. A
+    selection made again with another choice resumed it at the new point (pretraining continued with another tau,
+    the record then naming the new choice alone). Refused now, before any cell runs; at the same point it resumes."""
+    import functools
+
+    from fusebench.engine.cell import ConfigMismatchError
+
+    out = tmp_path / "runs"
+    over = {**FAST, "pretrain.selection_seeds": [1000], "pretrain.grid": {"infonce_pwe": {"tau": [0.1, 0.5]}},
+            "checkpoint_every": 1}
+    common = dict(objective="infonce_pwe", out=out, data_root=_ngs(fixtures_dir), overrides=over, progress=False)
+    with monkeypatch.context() as m:  # killed after one pretraining step (the trials run whole: options.but)
+        m.setattr(runner, "RunOptions", functools.partial(RunOptions, max_steps=1))
+        with pytest.raises(KeyboardInterrupt):
+            fusebench.run("mv-ngs", seeds=[2], **common)
+    last = out / "mv-ngs" / "infonce_pwe" / "seed2" / "last.pt"
+    path = out / "mv-ngs" / "_selection" / "infonce_pwe.json"
+    frozen = json.loads(path.read_text())
+    import torch
+
+    assert torch.load(last, weights_only=True)["hparam_choice"] == frozen["choice"]
+    new = next(e["hparams"] for e in frozen["scores"] if e["hparams"] != frozen["choice"])
+    scores = [{**e, "val": 0.9 if e["hparams"] == new else 0.1, "val_by_seed": {"1000": 0.9 if e["hparams"] == new
+                                                                               else 0.1}} for e in frozen["scores"]]
+    path.write_text(json.dumps({**frozen, "scores": scores, "choice": new}))
+    with pytest.raises(ConfigMismatchError, match=rf"cannot resume {last}: it was written at the point "
+                                                  rf"{frozen['choice']!r} of another frozen hyper-parameter selection, "
+                                                  rf"this sweep's chose {new!r}"):
+        fusebench.run("mv-ngs", seeds=[3, 2], **common)
+    assert not (out / "mv-ngs" / "infonce_pwe" / "seed3").exists()  # refused before any cell ran
+    path.write_text(json.dumps(frozen))  # the point it was written at: resumed
+    (rec,) = fusebench.run("mv-ngs", seeds=[2], **common)
+    assert rec["resumed"] and rec["hparams"]["tau"] == frozen["choice"]["tau"]
+
+
 def test_a_trial_without_a_finite_validation_score_stops_the_selection(tmp_path: Path, monkeypatch) -> None:
     """NaN compared in max() keeps the first grid point: a trial that could not be scored must not win."""
     from fusebench.engine.loop import RunError

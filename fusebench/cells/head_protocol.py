@@ -44,7 +44,7 @@ def score(sc: Any, protocol: Any, pretrained_state: dict[str, torch.Tensor],
     scaler = precision.grad_scaler(sc.policy, dev)
     if scaler is not None:
         phase.mods["grad_scaler"] = scaler
-    phase.identify(spec, sc.objective, sc.fingerprint)
+    phase.identify(spec, sc.objective, sc.fingerprint, sc.context)
     best: dict[str, Any] = {"epoch": -1, "val": None, "score": -math.inf}
     if ckpt is not None:
         phase.restore(ckpt)

@@ -265,7 +265,7 @@ class StandardCell:
         scaler = precision.grad_scaler(self.policy, dev)  # 16-mixed: its state goes into last.pt with the phase's
         if scaler is not None:
             phase.mods["grad_scaler"] = scaler
-        phase.identify(spec, self.objective, self.fingerprint)
+        phase.identify(spec, self.objective, self.fingerprint, self.context)
         extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
         for ext_cls, opts in pretrain_extensions(pre):
             if ext_cls.enabled(opts):

@@ -201,6 +201,16 @@ def same_config_hashes(spec: BenchmarkSpec, objective: str) -> set[str]:
     return {config_hash(canonical, objective, s) for s in HASH_SCHEMAS}
 
 
+def frozen_choice(context: Mapping[str, Any] | None, objective: str) -> dict[str, Any] | None:
+    """The grid point the sweep's frozen hyper-parameter selection chose for ``objective``
+    (``context["hparam_selection"][objective]["choice"]``, :func:`fusebench.sweep.selection.freeze_selections`), None
+    where the sweep selects nothing for it. Part of what a cell computes that its config hash does not cover (the
+    grid replaces the value), so a record or a checkpoint made at another point is never continued or reused."""
+    outcome = ((context or {}).get("hparam_selection") or {}).get(objective)
+    choice = outcome.get("choice") if isinstance(outcome, Mapping) else None
+    return dict(choice) if isinstance(choice, Mapping) else None
+
+
 def spec_hash(spec: BenchmarkSpec, objective: str) -> str:
     """The config hash of ``objective``'s cells of ``spec``: :func:`config_hash` of its canonical form. What another
     objective's cells are given (its hyper-parameters, grid, budget) does not enter it."""
@@ -342,5 +352,6 @@ def code_changes(spec: BenchmarkSpec, objective: str, made: Mapping[str, Any],
     return changed
 
 
-__all__ = ["cell_identity", "cell_versions", "code_changes", "config_hash", "encoder_version", "method_versions",
+__all__ = ["cell_identity", "cell_versions", "code_changes", "config_hash", "encoder_version", "frozen_choice",
+           "method_versions",
            "methods_used", "protocol_version", "spec_hash", "versions_block"]

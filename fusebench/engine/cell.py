@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fusebench.components.identity import cell_identity, code_changes, same_config_hashes, spec_hash
+from fusebench.components.identity import (cell_identity, code_changes, frozen_choice, same_config_hashes,
+                                          spec_hash)
 from fusebench.io import create_once
 from fusebench.spec.config import BenchmarkSpec
 from fusebench.engine.loop import RunError, checkpoint_error, shown_value
@@ -309,6 +310,12 @@ def check_checkpoint_config(path: Path, ckpt: dict[str, Any], spec: BenchmarkSpe
             f"cannot resume {path}: it was written while reading other data (fingerprint "
             f"{ckpt['data_fingerprint'] or 'none (synthetic data)'}, now {data_fingerprint(context) or 'none (synthetic data)'}); "
             "resume with the same --data-root, or move the cell folder away to start over")
+    now = frozen_choice(context, objective)
+    if now is not None and "hparam_choice" in ckpt and ckpt["hparam_choice"] != now:  # (older ones do not say)
+        raise ConfigMismatchError(
+            f"cannot resume {path}: it was written at the point {ckpt['hparam_choice']!r} of another frozen "
+            f"hyper-parameter selection, this sweep's chose {now!r} (the config hash does not cover the chosen point); "
+            "move the cell folder away to start over with this selection")
     check_checkpoint_bounds(path, ckpt, spec, objective)
     return ckpt
 

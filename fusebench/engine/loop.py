@@ -29,11 +29,11 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from fusebench.components.identity import cell_versions, spec_hash
+from fusebench.components.identity import cell_versions, frozen_choice, spec_hash
 from fusebench.datasets.errors import DatasetError
 from fusebench.runtime import distributed, utils
 from fusebench.typed import ConfigError
@@ -122,15 +122,19 @@ class Phase:
         self.versions: dict[str, Any] | None = None
         self.data_fingerprint: str | None = None
         self.config: dict[str, Any] | None = None  # the spec's canonical form: a refused resume names what changed
+        self.hparam_choice: dict[str, Any] | None = None  # the frozen selection's point the cell runs at (None: none)
         self.clock = Clock()
         self.finite_at: int | None = None  # the step whose weights check_finite_state found finite
 
-    def identify(self, spec: Any, objective: str, data_fingerprint: str | None) -> None:
-        """What the checkpoints say made them: ``objective``'s config hash and code versions under ``spec``, and the
-        fingerprint of the data read."""
+    def identify(self, spec: Any, objective: str, data_fingerprint: str | None,
+                 context: Mapping[str, Any] | None = None) -> None:
+        """What the checkpoints say made them: ``objective``'s config hash and code versions under ``spec``, the
+        fingerprint of the data read, and the grid point the sweep's frozen selection chose for it (``context``'s
+        ``hparam_selection``: the config hash does not cover it)."""
         self.config_hash, self.versions = spec_hash(spec, objective), cell_versions(spec, objective)
         self.data_fingerprint = data_fingerprint
         self.config = spec.to_dict()
+        self.hparam_choice = frozen_choice(context, objective)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -146,7 +150,7 @@ class Phase:
             return
         check_finite_state(self, f"checkpoint {self.cell / 'last.pt'}")
         utils.atomic_torch_save({**self.state(), "config_hash": self.config_hash, "versions": self.versions,
-                                 "data_fingerprint": self.data_fingerprint,
+                                 "data_fingerprint": self.data_fingerprint, "hparam_choice": self.hparam_choice,
                                  **({"config": self.config} if self.config is not None else {}), **(extra or {})},
                                 self.cell / "last.pt")
 

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fusebench.components.identity import code_changes, spec_hash
+from fusebench.components.identity import code_changes, frozen_choice, spec_hash
 from fusebench.records import RecordError, check_record_file, read_record_json, validate_record
 from fusebench.runtime import utils
 from fusebench.engine.cell import ConfigMismatchError, data_fingerprint
@@ -68,20 +68,20 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
 
 def _check_same_selection(run_json: Path, rec: dict[str, Any], objective: str, context: dict[str, Any]) -> None:
     """The record's hyper-parameters are the point the frozen selection the sweep's cells get now chose
-    (``context["hparam_selection"][objective]["choice"]``, :func:`fusebench.sweep.selection.freeze_selections`); else
-    a ConfigMismatchError: the config hash does not cover the chosen point (the grid replaces it), so a selection
-    made again (its file deleted, the trials rerun elsewhere) with another choice would otherwise let one row hold
-    seeds run at two points. Nothing to compare where the sweep selects nothing for ``objective`` (or not yet)."""
-    now = ((context.get("hparam_selection") or {}).get(objective) or {})
-    if not isinstance(now, dict) or "choice" not in now:
+    (:func:`~fusebench.components.identity.frozen_choice`); else a ConfigMismatchError: the config hash does not cover
+    the chosen point (the grid replaces it), so a selection made again (its file deleted, the trials rerun elsewhere)
+    with another choice would otherwise let one row hold seeds run at two points. Nothing to compare where the sweep
+    selects nothing for ``objective`` (or not yet)."""
+    now = frozen_choice(context, objective)
+    if now is None:
         return
     sel = rec.get("hparam_selection")
     then = sel.get("choice") if isinstance(sel, dict) else None
-    if then == now["choice"]:
+    if then == now:
         return
     raise ConfigMismatchError(
         f"{run_json} was made with the hyper-parameters of another frozen selection (choice {then!r}, selection file "
-        f"sha256 {rec.get('hparam_selection_sha256')}; this sweep's: choice {now['choice']!r}, sha256 "
+        f"sha256 {rec.get('hparam_selection_sha256')}; this sweep's: choice {now!r}, sha256 "
         f"{(context.get('hparam_selection_sha256') or {}).get(objective)}); records are immutable: write to another "
         "--out, or move that cell's folder away to rerun it with this selection")
 
