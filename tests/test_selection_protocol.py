@@ -391,6 +391,9 @@ def test_a_record_made_with_another_frozen_choice_is_not_reused(tmp_path: Path, 
                                                   rf"frozen selection \(choice {old!r}.*this sweep's: choice {new!r}"):
         fusebench.run("mv-ngs", seeds=[1, 0], **common)  # refused before seed 1 runs
     assert not (out / "mv-ngs" / "infonce_pwe" / "seed1").exists()
+    plan = {r.get("seed"): r for r in fusebench.run("mv-ngs", seeds=[1, 0], plan=True, **common)}  # as the run says
+    assert plan[0]["action"] == "refused" and "another frozen selection" in plan[0]["detail"]
+    assert plan[1]["action"] == "run" and plan[None]["action"] == "reuse"
     assert rec["hparams"]["tau"] == old["tau"]
     # a selection file with the same choice (here: other bytes, other scores): seed 0 reused, seed 1 run at its point
     path.write_text(json.dumps({**frozen, "scores": [{**e, "val": e["val"] / 2, "val_by_seed": {

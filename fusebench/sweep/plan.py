@@ -81,6 +81,29 @@ def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
     return rows
 
 
+def frozen_context(spec: BenchmarkSpec, objectives: list[str], out: Path, options: Any,
+                   context: Mapping[str, Any]) -> dict[str, Any]:
+    """What the cells of ``objectives`` would get from the selections already frozen under ``out`` (those the run
+    would reuse: :func:`fusebench.sweep.selection.check_frozen` passes), as
+    :func:`~fusebench.sweep.selection.freeze_selections` returns it, so that the plan judges a finished cell or a
+    ``last.pt`` against the chosen point as the run does; a selection still to make or refused adds nothing."""
+    from fusebench.sweep import selection as S
+
+    ctx: dict[str, Any] = {}
+    for o in objectives:
+        path = S.selection_path(out, spec.name, o)
+        if not S.selects(spec, o) or not path.exists():
+            continue
+        try:
+            outcome, digest = S.check_frozen(path, spec, o, options, context)
+        except (ConfigMismatchError, RunError, OSError):
+            continue  # the selection's own entry says why
+        ctx.setdefault("hparams", {})[o] = dict(outcome["choice"])
+        ctx.setdefault("hparam_selection", {})[o] = outcome
+        ctx.setdefault("hparam_selection_sha256", {})[o] = digest
+    return ctx
+
+
 def selection_plan(spec: BenchmarkSpec, objectives: list[str], out: Path, options: Any,
                    context: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One entry per objective of ``objectives`` whose hyper-parameters the sweep selects: ``{"status": "plan",
@@ -162,4 +185,5 @@ def refused(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("action") == "refused"]
 
 
-__all__ = ["CELL_ACTIONS", "SELECTION_ACTIONS", "cell_plan", "judge_cell", "refused", "render", "selection_plan"]
+__all__ = ["CELL_ACTIONS", "SELECTION_ACTIONS", "cell_plan", "frozen_context", "judge_cell", "refused", "render",
+           "selection_plan"]

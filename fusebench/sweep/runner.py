@@ -31,7 +31,7 @@ from fusebench.components.compat import check_compatible
 from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, setting_key
 from fusebench.engine.data import build_datasets
 from fusebench.cells.execute import sweep_context
-from fusebench.sweep.plan import cell_plan, judge_cell, selection_plan
+from fusebench.sweep.plan import cell_plan, frozen_context, judge_cell, selection_plan
 from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, SweepCells, SweepRequest, check_cell_ids
 from fusebench.engine.trackers import check_trackers, default_mlflow_uri
@@ -629,7 +629,8 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     options = options.but(loggers=tuple(loggers), mlflow_uri=mlflow_uri)
     if req.plan:  # every cell judged (a refusal is an entry, not the end); the checks of the pending cells follow
-        planned = cell_plan(spec, objs, seeds, out, context)
+        # judged against the selections already frozen, as the run judges them once they are (_select_and_launch)
+        planned = cell_plan(spec, objs, seeds, out, {**context, **frozen_context(spec, objs, out, options, context)})
     else:  # a cell made with another configuration, other data or other code stops the sweep before any training
         for o in objs:
             for s in seeds:
