@@ -565,3 +565,16 @@ def test_the_choice_is_the_best_mean_in_the_metric_s_direction_ties_to_the_first
     assert [s["val"] for s in out["scores"]] == pytest.approx(
         [(values[(t, 1000)] + values[(t, 1001)]) / 2 for t in GRID])
     assert out["choice"] == {"tau": choice}
+
+
+def test_a_grid_value_given_twice_is_refused_at_load() -> None:
+    """Each grid value is a trial per selection seed: a repeat (0.1 twice, or 1 and 1.0) ran the same trials again
+    (pca_widths already refused repeats)."""
+    from fusebench import benchmarks
+    from fusebench.spec.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"m3g\.grid\.eps: 0\.1 given more than once in \[0\.1, 0\.2, 0\.1\]"):
+        benchmarks.load("mv-ngs", overrides={"pretrain.per_objective.m3g.grid": {"eps": [0.1, 0.2, 0.1]}})
+    with pytest.raises(ConfigError, match=r"infonce_pwe\.grid\.tau: 1, 1\.0 given more than once"):
+        benchmarks.load("mv-ngs", overrides={"pretrain.per_objective.infonce_pwe.grid": {"tau": [1, 1.0]}})
+    assert benchmarks.load("mv-ngs", overrides={"pretrain.per_objective.m3g.grid": {"eps": [0.1, 0.2]}})

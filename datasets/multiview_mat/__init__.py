@@ -31,7 +31,7 @@ split, or overflowing when standardised is refused, naming its index and name
 Every view is a modality of kind ``vector`` named ``view{v}`` (v = its index in the file) unless
 ``view_names`` names them. There is no official split: seeded stratified train/val/test splits are
 drawn (``split_fractions`` default 0.6/0.2/0.2, ``split_seed`` default 0, independent of the run seed
-unless ``split_seed="run"``); per class the counts are the floor or ceiling of fraction x class size,
+unless ``split_seed="run"`` in the Python API; a spec says ``dataset.split_per_seed: true``); per class the counts are the floor or ceiling of fraction x class size,
 the ceilings going to the splits furthest below their global target, so the totals also match the
 fractions within one sample. Each view is z-scored with the mean and (population) standard deviation
 of the **train** split (features constant on train become 0); the three split instances compute the

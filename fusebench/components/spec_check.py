@@ -278,6 +278,12 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
             own, _ = split_method_keys(grid, where)  # methods.<id>.<option> keys search a method's option
             check_options(own, obj, where, values=False)
             for key, vals in grid.items():
+                shown = [repr(v) for v in vals]  # (1 and 1.0 alike: the same value to the objective)
+                twice = sorted({r for v, r in zip(vals, shown) if sum(_same_value(v, w) for w in vals) > 1})
+                if twice:  # each copy would be a trial of its own, computing the same thing
+                    raise ConfigError(f"{where}.{key}: {', '.join(twice)} given more than once in {vals}: every value "
+                                      f"is one trial per selection seed, so a repeat runs the same trial again; give "
+                                      f"each value once")
                 joins = False
                 for v in vals:
                     kw, meth = split_method_keys({key: v}, where)
@@ -292,6 +298,14 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                                       f"trials would be identical; search an option {name} reads")
     except OptionsError as e:
         raise ConfigError(str(e)) from None
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two values of a grid are the same setting (numbers by value, bools only as bools, anything else
+    equal)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
 
 
 def encoder_config_problems(encoder: Any, config: Any) -> list[str]:
