@@ -21,15 +21,22 @@ code: https://github.com/TUI-NICR/ESANet), Sec. III and Fig. 2:
   branch; the other branches continue with their own features.
 * **Context module** (Sec. III-B): a pyramid-pooling module (as in PSPNet, Zhao et al., "Pyramid
   Scene Parsing Network", CVPR 2017, arXiv:1612.01105) on the 1/32 features: adaptive average
-  pooling to bins (1, 5), 1x1 conv-BN-ReLU per bin, bilinear upsampling, concatenated with the input
-  and fused by a 1x1 conv-BN-ReLU.
+  pooling to bins (1, 5), 1x1 conv-BN-ReLU per bin, nearest-neighbour upsampling (ESANet's choice with its
+  learned upsampling: ``src/models/model.py`` sets ``upsampling_context_module = 'nearest'``), concatenated
+  with the input and fused by a 1x1 conv-BN-ReLU.
 * **Decoder** (Sec. III-C): three modules, each 3x3 conv-BN-ReLU -> NonBottleneck1D block(s) ->
   learned x2 upsampling, then the encoder skip (1x1 conv-BN-ReLU of the fused stage-3/2/1 features)
   is added; a final 3x3 conv to the classes and two more learned x2 upsamplings bring the logits to
-  the input resolution. **Learned upsampling**: nearest-neighbour x2 followed by a depthwise 3x3
-  conv (replication padding) initialised with the bilinear kernel ``outer([1,2,1],[1,2,1]) / 16`` —
-  at initialisation this equals bilinear x2 interpolation with ``align_corners=False`` exactly.
-  ESANet's deep supervision (side outputs of the decoder modules) is not included.
+  the input resolution. **Learned upsampling** (ESANet's ``--upsampling learned-3x3-zeropad``, the value of
+  its training command): nearest-neighbour x2 followed by a depthwise 3x3 conv with zero padding,
+  initialised with the bilinear kernel ``outer([1,2,1],[1,2,1]) / 16`` — at initialisation this equals
+  bilinear x2 interpolation (``align_corners=False``) away from the border; the outermost rows and columns
+  take the kernel's share on the zero padding. ESANet's deep supervision (side outputs of the decoder
+  modules) is not included.
+* **Initialisation** without ``weights``: every convolution of a branch He-normal with fan-out (ESANet's
+  ``ResNet.__init__``, as torchvision's); the fusion, context module and decoder keep PyTorch's defaults
+  (ESANet's ``--he_init`` is off by default). The ``tiny`` preset (tests) keeps its version 1: replication
+  padding (bilinear x2 exactly at initialisation), bilinear context upsampling and PyTorch's init everywhere.
 
 **Embeddings for pretraining.** ``embed`` runs each branch's encoder *alone* (no cross-branch fusion)
 and global-average-pools its last stage, so view ``l`` depends on modality ``l`` only; the fusion,
@@ -82,19 +89,31 @@ INPUT_STATS = {
 }
 
 #: decoder_blocks: NonBottleneck1D blocks per decoder module; 3, as ESANet trains on NYUv2 (its README's command
-#: and src/args.py: ``--nr_decoder_blocks 3``; the model class's own default, [1, 1, 1], is not what it trains)
+#: and src/args.py: ``--nr_decoder_blocks 3``; the model class's own default, [1, 1, 1], is not what it trains).
+#: upsample_padding, context_upsampling, init: what the same command's ``--upsampling learned-3x3-zeropad`` and a
+#: branch built without ImageNet weights give in ESANet's code: the learned x2 upsampling's 3x3 conv zero-pads
+#: (``"zeros"``; ``"replicate"`` is its ``learned-3x3``), the context module upsamples its pooled bins by nearest
+#: neighbour (src/models/model.py: learned upsampling cannot scale by 15 / 3, so ``upsampling_context_module =
+#: 'nearest'``), and the branch's convolutions start He-normal, fan-out (src/models/resnet.py, ``ResNet.__init__``;
+#: ``"default"``: PyTorch's). ``tiny`` (the tests' preset) keeps what its version 1 computed (replication padding,
+#: bilinear context, PyTorch's init), so that its committed records stay those of the current code.
 SIZES = {
     "resnet34": dict(widths=(64, 128, 256, 512), blocks=(3, 4, 6, 3), decoder_channels=(512, 256, 128),
-                     decoder_blocks=(3, 3, 3)),
+                     decoder_blocks=(3, 3, 3), upsample_padding="zeros", context_upsampling="nearest",
+                     init="he_fan_out"),
     "resnet18": dict(widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2), decoder_channels=(512, 256, 128),
-                     decoder_blocks=(3, 3, 3)),
+                     decoder_blocks=(3, 3, 3), upsample_padding="zeros", context_upsampling="nearest",
+                     init="he_fan_out"),
     "tiny": dict(widths=(8, 16, 32, 64), blocks=(1, 1, 1, 1), decoder_channels=(32, 16, 8),
-                 decoder_blocks=(1, 1, 1)),
+                 decoder_blocks=(1, 1, 1), upsample_padding="replicate", context_upsampling="bilinear",
+                 init="default"),
 }
 DEFAULT_SIZE = "resnet34"
-#: a size's version where it is not "1" (``Backbone.version_of``): resnet34 / resnet18 are "2" since their decoder
-#: has three NonBottleneck1D blocks per module (was one); ``tiny`` computes as it did
-SIZE_VERSIONS = {"resnet34": "2", "resnet18": "2"}
+#: a size's version where it is not "1" (``Backbone.version_of``): resnet34 / resnet18 were "2" when their decoder
+#: got three NonBottleneck1D blocks per module (was one), and are "3" since they upsample, pool the context and
+#: initialise their branches as ESANet's training command does (zero-padded learned upsampling, nearest-neighbour
+#: context bins, He fan-out init; were replication padding, bilinear bins, PyTorch's init); ``tiny`` computes as it did
+SIZE_VERSIONS = {"resnet34": "3", "resnet18": "3"}
 
 
 def conv_bn_relu(c_in: int, c_out: int, kernel: int) -> nn.Sequential:
@@ -155,12 +174,20 @@ class SEFusion(nn.Module):
 
 
 class LearnedUpsample(nn.Module):
-    """Nearest x2 then a depthwise 3x3 conv (replication padding) initialised as bilinear x2."""
+    """Nearest x2 then a depthwise 3x3 conv initialised with the bilinear kernel ``outer([1,2,1],[1,2,1]) / 16``.
 
-    def __init__(self, channels: int) -> None:
+    ``padding="zeros"`` (ESANet's ``learned-3x3-zeropad``, what it trains with): the conv zero-pads, so at
+    initialisation the interior equals bilinear x2 (``align_corners=False``) and the outermost rows / columns are
+    dimmed by the kernel's share on the padding (3/4 on an edge, 9/16 in a corner). ``padding="replicate"``
+    (ESANet's ``learned-3x3``): replication padding, equal to bilinear x2 everywhere at initialisation."""
+
+    def __init__(self, channels: int, padding: str = "zeros") -> None:
         super().__init__()
-        self.pad = nn.ReplicationPad2d(1)
-        self.conv = nn.Conv2d(channels, channels, 3, groups=channels, bias=True)
+        if padding not in ("zeros", "replicate"):
+            raise ValueError(f"esanet: learned upsampling padding must be 'zeros' or 'replicate', got {padding!r}")
+        self.pad = nn.ReplicationPad2d(1) if padding == "replicate" else nn.Identity()
+        self.conv = nn.Conv2d(channels, channels, 3, groups=channels, bias=True,
+                              padding=0 if padding == "replicate" else 1)
         k1 = torch.tensor([1.0, 2.0, 1.0]) / 4.0
         with torch.no_grad():
             self.conv.weight.copy_(torch.outer(k1, k1).expand(channels, 1, 3, 3))
@@ -171,28 +198,39 @@ class LearnedUpsample(nn.Module):
 
 
 class PyramidPooling(nn.Module):
-    """PSPNet-style context module; ``[n, c_in, h, w] -> [n, c_out, h, w]``."""
+    """PSPNet-style context module; ``[n, c_in, h, w] -> [n, c_out, h, w]``. Each bin's pooled map is upsampled
+    back to ``h x w`` by ``upsampling``: ``"nearest"`` (ESANet with learned upsampling) or ``"bilinear"``
+    (``align_corners=False``)."""
 
-    def __init__(self, in_channels: int, out_channels: int, bins: Sequence[int] = (1, 5)) -> None:
+    def __init__(self, in_channels: int, out_channels: int, bins: Sequence[int] = (1, 5),
+                 upsampling: str = "nearest") -> None:
         super().__init__()
+        if upsampling not in ("nearest", "bilinear"):
+            raise ValueError(f"esanet: context upsampling must be 'nearest' or 'bilinear', got {upsampling!r}")
         branch = in_channels // len(bins)
         self.bins = tuple(bins)
+        self.upsampling = upsampling
         self.branches = nn.ModuleList(
             nn.Sequential(nn.AdaptiveAvgPool2d(b), conv_bn_relu(in_channels, branch, 1)) for b in self.bins)
         self.fuse = conv_bn_relu(in_channels + branch * len(self.bins), out_channels, 1)
 
     def forward(self, x: Tensor) -> Tensor:
         size = x.shape[-2:]
-        feats = [x] + [F.interpolate(br(x), size=size, mode="bilinear", align_corners=False)
-                       for br in self.branches]
+        if self.upsampling == "nearest":
+            feats = [x] + [F.interpolate(br(x), size=size, mode="nearest") for br in self.branches]
+        else:
+            feats = [x] + [F.interpolate(br(x), size=size, mode="bilinear", align_corners=False)
+                           for br in self.branches]
         return self.fuse(torch.cat(feats, dim=1))
 
 
 class ResNetNBt1D(nn.Module):
     """One encoder branch; key names follow torchvision's ResNet (``conv1``, ``bn1``, ``layer1..4``)."""
 
-    def __init__(self, in_channels: int, widths: Sequence[int], blocks: Sequence[int]) -> None:
+    def __init__(self, in_channels: int, widths: Sequence[int], blocks: Sequence[int], init: str = "he_fan_out") -> None:
         super().__init__()
+        if init not in ("he_fan_out", "default"):
+            raise ValueError(f"esanet: branch init must be 'he_fan_out' or 'default', got {init!r}")
         self.conv1 = nn.Conv2d(in_channels, widths[0], 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(widths[0])
         c_in = widths[0]
@@ -201,6 +239,10 @@ class ResNetNBt1D(nn.Module):
             layers = [NonBottleneck1D(c_in, w, stride)] + [NonBottleneck1D(w, w) for _ in range(nb - 1)]
             setattr(self, f"layer{i + 1}", nn.Sequential(*layers))
             c_in = w
+        if init == "he_fan_out":  # ESANet's ResNet.__init__ (torchvision's): every conv weight He-normal, fan-out
+            for m in self.modules():  # (biases and BatchNorm keep PyTorch's init: BN weight 1, bias 0)
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
     def stem(self, x: Tensor) -> Tensor:
         return F.relu(self.bn1(self.conv1(x)))
@@ -216,11 +258,11 @@ class ResNetNBt1D(nn.Module):
 
 
 class DecoderModule(nn.Module):
-    def __init__(self, in_channels: int, channels: int, num_blocks: int) -> None:
+    def __init__(self, in_channels: int, channels: int, num_blocks: int, upsample_padding: str = "zeros") -> None:
         super().__init__()
         self.conv = conv_bn_relu(in_channels, channels, 3)
         self.blocks = nn.Sequential(*[NonBottleneck1D(channels, channels) for _ in range(num_blocks)])
-        self.upsample = LearnedUpsample(channels)
+        self.upsample = LearnedUpsample(channels, upsample_padding)
 
     def forward(self, x: Tensor, skip: Tensor) -> Tensor:
         x = self.upsample(self.blocks(self.conv(x)))
@@ -244,18 +286,19 @@ class ESANetSegmentationHead(nn.Module):
     ``[n, num_classes, H, W]`` at the input resolution."""
 
     def __init__(self, num_branches: int, widths: Sequence[int], decoder_channels: Sequence[int],
-                 decoder_blocks: Sequence[int], num_classes: int, context_bins: Sequence[int] = (1, 5)) -> None:
+                 decoder_blocks: Sequence[int], num_classes: int, context_bins: Sequence[int] = (1, 5),
+                 upsample_padding: str = "zeros", context_upsampling: str = "nearest") -> None:
         super().__init__()
-        k, dec = num_branches, decoder_channels
+        k, dec, pad = num_branches, decoder_channels, upsample_padding
         self.fusions = nn.ModuleList(SEFusion(w, k) for w in (widths[0], *widths))  # stem + 4 stages
-        self.context = PyramidPooling(widths[3], dec[0], context_bins)
+        self.context = PyramidPooling(widths[3], dec[0], context_bins, context_upsampling)
         self.skips = nn.ModuleList([conv_bn_relu(widths[2], dec[0], 1), conv_bn_relu(widths[1], dec[1], 1),
                                     conv_bn_relu(widths[0], dec[2], 1)])
-        self.decoders = nn.ModuleList([DecoderModule(dec[0], dec[0], decoder_blocks[0]),
-                                       DecoderModule(dec[0], dec[1], decoder_blocks[1]),
-                                       DecoderModule(dec[1], dec[2], decoder_blocks[2])])
+        self.decoders = nn.ModuleList([DecoderModule(dec[0], dec[0], decoder_blocks[0], pad),
+                                       DecoderModule(dec[0], dec[1], decoder_blocks[1], pad),
+                                       DecoderModule(dec[1], dec[2], decoder_blocks[2], pad)])
         self.conv_out = nn.Conv2d(dec[2], num_classes, 3, padding=1)
-        self.upsample_out = nn.Sequential(LearnedUpsample(num_classes), LearnedUpsample(num_classes))
+        self.upsample_out = nn.Sequential(LearnedUpsample(num_classes, pad), LearnedUpsample(num_classes, pad))
 
     def forward(self, inputs: BranchInputs, batch: Any = None) -> Tensor:
         xs, present, encs = inputs.xs, inputs.present, inputs.branches
@@ -332,7 +375,7 @@ class ESANet(Backbone):
         self.num_classes = num_classes
         self.config = dict(modalities=chans, size=size, num_classes=num_classes, normalize=normalize,
                            context_bins=tuple(context_bins), weights=None if weights is None else str(weights))
-        self.encoders = nn.ModuleDict({m: ResNetNBt1D(c, widths, cfg["blocks"]) for m, c in chans.items()})
+        self.encoders = nn.ModuleDict({m: ResNetNBt1D(c, widths, cfg["blocks"], cfg["init"]) for m, c in chans.items()})
         for m, c in chans.items():
             mean, std = INPUT_STATS.get(m, ((0.0,) * c, (1.0,) * c))
             if not normalize or len(mean) != c:
@@ -353,7 +396,8 @@ class ESANet(Backbone):
             return None
         cfg = SIZES[self.config["size"]]
         return ESANetSegmentationHead(len(self.modalities), cfg["widths"], cfg["decoder_channels"],
-                                      cfg["decoder_blocks"], task.classes(self), self.config["context_bins"])
+                                      cfg["decoder_blocks"], task.classes(self), self.config["context_bins"],
+                                      cfg["upsample_padding"], cfg["context_upsampling"])
 
     # -- weights --------------------------------------------------------------------------------
     def load_imagenet(self, path: str | os.PathLike) -> None:

@@ -37,11 +37,12 @@ def _run(spec, objective: str, out: Path) -> dict:
 
 def test_esanet_versions_its_presets_one_at_a_time() -> None:
     esanet = E.ENCODERS.get("esanet")
-    # resnet34 / resnet18 changed (three NonBottleneck1D blocks per decoder module, was one): version 2; the default
+    # resnet34 / resnet18 changed twice (three NonBottleneck1D blocks per decoder module, was one: version 2; ESANet's
+    # zero-padded learned upsampling, nearest context bins and He fan-out branches: version 3); the default
     # size is resnet34; tiny, the tests' preset, computes as it did
-    assert esanet.version_of({"size": "resnet34"}) == "2"
-    assert esanet.version_of({"size": "resnet18"}) == "2"
-    assert esanet.version_of({}) == "2"
+    assert esanet.version_of({"size": "resnet34"}) == "3"
+    assert esanet.version_of({"size": "resnet18"}) == "3"
+    assert esanet.version_of({}) == "3"
     assert esanet.version_of({"size": "tiny"}) == "1"
     head = esanet(modalities=["rgb"], size="resnet18").task_head(type("T", (), {"id": "segmentation",
                                                                               "classes": lambda self, m: 40})())
@@ -49,9 +50,9 @@ def test_esanet_versions_its_presets_one_at_a_time() -> None:
     assert blocks and set(blocks) == {3}, blocks  # what version 2 says: three blocks per decoder module
     assert E.ENCODERS.get("mlp").version_of({"num_features": 4}) == "1"  # the base class: its version, any config
     # the path records, checkpoints and selections take: the spec's encoder config, through the registry
-    assert encoder_version("esanet", {"size": "resnet34"}) == encoder_version("esanet", {}) == "2"
+    assert encoder_version("esanet", {"size": "resnet34"}) == encoder_version("esanet", {}) == "3"
     assert encoder_version("esanet", {"size": "tiny"}) == "1"
-    assert cell_versions(benchmarks.load("nyuv2-seg"), "none")["encoder"] == "2"  # resnet34
+    assert cell_versions(benchmarks.load("nyuv2-seg"), "none")["encoder"] == "3"  # resnet34
     assert "encoder" not in cell_versions(benchmarks.load("nyuv2-seg", synthetic=True), "none")  # tiny: version 1
 
 

@@ -309,7 +309,7 @@ def test_nonbottleneck_and_se_shapes():
 
 def test_learned_upsample_initialised_as_bilinear():
     x = torch.randn(2, 3, 5, 7)
-    up = LearnedUpsample(3)
+    up = LearnedUpsample(3, padding="replicate")  # ESANet's learned-3x3 (tiny); the default zero-pads
     with torch.no_grad():
         torch.testing.assert_close(up(x), F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False))
     # one interior value by hand: output row 2, column 3 -> input rows 0.75, cols 1.25 (align_corners=False)
