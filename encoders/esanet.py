@@ -49,7 +49,10 @@ label maps are the segmentation task's (:mod:`fusebench.tasks`).
 
 **Inputs** (the datasets' layout): ``rgb`` ``[n, 3, H, W]`` in [0, 1], normalised inside the model with
 the ImageNet mean/std; ``depth`` ``[n, 1, H, W]`` in metres, normalised with ESANet's NYUv2 depth
-statistics (mean 2.8419 m, std 1.4173 m; 0 = missing is normalised like any value, as in ESANet);
+statistics (mean 2.8419 m, std 1.4173 m; 0 = missing is normalised like any value, as ESANet does for the
+in-painted depth it trains on, which has no holes; ESANet's raw-depth mode instead sets missing pixels back to
+0 after normalising and has statistics of its own, which this model does not reproduce: with the nyuv2
+adapter's ``depth_source: rawDepths`` a hole becomes about -2 here);
 ``normal`` ``[n, 3, H, W]`` unit vectors, used as they are. An absent modality
 (``batch["present"]``) contributes nothing to the fusion and a zero embedding.
 
