@@ -230,3 +230,72 @@ def test_a_pool_broken_during_the_submissions_is_a_broken_round(tmp_path: Path, 
     monkeypatch.setattr(cf.ProcessPoolExecutor, "submit", submit)
     calls = [(str(tmp_path), f"ok{i}") for i in range(3)]
     assert run_in_processes(poolcrash.call, calls, 1) == ["OK0", "OK1", "OK2"]
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (an orphan's new parent may reap it late)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL, reparenting")
+def test_workers_end_with_their_parent_killed_outright(tmp_path: Path) -> None:
+    """The sweep killed by SIGKILL (as ``kill -9`` or the out-of-memory killer ends it) while both workers run a call:
+    the workers ran on, each finished its call, one took a further call from the pool's queue and ran it too, and
+    then both waited for good on a queue nobody writes to (a resumed sweep skipped their cells as busy). Now each
+    worker's call unwinds (its ``finally`` runs: the cell lock is released), no further call starts, and both end."""
+    module = tmp_path / "orphancalls.py"
+    module.write_text(textwrap.dedent("""
+        import os
+        import time
+        from pathlib import Path
+
+        def call(folder, name):
+            Path(folder, name + ".started").write_text(str(os.getpid()))
+            try:
+                while not Path(folder, "go").exists():  # ends by a signal, or once the test says go
+                    time.sleep(0.05)
+            finally:
+                Path(folder, name + ".unwound").write_text("")
+            return name
+    """))
+    script = tmp_path / "sweep.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from fusebench.sweep.process_pool import run_in_processes
+        from orphancalls import call
+
+        if __name__ == "__main__":
+            run_in_processes(call, [(sys.argv[1], n) for n in ("a", "b", "c", "d")], 2)
+    """))
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 300  # spawning two interpreters under load: a bound, not a measurement
+        while not ((tmp_path / "a.started").exists() and (tmp_path / "b.started").exists()):
+            assert proc.poll() is None and time.monotonic() < deadline, "the pool never started both calls"
+            time.sleep(0.1)
+        workers = [int((tmp_path / f"{n}.started").read_text()) for n in ("a", "b")]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 120  # a poll a second: a bound, not a measurement
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [pid for pid in workers if _running(pid)]
+        (tmp_path / "go").write_text("")  # (without the fix: what lets the orphans run on)
+        assert not left, f"worker(s) {left} still running after their parent was killed"
+        assert (tmp_path / "a.unwound").exists() and (tmp_path / "b.unwound").exists()
+        assert not (tmp_path / "c.started").exists() and not (tmp_path / "d.started").exists()
+    finally:
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -17,6 +17,12 @@ its start and end in a folder of the parent's (a file named by its index, holdin
 knows which call the worker died in: that call is the crash (``on_crash(args, exit code)`` gives its result, else a
 :class:`WorkerDied` is raised once the others are done), and the calls the breakage interrupted or never started
 run again in a new pool (a cell continues from its ``last.pt``).
+
+A worker whose parent dies (the sweep killed by SIGKILL, or by the out-of-memory killer) ends too: it polls its
+parent every :data:`PARENT_POLL_S` seconds and, once the parent is gone, sends itself SIGTERM until it has ended, so
+its call unwinds as above (its cell lock released, the cell resumable from its ``last.pt``) and it takes no further
+call. (A spawned worker outlives its parent otherwise: it finished its cell, took one more from the pool's queue and
+ran it, then waited for good on a queue no process writes to, while a resumed sweep skipped its cells as busy.)
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,13 +39,32 @@ from fusebench.runtime import interrupt
 
 #: seconds a terminated worker has to unwind its call (release its cell lock) before it is killed
 GRACE_S = 10.0
+#: seconds between two looks of a worker at whether its parent (the sweep) still lives
+PARENT_POLL_S = 1.0
 
 
 def _idle_worker() -> None:
     """A worker's initializer: SIGINT ignored and SIGTERM fatal while no call runs (:func:`_call` handles both
-    during a call)."""
+    during a call); the worker ends with its parent (:func:`_end_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    threading.Thread(target=_end_with_parent, args=(os.getppid(),), name="fusebench-parent-watch", daemon=True).start()
+
+
+_PARENT_GONE = threading.Event()  # set in a worker whose parent has died: it starts no further call
+
+
+def _end_with_parent(parent: int) -> None:
+    """Once this process's parent ``parent`` is gone (the process is given another parent: init or a subreaper), start
+    no further call (:func:`_call`) and send this process SIGTERM, again every :data:`PARENT_POLL_S` seconds until it
+    has ended: the first unwinds a running call (:func:`_once`), the next ends the worker once the call has unwound
+    (:func:`_call`), or at once when idle."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    _PARENT_GONE.set()
+    while True:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(PARENT_POLL_S)
 
 
 _SIGNALS: list[int] = []  # the signals received during the running call
@@ -60,7 +87,10 @@ def _once(signum: int, frame: object) -> None:
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` with SIGINT and SIGTERM unwinding it (a ``KeyboardInterrupt``), then the idle handlers again; a
-    worker told to end (SIGTERM) while its call unwound ends once it has."""
+    worker told to end (SIGTERM) while its call unwound ends once it has; a worker whose parent has died starts no
+    call (:func:`_end_with_parent`)."""
+    if _PARENT_GONE.is_set():
+        raise interrupt.Terminated("the sweep that started this worker has ended: no further call starts")
     _SIGNALS.clear()
     previous = {s: signal.signal(s, _once) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
