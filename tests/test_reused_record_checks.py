@@ -87,3 +87,22 @@ def test_the_record_as_written_is_reused(tmp_path: Path, finished: str) -> None:
                            progress=False)
     assert rec["metrics"] == json.loads(finished)["metrics"]
     assert status.collect(tmp_path)["quickstart"][(OBJ, 0)] == ("done", "")
+
+
+def test_a_record_of_another_configuration_is_refused_naming_what_changed(tmp_path: Path, finished: str) -> None:
+    """A record made under other settings was refused with its config hash and the current one alone (a checkpoint's
+    refusal names the keys that changed); it now names them too, with the record's value and the current one, in the
+    run and in ``--plan`` alike (both judge the cell with existing_record)."""
+    from fusebench import benchmarks
+    from fusebench.engine.cell import ConfigMismatchError
+    from fusebench.records.cell_file import existing_record
+
+    run_json = cell_dir(tmp_path, "quickstart", OBJ, 0) / "run.json"
+    run_json.parent.mkdir(parents=True)
+    run_json.write_text(finished)
+    made = json.loads(finished)["config"]["downstream"]["lr"]
+    spec = benchmarks.load("quickstart", overrides={**TINY, "downstream.lr": made * 2}, synthetic=True)
+    with pytest.raises(ConfigMismatchError) as e:
+        existing_record(run_json, spec, OBJ, None, 0)
+    assert f"changed: downstream.lr: {made!r} in the record, now {made * 2!r})" in str(e.value), str(e.value)
+    assert run_json.read_text() == finished

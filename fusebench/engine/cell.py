@@ -239,12 +239,13 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(saved: Any, spec: BenchmarkSpec, objective: str, most: int = 8) -> str | None:
+def config_changes(saved: Any, spec: BenchmarkSpec, objective: str, most: int = 8,
+                   where: str = "the checkpoint") -> str | None:
     """What differs between the configuration a checkpoint saved (``saved``: the spec's canonical form, as
-    :meth:`fusebench.engine.loop.Phase.save` writes it) and ``spec``, for ``objective``'s cell: the dotted keys of
-    the cell's identity (:func:`fusebench.components.identity.cell_identity`) with the checkpoint's value and the
-    current one (``pretrain.lr: 0.001 in the checkpoint, now 0.01``); None when the checkpoint saved none (written
-    before checkpoints carried it) or no key of the identity differs."""
+    :meth:`fusebench.engine.loop.Phase.save` writes it; or a record's ``config``, ``where="the record"``) and ``spec``,
+    for ``objective``'s cell: the dotted keys of the cell's identity (:func:`fusebench.components.identity.cell_identity`)
+    with the saved value and the current one (``pretrain.lr: 0.001 in the checkpoint, now 0.01``); None when none was
+    saved (a checkpoint written before checkpoints carried it) or no key of the identity differs."""
     if not isinstance(saved, dict):
         return None
     try:
@@ -259,7 +260,7 @@ def config_changes(saved: Any, spec: BenchmarkSpec, objective: str, most: int = 
         return r if len(r) <= 60 else r[:57] + "..."
 
     try:  # (a saved value that does not compare as one bool, e.g. a tensor a hostile last.pt put there: no list)
-        diff = [f"{k}: {shown(old, k)} in the checkpoint, now {shown(new, k)}" for k in sorted(set(old) | set(new))
+        diff = [f"{k}: {shown(old, k)} in {where}, now {shown(new, k)}" for k in sorted(set(old) | set(new))
                 if bool(old.get(k, absent) != new.get(k, absent))]
     except Exception:  # noqa: BLE001 - the hashes alone say it differs
         return None

@@ -12,7 +12,7 @@ from typing import Any
 from fusebench.components.identity import code_changes, frozen_choice, spec_hash
 from fusebench.records import RecordError, check_record_file, read_record_json, validate_record
 from fusebench.runtime import utils
-from fusebench.engine.cell import ConfigMismatchError, data_fingerprint
+from fusebench.engine.cell import ConfigMismatchError, config_changes, data_fingerprint
 from fusebench.spec.config import HASH_SCHEMA_VERSION, BenchmarkSpec
 from fusebench.engine.loop import RunError
 
@@ -56,8 +56,10 @@ def existing_record(run_json: Path, spec: BenchmarkSpec, objective: str,
                                   "rerun")
     if rec.get("config_hash") != want_hash:
         _check_same_weights(run_json, rec, spec, objective)  # a row's weights file: said as that, not as a --set
+        changed = config_changes(rec.get("config"), spec, objective, where="the record")
         raise ConfigMismatchError(f"{run_json} was made with another configuration (config hash {rec.get('config_hash')} "
-                       f"!= {want_hash} of the current spec and --set values); records are immutable: "
+                       f"!= {want_hash} of the current spec and --set values"
+                       f"{'; changed: ' + changed if changed else ''}); records are immutable: "
                        "write to another --out, or move that cell's folder away to rerun it")
     _check_same_code(run_json, rec, spec, objective)
     if context is not None:
