@@ -106,3 +106,24 @@ def test_a_record_of_another_configuration_is_refused_naming_what_changed(tmp_pa
         existing_record(run_json, spec, OBJ, None, 0)
     assert f"changed: downstream.lr: {made!r} in the record, now {made * 2!r})" in str(e.value), str(e.value)
     assert run_json.read_text() == finished
+
+
+def test_a_lock_temp_left_by_a_run_killed_taking_the_lock_is_removed(tmp_path: Path) -> None:
+    """A run killed while it took a cell's lock (its temporary ``..lock.*.tmp`` written, not yet linked as ``.lock``)
+    left that file in the cell folder for good: the next run of the cell removed the other files killed runs
+    half-wrote, not this one. It now removes it too, once it is a minute old (a process taking the lock at that
+    instant writes one for a moment)."""
+    import os
+    import time
+
+    cell = cell_dir(tmp_path, "quickstart", OBJ, 0)
+    cell.mkdir(parents=True)
+    old, young = cell / "..lock.killed.tmp", cell / "..lock.writing.tmp"
+    for f in (old, young):
+        f.write_text('{"pid": 1}')
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    fusebench.run("quickstart", objective=OBJ, seeds=[0], out=tmp_path, synthetic=True, overrides=TINY,
+                  progress=False)
+    assert (cell / "run.json").is_file()
+    assert not old.exists() and young.exists()

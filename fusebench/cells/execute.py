@@ -19,7 +19,8 @@ from typing import Any, Mapping
 from fusebench import io
 from fusebench.pipelines import pipeline_of
 from fusebench.runtime import distributed, utils
-from fusebench.engine.cell import CellBusyError, CellLock, ConfigMismatchError
+from fusebench.engine.cell import UNREADABLE_LOCK_S, CellBusyError, CellLock, ConfigMismatchError
+from fusebench.engine.locks import LOCK
 from fusebench.records.cell_file import existing_record, record_there
 from fusebench.components.compat import check_compatible
 from fusebench.spec.config import BenchmarkSpec, ConfigError
@@ -87,6 +88,9 @@ def run_cell(request: CellRequest, options: RunOptions = RunOptions(),
             (cell / "failed.json").unlink(missing_ok=True)
             for name in ("last.pt", "best.pt", "run.json", "failed.json"):  # half-written by a killed run (the
                 io.remove_stale_temps(cell / name)  # lock is ours: no live writer of this cell is left)
+            # a lock's own temporary file, left by a process killed as it took the lock (another process taking it
+            # now writes one too, for an instant: only those a minute old go)
+            io.remove_stale_temps(cell / LOCK, older_than=UNREADABLE_LOCK_S)
         t0 = time.monotonic()
         # intra-op threads: 1 for a small model, else the cell's share of the CPUs; --threads / OMP_NUM_THREADS win
         n_threads = cell_threads(spec.encoder.id, options.device, options.threads, options.cells_at_once)[0]
