@@ -248,6 +248,9 @@ def test_a_trial_states_its_validation_metrics_versions_and_an_unversioned_file_
 
     # a file without versions: judged by the versions its trials' records state
     frozen = json.loads(path.read_text())
+    path.write_text(json.dumps({**frozen, "versions": "1"}))  # edited: refused, not judged as a file without them
+    with pytest.raises(ConfigMismatchError, match=r"infonce_pwe: 'versions' is str '1', expected the mapping"):
+        selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)
     del frozen["versions"]
     path.write_text(json.dumps(frozen))
     assert selection.check_frozen(path, spec, "infonce_pwe", opts, ctx)[0]["choice"] == frozen["choice"]

@@ -310,6 +310,11 @@ def check_frozen(path: Path, spec: BenchmarkSpec, objective: str, options: RunOp
     # the trials' code: the versions the file states, or (a file written before they were saved in it) those its
     # trials' records state
     made_by = outcome.get("versions")
+    if made_by is not None and not isinstance(made_by, dict):  # edited: never judged as a file written before them
+        raise ConfigMismatchError(f"{path}: the frozen hyper-parameter selection of {spec.name}/{objective}: "
+                                  f"'versions' is {type(made_by).__name__} {made_by!r}, expected the mapping of the "
+                                  "code versions that made it; delete the file (and the cells made with it) to "
+                                  "select again")
     changed = (code_changes(spec, objective, made_by, made_by.get("metrics")) if isinstance(made_by, dict)
                else _trials_code_changes(spec, objective, path.parents[2], context))
     if changed:
