@@ -228,15 +228,38 @@ def test_the_host_finds_what_the_objective_refuses(objective: str) -> None:
         assert torch.equal(pre(host), pre(_batch(good)))
 
 
-def test_the_host_tests_each_micro_batch() -> None:
-    """With micro-batches the objective is called on chunks of the mask: a chunk it refuses is found on the host."""
+def test_a_micro_batch_without_a_usable_term_is_left_out_and_the_others_share_its_weight() -> None:
+    """With micro-batches the objective is called on chunks of the mask. A chunk it refuses (too few samples with two
+    views: common with missing views and small chunks) is left out of the loss, the others weighted by their sizes;
+    only a batch none of whose chunks is usable is refused. (A refused chunk stopped the run, although the whole batch
+    had many usable samples.) Expected values: the objective called by hand on the kept chunks."""
     pre = _pretrainer("mv_dhel", micro_batch=4)
-    present = torch.ones(3, 8, dtype=torch.bool)
-    present[1:, 4:7] = False  # the second chunk (samples 4..7) keeps one sample with >= 2 views
-    assert objectives.build("mv_dhel").mask_problem(present) is None  # the whole batch would pass
+    present = torch.ones(3, 12, dtype=torch.bool)
+    present[1:, 4:7] = False  # the second chunk (samples 4..7) keeps one sample with >= 2 views: refused alone
+    batch = _batch(present)
+    assert [p is None for p in pre.chunk_problems(present)] == [True, False, True]
+    z = pre.project(pre.model.embed(batch), pre.proj)
+    obj = objectives.build("mv_dhel")
+    want = (obj(z[:, 0:4], mask=present[:, 0:4]).float() * 4 / 8 + obj(z[:, 8:12], mask=present[:, 8:12]).float() * 4 / 8)
+    assert torch.equal(pre(batch), want)  # a direct call (the mask tested where it is)
+    host = pre.host_batch(batch)  # in the training loop: the host tests the CPU mask, the step reads nothing
+    assert host["mask_problem"] is None and host["mask_chunks"] == [True, False, True]
+    with deferred_value_checks():
+        assert torch.equal(pre(host), want)
+        assert torch.equal(pre(batch), want)  # a batch that skipped host_batch: tested on the device, the same
+    # every chunk refused: the batch is, with the first chunk's error, on the host and in a direct call
+    none = present.clone()
+    none[1:, :] = False
     with pytest.raises(ValueError) as direct:
-        pre(_batch(present))
-    assert pre.host_batch(_batch(present))["mask_problem"] == str(direct.value) == FEW.format("mv_dhel", 1)
+        pre(_batch(none))
+    assert pre.host_batch(_batch(none))["mask_problem"] == str(direct.value) == FEW.format("mv_dhel", 0)
+    # no chunk left out: the weights are the sizes over the whole batch, as before (bit for bit)
+    full = torch.ones(3, 12, dtype=torch.bool)
+    full[0, 3] = False
+    b = _batch(full)
+    z = pre.project(pre.model.embed(b), pre.proj)
+    want = sum(obj(z[:, lo:lo + 4], mask=full[:, lo:lo + 4]).float() * (4 / 12) for lo in (0, 4, 8))
+    assert "mask_chunks" not in pre.host_batch(b) and torch.equal(pre(b), torch.zeros((), dtype=torch.float32) + want)
 
 
 def _dist_worker(rank: int, world: int, init_file: str, out_dir: str, present: torch.Tensor) -> None:

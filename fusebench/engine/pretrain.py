@@ -104,12 +104,15 @@ class Pretrainer(nn.Module):
         missing view, also ``mask_checked`` (whether the masks the step hands the objective were tested here)
         and ``mask_problem``: the error a direct call of the objective raises for them (e.g. no usable term),
         found on the CPU (:meth:`check_masks_on_host`; inside the loop's steps the objectives skip the tests
-        that read the device); the step raises it first thing (:meth:`forward`), as the objective did."""
+        that read the device); the step raises it first thing (:meth:`forward`), as the objective did. With
+        micro-batches some of which have no usable term (and others do), ``mask_chunks``: per chunk, whether the
+        objective is called on it (:meth:`chunk_problems`)."""
         if isinstance(batch, dict) and isinstance(batch.get("present"), Tensor) and "present_all" not in batch:
             if bool(batch["present"].all()):
                 return {**batch, "present_all": True}
-            checked, problem = self.check_masks_on_host(batch)
-            return {**batch, "present_all": False, "mask_checked": checked, "mask_problem": problem}
+            checked, problem, kept = self.check_masks_on_host(batch)
+            return {**batch, "present_all": False, "mask_checked": checked, "mask_problem": problem,
+                    **({"mask_chunks": kept} if kept is not None else {})}
         return batch
 
     def _masked_call(self) -> bool:
@@ -124,31 +127,42 @@ class Pretrainer(nn.Module):
         one sample joins the one before)."""
         return chunk_bounds(n, self.micro_batch)
 
-    def mask_problem(self, mask: Tensor) -> str | None:
-        """The error the objective raises in a direct call (its ``mask_problem``) for one of the chunks of
-        ``mask`` [k, n] it is called with, or None; computed where ``mask`` is."""
-        for lo, hi in self.chunks(mask.shape[1]):
-            problem = self.objective.mask_problem(mask[:, lo:hi])
-            if problem:
-                return problem
-        return None
+    def chunk_problems(self, mask: Tensor) -> list[str | None]:
+        """Per chunk of ``mask`` [k, n] the objective is called with (:meth:`chunks`), the error it raises in a direct
+        call (its ``mask_problem``: e.g. no sample with two views present), or None; computed where ``mask`` is."""
+        return [self.objective.mask_problem(mask[:, lo:hi]) for lo, hi in self.chunks(mask.shape[1])]
 
-    def check_masks_on_host(self, batch: dict[str, Any]) -> tuple[bool, str | None]:
-        """(settled, problem): :meth:`mask_problem` of the CPU batch's mask, and whether that settles it. Not in a
-        distributed run, where the objective sees every rank's shard gathered: a shard that passes settles it
-        (the gathered batch passes too) unless the batch is cut into micro-batches; otherwise the step tests the
-        gathered mask (one read of the device, on that rank; the gathered mask is the same on every rank, and every
-        rank gathers one, a complete shard its full mask, so the ranks' collectives match)."""
+    def mask_problem(self, mask: Tensor) -> str | None:
+        """The error of a step on ``mask`` [k, n]: that of its first chunk when no chunk has a usable term, else
+        None. A micro-batch without one is left out of the loss and the others weighted by their sizes
+        (:meth:`forward`): with missing views a chunk of a few samples often has no sample with two views, which
+        stopped the run although the batch had many."""
+        problems = self.chunk_problems(mask)
+        return problems[0] if all(problems) else None
+
+    @staticmethod
+    def _kept(problems: list[str | None]) -> list[bool] | None:
+        """Per chunk, whether the objective is called on it; None when it is called on every chunk."""
+        return [p is None for p in problems] if any(problems) else None
+
+    def check_masks_on_host(self, batch: dict[str, Any]) -> tuple[bool, str | None, list[bool] | None]:
+        """(settled, problem, kept): :meth:`mask_problem` of the CPU batch's mask, whether that settles it, and
+        per micro-batch whether the objective is called on it (None: on every chunk). Not in a distributed run,
+        where the objective sees every rank's shard gathered: a shard that passes settles it (the gathered batch
+        passes too) unless the batch is cut into micro-batches; otherwise the step tests the gathered mask (one
+        read of the device, on that rank; the gathered mask is the same on every rank, and every rank gathers
+        one, a complete shard its full mask, so the ranks' collectives match)."""
         if not self._masked_call():
-            return True, None  # the objective does not get the mask (or tests nothing)
+            return True, None, None  # the objective does not get the mask (or tests nothing)
         from fusebench.runtime import distributed
 
         mask = self._mask({**batch, "present_all": False})
         if not distributed.is_distributed():
-            return True, self.mask_problem(mask)
+            problems = self.chunk_problems(mask)
+            return True, (problems[0] if all(problems) else None), self._kept(problems)
         if self.micro_batch is None and self.objective.mask_problem(mask) is None:
-            return True, None
-        return False, None
+            return True, None, None
+        return False, None, None
 
     def _mask(self, batch: dict[str, Any]) -> Tensor | None:
         """The presence mask in the model's modality order (None when nothing is missing): integer indices of
@@ -194,19 +208,27 @@ class Pretrainer(nn.Module):
             checked = batch.get("mask_checked")
             if checked is None and batch.get("present_all"):  # a complete shard passes, and settles the gathered
                 checked = self.micro_batch is None            # batch unless a micro-batch mixes the ranks' samples
-            if mask is not None and not checked and not value_checks() and self._masked_call():
-                # inside the loop's deferred checks, a mask the host did not settle (a distributed batch, or a batch
-                # that skipped host_batch): tested here, one read of the device (outside, the objective tests it)
-                problem = self.mask_problem(mask)
-                if problem:
-                    raise ValueError(problem)
             n = z.shape[1]
-            if self.micro_batch is None or n <= self.micro_batch:
+            chunked = self.micro_batch is not None and n > self.micro_batch
+            kept = batch.get("mask_chunks") if checked else None  # the host's answer, per micro-batch
+            if mask is not None and not checked and (chunked or not value_checks()) and self._masked_call():
+                # a mask the host did not settle (a distributed batch, or a batch that skipped host_batch): tested
+                # here, one read of the device; inside the loop's deferred checks always, outside them where the
+                # micro-batches to leave out must be known (a whole batch: the objective tests its mask itself)
+                problems = self.chunk_problems(mask)
+                if all(problems):
+                    raise ValueError(problems[0])
+                kept = self._kept(problems)
+            if not chunked:
                 return self.objective(z, **({"mask": mask} if mask is not None else {}))
+            # the mean of the micro-batches' losses, each weighted by its size; a micro-batch without a usable term
+            # (missing views) is left out and the others share its weight
+            calls = [c for i, c in enumerate(self.chunks(n)) if kept is None or kept[i]]
+            m = sum(hi - lo for lo, hi in calls)
             total = z.new_zeros((), dtype=torch.float32)
-            for lo, hi in self.chunks(n):
+            for lo, hi in calls:
                 kw = {"mask": mask[:, lo:hi]} if mask is not None else {}
-                total = total + self.objective(z[:, lo:hi], **kw).float() * ((hi - lo) / n)
+                total = total + self.objective(z[:, lo:hi], **kw).float() * ((hi - lo) / m)
             return total
         raise ValueError(f"objective input kind {self.kind!r}: no pretraining method computes its loss "
                          f"(attached: {sorted(self.methods) or 'none'}); name one in the objective's pretrain_methods")
