@@ -204,8 +204,11 @@ class MultiViewObjective(nn.Module):
             return None
         k, n = views.shape[:2]
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (k, n):
-            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-            raise ValueError(f"{self.name}: mask must be a BoolTensor of shape [k, n] = {(k, n)}, got {shape}")
+            got = (f"a {str(mask.dtype).removeprefix('torch.')} tensor of shape {tuple(mask.shape)}"
+                   if isinstance(mask, Tensor) else f"a {type(mask).__name__}")
+            hint = ("; a 0/1 mask is passed as mask.bool() (True = present)"
+                    if isinstance(mask, Tensor) and mask.dtype != torch.bool and tuple(mask.shape) == (k, n) else "")
+            raise ValueError(f"{self.name}: mask must be a BoolTensor of shape [k, n] = {(k, n)}, got {got}{hint}")
         if value_checks() and bool(mask.all()):  # deferred: the caller passes a mask only when one is missing
             return None
         if not self.supports_mask:
