@@ -88,8 +88,15 @@ __all__ = ["InfoNCEPairwise", "InfoNCEAverage", "check_tau", "masked_logsumexp",
 VARIANTS = ("paper", "reference_code")
 
 
+#: the smallest temperature taken. The scores <u, v> / tau of unit vectors are at most 1 / tau = 1e30 in size, so
+#: the sums a loss forms over its terms (each a few scores; up to ~1e8 of them) stay finite in float32 (the losses'
+#: compute dtype, largest value 3.4e38) and far above the masked entries' stand-in :func:`neg_fill`. A tau near
+#: float32's smallest normal number made 1 / tau or those sums overflow: a NaN / inf loss
+MIN_TAU = 1e-30
+
+
 def check_tau(tau: object, who: str) -> float:
-    """Validate a temperature: a finite real number > 0."""
+    """Validate a temperature: a finite real number > 0, at least :data:`MIN_TAU`."""
     value = None
     if not isinstance(tau, bool) and isinstance(tau, Real):
         try:
@@ -98,6 +105,9 @@ def check_tau(tau: object, who: str) -> float:
             value = math.inf
     if value is None or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{who}: tau must be a finite number > 0, got {tau!r}")
+    if value < MIN_TAU:
+        raise ValueError(f"{who}: tau must be >= {MIN_TAU:g}, got {tau!r}: the scores <u, v> / tau of unit vectors "
+                         f"and their sums would overflow float32, the dtype the losses compute in")
     return value
 
 

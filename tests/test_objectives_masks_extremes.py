@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from fusebench.objectives import available, build
+from fusebench.objectives.infonce import MIN_TAU
 from fusebench.runtime.utils import deferred_value_checks
 
 torch.set_num_threads(1)
@@ -190,6 +191,33 @@ def test_a_mask_of_another_dtype_is_refused_naming_its_dtype(name, dtype):
         _views_call(build(name), x, mask=mask)
     with pytest.raises(ValueError, match=rf"^{name}: mask must be a BoolTensor .* got a bool tensor of shape \(5, {k}\)$"):
         _views_call(build(name), x, mask=torch.ones(5, k, dtype=torch.bool))
+
+
+TAU_LOSSES = [o for o in available() if "tau" in build(o).__dict__]
+
+
+@pytest.mark.parametrize("name", TAU_LOSSES)
+@pytest.mark.parametrize("tau", [1e-44, 1e-38, 5e-31])
+def test_a_temperature_too_small_for_float32_is_refused(name, tau):
+    # these used to give a NaN loss and NaN gradients without a word (1 / tau or the loss's sums overflow float32)
+    with pytest.raises(ValueError, match=rf"^{name}: tau must be >= 1e-30, got {tau!r}: .*overflow float32"):
+        build(name, tau=tau)
+
+
+@pytest.mark.parametrize("name", TAU_LOSSES)
+def test_the_smallest_temperature_taken_gives_a_finite_loss(name):
+    g = torch.Generator().manual_seed(3)
+    k = 2 if name == "dhel" else 10
+    x = torch.randn(k, 64, 8, generator=g)
+    x[:, 1] = x[:, 0]  # a duplicate sample: ties
+    mask = torch.rand(k, 64, generator=g) > 0.3
+    mod = build(name, tau=MIN_TAU)
+    for kw in ([{}, {"mask": mask}] if mod.supports_mask else [{}]):
+        xr = x.clone().requires_grad_(True)
+        out = _views_call(mod, xr, **kw)
+        out.backward()
+        assert math.isfinite(out.item()) and torch.isfinite(xr.grad).all()
+        assert out.item() >= 0 and out.item() < 10 / MIN_TAU  # scores are at most 1 / tau in size
 
 
 def _extreme_inputs() -> dict[str, torch.Tensor]:
