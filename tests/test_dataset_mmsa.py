@@ -455,3 +455,34 @@ def test_text_bert_of_the_wrong_shape_or_length_is_an_error(fixtures_dir, tmp_pa
                                            "test": {**part, "id": ["e", "f"]}})
     with pytest.raises(DatasetError, match=r"\[train\]: key 'text' has 12 steps .* but 'text_bert' 9"):
         build("mosi", root=tmp_path, split="train", use_cache=False)
+
+
+def test_mosi_csd_uses_the_standard_folds(tmp_path, fixtures_dir):
+    """Without folds= / folds.json the real MOSI labels are split by the CMU-MultimodalSDK's standard folds
+    (cmu_mosi_std_folds.py), not a hash of the ids cut to their sizes: 1284 / 229 / 686 segments, the sizes of
+    MMSA's MOSI pickles (counted here from the file with h5py); a few videos checked against the SDK's lists.
+    A labels file with a MOSI video and a video the folds do not list is refused, naming the odd one."""
+    import shutil
+
+    path = fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd"
+    with h5py.File(path, "r") as f:
+        segments = {vid: g["features"].shape[0] for vid, g in f["Opinion Segment Labels"]["data"].items()}
+    data = {s: build("mosi", root=fixtures_dir / "mosi", split=s, modalities=[], use_cache=False)
+            for s in ("train", "val", "test")}
+    videos = {s: {v for v, _ in ds.samples} for s, ds in data.items()}
+    assert {s: sum(segments[v] for v in vids) for s, vids in videos.items()} == {"train": 1284, "val": 229,
+                                                                                  "test": 686}
+    assert {s: len(ds) for s, ds in data.items()} == {"train": 1284, "val": 229, "test": 686}
+    # first and last entries of each list in cmu_mosi_std_folds.py
+    assert {"2iD-tVS8NPw", "IumbAb8q2dM", "03bSnISJMiM"} <= videos["train"]
+    assert {"WKA5OygbEKI", "ZUXBRvtny7o"} <= videos["val"] and len(videos["val"]) == 10
+    assert {"tmZoasNr4rU", "c7UH_rxdZv4"} <= videos["test"] and len(videos["test"]) == 31
+
+    mixed = tmp_path / "CMU_MOSI_Opinion_Labels.csd"
+    shutil.copy(path, mixed)
+    with h5py.File(mixed, "r+") as f:
+        d = f["Opinion Segment Labels"]["data"]
+        d.copy(d["03bSnISJMiM"], "not_a_mosi_video")
+    with pytest.raises(DatasetError, match=r"CMU_MOSI_Opinion_Labels.csd holds 1 video\(s\) outside the standard "
+                                           r"folds of mosi \('not_a_mosi_video'\) beside 93 of their videos"):
+        build("mosi", root=tmp_path, modalities=[], use_cache=False)

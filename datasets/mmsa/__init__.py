@@ -29,9 +29,9 @@ Layouts (option ``layout``; ``"auto"`` picks from what ``root`` holds, see docs/
   are the rows of the labels sequence (``*Labels*.csd``, sentiment = column 0); feature sequences are
   sliced to each segment's interval (``csd_alignment="slice"``, variable length) or averaged over
   the segment's word intervals (``"text"``, aligned). Folds: ``folds={"train": [video ids], ...}``,
-  or ``folds.json`` in the root, else a deterministic video-level split (videos ordered by sha256 of
-  their id, cut 52/10/31 for MOSI — the sizes of the standard folds, not their ids — and 70/10/20
-  for MOSEI).
+  or ``folds.json`` in the root, else MOSI's standard folds (:mod:`.folds`, when they hold every video
+  of the labels), else a deterministic video-level split (videos ordered by sha256 of their id, cut
+  52/10/31 for MOSI — the sizes of the standard folds — and 70/10/20 for MOSEI).
 
 Text modality: ``text_field="text"`` (BERT features, d = 768) or ``"text_bert"`` (token rows as a
 [T, 3] float32 sequence: id, mask, type); ``"auto"`` prefers ``text``.

@@ -16,6 +16,7 @@ import torch
 
 from .. import DATASETS
 from ..base import DataFile, DatasetError, Modality, MultimodalDataset
+from .folds import MOSI_STANDARD_FOLDS
 from .formats import _PickleFormat
 from .layouts import _Layouts
 from .synthetic import _SyntheticTwin
@@ -46,6 +47,9 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
     DIMS: ClassVar[dict[str, int]] = {"text": 768, "audio": 5, "vision": 20}
     PAD_LEN: ClassVar[dict[str, int]] = {"text": 50, "audio": 375, "vision": 500}
     FOLD_FRACTIONS: ClassVar[tuple[float, float, float]] = (0.7, 0.1, 0.2)
+    #: the csd layout's official folds by video id (keys train / valid / test), used without folds= / folds.json
+    #: when they hold every video of the labels sequence; {}: none known (the deterministic video split)
+    STANDARD_FOLDS: ClassVar[dict[str, tuple[str, ...]]] = {}
     SUPPORTS_CSD: ClassVar[bool] = True
     #: the CMU-MultimodalSDK file names of an adapter with SUPPORTS_CSD: <CSD_PREFIX>_<CSD_LABELS>.csd
     CSD_PREFIX: ClassVar[str] = ""
@@ -138,6 +142,7 @@ class MOSI(_SentimentDataset):
     DIMS = {"text": 768, "audio": 5, "vision": 20}
     PAD_LEN = {"text": 50, "audio": 375, "vision": 500}
     FOLD_FRACTIONS = (52.0, 10.0, 31.0)
+    STANDARD_FOLDS = MOSI_STANDARD_FOLDS
     CSD_PREFIX, CSD_LABELS = "CMU_MOSI", "Opinion_Labels"  # CMU_MOSI_Opinion_Labels.csd (the synthetic twin's names)
     FILES = (
         DataFile("unaligned_50.pkl", "MMSA features (or aligned_50.pkl with aligned=True)", required=False),

@@ -6,8 +6,9 @@
 * ``mmsa`` / ``feature_file``: the pickle's path (:meth:`_Layouts._pickle_path`; split keys
   ``train`` / ``valid`` / ``test``, our ``val`` reads ``valid``);
 * ``csd``: the computational sequence of each modality (``csd_files=`` or the file-name patterns of
-  :data:`_CSD_PATTERNS`), samples = rows of the labels sequence, folds from ``folds=``, ``folds.json``
-  or the deterministic video-level split :func:`_video_split`; a sample's features are sliced to its
+  :data:`_CSD_PATTERNS`), samples = rows of the labels sequence, folds from ``folds=``, ``folds.json``,
+  the adapter's ``STANDARD_FOLDS`` (MOSI, :mod:`.folds`) when they hold every video of the labels, else
+  the deterministic video-level split :func:`_video_split`; a sample's features are sliced to its
   segment (``csd_alignment="slice"``) or averaged over its word intervals (``"text"``).
 
 :class:`_Layouts` is the mixin of the sentiment adapters holding these steps.
@@ -137,6 +138,9 @@ class _Layouts:
                 log.warning("%s: %d of the %d video ids of split %r in %s are not in the labels %s and are left "
                             "out: %s", self.id, len(unknown), len(folds[key]), key, where, labels_path,
                             ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else ""))
+        elif self._standard_folds(labels):
+            videos = [v for v in self.STANDARD_FOLDS[_SPLIT_KEYS[self.split]] if v in labels.features]
+            self._split_file = f"the standard folds of {self.id} (CMU-MultimodalSDK)"
         else:
             videos = _video_split(labels.videos, self.FOLD_FRACTIONS)[self.split]
         self.csd_alignment = self._opts_rest.get("csd_alignment", "slice")
@@ -174,6 +178,25 @@ class _Layouts:
                     raise DatasetError(f"{labels_path}: video {vid!r} segment {i}: label {y[i, 0]} outside [{lo}, {hi}]")
                 samples.append((vid, i))
         return samples
+
+    def _standard_folds(self, labels: Any) -> bool:
+        """Whether the split comes from :attr:`STANDARD_FOLDS` (no ``folds=`` / ``folds.json``): every video of the
+        labels sequence is in them. None of them (a twin's or another corpus's ids): the deterministic video split.
+        Some but not all raises naming the file and the videos the standard folds lack (a split of the dataset's
+        own videos by the standard folds, the others by hash, would be neither)."""
+        if not self.STANDARD_FOLDS:
+            return False
+        known = {v for vids in self.STANDARD_FOLDS.values() for v in vids}
+        outside = [v for v in labels.videos if v not in known]
+        if not outside:
+            return True
+        if len(outside) == len(labels.videos):
+            return False
+        raise DatasetError(
+            f"{self.id}: {labels.path} holds {len(outside)} video(s) outside the standard folds of {self.id} "
+            f"({', '.join(map(repr, outside[:5]))}{', ...' if len(outside) > 5 else ''}) beside "
+            f"{len(labels.videos) - len(outside)} of their videos; give the folds of every video with "
+            f"folds={{'train': [...], 'valid': [...], 'test': [...]}} or a folds.json in {self.root}")
 
     def _load_csd(self, index: int) -> dict[str, Any]:
         vid, i = self.samples[index]
