@@ -506,3 +506,74 @@ def test_physionet_stage_indicators_other_than_0_1_are_an_error(tmp_path, key, v
     with pytest.raises(DatasetError, match=rf"-arousal\.mat: data/sleep_stages/{key} holds {hit.size} value\(s\) other "
                                            rf"than 0 and 1 \(first at sample {hit[0]}: {first}\)"):
         build("physionet2018", root=tmp_path, **opts)
+
+
+def _edf_int16_channel(data: bytes, channel: int) -> np.ndarray:
+    """Independent read of one channel of a plain EDF, in its physical unit: header fields by hand, int16 records,
+    (d - dmin) * (pmax - pmin) / (dmax - dmin) + pmin (EDF spec 2.1.3.2)."""
+    ns = int(data[252:256])
+    h = data[256:256 * (ns + 1)]
+
+    def field(offset: int, width: int) -> list[str]:
+        return [h[offset + i * width: offset + (i + 1) * width].decode().strip() for i in range(ns)]
+
+    widths = [("label", 16), ("transducer", 80), ("dimension", 8), ("pmin", 8), ("pmax", 8), ("dmin", 8),
+              ("dmax", 8), ("prefilter", 80), ("spr", 8)]
+    f, off = {}, 0
+    for name, w in widths:
+        f[name] = field(off, w)
+        off += w * ns
+    spr = [int(v) for v in f["spr"]]
+    recs = np.frombuffer(data[256 * (ns + 1):], "<i2").reshape(int(data[236:244]), sum(spr))
+    start = sum(spr[:channel])
+    d = recs[:, start:start + spr[channel]].reshape(-1).astype(np.float64)
+    pmin, pmax, dmin, dmax = (float(f[k][channel]) for k in ("pmin", "pmax", "dmin", "dmax"))
+    return (d - dmin) * (pmax - pmin) / (dmax - dmin) + pmin
+
+
+def test_psg_channel_dimension_must_be_a_voltage(tmp_path, fixtures_dir):
+    """The real PSG's EEG is stored in 'uV' and delivered as read by hand; 'mV' is scaled by 1000. A blank or
+    'nV' physical dimension is refused naming the file and channel: mne reads any dimension but uV / mV as volts,
+    so the channel came out 10^6 times too large (156 553 840 'µV' for a 157 µV peak)."""
+    src = fixtures_dir / "sleep_edf"
+    _copy_fixture(src, tmp_path)
+    data = bytearray((src / "short_psg.edf").read_bytes())
+    uv = _edf_int16_channel(bytes(data), 0)  # EEG Fpz-Cz, dimension 'uV' in the real header
+    dim = 256 + 7 * (16 + 80)  # the physical dimension field of signal 1 (7 signals)
+    assert bytes(data[dim:dim + 8]) == b"uV      "
+    ds = build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+    np.testing.assert_allclose(ds[4]["modalities"]["fpz_cz"][0].numpy(), uv[12000:15000], atol=1e-4)
+    data[dim:dim + 8] = b"mV      "
+    (tmp_path / "short_psg.edf").write_bytes(bytes(data))
+    ds = build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+    np.testing.assert_allclose(ds[4]["modalities"]["fpz_cz"][0].numpy(), 1000 * uv[12000:15000], rtol=1e-5, atol=0.1)
+    for bad in (b"        ", b"nV      "):
+        data[dim:dim + 8] = bad
+        (tmp_path / "short_psg.edf").write_bytes(bytes(data))
+        with pytest.raises(DatasetError, match=rf"short_psg.edf: channel 'EEG Fpz-Cz' has physical dimension "
+                                               rf"'{bad.decode().strip()}' .*expected a voltage"):
+            build("sleep_edf", root=tmp_path, pairs=PAIR, use_cache=False)
+    # pz_oz alone does not read Fpz-Cz, whose dimension is not checked then
+    assert len(build("sleep_edf", root=tmp_path, pairs=PAIR, modalities=["pz_oz"], use_cache=False)) == 10
+
+
+def test_wfdb_units_other_than_a_voltage_are_refused(tmp_path):
+    """PhysioNet 2018 twin: the header's 'uV' read by wfdb is delivered as is, 'mV' x 1000; a unit that is not a
+    voltage ('NU') was scaled by 1 as if in µV and is now refused naming the header and the channel."""
+    PhysioNet2018.write_synthetic(tmp_path, SyntheticSpec(num_samples=12, seed=1, options={"n_subjects": 1}))
+    rec = next((tmp_path / "training").iterdir())
+    hea = rec / f"{rec.name}.hea"
+    kw = dict(root=tmp_path, split_subjects={"train": [rec.name]}, modalities=["f3_m2"], use_cache=False,
+              sfreq_hz=200.0)
+    w = wfdb.rdrecord(str(rec / rec.name))  # independent read, µV
+    ds = build("physionet2018", **kw)
+    k = ds[0]["meta"]["epoch"]
+    f3 = w.p_signal[k * 6000:(k + 1) * 6000, 0]
+    np.testing.assert_allclose(ds[0]["modalities"]["f3_m2"][0].numpy(), f3, atol=1e-4)
+    text = hea.read_text()
+    hea.write_text(text.replace("10/uV 16 0", "10/mV 16 0", 1))
+    np.testing.assert_allclose(build("physionet2018", **kw)[0]["modalities"]["f3_m2"][0].numpy(), 1000 * f3,
+                               rtol=1e-5, atol=1e-2)
+    hea.write_text(text.replace("10/uV 16 0", "10/NU 16 0", 1))
+    with pytest.raises(DatasetError, match=rf"{rec.name}.hea: channel\(s\) 'F3-M2' in 'NU': expected a voltage"):
+        build("physionet2018", **kw)[0]

@@ -54,7 +54,7 @@ def read_edf_header(path: Path) -> dict[str, Any]:
     other signals an infinite sampling rate.
 
     Returns: start (datetime), n_records, record_s, n_signals, header_bytes, record_bytes, reserved,
-    labels [ns], spr [ns] (samples per record), file_bytes, pmin / pmax / dmin / dmax [ns].
+    labels [ns], dimensions [ns] (physical dimension fields), spr [ns] (samples per record), file_bytes, pmin / pmax / dmin / dmax [ns].
     """
     try:
         with open(path, "rb") as f:
@@ -137,7 +137,7 @@ def read_edf_header(path: Path) -> dict[str, Any]:
         log.warning("%s: %d trailing bytes after the %d declared EDF records are ignored", path, rest, n_records)
     return {"start": start, "n_records": n_records, "record_s": record_s, "n_signals": n_signals,
             "header_bytes": header_bytes, "record_bytes": record_bytes, "reserved": text[192:236].strip(),
-            "labels": fields["label"], "spr": spr, "file_bytes": size, **scale}
+            "labels": fields["label"], "dimensions": fields["dimension"], "spr": spr, "file_bytes": size, **scale}
 
 
 def _signal_scales(fields: dict[str, list[str]], bad) -> dict[str, list[float]]:
@@ -201,12 +201,35 @@ def check_native_rates(path: Path, hdr: dict[str, Any], native_hz: Mapping[str, 
                 "(bytes 244-252) or the channel's samples-per-record field is wrong (a damaged or edited file)")
 
 
+#: the physical dimensions (EDF header field, latin-1) mne scales correctly: its factor to volts. mne reads any
+#: other dimension (empty, 'nV', 'degC', ...) as volts (factor 1), which get_data(units="uV") multiplied by 1e6
+MNE_VOLT_UNITS = {"uV": 1e-6, "\u00b5V": 1e-6, "\u03bcV": 1e-6, "mV": 1e-3, "V": 1.0}
+
+
+def check_voltage_units(path: Path, hdr: dict[str, Any], labels: Sequence[str]) -> None:
+    """Raise :class:`DatasetError` unless every channel of ``labels`` that the EDF holds has a voltage as its
+    physical dimension (:data:`MNE_VOLT_UNITS`). Channels missing from the file are left to the reader.
+
+    The signals are delivered in microvolts through mne, which scales 'uV' / 'mV' and takes every other dimension
+    for volts: an EEG channel whose dimension field was blank or 'nV' came out 10^6 times (10^9 for nV) too
+    large, without a word."""
+    for label in labels:
+        if label not in hdr["labels"]:
+            continue
+        dim = hdr["dimensions"][hdr["labels"].index(label)]
+        if dim not in MNE_VOLT_UNITS:
+            raise DatasetError(
+                f"{path}: channel {label!r} has physical dimension {dim!r} (header field 'physical dimension'); "
+                f"expected a voltage, one of {sorted(MNE_VOLT_UNITS)}: the signal is delivered in microvolts and "
+                "cannot be scaled from another unit (a damaged or edited header, or not an EEG channel)")
+
+
 def read_edf_channels(path: Path, labels: Sequence[str], sfreq_hz: float,
                       native_hz: Mapping[str, float] | None = None) -> tuple[np.ndarray, float]:
     """Channels ``labels`` of an EDF in microvolts resampled to ``sfreq_hz``.
 
     ``native_hz``: the rate each named channel must be stored at (:func:`check_native_rates`), checked before
-    any sample is read.
+    any sample is read; so is each channel's physical dimension, a voltage (:func:`check_voltage_units`).
 
     Shape: -> [C, n_samples] float32; also returns the native (mne) sampling rate. A channel with a
     non-finite value after scaling (e.g. a physical range too wide for float32) raises naming it.
@@ -216,6 +239,7 @@ def read_edf_channels(path: Path, labels: Sequence[str], sfreq_hz: float,
     hdr = read_edf_header(path)
     if native_hz:
         check_native_rates(path, hdr, native_hz)
+    check_voltage_units(path, hdr, labels)
     try:
         raw = mne.io.read_raw_edf(path, preload=False, verbose="error")
     except Exception as e:  # mne raises many kinds on a corrupt file

@@ -19,7 +19,7 @@ from .. import DATASETS
 from ..base import DataFile, DatasetError, Modality, SyntheticSpec
 from .annotations import EPOCH_S, UNKNOWN_STAGES, read_hypnogram, stage_epochs
 from .dataset import _SleepDataset
-from .edf import _edf_start, check_native_rates, read_edf_channels, read_edf_header, write_edf
+from .edf import _edf_start, check_native_rates, check_voltage_units, read_edf_channels, read_edf_header, write_edf
 from .layouts import _NAME_RE
 from .synthetic import synth_eeg, synth_hypnogram
 
@@ -130,6 +130,7 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
 
         hdr = read_edf_header(rec["psg"])
         check_native_rates(rec["psg"], hdr, {c: self.NATIVE_HZ[c] for c in self._labels})
+        check_voltage_units(rec["psg"], hdr, self._labels)
         start_psg, start_hyp = hdr["start"], _edf_start(rec["hyp"])
         try:
             raw = mne.io.read_raw_edf(rec["psg"], preload=False, verbose="error")

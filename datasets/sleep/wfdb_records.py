@@ -26,8 +26,15 @@ log = logging.getLogger(__package__)  # the logger of fusebench.datasets.sleep, 
 # ---------------------------------------------------------------------------------------------
 # PhysioNet 2018: WFDB record
 # ---------------------------------------------------------------------------------------------
+#: WFDB units (lower case) -> factor to microvolts (wfdb reads a header without units as 'mV', the WFDB default)
+_TO_MICROVOLT = {"uv": 1.0, "\u00b5v": 1.0, "\u03bcv": 1.0, "nv": 1e-3, "mv": 1e3, "v": 1e6}
+
+
 def read_wfdb_channels(record: Path, labels: Sequence[str], sfreq_hz: float) -> tuple[np.ndarray, float]:
-    """Channels of a WFDB record (``record`` without extension) in µV, resampled. -> [C, n] float32."""
+    """Channels of a WFDB record (``record`` without extension) in µV, resampled. -> [C, n] float32.
+
+    Each channel's units must be a voltage (:data:`_TO_MICROVOLT`), else a :class:`DatasetError` names the header
+    and the channel (any other unit used to be taken for µV)."""
     import wfdb
 
     try:
@@ -42,7 +49,11 @@ def read_wfdb_channels(record: Path, labels: Sequence[str], sfreq_hz: float) -> 
         rec = wfdb.rdrecord(str(record), channel_names=list(labels))
     except Exception as e:
         raise DatasetError(f"{record}: cannot read the WFDB signals ({type(e).__name__}: {e})") from e
-    scale = np.array([{"uv": 1.0, "mv": 1e3, "v": 1e6}.get(str(u).lower(), 1.0) for u in rec.units])
+    odd = [(c, u) for c, u in zip(labels, rec.units) if str(u).lower() not in _TO_MICROVOLT]
+    if odd:  # it was scaled by 1 as if in µV: a signal in nV came out 1000 times too large
+        raise DatasetError(f"{record}.hea: channel(s) {', '.join(f'{c!r} in {u!r}' for c, u in odd)}: expected a "
+                           f"voltage, one of {sorted(_TO_MICROVOLT)} (the signals are delivered in microvolts)")
+    scale = np.array([_TO_MICROVOLT[str(u).lower()] for u in rec.units])
     x = rearrange(rec.p_signal, "n c -> c n") * scale[:, None]
     return _resample(x, float(rec.fs), sfreq_hz), float(rec.fs)
 
