@@ -7,7 +7,11 @@ record (one seed of one objective of one benchmark) as a ``pandas.DataFrame``::
 
     import fusebench.results
     df = fusebench.results.load("leaderboards/runs")
-    df[df.benchmark == "quickstart"].groupby("objective")["acc"].agg(["mean", "std", "count"])
+    df[df.benchmark == "quickstart"].groupby(["key", "objective"])["acc"].agg(["mean", "std", "count"])
+
+Group by ``key`` (the comparability key) as above: one runs folder may hold runs of a benchmark that no board
+puts in one table (synthetic and real data, another ``--set``, another data file), and grouping by
+``objective`` alone would average them together.
 
 Columns (:data:`FIXED` first, then one per metric, then :data:`TAIL`): ``benchmark``, ``objective``,
 ``seed``, ``key`` (the comparability key: rows of one board table share it), every metric of the records
@@ -39,10 +43,14 @@ _BUDGET = {"budget_steps": "optimizer_steps", "budget_samples_seen": "samples_se
 
 
 def read_records(runs_dir: str | os.PathLike) -> list[RunRecord]:
-    """Every record under ``runs_dir``, validated; a ValueError when the folder does not exist."""
+    """Every record under ``runs_dir``, validated; a ValueError when it is not a folder (a TypeError when it is
+    not a path)."""
+    if not isinstance(runs_dir, (str, os.PathLike)):
+        raise TypeError(f"runs_dir: expected the path of a runs folder (str or os.PathLike), got {runs_dir!r}")
     root = Path(runs_dir)
     if not root.is_dir():
-        raise ValueError(f"runs folder {shown_path(root)} does not exist (a folder of run.json files, e.g. "
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise ValueError(f"runs folder {shown_path(root)} {what} (a folder of run.json files, e.g. "
                          "leaderboards/runs)")
     records = [load_record(p) for p in find_records(root)]
     twice = duplicate_runs(records)  # as the board: each (objective, seed) of one comparable group once
@@ -105,6 +113,8 @@ def load(runs_dir: str | os.PathLike, benchmark: str | None = None):
     except ImportError:
         raise ImportError("fusebench.results.load needs pandas: pip install pandas (or pip install -e .[results])") \
             from None
+    if benchmark is not None and not isinstance(benchmark, str):
+        raise TypeError(f"benchmark: expected a benchmark id (str) or None, got {benchmark!r}")
     records = read_records(runs_dir)
     if benchmark is not None:
         known = sorted({r.benchmark for r in records})

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -117,12 +118,29 @@ def test_per_seed_csv_never_overwrites_another_board(two_runs: Path, tmp_path: P
 
 
 def test_the_readme_example_runs(two_runs: Path) -> None:
-    """README "Using it": the three lines of the pandas example, on the copied records."""
+    """README "Using it": the pandas example as printed there, run on the copied records (its folder swapped for
+    theirs); it groups by the comparability key and the objective."""
     readme = (ROOT / "README.md").read_text()
-    assert "import fusebench.results" in readme and "fusebench.results.load(" in readme
-    df = results.load(two_runs)
-    table = df[df.benchmark == "quickstart"].groupby("objective")["acc"].agg(["mean", "std", "count"])
-    assert table.loc["m3g", "mean"] == 0.435546875 and table.loc["m3g", "count"] == 1
+    block = next(b for b in re.findall(r"^```python\n(.*?)^```", readme, re.M | re.S) if "fusebench.results.load(" in b)
+    assert '"leaderboards/runs"' in block
+    lines = block.replace('"leaderboards/runs"', repr(str(two_runs))).strip().splitlines()
+    namespace: dict = {}
+    exec("\n".join(lines[:-1]), namespace)
+    table = eval(lines[-1], namespace)  # the last line is the expression the README shows
+    assert list(table.index.names) == ["key", "objective"]
+    assert table.loc[("2582fca86893a865", "m3g"), "mean"] == 0.435546875
+    assert table.loc[("2582fca86893a865", "m3g"), "count"] == 1
+    # the module docstring shows the same grouping
+    assert 'groupby(["key", "objective"])' in results.__doc__
+
+
+def test_load_refuses_wrong_argument_types_and_a_file(two_runs: Path) -> None:
+    with pytest.raises(TypeError, match="runs_dir: expected the path of a runs folder"):
+        results.load(3)
+    with pytest.raises(TypeError, match="benchmark: expected a benchmark id"):
+        results.load(two_runs, benchmark=3)
+    with pytest.raises(ValueError, match="run.json is not a folder"):
+        results.load(two_runs / QS)
 
 
 def test_load_imports_pandas_only_when_called() -> None:
