@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 import types
 from pathlib import Path
@@ -91,6 +92,19 @@ def test_csv_and_tensorboard_read_back_and_results_unchanged(tmp_path: Path, ref
     assert values("downstream/val_acc") == f32(curves["val_acc"])
     assert values("test/acc") == f32([values_of(rec["metrics"])["acc"]])
     assert "config" in " ".join(acc.Tags().get("tensors", []))  # the resolved config as text
+
+
+def test_docs_csv_pivot_example_gives_each_phase_its_own_rows(tmp_path: Path) -> None:
+    """docs/trackers.md's pandas line, run on a cell's metrics.csv: each (phase, step) row holds that phase's loss
+    of that step (run.json's curves), never a mean of the pretraining and downstream losses of one step number."""
+    pd = pytest.importorskip("pandas")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "trackers.md").read_text()
+    expr = re.search(r"`(pandas\.read_csv\(path\)\.pivot_table\([^`]*\))`", doc).group(1)
+    rec = _run(tmp_path, ["csv"])
+    table = eval(expr, {"pandas": pd, "path": _cell(tmp_path) / "metrics.csv"})
+    for phase in ("pretrain", "downstream"):
+        losses = rec["curves"][f"{phase}_loss"]
+        assert [table.loc[(phase, float(i + 1)), "loss"] for i in range(len(losses))] == losses
 
 
 def test_mlflow_file_store(tmp_path: Path, reference: dict, monkeypatch: pytest.MonkeyPatch) -> None:
