@@ -25,7 +25,7 @@ import os
 import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from fusebench.registry import (ID_RULE, DuplicateIdError, PluginWarning, Registry, UnknownNameError, closest,
                                 describe_entry_point, valid_id)
@@ -112,6 +112,9 @@ def path(name: str) -> Path:
     """The spec file of the benchmark ``name``, an id matched exactly (ids are lowercase, as ``fusebench status
     --benchmark`` and ``--objective`` take them): another name, ``QuickStart`` too, is an :class:`UnknownNameError`
     naming the closest id and the valid ones."""
+    if not isinstance(name, str):
+        raise TypeError(f"benchmark id must be a string (fusebench list benchmarks), got {type(name).__name__} "
+                        f"{name!r}")
     idx = index()
     if name not in idx:
         hint = closest(name, list(idx))
@@ -122,10 +125,21 @@ def path(name: str) -> Path:
     return idx[name]
 
 
-def load(name: str, overrides: dict[str, Any] | None = None, synthetic: bool = False):
-    from fusebench.spec.config import SpecNameError
+def load(name: str, overrides: Any = None, synthetic: bool = False):
+    """The validated :class:`~fusebench.spec.config.BenchmarkSpec` of the benchmark ``name`` (an id,
+    :func:`available`), with its ``synthetic:`` part applied when ``synthetic`` is True, then ``overrides``: a
+    mapping of dotted spec keys (``{"pretrain.epochs": 2}``) or ``KEY=VALUE`` strings as ``fusebench run --set``
+    and :func:`fusebench.run` take them (``["pretrain.epochs=2"]``, each key once). A name that is not a string is a TypeError,
+    an unknown one an :class:`UnknownNameError` naming the closest id; overrides of another form, a
+    ``synthetic`` that is not a bool, or a spec that does not check out are a ConfigError naming the key."""
+    from fusebench.spec.config import ConfigError, SpecNameError
+    from fusebench.spec.request import override_mapping
     from fusebench.components.spec_check import load_spec
 
+    if not isinstance(synthetic, bool):
+        raise ConfigError(f"synthetic: expected True or False, got {synthetic!r}")
+    if overrides is not None and not isinstance(overrides, Mapping):  # KEY=VALUE strings, read as --set reads them
+        overrides = override_mapping(overrides)
     spec_path = path(name)
     try:
         return load_spec(spec_path, overrides=overrides, synthetic=synthetic)

@@ -262,6 +262,13 @@ def check_counts(workers: Any, threads: Any, num_workers: Any) -> None:
             check_count(value, flag)
 
 
+def override_mapping(given: Any) -> dict[str, Any]:
+    """``given`` -- None, a mapping of dotted spec keys, or ``KEY=VALUE`` strings as ``--set`` takes them (one string
+    or a list) -- as one mapping, each setting given once; anything else is a ConfigError. The overrides
+    :func:`fusebench.run` and :func:`fusebench.benchmarks.load` take."""
+    return _overrides(given, None)
+
+
 def _overrides(given: Any, precision: Any) -> dict[str, Any]:
     """``overrides`` as one mapping (``KEY=VALUE`` strings parsed as ``--set`` does, :func:`set_values`), with
     ``precision`` folded in as ``precision`` (the two disagreeing is refused)."""
@@ -357,4 +364,4 @@ def _check_set_once(pairs: list[tuple[str, Any]]) -> None:
 
 
 __all__ = ["COUNTED", "CellRequest", "RunOptions", "SweepCells", "SweepRequest", "cell_dir", "check_cell_ids",
-           "check_count", "check_counts", "objective_hparams", "set_values"]
+           "check_count", "check_counts", "objective_hparams", "override_mapping", "set_values"]
