@@ -172,6 +172,15 @@ class MultimodalDataset(Dataset):
         names = [m.name for m in self.MODALITIES]
         if modalities is None:
             modalities = names
+        if not isinstance(modalities, (list, tuple)) or not all(isinstance(m, str) for m in modalities):
+            # a bare string would be read letter by letter ('view0' as 'v', 'i', 'e', ...)
+            raise DatasetError(f"{self.id}: modalities: expected a list of modality names (of {names}), got "
+                               f"{modalities!r}")
+        if not isinstance(synthetic, bool):
+            raise DatasetError(f"{self.id}: synthetic: expected True or False, got {synthetic!r}")
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise DatasetError(f"{self.id}: root: expected the path of the data folder or file (str or "
+                               f"os.PathLike), got {root!r}")
         unknown = [m for m in modalities if m not in names]
         if unknown:
             raise DatasetError(f"{self.id}: unknown modalities {unknown}; this adapter has {names}")

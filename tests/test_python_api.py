@@ -39,3 +39,19 @@ def test_load_refuses_wrong_argument_types_naming_them() -> None:
 
 def test_load_is_documented() -> None:
     assert benchmarks.load.__doc__ and "KEY=VALUE" in benchmarks.load.__doc__
+
+
+def test_datasets_build_refuses_a_string_for_modalities_and_a_non_bool_synthetic() -> None:
+    """README's ``fusebench.datasets.build(name, root=None, split="train", modalities=None, synthetic=False, **opts)``:
+    ``modalities="rgb"`` was read letter by letter ("unknown modalities ['r', 'g', 'b']"), ``synthetic="no"`` built
+    the synthetic twin, ``root=3`` was a TypeError from pathlib."""
+    from fusebench import datasets
+
+    with pytest.raises(datasets.DatasetError, match=r"modalities: expected a list of modality names .*got 'rgb'"):
+        datasets.build("nyuv2", synthetic=True, modalities="rgb")
+    with pytest.raises(datasets.DatasetError, match="synthetic: expected True or False, got 'no'"):
+        datasets.build("nyuv2", synthetic="no")
+    with pytest.raises(datasets.DatasetError, match="root: expected the path of the data folder or file"):
+        datasets.build("nyuv2", root=3)
+    ds = datasets.build("nyuv2", synthetic=True, modalities=("rgb", "depth"))  # a tuple is a list of names
+    assert list(ds[0]["modalities"]) == ["rgb", "depth"]
