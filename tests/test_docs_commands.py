@@ -1,6 +1,6 @@
 """Every ``fusebench`` command line shown in README.md, docs/*.md and docs/datasets/*.md (their ``bash`` and
-``console`` blocks, ``torchrun ... -m fusebench ...`` included), in ``fusebench run --help``'s examples and in
-``fusebench --help``'s, is parsed by the real command-line parser of its subcommand: a flag renamed or removed,
+``console`` blocks, ``torchrun ... -m fusebench ...`` included) and in the examples of ``fusebench --help`` and of
+its subcommands' ``--help``, is parsed by the real command-line parser of its subcommand: a flag renamed or removed,
 a subcommand or choice that no longer exists, or a value of the wrong type fails here naming the file and line.
 
 Parsing only: each command goes through :func:`fusebench.cli.main` as typed (what the console script calls), and
@@ -25,8 +25,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT
 FENCE = re.compile(r"^```(bash|console)\n(.*?)^```", re.M | re.S)
 
 
-def _commands(text: str) -> list[tuple[int, str]]:
-    """(line number within ``text``, command) of each fusebench command line of ``text``'s shell lines."""
+def _commands(text: str, prose: bool = False) -> list[tuple[int, str]]:
+    """(line number within ``text``, command) of each fusebench command line of ``text``'s shell lines (``prose``:
+    lines of a help text, where one that is not valid shell, a sentence, is not a command)."""
     found = []
     lines = text.splitlines()
     i = 0
@@ -36,13 +37,18 @@ def _commands(text: str) -> list[tuple[int, str]]:
             i += 1
             line = line.rstrip()[:-1] + " " + lines[i].strip()
         i += 1
-        words = shlex.split(line, comments=True) if "fusebench" in line else []
+        try:
+            words = shlex.split(line, comments=True) if "fusebench" in line else []
+        except ValueError:
+            if not prose:
+                raise
+            continue
         if "fusebench" not in words:
             continue
         words = words[words.index("fusebench"):]
         if words[:2] == ["fusebench", "data"] and len(words) == 2:
             continue
-        if any(re.search(r"[\[\]|<>]", w) for w in words):  # a synopsis, not a command
+        if any(re.search(r"[\[\]|<>]|\.\.\.", w) for w in words):  # a synopsis, not a command
             continue
         found.append((start + 1, shlex.join(words)))
     return found
@@ -60,7 +66,27 @@ def _doc_commands() -> list[tuple[str, str]]:
 
     out += [(f"fusebench --help:{n}", cmd) for n, cmd in _commands(top_doc.split("Examples::", 1)[1])]
     out += [(f"fusebench run --help:{n}", cmd) for n, cmd in _commands(EXAMPLES)]
+    for sub in HELPS:  # the examples in the other subcommands' --help
+        shown = [ln for ln in _help(sub).splitlines() if re.match(r"\s+fusebench ", ln)]  # indented: examples
+        out += [(f"fusebench {sub} --help:{n}", cmd) for n, cmd in _commands("\n".join(shown), prose=True)]
     return out
+
+
+#: the subcommands whose --help shows examples besides `fusebench run` and `fusebench` itself
+HELPS = ("data", "leaderboard", "status", "list", "study kviews", "bench leaderboard", "bench threads")
+
+
+def _help(sub: str) -> str:
+    """What ``fusebench <sub> --help`` prints."""
+    import contextlib
+    import io
+
+    from fusebench.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+        main([*sub.split(), "--help"])
+    return buf.getvalue()
 
 
 COMMANDS = _doc_commands()
@@ -78,7 +104,7 @@ def test_the_docs_show_commands() -> None:
     """Guard against the extraction silently finding nothing."""
     where = {w.split(":")[0] for w, _ in COMMANDS}
     assert len(COMMANDS) >= 80 and {"README.md", "docs/benchmarks.md", "docs/gpu.md", "docs/cluster.md",
-                                    "fusebench run --help"} <= where
+                                    "fusebench run --help", "fusebench data --help"} <= where
 
 
 @pytest.mark.parametrize("where, command", COMMANDS, ids=[w for w, _ in COMMANDS])
