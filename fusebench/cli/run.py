@@ -111,7 +111,8 @@ def parser() -> argparse.ArgumentParser:
                         "record, resume from last.pt, run it, or refuse it and why) and each hyper-parameter "
                         "selection; runs and writes nothing (exit 2 where the run would refuse)")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
-                   help="regenerate the boards into DIR after the sweep (markdown, CSV and JSON)")
+                   help="regenerate the boards into DIR after the sweep (markdown, CSV and JSON, plus html / tex where "
+                        "DIR already holds pages of that format, so none is left stale; docs/leaderboards.md)")
     p.add_argument("--workers", type=count_type("--workers"), default=1, metavar="N",
                    help="run the cells in N local processes (default 1: one after another); they share the CPUs "
                         "this process may use (--threads)")
