@@ -193,3 +193,21 @@ def test_a_record_file_a_rerun_would_refuse_is_unreadable_not_done(tmp_path: Pat
     assert str(board.value).startswith(f"{cells['mv_dhel'] / 'run.json'}: field 'metrics.acc': expected ")
     assert S.collect(tmp_path)["quickstart"][("mv_dhel", 0)] == (
         "unreadable", f"{board.value}; the leaderboard refuses this record: move the cell folder away to recompute it")
+
+
+def test_the_cluster_doc_example_is_what_status_prints() -> None:
+    """docs/cluster.md shows `fusebench status` on a SLURM sweep: its lines (the comments after them aside) are what
+    :func:`status.render` prints for the cells its per-cell lines name; the header and the table count them (the
+    example's header once said 0 interrupted and 0 pending over 2 cells above two interrupted and one pending)."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text()
+    block = re.search(r"^```\n(quickstart: .*?)^```", doc, re.M | re.S).group(1)
+    shown = [re.sub(r"\s+# .*$", "", ln) for ln in block.splitlines()]
+    cells = {}
+    for ln in shown:
+        m = re.fullmatch(r"  (\w+): (\w+)/seed(\d+): (.*)", ln)
+        if m:
+            cells[(m.group(2), int(m.group(3)))] = (m.group(1), m.group(4))
+    assert len(cells) == 5
+    assert status.render({"quickstart": cells}).splitlines() == shown
