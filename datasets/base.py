@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import Dataset
 
 from fusebench.datasets.cache import cache_home, open_cache
-from fusebench.datasets.errors import DatasetError, DatasetNotFoundError
+from fusebench.datasets.errors import DatasetError, DatasetNotFoundError, check_arguments
 from fusebench.io import canonical_json, sha256_file, sha256_hex
 from fusebench.options import SUPPLIED, Option, from_signature
 
@@ -170,17 +170,7 @@ class MultimodalDataset(Dataset):
         if split not in self.SPLITS:
             raise DatasetError(f"{self.id}: split {split!r} is not one of {self.SPLITS}")
         names = [m.name for m in self.MODALITIES]
-        if modalities is None:
-            modalities = names
-        if not isinstance(modalities, (list, tuple)) or not all(isinstance(m, str) for m in modalities):
-            # a bare string would be read letter by letter ('view0' as 'v', 'i', 'e', ...)
-            raise DatasetError(f"{self.id}: modalities: expected a list of modality names (of {names}), got "
-                               f"{modalities!r}")
-        if not isinstance(synthetic, bool):
-            raise DatasetError(f"{self.id}: synthetic: expected True or False, got {synthetic!r}")
-        if root is not None and not isinstance(root, (str, os.PathLike)):
-            raise DatasetError(f"{self.id}: root: expected the path of the data folder or file (str or "
-                               f"os.PathLike), got {root!r}")
+        modalities = check_arguments(self.id, names, root, modalities, synthetic)  # None: all of them
         unknown = [m for m in modalities if m not in names]
         if unknown:
             raise DatasetError(f"{self.id}: unknown modalities {unknown}; this adapter has {names}")
