@@ -334,3 +334,16 @@ def test_sunrgbd_num_points_0_is_refused_not_read_as_every_point(tmp_path: Path)
     with pytest.raises(DatasetError, match=r"sunrgbd: num_points must be a positive integer or None \(every point\), "
                                            r"got 0"):
         build("sunrgbd", root=None, synthetic=True, split="train", num_points=0, use_cache=False)
+
+
+def test_an_abbreviated_option_is_refused_naming_the_option_it_resembles(capsys) -> None:
+    """argparse took any unique prefix: --work 2 ran two cells at once (--workers) for someone meaning DataLoader
+    workers. Options are spelled out; an unknown one names the closest."""
+    from fusebench.cli.run import parser
+
+    with pytest.raises(SystemExit) as e:
+        parser().parse_args(["quickstart", "--work", "2"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --work 2 (did you mean --workers for --work?)" in err
+    assert parser().parse_args(["quickstart", "--workers", "2"]).workers == 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+from typing import Any
 
 _ROLE = re.compile(r":(?:py:)?(mod|func|meth|class|attr|data|obj|exc|ref|doc):`([^`]+)`")
 _LITERAL = re.compile(r"``([^`]+)``")
@@ -121,9 +122,32 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", TerminalHelp)
+        # an option is spelled out: argparse would take any unique prefix (--work for --workers, so "--worker 4"
+        # meant as DataLoader workers ran 4 cells at once); an unknown one is an error naming the closest option
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.register("action", None, Once)
         self.register("action", "store", Once)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """argparse's, with the closest option named for an unrecognised one (``--work`` -> ``--workers``)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            known = sorted(self._all_options())
+            hints = [f"{h[0]} for {x.split('=', 1)[0]}" for x in extras if x.startswith("--")
+                     if (h := difflib.get_close_matches(x.split("=", 1)[0], known, n=1, cutoff=0.6))]
+            self.error(f"unrecognized arguments: {' '.join(extras)}"
+                       + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+        return ns
+
+    def _all_options(self) -> set[str]:
+        """The long option strings of this parser and of its subcommands' parsers."""
+        out = {o for o in self._option_string_actions if o.startswith("--")}
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    out |= {o for o in sub._option_string_actions if o.startswith("--")}
+        return out
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         """argparse's check of a value against ``choices``, with the closest choice named on a typo
