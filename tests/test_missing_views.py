@@ -311,8 +311,9 @@ def test_the_board_section_and_plot_from_hand_made_records(tiny_run, tmp_path) -
     assert acc_table[0] == ("| objective | r = 0 | r = 0.1 | r = 0.5 | `left` alone | `right` alone |")
     # alpha: acc (0.9, 0.7) -> 80 ± 14.14; miss10 (0.8, 0.6) -> 70 ± 14.14; miss50 (0.6, 0.4) -> 50 ± 14.14;
     # right alone (0.25, 0.75) -> 50 ± 35.36. beta: acc 80 ± 0; miss10 (0.5, 0.7) -> 60 ± 14.14; miss50 (0.5, 0.1)
-    # -> 30 ± 28.28. Bold: the larger mean per column (no bold where the rows tie).
-    assert acc_table[2] == ("| `alpha` | 80.00 ± 14.14 (2) | **70.00 ± 14.14 (2)** | **50.00 ± 14.14 (2)** | "
+    # -> 30 ± 28.28. No bold: alpha's larger means are not separable from beta's (paired differences miss10
+    # (0.3, -0.1): t = 0.5; miss50 (0.1, 0.3): t = 2, 1 degree of freedom, p = 0.295), as in the main table.
+    assert acc_table[2] == ("| `alpha` | 80.00 ± 14.14 (2) | 70.00 ± 14.14 (2) | 50.00 ± 14.14 (2) | "
                             "50.00 ± 0.00 (2) | 50.00 ± 35.36 (2) |")
     assert acc_table[3] == ("| `beta` | 80.00 ± 0.00 (2) | 60.00 ± 14.14 (2) | 30.00 ± 28.28 (2) | "
                             "50.00 ± 0.00 (1; 1 undefined) | 50.00 ± 35.36 (2) |")
@@ -458,6 +459,24 @@ def test_a_lower_is_better_metric_bolds_the_smallest_mean():
     alpha, beta = table[2], table[3]
     assert alpha.startswith("| `alpha` | **0.6000 ± ") and "| **0.9000 ± " in alpha, alpha
     assert "**" not in beta, beta
+
+
+def test_a_best_mean_not_separable_from_the_second_is_not_bold():
+    """The main table's rule (docs/leaderboards.md, Columns): the best mean is bold only when the second-best row
+    is separable from it by a paired t-test over the seeds. mae (lower is better): alpha (0.5, 0.6, 0.7) -> 0.6000,
+    beta (0.9, 1.0, 1.1) -> 1.0000, every paired difference -0.4: separable, alpha bold. miss50: alpha (0.80,
+    1.30, 0.90) -> 1.0000, beta (1.00, 1.05, 1.10) -> 1.0500: alpha has the better mean, but the differences
+    (-0.20, 0.25, -0.20) do not separate them (scipy's paired t-test, p > 0.05): no bold in that column."""
+    from scipy.stats import ttest_rel
+
+    a50, b50 = (0.80, 1.30, 0.90), (1.00, 1.05, 1.10)
+    assert ttest_rel(a50, b50).pvalue > 0.5
+    recs = [_rec("alpha", s, m, a) for s, (m, a) in enumerate(zip((0.5, 0.6, 0.7), a50))]
+    recs += [_rec("beta", s, m, b) for s, (m, b) in enumerate(zip((0.9, 1.0, 1.1), b50))]
+    table = _table(section_lines(_view(recs), None))
+    alpha, beta = table[2], table[3]
+    assert alpha == "| `alpha` | **0.6000 ± 0.1000 (3)** | 1.0000 ± 0.2646 (3) |", alpha
+    assert beta == "| `beta` | 1.0000 ± 0.1000 (3) | 1.0500 ± 0.0500 (3) |", beta
 
 
 def test_every_undefined_run_of_a_cell_is_counted():

@@ -8,7 +8,8 @@ displayed objective's runs), the values over seeds of every metric shown (the re
 ``embedding_eval`` protocol, the primary metric of a task head) at r = 0 (the record's own metric),
 at each missing rate r (``miss<100 r>_<metric>``) and with each view alone (``only_<view>_<metric>``).
 :func:`section_lines` renders one table per shown metric (cells mean ± std (n) over seeds, sample std,
-the best mean per column in bold on ranked boards); :func:`plot_missing` draws ``<board>-missing.png``:
+the best mean per column in bold on ranked boards when the second-best row is separable from it, as in
+the main table); :func:`plot_missing` draws ``<board>-missing.png``:
 the metric against r, one line per row, error bars ± 1 sample std over seeds, one panel per shown
 metric. The PNG is deterministic and carries a hash of its inputs (as :mod:`fusebench.leaderboard.plots`),
 so an unchanged plot is never redrawn. :func:`export_entries` gives the same numbers to the CSV / JSON
@@ -144,15 +145,26 @@ def section_lines(view: GroupView, plot_name: str | None, level: int = 2) -> lis
 
 
 def _best(view: GroupView, rb: Robustness, info: MetricInfo, cols: list[tuple[str, str]]) -> dict[str, str]:
-    """The row with the best mean per column (valid rows of a ranked board, no bold where every row ties)."""
+    """The row in bold per column: the best mean of the valid rows of a ranked board, only when the second-best
+    row is separable from it -- the main table's rule (:func:`fusebench.leaderboard.ties.settle_ties`: paired
+    t-tests over shared seeds against the best row, Holm over the rows, separable at p_holm <= ``ALPHA``); no
+    bold where every row ties or the best is not separable from the second."""
+    from fusebench.leaderboard.ties import vs_best
+
     out: dict[str, str] = {}
     if not view.ranked or info.direction is None:
         return out
+    sign = 1.0 if info.direction == "higher" else -1.0
     for _, mid in cols:
         means = {o: s[0] for o in rb.rows if o not in view.invalid and (s := rb.summary(o, mid))}
-        if means and len(set(means.values())) > 1:
-            target = max(means.values()) if info.direction == "higher" else min(means.values())
-            out[mid] = sorted(o for o in means if means[o] == target)[0]
+        if not means or len(set(means.values())) == 1:
+            continue
+        target = max(means.values()) if info.direction == "higher" else min(means.values())
+        best = sorted(o for o in means if means[o] == target)[0]
+        tests = vs_best({o: rb.values[(o, mid)] for o in means}, best)
+        second = min(tests, key=lambda o: (-sign * means[o], o)) if tests else None
+        if second is None or tests[second]["tied"] is False:
+            out[mid] = best
     return out
 
 
