@@ -479,6 +479,46 @@ def test_a_best_mean_not_separable_from_the_second_is_not_bold():
     assert beta == "| `beta` | 1.0000 ± 0.1000 (3) | 1.0500 ± 0.0500 (3) |", beta
 
 
+def _rules_rec(objective: str, seed: int, mae: float, rules: list, miss50: float, inst50: float) -> SimpleNamespace:
+    """A stand-in record scored under ``rules``: ``miss50_mae`` (entry rule) and ``inst50_mae`` (instance rule)."""
+    metrics = {**({"miss50_mae": miss50} if "entry" in rules else {}),
+               **({"inst50_mae": inst50} if "instance" in rules else {})}
+    mv = {"protocol": "head", "rates": [0.5], "rules": rules, "single_view": False, "views": [], "shown": ["mae"],
+          "metrics": metrics}
+    return SimpleNamespace(raw={"missing_views": mv}, objective=objective, seed=seed, metrics={"mae": mae},
+                           config={}, path=f"{objective}/seed{seed}/run.json", metric_directions={})
+
+
+def test_instance_level_rates_have_their_own_columns(tmp_path):
+    """Records scored under missing_rules [instance] hold inst<100 r>_<metric> only: the section showed their rate
+    columns as "—" for every row (it looked up miss<100 r>_<metric>) under the entry rule's text; with [entry,
+    instance] the instance-level numbers were not shown at all. Each rule now has its columns (``r = 0.5`` and
+    ``inst. r = 0.5``), the text says how the instance rate counts, and the plot has a panel per rule.
+    Values: alpha inst50 (0.80, 1.00) -> 0.9000 ± 0.1414, miss50 (0.85, 1.15) -> 1.0000 ± 0.2121; beta inst50
+    (1.20, 1.60) -> 1.4000 ± 0.2828, miss50 (1.30, 1.30) -> 1.3000 ± 0.0000."""
+    from fusebench.leaderboard.robustness import plot_missing
+
+    values = {("alpha", 0): (0.5, 0.85, 0.80), ("alpha", 1): (0.7, 1.15, 1.00),
+              ("beta", 0): (0.9, 1.30, 1.20), ("beta", 1): (1.1, 1.30, 1.60)}
+    only = [_rules_rec(o, s, m, ["instance"], a, b) for (o, s), (m, a, b) in values.items()]
+    lines = section_lines(SimpleNamespace(**vars(_view(only)), name="toy"), None)
+    intro = next(line for line in lines if line.startswith("At test time"))
+    assert intro.startswith("At test time a seeded fraction r of the samples is incomplete (`inst. r`")
+    table = _table(lines)
+    assert table[0] == "| objective | r = 0 | inst. r = 0.5 |"
+    assert table[2].endswith("| 0.9000 ± 0.1414 (2) |") and table[3].endswith("| 1.4000 ± 0.2828 (2) |")
+    both = [_rules_rec(o, s, m, ["entry", "instance"], a, b) for (o, s), (m, a, b) in values.items()]
+    view = SimpleNamespace(**vars(_view(both)), name="toy")
+    lines = section_lines(view, None)
+    assert "in the `inst. r` columns a seeded fraction r of the samples is incomplete" in "\n".join(lines)
+    table = _table(lines)
+    assert table[0] == "| objective | r = 0 | r = 0.5 | inst. r = 0.5 |"
+    assert table[2].endswith("| 1.0000 ± 0.2121 (2) | 0.9000 ± 0.1414 (2) |"), table[2]
+    assert table[3].endswith("| 1.3000 ± 0.0000 (2) | 1.4000 ± 0.2828 (2) |"), table[3]
+    assert plot_missing(view, tmp_path / "toy-missing.png")
+    assert (tmp_path / "toy-missing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_every_undefined_run_of_a_cell_is_counted():
     # beta's miss50_mae is NaN on both seeds: the cell says "— (2 undefined)", not 1
     recs = [_rec("alpha", 0, 0.5, 0.8), _rec("alpha", 1, 0.7, 1.0),

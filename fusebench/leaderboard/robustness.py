@@ -6,12 +6,14 @@ it renders nothing here, so its board is unchanged).
 displayed objective's runs), the values over seeds of every metric shown (the record field's
 ``shown``: the probe accuracy ``acc`` and the clustering accuracy ``cluster_acc`` of the
 ``embedding_eval`` protocol, the primary metric of a task head) at r = 0 (the record's own metric),
-at each missing rate r (``miss<100 r>_<metric>``) and with each view alone (``only_<view>_<metric>``).
+at each missing rate r under each rule the records scored (``miss<100 r>_<metric>``, the entry-level rate;
+``inst<100 r>_<metric>``, the instance-level rate, columns ``inst. r``) and with each view alone
+(``only_<view>_<metric>``).
 :func:`section_lines` renders one table per shown metric (cells mean ± std (n) over seeds, sample std,
 the best mean per column in bold on ranked boards when the second-best row is separable from it, as in
 the main table); :func:`plot_missing` draws ``<board>-missing.png``:
 the metric against r, one line per row, error bars ± 1 sample std over seeds, one panel per shown
-metric. The PNG is deterministic and carries a hash of its inputs (as :mod:`fusebench.leaderboard.plots`),
+metric and rule. The PNG is deterministic and carries a hash of its inputs (as :mod:`fusebench.leaderboard.plots`),
 so an unchanged plot is never redrawn. :func:`export_entries` gives the same numbers to the CSV / JSON
 export.
 """
@@ -26,7 +28,7 @@ from fusebench.io import canonical_json, sha256_hex
 from fusebench.leaderboard.columns import MetricInfo, fmt_cell, md_code, mean_std, metric_info
 from fusebench.leaderboard.groups import GroupView
 from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text, save_png
-from fusebench.components.protocols import PROTOCOLS, Protocol, rate_id, view_id
+from fusebench.components.protocols import MISSING_RULES, PROTOCOLS, Protocol, rate_id, view_id
 
 PLOT_VERSION = 1  # bump when plot_missing draws differently: every such plot is redrawn once
 TITLE = "Missing-view robustness"
@@ -45,11 +47,21 @@ class Robustness:
     pretrain_rates: list[float] = field(default_factory=list)  # pretrain.missing_rate of the runs
     protocol: str = ""
     restarts: list[int] = field(default_factory=list)  # k-means restarts of the incomplete data's clusterings
+    # how the rates count (the records' ``rules``, absent: ``entry``), in :data:`MISSING_RULES` order
+    rules: list[str] = field(default_factory=lambda: ["entry"])
+
+    def rate_columns(self, metric: str, rule: str) -> list[tuple[str, str]]:
+        """(header, metric id) of ``metric`` at each rate under ``rule``: ``r = 0.1`` (``miss10_<metric>``, the
+        entry-level rate), ``inst. r = 0.1`` (``inst10_<metric>``, the instance-level rate)."""
+        label = "r" if rule == "entry" else "inst. r"
+        return [(f"{label} = {r:g}", f"{rate_id(r, rule)}_{metric}") for r in self.rates]
 
     def columns(self, metric: str) -> list[tuple[str, str]]:
-        """(header, metric id) of every column of ``metric``'s table: r = 0, the rates, the views alone."""
+        """(header, metric id) of every column of ``metric``'s table: r = 0, the rates under each rule, the views
+        alone."""
         out = [("r = 0", metric)]
-        out += [(f"r = {r:g}", f"{rate_id(r)}_{metric}") for r in self.rates]
+        for rule in self.rules:
+            out += self.rate_columns(metric, rule)
         out += [(f"{md_code(v)} alone", f"{view_id(v)}_{metric}") for v in self.views]
         return out
 
@@ -77,8 +89,10 @@ def robustness_of(view: GroupView) -> Robustness | None:
         views += [str(v) for v in mv.get("views", []) if mv.get("single_view") and str(v) not in views]
         shown += [str(m) for m in mv.get("shown", []) if str(m) not in shown]
     rows = [o for o in view.rows if any(r.objective == o for r in recs)]
+    used = {str(rule) for mv in fields.values() for rule in (mv.get("rules") or ["entry"])}
     out = Robustness(rates, views, [metric_info(m, recs) for m in shown], rows,
-                     protocol=str(next(iter(fields.values())).get("protocol", "")))
+                     protocol=str(next(iter(fields.values())).get("protocol", "")),
+                     rules=[rule for rule in MISSING_RULES if rule in used])
     wanted = [mid for m in shown for _, mid in out.columns(m)]
     for r in recs:
         mv = fields[id(r)]
@@ -97,8 +111,18 @@ def robustness_of(view: GroupView) -> Robustness | None:
 
 
 def _intro(rb: Robustness) -> str:
-    text = ("At test time a seeded fraction r of the (sample, view) entries is absent (every sample keeps at least "
-            "one view; one mask per seed and rate, the same for every row); the encoders see the presence mask. ")
+    if "entry" in rb.rules:
+        text = ("At test time a seeded fraction r of the (sample, view) entries is absent (every sample keeps at "
+                "least one view; one mask per seed and rate, the same for every row)")
+        if "instance" in rb.rules:
+            text += ("; in the `inst. r` columns a seeded fraction r of the samples is incomplete instead (the "
+                     "instance-level rate of the incomplete multi-view papers: each incomplete sample keeps at least "
+                     "one view and misses at least one, the other samples keep every view)")
+    else:
+        text = ("At test time a seeded fraction r of the samples is incomplete (`inst. r`, the instance-level rate of "
+                "the incomplete multi-view papers: each incomplete sample keeps at least one view and misses at least "
+                "one, the other samples keep every view; one mask per seed and rate, the same for every row)")
+    text += "; the encoders see the presence mask. "
     # the protocol says how it scores the missing-view test (a protocol not installed here: the common text)
     protocol = PROTOCOLS.get(rb.protocol) if rb.protocol in PROTOCOLS else Protocol
     restarts = f"; {' / '.join(map(str, rb.restarts))} k-means++ restarts, lowest inertia kept" if rb.restarts else ""
@@ -197,21 +221,24 @@ def plot_missing(view: GroupView, path: Path) -> bool:
     if rb is None or not rb.rates or not rb.rows:
         return False
     xs = [0.0, *rb.rates]
-    series = {info.id: {o: [rb.summary(o, mid) for _, mid in rb.columns(info.id)[:len(xs)]] for o in rb.rows}
-              for info in rb.shown}
+    # one panel per shown metric and rule (how the rates count); an entry-rule panel keyed by the metric alone
+    panels = [(info, rule, info.id if rule == "entry" else f"{info.id} ({rule})") for info in rb.shown
+              for rule in rb.rules]
+    series = {name: {o: [rb.summary(o, info.id)] + [rb.summary(o, mid) for _, mid in rb.rate_columns(info.id, rule)]
+                     for o in rb.rows} for info, rule, name in panels}
     key = sha256_hex(canonical_json({"v": PLOT_VERSION, "name": view.name, "xs": xs,
                                      "units": [i.unit for i in rb.shown], "series": series}, compact=False))
     if png_text(path).get(PLOT_KEY) == key:
         return True
     from matplotlib.figure import Figure
 
-    panels = len(rb.shown)
-    fig = Figure(figsize=(4.6 * panels + 1.8, 3.4), dpi=90)
-    axes = fig.subplots(1, panels, squeeze=False)[0]
-    for ax, info in zip(axes, rb.shown):
+    count = len(panels)
+    fig = Figure(figsize=(4.6 * count + 1.8, 3.4), dpi=90)
+    axes = fig.subplots(1, count, squeeze=False)[0]
+    for ax, (info, rule, name) in zip(axes, panels):
         scale = 100.0 if info.unit == "fraction" else 1.0
         for i, o in enumerate(rb.rows):
-            pts = [(x, s[0] * scale, s[1] * scale) for x, s in zip(xs, series[info.id][o])
+            pts = [(x, s[0] * scale, s[1] * scale) for x, s in zip(xs, series[name][o])
                    if s is not None and drawable(s[0] * scale) and drawable(s[1] * scale)]  # else: no axis fits it
             if not pts:
                 continue
@@ -221,11 +248,12 @@ def plot_missing(view: GroupView, path: Path) -> bool:
         ax.set_xticks(xs)
         ax.set_xticklabels([f"{x:g}" for x in xs], fontsize=7)
         ax.tick_params(labelsize=7)
-        ax.set_xlabel("missing rate r (fraction of (sample, view) entries absent)", fontsize=7)
+        ax.set_xlabel("missing rate r (fraction of (sample, view) entries absent)" if rule == "entry" else
+                      "instance-level missing rate r (fraction of samples incomplete)", fontsize=7)
         ax.set_ylabel(f"{info.id}{' (%)' if info.unit == 'fraction' else ''}", fontsize=8)
-        ax.set_title(f"test {info.id} vs missing rate", fontsize=9)
+        ax.set_title(f"test {info.id} vs missing rate" + ("" if rule == "entry" else " (instance-level)"), fontsize=9)
         ax.grid(alpha=0.3, linewidth=0.5)
-    right = 1.0 - 1.7 / (4.6 * panels + 1.8)  # the legend's strip on the right
+    right = 1.0 - 1.7 / (4.6 * count + 1.8)  # the legend's strip on the right
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
     fig.suptitle(f"{view.name}: missing-view robustness; mean over seeds, error bars ± 1 std", fontsize=10)
