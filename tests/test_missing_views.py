@@ -515,6 +515,10 @@ def test_instance_level_rates_have_their_own_columns(tmp_path):
     assert table[0] == "| objective | r = 0 | r = 0.5 | inst. r = 0.5 |"
     assert table[2].endswith("| 1.0000 ± 0.2121 (2) | 0.9000 ± 0.1414 (2) |"), table[2]
     assert table[3].endswith("| 1.3000 ± 0.0000 (2) | 1.4000 ± 0.2828 (2) |"), table[3]
+    from fusebench.leaderboard.html_svg import missing_svg
+
+    svg = missing_svg(view)  # the HTML page's charts: one per rule
+    assert "vs missing rate r (mean over seeds)" in svg and "vs instance-level missing rate r (mean over seeds)" in svg
     assert plot_missing(view, tmp_path / "toy-missing.png")
     assert (tmp_path / "toy-missing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -175,12 +175,15 @@ def missing_svg(view: GroupView) -> str:
     charts = []
     for info in rb.shown:
         scale = 100.0 if info.unit == "fraction" else 1.0
-        series = []
-        for o in rb.rows:
-            pts = [(x, s[0] * scale) for x, (_, mid) in zip(xs, rb.columns(info.id)) if (s := rb.summary(o, mid))]
-            series.append((o, pts))
-        charts.append(line_chart(f"test {info.id}{' (%)' if info.unit == 'fraction' else ''} vs missing rate r "
-                                 f"(mean over seeds)", series, f"r = {', '.join(f'{x:g}' for x in xs)}"))
+        for rule in rb.rules:  # a chart per rule (how the rates count): r = 0, then that rule's rate columns
+            cols = [("r = 0", info.id), *rb.rate_columns(info.id, rule)]
+            series = []
+            for o in rb.rows:
+                pts = [(x, s[0] * scale) for x, (_, mid) in zip(xs, cols) if (s := rb.summary(o, mid))]
+                series.append((o, pts))
+            what = "missing rate r" if rule == "entry" else "instance-level missing rate r"
+            charts.append(line_chart(f"test {info.id}{' (%)' if info.unit == 'fraction' else ''} vs {what} "
+                                     f"(mean over seeds)", series, f"r = {', '.join(f'{x:g}' for x in xs)}"))
     return "\n".join(c for c in charts if c)
 
 
