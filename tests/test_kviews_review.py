@@ -78,3 +78,19 @@ def test_a_benchmark_the_study_cannot_vary_is_named_as_that(tmp_path) -> None:
                                              r"\.mat benchmark"):
             kviews.run_study(kviews.Study(benchmark=name, ks=(2,)), tmp_path / "runs", synthetic=True)
     assert not (tmp_path / "runs").exists()
+
+
+def test_record_text_in_the_cells_table_is_escaped() -> None:
+    """The Cells table showed a cell's protocol note (record text) as it was: a ``|`` in a view name broke the
+    table and a tag reached the page as markup. Numbers and lists of numbers show as before (the committed
+    board regenerates byte for byte); anything else is escaped like every record text on a board."""
+    s = board.StudyRuns(values={}, budgets=[], cells={
+        "views": {2: {"b-kv-views-k2d0": {"views": [2, 3], "permutation": [3, 2, 0, 1]},
+                      "b-kv-views-k2d1": {"views": ["a|b", "<i>x</i>"], "permutation": "# p | q"}}},
+        "copies": {2: {"b-kv-copies-k2d0": {"view_copies": {"base": [1], "noise": 0.5, "mask": 0.3, "seed": 0}},
+                       "b-kv-copies-k2d1": {"view_copies": {"base": "<b>", "noise": "|", "mask": 0.3, "seed": 1}}}}},
+        records=1)
+    assert board._cells_text(s, "views", 2) == ("d0: {2, 3} of [3, 2, 0, 1]; "
+                                                "d1: {a\\|b, &lt;i&gt;x&lt;/i&gt;} of \\# p \\| q")
+    assert board._cells_text(s, "copies", 2) == ("d0: base [1], noise 0.5, mask 0.3, seed 0; "
+                                                 "d1: base &lt;b&gt;, noise \\|, mask 0.3, seed 1")

@@ -203,6 +203,18 @@ def _hparams_text(study: StudyRuns, pretrained: list[str]) -> str:
     return "Hyper-parameters: " + ("; ".join(parts) if parts else "none recorded") + "."
 
 
+def _shown(value: Any) -> str:
+    """A value of a cell's protocol note (record text) as the Cells table shows it: a number, or a list of numbers,
+    as Python writes it; anything else escaped (:func:`md_text`: a ``|`` or a tag in a note never breaks the
+    table or reaches a page as markup)."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if number(value) or (isinstance(value, list) and all(number(v) for v in value)):
+        return str(value)
+    return md_text(value)
+
+
 def _cells_text(study: StudyRuns, arm: str, k: int) -> str:
     parts = []
     for name in sorted(study.cells.get(arm, {}).get(k, {}), key=lambda n: int(CELL_NAME.fullmatch(n)["draw"])):
@@ -210,11 +222,13 @@ def _cells_text(study: StudyRuns, arm: str, k: int) -> str:
         draw = CELL_NAME.fullmatch(name)["draw"]
         if arm == "views":
             views = info.get("views", [])
-            parts.append(f"d{draw}: {{{', '.join(map(str, views))}}} of {info.get('permutation', '?')}")
+            shown = ", ".join(_shown(v) for v in views) if isinstance(views, list) else _shown(views)
+            parts.append(f"d{draw}: {{{shown}}} of {_shown(info.get('permutation', '?'))}")
         else:
             vc = info.get("view_copies", {})
-            parts.append(f"d{draw}: base {vc.get('base')}, noise {vc.get('noise')}, mask {vc.get('mask')}, "
-                         f"seed {vc.get('seed')}")
+            vc = vc if isinstance(vc, dict) else {}
+            parts.append(f"d{draw}: base {_shown(vc.get('base'))}, noise {_shown(vc.get('noise'))}, mask "
+                         f"{_shown(vc.get('mask'))}, seed {_shown(vc.get('seed'))}")
     return "; ".join(parts) or "—"
 
 
