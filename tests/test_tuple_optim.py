@@ -69,6 +69,24 @@ def test_alpha_relaxation_beta_clamp_and_best_zeta() -> None:
     assert T.best_zeta(acc, [0.0, 0.5, 1.0]) == [0.5, 0.0]  # ties -> the smaller zeta
 
 
+def test_zeta_star_is_beta_unless_another_strength_is_strictly_better() -> None:
+    # rows: zeta = beta = (0.35, 0.35, 0.35, 0.8), then the grid 0, 0.5, 1 for every modality. Modality 0: a plateau
+    # (beta ties the grid) -> beta itself, penalty 0 (the smallest-zeta rule gave 0 and a penalty 0.35^2 from a tie);
+    # modality 1: beta strictly best though off the grid -> beta; modality 2: zeta = 0 strictly better -> 0;
+    # modality 3: a tie of 0.5 and 1.0 (beta = 0.8 scores less) -> the nearer to beta, 1.0.
+    acc = torch.tensor([[0.5, 0.9, 0.6, 0.1],
+                        [0.5, 0.7, 0.8, 0.2],
+                        [0.5, 0.8, 0.6, 0.4],
+                        [0.3, 0.6, 0.5, 0.4]])
+    zetas = torch.tensor([[0.35, 0.35, 0.35, 0.8]] + [[g] * 4 for g in (0.0, 0.5, 1.0)])
+    assert T.best_zeta(acc, zetas, [0.35, 0.35, 0.35, 0.8]) == pytest.approx([0.35, 0.35, 0.0, 1.0])
+    # Eq. 8 with those: 1 - mean A(beta) - lambda ||beta - zeta*||^2 / (K beta_max^2) = 1 - 0.525 - (0.35^2 + 0.2^2) / 4
+    r = T.beta_reward(acc[0], [0.35, 0.35, 0.35, 0.8], [0.35, 0.35, 0.0, 1.0], 1.0, 1.0)
+    assert r == pytest.approx(1 - 2.1 / 4 - (0.35**2 + 0.2**2) / 4)
+    with pytest.raises(ValueError, match="beta must have K = 4"):
+        T.best_zeta(acc, zetas, [0.35])
+
+
 # ---------------------------------------------------------------------------------------------
 # cross-modal discrimination on hand-made embeddings
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +211,57 @@ def test_epoch_update_keeps_best_candidate_and_applies_eq7() -> None:
         opt.step()
     for k, v in pre.state_dict().items():
         torch.testing.assert_close(v, after[k], msg=k)
+
+
+def _slow_accuracy(pre, batch, j: int, zeta: float, eps: torch.Tensor, keep: torch.Tensor) -> float:
+    """A^j (Eqs. 3-4) by loops: modality j alone, noised by zeta eps_j then dropped out by keep_j, in its slot of the
+    fusion input with zeros in the others, must find its own rest (every other modality, unaugmented, zero in slot j)
+    among the M by cosine, strictly."""
+    with torch.no_grad():
+        emb = pre.model.embed(batch).float()  # [K, M, F]
+        k, m, _ = emb.shape
+        mods = pre.model.modalities
+        proj = [pre.proj[mods[l]] for l in range(k)]
+        single_in = [proj[l](emb[l]) * 0 if l != j else proj[l]((emb[l] + zeta * eps[l]) * keep[l]) for l in range(k)]
+        rest_in = [proj[l](emb[l]) if l != j else proj[l](emb[l]) * 0 for l in range(k)]
+        single = pre.fusion(torch.cat(single_in, -1))
+        rest = pre.fusion(torch.cat(rest_in, -1))
+    hits = 0
+    for n in range(m):
+        cos = [float(torch.dot(single[n], rest[q]) / (single[n].norm() * rest[q].norm())) for q in range(m)]
+        hits += all(cos[n] > cos[q] for q in range(m) if q != n)
+    return hits / m
+
+
+def test_beta_epoch_reward_is_equation_8_by_a_slow_implementation() -> None:
+    """The kept candidate's R(beta) and zeta* recomputed from the trained weights by loops: A^k at zeta = beta and on
+    the grid with the round's common noise and dropout mask (re-drawn from the optimiser's generator), zeta* the
+    strength among beta_k and the grid with the highest A^k (ties: nearest beta_k), then Eq. 8."""
+    pre, opt, topt, train, val = _setup(0, zeta_grid=11, val_size=16)
+    gen = torch.Generator()
+    gen.set_state(topt.generator.get_state())
+    torch.randn((3, 3), generator=gen, dtype=torch.float64)  # the round's B = 3 policy samples
+    seed = int(torch.randint(0, 2**62, (1,), generator=gen))  # then its reward seed
+    log = topt.epoch_update(opt, 0, lambda: iter(train), val)
+    assert log["updated"] == "beta"
+    best = log["candidates"][log["best"]]
+    pre.eval()
+    emb = pre.model.embed(val).float()
+    g = torch.Generator().manual_seed(seed)
+    eps = torch.randn(emb.shape, generator=g)
+    keep = (torch.rand(emb.shape, generator=g) >= 0.1).float() / 0.9
+    beta, grid = best["beta"], [i / 10 for i in range(11)]
+    acc = [_slow_accuracy(pre, val, j, beta[j], eps, keep) for j in range(3)]
+    zstar = []
+    for j in range(3):
+        scored = [(beta[j], acc[j])] + [(z, _slow_accuracy(pre, val, j, z, eps, keep)) for z in grid]
+        top = max(a for _, a in scored)
+        zstar.append(min((z for z, a in scored if a == top), key=lambda z: (abs(z - beta[j]), z)))
+    assert best["accuracies"] == pytest.approx(acc)
+    assert best["zeta_star"] == pytest.approx(zstar)
+    assert any(z == b and b not in grid for z, b in zip(zstar, beta))  # zeta* = beta off the grid is exercised
+    want = 1 - sum(acc) / 3 - sum((b - z) ** 2 for b, z in zip(beta, zstar)) / (3 * 1.0**2)
+    assert best["reward"] == pytest.approx(want)
 
 
 def test_state_dict_round_trip_and_bad_config() -> None:

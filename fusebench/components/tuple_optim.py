@@ -22,7 +22,7 @@ At the end of pretraining epoch e (Algorithm 1's t = e + 1) the optimiser
    R(alpha) = sum_k A^k(g, beta) (Eq. 5) and
    R(beta) = 1 - sum_k A^k(g, beta) / K - lambda ||beta - zeta*(beta)||^2 / ||beta_max||^2 (Eq. 8),
    where A^k(g, zeta) is the cross-modal discrimination accuracy (Eqs. 3-4) with the augmentation
-   zeta applied to modality k, and zeta*(beta) = argmax_zeta sum_k A^k(g, zeta) over a grid;
+   zeta applied to modality k, and zeta*(beta) = argmax_zeta sum_k A^k(g, zeta) over beta and a grid;
 4. updates the policy mean by REINFORCE (Eq. 7), with grad_mu log N(x; mu, s^2 I) = (x - mu) / s^2:
    mu <- mu + eta / B sum_b (R_b - b) (x_b - mu) / s^2, b = mean_b R_b (or b = 0, the literal Eq. 7);
 5. keeps the candidate with the highest reward as g_{t+1} (Algorithm 1: "Update g_{t+1} = g^i_{t+1}"),
@@ -35,7 +35,7 @@ values", supplement H). g(v'^k) has only slot k filled, with the embedding of mo
 zeta_k (noise zeta_k * eps then the training dropout, 0.1 by default, eps and the dropout mask drawn once per
 round and reused for every zeta - common random numbers); g(v_bar^k) has every slot but k filled,
 unaugmented. Since A^k only depends on zeta_k, the argmax zeta* of sum_k A^k separates per modality:
-zeta*_k = argmax over the grid of A^k(g, zeta_k) (ties: the smallest zeta).
+zeta*_k = argmax of A^k(g, zeta_k) over beta_k and the grid, ties to the one nearest beta_k (:func:`best_zeta`).
 
 Shape:
     mu_alpha, x_alpha: [K + 1];  mu_beta, x_beta: [K];  samples: [B, D], rewards: [B] -> new mu [D];
@@ -54,17 +54,8 @@ from torch import Tensor, nn
 
 from fusebench.runtime import distributed, progress, utils
 
-__all__ = [
-    "relaxed_to_alpha",
-    "clamp_beta",
-    "reinforce_update",
-    "alpha_reward",
-    "beta_reward",
-    "best_zeta",
-    "fuse_partial",
-    "discrimination_accuracies",
-    "TupleSampleOptimiser",
-]
+__all__ = ["relaxed_to_alpha", "clamp_beta", "reinforce_update", "alpha_reward", "beta_reward", "best_zeta",
+           "fuse_partial", "discrimination_accuracies", "TupleSampleOptimiser"]
 
 
 def _steps(batches: Iterable[Any], limit: int) -> int | None:
@@ -142,17 +133,19 @@ def beta_reward(accuracies: Sequence[float] | Tensor, beta: Sequence[float] | Te
     return float(1.0 - a.sum() / k - lam * ((b - z) ** 2).sum() / (k * beta_max**2))
 
 
-def best_zeta(acc: Tensor, grid: Sequence[float] | Tensor) -> list[float]:
-    """zeta*_k = argmax over the grid of A^k (ties: the smallest zeta). acc: [G, K], grid: [G] ascending."""
-    g = torch.as_tensor(grid, dtype=torch.float64).flatten()
-    if acc.dim() != 2 or acc.shape[0] != g.numel():
-        raise ValueError(f"best_zeta: acc must be [G={g.numel()}, K], got {tuple(acc.shape)}")
-    out = []
-    for k in range(acc.shape[1]):
-        col = acc[:, k]
-        first = int(torch.nonzero(col == col.max())[0])  # the first maximum = the smallest zeta
-        out.append(float(g[first]))
-    return out
+def best_zeta(acc: Tensor, zetas: Sequence[float] | Tensor, beta: Sequence[float] | Tensor | None = None) -> list[float]:
+    """zeta*_k = argmax of A^k (acc [G, K]) over the strengths ``zetas`` ([G], or [G, K]: row g gives modality k
+    zetas[g, k]); ties: the one nearest ``beta_k`` ([K]), then the smaller (without beta: the smallest). With beta
+    among the rows, zeta* = beta unless another strength scores strictly higher (module docstring)."""
+    a, z = torch.as_tensor(acc, dtype=torch.float64), torch.as_tensor(zetas, dtype=torch.float64)
+    z = z.view(-1, 1).expand_as(a) if z.dim() == 1 and a.dim() == 2 and len(z) == len(a) else z
+    if a.dim() != 2 or z.shape != a.shape:
+        raise ValueError(f"best_zeta: acc must be [G, K], zetas [G] or [G, K]; got {tuple(a.shape)}, {tuple(z.shape)}")
+    b = None if beta is None else torch.as_tensor(beta, dtype=torch.float64).flatten()
+    if b is not None and b.numel() != a.shape[1]:
+        raise ValueError(f"best_zeta: beta must have K = {a.shape[1]} entries, got {b.numel()}")
+    tied = [[float(z[i, k]) for i in torch.nonzero(a[:, k] == a[:, k].max()).flatten().tolist()] for k in range(a.shape[1])]
+    return [min(t, key=lambda v: (abs(v - float(b[k])), v)) if b is not None else min(t) for k, t in enumerate(tied)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +343,7 @@ class TupleSampleOptimiser:
         base_alpha, base_beta = self.alpha(), self.beta()
         rewards: list[float] = []
         details: list[dict[str, Any]] = []
-        best: tuple[float, dict, dict] | None = None
+        best: tuple[float, dict, dict, int] | None = None
         bar = None  # progress over the candidates' training steps (a bar, or log lines off a terminal)
         for b in range(bsz):
             pre.load_state_dict(start_model)
@@ -372,10 +365,10 @@ class TupleSampleOptimiser:
                 r = alpha_reward(acc)
                 info = {"accuracies": acc.tolist()}
             else:  # Eq. 8: accuracies at zeta = beta, plus zeta* over the grid
-                acc_all = discrimination_accuracies(pre, val_batch, torch.cat([beta.view(1, k), grid.view(-1, 1).expand(-1, k)]),
-                                                    reward_seed, opts.dropout)
-                acc, acc_grid = acc_all[0], acc_all[1:]
-                zstar = best_zeta(acc_grid, grid)
+                zetas = torch.cat([beta.view(1, k), grid.view(-1, 1).expand(-1, k)])  # [1 + G, K]: beta, then the grid
+                acc_all = discrimination_accuracies(pre, val_batch, zetas, reward_seed, opts.dropout)
+                acc = acc_all[0]
+                zstar = best_zeta(acc_all, zetas, beta)  # over beta and the grid; ties: the one nearest beta
                 r = beta_reward(acc, beta, zstar, opts.beta_max, opts.beta_lambda)
                 info = {"accuracies": acc.tolist(), "zeta_star": zstar}
             rewards.append(r)
