@@ -276,6 +276,18 @@ def test_state_dict_round_trip_and_bad_config() -> None:
     torch.testing.assert_close(state["mu_alpha"] + 0.1 * eps, torch.tensor(nxt, dtype=torch.float64))
     with pytest.raises(ValueError, match="tuple_candidates"):
         _setup(0, candidates=0)
+    # one candidate with the mean-reward baseline: its advantage R - mean R is 0, so Eq. 7 never moves mu (by hand:
+    # the update with B = 1 is mu itself whatever the reward); refused, naming the key and why
+    one = T.reinforce_update(torch.tensor([0.5, 0.2]), torch.tensor([[1.0, 0.2]]), torch.tensor([3.0]), 0.5, 0.1)
+    assert one.tolist() == pytest.approx([0.5, 0.2])
+    with pytest.raises(ValueError, match=r"pretrain.methods.tuple_infonce.candidates .*must be >= 2 with "
+                                         r"policy_baseline: true, got 1"):
+        _setup(0, candidates=1)
+    pre1, opt1, topt1, train1, val1 = _setup(0, candidates=1, policy_baseline=False)  # Eq. 7 as printed: accepted
+    mu0 = topt1.mu_beta.clone()
+    log = topt1.epoch_update(opt1, 0, lambda: iter(train1), val1)
+    want = [mu0[d].item() + 0.05 * log["rewards"][0] * (log["samples"][0][d] - mu0[d].item()) / 0.1**2 for d in range(3)]
+    assert topt1.mu_beta.tolist() == pytest.approx(want)
     with pytest.raises(ValueError, match="tuple_disturbed"):
         _setup(0, disturbed=False)
 

@@ -241,6 +241,8 @@ class TupleSampleOptimiser:
                              "alpha weighs the k-disturbed negatives)")
         checks = [
             ("candidates", options.candidates >= 1, ">= 1"),
+            # one candidate is its own mean-reward baseline: advantage 0, Eq. 7 would never move the policy
+            ("candidates", options.candidates >= 2 or not options.policy_baseline, ">= 2 with policy_baseline: true"),
             ("candidate_steps", options.candidate_steps >= 0, ">= 0 (0 = a whole epoch)"),
             ("policy_lr", options.policy_lr >= 0, ">= 0"),
             ("policy_sigma", options.policy_sigma > 0, "> 0"),
