@@ -58,6 +58,15 @@ def test_method_options_are_typed_at_load(tmp_path: Path) -> None:
     ("pretrain: {methods: {tuple_infonce: {candidates: many}}}", ["pretrain.methods.tuple_infonce.candidates", "expected int"]),
     ("pretrain: {methods: {ema_teacher: {momentum: 1.5}}}", ["pretrain.methods.ema_teacher", "momentum must be in [0, 1)"]),
     ("pretrain: {methods: {tuple_infonce: {dropout: 1.0}}}", ["pretrain.methods.tuple_infonce", "dropout must be in [0, 1)"]),
+    # values the sample optimisation clamped in silence (negative weights -> 0, all <= 0 -> uniform, the noise start
+    # -> [0, beta_max]) and the loss took as given (a negative std acts as its size): refused at load
+    ("pretrain: {methods: {tuple_infonce: {sample_optimisation: true, alpha: [1, -1, 1, 1]}}}",
+     ["pretrain.methods.tuple_infonce", "alpha must be finite weights >= 0, not all 0", "[1.0, -1.0, 1.0, 1.0]"]),
+    ("pretrain: {methods: {tuple_infonce: {alpha: [0, 0, 0, 0]}}}", ["pretrain.methods.tuple_infonce", "alpha must be"]),
+    ("pretrain: {methods: {tuple_infonce: {embedding_noise: -0.1}}}",
+     ["pretrain.methods.tuple_infonce", "embedding_noise must be a std >= 0, got -0.1"]),
+    ("pretrain: {methods: {tuple_infonce: {sample_optimisation: true, embedding_noise: 2.0}}}",
+     ["pretrain.methods.tuple_infonce", "embedding_noise (2.0, beta's start) must be <= beta_max (1.0)"]),
     ("pretrain: {methods: {view_rotation: true}}", ["pretrain.methods.view_rotation", "expected a mapping"]),
     ("pretrain: {tuple_candidates: 2, methods: {tuple_infonce: {candidates: 3}}}",
      ["pretrain.tuple_candidates = 2", "pretrain.methods.tuple_infonce.candidates = 3", "set one option twice"]),

@@ -17,6 +17,7 @@ Shapes: embeddings e [K, N, F] -> projections [K, N, P] -> fused tuples [N, P]; 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -66,7 +67,19 @@ class TupleInfoNCEMethod(PretrainMethod):
 
     @classmethod
     def check(cls, options: Any) -> list[str]:
-        return [] if 0.0 <= options.dropout < 1.0 else [f"dropout must be in [0, 1), got {options.dropout!r}"]
+        o, problems = options, []
+        if not 0.0 <= o.dropout < 1.0:
+            problems.append(f"dropout must be in [0, 1), got {o.dropout!r}")
+        # the mixture weights of Eq. 2: negative or all-zero weights were clamped to the uniform mixture by the sample
+        # optimisation and refused only at the first training step without it
+        if o.alpha is not None and (not all(math.isfinite(a) and a >= 0 for a in o.alpha) or sum(o.alpha) <= 0):
+            problems.append(f"alpha must be finite weights >= 0, not all 0 (or null: uniform), got {o.alpha!r}")
+        if not (math.isfinite(o.embedding_noise) and o.embedding_noise >= 0):  # a std: a negative one acted as its size
+            problems.append(f"embedding_noise must be a std >= 0, got {o.embedding_noise!r}")
+        elif o.sample_optimisation and o.embedding_noise > o.beta_max:  # beta's start, clamped to [0, beta_max]
+            problems.append(f"embedding_noise ({o.embedding_noise!r}, beta's start) must be <= beta_max "
+                            f"({o.beta_max!r}) with sample_optimisation: true")
+        return problems
 
     def build(self, pre: nn.Module) -> None:
         o = self.options
