@@ -46,6 +46,34 @@ def test_true_mi_one_vs_rest_by_conditional_variance() -> None:
         assert math.isclose(G.true_one_vs_rest_mi(m, s0, s), expected, rel_tol=1e-12)
 
 
+@pytest.mark.parametrize("s0,s", [(1.0, 0.5), (2.0, 1.0), (0.7, 1.3)])
+def test_true_mi_by_log_determinants_and_monte_carlo(s0: float, s: float) -> None:
+    # Gaussian MI from the covariance alone, no posterior algebra: Sigma = s^2 I + s0^2 11^T (M x M);
+    # I(x_a; rest) = 1/2 log(det Sigma_aa det Sigma_rest / det Sigma). Then the same with Sigma estimated from
+    # 400k draws of G.sample_views (the generator): the closed form, the generator and the formula agree.
+    g = torch.Generator().manual_seed(11)
+    for m in (2, 4, 8, 10):
+        cov = s**2 * np.eye(m) + s0**2 * np.ones((m, m))
+
+        def mi(c: np.ndarray) -> float:
+            return 0.5 * (math.log(c[0, 0]) + np.linalg.slogdet(c[1:, 1:])[1] - np.linalg.slogdet(c)[1])
+
+        assert G.true_one_vs_rest_mi(m, s0, s) == pytest.approx(mi(cov), rel=1e-10)
+        x = G.sample_views(400_000, m, s0, s, g).squeeze(-1).double().numpy()  # [M, K]
+        assert G.true_one_vs_rest_mi(m, s0, s) == pytest.approx(mi(np.cov(x)), abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["pvc_geometric", "pvc_arithmetic", "suff_stats", "multicrop", "infonce_pwe"])
+@pytest.mark.parametrize("k,m", [(5, 2), (6, 3), (4, 5)])
+def test_a_constant_network_estimates_zero_nats(name: str, k: int, m: int) -> None:
+    # a constant representation carries no information, and every candidate of an anchor scores alike: each loss is
+    # then log(number of candidates), so c - loss = 0 exactly when the constant counts the objective's own candidates
+    # (PVC / suff_stats: 1 + (K - 1) M = B - M + 1; the NT-Xent pair losses: 2K - 1)
+    views = torch.ones(m, k, 3, dtype=torch.float64)
+    loss = float(objectives.build(name, tau=0.3)(views))
+    assert G.bound_constant(name, k, m) - loss == pytest.approx(0.0, abs=1e-9)
+
+
 def test_bound_constants() -> None:
     k = 256
     assert math.isclose(G.bound_constant("pvc_geometric", k, 10), math.log(k * 10 - 10 + 1))
