@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                "--quick; fusebench bench objectives --vs ott --device cuda; fusebench bench objectives --step-time",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per cell (median reported; default 5)")
-    parser.add_argument("--quick", action="store_true", help="1 timed call per cell, 1 for the reference solver")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 timed call per cell (1 for the reference solver); --vs ott: a few "
+                        "configurations; --crossover: a third of the grid; --step-time: 30 rounds")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default 2; 1 with --vs and --step-time)")
     parser.add_argument("--only", default=None, help="glob over objective ids for the first table (e.g. 'm3g*')")
@@ -256,6 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     if ns.repeats != parser.get_default("repeats") and (ns.step_time or ns.crossover):
         parser.error(f"--repeats is not read by {'--step-time (its count is --rounds)' if ns.step_time else '--crossover'}"
                      f"; drop --repeats")
+    # --quick picks counts / configurations of its own: an option it would override, or one that leaves --quick
+    # nothing to do, is refused (never one of the two silently ignored)
+    if ns.quick:
+        if ns.vs and (quick_over := [f"--{a}" for a in ("k", "n", "eps") if getattr(ns, a) is not None]):
+            parser.error(f"{', '.join(quick_over)} and --quick: --vs ott --quick runs its own configurations (k/n "
+                         + ", ".join(f"{k}/{n}" for k, n in vs_ott.VS_QUICK) + f", eps 0.2 and 0.05), so "
+                         f"{', '.join(quick_over)} would change nothing; drop one of them")
+        if ns.step_time and ns.rounds is not None:
+            parser.error(f"--rounds {ns.rounds} and --quick: --quick only sets --step-time's default rounds (30), so "
+                         "it would change nothing; drop --quick")
+        if not (ns.vs or ns.step_time or ns.crossover) and ns.repeats != parser.get_default("repeats"):
+            parser.error(f"--repeats {ns.repeats} and --quick: --quick times 1 call per cell, so --repeats would "
+                         "change nothing; drop one of them")
     if ns.vs:  # the --vs ott defaults
         ns.dtype, ns.dim = ns.dtype or "float32", 32 if ns.dim is None else ns.dim
         ns.cell_seconds = 20.0 if ns.cell_seconds is None else ns.cell_seconds
@@ -275,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             if ns.vs:
                 return vs_ott.run(ns)
             if ns.pairwise:
+                from fusebench.perf.timing import machine_description
+
                 print("# fusebench bench objectives --pairwise\n")
+                print(machine_description() + "\n")
                 print(f"float64, one sweep order, eps 0.2, tol 1e-9; median of {1 if ns.quick else ns.repeats} "
                       f"after a warm-up; {ns.threads} thread(s)\n")
                 print("\n".join(bench_pairwise(1 if ns.quick else ns.repeats)))

@@ -1,0 +1,69 @@
+"""`fusebench bench ...`: what each bench prints (the machine it measured on, the settings, the ratios of the
+same run) and the options it refuses rather than ignores. No assertion here reads a timing's value."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _objectives_no_run(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every table `fusebench bench objectives` could start is recorded instead of measured."""
+    from fusebench.perf import crossover, objectives, step_time, vs_ott
+
+    started: list = []
+    monkeypatch.setattr(step_time, "run", lambda ns: started.append(("step", ns)) or 0)
+    monkeypatch.setattr(crossover, "run", lambda ns: started.append(("crossover", ns)) or 0)
+    monkeypatch.setattr(vs_ott, "run", lambda ns: started.append(("vs", ns)) or 0)
+    monkeypatch.setattr(objectives, "bench_pairwise", lambda *a: started.append(("pairwise", a)) or [])
+    monkeypatch.setattr(objectives, "_run", lambda ns, names: started.append(("tables", ns)) or 0)
+    return started
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--vs", "ott", "--quick", "--k", "3"], "--k and --quick: --vs ott --quick runs its own configurations"),
+    (["--vs", "ott", "--quick", "--n", "8", "--eps", "0.1"], "--n, --eps and --quick"),
+    (["--quick", "--repeats", "3"], "--repeats 3 and --quick: --quick times 1 call per cell"),
+    (["--pairwise", "--quick", "--repeats", "3"], "--repeats 3 and --quick"),
+    (["--step-time", "--quick", "--rounds", "5"], "--rounds 5 and --quick: --quick only sets --step-time's default"),
+])
+def test_bench_objectives_quick_refuses_the_options_it_would_override(argv: list[str], said: str, monkeypatch,
+                                                                       capsys) -> None:
+    """--quick ran its own configurations / counts and dropped --k, --n, --eps (--vs ott), --repeats (the default
+    tables, --pairwise) without a word; with --step-time and --rounds it was --quick that changed nothing."""
+    from fusebench.perf import objectives
+
+    started = _objectives_no_run(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        objectives.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and said in err and err.count("error:") == 1, err
+    assert started == []
+
+
+@pytest.mark.parametrize("argv, kind, check", [
+    (["--vs", "ott", "--quick"], "vs", lambda ns: ns.k is None and ns.quick),
+    (["--vs", "ott", "--k", "3", "--n", "8"], "vs", lambda ns: ns.k == [3] and ns.n == [8]),
+    (["--quick", "--only", "infonce_pwe"], "tables", lambda ns: ns.quick),
+    (["--repeats", "3", "--only", "infonce_pwe"], "tables", lambda ns: ns.repeats == 3),
+    (["--step-time", "--quick"], "step", lambda ns: ns.rounds == 30),
+    (["--step-time", "--rounds", "4"], "step", lambda ns: ns.rounds == 4),
+    (["--crossover", "--quick"], "crossover", lambda ns: ns.quick),
+])
+def test_bench_objectives_quick_alone_or_the_counts_alone_still_run(argv, kind, check, monkeypatch) -> None:
+    from fusebench.perf import objectives
+
+    started = _objectives_no_run(monkeypatch)
+    assert objectives.main(argv) == 0
+    assert [k for k, _ in started] == [kind] and check(started[0][1])
+
+
+def test_bench_objectives_pairwise_prints_the_machine(monkeypatch, capsys) -> None:
+    """The --pairwise table printed its two solvers' times with no line saying which machine they came from."""
+    from fusebench.machine import cpu_model
+    from fusebench.perf import objectives
+
+    monkeypatch.setattr(objectives, "bench_pairwise", lambda repeats: ["| k | n |"])
+    assert objectives.main(["--pairwise", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert f"CPU: {cpu_model()}" in out and "torch threads: 1" in out, out
+
