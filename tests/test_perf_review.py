@@ -67,3 +67,56 @@ def test_bench_objectives_pairwise_prints_the_machine(monkeypatch, capsys) -> No
     out = capsys.readouterr().out
     assert f"CPU: {cpu_model()}" in out and "torch threads: 1" in out, out
 
+
+def test_bench_cells_repeat_alternates_and_gives_medians_and_the_ratio_range(tmp_path, monkeypatch, capsys) -> None:
+    """One run per checkout made the new / old ratio one noisy sample, and the table named no machine. With
+    --repeat the checkouts alternate (old, new, new, old) and the ratio is that of the medians, the per-round
+    ratios' range beside it; the values below are worked out by hand."""
+    from fusebench.machine import cpu_model
+    from fusebench.perf import cells
+
+    old = tmp_path / "old"
+    (old / "fusebench").mkdir(parents=True)
+    (old / "fusebench" / "__init__.py").write_text("")
+    cpu = {"old": iter([2.0, 4.0]), "new": iter([1.0, 3.0])}
+    order: list[str] = []
+
+    def fake_run(root, args, out, threads):
+        label = "new" if root is None else "old"
+        order.append(label)
+        return {"cpu_s": next(cpu[label]), "wall_s": 9.0, "records": {"quickstart/x/seed0/run.json": {"acc": 0.5}}}
+
+    monkeypatch.setattr(cells, "run_case", fake_run)
+    assert cells.main(["--old", str(old), "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert order == ["old", "new", "new", "old"]
+    assert f"machine: {cpu_model()}; " in out and "median of 2 runs per checkout" in out, out
+    # medians: old (2 + 4) / 2 = 3.0, new (1 + 3) / 2 = 2.0; ratio 2 / 3; per round 1 / 2 = 0.50 and 3 / 4 = 0.75
+    assert "| quickstart cell | 3.0 (9.0) | 2.0 (9.0) | 1 / 1 | 0.67 (0.50-0.75) | yes |" in out, out
+
+
+def test_bench_cells_a_failed_run_is_one_error_not_a_traceback(monkeypatch, capsys) -> None:
+    from fusebench.perf import cells
+
+    def failing(root, args, out, threads):
+        raise RuntimeError("python -m fusebench run quickstart ... failed (2):\nfusebench run: boom")
+
+    monkeypatch.setattr(cells, "run_case", failing)
+    assert cells.main([]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fusebench bench cells: python -m fusebench run quickstart") and "boom" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, said", [(["--repeat", "0"], "--repeat must be >= 1, got 0"),
+                                        (["--data-root", "EMPTY"], "holds no HW2sources.mat")])
+def test_bench_cells_bad_repeat_or_a_data_root_without_the_file_is_refused_before_any_run(argv, said, tmp_path,
+                                                                                         monkeypatch, capsys) -> None:
+    from fusebench.perf import cells
+
+    started: list = []
+    monkeypatch.setattr(cells, "run_case", lambda *a: started.append(a))
+    with pytest.raises(SystemExit) as e:
+        cells.main([str(tmp_path) if a == "EMPTY" else a for a in argv])
+    assert e.value.code == 2 and said in capsys.readouterr().err and started == []
+

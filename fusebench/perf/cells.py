@@ -14,7 +14,11 @@ table gives new / old per case, and whether the two checkouts' records agree on 
 protocol change between the checkouts, e.g. another hyperparameter grid, shows there and in the trial
 counts). ``--set KEY=VALUE`` is passed to the mv-hw2sources runs of both checkouts (e.g. the same selection
 grid, where the checkouts' specs differ); without ``--data-root`` there is no such run and ``--set`` is refused.
-``--threads`` sets ``OMP_NUM_THREADS`` of the children (default 1). docs/speed.md has the figures.
+``--threads`` sets ``OMP_NUM_THREADS`` of the children (default 1). ``--repeat N`` runs every case N times per
+checkout, the checkouts' order swapped every round (old, new, new, old, ...), and the table gives the medians and,
+with ``--old``, the ratio of the medians with the range of the per-round ratios (a ratio of one run each is one
+noisy sample). The output starts with the machine (CPU, cores, load average); a run that fails stops the command
+with its command line and output (exit status 1). docs/speed.md has the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,38 +114,61 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (default 1)")
     parser.add_argument("--set", dest="sets", action=Keyed, default=[], metavar="KEY=VALUE",
                         help="spec override for the mv-hw2sources runs of both checkouts (repeatable)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each case per checkout, the checkouts' order swapped every round; the table "
+                             "gives medians and, with --old, the range of the per-round ratios (default 1)")
     ns = parser.parse_args(argv)
     if ns.threads < 1:
         parser.error(f"--threads must be >= 1, got {ns.threads}")
+    if ns.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {ns.repeat}")
     if ns.sets and not ns.data_root:  # only the mv-hw2sources case takes them, and it runs with --data-root
         parser.error("--set applies to the mv-hw2sources runs, which run only with --data-root DIR (the folder of "
                      "HW2sources.mat); add --data-root, or drop --set")
     if ns.data_root and not Path(ns.data_root).exists():
         parser.error(f"--data-root {ns.data_root} does not exist; expected the folder of HW2sources.mat")
+    if ns.data_root and Path(ns.data_root).is_dir() and not (Path(ns.data_root) / "HW2sources.mat").is_file():
+        parser.error(f"--data-root {ns.data_root} holds no HW2sources.mat; expected the folder of HW2sources.mat")
     if ns.old is not None and not (ns.old / "fusebench" / "__init__.py").is_file():
         parser.error(f"--old {ns.old}: not a fusebench checkout (no fusebench/__init__.py there); e.g. "
                      "git worktree add /tmp/old <commit>")
     trees: list[tuple[str, Path | None]] = ([("old", ns.old.resolve())] if ns.old is not None else []) + [("new", None)]
     rows = []
-    with tempfile.TemporaryDirectory(prefix="fusebench-bench-cells-") as tmp:
-        for name, args in _cases(str(Path(ns.data_root).resolve()) if ns.data_root else None, ns.sets):
-            got = {}
-            for label, root in trees:
-                folder = Path(tmp) / label / name.split()[0]
-                folder.mkdir(parents=True)
-                got[label] = run_case(root, args, folder / "runs", ns.threads)
-            rows.append((name, got))
+    try:
+        with tempfile.TemporaryDirectory(prefix="fusebench-bench-cells-") as tmp:
+            for name, args in _cases(str(Path(ns.data_root).resolve()) if ns.data_root else None, ns.sets):
+                got: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in trees}
+                for r in range(ns.repeat):  # ABBA: a drift in the machine's load falls on both checkouts
+                    for label, root in (trees if r % 2 == 0 else trees[::-1]):
+                        folder = Path(tmp) / label / f"{name.split()[0]}{r}"
+                        folder.mkdir(parents=True)
+                        got[label].append(run_case(root, args, folder / "runs", ns.threads))
+                rows.append((name, got))
+    except RuntimeError as e:  # a run of a case failed: its command and output, not a traceback
+        print(f"fusebench bench cells: {e}", file=sys.stderr)
+        return 1
+    from fusebench.machine import cpu_model
+
+    load = "; load average %.2f %.2f %.2f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+    print(f"machine: {cpu_model()}; {os.cpu_count()} logical cores; Python {sys.version.split()[0]}{load}")
     print(f"CPU seconds (user + system) of one `fusebench run` per case, imports included, OMP_NUM_THREADS="
-          f"{ns.threads}; wall seconds in brackets")
+          f"{ns.threads}; wall seconds in brackets; "
+          + (f"median of {ns.repeat} runs per checkout, the order swapped every round" if ns.repeat > 1 else
+             "one run per checkout (--repeat N for medians)"))
     head = "| case | " + " | ".join(f"{label} CPU s (wall)" for label, _ in trees) + " | runs |"
     head += " new / old CPU | same results |" if ns.old is not None else ""
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for name, got in rows:
-        cells = [f"{got[label]['cpu_s']:.1f} ({got[label]['wall_s']:.1f})" for label, _ in trees]
-        line = f"| {name} | " + " | ".join(cells) + " | " + " / ".join(str(len(got[label]["records"])) for label, _ in trees) + " |"
+        cells = [f"{statistics.median([g['cpu_s'] for g in got[label]]):.1f} ({statistics.median([g['wall_s'] for g in got[label]]):.1f})"
+                 for label, _ in trees]
+        line = (f"| {name} | " + " | ".join(cells) + " | "
+                + " / ".join(str(len(got[label][0]["records"])) for label, _ in trees) + " |")
         if ns.old is not None:
-            same = got["old"]["records"] == got["new"]["records"]
-            line += f" {got['new']['cpu_s'] / got['old']['cpu_s']:.2f} | {'yes' if same else 'no'} |"
+            same = all(o["records"] == n["records"] for o, n in zip(got["old"], got["new"]))
+            per_round = [n["cpu_s"] / o["cpu_s"] for o, n in zip(got["old"], got["new"])]
+            ratio = statistics.median([g["cpu_s"] for g in got["new"]]) / statistics.median([g["cpu_s"] for g in got["old"]])
+            spread = f" ({min(per_round):.2f}-{max(per_round):.2f})" if len(per_round) > 1 else ""
+            line += f" {ratio:.2f}{spread} | {'yes' if same else 'no'} |"
         print(line)
     return 0
