@@ -20,7 +20,9 @@ start and imports included, as a user runs it):
 
 It also checks what it times: every regenerated file must be byte-identical to the cold run's and,
 when the runs are the boards' own, to the committed boards; the PNGs must keep their inode and mtime;
-the exit status is 1 otherwise.
+every warm run must have found the manifest matching (its output says so: else an input changed while the
+bench ran, and the warm time is a full regeneration's); the exit status is 1 otherwise, and when a timed
+command fails (its command line and error are printed).
 ``--source DIR`` times another checkout instead (``DIR`` first on the commands' ``PYTHONPATH``,
 e.g. ``git archive <commit> | tar -x -C DIR`` to compare with an earlier commit). See
 docs/leaderboards.md for the numbers.
@@ -87,13 +89,20 @@ def _markdown(folder: Path) -> dict[str, bytes]:
             if p.suffix in TEXT_SUFFIXES and not p.name.startswith(".") and p.is_file()}
 
 
-def _run(cmd: list[str], env: dict[str, str], cwd: Path | None) -> float:
-    """Wall time of ``cmd`` (seconds); raises with its stderr when it fails."""
+#: what ``fusebench leaderboard`` prints when its regeneration manifest matched (nothing read, nothing rendered)
+MANIFEST_MATCHED = "nothing re-read"
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path | None, said: list[str] | None = None) -> float:
+    """Wall time of ``cmd`` (seconds); raises with its stderr when it fails. Its standard output is appended
+    to ``said`` when given."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stderr}")
+    if said is not None:
+        said.append(proc.stdout)
     return wall
 
 
@@ -177,19 +186,29 @@ def main(argv: list[str]) -> int:
             rows.append(("cold (every plot drawn)", f"{cold:.2f}", f"{drawn} plots drawn"))
         first_md = None if ns.skip_cold else _markdown(out)
         first_png = _pngs(out)
-        warm = []
+        warm, warm_said = [], []
         for _ in range(ns.repeat):
-            warm.append(_run(cmd, env, cwd))
+            warm.append(_run(cmd, env, cwd, warm_said))
             if first_md is not None and _markdown(out) != first_md:
                 failures.append("the warm run's markdown differs from the cold run's")
             changed = sorted(n for n, v in _pngs(out).items() if first_png.get(n) != v)
             if changed:
                 failures.append(f"the warm run rewrote {len(changed)} PNG(s): {', '.join(changed)}")
-        rows.append(("warm (unchanged runs: the manifest matches)",
-                     f"{min(warm):.2f} (median {statistics.median(warm):.2f})",
-                     "0 plots redrawn, PNG inode and mtime unchanged" if not any("PNG" in f for f in failures)
-                     else "PNGs rewritten"))
         force_help = subprocess.run(base + ["--help"], env=env, cwd=cwd, capture_output=True, text=True).stdout
+        # the warm figure is the manifest's: a warm run that re-read everything (the manifest did not match, e.g.
+        # fusebench's code edited while the bench ran) is not that figure, and is said (a fusebench from before the
+        # manifest, --source without --force, has none to match)
+        missed = sum(MANIFEST_MATCHED not in said for said in warm_said)
+        if missed and "--force" in force_help:
+            failures.append(f"{missed} of {len(warm)} warm run(s) re-read everything: the regeneration manifest did "
+                            "not match (an input changed while the bench ran?), so the warm time is not the manifest's")
+        rows.append(("warm (unchanged runs: the manifest matches)" if "--force" in force_help
+                     else "warm (unchanged runs; the timed fusebench has no manifest)",
+                     f"{min(warm):.2f} (median {statistics.median(warm):.2f})",
+                     ("0 plots redrawn, PNG inode and mtime unchanged" if not any("PNG" in f for f in failures)
+                      else "PNGs rewritten")
+                     + (f"; the manifest did not match in {missed} of {len(warm)}" if missed and "--force" in force_help
+                        else "")))
         if "--force" in force_help:  # a --source checkout from before the manifest has no --force
             full = []
             for _ in range(ns.repeat):
@@ -243,6 +262,9 @@ def main(argv: list[str]) -> int:
         if ns.keep:
             print(f"kept: {tmp}")
         return 1 if failures else 0
+    except RuntimeError as e:  # a timed `fusebench leaderboard` failed: its command and stderr, not a traceback
+        print(f"fusebench bench leaderboard: {e}", file=sys.stderr)
+        return 1
     finally:
         if not ns.keep:
             shutil.rmtree(tmp, ignore_errors=True)
