@@ -163,3 +163,16 @@ def test_bench_leaderboard_a_failed_regeneration_is_one_error(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert err.startswith("fusebench bench leaderboard: python -m fusebench leaderboard") and "Traceback" not in err
     assert not list(tmp_path.glob("fusebench-bench-leaderboard-*"))
+
+
+def test_bench_data_prints_the_machine(monkeypatch, capsys) -> None:
+    """Its samples/s against the issue's targets (stated for 2 cores) came with the torch threads alone, no CPU."""
+    import os
+
+    from fusebench.machine import cpu_model
+    from fusebench.perf import data as perf_data
+
+    monkeypatch.setattr(perf_data, "bench_adapter", lambda *a: {"id": "quickstart", "error": "not measured here"})
+    assert perf_data.main(["--datasets", "quickstart", "--quick"]) == 1  # a row not measured: exit 1
+    out = capsys.readouterr().out
+    assert f"machine: {cpu_model()}; {os.cpu_count()} logical cores" in out, out

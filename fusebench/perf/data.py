@@ -5,7 +5,9 @@ For every registered adapter it builds the synthetic twin at a realistic size (t
 many EEG epochs; default ``{"num_samples": 128}``), reads samples through the official-format reader
 (``use_cache=False``), prepares the cache in a temporary folder and reads the same samples through it,
 single process, no augmentation. Each timing reads the samples in order until ``--seconds`` elapse
-(at least one full pass over ``--max-samples``), after one warm-up pass. Targets (issue 3, 2 cores):
+(at least one full pass over ``--max-samples``), after a warm-up read of the first 4 samples (lazily
+opened handles; not a full pass, which would cost about a minute for raw NYUv2 at a few samples/s).
+The output starts with the machine (CPU model, logical cores, load average). Targets (issue 3, 2 cores):
 cached NYUv2 at 480x640 >= 500 samples/s; EEG >= 10 000 epochs/s; an adapter may declare
 ``BENCH_TARGET`` (samples/s) to appear in the target column.
 
@@ -16,6 +18,7 @@ command, not a measurement.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -128,6 +131,10 @@ def main(argv: list[str]) -> int:
             except Exception as e:  # one broken adapter must not hide the others' figures
                 rows.append({"id": name, "error": f"{type(e).__name__}: {e}"})
             print(f"  {name}: done", flush=True)
+        from fusebench.machine import cpu_model
+
+        load = "; load average %.2f %.2f %.2f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+        print(f"machine: {cpu_model()}; {os.cpu_count()} logical cores{load}")
         print(f"Data loading, single process, torch threads={torch.get_num_threads()}"
               f"{' (--quick: smoke test, not a measurement)' if ns.quick else ''}")
     finally:
