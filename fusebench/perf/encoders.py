@@ -255,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--in-process", action="store_true", help="no subprocess per encoder (memory figures mix)")
-    parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument("--json", help="also write the rows to this JSON file (with the machine line and the "
+                        "settings: {machine, device, ..., rows})")
     parser.add_argument("--pointnet-ops", action="store_true",
                         help="time PointNet++'s point-cloud ops, PyTorch code vs Triton kernels, instead of encoders")
     parser.add_argument("--pointnet-config", default="votenet",
@@ -295,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         if ns.json:  # whole or not at all, strict JSON (NaN as null), and said where
             from fusebench.io import atomic_write_json
 
-            print(f"\n# rows written to {atomic_write_json(ns.json, rows)}")
+            doc = {"machine": machine_description(ns.device, ns.threads), "device": ns.device,
+                   "config": ns.pointnet_config, "batch_size": ns.batch_size or 2, "warmup": ns.warmup,
+                   "repeats": ns.repeats, "rows": rows}
+            print(f"\n# rows written to {atomic_write_json(ns.json, doc)}")
         return 0
 
     if ns.worker:
@@ -335,10 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(json.loads(row_lines[-1][4:]))
     print(format_table(rows))
-    if ns.json:  # whole or not at all, strict JSON (NaN as null), and said where
+    if ns.json:  # whole or not at all, strict JSON (NaN as null), and said where; the figures with their machine
         from fusebench.io import atomic_write_json
 
-        print(f"\n# rows written to {atomic_write_json(ns.json, rows)}")
+        doc = {"machine": machine_description(ns.device, ns.threads), "device": ns.device, "threads": ns.threads,
+               "batch_size": ns.batch_size, "warmup": ns.warmup, "repeats": ns.repeats,
+               "memory": "CUDA max allocated" if ns.device.startswith("cuda") else "peak process RSS", "rows": rows}
+        print(f"\n# rows written to {atomic_write_json(ns.json, doc)}")
     failed = [r["encoder"] for r in rows if "error" in r]
     if failed:  # the table says why; the exit status says that something was not measured
         print(f"fusebench bench encoders: {len(failed)} of {len(rows)} encoder(s) not benchmarked: "
