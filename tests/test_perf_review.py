@@ -176,3 +176,35 @@ def test_bench_data_prints_the_machine(monkeypatch, capsys) -> None:
     assert perf_data.main(["--datasets", "quickstart", "--quick"]) == 1  # a row not measured: exit 1
     out = capsys.readouterr().out
     assert f"machine: {cpu_model()}; {os.cpu_count()} logical cores" in out, out
+
+
+def test_bench_gpu_issue_table_gives_the_precisions_ratios_of_the_same_run() -> None:
+    """The precisions were timed side by side with no ratio printed: a reader divided figures by hand (or against
+    another run's). Rows made by hand: 8 ms at fp32, 6 ms at TF32, 2 ms at bf16 -> 0.75 and 0.25."""
+    from fusebench.perf import gpu
+
+    def row(prec: str, ms: float) -> dict:
+        return {"encoder": "esanet", "batch": 8, "precision": prec, "step_ms": ms, "tflops": 1.0, "peak_mib": 10.0}
+
+    text = gpu.format_issue_table([row("32", 8.0), row("tf32", 6.0), row("bf16-mixed", 2.0)])
+    header = [c.strip() for c in text.splitlines()[0].strip("|").split("|")]
+    cells = dict(zip(header, [c.strip() for c in text.splitlines()[2].strip("|").split("|")]))
+    assert (cells["TF32 / fp32"], cells["bf16 / fp32"]) == ("0.75", "0.25"), cells
+    # without an fp32 row there is nothing to divide by
+    text = gpu.format_issue_table([row("bf16-mixed", 2.0)])
+    cells = dict(zip(header, [c.strip() for c in text.splitlines()[2].strip("|").split("|")]))
+    assert cells["bf16 / fp32"] == "—" and cells["TF32 / fp32"] == "—"
+
+
+def test_bench_gpu_exits_1_when_a_row_was_not_measured(monkeypatch, capsys) -> None:
+    """A row that failed (e.g. out of memory) was a line in the table and exit status 0, as if all were measured."""
+    from fusebench.perf import gpu
+
+    def oom(name, *a, **k):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(gpu, "bench_row", oom)
+    assert gpu.main(["--device", "cpu", "--small", "--encoders", "eeg_conv", "--precision", "32"]) == 1
+    out, err = capsys.readouterr()
+    assert "not measured: RuntimeError: CUDA out of memory" in out
+    assert err == "fusebench bench gpu: 1 of 1 row(s) not measured: eeg_conv batch 2 32\n"

@@ -34,6 +34,9 @@ says what was in force (``speed``, as ``numerics.speed`` of a run).
 ``--cell B`` then measures the busy fraction of the GPU during benchmark B's pretraining
 (:mod:`fusebench.perf.gpu_cell`). Results and the issue's H100 table: docs/gpu.md, "Measuring the GPU".
 
+It is longer than ~450 lines because it is one bench: a row's measurement, its two tables and the command line
+that checks every option before anything runs (the cell's part is :mod:`fusebench.perf.gpu_cell`).
+
 Usage::
 
     fusebench bench gpu                                             # CUDA, the five encoders, 32 / tf32 / bf16-mixed
@@ -49,6 +52,7 @@ import argparse
 import contextlib
 import os
 import statistics
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -284,11 +288,16 @@ def format_issue_table(rows: list[dict[str, Any]]) -> str:
         r = by.get((enc, bs, prec))
         return "—" if r is None else _f(r[key], digits)
 
-    lines = ["| encoder | batch | fp32 (ms) | TF32 (ms) | bf16 autocast (ms) | achieved TFLOP/s bf16 "
-             "| peak memory fp32 / bf16 (MiB) |", "|---|---|---|---|---|---|---|"]
+    def ratio(enc: str, bs: int, prec: str) -> str:  # prec's median step over fp32's, both measured in this run
+        a, b = by.get((enc, bs, prec)), by.get((enc, bs, "32"))
+        return "—" if a is None or b is None else f"{a['step_ms'] / b['step_ms']:.2f}"
+
+    lines = ["| encoder | batch | fp32 (ms) | TF32 (ms) | bf16 autocast (ms) | TF32 / fp32 | bf16 / fp32 "
+             "| achieved TFLOP/s bf16 | peak memory fp32 / bf16 (MiB) |", "|---|---|---|---|---|---|---|---|---|"]
     for enc, bs in keys:
         lines.append(f"| {enc} | {bs} | {get(enc, bs, '32', 'step_ms')} | {get(enc, bs, 'tf32', 'step_ms')} "
-                     f"| {get(enc, bs, 'bf16-mixed', 'step_ms')} | {get(enc, bs, 'bf16-mixed', 'tflops')} "
+                     f"| {get(enc, bs, 'bf16-mixed', 'step_ms')} | {ratio(enc, bs, 'tf32')} "
+                     f"| {ratio(enc, bs, 'bf16-mixed')} | {get(enc, bs, 'bf16-mixed', 'tflops')} "
                      f"| {get(enc, bs, '32', 'peak_mib', 0)} / {get(enc, bs, 'bf16-mixed', 'peak_mib', 0)} |")
     return "\n".join(lines)
 
@@ -441,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         from fusebench.io import atomic_write_json
 
         print(f"\n# rows written to {atomic_write_json(ns.json, out)}")
+    failed = [f"{r['encoder']} batch {r['batch']} {r['precision']}" for r in rows if "error" in r]
+    if failed:  # the table says why; the exit status says that something was not measured
+        print(f"fusebench bench gpu: {len(failed)} of {len(rows)} row(s) not measured: {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
