@@ -208,3 +208,31 @@ def test_bench_gpu_exits_1_when_a_row_was_not_measured(monkeypatch, capsys) -> N
     out, err = capsys.readouterr()
     assert "not measured: RuntimeError: CUDA out of memory" in out
     assert err == "fusebench bench gpu: 1 of 1 row(s) not measured: eeg_conv batch 2 32\n"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--vs", "ott", "--block-sweeps", "4"], "--block-sweeps set(s) our GPU solver"),
+    (["--vs", "ott", "--no-graphs"], "--no-graphs set(s) our GPU solver"),
+    (["--vs", "ott", "--device", "cpu", "--block-sweeps", "4", "--no-graphs"], "--block-sweeps, --no-graphs set(s)"),
+    (["--vs", "ott", "--threads", "2", "--no-pin"], "--no-pin: the process is pinned to one CPU only"),
+])
+def test_bench_vs_ott_options_a_cpu_run_does_not_use_are_refused(argv: list[str], said: str, monkeypatch,
+                                                                 capsys) -> None:
+    """--block-sweeps / --no-graphs only set the blocked GPU solver (the CPU keeps the per-sweep loop), and
+    --no-pin only undoes a pin made at one thread on the CPU: elsewhere they were accepted and changed nothing."""
+    from fusebench.perf import objectives
+
+    started = _objectives_no_run(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        objectives.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and said in err, err
+    assert started == []
+
+
+def test_bench_vs_ott_no_pin_at_one_cpu_thread_still_runs(monkeypatch) -> None:
+    from fusebench.perf import objectives
+
+    started = _objectives_no_run(monkeypatch)
+    assert objectives.main(["--vs", "ott", "--no-pin", "--k", "3", "--n", "8"]) == 0
+    assert started[0][0] == "vs" and started[0][1].no_pin and started[0][1].threads == 1

@@ -278,6 +278,16 @@ def main(argv: list[str] | None = None) -> int:
         ns.rounds = 30 if ns.quick else 100
     if ns.block_sweeps is not None and ns.block_sweeps < 1:
         parser.error(f"--block-sweeps must be an integer >= 1, got {ns.block_sweeps}")
+    if ns.vs:  # options of one kind of --vs ott run: given to the other, they would change nothing
+        gpu_only = [o for o, given in (("--block-sweeps", ns.block_sweeps is not None), ("--no-graphs", ns.no_graphs))
+                    if given]
+        if gpu_only and ns.device != "cuda":
+            parser.error(f"{', '.join(gpu_only)} set(s) our GPU solver (blocked, CUDA graphs), which a CPU run does "
+                         "not use; add --device cuda, or drop it")
+        if ns.no_pin and (ns.device == "cuda" or ns.threads != 1):
+            parser.error(f"--no-pin: the process is pinned to one CPU only on the CPU with one thread (here "
+                         f"{'--device cuda' if ns.device == 'cuda' else f'--threads {ns.threads}'}), so it would "
+                         "change nothing; drop it")
     if ns.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False)")
     if len(special) > 1:
