@@ -58,7 +58,9 @@ def bench_crossover(grid: list[tuple[int, int]], sweeps: int = 40, rounds: int =
                 res = scaling_sinkhorn(log_k, 0.0, sweeps, elim=e, dense=dense)
                 if r > 0:  # round 0 builds the plans
                     times[label].append((time.perf_counter() - t0) / sweeps)
-                assert res.info.get("scaling_domain", 0.0) == 1.0 and res.iterations == sweeps
+                if res.info.get("scaling_domain", 0.0) != 1.0 or res.iterations != sweeps:  # (not an assert: -O)
+                    raise RuntimeError(f"crossover k={k} n={n} {label}: the solve left the scaling domain or ran "
+                                       f"{res.iterations} sweeps instead of {sweeps}; its time is not a sweep's")
         med = {label: statistics.median(t) for label, t in times.items()}
         fastest = min(med, key=med.get)
         e_rule, dense_rule = choose_strategy(k, n)
