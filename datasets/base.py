@@ -157,6 +157,20 @@ class MultimodalDataset(Dataset):
     BENCH_SPEC: ClassVar[dict[str, Any] | None] = None
     #: True when the views (count, names, widths) are only known after opening the data (multiview .mat)
     VIEWS_FROM_DATA: ClassVar[bool] = False
+    #: whether the option ``split_seed`` (each run's seed with ``dataset.split_per_seed``) changes which samples the
+    #: test split holds: ``False`` when the test split is fixed by the data or by other options (an official test
+    #: list, with ``split_seed`` carving only val out of the official train part), or the adapter takes no
+    #: ``split_seed``; ``True`` when ``split_seed`` draws the test split too; ``None`` (the default) when the adapter
+    #: does not say, or it depends on the data (then :meth:`split_seed_moves_test` of the built test split answers,
+    #: and by default the test splits of two split seeds are built and their samples' ids compared). A
+    #: hyper-parameter selection with ``split_per_seed`` is refused when it moves the test split
+    #: (:func:`fusebench.sweep.selection.check_test_split_fixed`): a selection seed's train / val would hold test
+    #: samples of the evaluation seeds.
+    SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = None
+    #: how a benchmark spec fixes this adapter's test split when ``split_seed`` moves it, beyond what the refusal
+    #: says for every adapter (``dataset.outer_test_seed`` where the adapter declares it, or no ``split_per_seed``):
+    #: a clause for the refusal's message, e.g. "use a file that ships its test split"
+    FIXED_TEST_SPLIT_HINT: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -243,6 +257,13 @@ class MultimodalDataset(Dataset):
         pipeline check, never ranked (``dataset.data_check`` of its record). None (the default): the
         adapter cannot say."""
         return None
+
+    def split_seed_moves_test(self) -> bool | None:
+        """Whether another ``split_seed`` would give this test split other samples (see
+        :attr:`SPLIT_SEED_MOVES_TEST`, which it returns by default); override it when the answer depends on the
+        data or the options (the multiview .mat adapters: not with ``outer_test_seed`` or a file's own test split).
+        None: the adapter cannot say, so the caller compares the samples' ids of two split seeds."""
+        return type(self).SPLIT_SEED_MOVES_TEST
 
     def _index(self) -> list[Any]:
         raise NotImplementedError

@@ -41,6 +41,7 @@ class Quickstart(MultimodalDataset):
     OPTIONS: ClassVar[frozenset[str]] = frozenset()  # the generator reads synthetic_spec only
 
     id = "quickstart"
+    SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = False  # it takes no split_seed
     task = "classification"
     num_classes = 4
     fixed_num_classes = True  # the same count under every option (MultimodalDataset.delivers)

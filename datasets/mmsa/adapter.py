@@ -41,6 +41,9 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
         "unimodal_labels": dict | None}
 
     task = "regression"
+    #: the test split is the fold's (folds= / folds.json / the official folds / the deterministic video split);
+    #: the adapter takes no split_seed
+    SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = False
     LABEL_RANGE: ClassVar[tuple[float, float]] = (-3.0, 3.0)
     UNIMODAL: ClassVar[bool] = False
     PICKLES: ClassVar[dict[str, str]] = {"unaligned": "unaligned_50.pkl", "aligned": "aligned_50.pkl"}

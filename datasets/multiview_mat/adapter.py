@@ -122,6 +122,10 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     SYNTHETIC_VERSION = 1
     #: the views (count, names, widths) come from the file: the runner opens it to resolve dataset.modalities
     VIEWS_FROM_DATA: ClassVar[bool] = True
+    #: split_seed draws the stratified test split too, unless outer_test_seed or the file's own test block fixes
+    #: it: known once the file is open (split_seed_moves_test)
+    SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = None
+    FIXED_TEST_SPLIT_HINT: ClassVar[str] = "use a file that ships its test split (*_train / *_test variables)"
     OPTIONS: ClassVar[frozenset[str]] = OPTIONS
     OPTION_TYPES: ClassVar[dict[str, Any]] = {"file": str, "x_key": str | list, "y_key": str, "views": list,
                                               "view_names": list, "split_seed": int, "standardize": bool,
@@ -420,6 +424,12 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
 
     def source_files(self) -> list[Path]:
         return [self.mat_path.resolve()]
+
+    def split_seed_moves_test(self) -> bool:
+        """False when the test split is fixed: drawn once with ``outer_test_seed``, or the file's own ``*_test``
+        block (used unless ``shipped_split=false``); else ``split_seed`` draws it with train and val."""
+        fixed_by_file = self.shipped_test_indices is not None and bool(self.options.get("shipped_split", True))
+        return not (self._outer_test_seed is not None or fixed_by_file)
 
     def split_info(self) -> dict[str, Any]:
         """What a run should record: file, hash, fractions, seed, per-split and per-class counts."""

@@ -66,6 +66,9 @@ class NYUv2(_LayoutIndex, _FrameReaders, _NormalCache, _Flip, MultimodalDataset)
                     "normal_method": str, "normal_source": str, "split_seed": int, "val_fraction": float}
 
     id: ClassVar[str] = "nyuv2"
+    #: the test split is the official one whatever split_seed (splits.mat testNdxs; MTAN: the val/ folder):
+    #: split_seed only carves val out of the official train frames (layouts.carve_val)
+    SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = False
     task: ClassVar[str] = "segmentation"
     num_classes: ClassVar[int | None] = 40
     SYNTHETIC_VERSION: ClassVar[int] = 1

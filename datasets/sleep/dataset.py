@@ -36,6 +36,8 @@ class _SleepDataset(MultimodalDataset):
 
     task = "classification"
     num_classes = 5
+    #: the test subjects are split_subjects' or the fixed subject split of test_fraction; no split_seed is taken
+    SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = False
     fixed_num_classes = True  # the same count under every option (MultimodalDataset.delivers)
     CHANNELS: ClassVar[tuple[str, ...]] = ()
     #: the files of a recording a prepared cache depends on (keys of a recording's index entry); each adapter's own

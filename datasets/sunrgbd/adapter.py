@@ -45,6 +45,8 @@ class SUNRGBD(SunRGBDLayouts, MultimodalDataset):
         "val_seed": int, "version": str, "voxel_backend": str, "voxel_size": float | None}
 
     id = "sunrgbd"
+    #: the test split is the official test pool; the adapter takes no split_seed (val_seed carves val out of train)
+    SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = False
     task = "detection"
     num_classes = len(CLASSES)
     fixed_num_classes = True  # the same count under every option (MultimodalDataset.delivers)

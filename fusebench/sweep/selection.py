@@ -184,22 +184,64 @@ def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path
 
 
 def check_test_split_fixed(spec: BenchmarkSpec, options: RunOptions) -> None:
-    """Refuse a selection that could see test samples: with ``dataset.split_per_seed`` every seed draws its own
-    split, so a selection seed's train / val would hold samples of the evaluation seeds' test splits, unless
-    the test split is fixed -- by ``dataset.outer_test_seed`` or by the file's own test split (read here from
-    the adapter's split record, before any trial runs). Synthetic twins are smoke runs: not checked."""
+    """Refuse a selection that could see test samples: with ``dataset.split_per_seed`` every seed passes its own
+    ``split_seed`` to the adapter, so where that seed draws the test split too, a selection seed's train / val
+    would hold samples of the evaluation seeds' test splits. The adapter says whether it does
+    (:attr:`~fusebench.datasets.base.MultimodalDataset.SPLIT_SEED_MOVES_TEST`, else
+    :meth:`~fusebench.datasets.base.MultimodalDataset.split_seed_moves_test` of the built test split, e.g. a
+    multiview .mat with ``outer_test_seed`` or its own test block: fixed); where it cannot say, the test splits of
+    the selection and evaluation seeds are built and their samples' ids compared (:func:`_test_ids`). Checked
+    before any trial runs. Synthetic twins are smoke runs: not checked."""
     ds = spec.dataset
     if not ds.split_per_seed or ds.outer_test_seed is not None or options.synthetic or ds.synthetic_only:
         return
+    from fusebench import datasets
     from fusebench.engine.data import build_datasets
 
-    test = build_datasets(spec, False, options.data_root, spec.selection_seeds[0], roles=("test",))["test"]
-    info = test.split_info() if callable(getattr(test, "split_info", None)) else {}
-    if not (isinstance(info.get("shipped_split"), Mapping) and info["shipped_split"].get("used")):
-        raise RunError(f"{spec.name}: dataset.split_per_seed draws a split per seed, so the selection seeds "
-                       f"{spec.selection_seeds} would train and validate on test samples of the evaluation seeds; set "
-                       "dataset.outer_test_seed (one fixed test split for every run) or use a file that ships its "
-                       "test split")
+    cls = datasets.get(ds.id)
+    moves = getattr(cls, "SPLIT_SEED_MOVES_TEST", None)
+    seeds = list(dict.fromkeys([*spec.selection_seeds, *spec.seeds]))
+    if moves is None:
+        test = build_datasets(spec, False, options.data_root, seeds[0], roles=("test",))["test"]
+        ask = getattr(test, "split_seed_moves_test", None)
+        moves = ask() if callable(ask) else None
+    how = "the adapter says so"
+    if moves is None:  # the adapter cannot say: compare the test samples of the seeds
+        if len(seeds) < 2:
+            seeds.append(max(seeds) + 1)
+        ids = [_test_ids(spec, options, s) for s in seeds]
+        moves = any(i != ids[0] for i in ids[1:])
+        how = (f"its test splits of split seeds {seeds} hold {'different' if moves else 'the same'} samples (their "
+               "ids compared)")
+    if not moves:
+        return
+    fixes = (["set dataset.outer_test_seed (one fixed test split for every run)"]
+             if "outer_test_seed" in (getattr(cls, "OPTIONS", None) or ()) else [])
+    if getattr(cls, "FIXED_TEST_SPLIT_HINT", ""):
+        fixes.append(cls.FIXED_TEST_SPLIT_HINT)
+    fixes.append("drop dataset.split_per_seed (every seed then uses the split of dataset.options.split_seed)")
+    raise RunError(f"{spec.name}: dataset.split_per_seed draws a split per seed, so the selection seeds "
+                   f"{spec.selection_seeds} would train and validate on test samples of the evaluation seeds: the "
+                   f"split seed of adapter {ds.id!r} draws its test split too ({how}); {', or '.join(fixes)}")
+
+
+def _test_ids(spec: BenchmarkSpec, options: RunOptions, seed: int) -> list[str]:
+    """The ids of the test samples of run seed ``seed`` (its split seed with ``dataset.split_per_seed``), sorted:
+    the adapter's :meth:`~fusebench.datasets.base.MultimodalDataset.sample_keys` where it has them, else every
+    sample's ``meta["id"]`` (each sample read). A RunError when a sample has no id: nothing to compare."""
+    from fusebench.engine.data import build_datasets
+
+    test = build_datasets(spec, False, options.data_root, seed, roles=("test",))["test"]
+    keys = test.sample_keys() if callable(getattr(test, "sample_keys", None)) else None
+    if keys is None:
+        keys = [(test[i].get("meta") or {}).get("id") for i in range(len(test))]
+    if any(not isinstance(k, str) or not k for k in keys):
+        raise RunError(f"{spec.name}: adapter {spec.dataset.id!r} does not say whether its split_seed draws the test "
+                       "split (SPLIT_SEED_MOVES_TEST, docs/adding-a-modality.md) and its test samples have no ids "
+                       "(meta['id']) to compare across split seeds, so a selection with dataset.split_per_seed "
+                       "cannot be shown to see no test sample; declare it in the adapter, or drop "
+                       "dataset.split_per_seed")
+    return sorted(keys)
 
 
 def check_seeds_apart(spec: BenchmarkSpec, objectives: list[str], seeds: list[int]) -> None:
