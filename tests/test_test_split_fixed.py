@@ -91,7 +91,8 @@ def test_a_multiview_mat_without_a_fixed_test_split_is_still_refused(
     why = (r"mv-ngs: dataset.split_per_seed draws a split per seed, so the selection seeds \[1000, 1001\] would train "
            r"and validate on test samples of the evaluation seeds: the split seed of adapter 'mv_ngs' draws its test "
            r"split too \(the adapter says so\); set dataset.outer_test_seed \(one fixed test split for every run\), or "
-           r"use a file that ships its test split \(\*_train / \*_test variables\), or drop dataset.split_per_seed")
+           r"use a file that ships its test split \(\*_train / \*_test variables; shipped_split not false\), or drop "
+           r"dataset.split_per_seed")
     with pytest.raises(RunError, match=why):
         selection.select_hparams(spec, "infonce_pwe", tmp_path, opts, {})
     mv = type(build_datasets(spec, False, ngs, 0, roles=("test",))["test"])
@@ -116,3 +117,25 @@ def test_every_builtin_adapter_declares_whether_its_split_seed_moves_the_test_sp
             assert declared is False, name
             # NYUv2's split_seed carves val only (tested above); the others take none
             assert name == "nyuv2" or "split_seed" not in (cls.OPTIONS or ()), name
+
+
+def test_a_multiview_mat_that_ships_its_test_split_is_accepted_unless_shipped_split_is_off(fixtures_dir: Path) -> None:
+    """CUB.mat ships x<v>_test / gt_test (its last 120 of 600 rows, read with scipy here): that block is the test
+    split of every split seed, so mv-cub's selection with split_per_seed is accepted; shipped_split=false draws the
+    test split with the split seed again, and the selection is refused."""
+    import scipy.io
+
+    cub = fixtures_dir / "multiview2" / "CUB.mat"
+    n_test = scipy.io.loadmat(cub)["gt_test"].size
+    assert n_test == 120
+    opts = RunOptions(data_root=str(cub))
+    spec = benchmarks.load("mv-cub", overrides=SEEDS)
+    assert spec.dataset.split_per_seed and spec.dataset.outer_test_seed is None
+    for s in (1000, 0):
+        rows = [d["meta"]["index"] for d in build_datasets(spec, False, str(cub), s, roles=("test",))["test"]]
+        assert sorted(rows) == list(range(600 - n_test, 600))
+    selection.check_test_split_fixed(spec, opts)
+    off = benchmarks.load("mv-cub", overrides={**SEEDS, "dataset.options.shipped_split": False})
+    with pytest.raises(RunError, match=r"the split seed of adapter 'mv_cub' draws its test split too .*shipped_split "
+                                       r"not false"):
+        selection.check_test_split_fixed(off, opts)

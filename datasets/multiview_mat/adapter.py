@@ -125,7 +125,8 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
     #: split_seed draws the stratified test split too, unless outer_test_seed or the file's own test block fixes
     #: it: known once the file is open (split_seed_moves_test)
     SPLIT_SEED_MOVES_TEST: ClassVar[bool | None] = None
-    FIXED_TEST_SPLIT_HINT: ClassVar[str] = "use a file that ships its test split (*_train / *_test variables)"
+    FIXED_TEST_SPLIT_HINT: ClassVar[str] = (
+        "use a file that ships its test split (*_train / *_test variables; shipped_split not false)")
     OPTIONS: ClassVar[frozenset[str]] = OPTIONS
     OPTION_TYPES: ClassVar[dict[str, Any]] = {"file": str, "x_key": str | list, "y_key": str, "views": list,
                                               "view_names": list, "split_seed": int, "standardize": bool,
