@@ -22,7 +22,8 @@ from .. import DATASETS
 from ..base import BASE_OPTIONS, DataFile, DatasetError, Delivered, Modality, MultimodalDataset, SyntheticSpec
 from .copies import augmented_copies, parse_view_copies
 from .formats import _file_sha256, read_mat
-from .layouts import _FileLocation, check_sample_counts, label_vector, labels_to_ids, log, orient, view_variable
+from .layouts import (_FileLocation, check_sample_counts, label_vector, labels_to_ids, log, orient, part_axes,
+                      unambiguous_axis, view_variable)
 from .splits import (SPLIT_NAMES, min_class_size, outer_split, parse_fractions, stratified_split, view_problem,
                      zscore_stats)
 from .synthetic import _SyntheticTwin
@@ -57,38 +58,6 @@ def _whose_file(sha256: str, id_: str) -> str:
             return f"it is the file of the dataset {cls.id!r}" + (
                 f": its benchmark is fusebench run {bench}" if cls.__module__ == _MODULE else "")
     return "a different release or a corrupt copy"
-
-
-def _unambiguous_axis(block: Any, n: int) -> int | None:
-    """The sample axis of a stored block when exactly one of its axes has the part's ``n`` samples, else None."""
-    shape = tuple(getattr(block, "shape", ()))
-    if len(shape) != 2 or (shape[0] == n) == (shape[1] == n):
-        return None
-    return 0 if shape[0] == n else 1
-
-
-def _part_axes(blocks: list[Any], sizes: list[int], sample_axis: Any, file_axes: set[int]) -> tuple[list[Any], str]:
-    """The ``sample_axis`` to orient each stored block of one view with (:func:`.layouts.orient`), and how a
-    square block's axis was decided ("" when none was decided here).
-
-    With ``"auto"``, a block whose two axes both equal its part's sample count takes the axis the same view's
-    other blocks show (a square ``x1_test`` of 120 x 120 beside an ``x1_train`` of 120 x 480), else the one every
-    unambiguous block of the file's views shows (``file_axes``, a file stored features x samples throughout):
-    taking its rows (the rule for a square view with no other evidence, which warns) transposed a d x N view
-    while the file's other blocks were read by columns, with the same feature count, so nothing failed."""
-    plain = [sample_axis] * len(blocks)
-    square = [len(s) == 2 and s[0] == s[1] == n for s, n in
-              zip((tuple(getattr(b, "shape", ())) for b in blocks), sizes)]
-    if sample_axis != "auto" or not any(square):
-        return plain, ""
-    own = {a for b, n in zip(blocks, sizes) if (a := _unambiguous_axis(b, n)) is not None}
-    if len(own) == 1:
-        axis, why = own.pop(), "its other part"
-    elif not own and len(file_axes) == 1:
-        axis, why = next(iter(file_axes)), "every other view of the file"
-    else:
-        return plain, ""
-    return [axis if sq else sample_axis for sq in square], why
 
 
 @DATASETS.register("multiview_mat")
@@ -276,16 +245,16 @@ class MultiviewMat(_FileLocation, _SyntheticTwin, MultimodalDataset):
             check_sample_counts(part["views"], n_part, path, self.layout.y_name + suffix,
                                 [view_variable(self.layout, i, suffix) for i in range(n_views)])
         file_axes = {a for part, n_part in zip(raw_parts, sizes) for x in part["views"]
-                     if (a := _unambiguous_axis(x, n_part)) is not None}  # how the file's views are stored
+                     if (a := unambiguous_axis(x, n_part)) is not None}  # how the file's views are stored
         views, layouts = [], []
         for v in sel:
             blocks, block_layouts = [], []
-            part_axes, why = _part_axes([part["views"][v] for part in raw_parts], sizes, axes[v], file_axes)
+            block_axes, why = part_axes([part["views"][v] for part in raw_parts], sizes, axes[v], file_axes)
             if why == "every other view of the file":
                 log.warning("%s: view %d (%s) is square, both axes match the labels; taking %s as samples, as %s "
                             "is stored (pass sample_axis to say otherwise)", path, v, view_variable(self.layout, v),
-                            "columns" if 1 in part_axes else "rows", why)
-            for part, n_part, axis in zip(raw_parts, sizes, part_axes):
+                            "columns" if 1 in block_axes else "rows", why)
+            for part, n_part, axis in zip(raw_parts, sizes, block_axes):
                 suffix = suffixes[part["split"]]
                 x, layout = orient(part["views"][v], n_part, v, path, axis, view_variable(self.layout, v, suffix),
                                    self.layout.y_name + suffix)

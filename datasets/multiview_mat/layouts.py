@@ -305,6 +305,38 @@ def check_sample_counts(views: list[Any], n: int, path: Path, labels: str, names
                        "the right label variable with y_key")
 
 
+def unambiguous_axis(block: Any, n: int) -> int | None:
+    """The sample axis of a stored block when exactly one of its axes has the part's ``n`` samples, else None."""
+    shape = tuple(getattr(block, "shape", ()))
+    if len(shape) != 2 or (shape[0] == n) == (shape[1] == n):
+        return None
+    return 0 if shape[0] == n else 1
+
+
+def part_axes(blocks: list[Any], sizes: list[int], sample_axis: Any, file_axes: set[int]) -> tuple[list[Any], str]:
+    """The ``sample_axis`` to orient each stored block of one view with (:func:`.layouts.orient`), and how a
+    square block's axis was decided ("" when none was decided here).
+
+    With ``"auto"``, a block whose two axes both equal its part's sample count takes the axis the same view's
+    other blocks show (a square ``x1_test`` of 120 x 120 beside an ``x1_train`` of 120 x 480), else the one every
+    unambiguous block of the file's views shows (``file_axes``, a file stored features x samples throughout):
+    taking its rows (the rule for a square view with no other evidence, which warns) transposed a d x N view
+    while the file's other blocks were read by columns, with the same feature count, so nothing failed."""
+    plain = [sample_axis] * len(blocks)
+    square = [len(s) == 2 and s[0] == s[1] == n for s, n in
+              zip((tuple(getattr(b, "shape", ())) for b in blocks), sizes)]
+    if sample_axis != "auto" or not any(square):
+        return plain, ""
+    own = {a for b, n in zip(blocks, sizes) if (a := unambiguous_axis(b, n)) is not None}
+    if len(own) == 1:
+        axis, why = own.pop(), "its other part"
+    elif not own and len(file_axes) == 1:
+        axis, why = next(iter(file_axes)), "every other view of the file"
+    else:
+        return plain, ""
+    return [axis if sq else sample_axis for sq in square], why
+
+
 def orient(x: Any, n: int, view: int, path: Path, sample_axis: Any = "auto", name: str | None = None,
            labels: str = "Y") -> tuple[Any, str]:
     """The view as (N, d) and how it was stored ("N x d" or "d x N"). ``name`` / ``labels``: the view's and the

@@ -589,9 +589,9 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
         options = options.resolved()
     device = options.device
     check_objective_overrides_used(spec, objs, req.overrides)
-    from fusebench.sweep.selection import check_seeds_apart
+    from fusebench.sweep.selection import check_seeds_apart, selects
 
-    check_seeds_apart(spec, objs, seeds)  # no evaluation seed repeats a selection trial
+    check_seeds_apart(spec, [o for o in objs if selects(spec, o)], seeds)  # no evaluation seed repeats a trial
     check_pretraining_epochs(spec, objs)
     check_components(spec, objs)
     check_method_options_used(spec, objs, req.overrides)
