@@ -42,11 +42,15 @@ def _spec(tmp_path: Path, extra: str) -> Path:
 
 
 def test_method_options_are_typed_at_load(tmp_path: Path) -> None:
-    spec = load_spec(_spec(tmp_path, "pretrain:\n  methods:\n    tuple_infonce: {candidates: 8, beta_max: 2, alpha: [1, 1, 1, 2]}\n"))
+    # (candidates and beta_max with sample_optimisation: true: without it they are read by nothing and refused,
+    # test_sample_optimisation_options_without_it_are_refused)
+    spec = load_spec(_spec(tmp_path, "pretrain:\n  methods:\n    tuple_infonce: {sample_optimisation: true, candidates: 8, "
+                                     "beta_max: 2, alpha: [1, 1, 1, 2]}\n"))
     opts = spec.pretrain.methods["tuple_infonce"]
     assert type(opts).__name__ == "TupleInfoNCEOptions"
     assert opts.candidates == 8 and opts.beta_max == 2.0 and isinstance(opts.beta_max, float)
-    assert opts.alpha == [1.0, 1.0, 1.0, 2.0] and opts.sample_optimisation is False  # defaults filled
+    assert opts.alpha == [1.0, 1.0, 1.0, 2.0] and opts.sample_optimisation is True
+    assert opts.dropout == 0.1 and opts.zeta_grid == 11  # defaults filled
     assert spec.pretrain.method_options("ema_teacher").momentum == 0.99  # not mentioned: its defaults
 
 
@@ -83,15 +87,42 @@ def test_bad_method_options_name_file_key_and_valid_ones(tmp_path: Path, extra: 
         assert w in msg, (w, msg)
 
 
+@pytest.mark.parametrize("block,named", [
+    ("{candidates: 8}", "candidates"),
+    ("{sample_optimisation: false, policy_lr: 0.1, val_size: 64, dropout: 0.2}", "policy_lr, val_size"),
+    ("{beta_max: 2.0, policy_baseline: false, zeta_grid: 5}", "beta_max, zeta_grid, policy_baseline"),
+])
+def test_sample_optimisation_options_without_it_are_refused(tmp_path: Path, block: str, named: str) -> None:
+    """With sample_optimisation off, Algorithm 1's options are read by nothing (the loss reads disturbed, alpha,
+    embedding_noise and dropout): one set off its default would be recorded in the record and hashed into the cell
+    and change nothing, so the spec is refused at load naming the file, the block and every such key (in the
+    Options' field order). Set at their defaults they change nothing either way and are accepted, as is any value
+    with sample_optimisation on."""
+    path = _spec(tmp_path, f"pretrain: {{methods: {{tuple_infonce: {block}}}}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_spec(path)
+    msg = str(err.value)
+    assert str(path) in msg and "pretrain.methods.tuple_infonce: " + named + " set with sample_optimisation: false" in msg
+    assert "dropout" not in msg  # the augmentation's dropout is read with or without it
+    on = block.replace("sample_optimisation: false, ", "").replace("{", "{sample_optimisation: true, ", 1)
+    assert load_spec(_spec(tmp_path, f"pretrain: {{methods: {{tuple_infonce: {on}}}}}\n"))
+    defaults = load_spec(_spec(tmp_path, "pretrain: {methods: {tuple_infonce: {candidates: 4, zeta_grid: 11, "
+                                         "dropout: 0.2}}}\n"))  # at their defaults: nothing recorded, accepted
+    assert defaults.pretrain.methods["tuple_infonce"].dropout == 0.2
+
+
 def test_old_flat_keys_in_a_spec_file_and_in_set_are_mapped_with_a_warning(tmp_path: Path) -> None:
-    old = _spec(tmp_path, "pretrain: {tuple_candidates: 8, ema_teacher: true, embedding_noise: 0.2}\n")
+    old = _spec(tmp_path, "pretrain: {tuple_sample_optimisation: true, tuple_candidates: 8, ema_teacher: true, "
+                          "embedding_noise: 0.2}\n")
     with pytest.warns(M.DeprecatedKeyWarning) as caught:
         a = load_spec(old)
     assert {str(w.message).split(": ", 1)[1].split(" is")[0] for w in caught} == {
-        "pretrain.tuple_candidates", "pretrain.ema_teacher", "pretrain.embedding_noise"}
+        "pretrain.tuple_sample_optimisation", "pretrain.tuple_candidates", "pretrain.ema_teacher",
+        "pretrain.embedding_noise"}
     (tmp_path / "new").mkdir()
     new = tmp_path / "new" / "methods-bench.yaml"  # the same id: a spec's name: key must be its file's stem
-    new.write_text(GOOD + "name: methods-bench\npretrain:\n  methods:\n    tuple_infonce: {candidates: 8, embedding_noise: 0.2}\n"
+    new.write_text(GOOD + "name: methods-bench\npretrain:\n  methods:\n    tuple_infonce: {sample_optimisation: true, candidates: 8, "
+                   "embedding_noise: 0.2}\n"
                    "    ema_teacher: {enabled: true}\n")
     b = load_spec(new)
     assert spec_hash(a, "tuple_infonce") == spec_hash(b, "tuple_infonce") and a.to_dict() == b.to_dict()
@@ -101,7 +132,8 @@ def test_old_flat_keys_in_a_spec_file_and_in_set_are_mapped_with_a_warning(tmp_p
         c = load_spec(new, overrides={"pretrain.tuple_candidates": 5})
     assert c.pretrain.method_options("tuple_infonce").candidates == 5
     # a synthetic block with the old key: mapped too, and stored as written (it is part of the hash)
-    syn = _spec(tmp_path, "synthetic: {pretrain.tuple_candidates: 2}\n")
+    syn = _spec(tmp_path, "pretrain: {methods: {tuple_infonce: {sample_optimisation: true}}}\n"
+                          "synthetic: {pretrain.tuple_candidates: 2}\n")
     with pytest.warns(M.DeprecatedKeyWarning):
         d = load_spec(syn, synthetic=True)
     assert d.pretrain.method_options("tuple_infonce").candidates == 2
@@ -118,7 +150,8 @@ def test_importing_methods_leaves_the_warning_filters_as_they_were() -> None:
             "import fusebench.spec.methods\n"
             "assert list(warnings.filters) == before, (before, warnings.filters)\n"
             "from fusebench import benchmarks\n"
-            "benchmarks.load('quickstart', overrides={'pretrain.tuple_candidates': 8})\n")
+            "benchmarks.load('quickstart', overrides={'pretrain.tuple_sample_optimisation': True, "
+            "'pretrain.tuple_candidates': 8})\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "DeprecatedKeyWarning: --set: pretrain.tuple_candidates is deprecated" in done.stderr, done.stderr

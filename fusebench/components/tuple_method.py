@@ -50,6 +50,13 @@ class TupleInfoNCEOptions:
     policy_baseline: bool = True  # subtract the mean reward in Eq. 7
 
 
+#: the options read only by the sample optimisation (Algorithm 1, ``tuple_optim``): with ``sample_optimisation:
+#: false`` one set off its default would be recorded and hashed and change nothing, so it is refused at load
+SAMPLE_OPTIMISATION_OPTIONS: tuple[str, ...] = (
+    "candidates", "candidate_steps", "policy_lr", "policy_sigma", "beta_sigma", "beta_max", "beta_lambda", "zeta_grid",
+    "val_size", "policy_baseline")
+
+
 @register
 class TupleInfoNCEMethod(PretrainMethod):
     """Tuple fusion + augmentation + k-disturbed negatives (Eq. 2); Algorithm 1 as an epoch extension."""
@@ -68,6 +75,13 @@ class TupleInfoNCEMethod(PretrainMethod):
     @classmethod
     def check(cls, options: Any) -> list[str]:
         o, problems = options, []
+        if not o.sample_optimisation:
+            defaults = cls.Options()
+            unread = [k for k in SAMPLE_OPTIMISATION_OPTIONS if getattr(o, k) != getattr(defaults, k)]
+            if unread:
+                problems.append(f"{', '.join(unread)} set with sample_optimisation: false: only the sample "
+                                f"optimisation (Algorithm 1) reads {'it' if len(unread) == 1 else 'them'}; set "
+                                f"sample_optimisation: true here, or leave {'it' if len(unread) == 1 else 'them'} out")
         if not 0.0 <= o.dropout < 1.0:
             problems.append(f"dropout must be in [0, 1), got {o.dropout!r}")
         # the mixture weights of Eq. 2: negative or all-zero weights were clamped to the uniform mixture by the sample
@@ -145,4 +159,4 @@ def fuse(pre: nn.Module, emb: Tensor) -> Tensor:
     return pre.fusion(torch.cat(list(z), dim=-1))
 
 
-__all__ = ["TupleInfoNCEMethod", "TupleInfoNCEOptions", "fuse"]
+__all__ = ["SAMPLE_OPTIMISATION_OPTIONS", "TupleInfoNCEMethod", "TupleInfoNCEOptions", "fuse"]
