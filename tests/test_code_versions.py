@@ -267,7 +267,8 @@ def test_a_pretraining_method_s_version_is_recorded_and_a_record_of_another_is_n
     spec = benchmarks.load("quickstart", overrides=TINY)
     old = _run(spec, "tuple_infonce", tmp_path / "a")
     assert "methods" not in old["versions"] and method_versions(spec, "tuple_infonce") == {}  # all at version 1
-    monkeypatch.setattr(METHODS.get("tuple_infonce"), "version", "2")
+    # (its version follows its options, version_of: a change under these options is one version_of reports)
+    monkeypatch.setattr(METHODS.get("tuple_infonce"), "version_of", classmethod(lambda cls, options: "2"))
     assert method_versions(spec, "tuple_infonce") == {"tuple_infonce": "2"}
     assert method_versions(spec, "infonce_pwe") == {} and method_versions(spec, "none") == {}  # not joined by them
     with pytest.raises(ConfigMismatchError, match=r"made by other code .*pretraining method 'tuple_infonce' version "
@@ -299,3 +300,62 @@ def test_a_reference_row_of_two_versions_is_refused_as_a_change_of_its_features(
                                          r"row's features changed between them\): version 2: .*old\.json.*version 3: "
                                          r".*new\.json"):
         group_runs("mv-3sources", recs)
+
+
+def test_tuple_infonce_s_version_follows_sample_optimisation() -> None:
+    """Eq. 8's zeta* rule changed (version 2), a part of the sample optimisation, which a run without it never calls:
+    TupleInfoNCE's method is at version "2" with sample_optimisation: true and "1" without, so the committed
+    tuple_infonce records (every one with it off) stay current and a record made with it on before the change would
+    be stale. A grid searching the switch trains at both (the selection's trials): "1+2", which either version's
+    change alters. Values by hand from that rule."""
+    from fusebench.components.identity import method_versions
+    from fusebench.spec.methods import METHODS, method_version
+
+    cls = METHODS.get("tuple_infonce")
+    assert method_version(cls, cls.Options()) == "1" and method_version(cls, cls.Options(sample_optimisation=True)) == "2"
+    made_off = {"suite": fusebench.__version__, "objective": "1"}  # a record without versions.methods: version 1
+    off = benchmarks.load("quickstart", overrides=TINY)
+    on = benchmarks.load("quickstart", overrides={**TINY, "pretrain.methods.tuple_infonce.sample_optimisation": True})
+    assert method_versions(off, "tuple_infonce") == {} and "methods" not in cell_versions(off, "tuple_infonce")
+    assert method_versions(on, "tuple_infonce") == {"tuple_infonce": "2"}
+    assert cell_versions(on, "tuple_infonce")["methods"] == {"tuple_infonce": "2"}
+    assert method_versions(on, "infonce_pwe") == {}  # the method does not join infonce_pwe's runs
+    assert code_changes(off, "tuple_infonce", made_off) == []
+    assert code_changes(on, "tuple_infonce", made_off) == ["pretraining method 'tuple_infonce' version '1', now '2'"]
+    assert code_changes(on, "tuple_infonce", {**made_off, "methods": {"tuple_infonce": "2"}}) == []
+    assert code_changes(off, "tuple_infonce", {**made_off, "methods": {"tuple_infonce": "2"}}) == [
+        "pretraining method 'tuple_infonce' version '2', now '1'"]
+    grid = "pretrain.per_objective.tuple_infonce.grid"
+    both = benchmarks.load("quickstart", overrides={**TINY, grid: {"methods.tuple_infonce.sample_optimisation": [True, False]}})
+    assert method_versions(both, "tuple_infonce") == {"tuple_infonce": "1+2"}
+    only_on = benchmarks.load("quickstart", overrides={**TINY, grid: {"methods.tuple_infonce.sample_optimisation": [True]}})
+    assert method_versions(only_on, "tuple_infonce") == {"tuple_infonce": "2"}
+
+
+def test_a_method_s_version_of_defaults_to_its_class_version_and_must_be_a_string() -> None:
+    from dataclasses import dataclass
+
+    from fusebench.spec.methods import PretrainMethod, method_version
+    from fusebench.typed import ConfigError
+
+    @dataclass
+    class Opts:
+        on: bool = False
+
+    class Plain(PretrainMethod):
+        id, Options, version = "plain_test", Opts, "3"
+
+    class Switched(Plain):
+        @classmethod
+        def version_of(cls, options):
+            return "4" if options.on else cls.version
+
+    class Bad(Plain):
+        @classmethod
+        def version_of(cls, options):
+            return True
+
+    assert method_version(Plain, Opts()) == method_version(Plain, Opts(on=True)) == "3"
+    assert (method_version(Switched, Opts()), method_version(Switched, Opts(on=True))) == ("3", "4")
+    with pytest.raises(ConfigError, match="pretraining method 'plain_test': its version must be a string .* got bool"):
+        method_version(Bad, Opts())

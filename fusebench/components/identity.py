@@ -142,7 +142,6 @@ def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | N
     ``grid``; a grid's method values each tried): those that join its runs
     (:func:`fusebench.spec.methods.joining`). Empty for a reference row (nothing is pretrained); None
     (every method counts) for an id not registered here, or options that cannot be read."""
-    import itertools
     from types import SimpleNamespace
 
     from fusebench.spec import methods as M
@@ -159,19 +158,31 @@ def methods_used(objective: str, pretrain: dict[str, Any]) -> frozenset[str] | N
     except (UnknownNameError, KeyError):
         return None
     try:
-        base = {m: dict(v) for m, v in (pretrain.get("methods") or {}).items()}
-        _, fixed = M.split_method_keys((pretrain.get("hparams") or {}).get(objective) or {})
-        grid = (pretrain.get("grid") or {}).get(objective) or {}
-        searched = [k for k in grid if isinstance(k, str) and k.startswith(M.METHOD_KEY_PREFIX)]
         used: set[str] = set()
-        for values in itertools.product(*(grid[k] for k in searched)):
-            _, point = M.split_method_keys(dict(zip(searched, values)))
-            merged = {m: {**base.get(m, {}), **fixed.get(m, {}), **point.get(m, {})}
-                      for m in {*base, *fixed, *point}}
+        for merged in _method_option_points(objective, pretrain):
             used.update(M.joining(cls, SimpleNamespace(methods=merged)))
     except (ConfigError, ValueError, TypeError, KeyError):
         return None
     return frozenset(used)
+
+
+def _method_option_points(objective: str, pretrain: dict[str, Any]) -> list[dict[str, dict[str, Any]]]:
+    """The method options (``{method id: {option: value}}``, the values given, not yet typed) ``objective``'s runs
+    are made with under a canonical ``pretrain``: the global ``methods``, then the objective's own
+    ``methods.<id>.<option>`` keys in ``hparams``, then, one mapping per point, those its ``grid`` searches."""
+    import itertools
+
+    from fusebench.spec import methods as M
+
+    base = {m: dict(v) for m, v in (pretrain.get("methods") or {}).items()}
+    _, fixed = M.split_method_keys((pretrain.get("hparams") or {}).get(objective) or {})
+    grid = (pretrain.get("grid") or {}).get(objective) or {}
+    searched = [k for k in grid if isinstance(k, str) and k.startswith(M.METHOD_KEY_PREFIX)]
+    points = []
+    for values in itertools.product(*(grid[k] for k in searched)):
+        _, point = M.split_method_keys(dict(zip(searched, values)))
+        points.append({m: {**base.get(m, {}), **fixed.get(m, {}), **point.get(m, {})} for m in {*base, *fixed, *point}})
+    return points
 
 
 def config_hash(canonical: dict[str, Any], objective: str, schema: int = HASH_SCHEMA_VERSION,
@@ -306,21 +317,44 @@ def protocol_version(spec: BenchmarkSpec) -> str:
 
 def method_versions(spec: BenchmarkSpec, objective: str) -> dict[str, str]:
     """``{method id: version}`` of the pretraining methods that join ``objective``'s runs under ``spec``
-    (:func:`methods_used`) and are not at version ``"1"`` (:attr:`fusebench.spec.methods.PretrainMethod.version`)."""
+    (:func:`methods_used`) and are not at version ``"1"``: each method's version under the options the runs are made
+    with (:func:`fusebench.spec.methods.method_version`, ``PretrainMethod.version_of(options)``: e.g. TupleInfoNCE's
+    is "2" with ``sample_optimisation: true``, "1" without). Where the objective's selection grid searches a method's
+    options and its points give the method two versions, both count, sorted and joined by "+" (``"1+2"``): the
+    selection trains at every point, so a change to either marks the cell's records stale."""
+    from types import SimpleNamespace
+
+    from fusebench import objectives
     from fusebench.components.rows import row_of
     from fusebench.spec.config import canonical_pretrain
-    from fusebench.spec.methods import METHODS
+    from fusebench.spec.methods import METHODS, joining, make_options, method_version
 
     if not row_of(spec, objective).pretrains:  # a reference or a weights row: no method computes anything
         return {}
-    used = methods_used(objective, canonical_pretrain(spec.pretrain))
+    pretrain = canonical_pretrain(spec.pretrain)
+    found: dict[str, set[str]] = {}
+
+    def add(m: str, given: Any) -> None:
+        cls = METHODS.get(m)
+        found.setdefault(m, set()).add(method_version(cls, make_options(cls, given, f"pretrain.methods.{m}")))
+
+    used = methods_used(objective, pretrain)
+    if used is None:  # an objective not registered here, or options that cannot be read: every method, as given
+        for m in METHODS.available():
+            try:
+                add(m, (pretrain.get("methods") or {}).get(m))
+            except ConfigError:  # options this code cannot read: the method's defaults
+                add(m, None)
+    else:
+        cls = objectives.OBJECTIVES.get(objective)
+        for merged in _method_option_points(objective, pretrain):
+            for m in joining(cls, SimpleNamespace(methods=merged)):
+                add(m, merged.get(m))
     out = {}
-    for m in sorted(used if used is not None else METHODS.available()):
-        version = getattr(METHODS.get(m), "version", "1")
-        if isinstance(version, bool) or not isinstance(version, (str, int)):
-            raise ConfigError(f"pretraining method {m!r}: its version must be a string, got {type(version).__name__}")
-        if str(version) != "1":
-            out[m] = str(version)
+    for m in sorted(found):
+        version = "+".join(sorted(found[m]))
+        if version != "1":
+            out[m] = version
     return out
 
 

@@ -73,6 +73,15 @@ class TupleInfoNCEMethod(PretrainMethod):
         return declared or undeclared_tuple
 
     @classmethod
+    def version_of(cls, options: Any) -> str:
+        """"2" with ``sample_optimisation: true``, "1" without. Version 2 is Eq. 8's zeta*(beta) taken over beta itself
+        and the grid, ties going to the strength nearest beta (it was the grid alone, ties to the smallest zeta): a
+        change to the sample optimisation (``tuple_optim``), which a run without it never calls, so the records made
+        without it (every committed ``tuple_infonce`` run) stay at version 1 and current. A change to what both
+        compute (the fusion, augmentation, negatives of :meth:`loss`) raises both numbers."""
+        return "2" if options.sample_optimisation else "1"
+
+    @classmethod
     def check(cls, options: Any) -> list[str]:
         o, problems = options, []
         if not o.sample_optimisation:

@@ -94,7 +94,8 @@ class PretrainMethod:
     #: the version of what the method computes (its part of the loss: augmentations, a teacher, fused tuples, ...):
     #: raised when that changes under unchanged options, as an objective's ``version`` is; a run it joins records it
     #: where it is not "1" (``versions.methods``), and a record, checkpoint or selection made by another version is
-    #: not reused (``fusebench.components.identity.code_changes``)
+    #: not reused (``fusebench.components.identity.code_changes``). Where a change reaches only the runs of some
+    #: options (a step the method takes only when an option turns it on), override :meth:`version_of` instead
     version: ClassVar[str] = "1"
 
     def __init__(self, options: Any) -> None:
@@ -106,6 +107,14 @@ class PretrainMethod:
         """Whether the method joins a run of ``objective`` (``declared``: the objective names it in
         ``pretrain_methods``; ``options``: this method's options; ``cfg``: the PretrainConfig)."""
         return declared
+
+    @classmethod
+    def version_of(cls, options: Any) -> str:
+        """The version of what the method computes with ``options`` (its typed ``Options``): by default the class's
+        :attr:`version`. A method whose options switch a part of its computation on overrides it, so that a change to
+        that part marks stale the records made with it on and leaves the others current (read through
+        :func:`method_version`, never ``cls.version`` directly)."""
+        return cls.version
 
     @classmethod
     def check(cls, options: Any) -> list[str]:
@@ -211,6 +220,17 @@ def option_values(options: Any) -> dict[str, Any]:
 METHOD_KEY_PREFIX = "methods."
 
 
+def method_version(cls: type, options: Any) -> str:
+    """The version of method class ``cls`` under its typed ``options`` (:meth:`PretrainMethod.version_of`), checked:
+    a string (an int is taken as its text); anything else, e.g. a plugin's property or a bool, a ConfigError."""
+    version_of = getattr(cls, "version_of", None)
+    version = version_of(options) if callable(version_of) else getattr(cls, "version", "1")
+    if isinstance(version, bool) or not isinstance(version, (str, int)):
+        raise ConfigError(f"pretraining method {getattr(cls, 'id', cls)!r}: its version must be a string (the class's "
+                          f"version, or what version_of(options) returns), got {type(version).__name__}")
+    return str(version)
+
+
 def split_method_keys(hparams: Mapping[str, Any], where: str = "hparams") -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """``hparams`` -> (the objective's keyword arguments, ``{method id: {option: value}}`` from the
     ``methods.<id>.<option>`` keys). A malformed method key is a ConfigError naming ``where``."""
@@ -287,4 +307,5 @@ def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
 
 
 __all__ = ["METHODS", "DeprecatedKeyWarning", "NoOptions", "PretrainMethod", "attach", "check_methods",
-           "extensions", "joining", "make_options", "method_class", "option_values", "options_of", "register"]
+           "extensions", "joining", "make_options", "method_class", "method_version", "option_values", "options_of",
+           "register"]
