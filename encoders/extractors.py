@@ -11,6 +11,8 @@ arXiv:2203.12441) for the MOSI / MOSEI / CH-SIMS feature files:
   Transformers for Language Understanding", NAACL 2019, arXiv:1810.04805,
   https://arxiv.org/abs/1810.04805): ``BertTokenizer`` + ``BertModel``; the last
   hidden layer for every token including ``[CLS]`` and ``[SEP]`` -> ``[T, hidden]`` (768 for BERT-base).
+  A text longer than ``max_length`` tokens (default and largest: the model's ``max_position_embeddings``,
+  512 for BERT-base) keeps its first ``max_length - 2`` word pieces between ``[CLS]`` and ``[SEP]``.
 * :class:`HubertExtractor` — HuBERT (Hsu et al., "HuBERT: Self-Supervised Speech Representation
   Learning by Masked Prediction of Hidden Units", IEEE/ACM TASLP 2021, arXiv:2106.07447,
   https://arxiv.org/abs/2106.07447): the waveform is mixed to mono, resampled to
@@ -163,7 +165,7 @@ def _mono_16k(who: str, waveform: Tensor, sample_rate_hz: int) -> Tensor:
 class TextExtractor:
     """BERT last-layer token features (see module docstring)."""
 
-    def __init__(self, weights: str | os.PathLike | None = None, max_length: int = 512,
+    def __init__(self, weights: str | os.PathLike | None = None, max_length: int | None = None,
                  device: str | torch.device = "cpu", batch_size: int = 32) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"TextExtractor: batch_size must be a positive int, got {batch_size!r}")
@@ -175,10 +177,20 @@ class TextExtractor:
                              f"tokenizer.json (save the tokenizer too: tokenizer.save_pretrained(folder))")
         tf = _transformers()
         self.tokenizer = tf.BertTokenizer.from_pretrained(path, local_files_only=True)
+        # features are cut as hidden[:, :n_tokens]: padding must come after the tokens whatever the folder's
+        # tokenizer_config says (left padding also shifted the position ids: other features per batch)
+        self.tokenizer.padding_side = "right"
         # the pooler is not in the features (last hidden layer): checkpoints without one are fine
         self.model = _load_checked("TextExtractor", tf.BertModel, path, ("bert",),
                                    unused=("pooler.",), found=found).to(device).eval()
-        self.max_length = max_length
+        # longer than the position table, the embeddings fail with a shape error on the first long text
+        n_pos = int(self.model.config.max_position_embeddings)
+        if max_length is None:
+            max_length = n_pos
+        if not isinstance(max_length, int) or isinstance(max_length, bool) or not 2 <= max_length <= n_pos:
+            raise ValueError(f"TextExtractor: max_length must be an int in [2, {n_pos}] (the model's "
+                             f"max_position_embeddings, {str(path)!r}), got {max_length!r}")
+        self.max_length = max_length  # tokens incl. [CLS] and [SEP]; longer texts keep their first max_length - 2
         self.batch_size = batch_size
         self.device = torch.device(device)
         self.dim = int(self.model.config.hidden_size)

