@@ -44,7 +44,9 @@ count) is read with the standard library's ``wave``; float WAV, FLAC, OGG, AIFF,
 naming the file (convert with ffmpeg). ``torchaudio.load`` is not used: since torchaudio 2.9 it
 needs TorchCodec, which fusebench does not install.
 
-Command line (one output ``.pt`` holding a list of ``[T_i, d]`` tensors)::
+Command line (one output ``.pt``: ``{"format", "provenance", "inputs", "features"}``, the features a list of
+``[T_i, d]`` tensors, the provenance the extractor, the weights folder and the sha256 of its files, the settings;
+read it with :func:`load_features`; an existing output made by another extraction is not replaced)::
 
     python -m fusebench.encoders.extractors text  --weights bert-base/ --input lines.txt --output text.pt
     python -m fusebench.encoders.extractors audio --weights hubert-base/ --input a.wav b.wav --output audio.pt
@@ -100,6 +102,23 @@ def _weights_dir(who: str, weights: str | os.PathLike | None) -> Path:
         raise ValueError(f"{who}: weights folder {str(path)!r} does not exist or has no config.json "
                          f"(expected a folder written by save_pretrained)")
     return path
+
+
+#: the files of a weights folder that loading reads (config, weights, tokenizer / preprocessor); README etc. not
+_DIGEST_SUFFIXES = (".json", ".txt", ".safetensors", ".bin", ".model")
+
+
+def _folder_digest(path: Path) -> str:
+    """sha256 over the names and sha256s of the files of ``path`` (top level) that loading can read: the
+    identity of the weights in a feature file's provenance (the same folder copied elsewhere has the same one)."""
+    from fusebench.io import sha256_file, sha256_hex
+
+    files = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(_DIGEST_SUFFIXES))
+    return sha256_hex("\n".join(f"{f.name} {sha256_file(f)}" for f in files))
+
+
+def _weights_provenance(path: Path, model_type: str) -> dict[str, Any]:
+    return {"weights": str(path.resolve()), "model_type": model_type, "weights_sha256": _folder_digest(path)}
 
 
 def _check_model_type(who: str, path: Path, model_types: tuple[str, ...]) -> str:
@@ -194,6 +213,9 @@ class TextExtractor:
         self.batch_size = batch_size
         self.device = torch.device(device)
         self.dim = int(self.model.config.hidden_size)
+        self.provenance = {"extractor": "TextExtractor", **_weights_provenance(path, found),
+                           "settings": {"layer": "last_hidden_state", "tokens": "[CLS] ... [SEP]",
+                                        "max_length": max_length, "dim": self.dim}}
 
     @torch.no_grad()
     def __call__(self, texts: Sequence[str], progress: bool = False) -> list[Tensor]:
@@ -226,12 +248,17 @@ class HubertExtractor:
 
     def __init__(self, weights: str | os.PathLike | None = None, device: str | torch.device = "cpu") -> None:
         path = _weights_dir("HubertExtractor", weights)
+        found = _check_model_type("HubertExtractor", path, ("hubert",))
         tf = _transformers()
         # masked_spec_embed is SpecAugment's training-time mask vector, unused in eval
         self.model = _load_checked("HubertExtractor", tf.HubertModel, path, ("hubert",),
-                                   unused=("masked_spec_embed",)).to(device).eval()
+                                   unused=("masked_spec_embed",), found=found).to(device).eval()
         self.device = torch.device(device)
         self.dim = int(self.model.config.hidden_size)
+        self.provenance = {"extractor": "HubertExtractor", **_weights_provenance(path, found),
+                           "settings": {"layer": "last_hidden_state", "channels": "mean", "sample_rate_hz":
+                                        TARGET_SAMPLE_RATE_HZ, "normalize": "zero mean, unit variance (eps 1e-7)",
+                                        "dim": self.dim}}
         # receptive field of the conv front end (400 samples = 25 ms for HuBERT-base): the shortest input
         self.min_samples, jump = 1, 1
         for k, st in zip(self.model.config.conv_kernel, self.model.config.conv_stride):
@@ -256,12 +283,19 @@ class CLIPExtractor:
         tf = _transformers()
         cls = tf.CLIPVisionModelWithProjection if projection else tf.CLIPVisionModel
         # a CLIPVisionModel folder ("clip_vision_model") or a whole CLIP ("clip", its text tower unused)
-        self.model = _load_checked("CLIPExtractor", cls, path, ("clip_vision_model", "clip")).to(device).eval()
+        found = _check_model_type("CLIPExtractor", path, ("clip_vision_model", "clip"))
+        self.model = _load_checked("CLIPExtractor", cls, path, ("clip_vision_model", "clip"),
+                                   found=found).to(device).eval()
         self.projection = projection
         self.device = torch.device(device)
         cfg = self.model.config
         self.image_size = int(cfg.image_size)
         self.dim = int(cfg.projection_dim if projection else cfg.hidden_size)
+        self.provenance = {"extractor": "CLIPExtractor", **_weights_provenance(path, found),
+                           "settings": {"output": "image_embeds" if projection else "pooler_output",
+                                        "projection": projection, "image_size": self.image_size,
+                                        "resize": "bicubic (antialiased), shorter side, centre crop",
+                                        "mean": list(CLIP_MEAN), "std": list(CLIP_STD), "dim": self.dim}}
 
     def preprocess(self, frames: Tensor) -> Tensor:
         """``[T, 3, H, W]`` in [0, 1] -> ``[T, 3, S, S]`` normalised (S = image_size)."""
@@ -314,6 +348,10 @@ class LowLevelAudioExtractor:
                            melkwargs=dict(n_fft=n_fft, win_length=self.win, hop_length=self.hop, n_mels=n_mels))
         self.centroid = T.SpectralCentroid(sample_rate=sr, n_fft=n_fft, win_length=self.win, hop_length=self.hop)
         self.dim = n_mfcc + 2
+        self.provenance = {"extractor": "LowLevelAudioExtractor", "weights": None, "model_type": None,
+                           "weights_sha256": None,
+                           "settings": {"n_mfcc": n_mfcc, "n_mels": n_mels, "win_samples": self.win,
+                                        "hop_samples": self.hop, "sample_rate_hz": sr, "dim": self.dim}}
 
     @torch.no_grad()
     def __call__(self, waveform: Tensor, sample_rate_hz: int) -> Tensor:
@@ -411,6 +449,53 @@ def _text_lines(path: Path) -> list[str]:
     return [ln.translate(_INLINE_BREAKS).strip() for ln in text.split("\n")]
 
 
+#: the ``format`` of a feature file the command line writes
+FEATURES_FORMAT = "fusebench-features/1"
+#: the provenance keys that decide the features (the weights' path and the inputs do not)
+_IDENTITY_KEYS = ("extractor", "model_type", "weights_sha256", "settings")
+
+
+def _identity(provenance: dict[str, Any]) -> dict[str, Any]:
+    return {k: provenance.get(k) for k in _IDENTITY_KEYS}
+
+
+def load_features(path: str | os.PathLike, like: dict[str, Any] | None = None) -> tuple[list[Tensor], dict[str, Any]]:
+    """``(features, provenance)`` of a feature file written by the command line: ``{"format", "provenance",
+    "inputs", "features"}`` read with ``torch.load(weights_only=True)`` (no pickled code runs).
+
+    ``provenance``: ``extractor``, ``model_type``, ``weights`` (the folder's path), ``weights_sha256`` (sha256 over
+    the folder's config / weights / tokenizer files), ``settings`` (layer, max_length, sample rate, image size,
+    projection, ...) and ``fusebench_version``. ``like``: the provenance of another feature file (or of an
+    extractor, ``ext.provenance``); a file whose extractor, model type, weights or settings differ is refused, so
+    features of two models are never mixed silently. Anything else raises ``ValueError`` naming the file."""
+    p = Path(path)
+    try:
+        data = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - unreadable, not a torch file, or pickled code: one line naming the file
+        raise ValueError(f"cannot read feature file {str(p)!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                         ) from None
+    if not (isinstance(data, dict) and data.get("format") == FEATURES_FORMAT and isinstance(data.get("provenance"), dict)
+            and isinstance(data.get("features"), list) and all(isinstance(f, Tensor) and f.dim() == 2
+                                                               for f in data["features"])):
+        raise ValueError(f"{str(p)!r} is not a feature file of format {FEATURES_FORMAT!r} (a dict with provenance and "
+                         f"a list of [T_i, d] tensors, written by python -m fusebench.encoders.extractors)")
+    prov = data["provenance"]
+    if like is not None:
+        mine, theirs = _identity(prov), _identity(like)
+        diff = [k for k in _IDENTITY_KEYS if mine[k] != theirs[k]]
+        if diff:
+            raise ValueError(f"feature file {str(p)!r} was made with other {' / '.join(diff)} ({_identity_line(mine)}) "
+                             f"than expected ({_identity_line(theirs)}): features of different extractions are not "
+                             f"mixed")
+    return data["features"], prov
+
+
+def _identity_line(ident: dict[str, Any]) -> str:
+    digest = ident.get("weights_sha256")
+    return (f"{ident.get('extractor')}, model {ident.get('model_type')}, weights sha256 "
+            f"{digest[:12] if isinstance(digest, str) else digest}, settings {ident.get('settings')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fusebench.encoders.extractors",
                                      description="Extract feature sequences (see module docstring).")
@@ -420,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="text: a .txt file, one utterance per line; audio/lld: audio files (PCM WAV; "
                              "FLAC/OGG/float WAV with soundfile); "
                              "vision: .npy files of frames [T, H, W, 3] uint8")
-    parser.add_argument("--output", required=True, help="output .pt file (list of [T_i, d] tensors)")
+    parser.add_argument("--output", required=True, help="output .pt file: [T_i, d] tensors with their provenance (read with load_features); an existing "
+                             "one made with other weights or settings is refused")
     parser.add_argument("--projection", action="store_true", help="vision: CLIP projected image embedding")
     ns = parser.parse_args(argv)
     # a setting is used or refused: --weights with lld or --projection with text/audio would be ignored silently
@@ -436,10 +522,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--output {ns.output}: the folder {str(out.parent)!r} does not exist")
     if not os.access(out.parent, os.W_OK | os.X_OK):
         parser.error(f"--output {ns.output}: the folder {str(out.parent)!r} is not writable")
+    def refuse_other_extraction(provenance: dict[str, Any]) -> None:
+        """An existing --output is replaced only by the same extraction (extractor, weights, settings): a rerun
+        with another model or settings is refused (before extracting) rather than silently replacing the file
+        other features were made alongside; a file that is not a feature file is not overwritten either."""
+        if out.exists():
+            try:
+                load_features(out, like=provenance)
+            except ValueError as e:
+                raise ValueError(f"--output {ns.output} exists and is not replaced: {e}; delete it or write "
+                                 f"to another file") from None
+
     try:
         feats: list[Tensor] = []
+        provenance: dict[str, Any]
         if ns.kind == "text":
             ext = TextExtractor(ns.weights)
+            provenance = ext.provenance
+            refuse_other_extraction(provenance)
             for f in ns.input:
                 try:
                     lines = _text_lines(Path(f))
@@ -454,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                 feats += ext(lines, progress=True)
         elif ns.kind in ("audio", "lld"):
             ext_a: Any = HubertExtractor(ns.weights) if ns.kind == "audio" else LowLevelAudioExtractor()
+            provenance = ext_a.provenance
+            refuse_other_extraction(provenance)
             for f in ns.input:
                 wav, sr = load_audio(f)
                 try:
@@ -464,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
             import numpy as np
 
             ext_v = CLIPExtractor(ns.weights, projection=ns.projection)
+            provenance = ext_v.provenance
+            refuse_other_extraction(provenance)
             for f in ns.input:
                 try:
                     arr = np.load(f, allow_pickle=False)
@@ -475,8 +579,12 @@ def main(argv: list[str] | None = None) -> int:
                 frames = torch.from_numpy(arr).permute(0, 3, 1, 2).float() / 255.0
                 feats.append(ext_v(frames))
         from fusebench.io import atomic_write
+        from fusebench.version import __version__
 
-        atomic_write(out, lambda name: torch.save(feats, name), by_name=True)  # whole or not at all
+        data = {"format": FEATURES_FORMAT,
+                "provenance": {**provenance, "kind": ns.kind, "fusebench_version": __version__},
+                "inputs": [str(Path(f).resolve()) for f in ns.input], "features": feats}
+        atomic_write(out, lambda name: torch.save(data, name), by_name=True)  # whole or not at all
     except (ValueError, OSError) as e:  # bad input, a missing or unreadable --input file, an unwritable --output
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -491,4 +599,5 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["CLIPExtractor", "HubertExtractor", "LowLevelAudioExtractor", "TextExtractor", "load_audio", "main"]
+__all__ = ["FEATURES_FORMAT", "CLIPExtractor", "HubertExtractor", "LowLevelAudioExtractor", "TextExtractor", "load_audio",
+           "load_features", "main"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from fusebench.encoders.extractors import LowLevelAudioExtractor, load_audio, main
+from fusebench.encoders.extractors import LowLevelAudioExtractor, load_audio, load_features, main
 
 SR = 16_000
 
@@ -165,7 +165,7 @@ def test_lld_command_line_end_to_end(tmp_path, capsys):
     path2 = write_wav(tmp_path / "tone8k.wav", sine_ints(700.0, 0.3, 8000, 0.25, 127), 1, 8000)
     out = tmp_path / "lld.pt"
     assert main(["lld", "--input", str(path), str(path2), "--output", str(out)]) == 0
-    feats = torch.load(out)
+    feats, _ = load_features(out)
     assert [tuple(f.shape) for f in feats] == [(51, 15), (26, 15)]
     ext = LowLevelAudioExtractor()
     for f, p in zip(feats, (path, path2)):
@@ -184,5 +184,5 @@ def test_lld_module_command_in_a_subprocess(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fusebench.encoders.extractors", "lld", "--input", "t.wav",
                         "--output", "o.pt"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    feats = torch.load(tmp_path / "o.pt")
+    feats, _ = load_features(tmp_path / "o.pt")
     assert len(feats) == 1 and tuple(feats[0].shape) == (21, 15)

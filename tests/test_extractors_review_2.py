@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from fusebench.encoders.extractors import HubertExtractor, TextExtractor, main
+from fusebench.encoders.extractors import HubertExtractor, TextExtractor, load_features, main
 
 tf = pytest.importorskip("transformers")
 
@@ -39,7 +39,7 @@ def test_text_line_separators_other_than_newline_stay_in_their_line(tmp_path):
     # 3 lines: U+2028, form feed, \x1c, U+0085, \x0b and a lone CR are inside lines; CRLF ends line 2
     (tmp_path / "t.txt").write_bytes("one\u2028two\x0cthree\ntwo\x1cfour\x85one\r\nthree\x0bone\rfour\n".encode())
     assert main(["text", "--weights", str(w), "--input", str(tmp_path / "t.txt"), "--output", str(tmp_path / "o.pt")]) == 0
-    feats = torch.load(tmp_path / "o.pt")
+    feats, _ = load_features(tmp_path / "o.pt")
     # before: splitlines gave 9 outputs; now one per line, [CLS] + 3 words + [SEP] each (no [UNK] needed)
     assert [f.shape[0] for f in feats] == [5, 5, 5]
     ext = TextExtractor(w)

@@ -83,3 +83,59 @@ def test_real_minilm_matches_transformers_and_sentence_transformers(monkeypatch,
     emb = torch.tensor(json.loads(run.stdout.strip().splitlines()[-1]))
     mine = torch.stack([f.mean(0) / f.mean(0).norm() for f in feats])
     assert torch.allclose(mine, emb, atol=1e-4)
+
+
+# -- feature files: provenance, a rerun with another extraction refused --------------------------------------
+def test_feature_file_has_provenance_and_refuses_another_extraction(tmp_path, capsys):
+    from fusebench.encoders.extractors import load_features, main
+    from fusebench.io import sha256_file, sha256_hex
+
+    w = tiny_bert(tmp_path / "bert")
+    (tmp_path / "t.txt").write_text("one two\nthree\n")
+    out = tmp_path / "text.pt"
+    assert main(["text", "--weights", str(w), "--input", str(tmp_path / "t.txt"), "--output", str(out)]) == 0
+    feats, prov = load_features(out)
+    assert torch.allclose(feats[1], _direct(w, [CLS, THREE, SEP]), atol=1e-5)
+    # the digest worked out here: sha256 of "name sha256" lines of config.json, model.safetensors, vocab.txt
+    names = sorted(f.name for f in w.iterdir() if f.suffix in (".json", ".txt", ".safetensors"))
+    assert names == ["config.json", "model.safetensors", "vocab.txt"]
+    assert prov["weights_sha256"] == sha256_hex("\n".join(f"{n} {sha256_file(w / n)}" for n in names))
+    assert prov["extractor"] == "TextExtractor" and prov["model_type"] == "bert" and prov["kind"] == "text"
+    assert prov["settings"]["max_length"] == 32 and prov["weights"] == str(w.resolve())
+    raw = torch.load(out, weights_only=True)  # strict: plain containers only
+    assert raw["format"] == "fusebench-features/1" and raw["inputs"] == [str((tmp_path / "t.txt").resolve())]
+
+    # the same extraction again (e.g. more lines) replaces the file
+    (tmp_path / "t.txt").write_text("one two\nthree\nfour\n")
+    assert main(["text", "--weights", str(w), "--input", str(tmp_path / "t.txt"), "--output", str(out)]) == 0
+    assert len(load_features(out)[0]) == 3
+    # other weights into the same file: refused before extracting, the file untouched
+    w2 = tiny_bert(tmp_path / "bert2")  # another random init: other weights, same config
+    before = out.read_bytes()
+    assert main(["text", "--weights", str(w2), "--input", str(tmp_path / "t.txt"), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exists and is not replaced" in err and "weights_sha256" in err and out.read_bytes() == before
+    # load_features(like=...) refuses a file of another extraction
+    assert main(["text", "--weights", str(w2), "--input", str(tmp_path / "t.txt"),
+                 "--output", str(tmp_path / "other.pt")]) == 0
+    with pytest.raises(ValueError, match="other.pt.*weights_sha256"):
+        load_features(tmp_path / "other.pt", like=prov)
+    # a file that is not a feature file (a bare list, as written before) is not overwritten, nor read
+    torch.save([torch.zeros(2, 16)], tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="old.pt.*not a feature file"):
+        load_features(tmp_path / "old.pt")
+    assert main(["text", "--weights", str(w), "--input", str(tmp_path / "t.txt"),
+                 "--output", str(tmp_path / "old.pt")]) == 2
+
+
+def test_lld_settings_in_provenance(tmp_path):
+    from fusebench.encoders.extractors import LowLevelAudioExtractor, load_features
+
+    a, b = LowLevelAudioExtractor().provenance, LowLevelAudioExtractor(n_mfcc=20).provenance
+    assert a["settings"]["n_mfcc"] == 13 and b["settings"]["n_mfcc"] == 20
+    assert a["settings"]["win_samples"] == 400 and a["settings"]["hop_samples"] == 160  # 25 / 10 ms at 16 kHz
+    data = {"format": "fusebench-features/1", "provenance": a, "inputs": [], "features": [torch.zeros(3, 15)]}
+    torch.save(data, tmp_path / "a.pt")
+    assert load_features(tmp_path / "a.pt", like=a)[1] == a
+    with pytest.raises(ValueError, match="settings"):
+        load_features(tmp_path / "a.pt", like=b)
