@@ -16,7 +16,8 @@ arXiv:2203.12441) for the MOSI / MOSEI / CH-SIMS feature files:
 * :class:`HubertExtractor` — HuBERT (Hsu et al., "HuBERT: Self-Supervised Speech Representation
   Learning by Masked Prediction of Hidden Units", IEEE/ACM TASLP 2021, arXiv:2106.07447,
   https://arxiv.org/abs/2106.07447): the waveform is mixed to mono, resampled to
-  16 kHz (``torchaudio.functional.resample``), normalised to zero mean / unit variance, and
+  16 kHz (``torchaudio.functional.resample``), normalised to zero mean / unit variance (unless the
+  folder's ``preprocessor_config.json`` says ``"do_normalize": false``; one saying another rate is refused), and
   ``HubertModel``'s last hidden layer is returned -> ``[T', hidden]`` (768 for HuBERT-base; one frame
   per 20 ms).
 * :class:`CLIPExtractor` — CLIP's image encoder (Radford et al., "Learning Transferable Visual Models
@@ -119,6 +120,22 @@ def _folder_digest(path: Path) -> str:
 
 def _weights_provenance(path: Path, model_type: str) -> dict[str, Any]:
     return {"weights": str(path.resolve()), "model_type": model_type, "weights_sha256": _folder_digest(path)}
+
+
+def _preprocessor_config(who: str, path: Path) -> dict[str, Any]:
+    """``path/preprocessor_config.json`` (what the model's own processor does to its input), ``{}`` without one."""
+    import json
+
+    f = path / "preprocessor_config.json"
+    if not f.is_file():
+        return {}
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{who}: cannot read {str(f)!r}: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{who}: {str(f)!r} is not a JSON object")
+    return cfg
 
 
 def _check_model_type(who: str, path: Path, model_types: tuple[str, ...]) -> str:
@@ -255,10 +272,22 @@ class HubertExtractor:
                                    unused=("masked_spec_embed",), found=found).to(device).eval()
         self.device = torch.device(device)
         self.dim = int(self.model.config.hidden_size)
+        # the folder's Wav2Vec2FeatureExtractor settings when it has them: whether the model was trained on
+        # normalised waveforms (fairseq's task.normalize), and at which rate; without the file: 16 kHz, normalised
+        pre = _preprocessor_config("HubertExtractor", path)
+        rate = pre.get("sampling_rate", TARGET_SAMPLE_RATE_HZ)
+        if rate != TARGET_SAMPLE_RATE_HZ or pre.get("feature_size", 1) != 1:
+            raise ValueError(f"HubertExtractor: {str(path / 'preprocessor_config.json')!r} says sampling_rate {rate!r}, "
+                             f"feature_size {pre.get('feature_size', 1)!r}; this extractor feeds 16 kHz mono "
+                             f"waveforms (sampling_rate 16000, feature_size 1)")
+        self.normalize = pre.get("do_normalize", True)
+        if not isinstance(self.normalize, bool):
+            raise ValueError(f"HubertExtractor: {str(path / 'preprocessor_config.json')!r}: do_normalize must be "
+                             f"true or false, got {self.normalize!r}")
         self.provenance = {"extractor": "HubertExtractor", **_weights_provenance(path, found),
                            "settings": {"layer": "last_hidden_state", "channels": "mean", "sample_rate_hz":
-                                        TARGET_SAMPLE_RATE_HZ, "normalize": "zero mean, unit variance (eps 1e-7)",
-                                        "dim": self.dim}}
+                                        TARGET_SAMPLE_RATE_HZ, "normalize": "zero mean, unit variance (eps 1e-7)"
+                                        if self.normalize else None, "dim": self.dim}}
         # receptive field of the conv front end (400 samples = 25 ms for HuBERT-base): the shortest input
         self.min_samples, jump = 1, 1
         for k, st in zip(self.model.config.conv_kernel, self.model.config.conv_stride):
@@ -270,7 +299,8 @@ class HubertExtractor:
         if w.numel() < self.min_samples:
             raise ValueError(f"HubertExtractor: audio too short: {w.numel()} samples at 16 kHz, the model needs at "
                              f"least {self.min_samples} for one frame")
-        w = (w - w.mean()) / torch.sqrt(w.var(unbiased=False) + 1e-7)
+        if self.normalize:  # as Wav2Vec2FeatureExtractor's do_normalize
+            w = (w - w.mean()) / torch.sqrt(w.var(unbiased=False) + 1e-7)
         return self.model(w[None].to(self.device)).last_hidden_state[0].cpu()
 
 

@@ -139,3 +139,39 @@ def test_lld_settings_in_provenance(tmp_path):
     assert load_features(tmp_path / "a.pt", like=a)[1] == a
     with pytest.raises(ValueError, match="settings"):
         load_features(tmp_path / "a.pt", like=b)
+
+
+# -- HuBERT: the folder's preprocessor_config (do_normalize, sampling_rate) --------------------------------
+def _hubert_reference(folder, wav_16k):
+    """transformers' own pipeline: Wav2Vec2FeatureExtractor of the folder (its do_normalize) + HubertModel."""
+    fe = tf.Wav2Vec2FeatureExtractor.from_pretrained(folder, local_files_only=True)
+    model = tf.HubertModel.from_pretrained(folder, local_files_only=True).eval()
+    x = fe(wav_16k.numpy(), sampling_rate=16000, return_tensors="pt").input_values
+    with torch.no_grad():
+        return model(x).last_hidden_state[0]
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_hubert_follows_the_folders_do_normalize(tmp_path, normalize):
+    from fusebench.encoders.extractors import HubertExtractor
+    from test_extractors_review_2 import tiny_hubert
+
+    w = tiny_hubert(tmp_path / "hubert")
+    (w / "preprocessor_config.json").write_text(json.dumps({
+        "feature_extractor_type": "Wav2Vec2FeatureExtractor", "do_normalize": normalize, "feature_size": 1,
+        "sampling_rate": 16000, "padding_value": 0.0, "return_attention_mask": False}))
+    g = torch.Generator().manual_seed(0)
+    wav = 0.1 * torch.randn(800, generator=g) + 0.05  # not zero-mean, not unit variance: normalising matters
+    ext = HubertExtractor(w)
+    assert torch.allclose(ext(wav, 16000), _hubert_reference(w, wav), atol=1e-5)
+    assert ext.provenance["settings"]["normalize"] == ("zero mean, unit variance (eps 1e-7)" if normalize else None)
+
+
+def test_hubert_refuses_a_preprocessor_at_another_rate(tmp_path):
+    from fusebench.encoders.extractors import HubertExtractor
+    from test_extractors_review_2 import tiny_hubert
+
+    w = tiny_hubert(tmp_path / "hubert")
+    (w / "preprocessor_config.json").write_text(json.dumps({"sampling_rate": 8000, "do_normalize": True}))
+    with pytest.raises(ValueError, match="preprocessor_config.json.*sampling_rate 8000"):
+        HubertExtractor(w)
