@@ -304,6 +304,39 @@ class HubertExtractor:
         return self.model(w[None].to(self.device)).last_hidden_state[0].cpu()
 
 
+def _check_clip_preprocessor(path: Path, image_size: int) -> None:
+    """Refuse a folder whose ``preprocessor_config.json`` (its CLIPImageProcessor) prepares images otherwise than
+    :meth:`CLIPExtractor.preprocess` does (other mean/std, resize or crop size, no crop, another filter): the
+    features would not be those of the model's own pipeline. Without the file: nothing to check."""
+    pre = _preprocessor_config("CLIPExtractor", path)
+    if not pre:
+        return
+
+    def side(v: Any, key: str) -> Any:  # {"shortest_edge": n}, {"height": n, "width": n} or a bare int
+        if isinstance(v, dict):
+            vals = {v.get(key)} if key in v else {v.get("height"), v.get("width")}
+            return vals.pop() if len(vals) == 1 else v
+        return v
+
+    checks = [("image_mean", list(CLIP_MEAN)), ("image_std", list(CLIP_STD)),
+              ("size", image_size), ("crop_size", image_size), ("do_resize", True), ("do_center_crop", True),
+              ("do_normalize", True), ("resample", 3)]  # 3: PIL's BICUBIC
+    for key, want in checks:
+        if key not in pre:
+            continue
+        got = pre[key]
+        if key in ("size", "crop_size"):
+            got = side(got, "shortest_edge")
+        ok = (isinstance(got, list) and len(got) == 3 and all(isinstance(g, (int, float)) and abs(g - w) < 1e-6
+                                                               for g, w in zip(got, want))) if isinstance(want, list) \
+            else got == want and type(got) is type(want)
+        if not ok:
+            raise ValueError(f"CLIPExtractor: {str(path / 'preprocessor_config.json')!r} has {key} {pre[key]!r}; this "
+                             f"extractor prepares images with {key} {want!r} (CLIP's bicubic shorter-side resize to the "
+                             f"model's image_size {image_size}, centre crop, CLIP mean/std), so its features would not "
+                             f"be the model's")
+
+
 class CLIPExtractor:
     """CLIP image features per video frame (see module docstring)."""
 
@@ -321,6 +354,7 @@ class CLIPExtractor:
         cfg = self.model.config
         self.image_size = int(cfg.image_size)
         self.dim = int(cfg.projection_dim if projection else cfg.hidden_size)
+        _check_clip_preprocessor(path, self.image_size)
         self.provenance = {"extractor": "CLIPExtractor", **_weights_provenance(path, found),
                            "settings": {"output": "image_embeds" if projection else "pooler_output",
                                         "projection": projection, "image_size": self.image_size,

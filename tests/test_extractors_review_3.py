@@ -175,3 +175,36 @@ def test_hubert_refuses_a_preprocessor_at_another_rate(tmp_path):
     (w / "preprocessor_config.json").write_text(json.dumps({"sampling_rate": 8000, "do_normalize": True}))
     with pytest.raises(ValueError, match="preprocessor_config.json.*sampling_rate 8000"):
         HubertExtractor(w)
+
+
+# -- CLIP: the folder's preprocessor_config must describe what preprocess does ------------------------------
+def _tiny_clip(folder):
+    cfg = tf.CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                              image_size=16, patch_size=8)
+    tf.CLIPVisionModel(cfg).save_pretrained(folder)
+    return folder
+
+
+OPENAI_PRE = {"crop_size": {"height": 16, "width": 16}, "do_center_crop": True, "do_normalize": True,
+              "do_resize": True, "image_mean": [0.48145466, 0.4578275, 0.40821073], "resample": 3,
+              "image_std": [0.26862954, 0.26130258, 0.27577711], "size": {"shortest_edge": 16}}
+
+
+def test_clip_matches_clip_image_processor_and_refuses_another_one(tmp_path):
+    from fusebench.encoders.extractors import CLIPExtractor
+
+    w = _tiny_clip(tmp_path / "clip")
+    (w / "preprocessor_config.json").write_text(json.dumps({**OPENAI_PRE, "image_processor_type": "CLIPImageProcessor"}))
+    ext = CLIPExtractor(w)
+    g = torch.Generator().manual_seed(0)
+    img = (torch.rand(40, 24, 3, generator=g) * 255).round().to(torch.uint8)  # portrait, odd crop offsets
+    proc = tf.CLIPImageProcessor.from_pretrained(w)
+    ref = proc(images=img.numpy(), return_tensors="pt").pixel_values  # transformers' own preparation
+    ours = ext.preprocess(img.permute(2, 0, 1)[None].float() / 255.0)
+    assert ours.shape == ref.shape == (1, 3, 16, 16)
+    assert (ours - ref).abs().mean() < 0.05  # measured 0.004 (PIL uint8 rounding); one pixel of shift: 0.6
+    for key, bad in (("image_mean", [0.5, 0.5, 0.5]), ("image_std", [0.5, 0.5, 0.5]), ("size", {"shortest_edge": 32}),
+                     ("crop_size", 24), ("do_center_crop", False), ("resample", 2)):
+        (w / "preprocessor_config.json").write_text(json.dumps({**OPENAI_PRE, key: bad}))
+        with pytest.raises(ValueError, match=f"preprocessor_config.json.*has {key}"):
+            CLIPExtractor(w)
