@@ -191,6 +191,8 @@ def _mono_16k(who: str, waveform: Tensor, sample_rate_hz: int) -> Tensor:
         w = w.mean(dim=0)
     if w.dim() != 1 or w.numel() == 0:
         raise ValueError(f"{who}: waveform must be [T] or [channels, T] and non-empty, got shape {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()):  # NaN / inf samples (a float WAV can hold them): NaN features otherwise
+        raise ValueError(f"{who}: waveform holds {int((~torch.isfinite(w)).sum())} non-finite sample(s) (NaN or inf)")
     if not isinstance(sample_rate_hz, int) or sample_rate_hz <= 0:
         raise ValueError(f"{who}: sample_rate_hz must be a positive int, got {sample_rate_hz!r}")
     if sample_rate_hz != TARGET_SAMPLE_RATE_HZ:
@@ -369,7 +371,11 @@ class CLIPExtractor:
         if not x.is_floating_point():
             raise ValueError(f"CLIPExtractor: frames must be floating point in [0, 1], got dtype {x.dtype} "
                              f"(divide uint8 frames by 255)")
+        if x.shape[0] == 0:
+            raise ValueError("CLIPExtractor: no frames (T = 0); expected [T, 3, H, W] with T >= 1")
         x = x.float()
+        if x.device.type != "meta" and x.numel() and not bool(torch.isfinite(x).all()):  # NaN passes the range test
+            raise ValueError(f"CLIPExtractor: frames hold {int((~torch.isfinite(x)).sum())} non-finite value(s)")
         if x.device.type != "meta" and x.numel() and (x.min() < -1e-3 or x.max() > 1 + 1e-3):
             raise ValueError(f"CLIPExtractor: frame values must lie in [0, 1], got [{x.min().item():g}, "
                              f"{x.max().item():g}] (0..255 frames: divide by 255)")
@@ -641,7 +647,10 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError(f"{f}: frames must be a uint8 array [T, H, W, 3], got {arr.dtype} "
                                      f"{tuple(arr.shape)}")
                 frames = torch.from_numpy(arr).permute(0, 3, 1, 2).float() / 255.0
-                feats.append(ext_v(frames))
+                try:
+                    feats.append(ext_v(frames))
+                except ValueError as e:
+                    raise ValueError(f"{f}: {e}") from None
         from fusebench.io import atomic_write
         from fusebench.version import __version__
 

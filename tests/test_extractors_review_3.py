@@ -208,3 +208,27 @@ def test_clip_matches_clip_image_processor_and_refuses_another_one(tmp_path):
         (w / "preprocessor_config.json").write_text(json.dumps({**OPENAI_PRE, key: bad}))
         with pytest.raises(ValueError, match=f"preprocessor_config.json.*has {key}"):
             CLIPExtractor(w)
+
+
+# -- inputs that gave NaN features or an error without the file's name --------------------------------------
+def test_non_finite_audio_and_frames_refused(tmp_path, capsys):
+    import numpy as np
+
+    from fusebench.encoders.extractors import CLIPExtractor, HubertExtractor, LowLevelAudioExtractor, main
+    from test_extractors_review_2 import tiny_hubert
+
+    wav = torch.randn(1600)
+    wav[5] = float("nan")  # before: every HuBERT frame NaN (the normalisation spreads it), exit status 0
+    for ext in (HubertExtractor(tiny_hubert(tmp_path / "h")), LowLevelAudioExtractor()):
+        with pytest.raises(ValueError, match="1 non-finite sample"):
+            ext(wav, 16000)
+    clip = CLIPExtractor(_tiny_clip(tmp_path / "c"))
+    frames = torch.full((1, 3, 20, 20), 0.5)
+    frames[0, 0, 0, 0] = float("nan")  # NaN passed the [0, 1] range check (comparisons with NaN are false)
+    with pytest.raises(ValueError, match="1 non-finite value"):
+        clip(frames)
+    np.save(tmp_path / "none.npy", np.zeros((0, 20, 20, 3), np.uint8))  # before: "torch.cat(): expected a non-empty list"
+    assert main(["vision", "--weights", str(tmp_path / "c"), "--input", str(tmp_path / "none.npy"),
+                 "--output", str(tmp_path / "o.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "none.npy" in err and "no frames" in err and not (tmp_path / "o.pt").exists()
