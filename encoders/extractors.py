@@ -179,7 +179,9 @@ def _load_checked(who: str, cls: Any, path: Path, model_types: tuple[str, ...],
         raise ValueError(f"{who}: weights folder {str(path)!r} (model type {found!r}) lacks {len(bad)} weight(s) "
                          f"the {need} model needs{' with the right shape' if not missing else ''}, e.g. {bad[0]!r} "
                          f"(they would be random); expected a folder written by save_pretrained of that model")
-    return model
+    # float32 whatever the checkpoint's dtype: transformers 5 loads an fp16 / bf16 checkpoint as saved (dtype
+    # "auto"), which gave half-precision text features and a dtype error on HuBERT's float32 waveform
+    return model.float()
 
 
 def _mono_16k(who: str, waveform: Tensor, sample_rate_hz: int) -> Tensor:

@@ -232,3 +232,23 @@ def test_non_finite_audio_and_frames_refused(tmp_path, capsys):
                  "--output", str(tmp_path / "o.pt")]) == 2
     err = capsys.readouterr().err
     assert "none.npy" in err and "no frames" in err and not (tmp_path / "o.pt").exists()
+
+
+def test_half_precision_checkpoints_run_in_float32(tmp_path):
+    from fusebench.encoders.extractors import HubertExtractor
+    from test_extractors_review_2 import tiny_hubert
+
+    b = tiny_bert(tmp_path / "bert")
+    ref = _direct(b, [CLS, ONE, TWO, SEP])  # float32 weights
+    model = tf.BertModel.from_pretrained(b, local_files_only=True)
+    model.half().save_pretrained(b)  # the same weights rounded to fp16, config dtype float16
+    half = tf.BertModel.from_pretrained(b, local_files_only=True).float().eval()
+    with torch.no_grad():  # float32 run of the fp16-rounded weights: what the extractor must give
+        want = half(input_ids=torch.tensor([[CLS, ONE, TWO, SEP]])).last_hidden_state[0]
+    got = TextExtractor(b)(["one two"])[0]
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-5)  # before: float16 features
+    assert torch.allclose(got, ref, atol=0.05)
+    h = tiny_hubert(tmp_path / "hubert")
+    tf.HubertModel.from_pretrained(h, local_files_only=True).half().save_pretrained(h)
+    out = HubertExtractor(h)(torch.randn(1600, generator=torch.Generator().manual_seed(0)), 16000)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()  # before: "expected scalar type Float but found Half"
