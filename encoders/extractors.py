@@ -154,7 +154,7 @@ def _check_model_type(who: str, path: Path, model_types: tuple[str, ...]) -> str
 
 
 def _load_checked(who: str, cls: Any, path: Path, model_types: tuple[str, ...],
-                  unused: tuple[str, ...] = (), found: str | None = None) -> Any:
+                  unused: tuple[str, ...] = (), found: str | None = None, config: Any = None) -> Any:
     """``cls.from_pretrained(path)``, refusing weights that would give random features.
 
     transformers loads a folder of another model (a BERT folder into ``HubertModel``) with only a
@@ -169,7 +169,8 @@ def _load_checked(who: str, cls: Any, path: Path, model_types: tuple[str, ...],
     found = found or _check_model_type(who, path, model_types)
     need = " or ".join(repr(t) for t in model_types)
     try:
-        model, info = cls.from_pretrained(path, local_files_only=True, output_loading_info=True)
+        extra = {} if config is None else {"config": config}
+        model, info = cls.from_pretrained(path, local_files_only=True, output_loading_info=True, **extra)
     except RuntimeError as e:  # weights of the wrong shape for the config (transformers' load report)
         raise ValueError(f"{who}: cannot load weights folder {str(path)!r} (model type {found!r}): "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
@@ -351,8 +352,18 @@ class CLIPExtractor:
         cls = tf.CLIPVisionModelWithProjection if projection else tf.CLIPVisionModel
         # a CLIPVisionModel folder ("clip_vision_model") or a whole CLIP ("clip", its text tower unused)
         found = _check_model_type("CLIPExtractor", path, ("clip_vision_model", "clip"))
+        config = None
+        if projection and found == "clip":
+            # a whole CLIP keeps projection_dim at the top level; its vision_config may not repeat it (then 512,
+            # the default), and the projection of e.g. ViT-L/14 (768) was refused as a shape mismatch
+            import json
+
+            top = json.loads((path / "config.json").read_text(encoding="utf-8")).get("projection_dim")
+            config = tf.CLIPVisionConfig.from_pretrained(path, local_files_only=True)
+            if isinstance(top, int):
+                config.projection_dim = top
         self.model = _load_checked("CLIPExtractor", cls, path, ("clip_vision_model", "clip"),
-                                   found=found).to(device).eval()
+                                   found=found, config=config).to(device).eval()
         self.projection = projection
         self.device = torch.device(device)
         cfg = self.model.config

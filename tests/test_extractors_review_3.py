@@ -252,3 +252,24 @@ def test_half_precision_checkpoints_run_in_float32(tmp_path):
     tf.HubertModel.from_pretrained(h, local_files_only=True).half().save_pretrained(h)
     out = HubertExtractor(h)(torch.randn(1600, generator=torch.Generator().manual_seed(0)), 16000)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()  # before: "expected scalar type Float but found Half"
+
+
+def test_whole_clip_projection_matches_get_image_features(tmp_path):
+    from fusebench.encoders.extractors import CLIPExtractor
+
+    cfg = tf.CLIPConfig(text_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, vocab_size=50),
+                        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                           num_attention_heads=2, image_size=16, patch_size=8),
+                        projection_dim=8)  # vision_config keeps the default 512, as a saved ViT-L/14 may
+    model = tf.CLIPModel(cfg).eval()
+    model.save_pretrained(tmp_path / "clip")
+    frames = torch.rand(2, 3, 20, 16, generator=torch.Generator().manual_seed(0))
+    ext = CLIPExtractor(tmp_path / "clip", projection=True)  # before: refused, visual_projection 8 vs 512
+    px = ext.preprocess(frames)
+    with torch.no_grad():
+        ref = model.get_image_features(pixel_values=px)
+        ref = getattr(ref, "pooler_output", ref)  # a tensor, or an output object in newer transformers
+        pooled = model.vision_model(pixel_values=px).pooler_output
+    assert ext.dim == 8 and torch.allclose(ext(frames), ref, atol=1e-6)
+    assert torch.allclose(CLIPExtractor(tmp_path / "clip")(frames), pooled, atol=1e-6)
