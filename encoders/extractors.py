@@ -1,7 +1,8 @@
 """Feature extractors producing the sequence features :mod:`fusebench.encoders.seq_transformer` reads.
 
-This module is longer than ~450 lines because its four extractors share one command line and the checks of a
-weights folder (model type, missing weights, tokenizer) and of the inputs that keep output i = input i.
+This module is longer than ~450 lines because its four extractors share one command line, the feature-file format
+with its provenance (load_features), the checks of a weights folder (model type, missing weights, tokenizer, the
+preprocessor's settings) and of the inputs that keep output i = input i.
 
 From raw text, audio and video frames, following the conventions of MMSA-FET
 (https://github.com/thuiar/MMSA-FET, the feature-extraction toolkit of M-SENA, Mao et al. 2022,
