@@ -111,6 +111,55 @@ def test_sample_optimisation_options_without_it_are_refused(tmp_path: Path, bloc
     assert defaults.pretrain.methods["tuple_infonce"].dropout == 0.2
 
 
+GRID = "pretrain.per_objective.tuple_infonce.grid"
+SO = "methods.tuple_infonce.sample_optimisation"
+
+
+@pytest.mark.parametrize("over, point, problem", [
+    # candidates searched with Algorithm 1 off: the global block says nothing of candidates, so the default 4 passes
+    # and 8 is the point refused (every trial would compute the same thing)
+    ({GRID: {"methods.tuple_infonce.candidates": [4, 8]}}, "{'methods.tuple_infonce.candidates': 8}",
+     "candidates set with sample_optimisation: false"),
+    # the switch searched while the global block sets candidates: the off point carries an option it never reads
+    ({"pretrain.methods.tuple_infonce": {"sample_optimisation": True, "candidates": 8}, GRID: {SO: [True, False]}},
+     "{'" + SO + "': False}", "candidates set with sample_optimisation: false"),
+    # the same with an option the grid searches next to the switch: only the off points are refused (the first of them)
+    ({GRID: {SO: [False, True], "methods.tuple_infonce.zeta_grid": [11, 5]}},
+     "{'" + SO + "': False, 'methods.tuple_infonce.zeta_grid': 5}", "zeta_grid set with sample_optimisation: false"),
+    # a value the method refuses, given only through the grid
+    ({GRID: {"methods.tuple_infonce.dropout": [0.1, 1.5]}}, "{'methods.tuple_infonce.dropout': 1.5}",
+     "dropout must be in [0, 1), got 1.5"),
+    # two keys each valid alone, refused together: beta's start 0.5 above beta_max 0.3 with Algorithm 1 on
+    ({"pretrain.methods.tuple_infonce": {"sample_optimisation": True},
+      GRID: {"methods.tuple_infonce.embedding_noise": [0.1, 0.5], "methods.tuple_infonce.beta_max": [1.0, 0.3]}},
+     "{'methods.tuple_infonce.beta_max': 0.3, 'methods.tuple_infonce.embedding_noise': 0.5}",
+     "embedding_noise (0.5, beta's start) must be <= beta_max (0.3)"),
+])
+def test_every_grid_point_is_checked_by_the_joining_methods(over: dict, point: str, problem: str) -> None:
+    """Each full point of a selection grid (global methods block, the objective's methods.* hyper-parameters, the
+    point's keys) is checked by the method's own check at load, naming the grid, the point and the problem."""
+    with pytest.raises(ConfigError) as err:
+        benchmarks.load("quickstart", overrides=over)
+    msg = str(err.value)
+    assert GRID + ": at the point " + point + " the tuple_infonce method refuses" in msg, msg
+    assert problem in msg, msg
+
+
+def test_grid_points_the_method_accepts_load() -> None:
+    """Not over-refusing: Algorithm 1's options searched with the switch on at every point (in the same grid, or in
+    the global block) load, and so do defaults-valued options with the switch off."""
+    on = benchmarks.load("quickstart", overrides={GRID: {SO: [True], "methods.tuple_infonce.candidates": [4, 8]}})
+    assert on.pretrain.grid["tuple_infonce"]["methods.tuple_infonce.candidates"] == [4, 8]
+    benchmarks.load("quickstart", overrides={"pretrain.methods.tuple_infonce": {"sample_optimisation": True},
+                                             GRID: {"methods.tuple_infonce.candidates": [4, 8]}})
+    benchmarks.load("quickstart", overrides={GRID: {SO: [True, False]}})  # nothing of Algorithm 1 set: both run
+    benchmarks.load("quickstart", overrides={GRID: {"methods.tuple_infonce.dropout": [0.0, 0.5]}})
+    # the global block sets candidates and Algorithm 1 on, the grid keeps it on at every point
+    benchmarks.load("quickstart", overrides={"pretrain.methods.tuple_infonce": {"sample_optimisation": True,
+                                                                                "candidates": 8},
+                                             GRID: {SO: [True], "methods.tuple_infonce.policy_lr": [0.01, 0.1]}})
+
+
 def test_old_flat_keys_in_a_spec_file_and_in_set_are_mapped_with_a_warning(tmp_path: Path) -> None:
     old = _spec(tmp_path, "pretrain: {tuple_sample_optimisation: true, tuple_candidates: 8, ema_teacher: true, "
                           "embedding_noise: 0.2}\n")

@@ -230,7 +230,8 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
     :class:`ConfigError` (a :class:`~fusebench.datasets.base.DatasetError` for ``dataset.options``)
     naming the spec, the key, the valid options and the closest match. An id in a per-objective table that is
     not exactly a registered objective is an error too (:func:`check_objective_tables`: its settings would be
-    silently unused), and so is a grid over a method option of a method that does not join the objective."""
+    silently unused), and so is a grid over a method option of a method that does not join the objective, or a grid
+    point whose method options the joining method's ``check`` refuses (:func:`check_method_points`)."""
     try:
         spec.pretrain.methods = check_methods(spec.pretrain.methods)
     except ConfigError as e:
@@ -296,8 +297,33 @@ def check_component_options(spec: BenchmarkSpec, source: str) -> None:
                                       f"join {name}'s runs for any of the values {vals} (the objective builds on "
                                       f"{', '.join(getattr(obj, 'pretrain_methods', ())) or 'no method'}): the "
                                       f"trials would be identical; search an option {name} reads")
+        for name in spec.pretrain.grid:  # every point as a trial runs it, each joining method's own value checks
+            check_method_points(spec, name, source)
     except OptionsError as e:
         raise ConfigError(str(e)) from None
+
+
+def check_method_points(spec: BenchmarkSpec, name: str, source: str) -> None:
+    """Run the ``check`` of every pretraining method that joins a run of objective ``name`` on the options each
+    point of its selection grid runs with (the whole point, every searched key at once: the global
+    ``pretrain.methods`` block, then the objective's own ``methods.<id>.<option>`` hyper-parameters, then the
+    point's), as :func:`~fusebench.spec.methods.check_methods` checks the global block alone. A ConfigError naming
+    the grid, the point and the problem: a value checked one key at a time can pass while the point it makes fails
+    (``candidates`` searched with ``sample_optimisation: false``: trials computing the same thing)."""
+    from fusebench.spec.methods import METHODS, options_of
+
+    obj = objectives.OBJECTIVES.get(name)
+    own = spec.pretrain.settings(name)
+    where = f"{source}: {setting_key(name, 'grid')}"
+    for point in own.points():
+        _, method_options = split_method_keys(own.at(point), where)
+        cfg = with_method_options(spec.pretrain, method_options, where)
+        for mid in joining(obj, cfg):
+            problems = METHODS.get(mid).check(options_of(cfg, mid))
+            if problems:
+                raise ConfigError(f"{where}: at the point {point} the {mid} method refuses the options it would run "
+                                  f"{name}'s trial with (pretrain.methods.{mid}, then {setting_key(name, 'hparams')}'s "
+                                  f"and the point's methods.{mid}.* keys): " + "; ".join(problems))
 
 
 def _same_value(a: Any, b: Any) -> bool:
