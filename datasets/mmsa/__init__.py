@@ -46,7 +46,7 @@ Shape (one sample):
     extra_targets        {"T", "A", "V"}: [] float32 (chsims only)
 
 Modules: :mod:`.layouts` (layout detection, the pickle path, the ``csd`` layout and its
-deterministic video split), :mod:`.formats` (MMSA pickle and feature-file reading and validation),
+deterministic video split), :mod:`.folds` (MOSI's standard folds, the CMU-MultimodalSDK's), :mod:`.formats` (MMSA pickle and feature-file reading and validation),
 :mod:`.synthetic` (the synthetic twins: MMSA pickle or computational sequences) and :mod:`.adapter`
 (the registered :class:`MOSI`, :class:`MOSEI`, :class:`CHSIMS`). The package exports the three adapter
 classes; every other name is imported from the module that defines it. The adapters keep
