@@ -64,7 +64,6 @@ Shape:
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import wave
@@ -74,6 +73,8 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from fusebench.runtime.terminal_help import Parser
 
 TARGET_SAMPLE_RATE_HZ = 16_000
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -581,7 +582,7 @@ def _identity_line(ident: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fusebench.encoders.extractors",
+    parser = Parser(prog="python -m fusebench.encoders.extractors",
                                      description="Extract feature sequences (see module docstring).")
     parser.add_argument("kind", choices=["text", "audio", "lld", "vision"])
     parser.add_argument("--weights", help="local folder written by save_pretrained (text/audio/vision)")

@@ -19,7 +19,6 @@ changes nothing and exits 1 when the spec differs from the selections.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -29,6 +28,7 @@ import yaml
 
 from fusebench.components.protocols import WIDTH_OPTION
 from fusebench.registry import valid_id
+from fusebench.runtime.terminal_help import Parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def rewrite(text: str, hparams: dict[str, dict], methods: dict[str, dict], where
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variant", help="the variant's benchmark id (benchmarks/VARIANT.yaml)")
     ap.add_argument("--runs", type=Path, default=ROOT / "leaderboards" / "runs")
     ap.add_argument("--benchmarks", type=Path, default=ROOT / "benchmarks")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 
 from fusebench.io import atomic_write_json
 from fusebench.records.schema import read_record_json, validate_record
+from fusebench.runtime.terminal_help import Parser
 
 #: ``migrate(record, where)``: the converted record, or None when it is left as it is
 Migrate = Callable[[dict[str, Any], str], "dict[str, Any] | None"]
@@ -28,7 +29,7 @@ class MigrationError(ValueError):
 def parse_args(doc: str | None, argv: list[str] | None, check_help: str) -> argparse.Namespace:
     """``folders`` (one or more runs folders) and ``--check`` (``check_help``); the description is the first
     paragraph of the script's docstring ``doc``."""
-    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p = Parser(description=(doc or "").split("\n\n")[0])
     p.add_argument("folders", nargs="+", type=Path, help="runs folders (e.g. leaderboards/runs leaderboards/runs-kviews)")
     p.add_argument("--check", action="store_true", help=check_help)
     return p.parse_args(argv)
