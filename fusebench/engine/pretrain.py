@@ -37,7 +37,9 @@ class Pretrainer(nn.Module):
 
     ``micro_batch`` (``pretrain.per_objective.<id>.micro_batch``): the view loss of a batch of n samples is the
     size-weighted mean of the objective over consecutive chunks of ``micro_batch`` samples,
-    ``L = sum_c (n_c / n) * objective(z[:, chunk_c])``: the encoder sees the whole batch and one optimiser
+    ``L = sum_c (n_c / n) * objective(z[:, chunk_c])`` (with missing views, a chunk in which the objective has no
+    usable term is left out and ``n`` is the kept chunks' samples; a batch with none is refused as the objective
+    refuses it, :meth:`mask_problem`): the encoder sees the whole batch and one optimiser
     step is taken per batch, so steps and samples seen equal those of the common batch while the loss's
     own cost (M3G's n^k) is that of the chunk. Only for objectives whose loss the plain view path computes
     (not one owned by a pretraining method: TupleInfoNCE, BYOL, the view rotation)."""

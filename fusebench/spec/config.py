@@ -113,7 +113,8 @@ class PretrainConfig:
     objective_epochs: dict[str, int] = field(default_factory=dict)  # objective id -> its own epochs (with its own batch)
     # objective id -> micro-batch: the loss is the size-weighted mean of the objective over consecutive chunks
     # of this many samples of each batch (for a loss whose cost cannot fit the common batch, e.g. M3G's n^k
-    # at k = 6): optimiser steps and samples seen stay those of the common batch
+    # at k = 6): optimiser steps and samples seen stay those of the common batch; with missing views a chunk with
+    # no usable term is left out (Pretrainer)
     objective_micro_batch: dict[str, int] = field(default_factory=dict)
     # hyper-parameter search on the validation split: objective id -> {name: [values]}; every combination
     # is pretrained once with ``selection_seed`` and the best validation primary metric wins (selection.select_hparams)
