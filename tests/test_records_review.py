@@ -112,7 +112,7 @@ def test_a_record_is_read_as_utf8_whatever_the_locale(tmp_path) -> None:
     path = tmp_path / "run.json"
     path.write_bytes(json.dumps({"note": "Müller — 測試"}, ensure_ascii=False).encode("utf-8"))
     code = ("import locale, sys; from fusebench.records.schema import read_record_json; "
-            "assert locale.getencoding().lower() in ('ascii', 'ansi_x3.4-1968'), locale.getencoding(); "
+            "enc = locale.getpreferredencoding(False).lower(); assert enc in ('ascii', 'ansi_x3.4-1968'), enc; "
             "print(ascii(read_record_json(sys.argv[1])['note']))")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
     out = subprocess.run([sys.executable, "-X", "utf8=0", "-c", code, str(path)], env=env, capture_output=True,
