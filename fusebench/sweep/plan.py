@@ -2,7 +2,9 @@
 
 A sweep judges every cell before any training (:func:`judge_cell`): a cell whose ``run.json`` was made with this
 configuration, data and code is reused; a cell with a ``last.pt`` of the same is resumed; any other record or
-checkpoint stops the sweep (:class:`~fusebench.engine.cell.ConfigMismatchError`: records are immutable). With
+checkpoint stops the sweep (:class:`~fusebench.engine.cell.ConfigMismatchError`: records are immutable), and so,
+once the data is read, does a ``last.pt`` whose tensors do not fit the modules the cell builds
+(:func:`check_resumes_fit`: a ConfigError naming the file, the tensor and both shapes). With
 ``--plan`` the sweep makes every check a run makes (ids, options, data files, memory budget, existing records,
 checkpoints, frozen hyper-parameter selections), judges every cell and every selection instead of stopping at the
 first refusal, and returns what it found; it trains nothing and writes no record, checkpoint, selection file or
@@ -48,6 +50,36 @@ def judge_cell(spec: BenchmarkSpec, objective: str, seed: int, out: Path, contex
                                 dict(context) if context is not None else None)
         return "resume"
     return "run"
+
+
+def check_resumes_fit(spec: BenchmarkSpec, cells: list[tuple[str, int]], out: Path, context: Mapping[str, Any],
+                      train_ds: Any, rows: list[dict[str, Any]] | None = None) -> None:
+    """Before any cell (and before the hyper-parameter selection): each cell of ``cells`` (objective, seed) that
+    the sweep would resume from its ``last.pt`` (its configuration judged by :func:`judge_cell`) holds module states
+    of the names and shapes of the modules the cell builds for ``train_ds``
+    (:func:`fusebench.cells.resume_fit.resume_misfit`); else one ConfigError naming the file, the tensor, expected
+    vs found shape and what to do. With ``rows`` (``--plan``: :func:`cell_plan`'s entries) the cell's entry is
+    refused instead. A cell another process holds is not judged (the sweep skips it)."""
+    from fusebench.cells.resume_fit import resume_misfit
+    from fusebench.engine.cell import lock_holder
+    from fusebench.engine.locks import LOCK
+    from fusebench.spec.config import ConfigError
+
+    entries = {(r["objective"], r["seed"]): r for r in rows or () if not r.get("selection")}
+    for o, s in dict.fromkeys(cells):
+        last = CellRequest(spec, o, s, out).cell / "last.pt"
+        row = entries.get((o, s))
+        if rows is not None:  # judged already: a cell refused, busy or without last.pt is not resumed
+            if row is None or row["action"] != "resume":
+                continue
+        elif not last.is_file() or lock_holder(last.parent / LOCK)[0]:
+            continue
+        problem = resume_misfit(last, load_checkpoint(last, mmap=True), spec, o, train_ds, context)
+        if problem is None:
+            continue
+        if row is None:
+            raise ConfigError(problem)
+        row.update(action="refused", detail=problem)
 
 
 def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
@@ -185,5 +217,5 @@ def refused(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("action") == "refused"]
 
 
-__all__ = ["CELL_ACTIONS", "SELECTION_ACTIONS", "cell_plan", "frozen_context", "judge_cell", "refused", "render",
+__all__ = ["CELL_ACTIONS", "SELECTION_ACTIONS", "cell_plan", "check_resumes_fit", "frozen_context", "judge_cell", "refused", "render",
            "selection_plan"]

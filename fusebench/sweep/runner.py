@@ -4,7 +4,8 @@
 seeds. Before any training it checks everything once: the objectives fit the benchmark's views
 (:func:`fusebench.components.compat.check_compatible`), the spec's components exist and accept its hyper-parameters
 (:func:`check_components`), the data is there and usable (:func:`check_data`), no existing cell was made
-with another configuration or other data. Then, for every objective, the hyper-parameters are chosen on the
+with another configuration or other data, and each ``last.pt`` to resume fits the cell's modules
+(:func:`fusebench.sweep.plan.check_resumes_fit`). Then, for every objective, the hyper-parameters are chosen on the
 validation split and frozen to a file before any evaluation cell starts (:mod:`fusebench.sweep.selection`),
 and the launcher (:mod:`fusebench.sweep.launchers`) runs every cell as :func:`fusebench.cells.execute.sweep_cell`: a cell whose ``run.json`` exists is reused, a failed cell is
 recorded in ``<out>/<benchmark>/<objective>/seed<k>/failed.json`` and the sweep goes on.
@@ -647,6 +648,9 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
             from fusebench.cells.standard import check_weights_fit
 
             check_weights_fit(spec, data["train"], list(dict.fromkeys(weights)))
+            from fusebench.sweep.plan import check_resumes_fit  # each last.pt's tensors fit the cell's modules
+
+            check_resumes_fit(spec, pending, out, context, data["train"], planned if req.plan else None)
     from fusebench.runtime import distributed
     from fusebench.components.memory_budget import check_memory_budget
 

@@ -15,8 +15,11 @@ Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
   pass it (rerunning resumes it where it stopped): it loads safely (``weights_only=True``) and holds what resuming
   reads (:func:`fusebench.engine.cell.load_checkpoint`), and with ``--benchmark`` it was written under the spec's
   default configuration, by the code here, within its epochs (:func:`fusebench.engine.cell.check_checkpoint_config`;
-  ``fusebench run ... --plan`` judges it with the command's own --set and --data-root); else "not resumable: " and
-  the message the run would stop at;
+  ``fusebench run ... --plan`` judges it with the command's own --set and --data-root) and, for a checkpoint
+  written on synthetic data, its tensors have the names and shapes of the modules the cell builds
+  (:func:`fusebench.cells.resume_fit.resume_misfit`; one written on real data is "resumable from last.pt if its
+  tensors fit ...": status does not read the data the model is built for, ``--plan`` does); else "not resumable: "
+  and the message the run would stop at;
 * ``pending``: nothing yet; with ``--benchmark``, every cell of the benchmark's default sweep
   (objectives x seeds of its spec) without a folder counts as pending too;
 * ``unreadable``: the cell breaks the rule of what counts as a record file, which the leaderboard
@@ -110,7 +113,8 @@ def _resumable(last: Path, spec: Any) -> str:
     reads (:func:`fusebench.engine.cell.load_checkpoint`) and, with the benchmark's ``spec``, was written under its
     default configuration, by the code here, within its epochs (:func:`fusebench.engine.cell.check_checkpoint_config`:
     the data it read is judged by ``fusebench run ... --plan`` alone, which knows the command's --data-root and
-    --set); else ``"not resumable: "`` and the run's message."""
+    --set) and its tensors fit the cell's modules (:func:`_fit_of`); else ``"not resumable: "`` and the run's
+    message."""
     from fusebench.engine.cell import check_checkpoint_config, load_checkpoint
     from fusebench.engine.loop import RunError
 
@@ -118,9 +122,37 @@ def _resumable(last: Path, spec: Any) -> str:
         ckpt = load_checkpoint(last, mmap=True)  # judged, not computed with: its weights are not read
         if spec is not None:
             check_checkpoint_config(last, ckpt, spec, last.parents[1].name)
+            return _fit_of(last, ckpt, spec)
     except RunError as e:
         return f"not resumable: {e}"
     return "resumable from last.pt"
+
+
+def _fit_of(last: Path, ckpt: dict[str, Any], spec: Any) -> str:
+    """For a checkpoint whose configuration ``spec`` passes: whether its tensors fit the modules the cell builds
+    (:func:`fusebench.cells.resume_fit.resume_misfit`, the run's check), judged where the model can be built without
+    the user's data: a checkpoint written on synthetic data (``data_fingerprint`` None) or of a synthetic-only
+    benchmark, whose input sizes and class count come from the spec's synthetic twin. One written on real data is
+    said resumable on that condition: ``fusebench run ... --plan``, given the data root, judges it."""
+    from fusebench.pipelines import pipeline_of
+    from fusebench.spec.config import ConfigError
+
+    pipeline = pipeline_of(spec)
+    if not (pipeline.builds_encoder and pipeline.reads_dataset):
+        return "resumable from last.pt"
+    if not (spec.dataset.synthetic_only or ("data_fingerprint" in ckpt and ckpt["data_fingerprint"] is None)):
+        return ("resumable from last.pt if its tensors fit the model built for its data (written on real data, "
+                "which status does not read: fusebench run ... --plan judges it)")
+    from fusebench.cells.resume_fit import resume_misfit
+    from fusebench.engine.data import build_datasets
+
+    seed = _SEED.fullmatch(last.parent.name)
+    try:
+        train = build_datasets(spec, True, None, int(seed.group(1)) if seed else 0, roles=("train",))["train"]
+        problem = resume_misfit(last, ckpt, spec, last.parents[1].name, train)
+    except ConfigError as e:
+        return f"not resumable: {e}"
+    return f"not resumable: {problem}" if problem else "resumable from last.pt"
 
 
 def _done_or_unreadable(run_json: Path) -> tuple[str, str, dict[str, Any] | None]:
