@@ -19,6 +19,7 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.cells.execute import run_cell
+from fusebench.engine.cell import load_checkpoint
 from fusebench.spec.config import ConfigError
 from fusebench.spec.request import CellRequest, RunOptions, cell_dir
 from fusebench.sweep import status
@@ -160,3 +161,48 @@ def test_status_does_not_call_a_misfit_resumable(tmp_path: Path) -> None:
               f"quickstart/{OBJ} (encoder 'mlp'): {problem}{TAIL}")
     assert status.collect(out, ["quickstart"])["quickstart"][(OBJ, 0)] == ("interrupted", f"not resumable: {detail}")
     assert status.collect(out)["quickstart"][(OBJ, 0)] == ("interrupted", "resumable from last.pt")  # no spec
+
+
+def test_real_data_sizes_the_model_and_status_leaves_the_fit_to_the_plan(tmp_path: Path, fixtures_dir: Path) -> None:
+    """A cell of a real-data benchmark (its input sizes are the file's: 784- and 256-d views): the run builds the
+    model for the data it reads and refuses a checkpoint that does not fit it, before the hyper-parameter selection
+    writes anything; ``fusebench status --benchmark``, which does not read the data, calls it resumable on that
+    condition only."""
+    from fusebench.cells.execute import sweep_context
+
+    root = str(fixtures_dir / "multiview" / "HW2sources.mat")
+    from fusebench.sweep.runner import resolve_views
+
+    spec = benchmarks.load("mv-hw2sources", overrides={"checkpoint_every": 1})  # outside the config hash
+    resolve_views(spec, False, root)  # the views the file has, as the run names them
+    out = tmp_path / "runs"
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(CellRequest(spec, OBJ, 0, out), RunOptions(progress=False, data_root=root, max_steps=1),
+                 sweep_context(spec, False, root))
+    last = cell_dir(out, "mv-hw2sources", OBJ, 0) / "last.pt"
+    conditional = ("resumable from last.pt if its tensors fit the model built for its data (written on real data, "
+                   "which status does not read: fusebench run ... --plan judges it)")
+    # (status.collect(out, ["mv-hw2sources"]) loads the spec without the file's views, so it refuses the checkpoint's
+    # configuration before its fit: the verdict on the fit is asked of the spec the run uses)
+    assert status._fit_of(last, load_checkpoint(last, mmap=True), spec) == conditional
+
+    def plan() -> dict:
+        rows = fusebench.run("mv-hw2sources", objective=OBJ, seeds=[0], out=out, data_root=root, progress=False,
+                             plan=True)
+        (row,) = [r for r in rows if not r.get("selection")]
+        return row
+
+    assert plan()["action"] == "resume", plan()
+    data = last.read_bytes()
+    last.unlink()
+    problem = _edited(data, "pretrain", _reshape, last)
+    assert "expected shape [128, 784], found [3, 5]" in problem  # the first view's first layer, sized by the file
+    row = plan()
+    assert row["action"] == "refused" and row["detail"] == (
+        f"cannot resume {last}: its 'pretrainer' state does not fit the {BUILT['pretrain']} this run builds for "
+        f"mv-hw2sources/{OBJ} (encoder 'mlp'): {problem}{TAIL}")
+    before = _files(out)
+    with pytest.raises(ConfigError) as err:  # before the hyper-parameter selection writes anything
+        fusebench.run("mv-hw2sources", objective=OBJ, seeds=[0], out=out, data_root=root, progress=False)
+    assert str(err.value) == row["detail"] and _files(out) == before
+    assert status._fit_of(last, load_checkpoint(last, mmap=True), spec) == conditional
