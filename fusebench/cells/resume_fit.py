@@ -31,7 +31,9 @@ SHOWN = 3
 
 
 def _built(make: Callable[[], nn.Module]) -> nn.Module:
-    """``make()`` on the meta device, else (a constructor that computes with values) on the CPU."""
+    """``make()`` on the meta device, else (a constructor that computes with values) on the CPU. (The modules it
+    builds from are imported before, by :func:`expected_shapes`: a module-level tensor first made inside the meta
+    context would stay a meta tensor for the process's real cells.)"""
     try:
         with torch.device("meta"):
             return make()
@@ -44,16 +46,21 @@ def expected_shapes(spec: BenchmarkSpec, objective: str, train_ds: Any, phase: s
     """{name: shape} of the state the cell's module of ``phase`` has (None for a module's non-tensor extra
     state): the task model for the downstream phase, the Pretrainer (task model, projection heads, the objective
     built with ``hparams``, its methods' modules) for the pretraining phase."""
+    from fusebench import encoders, objectives, tasks  # looked up here, outside the meta context (_built)
     from fusebench.cells.standard import build_model
+    from fusebench.components.rows import row_of
+    from fusebench.engine.pretrain import Pretrainer
+    from fusebench.spec.methods import split_method_keys, with_method_options
+
+    encoders.ENCODERS.get("identity" if row_of(spec, objective).identity_encoder(spec) else spec.encoder.id)
+    tasks.for_dataset(train_ds)
+    if phase == "pretrain":
+        objectives.OBJECTIVES.get(objective)
 
     def make() -> nn.Module:
         model = build_model(spec, train_ds, objective)
         if phase == "downstream":
             return model
-        from fusebench import objectives
-        from fusebench.engine.pretrain import Pretrainer
-        from fusebench.spec.methods import split_method_keys, with_method_options
-
         kwargs, method_options = split_method_keys(dict(hparams))
         own = spec.pretrain.settings(objective)
         return Pretrainer(model, objectives.build(objective, **kwargs),
