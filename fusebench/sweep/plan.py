@@ -217,5 +217,5 @@ def refused(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("action") == "refused"]
 
 
-__all__ = ["CELL_ACTIONS", "SELECTION_ACTIONS", "cell_plan", "check_resumes_fit", "frozen_context", "judge_cell", "refused", "render",
-           "selection_plan"]
+__all__ = ["CELL_ACTIONS", "SELECTION_ACTIONS", "cell_plan", "check_resumes_fit", "frozen_context", "judge_cell",
+           "refused", "render", "selection_plan"]
