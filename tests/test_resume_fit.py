@@ -182,9 +182,13 @@ def test_real_data_sizes_the_model_and_status_leaves_the_fit_to_the_plan(tmp_pat
     last = cell_dir(out, "mv-hw2sources", OBJ, 0) / "last.pt"
     conditional = ("resumable from last.pt if its tensors fit the model built for its data (written on real data, "
                    "which status does not read: fusebench run ... --plan judges it)")
-    # (status.collect(out, ["mv-hw2sources"]) loads the spec without the file's views, so it refuses the checkpoint's
-    # configuration before its fit: the verdict on the fit is asked of the spec the run uses)
     assert status._fit_of(last, load_checkpoint(last, mmap=True), spec) == conditional
+    # status.collect loads the spec as the benchmark states it, views unnamed (the run names them from the file): it
+    # leaves the checkpoint's configuration to --plan too, rather than refuse it for views it did not read
+    assert status.collect(out, ["mv-hw2sources"])["mv-hw2sources"][(OBJ, 0)] == ("interrupted", (
+        "resumable from last.pt if it was written under the configuration its data gives (mv-hw2sources's views, and "
+        "what follows from them, come from its data file, which status does not read: fusebench run ... --plan "
+        "judges it)"))
 
     def plan() -> dict:
         rows = fusebench.run("mv-hw2sources", objective=OBJ, seeds=[0], out=out, data_root=root, progress=False,

@@ -18,8 +18,10 @@ Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
   ``fusebench run ... --plan`` judges it with the command's own --set and --data-root) and, for a checkpoint
   written on synthetic data, its tensors have the names and shapes of the modules the cell builds
   (:func:`fusebench.cells.resume_fit.resume_misfit`; one written on real data is "resumable from last.pt if its
-  tensors fit ...": status does not read the data the model is built for, ``--plan`` does); else "not resumable: "
-  and the message the run would stop at;
+  tensors fit ...": status does not read the data the model is built for, ``--plan`` does; of a benchmark whose
+  views the run names from its data file, a multi-view ``.mat``, it is "resumable from last.pt if it was written
+  under the configuration its data gives ...": its configuration, too, is judged by ``--plan``); else
+  "not resumable: " and the message the run would stop at;
 * ``pending``: nothing yet; with ``--benchmark``, every cell of the benchmark's default sweep
   (objectives x seeds of its spec) without a folder counts as pending too;
 * ``unreadable``: the cell breaks the rule of what counts as a record file, which the leaderboard
@@ -120,12 +122,28 @@ def _resumable(last: Path, spec: Any) -> str:
 
     try:
         ckpt = load_checkpoint(last, mmap=True)  # judged, not computed with: its weights are not read
+        if spec is not None and _config_from_data(spec):
+            return (f"resumable from last.pt if it was written under the configuration its data gives ({spec.name}'s "
+                    f"views, and what follows from them, come from its data file, which status does not read: "
+                    f"fusebench run ... --plan judges it)")
         if spec is not None:
             check_checkpoint_config(last, ckpt, spec, last.parents[1].name)
             return _fit_of(last, ckpt, spec)
     except RunError as e:
         return f"not resumable: {e}"
     return "resumable from last.pt"
+
+
+def _config_from_data(spec: Any) -> bool:
+    """Whether the run completes ``spec``'s configuration from the data it reads (an adapter with
+    ``VIEWS_FROM_DATA``, e.g. any multi-view ``.mat``, whose views are unnamed in the spec:
+    :func:`fusebench.sweep.runner.resolve_views`, and the PCA widths and batch caps that follow from them), so that a
+    checkpoint's configuration cannot be judged without the data."""
+    from fusebench import datasets
+    from fusebench.pipelines import pipeline_of
+
+    return (pipeline_of(spec).reads_dataset and not spec.dataset.modalities
+            and bool(getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False)))
 
 
 def _fit_of(last: Path, ckpt: dict[str, Any], spec: Any) -> str:
