@@ -486,3 +486,78 @@ def test_mosi_csd_uses_the_standard_folds(tmp_path, fixtures_dir):
     with pytest.raises(DatasetError, match=r"CMU_MOSI_Opinion_Labels.csd holds 1 video\(s\) outside the standard "
                                            r"folds of mosi \('not_a_mosi_video'\) beside 93 of their videos"):
         build("mosi", root=tmp_path, modalities=[], use_cache=False)
+
+
+# -- MOSEI's standard folds (CMU-MultimodalSDK cmu_mosei_std_folds.py) ------------------------------
+def test_mosei_standard_fold_lists():
+    """The lists as the SDK file (CMU-MultiComp-Lab/CMU-MultimodalSDK 3e27d378) has them: 2249 / 300 / 678 video
+    ids, none twice and none in two folds; first, last and a few other entries as read in that file, and
+    '-NFrJFQijFE' (listed by some copies of the file, not by the upstream one) in none."""
+    from fusebench.datasets.mmsa.folds import MOSEI_STANDARD_FOLDS, MOSI_STANDARD_FOLDS
+
+    folds = MOSEI_STANDARD_FOLDS
+    assert {k: len(v) for k, v in folds.items()} == {"train": 2249, "valid": 300, "test": 678}
+    assert {k: len(set(v)) for k, v in folds.items()} == {"train": 2249, "valid": 300, "test": 678}
+    for a, b in (("train", "valid"), ("train", "test"), ("valid", "test")):
+        assert not set(folds[a]) & set(folds[b]), (a, b)
+    assert folds["train"][:4] == ("hh04W3xXa5s", "GdFP_p4eQX0", "4iG0ffmnCOw", "81406")
+    assert folds["train"][-3:] == ("CfWxp5bRt2A", "mO4H5S_Q7aU", "91276")
+    assert folds["valid"][:3] == ("188343", "VAXhC2U9-2A", "AxNy9TeTLq8") and folds["valid"][-1] == "Vuay0mVKkik"
+    assert folds["test"][:3] == ("7l3BNtSE0xc", "dZFV0lyedX4", "286943") and folds["test"][-1] == "vR90Pdx9wxs"
+    assert "--qXJuDtHPw" in folds["valid"] and "ZzL2sHtTWRc" in folds["train"] and "-ri04Z7vwnc" in folds["test"]
+    i = folds["train"].index("aYdMtEO0cbI")
+    assert folds["train"][i + 1] == "zU2_X9lIcUM"  # where the copies with 2250 training videos list '-NFrJFQijFE'
+    assert all("-NFrJFQijFE" not in v for v in folds.values())
+    assert MOSEI.STANDARD_FOLDS is folds and MOSI.STANDARD_FOLDS is MOSI_STANDARD_FOLDS
+    assert {k: len(v) for k, v in MOSI_STANDARD_FOLDS.items()} == {"train": 52, "valid": 10, "test": 31}
+    assert not set().union(*MOSI_STANDARD_FOLDS.values()) & set().union(*folds.values())
+
+
+# video of the real MOSI labels file -> the MOSEI id it is renamed to (and the split it must land in)
+_MOSEI_RENAMES = {"03bSnISJMiM": ("hh04W3xXa5s", "train"), "0h-zjBukYpk": ("91276", "train"),
+                  "1DmNV9C1hbY": ("--qXJuDtHPw", "val"), "1iG0909rllw": ("vR90Pdx9wxs", "test"),
+                  "2WGyTLYerpo": ("-NFrJFQijFE", None)}
+
+
+def _mosei_labels(fixtures_dir, folder):
+    """CMU_MOSEI_Labels.csd in the SDK's real format: the real MOSI labels file with five of its videos renamed to
+    MOSEI ids (four of the standard folds, '-NFrJFQijFE' of none) and the others removed; the segment count of
+    each renamed video, read from the file with h5py."""
+    import shutil
+
+    folder.mkdir(exist_ok=True)
+    path = folder / "CMU_MOSEI_Labels.csd"
+    shutil.copy(fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd", path)
+    with h5py.File(path, "r+") as f:
+        d = f["Opinion Segment Labels"]["data"]
+        for vid in list(d):
+            if vid in _MOSEI_RENAMES:
+                d.move(vid, _MOSEI_RENAMES[vid][0])
+            else:
+                del d[vid]
+        counts = {vid: d[vid]["features"].shape[0] for vid in d}
+    return path, counts
+
+
+def test_mosei_csd_uses_the_standard_folds(tmp_path, fixtures_dir, caplog):
+    """Without folds= / folds.json a MOSEI labels sequence is split by the SDK's standard folds (it was a hash of
+    the video ids cut 70/10/20): each segment lands in its video's fold; a video no fold lists ('-NFrJFQijFE',
+    one of those the SDK's real labels hold) is in no split, with a warning naming it and its segment count."""
+    import logging
+
+    path, counts = _mosei_labels(fixtures_dir, tmp_path / "mosei")
+    with caplog.at_level(logging.WARNING):
+        data = {s: build("mosei", root=path.parent, split=s, modalities=[], use_cache=False)
+                for s in ("train", "val", "test")}
+    # the segments of each video in the order of its fold's list (hh04W3xXa5s is the train list's first entry,
+    # 91276 its last)
+    order = {"train": ["hh04W3xXa5s", "91276"], "val": ["--qXJuDtHPw"], "test": ["vR90Pdx9wxs"]}
+    for s, ds in data.items():
+        assert ds.sample_keys() == [f"{v}[{i}]" for v in order[s] for i in range(counts[v])]
+        assert [ds[k]["meta"]["video"] for k in range(len(ds))] == [v for v in order[s] for _ in range(counts[v])]
+    assert len(data["train"]) == counts["hh04W3xXa5s"] + counts["91276"] == 13 + 25
+    assert "holds 1 video(s) (" + str(counts["-NFrJFQijFE"]) + " segments) that the standard folds of mosei do " \
+           "not list ('-NFrJFQijFE')" in caplog.text
+    assert not any("-NFrJFQijFE" in k for ds in data.values() for k in ds.sample_keys())
+    # MOSI keeps refusing a labels file that mixes its videos with others (test_mosi_csd_uses_the_standard_folds)
+    assert MOSI.STANDARD_FOLDS_UNLISTED == "refuse" and MOSEI.STANDARD_FOLDS_UNLISTED == "leave_out"

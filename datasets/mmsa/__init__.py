@@ -29,9 +29,11 @@ Layouts (option ``layout``; ``"auto"`` picks from what ``root`` holds, see docs/
   are the rows of the labels sequence (``*Labels*.csd``, sentiment = column 0); feature sequences are
   sliced to each segment's interval (``csd_alignment="slice"``, variable length) or averaged over
   the segment's word intervals (``"text"``, aligned). Folds: ``folds={"train": [video ids], ...}``,
-  or ``folds.json`` in the root, else MOSI's standard folds (:mod:`.folds`, when they hold every video
-  of the labels), else a deterministic video-level split (videos ordered by sha256 of their id, cut
-  52/10/31 for MOSI — the sizes of the standard folds — and 70/10/20 for MOSEI).
+  or ``folds.json`` in the root, else the CMU-MultimodalSDK's standard folds of MOSI / MOSEI (:mod:`.folds`;
+  MOSI's when they hold every video of the labels; MOSEI's when they hold some, the labels' videos that no
+  fold lists left out of every split with a warning), else a deterministic video-level split (videos
+  ordered by sha256 of their id, cut 52/10/31 for MOSI — the sizes of the standard folds — and 70/10/20
+  for MOSEI).
 
 Text modality: ``text_field="text"`` (BERT features, d = 768) or ``"text_bert"`` (token rows as a
 [T, 3] float32 sequence: id, mask, type); ``"auto"`` prefers ``text``.
@@ -46,7 +48,7 @@ Shape (one sample):
     extra_targets        {"T", "A", "V"}: [] float32 (chsims only)
 
 Modules: :mod:`.layouts` (layout detection, the pickle path, the ``csd`` layout and its
-deterministic video split), :mod:`.folds` (MOSI's standard folds, the CMU-MultimodalSDK's), :mod:`.formats` (MMSA pickle and feature-file reading and validation),
+deterministic video split), :mod:`.folds` (MOSI's and MOSEI's standard folds, the CMU-MultimodalSDK's), :mod:`.formats` (MMSA pickle and feature-file reading and validation),
 :mod:`.synthetic` (the synthetic twins: MMSA pickle or computational sequences) and :mod:`.adapter`
 (the registered :class:`MOSI`, :class:`MOSEI`, :class:`CHSIMS`). The package exports the three adapter
 classes; every other name is imported from the module that defines it. The adapters keep

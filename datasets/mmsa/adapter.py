@@ -16,7 +16,7 @@ import torch
 
 from .. import DATASETS
 from ..base import DataFile, DatasetError, Modality, MultimodalDataset
-from .folds import MOSI_STANDARD_FOLDS
+from .folds import MOSEI_STANDARD_FOLDS, MOSI_STANDARD_FOLDS
 from .formats import _PickleFormat
 from .layouts import _Layouts
 from .synthetic import _SyntheticTwin
@@ -51,8 +51,13 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
     PAD_LEN: ClassVar[dict[str, int]] = {"text": 50, "audio": 375, "vision": 500}
     FOLD_FRACTIONS: ClassVar[tuple[float, float, float]] = (0.7, 0.1, 0.2)
     #: the csd layout's official folds by video id (keys train / valid / test), used without folds= / folds.json
-    #: when they hold every video of the labels sequence; {}: none known (the deterministic video split)
+    #: when they hold every video of the labels sequence (some of them: STANDARD_FOLDS_UNLISTED); {}: none known
+    #: (the deterministic video split)
     STANDARD_FOLDS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: a labels sequence holding videos of STANDARD_FOLDS and videos they do not list: "refuse" (MOSI, whose
+    #: folds hold every video of the official labels: another video means a mixed file) or "leave_out" (MOSEI,
+    #: whose official labels hold videos the SDK's folds do not list: they are in no split, with a warning)
+    STANDARD_FOLDS_UNLISTED: ClassVar[str] = "refuse"
     SUPPORTS_CSD: ClassVar[bool] = True
     #: the CMU-MultimodalSDK file names of an adapter with SUPPORTS_CSD: <CSD_PREFIX>_<CSD_LABELS>.csd
     CSD_PREFIX: ClassVar[str] = ""
@@ -172,7 +177,9 @@ class MOSEI(_SentimentDataset):
     DIMS = _MOSEI_DIMS
     MODALITIES = tuple(Modality(m.name, m.kind, _MOSEI_DIMS[m.name], True, m.description) for m in _SENTIMENT_MODALITIES)
     PAD_LEN = {"text": 50, "audio": 500, "vision": 500}
-    FOLD_FRACTIONS = (0.7, 0.1, 0.2)
+    FOLD_FRACTIONS = (0.7, 0.1, 0.2)  # the deterministic video split of labels with none of the standard videos
+    STANDARD_FOLDS = MOSEI_STANDARD_FOLDS
+    STANDARD_FOLDS_UNLISTED = "leave_out"  # the SDK's labels hold videos its folds do not list (see .folds)
     CSD_PREFIX, CSD_LABELS = "CMU_MOSEI", "Labels"  # CMU_MOSEI_Labels.csd (the synthetic twin's names)
     FILES = (
         DataFile("unaligned_50.pkl", "MMSA features (or aligned_50.pkl with aligned=True)", required=False),

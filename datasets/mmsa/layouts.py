@@ -7,8 +7,9 @@
   ``train`` / ``valid`` / ``test``, our ``val`` reads ``valid``);
 * ``csd``: the computational sequence of each modality (``csd_files=`` or the file-name patterns of
   :data:`_CSD_PATTERNS`), samples = rows of the labels sequence, folds from ``folds=``, ``folds.json``,
-  the adapter's ``STANDARD_FOLDS`` (MOSI, :mod:`.folds`) when they hold every video of the labels, else
-  the deterministic video-level split :func:`_video_split`; a sample's features are sliced to its
+  the adapter's ``STANDARD_FOLDS`` (MOSI, MOSEI: :mod:`.folds`) when they hold every video of the labels
+  (MOSEI: when they hold some, the others in no split, see :meth:`_Layouts._standard_folds`), else the
+  deterministic video-level split :func:`_video_split`; a sample's features are sliced to its
   segment (``csd_alignment="slice"``) or averaged over its word intervals (``"text"``).
 
 :class:`_Layouts` is the mixin of the sentiment adapters holding these steps.
@@ -182,8 +183,10 @@ class _Layouts:
     def _standard_folds(self, labels: Any) -> bool:
         """Whether the split comes from :attr:`STANDARD_FOLDS` (no ``folds=`` / ``folds.json``): every video of the
         labels sequence is in them. None of them (a twin's or another corpus's ids): the deterministic video split.
-        Some but not all raises naming the file and the videos the standard folds lack (a split of the dataset's
-        own videos by the standard folds, the others by hash, would be neither)."""
+        Some but not all: with ``STANDARD_FOLDS_UNLISTED == "leave_out"`` (MOSEI, whose official labels hold
+        videos the SDK's folds do not list) the standard folds, the other videos in no split and a warning naming
+        them; else (MOSI) an error naming the file and the videos the standard folds lack (a split of the
+        dataset's own videos by the standard folds, the others by hash, would be neither)."""
         if not self.STANDARD_FOLDS:
             return False
         known = {v for vids in self.STANDARD_FOLDS.values() for v in vids}
@@ -192,6 +195,13 @@ class _Layouts:
             return True
         if len(outside) == len(labels.videos):
             return False
+        if self.STANDARD_FOLDS_UNLISTED == "leave_out":
+            log.warning("%s: %s holds %d video(s) (%d segments) that the standard folds of %s do not list (%s); they "
+                        "are in no split, as in the CMU-MultimodalSDK's folds (pass folds= or a folds.json to "
+                        "place them)", self.id, labels.path, len(outside),
+                        sum(int(labels.features[v].shape[0]) for v in outside), self.id,
+                        ", ".join(map(repr, outside[:5])) + (", ..." if len(outside) > 5 else ""))
+            return True
         raise DatasetError(
             f"{self.id}: {labels.path} holds {len(outside)} video(s) outside the standard folds of {self.id} "
             f"({', '.join(map(repr, outside[:5]))}{', ...' if len(outside) > 5 else ''}) beside "
