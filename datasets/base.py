@@ -262,6 +262,13 @@ class MultimodalDataset(Dataset):
         adapter cannot say."""
         return None
 
+    def split_sample_keys(self) -> list[str] | None:
+        """The samples of this split, as ids, when the adapter decides them from lists in its code (built-in
+        standard folds) rather than from its files and options alone: they go into the prepared cache's key
+        (:func:`fusebench.datasets.cache.cache_key`), so a change of those lists gives a new key instead of
+        serving the cache of the old split. None (the default): the key holds no sample list."""
+        return None
+
     def split_seed_moves_test(self) -> bool | None:
         """Whether another ``split_seed`` would give this test split other samples (see
         :attr:`SPLIT_SEED_MOVES_TEST`, which it returns by default); override it when the answer depends on the

@@ -34,7 +34,10 @@ ended (:func:`remove_stale_work_folders`).
 
 ``<base>`` is ``$FUSEBENCH_PREPARED`` when set (searched first by readers), else
 ``cache_home() / "prepared"``; ``<key>`` is a hash of (id, resolved root, split, options minus
-``use_cache``/``augment``, preprocessing version, synthetic flag).
+``use_cache``/``augment``, preprocessing version, synthetic flag) and, for an adapter whose split comes from
+lists in its code (``split_sample_keys()``, e.g. the sentiment ``csd`` layout's built-in standard folds), the
+sha256 of the split's sample ids (manifest field ``split_samples_sha256``): a cache of another split of the
+same files is not served.
 
 The identity a run records (``dataset.manifest_hash``) is :func:`content_identity`: the manifest's
 content without where, when and by which module the cache was made (``adapter``, ``root``, ``key``,
@@ -116,6 +119,9 @@ _SCHEMA_KEYS = ("modalities", "target", "extra_targets", "meta")
 #: the manifest's own sha256 (:func:`manifest_self_hash`), written since 2026-11-29; a manifest that has it records
 #: every output's modification time too
 SELF_HASH = "manifest_sha256"
+#: the sha256 of the split's sample ids (:func:`split_samples_sha256`), in the key and the manifest of an adapter
+#: whose ``split_sample_keys()`` gives them (since 2026-12-01); absent for every other cache
+SPLIT_SAMPLES = "split_samples_sha256"
 
 
 # -- locations and keys ------------------------------------------------------------------------
@@ -147,26 +153,38 @@ def key_options(dataset: CacheableDataset) -> dict[str, Any]:
     return json.loads(json.dumps(opts, sort_keys=True, default=str))
 
 
+def split_samples_sha256(dataset: CacheableDataset) -> str | None:
+    """sha256 (hex) of the JSON list of the split's sample ids when the adapter's ``split_sample_keys()`` gives
+    them (its split comes from lists in its code, such as built-in standard folds), else None."""
+    hook = getattr(dataset, "split_sample_keys", None)
+    keys = hook() if callable(hook) else None
+    return None if keys is None else sha256_hex(json.dumps([str(k) for k in keys]))
+
+
 def cache_key(dataset: CacheableDataset) -> str:
-    """Hash of (id, resolved root, split, options, preprocessing version, synthetic flag)."""
+    """Hash of (id, resolved root, split, options, preprocessing version, synthetic flag, and the
+    :func:`split_samples_sha256` where the adapter gives one)."""
     return _key(dataset.id, str(Path(dataset.root).resolve()), dataset.split, key_options(dataset),
-                preprocess_version(dataset), bool(getattr(dataset, "synthetic", False)))
+                preprocess_version(dataset), bool(getattr(dataset, "synthetic", False)), split_samples_sha256(dataset))
 
 
-def _key(dataset_id: Any, root: Any, split: Any, options: Any, version: Any, synthetic: Any) -> str:
+def _key(dataset_id: Any, root: Any, split: Any, options: Any, version: Any, synthetic: Any,
+         split_samples: Any = None) -> str:
     """:func:`cache_key` of these values: the name of the cache folder, which a manifest's own fields reproduce
-    (:func:`_manifest_problems`)."""
+    (:func:`_manifest_problems`). ``split_samples`` None leaves it out (the key of every cache before it)."""
     ident = {"id": dataset_id, "root": root, "split": split, "options": options, "version": version,
              "synthetic": synthetic}
+    if split_samples is not None:
+        ident["split_samples"] = split_samples
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def manifest_key(manifest: Mapping[str, Any]) -> str:
     """The cache key the manifest's own fields (``dataset``, ``root``, ``split``, ``options``,
-    ``preprocess_version``, ``synthetic``) give: the name of the folder a preparation of that dataset, split and
-    options writes it to."""
+    ``preprocess_version``, ``synthetic``, and :data:`SPLIT_SAMPLES` where present) give: the name of the folder
+    a preparation of that dataset, split and options writes it to."""
     return _key(manifest.get("dataset"), manifest.get("root"), manifest.get("split"), manifest.get("options"),
-                manifest.get("preprocess_version"), manifest.get("synthetic"))
+                manifest.get("preprocess_version"), manifest.get("synthetic"), manifest.get(SPLIT_SAMPLES))
 
 
 def cache_dir(dataset: CacheableDataset, base: str | os.PathLike | None = None) -> Path:
@@ -453,6 +471,7 @@ def prepare(
                 st = p.stat()
                 outputs.append({"path": p.relative_to(tmp).as_posix(), "size": st.st_size,
                                 "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(p)})
+        split_samples = split_samples_sha256(dataset)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -474,6 +493,8 @@ def prepare(
             "outputs": outputs,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
+        if split_samples is not None:  # only where the adapter gives one: every other manifest reads as before
+            manifest[SPLIT_SAMPLES] = split_samples
         manifest = json.loads(json.dumps(manifest))  # as a reader parses it: what the self-hash covers
         manifest[SELF_HASH] = manifest_self_hash(manifest)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -700,6 +721,8 @@ def _check_manifest_shape(path: Path, m: Mapping[str, Any]) -> None:
             ("outputs", lambda v: isinstance(v, list), "a list")):
         if key not in m or not ok(m[key]):
             raise bad(key, expected, m.get(key, "(missing)"))
+    if SPLIT_SAMPLES in m and not _is_sha256(m[SPLIT_SAMPLES]):
+        raise bad(SPLIT_SAMPLES, "the sha256 of the split's sample ids (64 hex digits)", m[SPLIT_SAMPLES])
     for i, rec in enumerate(m["outputs"]):
         if not (isinstance(rec, dict) and isinstance(rec.get("path"), str) and _OUTPUT_PATH.fullmatch(rec["path"])
                 and _is_int(rec.get("size")) and _is_sha256(rec.get("sha256"))

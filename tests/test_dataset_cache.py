@@ -146,6 +146,52 @@ def test_adapters_read_the_default_cache_transparently(tmp_path, monkeypatch):
     assert _build(tmp_path, use_cache=True)._cache is None
 
 
+class ToyFolds(ToyDet):
+    """ToyDet whose train split is a list of sample numbers in its code (as built-in standard folds are), given to
+    the cache key by ``split_sample_keys()``."""
+
+    id = "toyfolds"
+    TRAIN = (0, 1, 2, 3)
+
+    def _index(self):
+        items = super()._index()
+        return [items[k] for k in self.TRAIN] if self.split == "train" else items
+
+    def split_sample_keys(self):
+        return [p.stem for p in self.samples]
+
+
+def test_a_split_list_in_the_code_keys_the_cache(tmp_path, monkeypatch):
+    """A cache prepared for one built-in split list is not served once the list names other samples, even as many
+    (it used to be: same key, same count, the old samples under the new split). The manifest records the sha256
+    of the sample ids (worked out here from the names) and its fields still give its folder's key; an adapter
+    without the hook keeps the key of (id, root, split, options, version, synthetic) alone, as every cache before."""
+    base = tmp_path / "prep"
+
+    def _build(cls, **kw):
+        return cls(root=None, synthetic=True, synthetic_spec={"num_samples": N}, augment=False, use_cache=False, **kw)
+
+    old = _build(ToyFolds)
+    folder = cache.prepare(old, base=base, progress=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    names = ["train_000", "train_001", "train_002", "train_003"]
+    assert manifest["split_samples_sha256"] == hashlib.sha256(json.dumps(names).encode()).hexdigest()
+    assert cache.check(folder) == [] and cache.open_cache(_build(ToyFolds), base=base) is not None
+    monkeypatch.setattr(ToyFolds, "TRAIN", (0, 1, 2, 4))
+    new = _build(ToyFolds)
+    assert len(new) == len(old) == 4 and cache.cache_key(new) != folder.name
+    assert cache.open_cache(new, base=base) is None
+    fresh = cache.prepare(new, base=base, progress=False)
+    assert [m["id"] for m in json.loads((fresh / "meta.json").read_text())] == ["train_000", "train_001", "train_002",
+                                                                                "train_004"]
+    plain = _build(ToyDet)
+    ident = {"id": "toydet", "root": str(plain.root.resolve()), "split": "train",
+             "options": {"seed": 0, "synthetic_spec": {"num_samples": N}}, "version": 1, "synthetic": True}
+    assert cache.cache_key(plain) == hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    plain_dir = cache.prepare(plain, base=base, progress=False)
+    assert "split_samples_sha256" not in json.loads((plain_dir / "manifest.json").read_text())
+
+
 def test_a_cache_copied_under_another_splits_folder_is_refused_and_rebuilt(tmp_path):
     """Every file of a test split's cache, copied over the train split's folder, keeps its recorded hash; the
     manifest's own dataset / root / split / options no longer give the folder's name, so opening refuses it

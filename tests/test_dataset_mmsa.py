@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import pickle
@@ -561,3 +563,34 @@ def test_mosei_csd_uses_the_standard_folds(tmp_path, fixtures_dir, caplog):
     assert not any("-NFrJFQijFE" in k for ds in data.values() for k in ds.sample_keys())
     # MOSI keeps refusing a labels file that mixes its videos with others (test_mosi_csd_uses_the_standard_folds)
     assert MOSI.STANDARD_FOLDS_UNLISTED == "refuse" and MOSEI.STANDARD_FOLDS_UNLISTED == "leave_out"
+
+
+@pytest.mark.parametrize("dataset", ["mosi", "mosei"])
+def test_csd_cache_of_another_split_is_not_served(tmp_path, fixtures_dir, monkeypatch, dataset):
+    """A prepared cache of the csd layout made while the split was the hash split (before the standard folds were
+    built in) is not served for the standard-folds split of the same files and options: the split's sample ids
+    are in the cache key (and the manifest), so the new split looks under another key; the pickle layouts' keys
+    hold no sample list."""
+    from fusebench.datasets import cache
+
+    cls = {"mosi": MOSI, "mosei": MOSEI}[dataset]
+    if dataset == "mosi":
+        root = fixtures_dir / "mosi"
+    else:
+        root = _mosei_labels(fixtures_dir, tmp_path / "mosei")[0].parent
+    base = tmp_path / "prepared"
+    with monkeypatch.context() as m:
+        m.setattr(cls, "STANDARD_FOLDS", {})  # the split as it was: the deterministic video split
+        old = build(dataset, root=root, split="train", modalities=[], use_cache=False)
+        folder = cache.prepare(old, base=base, progress=False)
+    new = build(dataset, root=root, split="train", modalities=[], use_cache=False)
+    assert old.sample_keys() != new.sample_keys()
+    assert cache.open_cache(new, base=base) is None
+    assert cache.cache_key(new) != cache.cache_key(old) == folder.name
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["split_samples_sha256"] == hashlib.sha256(json.dumps(old.sample_keys()).encode()).hexdigest()
+    assert cache.check(folder) == []  # the manifest's own fields give its folder's key
+    reader = cache.open_cache(old, base=base)  # the old split still finds its own cache
+    assert reader is not None and len(reader) == len(old)
+    fresh = cache.prepare(new, base=base, progress=False)
+    assert fresh != folder and [s["id"] for s in json.loads((fresh / "meta.json").read_text())] == new.sample_keys()

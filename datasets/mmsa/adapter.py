@@ -106,6 +106,12 @@ class _SentimentDataset(_PickleFormat, _Layouts, _SyntheticTwin, MultimodalDatas
             return None
         return list(self._arrays["id"])
 
+    def split_sample_keys(self) -> list[str] | None:
+        """The ``csd`` layout's :meth:`sample_keys`: its split comes from the built-in standard folds (or the
+        deterministic video split), so they key its prepared cache (a cache of another split is not served).
+        None for the pickle layouts, whose splits are their files'."""
+        return self.sample_keys() if self.layout == "csd" else None
+
     # -- samples ---------------------------------------------------------------------------------
     def _load_raw(self, index: int) -> dict[str, Any]:
         if self.layout == "csd":
