@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Sequence
 
 __all__ = ["DuplicateKeyError", "atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "atomic_write_together",
-           "canonical_json", "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "sha256_hex", "strict_json", "unique_keys",
+           "canonical_json", "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "shown_text", "sha256_hex", "strict_json", "unique_keys",
            "write_if_changed"]
 
 
@@ -268,14 +268,19 @@ def remove_stale_temps(path: str | os.PathLike, older_than: float | None = None)
         tmp.unlink(missing_ok=True)
 
 
-def shown_path(path: str | os.PathLike) -> str:
-    """``path`` as a message shows it: as it is when every character prints, else Python's quoted ``repr`` of it,
-    so a control character (a newline, an escape sequence) or a bidirectional-text control (U+202E, which reverses
-    the text after it) in a file name reaches a terminal or a log escaped (``'runs/a\\x1b[2J/run.json'``),
-    never raw. Ordinary paths (non-ASCII letters included) print as before."""
-    text = os.fspath(path)
-    text = text if isinstance(text, str) else os.fsdecode(text)
+def shown_text(text: str) -> str:
+    """``text`` from a file (a record's field, a config key, a failed cell's error) as a message on a terminal or in
+    a log shows it: as it is when every character prints, else Python's quoted ``repr`` of it, so a control
+    character (a newline, an escape sequence) or a bidirectional-text control (U+202E, which reverses the text after
+    it) reaches the terminal escaped (``'a\\x1b[2J'``), never raw. The one escaping of file text in messages."""
     return text if text.isprintable() else repr(text)
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` as a message shows it (:func:`shown_text`): a control character in a file name escaped
+    (``'runs/a\\x1b[2J/run.json'``), never raw. Ordinary paths (non-ASCII letters included) print as before."""
+    text = os.fspath(path)
+    return shown_text(text if isinstance(text, str) else os.fsdecode(text))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

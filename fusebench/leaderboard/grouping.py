@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fusebench.components.identity import cell_identity, config_hash
-from fusebench.io import canonical_json, shown_path
+from fusebench.io import canonical_json, shown_path, shown_text
 from fusebench.records import RunRecord, differing_fields, duplicate_runs
 from fusebench.records.schema import _flatten, finished_time
 from fusebench.spec.config import HASH_SCHEMA_VERSION
@@ -111,7 +111,7 @@ def group_runs(name: str, recs: list[RunRecord], split: bool = False) -> list[li
     if len(groups) > 1 and not split:
         fields = differing_fields([g[0] for _, g in groups])
         lines = [f"benchmark {name!r} mixes runs that must not be compared: {len(groups)} comparability groups "
-                 f"differing in {', '.join(fields) or 'their comparability key'}:"]
+                 f"differing in {', '.join(map(shown_text, fields)) or 'their comparability key'}:"]
         for key, g in groups:
             lines.append(f"  group {key} ({len(g)} run(s)): {_files(g)}")
         lines.append("Move the odd runs to another runs folder, or pass --split for one table per group.")
@@ -146,7 +146,7 @@ def _check_one_config(name: str, group: list[RunRecord]) -> None:
         keys = [k for k in sorted(set().union(*flat))
                 if len({canonical_json(f.get(k, "<absent>")) for f in flat}) > 1]
         listing = "; ".join(f"config hash {h}: {_files(rs)}" for h, rs in sorted(hashes.items()))
-        differ = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        differ = ", ".join(map(shown_text, keys[:6])) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
         raise ValueError(f"benchmark {name!r}, objective {objective!r} mixes runs made under different configs (a row "
                          f"averages the seeds of one config; hashes of hash schema {HASH_SCHEMA_VERSION}): {listing}; "
                          f"they differ in {differ or 'their config'}. Move the runs of the other config away, or rerun "

@@ -299,9 +299,9 @@ def render_board(name: str, views: list[GroupView], reported: list[Reported],
                              sensitivity_plot=sensitivity_plots[0])
         metas.append(board_meta(views[0], None))
     else:
-        fields = differing_fields([v.recs[0] for v in views])
+        fields = differing_fields([v.recs[0] for v in views])  # a config key is a record's text: escaped
         out += [f"The runs of this benchmark fall into {len(views)} comparability groups (runs that must not be "
-                f"compared), one table each; they differ in {', '.join(fields)}.", ""]
+                f"compared), one table each; they differ in {', '.join(map(md_code, fields))}.", ""]
         for i, (view, plot, missing, sens) in enumerate(zip(views, plot_names, missing_plots, sensitivity_plots), 1):
             title = f"group {i} of {len(views)}"
             out += [f"## Group {i} of {len(views)}: key `{group_key(view.recs)}`", ""]
