@@ -97,6 +97,24 @@ def test_status_names_the_state_of_every_cell(tmp_path: Path, capsys) -> None:
     assert main(["status", "--out", str(tmp_path / "absent")]) == 2
 
 
+def test_status_shows_a_failed_cells_error_and_folder_names_escaped(tmp_path: Path, capsys) -> None:
+    """A failed cell's error (its failed.json) and the folder names are text of the runs folder: a control character
+    or a bidirectional-text control reached the terminal raw (an escape sequence that clears the screen, U+202E that
+    reverses the rest of the line). Shown as Python's quoted repr instead; plain text as it is."""
+    out = tmp_path / "runs"
+    (_cell(out, "m3g", 0) / "failed.json").write_text(json.dumps({"error": "RunError: \x1b[2J\u202egnp.exe\nmore"}))
+    (_cell(out, "odd\x1b[31m", 0) / "failed.json").write_text(json.dumps({"error": "RunError: loss is nan"}))
+    from fusebench.cli import main
+
+    assert main(["status", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "  failed: m3g/seed0: 'RunError: \\x1b[2J\\u202egnp.exe'\n" in text  # the first line, escaped
+    assert "  failed: 'odd\\x1b[31m'/seed0: RunError: loss is nan" in text
+    row = next(line for line in text.splitlines() if line.startswith("  'odd"))
+    assert row.split() == ["'odd\\x1b[31m'", "0", "0", "1", "0", "0"]
+
+
 def test_status_says_how_far_the_selection_is(tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
     (_cell(out, "none", 0) / "run.json").write_text("{}")

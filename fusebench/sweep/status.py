@@ -54,6 +54,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fusebench.io import shown_path, shown_text
 from fusebench.records import RecordError, check_record_file
 from fusebench.registry import ID_RULE, valid_id
 from fusebench.engine.locks import GONE, LOCK, SLURM_ACTIVE, UNKNOWN, SlurmQueue, queued_job, slurm_jobs
@@ -302,22 +303,24 @@ def render(found: dict[str, dict[tuple[str, int], tuple[str, str]]], out: Path |
     for bench, cells in found.items():
         states = STATES + ((UNREADABLE,) if any(v[0] == UNREADABLE for v in cells.values()) else ())
         totals = {st: sum(1 for v in cells.values() if v[0] == st) for st in states}
-        lines.append(f"{bench}: " + ", ".join(f"{totals[st]} {st}" for st in states) + f" ({len(cells)} cells)")
+        # folder names and a failed cell's error are text of the runs folder: a control character escaped
+        lines.append(f"{shown_text(bench)}: " + ", ".join(f"{totals[st]} {st}" for st in states)
+                     + f" ({len(cells)} cells)")
         sel = selection_progress(out, bench) if out is not None else None
         if sel is not None:
             trials_dir, trials, frozen = sel
-            lines.append(f"  selection: {trials} trial record(s) under {trials_dir}; "
+            lines.append(f"  selection: {trials} trial record(s) under {shown_path(trials_dir)}; "
                          f"{len(frozen)} objective(s) with a frozen choice"
-                         + (f" ({', '.join(frozen)})" if frozen else ""))
+                         + (f" ({', '.join(map(shown_text, frozen))})" if frozen else ""))
         objs = sorted({o for o, _ in cells})
-        width = max([len(o) for o in objs] + [9])
+        width = max([len(shown_text(o)) for o in objs] + [9])
         lines.append(f"  {'objective':<{width}}  " + "  ".join(f"{st:>11}" for st in states))
         for o in objs:
             counts = [sum(1 for (oo, _), v in cells.items() if oo == o and v[0] == st) for st in states]
-            lines.append(f"  {o:<{width}}  " + "  ".join(f"{c:>11}" for c in counts))
+            lines.append(f"  {shown_text(o):<{width}}  " + "  ".join(f"{c:>11}" for c in counts))
         for (o, s), (st, detail) in sorted(cells.items()):
             if st in ("running", "failed", "interrupted", UNREADABLE) or (st in ("pending", "done") and detail):
-                lines.append(f"  {st}: {o}/seed{s}" + (f": {detail}" if detail else ""))
+                lines.append(f"  {st}: {shown_text(o)}/seed{s}" + (f": {shown_text(detail)}" if detail else ""))
     return "\n".join(lines) if lines else "no cells"
 
 
