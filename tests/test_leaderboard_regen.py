@@ -178,6 +178,34 @@ def test_cd_diagram_is_drawn_once_and_left_alone(tmp_path: Path) -> None:
     assert _state(out)["cd-diagram.png"][0] != first["cd-diagram.png"][0]
 
 
+def test_each_plot_is_drawn_once_and_is_the_committed_png(tmp_path: Path, monkeypatch) -> None:
+    """The committed mv-handwritten runs redrawn (curves, missing-view and sensitivity plots): each PNG is the
+    committed file byte for byte, and each figure is drawn once. ``tight_layout`` left a placeholder layout engine
+    on the figure, for which ``savefig`` drew the whole figure a second time (a dry run before the real one)."""
+    import shutil
+
+    from matplotlib.figure import Figure
+
+    runs = tmp_path / "runs"
+    shutil.copytree(ROOT / "leaderboards" / "runs" / "mv-handwritten", runs / "mv-handwritten",
+                    ignore=shutil.ignore_patterns(".*"))
+    draws: list[str] = []
+    real_draw = Figure.draw
+
+    def counted(fig, renderer):
+        draws.append(fig._suptitle.get_text() if fig._suptitle else "")
+        return real_draw(fig, renderer)
+
+    monkeypatch.setattr(Figure, "draw", counted)
+    out = tmp_path / "boards"
+    write_leaderboards(runs, out, formats=("md",))
+    plots = ("mv-handwritten-curves.png", "mv-handwritten-missing.png", "mv-handwritten-sensitivity.png")
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(plots)
+    for name in plots:
+        assert (out / name).read_bytes() == (ROOT / "leaderboards" / name).read_bytes(), name
+    assert len(draws) == len(plots) and len(set(draws)) == len(plots), draws
+
+
 # -- the paired tests on the boards -----------------------------------------------------------
 def test_board_p_values_are_scipys_paired_t_test_holm_adjusted(tmp_path: Path) -> None:
     """Random accuracies over 6 seeds: every Δ cell is the mean paired difference to `raw` and the

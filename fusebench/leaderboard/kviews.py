@@ -350,6 +350,8 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], out: IO[bytes]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from fusebench.leaderboard.plots import tight_layout_once
+
     panels = [(arm, r) for arm in study.arms() for r in PAIRED_WITH]
     metrics = study.metrics()
     fig, axes = plt.subplots(len(metrics), len(panels), figsize=(4.2 * len(panels), 3.6 * len(metrics)),
@@ -376,7 +378,7 @@ def _plot(study: StudyRuns, pretrained: list[str], ks: list[int], out: IO[bytes]
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"{benchmark}: k-views study (mean ± std over seeds x cells)", fontsize=11)
-    fig.tight_layout()
+    tight_layout_once(fig)
     try:
         fig.savefig(out, format="png", dpi=100, metadata={"Software": None})
     finally:

@@ -51,6 +51,20 @@ def staged_pngs() -> Iterator[dict[Path, bytes]]:
         _STAGED.reset(token)
 
 
+def tight_layout_once(fig: Any, **kwargs: Any) -> None:
+    """``fig.tight_layout(**kwargs)``, then no layout engine on ``fig``: :func:`save_png` draws it once, at this
+    layout. ``tight_layout`` leaves a placeholder engine behind, and ``savefig`` of a figure with any engine first
+    draws it in full without rendering (to lay it out again) and then draws it to the PNG: every board plot was drawn
+    twice. The placeholder's layout does nothing, so the PNG is the same, byte for byte (the committed plots redrawn:
+    ``tests/test_leaderboard_regen.py``). The rc settings that would give a figure a layout engine by default are off
+    while the engine is removed."""
+    import matplotlib
+
+    fig.tight_layout(**kwargs)
+    with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)
+
+
 def save_png(path: str | os.PathLike, fig: Any, metadata: Mapping[str, Any]) -> Path:
     """``fig`` as a PNG (with the text chunks ``metadata``, matplotlib's ``Software`` stamp left out) at ``path``:
     written atomically, or held in memory for the caller of :func:`staged_pngs` when that is active."""
@@ -196,7 +210,7 @@ def plot_curves(view: GroupView, path: Path) -> bool:
         ax.axis("off")
     what = "pretraining loss" + (f" and validation {view.primary}" if has_val else "")
     fig.suptitle(f"{view.name}: {what}; line = mean over seeds, band = ± 1 std", fontsize=10)
-    fig.tight_layout()
+    tight_layout_once(fig)
     try:
         save_png(path, fig, {PLOT_KEY: inputs_key})
     finally:

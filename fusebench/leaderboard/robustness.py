@@ -27,7 +27,7 @@ from pathlib import Path
 from fusebench.io import canonical_json, sha256_hex
 from fusebench.leaderboard.columns import MetricInfo, fmt_cell, md_code, mean_std, metric_info
 from fusebench.leaderboard.groups import GroupView
-from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text, save_png
+from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text, save_png, tight_layout_once
 from fusebench.components.protocols import MISSING_RULES, PROTOCOLS, Protocol, rate_id, view_id
 
 PLOT_VERSION = 1  # bump when plot_missing draws differently: every such plot is redrawn once
@@ -257,7 +257,7 @@ def plot_missing(view: GroupView, path: Path) -> bool:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
     fig.suptitle(f"{view.name}: missing-view robustness; mean over seeds, error bars ± 1 std", fontsize=10)
-    fig.tight_layout(rect=(0.0, 0.0, right, 1.0))
+    tight_layout_once(fig, rect=(0.0, 0.0, right, 1.0))
     save_png(path, fig, {PLOT_KEY: key})
     return True
 

@@ -234,7 +234,7 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
     points (in grid order), the chosen point a star. Deterministic; the PNG carries a hash of its inputs and
     is left untouched when that hash is unchanged (like the curves plot); written atomically. Returns False
     (writing nothing) when there is nothing to plot."""
-    from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text, save_png
+    from fusebench.leaderboard.plots import PLOT_KEY, drawable, png_text, save_png, tight_layout_once
 
     found = tables(view) if view.ranked else []
     if not found:
@@ -274,6 +274,6 @@ def plot_sensitivity(view: GroupView, path: Path) -> bool:
         ax.legend(fontsize=5, ncol=2, loc="best")
     fig.suptitle(f"{view.name}: validation score per grid point (mean over selection seeds); star = chosen",
                  fontsize=9)
-    fig.tight_layout()
+    tight_layout_once(fig)
     save_png(path, fig, {PLOT_KEY: key})
     return True
