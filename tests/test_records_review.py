@@ -61,6 +61,21 @@ def test_reported_yaml_alias_bomb_is_one_error_naming_the_file(tmp_path: Path) -
         load_reported(path)
 
 
+def test_a_bad_reported_entry_names_the_file_with_control_characters_escaped(tmp_path: Path) -> None:
+    """The error of an entry names the file as every other reported.yaml error does: a control character in its
+    path (here an escape sequence, which would clear a terminal) shown as Python's quoted repr, never raw."""
+    from fusebench.leaderboard.reported import load_reported
+
+    folder = tmp_path / "a\x1b[2Jb"
+    folder.mkdir()
+    path = folder / "reported.yaml"
+    path.write_text("- just a string\n")
+    with pytest.raises(ValueError) as err:
+        load_reported(path)
+    assert str(err.value) == f"{str(path)!r}: entry 0: expected a mapping, got str"
+    assert "\x1b" not in str(err.value)  # the raw escape character (the message holds its repr: backslash, x1b)
+
+
 # -- the migration scripts: one line naming the file ---------------------------------------------------------------
 @pytest.mark.parametrize("name", SCRIPTS)
 @pytest.mark.parametrize("text, what", [("{not json", "readable JSON file"), ("[1, 2]", "a JSON object"),

@@ -99,7 +99,7 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
     out: dict[str, list[Reported]] = defaultdict(list)
     seen = set()
     for i, e in enumerate(data):
-        where = f"{path}: entry {i}"
+        where = f"{shown_path(path)}: entry {i}"  # a control character in the path escaped
         if not isinstance(e, dict):
             raise ValueError(f"{where}: expected a mapping, got {type(e).__name__}")
         unknown = sorted(set(e) - set(_REPORTED_REQUIRED) - set(_REPORTED_OPTIONAL))
