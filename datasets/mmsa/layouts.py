@@ -139,6 +139,12 @@ class _Layouts:
                 log.warning("%s: %d of the %d video ids of split %r in %s are not in the labels %s and are left "
                             "out: %s", self.id, len(unknown), len(folds[key]), key, where, labels_path,
                             ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else ""))
+            unlisted = [v for v in labels.videos if v not in seen]
+            if unlisted:  # a subset is a choice the folds may make, but not a silent one
+                log.warning("%s: %s lists no split for %d of the %d labelled videos of %s (%d segments); they are "
+                            "in no split: %s", self.id, where, len(unlisted), len(labels.videos), labels_path,
+                            sum(int(labels.features[v].shape[0]) for v in unlisted),
+                            ", ".join(map(repr, unlisted[:5])) + (", ..." if len(unlisted) > 5 else ""))
         elif self._standard_folds(labels):
             videos = [v for v in self.STANDARD_FOLDS[_SPLIT_KEYS[self.split]] if v in labels.features]
             self._split_file = f"the standard folds of {self.id} (CMU-MultimodalSDK)"
