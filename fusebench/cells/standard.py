@@ -296,7 +296,7 @@ class StandardCell:
                 ext.epoch_update(opt, phase.epoch,
                                  lambda: make_loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
                                  val_tuples(data["val"], ext.val_batch_size(opts), seed),
-                                 phase.curves, self.autocast)
+                                 phase.curves, self.autocast, scaler=scaler)  # 16-mixed: the candidates' scale
 
         hooks = PhaseHooks(
             host=lambda batch: pre.host_batch(self.inputs(batch)),  # mask checked on the host, format set before the copy

@@ -15,9 +15,10 @@ At the end of pretraining epoch e (Algorithm 1's t = e + 1) the optimiser
 
 1. samples B candidates x_1..x_B from the policy of this epoch's hyper-parameter - alpha when t is
    even, beta when t is odd (Algorithm 1) - with its own ``torch.Generator``;
-2. trains a copy of the current student g_t (every weight of the Pretrainer and the optimizer state)
-   for ``candidate_steps`` steps with each candidate, on the same batches and from the same
-   global RNG state (common random numbers, so candidates differ only by their hyper-parameter);
+2. trains a copy of the current student g_t (every weight of the Pretrainer, the optimizer state and, at
+   precision ``16-mixed``, the main loop's gradient scaler state) for ``candidate_steps`` steps with each
+   candidate, on the same batches and from the same global RNG state (common random numbers, so candidates
+   differ only by their hyper-parameter);
 3. scores each trained copy on a held-out validation batch of M tuples:
    R(alpha) = sum_k A^k(g, beta) (Eq. 5) and
    R(beta) = 1 - sum_k A^k(g, beta) / K - lambda ||beta - zeta*(beta)||^2 / ||beta_max||^2 (Eq. 8),
@@ -26,8 +27,8 @@ At the end of pretraining epoch e (Algorithm 1's t = e + 1) the optimiser
 4. updates the policy mean by REINFORCE (Eq. 7), with grad_mu log N(x; mu, s^2 I) = (x - mu) / s^2:
    mu <- mu + eta / B sum_b (R_b - b) (x_b - mu) / s^2, b = mean_b R_b (or b = 0, the literal Eq. 7);
 5. keeps the candidate with the highest reward as g_{t+1} (Algorithm 1: "Update g_{t+1} = g^i_{t+1}"),
-   ties going to the lowest index; the main loop then trains the next epoch with the point estimate
-   of the policies (alpha and beta from the updated means).
+   ties going to the lowest index, with its optimizer and gradient scaler states; the main loop then trains
+   the next epoch with the point estimate of the policies (alpha and beta from the updated means).
 
 Cross-modal discrimination (Eqs. 3-4) on the fused encoder g = fusion(concat_l proj_l(e_l)): a
 missing modality is a zero placeholder in its slot of the concatenation (the paper's "placeholder
@@ -36,6 +37,9 @@ zeta_k (noise zeta_k * eps then the training dropout, 0.1 by default, eps and th
 round and reused for every zeta - common random numbers); g(v_bar^k) has every slot but k filled,
 unaugmented. Since A^k only depends on zeta_k, the argmax zeta* of sum_k A^k separates per modality:
 zeta*_k = argmax of A^k(g, zeta_k) over beta_k and the grid, ties to the one nearest beta_k (:func:`best_zeta`).
+
+The pure pieces (Eqs. 5, 7, 8, zeta*) and the accuracies (Eqs. 3-4) are in
+:mod:`fusebench.components.tuple_rewards`, whose names this module re-exports.
 
 Shape:
     mu_alpha, x_alpha: [K + 1];  mu_beta, x_beta: [K];  samples: [B, D], rewards: [B] -> new mu [D];
@@ -46,12 +50,15 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from fusebench.components.tuple_rewards import (alpha_reward, best_zeta, beta_reward, clamp_beta,
+                                                discrimination_accuracies, fuse_partial, reinforce_update,
+                                                relaxed_to_alpha)
 from fusebench.runtime import distributed, progress, utils
 
 __all__ = ["relaxed_to_alpha", "clamp_beta", "reinforce_update", "alpha_reward", "beta_reward", "best_zeta",
@@ -65,146 +72,6 @@ def _steps(batches: Iterable[Any], limit: int) -> int | None:
     except TypeError:
         return limit or None
     return min(n, limit) if limit else n
-
-
-# ---------------------------------------------------------------------------------------------
-# pure pieces
-# ---------------------------------------------------------------------------------------------
-def relaxed_to_alpha(x: Sequence[float] | Tensor) -> list[float]:
-    """A relaxed policy sample [K + 1] -> mixture ratios: clamp at 0, renormalise to sum 1."""
-    t = torch.as_tensor(x, dtype=torch.float64).flatten().clamp_min(0.0)
-    if not torch.isfinite(t).all():
-        raise ValueError(f"tuple sample optimisation: alpha sample must be finite, got {t.tolist()}")
-    s = float(t.sum())
-    if s <= 0.0:  # every ratio clamped away: fall back to the uniform mixture
-        return [1.0 / t.numel()] * t.numel()
-    return (t / s).tolist()
-
-
-def clamp_beta(x: Sequence[float] | Tensor, beta_max: float) -> list[float]:
-    """A beta policy sample [K] -> augmentation strengths in [0, beta_max]."""
-    t = torch.as_tensor(x, dtype=torch.float64).flatten()
-    if not torch.isfinite(t).all():
-        raise ValueError(f"tuple sample optimisation: beta sample must be finite, got {t.tolist()}")
-    return t.clamp(0.0, float(beta_max)).tolist()
-
-
-def reinforce_update(mu: Tensor, samples: Tensor, rewards: Tensor, sigma: float, lr: float, baseline: bool = True) -> Tensor:
-    """Eq. 7: mu + lr * mean_b (R_b - b) * grad_mu log N(x_b; mu, sigma^2 I).
-
-    mu: [D]; samples: [B, D]; rewards: [B]; sigma: the policy std; b = mean_b R_b when ``baseline``
-    else 0. Returns the new mean [D] (float64).
-    """
-    mu = torch.as_tensor(mu, dtype=torch.float64)
-    x = torch.as_tensor(samples, dtype=torch.float64)
-    r = torch.as_tensor(rewards, dtype=torch.float64)
-    if mu.dim() != 1 or x.dim() != 2 or x.shape[1] != mu.shape[0] or r.shape != (x.shape[0],):
-        raise ValueError(f"reinforce_update: expected mu [D], samples [B, D], rewards [B]; got "
-                         f"{tuple(mu.shape)}, {tuple(x.shape)}, {tuple(r.shape)}")
-    if not (sigma > 0 and math.isfinite(sigma)):
-        raise ValueError(f"reinforce_update: sigma must be a finite std > 0, got {sigma!r}")
-    if not torch.isfinite(r).all():
-        raise ValueError(f"reinforce_update: rewards must be finite, got {r.tolist()}")
-    adv = r - r.mean() if baseline else r  # [B]
-    grad_logp = (x - mu) / sigma**2  # [B, D], d/dmu log N(x; mu, sigma^2 I)
-    return mu + lr * torch.einsum("b,bd->d", adv, grad_logp) / x.shape[0]
-
-
-def alpha_reward(accuracies: Sequence[float] | Tensor) -> float:
-    """Eq. 5: R(alpha) = sum_k A^k."""
-    return float(torch.as_tensor(accuracies, dtype=torch.float64).sum())
-
-
-def beta_reward(accuracies: Sequence[float] | Tensor, beta: Sequence[float] | Tensor, zeta_star: Sequence[float] | Tensor,
-                beta_max: float, lam: float) -> float:
-    """Eq. 8: 1 - sum_k A^k(g, beta) / K - lam ||beta - zeta*||^2 / ||beta_max||^2.
-
-    accuracies: [K], A^k measured with zeta = beta; beta, zeta_star: [K]; beta_max: the scalar upper
-    bound of every modality's strength (so ||beta_max||^2 = K beta_max^2).
-    """
-    a = torch.as_tensor(accuracies, dtype=torch.float64).flatten()
-    b = torch.as_tensor(beta, dtype=torch.float64).flatten()
-    z = torch.as_tensor(zeta_star, dtype=torch.float64).flatten()
-    k = a.numel()
-    if b.numel() != k or z.numel() != k:
-        raise ValueError(f"beta_reward: accuracies, beta and zeta_star must all have K = {k} entries")
-    if not beta_max > 0:
-        raise ValueError(f"beta_reward: beta_max must be > 0, got {beta_max!r}")
-    return float(1.0 - a.sum() / k - lam * ((b - z) ** 2).sum() / (k * beta_max**2))
-
-
-def best_zeta(acc: Tensor, zetas: Sequence[float] | Tensor, beta: Sequence[float] | Tensor | None = None) -> list[float]:
-    """zeta*_k = argmax of A^k (acc [G, K]) over the strengths ``zetas`` ([G], or [G, K]: row g gives modality k
-    zetas[g, k]); ties: the one nearest ``beta_k`` ([K]), then the smaller (without beta: the smallest). With beta
-    among the rows, zeta* = beta unless another strength scores strictly higher (module docstring)."""
-    a, z = torch.as_tensor(acc, dtype=torch.float64), torch.as_tensor(zetas, dtype=torch.float64)
-    z = z.view(-1, 1).expand_as(a) if z.dim() == 1 and a.dim() == 2 and len(z) == len(a) else z
-    if a.dim() != 2 or z.shape != a.shape:
-        raise ValueError(f"best_zeta: acc must be [G, K], zetas [G] or [G, K]; got {tuple(a.shape)}, {tuple(z.shape)}")
-    b = None if beta is None else torch.as_tensor(beta, dtype=torch.float64).flatten()
-    if b is not None and b.numel() != a.shape[1]:
-        raise ValueError(f"best_zeta: beta must have K = {a.shape[1]} entries, got {b.numel()}")
-    tied = [[float(z[i, k]) for i in torch.nonzero(a[:, k] == a[:, k].max()).flatten().tolist()] for k in range(a.shape[1])]
-    return [min(t, key=lambda v: (abs(v - float(b[k])), v)) if b is not None else min(t) for k, t in enumerate(tied)]
-
-
-# ---------------------------------------------------------------------------------------------
-# cross-modal discrimination on the Pretrainer's fused encoder
-# ---------------------------------------------------------------------------------------------
-def fuse_partial(pre: nn.Module, z: Tensor, keep: Sequence[bool]) -> Tensor:
-    """Fused embedding with the modalities not in ``keep`` replaced by zero placeholders.
-
-    z: [K, M, P] per-modality projections; keep: K booleans -> [M, P].
-    """
-    slots = [z[l] if keep[l] else torch.zeros_like(z[l]) for l in range(z.shape[0])]
-    return pre.fusion(torch.cat(slots, dim=-1))
-
-
-@torch.no_grad()
-def discrimination_accuracies(pre: nn.Module, batch: dict[str, Any], zetas: Tensor, seed: int, dropout: float = 0.1) -> Tensor:
-    """A^k(g, zeta) (Eqs. 3-4) for each row of ``zetas`` [G, K] -> [G, K].
-
-    The augmentation of modality k is ``(e_k + zeta_k * eps_k) * mask_k`` (the training augmentation:
-    Gaussian noise, then dropout with probability ``dropout``); eps [K, M, F] and the dropout mask are
-    drawn once from a generator seeded with ``seed`` and reused for every row (common random numbers).
-    The G x K accuracies stay on the device until one copy at the end (with the test that every embedding
-    was finite): no wait for the device per accuracy.
-    """
-    from fusebench.objectives.tuple_infonce import discrimination_hits
-
-    was_training = pre.training
-    pre.eval()
-    try:
-        emb = pre.model.embed(batch).float()  # [K, M, F]
-        k = emb.shape[0]
-        if zetas.dim() != 2 or zetas.shape[1] != k:
-            raise ValueError(f"discrimination_accuracies: zetas must be [G, K={k}], got {tuple(zetas.shape)}")
-        if emb.shape[1] < 2:
-            raise ValueError("cross_modal_discrimination_accuracy: needs M >= 2 validation tuples")
-        gen = torch.Generator().manual_seed(int(seed))
-        eps = torch.randn(emb.shape, generator=gen, dtype=emb.dtype).to(emb.device)  # [K, M, F]
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"discrimination_accuracies: dropout must be in [0, 1), got {dropout!r}")
-        keep_mask = (torch.rand(emb.shape, generator=gen) >= dropout).to(emb.device, emb.dtype) / (1.0 - dropout)
-        z = pre.project(emb, pre.proj).float()  # [K, M, P], unaugmented
-        rests = [fuse_partial(pre, z, [l != j for l in range(k)]) for j in range(k)]  # g(v_bar^j): [M, P]
-        zeta = zetas.to(emb)  # [G, K]: one copy of the grid, the values zetas[gi].to(emb) gives row by row
-        hits, finite = [], [torch.isfinite(r).all() for r in rests]
-        for gi in range(zetas.shape[0]):
-            aug = (emb + zeta[gi].view(k, 1, 1) * eps) * keep_mask  # [K, M, F]
-            za = pre.project(aug, pre.proj).float()
-            for j in range(k):
-                single = fuse_partial(pre, za, [l == j for l in range(k)])  # g(v'^j): [M, P]
-                hits.append(discrimination_hits(single, rests[j]))
-                finite.append(torch.isfinite(single).all())
-        if not hits:
-            return torch.zeros(zetas.shape, dtype=torch.float64)
-        values = torch.cat([torch.stack(hits), torch.stack(finite).all().double().view(1)]).tolist()  # the one copy
-        if values[-1] != 1.0:
-            raise ValueError("cross_modal_discrimination_accuracy: embeddings contain NaN or Inf")
-        return torch.tensor(values[:-1], dtype=torch.float64).view(zetas.shape)  # on the host, as before
-    finally:
-        pre.train(was_training)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,12 +186,16 @@ class TupleSampleOptimiser:
         val_batch: dict[str, Any],
         curves: dict[str, list[float]] | None = None,
         autocast: Any = None,
+        scaler: Any = None,
     ) -> dict[str, Any]:
         """Algorithm 1 at t = epoch + 1: sample, train B candidates, score, update mu, keep the best.
 
         ``train_batches()`` yields the candidates' training batches (the same for every candidate);
         ``val_batch`` is the held-out batch of M tuples. Appends the policy means and the rewards to
-        ``curves``. Returns a log of the round.
+        ``curves``. Returns a log of the round. ``autocast``: the phase's autocast context; ``scaler``: the main
+        loop's gradient scaler (precision ``16-mixed``; None: no loss scaling): every candidate starts from its
+        state (``state_dict``), as from the weights and the optimizer state, and the kept candidate's scaler state
+        is loaded back into it, so the main loop goes on with the scale that candidate found.
         """
         opts, pre = self.options, self.pre
         dev = next(pre.parameters()).device
@@ -341,15 +212,18 @@ class TupleSampleOptimiser:
 
         start_model = copy.deepcopy(pre.state_dict())
         start_opt = copy.deepcopy(opt.state_dict())
+        start_scaler = copy.deepcopy(scaler.state_dict()) if scaler is not None else None
         start_rng = utils.rng_state()
         base_alpha, base_beta = self.alpha(), self.beta()
         rewards: list[float] = []
         details: list[dict[str, Any]] = []
-        best: tuple[float, dict, dict, int] | None = None
+        best: tuple[float, dict, dict, int, dict | None] | None = None
         bar = None  # progress over the candidates' training steps (a bar, or log lines off a terminal)
         for b in range(bsz):
             pre.load_state_dict(start_model)
             opt.load_state_dict(copy.deepcopy(start_opt))  # load_state_dict may alias the tensors
+            if scaler is not None:  # 16-mixed: the main loop's scale, not a fresh scaler's 65536
+                scaler.load_state_dict(copy.deepcopy(start_scaler))
             utils.set_rng_state(start_rng)  # common random numbers across candidates
             pre.tuple_alpha = relaxed_to_alpha(samples[b]) if which == "alpha" else base_alpha
             pre.tuple_beta = clamp_beta(samples[b], opts.beta_max) if which == "beta" else base_beta
@@ -359,7 +233,7 @@ class TupleSampleOptimiser:
                 bar = progress.cell_bar(bsz * per if per else None, f"tuple candidates (epoch {epoch}, {which})")
             bar.set_postfix(refresh=False, candidate=f"{b + 1}/{bsz}",
                             **({"best_reward": f"{max(rewards):.4f}"} if rewards else {}))
-            trained = self._train(opt, batches, epoch, b, autocast, bar)
+            trained = self._train(opt, batches, epoch, b, autocast, scaler, bar)
             self.candidate_steps_run += trained
             beta = torch.tensor(pre.tuple_beta, dtype=torch.float64)
             if which == "alpha":  # Eq. 5 with zeta = beta
@@ -376,13 +250,16 @@ class TupleSampleOptimiser:
             rewards.append(r)
             details.append({"alpha": list(pre.tuple_alpha), "beta": list(pre.tuple_beta), "reward": r, **info})
             if best is None or r > best[0]:  # ties: the lowest index
-                best = (r, copy.deepcopy(pre.state_dict()), copy.deepcopy(opt.state_dict()), trained)
+                best = (r, copy.deepcopy(pre.state_dict()), copy.deepcopy(opt.state_dict()), trained,
+                        copy.deepcopy(scaler.state_dict()) if scaler is not None else None)
         if best is None or bar is None:  # pragma: no cover - bsz >= 1 is checked in __init__
             raise RuntimeError("tuple sample optimisation: no candidate was trained")
         bar.set_postfix(refresh=False, candidate=f"{bsz}/{bsz}", best_reward=f"{max(rewards):.4f}")
         bar.close()
         pre.load_state_dict(best[1])
         opt.load_state_dict(best[2])
+        if scaler is not None:
+            scaler.load_state_dict(best[4])
         self.kept_steps += best[3]
         new_mu = reinforce_update(mu, samples, torch.tensor(rewards), sigma, opts.policy_lr, opts.policy_baseline)
         if which == "alpha":
@@ -403,16 +280,14 @@ class TupleSampleOptimiser:
                 "best": rewards.index(max(rewards)), "candidates": details, "mu": new_mu.tolist()}
 
     def _train(self, opt: torch.optim.Optimizer, batches: Iterable[dict[str, Any]], epoch: int, cand: int, autocast: Any,
-               bar: Any = None) -> None:
-        """Train the Pretrainer in place for ``candidate_steps`` steps (0: all the batches); ``bar``
-        (:mod:`fusebench.runtime.progress`) counts the steps. Returns the number of optimiser steps taken."""
+               scaler: Any = None, bar: Any = None) -> int:
+        """Train the Pretrainer in place for ``candidate_steps`` steps (0: all the batches), the losses scaled by
+        ``scaler`` (None: unscaled) as in the main loop; ``bar`` (:mod:`fusebench.runtime.progress`) counts the
+        steps. Returns the number of optimiser steps taken."""
         pre = self.pre
         pre.train()
         dev = next(pre.parameters()).device
         limit = self.options.candidate_steps
-        from fusebench.spec.precision import scaler_for
-
-        scaler = scaler_for(autocast)  # precision 16-mixed: scaled losses, as in the main loop
         taken = 0
         unread: list[tuple[int, Tensor]] = []  # as in the main loop: no step waits for the device
 

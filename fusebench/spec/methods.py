@@ -82,8 +82,9 @@ class PretrainMethod:
     #: lower builds first (a teacher copying the student is built after every student head)
     build_order: ClassVar[int] = 0
     #: per-epoch steps: "module:Class" of classes with ``enabled(options)``, ``state_key``,
-    #: ``val_batch_size(options)``, ``__init__(pretrainer, options, seed)``, ``epoch_update(...)``,
-    #: ``state_dict()`` / ``load_state_dict()``
+    #: ``val_batch_size(options)``, ``__init__(pretrainer, options, seed)``, ``epoch_update(optimizer, epoch,
+    #: train_batches, val_batch, curves, autocast, scaler=...)`` (``scaler``: the main loop's gradient scaler at
+    #: precision ``16-mixed``, else None), ``state_dict()`` / ``load_state_dict()``
     extensions: ClassVar[tuple[str, ...]] = ()
     #: whether a run this method joins still honours the batch's presence mask (missing views): its ``loss``
     #: passes the mask on, or leaves the loss of every objective that takes a mask to the objective's own

@@ -87,16 +87,6 @@ def grad_scaler(policy: Precision, device: torch.device) -> torch.amp.GradScaler
     return torch.amp.GradScaler(device.type) if policy.grad_scaler else None
 
 
-def scaler_for(autocast_ctx: Any) -> torch.amp.GradScaler | None:
-    """A fresh gradient scaler when ``autocast_ctx`` is an enabled float16 autocast (for training loops
-    that receive the phase's autocast context, e.g. the TupleInfoNCE candidate updates), else None."""
-    import torch
-
-    if isinstance(autocast_ctx, torch.autocast) and autocast_ctx._enabled and autocast_ctx.fast_dtype == torch.float16:
-        return torch.amp.GradScaler(autocast_ctx.device)
-    return None
-
-
 def backward_step(loss: Any, optimizer: Any, scaler: Any) -> None:
     """``loss.backward()`` then ``optimizer.step()``; at ``16-mixed`` through the gradient ``scaler`` (scaled
     backward, a step skipped when the gradients overflowed, the scale updated)."""
@@ -269,4 +259,4 @@ def _fp32_precision_settings() -> dict[str, Any]:
 
 
 __all__ = ["DEFAULT", "PRECISIONS", "Precision", "autocast", "backend_flags", "backward_step", "check", "full_float32", "get",
-           "grad_scaler", "matmul_precision_key", "scaler_for", "step_scheduler", "numerics", "tf32_enabled"]
+           "grad_scaler", "matmul_precision_key", "step_scheduler", "numerics", "tf32_enabled"]
