@@ -129,6 +129,11 @@ class MultiViewObjective(nn.Module):
     #: (``view_rotation``, off unless its options turn it on); BYOL names ``ema_teacher``,
     #: TupleInfoNCE ``tuple_infonce``. The Pretrainer and the runner know no objective by name.
     pretrain_methods: ClassVar[tuple[str, ...]] = ("view_rotation",)
+    #: whether the loss reads an EMA teacher attached to its runs (``pretrain.methods.ema_teacher``, the method's
+    #: ``read_by``): a view objective does, through the view rotation it names, BYOL through its targets. An objective
+    #: whose loss never reads one sets it False, and a run that would attach one to it (``ema_teacher: {enabled:
+    #: true}``) is refused before any cell: the teacher would be recorded and hashed, built and updated, and unread
+    uses_teacher: ClassVar[bool] = True
     #: the loss averages a two-view loss over view pairs, so the mutual-information bound it gives is
     #: the two-view one, ``log(2K - 1) - loss`` whatever the multiplicity M (poly-view paper,
     #: Prop. 2.1; used by the poly-view Gaussian MI experiment); otherwise the poly-view bound

@@ -298,6 +298,9 @@ class TupleInfoNCE(MultiViewObjective):
     #: tuple fusion, augmentation, k-disturbed negatives and Algorithm 1 (sample optimisation), with
     #: their options under ``pretrain.methods.tuple_infonce`` (fusebench.components.tuple_method)
     pretrain_methods: ClassVar[tuple[str, ...]] = ("tuple_infonce",)
+    #: the loss is on the student's fused tuples alone: an EMA teacher (``ema_teacher: {enabled: true}``) would be
+    #: built and updated and never read, so a run that attaches one is refused (``MultiViewObjective.uses_teacher``)
+    uses_teacher: ClassVar[bool] = False
 
     def __init__(self, tau: float = 0.07) -> None:
         super().__init__()

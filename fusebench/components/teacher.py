@@ -6,7 +6,9 @@ exponential moving average (``fusebench.encoders.heads.EMATeacher``: cosine mome
 ``momentum`` to 1 over the run's optimisation steps), updated after every optimisation step. BYOL
 objectives (called as ``pairs``) name it: their loss is the objective on the student's predictions
 (projection + predictor) against the teacher's projections, per modality. ``enabled: true`` attaches
-the teacher to any other objective too; a view objective then trains in the view rotation below.
+the teacher to any other objective too; a view objective then trains in the view rotation below. An objective
+whose loss never reads a teacher (``uses_teacher = False``: TupleInfoNCE) refuses it (``read_by``; the runner's
+``check_methods_read``, before any cell).
 
 ``view_rotation`` — the M3G paper's Sec. 4 scheme (Piran et al. 2024, arXiv:2405.19532) for any view
 objective (every ``MultiViewObjective`` with ``input_kind = "views"`` names it): the loss is the
@@ -59,6 +61,8 @@ class EMATeacherMethod(PretrainMethod):
     id: ClassVar[str] = "ema_teacher"
     Options: ClassVar[type] = EMATeacherOptions
     build_order: ClassVar[int] = 10  # after every student head: the copy is of the student as built
+    #: an objective with ``uses_teacher = False`` (TupleInfoNCE) never reads the teacher: refused for it
+    read_by: ClassVar[str | None] = "uses_teacher"
     #: its own loss is BYOL's, for "pairs" objectives, which take no mask (a run with missing views refuses them
     #: before this is asked); for a view objective it computes no loss (the objective's masked call does)
     honours_mask: ClassVar[bool] = True

@@ -92,6 +92,11 @@ class PretrainMethod:
     #: the loss without the mask, and a run with missing views (``pretrain.missing_rate > 0``) that it joins is
     #: refused (``fusebench.components.rows``)
     honours_mask: ClassVar[bool] = False
+    #: the objective class attribute (a bool; absent: True) that says whether the objective's loss reads what this
+    #: method adds, for a method that may join a run on its own options (``ema_teacher``: ``uses_teacher``); where it
+    #: is False the method would be built, recorded and hashed, and unread, so such a run is refused
+    #: (:func:`unread_methods`). None: every objective the method joins reads it
+    read_by: ClassVar[str | None] = None
     #: the version of what the method computes (its part of the loss: augmentations, a teacher, fused tuples, ...):
     #: raised when that changes under unchanged options, as an objective's ``version`` is; a run it joins records it
     #: where it is not "1" (``versions.methods``), and a record, checkpoint or selection made by another version is
@@ -297,6 +302,18 @@ def attach(objective: nn.Module, cfg: Any) -> list[PretrainMethod]:
     return [METHODS.get(chosen[j])(options_of(cfg, chosen[j])) for j in order]
 
 
+def unread_methods(objective: Any, cfg: Any) -> list[tuple[str, str]]:
+    """(method id, the objective's attribute) for each method that joins a run of ``objective`` with ``cfg``
+    (:func:`joining`) although the objective says its loss does not read it (its :attr:`PretrainMethod.read_by`
+    attribute is False): what the runner refuses before any cell. Only class attributes are read."""
+    out = []
+    for mid in joining(objective, cfg):
+        attr = getattr(METHODS.get(mid), "read_by", None)
+        if attr and not getattr(objective, attr, True):
+            out.append((mid, attr))
+    return out
+
+
 def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
     """(extension class, its method's options) for every extension of ``methods``."""
     out = []
@@ -309,4 +326,4 @@ def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
 
 __all__ = ["METHODS", "DeprecatedKeyWarning", "NoOptions", "PretrainMethod", "attach", "check_methods",
            "extensions", "joining", "make_options", "method_class", "method_version", "option_values", "options_of",
-           "register"]
+           "register", "unread_methods"]

@@ -113,6 +113,39 @@ def check_method_options_used(spec: BenchmarkSpec, objs: list[str], overrides: I
                               f"drop it, or run an objective that builds on {mid}")
 
 
+def check_methods_read(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
+    """A pretraining method that would join the runs of an objective of the run ``objs`` which says its loss does not
+    read it (:func:`fusebench.spec.methods.unread_methods`: ``ema_teacher: {enabled: true}`` for ``tuple_infonce``,
+    whose ``uses_teacher`` is false) is refused at any point of the objective's grid: built and updated every step,
+    recorded and hashed, and never read. One ConfigError naming the key that brings it in (the point's, the
+    objective's own ``hparams``, or ``pretrain.methods``) and the objective."""
+    from fusebench import objectives
+    from fusebench.spec.methods import METHODS, option_values, split_method_keys, unread_methods, with_method_options
+
+    for o in dict.fromkeys(objs):
+        if not row_of(spec, o).pretrains or o not in objectives.OBJECTIVES:
+            continue
+        own = spec.pretrain.settings(o)
+        for point in own.points():
+            _, method_options = split_method_keys(own.at(point))
+            for mid, attr in unread_methods(objectives.OBJECTIVES.get(o), with_method_options(spec.pretrain,
+                                                                                              method_options)):
+                prefix = f"methods.{mid}."
+                mine = {k: v for k, v in point.items() if k.startswith(prefix)}
+                where = setting_key(o, "grid") if mine else setting_key(o, "hparams")
+                mine = mine or {k: v for k, v in own.hparams.items() if k.startswith(prefix)}
+                if mine:
+                    keys = ", ".join(f"{where}.{k}={v!r}" for k, v in mine.items())
+                else:
+                    given = option_values((spec.pretrain.methods or {}).get(mid) or METHODS.get(mid).Options())
+                    default = option_values(METHODS.get(mid).Options())
+                    keys = ", ".join(f"pretrain.methods.{mid}.{k}={v!r}" for k, v in given.items() if v != default[k])
+                raise ConfigError(f"{spec.name}: {keys or f'pretrain.methods.{mid}'}: the {mid} method is not used by "
+                                  f"{o} (the objective's {attr} is false: its loss never reads what {mid} adds), so "
+                                  f"it would be built, recorded and hashed in {o}'s cells and change nothing; drop it, "
+                                  f"or run {o} apart from the objectives that read it (--objective)")
+
+
 def check_objective_overrides_used(spec: BenchmarkSpec, objs: list[str], overrides: Iterable[str] = ()) -> None:
     """``--set`` values of objectives' settings are used or refused: one objective's own setting
     (``pretrain.per_objective.<id>...``, or a flat table ``pretrain.<table>.<id>...``) for an objective this run does
@@ -596,6 +629,7 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     check_pretraining_epochs(spec, objs)
     check_components(spec, objs)
     check_method_options_used(spec, objs, req.overrides)
+    check_methods_read(spec, objs)
     pipeline = pipeline_of(spec)
     if pipeline.builds_encoder:  # (a pipeline that applies no speed option refuses them when the spec loads)
         check_speed_settings_used(spec, objs)
@@ -727,5 +761,5 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
-           "check_pretraining_epochs", "check_checkpoint_every_used", "check_speed_settings_used", "check_weights_row_settings", "finished_records", "make_out",
+           "check_pretraining_epochs", "check_checkpoint_every_used", "check_speed_settings_used", "check_methods_read", "check_weights_row_settings", "finished_records", "make_out",
            "pretrains_nothing", "remove_made", "resolve_views", "resolve_width_grid", "run", "weights_rows_set"]
