@@ -11,6 +11,7 @@ wrote (the shapes of the model that wrote it), not from the check."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import torch
 import fusebench
 from fusebench import benchmarks
 from fusebench.cells.execute import run_cell
+from fusebench.components.identity import spec_hash
 from fusebench.engine.cell import load_checkpoint
 from fusebench.spec.config import ConfigError
 from fusebench.spec.request import CellRequest, RunOptions, cell_dir
@@ -189,6 +191,21 @@ def test_real_data_sizes_the_model_and_status_leaves_the_fit_to_the_plan(tmp_pat
         "resumable from last.pt if it was written under the configuration its data gives (mv-hw2sources's views, and "
         "what follows from them, come from its data file, which status does not read: fusebench run ... --plan "
         "judges it)"))
+    # ... but compares the rest of it: the same checkpoint under another learning rate (its views are the file's,
+    # taken from the checkpoint) is refused, naming that key alone
+    edited = torch.load(last, weights_only=True)
+    lr = spec.pretrain.lr
+    edited["config"]["pretrain"]["lr"] = lr * 10
+    edited["config_hash"] = "0" * 16
+    other = cell_dir(out, "mv-hw2sources", OBJ, 1)
+    other.mkdir(parents=True)
+    torch.save(edited, other / "last.pt")
+    state, why = status.collect(out, ["mv-hw2sources"])["mv-hw2sources"][(OBJ, 1)]
+    assert state == "interrupted" and why == (
+        f"not resumable: cannot resume {other / 'last.pt'}: it was written with another configuration (config hash "
+        f"{'0' * 16} != {spec_hash(spec, OBJ)} of the current spec and --set values); changed: pretrain.lr: {lr * 10!r} "
+        f"in the checkpoint, now {lr!r}; rerun with the same settings, or move the cell folder away to start over"), why
+    shutil.rmtree(other)
 
     def plan() -> dict:
         rows = fusebench.run("mv-hw2sources", objective=OBJ, seeds=[0], out=out, data_root=root, progress=False,

@@ -20,7 +20,8 @@ Every cell folder ``DIR/<benchmark>/<objective>/seed<k>/`` is in one state:
   (:func:`fusebench.cells.resume_fit.resume_misfit`; one written on real data is "resumable from last.pt if its
   tensors fit ...": status does not read the data the model is built for, ``--plan`` does; of a benchmark whose
   views the run names from its data file, a multi-view ``.mat``, it is "resumable from last.pt if it was written
-  under the configuration its data gives ...": its configuration, too, is judged by ``--plan``); else
+  under the configuration its data gives ...": the checkpoint's configuration is compared with what the data
+  decides taken from the checkpoint, and that part is judged by ``--plan``); else
   "not resumable: " and the message the run would stop at;
 * ``pending``: nothing yet; with ``--benchmark``, every cell of the benchmark's default sweep
   (objectives x seeds of its spec) without a folder counts as pending too;
@@ -123,7 +124,8 @@ def _resumable(last: Path, spec: Any) -> str:
 
     try:
         ckpt = load_checkpoint(last, mmap=True)  # judged, not computed with: its weights are not read
-        if spec is not None and _config_from_data(spec):
+        if spec is not None and _config_from_data(spec):  # judged with what the data gives taken from the checkpoint
+            check_checkpoint_config(last, ckpt, _as_its_data_gave(spec, ckpt.get("config")), last.parents[1].name)
             return (f"resumable from last.pt if it was written under the configuration its data gives ({spec.name}'s "
                     f"views, and what follows from them, come from its data file, which status does not read: "
                     f"fusebench run ... --plan judges it)")
@@ -145,6 +147,40 @@ def _config_from_data(spec: Any) -> bool:
 
     return (pipeline_of(spec).reads_dataset and not spec.dataset.modalities
             and bool(getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False)))
+
+
+def _as_its_data_gave(spec: Any, saved: Any) -> Any:
+    """A copy of ``spec`` (one of :func:`_config_from_data`) with the values the run takes from the data file
+    (:func:`fusebench.sweep.runner.resolve_views`, :func:`~fusebench.sweep.runner.resolve_width_grid`,
+    :func:`~fusebench.sweep.runner.cap_batch_sizes`) as the checkpoint's saved configuration ``saved`` states them:
+    its views, the PCA widths of an ``auto`` grid, a pretraining batch size below the spec's (a cap). The
+    checkpoint's configuration is then compared with it key by key like any other, so that a checkpoint of another
+    benchmark, objective or setting is refused and one that differs only in what the data decides is left to
+    ``--plan``, which reads the data."""
+    import copy
+
+    from fusebench.components.protocols import WIDTH_OPTION, WIDTHS_AUTO
+
+    filled = copy.deepcopy(spec)
+    if not isinstance(saved, dict):
+        return filled
+    part = lambda key: saved.get(key) if isinstance(saved.get(key), dict) else {}  # noqa: E731
+    views = part("dataset").get("modalities")
+    if isinstance(views, list) and views and all(isinstance(v, str) for v in views):
+        filled.dataset.modalities = list(views)
+    for key, option in (filled.options or {}).items():
+        widths = part("options").get(key, {}).get(WIDTH_OPTION) if isinstance(part("options").get(key), dict) else None
+        if isinstance(option, dict) and option.get(WIDTH_OPTION) == WIDTHS_AUTO and isinstance(widths, list):
+            filled.options[key] = {**option, WIDTH_OPTION: widths}
+    pt, saved_pt = filled.pretrain, part("pretrain")
+    capped = lambda b, now: type(b) is int and 2 <= b < now  # noqa: E731
+    if capped(saved_pt.get("batch_size"), pt.batch_size):
+        pt.batch_size = saved_pt["batch_size"]
+    own = saved_pt.get("objective_batch_size") if isinstance(saved_pt.get("objective_batch_size"), dict) else {}
+    for o, b in sorted(pt.objective_batch_size.items()):
+        if capped(own.get(o), b):
+            pt.objective_batch_size[o] = own[o]
+    return filled
 
 
 def _fit_of(last: Path, ckpt: dict[str, Any], spec: Any) -> str:
