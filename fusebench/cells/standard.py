@@ -266,11 +266,13 @@ class StandardCell:
         if scaler is not None:
             phase.mods["grad_scaler"] = scaler
         phase.identify(spec, self.objective, self.fingerprint, self.context)
+        from fusebench.spec.methods import epoch_update_kwargs
+
         extensions = []  # the pretraining methods' own per-epoch steps (e.g. Algorithm 1); state in last.pt
         for ext_cls, opts in pretrain_extensions(pre):
             if ext_cls.enabled(opts):
                 ext = phase.mods[ext_cls.state_key] = ext_cls(pre, opts, seed)
-                extensions.append((ext, opts))
+                extensions.append((ext, opts, epoch_update_kwargs(ext, scaler)))  # refused before training if unfit
         # the objective's iterative solver, if it has one: its calls that stopped at max_iter, counted per epoch into
         # the curves (solver_calls, solver_not_converged, solver_worst_marginal_error); the epoch's running count is
         # saved with each checkpoint, so a resumed cell counts what an uninterrupted one does
@@ -292,11 +294,11 @@ class StandardCell:
             if tally is not None:
                 for key, value in tally.take().items():
                     phase.curves.setdefault(key, []).append(value)
-            for ext, opts in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
+            for ext, opts, kwargs in extensions:  # e.g. B candidates from g_t, best kept as g_{t+1}, policy means to the curves
                 ext.epoch_update(opt, phase.epoch,
                                  lambda: make_loader(data["train"], batch_size, True, seed + 7_919, phase.epoch, shard=True)[0],
                                  val_tuples(data["val"], ext.val_batch_size(opts), seed),
-                                 phase.curves, self.autocast, scaler=scaler)  # 16-mixed: the candidates' scale
+                                 phase.curves, self.autocast, **kwargs)  # 16-mixed: scaler=, the candidates' scale
 
         hooks = PhaseHooks(
             host=lambda batch: pre.host_batch(self.inputs(batch)),  # mask checked on the host, format set before the copy
@@ -320,7 +322,7 @@ class StandardCell:
         self.pre_segments = phase.clock.segments()  # this process's and, when resumed, the earlier ones'
         # the steps of a method's own per-epoch training (Algorithm 1's candidates): those in the kept encoder's
         # history count as its steps; all of them (the compute) are stated beside
-        extra = [ext.budget() for ext, _ in extensions if callable(getattr(ext, "budget", None))]
+        extra = [ext.budget() for ext, _, _ in extensions if callable(getattr(ext, "budget", None))]
         kept = int(phase.step) + sum(b["kept_steps"] for b in extra)
         self.budget_record = {"optimizer_steps": kept, "samples_seen": kept * batch_size,
                               "batch_size": batch_size, "micro_batch": int(micro) if micro else None, "epochs": epochs}

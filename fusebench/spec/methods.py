@@ -84,7 +84,8 @@ class PretrainMethod:
     #: per-epoch steps: "module:Class" of classes with ``enabled(options)``, ``state_key``,
     #: ``val_batch_size(options)``, ``__init__(pretrainer, options, seed)``, ``epoch_update(optimizer, epoch,
     #: train_batches, val_batch, curves, autocast, scaler=...)`` (``scaler``: the main loop's gradient scaler at
-    #: precision ``16-mixed``, else None), ``state_dict()`` / ``load_state_dict()``
+    #: precision ``16-mixed``, else None; one whose ``epoch_update`` takes no ``scaler`` is called without it, and
+    #: refused at ``16-mixed``: :func:`epoch_update_kwargs`), ``state_dict()`` / ``load_state_dict()``
     extensions: ClassVar[tuple[str, ...]] = ()
     #: whether a run this method joins still honours the batch's presence mask (missing views): its ``loss``
     #: passes the mask on, or leaves the loss of every objective that takes a mask to the objective's own
@@ -314,6 +315,31 @@ def unread_methods(objective: Any, cfg: Any) -> list[tuple[str, str]]:
     return out
 
 
+def epoch_update_kwargs(ext: Any, scaler: Any) -> dict[str, Any]:
+    """The keywords an extension's ``epoch_update`` is called with beyond the positional ones: ``scaler`` (the main
+    loop's gradient scaler at precision ``16-mixed``, else None) where its signature takes it (a ``scaler``
+    parameter or ``**kwargs``). An extension written before the keyword existed is called without it where there is
+    no scaler; at ``16-mixed``, where its candidate steps would run unscaled in float16 beside a scaled main loop, it
+    is refused before the cell trains: one ConfigError naming the class and what to add."""
+    import inspect
+
+    try:
+        params = inspect.signature(ext.epoch_update).parameters.values()
+    except (TypeError, ValueError):  # a signature Python cannot read (a builtin): called as documented
+        return {"scaler": scaler}
+    if any(p.name == "scaler" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return {"scaler": scaler}
+    if scaler is None:
+        return {}
+    from fusebench.spec.config import ConfigError
+
+    cls = type(ext)
+    raise ConfigError(f"pretraining extension {cls.__module__}:{cls.__qualname__}: its epoch_update takes no 'scaler' "
+                      f"keyword, which precision 16-mixed passes (the main loop's gradient scaler: steps the extension "
+                      f"takes must be scaled and unscaled by it); add 'scaler=None' to epoch_update and use it, or run "
+                      f"at another precision")
+
+
 def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
     """(extension class, its method's options) for every extension of ``methods``."""
     out = []
@@ -325,5 +351,5 @@ def extensions(methods: list[PretrainMethod]) -> list[tuple[type, Any]]:
 
 
 __all__ = ["METHODS", "DeprecatedKeyWarning", "NoOptions", "PretrainMethod", "attach", "check_methods",
-           "extensions", "joining", "make_options", "method_class", "method_version", "option_values", "options_of",
+           "epoch_update_kwargs", "extensions", "joining", "make_options", "method_class", "method_version", "option_values", "options_of",
            "register", "unread_methods"]
