@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Sequence
 
 __all__ = ["DuplicateKeyError", "atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "atomic_write_together",
-           "canonical_json", "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_path", "shown_text", "sha256_hex", "strict_json", "unique_keys",
+           "canonical_json", "finite_json", "new_file_mode", "remove_stale_temps", "sha256_file", "shown_lines", "shown_path", "shown_text", "sha256_hex", "strict_json", "unique_keys",
            "write_if_changed"]
 
 
@@ -274,6 +274,13 @@ def shown_text(text: str) -> str:
     character (a newline, an escape sequence) or a bidirectional-text control (U+202E, which reverses the text after
     it) reaches the terminal escaped (``'a\\x1b[2J'``), never raw. The one escaping of file text in messages."""
     return text if text.isprintable() else repr(text)
+
+
+def shown_lines(text: str) -> str:
+    """``text`` of several lines (an error message) as a terminal shows it: each ``\\n``-separated line through
+    :func:`shown_text`, so a multi-line message keeps its lines and any other control character (a carriage return,
+    an escape sequence, U+2028) is escaped within its line."""
+    return "\n".join(shown_text(line) for line in text.split("\n"))
 
 
 def shown_path(path: str | os.PathLike) -> str:

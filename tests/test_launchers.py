@@ -485,3 +485,42 @@ def test_space_relation_by_hand(monkeypatch) -> None:
     monkeypatch.setattr(processes, "process_space", lambda: {})  # no /proc: the pid is all there is
     assert processes.space_relation({"boot_id": "b0", "pid_ns": "pid:[9]"}) == processes.SAME
     assert processes.space_tag() == ""
+
+
+def test_a_failed_cells_error_reaches_the_terminal_escaped(tmp_path: Path, capsys) -> None:
+    """The error text a cell's failure carries (an exception's message, which can quote a file's key or a record's
+    field) is printed with its control characters escaped (fusebench.io.shown_text), by the local path and by a
+    scheduler's job alike; a multi-line message keeps its lines."""
+    from fusebench import benchmarks
+    from fusebench.cells.execute import record_failure
+
+    hostile = "ValueError: key 'a\x1b[2J\u202eb' unknown\nexpected one of: x, y"
+    request = CellRequest(benchmarks.load("quickstart"), "m3g", 1, tmp_path)
+    failure = record_failure(request, hostile)
+    assert failure["error"] == hostile  # the record keeps the text as it was
+    assert capsys.readouterr().err.splitlines() == [
+        "FAILED quickstart/m3g/seed1: \"ValueError: key 'a\\x1b[2J\\u202eb' unknown\"", "expected one of: x, y"]
+
+    class Paths:
+        result_pickle = tmp_path / "8_0_0_result.pkl"
+        stdout, stderr = tmp_path / "8_0_0_log.out", tmp_path / "8_0_0_log.err"
+
+    Paths.result_pickle.write_bytes(b"")  # (read by Job.result below)
+
+    class Job:
+        job_id, paths = "8_0", Paths()
+
+        def result(self) -> dict:
+            return {"status": "failed", "error": hostile}
+
+    class Spec:
+        name = "quickstart"
+
+    launcher = launchers.SubmititLauncher.__new__(launchers.LAUNCHERS.get("slurm"))
+    launcher.opts = launchers.SubmititOptions(poll_s=0)
+    launcher._queue = lambda: FakeQueue({})  # type: ignore[method-assign]
+    records = [None]
+    launcher._wait({0: Job()}, [("m3g", 1)], records, Spec(), tmp_path)
+    assert records[0]["error"] == hostile
+    assert capsys.readouterr().err.splitlines() == [
+        f"FAILED quickstart/m3g/seed1: \"ValueError: key 'a\\x1b[2J\\u202eb' unknown\" (log {Paths.stderr})"]

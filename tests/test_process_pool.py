@@ -91,8 +91,8 @@ def _pool_calls_module(folder: Path) -> None:
         def call(folder, name):
             if name == "dies":  # as the out-of-memory killer ends a worker
                 os.kill(os.getpid(), signal.SIGKILL)
-            if name == "raises":
-                raise ValueError("a call's own error")
+            if name.startswith("raises"):
+                raise ValueError(f"a call's own error ({name})")
             Path(folder, name).write_text("ran")
             return name.upper()
     """))
@@ -142,6 +142,30 @@ def test_a_call_error_and_a_crash_both_leave_the_others_running(tmp_path: Path, 
     with pytest.raises(ValueError, match="a call's own error"):
         run_in_processes(poolcrash.call, calls, 2, on_crash=lambda args, how: "crashed")
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file() and p.suffix == "") == ["a", "b"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_every_call_error_is_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several calls raised (and a worker died in another): the first call's error is raised, with a note for each
+    other, in call order; only the first was said before."""
+    from fusebench.sweep.process_pool import run_in_processes
+
+    _pool_calls_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setitem(sys.modules, "poolcrash", None)
+    del sys.modules["poolcrash"]
+    import poolcrash
+
+    calls = [(str(tmp_path), n) for n in ["raises", "a", "dies", "raises too"]]
+    with pytest.raises(ValueError) as err:
+        run_in_processes(poolcrash.call, calls, 2)
+    assert str(err.value) == "a call's own error (raises)"
+    assert err.value.__notes__ == [
+        "also raised by call 3 of 4: WorkerDied: a worker process died running call 3 of 4: killed by SIGKILL: the "
+        "kernel's out-of-memory killer sends it",
+        "also raised by call 4 of 4: ValueError: a call's own error (raises too)"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file() and p.suffix == "") == ["a"]
 
 
 def test_a_cell_whose_worker_died_is_a_failed_cell_with_its_failed_json(tmp_path: Path) -> None:

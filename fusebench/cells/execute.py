@@ -200,7 +200,7 @@ def record_failure(request: CellRequest, error: str, trace: str = "") -> dict[st
     except OSError as w:  # e.g. the disk that made the cell fail is full: say so, do not hide the failure
         print(f"(could not write {cell / 'failed.json'}: {w.strerror or w})", file=sys.stderr)
     log.error("%s/%s/seed%s failed: %s", spec.name, o, s, error)
-    print(f"FAILED {spec.name}/{o}/seed{s}: {error}", file=sys.stderr)
+    print(f"FAILED {spec.name}/{o}/seed{s}: {io.shown_lines(error)}", file=sys.stderr)  # (file text escaped)
     return failure
 
 

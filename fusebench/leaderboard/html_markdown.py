@@ -3,7 +3,7 @@ headings, paragraphs, lists, tables, code spans, bold, relative links (:func:`md
 :func:`md_inline`). Record text arrives escaped by :func:`fusebench.leaderboard.columns.md_text`
 (backslash escapes, ``&amp;`` / ``&lt;`` / ``&gt;``) and leaves escaped by
 :func:`~fusebench.leaderboard.columns.html_escape` (bidirectional-text controls as visible escapes); a link is
-written only to a relative path in the folder (:func:`safe_href`: no scheme, no host), an image becomes a
+written only to a relative path (:func:`safe_href`: no scheme, no host, not absolute), an image becomes a
 link to its file (the pages load no file)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from fusebench.leaderboard.columns import html_escape as escape  # html.escape, 
 
 _INLINE = re.compile(r"`([^`]*)`|\\(.)|(&(?:amp|lt|gt|quot|#\d{1,7}|#x[0-9a-fA-F]{1,6});)|(\*\*)"
                      r"|(!?)\[((?:\\.|[^\]\\])*)\]\(([^()\s]*)\)")
-#: a link target this converter writes: a relative path in this folder (or below), with an optional anchor
+#: a link target this converter writes: a relative path (``..`` included: a board links its records in
+#: ``../runs/``), with an optional anchor; no scheme, no host, no absolute path (:func:`safe_href`)
 _SAFE_HREF = re.compile(r"(?!.*//)[A-Za-z0-9_.\-/]+(#[A-Za-z0-9_.\-]*)?|#[A-Za-z0-9_.\-]+")
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
+from fusebench.io import shown_text
 from fusebench.registry import Registry, UnknownNameError
 from fusebench.runtime import interrupt
 from fusebench.engine import locks
@@ -419,7 +420,7 @@ class SubmititLauncher(Launcher):
                 error = "failed.json unreadable"
             return {"status": "failed", **base, "error": error}
         error = f"slurm job {job.job_id} ended without a record"
-        print(f"INTERRUPTED {spec.name}/{o}/seed{s}: {error}; rerunning the sweep finishes it", file=sys.stderr)
+        print(f"INTERRUPTED {spec.name}/{o}/seed{s}: {shown_text(error)}; rerunning the sweep finishes it", file=sys.stderr)
         return {"status": "interrupted", **base, "error": error}
 
     def _outcome(self, job: Any, cell_id: tuple[str, int], spec, out: Path) -> dict[str, Any]:
@@ -438,7 +439,7 @@ class SubmititLauncher(Launcher):
                 result = job.result()
                 if isinstance(result, dict) and result.get("status") == "failed":  # said in the job's log: here too
                     first = (str(result.get("error") or "").splitlines() or [""])[0]
-                    print(f"FAILED {spec.name}/{o}/seed{s}: {first} (log {job.paths.stderr})", file=sys.stderr)
+                    print(f"FAILED {spec.name}/{o}/seed{s}: {shown_text(first)} (log {job.paths.stderr})", file=sys.stderr)
                 return result
             except Exception as e:  # raised in the job outside the cell (or submitit gave up requeueing)
                 error, trace = f"{type(e).__name__}: {e}", traceback.format_exc()
@@ -449,13 +450,13 @@ class SubmititLauncher(Launcher):
             return existing_record(cell / "run.json", spec, o, seed=s)
         if interrupted:
             how = "resumes from last.pt" if (cell / "last.pt").exists() else "starts it again"
-            print(f"INTERRUPTED {spec.name}/{o}/seed{s}: {error.splitlines()[0]}; rerunning the sweep {how} "
+            print(f"INTERRUPTED {spec.name}/{o}/seed{s}: {shown_text((error.splitlines() or [''])[0])}; rerunning the sweep {how} "
                   f"(log {job.paths.stderr})", file=sys.stderr)
             return {"status": "interrupted", **base, "error": error}
         failure = {"status": "failed", **base, "error": error, "traceback": trace}
         cell.mkdir(parents=True, exist_ok=True)
         utils.atomic_write_json(cell / "failed.json", failure)
-        print(f"FAILED {spec.name}/{o}/seed{s}: {error.splitlines()[0]} (log {job.paths.stderr})", file=sys.stderr)
+        print(f"FAILED {spec.name}/{o}/seed{s}: {shown_text((error.splitlines() or [''])[0])} (log {job.paths.stderr})", file=sys.stderr)
         return failure
 
 

@@ -9,7 +9,8 @@ it waits for its next call, inside the pool's queue and holding its lock, left t
 lock for ever) and dies at once on SIGTERM. Ctrl-C in the parent starts no further call, terminates the workers
 (the running calls unwind), kills one that has not ended after :data:`GRACE_S` seconds, and re-raises without
 waiting on the pool. A call that raises is raised in the parent once the pool has finished the other calls (each
-writes its own record, which a resumed sweep reuses).
+writes its own record, which a resumed sweep reuses); where several raised, the first call's exception is raised
+with one note per other (``also raised by call i of n: ...``), so none is lost.
 
 A worker that dies during a call (killed by the out-of-memory killer, a segmentation fault) breaks the pool:
 every call not finished gets ``BrokenProcessPool``, and the others still running are terminated. Each call marks
@@ -154,14 +155,21 @@ def run_in_processes(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], w
                         errors.append(e)
                 else:
                     cell = getattr(calls[i][0], "cell", None) if calls[i] else None
-                    errors.append(WorkerDied(f"a worker process died running call {i + 1} of {len(calls)}"
-                                             f"{f' (cell {cell})' if cell is not None else ''}: {how}"))
+                    died = WorkerDied(f"a worker process died running call {i + 1} of {len(calls)}"
+                                      f"{f' (cell {cell})' if cell is not None else ''}: {how}")
+                    died._fusebench_call = i  # type: ignore[attr-defined]
+                    errors.append(died)
             left = [i for i in todo if i not in results and i not in dict(crashed) and not _raised(i, errors)]
             if left == todo:  # the pool broke with no call started, ended or crashed: not a call's doing
                 raise WorkerDied(f"the pool of {workers} worker process(es) broke before any call started")
             todo = left
     if errors:
-        raise errors[0]
+        first = min(errors, key=lambda e: getattr(e, "_fusebench_call", len(calls)))  # the first call's, in call order
+        for e in sorted((e for e in errors if e is not first), key=lambda e: getattr(e, "_fusebench_call", len(calls))):
+            i = getattr(e, "_fusebench_call", None)
+            first.add_note(f"also raised{f' by call {i + 1} of {len(calls)}' if i is not None else ''}: "
+                           f"{type(e).__name__}: {e}")
+        raise first
     return [results[i] for i in range(len(calls))]
 
 
