@@ -685,6 +685,11 @@ def test_primary_metric_from_the_comparison(tmp_path: Path) -> None:
                      config=config)
     md = benchmark_table("toy", load_runs(runs)["toy"])
     assert "Primary metric: `mae` (chosen because errors matter here)." in md
+    # a why that starts with an acronym keeps it (it was lowercased: "nYUv2's ...")
+    for why, shown in (("NYUv2's boards report mae.", "NYUv2's boards report mae"), ("A rule.", "a rule"),
+                       ("MAE is the metric.", "MAE is the metric"), ("x", "x")):
+        other = _ref_runs(tmp_path / why, REF_ACCS, comparison={"primary": "mae", "why": why}, config=config)
+        assert f"Primary metric: `mae` (chosen because {shown})." in benchmark_table("toy", load_runs(other)["toy"])
     assert "| mae 95% CI | Δ mae vs `raw` (Holm p) |" in md
     assert _rows(md)["`alpha`"][3] == "+0.0000 (1.000)"  # mae 0.5 everywhere: equal on every seed, p = 1
 

@@ -301,7 +301,7 @@ def test_bench_leaderboard_runs_and_checks(runs: Path, tmp_path: Path) -> None:
                         "--runs", str(runs), "--repeat", "1", "--skip-cold", "--format", "md"], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "| cold (every plot drawn) | skipped |" in r.stdout
+    assert "| cold (curves plots drawn) | skipped |" in r.stdout
     assert "| warm (unchanged runs: the manifest matches) |" in r.stdout
     assert "| warm, full re-render (--force) |" in r.stdout
     assert "| markdown only, full re-render (--no-plots --format md --force) |" in r.stdout

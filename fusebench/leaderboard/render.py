@@ -58,7 +58,9 @@ def _comparison_lines(view: GroupView) -> list[str]:
     if not p:
         return []
     why = view.why.rstrip(".")
-    why = md_text(why[0].lower() + why[1:]) if why else ""
+    if why[:1].isupper() and not why[1:2].isupper():  # a sentence's capital goes after "because"; an acronym stays
+        why = why[0].lower() + why[1:]
+    why = md_text(why) if why else ""
     line = f"Primary metric: `{p}`" + (f" (chosen because {why})" if why else "") + "."
     if view.ranked:
         if view.reference:
