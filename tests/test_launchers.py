@@ -376,6 +376,20 @@ def test_status_names_the_slurm_job_of_a_submitted_cell(tmp_path: Path) -> None:
     assert locks.slurm_jobs(sorted((out / "quickstart" / "m3g").iterdir())) == ["9_0", "9_1", "9_2", "9_3"]
 
 
+def _wait_for_one(job: Any, out: Path) -> list[Any]:
+    """The records the slurm launcher's wait gives for one job ``job`` of cell quickstart/m3g/seed1 under ``out``,
+    the queue empty (the job has ended)."""
+    class Spec:
+        name = "quickstart"
+
+    launcher = launchers.SubmititLauncher.__new__(launchers.LAUNCHERS.get("slurm"))
+    launcher.opts = launchers.SubmititOptions(poll_s=0)
+    launcher._queue = lambda: FakeQueue({})  # type: ignore[method-assign]
+    records = [None]
+    launcher._wait({0: job}, [("m3g", 1)], records, Spec(), out)
+    return records
+
+
 def test_a_job_that_ends_without_a_result_is_interrupted(tmp_path: Path, capsys) -> None:
     class Paths:
         result_pickle = tmp_path / "7_0_0_result.pkl"  # never written: the job was cancelled
@@ -384,14 +398,7 @@ def test_a_job_that_ends_without_a_result_is_interrupted(tmp_path: Path, capsys)
     class Job:
         job_id, paths = "7_0", Paths()
 
-    class Spec:
-        name = "quickstart"
-
-    launcher = launchers.SubmititLauncher.__new__(launchers.LAUNCHERS.get("slurm"))
-    launcher.opts = launchers.SubmititOptions(poll_s=0)
-    launcher._queue = lambda: FakeQueue({})  # type: ignore[method-assign]
-    records = [None]
-    launcher._wait({0: Job()}, [("m3g", 1)], records, Spec(), tmp_path)
+    records = _wait_for_one(Job(), tmp_path)
     assert records[0]["status"] == "interrupted" and records[0]["job_id"] == "7_0"
     assert "rerunning the sweep starts it again" in capsys.readouterr().err
     assert not (tmp_path / "quickstart" / "m3g" / "seed1" / "failed.json").exists()
@@ -513,14 +520,7 @@ def test_a_failed_cells_error_reaches_the_terminal_escaped(tmp_path: Path, capsy
         def result(self) -> dict:
             return {"status": "failed", "error": hostile}
 
-    class Spec:
-        name = "quickstart"
-
-    launcher = launchers.SubmititLauncher.__new__(launchers.LAUNCHERS.get("slurm"))
-    launcher.opts = launchers.SubmititOptions(poll_s=0)
-    launcher._queue = lambda: FakeQueue({})  # type: ignore[method-assign]
-    records = [None]
-    launcher._wait({0: Job()}, [("m3g", 1)], records, Spec(), tmp_path)
+    records = _wait_for_one(Job(), tmp_path)
     assert records[0]["error"] == hostile
     assert capsys.readouterr().err.splitlines() == [
         f"FAILED quickstart/m3g/seed1: \"ValueError: key 'a\\x1b[2J\\u202eb' unknown\" (log {Paths.stderr})"]
