@@ -347,3 +347,15 @@ def test_an_abbreviated_option_is_refused_naming_the_option_it_resembles(capsys)
     err = capsys.readouterr().err
     assert "unrecognized arguments: --work 2 (did you mean --workers for --work?)" in err
     assert parser().parse_args(["quickstart", "--workers", "2"]).workers == 2
+
+
+def test_a_long_set_value_is_cut_visibly_in_the_message() -> None:
+    """``[with --set ...]`` names each value given on the command line; one longer than 60 characters is cut with
+    "..." (it was cut silently, mid-word, so a reader took the cut text for the value)."""
+    from fusebench.spec.config import ConfigError, name_overrides
+
+    long = {"methods.ema_teacher.enabled": True}
+    e = name_overrides(ConfigError("x.yaml: bad"), {"pretrain.hparams.tuple_infonce": long, "a": 1})
+    whole = "pretrain.hparams.tuple_infonce={'methods.ema_teacher.enabled': True}"
+    assert len(whole) > 60
+    assert str(e) == f"x.yaml: bad [with --set {whole[:57]}..., a=1]"

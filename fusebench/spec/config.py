@@ -688,7 +688,8 @@ def name_overrides(error: Exception, overrides: Mapping[str, Any] | None) -> Exc
     message, ``... [with --set downstream.lr=-1]``: a value given on the command line is named beside the file it
     changed, never blamed on the file alone. The same exception object (its type and other arguments kept)."""
     if overrides and error.args and isinstance(error.args[0], str) and "[with --set " not in error.args[0]:
-        shown = ", ".join(f"{k}={v!r}"[:60] for k, v in overrides.items())
+        each = [f"{k}={v!r}" for k, v in overrides.items()]
+        shown = ", ".join(e if len(e) <= 60 else e[:57] + "..." for e in each)  # a long value cut, visibly
         error.args = (f"{error.args[0]} [with --set {shown}]", *error.args[1:])
     return error
 
