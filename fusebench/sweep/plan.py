@@ -1,7 +1,10 @@
 """What a sweep would do, cell by cell, without doing it (sweep layer): ``fusebench run B ... --plan``.
 
-A sweep judges every cell before any training (:func:`judge_cell`): a cell whose ``run.json`` was made with this
-configuration, data and code is reused; a cell with a ``last.pt`` of the same is resumed; any other record or
+The run and ``--plan`` judge by the functions here, one judgement (:func:`cell_plan`, :func:`check_resumes_fit`,
+:func:`selection_plan`; ``stop=True``: the run, raised at the first refusal; ``stop=False``: the plan, every refusal an
+entry). A sweep judges every cell before any training (:func:`judge_cell`, against the selections already frozen:
+:func:`frozen_context`): a cell whose ``run.json`` was made with this configuration, data, code and chosen point is
+reused; a cell with a ``last.pt`` of the same is resumed; any other record or
 checkpoint stops the sweep (:class:`~fusebench.engine.cell.ConfigMismatchError`: records are immutable), and so,
 once the data is read, does a ``last.pt`` whose tensors do not fit the modules the cell builds
 (:func:`check_resumes_fit`: a ConfigError naming the file, the tensor and both shapes). With
@@ -16,11 +19,14 @@ use.
 Actions of a cell: ``reuse`` (its record is kept), ``resume`` (from ``last.pt``), ``run`` (a retry where it failed
 before), ``busy`` (another process holds its lock: the sweep skips it) and ``refused`` (the detail says why; the run
 would stop before any cell). Actions of a selection: ``reuse`` (the frozen file), ``select`` (the trials still to
-run) and ``refused``.
+run, each trial's record and ``last.pt`` judged as a cell's) and ``refused``. A selection still to make is judged
+against by the run once made (a cell at another point than its choice: refused then, before any cell); the plan
+cannot foresee that choice.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -36,56 +42,55 @@ CELL_ACTIONS = ("reuse", "resume", "run", "busy", "refused")
 SELECTION_ACTIONS = ("reuse", "select", "refused")
 
 
-def judge_cell(spec: BenchmarkSpec, objective: str, seed: int, out: Path, context: Mapping[str, Any] | None) -> str:
-    """What the sweep does with the cell ``objective`` x ``seed`` under ``out``: ``"reuse"`` (a record made with
-    this configuration, data and code), ``"resume"`` (a ``last.pt`` of the same) or ``"run"``; a record or a
-    checkpoint made otherwise raises (:class:`ConfigMismatchError`, or :class:`RunError` for a record file the
-    leaderboard refuses): the sweep stops before any training."""
-    cell = CellRequest(spec, objective, seed, out).cell
-    if record_there(cell / "run.json", out):
-        existing_record(cell / "run.json", spec, objective, dict(context) if context is not None else None, seed)
+def judge_request(request: CellRequest, context: Mapping[str, Any] | None) -> str:
+    """What :func:`fusebench.cells.execute.run_cell` does with the cell (or selection trial) of ``request`` given
+    ``context``: ``"reuse"`` (a record made with this configuration, data, code and frozen choice), ``"resume"`` (a
+    ``last.pt`` of the same) or ``"run"``; a record or a checkpoint made otherwise raises
+    (:class:`ConfigMismatchError`, or :class:`RunError` for a file the leaderboard refuses or that is no checkpoint):
+    the sweep stops before any training."""
+    spec, objective, cell = request.spec, request.objective, request.cell
+    ctx = dict(context) if context is not None else None
+    if record_there(cell / "run.json", request.out):
+        existing_record(cell / "run.json", spec, objective, ctx, request.seed)
         return "reuse"
     if (cell / "last.pt").exists():
-        check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt", mmap=True), spec, objective,
-                                dict(context) if context is not None else None)
+        check_checkpoint_config(cell / "last.pt", load_checkpoint(cell / "last.pt", mmap=True), spec, objective, ctx)
         return "resume"
     return "run"
 
 
-def check_resumes_fit(spec: BenchmarkSpec, cells: list[tuple[str, int]], out: Path, context: Mapping[str, Any],
-                      train_ds: Any, rows: list[dict[str, Any]] | None = None) -> None:
-    """Before any cell (and before the hyper-parameter selection): each cell of ``cells`` (objective, seed) that
-    the sweep would resume from its ``last.pt`` (its configuration judged by :func:`judge_cell`) holds module states
-    of the names and shapes of the modules the cell builds for ``train_ds``
-    (:func:`fusebench.cells.resume_fit.resume_misfit`); else one ConfigError naming the file, the tensor, expected
-    vs found shape and what to do. With ``rows`` (``--plan``: :func:`cell_plan`'s entries) the cell's entry is
-    refused instead. A cell another process holds is not judged (the sweep skips it)."""
+def judge_cell(spec: BenchmarkSpec, objective: str, seed: int, out: Path, context: Mapping[str, Any] | None) -> str:
+    """:func:`judge_request` for the sweep's cell ``objective`` x ``seed`` under ``out``."""
+    return judge_request(CellRequest(spec, objective, seed, out), context)
+
+
+def check_resumes_fit(spec: BenchmarkSpec, rows: list[dict[str, Any]], context: Mapping[str, Any], train_ds: Any,
+                      stop: bool = False) -> None:
+    """Before any cell (and before the hyper-parameter selection): each cell that :func:`cell_plan`'s entries
+    ``rows`` resume from ``last.pt`` (action ``resume``: its configuration judged, no other process holding it)
+    holds module states of the names and shapes of the modules the cell builds for ``train_ds``
+    (:func:`fusebench.cells.resume_fit.resume_misfit`); else its entry is refused with one line naming the file, the
+    tensor, expected vs found shape and what to do, or, with ``stop`` (the run), that line is a ConfigError."""
     from fusebench.cells.resume_fit import resume_misfit
-    from fusebench.engine.cell import lock_holder
-    from fusebench.engine.locks import LOCK
     from fusebench.spec.config import ConfigError
 
-    entries = {(r["objective"], r["seed"]): r for r in rows or () if not r.get("selection")}
-    for o, s in dict.fromkeys(cells):
-        last = CellRequest(spec, o, s, out).cell / "last.pt"
-        row = entries.get((o, s))
-        if rows is not None:  # judged already: a cell refused, busy or without last.pt is not resumed
-            if row is None or row["action"] != "resume":
-                continue
-        elif not last.is_file() or lock_holder(last.parent / LOCK)[0]:
+    for row in rows:
+        if row.get("selection") or row["action"] != "resume":
             continue
-        problem = resume_misfit(last, load_checkpoint(last, mmap=True), spec, o, train_ds, context)
+        last = Path(row["cell"]) / "last.pt"
+        problem = resume_misfit(last, load_checkpoint(last, mmap=True), spec, row["objective"], train_ds, context)
         if problem is None:
             continue
-        if row is None:
+        if stop:
             raise ConfigError(problem)
         row.update(action="refused", detail=problem)
 
 
-def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
-              context: Mapping[str, Any]) -> list[dict[str, Any]]:
+def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path, context: Mapping[str, Any],
+              stop: bool = False) -> list[dict[str, Any]]:
     """One entry per cell, in sweep order: ``{"status": "plan", "benchmark", "objective", "seed", "action",
-    "detail", "cell"}``, the action one of :data:`CELL_ACTIONS`; a refusal is an entry, not an exception."""
+    "detail", "cell"}``, the action one of :data:`CELL_ACTIONS`. ``stop=False`` (``--plan``): a refusal is an entry,
+    not an exception; ``stop=True`` (the run, the same judgement): the first refusal is raised."""
     from fusebench.engine.cell import lock_detail, lock_holder
     from fusebench.engine.locks import LOCK
 
@@ -97,6 +102,8 @@ def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
             try:
                 action = judge_cell(spec, o, s, out, context)
             except (ConfigMismatchError, RunError) as e:
+                if stop:
+                    raise
                 action, detail = "refused", str(e)
             if action in ("run", "resume"):
                 held, holder = lock_holder(cell / LOCK)  # the run's own rule (CellLock)
@@ -115,10 +122,11 @@ def cell_plan(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out: Path,
 
 def frozen_context(spec: BenchmarkSpec, objectives: list[str], out: Path, options: Any,
                    context: Mapping[str, Any]) -> dict[str, Any]:
-    """What the cells of ``objectives`` would get from the selections already frozen under ``out`` (those the run
-    would reuse: :func:`fusebench.sweep.selection.check_frozen` passes), as
-    :func:`~fusebench.sweep.selection.freeze_selections` returns it, so that the plan judges a finished cell or a
-    ``last.pt`` against the chosen point as the run does; a selection still to make or refused adds nothing."""
+    """What the cells of ``objectives`` get from the selections already frozen under ``out`` (those the run would
+    reuse: :func:`fusebench.sweep.selection.check_frozen` passes), as
+    :func:`~fusebench.sweep.selection.freeze_selections` returns it: the plan and the run judge every cell's record
+    or ``last.pt`` against the chosen point with it (:func:`cell_plan`), those of an objective whose cells are all
+    finished too; a selection still to make or refused adds nothing (its own entry says why)."""
     from fusebench.sweep import selection as S
 
     ctx: dict[str, Any] = {}
@@ -136,59 +144,88 @@ def frozen_context(spec: BenchmarkSpec, objectives: list[str], out: Path, option
     return ctx
 
 
+def _trial_refusal(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any],
+                   train_ds: Any) -> tuple[int, int, int, Exception | None]:
+    """Every trial of ``objective``'s selection judged as :func:`~fusebench.sweep.selection.select_hparams` runs it
+    (:func:`judge_request` with the trial's own context; a ``last.pt`` it resumes fitting its modules where
+    ``train_ds`` is given; another process holding it: the run's CellBusyError): ``(trials, to run, resumed,
+    first refusal or None)``."""
+    from fusebench.cells.resume_fit import resume_misfit
+    from fusebench.engine.cell import CellBusyError, lock_holder
+    from fusebench.engine.locks import LOCK
+    from fusebench.spec.config import ConfigError
+    from fusebench.sweep import selection as S
+
+    n = todo = resumed = 0
+    for _, _, _, request, ctx in S.trial_calls(spec, objective, out, context):
+        n += 1
+        try:
+            action = judge_request(request, ctx)
+        except (ConfigMismatchError, RunError) as e:
+            return n, todo, resumed, e
+        if action == "reuse":
+            continue
+        todo += 1
+        held, holder = lock_holder(request.cell / LOCK)  # CellLock's rule: this process's own lock is no rival
+        if held and not (holder is not None and holder.local and not holder.elsewhere and holder.pid == os.getpid()):
+            who = holder.owner if holder is not None else "another process (its lock is unreadable)"
+            return n, todo, resumed, CellBusyError(f"{request.cell} is being run by {who} (lock "
+                                                   f"{request.cell / LOCK}); not starting it twice")
+        if action == "resume":
+            resumed += 1
+            last = request.cell / "last.pt"
+            if train_ds is not None:
+                problem = resume_misfit(last, load_checkpoint(last, mmap=True), spec, objective, train_ds, ctx)
+                if problem is not None:
+                    return n, todo, resumed, ConfigError(problem)
+    return n, todo, resumed, None
+
+
 def selection_plan(spec: BenchmarkSpec, objectives: list[str], out: Path, options: Any,
-                   context: Mapping[str, Any]) -> list[dict[str, Any]]:
+                   context: Mapping[str, Any], stop: bool = False, train_ds: Any = None) -> list[dict[str, Any]]:
     """One entry per objective of ``objectives`` whose hyper-parameters the sweep selects: ``{"status": "plan",
     "benchmark", "objective", "selection": True, "action", "detail"}``, the action one of
-    :data:`SELECTION_ACTIONS`: its frozen file reused (checked as the run checks it), the trials still to run, or
-    why the run would refuse the file."""
+    :data:`SELECTION_ACTIONS`: its frozen file reused (checked as the run checks it), the trials still to run (each
+    trial's record and ``last.pt`` judged as the selection's run judges it, the ``last.pt`` fitting the modules built
+    for ``train_ds`` where it is given), or why the run would refuse the selection. ``stop=True`` (the run, the same
+    judgement, before any trial): the first refusal is raised instead."""
     from fusebench.sweep import selection as S
 
     rows = []
-    unfixed: list[str | None] = []  # why no selection may run here (a test split not fixed), checked once
+    unfixed: list[Exception | None] = []  # why no selection may run here (a test split not fixed), checked once
 
-    def test_split_refusal() -> str | None:  # the check select_hparams makes before its first trial
+    def test_split_refusal() -> Exception | None:  # the check select_hparams makes before its first trial
         if not unfixed:
             try:
                 S.check_test_split_fixed(spec, options)
                 unfixed.append(None)
             except RunError as e:
-                unfixed.append(str(e))
+                unfixed.append(e)
         return unfixed[0]
 
     for o in objectives:
-        trials = S.trials_of(spec, o, out, context)
-        if not trials:
+        if not S.selects(spec, o):
             continue
         path = S.selection_path(out, spec.name, o)
+        refusal: Exception | None = None
         if path.exists():
             try:
                 outcome, _ = S.check_frozen(path, spec, o, options, context)
                 action, detail = "reuse", S.selection_line(outcome, path, made_now=False)
             except (ConfigMismatchError, RunError, OSError) as e:
-                action, detail = "refused", str(e)
-        elif (refusal := test_split_refusal()) is not None:  # the run refuses it before any trial
-            action, detail = "refused", refusal
-        else:
-            todo = [t for t in trials if not (t.cell / "run.json").exists()]
-            resumed, refusal = 0, None
-            for t in todo:  # a trial with a last.pt continues from it, as the run's trials do (or is refused)
-                if (t.cell / "last.pt").exists():
-                    try:
-                        check_checkpoint_config(t.cell / "last.pt", load_checkpoint(t.cell / "last.pt", mmap=True),
-                                                spec, o, dict(context))
-                        resumed += 1
-                    except (ConfigMismatchError, RunError) as e:
-                        refusal = refusal or str(e)
-            if refusal is not None:
-                action, detail = "refused", refusal
-            else:
-                action = "select"
-                detail = (f"{len(todo)} of {len(trials)} trial(s) to run"
-                          f"{f' ({resumed} resumed from last.pt)' if resumed else ''} "
-                          f"({len(trials) // len(spec.selection_seeds)} grid point(s) x {len(spec.selection_seeds)} "
-                          f"selection seed(s)) under {out / S.TRIALS_DIR / spec.name / o}, then the choice frozen to "
-                          f"{path}")
+                refusal = e
+        elif (refusal := test_split_refusal()) is None:  # else the run refuses it before any trial
+            n, todo, resumed, refusal = _trial_refusal(spec, o, out, context, train_ds)
+            action = "select"
+            detail = (f"{todo} of {n} trial(s) to run"
+                      f"{f' ({resumed} resumed from last.pt)' if resumed else ''} "
+                      f"({n // len(spec.selection_seeds)} grid point(s) x {len(spec.selection_seeds)} "
+                      f"selection seed(s)) under {out / S.TRIALS_DIR / spec.name / o}, then the choice frozen to "
+                      f"{path}")
+        if refusal is not None:
+            if stop:
+                raise refusal
+            action, detail = "refused", str(refusal)
         rows.append({"status": "plan", "benchmark": spec.name, "objective": o, "selection": True, "action": action,
                      "detail": detail})
     return rows
@@ -218,4 +255,4 @@ def refused(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 __all__ = ["CELL_ACTIONS", "SELECTION_ACTIONS", "cell_plan", "check_resumes_fit", "frozen_context", "judge_cell",
-           "refused", "render", "selection_plan"]
+           "judge_request", "refused", "render", "selection_plan"]

@@ -32,7 +32,7 @@ from fusebench.components.compat import check_compatible
 from fusebench.spec.config import BenchmarkSpec, ConfigError, check_seed, setting_key
 from fusebench.engine.data import build_datasets
 from fusebench.cells.execute import sweep_context
-from fusebench.sweep.plan import cell_plan, frozen_context, judge_cell, selection_plan
+from fusebench.sweep.plan import cell_plan, frozen_context, selection_plan
 from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, SweepCells, SweepRequest, check_cell_ids
 from fusebench.engine.trackers import check_trackers, default_mlflow_uri
@@ -663,14 +663,13 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     mlflow_uri = default_mlflow_uri(out, req.mlflow_uri) if "mlflow" in loggers else None  # one URI for every worker
     context = sweep_context(spec, synthetic, data_root)  # before any output of this sweep is written
     options = options.but(loggers=tuple(loggers), mlflow_uri=mlflow_uri)
-    if req.plan:  # every cell judged (a refusal is an entry, not the end); the checks of the pending cells follow
-        # judged against the selections already frozen, as the run judges them once they are (_select_and_launch)
-        planned = cell_plan(spec, objs, seeds, out, {**context, **frozen_context(spec, objs, out, options, context)})
-    else:  # a cell made with another configuration, other data or other code stops the sweep before any training
-        for o in objs:
-            for s in seeds:
-                judge_cell(spec, o, s, out, context)
+    # every cell judged once, by the plan's rules (fusebench.sweep.plan: --plan lists each refusal, the run stops at
+    # the first, before any training), against the selections already frozen, those of objectives whose cells are
+    # all finished too; a selection this run still makes is judged against once it is made (_select_and_launch)
+    judged = {**context, **frozen_context(spec, objs, out, options, context)}
+    planned = cell_plan(spec, objs, seeds, out, judged, stop=not req.plan)
     pending = [(o, s) for o in objs for s in seeds if not (CellRequest(spec, o, s, out).cell / "run.json").exists()]
+    fit_ds = None  # the train split a last.pt to resume must fit (a pipeline that builds an encoder)
     if pending and pipeline.reads_dataset:  # once, before the first cell: one message, not one per cell
         data = check_data(spec, synthetic, data_root, pending[0][1], [o for o, _ in pending])
         from fusebench.engine.data import held_in_memory
@@ -684,7 +683,8 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
             check_weights_fit(spec, data["train"], list(dict.fromkeys(weights)))
             from fusebench.sweep.plan import check_resumes_fit  # each last.pt's tensors fit the cell's modules
 
-            check_resumes_fit(spec, pending, out, context, data["train"], planned if req.plan else None)
+            fit_ds = data["train"]
+            check_resumes_fit(spec, planned, judged, fit_ds, stop=not req.plan)
     from fusebench.runtime import distributed
     from fusebench.components.memory_budget import check_memory_budget
 
@@ -701,9 +701,12 @@ def run(benchmark: str | SweepRequest, **given: Any) -> list[dict[str, Any]]:
     # --threads above the CPUs here is refused where the cells run here (a job's node may have more: it checks its own)
     n_threads, why = cell_threads(spec.encoder.id, device, req.threads, options.cells_at_once,
                                   bounded=launch.runs_here)
-    if req.plan:  # what the selections would do; nothing is trained or written
-        selecting = [o for o in objs if any(oo == o for oo, _ in pending)]
-        return selection_plan(spec, selecting, out, options, context) + planned
+    # what the selections would do, each frozen file and trial judged as the run judges it (the run: stopped at the
+    # first refusal, before any trial)
+    selecting = [o for o in objs if any(oo == o for oo, _ in pending)]
+    selections = selection_plan(spec, selecting, out, options, context, stop=not req.plan, train_ds=fit_ds)
+    if req.plan:  # nothing is trained or written
+        return selections + planned
     made = make_out(out)  # every check that can refuse has passed: a refused run leaves no folder behind
     try:  # a refusal from here on, before anything is written into the folder, takes it back (remove_made)
         if pending and progress and launch.runs_here:
@@ -729,9 +732,9 @@ def _select_and_launch(spec: BenchmarkSpec, objs: list[str], seeds: list[int], o
     # (with --workers N the trials run N at a time, each the same call as in one process: the same records)
     context.update(freeze_selections(spec, [o for o in objs if any(oo == o for oo, _ in pending)], out, options,
                                      context, workers=launch.trial_workers))
-    for o in (context.get("hparam_selection") or {}):  # a finished cell made at another point: before any cell runs
-        for s in seeds:
-            judge_cell(spec, o, s, out, context)
+    # a finished cell or a last.pt made at another point than a selection made now: before any cell runs (the plan's
+    # judgement again, now that the choice is known)
+    cell_plan(spec, list(context.get("hparam_selection") or {}), seeds, out, context, stop=True)
 
     cells = SweepCells(spec, out, options, context)
     # the launcher runs every cell as execute.sweep_cell(cells.request(o, s), options, context): here, in local

@@ -99,7 +99,7 @@ def select_hparams(spec: BenchmarkSpec, objective: str, out: Path, options: RunO
     trial_options = _trial_options(options)
     per_point: list[dict[str, float]] = [{} for _ in combos]
     tallies: list[list[dict[str, Any] | None]] = [[] for _ in combos]  # per point, each trial's solver tally
-    for i, combo, s, request, ctx in _trials(spec, objective, out, context):
+    for i, combo, s, request, ctx in trial_calls(spec, objective, out, context):
         trial = trial_name(i, combo)
         if options.progress and s == seeds[0]:
             shown = " ".join(f"{k}={v}" for k, v in combo.items())
@@ -137,9 +137,10 @@ def _trial_options(options: RunOptions) -> RunOptions:
     return options.but(resume=True, max_steps=None, loggers=(), selection_trial=True)
 
 
-def _trials(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]):
+def trial_calls(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[str, Any]):
     """Every trial of ``objective``'s grid, in the order they run: ``(grid index, combination, selection seed,
-    request, context)``. Records go to ``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or
+    request, context)``, the request and context :func:`select_hparams` runs it with (and ``--plan`` judges it
+    with: :func:`fusebench.sweep.plan.selection_plan`). Records go to ``<out>/.selection/<benchmark>/<objective>/<trial>`` (one selection seed) or
     ``.../<trial>/seed<S>``; the context gives the objective the combination's hyper-parameters."""
     seeds = spec.selection_seeds
     for i, combo in enumerate(grid_points(_grid(spec, objective))):
@@ -154,7 +155,7 @@ def trials_of(spec: BenchmarkSpec, objective: str, out: Path, context: Mapping[s
     run; empty when the sweep selects nothing for it (a row without a grid)."""
     if not selects(spec, objective):
         return []
-    return [request for _, _, _, request, _ in _trials(spec, objective, out, context)]
+    return [request for _, _, _, request, _ in trial_calls(spec, objective, out, context)]
 
 
 def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path, options: RunOptions,
@@ -171,8 +172,8 @@ def run_trials_in_parallel(spec: BenchmarkSpec, objectives: list[str], out: Path
     if todo:
         check_test_split_fixed(spec, options)  # the same for every objective: once, before any trial
     trial_options = _trial_options(options)
-    calls = [(request, trial_options, ctx) for o in todo for _, _, _, request, ctx in _trials(spec, o, out, context)
-             if not (request.cell / "run.json").exists()]
+    calls = [(request, trial_options, ctx) for o in todo
+             for _, _, _, request, ctx in trial_calls(spec, o, out, context) if not (request.cell / "run.json").exists()]
     if len(calls) < 2:
         return 0
     from fusebench.sweep.process_pool import run_in_processes
@@ -380,4 +381,4 @@ __all__ = ["SELECTION_DIR", "TRIALS_DIR", "at_edge", "check_frozen", "check_seed
            "freeze_selection",
            "freeze_selections",
            "run_trials_in_parallel",
-           "select_hparams", "selection_line", "selection_path", "trial_name", "trials_of"]
+           "select_hparams", "selection_line", "selection_path", "trial_calls", "trial_name", "trials_of"]
