@@ -298,9 +298,22 @@ class VoteNetHead(nn.Module):
         return loss
 
     # ---------------------------------------------------------------------------------------
+    _DECODED = ("center", "heading_logits", "heading_residuals", "size_logits", "size_residuals",
+                "objectness_logits", "sem_logits")  # the network outputs decode reads
+
+    @classmethod
+    def _nonfinite_error(cls, output: dict[str, Tensor], finite: list[bool]) -> ValueError:
+        """The error for the outputs of :attr:`_DECODED` (those in ``output``) whose ``finite`` flag is False."""
+        keys = [k for k in cls._DECODED if k in output]
+        bad = [f"'{k}' ({int((~torch.isfinite(output[k])).sum())} of {output[k].numel()} values)"
+               for k, ok in zip(keys, finite) if not ok]
+        return ValueError(f"votenet: NaN or Inf in the network output {', '.join(bad)}: the model diverged; "
+                          "no boxes are decoded from it")
+
     @torch.no_grad()
     def decode(self, output: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Decoded ``boxes [B, K, 7]``, ``objectness [B, K]`` probability, ``sem_prob [B, K, NC]``."""
+        """Decoded ``boxes [B, K, 7]``, ``objectness [B, K]`` probability, ``sem_prob [B, K, NC]`` (finite
+        outputs assumed: :meth:`predict` refuses the others)."""
         nh = self.cfg.num_heading_bins
         hcls = output["heading_logits"].argmax(-1)
         hres = torch.gather(output["heading_residuals"], 2, hcls[..., None])[..., 0]
@@ -316,8 +329,15 @@ class VoteNetHead(nn.Module):
     def predict(self, output: dict[str, Tensor], batch: dict[str, Any] | None = None) -> list[dict[str, Tensor]]:
         """VoteNet's ``ap_helper.parse_predictions`` with its SUN RGB-D evaluation settings: proposals with fewer
         than ``min_points_in_box`` points of ``batch["modalities"]["points"]`` inside (``remove_empty_box``) are
-        dropped, per-class NMS runs over the rest, then the objectness threshold and one box per class."""
+        dropped, per-class NMS runs over the rest, then the objectness threshold and one box per class.
+
+        Network outputs (:attr:`_DECODED`) with NaN or Inf raise one ValueError naming them: the model diverged.
+        Decoded as they were, a NaN box had no point inside and was dropped by ``min_points_in_box`` without a
+        word, a NaN logit won its ``argmax``, a -Inf size residual was clamped to a flat box, and the rest failed
+        later in NMS or the metric without naming the cause. (The flags ride the one copy to the host.)"""
         dec = self.decode(output)
+        finite = [torch.isfinite(output[k]).all() for k in self._DECODED if k in output]  # (a test's decode: none)
+        finite = torch.stack(finite) if finite else torch.ones(0, dtype=torch.bool)
         inside = None  # [n, K]: the points of each scene inside each proposal, counted where the model ran
         if self.min_points_in_box > 0:
             if batch is None or "points" not in batch.get("modalities", {}):
@@ -329,16 +349,18 @@ class VoteNetHead(nn.Module):
             # one scene at a time ([N, K] membership; a batch at once would hold n x N x K x 3 floats), one copy back
             inside = torch.stack([points_in_boxes(points[i:i + 1], boxes_all[i:i + 1])[0].sum(0)
                                   for i in range(points.shape[0])])
-        # one copy to the host (NMS runs there): the bytes of the boxes, scores, class probabilities and point
-        # counts concatenated, widest element first (each piece then starts aligned for its dtype), copied once,
+        # one copy to the host (NMS runs there): the bytes of the boxes, scores, class probabilities, finite flags
+        # and point counts concatenated, widest element first (each piece then starts aligned for its dtype), copied once,
         # split and viewed back as their dtypes and shapes: the values of one .cpu() each, bit for bit
-        parts = [dec["boxes"], dec["objectness"], dec["sem_prob"]] + ([inside] if inside is not None else [])
+        parts = [dec["boxes"], dec["objectness"], dec["sem_prob"], finite] + ([inside] if inside is not None else [])
         order = sorted(range(len(parts)), key=lambda j: -parts[j].element_size())
         dev = parts[0].device  # (the point counts were made where the points are: normally the same device)
         raw = [parts[j].detach().to(dev).contiguous().reshape(-1).view(torch.uint8) for j in order]
         pieces = torch.split(torch.cat(raw).cpu(), [r.numel() for r in raw])
         host = {j: piece.view(parts[j].dtype).reshape(parts[j].shape) for j, piece in zip(order, pieces)}
-        inside = host.get(3)
+        if not bool(host[3].all()):
+            raise self._nonfinite_error(output, host[3].tolist())
+        inside = host.get(4)
         results = []
         for i, (boxes, obj, sem) in enumerate(zip(host[0], host[1], host[2])):
             cls = sem.argmax(-1)

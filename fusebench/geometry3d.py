@@ -24,6 +24,9 @@ clipped by k half-planes has at most 4 + k vertices), so there is no Python loop
 labels are given) overlaps it with IoU ``> iou_threshold`` (VoteNet's ``nms_3d_faster_samecls``
 suppresses ``IoU > threshold`` too, but on axis-aligned hulls; we use the rotated IoU of (1)).
 
+Boxes with a NaN / Inf entry or a negative size are refused (ValueError) by the IoU functions and NMS;
+NMS refuses NaN and +Inf scores and ranks a -Inf score last (``nms_3d``).
+
 Shape:
     boxes: ``[..., 7]``;  ``box_corners_bev``: ``[..., 4, 2]`` (counter-clockwise);
     ``box_corners``: ``[..., 8, 3]`` (bottom face then top face, each counter-clockwise);
@@ -137,9 +140,21 @@ def _clip_convex(subject: Tensor, count: Tensor, clip: Tensor) -> tuple[Tensor, 
     return subject, count
 
 
-def _check_sizes(boxes: Tensor, arg: str) -> None:
+_COLUMNS = ("cx", "cy", "cz", "dx", "dy", "dz", "yaw")
+
+
+def _check_sizes(boxes: Tensor, arg: str, who: str = "boxes3d") -> None:
+    """Refuse boxes ``[..., 7]`` with a NaN / Inf entry or a negative size, naming ``arg``, the number of rows
+    and the columns. (A NaN or Inf box had IoU 0 with every box, itself included: it neither suppressed nor was
+    suppressed, and reached the metric unnoticed.)"""
+    bad = ~torch.isfinite(boxes)
+    if bool(bad.any()):
+        rows = int(bad.reshape(-1, 7).any(-1).sum())
+        cols = [c for c, hit in zip(_COLUMNS, bad.reshape(-1, 7).any(0).tolist()) if hit]
+        raise ValueError(f"{who}: {arg} has NaN or Inf in {rows} of {boxes.reshape(-1, 7).shape[0]} boxes "
+                         f"(columns {', '.join(cols)}); boxes must be finite")
     if bool((boxes[..., 3:6] < 0).any()):
-        raise ValueError(f"boxes3d: {arg} has negative sizes (columns 3:6 are full sizes dx, dy, dz >= 0)")
+        raise ValueError(f"{who}: {arg} has negative sizes (columns 3:6 are full sizes dx, dy, dz >= 0)")
 
 
 def paired_rotated_iou_3d(a: Tensor, b: Tensor) -> Tensor:
@@ -170,6 +185,8 @@ def rotated_iou_3d(a: Tensor, b: Tensor) -> Tensor:
     a, b = _as_boxes(a, "a"), _as_boxes(b, "b")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"boxes3d: rotated_iou_3d takes a [N, 7] and b [M, 7], got {tuple(a.shape)}, {tuple(b.shape)}")
+    _check_sizes(a, "a")  # here, before the pairs repeat the rows
+    _check_sizes(b, "b")
     n, m = a.shape[0], b.shape[0]
     pa = repeat(a, "n c -> (n m) c", m=m)
     pb = repeat(b, "m c -> (n m) c", n=n)
@@ -180,7 +197,12 @@ def nms_3d(boxes: Tensor, scores: Tensor, iou_threshold: float = 0.25, labels: T
     """Greedy 3D NMS; returns the kept indices in decreasing score order.
 
     A box is suppressed by a higher-scoring kept box with ``IoU > iou_threshold`` (and, when ``labels``
-    is given, the same label: per-class NMS). NaN scores raise ValueError.
+    is given, the same label: per-class NMS).
+
+    Non-finite input raises one ValueError naming it: boxes with NaN / Inf (or negative sizes), NaN or +Inf
+    scores (a probability, logit or log-probability is never +Inf but by overflow). A ``-Inf`` score is
+    accepted as a log-probability of 0: it ranks below every finite score (ties keep index order) and is kept
+    or suppressed like any other box.
     """
     boxes = _as_boxes(boxes, "boxes")
     if boxes.dim() != 2 or scores.shape != boxes.shape[:1]:
@@ -189,8 +211,11 @@ def nms_3d(boxes: Tensor, scores: Tensor, iou_threshold: float = 0.25, labels: T
         raise ValueError(f"nms_3d: labels must have shape [K] = {tuple(scores.shape)}, got {tuple(labels.shape)}")
     if boxes.shape[0] == 0:
         return torch.zeros(0, dtype=torch.long, device=boxes.device)
-    if bool(torch.isnan(scores).any()):  # sorted first, a NaN box would suppress its betters
-        raise ValueError("nms_3d: scores contain NaN")
+    _check_sizes(boxes, "boxes", "nms_3d")
+    n_nan, n_inf = int(torch.isnan(scores).sum()), int((scores == float("inf")).sum())
+    if n_nan or n_inf:  # sorted first, a NaN box would suppress its betters
+        raise ValueError(f"nms_3d: scores must be finite or -Inf, got {n_nan} NaN and {n_inf} +Inf among "
+                         f"{scores.shape[0]} rows")
     order = torch.sort(scores, descending=True, stable=True).indices
     iou = rotated_iou_3d(boxes[order], boxes[order])
     overlap = iou > iou_threshold
