@@ -84,14 +84,6 @@ from fusebench.objectives.solver_tally import SolverTally
 
 #: R^2 floor of the csd cost (documented above)
 CSD_R2_FLOOR = 1e-6
-#: the smallest ``eps`` M3G takes. Every solver keeps log-domain potentials of size up to ``max C / eps`` (C <= 2
-#: for ``cv``, <= 13.8 for ``csd``) that cancel to O(1) exponents, and float32 (the precision the loss computes in
-#: during training, whatever the encoders' precision) resolves them only to ``(C / eps) * 6e-8``: measured against
-#: the same solve in float64 (k = 3, 4; n = 6, 8; both costs and solvers, 300 sweeps), the float32 plan's mass was
-#: off by up to 2.2e-3 at eps = 1e-5, 1.5e-2 at 1e-6, 0.14 at 1e-7, 5.0 at 1e-8, 8.9e6 at 1e-9, and the loss was inf
-#: at 1e-10 (the Danskin gradient ``J - P`` off by as much). Below it ``__init__`` refuses ``eps`` (no dtype is known
-#: there; float64 views are refused too: at such eps no Sinkhorn converges in any practical number of sweeps anyway)
-MIN_EPS = 1e-5
 #: largest n^k the reference solver may materialise
 MAX_DENSE_ENTRIES = 2**26
 #: ``backend`` of the ``cv`` / ``auto`` fast path: ``"auto"`` runs a small CPU problem (n^k <=
@@ -154,12 +146,7 @@ class M3G(MultiViewObjective):
     def __init__(self, eps: float = 0.2, cost: str = "cv", tol: float = 1e-3, max_iter: int = 1000,
                  solver: str = "auto", backend: str = "auto") -> None:
         super().__init__()
-        eps, tol, max_iter = check_ot_hparams("m3g", eps, tol, max_iter)
-        if eps < MIN_EPS:  # (the runner builds the objective with its settings before any cell: refused there)
-            raise ValueError(f"m3g: eps = {eps!r} is below {MIN_EPS:g}, the smallest eps the float32 Sinkhorn solver "
-                             f"honours (its log-domain potentials, of size cost / eps, lose the precision the plan "
-                             f"needs: its mass was off by 14% at eps 1e-7 and the loss inf at 1e-10); use eps >= "
-                             f"{MIN_EPS:g}")
+        eps, tol, max_iter = check_ot_hparams("m3g", eps, tol, max_iter)  # eps >= sinkhorn.MIN_EPS: see there
         if cost not in ("cv", "csd"):
             raise ValueError(f"m3g: cost must be 'cv' or 'csd', got {cost!r}")
         if solver not in ("auto", "reference"):

@@ -22,6 +22,9 @@ reads the device once per block of sweeps (``dense_sinkhorn``'s blocked mode: th
 
 Costs: ``cost="dot"``: ``c = 1 - x.y``; ``cost="sqeuclid"``: ``c = ||x - y||^2 = 2 - 2 x.y``.
 
+``eps`` below ``sinkhorn.MIN_EPS`` (1e-5) is refused at construction (``check_ot_hparams``): the float32
+log-domain potentials, of size cost / eps, lose the plan there (measured: docs/objectives-ot.md).
+
 Gradient (Danskin, Sec. 3): ``d L_MG / d C = J_n - P*``; Sinkhorn runs under ``no_grad`` and the
 returned scalar is ``<J_n - P*, C(z)>`` plus a detached constant giving the exact value.
 

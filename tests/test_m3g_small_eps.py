@@ -15,7 +15,7 @@ import torch
 
 import fusebench
 from fusebench.objectives import build
-from fusebench.objectives.m3g import MIN_EPS
+from fusebench.objectives.sinkhorn import MIN_EPS
 from fusebench.spec.config import ConfigError
 
 
