@@ -331,8 +331,6 @@ def epoch_update_kwargs(ext: Any, scaler: Any) -> dict[str, Any]:
         return {"scaler": scaler}
     if scaler is None:
         return {}
-    from fusebench.spec.config import ConfigError
-
     cls = type(ext)
     raise ConfigError(f"pretraining extension {cls.__module__}:{cls.__qualname__}: its epoch_update takes no 'scaler' "
                       f"keyword, which precision 16-mixed passes (the main loop's gradient scaler: steps the extension "
