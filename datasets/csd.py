@@ -40,6 +40,7 @@ import numpy as np
 from fusebench.io import atomic_write
 
 from .base import DatasetError
+from .errors import not_a_file
 
 __all__ = ["ComputationalSequence", "read_csd", "write_csd", "slice_segment", "align_to_reference"]
 
@@ -113,7 +114,9 @@ def read_csd(path: str | os.PathLike, videos: list[str] | None = None, labels: b
     """
     path = Path(path)
     if not path.is_file():
-        raise DatasetError(f"{path}: computational sequence file does not exist")
+        raise DatasetError(f"{path}: computational sequence file does not exist" if not path.exists() and
+                           not path.is_symlink() else f"{path}: {not_a_file(path)}; expected a computational "
+                           f"sequence file (HDF5)")
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -149,9 +152,18 @@ def read_csd(path: str | os.PathLike, videos: list[str] | None = None, labels: b
         ivals: dict[str, np.ndarray] = {}
         for vid in names:
             g = data[vid]
-            if not isinstance(g, h5py.Group) or "features" not in g or "intervals" not in g:
+            if not isinstance(g, h5py.Group) or not all(isinstance(g.get(k), h5py.Dataset)
+                                                        for k in ("features", "intervals")):
+                found = ([f"{k} ({type(g[k]).__name__})" for k in g.keys()] if isinstance(g, h5py.Group)
+                         else type(g).__name__)
                 raise DatasetError(f"{path}: video {vid!r} must hold 'features' and 'intervals' datasets, "
-                                   f"found {list(g.keys()) if isinstance(g, h5py.Group) else type(g).__name__}")
+                                   f"found {found}")
+            for k in ("features", "intervals"):
+                dt = g[k].dtype
+                words = k == "features" and not labels and dt.kind in "SOU"  # a text sequence's words
+                if dt.kind not in "biuf" and not words:
+                    raise DatasetError(f"{path}: video {vid!r}: {k!r} has dtype {dt}; expected real numbers "
+                                       f"(float or integer)")
             try:
                 x = g["features"][()]
                 t = np.asarray(g["intervals"][()], dtype=np.float64)

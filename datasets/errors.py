@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any
 
@@ -12,6 +13,26 @@ class DatasetError(ValueError):
 
 class DatasetNotFoundError(DatasetError, FileNotFoundError):
     """The dataset's files are missing; the message is the adapter's ``data info`` text."""
+
+
+def not_a_file(path: str | os.PathLike) -> str:
+    """Why ``path``, which exists or is a link, is not a readable file: a folder, a symbolic link that
+    points nowhere or loops, or another kind of entry (a socket, a device ...). For error messages of
+    readers that got such a path where a data file was expected ("not found" would send the user to look
+    for a file that is there)."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        return "is a folder, not a file"
+    if os.path.islink(p) and not os.path.exists(p):
+        try:
+            os.stat(p)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return "is a symbolic link that loops (too many levels of symbolic links)"
+        return f"is a symbolic link to {os.readlink(p)!r}, which does not exist"
+    if not os.path.exists(p):
+        return "does not exist"
+    return "is not a regular file"
 
 
 def check_arguments(dataset: str, names: list[str], root: Any, modalities: Any, synthetic: Any) -> list[str]:
@@ -32,4 +53,4 @@ def check_arguments(dataset: str, names: list[str], root: Any, modalities: Any, 
     return list(modalities)
 
 
-__all__ = ["DatasetError", "DatasetNotFoundError", "check_arguments"]
+__all__ = ["DatasetError", "DatasetNotFoundError", "check_arguments", "not_a_file"]

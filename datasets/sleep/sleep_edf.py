@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import DATASETS
 from ..base import DataFile, DatasetError, Modality, SyntheticSpec
+from ..errors import not_a_file
 from .annotations import EPOCH_S, UNKNOWN_STAGES, read_hypnogram, stage_epochs
 from .dataset import _SleepDataset
 from .edf import _edf_start, check_native_rates, check_voltage_units, read_edf_channels, read_edf_header, write_edf
@@ -118,7 +119,8 @@ Sleep-EDF Database Expanded (Kemp et al. 2000; ODC-By 1.0), https://physionet.or
             psg, hyp = self.root / str(psg).strip(), self.root / str(hyp).strip()
             for p in (psg, hyp):
                 if not p.is_file():
-                    raise DatasetError(f"{self.id}: {p} does not exist")
+                    raise DatasetError(f"{self.id}: {p} {not_a_file(p)}" + (
+                        "; expected an EDF file" if p.exists() or p.is_symlink() else ""))
             m = _NAME_RE.match(psg.name) or _NAME_RE.match(hyp.name)
             subject = f"{m.group(1)}{m.group(2)}" if m else psg.stem
             out.append({"name": psg.stem, "psg": psg, "hyp": hyp, "subject": subject,
