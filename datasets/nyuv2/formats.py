@@ -262,6 +262,11 @@ class _FrameReaders:
                                "array; re-download or re-extract it") from e
         except (OSError, ValueError) as e:
             raise DatasetError(f"nyuv2: cannot read {path} as a .npy array (truncated or damaged file?): {e}") from e
+        if not isinstance(arr, np.ndarray):  # np.load reads a .npz archive whatever the file's name
+            names = list(arr.files)
+            arr.close()
+            raise DatasetError(f"nyuv2: {path} is a .npz archive (arrays {names}), not a .npy array; expected one "
+                               f".npy array per frame, as MTAN ships")
         if arr.dtype.kind not in "iuf":  # strings, objects, bools, complex (its imaginary part would be dropped)
             raise DatasetError(f"nyuv2: {path} has dtype {arr.dtype}; expected a real numeric array (float or "
                                f"integer; MTAN ships float32 / float64)")

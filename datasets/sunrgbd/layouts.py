@@ -44,6 +44,23 @@ def _require(obj: Any, key: str, where: str, source: Path) -> Any:
     return obj[key]
 
 
+def _int_field(value: Any, where: str, source: Path, minimum: int | None = 0) -> int:
+    """An integer field of an info pickle (frame number, feature count, box count, class id): a Python or
+    numpy integer, or a float / digit string that is one (as some converters store them), at least
+    ``minimum``. Anything else is one DatasetError naming the file and the field (``int()`` raised a bare
+    ValueError / TypeError for a string or None, and cut 1.5 to 1)."""
+    v = value.item() if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.size == 1) \
+        else value
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        v = int(v)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or (minimum is not None and v < minimum):
+        want = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+        raise DatasetError(f"{source}: {where} must be {want}, got {value!r}")
+    return v
+
+
 class SunRGBDLayouts:
     """Index-time methods of :class:`~fusebench.datasets.sunrgbd.adapter.SUNRGBD`: finding the layout
     under ``self.root`` and listing the frames of an official pool (``"train"`` / ``"val"``)."""
@@ -184,12 +201,19 @@ class SunRGBDLayouts:
     def _frame_from_v0(self, info: Any, i: int, path: Path, base: Path) -> _Frame:
         where = f"info entry {i}"
         pcinfo = _require(info, "point_cloud", where, path)
-        frame = int(_require(pcinfo, "lidar_idx", f"{where}.point_cloud", path))
-        nfeat = int(pcinfo.get("num_features", 6)) if isinstance(pcinfo, dict) else 6
+        frame = _int_field(_require(pcinfo, "lidar_idx", f"{where}.point_cloud", path),
+                           f"{where}.point_cloud.lidar_idx", path)
+        nfeat = _int_field(pcinfo.get("num_features", 6), f"{where}.point_cloud.num_features", path, 3)
         annos = info.get("annos") if isinstance(info, dict) else None
         boxes, labels = np.zeros((0, 7)), np.zeros((0,), dtype=np.int64)
-        if annos is not None and int(_require(annos, "gt_num", f"{where}.annos", path)) > 0:
-            gt = np.asarray(_require(annos, "gt_boxes_upright_depth", f"{where}.annos", path), dtype=np.float64)
+        if annos is not None and _int_field(_require(annos, "gt_num", f"{where}.annos", path), f"{where}.annos.gt_num",
+                                            path) > 0:
+            raw_gt = _require(annos, "gt_boxes_upright_depth", f"{where}.annos", path)
+            try:
+                gt = np.asarray(raw_gt, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise DatasetError(f"{path}: {where}.annos.gt_boxes_upright_depth must be a [K, 7] array of numbers, "
+                                   f"got {repr(raw_gt)[:80]}") from None
             raw_cls = np.asarray(_require(annos, "class", f"{where}.annos", path))
             if raw_cls.dtype.kind not in "iuf" or (raw_cls.dtype.kind == "f" and not (
                     np.isfinite(raw_cls).all() and (raw_cls == np.round(raw_cls)).all())):
@@ -236,17 +260,23 @@ class SunRGBDLayouts:
         where = f"data_list[{i}]"
         lp = _require(info, "lidar_points", where, path)
         lidar_path = str(_require(lp, "lidar_path", f"{where}.lidar_points", path))
-        nfeat = int(lp.get("num_pts_feats", 6))
+        nfeat = _int_field(lp.get("num_pts_feats", 6), f"{where}.lidar_points.num_pts_feats", path, 3)
         try:
             frame = int(Path(lidar_path).stem)
         except ValueError:
             raise DatasetError(f"{path}: {where}.lidar_points.lidar_path {lidar_path!r} is not NNNNNN.bin") from None
         boxes, labels = [], []
         for j, inst in enumerate(info.get("instances", []) or []):
-            b = np.asarray(_require(inst, "bbox_3d", f"{where}.instances[{j}]", path), dtype=np.float64)
-            lab = int(_require(inst, "bbox_label_3d", f"{where}.instances[{j}]", path))
-            if b.shape != (7,) or not np.isfinite(b).all():
-                raise DatasetError(f"{path}: {where}.instances[{j}].bbox_3d must be 7 finite numbers, got {b.tolist()}")
+            raw = _require(inst, "bbox_3d", f"{where}.instances[{j}]", path)
+            try:
+                b = np.asarray(raw, dtype=np.float64)
+            except (TypeError, ValueError):
+                b = None
+            lab = _int_field(_require(inst, "bbox_label_3d", f"{where}.instances[{j}]", path),
+                             f"{where}.instances[{j}].bbox_label_3d", path, None)
+            if b is None or b.shape != (7,) or not np.isfinite(b).all():
+                raise DatasetError(f"{path}: {where}.instances[{j}].bbox_3d must be 7 finite numbers, got "
+                                   f"{b.tolist() if b is not None else repr(raw)[:80]}")
             if not 0 <= lab < len(classes) or classes[lab] not in CLASS_TO_ID:
                 continue  # -1 = ignored instance in mmdet3d, or a class outside the 10
             boxes.append(b)
