@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fusebench.io import shown_path
 from fusebench.runtime.terminal_help import Keyed, Once, Parser
 
 if TYPE_CHECKING:
@@ -222,11 +223,11 @@ def main(argv: list[str]) -> int:
             print(_result_line(r), flush=True)
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
         if not done and not Path(ns.out).is_dir():  # stopped before the folder was made (or it was taken back)
-            print(f"fusebench run: {what} before any cell started; nothing was written ({ns.out} was not created); "
-                  "rerun the same command to run the sweep", file=sys.stderr, flush=True)
+            print(f"fusebench run: {what} before any cell started; nothing was written ({shown_path(ns.out)} was not "
+                  "created); rerun the same command to run the sweep", file=sys.stderr, flush=True)
         else:
-            print(f"fusebench run: {what}; {len(done)} cell(s) have a record under {ns.out}; rerun the same command "
-                  "to run the rest (a cell with last.pt resumes from it)", file=sys.stderr, flush=True)
+            print(f"fusebench run: {what}; {len(done)} cell(s) have a record under {shown_path(ns.out)}; rerun the "
+                  "same command to run the rest (a cell with last.pt resumes from it)", file=sys.stderr, flush=True)
         return 128 + int(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     failed = [r for r in records if r.get("status") == "failed"]
     interrupted = [r for r in records if r.get("status") == "interrupted"]
@@ -238,7 +239,8 @@ def main(argv: list[str]) -> int:
             continue
         print(_result_line(r))
     if submitted:
-        print(f"{len(submitted)} job(s) submitted; follow them with: fusebench status --out {ns.out}", file=sys.stderr)
+        print(f"{len(submitted)} job(s) submitted; follow them with: fusebench status --out {shown_path(ns.out)}",
+              file=sys.stderr)
     if failed:
         print(f"{len(failed)} cell(s) failed; see failed.json in their folders", file=sys.stderr)
     if interrupted:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fusebench.io import shown_path, shown_text
 from fusebench.leaderboard.columns import mean_std
 from fusebench.metrics import values_of
 
@@ -68,17 +69,18 @@ def tracker_lines(loggers: list[str] | None, out: str, mlflow_uri: str | None = 
     (:func:`fusebench.engine.trackers.written_where`; mlflow: its tracking URI, by default ``file:<out>/.mlruns``)."""
     from fusebench.engine.trackers import written_where
 
-    return [f"logs ({name}): {written_where(name, out, mlflow_uri)}" for name in loggers or []]
+    return [f"logs ({name}): {shown_text(written_where(name, out, mlflow_uri))}" for name in loggers or []]
 
 
 def closing_lines(records: list[dict[str, Any]], out: str, board_lines: list[str] | None = None,
                   log_lines: list[str] | None = None) -> list[str]:
-    """What ``fusebench run`` ends with: the records folder, the board files (``board_lines``, from
+    """What ``fusebench run`` ends with: the records folder (escaped as a message shows a path,
+    :func:`fusebench.io.shown_path`), the board files (``board_lines``, from
     :func:`fusebench.leaderboard.outputs.file_lines`; None without ``--leaderboard``), where the trackers wrote
     (``log_lines``, :func:`tracker_lines`) and the table."""
     done = [r for r in records if r.get("status") not in SHOWN]
     benches = sorted({str(r.get("benchmark")) for r in done})
-    lines = [f"records: {out} ({len(done)} cell(s){' of ' + ', '.join(benches) if benches else ''})"]
+    lines = [f"records: {shown_path(out)} ({len(done)} cell(s){' of ' + ', '.join(benches) if benches else ''})"]
     if board_lines is not None:
         lines += [f"boards: {line}" for line in board_lines]
     return lines + list(log_lines or []) + summary_table(records)

@@ -66,6 +66,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fusebench.io import shown_path
 from fusebench.runtime.terminal_help import Once, Parser
 
 #: what ``--format`` accepts (:data:`fusebench.leaderboard.export.FORMATS`, checked equal by a test; written out
@@ -87,15 +88,17 @@ def path_problems(ns: Any) -> str | None:
     a folder or a path where one can be made."""
     runs, out = Path(ns.runs), Path(ns.out)
     if not runs.is_dir():
-        return f"--runs {runs} {_what(runs)}; expected the folder of run records (run.json files) to read"
+        return f"--runs {shown_path(runs)} {_what(runs)}; expected the folder of run records (run.json files) to read"
     if ns.reported is not None and not Path(ns.reported).is_file():
-        return (f"--reported {ns.reported} {_what(Path(ns.reported))}; expected a YAML file of the numbers the papers "
-                f"report")
+        return (f"--reported {shown_path(ns.reported)} {_what(Path(ns.reported))}; expected a YAML file of the numbers "
+                f"the papers report")
     if out.exists() and not out.is_dir():
-        return f"--out {out} {_what(out)}; expected the folder to write the boards into (made if it does not exist)"
+        return (f"--out {shown_path(out)} {_what(out)}; expected the folder to write the boards into (made if it does "
+                f"not exist)")
     above = next((q for q in out.absolute().parents if q.exists()), None)
     if not out.exists() and above is not None and not above.is_dir():
-        return f"--out {out}: cannot be made ({above} {_what(above)}); expected a folder for the boards"
+        return (f"--out {shown_path(out)}: cannot be made ({shown_path(above)} {_what(above)}); expected a folder for "
+                f"the boards")
     return None
 
 
@@ -141,8 +144,9 @@ def main(argv: list[str]) -> int:
 
     runs, out = Path(ns.runs), Path(ns.out)
     if next(runs.rglob("run.json"), None) is None:
-        print(f"fusebench leaderboard: warning: no run.json under {runs}: no board is regenerated; the index lists the "
-              f"boards already in {out} (runs are written by `fusebench run B --out {runs}`)", file=sys.stderr)
+        print(f"fusebench leaderboard: warning: no run.json under {shown_path(runs)}: no board is regenerated; the "
+              f"index lists the boards already in {shown_path(out)} (runs are written by `fusebench run B --out "
+              f"{shown_path(runs)}`)", file=sys.stderr)
     options = {"plots": not ns.no_plots, "split": ns.split, "reported": ns.reported, "formats": list(ns.formats),
                "tex_columns": ns.tex_columns}
     try:  # taken before anything is read: what the manifest will say the boards were made from
@@ -151,9 +155,10 @@ def main(argv: list[str]) -> int:
         inputs = None
     same = None if ns.force or inputs is None else fingerprint.unchanged(out, inputs)
     if same is not None:
-        print("\n".join(f"unchanged {out / name}" for name in same))
-        print(f"0 file(s) written, {len(same)} unchanged in {ns.out} (records, specs, code, options and every file "
-              f"in {ns.out} as the last regeneration left them: nothing re-read; --force regenerates)")
+        print("\n".join(f"unchanged {shown_path(out / name)}" for name in same))
+        print(f"0 file(s) written, {len(same)} unchanged in {shown_path(ns.out)} (records, specs, code, options and "
+              f"every file in {shown_path(ns.out)} as the last regeneration left them: nothing re-read; --force "
+              f"regenerates)")
         return 0
     from fusebench.leaderboard.outputs import check_tex_columns, file_lines, snapshot
     from fusebench.leaderboard.tex import check_columns
@@ -171,15 +176,16 @@ def main(argv: list[str]) -> int:
         lines = file_lines(written, before)  # each file: wrote / unchanged (issue #32)
         print("\n".join(lines))
         changed = sum(line.startswith("wrote ") for line in lines)
-        print(f"{changed} file(s) written, {len(lines) - changed} unchanged in {ns.out}")
+        print(f"{changed} file(s) written, {len(lines) - changed} unchanged in {shown_path(ns.out)}")
         if inputs is not None:
             fingerprint.save(out, inputs, written)
     except (ValueError, OSError) as e:
         print(f"fusebench leaderboard: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"fusebench leaderboard: interrupted; the files in {ns.out} may be part old, part regenerated: run "
-              f"the command again to finish them (nothing is skipped as unchanged after an interruption)",
+        print(f"fusebench leaderboard: interrupted; the files in {shown_path(ns.out)} may be part old, part "
+              f"regenerated: run the command again to finish them (nothing is skipped as unchanged after an "
+              f"interruption)",
               file=sys.stderr)
         return 130
     return 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fusebench.io import shown_path
+
 Snapshot = dict[str, tuple[int, int, int]]
 
 
@@ -29,7 +31,8 @@ def snapshot(folder: str | os.PathLike) -> Snapshot:
 
 def file_lines(paths: list[Path], before: Snapshot) -> list[str]:
     """``wrote PATH`` or ``unchanged PATH`` for each of ``paths`` (files directly inside the folder that
-    ``before`` was taken of, before the command wrote them)."""
+    ``before`` was taken of, before the command wrote them); a control character in a path is escaped
+    (:func:`fusebench.io.shown_path`)."""
     lines, after = [], {}
     for p in paths:
         folder = Path(p).parent
@@ -37,7 +40,7 @@ def file_lines(paths: list[Path], before: Snapshot) -> list[str]:
             after[folder] = snapshot(folder)
         now = after[folder].get(Path(p).name)
         same = now is not None and before.get(Path(p).name) == now
-        lines.append(f"{'unchanged' if same else 'wrote'} {p}")
+        lines.append(f"{'unchanged' if same else 'wrote'} {shown_path(p)}")
     return lines
 
 

@@ -24,7 +24,9 @@ from typing import Any, Mapping
 import yaml
 
 from fusebench.grids import points as grid_points
-from fusebench.typed import ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml, read_yaml_file
+from fusebench.io import shown_text
+from fusebench.typed import (ConfigError, DeprecatedKeyWarning, check_type, from_dict, load_yaml, read_yaml_file,
+                            yaml_problem)
 from fusebench.registry import closest, valid_id
 
 
@@ -504,7 +506,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = load_yaml(raw, f"--set {key.strip()}") if stripped else ""
     except yaml.YAMLError as e:
         if stripped[:1] in "[{":
-            raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
+            raise ConfigError(f"--set {text!r}: value is not valid YAML ({yaml_problem(e)})") from None
         value = raw  # plain text that YAML cannot parse (e.g. 'a: b, c: d')
     if isinstance(value, (dict, list)) and stripped[:1] not in "[{":
         value = raw  # 'note: text' is a string, not a mapping; write {..} / [..] for those
@@ -534,7 +536,12 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str
         node = out
         for p in parts[:-1]:
             if not isinstance(node.get(p, {}), dict):
-                raise ConfigError(f"{source}: cannot set {key!r}: {p!r} is not a mapping")
+                hint = ""
+                if node is out and p == "objectives":  # the sweep's list of ids, not where an objective is set
+                    hint = (f"; 'objectives' is the list of objective ids the sweep runs: an objective's own settings "
+                            f"are pretrain.per_objective.<id>.<setting>, e.g. pretrain.per_objective.{parts[1]}."
+                            f"hparams.<name>=VALUE (fusebench list objectives --details)")
+                raise ConfigError(f"{source}: cannot set {key!r}: {p!r} is not a mapping{hint}")
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     return out
@@ -688,7 +695,7 @@ def name_overrides(error: Exception, overrides: Mapping[str, Any] | None) -> Exc
     message, ``... [with --set downstream.lr=-1]``: a value given on the command line is named beside the file it
     changed, never blamed on the file alone. The same exception object (its type and other arguments kept)."""
     if overrides and error.args and isinstance(error.args[0], str) and "[with --set " not in error.args[0]:
-        each = [f"{k}={v!r}" for k, v in overrides.items()]
+        each = [shown_text(f"{k}={v!r}") for k, v in overrides.items()]  # a control character in a key: escaped
         shown = ", ".join(e if len(e) <= 60 else e[:57] + "..." for e in each)  # a long value cut, visibly
         error.args = (f"{error.args[0]} [with --set {shown}]", *error.args[1:])
     return error

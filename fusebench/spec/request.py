@@ -196,7 +196,8 @@ class SweepRequest:
         for name in ("synthetic", "resume", "progress", "plan"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected True or False, got {getattr(self, name)!r}")
-        if self.data_root is not None and not isinstance(self.data_root, (str, Path)):
+        if self.data_root is not None and (not isinstance(self.data_root, (str, Path)) or not str(self.data_root)):
+            # '' would be read as the current folder: refused as --out '' is
             raise ConfigError(f"--data-root: expected a folder or file, got {self.data_root!r}")
         put("data_root", None if self.data_root is None else str(self.data_root))
         try:

@@ -36,6 +36,7 @@ from fusebench.sweep.plan import cell_plan, frozen_context, selection_plan
 from fusebench.components.rows import row_of
 from fusebench.spec.request import CellRequest, RunOptions, SweepCells, SweepRequest, check_cell_ids
 from fusebench.engine.trackers import check_trackers, default_mlflow_uri
+from fusebench.io import shown_path
 
 # ---------------------------------------------------------------------------------------------
 # checks before any training
@@ -408,17 +409,19 @@ def check_out(out: Path) -> Path:
     writes nothing; a run makes it with :func:`make_out` once every check that can refuse has passed, so that a
     refused run leaves no empty folder behind)."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: exists and is not a folder; name a folder for the run records")
+        raise ConfigError(f"--out {shown_path(out)}: exists and is not a folder; name a folder for the run records")
     if out.is_dir():
         if not os.access(out, os.W_OK | os.X_OK):
-            raise ConfigError(f"--out {out}: the folder is not writable by this user; name a writable folder")
+            raise ConfigError(f"--out {shown_path(out)}: the folder is not writable by this user; name a writable "
+                              f"folder")
         return out
     above = next(p for p in out.absolute().parents if p.exists())  # the folder it would be made in
     if not above.is_dir():
-        raise ConfigError(f"--out {out}: cannot create the folder ({above} is not a folder); name a writable folder")
+        raise ConfigError(f"--out {shown_path(out)}: cannot create the folder ({shown_path(above)} is not a folder); "
+                          f"name a writable folder")
     if not os.access(above, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out}: cannot create the folder ({above} is not writable by this user); name a "
-                          f"writable folder")
+        raise ConfigError(f"--out {shown_path(out)}: cannot create the folder ({shown_path(above)} is not writable by "
+                          f"this user); name a writable folder")
     return out
 
 
@@ -429,10 +432,12 @@ def make_out(out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"--out {out}: cannot create the folder ({e.strerror or e}); name a writable folder") from None
+        raise ConfigError(f"--out {shown_path(out)}: cannot create the folder ({e.strerror or e}); name a writable "
+                          f"folder") from None
     if not os.access(out, os.W_OK | os.X_OK):
         remove_made(made)
-        raise ConfigError(f"--out {out}: the folder is not writable by this user; name a writable folder")
+        raise ConfigError(f"--out {shown_path(out)}: the folder is not writable by this user; name a writable "
+                          f"folder")
     return made
 
 

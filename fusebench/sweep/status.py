@@ -369,10 +369,11 @@ def main(argv: list[str]) -> int:
     ns = p.parse_args(argv)
     out = Path(ns.out)
     if out.exists() and not out.is_dir():  # with --benchmark too: every cell would be shown pending
-        print(f"fusebench status: --out {out} is a file; expected the folder of run records", file=sys.stderr)
+        print(f"fusebench status: --out {shown_path(out)} is a file; expected the folder of run records",
+              file=sys.stderr)
         return 2
     if not out.is_dir() and not ns.benchmark:
-        print(f"fusebench status: --out {out} is not a folder of run records", file=sys.stderr)
+        print(f"fusebench status: --out {shown_path(out)} is not a folder of run records", file=sys.stderr)
         return 2
     try:
         found = collect(out, ns.benchmark)

@@ -1,0 +1,121 @@
+"""A fifth hostile review of the command line (``run``, ``leaderboard``, ``status``): each defect it reproduced,
+checked by its exit status and message.
+
+* ``--set KEY=[1,`` (a flow value YAML cannot parse) was refused in five lines (PyYAML's message with its caret);
+  now one line saying what is wrong and where.
+* A ``--set`` key holding a control character was escaped in the spec's message but echoed raw in its
+  ``[with --set ...]`` trailer; now escaped there too.
+* ``--set objectives.m3g.eps=...`` said only "'objectives' is not a mapping"; now it also says where an objective's
+  own settings go (``pretrain.per_objective.<id>...``).
+* ``--data-root ''`` was read as the current folder ("data root ."); now refused as ``--out ''`` is.
+* An ``--out`` / ``--runs`` path holding a control character (an escape sequence) reached the terminal raw in the
+  messages of ``run`` (refusals, the closing ``records:`` / ``logs`` lines), ``leaderboard`` (refusals, the warning,
+  each ``wrote PATH``) and ``status``; now escaped (:func:`fusebench.io.shown_path`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fusebench.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
+
+ESC = "\x1b[2J"  # an escape sequence (clear the screen) in a path or key
+SHOWN = "\\x1b[2J"  # the same as the message must print it: escaped
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _plan(capsys, tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    return _run(capsys, "run", "quickstart", "--seeds", "0", *args, "--plan", "--out", str(tmp_path / "runs"))
+
+
+def test_set_value_that_is_not_yaml_is_one_line(tmp_path: Path, capsys) -> None:
+    code, out, err = _plan(capsys, tmp_path, "--set", "pretrain.epochs=[1,")
+    assert code == 2 and out == ""
+    assert err == ("fusebench run: --set 'pretrain.epochs=[1,': value is not valid YAML (expected the node content, "
+                   "but found '<stream end>' at line 1, column 4 (while parsing a flow node at line 1, column 4))\n")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_set_key_with_a_control_character_is_escaped_in_the_trailer(tmp_path: Path, capsys) -> None:
+    code, out, err = _plan(capsys, tmp_path, "--set", f"pre{ESC}train.epochs=1")
+    assert code == 2 and out == ""
+    assert "\x1b" not in err, err
+    assert err.count("\n") == 1 and "unknown key(s) ['pre\\x1b[2Jtrain'] (did you mean 'pretrain'?)" in err, err
+    assert err.endswith(f"[with --set 'pre{SHOWN}train.epochs=1']\n"), err
+
+
+def test_set_under_objectives_says_where_an_objectives_settings_go(tmp_path: Path, capsys) -> None:
+    code, out, err = _plan(capsys, tmp_path, "--objective", "m3g", "--set", "objectives.m3g.eps=0.1")
+    assert code == 2 and out == ""
+    assert err == ("fusebench run: --set: cannot set 'objectives.m3g.eps': 'objectives' is not a mapping; "
+                   "'objectives' is the list of objective ids the sweep runs: an objective's own settings are "
+                   "pretrain.per_objective.<id>.<setting>, e.g. pretrain.per_objective.m3g.hparams.<name>=VALUE "
+                   "(fusebench list objectives --details) [with --set objectives.m3g.eps=0.1]\n")
+
+
+def test_empty_data_root_is_refused_not_read_as_the_current_folder(tmp_path: Path, capsys) -> None:
+    code, out, err = _run(capsys, "run", "mv-handwritten", "--seeds", "0", "--data-root", "", "--plan",
+                          "--out", str(tmp_path / "runs"))
+    assert (code, out, err) == (2, "", "fusebench run: --data-root: expected a folder or file, got ''\n")
+
+
+def test_run_out_with_a_control_character_is_escaped_when_refused(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / f"f{ESC}x"
+    bad.write_text("")
+    code, out, err = _plan(capsys, tmp_path)  # a fine --out first: the plan passes
+    assert code == 0, err
+    code, out, err = _run(capsys, "run", "quickstart", "--seeds", "0", "--plan", "--out", str(bad))
+    assert code == 2 and out == ""
+    assert err == (f"fusebench run: --out '{tmp_path}/f{SHOWN}x': exists and is not a folder; name a folder for the "
+                   f"run records\n")
+    code, out, err = _run(capsys, "run", "quickstart", "--seeds", "0", "--plan", "--out", str(bad / "sub"))
+    assert code == 2 and "\x1b" not in err
+    assert err == (f"fusebench run: --out '{tmp_path}/f{SHOWN}x/sub': cannot create the folder "
+                   f"('{tmp_path}/f{SHOWN}x' is not a folder); name a writable folder\n")
+
+
+def test_run_says_where_the_records_went_with_the_path_escaped(tmp_path: Path, capsys) -> None:
+    out_dir = tmp_path / f"r{ESC}uns"
+    code, out, err = _run(capsys, "run", "quickstart", "--objective", "m3g", "--seeds", "0", "--set",
+                          "pretrain.epochs=1", "--logger", "csv", "--no-progress", "--out", str(out_dir))
+    assert code == 0, err
+    assert (out_dir / "quickstart" / "m3g" / "seed0" / "run.json").is_file()  # the folder itself as given
+    assert "\x1b" not in out, out
+    lines = out.splitlines()
+    assert f"records: '{tmp_path}/r{SHOWN}uns' (1 cell(s) of quickstart)" in lines, out
+    assert f"logs (csv): 'metrics.csv in each cell folder under {tmp_path}/r{SHOWN}uns'" in lines, out
+
+
+def test_leaderboard_paths_with_a_control_character_are_escaped(tmp_path: Path, capsys) -> None:
+    code, out, err = _run(capsys, "leaderboard", "--runs", str(tmp_path / f"no{ESC}pe"), "--out", str(tmp_path / "b"))
+    assert (code, out) == (2, "")
+    assert err == (f"fusebench leaderboard: --runs '{tmp_path}/no{SHOWN}pe' does not exist; expected the folder of "
+                   f"run records (run.json files) to read\n")
+    assert not (tmp_path / "b").exists()
+    runs, boards = tmp_path / f"r{ESC}uns", tmp_path / f"b{ESC}oards"
+    runs.mkdir()
+    code, out, err = _run(capsys, "leaderboard", "--runs", str(runs), "--out", str(boards), "--no-progress")
+    assert code == 0, err
+    assert "\x1b" not in out + err, out + err
+    assert err.startswith(f"fusebench leaderboard: warning: no run.json under '{tmp_path}/r{SHOWN}uns': "), err
+    assert out.splitlines() == [f"wrote '{tmp_path}/b{SHOWN}oards/README.md'",
+                                f"1 file(s) written, 0 unchanged in '{tmp_path}/b{SHOWN}oards'"], out
+
+
+def test_status_out_with_a_control_character_is_escaped(tmp_path: Path, capsys) -> None:
+    code, out, err = _run(capsys, "status", "--out", str(tmp_path / f"no{ESC}pe"))
+    assert (code, out, err) == (2, "", f"fusebench status: --out '{tmp_path}/no{SHOWN}pe' is not a folder of run "
+                                       f"records\n")
+    (tmp_path / f"f{ESC}ile").write_text("")
+    code, out, err = _run(capsys, "status", "--out", str(tmp_path / f"f{ESC}ile"))
+    assert (code, out, err) == (2, "", f"fusebench status: --out '{tmp_path}/f{SHOWN}ile' is a file; expected the "
+                                       f"folder of run records\n")
