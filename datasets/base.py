@@ -116,6 +116,10 @@ class Delivered:
 
 
 #: options every adapter accepts (read by the base class and the cache), with their types
+#: the synthetic twins this process generated (folders, in order): a command says where its output went, the twin
+#: written under ``--data-root`` (or the cache) included (``fusebench run``, its ``--plan`` too)
+TWINS_WRITTEN: list[Path] = []
+
 BASE_OPTION_TYPES: dict[str, Any] = {"seed": int, "augment": bool, "synthetic_spec": dict, "use_cache": bool,
                                      "allow_empty": bool}
 BASE_OPTIONS = frozenset(BASE_OPTION_TYPES)
@@ -397,7 +401,8 @@ class MultimodalDataset(Dataset):
 
     @classmethod
     def synthetic_root(cls, spec: SyntheticSpec, base: str | os.PathLike | None = None) -> Path:
-        """Generate (once) and return the folder holding the synthetic twin for ``spec``."""
+        """Generate (once) and return the folder holding the synthetic twin for ``spec``, under ``base`` (the data
+        root) or the cache; a folder generated here is appended to :data:`TWINS_WRITTEN`."""
         key = canonical_json({"id": cls.id, "n": spec.num_samples, "seed": spec.seed, "inf": spec.informativeness,
                               "opt": spec.options, "v": cls.SYNTHETIC_VERSION}, compact=False)
         digest = sha256_hex(key, 12)
@@ -420,6 +425,7 @@ class MultimodalDataset(Dataset):
             (tmp / ".complete").write_text(key)
             try:
                 os.replace(tmp, out)
+                TWINS_WRITTEN.append(out)
             except OSError:  # another process won the race: keep theirs
                 shutil.rmtree(tmp, ignore_errors=True)
         except BaseException:

@@ -11,6 +11,8 @@ checked by its exit status and message.
 * An ``--out`` / ``--runs`` path holding a control character (an escape sequence) reached the terminal raw in the
   messages of ``run`` (refusals, the closing ``records:`` / ``logs`` lines), ``leaderboard`` (refusals, the warning,
   each ``wrote PATH``) and ``status``; now escaped (:func:`fusebench.io.shown_path`).
+* ``run --plan --data-root NEW`` ("runs and writes nothing") made ``NEW`` and wrote the synthetic twin into it, and
+  neither the plan nor the run said so; now each says ``data: synthetic twin written to <folder>`` at its end.
 """
 
 from __future__ import annotations
@@ -119,3 +121,23 @@ def test_status_out_with_a_control_character_is_escaped(tmp_path: Path, capsys) 
     code, out, err = _run(capsys, "status", "--out", str(tmp_path / f"f{ESC}ile"))
     assert (code, out, err) == (2, "", f"fusebench status: --out '{tmp_path}/f{SHOWN}ile' is a file; expected the "
                                        f"folder of run records\n")
+
+
+def test_plan_and_run_say_where_the_synthetic_twin_was_written(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "data"  # does not exist yet: the twin is written under it
+    args = ("run", "quickstart", "--objective", "m3g", "--seeds", "0", "--data-root", str(root), "--no-progress")
+    code, out, err = _run(capsys, *args, "--plan", "--out", str(tmp_path / "runs"))
+    assert code == 0, err
+    made = [p for p in root.iterdir()]
+    assert len(made) == 1 and (made[0] / ".complete").is_file(), made
+    assert out.splitlines()[-2:] == ["plan: 1 cell(s): 1 run; nothing was run, no record written",
+                                     f"data: synthetic twin written to {made[0]} (made once; later runs and plans "
+                                     f"reuse it)"], out
+    assert not (tmp_path / "runs").exists()
+    code, out, err = _run(capsys, *args, "--plan", "--out", str(tmp_path / "runs"))  # reused: nothing to say
+    assert code == 0 and "data:" not in out and list(root.iterdir()) == made, out
+    code, out, err = _run(capsys, *args[:-3], "--data-root", str(tmp_path / "data2"), "--set", "pretrain.epochs=1",
+                          "--no-progress", "--out", str(tmp_path / "runs"))
+    assert code == 0, err
+    (twin,) = (tmp_path / "data2").iterdir()
+    assert f"data: synthetic twin written to {twin} (made once; later runs and plans reuse it)" in out.splitlines()

@@ -42,7 +42,12 @@ def test_run_ends_with_records_boards_and_a_table(tmp_path: Path, capsys) -> Non
     assert wrote[1:] == [f"boards: wrote {boards / n}" for n in
                      ("quickstart-curves.png", "quickstart.md", "quickstart.csv", "quickstart.json",
                       "quickstart-seeds.csv", "README.md")]
-    table = tail[1 + len(wrote):]
+    # the synthetic twin this run generated (a fresh cache folder per test) is said after the boards
+    data = [x for x in tail if x.startswith("data: ")]
+    assert len(data) == 1 and data[0].startswith("data: synthetic twin written to "), data
+    assert Path(data[0].split(" written to ")[1].split(" (made once")[0], ".complete").is_file()
+    assert tail[1 + len(wrote)] == data[0]
+    table = tail[1 + len(wrote) + len(data):]
     assert re.split(r"\s{2,}", table[0]) == ["benchmark", "objective", "metric", "mean ± std", "n"]
     rows = {re.split(r"\s{2,}", x)[1]: re.split(r"\s{2,}", x) for x in table[1:]}
     assert set(rows) == {"none", "m3g"} and len(table) == 3

@@ -110,7 +110,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true",
                    help="check everything a run checks and print what it would do with each cell (reuse its "
                         "record, resume from last.pt, run it, or refuse it and why) and each hyper-parameter "
-                        "selection; runs and writes nothing (exit 2 where the run would refuse)")
+                        "selection; runs nothing and writes no record (a synthetic twin the cells need is generated, "
+                        "and said; exit 2 where the run would refuse)")
     p.add_argument("--leaderboard", default=None, metavar="DIR",
                    help="regenerate the boards into DIR after the sweep (markdown, CSV and JSON, plus html / tex where "
                         "DIR already holds pages of that format, so none is left stale; docs/leaderboards.md)")
@@ -189,7 +190,9 @@ def main(argv: list[str]) -> int:
     from fusebench.runtime.interrupt import Terminated, sigterm_unwinds
     from fusebench.engine.loop import RunError
     from fusebench.sweep.runner import run
+    from fusebench.datasets.base import TWINS_WRITTEN
 
+    twins_before = len(TWINS_WRITTEN)  # the synthetic twins this command generates: said at its end
     board_lines = None  # the board files written (--leaderboard), said at the end
     try:
         request = request_of(ns)  # one typed request (fusebench.spec.request.SweepRequest)
@@ -202,7 +205,7 @@ def main(argv: list[str]) -> int:
             from fusebench.sweep import plan
 
             rows = run(request)
-            print("\n".join(plan.render(rows)), flush=True)
+            print("\n".join(plan.render(rows) + _twin_lines(TWINS_WRITTEN[twins_before:])), flush=True)
             stops = plan.refused(rows)
             if stops:
                 print(f"fusebench run: the run would stop before any cell: {len(stops)} refused (above)",
@@ -249,7 +252,7 @@ def main(argv: list[str]) -> int:
     if int(os.environ.get("RANK", "0")) == 0:  # where and what (issue #32): records, boards, a compact table
         from fusebench.cli.run_summary import closing_lines, tracker_lines
 
-        logs = tracker_lines(ns.loggers, ns.out, ns.mlflow_uri)
+        logs = tracker_lines(ns.loggers, ns.out, ns.mlflow_uri) + _twin_lines(TWINS_WRITTEN[twins_before:])
         print("\n".join(closing_lines(records, ns.out, board_lines, logs)), flush=True)
     return 1 if failed or interrupted else 0
 
@@ -265,6 +268,13 @@ def _weights_rows(given: list[tuple[str, str]]) -> dict[str, str] | None:
                               f"row has one weights file; give each row once, another name for another file")
         out[name] = path
     return out or None
+
+
+def _twin_lines(written: list[Path]) -> list[str]:
+    """A line per synthetic twin the command generated (under ``--data-root``, else the cache; ``--plan`` too,
+    which needs the data to judge the cells): where that output went."""
+    return [f"data: synthetic twin written to {shown_path(p)} (made once; later runs and plans reuse it)"
+            for p in written]
 
 
 def _result_line(r: dict) -> str:
