@@ -131,7 +131,8 @@ def load(name: str, overrides: Any = None, synthetic: bool = False):
     mapping of dotted spec keys (``{"pretrain.epochs": 2}``) or ``KEY=VALUE`` strings as ``fusebench run --set``
     and :func:`fusebench.run` take them (``["pretrain.epochs=2"]``, each key once). A name that is not a string is a TypeError,
     an unknown one an :class:`UnknownNameError` naming the closest id; overrides of another form, a
-    ``synthetic`` that is not a bool, or a spec that does not check out are a ConfigError naming the key."""
+    ``synthetic`` that is not a bool, or a spec that does not check out are a ConfigError naming the key; so is
+    ``name`` overridden to another benchmark's id (its records would be filed as that benchmark's)."""
     from fusebench.spec.config import ConfigError, SpecNameError
     from fusebench.spec.request import override_mapping
     from fusebench.components.spec_check import load_spec
@@ -142,7 +143,7 @@ def load(name: str, overrides: Any = None, synthetic: bool = False):
         overrides = override_mapping(overrides)
     spec_path = path(name)
     try:
-        return load_spec(spec_path, overrides=overrides, synthetic=synthetic)
+        spec = load_spec(spec_path, overrides=overrides, synthetic=synthetic)
     except SpecNameError as e:  # its name: key claims another benchmark's id: name both files
         other = index().get(e.claimed)
         if other is None or other == spec_path:
@@ -150,6 +151,13 @@ def load(name: str, overrides: Any = None, synthetic: bool = False):
         raise DuplicateIdError(f"benchmark id {e.claimed!r} is claimed twice: by {other} (its file name) and by "
                                f"{spec_path} (its name: key); a benchmark's id is its file name: drop the name: "
                                f"key or rename the file") from None
+    if spec.name != name:  # --set name=...: a run renamed (the k-views study's cells), never onto another benchmark
+        taken = index().get(spec.name)
+        if taken is not None:
+            raise ConfigError(f"--set name={spec.name}: {spec.name!r} is the id of another benchmark ({taken}); "
+                              f"the records of {name} would be filed under it, beside its own runs and on its board; "
+                              f"rename the run to a name no benchmark has (fusebench list benchmarks)")
+    return spec
 
 
 __all__ = ["DuplicateIdError", "available", "builtin", "index", "load", "path", "registry"]

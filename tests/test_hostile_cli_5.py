@@ -13,6 +13,8 @@ checked by its exit status and message.
   each ``wrote PATH``) and ``status``; now escaped (:func:`fusebench.io.shown_path`).
 * ``run --plan --data-root NEW`` ("runs and writes nothing") made ``NEW`` and wrote the synthetic twin into it, and
   neither the plan nor the run said so; now each says ``data: synthetic twin written to <folder>`` at its end.
+* ``--set name=mv-handwritten`` on ``quickstart`` filed quickstart's cells as ``mv-handwritten`` (its folders, its
+  board, its status); a rename onto another benchmark's id is now refused (a new name still renames the run).
 """
 
 from __future__ import annotations
@@ -141,3 +143,19 @@ def test_plan_and_run_say_where_the_synthetic_twin_was_written(tmp_path: Path, c
     assert code == 0, err
     (twin,) = (tmp_path / "data2").iterdir()
     assert f"data: synthetic twin written to {twin} (made once; later runs and plans reuse it)" in out.splitlines()
+
+
+def test_set_name_onto_another_benchmarks_id_is_refused(tmp_path: Path, capsys) -> None:
+    from fusebench import benchmarks
+
+    other = benchmarks.path("mv-handwritten")
+    code, out, err = _plan(capsys, tmp_path, "--set", "name=mv-handwritten")
+    assert (code, out) == (2, "")
+    assert err == (f"fusebench run: --set name=mv-handwritten: 'mv-handwritten' is the id of another benchmark "
+                   f"({other}); the records of quickstart would be filed under it, beside its own runs and on its "
+                   f"board; rename the run to a name no benchmark has (fusebench list benchmarks)\n")
+    assert not (tmp_path / "runs").exists()
+    code, out, err = _plan(capsys, tmp_path, "--objective", "m3g", "--set", "name=qs-renamed")  # a new name: renamed
+    assert code == 0 and out.splitlines()[0] == "qs-renamed m3g seed0: run", out + err
+    code, out, err = _plan(capsys, tmp_path, "--objective", "m3g", "--set", "name=quickstart")  # its own: as is
+    assert code == 0 and out.splitlines()[0] == "quickstart m3g seed0: run", out + err
