@@ -15,6 +15,9 @@ checked by its exit status and message.
   neither the plan nor the run said so; now each says ``data: synthetic twin written to <folder>`` at its end.
 * ``--set name=mv-handwritten`` on ``quickstart`` filed quickstart's cells as ``mv-handwritten`` (its folders, its
   board, its status); a rename onto another benchmark's id is now refused (a new name still renames the run).
+* ``study kviews --batch-size 1`` / ``--m3g-micro-batch 0`` were blamed on ``mv-handwritten.yaml`` with a trailer
+  listing every override the study makes (over 700 characters); now named by the study's option. ``--objective
+  m3gg`` said the reference rows were missing instead of naming the unknown id (with the closest one).
 """
 
 from __future__ import annotations
@@ -159,3 +162,18 @@ def test_set_name_onto_another_benchmarks_id_is_refused(tmp_path: Path, capsys) 
     assert code == 0 and out.splitlines()[0] == "qs-renamed m3g seed0: run", out + err
     code, out, err = _plan(capsys, tmp_path, "--objective", "m3g", "--set", "name=quickstart")  # its own: as is
     assert code == 0 and out.splitlines()[0] == "quickstart m3g seed0: run", out + err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--batch-size", "1"), "kviews: batch_size=1 must be >= 2 (contrastive losses need negatives)"),
+    (("--m3g-micro-batch", "0"), "kviews: m3g_micro_batch=0 must be an integer >= 2 (the samples of each chunk of "
+                                 "M3G's loss)"),
+    (("--objective", "m3gg"), "unknown objective 'm3gg'. Did you mean 'm3g'? Valid objective ids: "),
+])
+def test_study_options_are_named_by_the_study(args: tuple[str, ...], said: str, tmp_path: Path, capsys) -> None:
+    out, board = tmp_path / "runs", tmp_path / "board"
+    code, stdout, err = _run(capsys, "study", "kviews", "--synthetic", "--out", str(out), "--board", str(board),
+                             "--no-progress", *args)
+    assert code == 2 and err.startswith(f"fusebench study kviews: {said}") and err.count("\n") == 1, err
+    assert "[with --set" not in err and "Traceback" not in err
+    assert not out.exists() and not board.exists()

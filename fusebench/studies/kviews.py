@@ -350,7 +350,18 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
 
     if epochs < 1:  # a pretrained row of 0 epochs is its random init: the `none` row again
         raise ValueError(f"kviews: epochs={epochs} must be >= 1 (the study compares pretrained rows with `none`)")
+    # named by the study's own option, before the spec is loaded with the study's overrides (whose message would blame
+    # the spec file and list every override the study makes)
+    if batch_size < 2:
+        raise ValueError(f"kviews: batch_size={batch_size} must be >= 2 (contrastive losses need negatives)")
     objectives = tuple(study.objectives)
+    micro = study.m3g_micro_batch
+    if "m3g" in objectives and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 2):
+        raise ValueError(f"kviews: m3g_micro_batch={micro!r} must be an integer >= 2 (the samples of each chunk of "
+                         f"M3G's loss)")
+    for o in objectives:  # an unknown id first (one error with the closest match), before the rows the study needs
+        if not is_reference(o):
+            registry.OBJECTIVES.get(o)
     if not set(PAIRED_WITH) <= set(objectives) or not [o for o in objectives if not is_reference(o)]:
         raise ValueError(f"kviews: objectives={list(objectives)!r} must include the reference rows 'none' and 'raw' "
                          "(the gaps are paired with them) and at least one pretrained objective")
@@ -359,9 +370,6 @@ def run_study(study: Study, out: str | Path = "runs-kviews", data_root: str | No
         raise ValueError(f"kviews: objectives={list(objectives)!r}: the study pairs pretrained objectives with the "
                          f"reference rows {list(PAIRED_WITH)}; the other reference row(s) {others} are not part of it "
                          "(run them on the benchmark's own board)")
-    for o in objectives:
-        if not is_reference(o):
-            registry.OBJECTIVES.get(o)  # an unknown id: one error with the closest match, before any run
 
     spec = benchmarks.load(benchmark, synthetic=synthetic)
     from fusebench import datasets
