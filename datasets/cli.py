@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from fusebench.io import shown_path
 from fusebench.runtime.terminal_help import Keyed, Parser
 from fusebench.typed import load_yaml
 
@@ -68,12 +69,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _out_problem(out: str | None, made: bool) -> str | None:
+    """``--out`` of ``prepare`` (``made``: a folder that exists or can be made) or ``check`` (a folder to search):
+    what is wrong with it, in one line (None: it fits), before any split is read or written."""
+    if out is None:
+        return None
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        return (f"--out {shown_path(path)}: exists and is not a folder; name a folder for the prepared cache"
+                if made else f"--out {shown_path(path)} is a file; expected the folder of prepared caches")
+    above = next((q for q in path.absolute().parents if q.exists()), None)
+    if made and not path.exists() and above is not None and not above.is_dir():
+        return (f"--out {shown_path(path)}: cannot create the folder ({shown_path(above)} is not a folder); name a "
+                f"folder")
+    return None
+
+
 def _prepare(ns: argparse.Namespace) -> int:
     from fusebench import datasets
     from fusebench.datasets import cache
 
     cls = datasets.get(ns.name)
     opts = _parse_opts(ns.opt)
+    problem = _out_problem(ns.out, made=True)
+    if problem:
+        raise ValueError(problem)
     fixed = {"augment": "a cache holds the samples without augmentation (augment applies when a run reads it)",
              "use_cache": "prepare always reads the source files and writes the cache"}
     set_here = [k for k in opts if k in fixed]
@@ -98,7 +118,7 @@ def _prepare(ns: argparse.Namespace) -> int:
             failed.append(split)
             continue
         folder = cache.prepare(ds, base=ns.out, progress=not ns.quiet, force=ns.force, _hash_memo=memo)
-        print(f"{cls.id}/{split}: {len(ds)} samples -> {folder}")
+        print(f"{cls.id}/{split}: {len(ds)} samples -> {shown_path(folder)}")
     info = cls.info()  # a split's message may end with the adapter's `data info` text: said once, after them all
     with_info = False
     for message, stopped in errors.items():
@@ -108,7 +128,7 @@ def _prepare(ns: argparse.Namespace) -> int:
     if with_info:
         print(info, file=sys.stderr)
     if ns.out and len(failed) < len(splits):
-        print(f"(set FUSEBENCH_PREPARED={Path(ns.out).resolve()} so that adapters read this cache)")
+        print(f"(set FUSEBENCH_PREPARED={shown_path(Path(ns.out).resolve())} so that adapters read this cache)")
     if failed:
         print(f"fusebench data prepare: {cls.id}: splits not prepared: {failed}", file=sys.stderr)
         return 2
@@ -120,19 +140,23 @@ def _check(ns: argparse.Namespace) -> int:
     from fusebench.datasets import cache
 
     cls = datasets.get(ns.name)
+    problem = _out_problem(ns.out, made=False)
+    if problem:
+        raise ValueError(problem)
     bad = checked = 0
     if ns.root:  # the fixed official files under the root against their declared sha256
         for path, verdict in cls.check_files(ns.root):
             checked += verdict != "missing"
             bad += verdict not in ("ok", "missing")
-            print(f"{'ok      ' if verdict == 'ok' else 'MISMATCH' if verdict != 'missing' else 'missing '} {path}"
+            print(f"{'ok      ' if verdict == 'ok' else 'MISMATCH' if verdict != 'missing' else 'missing '} "
+                  f"{shown_path(path)}"
                   + ("" if verdict in ("ok", "missing") else f": {verdict}"))
     folders = cache.list_caches(cls.id, root=ns.root, base=ns.out)
     if not folders and checked:  # the files were checked; no cache to check is not an error then
-        print(f"{cls.id}: no prepared cache built from {ns.root}")
+        print(f"{cls.id}: no prepared cache built from {shown_path(ns.root)}")
         return 1 if bad else 0
     if not folders:
-        where = f" built from {ns.root}" if ns.root else ""
+        where = f" built from {shown_path(ns.root)}" if ns.root else ""
         print(f"{cls.id}: no prepared cache{where}; run `fusebench data prepare {cls.id} --data-root DIR`",
               file=sys.stderr)
         return 2
@@ -142,14 +166,14 @@ def _check(ns: argparse.Namespace) -> int:
             m = cache.read_manifest(folder)
             label = f"{cls.id}/{m['split']} ({m['num_samples']} samples, root {m['root']})"
         except datasets.DatasetError:
-            label = f"{cls.id} at {folder}"
+            label = f"{cls.id} at {shown_path(folder)}"
         if problems:
             bad += 1
-            print(f"MISMATCH {label}: {folder}")
+            print(f"MISMATCH {label}: {shown_path(folder)}")
             for p in problems:
                 print(f"  - {p}")
         else:
-            print(f"ok       {label}: {folder}")
+            print(f"ok       {label}: {shown_path(folder)}")
     return 1 if bad else 0
 
 

@@ -18,6 +18,10 @@ checked by its exit status and message.
 * ``study kviews --batch-size 1`` / ``--m3g-micro-batch 0`` were blamed on ``mv-handwritten.yaml`` with a trailer
   listing every override the study makes (over 700 characters); now named by the study's option. ``--objective
   m3gg`` said the reference rows were missing instead of naming the unknown id (with the closest one).
+* ``data prepare --out FILE`` (or a folder under a file) failed in the cache writer with exit status 3 ("cannot
+  write the prepared cache ... the partial cache was removed"), ``data check --out FILE`` said "no prepared cache";
+  each is now one exit-2 line about ``--out`` before anything is read. The folders ``data prepare`` / ``check``
+  print are escaped.
 """
 
 from __future__ import annotations
@@ -177,3 +181,36 @@ def test_study_options_are_named_by_the_study(args: tuple[str, ...], said: str, 
     assert code == 2 and err.startswith(f"fusebench study kviews: {said}") and err.count("\n") == 1, err
     assert "[with --set" not in err and "Traceback" not in err
     assert not out.exists() and not board.exists()
+
+
+def test_data_prepare_and_check_refuse_an_out_that_is_a_file(tmp_path: Path, capsys) -> None:
+    file = tmp_path / "a_file"
+    file.write_text("")
+    code, out, err = _run(capsys, "data", "prepare", "quickstart", "--synthetic", "--out", str(file))
+    assert (code, out, err) == (2, "", f"fusebench data prepare: --out {file}: exists and is not a folder; name a "
+                                       f"folder for the prepared cache\n")
+    code, out, err = _run(capsys, "data", "prepare", "quickstart", "--synthetic", "--out", str(file / "sub"))
+    assert (code, out, err) == (2, "", f"fusebench data prepare: --out {file / 'sub'}: cannot create the folder "
+                                       f"({file} is not a folder); name a folder\n")
+    code, out, err = _run(capsys, "data", "check", "quickstart", "--out", str(file))
+    assert (code, out, err) == (2, "", f"fusebench data check: --out {file} is a file; expected the folder of "
+                                       f"prepared caches\n")
+    assert file.read_text() == "" and [p.name for p in tmp_path.iterdir()] == ["a_file"]
+
+
+def test_data_prepare_and_check_print_the_folders_escaped(tmp_path: Path, capsys) -> None:
+    base = tmp_path / f"c{ESC}ache"
+    code, out, err = _run(capsys, "data", "prepare", "quickstart", "--synthetic", "--out", str(base), "--quiet")
+    assert code == 0, err
+    assert "\x1b" not in out, out
+    folders = sorted((base / "quickstart").iterdir())
+    assert len(folders) == 3
+    lines = out.splitlines()
+    assert len(lines) == 4 and lines[-1] == f"(set FUSEBENCH_PREPARED='{tmp_path}/c{SHOWN}ache' so that adapters " \
+                                            f"read this cache)", out
+    assert sorted(line.split(" -> ")[1] for line in lines[:3]) == [f"'{tmp_path}/c{SHOWN}ache/quickstart/{p.name}'"
+                                                                   for p in folders], out
+    code, out, err = _run(capsys, "data", "check", "quickstart", "--out", str(base))
+    assert code == 0 and "\x1b" not in out and len(out.splitlines()) == 3, out + err
+    assert all(line.startswith("ok ") and line.endswith(f"'{tmp_path}/c{SHOWN}ache/quickstart/{p.name}'")
+               for line, p in zip(sorted(out.splitlines(), key=lambda x: x[-17:]), folders)), out
