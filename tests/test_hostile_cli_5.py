@@ -22,6 +22,7 @@ checked by its exit status and message.
   write the prepared cache ... the partial cache was removed"), ``data check --out FILE`` said "no prepared cache";
   each is now one exit-2 line about ``--out`` before anything is read. The folders ``data prepare`` / ``check``
   print are escaped.
+* ``leaderboard --reported BAD.yaml`` printed PyYAML's several lines with a caret; now one line.
 """
 
 from __future__ import annotations
@@ -214,3 +215,17 @@ def test_data_prepare_and_check_print_the_folders_escaped(tmp_path: Path, capsys
     assert code == 0 and "\x1b" not in out and len(out.splitlines()) == 3, out + err
     assert all(line.startswith("ok ") and line.endswith(f"'{tmp_path}/c{SHOWN}ache/quickstart/{p.name}'")
                for line, p in zip(sorted(out.splitlines(), key=lambda x: x[-17:]), folders)), out
+
+
+def test_leaderboard_reported_that_is_not_yaml_is_one_line(tmp_path: Path, capsys) -> None:
+    runs, bad = tmp_path / "runs", tmp_path / "reported.yaml"
+    runs.mkdir()
+    bad.write_text("a: [1,\n")
+    code, out, err = _run(capsys, "leaderboard", "--runs", str(runs), "--out", str(tmp_path / "b"), "--reported",
+                          str(bad), "--no-progress")
+    assert (code, out) == (2, ""), out
+    assert err.splitlines()[-1] == (f"fusebench leaderboard: {bad}: not a readable YAML file (expected the node "
+                                    f"content, but found '<stream end>' at line 2, column 1 (while parsing a flow "
+                                    f"node at line 2, column 1))"), err
+    assert err.count("\n") == 2 and err.startswith("fusebench leaderboard: warning: no run.json under "), err
+    assert not (tmp_path / "b").exists()

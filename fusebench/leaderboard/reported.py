@@ -86,12 +86,14 @@ def load_reported(path: Path | None) -> dict[str, list[Reported]]:
         return {}
     import yaml
 
-    from fusebench.typed import load_yaml
+    from fusebench.typed import load_yaml, yaml_problem
 
     try:  # the bounded safe loader of every settings file: an alias bomb or a too deep document is one error
         data = load_yaml(Path(path).read_text(encoding="utf-8"), str(path))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"{shown_path(path)}: not a readable YAML file ({e})") from None
+    except yaml.YAMLError as e:  # one line: what and where (not PyYAML's lines with a caret)
+        raise ValueError(f"{shown_path(path)}: not a readable YAML file ({yaml_problem(e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{shown_path(path)}: not a readable YAML file ({' '.join(str(e).split())})") from None
     if data is None:
         return {}
     if not isinstance(data, list):
