@@ -115,11 +115,11 @@ class Delivered:
     key: str | None = None
 
 
-#: options every adapter accepts (read by the base class and the cache), with their types
 #: the synthetic twins this process generated (folders, in order): a command says where its output went, the twin
 #: written under ``--data-root`` (or the cache) included (``fusebench run``, its ``--plan`` too)
 TWINS_WRITTEN: list[Path] = []
 
+#: options every adapter accepts (read by the base class and the cache), with their types
 BASE_OPTION_TYPES: dict[str, Any] = {"seed": int, "augment": bool, "synthetic_spec": dict, "use_cache": bool,
                                      "allow_empty": bool}
 BASE_OPTIONS = frozenset(BASE_OPTION_TYPES)
