@@ -30,7 +30,8 @@ def _by_hand(runs: Path, objective: str) -> tuple[str, int]:
     return f"{statistics.mean(accs):.4f} ± {statistics.stdev(accs):.4f}", len(accs)
 
 
-def test_run_ends_with_records_boards_and_a_table(tmp_path: Path, capsys) -> None:
+def test_run_ends_with_records_boards_and_a_table(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("FUSEBENCH_CACHE", str(tmp_path / "cache"))  # this test's own: the twin is generated here
     runs, boards = tmp_path / "runs", tmp_path / "boards"
     lines = _run(tmp_path, capsys, "--leaderboard", str(boards))
     tail = lines[lines.index(next(x for x in lines if x.startswith("records: "))):]
@@ -42,7 +43,7 @@ def test_run_ends_with_records_boards_and_a_table(tmp_path: Path, capsys) -> Non
     assert wrote[1:] == [f"boards: wrote {boards / n}" for n in
                      ("quickstart-curves.png", "quickstart.md", "quickstart.csv", "quickstart.json",
                       "quickstart-seeds.csv", "README.md")]
-    # the synthetic twin this run generated (a fresh cache folder per test) is said after the boards
+    # the synthetic twin this run generated (in the test's own cache folder) is said after the boards
     data = [x for x in tail if x.startswith("data: ")]
     assert len(data) == 1 and data[0].startswith("data: synthetic twin written to "), data
     assert Path(data[0].split(" written to ")[1].split(" (made once")[0], ".complete").is_file()
