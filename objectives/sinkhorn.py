@@ -127,7 +127,7 @@ def check_ot_hparams(who: str, eps: float, tol: float, max_iter: int) -> tuple[f
     if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
         raise ValueError(f"{who}: max_iter must be an integer >= 1, got {max_iter!r}")
     if out[0] < MIN_EPS:
-        raise ValueError(f"{who}: eps = {eps!r} is below {MIN_EPS:g}, the smallest eps the float32 Sinkhorn solver "
+        raise ValueError(f"{who}: eps = {eps} is below {MIN_EPS:g}, the smallest eps the float32 Sinkhorn solver "
                          f"honours (its log-domain potentials, of size cost / eps, lose the precision the plan needs: "
                          f"measured against a float64 solve, the plan's mass was off by about 15% at eps 1e-7); use "
                          f"eps >= {MIN_EPS:g}")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from fusebench.cli import main
+from test_first_use_review import _plan, _run  # (exit status, stdout, stderr) of a command
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
@@ -39,14 +39,6 @@ ESC = "\x1b[2J"  # an escape sequence (clear the screen) in a path or key
 SHOWN = "\\x1b[2J"  # the same as the message must print it: escaped
 
 
-def _run(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _plan(capsys, tmp_path: Path, *args: str) -> tuple[int, str, str]:
-    return _run(capsys, "run", "quickstart", "--seeds", "0", *args, "--plan", "--out", str(tmp_path / "runs"))
 
 
 def test_set_value_that_is_not_yaml_is_one_line(tmp_path: Path, capsys) -> None:

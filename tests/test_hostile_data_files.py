@@ -37,26 +37,16 @@ def _mosi(root):
     return build("mosi", root=root, modalities=[], use_cache=False)
 
 
-def test_csd_labels_stored_as_strings_refused(tmp_path, fixtures_dir):
-    # before: float(b'a') raised a bare ValueError from the adapter's label loop
+@pytest.mark.parametrize("key,strings", [("features", [[b"a"]] * 13), ("intervals", [[b"0", b"1"]] * 13)])
+def test_csd_labels_or_intervals_stored_as_strings_refused(tmp_path, fixtures_dir, key, strings):
+    # before: float(b'a') raised a bare ValueError from the adapter's label loop (features: the labels)
     def to_strings(video):
-        del video["features"]
-        video["features"] = np.array([[b"a"]] * 13)
+        del video[key]
+        video[key] = np.array(strings)
 
     _csd_copy(fixtures_dir, tmp_path, to_strings)
-    with pytest.raises(DatasetError, match=rf"{CSD}: video '{VID}': 'features' has dtype \|S1; expected real numbers "
+    with pytest.raises(DatasetError, match=rf"{CSD}: video '{VID}': '{key}' has dtype \|S1; expected real numbers "
                                            r"\(float or integer\)"):
-        _mosi(tmp_path)
-
-
-def test_csd_intervals_stored_as_strings_refused(tmp_path, fixtures_dir):
-    def to_strings(video):
-        del video["intervals"]
-        video["intervals"] = np.array([[b"0", b"1"]] * 13)
-
-    _csd_copy(fixtures_dir, tmp_path, to_strings)
-    with pytest.raises(DatasetError, match=rf"{CSD}: video '{VID}': 'intervals' has dtype \|S1; expected real "
-                                           r"numbers"):
         _mosi(tmp_path)
 
 

@@ -118,8 +118,9 @@ def check_methods_read(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
     """A pretraining method that would join the runs of an objective of the run ``objs`` which says its loss does not
     read it (:func:`fusebench.spec.methods.unread_methods`: ``ema_teacher: {enabled: true}`` for ``tuple_infonce``,
     whose ``uses_teacher`` is false) is refused at any point of the objective's grid: built and updated every step,
-    recorded and hashed, and never read. One ConfigError naming the key that brings it in (the point's, the
-    objective's own ``hparams``, or ``pretrain.methods``) and the objective."""
+    recorded and hashed, and never read. One ConfigError naming the key that brings it in (the grid point's, or
+    ``pretrain.methods``: an objective's ``hparams`` take no ``methods.*`` key, refused when the spec loads) and the
+    objective."""
     from fusebench import objectives
     from fusebench.spec.methods import METHODS, option_values, split_method_keys, unread_methods, with_method_options
 
@@ -131,12 +132,9 @@ def check_methods_read(spec: BenchmarkSpec, objs: Iterable[str]) -> None:
             _, method_options = split_method_keys(own.at(point))
             for mid, attr in unread_methods(objectives.OBJECTIVES.get(o), with_method_options(spec.pretrain,
                                                                                               method_options)):
-                prefix = f"methods.{mid}."
-                mine = {k: v for k, v in point.items() if k.startswith(prefix)}
-                where = setting_key(o, "grid") if mine else setting_key(o, "hparams")
-                mine = mine or {k: v for k, v in own.hparams.items() if k.startswith(prefix)}
+                mine = {k: v for k, v in point.items() if k.startswith(f"methods.{mid}.")}
                 if mine:
-                    keys = ", ".join(f"{where}.{k}={v!r}" for k, v in mine.items())
+                    keys = ", ".join(f"{setting_key(o, 'grid')}.{k}={v!r}" for k, v in mine.items())
                 else:
                     given = option_values((spec.pretrain.methods or {}).get(mid) or METHODS.get(mid).Options())
                     default = option_values(METHODS.get(mid).Options())

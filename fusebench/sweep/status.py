@@ -169,7 +169,8 @@ def _as_its_data_gave(spec: Any, saved: Any) -> Any:
     if isinstance(views, list) and views and all(isinstance(v, str) for v in views):
         filled.dataset.modalities = list(views)
     for key, option in (filled.options or {}).items():
-        widths = part("options").get(key, {}).get(WIDTH_OPTION) if isinstance(part("options").get(key), dict) else None
+        saved_option = part("options").get(key)
+        widths = saved_option.get(WIDTH_OPTION) if isinstance(saved_option, dict) else None
         if isinstance(option, dict) and option.get(WIDTH_OPTION) == WIDTHS_AUTO and isinstance(widths, list):
             filled.options[key] = {**option, WIDTH_OPTION: widths}
     pt, saved_pt = filled.pretrain, part("pretrain")
