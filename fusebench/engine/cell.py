@@ -354,6 +354,17 @@ def lock_detail(holder: LockHolder | None) -> str:
             "written, then as stale)")
 
 
+def busy_error(path: Path) -> "CellBusyError | None":
+    """The :class:`CellBusyError` this process, taking the cell lock ``path`` now, would stop at (another process
+    holds it: :func:`lock_holder`; a lock naming this process's own pid on this host is no rival's, see there), else
+    None. :class:`CellLock` and ``--plan``'s judgement of a selection trial ask it."""
+    held, holder = lock_holder(path)
+    if not held or (holder is not None and holder.local and not holder.elsewhere and holder.pid == os.getpid()):
+        return None
+    who = holder.owner if holder is not None else "another process (its lock is unreadable)"
+    return CellBusyError(f"{path.parent} is being run by {who} (lock {path}); not starting it twice")
+
+
 class CellLock:
     """An exclusive per-cell lock file (``.lock``, holding the owner's pid, host and SLURM job): two
     processes never run one cell at once. A lock left by a process that no longer exists is taken
@@ -376,11 +387,9 @@ class CellLock:
                 judged = (os.stat(self.path).st_ino, self.path.read_bytes())
             except FileNotFoundError:
                 continue
-            held, holder = lock_holder(self.path)  # the rule --plan and status apply too
-            if held and not (holder is not None and holder.local and not holder.elsewhere and holder.pid == os.getpid()):
-                who = holder.owner if holder is not None else "another process (its lock is unreadable)"
-                raise CellBusyError(f"{self.path.parent} is being run by {who} "
-                                    f"(lock {self.path}); not starting it twice") from None
+            busy = busy_error(self.path)  # the rule --plan and status apply too
+            if busy is not None:
+                raise busy from None
             self._take_over(judged)  # the stale lock of a killed run (or none: gone meanwhile, the loop retries)
         raise CellBusyError(f"cannot lock {self.path}")
 

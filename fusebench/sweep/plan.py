@@ -26,7 +26,6 @@ cannot foresee that choice.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -151,7 +150,7 @@ def _trial_refusal(spec: BenchmarkSpec, objective: str, out: Path, context: Mapp
     ``train_ds`` is given; another process holding it: the run's CellBusyError): ``(trials, to run, resumed,
     first refusal or None)``."""
     from fusebench.cells.resume_fit import resume_misfit
-    from fusebench.engine.cell import CellBusyError, lock_holder
+    from fusebench.engine.cell import busy_error
     from fusebench.engine.locks import LOCK
     from fusebench.spec.config import ConfigError
     from fusebench.sweep import selection as S
@@ -166,11 +165,9 @@ def _trial_refusal(spec: BenchmarkSpec, objective: str, out: Path, context: Mapp
         if action == "reuse":
             continue
         todo += 1
-        held, holder = lock_holder(request.cell / LOCK)  # CellLock's rule: this process's own lock is no rival
-        if held and not (holder is not None and holder.local and not holder.elsewhere and holder.pid == os.getpid()):
-            who = holder.owner if holder is not None else "another process (its lock is unreadable)"
-            return n, todo, resumed, CellBusyError(f"{request.cell} is being run by {who} (lock "
-                                                   f"{request.cell / LOCK}); not starting it twice")
+        busy = busy_error(request.cell / LOCK)  # CellLock's own rule and message
+        if busy is not None:
+            return n, todo, resumed, busy
         if action == "resume":
             resumed += 1
             last = request.cell / "last.pt"
