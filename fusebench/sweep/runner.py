@@ -449,14 +449,21 @@ def remove_made(made: list[Path]) -> None:
             return
 
 
+def views_from_data(spec: BenchmarkSpec) -> bool:
+    """Whether the run names ``spec``'s views from the data it reads (:func:`resolve_views`): its pipeline reads a
+    dataset whose adapter has ``VIEWS_FROM_DATA`` (e.g. any multi-view ``.mat``) and the spec names none."""
+    from fusebench import datasets
+
+    return (pipeline_of(spec).reads_dataset and not spec.dataset.modalities
+            and bool(getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False)))
+
+
 def resolve_views(spec: BenchmarkSpec, synthetic: bool, data_root: str | None, seed: int = 0) -> Any:
     """Adapters whose views are known only from the file (``VIEWS_FROM_DATA``, e.g. any multi-view
     ``.mat``) are opened once to fill ``dataset.modalities``, so the view count k that decides the
     compatible objectives, and the recorded config, are those of the data actually read. Returns the
     train split it opened (None when it opened nothing), for :func:`cap_batch_sizes` to reuse."""
-    from fusebench import datasets
-
-    if not pipeline_of(spec).reads_dataset or spec.dataset.modalities or not getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False):
+    if not views_from_data(spec):
         return None
     ds = build_datasets(spec, synthetic, data_root, seed, roles=("train",))["train"]
     spec.dataset.modalities = list(ds.modalities)
@@ -768,4 +775,4 @@ def finished_records(spec: BenchmarkSpec, objs: list[str], seeds: list[int], out
 
 __all__ = ["cap_batch_sizes", "check_components", "check_data", "check_objective_overrides_used", "check_out",
            "check_pretraining_epochs", "check_checkpoint_every_used", "check_speed_settings_used", "check_methods_read", "check_weights_row_settings", "finished_records", "make_out",
-           "pretrains_nothing", "remove_made", "resolve_views", "resolve_width_grid", "run", "weights_rows_set"]
+           "pretrains_nothing", "remove_made", "resolve_views", "views_from_data", "resolve_width_grid", "run", "weights_rows_set"]

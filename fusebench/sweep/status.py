@@ -138,15 +138,12 @@ def _resumable(last: Path, spec: Any) -> str:
 
 
 def _config_from_data(spec: Any) -> bool:
-    """Whether the run completes ``spec``'s configuration from the data it reads (an adapter with
-    ``VIEWS_FROM_DATA``, e.g. any multi-view ``.mat``, whose views are unnamed in the spec:
-    :func:`fusebench.sweep.runner.resolve_views`, and the PCA widths and batch caps that follow from them), so that a
-    checkpoint's configuration cannot be judged without the data."""
-    from fusebench import datasets
-    from fusebench.pipelines import pipeline_of
+    """Whether the run completes ``spec``'s configuration from the data it reads (its views:
+    :func:`fusebench.sweep.runner.views_from_data`, and the PCA widths and batch caps that follow from them), so that
+    a checkpoint's configuration cannot be judged whole without the data."""
+    from fusebench.sweep.runner import views_from_data
 
-    return (pipeline_of(spec).reads_dataset and not spec.dataset.modalities
-            and bool(getattr(datasets.get(spec.dataset.id), "VIEWS_FROM_DATA", False)))
+    return views_from_data(spec)
 
 
 def _as_its_data_gave(spec: Any, saved: Any) -> Any:
