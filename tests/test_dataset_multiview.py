@@ -266,6 +266,21 @@ def test_transposed_views_and_label_codings_give_the_same_dataset(tmp_path):
     assert set(stack(zero_based["train"])[2].tolist()) == {0, 1, 2}
 
 
+def test_logical_label_vector_is_a_two_class_label(tmp_path):
+    """A MATLAB ``logical`` Y (a two-class problem saved as true / false) is read as classes False -> 0, True -> 1:
+    the same dataset as the 0 / 1 double vector, its label values recorded as the booleans."""
+    views, y = random_views(3, classes=2)  # y in {1, 2}
+    as_double = build_all("multiview_mat", write_v5(tmp_path / "d.mat", views, y - 1))
+    path = tmp_path / "b.mat"
+    scipy.io.savemat(str(path), {"X": cell(views), "Y": (y == 2).reshape(-1, 1)})
+    assert scipy.io.loadmat(str(path))["Y"].dtype == np.uint8  # MATLAB v5 stores logical as uint8 + a flag
+    as_logical = build_all("multiview_mat", path)
+    same_data(as_double, as_logical)
+    expected = [0 if v == 1 else 1 for v in y]  # by hand: class 2 -> True -> 1
+    rows, _, targets = stack(as_logical["train"])
+    assert targets.tolist() == [expected[r] for r in rows]
+
+
 def test_square_view_takes_rows_with_a_warning_unless_sample_axis_says(tmp_path, caplog):
     n = 30
     rng = np.random.default_rng(3)
