@@ -508,3 +508,46 @@ def test_damaged_v0_info_calib_or_class_is_an_error(v0_root: Path, tmp_path: Pat
     (root / "sunrgbd_infos_train.pkl").write_bytes(pickle.dumps(infos))
     with pytest.raises(DatasetError, match=r"sunrgbd_infos_train\.pkl: " + expected):
         _ds(root, split="train", layout="infos")
+
+
+@pytest.mark.parametrize("line, field", [(2, 10), (6, 9)])
+def test_negative_half_size_in_label_line_is_an_error(v0_root: Path, tmp_path: Path, line, field) -> None:
+    """The real label file of frame 1 (line 2 night_stand c1 c2 c3 = 0.441588 0.292586 0.486667, line 6 lamp
+    0.321404 ...). The official extraction writes abs(coeffs), so a negative half-size was made positive with
+    np.abs without a word, while VoteNet's _bbox.npy reader refused it; now both refuse, naming file, line and
+    field, also on a line of a class that is dropped (lamp)."""
+    root = _copy_real(v0_root, tmp_path)
+    f = root / "label" / "000001.txt"
+    lines = f.read_text().splitlines()
+    fields = lines[line - 1].split()
+    fields[field - 1] = "-" + fields[field - 1]
+    lines[line - 1] = " ".join(fields)
+    f.write_text("\n".join(lines) + "\n")
+    ds = _ds(root, split="train")
+    with pytest.raises(DatasetError, match=rf"label/000001\.txt, line {line}: field {field} \(half-size "
+                                           rf"c{field - 8}\) is -0\.[0-9]+: expected a non-negative half-size"
+                                           r" .*abs\(coeffs\)") as e:
+        ds[0]
+    assert len(e.value.args) == 1
+
+
+def test_zero_half_size_is_kept_in_both_box_readers(v0_root: Path, tmp_path: Path, fixtures_dir: Path) -> None:
+    """A zero half-size (a flat box) is taken as written by the label reader and VoteNet's _bbox.npy reader
+    alike. Real frame 1, bed line c1 c2 c3 = 0.943792 1.151035 0.984807 with c3 set to 0 -> sizes
+    2 * 1.151035, 2 * 0.943792, 0; real VoteNet frame 000001_bbox.npy row 0 with its h set to 0 -> dz 0."""
+    root = _copy_real(v0_root, tmp_path)
+    f = root / "label" / "000001.txt"
+    lines = f.read_text().splitlines()
+    assert lines[0].split()[10] == "0.984807"
+    fields = lines[0].split()
+    fields[10] = "0"
+    lines[0] = " ".join(fields)
+    f.write_text("\n".join(lines) + "\n")
+    got = _ds(root, split="train")[0]["target"]["boxes"].numpy()
+    np.testing.assert_allclose(got[0, 3:6], [2.30207, 1.887584, 0.0], atol=1e-6)
+    src = fixtures_dir / "sunrgbd" / "votenet_real20" / "sunrgbd_pc_bbox_votes_50k_v1_val" / "000001_bbox.npy"
+    arr = np.load(src)
+    arr[0, 5] = 0.0
+    np.save(tmp_path / "000001_bbox.npy", arr)
+    boxes, _ = sunrgbd.read_votenet_bbox(tmp_path / "000001_bbox.npy")
+    np.testing.assert_allclose(boxes[0, 3:6], [2 * arr[0, 3], 2 * arr[0, 4], 0.0], rtol=1e-6)

@@ -270,7 +270,7 @@ def two_frames(real20: Path, tmp_path: Path) -> Path:
     (np.array([[0, 0, 0, 1, 1, 1, 0, np.nan]]), r"NaN or Inf in box rows \[0\]"),
     (np.array([[0, 0, 0, 1, 1, 1, 0, 10.0]]), r"row 0: class id 10 is not an integer in 0\.\.9"),
     (np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 0, 2.5]]), r"row 1: class id 2\.5 is not"),
-    (np.array([[0, 0, 0, 1, -1, 1, 0, 3]]), r"row 0: negative half-size"),
+    (np.array([[0, 0, 0, 1, -1, 1, 0, 3]]), r"row 0: negative half-size in \[1\.0, -1\.0, 1\.0\]: expected non-negative"),
     (np.array(["a", "b"]), r"expected a numeric \[K, 8\] array, got a <U1 array"),
 ])
 def test_bad_bbox_file(two_frames: Path, content, match) -> None:

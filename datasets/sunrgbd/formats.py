@@ -32,7 +32,9 @@ def _read_text(path: Path, what: str, expected: str = "") -> str:
 
 def parse_label_file(path: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """All objects of a VoteNet label file: ``(classname, box [7] in our convention, box2d [4] as
-    x, y, w, h)``. Raises :class:`DatasetError` naming the file and line on malformed lines."""
+    x, y, w, h)``. Raises :class:`DatasetError` naming the file and line on malformed lines, among them a
+    negative half-size (fields 9-11), which the official extraction never writes (it writes ``abs(coeffs)``);
+    a zero half-size is taken as written (a flat box), as :func:`read_votenet_bbox` does."""
     text = _read_text(path, "label file")
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -50,7 +52,14 @@ def parse_label_file(path: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
             raise DatasetError(f"{path}, line {lineno}: non-numeric box field in {line!r}") from None
         if not np.isfinite(v).all():
             raise DatasetError(f"{path}, line {lineno}: NaN or Inf in box fields of {line!r}")
-        c1, c2, c3 = np.abs(v[7:10])
+        neg = np.flatnonzero(v[7:10] < 0)
+        if neg.size:  # the official extraction writes abs(coeffs): a negative one was edited or damaged
+            f = int(neg[0])
+            raise DatasetError(
+                f"{path}, line {lineno}: field {9 + f} (half-size c{1 + f}) is {v[7 + f]:g}: expected a "
+                f"non-negative half-size (the official extraction, extract_rgbd_data_v*.m, writes abs(coeffs), so "
+                f"this line was not written by it): {line!r}")
+        c1, c2, c3 = v[7:10]
         ox, oy = v[10], v[11]
         box = np.array([v[4], v[5], v[6], 2 * c2, 2 * c1, 2 * c3, math.atan2(oy, ox)])
         out.append((fields[0], box, v[0:4].copy()))
@@ -88,8 +97,9 @@ def read_index_file(path: Path) -> list[int]:
 def read_votenet_bbox(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """``(boxes [K, 7] float64 in our convention, labels [K] int64)`` from a VoteNet ``NNNNNN_bbox.npy``
     (``[K, 8]`` rows ``cx cy cz l w h heading class``, half-sizes, ``heading = -yaw``). An empty array
-    (``[0, 8]``, or ``[0]`` as ``np.array([])`` saves) gives ``[0, 7]`` boxes. Raises
-    :class:`DatasetError` naming the file for anything else."""
+    (``[0, 8]``, or ``[0]`` as ``np.array([])`` saves) gives ``[0, 7]`` boxes; a zero half-size is taken as
+    written, a negative one refused (as :func:`parse_label_file` does). Raises :class:`DatasetError` naming the
+    file for anything else."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
@@ -120,7 +130,8 @@ def read_votenet_bbox(path: Path) -> tuple[np.ndarray, np.ndarray]:
     bad = (arr[:, 3:6] < 0).any(axis=1)
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
-        raise DatasetError(f"{path}, row {r}: negative half-size in {arr[r, 3:6].tolist()}")
+        raise DatasetError(f"{path}, row {r}: negative half-size in {arr[r, 3:6].tolist()}: expected "
+                           f"non-negative half-sizes l w h (columns 3-5)")
     boxes = np.concatenate([arr[:, 0:3], 2.0 * arr[:, 3:6], pc.wrap_angle(-arr[:, 6:7])], axis=1)
     return boxes, cls.astype(np.int64)
 
