@@ -481,3 +481,41 @@ def test_aligned_mmsa_pickle_mask_cuts_every_modality(tmp_path, fixtures_dir):
     with pytest.raises(DatasetError, match=r"unaligned_50.pkl \[train\]: key 'text_bert' row 1 \(attention mask\) of "
                                            r"sample 0 \(id '0001'\) holds 2"):
         build("mosi", root=tmp_path, use_cache=False)
+
+
+@pytest.mark.parametrize("pad, keys, shown", [
+    ({"audio": 12}, ("text", "text_bert", "audio", "vision"), "text_bert 9, audio 12, vision 9"),
+    ({"vision": 4}, ("text", "text_bert", "audio", "vision"), "text_bert 9, audio 9, vision 4"),
+    ({"vision": 12}, ("text", "audio", "vision"), "text 9, audio 9, vision 12"),
+])
+def test_aligned_mmsa_pickle_needs_one_padded_length(tmp_path, fixtures_dir, pad, keys, shown):
+    """The real clip (text (9, 768), text_bert (3, 9), audio (9, 25), vision (9, 171)) as a one-sample aligned
+    MMSA pickle, with audio or vision re-padded to another T (zeros appended, or cut). MMSA's aligned files
+    (aligned_50.pkl) pad all three to one T and the text mask gives all three lengths; audio or vision of another
+    T was taken uncut, 3 rows of zero padding read as audio. Now one error naming the file, the split and the
+    padded lengths, with what to pass instead."""
+    import pickle
+
+    from fusebench.datasets.safe_pickle import load
+
+    clip = load(fixtures_dir / "ch_sims" / "feature_aligned.pkl")
+    assert clip["text_bert"][1].tolist() == [1] * 9
+    part = {k: clip[k][None] for k in keys}
+    for m, t in pad.items():
+        a = part[m][0]
+        part[m] = (np.concatenate([a, np.zeros((t - 9, a.shape[1]))]) if t > 9 else a[:t])[None]
+    part.update(regression_labels=np.array([0.4], np.float32), id=np.array(["0001"]))
+    splits = {"train": part, "valid": {**part, "id": np.array(["0002"])}, "test": {**part, "id": np.array(["0003"])}}
+    (tmp_path / "aligned_50.pkl").write_bytes(pickle.dumps(splits))
+    with pytest.raises(DatasetError) as e:
+        build("mosi", root=tmp_path, aligned=True, split="val", use_cache=False)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'aligned_50.pkl'} [valid]: an aligned file (no 'audio_lengths' / "
+                          "'vision_lengths') pads text, audio and vision to one length T")
+    assert f"the padded lengths are {shown}:" in msg and "Pass the unaligned file with its audio_lengths" in msg
+    # the same file with the lengths of an unaligned file (audio/vision cut to 9 steps) is read
+    for p in splits.values():
+        p.update(audio_lengths=[min(9, part["audio"].shape[1])], vision_lengths=[min(9, part["vision"].shape[1])])
+    (tmp_path / "aligned_50.pkl").write_bytes(pickle.dumps(splits))
+    s = build("mosi", root=tmp_path, aligned=True, split="val", use_cache=False)[0]
+    assert s["modalities"]["audio"].shape[0] == min(9, part["audio"].shape[1])

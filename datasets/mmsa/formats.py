@@ -28,7 +28,7 @@ from einops import rearrange
 
 from ..base import DatasetError, Modality
 from ..safe_pickle import load as safe_load
-from .layouts import _SPLIT_KEYS
+from .layouts import _MODS, _SPLIT_KEYS
 
 
 class _PickleFormat:
@@ -278,10 +278,21 @@ class _PickleFormat:
                     f"'text_bert' {mask.shape[2]} (shape {mask.shape}); both are padded to the same length T (text "
                     "[n, T, d], text_bert [n, 3, T]), so the attention mask would cut the text at the wrong steps "
                     "(a transposed text, or the two keys of different files)")
+        if aligned:  # one T for all three (MMSA's aligned_50.pkl: 50 each); the text mask gives all three lengths
+            steps = {"text_bert": int(mask.shape[2])} if mask is not None else {}  # a read 'text' has its T (above)
+            steps.update({m: int(arrays[m].shape[1]) for m in _MODS if m in arrays and (m != "text" or mask is None)})
+            if len(set(steps.values())) > 1:
+                raise DatasetError(
+                    f"{where}: an aligned file (no 'audio_lengths' / 'vision_lengths') pads text, audio and vision to "
+                    f"one length T, as MMSA's aligned_50.pkl does, but the padded lengths are "
+                    f"{', '.join(f'{k} {t}' for k, t in steps.items())}: the text attention mask cannot give the audio / "
+                    "vision lengths, and their zero padding would be read as data. Pass the unaligned file with its "
+                    "audio_lengths and vision_lengths (MMSA's unaligned_*.pkl), or add those two keys ([n] integers, "
+                    "the unpadded lengths) to this file")
         if mask is not None and mask.ndim == 3 and mask.shape[0] == n and mask.shape[1] == 3:
             # an aligned file: audio / vision share the text steps; MMSA runs them for the text_bert mask
             # length too (models/multiTask/SELF_MM.py: `if self.aligned: audio_model(audio, text_lengths)`)
-            cut = [m for m in ("audio", "vision") if aligned and m in arrays and arrays[m].shape[1] == mask.shape[2]]
+            cut = [m for m in ("audio", "vision") if aligned and m in arrays]
             if "text" in arrays or cut:  # the mask is checked where it is used
                 mask_len = self._mask_lengths(part, mask[:, 1], where)
                 if "text" in arrays:
