@@ -565,6 +565,8 @@ def test_mosei_csd_uses_the_standard_folds(tmp_path, fixtures_dir, caplog):
     assert "holds 1 video(s) (" + str(counts["-NFrJFQijFE"]) + " segments) that the standard folds of mosei do " \
            "not list ('-NFrJFQijFE')" in caplog.text
     assert not any("-NFrJFQijFE" in k for ds in data.values() for k in ds.sample_keys())
+    # said once for the file, not once per split opened (it was said three times)
+    assert sum("-NFrJFQijFE" in r.getMessage() for r in caplog.records) == 1
     # MOSI keeps refusing a labels file that mixes its videos with others (test_mosi_csd_uses_the_standard_folds)
     assert MOSI.STANDARD_FOLDS_UNLISTED == "refuse" and MOSEI.STANDARD_FOLDS_UNLISTED == "leave_out"
 
@@ -598,3 +600,41 @@ def test_csd_cache_of_another_split_is_not_served(tmp_path, fixtures_dir, monkey
     assert reader is not None and len(reader) == len(old)
     fresh = cache.prepare(new, base=base, progress=False)
     assert fresh != folder and [s["id"] for s in json.loads((fresh / "meta.json").read_text())] == new.sample_keys()
+
+
+def test_unlisted_videos_are_said_once_per_file(tmp_path, fixtures_dir, caplog):
+    """The real MOSI labels (93 videos, 2199 segments) with a folds.json placing one video in each split: the other
+    90 videos are in no split, said in one warning when the three splits are built (it was said once per split
+    opened, three times); the same splits built again from the unchanged file say nothing more, a rewritten
+    folds.json placing one more video is said again."""
+    import logging
+    import shutil
+
+    shutil.copy(fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd", tmp_path)
+    labels = read_csd(tmp_path / "CMU_MOSI_Opinion_Labels.csd", labels=True)
+    placed = {"train": ["03bSnISJMiM"], "valid": [labels.videos[1]], "test": [labels.videos[2]]}
+    (tmp_path / "folds.json").write_text(json.dumps(placed))
+    unlisted = [v for v in labels.videos if v not in sum(placed.values(), [])]
+    seg = sum(labels.features[v].shape[0] for v in unlisted)
+    assert len(unlisted) == 90 and 0 < seg < 2199
+
+    def said():
+        return [r.getMessage() for r in caplog.records if "they are in no split" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING):
+        sizes = [len(build("mosi", root=tmp_path, split=s, modalities=[], use_cache=False))
+                 for s in ("train", "val", "test")]
+    assert sum(sizes) == 2199 - seg
+    assert said() == [f"mosi: {tmp_path / 'folds.json'} lists no split for 90 of the 93 labelled videos of "
+                      f"{tmp_path / 'CMU_MOSI_Opinion_Labels.csd'} ({seg} segments); they are in no split: "
+                      + ", ".join(map(repr, unlisted[:5])) + ", ..."]
+    with caplog.at_level(logging.WARNING):
+        for s in ("train", "val", "test"):
+            build("mosi", root=tmp_path, split=s, modalities=[], use_cache=False)
+    assert len(said()) == 1
+    placed["test"].append(labels.videos[3])
+    (tmp_path / "folds.json").write_text(json.dumps(placed))
+    with caplog.at_level(logging.WARNING):
+        for s in ("train", "val", "test"):
+            build("mosi", root=tmp_path, split=s, modalities=[], use_cache=False)
+    assert len(said()) == 2 and "lists no split for 89 of the 93" in said()[1]

@@ -41,6 +41,27 @@ _CSD_PATTERNS = {
 }
 
 
+#: the warnings about a labels sequence said in this process, by (file, its mtime and size, the text): the train,
+#: val and test splits are three datasets read from one file (and a study reads it for every cell), so a warning
+#: about the file is said once for a version of it, not once per split opened
+_SAID: set[tuple[Any, ...]] = set()
+
+
+def _warn_once(path: str | Path, msg: str, *args: Any) -> None:
+    """``log.warning(msg, *args)`` about the labels sequence ``path``, unless this text was said about this version
+    of the file (same mtime and size) in this process."""
+    try:
+        st = Path(path).stat()
+        version: tuple[Any, ...] = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        version = (str(path),)
+    key = version + (msg % args,)
+    if key in _SAID:
+        return
+    _SAID.add(key)
+    log.warning(msg, *args)
+
+
 def _video_split(videos: list[str], fractions: tuple[float, float, float]) -> dict[str, list[str]]:
     """Deterministic video-level split: order by sha256 of the id, cut by ``fractions``."""
     order = sorted(videos, key=lambda v: hashlib.sha256(v.encode()).hexdigest())
@@ -141,10 +162,10 @@ class _Layouts:
                             ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else ""))
             unlisted = [v for v in labels.videos if v not in seen]
             if unlisted:  # a subset is a choice the folds may make, but not a silent one
-                log.warning("%s: %s lists no split for %d of the %d labelled videos of %s (%d segments); they are "
-                            "in no split: %s", self.id, where, len(unlisted), len(labels.videos), labels_path,
-                            sum(int(labels.features[v].shape[0]) for v in unlisted),
-                            ", ".join(map(repr, unlisted[:5])) + (", ..." if len(unlisted) > 5 else ""))
+                _warn_once(labels_path, "%s: %s lists no split for %d of the %d labelled videos of %s (%d segments); "
+                           "they are in no split: %s", self.id, where, len(unlisted), len(labels.videos), labels_path,
+                           sum(int(labels.features[v].shape[0]) for v in unlisted),
+                           ", ".join(map(repr, unlisted[:5])) + (", ..." if len(unlisted) > 5 else ""))
         elif self._standard_folds(labels):
             videos = [v for v in self.STANDARD_FOLDS[_SPLIT_KEYS[self.split]] if v in labels.features]
             self._split_file = f"the standard folds of {self.id} (CMU-MultimodalSDK)"
@@ -202,11 +223,11 @@ class _Layouts:
         if len(outside) == len(labels.videos):
             return False
         if self.STANDARD_FOLDS_UNLISTED == "leave_out":
-            log.warning("%s: %s holds %d video(s) (%d segments) that the standard folds of %s do not list (%s); they "
-                        "are in no split, as in the CMU-MultimodalSDK's folds (pass folds= or a folds.json to "
-                        "place them)", self.id, labels.path, len(outside),
-                        sum(int(labels.features[v].shape[0]) for v in outside), self.id,
-                        ", ".join(map(repr, outside[:5])) + (", ..." if len(outside) > 5 else ""))
+            _warn_once(labels.path, "%s: %s holds %d video(s) (%d segments) that the standard folds of %s do not list "
+                       "(%s); they are in no split, as in the CMU-MultimodalSDK's folds (pass folds= or a folds.json "
+                       "to place them)", self.id, labels.path, len(outside),
+                       sum(int(labels.features[v].shape[0]) for v in outside), self.id,
+                       ", ".join(map(repr, outside[:5])) + (", ..." if len(outside) > 5 else ""))
             return True
         raise DatasetError(
             f"{self.id}: {labels.path} holds {len(outside)} video(s) outside the standard folds of {self.id} "
