@@ -638,3 +638,35 @@ def test_unlisted_videos_are_said_once_per_file(tmp_path, fixtures_dir, caplog):
         for s in ("train", "val", "test"):
             build("mosi", root=tmp_path, split=s, modalities=[], use_cache=False)
     assert len(said()) == 2 and "lists no split for 89 of the 93" in said()[1]
+
+
+def test_labelled_video_without_segments_is_said(tmp_path, fixtures_dir, caplog):
+    """The real MOSI labels with two videos (the first of the standard train and test folds) emptied to 0 rows of
+    'features' [0, 1] and 'intervals' [0, 2]: the CMU-MultimodalSDK's integrity check passes such a video and
+    its alignment makes no entry of it, so it gives no sample; that was silent, it is now one warning for the
+    three splits naming the file, the count and the videos. Sample counts: the file's 2199 segments less the two
+    videos' (read here with h5py)."""
+    import logging
+    import shutil
+
+    path = tmp_path / "CMU_MOSI_Opinion_Labels.csd"
+    shutil.copy(fixtures_dir / "mosi" / "CMU_MOSI_Opinion_Labels.csd", path)
+    gone = [MOSI.STANDARD_FOLDS["train"][0], MOSI.STANDARD_FOLDS["test"][0]]
+    with h5py.File(path, "r+") as f:
+        data = f["Opinion Segment Labels"]["data"]
+        removed = sum(data[v]["features"].shape[0] for v in gone)
+        for v in gone:
+            for k, width in (("features", 1), ("intervals", 2)):
+                del data[v][k]
+                data[v].create_dataset(k, data=np.zeros((0, width), np.float32))
+    assert removed > 0
+    with caplog.at_level(logging.WARNING):
+        data = {s: build("mosi", root=tmp_path, split=s, modalities=[], use_cache=False)
+                for s in ("train", "val", "test")}
+    assert sum(len(ds) for ds in data.values()) == 2199 - removed
+    assert not any(k.startswith(tuple(gone)) for ds in data.values() for k in ds.sample_keys())
+    said = [r for r in caplog.records if "no labelled segment" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING]
+    assert said[0].getMessage() == (f"mosi: {path} holds 2 of its 93 video(s) with no labelled segment (0 rows of "
+                                    "'features' and 'intervals'); they give no sample in any split: "
+                                    + ", ".join(map(repr, sorted(gone))))

@@ -125,6 +125,11 @@ class _Layouts:
         labels_path = self._csd_file("labels")
         labels = read_csd(labels_path, labels=True)
         self.source = str(labels_path)
+        empty = [v for v in labels.videos if labels.features[v].shape[0] == 0]
+        if empty:  # the SDK's integrity check passes them and its alignment makes no entry of them: said, not refused
+            _warn_once(labels_path, "%s: %s holds %d of its %d video(s) with no labelled segment (0 rows of 'features' "
+                       "and 'intervals'); they give no sample in any split: %s", self.id, labels_path, len(empty),
+                       len(labels.videos), ", ".join(map(repr, empty[:5])) + (", ..." if len(empty) > 5 else ""))
         folds = self._opts_rest.get("folds")
         self._split_file = "the folds= option" if folds is not None else f"{labels_path} (deterministic video split)"
         if folds is None and (self.root / "folds.json").is_file():
